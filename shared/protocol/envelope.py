@@ -1,0 +1,172 @@
+"""The versioned envelope every WheelFed message travels in, and the registry of body types.
+
+Wire form: one CBOR map ``{"v", "type", "job", "round", "id", "re", "from", "ts", "body"}``.
+``id`` makes rounds idempotent (receivers drop duplicates), ``re`` ties a reply to its request,
+``job``/``round`` let the aggregator discard late replies of closed rounds. Body classes register
+under their type name with ``@message_type("name")``; decoding an unregistered type is an error.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
+
+from .codec import dumps_value, loads_value
+from .errors import SchemaError, UnknownMessageType, UnsupportedVersion
+from .limits import DEFAULT_LIMITS, DecodeLimits
+from .schema import from_wire, to_wire
+
+PROTOCOL_VERSION = 1
+SUPPORTED_VERSIONS = frozenset({PROTOCOL_VERSION})
+
+#: Client ids become MQTT topic levels and broker usernames: no '/', '+', '#', no spaces.
+CLIENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+_BODY_TYPES: dict[str, type] = {}
+_TYPE_NAMES: dict[type, str] = {}
+
+B = TypeVar("B")
+
+
+def message_type(name: str) -> Callable[[type[B]], type[B]]:
+    """Class decorator registering a body dataclass under the wire type ``name``."""
+
+    def register(cls: type[B]) -> type[B]:
+        if name in _BODY_TYPES and _BODY_TYPES[name] is not cls:
+            raise ValueError(f"message type {name!r} is already registered to {_BODY_TYPES[name].__name__}")
+        _BODY_TYPES[name] = cls
+        _TYPE_NAMES[cls] = name
+        return cls
+
+    return register
+
+
+def type_name_of(body: object) -> str:
+    """Wire type name of a registered body instance."""
+    try:
+        return _TYPE_NAMES[type(body)]
+    except KeyError:
+        raise TypeError(f"{type(body).__name__} is not a registered message body (use @message_type)") from None
+
+
+def body_class(name: str) -> type:
+    try:
+        return _BODY_TYPES[name]
+    except KeyError:
+        raise UnknownMessageType(f"unknown message type {name!r}") from None
+
+
+def new_message_id() -> str:
+    """128 random bits as hex: unique without coordination between gateways."""
+    return secrets.token_hex(16)
+
+
+def validate_client_id(client_id: str) -> str:
+    if not isinstance(client_id, str) or not CLIENT_ID_PATTERN.match(client_id):
+        raise ValueError(
+            f"invalid client id {client_id!r}: use 1-64 characters from A-Z a-z 0-9 _ . - "
+            "starting with a letter or digit (it becomes an MQTT topic level and broker username)"
+        )
+    return client_id
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """Routing and idempotency metadata of one message."""
+
+    type: str
+    sender: str
+    job: str = ""
+    round: int = 0
+    msg_id: str = field(default_factory=new_message_id)
+    reply_to: str = ""
+    ts: float = field(default_factory=time.time)
+    version: int = PROTOCOL_VERSION
+
+
+@dataclass(frozen=True)
+class Message:
+    """An envelope with its typed body."""
+
+    envelope: Envelope
+    body: Any
+
+    @classmethod
+    def create(cls, body: object, *, sender: str, job: str = "", round: int = 0, reply_to: str = "") -> "Message":
+        envelope = Envelope(type=type_name_of(body), sender=sender, job=job, round=round, reply_to=reply_to)
+        return cls(envelope, body)
+
+    def reply(self, body: object, *, sender: str) -> "Message":
+        """A reply in the same job and round, pointing back at this message."""
+        return Message.create(
+            body, sender=sender, job=self.envelope.job, round=self.envelope.round, reply_to=self.envelope.msg_id
+        )
+
+    @property
+    def type(self) -> str:
+        return self.envelope.type
+
+    @property
+    def sender(self) -> str:
+        return self.envelope.sender
+
+
+def encode_message(message: Message) -> bytes:
+    env = message.envelope
+    wire = {
+        "v": env.version,
+        "type": env.type,
+        "job": env.job,
+        "round": env.round,
+        "id": env.msg_id,
+        "re": env.reply_to,
+        "from": env.sender,
+        "ts": env.ts,
+        "body": to_wire(message.body),
+    }
+    return dumps_value(wire)
+
+
+@dataclass(frozen=True)
+class _WireEnvelope:
+    v: int
+    type: str
+    job: str
+    round: int
+    id: str
+    re: str
+    ts: float
+    body: dict[str, Any]
+    # "from" is a Python keyword; it is checked by hand in decode_message.
+
+
+def decode_message(data: bytes, *, limits: DecodeLimits = DEFAULT_LIMITS, max_bytes: int | None = None) -> Message:
+    """Decode and fully validate one message from untrusted bytes."""
+    raw = loads_value(data, limits=limits, max_bytes=max_bytes)
+    if not isinstance(raw, dict):
+        raise SchemaError("message", f"expected a map, got {type(raw).__name__}")
+    version = raw.get("v")
+    if type(version) is not int or version not in SUPPORTED_VERSIONS:
+        raise UnsupportedVersion(f"protocol version {version!r} is not supported (this build speaks {sorted(SUPPORTED_VERSIONS)})")
+    fields = dict(raw)
+    sender = fields.pop("from", None)
+    if not isinstance(sender, str):
+        raise SchemaError("message.from", "required text field is missing")
+    try:
+        validate_client_id(sender)
+    except ValueError as exc:
+        raise SchemaError("message.from", str(exc)) from None
+    wire = from_wire(_WireEnvelope, fields, "message")
+    if wire.round < 0:
+        raise SchemaError("message.round", "must be >= 0")
+    if not wire.id:
+        raise SchemaError("message.id", "must not be empty")
+    body = from_wire(body_class(wire.type), wire.body, "body")
+    envelope = Envelope(
+        type=wire.type, sender=sender, job=wire.job, round=wire.round, msg_id=wire.id,
+        reply_to=wire.re, ts=wire.ts, version=wire.v,
+    )
+    return Message(envelope, body)

@@ -1,0 +1,147 @@
+"""The one transport interface: publish typed messages to topics, receive them through handlers.
+
+Concrete transports (MQTT, in-memory) only move bytes. Everything else is shared here so both
+behave identically: encoding, payload-size enforcement and chunking on the way out; hostile-input
+decoding, chunk reassembly, rejection counting and handler isolation on the way in.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..protocol.chunking import Chunk, Reassembler, split_payload
+from ..protocol.envelope import Message, encode_message, validate_client_id
+from ..protocol.errors import ChunkError, DecodeError, PayloadTooLarge
+from ..protocol.limits import DEFAULT_LIMITS, DEFAULT_MAX_PAYLOAD, DecodeLimits
+from ..protocol.topics import topic_matches
+
+log = logging.getLogger(__name__)
+
+MessageHandler = Callable[[str, Message], None]
+
+
+@dataclass
+class TransportStats:
+    """Counters a transport keeps; ``rejected`` is keyed by the exception class name."""
+
+    sent_messages: int = 0
+    sent_payloads: int = 0
+    sent_bytes: int = 0
+    received_messages: int = 0
+    received_payloads: int = 0
+    received_bytes: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    handler_errors: int = 0
+
+
+class Transport(ABC):
+    """Base class of every transport; subclasses implement the four byte-level hooks."""
+
+    def __init__(
+        self,
+        client_id: str,
+        *,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
+        limits: DecodeLimits = DEFAULT_LIMITS,
+        chunk_timeout_s: float = 60.0,
+    ) -> None:
+        self.client_id = validate_client_id(client_id)
+        self.max_payload = max_payload
+        self.limits = limits
+        self.stats = TransportStats()
+        self._reassembler = Reassembler(timeout_s=chunk_timeout_s, limits=limits)
+        self._handlers: list[tuple[str, MessageHandler]] = []
+        self._receive_lock = threading.Lock()
+
+    # -- byte-level hooks -------------------------------------------------------------------
+    @abstractmethod
+    def _publish_payload(self, topic: str, payload: bytes, retain: bool) -> None:
+        """Hand one payload (already within ``max_payload``) to the wire, QoS 1."""
+
+    @abstractmethod
+    def _subscribe_filter(self, topic_filter: str) -> None:
+        """Ask the broker for messages matching ``topic_filter``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection; pending QoS 1 messages stay with the broker session."""
+
+    # -- sending ----------------------------------------------------------------------------
+    def publish(self, topic: str, message: Message, *, retain: bool = False) -> None:
+        """Encode ``message`` and send it, split into chunks when it exceeds ``max_payload``."""
+        encoded = encode_message(message)
+        if len(encoded) <= self.max_payload:
+            payloads = [encoded]
+        elif retain:
+            raise PayloadTooLarge(
+                f"retained message of {len(encoded)} bytes exceeds max_payload {self.max_payload}: "
+                "a broker keeps one retained payload per topic, so retained messages cannot be chunked"
+            )
+        else:
+            env = message.envelope
+            chunks = split_payload(encoded, sender=env.sender, max_payload=self.max_payload, job=env.job, round=env.round)
+            payloads = [encode_message(chunk) for chunk in chunks]
+        for payload in payloads:
+            if len(payload) > self.max_payload:  # guards the chunk overhead estimate
+                raise PayloadTooLarge(f"payload of {len(payload)} bytes exceeds max_payload {self.max_payload}")
+        for payload in payloads:
+            self._publish_payload(topic, payload, retain)
+            self.stats.sent_payloads += 1
+            self.stats.sent_bytes += len(payload)
+        self.stats.sent_messages += 1
+
+    # -- receiving --------------------------------------------------------------------------
+    def subscribe(self, topic_filter: str, handler: MessageHandler) -> None:
+        """Call ``handler(topic, message)`` for every valid message on topics matching the filter."""
+        self._handlers.append((topic_filter, handler))
+        self._subscribe_filter(topic_filter)
+
+    def _receive_payload(self, topic: str, payload: bytes) -> None:
+        """Entry point for subclasses: decode, reassemble, dispatch; never raises."""
+        with self._receive_lock:
+            self.stats.received_payloads += 1
+            self.stats.received_bytes += len(payload)
+            message = self._decode(topic, payload)
+            if message is None:
+                return
+            self.stats.received_messages += 1
+            for topic_filter, handler in list(self._handlers):
+                if topic_matches(topic_filter, topic):
+                    try:
+                        handler(topic, message)
+                    except Exception:  # a handler bug must not kill the receive loop
+                        self.stats.handler_errors += 1
+                        log.exception("message handler failed", extra={"topic": topic, "type": message.type})
+
+    def _decode(self, topic: str, payload: bytes) -> Message | None:
+        from ..protocol.envelope import decode_message  # local: keeps import order simple
+
+        try:
+            message = decode_message(payload, limits=self.limits)
+            if isinstance(message.body, Chunk):
+                whole = self._reassembler.add(message)
+                if whole is None:
+                    return None
+                inner = decode_message(whole, limits=self.limits)
+                if inner.sender != message.sender:
+                    raise ChunkError(f"chunks from {message.sender!r} carried a message from {inner.sender!r}")
+                message = inner
+            return message
+        except DecodeError as exc:
+            self.stats.rejected[type(exc).__name__] += 1
+            log.warning("rejected message", extra={"topic": topic, "reason": type(exc).__name__, "detail": str(exc)[:200]})
+            return None
+
+    def expire_chunks(self) -> None:
+        """Free stalled chunked transfers (also done on every received chunk)."""
+        with self._receive_lock:
+            self._reassembler.expire()
+
+    @property
+    def pending_chunked_transfers(self) -> int:
+        return self._reassembler.pending
