@@ -97,6 +97,9 @@ def _check_values(obj: Any) -> None:
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, str):  # cbor2's strict mode still admits byte-string keys
+                    raise NonStringKey(f"map key {key!r} is not a text string")
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)

@@ -11,6 +11,7 @@ Unknown fields are errors: a sender that adds a field bumps the protocol version
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -117,12 +118,16 @@ def check_value(path: str, hint: Any, value: Any) -> Any:
     return _check_scalar(path, hint, value)
 
 
+@functools.cache
+def _schema_of(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+    return get_type_hints(cls, include_extras=True), {f.name: f for f in dataclasses.fields(cls)}
+
+
 def from_wire(cls: type, data: Any, path: str = "body") -> Any:
     """Build dataclass ``cls`` from a decoded CBOR map, validating every field."""
     if not isinstance(data, dict):
         raise SchemaError(path, f"expected a map, got {_type_name(data)}")
-    hints = get_type_hints(cls, include_extras=True)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints, fields = _schema_of(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise SchemaError(f"{path}.{unknown[0]}", f"unexpected field (allowed: {sorted(fields)})")

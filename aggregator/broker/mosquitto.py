@@ -1,0 +1,150 @@
+"""Run mosquitto as a child process with WheelFed's config from ``deploy/mosquitto/``.
+
+The config templates there are the production configs; only the listener, file locations and
+process user are filled in here. Used by ``wheelfed broker``, the demo and the test fixtures.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from shared.protocol.envelope import validate_client_id
+
+log = logging.getLogger(__name__)
+
+#: ``deploy/`` of this checkout; override with WHEELFED_DEPLOY_DIR for installed copies.
+DEPLOY_DIR = Path(os.environ.get("WHEELFED_DEPLOY_DIR", Path(__file__).resolve().parents[2] / "deploy"))
+
+
+def mosquitto_available() -> bool:
+    return shutil.which("mosquitto") is not None and shutil.which("mosquitto_passwd") is not None
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class BrokerUser:
+    name: str
+    password: str
+
+    @classmethod
+    def parse(cls, spec: str) -> "BrokerUser":
+        """``NAME:PASSWORD`` as given on the command line."""
+        name, sep, password = spec.partition(":")
+        if not sep or not password:
+            raise ValueError(f"user {spec!r} must be given as NAME:PASSWORD")
+        return cls(validate_client_id(name), password)
+
+
+class MosquittoBroker:
+    """A mosquitto child process; a context manager. ``restart()`` keeps port and sessions."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        users: list[BrokerUser] = (),
+        port: int = 0,
+        bind_address: str = "127.0.0.1",
+        tls_cert_dir: str | Path | None = None,
+        deploy_dir: str | Path = DEPLOY_DIR,
+    ) -> None:
+        if not mosquitto_available():
+            raise FileNotFoundError(
+                "mosquitto is not installed: `apt-get install -y mosquitto` (or use the embedded broker)"
+            )
+        self.run_dir = Path(run_dir).resolve()
+        self.users = list(users)
+        self.bind_address = bind_address
+        self.port = port or find_free_port(bind_address)
+        self.tls_cert_dir = Path(tls_cert_dir).resolve() if tls_cert_dir else None
+        self.deploy_dir = Path(deploy_dir).resolve()
+        self.process: subprocess.Popen | None = None
+        self.config_path = self.run_dir / "mosquitto.conf"
+        self.log_path = self.run_dir / "mosquitto.log"
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1" if self.bind_address in ("0.0.0.0", "") else self.bind_address
+
+    def _render(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        name = "wheelfed-tls.conf.in" if self.tls_cert_dir else "wheelfed.conf.in"
+        template = Template((self.deploy_dir / "mosquitto" / name).read_text())
+        self.config_path.write_text(template.substitute(
+            port=self.port, bind_address=self.bind_address, run_dir=self.run_dir, deploy_dir=self.deploy_dir,
+            cert_dir=self.tls_cert_dir or "", user=getpass.getuser(),
+        ))
+        passwd = self.run_dir / "passwd"
+        passwd.write_text("")
+        for user in self.users:
+            subprocess.run(["mosquitto_passwd", "-b", str(passwd), user.name, user.password], check=True,
+                           capture_output=True)
+        passwd.chmod(0o600)
+
+    def start(self, timeout_s: float = 10.0) -> "MosquittoBroker":
+        if self.process is None:
+            self._render()
+        log_file = open(self.log_path, "ab")
+        self.process = subprocess.Popen(["mosquitto", "-c", str(self.config_path)], stdout=log_file,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        log_file.close()
+        deadline = time.monotonic() + timeout_s
+        while not _port_open(self.host, self.port):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mosquitto exited with {self.process.returncode}: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"mosquitto did not listen on port {self.port} within {timeout_s}s: {self.log_tail()}")
+            time.sleep(0.01)
+        log.info("mosquitto started", extra={"port": self.port, "pid": self.process.pid})
+        return self
+
+    def stop(self, *, kill: bool = False, timeout_s: float = 10.0) -> None:
+        """Stop the broker (SIGTERM lets it save sessions; ``kill`` simulates a crash)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def restart(self, *, kill: bool = False) -> None:
+        self.stop(kill=kill)
+        self.start()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def __enter__(self) -> "MosquittoBroker":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,77 @@
+"""Helpers shared by the benchmark scripts: machine description, statistics, markdown tables."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+from importlib import metadata
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # run as `python benchmarks/x.py` without an installed checkout
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info(extra: dict[str, str] | None = None) -> list[str]:
+    """Lines describing the machine and the library versions, printed before every table."""
+    info = {
+        "cpu": cpu_model(),
+        "cores": f"{os.cpu_count()} logical"
+        + (f", {len(os.sched_getaffinity(0))} usable" if hasattr(os, "sched_getaffinity") else ""),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "numpy": _version("numpy"),
+        "cbor2": _version("cbor2"),
+        "paho-mqtt": _version("paho-mqtt"),
+    }
+    info.update(extra or {})
+    return [f"- {key}: {value}" for key, value in info.items()]
+
+
+def print_machine(title: str, command: str, extra: dict[str, str] | None = None) -> None:
+    print(f"## {title}\n")
+    print(f"command: `{command}`\n")
+    print("\n".join(machine_info(extra)))
+    print()
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100): with few samples p99 is the maximum, honestly."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n * q / 100)
+    return ordered[int(rank) - 1]
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    aligns = ["---" if i == 0 else "--:" for i in range(len(headers))]
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+
+    sep = "| " + " | ".join((a[:-1] + "-" * (w - len(a)) + a[-1:]) if a.endswith(":") else "-" * w
+                            for a, w in zip(aligns, widths)) + " |"
+    return "\n".join([line(headers), sep, *(line(r) for r in rows)])

@@ -1,0 +1,221 @@
+"""The MQTT transport over paho-mqtt 2.x: QoS 1, persistent sessions, presence, reconnects.
+
+- MQTT v5 by default (session expiry, reason codes; an ACL denial comes back as a PUBACK reason
+  and is counted in ``denied``), v3.1.1 supported (``protocol=4``).
+- Persistent sessions (v5: clean_start=False + SessionExpiryInterval; v3.1.1: clean_session=False)
+  so requests published while a gateway is offline reach it when it reconnects.
+- paho's network thread reconnects with backoff and re-sends unacknowledged QoS 1 messages;
+  publishes made while disconnected are queued by paho and go out after reconnecting.
+- Presence: a retained ``Status(online=True)`` on connect and a retained ``Status(online=False)``
+  as last will (and on clean close).
+- Received payloads are handed to a dispatch thread so handlers never stall the network loop
+  (keep-alives keep flowing while a gateway computes a reply).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import ssl
+import threading
+from dataclasses import dataclass, field
+from typing import Literal
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from ..protocol.envelope import Message, encode_message
+from ..protocol.errors import PayloadTooLarge
+from ..protocol.limits import DEFAULT_LIMITS, DEFAULT_MAX_PAYLOAD, DecodeLimits
+from ..protocol.messages import Status
+from ..protocol.topics import TopicLayout
+from .base import Transport
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """Client-certificate TLS; under ``use_identity_as_username`` the CN is the client id."""
+
+    ca_file: str
+    cert_file: str | None = None
+    key_file: str | None = None
+
+
+@dataclass(frozen=True)
+class MqttConfig:
+    host: str = "127.0.0.1"
+    port: int = 1883
+    username: str | None = None
+    password: str | None = None
+    protocol: Literal[4, 5] = 5
+    tls: TlsConfig | None = None
+    keepalive_s: int = 30
+    session_expiry_s: int = 7 * 24 * 3600
+    reconnect_min_s: int = 1
+    reconnect_max_s: int = 8
+    max_payload: int = DEFAULT_MAX_PAYLOAD
+    limits: DecodeLimits = field(default_factory=lambda: DEFAULT_LIMITS)
+
+
+class MqttTransport(Transport):
+    """A WheelFed participant's connection to the broker."""
+
+    def __init__(self, client_id: str, config: MqttConfig = MqttConfig(), *, layout: TopicLayout | None = None,
+                 presence: bool = True) -> None:
+        super().__init__(client_id, max_payload=config.max_payload, limits=config.limits)
+        self.config = config
+        self.layout = layout or TopicLayout()
+        self.presence = presence
+        self.denied = 0
+        self.connections = 0
+        self._filters: list[str] = []
+        self._connected = threading.Event()
+        self._connect_error: str | None = None
+        self._pending_mids: set[int] = set()
+        self._acked_early: set[int] = set()
+        self._pending_lock = threading.Condition()
+        self._inbound: queue.Queue[tuple[str, bytes] | None] = queue.Queue()
+        self._client = self._make_client()
+        self._dispatch_thread = threading.Thread(target=self._dispatch_loop, name=f"mqtt-dispatch-{client_id}", daemon=True)
+        self._dispatch_thread.start()
+        self._closed = False
+
+    # -- setup --------------------------------------------------------------------------------
+    def _make_client(self) -> paho.Client:
+        cfg = self.config
+        if cfg.protocol == 5:
+            client = paho.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=MQTTProtocolVersion.MQTTv5)
+        elif cfg.protocol == 4:
+            client = paho.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=False,
+                                 protocol=MQTTProtocolVersion.MQTTv311)
+        else:
+            raise ValueError(f"MQTT protocol must be 5 or 4 (3.1.1), got {cfg.protocol}")
+        if cfg.username is not None:
+            client.username_pw_set(cfg.username, cfg.password)
+        if cfg.tls is not None:
+            client.tls_set(ca_certs=cfg.tls.ca_file, certfile=cfg.tls.cert_file, keyfile=cfg.tls.key_file,
+                           cert_reqs=ssl.CERT_REQUIRED, tls_version=ssl.PROTOCOL_TLS_CLIENT)
+        client.reconnect_delay_set(cfg.reconnect_min_s, cfg.reconnect_max_s)
+        client.max_queued_messages_set(0)  # unlimited: nothing a caller published is dropped locally
+        if self.presence:
+            will = encode_message(Message.create(Status(online=False), sender=self.client_id))
+            client.will_set(self.layout.status(self.client_id), will, qos=1, retain=True)
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        client.on_publish = self._on_publish
+        return client
+
+    def connect(self, *, wait: bool = True, timeout_s: float = 10.0) -> None:
+        """Start the network thread; with ``wait``, block until the broker accepted us.
+
+        Without ``wait`` (a gateway starting offline) the thread keeps retrying in the background.
+        """
+        cfg = self.config
+        if cfg.protocol == 5:
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = cfg.session_expiry_s
+            self._client.connect_async(cfg.host, cfg.port, cfg.keepalive_s, clean_start=False, properties=props)
+        else:
+            self._client.connect_async(cfg.host, cfg.port, cfg.keepalive_s)
+        self._client.loop_start()
+        if wait and not self.wait_connected(timeout_s):
+            detail = self._connect_error or "no answer"
+            self.close()
+            raise ConnectionError(f"could not connect to MQTT broker {cfg.host}:{cfg.port} as {self.client_id!r}: {detail}")
+
+    def wait_connected(self, timeout_s: float) -> bool:
+        return self._connected.wait(timeout_s)
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected.is_set()
+
+    # -- paho callbacks (network thread) ----------------------------------------------------
+    def _on_connect(self, client, _userdata, flags, reason_code, _props) -> None:
+        if reason_code.is_failure:
+            self._connect_error = str(reason_code)
+            log.error("broker refused connection", extra={"client": self.client_id, "reason": str(reason_code)})
+            return
+        self.connections += 1
+        log.info("connected to broker", extra={"client": self.client_id, "session_present": flags.session_present})
+        for topic_filter in self._filters:
+            client.subscribe(topic_filter, qos=1)
+        if self.presence:
+            status = encode_message(Message.create(Status(online=True), sender=self.client_id))
+            self._publish_payload(self.layout.status(self.client_id), status, True)
+        self._connected.set()
+
+    def _on_disconnect(self, _client, _userdata, _flags, reason_code, _props) -> None:
+        self._connected.clear()
+        if not self._closed:
+            log.warning("disconnected from broker; reconnecting", extra={"client": self.client_id, "reason": str(reason_code)})
+
+    def _on_message(self, _client, _userdata, msg: paho.MQTTMessage) -> None:
+        self._inbound.put((msg.topic, bytes(msg.payload)))
+
+    def _on_publish(self, _client, _userdata, mid, reason_code, _props) -> None:
+        if reason_code.is_failure:
+            self.denied += 1
+            log.warning("broker refused a publish", extra={"client": self.client_id, "reason": str(reason_code)})
+        with self._pending_lock:
+            if mid in self._pending_mids:
+                self._pending_mids.discard(mid)
+            else:
+                self._acked_early.add(mid)
+            self._pending_lock.notify_all()
+
+    def _dispatch_loop(self) -> None:
+        while True:
+            item = self._inbound.get()
+            if item is None:
+                return
+            self._receive_payload(*item)
+
+    # -- Transport hooks ----------------------------------------------------------------------
+    def _publish_payload(self, topic: str, payload: bytes, retain: bool) -> None:
+        if len(payload) > self.max_payload:
+            raise PayloadTooLarge(f"payload of {len(payload)} bytes exceeds max_payload {self.max_payload}")
+        # paho calls on_publish holding its own lock, so never call into paho holding ours:
+        # an acknowledgement may overtake the registration below, hence ``_acked_early``.
+        info = self._client.publish(topic, payload, qos=1, retain=retain)
+        if info.rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
+            raise ConnectionError(f"publish to {topic} failed: {paho.error_string(info.rc)}")
+        with self._pending_lock:
+            if info.mid in self._acked_early:
+                self._acked_early.discard(info.mid)
+            else:
+                self._pending_mids.add(info.mid)
+
+    def _subscribe_filter(self, topic_filter: str) -> None:
+        if topic_filter not in self._filters:
+            self._filters.append(topic_filter)
+        if self.is_connected:
+            self._client.subscribe(topic_filter, qos=1)
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until the broker acknowledged every QoS 1 publish made so far."""
+        with self._pending_lock:
+            return self._pending_lock.wait_for(lambda: not self._pending_mids, timeout_s)
+
+    def close(self, *, timeout_s: float = 5.0) -> None:
+        """Announce offline presence, deliver what is pending, disconnect, stop the threads."""
+        if self._closed:
+            return
+        if self.presence and self.is_connected:
+            try:
+                self.publish(self.layout.status(self.client_id), Message.create(Status(online=False), sender=self.client_id),
+                             retain=True)
+            except ConnectionError:
+                pass
+        if self.is_connected:
+            self.flush(timeout_s)
+        self._closed = True
+        self._client.disconnect()
+        self._client.loop_stop()
+        self._inbound.put(None)
+        self._dispatch_thread.join(timeout_s)
