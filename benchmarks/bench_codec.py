@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import io
+import os
 import pickle
+import resource
 import sys
 import time
 from dataclasses import dataclass
@@ -40,6 +43,13 @@ from shared.protocol.envelope import Message, decode_message, encode_message, me
 from shared.protocol.limits import DEFAULT_MAX_PAYLOAD
 
 SENDER = "bench-1"
+
+#: glibc tunables that keep freed 10 MB buffers in the heap instead of unmapping/trimming them.
+STEADY_HEAP_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
+    "MALLOC_TRIM_THRESHOLD_": str(4 << 30),
+    "MALLOC_TOP_PAD_": str(128 << 20),
+}
 
 
 @message_type("bench_array")
@@ -59,8 +69,13 @@ def make_array(n_bytes: int, seed: int = 7) -> np.ndarray:
     return values
 
 
-def run_interleaved(fns: list[Callable[[], object]], repeats: int, warmup: int = 1) -> list[list[float]]:
-    """Seconds per call: every round calls each function once, ``warmup`` untimed rounds first.
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def run_interleaved(fns: list[Callable[[], object]], repeats: int,
+                    warmup: int = 1) -> tuple[list[list[float]], list[list[int]]]:
+    """Seconds (and minor page faults) per call: every round calls each function once, ``warmup`` untimed rounds first.
 
     Interleaving matters on this kind of machine: 10 MB buffers come from fresh mmaps or from a
     heap glibc may trim, so page-fault cost drifts over a run; timing one operation's repeats
@@ -70,14 +85,17 @@ def run_interleaved(fns: list[Callable[[], object]], repeats: int, warmup: int =
         for fn in fns:
             fn()
     samples: list[list[float]] = [[] for _ in fns]
+    faults: list[list[int]] = [[] for _ in fns]
     for _ in range(repeats):
-        for fn, out in zip(fns, samples):
+        for fn, out, flt in zip(fns, samples, faults):
             gc.collect()
+            faults_before = _minor_faults()
             start = time.perf_counter()
             result = fn()
             out.append(time.perf_counter() - start)
+            flt.append(_minor_faults() - faults_before)
             del result
-    return samples
+    return samples, faults
 
 
 class Checks:
@@ -107,7 +125,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mb", type=float, default=10.0, help="array size in MB of 10^6 bytes (default 10)")
     parser.add_argument("--chunk-kib", type=int, default=DEFAULT_MAX_PAYLOAD // 1024,
                         help="MQTT payload limit for the chunked path, KiB (default 256)")
+    parser.add_argument("--steady-heap", action="store_true",
+                        help="re-run with glibc told to keep freed memory (no mmap/trim per 10 MB buffer): "
+                             "shows CPU cost without the page-fault cost of fresh buffers")
     args = parser.parse_args(argv)
+    if args.steady_heap and os.environ.get("_WHEELFED_BENCH_STEADY_HEAP") != "1":
+        env = dict(os.environ, _WHEELFED_BENCH_STEADY_HEAP="1", **STEADY_HEAP_ENV)
+        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *sys.argv[1:]], env)
     repeats = args.repeats or (3 if args.quick else 15)
     n_bytes = int(args.mb * 1e6) // 4 * 4
     max_payload = args.chunk_kib * 1024
@@ -115,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
 
     print_machine("bench_codec", "python " + " ".join(["benchmarks/bench_codec.py", *sys.argv[1:]]),
                   {"array": f"float32, {n_bytes:,} bytes ({n_bytes // 4:,} elements)",
-                   "repeats": f"median of {repeats} (after 1 warm-up)", "chunk payload": f"{max_payload:,} bytes"})
+                   "repeats": f"median of {repeats} (after 1 warm-up)", "chunk payload": f"{max_payload:,} bytes",
+                   "heap": ("steady: " + " ".join(f"{k}={v}" for k, v in STEADY_HEAP_ENV.items())
+                            if os.environ.get("_WHEELFED_BENCH_STEADY_HEAP") == "1" else "glibc defaults")})
 
     array = make_array(n_bytes)
     checks = Checks(array)
@@ -206,24 +232,29 @@ def main(argv: list[str] | None = None) -> int:
     ops.append(("np.load from BytesIO", "decode", lambda: np.load(io.BytesIO(npy_wire), allow_pickle=False),
                 len(npy_wire)))
 
+    # -- reference: the SHA-256 every chunked transfer computes once per side --------------------
+    ops.append(("(reference) hashlib.sha256 of the encoding", "ref", lambda: hashlib.sha256(wf_wire).digest(), None))
+
     # -- timing: round-robin, so allocator/page-cache drift hits every operation alike ----------
-    samples = run_interleaved([fn for _, _, fn, _ in ops], repeats)
-    rows = [(op, d, median(s), wire) for (op, d, _, wire), s in zip(ops, samples)]
+    samples, faults = run_interleaved([fn for _, _, fn, _ in ops], repeats)
+    rows = [(op, d, median(s), wire, median(f)) for (op, d, _, wire), s, f in zip(ops, samples, faults)]
 
     # -- table -----------------------------------------------------------------------------------
-    floor = {d: s for op, d, s, _ in rows if "floor" in op}
+    floor = {d: s for op, d, s, _, _ in rows if "floor" in op}
     table = []
-    for direction in ("encode", "decode"):
-        for op, d, seconds, wire in rows:
+    for direction in ("encode", "decode", "ref"):
+        for op, d, seconds, wire, flt in rows:
             if d != direction:
                 continue
-            ratio = floor[d] / seconds  # throughput ratio: >1 is faster than the floor
-            table.append([op, direction, f"{mb / seconds:,.0f}", f"{seconds * 1e3:.2f}", f"{ratio:.2f}",
-                          "" if wire is None else f"{wire - n_bytes:+,}"])
-    print(markdown_table(["operation", "dir", "MB/s", "ms", "x cbor2 floor", "wire overhead (B)"], table))
+            ratio = f"{floor[d] / seconds:.2f}" if d in floor else "-"  # throughput ratio: >1 is faster
+            table.append([op, direction, f"{mb / seconds:,.0f}", f"{seconds * 1e3:.2f}", ratio,
+                          f"{flt:,.0f}", "" if wire is None else f"{wire - n_bytes:+,}"])
+    print(markdown_table(["operation", "dir", "MB/s", "ms", "x cbor2 floor", "page faults", "wire overhead (B)"],
+                         table))
     print()
     print("x cbor2 floor = throughput / floor throughput of the same direction (1.00 = as fast as raw cbor2; "
-          "< 1 = slower). wire overhead = encoded bytes - array bytes.")
+          "< 1 = slower). page faults = median minor faults per call (a fresh 10 MB buffer costs ~2,440; "
+          "on VMs each costs microseconds, see --steady-heap). wire overhead = encoded bytes - array bytes.")
     print()
     if checks.failures:
         print("CORRECTNESS FAILURES:")

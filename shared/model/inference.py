@@ -98,9 +98,11 @@ class CompiledEnsemble:
             self.cat_table = np.zeros(total + 1, dtype=np.bool_)  # last entry: "not a member"
             self.cat_table[self.cat_base[owner] + codes] = True
         else:
-            # owner ascending, codes sorted within an owner -> keys already sorted.
-            self.cat_stride = int(codes.max()) + 1
-            self.cat_keys = owner.astype(np.int64) * self.cat_stride + codes
+            # owner ascending, codes sorted within an owner -> keys already sorted; the sentinel
+            # (larger than any query) keeps searchsorted's answer a valid index.
+            self.cat_stride = int(codes.max()) + 1 if codes.size else 1
+            keys = owner.astype(np.int64) * self.cat_stride + codes
+            self.cat_keys = np.append(keys, np.iinfo(np.int64).max)
 
     def _compile_values(self, trees: tuple, tree_output: np.ndarray) -> None:
         scalar = tree_output >= 0
@@ -171,8 +173,7 @@ class CompiledEnsemble:
             return self.cat_table[index]
         valid &= code < self.cat_stride
         key = node.astype(np.int64) * self.cat_stride + code
-        pos = np.minimum(np.searchsorted(self.cat_keys, key), self.cat_keys.shape[0] - 1)
-        return valid & (self.cat_keys[pos] == key)
+        return valid & (self.cat_keys[np.searchsorted(self.cat_keys, key)] == key)
 
     def leaves(self, X: ArrayLike) -> np.ndarray:
         rows, single = self.rows(X)

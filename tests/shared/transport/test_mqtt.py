@@ -1,0 +1,214 @@
+"""The MQTT transport against a real mosquitto started with the deploy/ configs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable
+
+import pytest
+
+from aggregator.broker import MosquittoBroker
+from aggregator.rounds import RoundEngine
+from edge_client.dispatcher import Dispatcher
+from shared.protocol.envelope import Message
+from shared.protocol.messages import Ping, Pong, Status
+from shared.protocol.topics import TopicLayout
+from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
+from tests.conftest import PASSWORDS
+
+pytestmark = pytest.mark.mosquitto
+LAYOUT = TopicLayout()
+
+
+def transport(broker: MosquittoBroker, name: str, *, protocol: int = 5, connect: bool = True, presence: bool = True,
+              **kw) -> MqttTransport:
+    cfg = MqttConfig(port=broker.port, username=name, password=PASSWORDS[name], protocol=protocol, **kw)
+    t = MqttTransport(name, cfg, presence=presence)
+    if connect:
+        t.connect()
+    return t
+
+
+def gateway(broker: MosquittoBroker, name: str, handler: Callable = lambda m: Pong(m.body.payload), **kw) -> Dispatcher:
+    t = transport(broker, name, connect=False, **kw)
+    d = Dispatcher(t)
+    d.register(Ping, handler)
+    d.start()
+    t.connect()
+    return d
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+@pytest.mark.parametrize("protocol", [5, 4])
+def test_round_trip_through_mosquitto(mosquitto: MosquittoBroker, protocol: int) -> None:
+    agg = transport(mosquitto, "aggregator", protocol=protocol)
+    engine = RoundEngine(agg)
+    gws = [gateway(mosquitto, n, protocol=protocol) for n in ("gw-1", "gw-2")]
+    big = bytes(range(256)) * 4096  # 1 MiB: chunked into 256 KiB payloads
+    result = engine.run_round("job", 1, Ping(big), ["gw-1", "gw-2"], deadline_s=20)
+    assert result.answered == ["gw-1", "gw-2"]
+    assert all(r.body.payload == big for r in result.replies.values())
+    assert agg.stats.sent_payloads >= 2 * 5 and agg.stats.rejected == {}
+    for d in gws:
+        d.transport.close()
+    agg.close()
+
+
+def test_gateway_cannot_publish_into_another_namespace(mosquitto: MosquittoBroker) -> None:
+    agg = transport(mosquitto, "aggregator")
+    seen: list[tuple[str, Message]] = []
+    agg.subscribe("wheelfed/#", lambda t, m: seen.append((t, m)))
+    evil = transport(mosquitto, "gw-1", presence=False)
+    victim = transport(mosquitto, "gw-2", presence=False)
+    victim_inbox: list[Message] = []
+    victim.subscribe(LAYOUT.inbox("gw-2"), lambda _t, m: victim_inbox.append(m))
+    evil.publish(LAYOUT.outbox("gw-2"), Message.create(Pong(b"forged"), sender="gw-2"))
+    evil.publish(LAYOUT.inbox("gw-2"), Message.create(Ping(b"forged"), sender="aggregator"))
+    evil.publish(LAYOUT.status("gw-2"), Message.create(Status(online=False), sender="gw-2"))
+    evil.publish(LAYOUT.outbox("gw-1"), Message.create(Pong(b"legit"), sender="gw-1"))
+    assert wait_until(lambda: any(t == LAYOUT.outbox("gw-1") for t, _ in seen))
+    time.sleep(0.3)
+    assert [t for t, _ in seen if "gw-2" in t] == [] and victim_inbox == []
+    assert evil.denied == 3  # MQTT v5 tells the publisher
+    for t in (agg, evil, victim):
+        t.close()
+
+
+def test_gateway_cannot_subscribe_to_another_inbox(mosquitto: MosquittoBroker) -> None:
+    agg = transport(mosquitto, "aggregator")
+    snoop = transport(mosquitto, "gw-1", presence=False)
+    got: list[Message] = []
+    snoop.subscribe("wheelfed/v1/#", lambda _t, m: got.append(m))
+    time.sleep(0.2)
+    agg.publish(LAYOUT.inbox("gw-2"), Message.create(Ping(b"secret"), sender="aggregator"))
+    agg.publish(LAYOUT.fleet("models"), Message.create(Ping(b"broadcast"), sender="aggregator"))
+    assert wait_until(lambda: len(got) >= 1)
+    time.sleep(0.3)
+    assert [m.body.payload for m in got] == [b"broadcast"]
+    snoop.close()
+    agg.close()
+
+
+def test_wrong_password_is_refused(mosquitto: MosquittoBroker) -> None:
+    t = MqttTransport("gw-1", MqttConfig(port=mosquitto.port, username="gw-1", password="wrong"))
+    with pytest.raises(ConnectionError, match="Not authorized|Bad user name or password"):
+        t.connect(timeout_s=3)
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
+def test_broker_restart_mid_round_still_completes(mosquitto: MosquittoBroker, kill: bool) -> None:
+    agg = transport(mosquitto, "aggregator")
+    engine = RoundEngine(agg)
+    started = threading.Event()
+
+    def slow(m: Message) -> Pong:
+        started.set()
+        time.sleep(1.5)  # the broker restarts while the gateway computes its reply
+        return Pong(m.body.payload)
+
+    gateway(mosquitto, "gw-1")
+    gateway(mosquitto, "gw-2", slow)
+    restarter = threading.Thread(target=lambda: (started.wait(10), mosquitto.restart(kill=kill)))
+    restarter.start()
+    result = engine.run_round("job", 1, Ping(b"payload"), ["gw-1", "gw-2"], deadline_s=30)
+    restarter.join()
+    assert result.answered == ["gw-1", "gw-2"] and result.replies["gw-2"].body.payload == b"payload"
+    assert agg.connections >= 2  # it really reconnected
+    agg.close()
+
+
+@pytest.mark.parametrize("protocol", [5, 4])
+def test_request_sent_while_offline_arrives_on_reconnect(mosquitto: MosquittoBroker, protocol: int) -> None:
+    first = gateway(mosquitto, "gw-1", protocol=protocol)  # creates the persistent session
+    first.transport.close()
+    agg = transport(mosquitto, "aggregator")
+    request = Message.create(Ping(b"while you were away"), sender="aggregator", job="j", round=7)
+    agg.publish(LAYOUT.inbox("gw-1"), request)
+    assert agg.flush(5)
+    replies: list[Message] = []
+    agg.subscribe(LAYOUT.outbox("gw-1"), lambda _t, m: replies.append(m))
+    time.sleep(0.2)
+    second = gateway(mosquitto, "gw-1", protocol=protocol)
+    assert wait_until(lambda: len(replies) == 1)
+    assert replies[0].envelope.reply_to == request.envelope.msg_id and replies[0].body.payload == b"while you were away"
+    second.transport.close()
+    agg.close()
+
+
+def test_presence_status_and_last_will(mosquitto: MosquittoBroker, tmp_path) -> None:
+    agg = transport(mosquitto, "aggregator")
+    statuses: list[tuple[str, bool]] = []
+    agg.subscribe(LAYOUT.all_statuses, lambda _t, m: statuses.append((m.sender, m.body.online)))
+    script = (
+        "import sys, time\n"
+        "from shared.transport.mqtt import MqttConfig, MqttTransport\n"
+        f"t = MqttTransport('gw-3', MqttConfig(port={mosquitto.port}, username='gw-3', password='{PASSWORDS['gw-3']}'))\n"
+        "t.connect(); print('up', flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=os.getcwd())
+    try:
+        assert proc.stdout.readline().strip() == b"up"
+        assert wait_until(lambda: ("gw-3", True) in statuses)
+        proc.send_signal(signal.SIGKILL)  # no goodbye: the broker publishes the last will
+        proc.wait()
+        assert wait_until(lambda: statuses[-1] == ("gw-3", False), timeout_s=10)
+    finally:
+        proc.kill()
+    # retained: a newcomer learns the last known presence at once
+    late = transport(mosquitto, "aggregator")
+    late_seen: list[tuple[str, bool]] = []
+    late.subscribe(LAYOUT.status("gw-3"), lambda _t, m: late_seen.append((m.sender, m.body.online)))
+    assert wait_until(lambda: late_seen == [("gw-3", False)])
+    agg.close()
+    late.close()
+
+
+def test_payload_limit_is_enforced_before_publish(mosquitto: MosquittoBroker) -> None:
+    agg = transport(mosquitto, "aggregator", max_payload=2048)
+    with pytest.raises(Exception, match="retained"):
+        agg.publish(LAYOUT.fleet("models"), Message.create(Ping(b"x" * 5000), sender="aggregator"), retain=True)
+    agg.publish(LAYOUT.inbox("gw-1"), Message.create(Ping(b"x" * 5000), sender="aggregator"))
+    assert agg.stats.sent_payloads >= 3 and agg.stats.sent_bytes <= agg.stats.sent_payloads * 2048
+    assert agg.flush(5)
+    agg.close()
+
+
+def test_tls_client_certificate_cn_is_the_identity(tmp_path, tls_certs) -> None:
+    agg_cert = tls_certs("aggregator", "aggregator")
+    gw_cert = tls_certs("gw-1", "gw-1")
+    ca = str(tls_certs.dir / "ca.crt")
+    with MosquittoBroker(tmp_path / "tls-broker", tls_cert_dir=tls_certs.dir) as broker:
+        def tls_transport(name: str, cert: tuple[str, str]) -> MqttTransport:
+            t = MqttTransport(name, MqttConfig(port=broker.port, tls=TlsConfig(ca, *cert)))
+            t.connect()
+            return t
+
+        agg = tls_transport("aggregator", agg_cert)
+        engine = RoundEngine(agg)
+        d = Dispatcher(tls_transport("gw-1", gw_cert))
+        d.register(Ping, lambda m: Pong(m.body.payload))
+        d.start()
+        time.sleep(0.2)
+        assert engine.run_round("job", 1, Ping(b"tls"), ["gw-1"], deadline_s=10).answered == ["gw-1"]
+        # the CN confines it like a username: no publishing as gw-2
+        d.transport.publish(LAYOUT.outbox("gw-2"), Message.create(Pong(), sender="gw-2"))
+        assert wait_until(lambda: d.transport.denied == 1)
+        # no certificate, no connection
+        bare = MqttTransport("gw-2", MqttConfig(port=broker.port, tls=TlsConfig(ca)))
+        with pytest.raises(ConnectionError):
+            bare.connect(timeout_s=2)
+        d.transport.close()
+        agg.close()
