@@ -5,6 +5,11 @@ as timed out (the round still closes with a quorum); duplicated replies (QoS 1 r
 counted once; replies arriving after their round closed are discarded; a client's error reply
 is recorded, not fatal. Replies are matched on job, round, the request's message id and the
 sender, and a reply must arrive on the sender's own outbox topic.
+
+Requests are re-sent to the clients that have not answered yet whenever the aggregator's own
+connection was re-established or such a client announces itself online again: a broker crash
+can lose queued messages (mosquitto saves sessions once a second), and a gateway answers a
+repeated request id from its reply cache, so re-sending is always safe.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from shared.protocol.envelope import Message
-from shared.protocol.messages import ErrorReply
+from shared.protocol.messages import ErrorReply, Status
 from shared.protocol.topics import TopicLayout
 from shared.transport.base import Transport
 
@@ -58,6 +63,7 @@ class _OpenRound:
     result: RoundResult
     request_ids: dict[str, str]  # client -> message id of the request sent to it
     done: threading.Condition
+    resend_to: set[str] = field(default_factory=set)  # clients that came back online
 
 
 def resolve_quorum(quorum: int | float, n_selected: int) -> int:
@@ -79,9 +85,11 @@ class RoundEngine:
         self.layout = layout or TopicLayout()
         self.late_replies = 0
         self.misrouted = 0
+        self.resent = 0
         self._lock = threading.Lock()
         self._open: dict[tuple[str, int], _OpenRound] = {}
         transport.subscribe(self.layout.all_outboxes, self._on_reply)
+        transport.subscribe(self.layout.all_statuses, self._on_status)
 
     def run_round(
         self,
@@ -120,15 +128,27 @@ class RoundEngine:
             self._open[key] = state
         started = time.monotonic()
         try:
-            for client, message in messages.items():
-                self.transport.publish(self.layout.inbox(client), message)
+            epoch = self.transport.connection_epoch
+            self._send(messages, selected)
             deadline = started + deadline_s
-            with self._lock:
-                while not self._complete(state):
+            while True:
+                with self._lock:
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                    if self._complete(state) or remaining <= 0:
                         break
-                    state.done.wait(remaining)
+                    if not state.resend_to:
+                        state.done.wait(min(remaining, self.RESEND_CHECK_S))
+                    unanswered = [c for c in selected if c not in state.result.replies and c not in state.result.errors]
+                    if self.transport.connection_epoch != epoch:
+                        targets = unanswered
+                    else:
+                        targets = [c for c in unanswered if c in state.resend_to]
+                    state.resend_to.clear()
+                epoch = self.transport.connection_epoch
+                if targets:
+                    self.resent += len(targets)
+                    log.info("re-sending round requests", extra={"job": job, "round": round, "clients": targets})
+                    self._send(messages, targets)
         finally:
             with self._lock:
                 self._open.pop(key, None)
@@ -143,6 +163,26 @@ class RoundEngine:
         if len(result.replies) < needed:
             raise QuorumNotReached(result, needed)
         return result
+
+    RESEND_CHECK_S = 0.25
+
+    def _send(self, messages: Mapping[str, Message], clients: Sequence[str]) -> None:
+        for client in clients:
+            try:
+                self.transport.publish(self.layout.inbox(client), messages[client])
+            except ConnectionError as exc:  # re-sent after the reconnection
+                log.warning("request not sent", extra={"client": client, "error": str(exc)})
+
+    def _on_status(self, topic: str, message: Message) -> None:
+        if not isinstance(message.body, Status) or not message.body.online:
+            return
+        if self.layout.client_of(topic) != message.sender:
+            return
+        with self._lock:
+            for state in self._open.values():
+                if message.sender in state.request_ids:
+                    state.resend_to.add(message.sender)
+                    state.done.notify_all()
 
     @staticmethod
     def _complete(state: _OpenRound) -> bool:

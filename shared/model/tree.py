@@ -348,7 +348,7 @@ class _TreeChecker:
         bad = ~np.isfinite(t.threshold)
         if bad.any():
             j = self.first(bad)
-            self.fail(f"threshold {t.threshold[j]!r} is not finite", node=j, field="threshold")
+            self.fail(f"threshold {float(t.threshold[j])!r} is not finite", node=j, field="threshold")
         bad = ~np.isfinite(t.value).all(axis=1)
         if bad.any():
             j = self.first(bad)
@@ -357,7 +357,7 @@ class _TreeChecker:
             bad = ~np.isfinite(t.cover) | (t.cover < 0)
             if bad.any():
                 j = self.first(bad)
-                self.fail(f"cover {t.cover[j]!r} must be finite and >= 0", node=j, field="cover")
+                self.fail(f"cover {float(t.cover[j])!r} must be finite and >= 0", node=j, field="cover")
 
     def check_categories(self) -> None:
         t = self.t

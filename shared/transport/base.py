@@ -71,6 +71,11 @@ class Transport(ABC):
     def close(self) -> None:
         """Release the connection; pending QoS 1 messages stay with the broker session."""
 
+    @property
+    def connection_epoch(self) -> int:
+        """Increases on every (re)connection; a change means messages in flight may be lost."""
+        return 0
+
     # -- sending ----------------------------------------------------------------------------
     def publish(self, topic: str, message: Message, *, retain: bool = False) -> None:
         """Encode ``message`` and send it, split into chunks when it exceeds ``max_payload``."""

@@ -131,6 +131,7 @@ class MemoryTransport(Transport):
         super().__init__(client_id, max_payload=max_payload, limits=limits)
         self.broker = broker
         self.connected = False
+        self.connections = 0
         self.reconnect()
 
     def _publish_payload(self, topic: str, payload: bytes, retain: bool) -> None:
@@ -150,8 +151,13 @@ class MemoryTransport(Transport):
         self.connected = False
         self.broker.disconnect(self.client_id, keep_session=True)
 
+    @property
+    def connection_epoch(self) -> int:
+        return self.connections
+
     def reconnect(self) -> None:
         self.connected = True
+        self.connections += 1
         self.broker.connect(self)
 
     def close(self) -> None:

@@ -132,6 +132,10 @@ class MqttTransport(Transport):
         return self._connected.wait(timeout_s)
 
     @property
+    def connection_epoch(self) -> int:
+        return self.connections
+
+    @property
     def is_connected(self) -> bool:
         return self._connected.is_set()
 

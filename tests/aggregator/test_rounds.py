@@ -10,7 +10,7 @@ import pytest
 from aggregator.rounds import QuorumNotReached, RoundEngine, resolve_quorum
 from edge_client.dispatcher import Dispatcher, RequestRejected
 from shared.protocol.envelope import Message
-from shared.protocol.messages import ErrorReply, Ping, Pong
+from shared.protocol.messages import ErrorReply, Ping, Pong, Status
 from shared.protocol.topics import TopicLayout
 from shared.transport.memory import MemoryBroker, MemoryTransport
 
@@ -217,3 +217,26 @@ def test_resolve_quorum(quorum, n, expected) -> None:
 def test_resolve_quorum_rejects_nonsense(quorum, n) -> None:
     with pytest.raises(ValueError):
         resolve_quorum(quorum, n)
+
+
+def test_request_is_resent_when_a_client_that_lost_its_session_comes_back(broker, engine) -> None:
+    gone = gateway(broker, "gw-gone")
+    gone.transport.close()  # session discarded: requests sent now are lost for it
+
+    def come_back() -> None:
+        d = gateway(broker, "gw-gone")
+        d.transport.publish(LAYOUT.status("gw-gone"), Message.create(Status(online=True), sender="gw-gone"))
+
+    threading.Timer(0.2, come_back).start()
+    result = engine.run_round("job", 1, Ping(b"again"), ["gw-gone"], deadline_s=5)
+    assert result.answered == ["gw-gone"] and engine.resent == 1 and result.elapsed_s < 2
+
+
+def test_requests_are_resent_after_the_aggregator_reconnects(broker) -> None:
+    agg = MemoryTransport(broker, "aggregator")
+    engine = RoundEngine(agg)
+    gateway(broker, "gw-0")
+    agg.drop()  # its publishes fail until it reconnects
+    threading.Timer(0.2, agg.reconnect).start()
+    result = engine.run_round("job", 1, Ping(b"x"), ["gw-0"], deadline_s=5)
+    assert result.answered == ["gw-0"] and engine.resent == 1
