@@ -65,13 +65,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[int(rank) - 1]
 
 
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell.replace(",", "").replace("+", ""))
+        return True
+    except ValueError:
+        return cell in ("", "-")
+
+
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    aligns = ["---" if i == 0 else "--:" for i in range(len(headers))]
+    """A GitHub markdown table; columns whose cells are all numbers are right-aligned."""
+    widths = [max(3, len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    right = [all(_is_number(r[i]) for r in rows) for i in range(len(headers))]
 
     def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+        return "| " + " | ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)) + " |"
 
-    sep = "| " + " | ".join((a[:-1] + "-" * (w - len(a)) + a[-1:]) if a.endswith(":") else "-" * w
-                            for a, w in zip(aligns, widths)) + " |"
+    sep = "| " + " | ".join("-" * (w - 1) + ":" if r else "-" * w for w, r in zip(widths, right)) + " |"
     return "\n".join([line(headers), sep, *(line(r) for r in rows)])

@@ -202,7 +202,7 @@ class CompiledEnsemble:
         if self.kind == "boosted":
             total += self.base_score
         elif self.kind == "forest":
-            total /= self.n_trees
+            total /= max(1, self.n_trees - 1)
         return total
 
 

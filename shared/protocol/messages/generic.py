@@ -22,6 +22,12 @@ class Hello:
     capabilities: tuple[str, ...] = ()
 
 
+@message_type("describe")
+@dataclass(frozen=True)
+class Describe:
+    """Asks a gateway to answer with its ``Hello``."""
+
+
 @message_type("status")
 @dataclass(frozen=True)
 class Status:
