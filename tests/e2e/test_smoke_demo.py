@@ -1,0 +1,60 @@
+"""The README's first command, shortened: real broker, aggregator and gateway processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
+
+
+def test_demo_smoke_run_end_to_end() -> None:
+    proc = subprocess.run([sys.executable, "-m", "shared.cli", "demo", "--gateways", "2"],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "2 gateway processes online" in out
+    assert "round closed by quorum with 1/2 answered, timed out: ['gw-2']" in out
+    assert "restarted gw-2: next round answered by 2/2" in out
+    assert "| 3 | ping 1 MiB | 2/2 |" in out
+
+
+def test_version_and_help() -> None:
+    out = subprocess.run([sys.executable, "-m", "shared.cli", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("wheelfed ")
+    helptext = subprocess.run([sys.executable, "-m", "shared.cli", "--help"], capture_output=True, text=True, check=True)
+    for command in ("broker", "gateway", "demo"):
+        assert command in helptext.stdout
+
+
+def test_broker_command_requires_users() -> None:
+    proc = subprocess.run([sys.executable, "-m", "shared.cli", "broker", "--port", "0"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "--user NAME:PASSWORD" in proc.stderr
+
+
+def test_broker_command_serves_the_acl_config(tmp_path) -> None:
+    import signal
+
+    from aggregator.broker import find_free_port
+    from shared.protocol.envelope import Message
+    from shared.protocol.messages import Pong
+    from shared.protocol.topics import TopicLayout
+    from shared.transport.mqtt import MqttConfig, MqttTransport
+
+    port = find_free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "broker", "--port", str(port), "--run-dir",
+                             str(tmp_path), "--user", "aggregator:a-pw", "--user", "gw-1:g-pw"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert f"listening on 127.0.0.1:{port}" in proc.stdout.readline()
+        gw = MqttTransport("gw-1", MqttConfig(port=port, username="gw-1", password="g-pw"), presence=False)
+        gw.connect()
+        gw.publish(TopicLayout().outbox("gw-2"), Message.create(Pong(), sender="gw-2"))
+        gw.flush(5)
+        assert gw.denied == 1  # the ACL from deploy/ is in force
+        gw.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
