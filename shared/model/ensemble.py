@@ -23,7 +23,7 @@ instance on first use.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Union
 
@@ -60,6 +60,10 @@ class TreeEnsemble:
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen)
+        for name in ("feature_names", "classes"):
+            if isinstance(getattr(self, name), (str, bytes)):
+                raise ModelValidationError("must be a sequence of labels, not a single string", field=name)
+        set_("n_outputs", _plain(self.n_outputs))
         set_("trees", tuple(self.trees))
         set_("feature_names", tuple(_plain(name) for name in self.feature_names))
         set_("classes", tuple(_plain(label) for label in self.classes))
@@ -88,9 +92,9 @@ class TreeEnsemble:
     # --- validation --------------------------------------------------------------------------
     def validate(self) -> None:
         """Raise ``ModelValidationError`` unless every field and every tree obeys the format."""
-        if self.kind not in KINDS:
+        if not isinstance(self.kind, str) or self.kind not in KINDS:
             raise ModelValidationError(f"kind must be one of {KINDS}, got {self.kind!r}", field="kind")
-        if self.link not in LINKS:
+        if not isinstance(self.link, str) or self.link not in LINKS:
             raise ModelValidationError(f"link must be one of {LINKS}, got {self.link!r}", field="link")
         if type(self.n_outputs) is not int or self.n_outputs < 1:
             raise ModelValidationError(f"must be an int >= 1, got {self.n_outputs!r}", field="n_outputs")
@@ -167,7 +171,9 @@ class TreeEnsemble:
                 raise ModelValidationError("identity (regression) models have no classes", field="classes")
             return
         if self.link != "identity":
-            raise ModelValidationError(f"{self.kind} models average leaf vectors: link must be 'identity'", field="link")
+            raise ModelValidationError(
+                f"{self.kind} models average leaf vectors: link must be 'identity'", field="link"
+            )
         if self.kind == "single" and self.n_trees != 1:
             raise ModelValidationError(f"a single-tree model has exactly one tree, got {self.n_trees}", field="trees")
         if self.kind == "forest" and self.n_trees < 1:
@@ -278,6 +284,10 @@ class TreeEnsemble:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:
+        """Pickle through the constructor: re-validated, read-only, compiled engine not carried."""
+        return (type(self), tuple(getattr(self, f.name) for f in fields(self)))
 
     def __repr__(self) -> str:
         return (

@@ -59,7 +59,7 @@ class CompiledEnsemble:
         self.roots = self.offsets[:-1].copy()
         self.max_depth = max((int(node_depths(t.left, t.right).max()) for t in trees), default=0)
         self._compile_nodes(trees, sizes)
-        self._compile_categories(trees, sizes)
+        self._compile_categories(trees)
         self._compile_values(trees, np.asarray(ensemble.tree_output))
 
     # --- compilation -------------------------------------------------------------------------
@@ -70,7 +70,6 @@ class CompiledEnsemble:
         left = _concat([t.left for t in trees], np.intp)
         right = _concat([t.right for t in trees], np.intp)
         leaf = left < 0
-        self.node_tree = np.repeat(np.arange(self.n_trees, dtype=np.intp), sizes)
         self.left = np.where(leaf, ids, left + shift)
         self.right = np.where(leaf, ids, right + shift)
         self.feature = np.where(leaf, 0, _concat([t.feature for t in trees], np.intp))
@@ -79,12 +78,12 @@ class CompiledEnsemble:
         self.is_categorical = _concat([t.is_categorical for t in trees], np.bool_)
         self.has_categorical = bool(self.is_categorical.any())
 
-    def _compile_categories(self, trees: tuple, sizes: np.ndarray) -> None:
+    def _compile_categories(self, trees: tuple) -> None:
         if not self.has_categorical:
             return
         codes = _concat([t.cat_values for t in trees], np.int64)
-        owner = _concat(
-            [np.repeat(np.arange(t.n_nodes, dtype=np.intp), np.diff(t.cat_offsets)) + off for t, off in zip(trees, self.offsets)],
+        owner = _concat(  # global id of the node each code belongs to
+            [np.repeat(np.arange(t.n_nodes), np.diff(t.cat_offsets)) + off for t, off in zip(trees, self.offsets)],
             np.intp,
         )
         n_total = int(self.offsets[-1])
@@ -202,7 +201,7 @@ class CompiledEnsemble:
         if self.kind == "boosted":
             total += self.base_score
         elif self.kind == "forest":
-            total /= max(1, self.n_trees - 1)
+            total /= self.n_trees
         return total
 
 

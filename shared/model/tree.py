@@ -223,6 +223,10 @@ class Tree:
 
     __hash__ = None  # type: ignore[assignment]  # mutable-looking content; equality is by value
 
+    def __reduce__(self) -> tuple:
+        """Pickle through the constructor, so unpickled arrays are read-only copies again."""
+        return (type(self), tuple(getattr(self, f) for f in FIELD_DTYPES))
+
     def __repr__(self) -> str:
         n_cat = int(np.count_nonzero(self.is_categorical)) if self.is_categorical.ndim == 1 else "?"
         return f"Tree(n_nodes={self.n_nodes}, n_outputs={self.n_outputs}, categorical_splits={n_cat})"

@@ -21,6 +21,9 @@ CATEGORY_CODES = st.integers(0, 7)
 X_VALUES = (-1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 1e10,
             math.nan, math.inf, -math.inf)  # all float32-representable
 LEAF_VALUES = st.floats(-4.0, 4.0, allow_nan=False)
+METADATA_VALUES = (
+    st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5)
+)
 
 
 @st.composite
@@ -72,7 +75,9 @@ def trees(draw: st.DrawFn, n_features: int, width: int, max_splits: int = 7) -> 
 
 
 @st.composite
-def ensembles(draw: st.DrawFn, kinds: tuple[str, ...] = ("boosted", "forest", "single"), max_trees: int = 6) -> TreeEnsemble:
+def ensembles(
+    draw: st.DrawFn, kinds: tuple[str, ...] = ("boosted", "forest", "single"), max_trees: int = 6
+) -> TreeEnsemble:
     kind = draw(st.sampled_from(kinds))
     n_features = draw(st.integers(1, 4))
     base = None
@@ -100,7 +105,7 @@ def ensembles(draw: st.DrawFn, kinds: tuple[str, ...] = ("boosted", "forest", "s
         base_score=base,
         feature_set_version=draw(st.sampled_from(("", "v1", "pipeline-2025.11"))),
         classes=classes,
-        metadata=draw(st.dictionaries(st.text(max_size=5), st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5), max_size=3)),
+        metadata=draw(st.dictionaries(st.text(max_size=5), METADATA_VALUES, max_size=3)),
     )
 
 

@@ -62,7 +62,10 @@ def test_single_row_and_float32_agree_with_batch(case: tuple[TreeEnsemble, np.nd
 @given(ensemble_and_inputs())
 def test_sparse_category_fallback_and_row_chunks_change_nothing(case: tuple[TreeEnsemble, np.ndarray]) -> None:
     ensemble, X = case
-    with mock.patch.object(inference, "DENSE_CATEGORY_BUDGET", -1), mock.patch.object(inference, "ROW_CHUNK_ELEMENTS", 1):
+    with (
+        mock.patch.object(inference, "DENSE_CATEGORY_BUDGET", -1),
+        mock.patch.object(inference, "ROW_CHUNK_ELEMENTS", 1),
+    ):
         fresh = TreeEnsemble.from_dict(ensemble.to_dict())  # new instance -> compiled under the patch
         if fresh._engine.has_categorical:
             assert not fresh._engine.dense_categories
@@ -72,7 +75,9 @@ def test_sparse_category_fallback_and_row_chunks_change_nothing(case: tuple[Tree
 # --- hand-made cases -------------------------------------------------------------------------
 def stump(threshold: float = 1.0, *, default_left: bool = False, categories=None) -> TreeEnsemble:
     builder = TreeBuilder([0.0])
-    builder.split(0, 0, threshold, default_left=default_left, categories=categories, left_value=[-1.0], right_value=[1.0])
+    builder.split(
+        0, 0, threshold, default_left=default_left, categories=categories, left_value=[-1.0], right_value=[1.0]
+    )
     return TreeEnsemble(
         trees=(builder.build(),), kind="single", link="identity", n_outputs=1, feature_names=("x",)
     )
@@ -198,4 +203,5 @@ def test_mixed_scalar_and_vector_trees_in_one_boosted_model() -> None:
         feature_names=("a", "b"), tree_output=np.array([2, -1, 0], dtype=np.int32),
         base_score=np.array([0.25, 0.5, 0.75]),
     )
-    np.testing.assert_array_equal(model.predict(np.array([[0.0, 0.0], [1.0, 1.0]])), [[11.25, 20.5, 31.75], [42.25, 50.5, 62.75]])
+    expected = [[11.25, 20.5, 31.75], [42.25, 50.5, 62.75]]
+    np.testing.assert_array_equal(model.predict(np.array([[0.0, 0.0], [1.0, 1.0]])), expected)

@@ -77,7 +77,8 @@ def test_sklearn_classifiers(model, kind: str) -> None:
     model.fit(X[:300], labels[:300])
     ours = sklearn_to_ensemble(model, kind)
     test = X[300:]
-    np.testing.assert_array_equal(ours.leaves(test), np.stack([e.apply(test) for e in getattr(model, "estimators_", [model])], axis=1))
+    estimators = getattr(model, "estimators_", [model])
+    np.testing.assert_array_equal(ours.leaves(test), np.stack([e.apply(test) for e in estimators], axis=1))
     np.testing.assert_allclose(ours.predict_proba(test), model.predict_proba(test), **TOL)
     np.testing.assert_array_equal(ours.predict(test), model.predict(test))
     np.testing.assert_allclose(ours.predict_proba(test[0]), model.predict_proba(test[:1])[0], **TOL)
@@ -133,7 +134,8 @@ def test_xgboost(case: str) -> None:
     dtest = xgb.DMatrix(test, feature_types=types, enable_categorical=True)
     theirs_leaves = booster.predict(dtest, pred_leaf=True).astype(np.int64).reshape(len(test), -1)
     np.testing.assert_array_equal(ours.leaves(test), theirs_leaves)
-    np.testing.assert_allclose(ours.predict_margin(test), booster.predict(dtest, output_margin=True).reshape(len(test), -1), **TOL)
+    margin = booster.predict(dtest, output_margin=True).reshape(len(test), -1)
+    np.testing.assert_allclose(ours.predict_margin(test), margin, **TOL)
     prediction = booster.predict(dtest)
     if params["objective"] == "binary:logistic":
         np.testing.assert_allclose(ours.predict_proba(test)[:, 1], prediction, **TOL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import replace
 from typing import Any
 
@@ -245,6 +246,8 @@ ENSEMBLE_ERRORS = {
     "metadata huge int": (dict(metadata={"x": 2**70}), "int64"),
     "not a tree": (dict(trees=(stump(3), "tree")), "expected a Tree"),
     "feature_set_version": (dict(feature_set_version=3), "must be a string"),
+    "feature names as one string": (dict(feature_names="ab"), "not a single string"),
+    "kind not a string": (dict(kind=["forest"]), "kind must be one of"),
 }
 
 
@@ -281,6 +284,14 @@ def test_ensemble_validates_on_replace_and_normalises_numpy_labels() -> None:
     assert model.metadata == {"n": 4, "eta": 0.5} and type(model.metadata["n"]) is int
     with pytest.raises(ModelValidationError, match="exactly one tree"):
         replace(model, kind="single")
+
+
+def test_pickle_round_trip_rebuilds_through_the_constructor() -> None:
+    model = TreeEnsemble(**BASE)
+    model.predict(np.zeros((1, 2)))  # compile the engine
+    clone = pickle.loads(pickle.dumps(model))
+    assert clone == model and "_engine" not in vars(clone)
+    assert not clone.trees[0].threshold.flags.writeable and not clone.base_score.flags.writeable
 
 
 def test_ensemble_is_immutable_and_copies_inputs() -> None:
