@@ -14,8 +14,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
+import socket
 import ssl
 import threading
 from dataclasses import dataclass, field
@@ -61,6 +63,13 @@ class MqttConfig:
     limits: DecodeLimits = field(default_factory=lambda: DEFAULT_LIMITS)
 
 
+def _disable_nagle(_client: paho.Client, _userdata: object, sock: socket.socket) -> None:
+    """QoS 1 puts a 4-byte PUBACK on the socket right before our next PUBLISH; with Nagle that
+    PUBLISH waits for the peer's delayed ACK (40 ms on Linux): 44-88 ms per request/reply."""
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 class MqttTransport(Transport):
     """A WheelFed participant's connection to the broker."""
 
@@ -104,6 +113,7 @@ class MqttTransport(Transport):
         if self.presence:
             will = encode_message(Message.create(Status(online=False), sender=self.client_id))
             client.will_set(self.layout.status(self.client_id), will, qos=1, retain=True)
+        client.on_socket_open = _disable_nagle
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message

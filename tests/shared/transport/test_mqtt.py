@@ -212,3 +212,14 @@ def test_tls_client_certificate_cn_is_the_identity(tmp_path, tls_certs) -> None:
             bare.connect(timeout_s=2)
         d.transport.close()
         agg.close()
+
+
+def test_nagle_is_off_on_both_ends(mosquitto: MosquittoBroker) -> None:
+    """QoS 1 PUBACKs followed by a PUBLISH stall 40 ms on a delayed ACK when Nagle is on."""
+    import socket
+
+    agg = transport(mosquitto, "aggregator")
+    sock = agg._client.socket()
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    assert "set_tcp_nodelay true" in mosquitto.config_path.read_text()
+    agg.close()
