@@ -54,7 +54,7 @@ def start_broker(kind: str, run_dir: Path, users: list[BrokerUser]):
     """The broker and the MQTT protocol version its clients must speak."""
     if kind == "mosquitto" or (kind == "auto" and mosquitto_available()):
         return MosquittoBroker(run_dir / "broker", users=users).start(), 5, "mosquitto"
-    from .broker.embedded import EmbeddedBroker  # needs the optional amqtt dependency
+    from .broker import EmbeddedBroker  # needs the optional amqtt dependency
 
     return EmbeddedBroker(run_dir / "broker", users=users).start(), 4, "embedded amqtt (MQTT 3.1.1)"
 

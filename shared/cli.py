@@ -26,9 +26,9 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     if args.embedded or not mosquitto_available():
         if not args.embedded:
             print("mosquitto is not installed; starting the embedded broker (MQTT 3.1.1 only)", file=sys.stderr)
-        from aggregator.broker.embedded import EmbeddedBroker
+        from aggregator.broker import EmbeddedBroker
 
-        broker = EmbeddedBroker(run_dir, users=users, port=args.port)
+        broker = EmbeddedBroker(run_dir, users=users, port=args.port, bind_address=args.bind)
     else:
         broker = MosquittoBroker(run_dir, users=users, port=args.port, bind_address=args.bind,
                                  tls_cert_dir=args.tls_cert_dir)

@@ -2,4 +2,13 @@
 
 from .mosquitto import BrokerUser, MosquittoBroker, find_free_port, mosquitto_available
 
-__all__ = ["BrokerUser", "MosquittoBroker", "find_free_port", "mosquitto_available"]
+__all__ = ["BrokerUser", "EmbeddedBroker", "MosquittoBroker", "find_free_port", "mosquitto_available"]
+
+
+def __getattr__(name: str):
+    # amqtt is an optional dependency (extras "broker" and "dev"): import it only when asked.
+    if name == "EmbeddedBroker":
+        from .embedded import EmbeddedBroker
+
+        return EmbeddedBroker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

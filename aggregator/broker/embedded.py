@@ -2,48 +2,51 @@
 
 ``EmbeddedBroker`` has the surface of ``MosquittoBroker`` (``start``/``stop``/``restart``, ``host``,
 ``port``, context manager) but runs amqtt inside this process, in a thread of its own with its own
-asyncio event loop. Production uses mosquitto; this broker is for demos and tests only.
+asyncio event loop, listening on 127.0.0.1 by default. Production uses mosquitto; this is for demos
+and tests.
 
-**MQTT 3.1.1 only.** amqtt refuses MQTT v5 (CONNACK "unacceptable protocol version"), so every
-client must use ``MqttConfig(protocol=4)``. ``MqttTransport`` then asks for a persistent session
-(``clean_session=False``), which is what keeps requests for an offline gateway queued.
+**MQTT 3.1.1 only.** amqtt refuses MQTT v5 clients (a paho v5 CONNECT is dropped without CONNACK),
+so every client must use ``MqttConfig(protocol=4)``. ``MqttTransport`` then asks for a persistent
+session (``clean_session=False``), which keeps the requests for an offline gateway queued.
 
-Authentication (``WheelFedAuthPlugin``): the given ``BrokerUser`` list, kept in memory and compared
-with ``hmac.compare_digest``; anonymous clients are refused. The MQTT client id must equal the
-username (the WheelFed convention; mosquitto's ``%u`` ACL needs it too), so one gateway cannot take
-over another's session. Authentication is what keeps offline messages at all: amqtt drops them for
-anonymous sessions. (amqtt's own ``FileAuthPlugin`` reads ``user:hash`` lines, argon2id via pwdlib,
-an amqtt dependency; it is not used because each verification takes ~0.25 s with pwdlib's default
-cost, run synchronously on the broker's event loop, stalling every client during reconnect storms.)
+Authentication (``WheelFedAuthPlugin``, an amqtt auth plugin): the given ``BrokerUser`` list, kept
+in memory and compared with ``hmac.compare_digest``; anonymous clients are refused (CONNACK 5, "Not
+authorized"). The client id must equal the username (the WheelFed convention; mosquitto's ``%u``
+ACL needs it too), so one gateway cannot take over another's session. Authenticating is also what
+keeps offline messages at all: amqtt drops them for anonymous sessions. amqtt's stock
+``FileAuthPlugin`` (``user:hash`` lines, argon2id through pwdlib, an amqtt dependency) is not used:
+each check costs ~0.25 s at pwdlib's default cost, synchronously on the broker's event loop.
 
-Topic ACL (``WheelFedTopicPlugin``): exactly ``TopicLayout.may_publish`` / ``may_subscribe`` keyed
-by username, applied by amqtt to every PUBLISH, to every SUBSCRIBE filter and to every delivered
-message. The aggregator may do anything below the prefix; a gateway may publish only to its outbox
-and status and receive only its inbox, its status and ``fleet/#``. As on mosquitto with 3.1.1, a
-forbidden publish is acknowledged and dropped silently; a forbidden subscription gets SUBACK 0x80.
-A last will on a topic the user may not publish to refuses the connection (amqtt would send it
-unchecked).
+Topic ACL (``WheelFedTopicPlugin``, an amqtt topic plugin): exactly ``TopicLayout.may_publish`` /
+``may_subscribe`` keyed by username, which amqtt applies to every PUBLISH, every SUBSCRIBE filter
+and every delivered message. The aggregator may do anything below the prefix; a gateway may publish
+only to its outbox and status and receive only its inbox, its status and ``fleet/#``. As with
+mosquitto on 3.1.1 a forbidden publish is acknowledged and silently dropped; a forbidden
+subscription gets SUBACK 0x80. A last will on a topic the user may not publish to refuses the
+connection (stock amqtt would publish the will unchecked).
 
-Fixes over stock amqtt 0.12.1 (private methods of ``amqtt.broker.Broker``, hence the version pin
-``amqtt>=0.12,<0.13``; the tests cover each of them):
+Fixes over stock amqtt 0.12.1, made by overriding private methods of ``amqtt.broker.Broker`` (hence
+the ``amqtt>=0.12,<0.13`` pin; the tests cover them):
 
 - credentials are checked *before* an existing session with the same client id is deleted, merged
-  or taken over; stock amqtt lets a client with a wrong password kick a connected gateway off and
-  leave its session half-connected, silently losing the messages sent to it until it reconnects;
-- on connect amqtt replays the retained messages of *every* subscription in the broker to the new
-  client, bypassing the ACL (a gateway received the other gateways' retained status); here a
-  client gets retained messages only for its own subscriptions and only where it may receive them.
+  or taken over. Stock amqtt lets a client with a wrong password kick a connected gateway off, and
+  leaves an offline gateway's session marked connected, silently losing what is sent to it;
+- stock amqtt replays on every connect the retained messages of *all* subscriptions in the broker
+  to the new client, past the ACL (a gateway received the other gateways' retained status); here a
+  client gets retained messages only for its own subscriptions and only where it may receive them;
+- ``stop`` closes the client sockets before amqtt's shutdown, which otherwise can hang for ever on
+  Python 3.11, and sockets that never sent a valid CONNECT are closed (amqtt leaks them).
 
-Known gaps compared with the mosquitto deployment (acceptable for a demo, not for production):
+Known gaps compared with the mosquitto deployment (fine for a demo, not for production):
 
-- no persistence: ``stop``/``restart`` lose sessions, queued offline messages and retained
-  messages (mosquitto keeps them with ``persistence true``; amqtt's SQLite session plugin needs
-  the ``amqtt[contrib]`` extras, sqlalchemy + aiosqlite, which are not installed). Clients
-  reconnect by themselves and ``MqttTransport`` re-subscribes, so only in-flight traffic is lost;
-- no TLS/client certificates here, no packet-size limit (senders enforce ``max_payload``) and no
-  bound on a session's offline queue (mosquitto: ``max_queued_messages``);
-- messages queued for an offline client are delivered with the retain flag set (``MqttTransport``
-  ignores the flag); a large message blocks the broker's loop while it is copied (~0.4 s for 20 MB).
+- no persistence: ``stop``/``restart`` lose sessions, queued offline messages and retained messages
+  (amqtt's SQLite session plugin needs the ``amqtt[contrib]`` extras, sqlalchemy and aiosqlite, not
+  installed). Clients reconnect by themselves and ``MqttTransport`` re-subscribes, so a restart
+  costs only the traffic in flight and what was queued;
+- no TLS / client certificates, no packet-size limit (senders enforce ``max_payload``), no bound on
+  a session's offline queue (mosquitto: ``max_queued_messages``);
+- queued messages reach a returning client with the retain flag set (``MqttTransport`` ignores it);
+  a large message blocks the broker's loop while it is handled (~0.4 s for 20 MB).
 """
 
 from __future__ import annotations
@@ -126,15 +129,19 @@ class _WheelFedBroker(Broker):
 
     def __init__(self, config: BrokerConfig) -> None:
         super().__init__(config)
-        self._client_writers: set[asyncio.StreamWriter] = set()
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
 
     async def stream_connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                listener_name: str) -> None:
-        self._client_writers.add(writer)
+        task = asyncio.current_task()
+        self._connections[task] = writer
         try:
             await super().stream_connected(reader, writer, listener_name)
         finally:
-            self._client_writers.discard(writer)
+            self._connections.pop(task, None)
+            # amqtt leaves the socket open when a connection ends before a valid CONNECT. (Not
+            # awaiting wait_closed: amqtt may already have cancelled the close future it shares.)
+            writer.close()
 
     async def close(self, timeout_s: float) -> None:
         """Close every client connection, then shut amqtt down.
@@ -144,19 +151,21 @@ class _WheelFedBroker(Broker):
         3.11's ``asyncio.wait_for`` swallows that cancellation when a packet arrives at the same
         moment (seen with a client publishing its presence while the broker stopped).
         """
-        for writer in list(self._client_writers):
+        for writer in list(self._connections.values()):
             writer.close()
         try:
             async with asyncio.timeout(timeout_s):
                 await self.shutdown()
+                if self._connections:  # let the connection tasks finish rather than be cancelled
+                    await asyncio.wait(list(self._connections))
         except TimeoutError:
             log.warning("amqtt did not shut down within %ss; cancelling its tasks", timeout_s)
 
     async def _initialize_client_session(
         self, reader: Any, writer: Any, remote_address: str, remote_port: int
     ) -> tuple[BrokerProtocolHandler, Session]:
-        # amqtt 0.12.1's Broker._initialize_client_session with one change (marked): the client
-        # is authorised before any existing session of the same client id is touched.
+        # amqtt 0.12.1's Broker._initialize_client_session with the changes marked "WheelFed": the
+        # client is authorised before any existing session of the same client id is touched.
         try:
             handler, client_session = await BrokerProtocolHandler.init_from_connect(reader, writer, self.plugins_manager)
         except AMQTTError as exc:
@@ -171,13 +180,12 @@ class _WheelFedBroker(Broker):
             self.logger.error(f"No data from {format_client_message(address=remote_address, port=remote_port)} : {exc}")
             raise AMQTTError(exc) from exc
 
-        # --- WheelFed: refuse bad credentials and forbidden last-will topics right here ---------
+        # WheelFed: refuse bad credentials and forbidden last-will topics right here.
         refusal = await self._refusal(client_session)
         if refusal:
             await ConnackPacket.build(0, NOT_AUTHORIZED).to_stream(writer)
             await writer.close()
             raise AMQTTError(f"connection of {client_session.client_id!r} from {remote_address} refused: {refusal}")
-        # ------------------------------------------------------------------------------------
 
         if client_session.clean_session:
             if client_session.client_id is not None and client_session.client_id != "":

@@ -83,6 +83,7 @@ class MqttTransport(Transport):
         self.connections = 0
         self._filters: list[str] = []
         self._connected = threading.Event()
+        self._answered = threading.Event()  # the broker answered a CONNECT (accepted or refused)
         self._connect_error: str | None = None
         self._pending_mids: set[int] = set()
         self._acked_early: set[int] = set()
@@ -133,7 +134,7 @@ class MqttTransport(Transport):
         else:
             self._client.connect_async(cfg.host, cfg.port, cfg.keepalive_s)
         self._client.loop_start()
-        if wait and not self.wait_connected(timeout_s):
+        if wait and not (self._answered.wait(timeout_s) and self.wait_connected(0.05)):
             detail = self._connect_error or "no answer"
             self.close()
             raise ConnectionError(f"could not connect to MQTT broker {cfg.host}:{cfg.port} as {self.client_id!r}: {detail}")
@@ -154,6 +155,7 @@ class MqttTransport(Transport):
         if reason_code.is_failure:
             self._connect_error = str(reason_code)
             log.error("broker refused connection", extra={"client": self.client_id, "reason": str(reason_code)})
+            self._answered.set()
             return
         self.connections += 1
         log.info("connected to broker", extra={"client": self.client_id, "session_present": flags.session_present})
@@ -163,6 +165,7 @@ class MqttTransport(Transport):
             status = encode_message(Message.create(Status(online=True), sender=self.client_id))
             self._publish_payload(self.layout.status(self.client_id), status, True)
         self._connected.set()
+        self._answered.set()
 
     def _on_disconnect(self, _client, _userdata, _flags, reason_code, _props) -> None:
         self._connected.clear()

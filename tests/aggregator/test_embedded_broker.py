@@ -117,6 +117,11 @@ def test_start_stop_restart_leave_nothing_behind(tmp_path) -> None:
     assert broker_threads() == []
 
 
+def test_fleet_is_not_a_user(tmp_path) -> None:
+    with pytest.raises(ValueError, match="reserved"):
+        EmbeddedBroker(tmp_path, users=[BrokerUser("fleet", "x")])
+
+
 def test_bind_failure_is_reported(tmp_path) -> None:
     with EmbeddedBroker(tmp_path / "a", users=USERS) as first:
         with pytest.raises(RuntimeError, match="could not start"):
@@ -222,8 +227,9 @@ def test_gateway_cannot_publish_into_another_gateways_outbox(transport: Connect)
     intruder.publish(LAYOUT.outbox("gw-2"), Message.create(Pong(b"own"), sender="gw-2"))
     assert intruder.flush(5)  # 3.1.1: denied publishes are acknowledged and dropped silently
 
-    # the broker handles one client's publishes in order: once "own" is through, "forged" was dropped
+    # the broker takes one client's publishes in order: once "own" is through, "forged" was dropped
     assert wait_for(lambda: (LAYOUT.outbox("gw-2"), b"own") in seen)
+    time.sleep(0.1)
     assert seen == [(LAYOUT.outbox("gw-2"), b"own")]
 
 
@@ -244,6 +250,7 @@ def test_gateway_receives_only_its_own_topics(transport: Connect) -> None:
     aggregator.publish(LAYOUT.inbox("gw-1"), ping(b"for gw-1"))
     aggregator.publish(LAYOUT.inbox("gw-2"), ping(b"for gw-2"))
     assert wait_for(lambda: LAYOUT.inbox("gw-2") in got)
+    time.sleep(0.1)
     # nothing else: not gw-1's inbox, not the retained statuses of gw-1 and the aggregator
     assert spy.stats.received_payloads == 1  # counted once per message from the broker
     assert set(got) == {LAYOUT.inbox("gw-2")}  # (two local handlers match that topic)

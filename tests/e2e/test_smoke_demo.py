@@ -10,8 +10,9 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
 
-def test_demo_smoke_run_end_to_end() -> None:
-    proc = subprocess.run([sys.executable, "-m", "shared.cli", "demo", "--gateways", "2"],
+@pytest.mark.parametrize("broker", ["mosquitto", "embedded"])
+def test_demo_smoke_run_end_to_end(broker: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "shared.cli", "demo", "--gateways", "2", "--broker", broker],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
