@@ -1,50 +1,40 @@
 """QoS-1 request/reply latency through a real mosquitto: the WheelFed stack against bare paho.
 
-    .venv/bin/python benchmarks/bench_mqtt_latency.py [--quick] [--fix VARIANT ...] [--all-variants]
+    .venv/bin/python benchmarks/bench_mqtt_latency.py [--quick] [--gap-ms MS] [--no-worker-peer]
 
-One mosquitto per variant, started by ``aggregator.broker.MosquittoBroker`` with the ``deploy/``
-configs (password + ACL). In it, for 1 KB and 1 MB bodies:
+One mosquitto, started by ``aggregator.broker.MosquittoBroker`` with the ``deploy/`` config
+(password + ACL, ``set_tcp_nodelay true``). In it, for 1 KB and 1 MB bodies:
 
 - **stack**: ``RoundEngine.run_round(job, r, Ping(payload), ["gw-1"])`` on an aggregator
   ``MqttTransport``; gateway ``gw-1`` is an ``MqttTransport`` + ``Dispatcher`` answering
   ``Pong(payload)``. 1 MB bodies travel as 256 KiB chunks (the transport's ``max_payload``).
-- **bare paho**: two plain paho-mqtt 2 clients (MQTT v5, QoS 1, same broker, same kind of
-  users/ACL: the aggregator user and gateway user ``gw-2``), the gateway echoing the raw bytes
-  from its ``on_message`` callback; 1 MB goes as one publish. No codec, no round engine.
-- **bare paho, reply from a worker thread**: the same, but the echo is published from another
-  thread after the network thread has handled the message (and so already queued its PUBACK),
-  which is the order the WheelFed transport's dispatch thread produces.
+- **bare paho**: two plain paho-mqtt 2 clients (MQTT v5, QoS 1, the aggregator user and gateway
+  user ``gw-2`` under the same ACL), the gateway echoing the raw bytes from ``on_message``, or
+  from a worker thread as the transport's dispatch thread does; 1 MB goes as one publish.
 
-Median and p99 (nearest rank) over N round trips after a warm-up; ratio = stack / bare median.
-A hop breakdown of the stack (timestamps taken in this one process) shows where the time goes.
+Before the TCP_NODELAY fix a 1 KB round trip took ~88 ms: a QoS-1 PUBACK left on the socket made
+Nagle hold the next PUBLISH for the peer's 40 ms delayed ACK, on the broker and on the client side.
+The bare peers therefore disable Nagle too (``_disable_nagle``, the transport's socket-open hook),
+and the script checks every client socket and the broker config for it.
 
-Variants (``--fix``; they patch nothing outside this process and this run's temp dir):
-
-- ``as-is``           the code and ``deploy/`` config as they are (always measured first);
-- ``client-nodelay``  TCP_NODELAY on every client socket (paho's ``on_socket_open`` hook,
-                      installed by wrapping ``MqttTransport._make_client``; bare clients alike);
-- ``broker-nodelay``  ``set_tcp_nodelay true`` appended to a copy of deploy/mosquitto's config;
-- ``both``            both of the above.
-
-Exit status 1 if any reply is missing or its payload differs from the request's.
+Median and p99 (nearest rank) over N round trips after a warm-up; x bare = stack / bare median.
+A hop breakdown of the stack's 1 KB rounds (one process clock) shows where the time goes.
+Exit status 1 if a reply is missing or differs from the request, or if Nagle is on anywhere.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import queue
-import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import paho.mqtt.client as paho
@@ -52,76 +42,48 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from _common import markdown_table, median, percentile, print_machine
 from aggregator.broker import BrokerUser, MosquittoBroker
-from aggregator.broker.mosquitto import DEPLOY_DIR
 from aggregator.rounds import RoundEngine
 from edge_client.dispatcher import Dispatcher
 from shared.protocol.messages import Ping, Pong
 from shared.protocol.topics import TopicLayout
-from shared.transport.mqtt import MqttConfig, MqttTransport
+from shared.transport.mqtt import MqttConfig, MqttTransport, _disable_nagle
 
 PASSWORDS = {"aggregator": "bench-agg", "gw-1": "bench-gw-1", "gw-2": "bench-gw-2"}
 LAYOUT = TopicLayout()
-VARIANTS = ("as-is", "client-nodelay", "broker-nodelay", "both")
 SIZES = {"1 KB": 1_000, "1 MB": 1_000_000}
 REPLY_TIMEOUT_S = 10.0
+ROUND_TRIP = "round trip"
+HOPS = ("aggregator: create + encode + publish call", "request: broker -> gateway (last payload in)",
+        "gateway: dispatch queue + decode -> handler", "gateway: handler -> reply publish call",
+        "reply: broker -> aggregator (last payload in)", "aggregator: decode + round engine wake-up")
+
+#: Round trip number r -> its timings in seconds (``ROUND_TRIP``, maybe hops), or None if it failed.
+RoundTrip = Callable[[int], dict[str, float] | None]
 
 
-# -- variants -------------------------------------------------------------------------------------
-def set_nodelay(_client: paho.Client, _userdata: object, sock: socket.socket) -> None:
-    """paho ``on_socket_open`` hook: disable Nagle on the client's TCP socket."""
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def timed_rounds(round_trip: RoundTrip, n: int, warmup: int, gap_s: float) -> dict[str, list[float]]:
+    """Run ``warmup + n`` round trips, ``gap_s`` apart; keep the last ``n``'s timings. Stops at a failure."""
+    samples: dict[str, list[float]] = {}
+    for r in range(warmup + n):
+        time.sleep(gap_s)
+        timings = round_trip(r + 1)
+        if timings is None:
+            break
+        if r >= warmup:
+            for key, seconds in timings.items():
+                samples.setdefault(key, []).append(seconds)
+    return samples
 
 
-@contextlib.contextmanager
-def client_nodelay(enabled: bool) -> Iterator[None]:
-    """While active, every MqttTransport created gets ``set_nodelay`` as its socket-open hook."""
-    if not enabled:
-        yield
-        return
-    original = MqttTransport._make_client
-
-    def make_client(self: MqttTransport) -> paho.Client:
-        client = original(self)
-        client.on_socket_open = set_nodelay
-        return client
-
-    MqttTransport._make_client = make_client  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        MqttTransport._make_client = original  # type: ignore[method-assign]
-
-
-def deploy_dir_for(broker_nodelay: bool, scratch: Path) -> Path:
-    if not broker_nodelay:
-        return DEPLOY_DIR
-    target = scratch / "deploy"
-    shutil.copytree(DEPLOY_DIR / "mosquitto", target / "mosquitto")
-    for name in ("wheelfed.conf.in", "wheelfed-tls.conf.in"):
-        conf = target / "mosquitto" / name
-        if conf.exists():
-            conf.write_text(conf.read_text() + "\n# bench_mqtt_latency --fix broker-nodelay\nset_tcp_nodelay true\n")
-    return target
+def check_nodelay(label: str, client: paho.Client, failures: list[str]) -> None:
+    sock = client.socket()
+    if sock is None or not sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY):
+        failures.append(f"{label}: TCP_NODELAY is off on its socket")
 
 
 # -- the WheelFed stack ---------------------------------------------------------------------------
-@dataclass
-class HopLog:
-    """perf_counter timestamps of one round, written by the paho and dispatch threads."""
-
-    agg_pub: list[float] = field(default_factory=list)
-    gw_recv: list[float] = field(default_factory=list)
-    gw_handler: list[float] = field(default_factory=list)
-    gw_pub: list[float] = field(default_factory=list)
-    agg_recv: list[float] = field(default_factory=list)
-
-    def clear(self) -> None:
-        for values in (self.agg_pub, self.gw_recv, self.gw_handler, self.gw_pub, self.agg_recv):
-            values.clear()
-
-
 def instrument(transport: MqttTransport, received: list[float], published: list[float]) -> None:
-    """Record when paho hands this transport a payload and when it publishes one."""
+    """Record when paho hands this transport a payload and when the transport publishes one."""
     on_message = transport._client.on_message
     publish_payload = transport._publish_payload
 
@@ -141,86 +103,75 @@ def mqtt_config(broker: MosquittoBroker, user: str) -> MqttConfig:
     return MqttConfig(host=broker.host, port=broker.port, username=user, password=PASSWORDS[user])
 
 
-def run_stack(broker: MosquittoBroker, payload: bytes, n: int, warmup: int, job: str, failures: list[str],
-              gap_s: float = 0.0) -> tuple[list[float], dict[str, list[float]]]:
-    """Round-trip seconds of ``n`` rounds, and the per-round hop breakdown."""
-    hops = HopLog()
+def run_stack(broker: MosquittoBroker, payload: bytes, n: int, warmup: int, gap_s: float, job: str,
+              failures: list[str]) -> dict[str, list[float]]:
+    """``ROUND_TRIP`` seconds of ``n`` rounds and, per ``HOPS`` entry, each round's time in that hop."""
+    # perf_counter stamps of the current round, appended by the paho and dispatch threads
+    agg_pub, gw_recv, gw_handler, gw_pub, agg_recv = stamps = [[] for _ in range(5)]
     gw = MqttTransport("gw-1", mqtt_config(broker, "gw-1"))
     dispatcher = Dispatcher(gw)
 
     def pong(request):
-        hops.gw_handler.append(time.perf_counter())
+        gw_handler.append(time.perf_counter())
         return Pong(request.body.payload)
 
     dispatcher.register(Ping, pong)
     dispatcher.start()
     agg = MqttTransport("aggregator", mqtt_config(broker, "aggregator"))
     engine = RoundEngine(agg)
+
+    def round_trip(r: int) -> dict[str, float] | None:
+        for values in stamps:
+            values.clear()
+        start = time.perf_counter()
+        result = engine.run_round(job, r, Ping(payload), ["gw-1"], deadline_s=REPLY_TIMEOUT_S, quorum=0)
+        done = time.perf_counter()
+        reply = result.replies.get("gw-1")
+        if reply is None or not isinstance(reply.body, Pong) or reply.body.payload != payload:
+            failures.append(f"stack {job} round {r}: missing or wrong reply "
+                            f"(timed out: {result.timed_out}, errors: {result.errors})")
+            return None
+        edges = (start, agg_pub[0], gw_recv[-1], gw_handler[-1], gw_pub[0], agg_recv[-1], done)
+        return {ROUND_TRIP: done - start, **{hop: b - a for hop, a, b in zip(HOPS, edges, edges[1:])}}
+
     try:
-        gw.connect()
-        agg.connect()
-        gw.flush()
-        agg.flush()
-        instrument(gw, hops.gw_recv, hops.gw_pub)
-        instrument(agg, hops.agg_recv, hops.agg_pub)
-        samples: list[float] = []
-        breakdown: dict[str, list[float]] = {k: [] for k in (
-            "aggregator: create + encode + publish call", "request: broker -> gateway (last payload in)",
-            "gateway: dispatch queue + decode -> handler", "gateway: handler -> reply publish call",
-            "reply: broker -> aggregator (last payload in)", "aggregator: decode + round engine wake-up")}
-        for r in range(warmup + n):
-            time.sleep(gap_s)
-            hops.clear()
-            start = time.perf_counter()
-            result = engine.run_round(job, r + 1, Ping(payload), ["gw-1"], deadline_s=REPLY_TIMEOUT_S, quorum=0)
-            done = time.perf_counter()
-            reply = result.replies.get("gw-1")
-            if reply is None or not isinstance(reply.body, Pong) or reply.body.payload != payload:
-                failures.append(f"stack {job} round {r + 1}: missing or wrong reply "
-                                f"(timed out: {result.timed_out}, errors: {result.errors})")
-                continue
-            if r < warmup:
-                continue
-            samples.append(done - start)
-            b = list(breakdown.values())
-            b[0].append(hops.agg_pub[0] - start)
-            b[1].append(hops.gw_recv[-1] - hops.agg_pub[0])
-            b[2].append(hops.gw_handler[-1] - hops.gw_recv[-1])
-            b[3].append(hops.gw_pub[0] - hops.gw_handler[-1])
-            b[4].append(hops.agg_recv[-1] - hops.gw_pub[0])
-            b[5].append(done - hops.agg_recv[-1])
+        for transport in (gw, agg):
+            transport.connect()
+            transport.flush()
+            check_nodelay(f"stack {job}, {transport.client_id}", transport._client, failures)
+        instrument(gw, gw_recv, gw_pub)
+        instrument(agg, agg_recv, agg_pub)
+        samples = timed_rounds(round_trip, n, warmup, gap_s)
         if agg.stats.rejected or gw.stats.rejected:
             failures.append(f"stack {job}: rejected payloads {dict(agg.stats.rejected)} {dict(gw.stats.rejected)}")
-        return samples, breakdown
+        return samples
     finally:
         gw.close()
         agg.close()
 
 
 # -- bare paho --------------------------------------------------------------------------------------
-def bare_client(broker: MosquittoBroker, client_id: str, user: str, nodelay: bool) -> paho.Client:
-    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=MQTTProtocolVersion.MQTTv5)
+def bare_client(broker: MosquittoBroker, user: str, topic: str, on_message: Callable) -> paho.Client:
+    """A connected paho client subscribed to ``topic``, Nagle off like the transport's."""
+    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-bare-{user}",
+                         protocol=MQTTProtocolVersion.MQTTv5)
     client.username_pw_set(user, PASSWORDS[user])
-    if nodelay:
-        client.on_socket_open = set_nodelay
-    return client
-
-
-def connect_and_subscribe(client: paho.Client, broker: MosquittoBroker, topic: str) -> None:
+    client.on_socket_open = _disable_nagle
+    client.on_message = on_message
     ready = threading.Event()
     client.on_connect = lambda c, _u, _f, rc, _p: c.subscribe(topic, qos=1) if not rc.is_failure else None
     client.on_subscribe = lambda _c, _u, _mid, _rcs, _p: ready.set()
     client.connect(broker.host, broker.port, keepalive=30)
     client.loop_start()
     if not ready.wait(10):
-        raise ConnectionError(f"bare client {client._client_id!r} could not connect and subscribe")
+        client.loop_stop()
+        raise ConnectionError(f"bare client {user!r} could not connect and subscribe")
+    return client
 
 
-def run_bare(broker: MosquittoBroker, payload: bytes, n: int, warmup: int, *, nodelay: bool, worker: bool,
-             failures: list[str], label: str, gap_s: float = 0.0) -> list[float]:
+def run_bare(broker: MosquittoBroker, payload: bytes, n: int, warmup: int, gap_s: float, *, worker: bool,
+             label: str, failures: list[str]) -> dict[str, list[float]]:
     inbox, outbox = LAYOUT.inbox("gw-2"), LAYOUT.outbox("gw-2")
-    gw = bare_client(broker, "bench-bare-gw", "gw-2", nodelay)
-    agg = bare_client(broker, "bench-bare-agg", "aggregator", nodelay)
     replies: queue.Queue[bytes] = queue.Queue()
     work: queue.Queue[bytes | None] = queue.Queue()
 
@@ -228,38 +179,38 @@ def run_bare(broker: MosquittoBroker, payload: bytes, n: int, warmup: int, *, no
         while (item := work.get()) is not None:
             gw.publish(outbox, item, qos=1)
 
+    def round_trip(r: int) -> dict[str, float] | None:
+        start = time.perf_counter()
+        agg.publish(inbox, payload, qos=1)
+        try:
+            reply = replies.get(timeout=REPLY_TIMEOUT_S)
+        except queue.Empty:
+            failures.append(f"{label} round {r}: no reply within {REPLY_TIMEOUT_S}s")
+            return None
+        done = time.perf_counter()
+        if reply != payload:
+            failures.append(f"{label} round {r}: reply differs from the request")
+            return None
+        return {ROUND_TRIP: done - start}
+
     if worker:
-        gw.on_message = lambda _c, _u, msg: work.put(bytes(msg.payload))
-        thread = threading.Thread(target=echo_worker, name="bare-echo", daemon=True)
-        thread.start()
+        echo = lambda _c, _u, msg: work.put(bytes(msg.payload))  # noqa: E731
+        threading.Thread(target=echo_worker, name="bare-echo", daemon=True).start()
     else:
-        gw.on_message = lambda c, _u, msg: c.publish(outbox, msg.payload, qos=1)
-    agg.on_message = lambda _c, _u, msg: replies.put(bytes(msg.payload))
+        echo = lambda c, _u, msg: c.publish(outbox, msg.payload, qos=1)  # noqa: E731
+    gw = agg = None
     try:
-        connect_and_subscribe(gw, broker, inbox)
-        connect_and_subscribe(agg, broker, outbox)
-        samples = []
-        for r in range(warmup + n):
-            time.sleep(gap_s)
-            start = time.perf_counter()
-            agg.publish(inbox, payload, qos=1)
-            try:
-                reply = replies.get(timeout=REPLY_TIMEOUT_S)
-            except queue.Empty:
-                failures.append(f"{label} round {r + 1}: no reply within {REPLY_TIMEOUT_S}s")
-                break
-            done = time.perf_counter()
-            if reply != payload:
-                failures.append(f"{label} round {r + 1}: reply differs from the request")
-            if r >= warmup:
-                samples.append(done - start)
-        return samples
+        gw = bare_client(broker, "gw-2", inbox, echo)
+        agg = bare_client(broker, "aggregator", outbox, lambda _c, _u, msg: replies.put(bytes(msg.payload)))
+        check_nodelay(f"{label}, gateway", gw, failures)
+        check_nodelay(f"{label}, aggregator", agg, failures)
+        return timed_rounds(round_trip, n, warmup, gap_s)
     finally:
-        if worker:
-            work.put(None)
+        work.put(None)
         for client in (agg, gw):
-            client.disconnect()
-            client.loop_stop()
+            if client is not None:
+                client.disconnect()
+                client.loop_stop()
 
 
 # -- driver ----------------------------------------------------------------------------------------
@@ -267,83 +218,91 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
 
 
+def stats_row(values: list[float]) -> list[str]:
+    return [ms(median(values)), ms(percentile(values, 99))]
+
+
+def broker_nodelay(broker: MosquittoBroker) -> bool:
+    return "set_tcp_nodelay true" in (line.strip() for line in broker.config_path.read_text().splitlines())
+
+
+def measure(broker: MosquittoBroker, counts: dict[str, int], warmup: int, gap_s: float, worker_peer: bool,
+            failures: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """Rows of the results table and of the 1 KB hop breakdown."""
+    payloads = {size_name: os.urandom(size) for size_name, size in SIZES.items()}
+    results: dict[str, list[tuple[str, list[float]]]] = {size_name: [] for size_name in SIZES}
+    # Every bare run first, then the stack: the stack's aggregator keeps a persistent session
+    # subscribed to wheelfed/v1/+/out, which would queue the bare replies (raw bytes on gw-2/out)
+    # for it and make it reject them.
+    for size_name, payload in payloads.items():
+        for worker in (False, True) if worker_peer else (False,):
+            name = "bare paho (reply from worker thread)" if worker else "bare paho (reply in on_message)"
+            samples = run_bare(broker, payload, counts[size_name], warmup, gap_s, worker=worker,
+                               label=f"{name} {size_name}", failures=failures)
+            results[size_name].append((name, samples.get(ROUND_TRIP, [])))
+    hop_rows: list[list[str]] = []
+    for size_name, payload in payloads.items():
+        samples = run_stack(broker, payload, counts[size_name], warmup, gap_s,
+                            f"bench-{size_name.replace(' ', '')}", failures)
+        results[size_name].append(("WheelFed stack (RoundEngine + Dispatcher)", samples.get(ROUND_TRIP, [])))
+        if size_name == "1 KB":
+            hop_rows += [[hop, *stats_row(samples[hop])] for hop in HOPS if samples.get(hop)]
+    rows: list[list[str]] = []
+    for size_name, peers in results.items():
+        bare = peers[0][1]
+        for name, values in peers:
+            if values:
+                ratio = f"{median(values) / median(bare):.2f}" if bare else "-"
+                rows.append([size_name, name, str(len(values)), *stats_row(values), ratio])
+    return rows, hop_rows
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="40 / 10 round trips, 5 warm-up (smoke run)")
     parser.add_argument("--n-small", type=int, default=None, help="1 KB round trips (default 200)")
     parser.add_argument("--n-large", type=int, default=None, help="1 MB round trips (default 50)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed round trips first (default 20)")
-    parser.add_argument("--fix", action="append", choices=VARIANTS[1:], default=[],
-                        help="also measure with this fix applied (repeatable)")
-    parser.add_argument("--all-variants", action="store_true", help="measure every variant")
     parser.add_argument("--gap-ms", type=float, default=0.0,
-                        help="idle time between round trips (default 0: back to back); > 40 ms shows an isolated "
-                             "round, whose earlier ACKs have all been flushed")
+                        help="idle time between round trips (default 0: back to back); with a gap each round "
+                             "starts from idle threads and sockets")
     parser.add_argument("--no-worker-peer", action="store_true", help="skip the bare worker-thread peer")
     args = parser.parse_args(argv)
-    n_small = args.n_small or (40 if args.quick else 200)
-    n_large = args.n_large or (10 if args.quick else 50)
+    counts = {"1 KB": args.n_small or (40 if args.quick else 200), "1 MB": args.n_large or (10 if args.quick else 50)}
     warmup = args.warmup if args.warmup is not None else (5 if args.quick else 20)
-    variants = list(VARIANTS) if args.all_variants else ["as-is", *dict.fromkeys(args.fix)]
-    counts = {"1 KB": n_small, "1 MB": n_large}
 
-    mosquitto_version = subprocess.run(["mosquitto", "-h"], capture_output=True, text=True).stdout.splitlines()[:1]
-    print_machine("bench_mqtt_latency", "python " + " ".join(["benchmarks/bench_mqtt_latency.py", *sys.argv[1:]]), {
-        "broker": (mosquitto_version or ["mosquitto ?"])[0] + ", 127.0.0.1, deploy/mosquitto/wheelfed.conf.in",
-        "round trips": f"1 KB: {n_small}, 1 MB: {n_large}, after {warmup} warm-up each, "
-                       f"{'back to back' if not args.gap_ms else f'{args.gap_ms:g} ms apart'}",
-        "kernel delayed-ACK floor": "40 ms on Linux (TCP_DELACK_MIN)" if sys.platform.startswith("linux") else "?",
-    })
-
-    gap_s = args.gap_ms / 1e3
     failures: list[str] = []
-    rows: list[list[str]] = []
-    hop_rows: list[list[str]] = []
-    for variant in variants:
-        client_fix = variant in ("client-nodelay", "both")
-        broker_fix = variant in ("broker-nodelay", "both")
-        with tempfile.TemporaryDirectory(prefix="wheelfed-bench-") as scratch, client_nodelay(client_fix):
-            deploy = deploy_dir_for(broker_fix, Path(scratch))
-            users = [BrokerUser(name, pw) for name, pw in PASSWORDS.items()]
-            with MosquittoBroker(Path(scratch) / "broker", users=users, deploy_dir=deploy) as broker:
-                # Every bare run first, then the stack: the stack's aggregator keeps a persistent
-                # session subscribed to wheelfed/v1/+/out, which would queue the bare replies
-                # (raw bytes on gw-2/out) for it and make it reject them.
-                payloads = {size_name: os.urandom(size) for size_name, size in SIZES.items()}
-                results: dict[str, list[tuple[str, list[float]]]] = {size_name: [] for size_name in SIZES}
-                for size_name, payload in payloads.items():
-                    for worker in (False, True) if not args.no_worker_peer else (False,):
-                        name = "bare paho (reply from worker thread)" if worker else "bare paho (reply in on_message)"
-                        results[size_name].append((name, run_bare(
-                            broker, payload, counts[size_name], warmup, nodelay=client_fix, worker=worker,
-                            failures=failures, label=f"{name} {variant} {size_name}", gap_s=gap_s)))
-                for size_name, payload in payloads.items():
-                    job = f"bench-{variant}-{size_name.replace(' ', '')}"
-                    stack, breakdown = run_stack(broker, payload, counts[size_name], warmup, job, failures, gap_s)
-                    results[size_name].append(("WheelFed stack (RoundEngine + Dispatcher)", stack))
-                    for hop, values in breakdown.items():
-                        if values:
-                            hop_rows.append([variant, size_name, hop, ms(median(values)), ms(percentile(values, 99))])
-                for size_name, peers in results.items():
-                    bare_median = median(peers[0][1]) if peers[0][1] else float("nan")
-                    for name, samples in peers:
-                        if samples:
-                            rows.append([variant, size_name, name, str(len(samples)), ms(median(samples)),
-                                         ms(percentile(samples, 99)), f"{median(samples) / bare_median:.2f}"])
+    mosquitto_version = subprocess.run(["mosquitto", "-h"], capture_output=True, text=True).stdout.splitlines()[:1]
+    users = [BrokerUser(name, pw) for name, pw in PASSWORDS.items()]
+    with tempfile.TemporaryDirectory(prefix="wheelfed-bench-") as scratch, \
+            MosquittoBroker(Path(scratch) / "broker", users=users) as broker:
+        broker_fixed = broker_nodelay(broker)
+        if not broker_fixed:
+            failures.append("broker: the rendered deploy/ config lacks `set_tcp_nodelay true`")
+        print_machine("bench_mqtt_latency", "python " + " ".join(["benchmarks/bench_mqtt_latency.py", *argv]), {
+            "broker": (mosquitto_version or ["mosquitto ?"])[0] + ", 127.0.0.1, deploy/mosquitto/wheelfed.conf.in",
+            "TCP_NODELAY": f"broker config {'on' if broker_fixed else 'OFF'}; every client socket "
+                           "(stack and bare) checked after connecting",
+            "round trips": f"1 KB: {counts['1 KB']}, 1 MB: {counts['1 MB']}, after {warmup} warm-up each, "
+                           f"{f'{args.gap_ms:g} ms apart' if args.gap_ms else 'back to back'}",
+        })
+        rows, hop_rows = measure(broker, counts, warmup, args.gap_ms / 1e3, not args.no_worker_peer, failures)
 
-    print(markdown_table(["variant", "body", "path", "n", "median ms", "p99 ms", "x bare"], rows))
+    print(markdown_table(["body", "path", "n", "median ms", "p99 ms", "x bare"], rows))
     print()
-    print("x bare = median / median of bare paho (reply in on_message) of the same variant and body size.")
+    print("x bare = median / median of bare paho (reply in on_message) for the same body size.")
     print()
-    print("### Where the stack's time goes (median / p99 per hop, same process clock)\n")
-    print(markdown_table(["variant", "body", "hop", "median ms", "p99 ms"], hop_rows))
+    print("### Where the stack's 1 KB round trip goes (median / p99 per hop, same process clock)\n")
+    print(markdown_table(["hop", "median ms", "p99 ms"], hop_rows))
     print()
     if failures:
         print("CORRECTNESS FAILURES:")
         for failure in failures[:20]:
             print(f"- {failure}")
         return 1
-    print("correctness: every reply arrived and carried the request's payload byte for byte.")
+    print("correctness: every reply arrived and carried the request's payload byte for byte; "
+          "Nagle was off on every socket.")
     return 0
 
 
