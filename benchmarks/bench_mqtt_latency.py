@@ -232,7 +232,7 @@ def measure(broker: MosquittoBroker, counts: dict[str, int], warmup: int, gap_s:
     payloads = {size_name: os.urandom(size) for size_name, size in SIZES.items()}
     results: dict[str, list[tuple[str, list[float]]]] = {size_name: [] for size_name in SIZES}
     # Every bare run first, then the stack: the stack's aggregator keeps a persistent session
-    # subscribed to wheelfed/v1/+/out, which would queue the bare replies (raw bytes on gw-2/out)
+    # subscribed to every client outbox, which would queue the bare replies (raw bytes on gw-2/out)
     # for it and make it reject them.
     for size_name, payload in payloads.items():
         for worker in (False, True) if worker_peer else (False,):

@@ -70,7 +70,7 @@ from amqtt.plugins.base import BaseAuthPlugin, BaseTopicPlugin
 from amqtt.session import Session
 from amqtt.utils import format_client_message, gen_client_id
 
-from shared.protocol.topics import FLEET, TopicLayout
+from shared.protocol.topics import TopicLayout
 
 from .mosquitto import BrokerUser, find_free_port
 
@@ -258,9 +258,6 @@ class EmbeddedBroker:
     ) -> None:
         self.run_dir = Path(run_dir).resolve()
         self.users = list(users)
-        for user in self.users:
-            if user.name == FLEET:
-                raise ValueError(f"{FLEET!r} is a reserved topic level, not a client id")
         self.bind_address = bind_address
         self.port = port or find_free_port(bind_address)
         self.layout = layout or TopicLayout()

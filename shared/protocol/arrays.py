@@ -34,6 +34,8 @@ DTYPE_TO_TAG: dict[np.dtype, int] = {
 }
 TAG_TO_DTYPE: dict[int, np.dtype] = {tag: dtype for dtype, tag in DTYPE_TO_TAG.items()}
 ALLOWED_TAGS = frozenset(TAG_TO_DTYPE) | {MULTI_DIM_TAG}
+#: RFC 8746 typed-array tags (64..87): the ones outside the whitelist are dtype refusals.
+TYPED_ARRAY_TAGS = range(64, 88)
 
 
 def array_to_tag(array: np.ndarray) -> cbor2.CBORTag:
@@ -59,8 +61,32 @@ class _TypedBytes:
         self.data = data
 
 
+def refuse_typed_array_tag(tag: int) -> DisallowedDtype:
+    return DisallowedDtype(
+        f"typed-array tag {tag} carries an element type outside the whitelist "
+        f"(allowed tags: {sorted(TAG_TO_DTYPE)}: little-endian u/int 8-64, float 16-64)"
+    )
+
+
+class ArrayCounter:
+    """Counts the arrays of one message against ``limits.max_arrays``."""
+
+    def __init__(self, limits: DecodeLimits) -> None:
+        self.limits = limits
+        self.count = 0
+
+    def __call__(self, tag: cbor2.CBORTag, _immutable: bool = False) -> object:
+        if tag.tag == MULTI_DIM_TAG:
+            self.count += 1
+            if self.count > self.limits.max_arrays:
+                raise ArrayShapeMismatch(f"message holds more than {self.limits.max_arrays} arrays")
+        return decode_tag(tag, self.limits)
+
+
 def decode_tag(tag: cbor2.CBORTag, limits: DecodeLimits) -> object:
     """``tag_hook`` body: turns whitelisted tags into arrays, rejects every other tag."""
+    if tag.tag in TYPED_ARRAY_TAGS and tag.tag not in TAG_TO_DTYPE:
+        raise refuse_typed_array_tag(tag.tag)
     if tag.tag in TAG_TO_DTYPE:
         if not isinstance(tag.value, bytes):
             raise ArrayShapeMismatch(f"typed-array tag {tag.tag} must wrap a byte string")
@@ -78,10 +104,10 @@ def _multi_dim(value: object, limits: DecodeLimits) -> np.ndarray:
         raise ArrayShapeMismatch("tag 40 must hold a typed array (RFC 8746 tag 64..86)")
     if not all(type(n) is int and n >= 0 for n in shape):
         raise ArrayShapeMismatch(f"array shape must be non-negative integers, got {shape!r}")
-    if len(shape) > limits.max_depth:
-        raise ArrayShapeMismatch(f"array has {len(shape)} dimensions, limit {limits.max_depth}")
-    if any(n > limits.max_array_elements for n in shape):
-        raise ArrayShapeMismatch(f"array shape {shape} exceeds {limits.max_array_elements} elements per axis")
+    if len(shape) > limits.max_ndim:
+        raise ArrayShapeMismatch(f"array has {len(shape)} dimensions, limit {limits.max_ndim}")
+    if math.prod(n for n in shape if n) > limits.max_array_elements:
+        raise ArrayShapeMismatch(f"array shape {list(shape)} exceeds {limits.max_array_elements} elements")
     count = math.prod(shape)
     itemsize = typed.dtype.itemsize
     if count * itemsize != len(typed.data):

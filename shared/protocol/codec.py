@@ -55,6 +55,8 @@ def _forbidden_builtin_tag(tag: int):
     what = "bignum " if tag in (2, 3) else ""
 
     def refuse(*_args: object) -> None:
+        if tag in arrays.TYPED_ARRAY_TAGS:
+            raise arrays.refuse_typed_array_tag(tag)
         raise ForbiddenTag(f"CBOR {what}tag {tag} is not allowed (only RFC 8746 typed arrays are)")
 
     return refuse
@@ -124,7 +126,7 @@ def loads_value(data: bytes, *, limits: DecodeLimits = DEFAULT_LIMITS, max_bytes
     stream = io.BytesIO(bytes(data))
     decoder = cbor2.CBORDecoder(
         stream,
-        tag_hook=lambda tag, _immutable: arrays.decode_tag(tag, limits),
+        tag_hook=arrays.ArrayCounter(limits),
         semantic_decoders=_REFUSE_BUILTIN_TAGS,
         max_depth=limits.max_depth,
         allow_indefinite=False,
@@ -133,16 +135,11 @@ def loads_value(data: bytes, *, limits: DecodeLimits = DEFAULT_LIMITS, max_bytes
     )
     try:
         obj = decoder.decode()
-    except cbor2.CBORError as exc:
+    except cbor2.CBORError as exc:  # cbor2 wraps whatever our hooks raise
         raise _classify(exc) from exc
-    except DecodeError:
-        raise
     except (ValueError, TypeError, OverflowError, MemoryError, RecursionError) as exc:
         raise MalformedCBOR(f"{type(exc).__name__}: {exc}") from exc
     if stream.tell() != len(data):
         raise TrailingBytes(f"{len(data) - stream.tell()} bytes follow the CBOR item")
-    if isinstance(obj, dict) or isinstance(obj, list):
-        _check_values(obj)
-    else:
-        _check_values([obj])
+    _check_values([obj])
     return obj

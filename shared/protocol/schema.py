@@ -93,7 +93,9 @@ def check_value(path: str, hint: Any, value: Any) -> Any:
             raise TypeError(f"only `T | None` unions are supported in schemas, got {hint!r}")
         return check_value(path, non_null[0], value)
     if origin is Literal:
-        if value in get_args(hint) and type(value) in {type(a) for a in get_args(hint)}:
+        allowed = get_args(hint)
+        # type first: `array in (...)` would raise numpy's ambiguous-truth-value error
+        if type(value) in {type(a) for a in allowed} and value in allowed:
             return value
         raise SchemaError(path, f"expected one of {list(get_args(hint))}, got {value!r}")
     if origin in (list, tuple):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..protocol.chunking import Chunk, Reassembler, split_payload
-from ..protocol.envelope import Message, encode_message, validate_client_id
+from ..protocol.envelope import Message, decode_message, encode_message, validate_client_id
 from ..protocol.errors import ChunkError, DecodeError, PayloadTooLarge
 from ..protocol.limits import DEFAULT_LIMITS, DEFAULT_MAX_PAYLOAD, DecodeLimits
 from ..protocol.topics import topic_matches
@@ -57,6 +57,7 @@ class Transport(ABC):
         self._reassembler = Reassembler(timeout_s=chunk_timeout_s, limits=limits)
         self._handlers: list[tuple[str, MessageHandler]] = []
         self._receive_lock = threading.Lock()
+        self._local = threading.local()  # marks the thread while it runs message handlers
 
     # -- byte-level hooks -------------------------------------------------------------------
     @abstractmethod
@@ -79,6 +80,10 @@ class Transport(ABC):
     # -- sending ----------------------------------------------------------------------------
     def publish(self, topic: str, message: Message, *, retain: bool = False) -> None:
         """Encode ``message`` and send it, split into chunks when it exceeds ``max_payload``."""
+        self.send_payloads(topic, self.encode_payloads(message, retain=retain), retain=retain)
+
+    def encode_payloads(self, message: Message, *, retain: bool = False) -> list[bytes]:
+        """The payloads ``publish`` would send; lets a caller encode a batch before sending any."""
         encoded = encode_message(message)
         if len(encoded) <= self.max_payload:
             payloads = [encoded]
@@ -94,6 +99,9 @@ class Transport(ABC):
         for payload in payloads:
             if len(payload) > self.max_payload:  # guards the chunk overhead estimate
                 raise PayloadTooLarge(f"payload of {len(payload)} bytes exceeds max_payload {self.max_payload}")
+        return payloads
+
+    def send_payloads(self, topic: str, payloads: list[bytes], *, retain: bool = False) -> None:
         for payload in payloads:
             self._publish_payload(topic, payload, retain)
             self.stats.sent_payloads += 1
@@ -106,6 +114,14 @@ class Transport(ABC):
         self._handlers.append((topic_filter, handler))
         self._subscribe_filter(topic_filter)
 
+    @property
+    def in_handler(self) -> bool:
+        """True in the thread that is running this transport's message handlers right now.
+
+        Code running there must not wait for further messages: they arrive on this same thread.
+        """
+        return getattr(self._local, "active", False)
+
     def _receive_payload(self, topic: str, payload: bytes) -> None:
         """Entry point for subclasses: decode, reassemble, dispatch; never raises."""
         with self._receive_lock:
@@ -115,17 +131,19 @@ class Transport(ABC):
             if message is None:
                 return
             self.stats.received_messages += 1
-            for topic_filter, handler in list(self._handlers):
-                if topic_matches(topic_filter, topic):
-                    try:
-                        handler(topic, message)
-                    except Exception:  # a handler bug must not kill the receive loop
-                        self.stats.handler_errors += 1
-                        log.exception("message handler failed", extra={"topic": topic, "type": message.type})
+            self._local.active = True
+            try:
+                for topic_filter, handler in list(self._handlers):
+                    if topic_matches(topic_filter, topic):
+                        try:
+                            handler(topic, message)
+                        except Exception:  # a handler bug must not kill the receive loop
+                            self.stats.handler_errors += 1
+                            log.exception("message handler failed", extra={"topic": topic, "type": message.type})
+            finally:
+                self._local.active = False
 
     def _decode(self, topic: str, payload: bytes) -> Message | None:
-        from ..protocol.envelope import decode_message  # local: keeps import order simple
-
         try:
             message = decode_message(payload, limits=self.limits)
             if isinstance(message.body, Chunk):
@@ -140,6 +158,10 @@ class Transport(ABC):
         except DecodeError as exc:
             self.stats.rejected[type(exc).__name__] += 1
             log.warning("rejected message", extra={"topic": topic, "reason": type(exc).__name__, "detail": str(exc)[:200]})
+            return None
+        except Exception:  # a decoder bug: still a rejection, never a dead receive thread
+            self.stats.rejected["InternalDecodeError"] += 1
+            log.exception("decoder failed on a payload", extra={"topic": topic, "size": len(payload)})
             return None
 
     def expire_chunks(self) -> None:

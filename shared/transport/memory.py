@@ -2,7 +2,8 @@
 
 Messages go through the very same codec, size limits and chunking as over MQTT; the broker
 applies the topic layout's ACL, keeps retained messages, and queues QoS 1 messages for
-disconnected clients with persistent sessions — so dropouts can be simulated faithfully.
+disconnected clients with persistent sessions; transports announce presence with a retained
+status and a last will — so dropouts and rejoins can be simulated faithfully.
 Delivery is synchronous and deterministic: a publish returns after every resulting message
 (including replies published by handlers) has been delivered, breadth-first.
 """
@@ -14,7 +15,9 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..protocol.envelope import Message, encode_message
 from ..protocol.limits import DEFAULT_LIMITS, DEFAULT_MAX_PAYLOAD, DecodeLimits
+from ..protocol.messages import Status
 from ..protocol.topics import TopicLayout, topic_matches
 from .base import Transport
 
@@ -127,9 +130,11 @@ class MemoryTransport(Transport):
         *,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         limits: DecodeLimits = DEFAULT_LIMITS,
+        presence: bool = True,
     ) -> None:
         super().__init__(client_id, max_payload=max_payload, limits=limits)
         self.broker = broker
+        self.presence = presence
         self.connected = False
         self.connections = 0
         self.reconnect()
@@ -146,20 +151,32 @@ class MemoryTransport(Transport):
         """Send arbitrary bytes (tests of hostile input)."""
         self.broker.publish(self.client_id, topic, payload, False)
 
+    def _announce(self, online: bool) -> None:
+        if self.presence:
+            status = encode_message(Message.create(Status(online=online), sender=self.client_id))
+            self.broker.publish(self.client_id, self.broker.layout.status(self.client_id), status, True)
+
     def drop(self) -> None:
-        """Simulate a vanished client: the broker keeps its session and queues its messages."""
+        """Simulate a vanished client: the broker keeps its session, queues its messages and
+        publishes its last will."""
         self.connected = False
         self.broker.disconnect(self.client_id, keep_session=True)
+        self._announce(False)
 
     @property
     def connection_epoch(self) -> int:
         return self.connections
 
     def reconnect(self) -> None:
+        """(Re)connect: re-subscribe (the session may have been discarded) and announce presence."""
         self.connected = True
-        self.connections += 1
         self.broker.connect(self)
+        for topic_filter, _handler in self._handlers:
+            self.broker.subscribe(self.client_id, topic_filter)
+        self._announce(True)
+        self.connections += 1
 
     def close(self) -> None:
+        self._announce(False)
         self.connected = False
         self.broker.disconnect(self.client_id, keep_session=False)

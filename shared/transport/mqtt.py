@@ -9,7 +9,9 @@
 - Presence: a retained ``Status(online=True)`` on connect and a retained ``Status(online=False)``
   as last will (and on clean close).
 - Received payloads are handed to a dispatch thread so handlers never stall the network loop
-  (keep-alives keep flowing while a gateway computes a reply).
+  (keep-alives keep flowing while a gateway computes a reply). They are acknowledged (PUBACK)
+  only after their handlers ran, so a crash loses nothing the broker counts as delivered, and
+  the broker's inflight window (20) bounds the queue.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class MqttConfig:
     protocol: Literal[4, 5] = 5
     tls: TlsConfig | None = None
     keepalive_s: int = 30
-    session_expiry_s: int = 7 * 24 * 3600
+    session_expiry_s: int = 14 * 24 * 3600  # = persistent_client_expiration in deploy/mosquitto
     reconnect_min_s: int = 1
     reconnect_max_s: int = 8
     max_payload: int = DEFAULT_MAX_PAYLOAD
@@ -88,7 +90,7 @@ class MqttTransport(Transport):
         self._pending_mids: set[int] = set()
         self._acked_early: set[int] = set()
         self._pending_lock = threading.Condition()
-        self._inbound: queue.Queue[tuple[str, bytes] | None] = queue.Queue()
+        self._inbound: queue.Queue[tuple[str, bytes, int, int] | None] = queue.Queue()
         self._client = self._make_client()
         self._dispatch_thread = threading.Thread(target=self._dispatch_loop, name=f"mqtt-dispatch-{client_id}", daemon=True)
         self._dispatch_thread.start()
@@ -110,6 +112,7 @@ class MqttTransport(Transport):
             client.tls_set(ca_certs=cfg.tls.ca_file, certfile=cfg.tls.cert_file, keyfile=cfg.tls.key_file,
                            cert_reqs=ssl.CERT_REQUIRED, tls_version=ssl.PROTOCOL_TLS_CLIENT)
         client.reconnect_delay_set(cfg.reconnect_min_s, cfg.reconnect_max_s)
+        client.manual_ack_set(True)
         client.max_queued_messages_set(0)  # unlimited: nothing a caller published is dropped locally
         if self.presence:
             will = encode_message(Message.create(Status(online=False), sender=self.client_id))
@@ -157,13 +160,13 @@ class MqttTransport(Transport):
             log.error("broker refused connection", extra={"client": self.client_id, "reason": str(reason_code)})
             self._answered.set()
             return
-        self.connections += 1
         log.info("connected to broker", extra={"client": self.client_id, "session_present": flags.session_present})
         for topic_filter in self._filters:
             client.subscribe(topic_filter, qos=1)
         if self.presence:
             status = encode_message(Message.create(Status(online=True), sender=self.client_id))
             self._publish_payload(self.layout.status(self.client_id), status, True)
+        self.connections += 1  # last: a new epoch means subscriptions and presence are in place
         self._connected.set()
         self._answered.set()
 
@@ -173,7 +176,7 @@ class MqttTransport(Transport):
             log.warning("disconnected from broker; reconnecting", extra={"client": self.client_id, "reason": str(reason_code)})
 
     def _on_message(self, _client, _userdata, msg: paho.MQTTMessage) -> None:
-        self._inbound.put((msg.topic, bytes(msg.payload)))
+        self._inbound.put((msg.topic, bytes(msg.payload), msg.mid, msg.qos))
 
     def _on_publish(self, _client, _userdata, mid, reason_code, _props) -> None:
         if reason_code.is_failure:
@@ -186,12 +189,25 @@ class MqttTransport(Transport):
                 self._acked_early.add(mid)
             self._pending_lock.notify_all()
 
+    #: How often an idle dispatch thread frees stalled chunked transfers.
+    EXPIRE_EVERY_S = 1.0
+
     def _dispatch_loop(self) -> None:
         while True:
-            item = self._inbound.get()
+            try:
+                item = self._inbound.get(timeout=self.EXPIRE_EVERY_S)
+            except queue.Empty:
+                self.expire_chunks()
+                continue
             if item is None:
                 return
-            self._receive_payload(*item)
+            topic, payload, mid, qos = item
+            try:
+                self._receive_payload(topic, payload)
+            except Exception:  # _receive_payload never raises; this guards the thread itself
+                log.exception("dispatch failed", extra={"client": self.client_id, "topic": topic})
+            if qos:
+                self._client.ack(mid, qos)
 
     # -- Transport hooks ----------------------------------------------------------------------
     def _publish_payload(self, topic: str, payload: bytes, retain: bool) -> None:

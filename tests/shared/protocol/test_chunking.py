@@ -120,12 +120,61 @@ def test_more_bytes_than_declared_is_rejected() -> None:
         r.add(fat)
 
 
-def test_buffer_budget_bounds_memory_across_transfers() -> None:
+def test_buffer_budget_is_checked_on_every_chunk() -> None:
     r = Reassembler(max_buffered_bytes=5000)
-    for i in range(3):
-        r.add(split_payload(encoded_ping(20_000 + i), sender="gw-1", max_payload=2048)[0])
+    transfers = [split_payload(encoded_ping(20_000 + i), sender=f"gw-{i}", max_payload=2048) for i in range(3)]
     with pytest.raises(ChunkError, match="buffer full"):
-        r.add(split_payload(encoded_ping(30_000), sender="gw-1", max_payload=2048)[0])
+        for step in range(10):
+            for chunks in transfers:
+                r.add(chunks[step])
+    assert r.buffered_bytes <= 5000
+
+
+def test_open_transfers_per_sender_are_capped() -> None:
+    r = Reassembler(max_transfers_per_sender=2)
+    for i in range(2):
+        r.add(split_payload(encoded_ping(5000 + i), sender="gw-1", max_payload=2048)[0])
+    with pytest.raises(ChunkError, match="2 unfinished"):
+        r.add(split_payload(encoded_ping(6000), sender="gw-1", max_payload=2048)[0])
+    r.add(split_payload(encoded_ping(6000), sender="gw-2", max_payload=2048)[0])  # others unaffected
+
+
+def test_slow_transfer_completes_when_chunks_keep_coming() -> None:
+    clock = FakeClock()
+    data = encoded_ping(20_000)
+    chunks = split_payload(data, sender="gw-1", max_payload=2048)
+    r = Reassembler(timeout_s=5, clock=clock)
+    out = None
+    for c in chunks:  # one chunk every 4 s: far slower in total than the 5 s timeout
+        clock.now += 4
+        out = r.add(c)
+    assert out == data and r.stats.expired == 0
+
+
+def test_late_chunks_of_an_expired_transfer_are_ignored() -> None:
+    clock = FakeClock()
+    chunks = split_payload(encoded_ping(20_000), sender="gw-1", max_payload=2048)
+    r = Reassembler(timeout_s=5, clock=clock)
+    r.add(chunks[0])
+    clock.now = 10
+    r.expire()
+    assert r.add(chunks[1]) is None and r.pending == 0 and r.stats.late == 1
+
+
+@pytest.mark.parametrize(("count", "total", "data", "match"), [
+    (5, 3, b"x", "cannot carry"), (2, 100, b"", "empty chunk"), (1, 10, b"x", None)])
+def test_chunk_fields_are_consistent(count, total, data, match) -> None:
+    if match is None:
+        Chunk("t", 0, count, total, b"\x00" * 32, data)
+        return
+    with pytest.raises(ValueError, match=match):
+        Chunk("t", 0, count, total, b"\x00" * 32, data)
+
+
+def test_long_job_id_still_fits_the_payload_limit() -> None:
+    chunks = split_payload(encoded_ping(20_000), sender="gw-1", max_payload=4096, job="j" * 1500, round=7)
+    assert all(len(encode_message(c)) <= 4096 for c in chunks)
+    assert Reassembler().add(chunks[0]) is None
 
 
 def test_payload_limit_too_small_for_chunk_overhead() -> None:

@@ -50,7 +50,7 @@ def test_gateway_cannot_read_another_gateways_inbox() -> None:
     got = collect(snoop, "wheelfed/v1/#")
     agg.publish(LAYOUT.inbox("gw-victim"), Message.create(Ping(), sender="aggregator"))
     agg.publish(LAYOUT.fleet("models"), Message.create(Ping(), sender="aggregator"))
-    assert [m.type for m in got] == ["ping"]  # only the fleet broadcast
+    assert [m.type for m in got if m.sender != "gw-snoop"] == ["ping"]  # only the fleet broadcast
 
 
 def test_garbage_is_rejected_counted_and_survived() -> None:
@@ -85,6 +85,28 @@ def test_retained_messages_reach_late_subscribers_and_cannot_be_chunked() -> Non
         agg.publish(LAYOUT.fleet("models"), Message.create(Ping(b"x" * 10_000), sender="aggregator"), retain=True)
 
 
+def test_presence_is_retained_with_a_last_will() -> None:
+    broker = MemoryBroker()
+    gw = MemoryTransport(broker, "gw-1")
+    agg = MemoryTransport(broker, "aggregator")
+    seen = collect(agg, LAYOUT.status("gw-1"))
+    assert [m.body.online for m in seen] == [True]  # retained
+    gw.drop()
+    gw.reconnect()
+    gw.close()
+    assert [m.body.online for m in seen] == [True, False, True, False]
+
+
+def test_reconnect_after_close_subscribes_again() -> None:
+    broker = MemoryBroker()
+    gw = MemoryTransport(broker, "gw-1")
+    got = collect(gw, LAYOUT.inbox("gw-1"))
+    gw.close()
+    gw.reconnect()
+    MemoryTransport(broker, "aggregator").publish(LAYOUT.inbox("gw-1"), Message.create(Ping(), sender="aggregator"))
+    assert len(got) == 1
+
+
 def test_offline_queue_is_bounded() -> None:
     broker = MemoryBroker(max_queued=3)
     gw = MemoryTransport(broker, "gw-1")
@@ -107,7 +129,16 @@ def test_topic_matching(flt: str, topic: str, expected: bool) -> None:
 
 
 def test_layout_client_of() -> None:
-    assert LAYOUT.client_of("wheelfed/v1/gw-1/out") == "gw-1"
+    assert LAYOUT.client_of("wheelfed/v1/c/gw-1/out") == "gw-1"
+    assert LAYOUT.client_of(LAYOUT.status("fleet")) == "fleet"  # an account called "fleet" is just a client
     assert LAYOUT.client_of("wheelfed/v1/fleet/models") is None
-    assert LAYOUT.client_of("other/gw-1/out") is None
-    assert LAYOUT.client_of("wheelfed/v1/gw-1/out/extra") is None
+    assert LAYOUT.client_of("other/c/gw-1/out") is None
+    assert LAYOUT.client_of("wheelfed/v1/c/gw-1/out/extra") is None
+
+
+def test_a_client_named_fleet_cannot_broadcast() -> None:
+    broker = MemoryBroker()
+    gw = MemoryTransport(broker, "gw-1")
+    got = collect(gw, LAYOUT.fleet("#"))
+    MemoryTransport(broker, "fleet").publish(LAYOUT.fleet("out"), Message.create(Ping(b"forged"), sender="aggregator"))
+    assert got == [] and broker.denied == 1
