@@ -4,12 +4,13 @@ Rounds are idempotent and partial participation is normal: a client that vanishe
 as timed out (the round still closes with a quorum); duplicated replies (QoS 1 redelivery) are
 counted once; replies arriving after their round closed are discarded; a client's error reply
 is recorded, not fatal. Replies are matched on job, round, the request's message id and the
-sender, and a reply must arrive on the sender's own outbox topic.
+sender, must arrive on the sender's own outbox topic, and must have an expected body type.
 
 Requests are re-sent to the clients that have not answered yet whenever the aggregator's own
-connection was re-established or such a client announces itself online again: a broker crash
-can lose queued messages (mosquitto saves sessions once a second), and a gateway answers a
-repeated request id from its reply cache, so re-sending is always safe.
+connection was re-established or such a client announces itself online again (at most every
+``RESEND_MIN_INTERVAL_S`` per client, so a chatty client cannot make the aggregator re-send
+megabytes at will): a broker crash can lose queued messages (mosquitto saves sessions once a
+second), and a gateway answers a repeated request id from its reply cache.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class QuorumNotReached(RuntimeError):
 
 @dataclass
 class RoundResult:
+    """Who answered what: ``replies`` (valid answers), ``errors`` (error replies, and replies of
+    an unexpected type), ``timed_out`` (no answer by the deadline)."""
+
     job: str
     round: int
     request_type: str
@@ -62,23 +66,30 @@ class RoundResult:
 class _OpenRound:
     result: RoundResult
     request_ids: dict[str, str]  # client -> message id of the request sent to it
+    expect: tuple[type, ...] | None
     done: threading.Condition
     resend_to: set[str] = field(default_factory=set)  # clients that came back online
+    last_resent: dict[str, float] = field(default_factory=dict)
 
 
-def resolve_quorum(quorum: int | float, n_selected: int) -> int:
-    """An int is a client count; a float in (0, 1] is a fraction of the selected clients."""
-    if isinstance(quorum, float):
-        if not 0.0 < quorum <= 1.0:
-            raise ValueError(f"a fractional quorum must lie in (0, 1], got {quorum}")
-        return max(1, math.ceil(quorum * n_selected))
-    if not 0 <= quorum <= n_selected:
-        raise ValueError(f"quorum {quorum} is not between 0 and the {n_selected} selected clients")
-    return quorum
+def needed_replies(n_selected: int, *, min_replies: int | None, min_fraction: float) -> int:
+    """Replies a round needs: ``min_replies`` when given, else ``ceil(min_fraction * n)`` (>= 1)."""
+    if min_replies is not None:
+        if not 0 <= min_replies <= n_selected:
+            raise ValueError(f"min_replies {min_replies} is not between 0 and the {n_selected} selected clients")
+        return min_replies
+    if not 0.0 < min_fraction <= 1.0:
+        raise ValueError(f"min_fraction must lie in (0, 1], got {min_fraction}")
+    return min(n_selected, max(1, math.ceil(min_fraction * n_selected)))
 
 
 class RoundEngine:
     """Runs rounds over a transport; thread-safe (rounds of different jobs may overlap)."""
+
+    #: How often the waiting round checks for reconnections and returning clients.
+    RESEND_CHECK_S = 0.25
+    #: Minimum time between two sends of the same request to the same client.
+    RESEND_MIN_INTERVAL_S = 2.0
 
     def __init__(self, transport: Transport, layout: TopicLayout | None = None) -> None:
         self.transport = transport
@@ -88,97 +99,112 @@ class RoundEngine:
         self.resent = 0
         self._lock = threading.Lock()
         self._open: dict[tuple[str, int], _OpenRound] = {}
+        self._online: dict[str, bool] = {}  # last presence seen per client
         transport.subscribe(self.layout.all_outboxes, self._on_reply)
         transport.subscribe(self.layout.all_statuses, self._on_status)
 
     def run_round(
         self,
         job: str,
-        round: int,
+        round_no: int,
         request: object | Mapping[str, object],
         clients: Sequence[str],
         *,
         deadline_s: float,
-        quorum: int | float = 1.0,
+        min_replies: int | None = None,
+        min_fraction: float = 1.0,
+        expect: type | tuple[type, ...] | None = None,
     ) -> RoundResult:
         """Send ``request`` (one body for all, or a body per client) and collect the replies.
 
         Returns when every selected client answered (reply or error) or at the deadline with at
-        least ``quorum`` replies; raises ``QuorumNotReached`` otherwise.
+        least the needed replies (``min_replies``, else ``min_fraction`` of the clients); raises
+        ``QuorumNotReached`` otherwise. ``expect`` restricts the accepted reply body types.
         """
+        if self.transport.in_handler:
+            raise RuntimeError("run_round called from a message handler: its replies would arrive on this "
+                               "same thread and the round could only time out; run rounds from another thread")
         selected = list(dict.fromkeys(clients))
-        needed = resolve_quorum(quorum, len(selected))
+        needed = needed_replies(len(selected), min_replies=min_replies, min_fraction=min_fraction)
         bodies = request if isinstance(request, Mapping) else {c: request for c in selected}
         missing = [c for c in selected if c not in bodies]
         if missing:
             raise ValueError(f"no request body for clients {missing}")
-        messages = {
-            c: Message.create(bodies[c], sender=self.transport.client_id, job=job, round=round) for c in selected
-        }
-        request_type = messages[selected[0]].type if selected else ""
-        key = (job, round)
+        messages = {c: Message.create(bodies[c], sender=self.transport.client_id, job=job, round=round_no)
+                    for c in selected}
+        # Encode everything first: an unencodable request must fail before any client got one.
+        payloads = {c: self.transport.encode_payloads(m) for c, m in messages.items()}
+        expected = (expect,) if isinstance(expect, type) else expect
         state = _OpenRound(
-            RoundResult(job, round, request_type, selected),
+            RoundResult(job, round_no, messages[selected[0]].type if selected else "", selected),
             {c: m.envelope.msg_id for c, m in messages.items()},
+            expected,
             threading.Condition(self._lock),
         )
+        key = (job, round_no)
         with self._lock:
             if key in self._open:
-                raise RuntimeError(f"round {round} of job {job!r} is already open")
+                raise RuntimeError(f"round {round_no} of job {job!r} is already open")
             self._open[key] = state
         started = time.monotonic()
         try:
             epoch = self.transport.connection_epoch
-            self._send(messages, selected)
-            deadline = started + deadline_s
-            while True:
-                with self._lock:
-                    remaining = deadline - time.monotonic()
-                    if self._complete(state) or remaining <= 0:
-                        break
-                    if not state.resend_to:
-                        state.done.wait(min(remaining, self.RESEND_CHECK_S))
-                    unanswered = [c for c in selected if c not in state.result.replies and c not in state.result.errors]
-                    if self.transport.connection_epoch != epoch:
-                        targets = unanswered
-                    else:
-                        targets = [c for c in unanswered if c in state.resend_to]
-                    state.resend_to.clear()
-                epoch = self.transport.connection_epoch
-                if targets:
-                    self.resent += len(targets)
-                    log.info("re-sending round requests", extra={"job": job, "round": round, "clients": targets})
-                    self._send(messages, targets)
+            self._send(payloads, selected)
+            self._wait(state, payloads, started + deadline_s, epoch)
         finally:
             with self._lock:
                 self._open.pop(key, None)
         result = state.result
         result.elapsed_s = time.monotonic() - started
         result.timed_out = [c for c in selected if c not in result.replies and c not in result.errors]
-        log.info(
-            "round closed",
-            extra={"job": job, "round": round, "answered": len(result.replies), "errors": len(result.errors),
-                   "timed_out": len(result.timed_out), "elapsed_s": round_(result.elapsed_s)},
-        )
+        log.info("round closed", extra={"job": job, "round": round_no, "answered": len(result.replies),
+                                        "errors": len(result.errors), "timed_out": len(result.timed_out),
+                                        "elapsed_ms": int(result.elapsed_s * 1000)})
         if len(result.replies) < needed:
             raise QuorumNotReached(result, needed)
         return result
 
-    RESEND_CHECK_S = 0.25
+    def _wait(self, state: _OpenRound, payloads: Mapping[str, list[bytes]], deadline: float, epoch: int) -> None:
+        """Block until the round is complete or the deadline passes, re-sending where useful."""
+        result = state.result
+        while True:
+            with self._lock:
+                remaining = deadline - time.monotonic()
+                if self._complete(state) or remaining <= 0:
+                    return
+                if not state.resend_to:
+                    state.done.wait(min(remaining, self.RESEND_CHECK_S))
+                now_epoch = self.transport.connection_epoch
+                reconnected, epoch = now_epoch != epoch, now_epoch
+                unanswered = [c for c in result.selected if c not in result.replies and c not in result.errors]
+                candidates = unanswered if reconnected else [c for c in unanswered if c in state.resend_to]
+                state.resend_to.clear()
+                now = time.monotonic()
+                targets = [c for c in candidates
+                           if reconnected or now - state.last_resent.get(c, -math.inf) >= self.RESEND_MIN_INTERVAL_S]
+                state.last_resent.update((c, now) for c in targets)
+            if targets:
+                self.resent += len(targets)
+                log.info("re-sending round requests", extra={"job": result.job, "round": result.round,
+                                                             "clients": targets})
+                self._send(payloads, targets)
 
-    def _send(self, messages: Mapping[str, Message], clients: Sequence[str]) -> None:
+    def _send(self, payloads: Mapping[str, list[bytes]], clients: Sequence[str]) -> None:
         for client in clients:
             try:
-                self.transport.publish(self.layout.inbox(client), messages[client])
+                self.transport.send_payloads(self.layout.inbox(client), payloads[client])
             except ConnectionError as exc:  # re-sent after the reconnection
                 log.warning("request not sent", extra={"client": client, "error": str(exc)})
 
     def _on_status(self, topic: str, message: Message) -> None:
-        if not isinstance(message.body, Status) or not message.body.online:
-            return
-        if self.layout.client_of(topic) != message.sender:
+        """A client that was seen offline and is online again may have lost queued requests."""
+        if not isinstance(message.body, Status) or self.layout.client_of(topic) != message.sender:
             return
         with self._lock:
+            was_online = self._online.get(message.sender)
+            self._online[message.sender] = message.body.online
+            if not (message.body.online and was_online is False):
+                return
             for state in self._open.values():
                 if message.sender in state.request_ids:
                     state.resend_to.add(message.sender)
@@ -208,10 +234,10 @@ class RoundEngine:
                 return
             if isinstance(message.body, ErrorReply):
                 result.errors[env.sender] = message.body
+            elif state.expect is not None and not isinstance(message.body, state.expect):
+                result.errors[env.sender] = ErrorReply(
+                    "unexpected_reply", f"expected {[t.__name__ for t in state.expect]}, got {message.type!r}",
+                    result.request_type)
             else:
                 result.replies[env.sender] = message
             state.done.notify_all()
-
-
-def round_(value: float) -> float:
-    return float(f"{value:.4f}")

@@ -27,6 +27,7 @@ from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport
 
 from .broker import BrokerUser, MosquittoBroker, mosquitto_available
+from .broker.mosquitto import die_with_parent
 from .rounds import RoundEngine, RoundResult
 
 PASSWORD_ENV = "WHEELFED_MQTT_PASSWORD"
@@ -72,7 +73,7 @@ class _Fleet:
         self.processes[client_id] = subprocess.Popen(
             [sys.executable, "-m", "shared.cli", "gateway", "--client-id", client_id, "--port", str(self.port),
              "--protocol", str(self.protocol)],
-            env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent(),
         )
         log_file.close()
 
@@ -160,7 +161,7 @@ def run_smoke(config: SmokeConfig, out: TextIO = sys.stdout) -> SmokeReport:
         victim = clients[-1]
         fleet.kill(victim)
         presence.wait([victim], False)
-        result = run("ping after kill", rnd, Ping(b"still there?"), deadline_s=2, quorum=0.5)
+        result = run("ping after kill", rnd, Ping(b"still there?"), deadline_s=2, min_fraction=0.5)
         print(f"[4/5] killed {victim} (SIGKILL): last will marked it offline; round closed by quorum with "
               f"{len(result.replies)}/{len(clients)} answered, timed out: {result.timed_out}", file=out)
         fleet.start(victim)

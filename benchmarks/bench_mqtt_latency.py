@@ -124,7 +124,7 @@ def run_stack(broker: MosquittoBroker, payload: bytes, n: int, warmup: int, gap_
         for values in stamps:
             values.clear()
         start = time.perf_counter()
-        result = engine.run_round(job, r, Ping(payload), ["gw-1"], deadline_s=REPLY_TIMEOUT_S, quorum=0)
+        result = engine.run_round(job, r, Ping(payload), ["gw-1"], deadline_s=REPLY_TIMEOUT_S, min_replies=0)
         done = time.perf_counter()
         reply = result.replies.get("gw-1")
         if reply is None or not isinstance(reply.body, Pong) or reply.body.payload != payload:

@@ -1,9 +1,15 @@
 """The gateway's request dispatcher: one handler per request type, every request answered.
 
-A handler returns a reply body (or None for a plain ``Ack``). Whatever goes wrong inside a
-handler becomes an ``ErrorReply`` to the aggregator — never a dead client. Requests are
-deduplicated by message id: a redelivered request (QoS 1, reconnects) gets the cached reply
-again instead of being applied twice.
+A handler returns a reply body (or None for a plain ``Ack``). Whatever goes wrong — in the
+handler, or in building and encoding its reply — becomes an ``ErrorReply`` to the aggregator,
+never a dead client or a silent timeout. The error reply names the exception type only: its
+text may quote sensor values, which must not leave the gateway (it goes to the local log).
+
+Requests are deduplicated by message id: a redelivered request (QoS 1, reconnects, the round
+engine's re-sends) gets the cached reply again instead of being applied twice. The cache lives
+in memory, so after a gateway restart a request may run again: handlers must be idempotent
+for a given (job, round) — the algorithms' client halves compute replies from their state and
+the request, never by mutating state per call.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ Handler = Callable[[Message], object | None]
 
 
 class RequestRejected(Exception):
-    """Raise from a handler to answer with a specific error ``code`` (e.g. "no_data")."""
+    """Raise from a handler to answer with a specific error ``code`` (e.g. "no_data") and text."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -31,7 +37,11 @@ class RequestRejected(Exception):
 
 
 class Dispatcher:
-    """Subscribes to a gateway's inbox and the fleet broadcasts and answers on its outbox."""
+    """Subscribes to a gateway's inbox and the fleet broadcasts and answers on its outbox.
+
+    Requests are accepted only from the aggregator on those two topics (which the broker ACL
+    lets only the aggregator write).
+    """
 
     def __init__(self, transport: Transport, layout: TopicLayout | None = None, *, remember: int = 256) -> None:
         self.transport = transport
@@ -41,7 +51,7 @@ class Dispatcher:
         self.handled = 0
         self.failed = 0
         self._handlers: dict[type, Handler] = {}
-        self._replies: OrderedDict[str, Message] = OrderedDict()
+        self._replies: OrderedDict[str, list[bytes]] = OrderedDict()
 
     def register(self, body_type: type, handler: Handler) -> None:
         if body_type in self._handlers:
@@ -54,25 +64,27 @@ class Dispatcher:
         self.transport.subscribe(self.layout.fleet("#"), self._on_request)
 
     def _on_request(self, topic: str, request: Message) -> None:
-        if request.sender != self.layout.aggregator_id:
+        broadcast = topic.startswith(self.layout.fleet(""))
+        if request.sender != self.layout.aggregator_id or not (broadcast or topic == self.layout.inbox(self.client_id)):
             log.warning("ignored request not sent by the aggregator", extra={"sender": request.sender, "topic": topic})
             return
+        outbox = self.layout.outbox(self.client_id)
         cached = self._replies.get(request.envelope.msg_id)
         if cached is not None:
-            self.transport.publish(self.layout.outbox(self.client_id), cached)
+            self.transport.send_payloads(outbox, cached)
             return
         handler = self._handlers.get(type(request.body))
         if handler is None:
-            if topic.startswith(self.layout.fleet("")):
+            if broadcast:
                 return  # broadcasts this gateway does not handle are not errors
             body: object = ErrorReply("unsupported", f"{self.client_id} has no handler for {request.type!r}", request.type)
         else:
             body = self._run(handler, request)
-        reply = request.reply(body, sender=self.client_id)
-        self._replies[request.envelope.msg_id] = reply
+        payloads = self._encode_reply(request, body)
+        self._replies[request.envelope.msg_id] = payloads
         if len(self._replies) > self.remember:
             self._replies.popitem(last=False)
-        self.transport.publish(self.layout.outbox(self.client_id), reply)
+        self.transport.send_payloads(outbox, payloads)
 
     def _run(self, handler: Handler, request: Message) -> object:
         try:
@@ -85,4 +97,16 @@ class Dispatcher:
         except Exception as exc:  # noqa: BLE001 - every failure must become a reply
             self.failed += 1
             log.exception("request handler failed", extra={"type": request.type, "job": request.envelope.job})
-            return ErrorReply("handler_failed", f"{type(exc).__name__}: {exc}", request.type)
+            return ErrorReply("handler_failed", f"{type(exc).__name__} (details in the gateway log)", request.type)
+
+    def _encode_reply(self, request: Message, body: object) -> list[bytes]:
+        """The reply's payloads; a body that cannot be sent becomes an ``ErrorReply`` instead."""
+        try:
+            return self.transport.encode_payloads(request.reply(body, sender=self.client_id))
+        except Exception as exc:  # noqa: BLE001 - unregistered body type, bad dtype, too large...
+            self.handled -= not isinstance(body, ErrorReply)
+            self.failed += 1
+            log.exception("reply could not be encoded", extra={"type": request.type, "body": type(body).__name__})
+            error = ErrorReply("reply_invalid", f"{type(exc).__name__} building the {type(body).__name__} reply",
+                               request.type)
+            return self.transport.encode_payloads(request.reply(error, sender=self.client_id))

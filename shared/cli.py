@@ -41,13 +41,26 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit so ``with``/``finally`` blocks stop what the command started."""
+    import signal
+
+    def stop(*_: object) -> None:
+        raise SystemExit(143)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def _cmd_gateway(args: argparse.Namespace) -> int:
     from edge_client.gateway import Gateway, GatewayConfig
-    from shared.transport.mqtt import MqttConfig
+    from shared.transport.mqtt import MqttConfig, TlsConfig
 
     password = os.environ.get("WHEELFED_MQTT_PASSWORD")
-    mqtt = MqttConfig(host=args.host, port=args.port, username=args.username or args.client_id, password=password,
-                      protocol=args.protocol)
+    tls = TlsConfig(args.tls_ca, args.tls_cert, args.tls_key) if args.tls_ca else None
+    if (args.tls_cert or args.tls_key) and not args.tls_ca:
+        raise SystemExit("wheelfed gateway: --tls-cert/--tls-key need --tls-ca")
+    mqtt = MqttConfig(host=args.host, port=args.port, username=None if tls else (args.username or args.client_id),
+                      password=None if tls else password, protocol=args.protocol, tls=tls)
     gateway = Gateway(GatewayConfig(client_id=args.client_id, mqtt=mqtt))
     gateway.install_signal_handlers()
     gateway.run()
@@ -57,9 +70,14 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from aggregator.smoke import SmokeConfig, run_smoke
 
+    _exit_on_sigterm()
     print("WheelFed foundation smoke run: broker, aggregator round engine and gateway processes over MQTT.\n"
           "(The full fleet demo on recorded sensor sessions replaces this run when it lands.)\n", flush=True)
-    report = run_smoke(SmokeConfig(n_gateways=args.gateways, broker=args.broker))
+    try:
+        report = run_smoke(SmokeConfig(n_gateways=args.gateways, broker=args.broker))
+    except KeyboardInterrupt:
+        print("interrupted: everything the demo started has been stopped", file=sys.stderr)
+        return 130
     return 0 if report.rejoined else 1
 
 
@@ -86,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=1883)
     p.add_argument("--username", help="broker username (default: the client id); password from $WHEELFED_MQTT_PASSWORD")
     p.add_argument("--protocol", type=int, choices=(4, 5), default=5, help="MQTT 5 (default) or 4 = 3.1.1")
+    p.add_argument("--tls-ca", help="CA certificate: connect with TLS (then the client certificate's CN is the identity)")
+    p.add_argument("--tls-cert", help="this gateway's certificate (CN = client id)")
+    p.add_argument("--tls-key", help="this gateway's private key")
     p.set_defaults(func=_cmd_gateway)
 
     p = sub.add_parser("demo", help="run the demo (for now: the foundation smoke scenario)")

@@ -13,6 +13,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,25 @@ log = logging.getLogger(__name__)
 
 #: ``deploy/`` of this checkout; override with WHEELFED_DEPLOY_DIR for installed copies.
 DEPLOY_DIR = Path(os.environ.get("WHEELFED_DEPLOY_DIR", Path(__file__).resolve().parents[2] / "deploy"))
+
+
+def _set_parent_death_signal() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def die_with_parent():
+    """``preexec_fn`` for child processes: SIGTERM them when the launcher dies, even by SIGKILL,
+    so no broker or gateway outlives the demo or a test run (Linux only).
+
+    The kernel ties this to the launching *thread*, so it is only set when launching from the
+    main thread: a broker restarted from a helper thread would otherwise die with that thread.
+    """
+    return _set_parent_death_signal if threading.current_thread() is threading.main_thread() else None
 
 
 def mosquitto_available() -> bool:
@@ -109,7 +129,7 @@ class MosquittoBroker:
             self._render()
         log_file = open(self.log_path, "ab")
         self.process = subprocess.Popen(["mosquitto", "-c", str(self.config_path)], stdout=log_file,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                                        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
         log_file.close()
         deadline = time.monotonic() + timeout_s
         while not _port_open(self.host, self.port):

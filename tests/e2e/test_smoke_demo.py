@@ -59,3 +59,44 @@ def test_broker_command_serves_the_acl_config(tmp_path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
+
+
+def _children(pid: int) -> set[int]:
+    from pathlib import Path
+
+    kids: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids |= {int(p) for p in (task / "children").read_text().split()}
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
+def test_demo_stops_everything_it_started_when_interrupted(how: str) -> None:
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "demo", "--gateways", "2"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("[2/5]"):
+                break
+        children = _children(proc.pid)
+        assert len(children) >= 3  # mosquitto + 2 gateways
+        proc.send_signal(getattr(signal, how))
+        proc.wait(30)
+        deadline = time.monotonic() + 10
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [c for c in children if _alive(c)]
+    finally:
+        proc.kill()

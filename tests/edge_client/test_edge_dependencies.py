@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-GATEWAY_MODULES = ["edge_client.gateway", "edge_client.dispatcher", "shared.model", "shared.transport.mqtt",
+GATEWAY_MODULES = ["edge_client.gateway", "edge_client.dispatcher", "edge_client.store", "edge_client.pipeline", "shared.model", "shared.transport.mqtt",
                    "shared.transport.memory", "shared.protocol.messages", "shared.cli", "firmware_bridge"]
 FORBIDDEN = ["xgboost", "sklearn", "pandas", "amqtt", "fastapi", "aggregator"]
 

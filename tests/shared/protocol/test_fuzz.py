@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 
 from shared.protocol.errors import DecodeError
 from shared.protocol.envelope import Message, decode_message, encode_message
@@ -65,3 +66,73 @@ def test_decoder_survives_10000_mutated_and_random_messages() -> None:
     # anything else (IndexError, KeyError, MemoryError, ...) fails the test by propagating
     assert outcomes["rejected"] > 10_000, outcomes
     assert sum(outcomes.values()) == 12_000
+
+
+# -- structure-aware: well-formed CBOR, hostile values in every field of every body type -------
+
+import dataclasses  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+from shared.protocol.codec import dumps_value  # noqa: E402
+from shared.protocol.envelope import _BODY_TYPES  # noqa: E402
+from shared.transport.memory import MemoryBroker, MemoryTransport  # noqa: E402
+
+_arrays = st.sampled_from(["int8", "uint8", "int32", "float32", "float64"]).flatmap(
+    lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=3, max_side=3)))
+hostile_values = st.recursive(
+    st.one_of(  # arrays weighted up: numpy's comparison semantics are where decoders trip
+        st.none(), st.booleans(), st.integers(-(2**64) + 1, 2**64 - 1), st.floats(), st.text(max_size=8),
+        st.binary(max_size=40), _arrays, _arrays, _arrays,
+    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+    max_leaves=6,
+)
+
+
+def valid_bodies() -> dict[str, object]:
+    """One valid body per registered type: the fuzzer breaks one field at a time from these."""
+    from shared.protocol.chunking import Chunk
+    from shared.protocol.messages import Ack, Describe, ErrorReply, Pong
+    from tests.shared.protocol.test_envelope import ArrayBody
+
+    examples = [
+        Hello("0.1.0", "fs-1", 12, ("a",)), Status(online=True, detail={"k": "v"}), Ping(b"x", 0.5), Pong(b"y"),
+        Ack("n"), Describe(), ErrorReply("c", "m", "ping"), ModelAnnouncement("m", 1, "x", "fs", bytes(32), 9),
+        Chunk("t", 0, 1, 1, bytes(32), b"x"), ArrayBody(np.zeros(3, np.float32), [1], {"a": 1.0}, "n"),
+    ]
+    return {type_name: body for body in examples for type_name, cls in _BODY_TYPES.items() if type(body) is cls}
+
+
+def test_every_message_type_has_a_fuzz_seed() -> None:
+    missing = sorted(set(_BODY_TYPES) - set(valid_bodies()))
+    assert not missing, f"add a valid example of {missing} to valid_bodies() so the fuzzer covers it"
+
+
+def _targets() -> list[tuple[str, str, str]]:
+    """(type, "body" or "envelope", key) for every field of every seed, plus an unexpected key."""
+    from shared.protocol.schema import to_wire
+
+    out = []
+    for name, body in sorted(valid_bodies().items()):
+        out += [(name, "body", key) for key in [*sorted(to_wire(body)), "unexpected"]]
+    out += [("ping", "envelope", key) for key in ["v", "type", "job", "round", "id", "re", "from", "ts", "body"]]
+    return out
+
+
+@pytest.mark.parametrize(("name", "where", "key"), _targets())
+@settings(max_examples=60, deadline=None)
+@given(value=hostile_values)
+def test_hostile_field_values_are_rejected_never_crash(name: str, where: str, key: str, value) -> None:
+    from shared.protocol.schema import to_wire
+
+    body = to_wire(valid_bodies()[name])
+    envelope = {"v": 1, "type": name, "job": "j", "round": 1, "id": "x", "re": "", "from": "gw-1", "ts": 0.0,
+                "body": body}
+    (body if where == "body" else envelope)[key] = value
+    transport = MemoryTransport(MemoryBroker(), "aggregator", presence=False)
+    transport._receive_payload("wheelfed/v1/c/gw-1/out", dumps_value(envelope))
+    assert transport.stats.rejected["InternalDecodeError"] == 0
+    assert transport.stats.received_messages + sum(transport.stats.rejected.values()) == 1

@@ -16,19 +16,31 @@ from aggregator.broker import MosquittoBroker
 from aggregator.rounds import RoundEngine
 from edge_client.dispatcher import Dispatcher
 from shared.protocol.envelope import Message
-from shared.protocol.messages import Ping, Pong, Status
+from shared.protocol.errors import PayloadTooLarge
+from shared.protocol.envelope import encode_message
+from shared.protocol.messages import ModelAnnouncement, Ping, Pong, Status
 from shared.protocol.topics import TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
 from tests.conftest import PASSWORDS
 
 pytestmark = pytest.mark.mosquitto
 LAYOUT = TopicLayout()
+_OPEN: list[MqttTransport] = []
+
+
+@pytest.fixture(autouse=True)
+def close_transports():
+    """Every transport a test makes is closed, so none keeps reconnecting into later tests."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close(timeout_s=1)
 
 
 def transport(broker: MosquittoBroker, name: str, *, protocol: int = 5, connect: bool = True, presence: bool = True,
               **kw) -> MqttTransport:
     cfg = MqttConfig(port=broker.port, username=name, password=PASSWORDS[name], protocol=protocol, **kw)
     t = MqttTransport(name, cfg, presence=presence)
+    _OPEN.append(t)
     if connect:
         t.connect()
     return t
@@ -178,12 +190,17 @@ def test_presence_status_and_last_will(mosquitto: MosquittoBroker, tmp_path) -> 
 
 def test_payload_limit_is_enforced_before_publish(mosquitto: MosquittoBroker) -> None:
     agg = transport(mosquitto, "aggregator", max_payload=2048)
-    with pytest.raises(Exception, match="retained"):
+    sizes: list[int] = []
+    real = agg._publish_payload
+    agg._publish_payload = lambda topic, payload, retain: (sizes.append(len(payload)), real(topic, payload, retain))
+    with pytest.raises(PayloadTooLarge, match="retained"):
         agg.publish(LAYOUT.fleet("models"), Message.create(Ping(b"x" * 5000), sender="aggregator"), retain=True)
+    assert sizes == []
     agg.publish(LAYOUT.inbox("gw-1"), Message.create(Ping(b"x" * 5000), sender="aggregator"))
-    assert agg.stats.sent_payloads >= 3 and agg.stats.sent_bytes <= agg.stats.sent_payloads * 2048
+    assert len(sizes) >= 3 and max(sizes) <= 2048
+    with pytest.raises(PayloadTooLarge):
+        agg._publish_payload(LAYOUT.inbox("gw-1"), b"x" * 2049, False)  # the last line of defence
     assert agg.flush(5)
-    agg.close()
 
 
 def test_tls_client_certificate_cn_is_the_identity(tmp_path, tls_certs) -> None:
@@ -223,3 +240,36 @@ def test_nagle_is_off_on_both_ends(mosquitto: MosquittoBroker) -> None:
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
     assert "set_tcp_nodelay true" in mosquitto.config_path.read_text()
     agg.close()
+
+
+def test_stalled_chunked_transfer_is_freed_without_further_traffic() -> None:
+    from shared.protocol.chunking import split_payload
+    from shared.protocol.envelope import encode_message
+
+    t = MqttTransport("gw-1", MqttConfig(port=1))  # never connected: only the dispatch thread runs
+    t._reassembler.timeout_s = 0.2
+    big = encode_message(Message.create(Ping(b"x" * 10_000), sender="aggregator"))
+    first = split_payload(big, sender="aggregator", max_payload=2048)[0]
+    t._receive_payload(LAYOUT.inbox("gw-1"), encode_message(first))
+    assert t.pending_chunked_transfers == 1
+    assert wait_until(lambda: t.pending_chunked_transfers == 0, timeout_s=5)
+    t.close(timeout_s=1)
+
+
+def test_hostile_body_values_never_kill_the_receive_thread(mosquitto: MosquittoBroker) -> None:
+    """A typed array where a Literal is expected used to raise numpy's ValueError in the decoder."""
+    import cbor2
+    import numpy as np
+
+    from shared.protocol.codec import dumps_value
+
+    agg = transport(mosquitto, "aggregator")
+    engine = RoundEngine(agg)
+    gateway(mosquitto, "gw-2")
+    evil = transport(mosquitto, "gw-1", presence=False)
+    announcement = Message.create(ModelAnnouncement("m", 1, "x", "fs", b"\x00" * 32, 1), sender="gw-1")
+    wire = cbor2.loads(encode_message(announcement))
+    wire["body"]["kind"] = np.array([1, 2], np.int8)
+    evil.send_payloads(LAYOUT.outbox("gw-1"), [dumps_value(wire)])
+    assert wait_until(lambda: sum(agg.stats.rejected.values()) == 1)
+    assert engine.run_round("job", 1, Ping(b"still alive"), ["gw-2"], deadline_s=10).answered == ["gw-2"]
