@@ -72,7 +72,7 @@ class _Fleet:
         env = dict(os.environ, **{PASSWORD_ENV: self.passwords[client_id]})
         self.processes[client_id] = subprocess.Popen(
             [sys.executable, "-m", "shared.cli", "gateway", "--client-id", client_id, "--port", str(self.port),
-             "--protocol", str(self.protocol)],
+             "--protocol", str(self.protocol), "--store", str(self.log_dir / f"{client_id}.db"), "--stats-every", "0"],
             env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent(),
         )
         log_file.close()

@@ -1,8 +1,9 @@
 """``wheelfed gateway``: the gateway's one long-running process.
 
-Today it is the federated participant: it connects to the broker with a persistent session,
-announces its presence, and answers the aggregator's requests through the dispatcher. The
-edge-pipeline issue adds the serial path and window store to this same process.
+serial link -> frame decoder -> streaming pipeline -> features -> labelled window store, plus
+(with a broker configured) the federated participant answering the aggregator's requests.
+Everything runs without a network: the store fills from the sensors whether or not the broker
+is reachable, and the MQTT client keeps reconnecting in the background.
 """
 
 from __future__ import annotations
@@ -10,14 +11,20 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from firmware_bridge.serial_link import SerialReader
 from shared import __version__
 from shared.protocol.envelope import Message
 from shared.protocol.messages import Describe, Hello, Ping, Pong
 from shared.transport.mqtt import MqttConfig, MqttTransport
 
 from .dispatcher import Dispatcher
+from .pipeline import PipelineConfig
+from .processing import FrameProcessor
+from .store import RetentionPolicy, WindowStore
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +32,13 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class GatewayConfig:
     client_id: str
-    mqtt: MqttConfig = field(default_factory=MqttConfig)
-    feature_set_version: str = ""
+    store_path: Path
+    serial_port: str | None = None  # a device, a pty path or a pyserial URL; None: no sensors
+    baudrate: int = 115200
+    mqtt: MqttConfig | None = None  # None: an offline gateway (collects, does not federate)
+    session_id: str | None = None  # default: client id + start time
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
 
 def _pong(request: Message) -> Pong:
@@ -37,30 +49,71 @@ def _pong(request: Message) -> Pong:
 
 
 class Gateway:
-    """Owns the transport and dispatcher; ``run()`` blocks until ``stop()`` or a signal."""
+    """Owns the serial reader, the processing chain, the store and the transport.
+
+    ``run()`` blocks until ``stop()`` (or a signal after ``install_signal_handlers``).
+    """
 
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
-        self.transport = MqttTransport(config.client_id, config.mqtt)
-        self.dispatcher = Dispatcher(self.transport)
-        self.dispatcher.register(Ping, _pong)
-        self.dispatcher.register(Describe, lambda _m: self.hello())
+        self.session_id = config.session_id or f"{config.client_id}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
+        self.store = WindowStore(config.store_path, retention=config.retention)
+        self.processor = FrameProcessor(self.store, self.session_id, config=config.pipeline)
+        self.serial = (SerialReader(config.serial_port, config.baudrate, on_frame=self.processor.on_frame)
+                       if config.serial_port else None)
+        self.transport: MqttTransport | None = None
+        if config.mqtt is not None:
+            self.transport = MqttTransport(config.client_id, config.mqtt)
+            self.dispatcher = Dispatcher(self.transport)
+            self.dispatcher.register(Ping, _pong)
+            self.dispatcher.register(Describe, lambda _m: self.hello())
         self._stop = threading.Event()
+        self.final_stats: dict[str, object] = {}
 
     def hello(self) -> Hello:
-        return Hello(software_version=__version__, feature_set_version=self.config.feature_set_version,
-                     capabilities=("ping",))
+        return Hello(software_version=__version__, feature_set_version=self.processor.feature_set_version,
+                     n_features=len(self.processor.feature_names), capabilities=("ping",))
 
-    def run(self, *, connect_timeout_s: float | None = None) -> None:
-        """Serve until stopped. Without a timeout the gateway also starts while the broker is down."""
-        self.dispatcher.start()
-        self.transport.connect(wait=connect_timeout_s is not None, timeout_s=connect_timeout_s or 0)
-        log.info("gateway running", extra={"client": self.config.client_id})
+    def stats(self) -> dict[str, object]:
+        """One line's worth of health: link, pipeline, store, broker."""
+        out: dict[str, object] = {"session": self.session_id}
+        if self.serial is not None:
+            s = self.serial.stats
+            out.update(link="up" if s.connected else "down", frames=s.link.frames_ok, crc_errors=s.link.crc_errors,
+                       lost_samples=s.link.lost_samples, dropped=s.dropped)
+        p = self.processor.stats
+        out.update(windows=p.windows, unknown_frames=p.unknown_sensor_frames)
+        st = self.store.stats()
+        out.update(stored=st.windows, labelled=st.labelled)
+        if self.transport is not None:
+            out["broker"] = "connected" if self.transport.is_connected else "offline"
+        return out
+
+    def run(self, *, stats_every_s: float = 0.0, on_stats=None) -> None:
+        """Serve until stopped; ``on_stats(dict)`` is called every ``stats_every_s`` seconds."""
+        if self.transport is not None:
+            self.dispatcher.start()
+            self.transport.connect(wait=False)
+        if self.serial is not None:
+            self.serial.start()
+        log.info("gateway running", extra={"client": self.config.client_id, "session": self.session_id})
         try:
-            self._stop.wait()
+            while not self._stop.wait(stats_every_s or None):
+                if on_stats is not None:
+                    on_stats(self.stats())
         finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop reading, finish the windows the data allows, close store and broker connection."""
+        if self.serial is not None:
+            self.serial.stop()
+        self.processor.finish()
+        self.final_stats = self.stats()
+        if self.transport is not None:
             self.transport.close()
-            log.info("gateway stopped", extra={"client": self.config.client_id})
+        self.store.close()
+        log.info("gateway stopped", extra={"client": self.config.client_id})
 
     def stop(self) -> None:
         self._stop.set()

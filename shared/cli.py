@@ -51,19 +51,103 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
-def _cmd_gateway(args: argparse.Namespace) -> int:
-    from edge_client.gateway import Gateway, GatewayConfig
+def _mqtt_config(args: argparse.Namespace):
+    """The broker connection from the gateway flags, or None with --no-broker."""
     from shared.transport.mqtt import MqttConfig, TlsConfig
 
-    password = os.environ.get("WHEELFED_MQTT_PASSWORD")
-    tls = TlsConfig(args.tls_ca, args.tls_cert, args.tls_key) if args.tls_ca else None
+    if args.no_broker:
+        return None
     if (args.tls_cert or args.tls_key) and not args.tls_ca:
         raise SystemExit("wheelfed gateway: --tls-cert/--tls-key need --tls-ca")
-    mqtt = MqttConfig(host=args.host, port=args.port, username=None if tls else (args.username or args.client_id),
-                      password=None if tls else password, protocol=args.protocol, tls=tls)
-    gateway = Gateway(GatewayConfig(client_id=args.client_id, mqtt=mqtt))
+    tls = TlsConfig(args.tls_ca, args.tls_cert, args.tls_key) if args.tls_ca else None
+    password = None if tls else os.environ.get("WHEELFED_MQTT_PASSWORD")
+    return MqttConfig(host=args.host, port=args.port, username=None if tls else (args.username or args.client_id),
+                      password=password, protocol=args.protocol, tls=tls)
+
+
+def _print_stats(stats: dict[str, object]) -> None:
+    print(" ".join(f"{k}={v}" for k, v in stats.items()), flush=True)
+
+
+def _cmd_gateway(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from edge_client.gateway import Gateway, GatewayConfig
+    from edge_client.store import RetentionPolicy
+
+    store = Path(args.store or f"{args.client_id}-windows.db")
+    retention = RetentionPolicy(max_windows=args.max_windows, max_age_s=args.max_age_days * 86400 if args.max_age_days else None)
+    gateway = Gateway(GatewayConfig(client_id=args.client_id, store_path=store, serial_port=args.serial,
+                                    baudrate=args.baud, mqtt=_mqtt_config(args), session_id=args.session,
+                                    retention=retention))
     gateway.install_signal_handlers()
-    gateway.run()
+    print(f"gateway {args.client_id}: session {gateway.session_id}, store {store}, serial {args.serial or '-'}, "
+          f"broker {'-' if args.no_broker else f'{args.host}:{args.port}'}", flush=True)
+    gateway.run(stats_every_s=args.stats_every, on_stats=_print_stats if args.stats_every else None)
+    _print_stats(gateway.final_stats)
+    return 0
+
+
+def _cmd_features(args: argparse.Namespace) -> int:
+    from edge_client.processing import extract_recording
+
+    table, stats = extract_recording(args.recording)
+    table.save(args.output)
+    labelled = sum(y is not None for y in table.labels)
+    print(f"{args.output}: {len(table.X)} windows x {len(table.names)} features ({labelled} labelled), "
+          f"feature set {table.feature_set_version}; {stats.frames} frames", flush=True)
+    return 0
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    import threading
+
+    from firmware_bridge.recorder import record
+    from firmware_bridge.recording import RecordingMetadata
+
+    stop = threading.Event()
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    if args.duration:
+        threading.Timer(args.duration, stop.set).start()
+    metadata = RecordingMetadata(session_id=args.session or os.path.basename(args.output).split(".")[0],
+                                 subject=args.subject, source=f"serial:{args.serial}")
+    print(f"recording {args.serial} -> {args.output}; Ctrl-C stops", flush=True)
+    stats = record(args.serial, args.output, metadata, stop, baudrate=args.baud)
+    print(f"recorded: {stats}", flush=True)
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    import threading
+
+    from firmware_bridge.replay import open_pty, replay
+
+    _exit_on_sigterm()
+    if args.pty:
+        master, slave = open_pty()
+        print(f"pty: {slave}", flush=True)
+        port: str | int = master
+        wait = 60.0
+    elif args.to:
+        port, wait = args.to, None
+    else:
+        raise SystemExit("wheelfed replay: give --to PORT or --pty")
+    stats = replay(args.recording, port, speed=args.speed, baudrate=args.baud, stop_event=threading.Event(),
+                   wait_for_reader_s=wait)
+    print(f"replayed: {stats}", flush=True)
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from firmware_bridge.importers import ecg, seglearn_watch
+
+    importer = {"seglearn": seglearn_watch.import_all, "ecg": ecg.import_all}[args.dataset]
+    paths = importer(args.output)
+    for path in paths:
+        print(path)
     return 0
 
 
@@ -98,8 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embedded", action="store_true", help="use the embedded amqtt broker even if mosquitto exists")
     p.set_defaults(func=_cmd_broker)
 
-    p = sub.add_parser("gateway", help="run a gateway: connect to the broker and answer the aggregator")
+    p = sub.add_parser("gateway", help="run a gateway: serial -> pipeline -> window store, and answer the aggregator")
     p.add_argument("--client-id", required=True)
+    p.add_argument("--serial", help="sensor link: device path, pty path or pyserial URL (none: no sensors)")
+    p.add_argument("--baud", type=int, default=115200)
+    p.add_argument("--store", help="window store (SQLite); default CLIENT_ID-windows.db")
+    p.add_argument("--session", help="session id for the stored windows (default: client id + start time)")
+    p.add_argument("--max-windows", type=int, help="retention: keep at most this many windows")
+    p.add_argument("--max-age-days", type=float, help="retention: drop windows stored longer ago")
+    p.add_argument("--stats-every", type=float, default=10.0, help="seconds between status lines (0: none)")
+    p.add_argument("--no-broker", action="store_true", help="collect only; do not connect to an MQTT broker")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=1883)
     p.add_argument("--username", help="broker username (default: the client id); password from $WHEELFED_MQTT_PASSWORD")
@@ -108,6 +200,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", help="this gateway's certificate (CN = client id)")
     p.add_argument("--tls-key", help="this gateway's private key")
     p.set_defaults(func=_cmd_gateway)
+
+    p = sub.add_parser("features", help="batch features of a recording (the gateway's own data path)")
+    p.add_argument("recording")
+    p.add_argument("-o", "--output", required=True, help="output file: .npz or .csv")
+    p.set_defaults(func=_cmd_features)
+
+    p = sub.add_parser("record", help="record a serial sensor link into a recording file")
+    p.add_argument("--serial", required=True)
+    p.add_argument("--baud", type=int, default=115200)
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--session", help="session id (default: the output file's name)")
+    p.add_argument("--subject")
+    p.add_argument("--duration", type=float, help="stop after this many seconds (default: Ctrl-C)")
+    p.set_defaults(func=_cmd_record)
+
+    p = sub.add_parser("replay", help="play a recording into a serial port or a new pty")
+    p.add_argument("recording")
+    p.add_argument("--to", help="serial device or pty path to write to")
+    p.add_argument("--pty", action="store_true", help="create a pty, print its path, wait for a reader")
+    p.add_argument("--speed", type=float, default=1.0, help="1 = real time, N = N times faster, 0 = as fast as possible")
+    p.add_argument("--baud", type=int, default=115200)
+    p.set_defaults(func=_cmd_replay)
+
+    p = sub.add_parser("import", help="turn bundled real datasets into recordings (seglearn watch IMU, ECG)")
+    p.add_argument("dataset", choices=("seglearn", "ecg"))
+    p.add_argument("-o", "--output", required=True, help="directory for the recordings")
+    p.set_defaults(func=_cmd_import)
 
     p = sub.add_parser("demo", help="run the demo (for now: the foundation smoke scenario)")
     p.add_argument("--gateways", type=int, default=3)
