@@ -1,0 +1,18 @@
+"""The feature package runs on the gateway: numpy, scipy and the stdlib only (tsfresh is the test oracle)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+FORBIDDEN = ["pandas", "tsfresh", "sklearn", "xgboost", "statsmodels", "numba", "edge_client.pipeline"]
+
+
+def test_features_import_no_training_or_oracle_libraries() -> None:
+    code = ("import sys, edge_client.features\n"
+            f"print(','.join(sorted(m for m in {FORBIDDEN!r} if m in sys.modules)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "", f"edge_client.features pulled in {out.stdout.strip()}"
