@@ -117,11 +117,6 @@ def test_start_stop_restart_leave_nothing_behind(tmp_path) -> None:
     assert broker_threads() == []
 
 
-def test_fleet_is_not_a_user(tmp_path) -> None:
-    with pytest.raises(ValueError, match="reserved"):
-        EmbeddedBroker(tmp_path, users=[BrokerUser("fleet", "x")])
-
-
 def test_bind_failure_is_reported(tmp_path) -> None:
     with EmbeddedBroker(tmp_path / "a", users=USERS) as first:
         with pytest.raises(RuntimeError, match="could not start"):
