@@ -52,7 +52,13 @@ def type_name_of(body: object) -> str:
         raise TypeError(f"{type(body).__name__} is not a registered message body (use @message_type)") from None
 
 
+def registered_message_types() -> dict[str, type]:
+    """Every registered wire type name and its body class (for docs, fuzzing, introspection)."""
+    return dict(_BODY_TYPES)
+
+
 def body_class(name: str) -> type:
+    """The body class registered under ``name``; an unknown name is a decoding error."""
     try:
         return _BODY_TYPES[name]
     except KeyError:
@@ -65,6 +71,7 @@ def new_message_id() -> str:
 
 
 def validate_client_id(client_id: str) -> str:
+    """Client ids become MQTT topic levels and broker usernames, so they are restricted."""
     if not isinstance(client_id, str) or not CLIENT_ID_PATTERN.match(client_id):
         raise ValueError(
             f"invalid client id {client_id!r}: use 1-64 characters from A-Z a-z 0-9 _ . - "
@@ -115,6 +122,7 @@ class Message:
 
 
 def encode_message(message: Message) -> bytes:
+    """The wire form: one CBOR map (see the module docstring); arrays as RFC 8746 typed arrays."""
     env = message.envelope
     wire = {
         "v": env.version,

@@ -6,11 +6,16 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
+from shared.protocol.codec import dumps_value
+from shared.protocol.envelope import Message, decode_message, encode_message, registered_message_types
 from shared.protocol.errors import DecodeError
-from shared.protocol.envelope import Message, decode_message, encode_message
 from shared.protocol.limits import DecodeLimits
 from shared.protocol.messages import Hello, ModelAnnouncement, Ping, Status
+from shared.transport.memory import MemoryBroker, MemoryTransport
 
 LIMITS = DecodeLimits(max_message_bytes=1 << 20, max_array_elements=1 << 16)
 
@@ -70,15 +75,6 @@ def test_decoder_survives_10000_mutated_and_random_messages() -> None:
 
 # -- structure-aware: well-formed CBOR, hostile values in every field of every body type -------
 
-import dataclasses  # noqa: E402
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from hypothesis.extra import numpy as hnp  # noqa: E402
-
-from shared.protocol.codec import dumps_value  # noqa: E402
-from shared.protocol.envelope import _BODY_TYPES  # noqa: E402
-from shared.transport.memory import MemoryBroker, MemoryTransport  # noqa: E402
 
 _arrays = st.sampled_from(["int8", "uint8", "int32", "float32", "float64"]).flatmap(
     lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=3, max_side=3)))
@@ -103,11 +99,11 @@ def valid_bodies() -> dict[str, object]:
         Ack("n"), Describe(), ErrorReply("c", "m", "ping"), ModelAnnouncement("m", 1, "x", "fs", bytes(32), 9),
         Chunk("t", 0, 1, 1, bytes(32), b"x"), ArrayBody(np.zeros(3, np.float32), [1], {"a": 1.0}, "n"),
     ]
-    return {type_name: body for body in examples for type_name, cls in _BODY_TYPES.items() if type(body) is cls}
+    return {type_name: body for body in examples for type_name, cls in registered_message_types().items() if type(body) is cls}
 
 
 def test_every_message_type_has_a_fuzz_seed() -> None:
-    missing = sorted(set(_BODY_TYPES) - set(valid_bodies()))
+    missing = sorted(set(registered_message_types()) - set(valid_bodies()))
     assert not missing, f"add a valid example of {missing} to valid_bodies() so the fuzzer covers it"
 
 
