@@ -51,6 +51,10 @@ class SerialReader:
 
     ``on_frame(frame)`` and/or ``on_received(ReceivedFrame)`` run on the delivery thread, in
     arrival order. A callback that raises is logged and counted; delivery goes on.
+
+    ``read_timeout_s`` only bounds how long an idle read waits (a read returns as soon as a
+    byte arrives): 0.5 s costs nothing in latency, while 0.05 s woke the thread 20 times a
+    second for 0.4 % of a core on an idle link (measured), a fifth of the gateway's budget.
     """
 
     def __init__(
@@ -62,7 +66,7 @@ class SerialReader:
         on_received: Callable[[ReceivedFrame], None] | None = None,
         descriptors: Iterable[SensorDescriptor] = (),
         queue_size: int = 4096,
-        read_timeout_s: float = 0.05,
+        read_timeout_s: float = 0.5,
         backoff_initial_s: float = 0.1,
         backoff_max_s: float = 5.0,
         max_payload: int = MAX_PAYLOAD,
