@@ -268,6 +268,12 @@ class TreeEnsemble:
 
         return from_cbor(data, max_bytes=max_bytes)
 
+    def to_xgboost_json(self, *, round_thresholds: bool = False, feature_names: bool = False) -> bytes:
+        """XGBoost model JSON for boosted models; see ``xgboost_json.to_xgboost_json``."""
+        from .xgboost_json import to_xgboost_json
+
+        return to_xgboost_json(self, round_thresholds=round_thresholds, feature_names=feature_names)
+
     # --- dunder ------------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
         """Bit-exact equality of every field (trees, arrays, labels and metadata)."""

@@ -1,0 +1,386 @@
+"""FedSCS-XGB's server-side tree growth: one depth-limited regression tree from merged atoms.
+
+After the atom phase the server holds, per distinct bin-id vector ("atom") ``r``: the bin ids
+``bins[r]`` (``d`` features), the count ``W_r`` and, per class, the sums ``G_r``, ``H_r``. Lemma 1
+of the paper: given the edges, growing from atoms *is* histogram XGBoost on the pooled data. This
+module does that growth for one class (:func:`grow_tree`) or for every class of a round
+(:func:`grow_trees`, the softmax tree group: one independent tree per class, as XGBoost's
+``multi:softprob`` -- not the paper's summed-gain shared structure).
+
+Bins follow ``shared.splitting`` (bin ``b`` of feature ``j``: ``edges[j][b-1] <= x <
+edges[j][b]``; a dedicated ``missing_bin`` id for NaN, by default ``max_j len(edges[j]) + 1``).
+
+Algorithm (depth-wise, level by level):
+
+1. Every atom carries the position of its node in the current level (or -1 once it is in a leaf).
+2. One ``np.bincount`` per statistic builds the G/H/W histograms of *all nodes of the level and
+   all features at once*: the key of (atom, feature) is ``node * d * S + feature * S + slot``
+   with ``S = max_j n_j + 2`` slots per feature (present bins, padding, one missing slot). Large
+   levels are processed in feature blocks to bound memory. No Python loop touches atoms.
+3. Cumulative sums over present bins give, for every candidate "bins ``<= b`` go left"
+   (threshold ``edges[j][b]``), the present left sums; present right = present total - left;
+   the missing slot is added to the left (``default_left=True``) or to the right
+   (``default_left=False``).
+4. A candidate is valid iff both children hold atoms (``W > 0``), both have
+   ``H >= min_child_weight`` and its Eq. 1 gain (``gamma`` already subtracted) is finite;
+   the node splits iff the best valid gain is ``> 0``.
+5. Tie-break among exactly equal gains (deterministic, and XGBoost's own order -- its ``hist``
+   evaluator keeps the first of equal gains while scanning features in index order, each
+   feature first "forward" (missing right, bins ascending) then "backward" (missing left, bins
+   descending); assumption A4 of the paper asks for exactly this agreement):
+   (a) the lowest feature index; (b) missing-right (``default_left=False``) before missing-left;
+   (c) for missing-right the lowest bin, for missing-left the highest bin. Thus a node without
+   missing values (both directions tie) gets ``default_left=False`` like in XGBoost, and among
+   thresholds producing the same partition (empty bins) XGBoost's choice is made. The one
+   partition with two mirrored spellings, "missing vs all present values", is computed with
+   bit-identical sums both ways (step 3) and so resolves by the rule above (missing-right with
+   the lowest edge above every present value, when such an edge exists), not by rounding noise;
+   XGBoost computes the two spellings with different roundings.
+6. Children are numbered breadth-first (``TreeBuilder``: right = left + 1). Every node gets value
+   ``learning_rate * (-G / (H + lambda))`` (internal nodes too; inference reads only leaves) and
+   ``cover = H``. Node sums are ``np.bincount`` sums over the node's atoms.
+
+Numerics: float64 throughout. Gains are compared exactly (no epsilon): if the statistics are
+exactly representable sums (e.g. dyadic rationals) the result does not depend on summation
+order; otherwise, splits whose gains differ by ~1e-16 relative may be ordered differently by a
+computation that sums in another order (per-sample vs atoms, XGBoost's float32 gains, ...).
+
+Known differences from XGBoost 3.2 ``hist`` (same edges, same gradients):
+* ``gamma`` here is Eq. 1's; XGBoost's ``min_split_loss`` is twice it (see
+  :meth:`GrowthParams.from_xgboost`), and XGBoost also refuses loss changes ``<= 1e-6``.
+* XGBoost rounds gains to float32 before comparing, so near-ties (relative gap ~1e-7) can resolve
+  differently; its gradients are float32 too.
+* XGBoost gives a *root* whose Hessian is below ``min_child_weight`` weight 0; here it gets
+  ``-G/(H+lambda)`` like every node (children always satisfy ``min_child_weight``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from shared.model import Tree, TreeBuilder
+from shared.splitting import check_edges, default_missing_bin, leaf_weight, split_gain
+
+__all__ = ["GrownTree", "GrowthParams", "grow_tree", "grow_trees", "merge_atoms"]
+
+#: Upper bound on (active atoms x features in one block) per bincount call, to bound memory.
+BLOCK_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class GrowthParams:
+    """Tree-growth settings. ``gamma`` is Eq. 1's (half of XGBoost's ``min_split_loss``);
+    ``min_child_weight`` bounds each child's Hessian sum. Defaults are XGBoost's."""
+
+    max_depth: int = 6
+    reg_lambda: float = 1.0
+    gamma: float = 0.0
+    min_child_weight: float = 1.0
+    learning_rate: float = 0.3
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.max_depth, (int, np.integer)) and self.max_depth >= 0):
+            raise ValueError(f"max_depth must be an int >= 0, got {self.max_depth!r}")
+        for name in ("reg_lambda", "gamma", "min_child_weight", "learning_rate"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+
+    @classmethod
+    def from_xgboost(
+        cls,
+        *,
+        max_depth: int = 6,
+        reg_lambda: float = 1.0,
+        min_split_loss: float = 0.0,
+        min_child_weight: float = 1.0,
+        learning_rate: float = 0.3,
+    ) -> GrowthParams:
+        """The settings equivalent to XGBoost's parameters of the same names (``gamma`` halved)."""
+        return cls(
+            max_depth=max_depth,
+            reg_lambda=reg_lambda,
+            gamma=min_split_loss / 2.0,
+            min_child_weight=min_child_weight,
+            learning_rate=learning_rate,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class GrownTree:
+    """A grown tree plus per-node statistics (indexed by the tree's node ids).
+
+    ``tree``: scalar leaves (``n_outputs == 1``), ``cover`` = Hessian sums.
+    ``gain``: Eq. 1 gain (gamma subtracted) of each split, NaN at leaves; XGBoost's
+    ``loss_changes`` would be ``2 * (gain + gamma)``.
+    ``split_bin``: the bin ``b`` of each split ("bins <= b left"), -1 at leaves.
+    ``sum_grad``, ``sum_hess``, ``count``: node sums of G, H, W.
+    ``atom_leaf``: the leaf node each input atom ends in.
+    """
+
+    tree: Tree
+    gain: np.ndarray
+    split_bin: np.ndarray
+    sum_grad: np.ndarray
+    sum_hess: np.ndarray
+    count: np.ndarray
+    atom_leaf: np.ndarray
+
+
+class _Layout:
+    """Validated atom bins and the flat histogram slot of every (atom, feature)."""
+
+    def __init__(self, bins: ArrayLike, edges: Sequence[ArrayLike], missing_bin: int | None) -> None:
+        b = np.asarray(bins)
+        if b.ndim != 2:
+            raise ValueError(f"bins must be 2-D (atoms, features), got shape {b.shape}")
+        if b.dtype.kind not in "iu":
+            raise ValueError(f"bins must be integers, got dtype {b.dtype}")
+        self.edges = check_edges(edges)
+        self.n_atoms, self.d = b.shape
+        if len(self.edges) != self.d:
+            raise ValueError(f"{len(self.edges)} edge arrays for {self.d} features")
+        self.n_edges = np.array([e.shape[0] for e in self.edges], dtype=np.int64)
+        self.max_edges = int(self.n_edges.max(initial=0))
+        self.missing_bin = default_missing_bin(self.edges) if missing_bin is None else int(missing_bin)
+        if 0 <= self.missing_bin <= self.max_edges:
+            raise ValueError(
+                f"missing_bin {self.missing_bin} collides with present bin ids 0..{self.max_edges}"
+            )
+        b = b.astype(np.int64)
+        self.bins = b
+        self.missing = b == self.missing_bin
+        bad = ~self.missing & ((b < 0) | (b > self.n_edges[None, :]))
+        if bad.any():
+            a, j = (int(v[0]) for v in np.nonzero(bad))
+            raise ValueError(f"atom {a}: bin id {int(b[a, j])} of feature {j} is outside 0..{int(self.n_edges[j])}")
+        self.n_present = self.max_edges + 1  # present slots 0..max_edges
+        self.slots = self.n_present + 1  # plus the missing slot (index n_present)
+        self.slot = np.where(self.missing, self.n_present, b)  # (A, d)
+        # Candidate b (0..max_edges-1) exists for feature j iff b < n_edges[j].
+        self.candidate = np.arange(self.max_edges)[None, :] < self.n_edges[:, None]  # (d, max_edges)
+
+
+def _stats(values: ArrayLike, n: int, name: str, *, nonneg: bool) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},), got {v.shape}")
+    if not np.isfinite(v).all() or (nonneg and (v < 0).any()):
+        raise ValueError(f"{name} must be finite{' and >= 0' if nonneg else ''}")
+    return v
+
+
+def grow_tree(
+    bins: ArrayLike,
+    grad: ArrayLike,
+    hess: ArrayLike,
+    counts: ArrayLike | None,
+    edges: Sequence[ArrayLike],
+    params: GrowthParams,
+    *,
+    missing_bin: int | None = None,
+) -> GrownTree:
+    """Grow one tree from atoms: ``bins`` ``(A, d)`` ints, ``grad``/``hess``/``counts`` ``(A,)``
+    (``counts=None``: one sample per atom), ``edges`` one float array per feature."""
+    layout = _Layout(bins, edges, missing_bin)
+    return _grow(layout, grad, hess, counts, params)
+
+
+def grow_trees(
+    bins: ArrayLike,
+    grad: ArrayLike,
+    hess: ArrayLike,
+    counts: ArrayLike | None,
+    edges: Sequence[ArrayLike],
+    params: GrowthParams,
+    *,
+    missing_bin: int | None = None,
+) -> list[GrownTree]:
+    """One tree per class (column) of ``grad``/``hess`` ``(A, K)``, sharing the validated layout.
+    Tree ``k`` belongs to output ``k`` (``TreeEnsemble.tree_output``)."""
+    layout = _Layout(bins, edges, missing_bin)
+    g = np.asarray(grad, dtype=np.float64)
+    h = np.asarray(hess, dtype=np.float64)
+    if g.ndim != 2 or h.shape != g.shape:
+        raise ValueError(f"grad and hess must both have shape (atoms, classes), got {g.shape} and {h.shape}")
+    return [_grow(layout, g[:, k], h[:, k], counts, params) for k in range(g.shape[1])]
+
+
+def merge_atoms(
+    bins: ArrayLike, grad: ArrayLike, hess: ArrayLike, counts: ArrayLike | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Merge rows with identical bin-id vectors by summing their statistics (Alg. 1 step 14;
+    also Alg. 2 step 15 with per-sample rows and ``counts=None``). ``grad``/``hess`` are
+    ``(A,)`` or ``(A, K)``. Returns ``(keys, G, H, W)`` with keys sorted lexicographically."""
+    b = np.asarray(bins)
+    if b.ndim != 2 or b.dtype.kind not in "iu":
+        raise ValueError(f"bins must be a 2-D integer array, got {b.dtype} of shape {b.shape}")
+    n = b.shape[0]
+    g = np.asarray(grad, dtype=np.float64)
+    h = np.asarray(hess, dtype=np.float64)
+    if g.shape[:1] != (n,) or h.shape != g.shape or g.ndim not in (1, 2):
+        raise ValueError(f"grad/hess must have shape ({n},) or ({n}, K), got {g.shape} and {h.shape}")
+    w = np.ones(n) if counts is None else _stats(counts, n, "counts", nonneg=True)
+    keys, inverse = np.unique(b, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    m = keys.shape[0]
+
+    def total(v: np.ndarray) -> np.ndarray:
+        if v.ndim == 1:
+            return np.bincount(inverse, weights=v, minlength=m)
+        k = v.shape[1]
+        flat = (inverse[:, None] * k + np.arange(k)).ravel()
+        return np.bincount(flat, weights=v.ravel(), minlength=m * k).reshape(m, k)
+
+    return keys, total(g), total(h), total(w)
+
+
+def _grow(layout: _Layout, grad: ArrayLike, hess: ArrayLike, counts: ArrayLike | None, params: GrowthParams) -> GrownTree:
+    n_atoms = layout.n_atoms
+    g = _stats(grad, n_atoms, "grad", nonneg=False)
+    h = _stats(hess, n_atoms, "hess", nonneg=True)
+    w = np.ones(n_atoms) if counts is None else _stats(counts, n_atoms, "counts", nonneg=True)
+    lam, eta = params.reg_lambda, params.learning_rate
+
+    builder = TreeBuilder(0.0)
+    sums: dict[int, tuple[float, float, float]] = {}
+    gains: dict[int, float] = {}
+    split_bins: dict[int, int] = {}
+    atom_leaf = np.full(n_atoms, -1, dtype=np.int64)
+    position = np.zeros(n_atoms, dtype=np.int64)  # node position in the current level, -1 = done
+    frontier = np.zeros(1, dtype=np.int64)  # tree node ids of the current level
+
+    for depth in range(params.max_depth + 1):
+        n_level = frontier.shape[0]
+        active = np.flatnonzero(position >= 0)
+        pos = position[active]
+        node_g = np.bincount(pos, weights=g[active], minlength=n_level)
+        node_h = np.bincount(pos, weights=h[active], minlength=n_level)
+        node_w = np.bincount(pos, weights=w[active], minlength=n_level)
+        for i, node in enumerate(frontier.tolist()):
+            sums[node] = (float(node_g[i]), float(node_h[i]), float(node_w[i]))
+
+        best = None
+        if depth < params.max_depth and layout.max_edges > 0 and active.size:
+            best = _best_splits(layout, active, pos, n_level, g, h, w, params)
+        if best is None:
+            atom_leaf[active] = frontier[pos]
+            break
+        feature, bin_, default_left, gain = best
+        splits = gain > 0
+        # Children of the k-th splitting node sit at positions 2k (left) and 2k+1 (right).
+        rank = np.cumsum(splits) - 1
+        next_frontier = np.empty(2 * int(splits.sum()), dtype=np.int64)
+        for i in np.flatnonzero(splits).tolist():
+            node = int(frontier[i])
+            j, b = int(feature[i]), int(bin_[i])
+            left, right = builder.split(node, j, float(layout.edges[j][b]), default_left=bool(default_left[i]))
+            next_frontier[2 * rank[i]], next_frontier[2 * rank[i] + 1] = left, right
+            gains[node] = float(gain[i])
+            split_bins[node] = b
+
+        done = ~splits[pos]
+        atom_leaf[active[done]] = frontier[pos[done]]
+        moving = active[~done]
+        mpos = pos[~done]
+        j = feature[mpos]
+        value = layout.bins[moving, j]
+        go_left = np.where(layout.missing[moving, j], default_left[mpos], value <= bin_[mpos])
+        new_position = np.full(n_atoms, -1, dtype=np.int64)
+        new_position[moving] = 2 * rank[mpos] + np.where(go_left, 0, 1)
+        position = new_position
+        frontier = next_frontier
+        if frontier.size == 0:
+            break
+
+    n_nodes = builder.n_nodes
+    sum_grad = np.array([sums[i][0] for i in range(n_nodes)])
+    sum_hess = np.array([sums[i][1] for i in range(n_nodes)])
+    count = np.array([sums[i][2] for i in range(n_nodes)])
+    values = eta * leaf_weight(sum_grad, sum_hess, lam) + 0.0  # no -0.0
+    for node in range(n_nodes):
+        builder.set_value(node, values[node], cover=max(sum_hess[node], 0.0))
+    gain_arr = np.full(n_nodes, np.nan)
+    bin_arr = np.full(n_nodes, -1, dtype=np.int64)
+    for node, value in gains.items():
+        gain_arr[node] = value
+        bin_arr[node] = split_bins[node]
+    return GrownTree(
+        tree=builder.build(),
+        gain=gain_arr,
+        split_bin=bin_arr,
+        sum_grad=sum_grad,
+        sum_hess=sum_hess,
+        count=count,
+        atom_leaf=atom_leaf,
+    )
+
+
+def _histograms(
+    layout: _Layout, active: np.ndarray, pos: np.ndarray, n_level: int, stats: tuple[np.ndarray, ...]
+) -> list[np.ndarray]:
+    """Per-level histograms ``(n_level, d, S)`` of each statistic, by flattened bincount."""
+    d, slots = layout.d, layout.slots
+    out = [np.empty((n_level, d, slots)) for _ in stats]
+    block = max(1, BLOCK_ELEMENTS // max(1, active.size))
+    for start in range(0, d, block):
+        stop = min(d, start + block)
+        width = stop - start
+        key = (pos[:, None] * (width * slots) + np.arange(width) * slots + layout.slot[active, start:stop]).ravel()
+        size = n_level * width * slots
+        for target, v in zip(out, stats):
+            hist = np.bincount(key, weights=np.repeat(v[active], width), minlength=size)
+            target[:, start:stop, :] = hist.reshape(n_level, width, slots)
+    return out
+
+
+def _best_splits(
+    layout: _Layout,
+    active: np.ndarray,
+    pos: np.ndarray,
+    n_level: int,
+    g: np.ndarray,
+    h: np.ndarray,
+    w: np.ndarray,
+    params: GrowthParams,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Best split of every node of a level: (feature, bin, default_left, gain), gain -inf if none."""
+    n_cand, present = layout.max_edges, layout.n_present
+    hist_g, hist_h, hist_w = _histograms(layout, active, pos, n_level, (g, h, w))
+
+    def sides(hist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Left and right sums, each (n_level, d, 2, n_cand); [..., 0, b]: missing right,
+        [..., 1, b]: missing left. Right = (present total - present left) + missing, so the two
+        spellings of the split "missing vs all present" (missing left below every present value,
+        missing right above them) get bit-identical sums, hence gains, and the tie-break decides."""
+        cum = np.cumsum(hist[:, :, :present], axis=2)
+        left = cum[:, :, :n_cand]
+        right = cum[:, :, -1:] - left
+        miss = hist[:, :, present][:, :, None]
+        return np.stack([left, left + miss], axis=2), np.stack([right + miss, right], axis=2)
+
+    (gl, gr), (hl, hr), (wl, wr) = sides(hist_g), sides(hist_h), sides(hist_w)
+    gain = split_gain(gl, hl, gr, hr, params.reg_lambda, params.gamma)
+    mcw = params.min_child_weight
+    valid = (
+        layout.candidate[None, :, None, :]
+        & (wl > 0)
+        & (wr > 0)
+        & (hl >= mcw)
+        & (hr >= mcw)
+        & np.isfinite(gain)
+    )
+    gain = np.where(valid, gain, -np.inf)
+    # Tie-break order along the flattened axis: feature, then direction (missing right first),
+    # then bins ascending for missing-right and descending for missing-left; argmax keeps the first.
+    ordered = np.concatenate([gain[:, :, :1, :], gain[:, :, 1:, ::-1]], axis=2).reshape(n_level, -1)
+    k = np.argmax(ordered, axis=1)
+    best_gain = ordered[np.arange(n_level), k]
+    feature, rest = np.divmod(k, 2 * n_cand)
+    direction, offset = np.divmod(rest, n_cand)
+    bin_ = np.where(direction == 0, offset, n_cand - 1 - offset)
+    return feature, bin_, direction == 1, best_gain
