@@ -1,4 +1,5 @@
 """The gateway side: signal pipeline, labelled window store, federated participant, on-device inference.
 
-Runs on a Raspberry Pi with the edge dependencies only (numpy, scipy, paho-mqtt, cbor2, pyserial).
+Runs on a Raspberry Pi with the edge dependencies only (numpy, paho-mqtt, cbor2, pyserial); the runtime
+path imports no scipy (a test checks it): scipy.signal alone costs ~100 MB of RSS.
 """

@@ -1,4 +1,4 @@
-"""TIFEX-style window features (per channel) and ECG heart-rate features, pure numpy/scipy.
+"""TIFEX-style window features (per channel) and ECG heart-rate features, pure numpy (no SciPy on the gateway).
 
 Public API::
 

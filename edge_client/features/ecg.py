@@ -1,17 +1,28 @@
 """R-peak detection and heart-rate / RR features from the raw ECG of one window.
 
-Why a detector of our own: the gateway may import only numpy/scipy, and the window is short
-(4 s, 3-8 beats), so the classic Pan-Tompkins (1985) learning phase over the first 2 s of a
-recording does not exist. The detector keeps Pan-Tompkins' signal chain and decision rules
+Why a detector of our own: the gateway may import only numpy (SciPy's ~108 MB of RSS does not
+fit its 80 MB budget; test_features_imports checks that no scipy module is loaded), and the
+window is short (4 s, 3-8 beats), so the classic Pan-Tompkins (1985) learning phase over the
+first 2 s of a recording does not exist. The detector keeps Pan-Tompkins' signal chain and decision rules
 and replaces the learning phase by levels estimated from the window itself:
 
 1. non-finite samples repaired (cleaning.fill_missing);
-2. band-pass 5-15 Hz (2nd-order Butterworth, zero-phase ``sosfiltfilt``: the whole window is
-   available, and zero phase keeps the QRS where it is) - keeps the QRS, removes baseline
-   wander and mains/EMG noise above 15 Hz, attenuates the slower P and T waves;
+2. band-pass 5-15 Hz (2nd-order Butterworth, zero phase: the whole window is available, and zero
+   phase keeps the QRS where it is) - keeps the QRS, removes baseline wander and mains/EMG noise
+   above 15 Hz, attenuates the slower P and T waves. Applied in the frequency domain: one FFT of
+   the window, multiplied by the squared magnitude ``1 / (1 + r**4)`` of the digital Butterworth
+   band-pass (``r = (t**2 - t1 t2) / (t (t2 - t1))``, ``t = tan(pi f / fs)``, ``t1``, ``t2`` the
+   band edges' ``t``) - the steady-state response of SciPy's forward-backward ``sosfiltfilt``
+   with ``butter(2, band, 'bandpass')``, without a per-sample recursion (a Python loop at 2048 Hz
+   would not fit the gateway's CPU budget; both bands of a 4 s window cost ~0.15 ms at 250 Hz,
+   ~0.6 ms at 2048 Hz). The window is mean-removed and extended on both sides by 1 s of odd reflection
+   (as ``sosfiltfilt``'s padding, longer), and the FFT's circular wrap is bridged by a straight
+   line (the band-pass removes ramps); the 1-40 Hz band of step 7 comes from the same FFT;
 3. five-point derivative, squared, moving-window integration over 150 ms (one QRS width);
 4. candidates: local maxima of the integrated signal at least 200 ms apart (refractory period:
-   no heart beats faster than 300 bpm);
+   no heart beats faster than 300 bpm) - ``scipy.signal.find_peaks(distance=...)``'s rule in
+   numpy: a flat top counts once, at its middle; the higher of two close maxima wins (on equal
+   heights the later one), suppressing all others within the distance;
 5. adaptive threshold, candidate by candidate (a loop over the few candidates, not over
    samples): SPKI/NPKI running signal/noise peak levels (update weight 1/8), threshold
    NPKI + (SPKI - NPKI) / 4; initial levels SPKI = half the 90th percentile and NPKI = half the
@@ -42,7 +53,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy import signal as sp_signal
 
 from edge_client.features.cleaning import fill_missing
 
@@ -57,6 +67,8 @@ EDGE_GUARD_S = 0.050
 SEARCHBACK_RR = 1.66
 FLOOR_OF_LARGEST = 0.05
 MIN_DURATION_S = 0.5
+BAND_PASS_ORDER = 2
+FILTER_PAD_S = 1.0
 
 ECG_FEATURES = ("ecg_n_beats", "ecg_hr_mean_bpm", "ecg_hr_min_bpm", "ecg_hr_max_bpm", "ecg_rr_mean_ms",
                 "ecg_sdnn_ms", "ecg_rmssd_ms")
@@ -67,9 +79,83 @@ def ecg_feature_names() -> list[str]:
     return list(ECG_FEATURES)
 
 
+def _fft_size(m: int) -> int:
+    """The smallest 5-smooth number (2^a 3^b 5^c) >= m: a fast FFT length close to m."""
+    best = 1 << max(0, m - 1).bit_length()
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            q = p35
+            while q < m:
+                q *= 2
+            best = min(best, q)
+            p35 *= 3
+        p5 *= 5
+    return best
+
+
 @functools.lru_cache(maxsize=32)
-def _band_pass(low_hz: float, high_hz: float, fs: float) -> np.ndarray:
-    return sp_signal.butter(2, [low_hz, min(high_hz, 0.45 * fs)], btype="bandpass", fs=fs, output="sos")
+def _zero_phase_gain(n_fft: int, fs: float, low_hz: float, high_hz: float) -> np.ndarray:
+    """|H(f)|^2 of the digital Butterworth band-pass of order ``BAND_PASS_ORDER`` on the rfft bins.
+
+    The bilinear design maps the analog band-pass ``s -> (s^2 + w1 w2) / (s (w2 - w1))`` of a
+    Butterworth prototype ``1 / (1 + W^(2N))`` with pre-warped edges ``w = tan(pi f_edge / fs)``
+    (any common scale cancels); squared because the filter is applied forward and backward.
+    """
+    high_hz = min(high_hz, 0.45 * fs)
+    t = np.tan(np.pi * np.fft.rfftfreq(n_fft, 1.0 / fs) / fs)
+    t1, t2 = np.tan(np.pi * low_hz / fs), np.tan(np.pi * high_hz / fs)
+    gain = np.zeros_like(t)
+    inside = t > 0  # DC: the band-pass's zero
+    ratio = (t[inside] ** 2 - t1 * t2) / (t[inside] * (t2 - t1))
+    gain[inside] = 1.0 / (1.0 + ratio ** (2 * BAND_PASS_ORDER))
+    gain.flags.writeable = False
+    return gain
+
+
+def _band_passed(x: np.ndarray, fs: float, bands: tuple[tuple[float, float], ...]) -> list[np.ndarray]:
+    """``x`` through each zero-phase band-pass in ``bands`` (step 2 of the module docstring), one FFT for all."""
+    n = x.size
+    pad = min(n - 1, round(FILTER_PAD_S * fs))
+    centred = x - x.mean()
+    extended = np.concatenate((2 * centred[0] - centred[pad:0:-1], centred,
+                               2 * centred[-1] - centred[-2:-pad - 2:-1]))
+    n_fft = _fft_size(extended.size)
+    buffer = np.empty(n_fft)
+    buffer[:extended.size] = extended
+    gap = n_fft - extended.size
+    buffer[extended.size:] = extended[-1] + (extended[0] - extended[-1]) * np.arange(1, gap + 1) / (gap + 1)
+    spectrum = np.fft.rfft(buffer)
+    return [np.fft.irfft(spectrum * _zero_phase_gain(n_fft, fs, low, high), n_fft)[pad:pad + n]
+            for low, high in bands]
+
+
+def _local_maxima(x: np.ndarray, distance: int) -> np.ndarray:
+    """Indices of the local maxima of ``x`` at least ``distance`` samples apart (step 4).
+
+    A maximum is a sample (or the middle of a flat run, rounded down) with a lower neighbour on
+    each side; the first and last samples never are. Then, highest first (on equal heights the
+    later one), each kept maximum removes the others closer than ``distance``.
+    """
+    step = np.diff(x)
+    changes = np.flatnonzero(step)
+    if changes.size < 2:
+        return np.zeros(0, dtype=np.int64)
+    rising = step[changes[:-1]] > 0
+    falling = step[changes[1:]] < 0
+    j = np.flatnonzero(rising & falling)
+    peaks = ((changes[j] + 1 + changes[j + 1]) // 2).astype(np.int64)
+    if distance <= 1 or peaks.size < 2:
+        return peaks
+    keep = np.ones(peaks.size, dtype=bool)
+    lower = np.searchsorted(peaks, peaks - distance, side="right")
+    upper = np.searchsorted(peaks, peaks + distance, side="left")
+    for i in np.argsort(x[peaks], kind="stable")[::-1].tolist():
+        if keep[i]:
+            keep[lower[i]:i] = False
+            keep[i + 1:upper[i]] = False
+    return peaks[keep]
 
 
 def _check_rate(fs: float) -> float:
@@ -138,7 +224,7 @@ def detect_r_peaks(signal: np.ndarray, fs: float) -> np.ndarray:
     n = x.size
     if n < MIN_DURATION_S * fs or x.max() == x.min():
         return np.zeros(0, dtype=np.int64)
-    qrs = sp_signal.sosfiltfilt(_band_pass(*QRS_BAND_HZ, fs), x)
+    qrs, located = _band_passed(x, fs, (QRS_BAND_HZ, LOCATE_BAND_HZ))
     slope = np.convolve(qrs, np.array([1.0, 2.0, 0.0, -2.0, -1.0]) * (fs / 8.0), mode="same")
     energy = slope * slope
     width = max(1, int(round(INTEGRATION_S * fs)))
@@ -147,7 +233,7 @@ def detect_r_peaks(signal: np.ndarray, fs: float) -> np.ndarray:
     upper = np.clip(index - width // 2 + width, 0, n)
     lower = np.clip(index - width // 2, 0, n)
     integrated = (cumulative[upper] - cumulative[lower]) / width
-    positions, _ = sp_signal.find_peaks(integrated, distance=max(1, int(round(REFRACTORY_S * fs))))
+    positions = _local_maxima(integrated, max(1, int(round(REFRACTORY_S * fs))))
     if positions.size == 0:
         return np.zeros(0, dtype=np.int64)
     heights = integrated[positions]
@@ -156,7 +242,6 @@ def detect_r_peaks(signal: np.ndarray, fs: float) -> np.ndarray:
     beats = _search_back(beats, positions, heights, thresholds)
     if not beats:
         return np.zeros(0, dtype=np.int64)
-    located = sp_signal.sosfiltfilt(_band_pass(*LOCATE_BAND_HZ, fs), x)
     reach = int(round(APEX_SEARCH_S * fs))
     around = np.clip(positions[beats][:, None] + np.arange(-reach, reach + 1), 0, n - 1)
     segments = located[around]

@@ -18,7 +18,7 @@ from edge_client.features.channel import channel_feature_names
 from edge_client.features.ecg import ecg_feature_names
 from firmware_bridge.descriptors import SensorDescriptor
 
-FEATURE_SET_VERSION = "wheelfed-tifex-1"
+FEATURE_SET_VERSION = "wheelfed-tifex-2"
 
 
 def require_unique_sensors(descriptors: Sequence[SensorDescriptor]) -> None:

@@ -1,4 +1,4 @@
-"""One sensor's path from timestamped chunks to grid samples: timebase, segments, filter, resampler.
+"""One sensor's path from timestamped chunks to grid samples: timebase, segments, resampler, filter.
 
 Timebase
     A chunk's timestamp is that of its first sample; the samples inside follow at the nominal
@@ -13,12 +13,20 @@ Timebase
     * otherwise nothing: timestamp jitter and rounding are ignored.
 
 Segments
-    A segment is a stretch of contiguous, finite samples; the filter and resampler run within it
+    A segment is a stretch of contiguous, finite samples; the resampler and filter run within it
     and restart at the next one. Segments end at gaps, at an explicit ``gap()``, and at non-finite
-    samples: a NaN from a float32 sensor would otherwise poison the IIR state for the rest of the
-    session, so a run of NaN/inf rows is treated like lost samples (the timebase continues through
-    it). Each sample *owns* the interval ``[t_n, t_n + 1/fs)``; a segment covers the union, and the
-    window assembler emits a window only if one segment of every sensor covers it entirely.
+    samples: a NaN from a float32 sensor would reach every resampler output whose FIR touches it
+    and from there poison the IIR state for the rest of the session, so a run of NaN/inf rows is
+    treated like lost samples (the timebase continues through it). Each sample *owns* the interval
+    ``[t_n, t_n + 1/fs)``; a segment covers the union, and the window assembler emits a window only
+    if one segment of every sensor covers it entirely.
+
+Order of the stages
+    Resampler first (its FIR is the anti-aliasing filter), then the Butterworth on the 20 Hz
+    outputs — the reverse of FedSCS-XGB's order, so that the recursive filter runs at 20 Hz in
+    numpy; why, and what it changes, is in ``filters.py``. The filter starts (steady state) on the
+    segment's first grid output and filters every output of the segment, including grid instants
+    later dropped after a backward clock step, so its state never depends on what was delivered.
 
 What is reported
     Grid samples tagged with their segment id (grid index ``k`` strictly increasing per sensor:
@@ -42,7 +50,7 @@ import numpy as np
 from firmware_bridge.descriptors import SensorDescriptor
 
 from .config import PipelineConfig
-from .filters import StreamingLowPass, lowpass_sos
+from .filters import StreamingLowPass, stage_sos
 from .resample import StreamResampler, exact_rate
 
 log = logging.getLogger(__name__)
@@ -82,10 +90,11 @@ class SensorStream:
         self._gap_us = self._sample_us * Fraction(config.gap_tolerance_periods)
         self._resync_us = self._sample_us * Fraction(config.resync_tolerance_periods)
         cutoff = config.cutoff_for(descriptor.kind)
-        sos = lowpass_sos(descriptor.sample_rate_hz, cutoff, config.filter_order)
+        sos = stage_sos(descriptor.sample_rate_hz, config.target_rate_hz, cutoff, config.filter_order)
         if sos is None:
-            log.info("low-pass skipped: cut-off at or above Nyquist",
-                     extra={"sensor": self.name, "fs_hz": descriptor.sample_rate_hz, "cutoff_hz": cutoff})
+            log.info("low-pass skipped: cut-off at or above the sensor's or the grid's Nyquist",
+                     extra={"sensor": self.name, "fs_hz": descriptor.sample_rate_hz,
+                            "grid_hz": config.target_rate_hz, "cutoff_hz": cutoff})
         self.lowpass = StreamingLowPass(sos, descriptor.n_channels)
         self.resampler = StreamResampler(descriptor.sample_rate_hz, config.target_rate_hz, config.period_us)
         self._clock: tuple[int, int] | None = None  # (sample index, time_us) anchor
@@ -170,26 +179,30 @@ class SensorStream:
             self._segment, self._next_segment_id = self._next_segment_id, self._next_segment_id + 1
             self._segment_start = first_index
             t0 = self._time_of(first_index)
-            self.lowpass.start(x[0])
-            y = self.lowpass.process(x)
-            self.resampler.start(t0, y[0])
+            self.resampler.start(t0, x[0])
             self._known_before(t0)
-        else:
-            y = self.lowpass.process(x)
         self._segment_end = first_index + len(x)
-        self._collect(*self.resampler.push(y), update)
+        self._collect(*self._filtered(*self.resampler.push(x)), update)
         if self.keeps_raw:
             update.raw.append((self._segment, self._raw_times(first_index, len(x)), x.copy()))
 
     def _end_segment(self, update: StreamUpdate) -> None:
         if self._segment is None:
             return
-        self._collect(*self.resampler.finish(), update)
+        self._collect(*self._filtered(*self.resampler.finish()), update)
         self.lowpass.reset()
         end = self._time_of(self._segment_end)
         update.ended.append((self._segment, end))
         self._known_before(end)
         self._segment = None
+
+    def _filtered(self, ks: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The low-pass over the segment's grid outputs, started on its first one."""
+        if len(values) == 0:
+            return ks, values
+        if not self.lowpass.started:
+            self.lowpass.start(values[0])
+        return ks, self.lowpass.process(values)
 
     def _collect(self, ks: np.ndarray, values: np.ndarray, update: StreamUpdate) -> None:
         if self._last_k is not None and len(ks) and ks[0] <= self._last_k:

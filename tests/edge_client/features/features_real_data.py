@@ -1,8 +1,9 @@
 """Real recordings for the feature tests, loaded straight from the packages that bundle them.
 
 - seglearn's smartwatch set (50 Hz, ax ay az [g], wx wy wz) brought to the pipeline's form the
-  way edge_client.pipeline does it: causal 5th-order Butterworth low-pass at 5 Hz, resampled to
-  20 Hz (``resample_poly`` 2/5), cut into 80-sample windows with a 40-sample step.
+  way edge_client.pipeline does it: resampled to 20 Hz (``resample_poly`` 2/5, edge-padded like the
+  pipeline's resampler), then the causal 5th-order Butterworth low-pass at 5 Hz on the 20 Hz
+  samples (steady-state start), cut into 80-sample windows with a 40-sample step.
 - ECG: pyhrv SampleECG.txt (1000 Hz, BITalino ADC, column 6) and pyphysio medical.txt.bz2
   (2048 Hz, column 0 = ECG of "ecg, eda, bvp, resp"; ``np.loadtxt`` gives the same array as
   ``np.genfromtxt`` three times faster).
@@ -38,10 +39,11 @@ def watch_series() -> tuple[np.ndarray, ...]:
 
 
 def to_pipeline_rate(series: np.ndarray) -> np.ndarray:
-    sos = signal.butter(5, 5.0, fs=WATCH_RATE_HZ, output="sos")
-    zi = signal.sosfilt_zi(sos)[:, :, None] * series[0]
-    low, _ = signal.sosfilt(sos, series, axis=0, zi=zi)
-    return signal.resample_poly(low, 2, 5, axis=0)
+    resampled = signal.resample_poly(series, 2, 5, axis=0, padtype="edge")
+    sos = signal.butter(5, 5.0, fs=RATE_HZ, output="sos")
+    zi = signal.sosfilt_zi(sos)[:, :, None] * resampled[0]
+    low, _ = signal.sosfilt(sos, resampled, axis=0, zi=zi)
+    return low
 
 
 def watch_windows(series_indices: tuple[int, ...] = (0, 17, 63, 101)) -> np.ndarray:

@@ -16,6 +16,7 @@ from hypothesis.extra import numpy as hnp
 from scipy import signal
 
 from edge_client.features import detect_r_peaks, ecg_feature_names, ecg_features
+from edge_client.features.ecg import LOCATE_BAND_HZ, QRS_BAND_HZ, _band_passed, _fft_size, _local_maxima
 from tests.edge_client.features.features_ecg_reference import MEDICAL_R_PEAKS, PYHRV_R_PEAKS
 from tests.edge_client.features.features_real_data import medical_ecg, pyhrv_ecg
 
@@ -71,6 +72,52 @@ def test_detector_holds_for_inverted_leads_and_wearable_rates(variant: str) -> N
         fs = rate
     errors = [abs(hr - ref) for hr, ref, _, _ in windowed_hr(ecg, fs, reference)]
     assert max(errors) <= HR_TOLERANCE_BPM
+
+
+@pytest.mark.parametrize("name", RECORDINGS)
+@pytest.mark.parametrize("rate", [None, 250.0])
+def test_frequency_domain_band_pass_is_scipys_zero_phase_butterworth(name: str, rate: float | None) -> None:
+    """Away from the ends (where any zero-phase filter must guess), the FFT band-pass equals
+    ``sosfiltfilt(butter(2, band, 'bandpass'))`` on the real records, at their own rate and at 250 Hz."""
+    ecg, fs, _ = load(name)
+    if rate is not None:
+        ecg, fs = signal.resample_poly(ecg, int(rate), int(fs)), rate
+    bands = (QRS_BAND_HZ, LOCATE_BAND_HZ)
+    got = _band_passed(ecg, fs, bands)
+    margin = int(5 * fs)
+    for band, filtered in zip(bands, got):
+        sos = signal.butter(2, [band[0], min(band[1], 0.45 * fs)], btype="bandpass", fs=fs, output="sos")
+        want = signal.sosfiltfilt(sos, ecg)
+        assert filtered.shape == ecg.shape
+        assert np.abs(filtered - want)[margin:-margin].max() <= 1e-9 * np.abs(want).max()
+
+
+@settings(max_examples=100, deadline=None)
+@given(x=hnp.arrays(np.float64, st.integers(0, 400), elements=st.one_of(
+           st.floats(-1e3, 1e3, allow_nan=False), st.integers(-3, 3).map(float))),
+       distance=st.integers(1, 40))
+def test_candidate_search_is_scipys_find_peaks_with_a_distance(x: np.ndarray, distance: int) -> None:
+    """Plateaus, edges and the distance rule as ``scipy.signal.find_peaks``. On equal heights SciPy's
+    order is its sort's (not specified); ours is defined: the later maximum wins."""
+    got = _local_maxima(x, distance)
+    all_peaks, _ = signal.find_peaks(x)
+    assert got.dtype == np.int64 and np.all(np.diff(got) >= distance)
+    assert np.isin(got, all_peaks).all()
+    if len(np.unique(x[all_peaks])) == len(all_peaks):
+        np.testing.assert_array_equal(got, signal.find_peaks(x, distance=distance)[0])
+    tie = np.array([0.0, 2.0, 0.0, 1.0, 0.0, 2.0, 0.0])
+    np.testing.assert_array_equal(_local_maxima(tie, 5), [5])
+
+
+def test_fft_lengths_are_5_smooth_and_tight() -> None:
+    for m in [1, 2, 7, 97, 1000, 8191, 12288, 12289, 100_003]:
+        n = _fft_size(m)
+        assert n >= m
+        k = n
+        for p in (2, 3, 5):
+            while k % p == 0:
+                k //= p
+        assert k == 1 and n < 1.25 * m + 2
 
 
 def test_a_gap_of_missing_samples_between_beats_does_not_change_the_rate() -> None:

@@ -18,7 +18,8 @@ N_FEATURES = len(NAMES)
 
 #: The versioned feature list. Changing it (names, order, definitions) needs a new FEATURE_SET_VERSION.
 PINNED = {
-    "wheelfed-tifex-1": [
+    # version 2 = version 1's list; the values changed because the pipeline now low-passes at 20 Hz
+    "wheelfed-tifex-2": [
         "mean", "std", "var", "median", "min", "max", "skewness", "kurtosis",
         "abs_sum_of_changes", "mean_change", "mean_abs_change",
         "longest_strike_above_mean", "longest_strike_below_mean", "sample_entropy", "cid_ce",

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.signal import sosfreqz
+from scipy.signal import butter, sosfilt, sosfilt_zi, sosfreqz
 
-from edge_client.pipeline import PipelineConfig, WindowAssembler, lowpass_sos, windows_from_arrays
+from edge_client.pipeline import PipelineConfig, StreamResampler, WindowAssembler, stage_sos, windows_from_arrays
 from tests.edge_client.pipeline.pipeline_data import (
     assert_windows_identical,
     chunk_time,
@@ -127,13 +127,35 @@ def test_raw_ecg_is_the_unfiltered_input_inside_the_window_span() -> None:
     assert max(np.abs(np.diff(w.data["ecg"][:, 0])).max() for w in ws) < 0.2 * np.ptp(x)
 
 
-def _expected(tau_us: np.ndarray, comps: list[tuple[float, float, float]], sos: np.ndarray | None,
-              fs: float) -> np.ndarray:
-    """Steady-state output for a sum of sinusoids: each through the sensor's low-pass (FIR gain ~1)."""
+@pytest.mark.parametrize(("kind", "filtered"), [("imu", True), ("wheel_imu", False)])
+def test_windows_are_the_resampler_output_through_scipys_butterworth_at_20_hz(kind: str, filtered: bool) -> None:
+    """The design's oracle, bit for bit: a window holds ``StreamResampler``'s 20 Hz outputs of the raw
+    samples, filtered by ``scipy.signal.sosfilt`` with ``butter(5, 5, fs=20)`` from the steady state
+    of the first output — or, for the wheel IMU (10 Hz cut-off = the grid's Nyquist), unfiltered."""
+    x = watch_series()[1]
+    t0 = EPOCH_US + 4_321
+    ws = windows_from_arrays([imu(kind=kind)], {"watch": (t0, x)})
+    r = StreamResampler(50.0, 20.0, 50_000)
+    r.start(t0, x[0])
+    parts = [r.push(x), r.finish()]
+    k = np.concatenate([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    if filtered:
+        sos = butter(5, 5.0, fs=20.0, output="sos")
+        y, _ = sosfilt(sos, y, axis=0, zi=sosfilt_zi(sos)[:, :, None] * y[0][None, None, :])
+    assert len(ws) >= 20
+    for w in ws:
+        i = w.start_us // 50_000 - int(k[0])
+        assert w.data["watch"].tobytes() == y[i : i + 80].tobytes()
+
+
+def _expected(tau_us: np.ndarray, comps: list[tuple[float, float, float]], sos: np.ndarray | None) -> np.ndarray:
+    """Steady-state output for a sum of sinusoids: each through the sensor's low-pass on the 20 Hz grid
+    (scipy's frequency response of the designed sections; FIR gain ~1)."""
     t = (tau_us - EPOCH_US) / 1e6
     out = np.zeros(len(tau_us))
     for amp, f, ph in comps:
-        h = 1.0 + 0j if sos is None else sosfreqz(sos, worN=[f], fs=fs)[1][0]
+        h = 1.0 + 0j if sos is None else sosfreqz(sos, worN=[f], fs=20.0)[1][0]
         out += amp * abs(h) * np.sin(2 * np.pi * f * t + ph + np.angle(h))
     return out
 
@@ -141,9 +163,10 @@ def _expected(tau_us: np.ndarray, comps: list[tuple[float, float, float]], sos: 
 def test_imu_ecg_and_pressure_mat_at_different_rates_align_on_one_grid() -> None:
     """A 50 Hz IMU, a 250 Hz ECG and a 10 Hz pressure mat, started at unrelated microseconds, sense the
     same slow motion. Every window holds all three, and each sensor's 20 Hz samples equal the motion
-    at the window's grid instants (through that sensor's own low-pass: the mat's 10 Hz rate leaves
-    its 5 Hz cut-off at Nyquist, so it is not low-passed). An error of 1 ms in any sensor's placement
-    would show as ~6e-3 on the 1.9 Hz component; the tolerance is 3e-3 (FIR ripple ~1.4e-3 x 1.5)."""
+    at the window's grid instants (through that sensor's low-pass, which runs on the 20 Hz grid:
+    the mat's 10 Hz rate leaves its 5 Hz cut-off at its own Nyquist, so it is not low-passed). An
+    error of 1 ms in any sensor's placement would show as ~6e-3 on the 1.9 Hz component; the
+    tolerance is 3e-3 (FIR ripple ~1.4e-3 x 1.5)."""
     sensors = {"watch": (imu(), 50.0, 7_919), "ecg": (ecg(rate_hz=250.0), 250.0, 1_001),
                "mat": (pressure(), 10.0, 63_333)}
     duration_s = 40
@@ -164,11 +187,11 @@ def test_imu_ecg_and_pressure_mat_at_different_rates_align_on_one_grid() -> None
         if w.end_us > EPOCH_US + (duration_s - 1) * 1_000_000:
             continue  # the last window reaches into the end-of-data hold extension (flush)
         for name, (desc, fs, _) in sensors.items():
-            sos = lowpass_sos(fs, cfg.cutoff_for(desc.kind), cfg.filter_order)
+            sos = stage_sos(fs, cfg.target_rate_hz, cfg.cutoff_for(desc.kind), cfg.filter_order)
+            assert (sos is None) == (name == "mat")
             for c, comps in enumerate(comps_of[name]):
-                worst = max(worst, float(np.abs(w.data[name][:, c] - _expected(tau, comps, sos, fs)).max()))
+                worst = max(worst, float(np.abs(w.data[name][:, c] - _expected(tau, comps, sos)).max()))
     assert worst < 3e-3
-    assert lowpass_sos(10.0, cfg.cutoff_for("pressure"), 5) is None
 
 
 def test_batch_helper_needs_exactly_the_described_sensors() -> None:
