@@ -109,6 +109,11 @@ def _check_uint(name: str, value: int, bound: int) -> None:
         raise FrameError(f"{name} {value} is outside 0..{bound - 1}")
 
 
+def _check_header(seq: int, timestamp_us: int) -> None:
+    _check_uint("seq", seq, _U32)
+    _check_uint("timestamp_us", timestamp_us, _U64)
+
+
 @dataclass(frozen=True, eq=False)
 class SampleFrame:
     """``samples`` is (n_samples, n_channels) in the sensor's raw dtype (int16 or float32)."""
@@ -120,8 +125,7 @@ class SampleFrame:
 
     def __post_init__(self) -> None:
         _check_uint("sensor_id", self.sensor_id, 256)
-        _check_uint("seq", self.seq, _U32)
-        _check_uint("timestamp_us", self.timestamp_us, _U64)
+        _check_header(self.seq, self.timestamp_us)
         s = self.samples
         if not isinstance(s, np.ndarray) or s.ndim != 2 or s.shape[0] < 1 or not 1 <= s.shape[1] <= 64:
             raise FrameError("samples must be a 2-D array (n_samples >= 1, 1..64 channels)")
@@ -152,8 +156,7 @@ class DescriptorFrame:
     timestamp_us: int = 0
 
     def __post_init__(self) -> None:
-        _check_uint("seq", self.seq, _U32)
-        _check_uint("timestamp_us", self.timestamp_us, _U64)
+        _check_header(self.seq, self.timestamp_us)
 
     @property
     def sensor_id(self) -> int:
@@ -189,8 +192,7 @@ class AnnotationFrame:
     timestamp_us: int = 0
 
     def __post_init__(self) -> None:
-        _check_uint("seq", self.seq, _U32)
-        _check_uint("timestamp_us", self.timestamp_us, _U64)
+        _check_header(self.seq, self.timestamp_us)
 
     @property
     def sensor_id(self) -> int:

@@ -100,6 +100,12 @@ def _weights(weight: ArrayLike | None, n: int) -> np.ndarray:
     return w
 
 
+def _mean_stats(t: np.ndarray, weight: ArrayLike | None) -> np.ndarray:
+    """``[sum w*t, sum w]``: what a weighted mean of labels needs, additive across clients."""
+    w = _weights(weight, t.shape[0])
+    return np.array([np.dot(w, t), w.sum()], dtype=np.float64)
+
+
 def _base_mode(mode: str) -> None:
     if mode not in _BASE_MODES:
         raise ValueError(f"mode must be one of {_BASE_MODES}, got {mode!r}")
@@ -260,9 +266,7 @@ class Logistic:
 
     def base_score_stats(self, y: ArrayLike, weight: ArrayLike | None = None) -> np.ndarray:
         """Additive statistic ``[sum w*y, sum w]``."""
-        t = self._labels(y, None)
-        w = _weights(weight, t.shape[0])
-        return np.array([np.dot(w, t), w.sum()], dtype=np.float64)
+        return _mean_stats(self._labels(y, None), weight)
 
     def base_score(self, stats: ArrayLike | None = None, *, mode: str = "zero") -> np.ndarray:
         """Initial margin ``(1,)``: 0, or ``logit(mean y)`` (``mode="average"``)."""
@@ -305,9 +309,7 @@ class SquaredError:
 
     def base_score_stats(self, y: ArrayLike, weight: ArrayLike | None = None) -> np.ndarray:
         """Additive statistic ``[sum w*y, sum w]``."""
-        t = _real_labels(y, None)
-        w = _weights(weight, t.shape[0])
-        return np.array([np.dot(w, t), w.sum()], dtype=np.float64)
+        return _mean_stats(_real_labels(y, None), weight)
 
     def base_score(self, stats: ArrayLike | None = None, *, mode: str = "zero") -> np.ndarray:
         """Initial margin ``(1,)``: 0, or the weighted mean of ``y`` (``mode="average"``)."""
