@@ -274,6 +274,22 @@ def final_stats(output: str) -> dict[str, str]:
     return {}
 
 
+def gateway_failures(code: int, out: str, stats: dict[str, str], replay_stats: dict, stored: int, expected: int,
+                     *, hint: str = "") -> list[str]:
+    """What a gateway run got wrong: exit code, drops/CRC errors/lost samples, frames, windows."""
+    failures = []
+    if code != 0:
+        failures.append(f"gateway exit code {code}:\n{out[-2000:]}")
+    for key in ("dropped", "crc_errors", "lost_samples"):
+        if stats.get(key) != "0":
+            failures.append(f"gateway final stats {key}={stats.get(key)} (expected 0){hint}")
+    if stats.get("frames") != str(replay_stats.get("frames_sent")):
+        failures.append(f"gateway decoded {stats.get('frames')} frames, the replay sent {replay_stats.get('frames_sent')}")
+    if abs(int(stats.get("stored", -10)) - expected) > 1 or abs(stored - expected) > 1:
+        failures.append(f"gateway stored {stats.get('stored')} windows (store: {stored}); batch path: {expected}")
+    return failures
+
+
 class Reader:
     """A bare reader of a pty: ``_gateway_run.py read`` (python + pyserial) or ``cat`` (C)."""
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 from _common import markdown_table, print_machine
-from _gateway_run import CLK_TCK, Gateway, Reader, Replayer, Sampler, wait_windows
+from _gateway_run import CLK_TCK, Gateway, Reader, Replayer, Sampler, gateway_failures, wait_windows
 
 GOAL_PERCENT = 2.0
 #: Where the batch profile attributes time (cumulative time of these functions).
@@ -221,15 +221,7 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     replayers = {k: v for k, v in feeds.items() if k != "paced"}
 
     # -- correctness ------------------------------------------------------------------------------
-    if code != 0:
-        failures.append(f"gateway exit code {code}:\n{out[-2000:]}")
-    for key in ("dropped", "crc_errors", "lost_samples"):
-        if stats.get(key) != "0":
-            failures.append(f"gateway final stats {key}={stats.get(key)} (expected 0)")
-    if stats.get("frames") != str(rs.get("frames_sent")):
-        failures.append(f"gateway decoded {stats.get('frames')} frames, the replay sent {rs.get('frames_sent')}")
-    if abs(int(stats.get("stored", -10)) - expected) > 1 or abs(stored - expected) > 1:
-        failures.append(f"gateway stored {stats.get('stored')} windows (store: {stored}); batch path: {expected}")
+    failures += gateway_failures(code, out, stats, rs, stored, expected)
     for name, r in replayers.items():
         if not (r.stats or {}).get("completed"):
             failures.append(f"replay into the {name} did not complete: {r.stats}")

@@ -35,7 +35,7 @@ from pathlib import Path
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
 from _common import markdown_table, print_machine
-from _gateway_run import Gateway, Replayer, Sampler, stored_position, wait_windows
+from _gateway_run import Gateway, Replayer, Sampler, gateway_failures, stored_position, wait_windows
 
 GOAL_MB = 80.0
 FLOOR_IMPORTS = "import numpy, serial, sqlite3, paho.mqtt.client, cbor2"
@@ -191,16 +191,7 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
                                           "labelled")}
     print(f"gateway final stats: {' '.join(f'{k}={v}' for k, v in gw_stats.items())}; exit code {code}")
 
-    failures: list[str] = []
-    if code != 0:
-        failures.append(f"gateway exit code {code}:\n{out[-2000:]}")
-    for key in ("dropped", "crc_errors", "lost_samples"):
-        if stats.get(key) != "0":
-            failures.append(f"gateway final stats {key}={stats.get(key)} (expected 0): lower --speed")
-    if stats.get("frames") != str(rs.get("frames_sent")):
-        failures.append(f"gateway decoded {stats.get('frames')} frames, the replay sent {rs.get('frames_sent')}")
-    if abs(int(stats.get("stored", -10)) - expected) > 1 or abs(stored - expected) > 1:
-        failures.append(f"gateway stored {stats.get('stored')} windows (store: {stored}); batch path: {expected}")
+    failures = gateway_failures(code, out, stats, rs, stored, expected, hint=": lower --speed")
     if not rs.get("completed"):
         failures.append(f"the replay did not complete: {rs}")
     print(f"correctness: windows stored {stats.get('stored')} vs batch {expected} (+-1), "

@@ -66,7 +66,6 @@ class FrameProcessor:
         self._ordered: list[SensorDescriptor] = []
         self.feature_set_version = ""
         self.feature_names: list[str] = []
-        self.on_window: list = []  # callbacks(window, features): live inference hooks in later issues
 
     def on_frame(self, frame: Frame) -> None:
         self.stats.frames += 1
@@ -112,8 +111,6 @@ class FrameProcessor:
                                         self.feature_set_version))
             self.stats.windows += 1
             self.stats.last_window_end_us = window.end_us
-            for callback in self.on_window:
-                callback(window, features)
 
     def _annotation(self, frame: AnnotationFrame) -> None:
         a = frame.annotation
@@ -172,10 +169,10 @@ def extract_recording(path: str | Path, *, config: PipelineConfig = PipelineConf
         processor = FrameProcessor(store, session_id, config=config)
         for descriptor in recording.metadata.descriptors:
             processor.on_frame(DescriptorFrame(descriptor))
-        for frame in recording.frames:
+        for frame in recording.frames:  # annotation frames included
             processor.on_frame(frame)
-        for annotation in recording.annotations:
-            processor.on_frame(AnnotationFrame(annotation))
+        for record in recording.label_records:  # the label track travels outside the frames
+            processor.on_frame(AnnotationFrame(record.annotation))
         processor.finish()
         table = FeatureTable.from_store(store, session_id, processor.feature_names, processor.feature_set_version)
     return table, processor.stats
