@@ -20,16 +20,12 @@ Gradient boosting (FedSCS-XGB)
   as XGBoost stores shrunk leaves). Where ``H + lambda <= 0`` (only possible with ``lambda = 0``
   and no Hessian mass) the weight is 0, as in XGBoost's ``CalcWeight``.
 
-Binning (the FedSCS-XGB atom convention, shared by client and server)
----------------------------------------------------------------------
-Feature ``j`` has strictly increasing finite ``edges[j]`` (length ``n_j``, may be 0). A value ``x``
-gets bin ``b`` in ``0..n_j`` with ``edges[j][b-1] <= x < edges[j][b]`` (``edges[j][-1] = -inf``,
-``edges[j][n_j] = +inf``), i.e. ``searchsorted(edges[j], x, side="right")``; NaN gets the
-``missing_bin`` id. The candidate split "bins ``<= b`` go left" has threshold ``edges[j][b]``
-(``b`` in ``0..n_j-1``) and agrees with the model's routing rule ``x < threshold`` goes left.
-Ids: present bins ``0..max_j n_j``; by default the missing id is :func:`default_missing_bin`
-``= max_j n_j + 1``. XGBoost's ``hist`` cuts map onto this by taking, per feature,
-``DMatrix.get_quantile_cut()``'s segment (XGBoost's minimum value followed by its cut values).
+Binning
+-------
+Bin ids come from ``shared.sketches.bin_ids`` (XGBoost's convention: bin ``b`` of feature ``j``
+holds ``edges[j][b-1] <= x < edges[j][b]``, NaN gets ``len(edges[j]) + 1``); the candidate split
+"bins ``<= b`` go left" has threshold ``edges[j][b]`` and agrees with the model's routing rule
+``x < threshold`` goes left. :func:`check_edges` validates per-feature edges.
 
 Impurity-based trees (FedForest)
 --------------------------------
@@ -56,9 +52,7 @@ from numpy.typing import ArrayLike
 
 __all__ = [
     "CRITERIA",
-    "bin_index",
     "check_edges",
-    "default_missing_bin",
     "entropy",
     "fisher_order",
     "gamma_from_xgboost",
@@ -122,25 +116,6 @@ def check_edges(edges: Sequence[ArrayLike]) -> tuple[np.ndarray, ...]:
         a.setflags(write=False)
         out.append(a)
     return tuple(out)
-
-
-def default_missing_bin(edges: Sequence[ArrayLike]) -> int:
-    """The default NaN bin id: one past the largest present bin id of any feature."""
-    return max((len(e) for e in edges), default=0) + 1
-
-
-def bin_index(X: ArrayLike, edges: Sequence[ArrayLike], missing_bin: int | None = None) -> np.ndarray:
-    """Bin ids ``(n, d)`` int32 of the rows of ``X`` (see the module docstring); NaN -> ``missing_bin``."""
-    x = np.asarray(X, dtype=np.float64)
-    if x.ndim != 2 or x.shape[1] != len(edges):
-        raise ValueError(f"X must have shape (n, {len(edges)}), got {x.shape}")
-    edges = check_edges(edges)
-    missing = default_missing_bin(edges) if missing_bin is None else int(missing_bin)
-    out = np.empty(x.shape, dtype=np.int32)
-    for j, e in enumerate(edges):
-        column = x[:, j]
-        out[:, j] = np.where(np.isnan(column), missing, np.searchsorted(e, column, side="right"))
-    return out
 
 
 # --- impurity-based trees ------------------------------------------------------------------------

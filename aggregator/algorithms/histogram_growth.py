@@ -7,8 +7,8 @@ module does that growth for one class (:func:`grow_tree`) or for every class of 
 (:func:`grow_trees`, the softmax tree group: one independent tree per class, as XGBoost's
 ``multi:softprob`` -- not the paper's summed-gain shared structure).
 
-Bins follow ``shared.splitting`` (bin ``b`` of feature ``j``: ``edges[j][b-1] <= x <
-edges[j][b]``; a dedicated ``missing_bin`` id for NaN, by default ``max_j len(edges[j]) + 1``).
+Bins follow ``shared.sketches.bin_ids`` (bin ``b`` of feature ``j``: ``edges[j][b-1] <= x <
+edges[j][b]``; NaN has the feature's missing id ``len(edges[j]) + 1``).
 
 Algorithm (depth-wise, level by level):
 
@@ -63,9 +63,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from shared.model import Tree, TreeBuilder
-from shared.splitting import check_edges, default_missing_bin, leaf_weight, split_gain
+from shared.splitting import check_edges, leaf_weight, split_gain
 
-__all__ = ["GrownTree", "GrowthParams", "grow_tree", "grow_trees", "merge_atoms"]
+__all__ = ["GrownTree", "GrowthParams", "grow_tree", "grow_trees"]
 
 #: Upper bound on (active atoms x features in one block) per bincount call, to bound memory.
 BLOCK_ELEMENTS = 1 << 22
@@ -134,7 +134,7 @@ class GrownTree:
 class _Layout:
     """Validated atom bins and the flat histogram slot of every (atom, feature)."""
 
-    def __init__(self, bins: ArrayLike, edges: Sequence[ArrayLike], missing_bin: int | None) -> None:
+    def __init__(self, bins: ArrayLike, edges: Sequence[ArrayLike]) -> None:
         b = np.asarray(bins)
         if b.ndim != 2:
             raise ValueError(f"bins must be 2-D (atoms, features), got shape {b.shape}")
@@ -146,14 +146,9 @@ class _Layout:
             raise ValueError(f"{len(self.edges)} edge arrays for {self.d} features")
         self.n_edges = np.array([e.shape[0] for e in self.edges], dtype=np.int64)
         self.max_edges = int(self.n_edges.max(initial=0))
-        self.missing_bin = default_missing_bin(self.edges) if missing_bin is None else int(missing_bin)
-        if 0 <= self.missing_bin <= self.max_edges:
-            raise ValueError(
-                f"missing_bin {self.missing_bin} collides with present bin ids 0..{self.max_edges}"
-            )
         b = b.astype(np.int64)
         self.bins = b
-        self.missing = b == self.missing_bin
+        self.missing = b == (self.n_edges + 1)[None, :]
         bad = ~self.missing & ((b < 0) | (b > self.n_edges[None, :]))
         if bad.any():
             a, j = (int(v[0]) for v in np.nonzero(bad))
@@ -181,12 +176,10 @@ def grow_tree(
     counts: ArrayLike | None,
     edges: Sequence[ArrayLike],
     params: GrowthParams,
-    *,
-    missing_bin: int | None = None,
 ) -> GrownTree:
     """Grow one tree from atoms: ``bins`` ``(A, d)`` ints, ``grad``/``hess``/``counts`` ``(A,)``
     (``counts=None``: one sample per atom), ``edges`` one float array per feature."""
-    layout = _Layout(bins, edges, missing_bin)
+    layout = _Layout(bins, edges)
     return _grow(layout, grad, hess, counts, params)
 
 
@@ -197,46 +190,15 @@ def grow_trees(
     counts: ArrayLike | None,
     edges: Sequence[ArrayLike],
     params: GrowthParams,
-    *,
-    missing_bin: int | None = None,
 ) -> list[GrownTree]:
     """One tree per class (column) of ``grad``/``hess`` ``(A, K)``, sharing the validated layout.
     Tree ``k`` belongs to output ``k`` (``TreeEnsemble.tree_output``)."""
-    layout = _Layout(bins, edges, missing_bin)
+    layout = _Layout(bins, edges)
     g = np.asarray(grad, dtype=np.float64)
     h = np.asarray(hess, dtype=np.float64)
     if g.ndim != 2 or h.shape != g.shape:
         raise ValueError(f"grad and hess must both have shape (atoms, classes), got {g.shape} and {h.shape}")
     return [_grow(layout, g[:, k], h[:, k], counts, params) for k in range(g.shape[1])]
-
-
-def merge_atoms(
-    bins: ArrayLike, grad: ArrayLike, hess: ArrayLike, counts: ArrayLike | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Merge rows with identical bin-id vectors by summing their statistics (Alg. 1 step 14;
-    also Alg. 2 step 15 with per-sample rows and ``counts=None``). ``grad``/``hess`` are
-    ``(A,)`` or ``(A, K)``. Returns ``(keys, G, H, W)`` with keys sorted lexicographically."""
-    b = np.asarray(bins)
-    if b.ndim != 2 or b.dtype.kind not in "iu":
-        raise ValueError(f"bins must be a 2-D integer array, got {b.dtype} of shape {b.shape}")
-    n = b.shape[0]
-    g = np.asarray(grad, dtype=np.float64)
-    h = np.asarray(hess, dtype=np.float64)
-    if g.shape[:1] != (n,) or h.shape != g.shape or g.ndim not in (1, 2):
-        raise ValueError(f"grad/hess must have shape ({n},) or ({n}, K), got {g.shape} and {h.shape}")
-    w = np.ones(n) if counts is None else _stats(counts, n, "counts", nonneg=True)
-    keys, inverse = np.unique(b, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    m = keys.shape[0]
-
-    def total(v: np.ndarray) -> np.ndarray:
-        if v.ndim == 1:
-            return np.bincount(inverse, weights=v, minlength=m)
-        k = v.shape[1]
-        flat = (inverse[:, None] * k + np.arange(k)).ravel()
-        return np.bincount(flat, weights=v.ravel(), minlength=m * k).reshape(m, k)
-
-    return keys, total(g), total(h), total(w)
 
 
 def _grow(layout: _Layout, grad: ArrayLike, hess: ArrayLike, counts: ArrayLike | None, params: GrowthParams) -> GrownTree:

@@ -35,11 +35,11 @@ from aggregator.algorithms.histogram_growth import (
     GrowthParams,
     grow_tree,
     grow_trees,
-    merge_atoms,
 )
 from shared.model import Tree, TreeEnsemble
 from shared.objectives import Softmax
-from shared.splitting import bin_index, default_missing_bin
+from shared.atoms import merge_atoms
+from shared.sketches import bin_ids
 
 # --- the brute-force reference ---------------------------------------------------------------------
 
@@ -145,7 +145,7 @@ def assert_same_tree(
 
 
 def grow_nested(X, edges, G, H, W, params) -> dict[str, Any]:
-    result = grow_tree(bin_index(X, edges), G, H, W, edges, params)
+    result = grow_tree(bin_ids(X, edges), G, H, W, edges, params)
     result.tree.validate(X.shape[1], 1)
     return nested(result.tree, result.gain, result.count)
 
@@ -211,7 +211,7 @@ def test_oracle_on_continuous_statistics(seed: int) -> None:
 
 def grow_from_clients(X, edges, G, H, params, n_clients: int, rng) -> histogram_growth.GrownTree:
     """Every client merges its samples into atoms; the server concatenates and merges by key."""
-    bins = bin_index(X, edges)
+    bins = bin_ids(X, edges)
     owner = rng.integers(0, n_clients, X.shape[0])
     parts = [merge_atoms(bins[owner == c], G[owner == c], H[owner == c]) for c in range(n_clients) if (owner == c).any()]
     keys, g, h, w = (np.concatenate([p[i] for p in parts]) for i in range(4))
@@ -223,7 +223,7 @@ def grow_from_clients(X, edges, G, H, params, n_clients: int, rng) -> histogram_
 @given(problems(), st.integers(1, 4), st.integers(0, 2**32 - 1))
 def test_atoms_equal_samples_exactly_on_dyadic_statistics(problem, n_clients: int, seed: int) -> None:
     X, edges, G, H, _, params = problem
-    samples = grow_tree(bin_index(X, edges), G, H, None, edges, params)
+    samples = grow_tree(bin_ids(X, edges), G, H, None, edges, params)
     atoms = grow_from_clients(X, edges, G, H, params, n_clients, np.random.default_rng(seed))
     assert atoms.tree == samples.tree  # bit-exact, every field
     np.testing.assert_array_equal(atoms.gain, samples.gain)
@@ -240,7 +240,7 @@ def test_atoms_equal_samples_on_continuous_statistics(seed: int) -> None:
     edges = [np.array([-1.0, 0.5, 1.0, 1.5, 2.5, 9.0], np.float32) for _ in range(d)]
     g, h = Softmax(K).gradients(rng.normal(scale=0.5, size=(n, K)), y, rng.uniform(0.5, 2, n))
     params = GrowthParams(max_depth=4, reg_lambda=1.0, gamma=0.05, min_child_weight=1.0, learning_rate=0.2)
-    bins = bin_index(X, edges)
+    bins = bin_ids(X, edges)
     keys, G, H, W = merge_atoms(bins, g, h)
     assert keys.shape[0] < n / 3  # really aggregated
     per_sample = grow_trees(bins, g, h, None, edges, params)
@@ -261,7 +261,7 @@ def test_grown_tree_routes_raw_values_like_its_atoms() -> None:
     y = (np.nan_to_num(X[:, 0], nan=1.0) > 0.3).astype(int) + (X[:, 1] < -0.2)
     edges = [np.round(np.linspace(-1.5, 1.5, 16), 1).astype(np.float32)] * d
     g, h = Softmax(3).gradients(np.zeros((n, 3)), y)
-    result = grow_trees(bin_index(X, edges), g, h, None, edges, GrowthParams(max_depth=4, learning_rate=0.5))
+    result = grow_trees(bin_ids(X, edges), g, h, None, edges, GrowthParams(max_depth=4, learning_rate=0.5))
     ensemble = TreeEnsemble(
         trees=tuple(r.tree for r in result),
         kind="boosted",
@@ -285,14 +285,14 @@ def test_grown_tree_routes_raw_values_like_its_atoms() -> None:
 def one_feature(values, G, H, edges, **params):
     X = np.array(values, dtype=np.float64)[:, None]
     kwargs = dict(max_depth=1, reg_lambda=1.0, min_child_weight=0.0, learning_rate=1.0) | params
-    return grow_tree(bin_index(X, edges), G, H, None, edges, GrowthParams(**kwargs))
+    return grow_tree(bin_ids(X, edges), G, H, None, edges, GrowthParams(**kwargs))
 
 
 def test_identical_features_tie_to_the_lowest_index() -> None:
     x = np.array([0.0, 0.0, 1.0, 1.0])
     X = np.stack([x, x, x], axis=1)
     edges = [np.array([0.5], np.float32)] * 3
-    r = grow_tree(bin_index(X, edges), [1.0, 1.0, -1.0, -1.0], [1.0] * 4, None, edges, GrowthParams(max_depth=1))
+    r = grow_tree(bin_ids(X, edges), [1.0, 1.0, -1.0, -1.0], [1.0] * 4, None, edges, GrowthParams(max_depth=1))
     assert r.tree.feature[0] == 0
 
 
@@ -341,33 +341,36 @@ def test_max_depth_zero_gamma_and_min_child_weight() -> None:
 def test_features_without_edges_and_empty_input() -> None:
     X = np.array([[0.0, 0.0], [1.0, 1.0]])
     edges = [np.zeros(0, np.float32), np.array([0.5], np.float32)]
-    r = grow_tree(bin_index(X, edges), [1.0, -1.0], [1.0, 1.0], None, edges, GrowthParams(min_child_weight=0))
+    r = grow_tree(bin_ids(X, edges), [1.0, -1.0], [1.0, 1.0], None, edges, GrowthParams(min_child_weight=0))
     assert r.tree.feature[0] == 1
     empty = grow_tree(np.zeros((0, 2), np.int32), [], [], None, edges, GrowthParams())
     assert empty.tree.n_nodes == 1 and empty.tree.value[0, 0] == 0.0
 
 
-def test_custom_missing_bin_and_input_checks() -> None:
-    X = np.array([[0.0], [1.0], [np.nan], [np.nan]])
-    edges = [np.array([0.5], np.float32)]
+def test_missing_values_have_their_feature_s_own_id_and_input_checks() -> None:
+    X = np.array([[0.0, 0.0], [1.0, 1.0], [np.nan, 2.0], [np.nan, np.nan]])
+    edges = [np.array([0.5], np.float32), np.array([0.5, 1.5, 2.5], np.float32)]
     G, H = [1.0, -1.0, 2.0, 2.0], [1.0] * 4
-    default = grow_tree(bin_index(X, edges), G, H, None, edges, GrowthParams(min_child_weight=0))
-    custom = grow_tree(bin_index(X, edges, 255), G, H, None, edges, GrowthParams(min_child_weight=0), missing_bin=255)
-    negative = grow_tree(bin_index(X, edges, -1), G, H, None, edges, GrowthParams(min_child_weight=0), missing_bin=-1)
-    assert default.tree == custom.tree == negative.tree
-    assert default_missing_bin(edges) == 2
-    with pytest.raises(ValueError, match="collides"):
-        grow_tree(bin_index(X, edges), G, H, None, edges, GrowthParams(), missing_bin=1)
+    bins = bin_ids(X, edges)
+    np.testing.assert_array_equal(bins[:, 0], [0, 1, 2, 2])
+    np.testing.assert_array_equal(bins[:, 1], [0, 1, 2, 4])
+    r = grow_tree(bins, G, H, None, edges, GrowthParams(min_child_weight=0, max_depth=1))
+    # the best split isolates the two NaN rows of feature 0 (G = 4) from the others (G = 0)
+    assert r.tree.feature[0] == 0 and r.count[r.tree.left[0]] + r.count[r.tree.right[0]] == 4
+    with pytest.raises(ValueError, match="outside"):
+        grow_tree(np.array([[3, 0], [0, 0], [1, 0], [1, 0]]), G, H, None, edges, GrowthParams())
+    edges = [np.array([0.5], np.float32)]
+    X = X[:, :1]
     with pytest.raises(ValueError, match="outside"):
         grow_tree(np.array([[5], [0], [1], [1]]), G, H, None, edges, GrowthParams())
     with pytest.raises(ValueError, match="shape"):
-        grow_tree(bin_index(X, edges), G[:3], H, None, edges, GrowthParams())
+        grow_tree(bin_ids(X, edges), G[:3], H, None, edges, GrowthParams())
     with pytest.raises(ValueError, match="hess"):
-        grow_tree(bin_index(X, edges), G, [-1.0] * 4, None, edges, GrowthParams())
+        grow_tree(bin_ids(X, edges), G, [-1.0] * 4, None, edges, GrowthParams())
     with pytest.raises(ValueError, match="edge arrays"):
-        grow_tree(bin_index(X, edges), G, H, None, edges * 2, GrowthParams())
+        grow_tree(bin_ids(X, edges), G, H, None, edges * 2, GrowthParams())
     with pytest.raises(ValueError, match="strictly increasing"):
-        grow_tree(bin_index(X, edges), G, H, None, [np.array([1.0, 1.0])], GrowthParams())
+        grow_tree(bin_ids(X, edges), G, H, None, [np.array([1.0, 1.0])], GrowthParams())
     with pytest.raises(ValueError):
         GrowthParams(max_depth=-1)
     with pytest.raises(ValueError):
@@ -382,7 +385,7 @@ def test_feature_blocks_give_the_same_tree(monkeypatch) -> None:
     X[rng.random(X.shape) < 0.1] = np.nan
     edges = [np.linspace(-1, 1, 5 + j).astype(np.float32) for j in range(d)]
     g, h = Softmax(2).gradients(rng.normal(size=(n, 2)), (X[:, 3] > 0).astype(int))
-    args = (bin_index(X, edges), g[:, 0], h[:, 0], None, edges, GrowthParams(max_depth=3, min_child_weight=0.1))
+    args = (bin_ids(X, edges), g[:, 0], h[:, 0], None, edges, GrowthParams(max_depth=3, min_child_weight=0.1))
     whole = grow_tree(*args)
     monkeypatch.setattr(histogram_growth, "BLOCK_ELEMENTS", 2 * n)  # two features per block
     blocked = grow_tree(*args)
@@ -478,7 +481,7 @@ def test_one_round_matches_xgboost_hist(seed, max_depth, reg_lambda, min_split_l
         min_child_weight=min_child_weight,
         learning_rate=eta,
     )
-    ours = grow_trees(bin_index(X, edges), g, h, None, edges, params)
+    ours = grow_trees(bin_ids(X, edges), g, h, None, edges, params)
     assert len(theirs) == K
     n_splits = 0
     for k in range(K):
@@ -521,7 +524,7 @@ def test_xgboost_min_split_loss_is_twice_eq1_gamma() -> None:
     ptr, values = dtrain.get_quantile_cut()
     edges = [values[ptr[j] : ptr[j + 1]] for j in range(X.shape[1])]
     g, h = Softmax(K).gradients(margin.astype(np.float64), y, weight.astype(np.float64))
-    bins = bin_index(X, edges)
+    bins = bin_ids(X, edges)
     converted = grow_tree(bins, g[:, 0], h[:, 0], None, edges, GrowthParams.from_xgboost(max_depth=3, min_split_loss=gamma_x))
     assert structure(nested(converted.tree)) == structure(nested(pruned))
     literal = grow_tree(bins, g[:, 0], h[:, 0], None, edges, GrowthParams(max_depth=3, gamma=gamma_x))

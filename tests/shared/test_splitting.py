@@ -13,10 +13,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from shared.model import Tree
+from shared.sketches import bin_ids
 from shared.splitting import (
-    bin_index,
     check_edges,
-    default_missing_bin,
     entropy,
     fisher_order,
     gamma_from_xgboost,
@@ -77,9 +76,8 @@ def test_leaf_weight() -> None:
 def test_bins_agree_with_tree_routing(edge_values, x) -> None:
     """bin <= b iff x < edges[b], i.e. the model's routing of the split with threshold edges[b]."""
     edges = [np.sort(np.array(edge_values, dtype=np.float32))]
-    bins = bin_index(x[:, None], edges)[:, 0]
-    missing = default_missing_bin(edges)
-    assert missing == len(edges[0]) + 1
+    bins = bin_ids(x[:, None], edges)[:, 0].astype(np.int64)
+    missing = len(edges[0]) + 1
     np.testing.assert_array_equal(bins == missing, np.isnan(x))
     present = ~np.isnan(x)
     for b, threshold in enumerate(edges[0]):
@@ -92,17 +90,13 @@ def test_bins_agree_with_tree_routing(edge_values, x) -> None:
         np.testing.assert_array_equal(routed_left, bins[present] <= b)
 
 
-def test_bin_index_conventions() -> None:
-    edges = [np.array([0.0, 1.0]), np.zeros(0)]
-    X = np.array([[-1.0, 5.0], [0.0, np.nan], [0.5, -np.inf], [1.0, 0.0], [np.inf, 1.0], [np.nan, 2.0]])
-    np.testing.assert_array_equal(bin_index(X, edges), [[0, 0], [1, 3], [1, 0], [2, 0], [2, 0], [3, 0]])
-    np.testing.assert_array_equal(bin_index(X, edges, missing_bin=-1)[5], [-1, 0])
+def test_check_edges() -> None:
     with pytest.raises(ValueError, match="increasing"):
         check_edges([np.array([1.0, 1.0])])
     with pytest.raises(ValueError, match="finite"):
         check_edges([np.array([np.nan])])
-    with pytest.raises(ValueError, match="shape"):
-        bin_index(np.zeros((3, 3)), edges)
+    with pytest.raises(ValueError, match="1-D"):
+        check_edges([np.zeros((2, 2))])
 
 
 # --- impurities from additive summaries --------------------------------------------------------------
