@@ -43,18 +43,21 @@ Progress losses (weighted means, as XGBoost's metrics): ``mlogloss`` with ``p`` 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Union
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 __all__ = [
     "LOSS_EPS",
+    "OBJECTIVES",
+    "Objective",
     "PRIOR_EPS",
     "Logistic",
     "Softmax",
     "SquaredError",
     "log_softmax",
+    "objective_named",
     "sigmoid",
     "softmax",
 ]
@@ -336,3 +339,19 @@ def _weighted_mean(values: np.ndarray, w: np.ndarray) -> float:
     if total <= 0:
         raise ValueError("the loss needs a positive total weight")
     return float(np.dot(w, values) / total)
+
+
+Objective = Union[Softmax, Logistic, SquaredError]
+#: Wire names of the objectives (``shared.protocol.messages.fedscs_xgb.Objective``).
+OBJECTIVES = ("softmax", "logistic", "squared_error")
+
+
+def objective_named(name: str, n_classes: int = 0) -> Objective:
+    """The objective for a wire name; ``n_classes`` is used by ``softmax`` only."""
+    if name == "softmax":
+        return Softmax(n_classes)
+    if name == "logistic":
+        return Logistic()
+    if name == "squared_error":
+        return SquaredError()
+    raise ValueError(f"unknown objective {name!r}; expected one of {OBJECTIVES}")

@@ -1,2 +1,6 @@
-"""Server halves of the training algorithms (FedSCS-XGB, FedForest, ...): pure maths on merged
-client statistics; the protocol and transport live elsewhere."""
+"""Server halves of the training algorithms, each with its configuration dataclass (the public
+API: ``FedSCSXGB(...)``); the maths they share lives in ``shared/``."""
+
+from .fedscs_xgb import FedSCSXGB
+
+__all__ = ["FedSCSXGB"]

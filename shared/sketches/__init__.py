@@ -25,7 +25,7 @@ Everything is pure numpy; only numpy/scipy/stdlib are imported (gateway-safe).
 """
 
 from .accuracy import exact_edges, rank_error, target_rank_errors
-from .ddsketch import DDSketch, ddsketch_edges, merge_all
+from .ddsketch import DDSketch, ddsketch_edges, ddsketches_from_columns, ddsketches_to_columns, merge_all
 from .edges import bin_dtype, bin_ids, finalize_edges, missing_bin_id, validate_edges
 from .errors import SketchError
 from .mixture import (
@@ -54,6 +54,8 @@ __all__ = [
     "bin_ids",
     "compress",
     "ddsketch_edges",
+    "ddsketches_from_columns",
+    "ddsketches_to_columns",
     "exact_edges",
     "exact_weighted_quantiles",
     "finalize_edges",

@@ -331,3 +331,61 @@ def ddsketch_edges(sketches: Sequence[DDSketch], n_bins: int) -> np.ndarray:
     if merged.total_weight <= 0:
         return np.empty(0, dtype=np.float32)
     return finalize_edges(merged.quantiles(ranks))
+
+
+def ddsketches_to_columns(sketches: Sequence[DDSketch]) -> dict[str, Any]:
+    """Column-batched wire form of one client's per-feature sketches (all with the same alpha).
+
+    The stores are concatenated with offsets (feature ``j``: ``pos_keys[pos_offsets[j]:
+    pos_offsets[j+1]]``); the standardizations are not sent: the server chose them.
+    """
+    if not sketches:
+        raise SketchError("no sketches to pack")
+    alphas = {s.alpha for s in sketches}
+    if len(alphas) > 1:
+        raise SketchError(f"ddsketches_to_columns needs one alpha for all features, got {sorted(alphas)}")
+
+    def store(keys: str, weights: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        k = [getattr(s, keys) for s in sketches]
+        offsets = np.concatenate([[0], np.cumsum([a.shape[0] for a in k])]).astype(np.int64)
+        return (np.concatenate(k).astype(np.int32), np.concatenate([getattr(s, weights) for s in sketches]), offsets)
+
+    pos_keys, pos_weights, pos_offsets = store("pos_keys", "pos_weights")
+    neg_keys, neg_weights, neg_offsets = store("neg_keys", "neg_weights")
+    return {
+        "alpha": alphas.pop(),
+        "pos_keys": pos_keys, "pos_weights": pos_weights, "pos_offsets": pos_offsets,
+        "neg_keys": neg_keys, "neg_weights": neg_weights, "neg_offsets": neg_offsets,
+        "zero_weight": np.array([s.zero_weight for s in sketches], dtype=np.float64),
+        "count": np.array([s.count for s in sketches], dtype=np.int64),
+        "n_missing": np.array([s.n_missing for s in sketches], dtype=np.int64),
+        "missing_weight": np.array([s.missing_weight for s in sketches], dtype=np.float64),
+    }
+
+
+def ddsketches_from_columns(data: Mapping[str, Any], standardizations: Sequence[Standardization]) -> list[DDSketch]:
+    """Inverse of ``ddsketches_to_columns`` with the server's standardizations; validates all."""
+    try:
+        d = len(data["zero_weight"])
+        if len(standardizations) != d:
+            raise SketchError(f"{d} sketches but {len(standardizations)} standardizations")
+        po, no = np.asarray(data["pos_offsets"]), np.asarray(data["neg_offsets"])
+        if po.shape != (d + 1,) or no.shape != (d + 1,):
+            raise SketchError(f"store offsets must have {d + 1} entries")
+        return [
+            DDSketch(
+                alpha=data["alpha"],
+                pos_keys=data["pos_keys"][po[j] : po[j + 1]],
+                pos_weights=data["pos_weights"][po[j] : po[j + 1]],
+                neg_keys=data["neg_keys"][no[j] : no[j + 1]],
+                neg_weights=data["neg_weights"][no[j] : no[j + 1]],
+                zero_weight=float(data["zero_weight"][j]),
+                count=int(data["count"][j]),
+                n_missing=int(data["n_missing"][j]),
+                missing_weight=float(data["missing_weight"][j]),
+                standardization=standardizations[j],
+            )
+            for j in range(d)
+        ]
+    except KeyError as exc:
+        raise SketchError(f"DDSketch columns are missing field {exc.args[0]!r}") from None

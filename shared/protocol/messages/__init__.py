@@ -1,5 +1,6 @@
 """Message bodies, one module per algorithm; importing this package registers them all."""
 
+from . import fedscs_xgb
 from .generic import Ack, Describe, ErrorReply, Hello, ModelAnnouncement, Ping, Pong, Status
 
-__all__ = ["Ack", "Describe", "ErrorReply", "Hello", "ModelAnnouncement", "Ping", "Pong", "Status"]
+__all__ = ["fedscs_xgb", "Ack", "Describe", "ErrorReply", "Hello", "ModelAnnouncement", "Ping", "Pong", "Status"]

@@ -1,0 +1,373 @@
+"""FedSCS-XGB's server half (paper Alg. 1): setup, then per boosting round a sketch phase (merged
+Hessian-weighted sketches -> B bin edges per feature) and an atom phase (merged atoms -> one
+depth-limited tree per class, ``histogram_growth``).
+
+``FedSCSXGB`` is the public configuration object (``aggregator.algorithms.FedSCSXGB``); its
+``fit(job)`` drives any fleet through a ``FederatedJob`` -- the in-memory simulation
+(``aggregator.simulate``) and real gateways over MQTT run this same code.
+
+Conventions worth knowing:
+
+* ``gamma`` is Eq. 1's split penalty. XGBoost's ``gamma``/``min_split_loss`` is *twice* it: the
+  centralized baseline with the same penalty is ``xgboost.train({"gamma": 2 * gamma, ...})``.
+* ``base_score="average"`` starts from the class priors (softmax), ``logit(mean y)`` (logistic) or
+  ``mean y`` (regression) summed from the clients' setup replies, as XGBoost 3.x does; ``"zero"``
+  is the paper's ``f <- 0``.
+* Determinism: clients are sampled with ``numpy.random.default_rng(seed)``; replies are merged in
+  client-id order; ties between equal gains are broken as XGBoost does. The same data and seed
+  give bit-identical models in simulation and over MQTT.
+* Periodic retraining: ``init_model`` continues boosting from a deployed model (its base score,
+  classes and trees are kept; clients receive its trees in their first request).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from shared.atoms import merge_atoms
+from shared.model import TreeEnsemble
+from shared.objectives import objective_named
+from shared.protocol.messages.fedscs_xgb import (
+    ModelDelta,
+    XgbAtomReply,
+    XgbAtomRequest,
+    XgbSetup,
+    XgbSetupReply,
+    XgbSketchReply,
+    XgbSketchRequest,
+    XgbTask,
+)
+from shared.sketches import (
+    SketchError,
+    Standardization,
+    bin_dtype,
+    ddsketch_edges,
+    validate_edges,
+    ddsketches_from_columns,
+    merge_edges_columns,
+    summaries_from_arrays,
+)
+from shared.protocol.schema import to_wire
+
+from ..jobs import FederatedJob, RoundProgress, TrainingError
+from .histogram_growth import GrowthParams, grow_trees
+
+__all__ = ["FedSCSXGB"]
+
+
+# --- pure helpers --------------------------------------------------------------------------------
+def job_classes(replies: dict[str, XgbSetupReply]) -> tuple[tuple[str, ...], bool]:
+    """The sorted union of the clients' labels (numerically when every client's are integers)."""
+    labels = sorted({label for r in replies.values() for label in r.labels})
+    integral = all(r.integer_labels for r in replies.values() if r.labels)
+    if integral:
+        labels = sorted(labels, key=int)
+    return tuple(labels), integral
+
+
+def base_score_stats(objective: str, classes: tuple[str, ...], replies: dict[str, XgbSetupReply]) -> np.ndarray:
+    """The objective's ``base_score_stats`` summed over clients (class counts or ``[Σy, n]``)."""
+    if objective == "squared_error":
+        return np.array([sum(r.target_sum for r in replies.values()), sum(r.n_samples for r in replies.values())],
+                        dtype=np.float64)
+    counts = np.zeros(len(classes), dtype=np.float64)
+    index = {c: i for i, c in enumerate(classes)}
+    for r in replies.values():
+        for label, n in zip(r.labels, r.label_counts.tolist()):
+            counts[index[label]] += n
+    if objective == "logistic":
+        return np.array([counts[1], counts.sum()])
+    return counts
+
+
+def pack_edges(edges: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature float32 edges as (values, offsets) for ``XgbAtomRequest``."""
+    offsets = np.concatenate([[0], np.cumsum([e.shape[0] for e in edges])]).astype(np.int64)
+    values = np.concatenate(edges).astype(np.float32) if edges else np.zeros(0, np.float32)
+    return values, offsets
+
+
+def check_atoms(reply: XgbAtomReply, edges: list[np.ndarray], n_outputs: int) -> str | None:
+    """Why an atom reply does not fit the round's edges, or None if it does."""
+    d = len(edges)
+    if reply.keys.shape[1] != d:
+        return f"atoms have {reply.keys.shape[1]} bin ids per key, the job has {d} features"
+    if reply.grad.shape[1] != n_outputs:
+        return f"atoms carry {reply.grad.shape[1]} gradient columns, the job has {n_outputs} outputs"
+    if reply.keys.dtype != bin_dtype(edges):
+        return f"bin ids are {reply.keys.dtype}, the edges call for {bin_dtype(edges)}"
+    limit = np.array([e.shape[0] + 1 for e in edges])
+    if reply.keys.shape[0] and (reply.keys.astype(np.int64) > limit).any():
+        return "a bin id lies beyond its feature's missing-value id"
+    return None
+
+
+# --- the algorithm -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FedSCSXGB:
+    """FedSCS-XGB settings; the paper's experiment: ``n_rounds=10, max_depth=4, n_bins in
+    {64..512}, learning_rate=0.2, reg_lambda=1, gamma=0.1``.
+
+    ``sketch``: ``"summary"`` (rank-accurate weighted quantile summary with ``summary_size``
+    points per feature, default ``n_bins``) or ``"ddsketch"`` (the paper's, relative accuracy
+    ``ddsketch_alpha``, features standardised by the fleet's mean and std when
+    ``standardize``). ``client_fraction``: share of the clients sampled per round.
+    ``classes``: fix the label vocabulary instead of taking the union of the clients' labels.
+    ``edges``: fixed float32 bin edges per feature; skips the sketch phase (Lemma 1's premise,
+    and the oracle tests' way to compare with pooled training on the same bins).
+    """
+
+    n_rounds: int = 10
+    max_depth: int = 4
+    n_bins: int = 256
+    learning_rate: float = 0.2
+    reg_lambda: float = 1.0
+    gamma: float = 0.1
+    min_child_weight: float = 1.0
+    objective: Literal["softmax", "logistic", "squared_error"] = "softmax"
+    base_score: Literal["average", "zero"] = "average"
+    sketch: Literal["summary", "ddsketch"] = "summary"
+    summary_size: int | None = None
+    ddsketch_alpha: float = 0.01
+    standardize: bool = True
+    client_fraction: float = 1.0
+    feature_set_version: str = ""
+    classes: tuple[str, ...] | None = None
+    edges: tuple[np.ndarray, ...] | None = field(default=None, compare=False)
+    init_model: TreeEnsemble | None = field(default=None, compare=False)
+
+    name: ClassVar[str] = "fedscs_xgb"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.n_rounds, int) and self.n_rounds >= 0):
+            raise ValueError(f"n_rounds must be an int >= 0, got {self.n_rounds!r}")
+        if not (isinstance(self.n_bins, int) and 2 <= self.n_bins <= 65_535):
+            raise ValueError(f"n_bins must be an int in 2..65535, got {self.n_bins!r}")
+        if not 0 < self.client_fraction <= 1:
+            raise ValueError(f"client_fraction must lie in (0, 1], got {self.client_fraction}")
+        if self.summary_size is not None and not 1 <= self.summary_size <= 1 << 16:
+            raise ValueError(f"summary_size must lie in 1..65536, got {self.summary_size}")
+        self.growth  # validates the tree settings
+
+    @property
+    def growth(self) -> GrowthParams:
+        return GrowthParams(max_depth=self.max_depth, reg_lambda=self.reg_lambda, gamma=self.gamma,
+                            min_child_weight=self.min_child_weight, learning_rate=self.learning_rate)
+
+    def fit(self, job: FederatedJob, *, seed: int = 0) -> TreeEnsemble:
+        """Train over ``job``'s clients; returns the boosted ensemble (``init_model``'s trees first)."""
+        return _Training(self, job, seed).run()
+
+
+class _Training:
+    """One run of ``FedSCSXGB.fit``: the server's state between rounds."""
+
+    def __init__(self, config: FedSCSXGB, job: FederatedJob, seed: int) -> None:
+        self.config = config
+        self.job = job
+        self.rng = np.random.default_rng(seed)
+        self.trees: list = []
+        self.tree_output: list[int] = []
+        self.known: dict[str, int] = {}  # trees each client's margins include (from its last reply)
+        self._deltas: dict[tuple[int, int], bytes] = {}
+
+    # -- phases --------------------------------------------------------------------------------
+
+    def run(self) -> TreeEnsemble:
+        cfg = self.config
+        setup = self._setup()
+        self.clients = sorted(setup)
+        if cfg.init_model is not None:
+            self._continue_from(cfg.init_model)
+        if cfg.edges is not None:
+            if len(cfg.edges) != self.n_features:
+                raise TrainingError(f"{len(cfg.edges)} fixed edge arrays for {self.n_features} features")
+            self.fixed_edges = [validate_edges(e, feature=j) for j, e in enumerate(cfg.edges)]
+        for t in range(1, cfg.n_rounds + 1):
+            started = time.monotonic()
+            selected = self._sample()
+            if cfg.edges is None:
+                sketches = self._ask(selected, self._sketch_request, XgbSketchReply, self._check_sketch)
+                if not sketches:
+                    raise TrainingError(f"round {t}: no usable sketch replies from {selected}")
+                edges, selected = self._edges(sketches), sorted(sketches)
+            else:
+                edges = self.fixed_edges
+            atoms = self._ask(selected, lambda c: self._atom_request(c, edges), XgbAtomReply,
+                              lambda c, r: check_atoms(r, edges, self.n_outputs) or self._check_trees(c, r.n_trees))
+            if not atoms:
+                raise TrainingError(f"round {t}: no usable atom replies from {selected}")
+            self._grow(atoms, edges)
+            self._deltas.clear()
+            n = sum(r.n_samples for r in atoms.values())
+            loss = sum(r.loss_sum for r in atoms.values()) / max(n, 1)
+            if cfg.objective == "squared_error":
+                loss = float(np.sqrt(loss))
+            self.job.report(RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected), len(atoms),
+                                          {"train_loss": loss, "samples": float(n)}, time.monotonic() - started))
+        return self.model()
+
+    def _setup(self) -> dict[str, XgbSetupReply]:
+        cfg = self.config
+        replies = self.job.ask(XgbSetup(cfg.objective, cfg.feature_set_version), self.job.clients, XgbSetupReply)
+        widths = {r.n_features for r in replies.values()}
+        if not replies:
+            raise TrainingError("no client answered the setup request")
+        self.n_features = max(widths, key=lambda w: sum(r.n_features == w for r in replies.values()))
+        replies = self._accept(replies, lambda c, r: None if r.n_features == self.n_features else
+                               f"{r.n_features} features, the fleet has {self.n_features}")
+        named = [r.feature_names for r in replies.values() if r.feature_names]
+        self.feature_names = named[0] if named else tuple(f"f{j}" for j in range(self.n_features))
+        if cfg.objective == "squared_error":
+            self.classes, self.model_classes = (), ()
+        else:
+            classes, integral = (cfg.classes, False) if cfg.classes is not None else job_classes(replies)
+            if cfg.classes is not None:
+                integral = all(c.lstrip("-").isdigit() for c in classes)
+            needed = 2 if cfg.objective == "logistic" else None
+            if len(classes) < 2 or (needed and len(classes) != needed):
+                raise TrainingError(f"{cfg.objective} needs {'exactly 2' if needed else 'at least 2'} classes, the "
+                                    f"clients' labels are {list(classes)}")
+            self.classes = tuple(classes)
+            self.model_classes = tuple(int(c) for c in classes) if integral else self.classes
+        self.objective = objective_named(cfg.objective, len(self.classes))
+        self.n_outputs = self.objective.n_outputs
+        stats = base_score_stats(cfg.objective, self.classes, replies)
+        self.base_score = self.objective.base_score(stats, mode=cfg.base_score)
+        moments = sum(r.moments for r in replies.values())
+        self.standardizations = [Standardization.from_moments(moments[:, j]) if cfg.standardize
+                                 else Standardization() for j in range(self.n_features)]
+        return replies
+
+    def _continue_from(self, model: TreeEnsemble) -> None:
+        if model.kind != "boosted" or model.n_outputs != self.n_outputs or model.n_features != self.n_features:
+            raise TrainingError(f"init_model ({model.kind}, {model.n_outputs} outputs, {model.n_features} features)"
+                                f" does not fit this job ({self.n_outputs} outputs, {self.n_features} features)")
+        if model.link != self.objective.link or (self.model_classes and tuple(model.classes) != self.model_classes):
+            raise TrainingError(f"init_model predicts {list(model.classes)} with link {model.link!r}; the job has "
+                                f"classes {list(self.model_classes)} and link {self.objective.link!r}")
+        self.base_score = np.asarray(model.base_score, dtype=np.float64)
+        self.trees = list(model.trees)
+        self.tree_output = [int(k) for k in model.tree_output]
+
+    def _sample(self) -> list[str]:
+        if self.config.client_fraction >= 1:
+            return list(self.clients)
+        m = max(1, round(self.config.client_fraction * len(self.clients)))
+        return sorted(self.rng.choice(self.clients, size=m, replace=False).tolist())
+
+    # -- requests ------------------------------------------------------------------------------
+
+    @property
+    def task(self) -> XgbTask:
+        return XgbTask(self.config.objective, self.config.feature_set_version, self.n_features,
+                       self.base_score, self.classes)
+
+    def _delta(self, client: str) -> ModelDelta:
+        first = self.known.get(client, 0)
+        if first >= len(self.trees):
+            return ModelDelta(first, b"")
+        key = (first, len(self.trees))
+        if key not in self._deltas:  # most clients need the same delta: encode it once
+            self._deltas = {key: self._ensemble(first).to_cbor(), **self._deltas}
+        return ModelDelta(first, self._deltas[key])
+
+    def _sketch_request(self, client: str) -> XgbSketchRequest:
+        cfg = self.config
+        size = cfg.summary_size or cfg.n_bins
+        if cfg.sketch == "summary":
+            return XgbSketchRequest(self.task, self._delta(client), "summary", summary_size=size)
+        return XgbSketchRequest(self.task, self._delta(client), "ddsketch", summary_size=size,
+                                ddsketch_alpha=cfg.ddsketch_alpha,
+                                centers=np.array([s.center for s in self.standardizations]),
+                                scales=np.array([s.scale for s in self.standardizations]))
+
+    def _atom_request(self, client: str, edges: list[np.ndarray]) -> XgbAtomRequest:
+        values, offsets = pack_edges(edges)
+        return XgbAtomRequest(self.task, self._delta(client), values, offsets)
+
+    # -- replies -------------------------------------------------------------------------------
+
+    def _ask(self, clients: list[str], build, expect: type, check) -> dict[str, Any]:
+        """One round: a request built per client, the replies that pass ``check``. A client that
+        failed or did not answer gets the whole model next time (its state is unknown)."""
+        replies = self.job.ask({c: build(c) for c in clients}, clients, expect)
+        for client in clients:
+            if client not in replies:
+                self.known.pop(client, None)
+        return self._accept(replies, check)
+
+    def _accept(self, replies: dict[str, Any], check) -> dict[str, Any]:
+        """The replies that pass ``check(client, reply) -> reason | None``; the others are rejected."""
+        out = {}
+        for client, reply in replies.items():
+            reason = check(client, reply)
+            if reason is None:
+                out[client] = reply
+            else:
+                self.job.reject(client, reason)
+        for client, reply in out.items():
+            if hasattr(reply, "n_trees"):
+                self.known[client] = reply.n_trees
+        return out
+
+    def _check_trees(self, client: str, n_trees: int) -> str | None:
+        if n_trees != len(self.trees):
+            self.known.pop(client, None)  # resend the whole model next time
+            return f"margins include {n_trees} trees, the model has {len(self.trees)}"
+        return None
+
+    def _check_sketch(self, client: str, reply: XgbSketchReply) -> str | None:
+        wanted = "summary" if self.config.sketch == "summary" else "ddsketch"
+        part = getattr(reply, wanted)
+        if part is None:
+            return f"the reply carries no {wanted} sketch"
+        rows = part.points.shape[0] if wanted == "summary" else part.zero_weight.shape[0]
+        if rows != self.n_features:
+            return f"{rows} sketches for {self.n_features} features"
+        return self._check_trees(client, reply.n_trees)
+
+    def _edges(self, sketches: dict[str, XgbSketchReply]) -> list[np.ndarray]:
+        """B bin edges per feature from the clients' sketches (client-id order)."""
+        B = self.config.n_bins
+        try:
+            if self.config.sketch == "summary":
+                per_client = [summaries_from_arrays(to_wire(r.summary)) for r in sketches.values()]
+                return merge_edges_columns(per_client, B)
+            per_client = [ddsketches_from_columns(to_wire(r.ddsketch), self.standardizations)
+                          for r in sketches.values()]
+            return [ddsketch_edges([c[j] for c in per_client], B) for j in range(self.n_features)]
+        except SketchError as exc:
+            raise TrainingError(f"the clients' sketches cannot be merged: {exc}") from exc
+
+    def _grow(self, atoms: dict[str, XgbAtomReply], edges: list[np.ndarray]) -> None:
+        keys = np.concatenate([r.keys for r in atoms.values()])
+        keys, G, H, W = merge_atoms(keys, np.concatenate([r.grad for r in atoms.values()]),
+                                    np.concatenate([r.hess for r in atoms.values()]),
+                                    np.concatenate([r.counts for r in atoms.values()]))
+        for k, grown in enumerate(grow_trees(keys, G, H, W, edges, self.config.growth)):
+            self.trees.append(grown.tree)
+            self.tree_output.append(k if self.n_outputs > 1 else 0)
+
+    # -- the model -----------------------------------------------------------------------------
+
+    def _ensemble(self, first: int = 0) -> TreeEnsemble:
+        """Trees ``first..`` as a boosted ensemble with base score 0 (a model delta)."""
+        return TreeEnsemble(trees=tuple(self.trees[first:]), kind="boosted", link=self.objective.link,
+                            n_outputs=self.n_outputs, feature_names=self.feature_names, classes=self.model_classes,
+                            tree_output=np.array(self.tree_output[first:], dtype=np.int32))
+
+    def model(self) -> TreeEnsemble:
+        cfg = self.config
+        return TreeEnsemble(
+            trees=tuple(self.trees), kind="boosted", link=self.objective.link, n_outputs=self.n_outputs,
+            feature_names=self.feature_names, tree_output=np.array(self.tree_output, dtype=np.int32),
+            base_score=self.base_score, feature_set_version=cfg.feature_set_version, classes=self.model_classes,
+            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": cfg.n_rounds,
+                      "max_depth": cfg.max_depth, "n_bins": cfg.n_bins, "learning_rate": cfg.learning_rate,
+                      "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "sketch": cfg.sketch},
+        )

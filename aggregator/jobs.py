@@ -1,0 +1,117 @@
+"""A training job's handle on the fleet: the algorithms' server halves talk to clients only here.
+
+``FederatedJob.ask`` numbers the job's rounds, runs them on the round engine, and hands back the
+typed reply bodies in client-id order -- the order in which the server sums statistics, so a
+run is deterministic whatever order the replies arrived in. Clients that time out or answer with
+an error are logged and left out of that round (partial participation); a reply that is
+well-formed on the wire but does not fit the job (wrong number of features, a bin id out of
+range...) is rejected by the algorithm through :meth:`FederatedJob.reject`, with the same effect.
+Progress (one ``RoundProgress`` per boosting round / forest level) goes to the job's callback
+and to the log.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .rounds import RoundEngine, RoundResult
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FederatedJob", "JobSettings", "RoundProgress", "TrainingError"]
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (no usable replies, inconsistent clients); the message says why."""
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """How patient a job is: per-round ``deadline_s`` and the ``min_fraction`` of the selected
+    clients whose replies a round needs (1.0: all; the engine raises ``QuorumNotReached`` below)."""
+
+    deadline_s: float = 120.0
+    min_fraction: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.deadline_s > 0:
+            raise ValueError(f"deadline_s must be > 0, got {self.deadline_s}")
+        if not 0 < self.min_fraction <= 1:
+            raise ValueError(f"min_fraction must lie in (0, 1], got {self.min_fraction}")
+
+
+@dataclass(frozen=True)
+class RoundProgress:
+    """One step of an algorithm, for progress output: ``step`` of ``total`` (e.g. boosting
+    round 3 of 10), who answered, and the algorithm's metrics (e.g. ``train_loss``)."""
+
+    job: str
+    algorithm: str
+    step: int
+    total: int
+    selected: int
+    answered: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def line(self) -> str:
+        metrics = " ".join(f"{k}={v:.5g}" for k, v in self.metrics.items())
+        return (f"{self.algorithm} {self.step}/{self.total}: {self.answered}/{self.selected} clients "
+                f"{metrics} ({self.elapsed_s:.2f} s)")
+
+
+class FederatedJob:
+    """Rounds of one job over a fixed set of known clients."""
+
+    def __init__(
+        self,
+        engine: RoundEngine,
+        clients: Sequence[str],
+        *,
+        job_id: str | None = None,
+        settings: JobSettings | None = None,
+        progress: Callable[[RoundProgress], None] | None = None,
+    ) -> None:
+        if not clients:
+            raise TrainingError("a job needs at least one client")
+        self.engine = engine
+        self.clients = sorted(dict.fromkeys(clients))
+        self.job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
+        self.settings = settings or JobSettings()
+        self._progress = progress
+        self.rounds = 0
+        self.rejected: dict[str, int] = {}
+        self.results: list[RoundResult] = []
+
+    def ask(self, request: object | Mapping[str, object], clients: Sequence[str], expect: type) -> dict[str, Any]:
+        """Send ``request`` (one body, or one per client) to ``clients``; the valid reply bodies,
+        keyed and ordered by client id. Raises ``QuorumNotReached`` below the job's quorum."""
+        self.rounds += 1
+        result = self.engine.run_round(self.job_id, self.rounds, request, sorted(clients),
+                                       deadline_s=self.settings.deadline_s,
+                                       min_fraction=self.settings.min_fraction, expect=expect)
+        self.results.append(result)
+        for client, error in sorted(result.errors.items()):
+            log.warning("client left out of the round", extra={"job": self.job_id, "round": self.rounds,
+                                                               "client": client, "code": error.code,
+                                                               "error": error.message})
+        if result.timed_out:
+            log.warning("clients timed out", extra={"job": self.job_id, "round": self.rounds,
+                                                    "clients": result.timed_out})
+        return {c: result.replies[c].body for c in sorted(result.replies)}
+
+    def reject(self, client: str, reason: str) -> None:
+        """Record that ``client``'s reply was unusable; the caller leaves it out of the round."""
+        self.rejected[client] = self.rejected.get(client, 0) + 1
+        log.warning("reply rejected", extra={"job": self.job_id, "round": self.rounds, "client": client,
+                                             "reason": reason})
+
+    def report(self, progress: RoundProgress) -> None:
+        log.info("progress", extra={"job": progress.job, "algorithm": progress.algorithm, "step": progress.step,
+                                    "total": progress.total, "answered": progress.answered, **progress.metrics})
+        if self._progress is not None:
+            self._progress(progress)

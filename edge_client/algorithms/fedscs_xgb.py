@@ -1,0 +1,226 @@
+"""FedSCS-XGB's client half (paper Alg. 2): margins, gradients, Hessian-weighted sketches, atoms.
+
+Per job the client keeps a snapshot of its labelled data (features rounded to float32, as
+XGBoost does on input and as the bin ids and the trees' thresholds are), the targets as class
+ids, and its margins with the number of trees they include. Every request carries the trees the
+client may lack; the client applies exactly the ones it has not applied (never one twice), and
+refuses with ``resync`` when the request assumes trees it does not hold (it restarted): the
+server then sends the whole model next time.
+
+No raw value leaves the gateway: setup sends label counts and per-feature moments, the sketch
+phase M+1 weighted quantiles (or DDSketch buckets) per feature, the atom phase bin-id vectors
+with counts and gradient sums.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.atoms import merge_atoms
+from shared.model import ModelValidationError, TreeEnsemble
+from shared.objectives import Objective, objective_named
+from shared.protocol.envelope import Message
+from shared.protocol.messages.fedscs_xgb import (
+    DDSketchColumns,
+    ModelDelta,
+    SummaryColumns,
+    XgbAtomReply,
+    XgbAtomRequest,
+    XgbSetup,
+    XgbSetupReply,
+    XgbSketchReply,
+    XgbSketchRequest,
+    XgbTask,
+)
+from shared.sketches import (
+    DDSketch,
+    Standardization,
+    bin_ids,
+    ddsketches_to_columns,
+    summaries_to_arrays,
+    summarize_columns,
+    weighted_moments,
+)
+
+from ..dispatcher import Dispatcher, RequestRejected
+from ..training_data import LabelledData, NoTrainingData, TrainingData
+
+log = logging.getLogger(__name__)
+
+#: Jobs whose state a client keeps at once (oldest forgotten first).
+MAX_JOBS = 4
+#: Largest model delta accepted in one request.
+MAX_MODEL_BYTES = 64 << 20
+
+
+def label_strings(y: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Labels as strings (the wire's vocabulary) and whether all of them are integers."""
+    if y.dtype.kind in "iub":
+        return y.astype(np.int64).astype(str), True
+    if y.dtype.kind == "f":
+        integral = bool(np.isfinite(y).all() and (y == np.floor(y)).all())
+        return (y.astype(np.int64).astype(str) if integral else y.astype(str)), integral
+    as_str = np.array([str(v) for v in y], dtype=object)
+    return as_str, False
+
+
+def class_ids(y: np.ndarray, classes: tuple[str, ...]) -> np.ndarray:
+    """Class index of every label under the job's vocabulary; -1 for a label the job lacks."""
+    labels, _ = label_strings(y)
+    lookup = {c: i for i, c in enumerate(classes)}
+    return np.array([lookup.get(str(v), -1) for v in labels], dtype=np.int64)
+
+
+def setup_reply(data: LabelledData, objective: str) -> XgbSetupReply:
+    """Additive description of the client's data: sizes, label counts or target sum, moments."""
+    X = np.asarray(data.X, dtype=np.float64)
+    reply = dict(n_samples=X.shape[0], n_features=X.shape[1], moments=weighted_moments(X),
+                 feature_names=data.feature_names)
+    if objective == "squared_error":
+        y = np.asarray(data.y, dtype=np.float64)
+        if not np.isfinite(y).all():
+            raise ValueError("regression targets must be finite")
+        return XgbSetupReply(**reply, target_sum=float(y.sum()))
+    labels, integral = label_strings(data.y)
+    names, counts = np.unique(labels.astype(str), return_counts=True)
+    return XgbSetupReply(**reply, labels=tuple(names.tolist()), label_counts=counts.astype(np.int64),
+                         integer_labels=integral)
+
+
+@dataclass
+class _JobState:
+    """One job's snapshot and margins. ``X`` float32; rows whose label the job lacks are dropped."""
+
+    task: XgbTask
+    objective: Objective
+    X: np.ndarray
+    target: np.ndarray
+    margins: np.ndarray  # (n, n_outputs)
+    n_trees: int = 0
+
+    @classmethod
+    def start(cls, task: XgbTask, data: LabelledData) -> _JobState:
+        if data.X.shape[1] != task.n_features:
+            raise RequestRejected("feature_mismatch", f"the job has {task.n_features} features, this client "
+                                                      f"{data.X.shape[1]}")
+        objective = objective_named(task.objective, len(task.classes))
+        X = np.asarray(data.X, dtype=np.float32)
+        if task.objective == "squared_error":
+            target = np.asarray(data.y, dtype=np.float64)
+        else:
+            target = class_ids(data.y, task.classes)
+            known = target >= 0
+            if not known.all():
+                log.warning("labels outside the job's classes ignored", extra={"rows": int((~known).sum())})
+                X, target = X[known], target[known]
+        margins = np.broadcast_to(task.base_score, (X.shape[0], task.base_score.shape[0])).copy()
+        return cls(task, objective, X, target, margins)
+
+    def gradients(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-sample (g, h) as (n, n_outputs), whatever the objective's own shapes."""
+        g, h = self.objective.gradients(self._margin_arg(), self.target)
+        return g.reshape(self.margins.shape), h.reshape(self.margins.shape)
+
+    def loss_sum(self) -> float:
+        """The additive part of the progress loss: summed log-loss, or the sum of squared errors
+        (the server reports ``sqrt(SSE / n)``, XGBoost's rmse)."""
+        if self.target.shape[0] == 0:
+            return 0.0
+        mean = self.objective.loss(self._margin_arg(), self.target)
+        squared = mean * mean if self.task.objective == "squared_error" else mean
+        return float(squared * self.target.shape[0])
+
+    def _margin_arg(self) -> np.ndarray:
+        return self.margins if self.task.objective == "softmax" else self.margins[:, 0]
+
+    def apply(self, delta: ModelDelta) -> None:
+        """Add the trees of ``delta`` not yet in the margins (none twice)."""
+        if delta.first_tree > self.n_trees:
+            raise RequestRejected("resync", f"holds {self.n_trees} trees, the request starts at tree "
+                                            f"{delta.first_tree}; send the model from tree {self.n_trees}")
+        if not delta.trees:
+            return
+        try:
+            model = TreeEnsemble.from_cbor(delta.trees, max_bytes=MAX_MODEL_BYTES)
+        except ModelValidationError as exc:
+            raise RequestRejected("bad_model", f"the model delta is invalid: {exc}") from None
+        if model.kind != "boosted" or model.n_outputs != self.margins.shape[1] or model.n_features != self.X.shape[1]:
+            raise RequestRejected("bad_model", f"the model delta ({model.kind}, {model.n_outputs} outputs, "
+                                               f"{model.n_features} features) does not fit this job")
+        skip = self.n_trees - delta.first_tree
+        if skip >= model.n_trees:
+            return
+        new = TreeEnsemble(trees=model.trees[skip:], kind="boosted", link=model.link, n_outputs=model.n_outputs,
+                           feature_names=model.feature_names, tree_output=model.tree_output[skip:],
+                           classes=model.classes)
+        self.margins += new.predict_margin(self.X)
+        self.n_trees += new.n_trees
+
+
+class FedSCSXGBClient:
+    """Answers ``fedscs_xgb.*`` requests from a ``TrainingData`` (arrays or the window store)."""
+
+    def __init__(self, data: TrainingData, *, max_jobs: int = MAX_JOBS) -> None:
+        self.data = data
+        self.max_jobs = max_jobs
+        self._jobs: OrderedDict[str, _JobState] = OrderedDict()
+
+    def register(self, dispatcher: Dispatcher) -> None:
+        dispatcher.register(XgbSetup, self.on_setup)
+        dispatcher.register(XgbSketchRequest, self.on_sketch)
+        dispatcher.register(XgbAtomRequest, self.on_atoms)
+
+    def _snapshot(self, feature_set_version: str) -> LabelledData:
+        try:
+            data = self.data.labelled(feature_set_version)
+        except NoTrainingData as exc:
+            raise RequestRejected("no_data", str(exc)) from None
+        if data.X.shape[0] == 0:
+            raise RequestRejected("no_data", "no labelled samples")
+        return data
+
+    def _state(self, job: str, task: XgbTask) -> _JobState:
+        """The job's state, created from a fresh snapshot if this client has none (restart)."""
+        state = self._jobs.get(job)
+        if state is None or state.task.objective != task.objective or state.task.classes != task.classes \
+                or not np.array_equal(state.task.base_score, task.base_score):
+            state = _JobState.start(task, self._snapshot(task.feature_set_version))
+            self._jobs[job] = state
+            while len(self._jobs) > self.max_jobs:
+                self._jobs.popitem(last=False)
+        self._jobs.move_to_end(job)
+        return state
+
+    # -- handlers --------------------------------------------------------------------------------
+
+    def on_setup(self, message: Message) -> XgbSetupReply:
+        body: XgbSetup = message.body
+        self._jobs.pop(message.envelope.job, None)  # a (re)started job starts from a fresh snapshot
+        return setup_reply(self._snapshot(body.feature_set_version), body.objective)
+
+    def on_sketch(self, message: Message) -> XgbSketchReply:
+        body: XgbSketchRequest = message.body
+        state = self._state(message.envelope.job, body.task)
+        state.apply(body.model)
+        _, h = state.gradients()
+        weight = h.sum(axis=1)  # Alg. 2 step 6: w_i = sum_k h_ik
+        if body.sketch == "summary":
+            columns = summaries_to_arrays(summarize_columns(state.X, weight, body.summary_size))
+            return XgbSketchReply(state.n_trees, summary=SummaryColumns(**columns))
+        maps = [Standardization(c, s) for c, s in zip(body.centers, body.scales)]
+        sketches = DDSketch.from_columns(state.X, weight, body.ddsketch_alpha, maps)
+        return XgbSketchReply(state.n_trees, ddsketch=DDSketchColumns(**ddsketches_to_columns(sketches)))
+
+    def on_atoms(self, message: Message) -> XgbAtomReply:
+        body: XgbAtomRequest = message.body
+        state = self._state(message.envelope.job, body.task)
+        state.apply(body.model)
+        g, h = state.gradients()
+        bins = bin_ids(state.X, body.edges())
+        keys, G, H, W = merge_atoms(bins, g, h)
+        return XgbAtomReply(n_trees=state.n_trees, n_samples=int(state.target.shape[0]), loss_sum=state.loss_sum(),
+                            keys=keys.astype(bins.dtype), counts=W.astype(np.uint32), grad=G, hess=H)

@@ -1,0 +1,33 @@
+"""The federated side of a client: one dispatcher answering every algorithm's requests.
+
+Used by ``wheelfed gateway`` (data from its window store) and by ``aggregator.simulate`` (data
+from arrays), so a simulated client runs exactly the code a gateway runs.
+"""
+
+from __future__ import annotations
+
+from shared.transport.base import Transport
+
+from .algorithms.fedscs_xgb import FedSCSXGBClient
+from .dispatcher import Dispatcher
+from .training_data import TrainingData
+
+__all__ = ["Participant"]
+
+
+class Participant:
+    """A dispatcher on ``transport`` with the client half of every algorithm registered."""
+
+    def __init__(self, transport: Transport, data: TrainingData) -> None:
+        self.transport = transport
+        self.dispatcher = Dispatcher(transport)
+        self.fedscs_xgb = FedSCSXGBClient(data)
+        self.fedscs_xgb.register(self.dispatcher)
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return ("ping", "fedscs_xgb")
+
+    def start(self) -> None:
+        """Subscribe to the inbox and fleet topics (after every handler is registered)."""
+        self.dispatcher.start()

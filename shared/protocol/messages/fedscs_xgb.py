@@ -1,0 +1,270 @@
+"""FedSCS-XGB's messages (paper Alg. 1 server / Alg. 2 client), one request/reply pair per phase.
+
+A job runs ``setup`` once, then per boosting round ``sketch`` (Hessian-weighted quantile
+sketches -> the server's bin edges) and ``atoms`` (bin-id vectors with count, G and H sums).
+
+Requests are self-contained so a client's state is a cache, not a contract: every request
+carries the job's fixed settings (:class:`XgbTask`) and the trees the client may not have yet
+(:class:`ModelDelta`). Replies state how many trees the client's margins include (``n_trees``),
+so the server knows what to send next time and a tree is never applied twice.
+
+The ``__post_init__`` checks make the schema reject malformed replies *before* they reach the
+server's maths: shapes that do not match each other, negative counts or Hessians, non-finite
+statistics. Checks that need the job's context (the number of features, classes) are the
+server's (``aggregator.algorithms.fedscs_xgb``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+import numpy as np
+
+from ..envelope import message_type
+from ..schema import ArraySpec
+
+Objective = Literal["softmax", "logistic", "squared_error"]
+SketchKind = Literal["summary", "ddsketch"]
+
+F64_1D = ArraySpec(("float64",), ndim=1, finite=True)
+F64_2D = ArraySpec(("float64",), ndim=2, finite=True)
+COUNTS_1D = ArraySpec(("uint8", "uint16", "uint32", "int32", "int64"), ndim=1)
+BIN_IDS = ArraySpec(("uint8", "uint16"), ndim=2)
+
+
+def _nonnegative(name: str, array: np.ndarray) -> None:
+    if array.size and array.min() < 0:
+        raise ValueError(f"{name} must be >= 0")
+
+
+def _length(name: str, array: np.ndarray, n: int) -> None:
+    if array.shape[0] != n:
+        raise ValueError(f"{name} has {array.shape[0]} entries, expected {n}")
+
+
+@dataclass(frozen=True)
+class XgbTask:
+    """The job's fixed settings, repeated in every request (stateless clients, restarts)."""
+
+    objective: Objective
+    feature_set_version: str
+    n_features: int
+    base_score: Annotated[np.ndarray, F64_1D]
+    classes: tuple[str, ...] = ()  # label vocabulary; class id = index (classification only)
+
+    def __post_init__(self) -> None:
+        if self.n_features < 1:
+            raise ValueError("n_features must be >= 1")
+        n_outputs = len(self.classes) if self.objective == "softmax" else 1
+        if self.objective == "softmax" and len(self.classes) < 2:
+            raise ValueError("softmax needs at least two classes")
+        if self.objective == "logistic" and len(self.classes) != 2:
+            raise ValueError("logistic needs exactly two classes")
+        if self.base_score.shape != (n_outputs,):
+            raise ValueError(f"base_score must have shape ({n_outputs},), got {self.base_score.shape}")
+
+
+@dataclass(frozen=True)
+class ModelDelta:
+    """Trees ``first_tree, first_tree + 1, ...`` of the job's model that the client may lack.
+
+    ``trees`` is a ``TreeEnsemble.to_cbor()`` (kind "boosted", base score 0) or ``b""`` for none.
+    """
+
+    first_tree: int = 0
+    trees: bytes = b""
+
+    def __post_init__(self) -> None:
+        if self.first_tree < 0:
+            raise ValueError("first_tree must be >= 0")
+
+
+@message_type("fedscs_xgb.setup")
+@dataclass(frozen=True)
+class XgbSetup:
+    """Opens a job: the client snapshots its labelled data and describes it with additive stats."""
+
+    objective: Objective
+    feature_set_version: str
+
+
+@message_type("fedscs_xgb.setup_reply")
+@dataclass(frozen=True)
+class XgbSetupReply:
+    """``labels``/``label_counts``: the client's label vocabulary (classification);
+    ``integer_labels``: every label is an integer (then the model's classes are ints);
+    ``target_sum``: sum of y (regression); ``moments``: per-feature ``[W, Σx, Σx²]`` (3, d) for
+    the DDSketch standardization; ``feature_names``: the client's column names (may be empty)."""
+
+    n_samples: int
+    n_features: int
+    moments: Annotated[np.ndarray, F64_2D]
+    feature_names: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    label_counts: Annotated[np.ndarray, COUNTS_1D] = field(default_factory=lambda: np.zeros(0, np.int64))
+    integer_labels: bool = False
+    target_sum: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.n_samples < 0 or self.n_features < 0:
+            raise ValueError("n_samples and n_features must be >= 0")
+        if self.moments.shape != (3, self.n_features):
+            raise ValueError(f"moments must have shape (3, {self.n_features}), got {self.moments.shape}")
+        if self.feature_names and len(self.feature_names) != self.n_features:
+            raise ValueError(f"{len(self.feature_names)} feature names for {self.n_features} features")
+        _length("label_counts", self.label_counts, len(self.labels))
+        _nonnegative("label_counts", self.label_counts)
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError("labels must be unique")
+        if int(self.label_counts.sum()) > self.n_samples:
+            raise ValueError("label_counts sum to more than n_samples")
+
+
+@message_type("fedscs_xgb.sketch")
+@dataclass(frozen=True)
+class XgbSketchRequest:
+    """Phase 1: update margins with ``model``, then sketch every feature weighted by the
+    per-sample Hessian sum. ``summary_size`` is M of the weighted quantile summary; DDSketch
+    uses ``ddsketch_alpha`` and the server's per-feature ``centers``/``scales``."""
+
+    task: XgbTask
+    model: ModelDelta
+    sketch: SketchKind = "summary"
+    summary_size: int = 256
+    ddsketch_alpha: float = 0.01
+    centers: Annotated[np.ndarray, F64_1D] | None = None
+    scales: Annotated[np.ndarray, F64_1D] | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.summary_size <= 1 << 16:
+            raise ValueError("summary_size must lie in 1..65536")
+        if not 0 < self.ddsketch_alpha < 1:
+            raise ValueError("ddsketch_alpha must lie in (0, 1)")
+        if self.sketch == "ddsketch":
+            d = self.task.n_features
+            if self.centers is None or self.scales is None:
+                raise ValueError("a ddsketch request needs centers and scales")
+            _length("centers", self.centers, d)
+            _length("scales", self.scales, d)
+            if self.scales.size and self.scales.min() <= 0:
+                raise ValueError("scales must be > 0")
+
+
+@dataclass(frozen=True)
+class SummaryColumns:
+    """``shared.sketches.summaries_to_arrays`` on the wire: one row per feature."""
+
+    points: Annotated[np.ndarray, F64_2D]
+    total_weight: Annotated[np.ndarray, F64_1D]
+    count: Annotated[np.ndarray, COUNTS_1D]
+    n_missing: Annotated[np.ndarray, COUNTS_1D]
+    missing_weight: Annotated[np.ndarray, F64_1D]
+
+    def __post_init__(self) -> None:
+        d = self.points.shape[0]
+        for name in ("total_weight", "count", "n_missing", "missing_weight"):
+            _length(name, getattr(self, name), d)
+            _nonnegative(name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class DDSketchColumns:
+    """Per-feature DDSketch stores, concatenated; feature ``j``'s positive store is
+    ``pos_keys[pos_offsets[j]:pos_offsets[j+1]]`` (same for the negative store)."""
+
+    alpha: float
+    pos_keys: Annotated[np.ndarray, ArraySpec(("int32",), ndim=1)]
+    pos_weights: Annotated[np.ndarray, F64_1D]
+    pos_offsets: Annotated[np.ndarray, ArraySpec(("int64",), ndim=1)]
+    neg_keys: Annotated[np.ndarray, ArraySpec(("int32",), ndim=1)]
+    neg_weights: Annotated[np.ndarray, F64_1D]
+    neg_offsets: Annotated[np.ndarray, ArraySpec(("int64",), ndim=1)]
+    zero_weight: Annotated[np.ndarray, F64_1D]
+    count: Annotated[np.ndarray, COUNTS_1D]
+    n_missing: Annotated[np.ndarray, COUNTS_1D]
+    missing_weight: Annotated[np.ndarray, F64_1D]
+
+    def __post_init__(self) -> None:
+        d = self.zero_weight.shape[0]
+        for side in ("pos", "neg"):
+            keys, weights, offsets = (getattr(self, f"{side}_{n}") for n in ("keys", "weights", "offsets"))
+            _length(f"{side}_weights", weights, keys.shape[0])
+            _length(f"{side}_offsets", offsets, d + 1)
+            if offsets[0] != 0 or offsets[-1] != keys.shape[0] or (np.diff(offsets) < 0).any():
+                raise ValueError(f"{side}_offsets must rise from 0 to the number of keys")
+            _nonnegative(f"{side}_weights", weights)
+        for name in ("count", "n_missing", "missing_weight", "zero_weight"):
+            _length(name, getattr(self, name), d)
+            _nonnegative(name, getattr(self, name))
+
+
+@message_type("fedscs_xgb.sketch_reply")
+@dataclass(frozen=True)
+class XgbSketchReply:
+    """One sketch per feature: exactly one of ``summary`` and ``ddsketch``."""
+
+    n_trees: int
+    summary: SummaryColumns | None = None
+    ddsketch: DDSketchColumns | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_trees < 0:
+            raise ValueError("n_trees must be >= 0")
+        if (self.summary is None) == (self.ddsketch is None):
+            raise ValueError("exactly one of summary and ddsketch must be present")
+
+
+@message_type("fedscs_xgb.atoms")
+@dataclass(frozen=True)
+class XgbAtomRequest:
+    """Phase 2: bin every sample with the broadcast edges (feature ``j``:
+    ``edge_values[edge_offsets[j]:edge_offsets[j+1]]``, float32) and send the atoms."""
+
+    task: XgbTask
+    model: ModelDelta
+    edge_values: Annotated[np.ndarray, ArraySpec(("float32",), ndim=1, finite=True)]
+    edge_offsets: Annotated[np.ndarray, ArraySpec(("int64",), ndim=1)]
+
+    def __post_init__(self) -> None:
+        offsets = self.edge_offsets
+        _length("edge_offsets", offsets, self.task.n_features + 1)
+        if offsets[0] != 0 or offsets[-1] != self.edge_values.shape[0] or (np.diff(offsets) < 0).any():
+            raise ValueError("edge_offsets must rise from 0 to the number of edge values")
+
+    def edges(self) -> list[np.ndarray]:
+        o = self.edge_offsets
+        return [self.edge_values[o[j] : o[j + 1]] for j in range(self.task.n_features)]
+
+
+@message_type("fedscs_xgb.atom_reply")
+@dataclass(frozen=True)
+class XgbAtomReply:
+    """Atoms: distinct bin-id vectors ``keys`` (A, d), their sample ``counts`` (A,) and per-class
+    sums ``grad``/``hess`` (A, K), float64 so the server's sums are exact enough for Lemma 1.
+    ``loss_sum`` over ``n_samples``: the training loss at the client's margins (progress output;
+    log-loss summed, or the sum of squared errors for regression)."""
+
+    n_trees: int
+    n_samples: int
+    loss_sum: float
+    keys: Annotated[np.ndarray, BIN_IDS]
+    counts: Annotated[np.ndarray, COUNTS_1D]
+    grad: Annotated[np.ndarray, F64_2D]
+    hess: Annotated[np.ndarray, F64_2D]
+
+    def __post_init__(self) -> None:
+        if self.n_trees < 0 or self.n_samples < 0:
+            raise ValueError("n_trees and n_samples must be >= 0")
+        if self.loss_sum < 0:
+            raise ValueError("loss_sum must be >= 0")
+        a = self.keys.shape[0]
+        _length("counts", self.counts, a)
+        _length("grad", self.grad, a)
+        if self.hess.shape != self.grad.shape:
+            raise ValueError(f"hess has shape {self.hess.shape}, grad {self.grad.shape}")
+        if self.counts.size and self.counts.min() < 1:
+            raise ValueError("every atom must count at least one sample")
+        if int(self.counts.sum()) != self.n_samples:
+            raise ValueError(f"the atoms count {int(self.counts.sum())} samples, n_samples is {self.n_samples}")
+        _nonnegative("hess", self.hess)
