@@ -58,6 +58,9 @@ from .histogram_growth import GrowthParams, grow_trees
 
 __all__ = ["FedSCSXGB"]
 
+#: More distinct labels than this is almost surely a regression target given to a classifier.
+MAX_CLASSES = 256
+
 
 # --- pure helpers --------------------------------------------------------------------------------
 def job_classes(replies: dict[str, XgbSetupReply]) -> tuple[tuple[str, ...], bool]:
@@ -228,6 +231,10 @@ class _Training:
             classes, integral = (cfg.classes, False) if cfg.classes is not None else job_classes(replies)
             if cfg.classes is not None:
                 integral = all(c.lstrip("-").isdigit() for c in classes)
+            if len(classes) > MAX_CLASSES:
+                raise TrainingError(f"the clients' labels hold {len(classes)} distinct values: too many classes "
+                                    f"for {cfg.objective} (at most {MAX_CLASSES}); continuous targets need "
+                                    "objective='squared_error'")
             needed = 2 if cfg.objective == "logistic" else None
             if len(classes) < 2 or (needed and len(classes) != needed):
                 raise TrainingError(f"{cfg.objective} needs {'exactly 2' if needed else 'at least 2'} classes, the "
@@ -367,7 +374,7 @@ class _Training:
             trees=tuple(self.trees), kind="boosted", link=self.objective.link, n_outputs=self.n_outputs,
             feature_names=self.feature_names, tree_output=np.array(self.tree_output, dtype=np.int32),
             base_score=self.base_score, feature_set_version=cfg.feature_set_version, classes=self.model_classes,
-            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": cfg.n_rounds,
+            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": len(self.trees) // self.n_outputs,
                       "max_depth": cfg.max_depth, "n_bins": cfg.n_bins, "learning_rate": cfg.learning_rate,
                       "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "sketch": cfg.sketch},
         )

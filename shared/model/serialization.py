@@ -238,9 +238,15 @@ def to_cbor(ensemble: TreeEnsemble) -> bytes:
     return dumps_value(to_dict(ensemble))
 
 
+#: A model is ~9 arrays per tree: a message's default cap of 4096 arrays would stop at ~450 trees
+#: (a 100-round, 7-class boosted model has 700). Models may hold this many arrays instead.
+MODEL_MAX_ARRAYS = 1 << 18
+
+
 def from_cbor(data: bytes, *, max_bytes: int | None = None) -> TreeEnsemble:
     """Decode (with the codec's hardening; ``max_bytes`` overrides its size limit) and fully
     validate a model. Codec errors (``shared.protocol.errors.DecodeError``) propagate as is."""
     from shared.protocol.codec import loads_value
+    from shared.protocol.limits import DecodeLimits
 
-    return from_dict(loads_value(data, max_bytes=max_bytes))
+    return from_dict(loads_value(data, limits=DecodeLimits(max_arrays=MODEL_MAX_ARRAYS), max_bytes=max_bytes))

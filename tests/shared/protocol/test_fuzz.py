@@ -88,6 +88,27 @@ hostile_values = st.recursive(
 )
 
 
+def fedscs_xgb_examples() -> list[object]:
+    from shared.protocol.messages import fedscs_xgb as m
+
+    task = m.XgbTask("softmax", "fs-1", 2, np.zeros(3), ("a", "b", "c"))
+    delta = m.ModelDelta(0, b"")
+    summary = m.SummaryColumns(np.zeros((2, 3)), np.ones(2), np.ones(2, np.int64), np.zeros(2, np.int64), np.zeros(2))
+    sketches = m.DDSketchColumns(0.01, np.array([1], np.int32), np.ones(1), np.array([0, 1, 1]), np.zeros(0, np.int32),
+                                 np.zeros(0), np.zeros(3, np.int64), np.zeros(2), np.ones(2, np.int64),
+                                 np.zeros(2, np.int64), np.zeros(2))
+    return [
+        m.XgbSetup("softmax", "fs-1"),
+        m.XgbSetupReply(5, 2, np.zeros((3, 2)), ("x", "y"), ("a", "b"), np.array([2, 3]), False, 0.0),
+        m.XgbSketchRequest(task, delta, "summary", 16),
+        m.XgbSketchReply(0, summary=summary),
+        m.XgbSketchReply(0, ddsketch=sketches),
+        m.XgbAtomRequest(task, delta, np.array([0.5, 1.5], np.float32), np.array([0, 1, 2])),
+        m.XgbAtomReply(0, 3, 2.5, np.zeros((2, 2), np.uint8), np.array([1, 2], np.uint32), np.zeros((2, 3)),
+                       np.ones((2, 3))),
+    ]
+
+
 def valid_bodies() -> dict[str, object]:
     """One valid body per registered type: the fuzzer breaks one field at a time from these."""
     from shared.protocol.chunking import Chunk
@@ -98,6 +119,7 @@ def valid_bodies() -> dict[str, object]:
         Hello("0.1.0", "fs-1", 12, ("a",)), Status(online=True, detail={"k": "v"}), Ping(b"x", 0.5), Pong(b"y"),
         Ack("n"), Describe(), ErrorReply("c", "m", "ping"), ModelAnnouncement("m", 1, "x", "fs", bytes(32), 9),
         Chunk("t", 0, 1, 1, bytes(32), b"x"), ArrayBody(np.zeros(3, np.float32), [1], {"a": 1.0}, "n"),
+        *fedscs_xgb_examples(),
     ]
     return {type_name: body for body in examples for type_name, cls in registered_message_types().items() if type(body) is cls}
 
