@@ -9,29 +9,22 @@ gateway is back in the next round.
 
 from __future__ import annotations
 
-import os
 import secrets
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, TextIO
 
-from shared.protocol.messages import Describe, Ping, Status
+from shared.protocol.messages import Describe, Ping
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport
 
 from .broker import BrokerUser, MosquittoBroker, mosquitto_available
-from .broker.mosquitto import die_with_parent
+from .fleet import GatewayProcesses, Presence
 from .rounds import RoundEngine, RoundResult
-
-PASSWORD_ENV = "WHEELFED_MQTT_PASSWORD"
-
 
 @dataclass(frozen=True)
 class SmokeConfig:
@@ -60,61 +53,6 @@ def start_broker(kind: str, run_dir: Path, users: list[BrokerUser]):
     return EmbeddedBroker(run_dir / "broker", users=users).start(), 4, "embedded amqtt (MQTT 3.1.1)"
 
 
-class _Fleet:
-    """The gateway processes, started and stopped like a supervisor would."""
-
-    def __init__(self, port: int, protocol: int, passwords: dict[str, str], log_dir: Path) -> None:
-        self.port, self.protocol, self.passwords, self.log_dir = port, protocol, passwords, log_dir
-        self.processes: dict[str, subprocess.Popen] = {}
-
-    def start(self, client_id: str) -> None:
-        log_file = open(self.log_dir / f"{client_id}.log", "ab")
-        env = dict(os.environ, **{PASSWORD_ENV: self.passwords[client_id]})
-        self.processes[client_id] = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "gateway", "--client-id", client_id, "--port", str(self.port),
-             "--protocol", str(self.protocol), "--store", str(self.log_dir / f"{client_id}.db"), "--stats-every", "0"],
-            env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent(),
-        )
-        log_file.close()
-
-    def kill(self, client_id: str) -> None:
-        proc = self.processes.pop(client_id)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-
-    def stop_all(self) -> None:
-        for proc in self.processes.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.processes.values():
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self.processes.clear()
-
-
-class _Presence:
-    def __init__(self, transport: MqttTransport, layout: TopicLayout) -> None:
-        self.online: dict[str, bool] = {}
-        self._changed = threading.Condition()
-        transport.subscribe(layout.all_statuses, self._on_status)
-
-    def _on_status(self, _topic: str, message) -> None:
-        if isinstance(message.body, Status):
-            with self._changed:
-                self.online[message.sender] = message.body.online
-                self._changed.notify_all()
-
-    def wait(self, clients: list[str], online: bool, timeout_s: float = 30.0) -> None:
-        with self._changed:
-            ok = self._changed.wait_for(lambda: all(self.online.get(c) is online for c in clients), timeout_s)
-        if not ok:
-            state = {c: self.online.get(c) for c in clients}
-            raise TimeoutError(f"gateways did not become {'online' if online else 'offline'} in {timeout_s}s: {state}")
-
-
 def run_smoke(config: SmokeConfig, out: TextIO = sys.stdout) -> SmokeReport:
     started = time.monotonic()
     clients = [f"gw-{i + 1}" for i in range(config.n_gateways)]
@@ -130,12 +68,12 @@ def run_smoke(config: SmokeConfig, out: TextIO = sys.stdout) -> SmokeReport:
 
         agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username=AGGREGATOR_ID,
                                                       password=passwords[AGGREGATOR_ID], protocol=protocol))
-        presence = _Presence(agg, layout)
+        presence = Presence(agg, layout)
         engine = RoundEngine(agg, layout)
         agg.connect()
         stack.callback(agg.close)
 
-        fleet = _Fleet(broker.port, protocol, passwords, Path(run_dir))
+        fleet = GatewayProcesses(broker.port, protocol, passwords, Path(run_dir))
         stack.callback(fleet.stop_all)
         for client in clients:
             fleet.start(client)

@@ -21,10 +21,11 @@ from shared.protocol.envelope import Message
 from shared.protocol.messages import Describe, Hello, Ping, Pong
 from shared.transport.mqtt import MqttConfig, MqttTransport
 
-from .dispatcher import Dispatcher
+from .participant import Participant
 from .pipeline import PipelineConfig
 from .processing import FrameProcessor
 from .store import RetentionPolicy, WindowStore
+from .training_data import StoreTrainingData
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +65,17 @@ class Gateway:
         self.transport: MqttTransport | None = None
         if config.mqtt is not None:
             self.transport = MqttTransport(config.client_id, config.mqtt)
-            self.dispatcher = Dispatcher(self.transport)
-            self.dispatcher.register(Ping, _pong)
-            self.dispatcher.register(Describe, lambda _m: self.hello())
+            training = StoreTrainingData(self.store, tuple(self.processor.feature_names))
+            self.participant = Participant(self.transport, training)
+            self.participant.dispatcher.register(Ping, _pong)
+            self.participant.dispatcher.register(Describe, lambda _m: self.hello())
         self._stop = threading.Event()
         self.final_stats: dict[str, object] = {}
 
     def hello(self) -> Hello:
         return Hello(software_version=__version__, feature_set_version=self.processor.feature_set_version,
-                     n_features=len(self.processor.feature_names), capabilities=("ping",))
+                     n_features=len(self.processor.feature_names),
+                     capabilities=self.participant.capabilities if self.transport is not None else ())
 
     def stats(self) -> dict[str, object]:
         """One line's worth of health: link, pipeline, store, broker."""
@@ -92,7 +95,7 @@ class Gateway:
     def run(self, *, stats_every_s: float = 0.0, on_stats=None) -> None:
         """Serve until stopped; ``on_stats(dict)`` is called every ``stats_every_s`` seconds."""
         if self.transport is not None:
-            self.dispatcher.start()
+            self.participant.start()
             self.transport.connect(wait=False)
         if self.serial is not None:
             self.serial.start()

@@ -151,6 +151,49 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from aggregator.algorithms import FedSCSXGB
+    from aggregator.fleet import train_on_fleet
+    from aggregator.jobs import JobSettings, TrainingError
+    from edge_client.features import FEATURE_SET_VERSION
+    from shared.model import TreeEnsemble
+    from shared.protocol.topics import AGGREGATOR_ID
+    from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
+
+    _exit_on_sigterm()
+    init_model = None
+    if args.init_model:
+        raw = Path(args.init_model).read_bytes()
+        init_model = TreeEnsemble.from_json(raw) if args.init_model.endswith(".json") else TreeEnsemble.from_cbor(raw)
+    algorithm = FedSCSXGB(n_rounds=args.rounds, max_depth=args.max_depth, n_bins=args.bins,
+                          learning_rate=args.learning_rate, reg_lambda=args.reg_lambda, gamma=args.gamma,
+                          sketch=args.sketch, client_fraction=args.client_fraction,
+                          feature_set_version=args.feature_set or FEATURE_SET_VERSION, init_model=init_model)
+    tls = TlsConfig(args.tls_ca, args.tls_cert, args.tls_key) if args.tls_ca else None
+    mqtt = MqttConfig(host=args.host, port=args.port, username=None if tls else args.username,
+                      password=None if tls else os.environ.get("WHEELFED_MQTT_PASSWORD"), protocol=args.protocol, tls=tls)
+    clients = [c for c in args.clients.split(",") if c] if args.clients else None
+    print(f"training {algorithm.name} on {'the online gateways' if clients is None else ', '.join(clients)} "
+          f"via {args.host}:{args.port}", flush=True)
+    transport = MqttTransport(AGGREGATOR_ID, mqtt, presence=False)
+    try:
+        transport.connect(wait=True, timeout_s=30.0)
+        model, job = train_on_fleet(algorithm, transport, clients=clients, seed=args.seed,
+                                    settings=JobSettings(deadline_s=args.deadline, min_fraction=args.min_fraction),
+                                    progress=lambda p: print(p.line(), flush=True))
+    except (TrainingError, ConnectionError, TimeoutError) as exc:
+        raise SystemExit(f"wheelfed train: {exc}") from None
+    finally:
+        transport.close()
+    data = model.to_json(indent=1).encode() if args.output.endswith(".json") else model.to_cbor()
+    Path(args.output).write_bytes(data)
+    print(f"{args.output}: {model.n_trees} trees, classes {list(model.classes)}; job {job.job_id}, "
+          f"{job.rounds} protocol rounds, rejected replies {job.rejected or 'none'}", flush=True)
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from aggregator.smoke import SmokeConfig, run_smoke
 
@@ -227,6 +270,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset", choices=("seglearn", "ecg"))
     p.add_argument("-o", "--output", required=True, help="directory for the recordings")
     p.set_defaults(func=_cmd_import)
+
+    p = sub.add_parser("train", help="train a model on the online gateways over MQTT (aggregator side)")
+    p.add_argument("--algorithm", choices=("fedscs-xgb",), default="fedscs-xgb")
+    p.add_argument("--clients", help="comma-separated gateway ids (default: every gateway online)")
+    p.add_argument("-o", "--output", required=True, help="model file: .json, else CBOR")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--max-depth", type=int, default=4)
+    p.add_argument("--bins", type=int, default=256)
+    p.add_argument("--learning-rate", type=float, default=0.2)
+    p.add_argument("--reg-lambda", type=float, default=1.0)
+    p.add_argument("--gamma", type=float, default=0.1, help="Eq. 1's split penalty (xgboost's gamma is twice it)")
+    p.add_argument("--sketch", choices=("summary", "ddsketch"), default="summary")
+    p.add_argument("--client-fraction", type=float, default=1.0, help="share of gateways sampled per round")
+    p.add_argument("--feature-set", help="feature set version to train on (default: this release's)")
+    p.add_argument("--init-model", help="continue boosting from this model file (periodic retraining)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--deadline", type=float, default=120.0, help="seconds a round waits for replies")
+    p.add_argument("--min-fraction", type=float, default=0.5, help="share of selected gateways a round needs")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=1883)
+    p.add_argument("--username", default="aggregator", help="password from $WHEELFED_MQTT_PASSWORD")
+    p.add_argument("--protocol", type=int, choices=(4, 5), default=5)
+    p.add_argument("--tls-ca")
+    p.add_argument("--tls-cert")
+    p.add_argument("--tls-key")
+    p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("demo", help="run the demo (for now: the foundation smoke scenario)")
     p.add_argument("--gateways", type=int, default=3)

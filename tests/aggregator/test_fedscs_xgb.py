@@ -23,8 +23,8 @@ from aggregator.algorithms.histogram_growth import GrowthParams
 from aggregator.jobs import FederatedJob, JobSettings, TrainingError
 from aggregator.simulate import Simulation
 from edge_client.training_data import ClientData
-from shared.model import Tree, TreeEnsemble
-from shared.objectives import Logistic, Softmax, SquaredError
+from shared.model import TreeEnsemble
+from shared.objectives import Softmax
 from shared.protocol.messages.fedscs_xgb import XgbAtomReply
 from shared.sketches import exact_edges
 from tests.aggregator.test_histogram_growth import assert_same_tree, nested, reference_tree
