@@ -24,6 +24,7 @@ from shared.atoms import merge_atoms
 from shared.model import ModelValidationError, TreeEnsemble
 from shared.objectives import Objective, objective_named
 from shared.protocol.envelope import Message
+from shared.protocol.errors import DecodeError
 from shared.protocol.messages.fedscs_xgb import (
     DDSketchColumns,
     ModelDelta,
@@ -146,7 +147,7 @@ class _JobState:
             return
         try:
             model = TreeEnsemble.from_cbor(delta.trees, max_bytes=MAX_MODEL_BYTES)
-        except ModelValidationError as exc:
+        except (ModelValidationError, DecodeError) as exc:
             raise RequestRejected("bad_model", f"the model delta is invalid: {exc}") from None
         if model.kind != "boosted" or model.n_outputs != self.margins.shape[1] or model.n_features != self.X.shape[1]:
             raise RequestRejected("bad_model", f"the model delta ({model.kind}, {model.n_outputs} outputs, "
