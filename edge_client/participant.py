@@ -6,11 +6,13 @@ from arrays), so a simulated client runs exactly the code a gateway runs.
 
 from __future__ import annotations
 
+from shared.protocol.envelope import Message
+from shared.protocol.messages import DataSummary, DataSummaryRequest
 from shared.transport.base import Transport
 
 from .algorithms.fedscs_xgb import FedSCSXGBClient
 from .dispatcher import Dispatcher
-from .training_data import TrainingData
+from .training_data import TrainingData, data_summary, snapshot
 
 __all__ = ["Participant"]
 
@@ -20,13 +22,20 @@ class Participant:
 
     def __init__(self, transport: Transport, data: TrainingData) -> None:
         self.transport = transport
+        self.data = data
         self.dispatcher = Dispatcher(transport)
+        self.dispatcher.register(DataSummaryRequest, self.on_data_summary)
         self.fedscs_xgb = FedSCSXGBClient(data)
         self.fedscs_xgb.register(self.dispatcher)
 
     @property
     def capabilities(self) -> tuple[str, ...]:
         return ("ping", "fedscs_xgb")
+
+    def on_data_summary(self, message: Message) -> DataSummary:
+        """Every job opens with this: additive statistics of the labelled snapshot."""
+        body: DataSummaryRequest = message.body
+        return data_summary(snapshot(self.data, body.feature_set_version), regression=body.regression)
 
     def start(self) -> None:
         """Subscribe to the inbox and fleet topics (after every handler is registered)."""

@@ -13,9 +13,14 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike
 
+from shared.protocol.messages import DataSummary
+from shared.sketches import weighted_moments
+
+from .dispatcher import RequestRejected
 from .store import WindowStore
 
-__all__ = ["ClientData", "LabelledData", "NoTrainingData", "StoreTrainingData", "TrainingData"]
+__all__ = ["ClientData", "LabelledData", "NoTrainingData", "StoreTrainingData", "TrainingData", "class_ids",
+           "data_summary", "label_strings", "snapshot"]
 
 
 class NoTrainingData(Exception):
@@ -90,3 +95,52 @@ class StoreTrainingData:
             raise NoTrainingData(f"no labelled windows of feature set {feature_set_version!r} in the store")
         names = self.feature_names if len(self.feature_names) == X.shape[1] else ()
         return LabelledData(X, y, names)
+
+
+def snapshot(source: TrainingData, feature_set_version: str) -> LabelledData:
+    """The labelled data a job trains on, or ``RequestRejected("no_data")`` saying why not."""
+    try:
+        data = source.labelled(feature_set_version)
+    except NoTrainingData as exc:
+        raise RequestRejected("no_data", str(exc)) from None
+    if data.X.shape[0] == 0:
+        raise RequestRejected("no_data", "no labelled samples")
+    return data
+
+
+def label_strings(y: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Labels as strings (the wire's vocabulary) and whether all of them are integers."""
+    if y.dtype.kind in "iub":
+        return y.astype(np.int64).astype(str), True
+    if y.dtype.kind == "f":
+        integral = bool(np.isfinite(y).all() and (y == np.floor(y)).all())
+        return (y.astype(np.int64).astype(str) if integral else y.astype(str)), integral
+    return np.array([str(v) for v in y], dtype=object), False
+
+
+def class_ids(y: np.ndarray, classes: tuple[str, ...]) -> np.ndarray:
+    """Class index of every label under the job's vocabulary; -1 for a label the job lacks."""
+    labels, _ = label_strings(y)
+    lookup = {c: i for i, c in enumerate(classes)}
+    return np.array([lookup.get(str(v), -1) for v in labels], dtype=np.int64)
+
+
+def data_summary(data: LabelledData, *, regression: bool) -> DataSummary:
+    """Additive description of a snapshot (``DataSummary``): sizes, moments, value range, and the
+    label counts or the target sums."""
+    X = np.asarray(data.X, dtype=np.float64)
+    present = ~np.isnan(X)
+    any_value = present.any(axis=0)
+    minimum = np.where(any_value, np.nanmin(np.where(present, X, np.inf), axis=0, initial=np.inf), 0.0)
+    maximum = np.where(any_value, np.nanmax(np.where(present, X, -np.inf), axis=0, initial=-np.inf), 0.0)
+    common = dict(n_samples=X.shape[0], n_features=X.shape[1], moments=weighted_moments(X), minimum=minimum,
+                  maximum=maximum, feature_names=data.feature_names)
+    if regression:
+        y = np.asarray(data.y, dtype=np.float64)
+        if not np.isfinite(y).all():
+            raise RequestRejected("bad_data", "regression targets must be finite")
+        return DataSummary(**common, target_sum=float(y.sum()), target_sum_squares=float((y * y).sum()))
+    labels, integral = label_strings(data.y)
+    names, counts = np.unique(labels.astype(str), return_counts=True)
+    return DataSummary(**common, labels=tuple(names.tolist()), label_counts=counts.astype(np.int64),
+                       integer_labels=integral)

@@ -35,8 +35,6 @@ from shared.protocol.messages.fedscs_xgb import (
     ModelDelta,
     XgbAtomReply,
     XgbAtomRequest,
-    XgbSetup,
-    XgbSetupReply,
     XgbSketchReply,
     XgbSketchRequest,
     XgbTask,
@@ -54,37 +52,20 @@ from shared.sketches import (
 from shared.protocol.schema import to_wire
 
 from ..jobs import FederatedJob, RoundProgress, TrainingError
+from .fleet_data import FleetData, describe_fleet
 from .histogram_growth import GrowthParams, grow_trees
 
 __all__ = ["FedSCSXGB"]
 
-#: More distinct labels than this is almost surely a regression target given to a classifier.
-MAX_CLASSES = 256
-
 
 # --- pure helpers --------------------------------------------------------------------------------
-def job_classes(replies: dict[str, XgbSetupReply]) -> tuple[tuple[str, ...], bool]:
-    """The sorted union of the clients' labels (numerically when every client's are integers)."""
-    labels = sorted({label for r in replies.values() for label in r.labels})
-    integral = all(r.integer_labels for r in replies.values() if r.labels)
-    if integral:
-        labels = sorted(labels, key=int)
-    return tuple(labels), integral
-
-
-def base_score_stats(objective: str, classes: tuple[str, ...], replies: dict[str, XgbSetupReply]) -> np.ndarray:
+def base_score_stats(objective: str, fleet: FleetData) -> np.ndarray:
     """The objective's ``base_score_stats`` summed over clients (class counts or ``[Σy, n]``)."""
     if objective == "squared_error":
-        return np.array([sum(r.target_sum for r in replies.values()), sum(r.n_samples for r in replies.values())],
-                        dtype=np.float64)
-    counts = np.zeros(len(classes), dtype=np.float64)
-    index = {c: i for i, c in enumerate(classes)}
-    for r in replies.values():
-        for label, n in zip(r.labels, r.label_counts.tolist()):
-            counts[index[label]] += n
+        return np.array([fleet.target_sum, fleet.total_samples], dtype=np.float64)
     if objective == "logistic":
-        return np.array([counts[1], counts.sum()])
-    return counts
+        return np.array([fleet.label_counts[1], fleet.label_counts.sum()])
+    return fleet.label_counts.astype(np.float64)
 
 
 def pack_edges(edges: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -182,8 +163,7 @@ class _Training:
 
     def run(self) -> TreeEnsemble:
         cfg = self.config
-        setup = self._setup()
-        self.clients = sorted(setup)
+        self.clients = list(self._setup().clients)
         if cfg.init_model is not None:
             self._continue_from(cfg.init_model)
         if cfg.edges is not None:
@@ -214,41 +194,22 @@ class _Training:
                                           {"train_loss": loss, "samples": float(n)}, time.monotonic() - started))
         return self.model()
 
-    def _setup(self) -> dict[str, XgbSetupReply]:
+    def _setup(self) -> FleetData:
         cfg = self.config
-        replies = self.job.ask(XgbSetup(cfg.objective, cfg.feature_set_version), self.job.clients, XgbSetupReply)
-        widths = {r.n_features for r in replies.values()}
-        if not replies:
-            raise TrainingError("no client answered the setup request")
-        self.n_features = max(widths, key=lambda w: sum(r.n_features == w for r in replies.values()))
-        replies = self._accept(replies, lambda c, r: None if r.n_features == self.n_features else
-                               f"{r.n_features} features, the fleet has {self.n_features}")
-        named = [r.feature_names for r in replies.values() if r.feature_names]
-        self.feature_names = named[0] if named else tuple(f"f{j}" for j in range(self.n_features))
-        if cfg.objective == "squared_error":
-            self.classes, self.model_classes = (), ()
-        else:
-            classes, integral = (cfg.classes, False) if cfg.classes is not None else job_classes(replies)
-            if cfg.classes is not None:
-                integral = all(c.lstrip("-").isdigit() for c in classes)
-            if len(classes) > MAX_CLASSES:
-                raise TrainingError(f"the clients' labels hold {len(classes)} distinct values: too many classes "
-                                    f"for {cfg.objective} (at most {MAX_CLASSES}); continuous targets need "
-                                    "objective='squared_error'")
-            needed = 2 if cfg.objective == "logistic" else None
-            if len(classes) < 2 or (needed and len(classes) != needed):
-                raise TrainingError(f"{cfg.objective} needs {'exactly 2' if needed else 'at least 2'} classes, the "
-                                    f"clients' labels are {list(classes)}")
-            self.classes = tuple(classes)
-            self.model_classes = tuple(int(c) for c in classes) if integral else self.classes
+        regression = cfg.objective == "squared_error"
+        fleet = describe_fleet(self.job, cfg.feature_set_version, regression=regression, classes=cfg.classes)
+        self.n_features, self.feature_names = fleet.n_features, fleet.feature_names
+        self.classes, self.model_classes = fleet.classes, fleet.model_classes
+        if cfg.objective == "logistic" and len(self.classes) != 2:
+            raise TrainingError(f"logistic needs exactly 2 classes, the clients' labels are {list(self.classes)}")
+        if cfg.objective == "softmax" and len(self.classes) < 2:
+            raise TrainingError(f"softmax needs at least 2 classes, the clients' labels are {list(self.classes)}")
         self.objective = objective_named(cfg.objective, len(self.classes))
         self.n_outputs = self.objective.n_outputs
-        stats = base_score_stats(cfg.objective, self.classes, replies)
-        self.base_score = self.objective.base_score(stats, mode=cfg.base_score)
-        moments = sum(r.moments for r in replies.values())
-        self.standardizations = [Standardization.from_moments(moments[:, j]) if cfg.standardize
+        self.base_score = self.objective.base_score(base_score_stats(cfg.objective, fleet), mode=cfg.base_score)
+        self.standardizations = [Standardization.from_moments(fleet.moments[:, j]) if cfg.standardize
                                  else Standardization() for j in range(self.n_features)]
-        return replies
+        return fleet
 
     def _continue_from(self, model: TreeEnsemble) -> None:
         if model.kind != "boosted" or model.n_outputs != self.n_outputs or model.n_features != self.n_features:

@@ -7,9 +7,9 @@ client may lack; the client applies exactly the ones it has not applied (never o
 refuses with ``resync`` when the request assumes trees it does not hold (it restarted): the
 server then sends the whole model next time.
 
-No raw value leaves the gateway: setup sends label counts and per-feature moments, the sketch
-phase M+1 weighted quantiles (or DDSketch buckets) per feature, the atom phase bin-id vectors
-with counts and gradient sums.
+No raw value leaves the gateway here: the sketch phase sends M+1 weighted quantiles (or DDSketch
+buckets) per feature, the atom phase bin-id vectors with counts and gradient sums (the job's
+opening ``DataSummary`` is the participant's, shared by every algorithm).
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from shared.protocol.messages.fedscs_xgb import (
     SummaryColumns,
     XgbAtomReply,
     XgbAtomRequest,
-    XgbSetup,
-    XgbSetupReply,
     XgbSketchReply,
     XgbSketchRequest,
     XgbTask,
@@ -44,11 +42,10 @@ from shared.sketches import (
     ddsketches_to_columns,
     summaries_to_arrays,
     summarize_columns,
-    weighted_moments,
 )
 
 from ..dispatcher import Dispatcher, RequestRejected
-from ..training_data import LabelledData, NoTrainingData, TrainingData
+from ..training_data import LabelledData, TrainingData, class_ids, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -56,40 +53,6 @@ log = logging.getLogger(__name__)
 MAX_JOBS = 4
 #: Largest model delta accepted in one request.
 MAX_MODEL_BYTES = 64 << 20
-
-
-def label_strings(y: np.ndarray) -> tuple[np.ndarray, bool]:
-    """Labels as strings (the wire's vocabulary) and whether all of them are integers."""
-    if y.dtype.kind in "iub":
-        return y.astype(np.int64).astype(str), True
-    if y.dtype.kind == "f":
-        integral = bool(np.isfinite(y).all() and (y == np.floor(y)).all())
-        return (y.astype(np.int64).astype(str) if integral else y.astype(str)), integral
-    as_str = np.array([str(v) for v in y], dtype=object)
-    return as_str, False
-
-
-def class_ids(y: np.ndarray, classes: tuple[str, ...]) -> np.ndarray:
-    """Class index of every label under the job's vocabulary; -1 for a label the job lacks."""
-    labels, _ = label_strings(y)
-    lookup = {c: i for i, c in enumerate(classes)}
-    return np.array([lookup.get(str(v), -1) for v in labels], dtype=np.int64)
-
-
-def setup_reply(data: LabelledData, objective: str) -> XgbSetupReply:
-    """Additive description of the client's data: sizes, label counts or target sum, moments."""
-    X = np.asarray(data.X, dtype=np.float64)
-    reply = dict(n_samples=X.shape[0], n_features=X.shape[1], moments=weighted_moments(X),
-                 feature_names=data.feature_names)
-    if objective == "squared_error":
-        y = np.asarray(data.y, dtype=np.float64)
-        if not np.isfinite(y).all():
-            raise ValueError("regression targets must be finite")
-        return XgbSetupReply(**reply, target_sum=float(y.sum()))
-    labels, integral = label_strings(data.y)
-    names, counts = np.unique(labels.astype(str), return_counts=True)
-    return XgbSetupReply(**reply, labels=tuple(names.tolist()), label_counts=counts.astype(np.int64),
-                         integer_labels=integral)
 
 
 @dataclass
@@ -171,25 +134,15 @@ class FedSCSXGBClient:
         self._jobs: OrderedDict[str, _JobState] = OrderedDict()
 
     def register(self, dispatcher: Dispatcher) -> None:
-        dispatcher.register(XgbSetup, self.on_setup)
         dispatcher.register(XgbSketchRequest, self.on_sketch)
         dispatcher.register(XgbAtomRequest, self.on_atoms)
-
-    def _snapshot(self, feature_set_version: str) -> LabelledData:
-        try:
-            data = self.data.labelled(feature_set_version)
-        except NoTrainingData as exc:
-            raise RequestRejected("no_data", str(exc)) from None
-        if data.X.shape[0] == 0:
-            raise RequestRejected("no_data", "no labelled samples")
-        return data
 
     def _state(self, job: str, task: XgbTask) -> _JobState:
         """The job's state, created from a fresh snapshot if this client has none (restart)."""
         state = self._jobs.get(job)
         if state is None or state.task.objective != task.objective or state.task.classes != task.classes \
                 or not np.array_equal(state.task.base_score, task.base_score):
-            state = _JobState.start(task, self._snapshot(task.feature_set_version))
+            state = _JobState.start(task, snapshot(self.data, task.feature_set_version))
             self._jobs[job] = state
             while len(self._jobs) > self.max_jobs:
                 self._jobs.popitem(last=False)
@@ -197,11 +150,6 @@ class FedSCSXGBClient:
         return state
 
     # -- handlers --------------------------------------------------------------------------------
-
-    def on_setup(self, message: Message) -> XgbSetupReply:
-        body: XgbSetup = message.body
-        self._jobs.pop(message.envelope.job, None)  # a (re)started job starts from a fresh snapshot
-        return setup_reply(self._snapshot(body.feature_set_version), body.objective)
 
     def on_sketch(self, message: Message) -> XgbSketchReply:
         body: XgbSketchRequest = message.body

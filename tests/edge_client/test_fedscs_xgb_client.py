@@ -5,16 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_client.algorithms.fedscs_xgb import FedSCSXGBClient, class_ids, label_strings
+from edge_client.algorithms.fedscs_xgb import FedSCSXGBClient
 from edge_client.dispatcher import RequestRejected
-from edge_client.training_data import ClientData
+from edge_client.training_data import ClientData, class_ids, data_summary, label_strings, snapshot
 from shared.model import TreeBuilder, TreeEnsemble
 from shared.objectives import Softmax
 from shared.protocol.envelope import Message
 from shared.protocol.messages.fedscs_xgb import (
     ModelDelta,
     XgbAtomRequest,
-    XgbSetup,
     XgbSketchRequest,
     XgbTask,
 )
@@ -61,12 +60,14 @@ def atoms(client: FedSCSXGBClient, delta: ModelDelta, edges, job: str = "job-1")
 EDGES = [np.array([-0.5, 0.0, 0.5], np.float32)] * 3
 
 
-def test_setup_describes_the_data_with_additive_statistics_only() -> None:
-    reply = FedSCSXGBClient(data()).on_setup(request(XgbSetup("softmax", "fs-1")))
+def test_data_summary_describes_the_data_with_additive_statistics_only() -> None:
+    reply = data_summary(snapshot(data(), "fs-1"), regression=False)
     assert reply.n_samples == 60 and reply.n_features == 3 and reply.feature_names == ("a", "b", "c")
     assert set(reply.labels) <= set(CLASSES) and int(reply.label_counts.sum()) == 60
     assert not reply.integer_labels
     assert reply.moments.shape == (3, 3) and reply.moments[0, 1] == 59  # one NaN in feature 1
+    np.testing.assert_array_equal(reply.minimum, np.nanmin(data().X, axis=0))
+    np.testing.assert_array_equal(reply.maximum, np.nanmax(data().X, axis=0))
 
 
 def test_atoms_sum_the_per_sample_gradients_by_bin_vector() -> None:
@@ -146,14 +147,13 @@ def test_bad_model_deltas_are_refused() -> None:
 def test_wrong_feature_set_count_or_no_data_is_refused_with_a_code() -> None:
     client = FedSCSXGBClient(data())
     with pytest.raises(RequestRejected) as err:
-        client.on_setup(request(XgbSetup("softmax", "fs-2")))
+        snapshot(data(), "fs-2")
     assert err.value.code == "no_data" and "fs-2" in str(err.value)
     with pytest.raises(RequestRejected) as err:
         client.on_sketch(request(XgbSketchRequest(task(d=4), ModelDelta(), "summary", 8)))
     assert err.value.code == "feature_mismatch"
-    empty = FedSCSXGBClient(ClientData("gw-2", np.zeros((0, 3)), np.zeros(0)))
     with pytest.raises(RequestRejected, match="no labelled samples"):
-        empty.on_setup(request(XgbSetup("softmax", "")))
+        snapshot(ClientData("gw-2", np.zeros((0, 3)), np.zeros(0)), "")
 
 
 def test_labels_outside_the_job_vocabulary_are_left_out() -> None:

@@ -1,6 +1,17 @@
 """Message bodies, one module per algorithm; importing this package registers them all."""
 
 from . import fedscs_xgb
-from .generic import Ack, Describe, ErrorReply, Hello, ModelAnnouncement, Ping, Pong, Status
+from .generic import (
+    Ack,
+    DataSummary,
+    DataSummaryRequest,
+    Describe,
+    ErrorReply,
+    Hello,
+    ModelAnnouncement,
+    Ping,
+    Pong,
+    Status,
+)
 
-__all__ = ["fedscs_xgb", "Ack", "Describe", "ErrorReply", "Hello", "ModelAnnouncement", "Ping", "Pong", "Status"]
+__all__ = ["fedscs_xgb", "Ack", "DataSummary", "DataSummaryRequest", "Describe", "ErrorReply", "Hello", "ModelAnnouncement", "Ping", "Pong", "Status"]

@@ -1,7 +1,8 @@
 """FedSCS-XGB's messages (paper Alg. 1 server / Alg. 2 client), one request/reply pair per phase.
 
-A job runs ``setup`` once, then per boosting round ``sketch`` (Hessian-weighted quantile
-sketches -> the server's bin edges) and ``atoms`` (bin-id vectors with count, G and H sums).
+A job opens with the generic ``DataSummaryRequest`` (sizes, labels, moments), then runs per
+boosting round ``sketch`` (Hessian-weighted quantile sketches -> the server's bin edges) and
+``atoms`` (bin-id vectors with count, G and H sums).
 
 Requests are self-contained so a client's state is a cache, not a contract: every request
 carries the job's fixed settings (:class:`XgbTask`) and the trees the client may not have yet
@@ -16,7 +17,7 @@ server's (``aggregator.algorithms.fedscs_xgb``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import numpy as np
@@ -78,47 +79,6 @@ class ModelDelta:
     def __post_init__(self) -> None:
         if self.first_tree < 0:
             raise ValueError("first_tree must be >= 0")
-
-
-@message_type("fedscs_xgb.setup")
-@dataclass(frozen=True)
-class XgbSetup:
-    """Opens a job: the client snapshots its labelled data and describes it with additive stats."""
-
-    objective: Objective
-    feature_set_version: str
-
-
-@message_type("fedscs_xgb.setup_reply")
-@dataclass(frozen=True)
-class XgbSetupReply:
-    """``labels``/``label_counts``: the client's label vocabulary (classification);
-    ``integer_labels``: every label is an integer (then the model's classes are ints);
-    ``target_sum``: sum of y (regression); ``moments``: per-feature ``[W, Σx, Σx²]`` (3, d) for
-    the DDSketch standardization; ``feature_names``: the client's column names (may be empty)."""
-
-    n_samples: int
-    n_features: int
-    moments: Annotated[np.ndarray, F64_2D]
-    feature_names: tuple[str, ...] = ()
-    labels: tuple[str, ...] = ()
-    label_counts: Annotated[np.ndarray, COUNTS_1D] = field(default_factory=lambda: np.zeros(0, np.int64))
-    integer_labels: bool = False
-    target_sum: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.n_samples < 0 or self.n_features < 0:
-            raise ValueError("n_samples and n_features must be >= 0")
-        if self.moments.shape != (3, self.n_features):
-            raise ValueError(f"moments must have shape (3, {self.n_features}), got {self.moments.shape}")
-        if self.feature_names and len(self.feature_names) != self.n_features:
-            raise ValueError(f"{len(self.feature_names)} feature names for {self.n_features} features")
-        _length("label_counts", self.label_counts, len(self.labels))
-        _nonnegative("label_counts", self.label_counts)
-        if len(set(self.labels)) != len(self.labels):
-            raise ValueError("labels must be unique")
-        if int(self.label_counts.sum()) > self.n_samples:
-            raise ValueError("label_counts sum to more than n_samples")
 
 
 @message_type("fedscs_xgb.sketch")

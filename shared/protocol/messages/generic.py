@@ -6,9 +6,14 @@ Algorithm-specific bodies live beside this module, one module per algorithm, nam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Literal
+
+import numpy as np
 
 from ..envelope import message_type
+from ..schema import ArraySpec
+
+_F64_1D = ArraySpec(("float64",), ndim=1, finite=True)
 
 
 @message_type("hello")
@@ -92,3 +97,58 @@ class ModelAnnouncement:
             raise ValueError(f"sha256 must be 32 bytes, got {len(self.sha256)}")
         if self.size < 0 or self.version < 0:
             raise ValueError("size and version must be >= 0")
+
+
+@message_type("data_summary_request")
+@dataclass(frozen=True)
+class DataSummaryRequest:
+    """Opens a training job: the client snapshots its labelled windows of ``feature_set_version``
+    and describes them with additive statistics (``regression``: targets are real numbers)."""
+
+    feature_set_version: str
+    regression: bool = False
+
+
+@message_type("data_summary")
+@dataclass(frozen=True)
+class DataSummary:
+    """What the server learns of a client's data before training, and nothing more:
+
+    sizes; per-feature ``moments`` ``[W, Σx, Σx²]`` (3, d) and the ``minimum``/``maximum``
+    non-missing value (0 where a feature has none; FedForest's fixed-width histogram baseline
+    needs them -- they are two actual values per feature, say so in reviews); the label
+    vocabulary with ``label_counts`` (classification; ``integer_labels``: every label is an
+    integer) or ``target_sum``/``target_sum_squares`` (regression); column ``feature_names``.
+    """
+
+    n_samples: int
+    n_features: int
+    moments: Annotated[np.ndarray, ArraySpec(("float64",), ndim=2, finite=True)]
+    minimum: Annotated[np.ndarray, _F64_1D]
+    maximum: Annotated[np.ndarray, _F64_1D]
+    feature_names: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    label_counts: Annotated[np.ndarray, ArraySpec(("int64", "int32", "uint32"), ndim=1)] = field(
+        default_factory=lambda: np.zeros(0, np.int64))
+    integer_labels: bool = False
+    target_sum: float = 0.0
+    target_sum_squares: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.n_samples < 0 or self.n_features < 0:
+            raise ValueError("n_samples and n_features must be >= 0")
+        d = self.n_features
+        if self.moments.shape != (3, d):
+            raise ValueError(f"moments must have shape (3, {d}), got {self.moments.shape}")
+        if self.minimum.shape != (d,) or self.maximum.shape != (d,):
+            raise ValueError(f"minimum and maximum must have shape ({d},)")
+        if self.feature_names and len(self.feature_names) != d:
+            raise ValueError(f"{len(self.feature_names)} feature names for {d} features")
+        if self.label_counts.shape != (len(self.labels),):
+            raise ValueError(f"label_counts has {self.label_counts.shape[0]} entries, expected {len(self.labels)}")
+        if self.label_counts.size and self.label_counts.min() < 0:
+            raise ValueError("label_counts must be >= 0")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError("labels must be unique")
+        if int(self.label_counts.sum()) > self.n_samples:
+            raise ValueError("label_counts sum to more than n_samples")

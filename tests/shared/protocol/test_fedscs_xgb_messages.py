@@ -1,4 +1,4 @@
-"""FedSCS-XGB's message schemas reject malformed replies with an error naming the problem.
+"""FedSCS-XGB's message schemas (and the generic ``DataSummary`` every job opens with) reject malformed replies with an error naming the problem.
 
 Each case takes a valid encoded reply, breaks one thing at the wire level (as a buggy or hostile
 gateway could), and checks that decoding raises a ``SchemaError`` saying what is wrong -- the
@@ -13,6 +13,7 @@ import pytest
 from shared.protocol import errors
 from shared.protocol.codec import dumps_value, loads_value
 from shared.protocol.envelope import Message, decode_message, encode_message
+from shared.protocol.messages import DataSummary
 from shared.protocol.messages import fedscs_xgb as m
 from shared.protocol.schema import to_wire
 from tests.shared.protocol.test_fuzz import fedscs_xgb_examples
@@ -94,13 +95,15 @@ SETUP_CASES = [
     (lambda b: b.update(label_counts=np.array([20, 3])), "label_counts sum to more than n_samples"),
     (lambda b: b.update(labels=["a", "a"]), "labels must be unique"),
     (lambda b: b.update(feature_names=["x"]), "1 feature names for 2 features"),
+    (lambda b: b.update(minimum=np.zeros(3)), r"minimum and maximum must have shape \(2,\)"),
+    (lambda b: b.update(maximum=np.array([np.inf, 0.0])), "NaN or infinity"),
 ]
 
 
 @pytest.mark.parametrize(("mutate", "reason"), SETUP_CASES)
-def test_malformed_setup_replies_are_rejected(mutate, reason: str) -> None:
+def test_malformed_data_summaries_are_rejected(mutate, reason: str) -> None:
     with pytest.raises(errors.SchemaError, match=reason):
-        decode_message(broken(example(m.XgbSetupReply), mutate))
+        decode_message(broken(example(DataSummary), mutate))
 
 
 def test_requests_are_checked_too() -> None:

@@ -89,6 +89,7 @@ hostile_values = st.recursive(
 
 
 def fedscs_xgb_examples() -> list[object]:
+    from shared.protocol.messages import DataSummary, DataSummaryRequest
     from shared.protocol.messages import fedscs_xgb as m
 
     task = m.XgbTask("softmax", "fs-1", 2, np.zeros(3), ("a", "b", "c"))
@@ -98,8 +99,8 @@ def fedscs_xgb_examples() -> list[object]:
                                  np.zeros(0), np.zeros(3, np.int64), np.zeros(2), np.ones(2, np.int64),
                                  np.zeros(2, np.int64), np.zeros(2))
     return [
-        m.XgbSetup("softmax", "fs-1"),
-        m.XgbSetupReply(5, 2, np.zeros((3, 2)), ("x", "y"), ("a", "b"), np.array([2, 3]), False, 0.0),
+        DataSummaryRequest("fs-1", False),
+        DataSummary(5, 2, np.zeros((3, 2)), np.zeros(2), np.ones(2), ("x", "y"), ("a", "b"), np.array([2, 3])),
         m.XgbSketchRequest(task, delta, "summary", 16),
         m.XgbSketchReply(0, summary=summary),
         m.XgbSketchReply(0, ddsketch=sketches),
