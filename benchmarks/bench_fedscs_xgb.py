@@ -35,8 +35,9 @@ xgboost's DMatrix would round to float32 anyway).
    by an ``n_rounds=0`` run and subtracted), split into sketch and atoms by a run with the edges
    fixed (no sketch phase), vs the raw train matrix (n x d x 4 bytes float32, x 8 float64).
 4. Wall time per round: simulation vs ``xgboost.train`` (DMatrix construction included) on the
-   pooled data, B = 256, 10 rounds, median of ``--seeds`` repeats (seeds 0..N-1, default 3;
-   with all clients sampled the seed must not change the model, which is checked).
+   pooled data, B = 256, 10 rounds, median of ``--seeds`` repeats (seeds 0..N-1, default 3,
+   --quick 2; with all clients sampled the seed must not change the model, which is checked).
+   The load average is printed: timings are only as quiet as the machine.
 
 Exit status 1 if a correctness check fails: 10 subjects with 204 finite features, every class in
 the pooled train and test sets, each model predicts more than one class, |accuracy gap| <= 3 pp
@@ -51,7 +52,6 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,6 +152,25 @@ def xgb_cuts(dtrain, d: int) -> tuple[np.ndarray, ...]:
     return tuple(np.asarray(values[ptr[j]: ptr[j + 1]], dtype=np.float32) for j in range(d))
 
 
+def same_trees(model, booster) -> tuple[int, int, int | None]:
+    """Trees of ``model`` with the same split features and thresholds (node order) as xgboost's:
+    (identical, total, index of the first differing tree or None)."""
+    import json
+
+    theirs = json.loads(booster.save_raw("json"))["learner"]["gradient_booster"]["model"]["trees"]
+    same, first = 0, None
+    for t, (tree, other) in enumerate(zip(model.trees, theirs)):
+        internal = np.asarray(other["left_children"]) >= 0
+        a = (tree.feature[tree.left >= 0].tolist(), np.float32(tree.threshold[tree.left >= 0]).tolist())
+        b = (np.asarray(other["split_indices"])[internal].tolist(),
+             np.float32(np.asarray(other["split_conditions"])[internal]).tolist())
+        if a == b and len(model.trees) == len(theirs):
+            same += 1
+        elif first is None:
+            first = t
+    return same, len(theirs), first
+
+
 def mlogloss(proba: np.ndarray, y: np.ndarray) -> float:
     return float(-np.mean(np.log(np.maximum(proba[np.arange(y.shape[0]), y], 1e-16))))
 
@@ -184,6 +203,7 @@ def compare(data: Pooled, config, n_classes: int, sketch_label: str, *, central=
     log(f"{data.protocol}: FedSCS-XGB {label} done in {fed.seconds:.1f} s")
     if central is None:
         central = run_central(data, config, n_classes, config.n_bins, config.n_rounds)
+        log(f"{data.protocol}: xgboost {label} done in {central[1]:.1f} s")
     booster, central_seconds, _ = central
     return Comparison(
         data.protocol, config.n_rounds, config.n_bins, sketch_label, fed, central_seconds,
@@ -231,7 +251,9 @@ def round1_weights(clients: list, n_classes: int) -> list[np.ndarray]:
     return out
 
 
-def rank_error_rows(data: Pooled, n_classes: int, bins: list[int], failures: list[str]) -> tuple[list[list[str]], dict]:
+def rank_error_rows(data: Pooled, n_classes: int, bins: list[int],
+                    failures: list[str]) -> tuple[list[list[str]], dict, int]:
+    """Rows of table 2, the merged round-1 summary edges by (B, M), and the number of constant features."""
     from shared.sketches import (
         DDSketch,
         Standardization,
@@ -244,7 +266,7 @@ def rank_error_rows(data: Pooled, n_classes: int, bins: list[int], failures: lis
     )
 
     weights = round1_weights(data.clients, n_classes)
-    w = np.concatenate(weights)
+    w = np.concatenate(weights)  # same order as data.Xtr (clients stacked)
     X = data.Xtr
     d = X.shape[1]
     moments = weighted_moments(X.astype(np.float64))  # what the clients' setup replies sum to
@@ -253,9 +275,12 @@ def rank_error_rows(data: Pooled, n_classes: int, bins: list[int], failures: lis
     dd = {name: [DDSketch.from_columns(c.X, wc, 0.01, m) for c, wc in zip(data.clients, weights)]
           for name, m in maps.items()}
     rows, kept = [], {}
+    # A constant feature admits no split; its alpha only says on which side of the value the edges lie.
+    varying = np.flatnonzero(X.min(axis=0) < X.max(axis=0))
 
-    def row(B: int, sketch: str, size: str, bound: float | None, alphas: np.ndarray, n_edges: float) -> None:
-        worst = int(np.argmax(alphas))
+    def row(B: int, sketch: str, size: str, bound: float | None, all_alphas: np.ndarray, n_edges: float) -> None:
+        alphas = all_alphas[varying]
+        worst = int(varying[np.argmax(alphas)])
         rows.append([f"{B}", sketch, size, "-" if bound is None else f"{bound:.5f}", f"{alphas.max():.5f}",
                      f"{np.median(alphas):.5f}", f"{alphas.max() * B:.2f}", f"{int((alphas > 1 / B).sum())}",
                      f"{worst}", f"{n_edges:.0f}"])
@@ -283,7 +308,7 @@ def rank_error_rows(data: Pooled, n_classes: int, bins: list[int], failures: lis
         alphas = np.array([rank_error(cuts[j], X[:, j], w, B) for j in range(d)])
         row(B, "xgboost hist cuts (pooled counts, for scale)", "-", None, alphas, np.mean([e.size for e in cuts]))
         row(B, "exact pooled weighted quantiles (reference)", "-", 0.0, exact, np.nan)
-    return rows, kept
+    return rows, kept, d - varying.size
 
 
 @dataclass(frozen=True)
@@ -307,9 +332,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="B in {64, 256}, 10 rounds only, subject tail only")
     parser.add_argument("--seeds", type=int, help="repeats (seeds 0..N-1) of the B=256 10-round run for the "
-                                                   "wall-time median and the seed-determinism check (default 3)")
+                                                   "wall-time median and the seed-determinism check (default 3; --quick 2)")
     args = parser.parse_args()
-    n_seeds = max(1, args.seeds or 3)
+    n_seeds = max(1, args.seeds or (2 if args.quick else 3))
 
     import scipy
     import sklearn
@@ -325,6 +350,7 @@ def main() -> int:
                    "threads": f"xgboost uses all {os.cpu_count()} cores unless stated; the simulation runs in one "
                               "process (numpy)"})
 
+    load_before = os.getloadavg()
     classes = [str(c) for c in seglearn_watch.load_dataset()["y_labels"]]
     n_classes = len(classes)
     log("loading the seglearn watch set through the gateway path ...")
@@ -371,6 +397,7 @@ def main() -> int:
     for B in bins:
         config = FedSCSXGB(n_rounds=10, n_bins=B)
         central = run_central(main_data, config, n_classes, B, 10)
+        log(f"subject tail: xgboost B={B}, 10 rounds done in {central[1]:.1f} s")
         if B == 256:
             central_256 = central
         results.append(compare(main_data, config, n_classes, f"summary M={B}", central=central,
@@ -380,11 +407,14 @@ def main() -> int:
                                label=f"B=256, {rounds} rounds"))
     results.append(compare(main_data, FedSCSXGB(n_rounds=10, n_bins=256, sketch="ddsketch"), n_classes,
                            "DDSketch alpha=0.01, standardised", central=central_256, label="B=256 DDSketch"))
+    diagnostic = None
     if not args.quick:
         cuts = xgb_cuts(central_256[2], d)
         results.append(compare(main_data, FedSCSXGB(n_rounds=10, n_bins=256, edges=cuts), n_classes,
                                "edges = xgboost's cuts (diagnostic)", central=central_256,
                                label="B=256, xgboost's cuts"))
+        diagnostic = (same_trees(results[-1].fed.model, central_256[0]),
+                      float(np.abs(results[-1].fed_proba - results[-1].central_proba).max()))
     secondary: list[Comparison] = []
     if "series tail" in data:
         for B in (64, 256):
@@ -405,10 +435,16 @@ def main() -> int:
           "'train mlogloss': on the pooled train set, after the last round. Both models deterministic: one "
           "number each. The diagnostic row gives FedSCS-XGB xgboost's own bins (its hist cuts: count quantiles "
           "computed once), so any remaining difference comes from tree growth, not from the sketch.")
+    if diagnostic is not None:
+        (same, total, first), dp = diagnostic
+        where = "" if first is None else \
+            f"; first difference in tree {first} (round {first // n_classes + 1}, class {first % n_classes})"
+        print(f"Diagnostic row: {same} of {total} trees identical to xgboost's (split features and thresholds, "
+              f"node order){where}; max |probability difference| on the test set {dp:.2g}.")
     print()
 
     # -- 2. rank error --------------------------------------------------------------------------
-    rows, kept_edges = rank_error_rows(main_data, n_classes, [64, 256], failures)
+    rows, kept_edges, n_constant = rank_error_rows(main_data, n_classes, [64, 256], failures)
     print("### 2. Rank error alpha of the round-1 bin edges (Hessian-weighted, subject-tail train, 10 clients)\n")
     print(markdown_table(["B", "sketch", "summary size", "bound 1/M", "max alpha", "median alpha",
                           "max alpha x B (bins)", "features with alpha > 1/B", "worst feature", "edges (mean)"],
@@ -416,7 +452,11 @@ def main() -> int:
     print()
     print("alpha = max over targets b/B of the distance to the nearest edge's rank bracket, on the pooled "
           "float32 features with the round-1 weights w_i = sum_k h_ik (softmax at the base score, XGBoost's "
-          "factor-2 Hessian); max and median over the 204 features. DDSketch standardisation: pooled unweighted "
+          f"factor-2 Hessian); max and median over the {d - n_constant} features that are not "
+          f"constant in the pooled train set ({n_constant} constant features excluded: no split "
+          "exists there). A discrete feature with a heavy tie (e.g. k/4 values, half the weight on one) gives "
+          "DDSketch a large alpha: its edges are bucket representatives within 1 % of the tied value but not on "
+          "it, so their rank brackets miss the tie. DDSketch standardisation: pooled unweighted "
           "mean and std (what FedSCS-XGB's setup round gives the server). xgboost's hist cuts are count "
           "quantiles built once, shown against the same Hessian-weighted ranks for scale.")
     print()
@@ -469,6 +509,7 @@ def main() -> int:
     reps = [(ref.fed, ref.central_seconds)]
     config = FedSCSXGB(n_rounds=10, n_bins=256)
     ref_proba = ref.fed_proba
+    load_timing = os.getloadavg()
     for seed in range(1, n_seeds):
         log(f"timing repeat seed {seed} ...")
         fed = run_fed(main_data, config, seed=seed, label=f"seed {seed}")
@@ -493,7 +534,9 @@ def main() -> int:
     print()
     print("Simulation total = Simulation.run (setup round included); 'setup excluded' = the mean of the rounds' "
           "own elapsed times from the progress reports (sketch phase + atom phase + tree growth, all in one "
-          f"process). Repeats use seeds 0..{len(reps) - 1}: with every client sampled the models must be "
+          f"process). Load average (1/5/15 min) at start {'/'.join(f'{v:.2f}' for v in load_before)}, before "
+          f"the repeats {'/'.join(f'{v:.2f}' for v in load_timing)}, at the end "
+          f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores. Repeats use seeds 0..{len(reps) - 1}: with every client sampled the models must be "
           "bit-identical (checked).")
     print()
 

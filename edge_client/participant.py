@@ -10,6 +10,7 @@ from shared.protocol.envelope import Message
 from shared.protocol.messages import DataSummary, DataSummaryRequest
 from shared.transport.base import Transport
 
+from .algorithms.fedforest import FedForestClient
 from .algorithms.fedscs_xgb import FedSCSXGBClient
 from .dispatcher import Dispatcher
 from .training_data import TrainingData, data_summary, snapshot
@@ -27,10 +28,12 @@ class Participant:
         self.dispatcher.register(DataSummaryRequest, self.on_data_summary)
         self.fedscs_xgb = FedSCSXGBClient(data)
         self.fedscs_xgb.register(self.dispatcher)
+        self.fedforest = FedForestClient(data)
+        self.fedforest.register(self.dispatcher)
 
     @property
     def capabilities(self) -> tuple[str, ...]:
-        return ("ping", "fedscs_xgb")
+        return ("ping", "fedscs_xgb", "fedforest")
 
     def on_data_summary(self, message: Message) -> DataSummary:
         """Every job opens with this: additive statistics of the labelled snapshot."""

@@ -1,6 +1,7 @@
 """Server halves of the training algorithms, each with its configuration dataclass (the public
 API: ``FedSCSXGB(...)``); the maths they share lives in ``shared/``."""
 
+from .fedforest import FedForest
 from .fedscs_xgb import FedSCSXGB
 
-__all__ = ["FedSCSXGB"]
+__all__ = ["FedForest", "FedSCSXGB"]

@@ -1,0 +1,525 @@
+"""FedForest's server half (paper Alg. 1): a random forest grown level by level for all trees at
+once, two synchronised rounds per level, from client summaries only.
+
+Per level: (1) ``fedforest.level`` -- clients apply the previous decisions and return node
+summaries and per-(node, feature) quantile sketches; the server pools the summaries, stops nodes
+(depth, ``min_samples_split``, purity), and builds candidates: mixture-CDF thresholds for
+continuous features, Fisher groupings for categorical features and for the client indicator H
+(free: from the per-client node summaries); (2) ``fedforest.split`` -- clients return the left
+summaries of the numeric candidates; the server evaluates the exact pooled impurity decrease of
+every candidate (Thm. 3.5) and keeps the best per node. A forest of any size takes
+``2 * max_depth`` rounds (+ the job's opening ``DataSummary``).
+
+Variants (same protocol): ``evaluation="avgimp"`` with ``top_l`` (clients send local gains;
+homogeneous data), ``candidates="histogram"`` (Kalloori-style fixed-width bins on the fleet's
+min/max: the Federated Histogram baseline), fixed ``thresholds`` per feature (the oracle tests'
+"same candidates"), ``target="client"`` (predict H from X: the covariate-shift diagnostic).
+
+Determinism: features and per-tree client subsets are drawn from ``default_rng(seed)`` in
+(tree, node) order; bootstraps are drawn by each client from (seed, tree, client index);
+replies are summed in client-id order.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from shared.model import Tree, TreeBuilder, TreeEnsemble
+from shared.protocol.messages.fedforest import (
+    ForestLevelReply,
+    ForestLevelRequest,
+    ForestSplitReply,
+    ForestSplitRequest,
+    ForestTask,
+    SplitDecisions,
+)
+from shared.splitting import impurity
+
+from ..jobs import FederatedJob, RoundProgress, TrainingError
+from .fleet_data import FleetData, describe_fleet
+from .forest_growth import (
+    choose_splits,
+    grouping_candidates,
+    is_pure,
+    leaf_value,
+    mixture_thresholds,
+    n_sampled_features,
+    node_count,
+)
+
+__all__ = ["FedForest", "ForestResult"]
+
+CLIENT_FEATURE_NAME = "client"
+
+
+@dataclass(frozen=True)
+class FedForest:
+    """FedForest settings. The paper's experiments: ``n_trees=50, max_depth=8, n_bins=32,
+    min_samples_leaf=5``, feature subsampling sqrt(d) (classification) / d/3 (regression).
+
+    ``sketch_size``: quantile points per client sketch (M; default ``n_bins``).
+    ``client_splits``: also split on the client indicator H (exempt from feature subsampling);
+    the model then has one extra input, the client index (``model.metadata["clients"]`` lists
+    the clients in index order).
+    """
+
+    n_trees: int = 50
+    max_depth: int = 8
+    n_bins: int = 32
+    sketch_size: int | None = None
+    task: Literal["classification", "regression"] = "classification"
+    criterion: Literal["gini", "entropy", "mse"] | None = None
+    max_features: str | int | float | None = "auto"
+    min_samples_split: int = 2
+    min_samples_leaf: int = 1
+    min_impurity_decrease: float = 0.0
+    bootstrap: bool = True
+    client_fraction: float = 1.0
+    client_splits: bool = False
+    evaluation: Literal["exact", "avgimp"] = "exact"
+    top_l: int | None = None
+    candidates: Literal["quantiles", "histogram"] = "quantiles"
+    thresholds: tuple[np.ndarray, ...] | None = field(default=None, compare=False)
+    categorical_features: tuple[int, ...] = ()
+    n_categories: int = 0
+    target: Literal["label", "client"] = "label"
+    feature_set_version: str = ""
+    classes: tuple[str, ...] | None = None
+
+    name: ClassVar[str] = "fedforest"
+
+    def __post_init__(self) -> None:
+        for name in ("n_trees", "n_bins", "min_samples_split"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
+                raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
+        if not (isinstance(self.max_depth, int) and self.max_depth >= 0):
+            raise ValueError(f"max_depth must be an int >= 0, got {self.max_depth!r}")
+        if not 0 < self.client_fraction <= 1:
+            raise ValueError(f"client_fraction must lie in (0, 1], got {self.client_fraction}")
+        if self.categorical_features and self.n_categories < 2:
+            raise ValueError("categorical_features need n_categories >= 2 (codes 0..n_categories-1)")
+        if self.top_l is not None and self.evaluation != "avgimp":
+            raise ValueError("top_l shortlisting goes with evaluation='avgimp'")
+        if self.target == "client" and self.client_splits:
+            raise ValueError("predicting the client from X cannot also split on the client")
+        if self.criterion is not None and (self.criterion == "mse") != self.regression:
+            raise ValueError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
+
+    @property
+    def regression(self) -> bool:
+        return self.task == "regression" and self.target == "label"
+
+    @property
+    def split_criterion(self) -> str:
+        return self.criterion or ("mse" if self.regression else "gini")
+
+    def fit(self, job: FederatedJob, *, seed: int = 0) -> TreeEnsemble:
+        """Grow the forest over ``job``'s clients; returns a ``kind="forest"`` ensemble."""
+        return _Training(self, job, seed).run().model
+
+    def fit_with_diagnostics(self, job: FederatedJob, *, seed: int = 0) -> ForestResult:
+        return _Training(self, job, seed).run()
+
+
+@dataclass(frozen=True, eq=False)
+class ForestResult:
+    """The forest plus what the server learnt growing it: per-feature impurity importance
+    (weighted decrease summed over splits, normalised; the client indicator last when used),
+    the mean root gain relative to the root impurity, and bytes/rounds per level."""
+
+    model: TreeEnsemble
+    importance: np.ndarray
+    root_gain: float
+    levels: list[dict[str, float]]
+
+
+@dataclass
+class _Node:
+    tree: int
+    node: int
+    depth: int
+    summary: np.ndarray | None = None
+    features: np.ndarray | None = None
+
+
+class _Training:
+    def __init__(self, config: FedForest, job: FederatedJob, seed: int) -> None:
+        self.config = config
+        self.job = job
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.crit = config.split_criterion
+        self.known: dict[str, int] = {}  # client -> last level whose decisions it applied
+        self.decisions: list[dict[str, Any]] = []  # one dict of arrays per decided level
+        self.levels: list[dict[str, float]] = []
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _setup(self) -> FleetData:
+        cfg = self.config
+        fleet = describe_fleet(self.job, cfg.feature_set_version, regression=cfg.regression, classes=cfg.classes)
+        self.clients = list(fleet.clients)
+        self.index = {c: i for i, c in enumerate(self.clients)}
+        self.d = fleet.n_features
+        if cfg.target == "client":
+            self.classes, self.model_classes = tuple(self.clients), tuple(self.clients)
+        else:
+            self.classes, self.model_classes = fleet.classes, fleet.model_classes
+        if not cfg.regression and len(self.classes) < 2:
+            raise TrainingError(f"classification needs at least 2 classes, the clients have {list(self.classes)}")
+        self.S = 3 if cfg.regression else len(self.classes)
+        self.feature_names = fleet.feature_names
+        self.k_features = n_sampled_features(cfg.max_features, self.d, cfg.regression)
+        self.categorical = np.array(sorted(set(cfg.categorical_features)), dtype=np.int64)
+        if self.categorical.size and self.categorical.max() >= self.d:
+            raise TrainingError(f"categorical feature {int(self.categorical.max())} does not exist ({self.d} features)")
+        if cfg.thresholds is not None:
+            if len(cfg.thresholds) != self.d:
+                raise TrainingError(f"{len(cfg.thresholds)} threshold arrays for {self.d} features")
+            self.fixed = [np.unique(np.asarray(t, dtype=np.float64)) for t in cfg.thresholds]
+        elif cfg.candidates == "histogram":
+            self.fixed = [np.linspace(lo, hi, cfg.n_bins + 1)[1:-1] if hi > lo else np.zeros(0)
+                          for lo, hi in zip(fleet.minimum, fleet.maximum)]
+        else:
+            self.fixed = None
+        m = max(1, math.ceil(cfg.client_fraction * len(self.clients)))
+        self.tree_clients = [np.arange(len(self.clients)) if m == len(self.clients)
+                             else np.sort(self.rng.choice(len(self.clients), size=m, replace=False))
+                             for _ in range(cfg.n_trees)]
+        return fleet
+
+    def _task(self, client: str) -> ForestTask:
+        cfg = self.config
+        k = self.index[client]
+        trees = np.array([t for t, members in enumerate(self.tree_clients) if k in members], dtype=np.int64)
+        return ForestTask(task="regression" if cfg.regression else "classification", criterion=self.crit,
+                          feature_set_version=cfg.feature_set_version, n_features=self.d, n_trees=cfg.n_trees,
+                          client_index=k, trees=trees, seed=self.seed, bootstrap=cfg.bootstrap,
+                          classes=self.classes if cfg.target == "label" else (), target=cfg.target,
+                          n_clients=len(self.clients))
+
+    # -- the level loop ------------------------------------------------------------------------
+
+    def run(self) -> ForestResult:
+        cfg = self.config
+        self._setup()
+        self.builders = [TreeBuilder(np.zeros(1 if cfg.regression else self.S)) for _ in range(cfg.n_trees)]
+        self.summary_of: dict[tuple[int, int], np.ndarray] = {}
+        self.root_weight = np.zeros(cfg.n_trees)
+        self.importance = np.zeros(self.d + 1)
+        self.root_gains: list[float] = []
+        frontier = [_Node(t, 0, 0) for t in range(cfg.n_trees)]
+        for level in range(cfg.max_depth + 1):
+            if not frontier:
+                break
+            started = time.monotonic()
+            frontier = self._level(level, frontier)
+            self.job.report(RoundProgress(self.job.job_id, cfg.name, level + 1, cfg.max_depth + 1, len(self.clients),
+                                          self._answered, {"nodes": float(self._n_active),
+                                                           "splits": float(self._n_splits)},
+                                          time.monotonic() - started))
+        return ForestResult(self._model(), self._normalised_importance(), float(np.mean(self.root_gains or [0.0])),
+                            self.levels)
+
+    def _level(self, level: int, frontier: list[_Node]) -> list[_Node]:
+        cfg = self.config
+        splittable_depth = level < cfg.max_depth
+        for node in frontier:
+            eligible = splittable_depth and (node.summary is None or self._can_split(node.summary))
+            node.features = (np.sort(self.rng.choice(self.d, size=self.k_features, replace=False))
+                             if eligible else np.zeros(0, np.int64))
+        request = self._level_request(level, frontier)
+        replies = self.job.ask(request, list(request), ForestLevelReply)
+        replies = self._accepted_level(replies, level, len(frontier))
+        self._answered = len(replies)
+        if not replies:
+            raise TrainingError(f"level {level}: no usable replies")
+        A = len(frontier)
+        per_client = np.zeros((len(self.clients), A, self.S))
+        for client, reply in replies.items():
+            per_client[self.index[client], reply.nodes] = reply.summaries
+        pooled = per_client.sum(axis=0)
+        for i, node in enumerate(frontier):
+            node.summary = pooled[i]
+            self.summary_of[(node.tree, node.node)] = pooled[i]
+            if level == 0:
+                self.root_weight[node.tree] = node_count(pooled[i], self.crit)
+        can = np.array([node.features.size > 0 and self._can_split(node.summary) for node in frontier], dtype=bool)
+        self._n_active = int(can.sum())
+        cands = self._candidates(frontier, can, replies, per_client, request)
+        split_replies = {}
+        if cands["numeric_offsets"][-1] > 0:
+            split_request = {c: ForestSplitRequest(request[c].task, level, cands["numeric_offsets"],
+                                                   cands["numeric_thresholds"], cfg.evaluation) for c in replies}
+            split_replies = self.job.ask(split_request, list(split_request), ForestSplitReply)
+        left, gain = self._pool_split_replies(cands, split_replies, per_client)
+        best, best_gain = choose_splits(
+            pooled, cands["node"], left, cands["feature"], cands["rank"], self.crit,
+            min_samples_leaf=cfg.min_samples_leaf if cfg.evaluation == "exact" else 0,
+            min_impurity_decrease=cfg.min_impurity_decrease,
+            total_weight=self.root_weight[[n.tree for n in frontier]],
+            cand_gain=gain,
+        )
+        best[~can] = -1
+        self._n_splits = int((best >= 0).sum())
+        self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(cands["n_pairs"]),
+                            "candidates": float(len(cands["node"]))})
+        return self._apply(level, frontier, best, best_gain, cands, left)
+
+    def _can_split(self, summary: np.ndarray) -> bool:
+        return bool(node_count(summary, self.crit) >= max(self.config.min_samples_split, 2 * self.config.min_samples_leaf)
+                    and not is_pure(summary, self.crit))
+
+    # -- requests and replies --------------------------------------------------------------------
+
+    def _decisions_since(self, first_level: int) -> SplitDecisions:
+        parts = self.decisions[first_level:]
+        if not parts:
+            z = np.zeros(0, np.int64)
+            return SplitDecisions(z, z, z, z, np.zeros(0), np.zeros(0, np.uint8), z, z, np.zeros(1, np.int64), z)
+        cat_lists = [c for p in parts for c in p["categories"]]
+        offsets = np.concatenate([[0], np.cumsum([len(c) for c in cat_lists])]).astype(np.int64)
+        return SplitDecisions(
+            level=np.concatenate([p["level"] for p in parts]),
+            tree=np.concatenate([p["tree"] for p in parts]),
+            node=np.concatenate([p["node"] for p in parts]),
+            feature=np.concatenate([p["feature"] for p in parts]),
+            threshold=np.concatenate([p["threshold"] for p in parts]),
+            categorical=np.concatenate([p["categorical"] for p in parts]),
+            left=np.concatenate([p["left"] for p in parts]),
+            right=np.concatenate([p["right"] for p in parts]),
+            category_offsets=offsets,
+            categories=np.concatenate(cat_lists).astype(np.int64) if cat_lists else np.zeros(0, np.int64),
+        )
+
+    def _level_request(self, level: int, frontier: list[_Node]) -> dict[str, ForestLevelRequest]:
+        cfg = self.config
+        node_tree = np.array([n.tree for n in frontier], dtype=np.int64)
+        node_id = np.array([n.node for n in frontier], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum([n.features.size for n in frontier])]).astype(np.int64)
+        features = np.concatenate([n.features for n in frontier]).astype(np.int64)
+        out = {}
+        for client in self.clients:
+            first = self.known.get(client, -1) + 1
+            out[client] = ForestLevelRequest(
+                task=self._task(client), level=level, splits=self._decisions_since(first), node_tree=node_tree,
+                node_id=node_id, feature_offsets=offsets, features=features,
+                sketch_size=cfg.sketch_size or cfg.n_bins, categorical=self.categorical,
+                n_categories=cfg.n_categories, top_l=cfg.top_l or 0)
+        return out
+
+    def _accepted_level(self, replies: dict[str, ForestLevelReply], level: int, n_nodes: int) -> dict:
+        for client in self.clients:
+            if client not in replies:
+                self.known.pop(client, None)  # unknown state: replay every decision next time
+        out = {}
+        for client, reply in replies.items():
+            reason = None
+            if reply.nodes.size and reply.nodes.max() >= n_nodes:
+                reason = f"node position {int(reply.nodes.max())} beyond the {n_nodes} requested"
+            elif reply.summaries.shape[1] != self.S:
+                reason = f"summaries have {reply.summaries.shape[1]} columns, the job needs {self.S}"
+            if reason:
+                self.job.reject(client, reason)
+                self.known.pop(client, None)
+                continue
+            self.known[client] = level - 1
+            out[client] = reply
+        return out
+
+    def _candidates(self, frontier, can, replies, per_client, request) -> dict[str, Any]:
+        """Every candidate of the level: numeric thresholds (evaluated in round 2), categorical
+        and client groupings (evaluated now from the summaries)."""
+        cfg = self.config
+        any_request = next(iter(request.values()))
+        pair_node = np.repeat(np.arange(len(frontier)), np.diff(any_request.feature_offsets))
+        pair_feature = any_request.features
+        n_pairs = pair_feature.shape[0]
+        # the clients' sketches per pair
+        sketches: dict[int, list[tuple[np.ndarray, float]]] = {}
+        cat_sums: dict[int, np.ndarray] = {}
+        local_gain: dict[int, list[tuple[str, float]]] = {}
+        for client, reply in replies.items():
+            for p, pts, w in zip(reply.pairs.tolist(), reply.points, reply.pair_weight.tolist()):
+                sketches.setdefault(p, []).append((pts, w))
+            for i, p in enumerate(reply.category_pairs.tolist()):
+                cat_sums[p] = cat_sums.get(p, 0) + reply.category_summaries[i].astype(np.float64)
+            if reply.local_gain.size:
+                for p, g in zip(reply.pairs.tolist(), reply.local_gain.tolist()):
+                    local_gain.setdefault(p, []).append((client, g))
+        shortlisted = self._shortlist(pair_node, pair_feature, local_gain) if cfg.top_l else None
+        categorical = set(self.categorical.tolist())
+        numeric_lists: list[np.ndarray] = []
+        rows: dict[str, list] = {k: [] for k in ("node", "feature", "rank", "threshold", "categorical", "categories",
+                                                 "left", "kind")}
+        for p in range(n_pairs):
+            i, j = int(pair_node[p]), int(pair_feature[p])
+            thresholds = np.zeros(0)
+            if can[i] and j not in categorical and (shortlisted is None or (i, j) in shortlisted):
+                if self.fixed is not None:
+                    thresholds = self.fixed[j]
+                elif p in sketches:
+                    pts = np.array([s[0] for s in sketches[p]])
+                    thresholds = mixture_thresholds(pts, np.array([s[1] for s in sketches[p]]), cfg.n_bins)
+            numeric_lists.append(thresholds)
+            for r, t in enumerate(thresholds.tolist()):
+                self._row(rows, i, j, r, t, False, None, None, 0)
+            if can[i] and j in categorical and p in cat_sums:
+                order, lefts = grouping_candidates(cat_sums[p], self.crit)
+                for k in range(lefts.shape[0]):
+                    self._row(rows, i, j, k, 0.0, True, order[: k + 1], lefts[k], 1)
+        if cfg.client_splits:
+            for i in np.flatnonzero(can).tolist():
+                present = np.flatnonzero(per_client[:, i].sum(axis=1) > 0)
+                if present.size < 2:
+                    continue
+                order, lefts = grouping_candidates(per_client[present, i], self.crit)
+                for k in range(lefts.shape[0]):
+                    self._row(rows, i, self.d, k, 0.0, True, present[order[: k + 1]], lefts[k], 2)
+        offsets = np.concatenate([[0], np.cumsum([t.size for t in numeric_lists])]).astype(np.int64)
+        n = len(rows["node"])
+        left = np.zeros((n, self.S))
+        for c, value in enumerate(rows["left"]):
+            if value is not None:
+                left[c] = value
+        return {
+            "node": np.array(rows["node"], dtype=np.int64), "feature": np.array(rows["feature"], dtype=np.int64),
+            "rank": np.array(rows["rank"], dtype=np.int64), "threshold": np.array(rows["threshold"]),
+            "categorical": np.array(rows["categorical"], dtype=bool), "categories": rows["categories"],
+            "kind": np.array(rows["kind"], dtype=np.int64), "left": left, "n_pairs": n_pairs,
+            "numeric_offsets": offsets,
+            "numeric_thresholds": np.concatenate(numeric_lists) if numeric_lists else np.zeros(0),
+        }
+
+    @staticmethod
+    def _row(rows, node, feature, rank, threshold, categorical, categories, left, kind) -> None:
+        rows["node"].append(node)
+        rows["feature"].append(feature)
+        rows["rank"].append(rank)
+        rows["threshold"].append(threshold)
+        rows["categorical"].append(categorical)
+        rows["categories"].append(None if categories is None else np.asarray(categories, dtype=np.int64))
+        rows["left"].append(left)
+        rows["kind"].append(kind)
+
+    def _shortlist(self, pair_node, pair_feature, local_gain) -> set[tuple[int, int]]:
+        """Top-L: per node, the union of every client's L best features by local gain."""
+        by_client_node: dict[tuple[str, int], list[tuple[float, int]]] = {}
+        for p, entries in local_gain.items():
+            for client, g in entries:
+                by_client_node.setdefault((client, int(pair_node[p])), []).append((-g, int(pair_feature[p])))
+        out = set()
+        for (client, node), gains in by_client_node.items():
+            for _g, j in sorted(gains)[: self.config.top_l]:
+                out.add((node, j))
+        return out
+
+    def _pool_split_replies(self, cands, split_replies, per_client) -> tuple[np.ndarray, np.ndarray | None]:
+        """Numeric candidates' pooled left summaries (exact) or n-weighted local gains (AvgImp);
+        grouping candidates keep their exact left summaries."""
+        numeric = np.flatnonzero(cands["kind"] == 0)
+        left = cands["left"].copy()
+        n_numeric = numeric.size
+        pooled_left = np.zeros((n_numeric, self.S))
+        gain_sum = np.zeros(n_numeric)
+        for client, reply in split_replies.items():
+            bad = reply.candidates.size and reply.candidates.max() >= n_numeric
+            if bad or (self.config.evaluation == "exact" and reply.left.shape[1:] != (self.S,)):
+                self.job.reject(client, "split reply does not fit the candidates")
+                continue
+            if self.config.evaluation == "exact":
+                pooled_left[reply.candidates] += reply.left
+            else:
+                node = cands["node"][numeric[reply.candidates]]
+                n_k = node_count(per_client[self.index[client], node], self.crit)
+                gain_sum[reply.candidates] += n_k * reply.local_gain
+        left[numeric] = pooled_left
+        if self.config.evaluation == "exact":
+            return left, None
+        n_node = node_count(per_client.sum(axis=0), self.crit)
+        from shared.splitting import pooled_gain
+
+        gain = pooled_gain(per_client.sum(axis=0)[cands["node"]], left, self.crit)  # exact for groupings
+        node = cands["node"][numeric]
+        gain[numeric] = gain_sum / np.where(n_node[node] > 0, n_node[node], 1.0)
+        return left, gain
+
+    # -- decisions -----------------------------------------------------------------------------
+
+    def _apply(self, level, frontier, best, best_gain, cands, left) -> list[_Node]:
+        cfg = self.config
+        rows = {k: [] for k in ("tree", "node", "feature", "threshold", "categorical", "left", "right")}
+        categories: list[np.ndarray] = []
+        children: list[_Node] = []
+        for i, node in enumerate(frontier):
+            c = int(best[i])
+            if c < 0:
+                continue
+            feature = int(cands["feature"][c])
+            cats = cands["categories"][c]
+            builder = self.builders[node.tree]
+            lid, rid = builder.split(node.node, feature, float(cands["threshold"][c]),
+                                     categories=None if cats is None else cats.tolist())
+            n_node = node_count(node.summary, self.crit)
+            self.importance[feature] += n_node * best_gain[i]
+            if level == 0:
+                root_impurity = float(impurity(node.summary, self.crit))
+                self.root_gains.append(best_gain[i] / root_impurity if root_impurity > 0 else 0.0)
+            for key, value in (("tree", node.tree), ("node", node.node), ("feature", feature),
+                               ("threshold", float(cands["threshold"][c])), ("categorical", cats is not None),
+                               ("left", lid), ("right", rid)):
+                rows[key].append(value)
+            categories.append(np.zeros(0, np.int64) if cats is None else cats)
+            exact = cfg.evaluation == "exact" or cands["kind"][c] != 0
+            s_left = left[c] if exact else None
+            s_right = node.summary - left[c] if exact else None
+            for child, summary in ((lid, s_left), (rid, s_right)):
+                if summary is not None:
+                    self.summary_of[(node.tree, child)] = summary
+                depth = level + 1
+                needs_summary = summary is None
+                if needs_summary or (depth < cfg.max_depth and self._can_split(summary)):
+                    children.append(_Node(node.tree, child, depth, summary))
+        n = len(rows["tree"])
+        self.decisions.append({
+            "level": np.full(n, level, dtype=np.int64), "tree": np.array(rows["tree"], dtype=np.int64),
+            "node": np.array(rows["node"], dtype=np.int64), "feature": np.array(rows["feature"], dtype=np.int64),
+            "threshold": np.array(rows["threshold"], dtype=np.float64),
+            "categorical": np.array(rows["categorical"], dtype=np.uint8),
+            "left": np.array(rows["left"], dtype=np.int64),
+            "right": np.array(rows["right"], dtype=np.int64), "categories": categories,
+        })
+        return children
+
+    # -- the model -----------------------------------------------------------------------------
+
+    def _model(self) -> TreeEnsemble:
+        cfg = self.config
+        trees: list[Tree] = []
+        for t, builder in enumerate(self.builders):
+            for node in range(builder.n_nodes):
+                summary = self.summary_of.get((t, node))
+                if summary is None:
+                    raise TrainingError(f"tree {t} node {node} has no summary (every client dropped out?)")
+                builder.set_value(node, leaf_value(summary, self.crit), cover=float(node_count(summary, self.crit)))
+            trees.append(builder.build())
+        names = tuple(self.feature_names) + ((CLIENT_FEATURE_NAME,) if cfg.client_splits else ())
+        n_outputs = 1 if cfg.regression else self.S
+        return TreeEnsemble(
+            trees=tuple(trees), kind="forest", link="identity", n_outputs=n_outputs, feature_names=names,
+            feature_set_version=cfg.feature_set_version, classes=self.model_classes,
+            metadata={"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": cfg.max_depth, "n_bins": cfg.n_bins,
+                      "criterion": self.crit, "evaluation": cfg.evaluation, "candidates": cfg.candidates,
+                      "client_splits": int(cfg.client_splits), "clients": ",".join(self.clients),
+                      "target": cfg.target},
+        )
+
+    def _normalised_importance(self) -> np.ndarray:
+        imp = self.importance if self.config.client_splits else self.importance[: self.d]
+        total = imp.sum()
+        return imp / total if total > 0 else imp

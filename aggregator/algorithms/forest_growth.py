@@ -1,0 +1,141 @@
+"""FedForest's server-side maths: candidates from sketches, exact pooled gains, best splits.
+
+Pure functions over arrays, used level by level by ``fedforest.py``:
+
+* :func:`mixture_thresholds` -- §3.1: each client's M+1 quantile points define a piecewise-linear
+  CDF; the node's pooled CDF is their mixture weighted by ``n_{nu,k} / n_nu`` (Eq. 4), and the
+  candidates are its inverse at ``b/B``, ``b = 1..B-1`` (never averages of quantiles). Within
+  1/B in rank of the pooled empirical CDF (Theorem 3.1; ``shared.sketches.mixture``).
+* :func:`grouping_candidates` -- categories (or clients: the H split) ordered by Fisher's rule
+  (mean target / proportion of a class) with the left summaries of every contiguous grouping.
+* :func:`choose_splits` -- the pooled impurity decrease (Thm. 3.5, ``shared.splitting``) of every
+  candidate, validity (``min_samples_leaf``, ``min_impurity_decrease``) and the best candidate
+  per node with a deterministic tie-break: larger gain, then lower feature index (the client
+  indicator has index d, last), then lower candidate rank (thresholds ascending).
+* :func:`leaf_value` -- class distribution or mean from a node summary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from shared.sketches import WeightedSummary, mixture_quantiles
+from shared.splitting import fisher_order, impurity, pooled_gain, prefix_summaries
+
+__all__ = ["choose_splits", "grouping_candidates", "is_pure", "leaf_value", "mixture_thresholds", "n_sampled_features",
+           "node_count"]
+
+
+def node_count(summary: ArrayLike, criterion: str) -> np.ndarray:
+    """Weighted sample count of summaries (class counts summed, or the ``n`` column)."""
+    s = np.asarray(summary, dtype=np.float64)
+    return s[..., 0] if criterion == "mse" else s.sum(axis=-1)
+
+
+def n_sampled_features(max_features: str | int | float | None, d: int, regression: bool) -> int:
+    """scikit-learn's ``max_features``: "sqrt", "log2", "third" (d/3), an int, a fraction, or
+    None (all); default per the paper: sqrt(d) for classification, d/3 for regression."""
+    if max_features is None or max_features == "all":
+        k = d
+    elif max_features == "auto":
+        k = max(1, d // 3) if regression else int(np.sqrt(d))
+    elif max_features == "sqrt":
+        k = int(np.sqrt(d))
+    elif max_features == "log2":
+        k = int(np.log2(d))
+    elif max_features == "third":
+        k = d // 3
+    elif isinstance(max_features, float):
+        k = int(max_features * d)
+    elif isinstance(max_features, int):
+        k = max_features
+    else:
+        raise ValueError(f"max_features must be 'auto', 'sqrt', 'log2', 'third', 'all', an int or a float, "
+                         f"got {max_features!r}")
+    return int(min(max(k, 1), d))
+
+
+def mixture_thresholds(points: ArrayLike, weights: ArrayLike, n_bins: int) -> np.ndarray:
+    """Candidate thresholds of one (node, feature) pair from the clients' quantile points
+    ``(K, M+1)`` and their node weights ``(K,)``: the mixture CDF's inverse at ``b/B``, unique,
+    ascending (float64). A threshold ``t`` sends ``x < t`` left."""
+    p = np.asarray(points, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    summaries = [WeightedSummary(p[k], float(w[k]), max(1, int(round(w[k])))) for k in range(p.shape[0])]
+    ranks = np.arange(1, n_bins, dtype=np.float64) / n_bins
+    return np.unique(mixture_quantiles(summaries, ranks))
+
+
+def grouping_candidates(summaries: ArrayLike, criterion: str) -> tuple[np.ndarray, np.ndarray]:
+    """Fisher grouping of ``m`` categories/clients with summaries ``(m, S)``: their order and the
+    left summaries ``(m-1, S)`` of "the first k in that order go left". Classification orders by
+    the proportion of the node's majority class (Fisher's rule is exact for two classes)."""
+    s = np.asarray(summaries, dtype=np.float64)
+    positive = 1
+    if criterion != "mse":
+        positive = int(np.argmax(s.sum(axis=0))) if s.shape[-1] > 2 else 1
+    order = fisher_order(s, criterion, positive=positive)
+    return order, prefix_summaries(s, order)
+
+
+def choose_splits(
+    parent: ArrayLike,
+    cand_node: ArrayLike,
+    cand_left: ArrayLike,
+    cand_feature: ArrayLike,
+    cand_rank: ArrayLike,
+    criterion: str,
+    *,
+    min_samples_leaf: float = 1.0,
+    min_impurity_decrease: float = 0.0,
+    total_weight: ArrayLike | None = None,
+    cand_gain: ArrayLike | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Best candidate per node: ``(index into the candidates or -1, gain)`` for each of the
+    ``parent`` summaries ``(A, S)``.
+
+    ``cand_left`` ``(C, S)`` are pooled left summaries; gains are computed from them unless
+    ``cand_gain`` is given (AvgImp). A candidate is valid iff both children weigh at least
+    ``min_samples_leaf`` and ``n_nu / total_weight[node] * gain >= min_impurity_decrease``
+    (scikit-learn's rule; ``total_weight`` is the node's tree's root weight) and the gain is > 0.
+    """
+    s = np.asarray(parent, dtype=np.float64)
+    node = np.asarray(cand_node, dtype=np.int64)
+    left = np.asarray(cand_left, dtype=np.float64)
+    n_nodes = s.shape[0]
+    if node.size == 0:
+        return np.full(n_nodes, -1, dtype=np.int64), np.zeros(n_nodes)
+    gain = pooled_gain(s[node], left, criterion) if cand_gain is None else np.asarray(cand_gain, dtype=np.float64)
+    n_left = node_count(left, criterion)
+    n_parent = node_count(s, criterion)
+    n_right = n_parent[node] - n_left
+    root = n_parent if total_weight is None else np.asarray(total_weight, dtype=np.float64)
+    weighted = n_parent[node] / np.where(root[node] > 0, root[node], 1.0) * gain
+    valid = (n_left >= min_samples_leaf) & (n_right >= min_samples_leaf) & (gain > 0) & np.isfinite(gain)
+    valid &= weighted >= min_impurity_decrease
+    key_gain = np.where(valid, gain, -np.inf)
+    order = np.lexsort((np.asarray(cand_rank), np.asarray(cand_feature), -key_gain, node))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = node[order][1:] != node[order][:-1]
+    best = np.full(n_nodes, -1, dtype=np.int64)
+    winners = order[first]
+    ok = valid[winners]
+    best[node[winners][ok]] = winners[ok]
+    best_gain = np.zeros(n_nodes)
+    best_gain[best >= 0] = gain[best[best >= 0]]
+    return best, best_gain
+
+
+def leaf_value(summary: ArrayLike, criterion: str) -> np.ndarray:
+    """A leaf's output: the class distribution (classification) or the mean (regression)."""
+    s = np.asarray(summary, dtype=np.float64)
+    if criterion == "mse":
+        return np.array([s[1] / s[0] if s[0] > 0 else 0.0])
+    total = s.sum()
+    return s / total if total > 0 else np.full(s.shape, 1.0 / s.shape[0])
+
+
+def is_pure(summary: ArrayLike, criterion: str) -> np.ndarray:
+    """Nodes with zero impurity (nothing left to gain)."""
+    return impurity(summary, criterion) <= 0

@@ -1,0 +1,262 @@
+"""FedForest's client half (paper Alg. 1, lines 4 and 7-17): bootstrap, node membership, per-level
+summaries and quantile sketches, left-child summaries of the server's candidates.
+
+Per job the client keeps its snapshot, one client-stratified bootstrap per tree (its own n_k
+rows drawn with replacement, seeded by the job seed, the tree and its client index so a restart
+draws the same rows), and the node every bootstrap row sits in, per tree. Level requests carry
+the split decisions of every level the client has not applied (the server tracks what each
+client acknowledged), so a client that missed a level -- or restarted and lost its state --
+catches up by replaying them; decisions are applied at most once.
+
+All statistics come from ``shared.node_statistics`` (one sort per feature for all nodes of all
+trees). No raw value leaves the gateway: node summaries are class counts or [n, Σy, Σy²],
+sketches are M+1 weighted quantiles per (node, feature) pair, left summaries are sums.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.node_statistics import (
+    category_summaries,
+    node_summaries,
+    pair_left_summaries,
+    pair_quantiles,
+    summary_terms,
+)
+from shared.protocol.envelope import Message
+from shared.protocol.messages.fedforest import (
+    ForestLevelReply,
+    ForestLevelRequest,
+    ForestSplitReply,
+    ForestSplitRequest,
+    ForestTask,
+    SplitDecisions,
+)
+from shared.splitting import pooled_gain
+
+from ..dispatcher import Dispatcher, RequestRejected
+from ..training_data import TrainingData, class_ids, snapshot
+
+log = logging.getLogger(__name__)
+
+MAX_JOBS = 4
+
+
+def bootstrap_weights(seed: int, tree: int, client_index: int, n: int) -> np.ndarray:
+    """Multiplicities of a client-stratified bootstrap: ``n`` draws with replacement from the
+    client's ``n`` rows, reproducible from (job seed, tree, client index)."""
+    rng = np.random.default_rng([seed, tree, client_index])
+    return np.bincount(rng.integers(0, n, n), minlength=n).astype(np.float64)
+
+
+@dataclass
+class _Level:
+    """The active nodes of one level request, as flat (tree x sample) entries."""
+
+    positions: np.ndarray  # (E,) position of each entry's node in the request
+    rows: np.ndarray  # (E,) sample row of each entry
+    weight: np.ndarray  # (E,) bootstrap multiplicity
+    n_nodes: int
+    summaries: np.ndarray | None = None  # (n_nodes, S) this client's node summaries
+    pair_node: np.ndarray | None = None  # (P,) node position of each requested pair
+    pair_feature: np.ndarray | None = None  # (P,) feature of each requested pair
+
+
+class _ForestState:
+    def __init__(self, task: ForestTask, X: np.ndarray, target: np.ndarray) -> None:
+        self.task = task
+        self.X = X
+        n = X.shape[0]
+        n_outputs = task.n_outputs
+        if task.target == "client":
+            target = np.full(n, task.client_index)
+        self.terms = summary_terms(target, n_outputs)
+        self.integer = task.task == "classification"
+        self.weight = np.zeros((task.n_trees, n))
+        for t in task.trees.tolist():
+            self.weight[t] = bootstrap_weights(task.seed, t, task.client_index, n) if task.bootstrap else 1.0
+        self.node = np.where(self.weight > 0, 0, -1).astype(np.int64)
+        self.applied_level = -1  # decisions of levels <= this are in self.node
+        self.level: _Level | None = None
+        self.level_no = -1
+
+    def apply(self, splits: SplitDecisions, first_level: int) -> None:
+        """Replay the decisions of levels ``> applied_level``, level by level."""
+        if first_level > self.applied_level + 1:
+            raise RequestRejected("resync", f"has applied splits up to level {self.applied_level}, the request "
+                                            f"starts at level {first_level}")
+        for level in np.unique(splits.level).tolist():
+            if level <= self.applied_level:
+                continue
+            rows = np.flatnonzero(splits.level == level)
+            self._apply_rows(splits, rows)
+            self.applied_level = level
+
+    def _apply_rows(self, s: SplitDecisions, rows: np.ndarray) -> None:
+        d = self.task.n_features
+        for r in rows.tolist():  # one vectorised update per split node
+            t, node = int(s.tree[r]), int(s.node[r])
+            members = np.flatnonzero(self.node[t] == node)
+            if members.size == 0:
+                continue
+            feature = int(s.feature[r])
+            if feature == d:  # client indicator: the whole client goes one way
+                cats = s.categories[s.category_offsets[r]:s.category_offsets[r + 1]]
+                go_left = np.full(members.size, self.task.client_index in cats.tolist())
+            else:
+                x = self.X[members, feature]
+                if s.categorical[r]:
+                    cats = s.categories[s.category_offsets[r]:s.category_offsets[r + 1]]
+                    go_left = np.isin(x, cats.astype(np.float64))
+                else:
+                    go_left = x < s.threshold[r]  # NaN compares False: right
+            self.node[t, members] = np.where(go_left, s.left[r], s.right[r])
+
+    def prepare(self, request: ForestLevelRequest) -> _Level:
+        """Map every (tree, sample) entry of an active node to that node's request position."""
+        width = int(max(self.node.max(initial=0), request.node_id.max(initial=0))) + 1
+        lookup = np.full(self.task.n_trees * width + 1, -1, dtype=np.int64)
+        lookup[request.node_tree * width + request.node_id] = np.arange(request.node_id.shape[0])
+        trees, rows = np.nonzero(self.node >= 0)
+        keys = trees * width + self.node[trees, rows]
+        positions = lookup[keys]
+        keep = positions >= 0
+        trees, rows, positions = trees[keep], rows[keep], positions[keep]
+        return _Level(positions, rows, self.weight[trees, rows], request.node_id.shape[0])
+
+    def summaries(self, level: _Level) -> np.ndarray:
+        return node_summaries(level.positions, level.weight, self.terms[level.rows], level.n_nodes)
+
+    def wire(self, values: np.ndarray) -> np.ndarray:
+        """Integer multiplicity sums travel as int64 (exact), regression sums as float64."""
+        return np.rint(values).astype(np.int64) if self.integer else values
+
+
+class FedForestClient:
+    """Answers ``fedforest.*`` requests from a ``TrainingData``."""
+
+    def __init__(self, data: TrainingData, *, max_jobs: int = MAX_JOBS) -> None:
+        self.data = data
+        self.max_jobs = max_jobs
+        self._jobs: OrderedDict[str, _ForestState] = OrderedDict()
+
+    def register(self, dispatcher: Dispatcher) -> None:
+        dispatcher.register(ForestLevelRequest, self.on_level)
+        dispatcher.register(ForestSplitRequest, self.on_split)
+
+    def _state(self, job: str, task: ForestTask) -> _ForestState:
+        state = self._jobs.get(job)
+        if state is None or state.task.seed != task.seed or state.task.client_index != task.client_index:
+            data = snapshot(self.data, task.feature_set_version)
+            if data.X.shape[1] != task.n_features:
+                raise RequestRejected("feature_mismatch", f"the job has {task.n_features} features, this client "
+                                                          f"{data.X.shape[1]}")
+            X = np.asarray(data.X, dtype=np.float64)
+            if task.task == "classification" and task.target == "label":
+                target = class_ids(data.y, task.classes)
+                known = target >= 0
+                X, target = X[known], target[known]
+            else:
+                target = np.asarray(data.y, dtype=np.float64) if task.target == "label" else np.zeros(X.shape[0])
+            state = _ForestState(task, X, target)
+            self._jobs[job] = state
+            while len(self._jobs) > self.max_jobs:
+                self._jobs.popitem(last=False)
+        self._jobs.move_to_end(job)
+        return state
+
+    # -- handlers --------------------------------------------------------------------------------
+
+    def on_level(self, message: Message) -> ForestLevelReply:
+        body: ForestLevelRequest = message.body
+        state = self._state(message.envelope.job, body.task)
+        splits = body.splits
+        first = int(splits.level.min()) if splits.level.size else body.level
+        state.apply(splits, first)
+        if state.applied_level < body.level - 1:
+            raise RequestRejected("resync", f"has applied splits up to level {state.applied_level}, level "
+                                            f"{body.level} needs every level before it")
+        level = state.prepare(body)
+        summaries = state.summaries(level)
+        pair_node = np.repeat(np.arange(level.n_nodes), np.diff(body.feature_offsets))
+        level.summaries, level.pair_node, level.pair_feature = summaries, pair_node, body.features
+        state.level, state.level_no = level, body.level
+        mass = summaries.sum(axis=1) if state.integer else summaries[:, 0]
+        nodes = np.flatnonzero(mass > 0)
+        pairs, points, weights, gains = [], [], [], []
+        cat_pairs, cat_sums = [], []
+        categorical = set(body.categorical.tolist())
+        for j in np.unique(body.features).tolist():
+            where = np.flatnonzero(body.features == j)
+            node_pos = pair_node[where]
+            x = state.X[level.rows, j]
+            if j in categorical:
+                sums = category_summaries(x, level.positions, level.weight, state.terms[level.rows], node_pos,
+                                          body.n_categories)
+                has = sums.sum(axis=(1, 2)) > 0
+                cat_pairs.append(where[has])
+                cat_sums.append(sums[has])
+                continue
+            pts, w = pair_quantiles(x, level.positions, level.weight, node_pos, body.sketch_size)
+            has = w > 0
+            pairs.append(where[has])
+            points.append(pts[has])
+            weights.append(w[has])
+            if body.top_l:
+                gains.append(self._local_best_gains(state, level, x, node_pos[has], pts[has], summaries))
+        order = np.argsort(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64)
+        cat_order = np.argsort(np.concatenate(cat_pairs)) if cat_pairs else np.zeros(0, np.int64)
+        S = state.terms.shape[1]
+        return ForestLevelReply(
+            nodes=nodes.astype(np.int64),
+            summaries=state.wire(summaries[nodes]),
+            pairs=np.concatenate(pairs)[order].astype(np.int64) if pairs else np.zeros(0, np.int64),
+            points=np.concatenate(points)[order] if points else np.zeros((0, body.sketch_size + 1)),
+            pair_weight=np.concatenate(weights)[order] if weights else np.zeros(0),
+            category_pairs=np.concatenate(cat_pairs)[cat_order].astype(np.int64) if cat_pairs else np.zeros(0, np.int64),
+            category_summaries=(state.wire(np.concatenate(cat_sums)[cat_order]) if cat_pairs
+                                else np.zeros((0, body.n_categories, S), np.int64 if state.integer else np.float64)),
+            local_gain=np.concatenate(gains)[order] if gains else np.zeros(0),
+        )
+
+    @staticmethod
+    def _local_best_gains(state: _ForestState, level: _Level, x: np.ndarray, node_pos: np.ndarray,
+                          points: np.ndarray, summaries: np.ndarray) -> np.ndarray:
+        """Best local impurity decrease per pair over the client's own quantile thresholds."""
+        thresholds = points[:, 1:-1]
+        cand_node = np.repeat(node_pos, thresholds.shape[1])
+        left = pair_left_summaries(x, level.positions, level.weight, state.terms[level.rows], cand_node,
+                                   thresholds.ravel())
+        gain = pooled_gain(summaries[cand_node], left, state.task.criterion).reshape(thresholds.shape)
+        return gain.max(axis=1, initial=0.0)
+
+    def on_split(self, message: Message) -> ForestSplitReply:
+        body: ForestSplitRequest = message.body
+        state = self._jobs.get(message.envelope.job)
+        if state is None or state.level is None or state.level_no != body.level:
+            raise RequestRejected("resync", f"holds no level {body.level} of this job (restarted?)")
+        level = state.level
+        n_pairs = level.pair_node.shape[0]
+        if body.offsets.shape[0] != n_pairs + 1:
+            raise RequestRejected("bad_request", f"{body.offsets.shape[0] - 1} candidate lists for {n_pairs} pairs")
+        cand_pair = np.repeat(np.arange(n_pairs), np.diff(body.offsets))
+        cand_node = level.pair_node[cand_pair]
+        cand_feature = level.pair_feature[cand_pair]
+        left = np.zeros((cand_pair.shape[0], state.terms.shape[1]))
+        terms = state.terms[level.rows]
+        for j in np.unique(cand_feature).tolist():
+            sel = np.flatnonzero(cand_feature == j)
+            left[sel] = pair_left_summaries(state.X[level.rows, j], level.positions, level.weight, terms,
+                                            cand_node[sel], body.thresholds[sel])
+        mass = level.summaries.sum(axis=1) if state.integer else level.summaries[:, 0]
+        has = np.flatnonzero(mass[cand_node] > 0)
+        if body.evaluation == "avgimp":
+            gain = pooled_gain(level.summaries[cand_node[has]], left[has], state.task.criterion)
+            return ForestSplitReply(candidates=has.astype(np.int64), left=np.zeros((0, left.shape[1])),
+                                    local_gain=gain)
+        return ForestSplitReply(candidates=has.astype(np.int64), left=state.wire(left[has]))

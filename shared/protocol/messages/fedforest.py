@@ -1,0 +1,227 @@
+"""FedForest's messages (paper Alg. 1): two synchronised rounds per depth level, for all trees.
+
+After the job's ``DataSummary``, every level runs
+
+1. ``fedforest.level``: the split decisions of the previous level (clients move their samples
+   to the children) and the level's active nodes with their sampled features; the reply holds,
+   for every active node where the client has samples, the node summary and, per sampled
+   continuous feature, M+1 weighted quantiles (per categorical feature: exact per-category
+   summaries);
+2. ``fedforest.split``: candidate thresholds per (node, feature) pair; the reply holds the
+   left-child summary of each candidate (exact evaluation), or, with ``avgimp``, the client's
+   local impurity decrease per candidate.
+
+Nodes and pairs are addressed by position in the request (CSR layouts), so a reply only lists
+positions where the client has data. Counts are integers (bootstrap multiplicities) and travel
+as integers; regression sums are float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+import numpy as np
+
+from ..envelope import message_type
+from ..schema import ArraySpec
+
+INT_1D = ArraySpec(("int32", "int64"), ndim=1)
+F64_1D = ArraySpec(("float64",), ndim=1, finite=True)
+F64_2D = ArraySpec(("float64",), ndim=2, finite=True)
+SUMMARIES = ArraySpec(("int32", "int64", "float64"), ndim=2, finite=True)
+
+
+def _csr(name: str, offsets: np.ndarray, values_len: int, rows: int) -> None:
+    if offsets.shape != (rows + 1,):
+        raise ValueError(f"{name} must have {rows + 1} entries, got {offsets.shape[0]}")
+    if offsets[0] != 0 or offsets[-1] != values_len or (np.diff(offsets) < 0).any():
+        raise ValueError(f"{name} must rise from 0 to {values_len}")
+
+
+def _same_length(**arrays: np.ndarray) -> int:
+    lengths = {name: a.shape[0] for name, a in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"arrays must have the same length: {lengths}")
+    return next(iter(lengths.values()), 0)
+
+
+def _positions(name: str, index: np.ndarray, bound: int) -> None:
+    if index.size and (index.min() < 0 or index.max() >= bound):
+        raise ValueError(f"{name} must index 0..{bound - 1}")
+    if index.size > 1 and (np.diff(index) <= 0).any():
+        raise ValueError(f"{name} must be strictly increasing")
+
+
+@dataclass(frozen=True)
+class ForestTask:
+    """The job's fixed settings for one client (``client_index`` = its H value, ``trees``: the
+    trees it takes part in, after client subsampling), repeated in every request."""
+
+    task: Literal["classification", "regression"]
+    criterion: Literal["gini", "entropy", "mse"]
+    feature_set_version: str
+    n_features: int
+    n_trees: int
+    client_index: int
+    trees: Annotated[np.ndarray, INT_1D]
+    seed: int
+    bootstrap: bool = True
+    classes: tuple[str, ...] = ()
+    target: Literal["label", "client"] = "label"  # "client": predict H (covariate-shift diagnostic)
+    n_clients: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n_features < 1 or self.n_trees < 1 or self.client_index < 0:
+            raise ValueError("n_features and n_trees must be >= 1, client_index >= 0")
+        _positions("trees", self.trees, self.n_trees)
+        if self.task == "classification" and len(self.classes) < 2 and self.target == "label":
+            raise ValueError("classification needs at least two classes")
+        if (self.criterion == "mse") != (self.task == "regression" and self.target == "label"):
+            raise ValueError(f"criterion {self.criterion!r} does not fit a {self.task} task")
+        if self.target == "client" and self.n_clients < 2:
+            raise ValueError("predicting the client needs n_clients >= 2")
+
+    @property
+    def n_outputs(self) -> int:
+        if self.target == "client":
+            return self.n_clients
+        return len(self.classes) if self.task == "classification" else 0
+
+
+@dataclass(frozen=True)
+class SplitDecisions:
+    """Splits chosen at earlier levels (rows in level order), one row each: node ``node`` of tree
+    ``tree``, decided at ``level``, sends its samples to ``left``/``right`` by ``feature`` <
+    ``threshold`` (numeric; NaN right) or, if ``categorical``, by membership of the code in
+    ``categories[offsets[i]:offsets[i+1]]`` (left). Feature ``n_features`` is the client
+    indicator H (a categorical split on the client index)."""
+
+    level: Annotated[np.ndarray, INT_1D]
+    tree: Annotated[np.ndarray, INT_1D]
+    node: Annotated[np.ndarray, INT_1D]
+    feature: Annotated[np.ndarray, INT_1D]
+    threshold: Annotated[np.ndarray, F64_1D]
+    categorical: Annotated[np.ndarray, ArraySpec(("uint8",), ndim=1)]  # 1: categorical split
+    left: Annotated[np.ndarray, INT_1D]
+    right: Annotated[np.ndarray, INT_1D]
+    category_offsets: Annotated[np.ndarray, INT_1D]
+    categories: Annotated[np.ndarray, INT_1D]
+
+    def __post_init__(self) -> None:
+        n = _same_length(level=self.level, tree=self.tree, node=self.node, feature=self.feature,
+                         threshold=self.threshold, categorical=self.categorical, left=self.left, right=self.right)
+        _csr("category_offsets", self.category_offsets, self.categories.shape[0], n)
+        if self.categorical.size and self.categorical.max() > 1:
+            raise ValueError("categorical flags must be 0 or 1")
+        if n > 1 and (np.diff(self.level) < 0).any():
+            raise ValueError("rows must be in level order")
+
+
+@message_type("fedforest.level")
+@dataclass(frozen=True)
+class ForestLevelRequest:
+    """Apply ``splits``, then describe the active nodes ``(node_tree[i], node_id[i])``: their
+    summaries and, for the features ``features[feature_offsets[i]:feature_offsets[i+1]]`` of
+    node ``i`` (sorted; the pairs are numbered in this order), quantiles at ``b/sketch_size``."""
+
+    task: ForestTask
+    level: int
+    splits: SplitDecisions
+    node_tree: Annotated[np.ndarray, INT_1D]
+    node_id: Annotated[np.ndarray, INT_1D]
+    feature_offsets: Annotated[np.ndarray, INT_1D]
+    features: Annotated[np.ndarray, INT_1D]
+    sketch_size: int = 32
+    categorical: Annotated[np.ndarray, INT_1D] = field(default_factory=lambda: np.zeros(0, np.int64))
+    n_categories: int = 0
+    top_l: int = 0  # > 0: also report the client's best local gain per pair (AvgImp/Top-L)
+
+    def __post_init__(self) -> None:
+        n = _same_length(node_tree=self.node_tree, node_id=self.node_id)
+        _csr("feature_offsets", self.feature_offsets, self.features.shape[0], n)
+        if self.features.size and (self.features.min() < 0 or self.features.max() >= self.task.n_features):
+            raise ValueError(f"features must lie in 0..{self.task.n_features - 1}")
+        if not 1 <= self.sketch_size <= 4096:
+            raise ValueError("sketch_size must lie in 1..4096")
+        if self.level < 0 or self.n_categories < 0 or self.top_l < 0:
+            raise ValueError("level, n_categories and top_l must be >= 0")
+        if self.categorical.size and (self.n_categories < 2 or self.categorical.max() >= self.task.n_features):
+            raise ValueError("categorical features need n_categories >= 2 and valid feature indices")
+
+
+@message_type("fedforest.level_reply")
+@dataclass(frozen=True)
+class ForestLevelReply:
+    """``nodes``: positions (in the request) of the active nodes where this client has samples,
+    with their ``summaries`` (S columns). ``pairs``: positions of the continuous (node, feature)
+    pairs of those nodes with values, ``points`` (M+1 quantiles each) and ``pair_weight`` (the
+    non-missing weight: the pair's mixture weight). ``category_pairs``/``category_summaries``
+    (pairs x n_categories x S): the categorical pairs. ``local_gain``: the client's best local
+    impurity decrease per pair in ``pairs`` (Top-L; empty otherwise)."""
+
+    nodes: Annotated[np.ndarray, INT_1D]
+    summaries: Annotated[np.ndarray, SUMMARIES]
+    pairs: Annotated[np.ndarray, INT_1D]
+    points: Annotated[np.ndarray, F64_2D]
+    pair_weight: Annotated[np.ndarray, F64_1D]
+    category_pairs: Annotated[np.ndarray, INT_1D]
+    category_summaries: Annotated[np.ndarray, ArraySpec(("int32", "int64", "float64"), ndim=3, finite=True)]
+    local_gain: Annotated[np.ndarray, F64_1D] = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        if self.summaries.shape[0] != self.nodes.shape[0]:
+            raise ValueError(f"{self.summaries.shape[0]} summaries for {self.nodes.shape[0]} nodes")
+        _positions("nodes", self.nodes, 1 << 31)
+        _positions("pairs", self.pairs, 1 << 31)
+        _positions("category_pairs", self.category_pairs, 1 << 31)
+        if self.summaries.size and self.summaries.min() < 0 and self.summaries.dtype.kind in "iu":
+            raise ValueError("class counts must be >= 0")
+        _same_length(pairs=self.pairs, points=self.points, pair_weight=self.pair_weight)
+        if self.pair_weight.size and self.pair_weight.min() <= 0:
+            raise ValueError("pair_weight must be > 0")
+        if self.points.size and (np.diff(self.points, axis=1) < 0).any():
+            raise ValueError("quantile points must be non-decreasing")
+        if self.category_summaries.shape[0] != self.category_pairs.shape[0]:
+            raise ValueError("one category summary block per categorical pair")
+        if self.local_gain.size not in (0, self.pairs.shape[0]):
+            raise ValueError("local_gain must have one entry per pair")
+
+
+@message_type("fedforest.split")
+@dataclass(frozen=True)
+class ForestSplitRequest:
+    """Candidate thresholds: pair ``p`` (a position in the level request's pairs) has the
+    thresholds ``thresholds[offsets[p]:offsets[p+1]]``; reply with the left summary of each
+    (``evaluation="exact"``) or the local impurity decrease (``"avgimp"``)."""
+
+    task: ForestTask
+    level: int
+    offsets: Annotated[np.ndarray, INT_1D]
+    thresholds: Annotated[np.ndarray, F64_1D]
+    evaluation: Literal["exact", "avgimp"] = "exact"
+
+    def __post_init__(self) -> None:
+        if self.offsets.shape[0] < 1:
+            raise ValueError("offsets needs at least one entry")
+        _csr("offsets", self.offsets, self.thresholds.shape[0], self.offsets.shape[0] - 1)
+
+
+@message_type("fedforest.split_reply")
+@dataclass(frozen=True)
+class ForestSplitReply:
+    """``candidates``: positions (in the request's thresholds) of the candidates of nodes where the
+    client has samples; ``left``: their left summaries (S columns) -- or ``local_gain`` (avgimp)."""
+
+    candidates: Annotated[np.ndarray, INT_1D]
+    left: Annotated[np.ndarray, SUMMARIES]
+    local_gain: Annotated[np.ndarray, F64_1D] = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        _positions("candidates", self.candidates, 1 << 31)
+        if self.left.shape[0] not in (0, self.candidates.shape[0]):
+            raise ValueError(f"{self.left.shape[0]} left summaries for {self.candidates.shape[0]} candidates")
+        if self.local_gain.size not in (0, self.candidates.shape[0]):
+            raise ValueError("local_gain must have one entry per candidate")
+        if self.left.size and self.left.dtype.kind in "iu" and self.left.min() < 0:
+            raise ValueError("class counts must be >= 0")
