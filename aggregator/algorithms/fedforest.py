@@ -38,7 +38,7 @@ from shared.protocol.messages.fedforest import (
     ForestTask,
     SplitDecisions,
 )
-from shared.splitting import impurity
+from shared.splitting import impurity, pooled_gain
 
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
@@ -47,9 +47,9 @@ from .forest_growth import (
     grouping_candidates,
     is_pure,
     leaf_value,
-    mixture_thresholds,
     n_sampled_features,
     node_count,
+    pair_thresholds,
 )
 
 __all__ = ["FedForest", "ForestResult"]
@@ -333,91 +333,89 @@ class _Training:
         return out
 
     def _candidates(self, frontier, can, replies, per_client, request) -> dict[str, Any]:
-        """Every candidate of the level: numeric thresholds (evaluated in round 2), categorical
-        and client groupings (evaluated now from the summaries)."""
+        """Every candidate of the level, as arrays: numeric thresholds (evaluated in round 2,
+        CSR per requested pair) followed by categorical and client groupings (evaluated now from
+        the summaries; their category sets in ``categories``)."""
         cfg = self.config
         any_request = next(iter(request.values()))
         pair_node = np.repeat(np.arange(len(frontier)), np.diff(any_request.feature_offsets))
         pair_feature = any_request.features
         n_pairs = pair_feature.shape[0]
-        # the clients' sketches per pair
-        sketches: dict[int, list[tuple[np.ndarray, float]]] = {}
-        cat_sums: dict[int, np.ndarray] = {}
-        local_gain: dict[int, list[tuple[str, float]]] = {}
-        for client, reply in replies.items():
-            for p, pts, w in zip(reply.pairs.tolist(), reply.points, reply.pair_weight.tolist()):
-                sketches.setdefault(p, []).append((pts, w))
-            for i, p in enumerate(reply.category_pairs.tolist()):
-                cat_sums[p] = cat_sums.get(p, 0) + reply.category_summaries[i].astype(np.float64)
-            if reply.local_gain.size:
-                for p, g in zip(reply.pairs.tolist(), reply.local_gain.tolist()):
-                    local_gain.setdefault(p, []).append((client, g))
-        shortlisted = self._shortlist(pair_node, pair_feature, local_gain) if cfg.top_l else None
-        categorical = set(self.categorical.tolist())
-        numeric_lists: list[np.ndarray] = []
-        rows: dict[str, list] = {k: [] for k in ("node", "feature", "rank", "threshold", "categorical", "categories",
-                                                 "left", "kind")}
-        for p in range(n_pairs):
-            i, j = int(pair_node[p]), int(pair_feature[p])
-            thresholds = np.zeros(0)
-            if can[i] and j not in categorical and (shortlisted is None or (i, j) in shortlisted):
-                if self.fixed is not None:
-                    thresholds = self.fixed[j]
-                elif p in sketches:
-                    pts = np.array([s[0] for s in sketches[p]])
-                    thresholds = mixture_thresholds(pts, np.array([s[1] for s in sketches[p]]), cfg.n_bins)
-            numeric_lists.append(thresholds)
-            for r, t in enumerate(thresholds.tolist()):
-                self._row(rows, i, j, r, t, False, None, None, 0)
-            if can[i] and j in categorical and p in cat_sums:
-                order, lefts = grouping_candidates(cat_sums[p], self.crit)
-                for k in range(lefts.shape[0]):
-                    self._row(rows, i, j, k, 0.0, True, order[: k + 1], lefts[k], 1)
-        if cfg.client_splits:
+        eligible = can[pair_node] & ~np.isin(pair_feature, self.categorical)
+        if cfg.top_l:
+            eligible &= self._shortlist(pair_node, pair_feature, replies)
+        if self.fixed is not None:
+            lists = [self.fixed[j] if ok else np.zeros(0) for j, ok in zip(pair_feature.tolist(), eligible.tolist())]
+            offsets = np.concatenate([[0], np.cumsum([t.size for t in lists])]).astype(np.int64)
+            thresholds = np.concatenate(lists) if lists else np.zeros(0)
+        else:
+            rows = [(r.pairs, r.points, r.pair_weight) for r in replies.values()]
+            pairs = np.concatenate([x[0] for x in rows]) if rows else np.zeros(0, np.int64)
+            points = np.concatenate([x[1] for x in rows]) if rows else np.zeros((0, 2))
+            weights = np.concatenate([x[2] for x in rows]) if rows else np.zeros(0)
+            keep = eligible[pairs] if pairs.size else np.zeros(0, bool)
+            offsets, thresholds = pair_thresholds(points[keep], weights[keep], pairs[keep], n_pairs, cfg.n_bins)
+        counts = np.diff(offsets)
+        cand_pair = np.repeat(np.arange(n_pairs), counts)
+        numeric = {
+            "node": pair_node[cand_pair], "feature": pair_feature[cand_pair],
+            "rank": np.arange(cand_pair.size) - offsets[cand_pair], "threshold": thresholds,
+        }
+        groups = self._groupings(frontier, can, replies, per_client, pair_node, pair_feature)
+        n_numeric = cand_pair.size
+        categories: list[np.ndarray | None] = [None] * n_numeric + [g[4] for g in groups]
+        left = np.zeros((n_numeric + len(groups), self.S))
+        for k, g in enumerate(groups):
+            left[n_numeric + k] = g[5]
+        return {
+            "node": np.concatenate([numeric["node"], np.array([g[0] for g in groups], np.int64)]),
+            "feature": np.concatenate([numeric["feature"], np.array([g[1] for g in groups], np.int64)]),
+            "rank": np.concatenate([numeric["rank"], np.array([g[2] for g in groups], np.int64)]),
+            "threshold": np.concatenate([numeric["threshold"], np.zeros(len(groups))]),
+            "kind": np.concatenate([np.zeros(n_numeric, np.int64), np.array([g[3] for g in groups], np.int64)]),
+            "categories": categories, "left": left, "n_pairs": n_pairs,
+            "numeric_offsets": offsets, "numeric_thresholds": thresholds,
+        }
+
+    def _groupings(self, frontier, can, replies, per_client, pair_node, pair_feature) -> list[tuple]:
+        """Categorical features and the client indicator: (node, feature, rank, kind, left set,
+        left summary) for every contiguous Fisher grouping."""
+        out: list[tuple] = []
+        if self.categorical.size:
+            sums: dict[int, np.ndarray] = {}
+            for reply in replies.values():
+                for i, p in enumerate(reply.category_pairs.tolist()):
+                    sums[p] = sums.get(p, 0) + reply.category_summaries[i].astype(np.float64)
+            for p in sorted(sums):
+                i, j = int(pair_node[p]), int(pair_feature[p])
+                if not can[i]:
+                    continue
+                order, lefts = grouping_candidates(sums[p], self.crit)
+                out += [(i, j, k, 1, order[: k + 1], lefts[k]) for k in range(lefts.shape[0])]
+        if self.config.client_splits:
             for i in np.flatnonzero(can).tolist():
                 present = np.flatnonzero(per_client[:, i].sum(axis=1) > 0)
                 if present.size < 2:
                     continue
                 order, lefts = grouping_candidates(per_client[present, i], self.crit)
-                for k in range(lefts.shape[0]):
-                    self._row(rows, i, self.d, k, 0.0, True, present[order[: k + 1]], lefts[k], 2)
-        offsets = np.concatenate([[0], np.cumsum([t.size for t in numeric_lists])]).astype(np.int64)
-        n = len(rows["node"])
-        left = np.zeros((n, self.S))
-        for c, value in enumerate(rows["left"]):
-            if value is not None:
-                left[c] = value
-        return {
-            "node": np.array(rows["node"], dtype=np.int64), "feature": np.array(rows["feature"], dtype=np.int64),
-            "rank": np.array(rows["rank"], dtype=np.int64), "threshold": np.array(rows["threshold"]),
-            "categorical": np.array(rows["categorical"], dtype=bool), "categories": rows["categories"],
-            "kind": np.array(rows["kind"], dtype=np.int64), "left": left, "n_pairs": n_pairs,
-            "numeric_offsets": offsets,
-            "numeric_thresholds": np.concatenate(numeric_lists) if numeric_lists else np.zeros(0),
-        }
-
-    @staticmethod
-    def _row(rows, node, feature, rank, threshold, categorical, categories, left, kind) -> None:
-        rows["node"].append(node)
-        rows["feature"].append(feature)
-        rows["rank"].append(rank)
-        rows["threshold"].append(threshold)
-        rows["categorical"].append(categorical)
-        rows["categories"].append(None if categories is None else np.asarray(categories, dtype=np.int64))
-        rows["left"].append(left)
-        rows["kind"].append(kind)
-
-    def _shortlist(self, pair_node, pair_feature, local_gain) -> set[tuple[int, int]]:
-        """Top-L: per node, the union of every client's L best features by local gain."""
-        by_client_node: dict[tuple[str, int], list[tuple[float, int]]] = {}
-        for p, entries in local_gain.items():
-            for client, g in entries:
-                by_client_node.setdefault((client, int(pair_node[p])), []).append((-g, int(pair_feature[p])))
-        out = set()
-        for (client, node), gains in by_client_node.items():
-            for _g, j in sorted(gains)[: self.config.top_l]:
-                out.add((node, j))
+                out += [(i, self.d, k, 2, present[order[: k + 1]], lefts[k]) for k in range(lefts.shape[0])]
         return out
+
+    def _shortlist(self, pair_node: np.ndarray, pair_feature: np.ndarray, replies) -> np.ndarray:
+        """Top-L: per node, the union of every client's L best features by local gain (a mask
+        over the requested pairs)."""
+        keep = np.zeros(pair_node.shape[0], dtype=bool)
+        L = self.config.top_l
+        for reply in replies.values():
+            if not reply.local_gain.size:
+                continue
+            nodes = pair_node[reply.pairs]
+            order = np.lexsort((-reply.local_gain, nodes))  # by node, best gain first
+            sorted_nodes = nodes[order]
+            first = np.searchsorted(sorted_nodes, sorted_nodes, side="left")
+            top = np.arange(order.size) - first < L
+            keep[reply.pairs[order[top]]] = True
+        return keep
 
     def _pool_split_replies(self, cands, split_replies, per_client) -> tuple[np.ndarray, np.ndarray | None]:
         """Numeric candidates' pooled left summaries (exact) or n-weighted local gains (AvgImp);
@@ -442,8 +440,6 @@ class _Training:
         if self.config.evaluation == "exact":
             return left, None
         n_node = node_count(per_client.sum(axis=0), self.crit)
-        from shared.splitting import pooled_gain
-
         gain = pooled_gain(per_client.sum(axis=0)[cands["node"]], left, self.crit)  # exact for groupings
         node = cands["node"][numeric]
         gain[numeric] = gain_sum / np.where(n_node[node] > 0, n_node[node], 1.0)
@@ -474,7 +470,7 @@ class _Training:
                                ("threshold", float(cands["threshold"][c])), ("categorical", cats is not None),
                                ("left", lid), ("right", rid)):
                 rows[key].append(value)
-            categories.append(np.zeros(0, np.int64) if cats is None else cats)
+            categories.append(np.zeros(0, np.int64) if cats is None else np.asarray(cats, dtype=np.int64))
             exact = cfg.evaluation == "exact" or cands["kind"][c] != 0
             s_left = left[c] if exact else None
             s_right = node.summary - left[c] if exact else None

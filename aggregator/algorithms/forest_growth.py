@@ -20,11 +20,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from shared.sketches import WeightedSummary, mixture_quantiles
+from shared.sketches import batched_mixture_quantiles
 from shared.splitting import fisher_order, impurity, pooled_gain, prefix_summaries
 
 __all__ = ["choose_splits", "grouping_candidates", "is_pure", "leaf_value", "mixture_thresholds", "n_sampled_features",
-           "node_count"]
+           "node_count", "pair_thresholds"]
 
 
 def node_count(summary: ArrayLike, criterion: str) -> np.ndarray:
@@ -61,10 +61,27 @@ def mixture_thresholds(points: ArrayLike, weights: ArrayLike, n_bins: int) -> np
     ``(K, M+1)`` and their node weights ``(K,)``: the mixture CDF's inverse at ``b/B``, unique,
     ascending (float64). A threshold ``t`` sends ``x < t`` left."""
     p = np.asarray(points, dtype=np.float64)
-    w = np.asarray(weights, dtype=np.float64)
-    summaries = [WeightedSummary(p[k], float(w[k]), max(1, int(round(w[k])))) for k in range(p.shape[0])]
+    offsets, thresholds = pair_thresholds(p, weights, np.zeros(p.shape[0], np.int64), 1, n_bins)
+    return thresholds
+
+
+def pair_thresholds(points: ArrayLike, weights: ArrayLike, pair: ArrayLike, n_pairs: int, n_bins: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`mixture_thresholds` of every pair at once (rows = one client's sketch of pair
+    ``pair[i]``): CSR ``(offsets (n_pairs + 1,), thresholds)``, each pair's unique and ascending."""
     ranks = np.arange(1, n_bins, dtype=np.float64) / n_bins
-    return np.unique(mixture_quantiles(summaries, ranks))
+    q = batched_mixture_quantiles(points, weights, pair, n_pairs, ranks)  # (n_pairs, B-1), NaN: no sketch
+    row = np.repeat(np.arange(n_pairs), ranks.size)
+    value = q.ravel()
+    keep = ~np.isnan(value)
+    row, value = row[keep], value[keep]
+    order = np.lexsort((value, row))
+    row, value = row[order], value[order]
+    distinct = np.ones(row.size, dtype=bool)
+    distinct[1:] = (row[1:] != row[:-1]) | (value[1:] != value[:-1])
+    row, value = row[distinct], value[distinct]
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=n_pairs))]).astype(np.int64)
+    return offsets, value
 
 
 def grouping_candidates(summaries: ArrayLike, criterion: str) -> tuple[np.ndarray, np.ndarray]:

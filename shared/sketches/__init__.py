@@ -29,6 +29,7 @@ from .ddsketch import DDSketch, ddsketch_edges, ddsketches_from_columns, ddsketc
 from .edges import bin_dtype, bin_ids, finalize_edges, missing_bin_id, validate_edges
 from .errors import SketchError
 from .mixture import (
+    batched_mixture_quantiles,
     compress,
     merge_edges,
     merge_edges_columns,
@@ -50,6 +51,7 @@ __all__ = [
     "SketchError",
     "Standardization",
     "WeightedSummary",
+    "batched_mixture_quantiles",
     "bin_dtype",
     "bin_ids",
     "compress",
