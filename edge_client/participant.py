@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from shared.protocol.envelope import Message
 from shared.protocol.messages import DataSummary, DataSummaryRequest
+from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply
 from shared.transport.base import Transport
 
 from .algorithms.fedforest import FedForestClient
 from .algorithms.fedscs_xgb import FedSCSXGBClient
 from .dispatcher import Dispatcher
+from .evaluation import evaluate_model, load_model
 from .training_data import TrainingData, data_summary, snapshot
 
 __all__ = ["Participant"]
@@ -26,6 +28,7 @@ class Participant:
         self.data = data
         self.dispatcher = Dispatcher(transport)
         self.dispatcher.register(DataSummaryRequest, self.on_data_summary)
+        self.dispatcher.register(EvaluateRequest, self.on_evaluate)
         self.fedscs_xgb = FedSCSXGBClient(data)
         self.fedscs_xgb.register(self.dispatcher)
         self.fedforest = FedForestClient(data)
@@ -33,12 +36,18 @@ class Participant:
 
     @property
     def capabilities(self) -> tuple[str, ...]:
-        return ("ping", "fedscs_xgb", "fedforest")
+        return ("ping", "evaluate", "fedscs_xgb", "fedforest")
 
     def on_data_summary(self, message: Message) -> DataSummary:
         """Every job opens with this: additive statistics of the labelled snapshot."""
         body: DataSummaryRequest = message.body
         return data_summary(snapshot(self.data, body.feature_set_version), regression=body.regression)
+
+    def on_evaluate(self, message: Message) -> EvaluationReply:
+        """Score a model on local labelled windows (held-out by default); counts only."""
+        body: EvaluateRequest = message.body
+        model = load_model(body.model)
+        return evaluate_model(model, snapshot(self.data, body.feature_set_version, split=body.split), body)
 
     def start(self) -> None:
         """Subscribe to the inbox and fleet topics (after every handler is registered)."""

@@ -20,7 +20,7 @@ from .dispatcher import RequestRejected
 from .store import WindowStore
 
 __all__ = ["ClientData", "LabelledData", "NoTrainingData", "StoreTrainingData", "TrainingData", "class_ids",
-           "data_summary", "label_strings", "snapshot"]
+           "data_summary", "label_strings", "snapshot", "tail_split"]
 
 
 class NoTrainingData(Exception):
@@ -53,7 +53,12 @@ class LabelledData:
 
 class TrainingData(Protocol):
     def labelled(self, feature_set_version: str) -> LabelledData:
-        """A snapshot of the labelled windows of ``feature_set_version``."""
+        """A snapshot of the labelled windows of ``feature_set_version`` to train on."""
+        ...
+
+    def holdout(self, feature_set_version: str) -> LabelledData:
+        """Labelled windows kept out of training, for federated evaluation (``NoTrainingData``
+        when the client keeps none)."""
         ...
 
 
@@ -70,37 +75,93 @@ class ClientData:
     y: ArrayLike
     feature_names: tuple[str, ...] = ()
     feature_set_version: str = ""
+    X_test: ArrayLike | None = None
+    y_test: ArrayLike | None = None
     _data: LabelledData = field(init=False, repr=False)
+    _test: LabelledData | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_data", LabelledData(np.asarray(self.X), np.asarray(self.y), self.feature_names))
+        test = None
+        if self.X_test is not None and self.y_test is not None:
+            test = LabelledData(np.asarray(self.X_test), np.asarray(self.y_test), self.feature_names)
+        object.__setattr__(self, "_test", test)
 
-    def labelled(self, feature_set_version: str) -> LabelledData:
+    def _check(self, feature_set_version: str) -> None:
         if self.feature_set_version and feature_set_version and feature_set_version != self.feature_set_version:
             raise NoTrainingData(f"{self.client_id} holds feature set {self.feature_set_version!r}, "
                                  f"the job asks for {feature_set_version!r}")
+
+    def labelled(self, feature_set_version: str) -> LabelledData:
+        self._check(feature_set_version)
         return self._data
+
+    def holdout(self, feature_set_version: str) -> LabelledData:
+        self._check(feature_set_version)
+        if self._test is None:
+            raise NoTrainingData(f"{self.client_id} has no held-out data")
+        return self._test
 
 
 @dataclass(frozen=True, eq=False)
 class StoreTrainingData:
-    """The gateway's labelled windows (``WindowStore.query``), in (start time, id) order."""
+    """The gateway's labelled windows (``WindowStore.query``), in (start time, id) order.
+
+    ``holdout_fraction`` > 0 keeps the *last* windows of every session out of training (after a
+    gap of ``gap_windows`` windows, since windows overlap): a time-tail split, leakage-free where
+    a random split of overlapping windows is not (ARCHITECTURE §7).
+    """
 
     store: WindowStore
     feature_names: tuple[str, ...] = ()
+    holdout_fraction: float = 0.0
+    gap_windows: int = 1
 
-    def labelled(self, feature_set_version: str) -> LabelledData:
-        X, y, _ = self.store.query(feature_set_version, labelled_only=True)
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.holdout_fraction < 1.0:
+            raise ValueError(f"holdout_fraction must lie in [0, 1), got {self.holdout_fraction}")
+
+    def _split(self, feature_set_version: str) -> tuple[LabelledData, LabelledData | None]:
+        X, y, meta = self.store.query(feature_set_version, labelled_only=True)
         if X.shape[0] == 0:
             raise NoTrainingData(f"no labelled windows of feature set {feature_set_version!r} in the store")
         names = self.feature_names if len(self.feature_names) == X.shape[1] else ()
-        return LabelledData(X, y, names)
+        if self.holdout_fraction == 0:
+            return LabelledData(X, y, names), None
+        train, test = tail_split(meta.session_ids, self.holdout_fraction, self.gap_windows)
+        return LabelledData(X[train], y[train], names), LabelledData(X[test], y[test], names)
+
+    def labelled(self, feature_set_version: str) -> LabelledData:
+        return self._split(feature_set_version)[0]
+
+    def holdout(self, feature_set_version: str) -> LabelledData:
+        test = self._split(feature_set_version)[1]
+        if test is None or test.X.shape[0] == 0:
+            raise NoTrainingData("this gateway keeps no held-out windows (--holdout-fraction)")
+        return test
 
 
-def snapshot(source: TrainingData, feature_set_version: str) -> LabelledData:
-    """The labelled data a job trains on, or ``RequestRejected("no_data")`` saying why not."""
+def tail_split(sessions: np.ndarray, fraction: float, gap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices (train, test) of rows in time order: per session, the last ``fraction`` of its
+    rows test, the ``gap`` rows before them dropped, the rest train."""
+    train, test = [], []
+    for session in dict.fromkeys(sessions.tolist()):
+        rows = np.flatnonzero(sessions == session)
+        n_test = int(round(fraction * rows.size))
+        if n_test == 0:
+            train.append(rows)
+            continue
+        test.append(rows[rows.size - n_test:])
+        train.append(rows[: max(rows.size - n_test - gap, 0)])
+    cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
+    return cat(train), cat(test)
+
+
+def snapshot(source: TrainingData, feature_set_version: str, *, split: str = "train") -> LabelledData:
+    """The labelled data a job trains on (``split="holdout"``: evaluates on), or
+    ``RequestRejected("no_data")`` saying why not."""
     try:
-        data = source.labelled(feature_set_version)
+        data = source.holdout(feature_set_version) if split == "holdout" else source.labelled(feature_set_version)
     except NoTrainingData as exc:
         raise RequestRejected("no_data", str(exc)) from None
     if data.X.shape[0] == 0:

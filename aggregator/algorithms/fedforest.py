@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from shared.model import Tree, TreeBuilder, TreeEnsemble
+from shared.model.inputs import CLIENT_FEATURE
 from shared.protocol.messages.fedforest import (
     ForestLevelReply,
     ForestLevelRequest,
@@ -54,7 +55,6 @@ from .forest_growth import (
 
 __all__ = ["FedForest", "ForestResult"]
 
-CLIENT_FEATURE_NAME = "client"
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,8 @@ class FedForest:
 class ForestResult:
     """The forest plus what the server learnt growing it: per-feature impurity importance
     (weighted decrease summed over splits, normalised; the client indicator last when used),
-    the mean root gain relative to the root impurity, and bytes/rounds per level."""
+    the largest root split gain relative to the root impurity (§F.4's statistic), and the
+    number of nodes, pairs and candidates per level."""
 
     model: TreeEnsemble
     importance: np.ndarray
@@ -223,7 +224,7 @@ class _Training:
                                           self._answered, {"nodes": float(self._n_active),
                                                            "splits": float(self._n_splits)},
                                           time.monotonic() - started))
-        return ForestResult(self._model(), self._normalised_importance(), float(np.mean(self.root_gains or [0.0])),
+        return ForestResult(self._model(), self._normalised_importance(), float(max(self.root_gains, default=0.0)),
                             self.levels)
 
     def _level(self, level: int, frontier: list[_Node]) -> list[_Node]:
@@ -504,7 +505,7 @@ class _Training:
                     raise TrainingError(f"tree {t} node {node} has no summary (every client dropped out?)")
                 builder.set_value(node, leaf_value(summary, self.crit), cover=float(node_count(summary, self.crit)))
             trees.append(builder.build())
-        names = tuple(self.feature_names) + ((CLIENT_FEATURE_NAME,) if cfg.client_splits else ())
+        names = tuple(self.feature_names) + ((CLIENT_FEATURE,) if cfg.client_splits else ())
         n_outputs = 1 if cfg.regression else self.S
         return TreeEnsemble(
             trees=tuple(trees), kind="forest", link="identity", n_outputs=n_outputs, feature_names=names,

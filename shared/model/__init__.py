@@ -7,6 +7,7 @@ See ``tree.py`` (one tree, routing rules), ``ensemble.py`` (ensemble rules), ``i
 
 from .ensemble import KINDS, LINKS, TreeEnsemble
 from .errors import ModelValidationError
+from .inputs import client_index, model_inputs, uses_client_index
 from .serialization import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -28,10 +29,13 @@ __all__ = [
     "Tree",
     "TreeBuilder",
     "TreeEnsemble",
+    "client_index",
     "from_cbor",
     "from_dict",
     "from_json",
+    "model_inputs",
     "to_cbor",
     "to_dict",
     "to_json",
+    "uses_client_index",
 ]

@@ -1,0 +1,109 @@
+"""Federated evaluation, server side: send a model, sum the clients' counts, compute metrics.
+
+Metrics come from additive statistics only (``EvaluationReply``), so the pooled numbers are
+exactly what a centralized evaluation on the union of the clients' windows would give --
+except the AUC, computed from per-class probability histograms (``score_bins`` bins; ties
+within a bin count half, so it is exact up to the bin width).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shared.model import TreeEnsemble, client_index, uses_client_index
+from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply
+
+from .jobs import FederatedJob, TrainingError
+
+__all__ = ["Evaluation", "auc_from_histogram", "evaluate_federated", "metrics_of"]
+
+
+def auc_from_histogram(histogram: np.ndarray) -> float:
+    """ROC AUC from ``(bins, 2)`` counts of [negatives, positives] by score bin (ascending);
+    pairs in the same bin count half. NaN without positives or negatives."""
+    neg, pos = histogram[:, 0].astype(np.float64), histogram[:, 1].astype(np.float64)
+    if neg.sum() == 0 or pos.sum() == 0:
+        return float("nan")
+    below = np.cumsum(neg) - neg  # negatives in lower bins
+    return float((pos * (below + 0.5 * neg)).sum() / (pos.sum() * neg.sum()))
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Pooled metrics (``metrics``) and each client's own (``per_client``), plus the summed
+    confusion matrix (classification; rows true, columns predicted)."""
+
+    metrics: dict[str, float]
+    per_client: dict[str, dict[str, float]] = field(default_factory=dict)
+    confusion: np.ndarray | None = None
+
+
+def metrics_of(reply: EvaluationReply, classifier: bool) -> dict[str, float]:
+    """Metrics of one (possibly summed) reply: accuracy, balanced accuracy, macro-F1, log loss,
+    macro one-vs-rest AUC; or MSE, RMSE, MAE, R^2."""
+    n = reply.n_samples - reply.unknown_labels
+    if not classifier:
+        if n <= 0:
+            return {"n": 0.0}
+        mse = reply.squared_error_sum / n
+        variance = reply.target_sum_squares / n - (reply.target_sum / n) ** 2
+        return {"n": float(n), "mse": mse, "rmse": float(np.sqrt(mse)), "mae": reply.absolute_error_sum / n,
+                "r2": 1.0 - mse / variance if variance > 0 else float("nan")}
+    c = reply.confusion.astype(np.float64)
+    total = c.sum()
+    if total == 0:
+        return {"n": 0.0}
+    tp = np.diag(c)
+    support, predicted = c.sum(axis=1), c.sum(axis=0)
+    present = support > 0
+    recall = np.divide(tp, support, out=np.zeros_like(tp), where=support > 0)
+    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
+    f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros_like(tp), where=precision + recall > 0)
+    scored = present | (predicted > 0)  # sklearn's macro average over labels present or predicted
+    aucs = [auc_from_histogram(reply.score_histogram[k]) for k in range(c.shape[0])] if reply.score_histogram.size \
+        else []
+    aucs = [a for a in aucs if np.isfinite(a)]
+    return {"n": float(total), "accuracy": float(tp.sum() / total),
+            "balanced_accuracy": float(recall[present].mean()), "macro_f1": float(f1[scored].mean()),
+            "log_loss": float(reply.log_loss_sum / total), "auc": float(np.mean(aucs)) if aucs else float("nan")}
+
+
+def _sum(replies: list[EvaluationReply]) -> EvaluationReply:
+    first = replies[0]
+    return EvaluationReply(
+        n_samples=sum(r.n_samples for r in replies),
+        confusion=sum((r.confusion for r in replies), np.zeros_like(first.confusion)),
+        score_histogram=sum((r.score_histogram for r in replies), np.zeros_like(first.score_histogram)),
+        log_loss_sum=sum(r.log_loss_sum for r in replies),
+        squared_error_sum=sum(r.squared_error_sum for r in replies),
+        absolute_error_sum=sum(r.absolute_error_sum for r in replies),
+        target_sum=sum(r.target_sum for r in replies),
+        target_sum_squares=sum(r.target_sum_squares for r in replies),
+        unknown_labels=sum(r.unknown_labels for r in replies),
+    )
+
+
+def evaluate_federated(job: FederatedJob, model: TreeEnsemble, *, split: str = "holdout", target: str = "label",
+                       clients: list[str] | None = None, score_bins: int = 100) -> Evaluation:
+    """Score ``model`` on every client's ``split`` ("holdout" or "train") and pool the counts."""
+    selected = clients or job.clients
+    data = model.to_cbor()
+    needs_index = uses_client_index(model) or target == "client"
+    requests = {c: EvaluateRequest(data, model.feature_set_version, split, target,
+                                   client_index(model, c) if needs_index else -1, score_bins) for c in selected}
+    replies = job.ask(requests, selected, EvaluationReply)
+    C = len(model.classes)
+    usable = {}
+    for client, reply in replies.items():
+        if model.is_classifier and reply.confusion.shape != (C, C):
+            job.reject(client, f"confusion matrix {reply.confusion.shape} for {C} classes")
+            continue
+        usable[client] = reply
+    if not usable:
+        raise TrainingError("no client returned a usable evaluation")
+    pooled = _sum(list(usable.values()))
+    return Evaluation(metrics=metrics_of(pooled, model.is_classifier),
+                      per_client={c: metrics_of(r, model.is_classifier) for c, r in usable.items()},
+                      confusion=pooled.confusion if model.is_classifier else None)
