@@ -40,6 +40,7 @@ class GatewayConfig:
     session_id: str | None = None  # default: client id + start time
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    holdout_fraction: float = 0.0  # the tail of each session's labelled windows kept for evaluation
 
 
 def _pong(request: Message) -> Pong:
@@ -65,7 +66,8 @@ class Gateway:
         self.transport: MqttTransport | None = None
         if config.mqtt is not None:
             self.transport = MqttTransport(config.client_id, config.mqtt)
-            training = StoreTrainingData(self.store, tuple(self.processor.feature_names))
+            training = StoreTrainingData(self.store, tuple(self.processor.feature_names),
+                                         holdout_fraction=config.holdout_fraction)
             self.participant = Participant(self.transport, training)
             self.participant.dispatcher.register(Ping, _pong)
             self.participant.dispatcher.register(Describe, lambda _m: self.hello())

@@ -79,7 +79,7 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
     retention = RetentionPolicy(max_windows=args.max_windows, max_age_s=args.max_age_days * 86400 if args.max_age_days else None)
     gateway = Gateway(GatewayConfig(client_id=args.client_id, store_path=store, serial_port=args.serial,
                                     baudrate=args.baud, mqtt=_mqtt_config(args), session_id=args.session,
-                                    retention=retention))
+                                    retention=retention, holdout_fraction=args.holdout_fraction))
     gateway.install_signal_handlers()
     print(f"gateway {args.client_id}: session {gateway.session_id}, store {store}, serial {args.serial or '-'}, "
           f"broker {'-' if args.no_broker else f'{args.host}:{args.port}'}", flush=True)
@@ -154,7 +154,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from aggregator.algorithms import FedSCSXGB
+    from aggregator.algorithms import FedForest, FedSCSXGB
+    from aggregator.evaluation import evaluate_federated
     from aggregator.fleet import train_on_fleet
     from aggregator.jobs import JobSettings, TrainingError
     from edge_client.features import FEATURE_SET_VERSION
@@ -167,10 +168,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.init_model:
         raw = Path(args.init_model).read_bytes()
         init_model = TreeEnsemble.from_json(raw) if args.init_model.endswith(".json") else TreeEnsemble.from_cbor(raw)
-    algorithm = FedSCSXGB(n_rounds=args.rounds, max_depth=args.max_depth, n_bins=args.bins,
-                          learning_rate=args.learning_rate, reg_lambda=args.reg_lambda, gamma=args.gamma,
-                          sketch=args.sketch, client_fraction=args.client_fraction,
-                          feature_set_version=args.feature_set or FEATURE_SET_VERSION, init_model=init_model)
+    feature_set = args.feature_set or FEATURE_SET_VERSION
+    if args.algorithm == "fedforest":
+        if init_model is not None:
+            raise SystemExit("wheelfed train: --init-model continues boosting; it does not apply to fedforest")
+        algorithm = FedForest(n_trees=args.trees, max_depth=args.max_depth or 8, n_bins=args.bins or 32,
+                              min_samples_leaf=args.min_samples_leaf, client_splits=args.client_splits,
+                              client_fraction=args.client_fraction, feature_set_version=feature_set)
+    else:
+        algorithm = FedSCSXGB(n_rounds=args.rounds, max_depth=args.max_depth or 4, n_bins=args.bins or 256,
+                              learning_rate=args.learning_rate, reg_lambda=args.reg_lambda, gamma=args.gamma,
+                              sketch=args.sketch, client_fraction=args.client_fraction,
+                              feature_set_version=feature_set, init_model=init_model)
     tls = TlsConfig(args.tls_ca, args.tls_cert, args.tls_key) if args.tls_ca else None
     mqtt = MqttConfig(host=args.host, port=args.port, username=None if tls else args.username,
                       password=None if tls else os.environ.get("WHEELFED_MQTT_PASSWORD"), protocol=args.protocol, tls=tls)
@@ -183,6 +192,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         model, job = train_on_fleet(algorithm, transport, clients=clients, seed=args.seed,
                                     settings=JobSettings(deadline_s=args.deadline, min_fraction=args.min_fraction),
                                     progress=lambda p: print(p.line(), flush=True))
+        if args.evaluate:
+            evaluation = evaluate_federated(job, model, split="holdout")
+            print("held-out: " + " ".join(f"{k}={v:.4g}" for k, v in evaluation.metrics.items()), flush=True)
+            for client, metrics in evaluation.per_client.items():
+                print(f"  {client}: " + " ".join(f"{k}={v:.4g}" for k, v in metrics.items()), flush=True)
     except (TrainingError, ConnectionError, TimeoutError) as exc:
         raise SystemExit(f"wheelfed train: {exc}") from None
     finally:
@@ -233,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session", help="session id for the stored windows (default: client id + start time)")
     p.add_argument("--max-windows", type=int, help="retention: keep at most this many windows")
     p.add_argument("--max-age-days", type=float, help="retention: drop windows stored longer ago")
+    p.add_argument("--holdout-fraction", type=float, default=0.0,
+                   help="keep the last share of each session's labelled windows out of training, for evaluation")
     p.add_argument("--stats-every", type=float, default=10.0, help="seconds between status lines (0: none)")
     p.add_argument("--no-broker", action="store_true", help="collect only; do not connect to an MQTT broker")
     p.add_argument("--host", default="127.0.0.1")
@@ -272,12 +288,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_import)
 
     p = sub.add_parser("train", help="train a model on the online gateways over MQTT (aggregator side)")
-    p.add_argument("--algorithm", choices=("fedscs-xgb",), default="fedscs-xgb")
+    p.add_argument("--algorithm", choices=("fedscs-xgb", "fedforest"), default="fedscs-xgb")
     p.add_argument("--clients", help="comma-separated gateway ids (default: every gateway online)")
     p.add_argument("-o", "--output", required=True, help="model file: .json, else CBOR")
-    p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--max-depth", type=int, default=4)
-    p.add_argument("--bins", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=10, help="fedscs-xgb: boosting rounds")
+    p.add_argument("--trees", type=int, default=50, help="fedforest: number of trees")
+    p.add_argument("--max-depth", type=int, help="tree depth (default: 4 fedscs-xgb, 8 fedforest)")
+    p.add_argument("--bins", type=int, help="bins / candidates per feature (default: 256 fedscs-xgb, 32 fedforest)")
+    p.add_argument("--min-samples-leaf", type=int, default=5, help="fedforest: smallest leaf")
+    p.add_argument("--client-splits", action="store_true", help="fedforest: also split on the gateway (H)")
+    p.add_argument("--evaluate", action="store_true", help="score the model on the gateways' held-out windows")
     p.add_argument("--learning-rate", type=float, default=0.2)
     p.add_argument("--reg-lambda", type=float, default=1.0)
     p.add_argument("--gamma", type=float, default=0.1, help="Eq. 1's split penalty (xgboost's gamma is twice it)")

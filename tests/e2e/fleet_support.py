@@ -1,0 +1,92 @@
+"""A fleet of real ``wheelfed gateway`` processes behind mosquitto, each with its own prefilled
+labelled window store, for the end-to-end training tests (fixture ``fleet`` in conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aggregator.broker import BrokerUser, MosquittoBroker, mosquitto_available
+from aggregator.fleet import GatewayProcesses, Presence
+from edge_client.store import WindowRecord, WindowStore
+from edge_client.training_data import ClientData, StoreTrainingData
+from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
+from shared.transport.mqtt import MqttConfig, MqttTransport
+
+FEATURE_SET = "e2e-fs-1"
+GATEWAYS = [f"gw-{i}" for i in range(1, 5)]
+PASSWORDS = {"aggregator": "agg-pw", **{g: f"pw-{g}" for g in GATEWAYS}}
+LABELS = np.array(["sit", "push", "lie"])
+
+
+def fill_store(path: Path, seed: int, n: int = 160, d: int = 8) -> None:
+    """Windows with features and annotations, as a gateway's pipeline would have stored them."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) + 0.2 * seed
+    X[rng.random(X.shape) < 0.03] = np.nan
+    y = np.digitize(np.nan_to_num(X[:, 0]) + np.nan_to_num(X[:, 1]) + rng.normal(scale=0.4, size=n), [-0.5, 0.8])
+    with WindowStore(path) as store:
+        for i in range(n):
+            start = i * 1_000_000
+            store.add(WindowRecord("s1", start, start + 1_000_000, X[i], FEATURE_SET))
+            store.label_range("s1", start, start + 1_000_000, str(LABELS[y[i]]))
+        store.add(WindowRecord("s1", n * 1_000_000, (n + 1) * 1_000_000, X[0], FEATURE_SET))  # unlabelled
+
+
+def client_data(stores: dict[str, Path], holdout_fraction: float = 0.0) -> list[ClientData]:
+    """What each gateway trains on (and holds out), read the way the gateway reads it."""
+    out = []
+    for client, path in stores.items():
+        with WindowStore(path) as store:
+            source = StoreTrainingData(store, holdout_fraction=holdout_fraction)
+            data = source.labelled(FEATURE_SET)
+            test = source.holdout(FEATURE_SET) if holdout_fraction else None
+        out.append(ClientData(client, data.X, data.y, X_test=None if test is None else test.X,
+                              y_test=None if test is None else test.y))
+    return out
+
+
+@dataclass
+class Fleet:
+    agg: MqttTransport
+    processes: GatewayProcesses
+    presence: Presence
+    stores: dict[str, Path]
+    port: int
+    gateway_args: tuple[str, ...] = ()
+
+    def restart(self, gateway: str) -> None:
+        self.processes.start(gateway, "--store", str(self.stores[gateway]), *self.gateway_args)
+        self.presence.wait([gateway], online=True, timeout_s=60)
+
+
+@contextmanager
+def start_fleet(tmp_path: Path, *gateway_args: str) -> Iterator[Fleet]:
+    """Mosquitto, an aggregator connection and one gateway process per store, all online."""
+    if not mosquitto_available():
+        pytest.fail("mosquitto is not installed: the test command installs it")
+    stores = {g: tmp_path / f"{g}.db" for g in GATEWAYS}
+    for i, (g, path) in enumerate(stores.items()):
+        fill_store(path, i)
+    broker = MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in PASSWORDS.items()])
+    with broker:
+        processes = GatewayProcesses(broker.port, 5, PASSWORDS, tmp_path)
+        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username="aggregator",
+                                                      password=PASSWORDS["aggregator"]), presence=False)
+        agg.connect()
+        presence = Presence(agg, TopicLayout())
+        try:
+            for g in GATEWAYS:
+                processes.start(g, "--store", str(stores[g]), *gateway_args)
+            presence.wait(GATEWAYS, online=True, timeout_s=60)
+            yield Fleet(agg, processes, presence, stores, broker.port, tuple(gateway_args))
+        finally:
+            processes.stop_all()
+            agg.close()
+
+
