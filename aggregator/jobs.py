@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .rounds import RoundEngine, RoundResult
+from .rounds import QuorumNotReached, RoundEngine, RoundResult
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +91,13 @@ class FederatedJob:
         """Send ``request`` (one body, or one per client) to ``clients``; the valid reply bodies,
         keyed and ordered by client id. Raises ``QuorumNotReached`` below the job's quorum."""
         self.rounds += 1
-        result = self.engine.run_round(self.job_id, self.rounds, request, sorted(clients),
-                                       deadline_s=self.settings.deadline_s,
-                                       min_fraction=self.settings.min_fraction, expect=expect)
+        try:
+            result = self.engine.run_round(self.job_id, self.rounds, request, sorted(clients),
+                                           deadline_s=self.settings.deadline_s,
+                                           min_fraction=self.settings.min_fraction, expect=expect)
+        except QuorumNotReached as exc:
+            self.results.append(exc.result)  # who failed and why stays inspectable
+            raise
         self.results.append(result)
         for client, error in sorted(result.errors.items()):
             log.warning("client left out of the round", extra={"job": self.job_id, "round": self.rounds,

@@ -40,7 +40,7 @@ from shared.protocol.messages.fedforest import (
     ForestSplitReply,
     ForestSplitRequest,
 )
-from shared.sketches import WeightedSummary, mixture_quantiles, weighted_cdf
+from shared.sketches import weighted_cdf
 
 # --- helpers -------------------------------------------------------------------------------------
 
@@ -138,8 +138,14 @@ def test_k_clients_equal_the_union_given_thresholds_without_bootstrap(criterion:
         assert np.isin(used, GRID_THRESHOLDS).all()
 
 
-@pytest.mark.parametrize("criterion", ["gini", "entropy", "mse"])
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("criterion,seed", [
+    ("gini", 0), ("gini", 1), ("entropy", 0), ("entropy", 1), ("mse", 0),
+    # a 2-sample node: features 1 and 4 both separate the two rows (mirrored), equal exact gains;
+    # the federated and the union run sum y in different orders, rounding picks different features
+    pytest.param("mse", 1, marks=pytest.mark.xfail(reason="BUG: equal-gain tie broken by float rounding "
+                                                          "(see test_mirrored_equal_gain_splits_go_to_the_lower_feature)",
+                                                   strict=True)),
+])
 def test_k_clients_with_bootstrap_equal_the_union_of_their_bootstrap_rows(criterion: str, seed: int) -> None:
     clients = make_clients(10 + seed, task=criterion)
     thresholds = tuple(GRID_THRESHOLDS for _ in range(5))
@@ -193,29 +199,36 @@ def shifted_clients(draw):
     return clients
 
 
+def monotone_ranks_fit(below: np.ndarray, at_or_below: np.ndarray, B: int, tol: float = 1e-9) -> bool:
+    """Is there a non-decreasing map of b = 1..B-1 onto the candidates (every candidate used,
+    as the deduplicated inverse at b/B is) with F(t-) - 1/B <= b/B <= F(t) + 1/B?"""
+    u = below.size
+    b = np.arange(1, B)[:, None] / B
+    ok = (below[None, :] - 1.0 / B <= b + tol) & (b <= at_or_below[None, :] + 1.0 / B + tol)  # (B-1, u)
+    reach = np.zeros(u, dtype=bool)
+    reach[0] = ok[0, 0]
+    for i in range(1, B - 1):
+        reach = ok[i] & (reach | np.concatenate([[False], reach[:-1]]))
+    return bool(reach[-1])
+
+
 @settings(max_examples=120, deadline=None)
 @given(shifted_clients(), st.sampled_from([2, 4, 8, 16, 32]))
 def test_mixture_candidates_are_within_one_bin_in_rank(clients, B) -> None:
     points, weights = [], []
     for x, w in clients:
-        pts, total = pair_quantiles(x, np.zeros(x.size, np.int64), w, np.array([0]), B)  # M = B
+        pts, total = pair_quantiles(x, np.zeros(x.size, np.int64), w, np.array([0]), B)  # M = B, the real client path
         if total[0] > 0:
             points.append(pts[0])
             weights.append(total[0])
     if not points:
         return
     candidates = mixture_thresholds(np.array(points), np.array(weights), B)
-    # the raw inverse at b/B, b = 1..B-1 (mixture_thresholds deduplicates it)
-    summaries = [WeightedSummary(p, w, max(1, int(round(w)))) for p, w in zip(points, weights)]
-    raw = mixture_quantiles(summaries, np.arange(1, B) / B)
-    np.testing.assert_array_equal(candidates, np.unique(raw))
+    assert 1 <= candidates.size <= B - 1 and (np.diff(candidates) > 0).all()
     x_all = np.concatenate([x for x, _ in clients])
     w_all = np.concatenate([w for _, w in clients])
-    below, at_or_below = weighted_cdf(raw, x_all, w_all)
-    target = np.arange(1, B) / B
-    slack = 1.0 / B + 1e-9
-    assert (below - slack <= target).all(), (below - target).max()
-    assert (target <= at_or_below + slack).all(), (target - at_or_below).max()
+    below, at_or_below = weighted_cdf(candidates, x_all, w_all)
+    assert monotone_ranks_fit(below, at_or_below, B), (candidates, below, at_or_below)
 
 
 def test_mixture_candidates_on_two_disjoint_clients_split_between_them() -> None:
@@ -232,6 +245,7 @@ def test_mixture_candidates_on_two_disjoint_clients_split_between_them() -> None
 
 
 def gini_gain(parent: list[int], left: list[int]) -> Fraction:
+    """Exact gini decrease of class counts (rational arithmetic: exact ties are ties)."""
     def g(c):
         n = sum(c)
         return Fraction(0) if n == 0 else 1 - sum(Fraction(v, n) ** 2 for v in c)
@@ -241,82 +255,138 @@ def gini_gain(parent: list[int], left: list[int]) -> Fraction:
     return g(parent) - Fraction(nl, n) * g(left) - Fraction(nr, n) * g(right)
 
 
-def mse_gain(y: np.ndarray, goes_left: np.ndarray) -> float:
-    def v(a):
-        return float(np.mean((a - a.mean()) ** 2)) if a.size else 0.0
+def mse_gain(parent: tuple, left: tuple) -> Fraction:
+    """Exact variance decrease from (n, sum y, sum y^2) of exact rationals."""
+    def v(s):
+        n, t, q = s
+        return Fraction(0) if n == 0 else q / n - (t / n) ** 2
 
-    n = y.size
-    return v(y) - goes_left.sum() / n * v(y[goes_left]) - (~goes_left).sum() / n * v(y[~goes_left])
+    right = tuple(p - l for p, l in zip(parent, left))
+    return v(parent) - Fraction(left[0], parent[0]) * v(left) - Fraction(right[0], parent[0]) * v(right)
 
 
-def exact_cart(X: np.ndarray, y: np.ndarray, rows: np.ndarray, depth: int, max_depth: int, n_classes: int):
-    """Exact CART: every midpoint of consecutive distinct values, largest decrease, ties to the
-    lower feature then the lower threshold; no split of pure or single-sample nodes."""
+def cart_candidates(X: np.ndarray, y: np.ndarray, rows: np.ndarray, n_classes: int) -> list[tuple]:
+    """Every midpoint split of the node, in (feature, threshold) order: (exact gain, feature,
+    threshold, left rows)."""
+    out = []
+    for j in range(X.shape[1]):
+        order = rows[np.argsort(X[rows, j], kind="stable")]
+        values = X[order, j]
+        if n_classes:
+            parent = [int((y[rows] == c).sum()) for c in range(n_classes)]
+            left = [0] * n_classes
+        else:
+            ys = [Fraction(float(v)) for v in y[rows]]
+            parent = (len(rows), sum(ys), sum(v * v for v in ys))
+            left = (0, Fraction(0), Fraction(0))
+        for k in range(len(order) - 1):
+            yk = y[order[k]]
+            if n_classes:
+                left[int(yk)] += 1
+            else:
+                f = Fraction(float(yk))
+                left = (left[0] + 1, left[1] + f, left[2] + f * f)
+            if values[k] == values[k + 1]:
+                continue
+            gain = gini_gain(parent, left) if n_classes else mse_gain(parent, left)
+            out.append((gain, j, (values[k] + values[k + 1]) / 2, frozenset(order[: k + 1].tolist())))
+    return out
+
+
+def check_cart(tree: Tree, X: np.ndarray, y: np.ndarray, n_classes: int, max_depth: int, *, strict_ties: bool,
+               node: int = 0, rows: np.ndarray | None = None, depth: int = 0, path: str = "root") -> int:
+    """Walk FedForest's tree against exact CART: same leaf values and counts, a split exactly
+    where CART splits, with a partition of maximal exact gain -- with ``strict_ties`` the one
+    CART's tie-break picks (lower feature, then lower threshold). Returns the nodes visited."""
+    rows = np.arange(X.shape[0]) if rows is None else rows
     yr = y[rows]
     if n_classes:
-        counts = [int((yr == c).sum()) for c in range(n_classes)]
-        node = {"rows": rows, "value": np.array(counts, float) / len(rows)}
-        pure = max(counts) == len(rows)
+        value = np.bincount(yr, minlength=n_classes) / len(rows)
+        pure = (yr == yr[0]).all()
     else:
-        node = {"rows": rows, "value": np.array([yr.mean()])}
-        pure = np.all(yr == yr[0])
-    if depth == max_depth or len(rows) < 2 or pure:
-        return node
-    best = None  # (gain, feature, threshold, left rows)
-    for j in range(X.shape[1]):
-        values = np.unique(X[rows, j])
-        for t in (values[:-1] + values[1:]) / 2:
-            goes_left = X[rows, j] < t
-            if n_classes:
-                left = [int((yr[goes_left] == c).sum()) for c in range(n_classes)]
-                gain = gini_gain(counts, left)
-                better = best is None or gain > best[0]
-            else:
-                gain = mse_gain(yr, goes_left)
-                better = best is None or gain > best[0] + 1e-12 * max(1.0, abs(best[0]))
-            if better:  # strict: the first (lower feature, lower threshold) of equal gains stays
-                best = (gain, j, t, rows[goes_left])
-    if best is None or best[0] <= 0:
-        return node
-    node.update(feature=best[1], left_rows=set(best[3].tolist()))
-    right_rows = np.array(sorted(set(rows.tolist()) - node["left_rows"]), dtype=np.int64)
-    node["left"] = exact_cart(X, y, best[3], depth + 1, max_depth, n_classes)
-    node["right"] = exact_cart(X, y, right_rows, depth + 1, max_depth, n_classes)
-    return node
-
-
-def assert_same_partitions(tree: Tree, X: np.ndarray, want: dict, node: int = 0, path: str = "root") -> int:
-    rows = want["rows"]
-    np.testing.assert_allclose(tree.value[node], want["value"], rtol=0, atol=1e-9, err_msg=path)
+        value = np.array([yr.mean()])
+        pure = (yr == yr[0]).all()
+    np.testing.assert_allclose(tree.value[node], value, rtol=0, atol=1e-9, err_msg=path)
     assert tree.cover[node] == len(rows), path
-    if "feature" not in want:
-        assert tree.left[node] == -1, f"{path}: FedForest split a node the exact CART keeps as a leaf"
+    cands = [] if depth == max_depth or len(rows) < 2 or pure else cart_candidates(X, y, rows, n_classes)
+    best = max((c[0] for c in cands), default=Fraction(0))
+    if best <= 0:
+        assert tree.left[node] == -1, f"{path}: FedForest split a node exact CART keeps as a leaf"
         return 1
-    assert tree.left[node] != -1, f"{path}: FedForest left a leaf where the exact CART splits"
-    assert int(tree.feature[node]) == want["feature"], path
-    goes_left = X[rows, tree.feature[node]] < tree.threshold[node]
-    assert set(rows[goes_left].tolist()) == want["left_rows"], path
-    return (1 + assert_same_partitions(tree, X, want["left"], int(tree.left[node]), path + "/L")
-            + assert_same_partitions(tree, X, want["right"], int(tree.right[node]), path + "/R"))
+    assert tree.left[node] != -1, f"{path}: FedForest left a leaf where exact CART splits"
+    feature = int(tree.feature[node])
+    goes_left = X[rows, feature] < tree.threshold[node]
+    chosen = (feature, frozenset(rows[goes_left].tolist()))
+    winners = [(c[1], c[3]) for c in cands if c[0] == best]
+    if strict_ties:
+        assert chosen == winners[0], f"{path}: chose {chosen[0]}, exact CART's tie-break picks {winners[0][0]}"
+    else:
+        assert chosen in winners, f"{path}: FedForest's partition is not of maximal exact gain"
+    return (1 + check_cart(tree, X, y, n_classes, max_depth, strict_ties=strict_ties, node=int(tree.left[node]),
+                           rows=rows[goes_left], depth=depth + 1, path=path + "/L")
+            + check_cart(tree, X, y, n_classes, max_depth, strict_ties=strict_ties, node=int(tree.right[node]),
+                         rows=rows[~goes_left], depth=depth + 1, path=path + "/R"))
+
+
+def cart_data(criterion: str, seed: int, n: int = 48, d: int = 3):
+    rng = np.random.default_rng(100 + seed)
+    X = rng.normal(size=(n, d))
+    s = X[:, 0] + np.sin(2 * X[:, 1]) + 0.3 * rng.normal(size=n)
+    return X, (s if criterion == "mse" else np.digitize(s, [-0.5, 0.7]))
+
+
+def exact_cart_forest(criterion: str, X: np.ndarray, y: np.ndarray, max_depth: int, seed: int) -> Tree:
+    # B = M = 8n: every data value is a quantile point of the (single) client sketch and the
+    # mixture inverts at b/B onto (or within float rounding of) data values, so x < t realises
+    # every "k smallest go left" partition of every node. With B = n some partitions can be
+    # missed at the root (two ranks b/B landing on the same value), hence 8n.
+    config = task_config(criterion, n_trees=1, max_depth=max_depth, n_bins=8 * X.shape[0], bootstrap=False,
+                         max_features=None)
+    return aggregator.simulate(config, [ClientData("solo", X, y)], seed=seed).trees[0]
 
 
 @pytest.mark.parametrize("criterion", ["gini", "mse"])
 @pytest.mark.parametrize("seed", range(3))
+def test_one_tree_with_enough_bins_equals_exact_cart_up_to_exact_ties(criterion: str, seed: int) -> None:
+    X, y = cart_data(criterion, seed)
+    tree = exact_cart_forest(criterion, X, y, 4, seed)
+    visited = check_cart(tree, X, y, 0 if criterion == "mse" else 3, 4, strict_ties=False)
+    assert visited == tree.n_nodes >= 9
+
+
+TIE_BUG = ("BUG: choose_splits (aggregator/algorithms/forest_growth.py) breaks mathematically equal gains by "
+           "float rounding of pooled_gain, not by the documented lower feature / lower rank")
+
+
+@pytest.mark.parametrize("criterion,seed", [
+    pytest.param("gini", 0, marks=pytest.mark.xfail(reason=TIE_BUG, strict=True)),
+    ("gini", 1),
+    ("gini", 2),
+    ("mse", 0),
+    pytest.param("mse", 1, marks=pytest.mark.xfail(reason=TIE_BUG, strict=True)),
+    pytest.param("mse", 2, marks=pytest.mark.xfail(reason=TIE_BUG, strict=True)),
+])
 def test_one_tree_with_enough_bins_equals_exact_cart(criterion: str, seed: int) -> None:
-    rng = np.random.default_rng(100 + seed)
-    n, d, max_depth = 48, 3, 4
-    X = rng.normal(size=(n, d))
-    s = X[:, 0] + np.sin(2 * X[:, 1]) + 0.3 * rng.normal(size=n)
-    n_classes = 0 if criterion == "mse" else 3
-    y = s if criterion == "mse" else np.digitize(s, [-0.5, 0.7])
-    # B = M = 8n: every data value is a quantile point, and the mixture of one client's curve
-    # inverts at b/B onto data values, so x < t realises every "k smallest go left" partition
-    config = task_config(criterion, n_trees=1, max_depth=max_depth, n_bins=8 * n, bootstrap=False,
-                         max_features=None)
-    model = aggregator.simulate(config, [ClientData("solo", X, y)], seed=seed)
-    want = exact_cart(X, y, np.arange(n), 0, max_depth, n_classes)
-    visited = assert_same_partitions(model.trees[0], X, want)
-    assert visited == model.trees[0].n_nodes >= 9
+    """Exact CART with its tie-break (lower feature, then lower threshold) -- the tree FedForest
+    documents. Where no exact tie occurs this is the test above."""
+    X, y = cart_data(criterion, seed)
+    tree = exact_cart_forest(criterion, X, y, 4, seed)
+    visited = check_cart(tree, X, y, 0 if criterion == "mse" else 3, 4, strict_ties=True)
+    assert visited == tree.n_nodes >= 9
+
+
+@pytest.mark.xfail(reason=TIE_BUG, strict=True)
+def test_mirrored_equal_gain_splits_go_to_the_lower_feature() -> None:
+    """Minimal repro: two samples, feature 0 sends sample 0 left, feature 1 sends sample 1 left;
+    both splits have the same exact variance decrease. pooled_gain computes
+    Psi(s) - 1/2 Psi(l) - 1/2 Psi(s - l): for feature 0 Psi(s - l) is ~1e-17 off (sum y - y0 is
+    rounded), for feature 1 it is the other sample's, so the gains differ in the last bit and
+    feature 1 wins."""
+    X = np.array([[0.0, 1.0], [1.0, 0.0]])
+    y = np.array([-1.01, -0.209])
+    config = FedForest(task="regression", n_trees=1, max_depth=1, bootstrap=False, max_features=None)
+    tree = aggregator.simulate(config, [ClientData("solo", X, y)]).trees[0]
+    assert tree.feature[0] == 0
 
 
 # --- (d) the client indicator H -------------------------------------------------------------------
@@ -505,6 +575,8 @@ def test_level_reply_with_the_wrong_number_of_columns_is_rejected_and_training_g
     assert_same_forest(model, honest)
 
 
+@pytest.mark.xfail(reason="BUG: _pool_split_replies rejects the split reply but keeps the client's level "
+                          "summaries in the parents, so its samples all count as going right", strict=True)
 def test_split_reply_with_the_wrong_number_of_columns_is_rejected_and_training_goes_on() -> None:
     clients = make_clients(8)
     thresholds = tuple(GRID_THRESHOLDS for _ in range(5))
@@ -540,3 +612,19 @@ def test_a_client_that_restarts_sits_out_one_level_then_replays_the_decisions() 
     state = sim.participants["gw-2"].fedforest._jobs["restart"]
     assert state.applied_level == 2  # replayed every decision up to the last level's
     assert model.n_trees == 4 and n_splits(model) > 4
+
+
+@pytest.mark.xfail(reason="BUG: a client holding +-inf feature values encodes a DataSummary (minimum/maximum) "
+                          "the server's finite-array schema refuses: it times out silently", strict=True)
+def test_a_client_with_infinite_feature_values_is_not_silently_timed_out() -> None:
+    """The model's routing rules accept +-inf; a gateway holding one should train (inf as a
+    value, like the sketches' +-FLT_MAX clip) or refuse with an error code -- not time out."""
+    clients = make_clients(3, nan=False)
+    X = np.asarray(clients[0].X).copy()
+    X[0, 0], X[1, 1] = np.inf, -np.inf
+    clients[0] = ClientData("gw-0", X, clients[0].y)
+    sim = Simulation(clients)
+    job = FederatedJob(sim.engine, list(sim.transports), job_id="inf",
+                       settings=JobSettings(deadline_s=1.0, min_fraction=0.5))
+    FedForest(n_trees=2, max_depth=2, max_features=None).fit(job)
+    assert not any("gw-0" in r.timed_out for r in job.results)

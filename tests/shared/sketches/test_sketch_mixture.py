@@ -156,3 +156,30 @@ def test_order_independence_exhaustive_small_fleet() -> None:
     summaries = [summarize(rng.normal(k, 1 + k, 50), rng.random(50), 8) for k in range(4)]
     results = {merge_edges(list(p), 32).tobytes() for p in itertools.permutations(summaries)}
     assert len(results) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 12), st.integers(1, 20))
+def test_batched_mixture_quantiles_equal_the_per_mixture_inverse(seed: int, n_groups: int, m: int) -> None:
+    """FedForest inverts thousands of mixtures per level in one batch; it must agree with the
+    bisection of ``mixture_quantiles`` (ties, shifted supports, single clients, empty groups)."""
+    from shared.sketches import WeightedSummary, batched_mixture_quantiles
+
+    rng = np.random.default_rng(seed)
+    rows, weights, groups = [], [], []
+    for g in range(n_groups):
+        for _ in range(int(rng.integers(0, 4))):
+            x = np.sort(rng.normal(loc=rng.normal() * 5, size=int(rng.integers(1, 30))).round(int(rng.integers(0, 3))))
+            rows.append(x[np.minimum((np.arange(m + 1) / m * (len(x) - 1)).astype(int), len(x) - 1)])
+            weights.append(float(rng.integers(1, 40)))
+            groups.append(g)
+    ranks = np.arange(1, 16) / 16
+    P = np.array(rows).reshape(-1, m + 1)
+    got = batched_mixture_quantiles(P, np.array(weights), np.array(groups, dtype=np.int64), n_groups, ranks)
+    for g in range(n_groups):
+        members = [i for i, gg in enumerate(groups) if gg == g]
+        if not members:
+            assert np.isnan(got[g]).all()
+            continue
+        want = mixture_quantiles([WeightedSummary(P[i], weights[i], int(weights[i])) for i in members], ranks)
+        np.testing.assert_allclose(got[g], want, rtol=1e-9, atol=1e-9)
