@@ -67,7 +67,7 @@ def test_summary_terms_are_one_hot_rows_or_moments(data, n_classes) -> None:
 @settings(max_examples=80, deadline=None)
 @given(samples(), st.sampled_from([0, 3]), st.integers(1, 8))
 def test_node_summaries_are_weighted_sums_per_node(data, n_classes, n_nodes) -> None:
-    x, node, weight, y_class, y_real = data
+    _, node, weight, y_class, y_real = data
     node = np.where(node >= n_nodes, -1, node)
     terms = brute_terms(y_class if n_classes else y_real, n_classes)
     got = node_summaries(node, weight, terms, n_nodes)
