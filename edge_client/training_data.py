@@ -7,6 +7,7 @@ periodic retraining -- sees them).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,6 +19,8 @@ from shared.sketches import weighted_moments
 
 from .dispatcher import RequestRejected
 from .store import WindowStore
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ClientData", "LabelledData", "NoTrainingData", "StoreTrainingData", "TrainingData", "class_ids",
            "data_summary", "label_strings", "snapshot", "tail_split"]
@@ -166,6 +169,10 @@ def snapshot(source: TrainingData, feature_set_version: str, *, split: str = "tr
         raise RequestRejected("no_data", str(exc)) from None
     if data.X.shape[0] == 0:
         raise RequestRejected("no_data", "no labelled samples")
+    infinite = np.isinf(data.X)
+    if infinite.any():  # summaries and sketches must be finite: an infinite feature is "missing"
+        log.warning("infinite feature values treated as missing", extra={"values": int(infinite.sum())})
+        data = LabelledData(np.where(infinite, np.nan, data.X), data.y, data.feature_names)
     return data
 
 

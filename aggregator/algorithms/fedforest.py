@@ -15,9 +15,9 @@ homogeneous data), ``candidates="histogram"`` (Kalloori-style fixed-width bins o
 min/max: the Federated Histogram baseline), fixed ``thresholds`` per feature (the oracle tests'
 "same candidates"), ``target="client"`` (predict H from X: the covariate-shift diagnostic).
 
-Determinism: features and per-tree client subsets are drawn from ``default_rng(seed)`` in
-(tree, node) order; bootstraps are drawn by each client from (seed, tree, client index);
-replies are summed in client-id order.
+Determinism: per-tree client subsets come from ``default_rng(seed)``, each node's feature
+subsample from ``default_rng([seed, tree, node])``, each client's bootstrap from (seed, tree,
+client index); replies are summed in client-id order; gains equal up to rounding noise are ties.
 """
 
 from __future__ import annotations
@@ -232,8 +232,7 @@ class _Training:
         splittable_depth = level < cfg.max_depth
         for node in frontier:
             eligible = splittable_depth and (node.summary is None or self._can_split(node.summary))
-            node.features = (np.sort(self.rng.choice(self.d, size=self.k_features, replace=False))
-                             if eligible else np.zeros(0, np.int64))
+            node.features = self._features(node) if eligible else np.zeros(0, np.int64)
         request = self._level_request(level, frontier)
         replies = self.job.ask(request, list(request), ForestLevelReply)
         replies = self._accepted_level(replies, level, len(frontier))
@@ -244,21 +243,30 @@ class _Training:
         per_client = np.zeros((len(self.clients), A, self.S))
         for client, reply in replies.items():
             per_client[self.index[client], reply.nodes] = reply.summaries
-        pooled = per_client.sum(axis=0)
-        for i, node in enumerate(frontier):
-            node.summary = pooled[i]
-            self.summary_of[(node.tree, node.node)] = pooled[i]
-            if level == 0:
-                self.root_weight[node.tree] = node_count(pooled[i], self.crit)
+        self._set_summaries(level, frontier, per_client.sum(axis=0))
         can = np.array([node.features.size > 0 and self._can_split(node.summary) for node in frontier], dtype=bool)
         self._n_active = int(can.sum())
-        cands = self._candidates(frontier, can, replies, per_client, request)
-        split_replies = {}
-        if cands["numeric_offsets"][-1] > 0:
-            split_request = {c: ForestSplitRequest(request[c].task, level, cands["numeric_offsets"],
-                                                   cands["numeric_thresholds"], cfg.evaluation) for c in replies}
+        numeric = self._numeric_candidates(frontier, can, replies, request)
+        pooled_left, gain_sum, answered = numeric["left"], np.zeros(numeric["node"].size), set(replies)
+        if numeric["offsets"][-1] > 0:
+            split_request = {c: ForestSplitRequest(request[c].task, level, numeric["offsets"], numeric["thresholds"],
+                                                   cfg.evaluation) for c in replies}
             split_replies = self.job.ask(split_request, list(split_request), ForestSplitReply)
-        left, gain = self._pool_split_replies(cands, split_replies, per_client)
+            pooled_left, gain_sum, answered = self._pool_split_replies(numeric, split_replies, per_client)
+        dropped = [self.index[c] for c in replies if c not in answered]
+        if dropped:  # their samples are in no left sum: take them out of the level altogether
+            per_client[dropped] = 0.0
+            self._set_summaries(level, frontier, per_client.sum(axis=0))
+            can &= np.array([self._can_split(node.summary) for node in frontier], dtype=bool)
+        pooled = per_client.sum(axis=0)
+        cands = self._assemble(numeric, pooled_left, self._groupings(frontier, can, replies, per_client, request))
+        gain = None
+        if cfg.evaluation == "avgimp":
+            gain = pooled_gain(pooled[cands["node"]], cands["left"], self.crit)  # exact for groupings
+            n_node = node_count(pooled, self.crit)
+            k = numeric["node"].size
+            gain[:k] = gain_sum / np.where(n_node[numeric["node"]] > 0, n_node[numeric["node"]], 1.0)
+        left = cands["left"]
         best, best_gain = choose_splits(
             pooled, cands["node"], left, cands["feature"], cands["rank"], self.crit,
             min_samples_leaf=cfg.min_samples_leaf if cfg.evaluation == "exact" else 0,
@@ -268,9 +276,17 @@ class _Training:
         )
         best[~can] = -1
         self._n_splits = int((best >= 0).sum())
-        self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(cands["n_pairs"]),
+        self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(numeric["n_pairs"]),
                             "candidates": float(len(cands["node"]))})
         return self._apply(level, frontier, best, best_gain, cands, left)
+
+    def _features(self, node: _Node) -> np.ndarray:
+        """The node's feature subsample, drawn from its own stream (seed, tree, node): it does not
+        depend on how other nodes fared, so runs that agree on a node agree on its draw."""
+        if self.k_features >= self.d:
+            return np.arange(self.d, dtype=np.int64)
+        rng = np.random.default_rng([self.seed, node.tree, node.node])
+        return np.sort(rng.choice(self.d, size=self.k_features, replace=False)).astype(np.int64)
 
     def _can_split(self, summary: np.ndarray) -> bool:
         return bool(node_count(summary, self.crit) >= max(self.config.min_samples_split, 2 * self.config.min_samples_leaf)
@@ -333,10 +349,16 @@ class _Training:
             out[client] = reply
         return out
 
-    def _candidates(self, frontier, can, replies, per_client, request) -> dict[str, Any]:
-        """Every candidate of the level, as arrays: numeric thresholds (evaluated in round 2,
-        CSR per requested pair) followed by categorical and client groupings (evaluated now from
-        the summaries; their category sets in ``categories``)."""
+    def _set_summaries(self, level: int, frontier: list[_Node], pooled: np.ndarray) -> None:
+        for i, node in enumerate(frontier):
+            node.summary = pooled[i]
+            self.summary_of[(node.tree, node.node)] = pooled[i]
+            if level == 0:
+                self.root_weight[node.tree] = node_count(pooled[i], self.crit)
+
+    def _numeric_candidates(self, frontier, can, replies, request) -> dict[str, Any]:
+        """Thresholds of every eligible continuous (node, feature) pair, CSR over the requested
+        pairs, and the candidates' node, feature and rank (thresholds ascending within a pair)."""
         cfg = self.config
         any_request = next(iter(request.values()))
         pair_node = np.repeat(np.arange(len(frontier)), np.diff(any_request.feature_offsets))
@@ -351,40 +373,44 @@ class _Training:
             thresholds = np.concatenate(lists) if lists else np.zeros(0)
         else:
             rows = [(r.pairs, r.points, r.pair_weight) for r in replies.values()]
-            pairs = np.concatenate([x[0] for x in rows]) if rows else np.zeros(0, np.int64)
-            points = np.concatenate([x[1] for x in rows]) if rows else np.zeros((0, 2))
-            weights = np.concatenate([x[2] for x in rows]) if rows else np.zeros(0)
+            pairs = np.concatenate([x[0] for x in rows])
+            points = np.concatenate([x[1] for x in rows])
+            weights = np.concatenate([x[2] for x in rows])
             keep = eligible[pairs] if pairs.size else np.zeros(0, bool)
             offsets, thresholds = pair_thresholds(points[keep], weights[keep], pairs[keep], n_pairs, cfg.n_bins)
-        counts = np.diff(offsets)
-        cand_pair = np.repeat(np.arange(n_pairs), counts)
-        numeric = {
-            "node": pair_node[cand_pair], "feature": pair_feature[cand_pair],
-            "rank": np.arange(cand_pair.size) - offsets[cand_pair], "threshold": thresholds,
-        }
-        groups = self._groupings(frontier, can, replies, per_client, pair_node, pair_feature)
-        n_numeric = cand_pair.size
-        categories: list[np.ndarray | None] = [None] * n_numeric + [g[4] for g in groups]
-        left = np.zeros((n_numeric + len(groups), self.S))
-        for k, g in enumerate(groups):
-            left[n_numeric + k] = g[5]
-        return {
-            "node": np.concatenate([numeric["node"], np.array([g[0] for g in groups], np.int64)]),
-            "feature": np.concatenate([numeric["feature"], np.array([g[1] for g in groups], np.int64)]),
-            "rank": np.concatenate([numeric["rank"], np.array([g[2] for g in groups], np.int64)]),
-            "threshold": np.concatenate([numeric["threshold"], np.zeros(len(groups))]),
-            "kind": np.concatenate([np.zeros(n_numeric, np.int64), np.array([g[3] for g in groups], np.int64)]),
-            "categories": categories, "left": left, "n_pairs": n_pairs,
-            "numeric_offsets": offsets, "numeric_thresholds": thresholds,
-        }
+        cand_pair = np.repeat(np.arange(n_pairs), np.diff(offsets))
+        return {"node": pair_node[cand_pair], "feature": pair_feature[cand_pair],
+                "rank": np.arange(cand_pair.size) - offsets[cand_pair], "threshold": thresholds,
+                "offsets": offsets, "thresholds": thresholds, "n_pairs": n_pairs,
+                "left": np.zeros((cand_pair.size, self.S))}
 
-    def _groupings(self, frontier, can, replies, per_client, pair_node, pair_feature) -> list[tuple]:
+    def _assemble(self, numeric: dict[str, Any], numeric_left: np.ndarray, groups: list[tuple]) -> dict[str, Any]:
+        """One candidate table: the numeric candidates, then the groupings (with their left sets)."""
+        k = numeric["node"].size
+        left = np.zeros((k + len(groups), self.S))
+        left[:k] = numeric_left
+        for i, g in enumerate(groups):
+            left[k + i] = g[5]
+        column = lambda name, pos: np.concatenate(  # noqa: E731
+            [numeric[name], np.array([g[pos] for g in groups], dtype=numeric[name].dtype)])
+        return {"node": column("node", 0), "feature": column("feature", 1), "rank": column("rank", 2),
+                "threshold": np.concatenate([numeric["threshold"], np.zeros(len(groups))]),
+                "kind": np.concatenate([np.zeros(k, np.int64), np.array([g[3] for g in groups], np.int64)]),
+                "categories": [None] * k + [g[4] for g in groups], "left": left}
+
+    def _groupings(self, frontier, can, replies, per_client, request) -> list[tuple]:
         """Categorical features and the client indicator: (node, feature, rank, kind, left set,
-        left summary) for every contiguous Fisher grouping."""
+        left summary) for every contiguous Fisher grouping, from the summaries of ``replies``
+        (the clients still in the level)."""
         out: list[tuple] = []
+        any_request = next(iter(request.values()))
+        pair_node = np.repeat(np.arange(len(frontier)), np.diff(any_request.feature_offsets))
+        pair_feature = any_request.features
         if self.categorical.size:
             sums: dict[int, np.ndarray] = {}
-            for reply in replies.values():
+            for client, reply in replies.items():
+                if not per_client[self.index[client]].any():
+                    continue  # left the level
                 for i, p in enumerate(reply.category_pairs.tolist()):
                     sums[p] = sums.get(p, 0) + reply.category_summaries[i].astype(np.float64)
             for p in sorted(sums):
@@ -418,33 +444,26 @@ class _Training:
             keep[reply.pairs[order[top]]] = True
         return keep
 
-    def _pool_split_replies(self, cands, split_replies, per_client) -> tuple[np.ndarray, np.ndarray | None]:
-        """Numeric candidates' pooled left summaries (exact) or n-weighted local gains (AvgImp);
-        grouping candidates keep their exact left summaries."""
-        numeric = np.flatnonzero(cands["kind"] == 0)
-        left = cands["left"].copy()
-        n_numeric = numeric.size
-        pooled_left = np.zeros((n_numeric, self.S))
-        gain_sum = np.zeros(n_numeric)
+    def _pool_split_replies(self, numeric, split_replies, per_client) -> tuple[np.ndarray, np.ndarray, set[str]]:
+        """Pooled left summaries of the numeric candidates (exact), the n-weighted sums of the
+        clients' local gains (AvgImp), and the clients whose replies were used."""
+        n = numeric["node"].size
+        pooled_left = np.zeros((n, self.S))
+        gain_sum = np.zeros(n)
+        used: set[str] = set()
         for client, reply in split_replies.items():
-            bad = reply.candidates.size and reply.candidates.max() >= n_numeric
-            if bad or (self.config.evaluation == "exact" and reply.left.shape[1:] != (self.S,)):
+            bad = reply.candidates.size and reply.candidates.max() >= n
+            if bad or (self.config.evaluation == "exact" and reply.left.shape[1:] != (self.S,)) or \
+                    (self.config.evaluation == "avgimp" and reply.local_gain.size != reply.candidates.size):
                 self.job.reject(client, "split reply does not fit the candidates")
                 continue
+            used.add(client)
             if self.config.evaluation == "exact":
                 pooled_left[reply.candidates] += reply.left
             else:
-                node = cands["node"][numeric[reply.candidates]]
-                n_k = node_count(per_client[self.index[client], node], self.crit)
+                n_k = node_count(per_client[self.index[client], numeric["node"][reply.candidates]], self.crit)
                 gain_sum[reply.candidates] += n_k * reply.local_gain
-        left[numeric] = pooled_left
-        if self.config.evaluation == "exact":
-            return left, None
-        n_node = node_count(per_client.sum(axis=0), self.crit)
-        gain = pooled_gain(per_client.sum(axis=0)[cands["node"]], left, self.crit)  # exact for groupings
-        node = cands["node"][numeric]
-        gain[numeric] = gain_sum / np.where(n_node[node] > 0, n_node[node], 1.0)
-        return left, gain
+        return pooled_left, gain_sum, used
 
     # -- decisions -----------------------------------------------------------------------------
 

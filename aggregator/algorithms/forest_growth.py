@@ -10,8 +10,9 @@ Pure functions over arrays, used level by level by ``fedforest.py``:
   (mean target / proportion of a class) with the left summaries of every contiguous grouping.
 * :func:`choose_splits` -- the pooled impurity decrease (Thm. 3.5, ``shared.splitting``) of every
   candidate, validity (``min_samples_leaf``, ``min_impurity_decrease``) and the best candidate
-  per node with a deterministic tie-break: larger gain, then lower feature index (the client
-  indicator has index d, last), then lower candidate rank (thresholds ascending).
+  per node with a deterministic tie-break: larger gain (gains within a relative 1e-12 are equal:
+  mirrored splits and re-ordered sums differ in the last bits), then lower feature index (the
+  client indicator has index d, last), then lower candidate rank (thresholds ascending).
 * :func:`leaf_value` -- class distribution or mean from a node summary.
 """
 
@@ -24,7 +25,11 @@ from shared.sketches import batched_mixture_quantiles
 from shared.splitting import fisher_order, impurity, pooled_gain, prefix_summaries
 
 __all__ = ["choose_splits", "grouping_candidates", "is_pure", "leaf_value", "mixture_thresholds", "n_sampled_features",
-           "node_count", "pair_thresholds"]
+           "node_count", "pair_thresholds", "rounding_noise"]
+
+
+#: Relative size of the rounding noise below which two gains are equal (see ``choose_splits``).
+TIE_TOLERANCE = 1e-11
 
 
 def node_count(summary: ArrayLike, criterion: str) -> np.ndarray:
@@ -129,19 +134,38 @@ def choose_splits(
     n_right = n_parent[node] - n_left
     root = n_parent if total_weight is None else np.asarray(total_weight, dtype=np.float64)
     weighted = n_parent[node] / np.where(root[node] > 0, root[node], 1.0) * gain
-    valid = (n_left >= min_samples_leaf) & (n_right >= min_samples_leaf) & (gain > 0) & np.isfinite(gain)
-    valid &= weighted >= min_impurity_decrease
-    key_gain = np.where(valid, gain, -np.inf)
-    order = np.lexsort((np.asarray(cand_rank), np.asarray(cand_feature), -key_gain, node))
+    noise = rounding_noise(s, criterion)
+    valid = (n_left >= min_samples_leaf) & (n_right >= min_samples_leaf) & np.isfinite(gain)
+    valid &= (gain > noise[node]) & (weighted >= min_impurity_decrease)
+    # Gains equal up to rounding (mirrored splits, sums in another order) are ties: every valid
+    # candidate within the node's rounding noise of its best competes on (feature, rank) alone.
+    # The noise scales with the impurity's terms: 1 for class proportions, the mean of y^2 for
+    # variances (Q/n - (S/n)^2 cancels when the mean is large next to the spread).
+    masked = np.where(valid, gain, -np.inf)
+    node_best = np.full(n_nodes, -np.inf)
+    np.maximum.at(node_best, node, masked)
+    tied = valid & (masked >= node_best[node] - noise[node])
+    order = np.lexsort((np.asarray(cand_rank), np.asarray(cand_feature), ~tied, node))
     first = np.ones(order.size, dtype=bool)
     first[1:] = node[order][1:] != node[order][:-1]
     best = np.full(n_nodes, -1, dtype=np.int64)
     winners = order[first]
-    ok = valid[winners]
+    ok = tied[winners]
     best[node[winners][ok]] = winners[ok]
     best_gain = np.zeros(n_nodes)
     best_gain[best >= 0] = gain[best[best >= 0]]
     return best, best_gain
+
+
+def rounding_noise(summary: ArrayLike, criterion: str) -> np.ndarray:
+    """Per node, the size below which impurities and gains are rounding noise: TIE_TOLERANCE times
+    the impurity's terms -- 1 for class proportions, the mean of y^2 for a variance (``Q/n -
+    (S/n)^2`` cancels when the mean is large next to the spread)."""
+    s = np.asarray(summary, dtype=np.float64)
+    if criterion != "mse":
+        return np.full(s.shape[:-1], TIE_TOLERANCE)
+    n = s[..., 0]
+    return TIE_TOLERANCE * np.maximum(np.abs(s[..., 2]) / np.where(n > 0, n, 1.0), np.finfo(float).tiny)
 
 
 def leaf_value(summary: ArrayLike, criterion: str) -> np.ndarray:
@@ -154,5 +178,5 @@ def leaf_value(summary: ArrayLike, criterion: str) -> np.ndarray:
 
 
 def is_pure(summary: ArrayLike, criterion: str) -> np.ndarray:
-    """Nodes with zero impurity (nothing left to gain)."""
-    return impurity(summary, criterion) <= 0
+    """Nodes whose impurity is zero up to rounding noise (nothing left to gain)."""
+    return impurity(summary, criterion) <= rounding_noise(summary, criterion)

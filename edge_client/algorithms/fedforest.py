@@ -98,24 +98,31 @@ class _ForestState:
             self.applied_level = level
 
     def _apply_rows(self, s: SplitDecisions, rows: np.ndarray) -> None:
+        """Move every (tree, sample) entry sitting in a split node of ``rows`` to its child."""
         d = self.task.n_features
-        for r in rows.tolist():  # one vectorised update per split node
-            t, node = int(s.tree[r]), int(s.node[r])
-            members = np.flatnonzero(self.node[t] == node)
-            if members.size == 0:
-                continue
-            feature = int(s.feature[r])
-            if feature == d:  # client indicator: the whole client goes one way
-                cats = s.categories[s.category_offsets[r]:s.category_offsets[r + 1]]
-                go_left = np.full(members.size, self.task.client_index in cats.tolist())
-            else:
-                x = self.X[members, feature]
-                if s.categorical[r]:
-                    cats = s.categories[s.category_offsets[r]:s.category_offsets[r + 1]]
-                    go_left = np.isin(x, cats.astype(np.float64))
-                else:
-                    go_left = x < s.threshold[r]  # NaN compares False: right
-            self.node[t, members] = np.where(go_left, s.left[r], s.right[r])
+        width = int(max(self.node.max(initial=0), s.node[rows].max(initial=0))) + 1
+        lookup = np.full(self.task.n_trees * width, -1, dtype=np.int64)
+        lookup[s.tree[rows] * width + s.node[rows]] = rows
+        trees, samples = np.nonzero(self.node >= 0)
+        row = lookup[trees * width + self.node[trees, samples]]
+        moving = row >= 0
+        trees, samples, row = trees[moving], samples[moving], row[moving]
+        feature = s.feature[row]
+        client = feature == d
+        x = np.where(client, float(self.task.client_index),
+                     self.X[samples, np.minimum(feature, d - 1)])
+        go_left = x < s.threshold[row]  # numeric: NaN compares False -> right
+        categorical = s.categorical[row].astype(bool)
+        if categorical.any():
+            counts = np.diff(s.category_offsets)
+            cat_row = np.repeat(np.arange(counts.size), counts)
+            span = int(max(s.categories.max(initial=0), 0)) + 2
+            allowed = cat_row * span + s.categories
+            code = x[categorical]
+            valid = np.isfinite(code) & (code >= 0) & (code < span - 1) & (code == np.floor(code))
+            key = row[categorical] * span + np.where(valid, code, span - 1).astype(np.int64)
+            go_left[categorical] = valid & np.isin(key, allowed)
+        self.node[trees, samples] = np.where(go_left, s.left[row], s.right[row])
 
     def prepare(self, request: ForestLevelRequest) -> _Level:
         """Map every (tree, sample) entry of an active node to that node's request position."""

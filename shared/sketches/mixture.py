@@ -283,7 +283,8 @@ def batched_mixture_quantiles(points: ArrayLike, weights: ArrayLike, group: Arra
     rise = left_limit[idx] - F[prev]
     interpolate = has & (idx > start[q_g]) & (left_limit[idx] >= q_r) & (rise > 0)
     frac = np.divide(q_r - F[prev], rise, out=np.zeros_like(rise), where=interpolate)
-    x = np.where(interpolate, knot_v[prev] + np.clip(frac, 0.0, 1.0) * (knot_v[idx] - knot_v[prev]), knot_v[idx])
+    inside = np.clip(knot_v[prev] + np.clip(frac, 0.0, 1.0) * (knot_v[idx] - knot_v[prev]), knot_v[prev], knot_v[idx])
+    x = np.where(interpolate, inside, knot_v[idx])
     out[:] = np.where(has, x, np.nan).reshape(n_groups, n_r)
     return out
 

@@ -140,11 +140,9 @@ def test_k_clients_equal_the_union_given_thresholds_without_bootstrap(criterion:
 
 @pytest.mark.parametrize("criterion,seed", [
     ("gini", 0), ("gini", 1), ("entropy", 0), ("entropy", 1), ("mse", 0),
-    # a 2-sample node: features 1 and 4 both separate the two rows (mirrored), equal exact gains;
-    # the federated and the union run sum y in different orders, rounding picks different features
-    pytest.param("mse", 1, marks=pytest.mark.xfail(reason="BUG: equal-gain tie broken by float rounding "
-                                                          "(see test_mirrored_equal_gain_splits_go_to_the_lower_feature)",
-                                                   strict=True)),
+    # mse-1 has a 2-sample node where features 1 and 4 both separate the two rows (mirrored), equal
+    # exact gains computed with different roundings: the tie tolerance must pick feature 1 in both
+    ("mse", 1),
 ])
 def test_k_clients_with_bootstrap_equal_the_union_of_their_bootstrap_rows(criterion: str, seed: int) -> None:
     clients = make_clients(10 + seed, task=criterion)
@@ -355,17 +353,13 @@ def test_one_tree_with_enough_bins_equals_exact_cart_up_to_exact_ties(criterion:
     assert visited == tree.n_nodes >= 9
 
 
-TIE_BUG = ("BUG: choose_splits (aggregator/algorithms/forest_growth.py) breaks mathematically equal gains by "
-           "float rounding of pooled_gain, not by the documented lower feature / lower rank")
-
-
 @pytest.mark.parametrize("criterion,seed", [
-    pytest.param("gini", 0, marks=pytest.mark.xfail(reason=TIE_BUG, strict=True)),
+    ("gini", 0),
     ("gini", 1),
     ("gini", 2),
     ("mse", 0),
-    pytest.param("mse", 1, marks=pytest.mark.xfail(reason=TIE_BUG, strict=True)),
-    pytest.param("mse", 2, marks=pytest.mark.xfail(reason=TIE_BUG, strict=True)),
+    ("mse", 1),
+    ("mse", 2),
 ])
 def test_one_tree_with_enough_bins_equals_exact_cart(criterion: str, seed: int) -> None:
     """Exact CART with its tie-break (lower feature, then lower threshold) -- the tree FedForest
@@ -376,7 +370,6 @@ def test_one_tree_with_enough_bins_equals_exact_cart(criterion: str, seed: int) 
     assert visited == tree.n_nodes >= 9
 
 
-@pytest.mark.xfail(reason=TIE_BUG, strict=True)
 def test_mirrored_equal_gain_splits_go_to_the_lower_feature() -> None:
     """Minimal repro: two samples, feature 0 sends sample 0 left, feature 1 sends sample 1 left;
     both splits have the same exact variance decrease. pooled_gain computes
@@ -576,8 +569,6 @@ def test_level_reply_with_the_wrong_number_of_columns_is_rejected_and_training_g
     assert_same_forest(model, honest)
 
 
-@pytest.mark.xfail(reason="BUG: _pool_split_replies rejects the split reply but keeps the client's level "
-                          "summaries in the parents, so its samples all count as going right", strict=True)
 def test_split_reply_with_the_wrong_number_of_columns_is_rejected_and_training_goes_on() -> None:
     clients = make_clients(8)
     thresholds = tuple(GRID_THRESHOLDS for _ in range(5))
@@ -615,8 +606,6 @@ def test_a_client_that_restarts_sits_out_one_level_then_replays_the_decisions() 
     assert model.n_trees == 4 and n_splits(model) > 4
 
 
-@pytest.mark.xfail(reason="BUG: a client holding +-inf feature values encodes a DataSummary (minimum/maximum) "
-                          "the server's finite-array schema refuses: it times out silently", strict=True)
 def test_a_client_with_infinite_feature_values_is_not_silently_timed_out() -> None:
     """The model's routing rules accept +-inf; a gateway holding one should train (inf as a
     value, like the sketches' +-FLT_MAX clip) or refuse with an error code -- not time out."""
