@@ -125,6 +125,17 @@ class _JobState:
         self.n_trees += new.n_trees
 
 
+def summary_points(requested: int, n_samples: int) -> int:
+    """M for this client: the server's ``summary_size``, but at most half the client's samples.
+
+    With M >= n the summary would list every raw value of every feature (sorted per column): at
+    most n/2 keeps each point a quantile of >= 2 samples. The mixture's rank bound becomes
+    ``sum_k pi_k / M_k`` -- a small client's coarser sketch weighs ``n_k / N`` -- and the bytes
+    shrink with it.
+    """
+    return max(1, min(requested, n_samples // 2))
+
+
 class FedSCSXGBClient:
     """Answers ``fedscs_xgb.*`` requests from a ``TrainingData`` (arrays or the window store)."""
 
@@ -157,8 +168,10 @@ class FedSCSXGBClient:
         state.apply(body.model)
         _, h = state.gradients()
         weight = h.sum(axis=1)  # Alg. 2 step 6: w_i = sum_k h_ik
+        n = state.X.shape[0]
         if body.sketch == "summary":
-            columns = summaries_to_arrays(summarize_columns(state.X, weight, body.summary_size))
+            columns = summaries_to_arrays(summarize_columns(state.X, weight, summary_points(body.summary_size, n)))
+            columns["points"] = columns["points"].astype(np.float32)  # values of the float32 snapshot: exact
             return XgbSketchReply(state.n_trees, summary=SummaryColumns(**columns))
         maps = [Standardization(c, s) for c, s in zip(body.centers, body.scales)]
         sketches = DDSketch.from_columns(state.X, weight, body.ddsketch_alpha, maps)

@@ -46,8 +46,10 @@ from shared.sketches import bin_ids
 
 def reference_tree(X: np.ndarray, edges: list[np.ndarray], G, H, W, params: GrowthParams) -> dict[str, Any]:
     """Histogram XGBoost from Eq. 1 with loops: candidates "x < edges[j][b]" for every feature and
-    edge, missing values right then left. Keeps the first of equal gains in XGBoost's scan order
-    (features ascending; missing right with edges ascending; missing left with edges descending)."""
+    edge, missing values right then left. Candidates compete on the float32-rounded loss change
+    ``2 (gain + gamma)`` and the first of equal ones in XGBoost's scan order wins (features
+    ascending; missing right with edges ascending; missing left with edges descending); the
+    winner splits iff its Eq. 1 gain is > 0."""
     lam, gamma, mcw, eta = params.reg_lambda, params.gamma, params.min_child_weight, params.learning_rate
     n, d = X.shape
 
@@ -64,7 +66,7 @@ def reference_tree(X: np.ndarray, edges: list[np.ndarray], G, H, W, params: Grow
         node = {"value": eta * (-g / (h + lam)), "cover": h, "count": w}
         if depth == params.max_depth:
             return node
-        best_gain, best = 0.0, None  # a split must have gain > 0
+        best_key, best_gain, best = -math.inf, 0.0, None  # compared as XGBoost does; kept if gain > 0
         for j in range(d):
             scan = [(b, False) for b in range(len(edges[j]))] + [(b, True) for b in reversed(range(len(edges[j])))]
             for b, default_left in scan:
@@ -79,9 +81,10 @@ def reference_tree(X: np.ndarray, edges: list[np.ndarray], G, H, W, params: Grow
                 if WL <= 0 or WR <= 0 or HL < mcw or HR < mcw:
                     continue
                 gain = 0.5 * (GL * GL / (HL + lam) + GR * GR / (HR + lam) - (GL + GR) * (GL + GR) / (HL + HR + lam)) - gamma
-                if gain > best_gain:
-                    best_gain, best = gain, (j, threshold, default_left, left, right)
-        if best is None:
+                key = float(np.float32(2.0 * (gain + gamma)))  # XGBoost's loss change, rounded to float32
+                if key > best_key:
+                    best_key, best_gain, best = key, gain, (j, threshold, default_left, left, right)
+        if best is None or not best_gain > 0:
             return node
         j, threshold, default_left, left, right = best
         node.update(
@@ -529,3 +532,24 @@ def test_xgboost_min_split_loss_is_twice_eq1_gamma() -> None:
     assert structure(nested(converted.tree)) == structure(nested(pruned))
     literal = grow_tree(bins, g[:, 0], h[:, 0], None, edges, GrowthParams(max_depth=3, gamma=gamma_x))
     assert literal.tree.n_nodes < pruned.n_nodes
+
+
+def test_gains_equal_in_exact_arithmetic_tie_like_in_xgboost() -> None:
+    """Round 1 of softmax: a sample's gradient depends on its label only, so splits with the same
+    label counts on each side have equal exact gains, computed with different roundings. XGBoost
+    compares float32 loss changes and keeps the first feature; so must we (was feature 2)."""
+    xgb = pytest.importorskip("xgboost")
+    import json
+
+    rng = np.random.default_rng(173)
+    n, d = 60, 6
+    y = rng.integers(0, 3, n)
+    X = rng.integers(0, 8, (n, d)).astype(np.float32)
+    g, h = Softmax(3).gradients(np.zeros((n, 3)), y)
+    edges = [np.arange(1, 8, dtype=np.float32)] * d
+    ours = grow_tree(bin_ids(X, edges), g[:, 0], h[:, 0], None, edges, GrowthParams(max_depth=1, gamma=0.0))
+    booster = xgb.train({"objective": "multi:softprob", "num_class": 3, "tree_method": "hist", "max_depth": 1,
+                         "gamma": 0, "min_child_weight": 0, "base_score": 0.5},
+                        xgb.DMatrix(X, label=y, base_margin=np.zeros((n, 3))), 1)
+    theirs = json.loads(booster.save_raw("json"))["learner"]["gradient_booster"]["model"]["trees"][0]
+    assert ours.tree.feature[0] == theirs["split_indices"][0] == 0

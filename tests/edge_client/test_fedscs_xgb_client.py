@@ -177,3 +177,13 @@ def test_job_state_is_bounded() -> None:
     for job in ("a", "b", "c"):
         atoms(client, ModelDelta(), EDGES, job=job)
     assert list(client._jobs) == ["b", "c"]
+
+
+def test_summaries_never_list_every_raw_value() -> None:
+    from edge_client.algorithms.fedscs_xgb import summary_points
+
+    assert summary_points(256, 150) == 75 and summary_points(16, 60) == 16 and summary_points(8, 1) == 1
+    small = ClientData("gw-1", np.arange(10.0)[:, None] * np.ones((1, 3)), np.array(CLASSES)[np.arange(10) % 3],
+                       feature_set_version="fs-1")
+    reply = FedSCSXGBClient(small).on_sketch(request(XgbSketchRequest(task(), ModelDelta(), "summary", 64)))
+    assert reply.summary.points.shape == (3, 6) and reply.summary.points.dtype == np.float32

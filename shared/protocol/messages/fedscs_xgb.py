@@ -113,9 +113,10 @@ class XgbSketchRequest:
 
 @dataclass(frozen=True)
 class SummaryColumns:
-    """``shared.sketches.summaries_to_arrays`` on the wire: one row per feature."""
+    """``shared.sketches.summaries_to_arrays`` on the wire: one row per feature (points float32
+    when they are values of float32 features, as FedSCS-XGB's are)."""
 
-    points: Annotated[np.ndarray, F64_2D]
+    points: Annotated[np.ndarray, ArraySpec(("float32", "float64"), ndim=2, finite=True)]
     total_weight: Annotated[np.ndarray, F64_1D]
     count: Annotated[np.ndarray, COUNTS_1D]
     n_missing: Annotated[np.ndarray, COUNTS_1D]
