@@ -1,9 +1,12 @@
 """``wheelfed gateway``: the gateway's one long-running process.
 
-serial link -> frame decoder -> streaming pipeline -> features -> labelled window store, plus
-(with a broker configured) the federated participant answering the aggregator's requests.
-Everything runs without a network: the store fills from the sensors whether or not the broker
-is reachable, and the MQTT client keeps reconnecting in the background.
+serial link -> frame decoder -> streaming pipeline -> features -> labelled window store ->
+live recognition with the active model (stored predictions, local alerts), plus (with a broker
+configured) the federated participant answering the aggregator's requests, installing pushed
+models, and publishing predictions, alerts and its status.
+Everything runs without a network: the store fills from the sensors, the stored model is loaded
+at start and keeps predicting and alerting whether or not the broker is reachable, and the MQTT
+client keeps reconnecting in the background.
 """
 
 from __future__ import annotations
@@ -18,9 +21,15 @@ from pathlib import Path
 from firmware_bridge.serial_link import SerialReader
 from shared import __version__
 from shared.protocol.envelope import Message
-from shared.protocol.messages import Describe, Hello, Ping, Pong
+from shared.protocol.messages import Describe, Hello, Ping, Pong, Status
+from shared.protocol.messages.deployment import ModelPush, ModelRollback, ModelStatus
+from shared.signing import load_verify_key
 from shared.transport.mqtt import MqttConfig, MqttTransport
 
+from .alerts import DEFAULT_RULES, AlertEngine, AlertRule
+from .engines import EnginePreference
+from .live import LiveConfig, LivePredictor
+from .models import ModelManager
 from .participant import Participant
 from .pipeline import PipelineConfig
 from .processing import FrameProcessor
@@ -41,6 +50,11 @@ class GatewayConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     holdout_fraction: float = 0.0  # the tail of each session's labelled windows kept for evaluation
+    model_dir: Path | None = None  # default: beside the store, CLIENT_ID-models/
+    trusted_keys: tuple[Path, ...] = ()  # the aggregator's public key file(s); none: pushes are refused
+    engine: EnginePreference = "auto"
+    alert_rules: tuple[AlertRule, ...] = DEFAULT_RULES
+    live: LiveConfig = field(default_factory=LiveConfig)
 
 
 def _pong(request: Message) -> Pong:
@@ -60,19 +74,72 @@ class Gateway:
         self.config = config
         self.session_id = config.session_id or f"{config.client_id}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
         self.store = WindowStore(config.store_path, retention=config.retention)
-        self.processor = FrameProcessor(self.store, self.session_id, config=config.pipeline)
+        model_dir = config.model_dir or config.store_path.with_name(f"{config.client_id}-models")
+        self.models = ModelManager(model_dir, config.client_id, [load_verify_key(p) for p in config.trusted_keys],
+                                   feature_set_version=lambda: self.processor.feature_set_version,
+                                   engine=config.engine)
+        self.predictor = LivePredictor(self.models, self.store, AlertEngine(config.alert_rules), config.live)
+        self.processor = FrameProcessor(self.store, self.session_id, config=config.pipeline,
+                                        on_window=self.predictor.on_window)
+        self.models.load()  # the stored model: recognition works before (and without) any broker
         self.serial = (SerialReader(config.serial_port, config.baudrate, on_frame=self.processor.on_frame)
                        if config.serial_port else None)
         self.transport: MqttTransport | None = None
         if config.mqtt is not None:
             self.transport = MqttTransport(config.client_id, config.mqtt)
-            training = StoreTrainingData(self.store, tuple(self.processor.feature_names),
+            self.transport.online_status = self.status  # type: ignore[method-assign]
+            training = StoreTrainingData(self.store, lambda: tuple(self.processor.feature_names),
                                          holdout_fraction=config.holdout_fraction)
             self.participant = Participant(self.transport, training)
-            self.participant.dispatcher.register(Ping, _pong)
-            self.participant.dispatcher.register(Describe, lambda _m: self.hello())
+            dispatcher = self.participant.dispatcher
+            dispatcher.register(Ping, _pong)
+            dispatcher.register(Describe, lambda _m: self.hello())
+            dispatcher.register(ModelPush, self._on_model_push)
+            dispatcher.register(ModelRollback, self._on_rollback)
         self._stop = threading.Event()
         self.final_stats: dict[str, object] = {}
+
+    def _on_model_push(self, message: Message) -> ModelStatus:
+        status = self.models.install(message.body.bundle)
+        self._publish_status()
+        return status
+
+    def _on_rollback(self, message: Message) -> ModelStatus:
+        status = self.models.rollback(message.body.reason)
+        self._publish_status()
+        return status
+
+    def status(self) -> Status:
+        """The retained presence: online, active model, counts, last prediction."""
+        installed = self.models.current
+        st = self.store.stats()
+        live = self.predictor.stats
+        detail = {"engine": installed.engine.name if installed else "-", "predicted": str(live.predicted),
+                  "last_prediction": live.last_label or "-", "alerts": str(live.alerts)}
+        if self.models.last_error:
+            detail["model_error"] = self.models.last_error[:200]
+        return Status(online=True, active_model=installed.label if installed else "", n_windows=st.windows,
+                      n_labelled=st.labelled, detail=detail)
+
+    def _publish_status(self) -> None:
+        if self.transport is not None and self.transport.is_connected:
+            try:
+                self.transport.publish(self.transport.layout.status(self.config.client_id),
+                                       Message.create(self.status(), sender=self.config.client_id), retain=True)
+            except ConnectionError:
+                pass  # republished on reconnect (online_status)
+
+    def _publish_live(self) -> None:
+        """Queued alerts and predictions to the aggregator, when connected."""
+        if self.transport is None or not self.transport.is_connected:
+            return
+        outbox = self.transport.layout.outbox(self.config.client_id)
+        try:
+            self.predictor.flush(lambda body: self.transport.publish(
+                outbox, Message.create(body, sender=self.config.client_id)))
+        except ConnectionError:
+            return  # stays queued
+        self._publish_status()
 
     def hello(self) -> Hello:
         return Hello(software_version=__version__, feature_set_version=self.processor.feature_set_version,
@@ -92,20 +159,28 @@ class Gateway:
         out.update(stored=st.windows, labelled=st.labelled)
         if self.transport is not None:
             out["broker"] = "connected" if self.transport.is_connected else "offline"
+        installed = self.models.current
+        out.update(model=installed.label if installed else "-", predicted=self.predictor.stats.predicted,
+                   last=self.predictor.stats.last_label or "-", alerts=self.predictor.stats.alerts)
         return out
 
     def run(self, *, stats_every_s: float = 0.0, on_stats=None) -> None:
-        """Serve until stopped; ``on_stats(dict)`` is called every ``stats_every_s`` seconds."""
+        """Serve until stopped; ``on_stats(dict)`` is called every ``stats_every_s`` seconds and
+        live results are published every ``config.live.publish_every_s``."""
         if self.transport is not None:
             self.participant.start()
             self.transport.connect(wait=False)
         if self.serial is not None:
             self.serial.start()
         log.info("gateway running", extra={"client": self.config.client_id, "session": self.session_id})
+        tick = self.config.live.publish_every_s
+        next_stats = time.monotonic() + stats_every_s if stats_every_s else float("inf")
         try:
-            while not self._stop.wait(stats_every_s or None):
-                if on_stats is not None:
+            while not self._stop.wait(min(tick, stats_every_s or tick)):
+                self._publish_live()
+                if on_stats is not None and time.monotonic() >= next_stats:
                     on_stats(self.stats())
+                    next_stats = time.monotonic() + stats_every_s
         finally:
             self.shutdown()
 
@@ -114,8 +189,10 @@ class Gateway:
         if self.serial is not None:
             self.serial.stop()
         self.processor.finish()
+        self._publish_live()
         self.final_stats = self.stats()
         if self.transport is not None:
+            self.transport.flush(5.0)
             self.transport.close()
         self.store.close()
         log.info("gateway stopped", extra={"client": self.config.client_id})

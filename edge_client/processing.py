@@ -22,6 +22,7 @@ import csv
 import hashlib
 import logging
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,8 +57,10 @@ class ProcessingStats:
 class FrameProcessor:
     """Frames in, stored feature windows out. Not thread-safe: one thread feeds it."""
 
-    def __init__(self, store: WindowStore, session_id: str, *, config: PipelineConfig = PipelineConfig()) -> None:
+    def __init__(self, store: WindowStore, session_id: str, *, config: PipelineConfig = PipelineConfig(),
+                 on_window: Callable[[WindowRecord, int | None], object] | None = None) -> None:
         self.store = store
+        self.on_window = on_window  # e.g. live recognition; called after the window is stored
         self.session_id = session_id
         self.config = config
         self.stats = ProcessingStats()
@@ -107,10 +110,15 @@ class FrameProcessor:
     def _store(self, windows: list[Window]) -> None:
         for window in windows:
             features = window_features(window, self._ordered)
-            self.store.add(WindowRecord(self.session_id, window.start_us, window.end_us, features,
-                                        self.feature_set_version))
+            record = WindowRecord(self.session_id, window.start_us, window.end_us, features, self.feature_set_version)
+            row = self.store.add(record)
             self.stats.windows += 1
             self.stats.last_window_end_us = window.end_us
+            if self.on_window is not None:
+                try:
+                    self.on_window(record, row)
+                except Exception:  # noqa: BLE001 - recognition must never stop data collection
+                    log.exception("window callback failed", extra={"end_us": window.end_us})
 
     def _annotation(self, frame: AnnotationFrame) -> None:
         a = frame.annotation

@@ -86,12 +86,38 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FEATURE_DTYPE = np.dtype("<f8")
 
 #: Upgrade steps: ``MIGRATIONS[v](conn)`` turns a version-v database into version v+1. It runs
 #: inside the opening transaction; the version row is updated by the caller.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+#: v2 adds the live-recognition tables (predictions, alerts).
+_LIVE_SCHEMA: tuple[str, ...] = (
+    """CREATE TABLE predictions (
+        id INTEGER PRIMARY KEY,
+        window_id INTEGER,
+        session_id TEXT NOT NULL,
+        end_us INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        label TEXT NOT NULL,
+        probability REAL NOT NULL,
+        probabilities BLOB NOT NULL,
+        latency_ms REAL NOT NULL,
+        inserted_at REAL NOT NULL)""",
+    "CREATE INDEX predictions_by_session_end ON predictions (session_id, end_us)",
+    """CREATE TABLE alerts (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        rule TEXT NOT NULL,
+        state TEXT NOT NULL,
+        started_us INTEGER NOT NULL,
+        detected_us INTEGER NOT NULL,
+        message TEXT NOT NULL,
+        inserted_at REAL NOT NULL)""",
+)
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: lambda c: [c.execute(statement) for statement in _LIVE_SCHEMA] and None,
+}
 
 _BUSY_TIMEOUT_S = 10.0
 _JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024  # truncate the -wal file back to this after a checkpoint
@@ -247,6 +273,22 @@ class QueryResult(NamedTuple):
     X: np.ndarray  # (n, d) float64, writable
     y: np.ndarray  # (n,) object array: label str, or None for unlabelled windows
     meta: WindowMeta
+
+
+@dataclass(frozen=True, eq=False)
+class PredictionRecord:
+    """One live prediction: the window it scored (row id, may be None), when it ended, which
+    model (``model_id:vN``), the predicted label with its probability, all class probabilities
+    (float32, the model's class order) and the inference latency."""
+
+    session_id: str
+    end_us: int
+    model: str
+    label: str
+    probability: float
+    probabilities: np.ndarray
+    latency_ms: float
+    window_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -416,6 +458,38 @@ class WindowStore:
                           annotations=annotations, db_bytes=_file_size(self.path),
                           wal_bytes=_file_size(self.path.with_name(self.path.name + "-wal")))
 
+    # -- live recognition ------------------------------------------------------------------
+
+    def add_prediction(self, p: PredictionRecord) -> None:
+        with self._write() as c:
+            c.execute("""INSERT INTO predictions (window_id, session_id, end_us, model, label, probability,
+                                                  probabilities, latency_ms, inserted_at)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                      (p.window_id, p.session_id, int(p.end_us), p.model, p.label, float(p.probability),
+                       np.asarray(p.probabilities, dtype="<f4").tobytes(), float(p.latency_ms), self._clock()))
+
+    def predictions(self, session_id: str | None = None) -> list[PredictionRecord]:
+        """Stored predictions in time order (of one session, or all)."""
+        where, params = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
+        with self._read() as c:
+            rows = c.execute(f"""SELECT session_id, end_us, model, label, probability, probabilities, latency_ms,
+                                        window_id FROM predictions {where} ORDER BY end_us, id""", params).fetchall()
+        return [PredictionRecord(r[0], r[1], r[2], r[3], r[4], np.frombuffer(r[5], dtype="<f4"), r[6], r[7])
+                for r in rows]
+
+    def add_alert(self, session_id: str, rule: str, state: str, started_us: int, detected_us: int,
+                  message: str) -> None:
+        with self._write() as c:
+            c.execute("""INSERT INTO alerts (session_id, rule, state, started_us, detected_us, message, inserted_at)
+                         VALUES (?, ?, ?, ?, ?, ?, ?)""",
+                      (session_id, rule, state, int(started_us), int(detected_us), message, self._clock()))
+
+    def alerts(self) -> list[tuple[str, str, str, int, int, str]]:
+        """(session, rule, state, started_us, detected_us, message) in the order they happened."""
+        with self._read() as c:
+            return [tuple(r) for r in c.execute(
+                "SELECT session_id, rule, state, started_us, detected_us, message FROM alerts ORDER BY id")]
+
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -448,7 +522,7 @@ class WindowStore:
         with self._write() as c:
             tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not tables:
-                for statement in _SCHEMA:
+                for statement in _SCHEMA + _LIVE_SCHEMA:
                     c.execute(statement)
                 c.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
                 log.info("window store created", extra={"path": str(self.path), "schema_version": SCHEMA_VERSION})

@@ -8,6 +8,7 @@ periodic retraining -- sees them).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -116,7 +117,7 @@ class StoreTrainingData:
     """
 
     store: WindowStore
-    feature_names: tuple[str, ...] = ()
+    feature_names: tuple[str, ...] | Callable[[], Sequence[str]] = ()  # a callable: read at each job
     holdout_fraction: float = 0.0
     gap_windows: int = 1
 
@@ -128,7 +129,8 @@ class StoreTrainingData:
         X, y, meta = self.store.query(feature_set_version, labelled_only=True)
         if X.shape[0] == 0:
             raise NoTrainingData(f"no labelled windows of feature set {feature_set_version!r} in the store")
-        names = self.feature_names if len(self.feature_names) == X.shape[1] else ()
+        names = tuple(self.feature_names() if callable(self.feature_names) else self.feature_names)
+        names = names if len(names) == X.shape[1] else ()
         if self.holdout_fraction == 0:
             return LabelledData(X, y, names), None
         train, test = tail_split(meta.session_ids, self.holdout_fraction, self.gap_windows)

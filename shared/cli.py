@@ -77,9 +77,16 @@ def _cmd_gateway(args: argparse.Namespace) -> int:
 
     store = Path(args.store or f"{args.client_id}-windows.db")
     retention = RetentionPolicy(max_windows=args.max_windows, max_age_s=args.max_age_days * 86400 if args.max_age_days else None)
+    from edge_client.alerts import DEFAULT_RULES, load_rules
+    from edge_client.live import LiveConfig
+
+    rules = load_rules(args.alerts) if args.alerts else DEFAULT_RULES
     gateway = Gateway(GatewayConfig(client_id=args.client_id, store_path=store, serial_port=args.serial,
                                     baudrate=args.baud, mqtt=_mqtt_config(args), session_id=args.session,
-                                    retention=retention, holdout_fraction=args.holdout_fraction))
+                                    retention=retention, holdout_fraction=args.holdout_fraction,
+                                    model_dir=Path(args.model_dir) if args.model_dir else None,
+                                    trusted_keys=tuple(Path(k) for k in args.trust), engine=args.engine,
+                                    alert_rules=rules, live=LiveConfig(publish_every_s=args.publish_every)))
     gateway.install_signal_handlers()
     print(f"gateway {args.client_id}: session {gateway.session_id}, store {store}, serial {args.serial or '-'}, "
           f"broker {'-' if args.no_broker else f'{args.host}:{args.port}'}", flush=True)
@@ -249,6 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-age-days", type=float, help="retention: drop windows stored longer ago")
     p.add_argument("--holdout-fraction", type=float, default=0.0,
                    help="keep the last share of each session's labelled windows out of training, for evaluation")
+    p.add_argument("--model-dir", help="where the active and previous model live (default: CLIENT_ID-models/)")
+    p.add_argument("--trust", action="append", default=[], metavar="PUBKEY",
+                   help="the aggregator's public key file (wheelfed keygen); repeat during a key rotation")
+    p.add_argument("--engine", choices=("auto", "numpy", "tflite"), default="auto",
+                   help="inference engine (auto: TFLite when installed and faster)")
+    p.add_argument("--alerts", help="JSON file of alert rules (default: pressure relief 30 min, lying 2 h)")
+    p.add_argument("--publish-every", type=float, default=10.0, help="seconds between prediction batches")
     p.add_argument("--stats-every", type=float, default=10.0, help="seconds between status lines (0: none)")
     p.add_argument("--no-broker", action="store_true", help="collect only; do not connect to an MQTT broker")
     p.add_argument("--host", default="127.0.0.1")

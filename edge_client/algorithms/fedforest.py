@@ -140,8 +140,15 @@ class _ForestState:
         return node_summaries(level.positions, level.weight, self.terms[level.rows], level.n_nodes)
 
     def wire(self, values: np.ndarray) -> np.ndarray:
-        """Integer multiplicity sums travel as int64 (exact), regression sums as float64."""
-        return np.rint(values).astype(np.int64) if self.integer else values
+        """Class counts (sums of integer bootstrap multiplicities) travel exactly in the smallest
+        unsigned integer type that holds them -- most of a level's bytes are left summaries --
+        regression sums as float64."""
+        if not self.integer:
+            return values
+        counts = np.rint(values)
+        top = counts.max(initial=0)
+        dtype = np.uint8 if top <= 0xFF else np.uint16 if top <= 0xFFFF else np.uint32
+        return counts.astype(dtype)
 
 
 class FedForestClient:

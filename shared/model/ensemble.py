@@ -214,9 +214,13 @@ class TreeEnsemble:
 
     def predict_proba(self, X: ArrayLike) -> np.ndarray:
         """Class probabilities (n_rows, n_classes), columns ordered as ``classes``."""
+        return self.proba_from_raw(self._engine.raw(X))
+
+    def proba_from_raw(self, raw: np.ndarray) -> np.ndarray:
+        """Class probabilities from ``predict_raw`` output (any engine's): the link of a boosted
+        model, the averaged distributions of a forest as they are."""
         if not self.is_classifier:
             raise ValueError("predict_proba needs a classifier; this model is a regressor")
-        raw = self._engine.raw(X)
         if self.kind != "boosted":
             return raw
         if self.link == "sigmoid":

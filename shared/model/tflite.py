@@ -142,6 +142,11 @@ def _resolver_kwargs(interpreter_class: type) -> dict[str, Any]:
     return {"experimental_op_resolver_type": resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
 
 
+# Blocks of the widened input [X with NaN -> -inf | X with NaN -> +inf | X]: which copy of a
+# feature a split reads (see the module docstring).
+_NAN_LOW, _NAN_HIGH, _RAW = 0, 1, 2
+
+
 # ---------------------------------------------------------------------------------------------
 # The perfect-tree layout (pure numpy; shared by compiler and tests)
 # ---------------------------------------------------------------------------------------------
@@ -178,10 +183,10 @@ class _Layout:
                 f"leaf slots (limit {MAX_SLOTS}): use the numpy engine for such deep trees"
             )
         T, D = self.n_trees, self.depth
-        # Pseudo-nodes (padding below early leaves): feature 0, threshold 0, default left.
-        self.feature = [np.zeros(T << l, dtype=np.int32) for l in range(D)]
+        # Pseudo-nodes (padding below early leaves): column 0, threshold 0.
+        self.feature = [np.zeros(T << l, dtype=np.int32) for l in range(D)]  # column of the widened input
         self.threshold = [np.zeros(T << l, dtype=np.float32) for l in range(D)]
-        self.default_right = [np.zeros(T << l, dtype=np.int32) for l in range(D)]
+        self.n_blocks = 2  # 3 once a categorical split sends NaN left (it needs the raw block)
         self.codes: list[dict[int, np.ndarray]] = [{} for _ in range(D)]
         self.leaf = np.zeros(T << D, dtype=np.int32)
         for t, tree in enumerate(ensemble.trees):
@@ -224,15 +229,18 @@ class _Layout:
             self.leaf[start : start + span] = node
             return
         g = (t << level) + position
-        self.feature[level][g] = tree.feature[node]
-        self.default_right[level][g] = 0 if tree.default_left[node] else 1
+        block = _NAN_LOW if tree.default_left[node] else _NAN_HIGH
         if tree.is_categorical[node]:
             self.threshold[level][g] = -np.inf
+            if tree.default_left[node]:
+                block = _RAW
+                self.n_blocks = 3
             codes = tree.categories(node).astype(np.float64)
             exact = codes.astype(np.float32).astype(np.float64) == codes
             self.codes[level][g] = codes[exact].astype(np.float32)
         else:
             self.threshold[level][g] = self._t32[node]
+        self.feature[level][g] = int(tree.feature[node]) + block * self.n_inputs
         self._place(t, int(tree.left[node]), level + 1, 2 * position)
         self._place(t, int(tree.right[node]), level + 1, 2 * position + 1)
 
@@ -308,6 +316,7 @@ def compile_tflite(ensemble: TreeEnsemble, *, client_index: int | None = None) -
     T, D = layout.n_trees, layout.depth
     g = _Graph()
     X = g.tensor(INPUT_NAME, TT["FLOAT32"], [-1, layout.n_inputs])
+    F = layout.n_inputs
 
     def gather_opts(axis: int, batch_dims: int) -> Any:
         def build(b: Any) -> int:
@@ -343,31 +352,41 @@ def compile_tflite(ensemble: TreeEnsemble, *, client_index: int | None = None) -
         g.op(code, [a, b], [out], simple_opts(opts) if opts else None)
         return out
 
+    # The widened input: NaN replaced by -inf (splits sending NaN left), by +inf (right), raw.
+    nan = g.tensor("nan", TT["BOOL"], [-1, F])
+    g.op(op.NOT_EQUAL, [X, X], [nan])
+    blocks = []
+    for name, fill in (("x_nan_low", -np.inf), ("x_nan_high", np.inf)):
+        blocks.append(g.tensor(name, TT["FLOAT32"], [-1, F]))
+        g.op(op.SELECT_V2, [nan, g.const(name + "/fill", np.array(fill, dtype=np.float32)), X], [blocks[-1]],
+             (tfl.BuiltinOptions.SelectV2Options, lambda b: (tfl.SelectV2OptionsStart(b), tfl.SelectV2OptionsEnd(b))[1]))
+    if layout.n_blocks == 3:
+        blocks.append(X)
+    XA = g.tensor("x_wide", TT["FLOAT32"], [-1, F * layout.n_blocks])
+
+    def concat(b: Any) -> int:
+        tfl.ConcatenationOptionsStart(b)
+        tfl.ConcatenationOptionsAddAxis(b, 1)
+        return tfl.ConcatenationOptionsEnd(b)
+
+    g.op(op.CONCATENATION, blocks, [XA], (tfl.BuiltinOptions.ConcatenationOptions, concat))
+
     axis2 = None
     slot = -1
     for level in range(D):
         p = f"l{level}/"
         if level == 0:
             x = tmp(p + "x", TT["FLOAT32"], [-1, T])
-            g.op(op.GATHER, [X, g.const(p + "feature", layout.feature[0])], [x], gather_opts(1, 0))
+            g.op(op.GATHER, [XA, g.const(p + "feature", layout.feature[0])], [x], gather_opts(1, 0))
             t = g.const(p + "threshold", layout.threshold[0])
         else:
             f = tmp(p + "f", TT["INT32"], [-1, T])
             g.op(op.GATHER, [g.const(p + "feature", layout.feature[level]), slot], [f], gather_opts(0, 0))
             x = tmp(p + "x", TT["FLOAT32"], [-1, T])
-            g.op(op.GATHER, [X, f], [x], gather_opts(1, 1), version=5)
+            g.op(op.GATHER, [XA, f], [x], gather_opts(1, 1), version=5)
             t = tmp(p + "t", TT["FLOAT32"], [-1, T])
             g.op(op.GATHER, [g.const(p + "threshold", layout.threshold[level]), slot], [t], gather_opts(0, 0))
         right = as_int(p + "ge_i", binary(op.GREATER_EQUAL, p + "ge", x, t, TT["BOOL"]))
-        default_right = layout.default_right[level]
-        if default_right.any():
-            nan = as_int(p + "nan_i", binary(op.NOT_EQUAL, p + "nan", x, x, TT["BOOL"]))
-            if level == 0:
-                dr = g.const(p + "default_right", default_right)
-            else:
-                dr = tmp(p + "dr", TT["INT32"], [-1, T])
-                g.op(op.GATHER, [g.const(p + "default_right", default_right), slot], [dr], gather_opts(0, 0))
-            right = binary(op.ADD, p + "r_nan", right, binary(op.MUL, p + "nan_dr", nan, dr, opts="Mul"), opts="Add")
         codes = layout.code_table(level)
         if codes is not None:
             K = codes.shape[1]
@@ -680,6 +699,21 @@ class TfliteEngine:
             local = self._run(rows[start : start + BATCH_CHUNK])
             out[start : start + BATCH_CHUNK] = self._numpy._combine(local.astype(np.intp) + self._numpy.roots)
         return out[0] if single else out
+
+    def predict_proba(self, X: ArrayLike) -> np.ndarray:
+        """Class probabilities, as ``TreeEnsemble.predict_proba`` (same link functions)."""
+        from .ensemble import _sigmoid, _softmax
+
+        model = self.ensemble
+        if not model.is_classifier:
+            raise ValueError("predict_proba needs a classifier; this model is a regressor")
+        raw = self.raw(X)
+        if model.kind != "boosted":
+            return raw
+        if model.link == "sigmoid":
+            p = _sigmoid(raw)
+            return np.concatenate([1.0 - p, p], axis=-1)
+        return _softmax(raw)
 
     def __repr__(self) -> str:
         return (

@@ -97,6 +97,11 @@ class MqttTransport(Transport):
         self._closed = False
 
     # -- setup --------------------------------------------------------------------------------
+    def online_status(self) -> Status:
+        """The retained presence published on every (re)connect; a gateway replaces this to
+        include its active model and counters (``Gateway`` does)."""
+        return Status(online=True)
+
     def _make_client(self) -> paho.Client:
         cfg = self.config
         if cfg.protocol == 5:
@@ -164,7 +169,7 @@ class MqttTransport(Transport):
         for topic_filter in self._filters:
             client.subscribe(topic_filter, qos=1)
         if self.presence:
-            status = encode_message(Message.create(Status(online=True), sender=self.client_id))
+            status = encode_message(Message.create(self.online_status(), sender=self.client_id))
             self._publish_payload(self.layout.status(self.client_id), status, True)
         self.connections += 1  # last: a new epoch means subscriptions and presence are in place
         self._connected.set()

@@ -377,7 +377,7 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     WindowStore(tmp_path / "w.db").close()
     with sqlite3.connect(tmp_path / "w.db") as raw:
         raw.execute("UPDATE schema_version SET version = 99")
-    with pytest.raises(StoreError, match="schema v99, newer than this software's v1"):
+    with pytest.raises(StoreError, match=f"schema v99, newer than this software's v{store_module.SCHEMA_VERSION}"):
         WindowStore(tmp_path / "w.db")
 
 
@@ -390,16 +390,17 @@ def test_migrations_run_in_order_on_an_older_file(tmp_path: Path, monkeypatch) -
         calls.append(1)
         c.execute("ALTER TABLE windows ADD COLUMN device TEXT")
 
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 3)
-    monkeypatch.setattr(store_module, "MIGRATIONS", {1: add_device_column, 2: lambda c: calls.append(2)})
+    current = store_module.SCHEMA_VERSION
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", current + 2)
+    monkeypatch.setattr(store_module, "MIGRATIONS", {current: add_device_column, current + 1: lambda c: calls.append(2)})
     with WindowStore(tmp_path / "w.db") as store:
         assert store.count() == 1
     assert calls == [1, 2]
     with sqlite3.connect(tmp_path / "w.db") as raw:
-        assert raw.execute("SELECT version FROM schema_version").fetchone() == (3,)
+        assert raw.execute("SELECT version FROM schema_version").fetchone() == (current + 2,)
         assert "device" in [r[1] for r in raw.execute("PRAGMA table_info(windows)")]
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 5)
-    with pytest.raises(StoreError, match="no migration from window-store schema v3 to v4"):
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", current + 4)
+    with pytest.raises(StoreError, match=f"no migration from window-store schema v{current + 2} to v{current + 3}"):
         WindowStore(tmp_path / "w.db")
 
 
@@ -410,13 +411,26 @@ def test_a_failed_migration_leaves_the_file_untouched(tmp_path: Path, monkeypatc
         c.execute("ALTER TABLE windows ADD COLUMN device TEXT")
         raise RuntimeError("migration bug")
 
-    monkeypatch.setattr(store_module, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(store_module, "MIGRATIONS", {1: broken})
+    current = store_module.SCHEMA_VERSION
+    monkeypatch.setattr(store_module, "SCHEMA_VERSION", current + 1)
+    monkeypatch.setattr(store_module, "MIGRATIONS", {current: broken})
     with pytest.raises(RuntimeError, match="migration bug"):
         WindowStore(tmp_path / "w.db")
     with sqlite3.connect(tmp_path / "w.db") as raw:
-        assert raw.execute("SELECT version FROM schema_version").fetchone() == (1,)
+        assert raw.execute("SELECT version FROM schema_version").fetchone() == (current,)
         assert "device" not in [r[1] for r in raw.execute("PRAGMA table_info(windows)")]
+
+
+def test_a_version_1_store_gains_the_live_recognition_tables(tmp_path: Path) -> None:
+    """A gateway's store written before live recognition opens, migrates, and keeps its windows."""
+    with sqlite3.connect(tmp_path / "v1.db") as raw:
+        for statement in store_module._SCHEMA:
+            raw.execute(statement)
+        raw.execute("INSERT INTO schema_version VALUES (1)")
+    with WindowStore(tmp_path / "v1.db") as store:
+        store.add(rec("s1", 0))
+        store.add_alert("s1", "r", "raised", 0, 10, "m")
+        assert store.count() == 1 and store.alerts() == [("s1", "r", "raised", 0, 10, "m")]
 
 
 def test_foreign_files_are_refused(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Message bodies, one module per algorithm; importing this package registers them all."""
 
-from . import evaluation, fedforest, fedscs_xgb
+from . import deployment, evaluation, fedforest, fedscs_xgb
 from .generic import (
     Ack,
     DataSummary,
@@ -14,4 +14,4 @@ from .generic import (
     Status,
 )
 
-__all__ = ["evaluation", "fedforest", "fedscs_xgb", "Ack", "DataSummary", "DataSummaryRequest", "Describe", "ErrorReply", "Hello", "ModelAnnouncement", "Ping", "Pong", "Status"]
+__all__ = ["deployment", "evaluation", "fedforest", "fedscs_xgb", "Ack", "DataSummary", "DataSummaryRequest", "Describe", "ErrorReply", "Hello", "ModelAnnouncement", "Ping", "Pong", "Status"]

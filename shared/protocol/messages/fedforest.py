@@ -29,7 +29,8 @@ from ..schema import ArraySpec
 INT_1D = ArraySpec(("int32", "int64"), ndim=1)
 F64_1D = ArraySpec(("float64",), ndim=1, finite=True)
 F64_2D = ArraySpec(("float64",), ndim=2, finite=True)
-SUMMARIES = ArraySpec(("int32", "int64", "float64"), ndim=2, finite=True)
+COUNT_DTYPES = ("uint8", "uint16", "uint32", "int32", "int64")
+SUMMARIES = ArraySpec((*COUNT_DTYPES, "float64"), ndim=2, finite=True)
 
 
 def _csr(name: str, offsets: np.ndarray, values_len: int, rows: int) -> None:
@@ -166,7 +167,7 @@ class ForestLevelReply:
     points: Annotated[np.ndarray, F64_2D]
     pair_weight: Annotated[np.ndarray, F64_1D]
     category_pairs: Annotated[np.ndarray, INT_1D]
-    category_summaries: Annotated[np.ndarray, ArraySpec(("int32", "int64", "float64"), ndim=3, finite=True)]
+    category_summaries: Annotated[np.ndarray, ArraySpec((*COUNT_DTYPES, "float64"), ndim=3, finite=True)]
     local_gain: Annotated[np.ndarray, F64_1D] = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:

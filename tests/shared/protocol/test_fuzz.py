@@ -134,6 +134,15 @@ def evaluation_examples() -> list[object]:
             EvaluationReply(5, np.array([[2, 1], [0, 2]]), np.zeros((2, 10, 2), np.int64), 1.5)]
 
 
+def deployment_examples() -> list[object]:
+    from shared.protocol.messages import deployment as m
+
+    return [m.ModelPush(b"bundle"), m.ModelRollback("bad"), m.ModelStatus("active", "m", 2, 1, ""),
+            m.PredictionBatch("m", 2, ("a", "b"), np.array([10, 20]), np.array([0, 1], np.int32),
+                              np.array([0.9, 0.8], np.float32), np.array([0.1, 0.2], np.float32)),
+            m.AlertEvent("r", "raised", 1, 2, "msg", {"k": "v"})]
+
+
 def valid_bodies() -> dict[str, object]:
     """One valid body per registered type: the fuzzer breaks one field at a time from these."""
     from shared.protocol.chunking import Chunk
@@ -144,7 +153,7 @@ def valid_bodies() -> dict[str, object]:
         Hello("0.1.0", "fs-1", 12, ("a",)), Status(online=True, detail={"k": "v"}), Ping(b"x", 0.5), Pong(b"y"),
         Ack("n"), Describe(), ErrorReply("c", "m", "ping"), ModelAnnouncement("m", 1, "x", "fs", bytes(32), 9),
         Chunk("t", 0, 1, 1, bytes(32), b"x"), ArrayBody(np.zeros(3, np.float32), [1], {"a": 1.0}, "n"),
-        *fedscs_xgb_examples(), *fedforest_examples(), *evaluation_examples(),
+        *fedscs_xgb_examples(), *fedforest_examples(), *evaluation_examples(), *deployment_examples(),
     ]
     return {type_name: body for body in examples for type_name, cls in registered_message_types().items() if type(body) is cls}
 
