@@ -205,6 +205,7 @@ def run_cell(setting: str, seed: int, n_trees: int, check_eval: bool = False) ->
     }
     mse: dict[str, float] = {}
     seconds: dict[str, float] = {}
+    root_t: dict[str, float] = {}  # F.1.1: mean |root threshold| over trees whose root splits x_1
     problems: list[str] = []
     sim = Simulation(client_data(blocks, with_test=check_eval))
     for name, config in configs.items():
@@ -214,6 +215,9 @@ def run_cell(setting: str, seed: int, n_trees: int, check_eval: bool = False) ->
         if isinstance(model, dict):  # Local Learning: every client's model on the mixture test sample
             mse[name] = float(np.mean([np.mean((m.predict(Xte) - yte) ** 2) for m in model.values()]))
             continue
+        if SETTINGS[setting]["family"] == "F.1.1":
+            roots = [abs(float(t.threshold[0])) for t in model.trees if t.left[0] >= 0 and t.feature[0] == 0]
+            root_t[name] = float(np.mean(roots)) if roots else float("nan")
         wants_h = "X,H" in name
         if uses_client_index(model) != wants_h:
             problems.append(f"{setting} seed {seed} {name}: uses_client_index = {uses_client_index(model)}")
@@ -235,11 +239,14 @@ def run_cell(setting: str, seed: int, n_trees: int, check_eval: bool = False) ->
         else:
             pred = rf.fit(Xtr, ytr).predict(Xte)
         seconds[name] = time.perf_counter() - t0
+        if SETTINGS[setting]["family"] == "F.1.1":
+            roots = [abs(float(e.tree_.threshold[0])) for e in rf.estimators_ if e.tree_.feature[0] == 0]
+            root_t[name] = float(np.mean(roots)) if roots else float("nan")
         mse[name] = float(np.mean((pred - yte) ** 2))
     for name, v in mse.items():
         if not np.isfinite(v):
             problems.append(f"{setting} seed {seed} {name}: MSE {v}")
-    return {"setting": setting, "seed": seed, "mse": mse, "seconds": seconds, "problems": problems,
+    return {"setting": setting, "seed": seed, "mse": mse, "seconds": seconds, "problems": problems, "root_t": root_t,
             "noise": float(np.var(yte - _truth(setting, blocks)))}
 
 
@@ -320,6 +327,18 @@ def main() -> int:
         print(f"### Test MSE, {title}\n")
         print(markdown_table(["method"] + cols, rows))
         print()
+        if family == "F.1.1":
+            root_rows = []
+            for m in METHODS:
+                if m.startswith("Local") or "X,H" in m:
+                    continue
+                root_rows.append([m] + [mean_std([v for v in (by[(s, i)]["root_t"].get(m, np.nan)
+                                                            for i in range(n_seeds) if (s, i) in by)
+                                                  if np.isfinite(v)], 2) for s in cols])
+            print("Where the root split on x_1 falls: mean |threshold| over the trees whose root splits x_1 (the "
+                  "optimal split is x_1 > 0, the centre of the gap between the clients' supports at ±γ):\n")
+            print(markdown_table(["method"] + cols, root_rows))
+            print()
         paper_rows = [[m] + [PAPER.get((s, m), "") for s in cols] for m in METHODS
                       if any((s, m) in PAPER for s in cols)]
         if paper_rows:

@@ -76,7 +76,8 @@ class Gateway:
         self.store = WindowStore(config.store_path, retention=config.retention)
         model_dir = config.model_dir or config.store_path.with_name(f"{config.client_id}-models")
         self.models = ModelManager(model_dir, config.client_id, [load_verify_key(p) for p in config.trusted_keys],
-                                   feature_set_version=lambda: self.processor.feature_set_version,
+                                   feature_set_version=lambda: (self.processor.feature_set_version
+                                                                or self.store.latest_feature_set_version()),
                                    engine=config.engine)
         self.predictor = LivePredictor(self.models, self.store, AlertEngine(config.alert_rules), config.live)
         self.processor = FrameProcessor(self.store, self.session_id, config=config.pipeline,

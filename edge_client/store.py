@@ -458,6 +458,13 @@ class WindowStore:
                           annotations=annotations, db_bytes=_file_size(self.path),
                           wal_bytes=_file_size(self.path.with_name(self.path.name + "-wal")))
 
+    def latest_feature_set_version(self) -> str:
+        """The feature set of the most recently stored window ("" for an empty store): what a
+        gateway produces when its sensors are quiet."""
+        with self._read() as c:
+            row = c.execute("SELECT feature_set_version FROM windows ORDER BY id DESC LIMIT 1").fetchone()
+        return row[0] if row else ""
+
     # -- live recognition ------------------------------------------------------------------
 
     def add_prediction(self, p: PredictionRecord) -> None:

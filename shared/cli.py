@@ -171,6 +171,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
 
     _exit_on_sigterm()
+    if not (args.output or args.registry):
+        raise SystemExit("wheelfed train: give -o FILE and/or --registry DB so the model is kept somewhere")
     init_model = None
     if args.init_model:
         raw = Path(args.init_model).read_bytes()
@@ -208,10 +210,153 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise SystemExit(f"wheelfed train: {exc}") from None
     finally:
         transport.close()
-    data = model.to_json(indent=1).encode() if args.output.endswith(".json") else model.to_cbor()
-    Path(args.output).write_bytes(data)
-    print(f"{args.output}: {model.n_trees} trees, classes {list(model.classes)}; job {job.job_id}, "
+    if args.output:
+        data = model.to_json(indent=1).encode() if args.output.endswith(".json") else model.to_cbor()
+        Path(args.output).write_bytes(data)
+    if args.registry:
+        from aggregator.registry import Registry
+
+        with Registry(args.registry) as registry:
+            record = registry.add(args.model_id or algorithm.name, model,
+                                  metrics=evaluation.metrics if args.evaluate else None)
+        print(f"registered {record.label} in {args.registry}", flush=True)
+    print(f"{args.output or 'model'}: {model.n_trees} trees, classes {list(model.classes)}; job {job.job_id}, "
           f"{job.rounds} protocol rounds, rejected replies {job.rejected or 'none'}", flush=True)
+    return 0
+
+
+def _aggregator_transport(args: argparse.Namespace):
+    """The aggregator's MQTT connection from the common broker flags (connected)."""
+    from shared.protocol.topics import AGGREGATOR_ID
+    from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
+
+    tls = TlsConfig(args.tls_ca, args.tls_cert, args.tls_key) if args.tls_ca else None
+    mqtt = MqttConfig(host=args.host, port=args.port, username=None if tls else args.username,
+                      password=None if tls else os.environ.get("WHEELFED_MQTT_PASSWORD"), protocol=args.protocol, tls=tls)
+    transport = MqttTransport(AGGREGATOR_ID, mqtt, presence=False)
+    try:
+        transport.connect(wait=True, timeout_s=30.0)
+    except (ConnectionError, TimeoutError) as exc:
+        raise SystemExit(f"wheelfed: cannot reach the broker at {args.host}:{args.port}: {exc}") from None
+    return transport
+
+
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from shared.signing import SigningKey
+
+    key = SigningKey.generate()
+    secret, public = Path(args.output), Path(args.output).with_suffix(".pub")
+    try:
+        key.save(secret, overwrite=args.force)
+        key.verify_key.save(public, overwrite=args.force)
+    except FileExistsError as exc:
+        raise SystemExit(f"wheelfed keygen: {exc} (use --force to replace the key: gateways must then trust the "
+                         "new public key)") from None
+    print(f"signing key {secret} (keep it on the aggregator, mode 0600); public key {public} "
+          f"(give it to every gateway: --trust {public}); key id {key.verify_key.key_id}", flush=True)
+    return 0
+
+
+def _load_model_file(path: str):
+    from pathlib import Path
+
+    from shared.model import TreeEnsemble
+
+    raw = Path(path).read_bytes()
+    return TreeEnsemble.from_json(raw) if path.endswith(".json") else TreeEnsemble.from_cbor(raw)
+
+
+def _split_ref(ref: str) -> tuple[str, int | None]:
+    model_id, _, version = ref.partition(":v")
+    return model_id, int(version) if version else None
+
+
+def _cmd_model(args: argparse.Namespace) -> int:
+    from aggregator.registry import Registry, RegistryError
+
+    try:
+        with Registry(args.registry) as registry:
+            if args.action == "list":
+                deployments = registry.deployments()
+                for r in registry.list():
+                    states = [f"{c}={s}" for m, v, c, s, _ in deployments if (m, v) == (r.model_id, r.version)]
+                    metrics = " ".join(f"{k}={v:.4g}" for k, v in r.metrics.items() if isinstance(v, float))
+                    print(f"{r.label:24} {r.algorithm:12} {r.kind:8} trees={r.n_trees:<5} {metrics} "
+                          f"{' '.join(states) or 'not deployed'}")
+            elif args.action == "register":
+                record = registry.add(args.model_id, _load_model_file(args.file), target=args.target or "")
+                print(f"registered {record.label} ({record.algorithm}, {record.n_trees} trees)")
+            elif args.action == "show":
+                record, model = registry.model(*_split_ref(args.ref))
+                print(f"{record.label}: {record.algorithm} {record.kind} model, {model.n_trees} trees, "
+                      f"{model.n_features} inputs, classes {record.classes}, feature set {record.feature_set_version}, "
+                      f"target {record.target or 'the fleet'}")
+                print(f"metadata: {model.metadata}\nmetrics: {record.metrics}")
+                for _m, _v, client, state, detail in registry.deployments(record.model_id):
+                    if _v == record.version:
+                        print(f"  {client}: {state} {detail}")
+            else:
+                return _deploy_or_rollback(args, registry)
+    except RegistryError as exc:
+        raise SystemExit(f"wheelfed model: {exc}") from None
+    return 0
+
+
+def _deploy_or_rollback(args: argparse.Namespace, registry) -> int:
+    from aggregator.deployment import deploy, rollback
+    from aggregator.fleet import discover_gateways
+    from aggregator.rounds import RoundEngine
+    from shared.signing import load_signing_key
+
+    transport = _aggregator_transport(args)
+    try:
+        clients = [c for c in args.clients.split(",") if c] if args.clients else discover_gateways(transport)
+        if not clients:
+            raise SystemExit("wheelfed model: no gateway online; name them with --clients")
+        engine = RoundEngine(transport)
+        if args.action == "deploy":
+            model_id, version = _split_ref(args.ref)
+            result = deploy(engine, registry, load_signing_key(args.key), model_id, version, clients,
+                            target=args.target or "", deadline_s=args.deadline)
+        else:
+            result = rollback(engine, clients, reason=args.reason, deadline_s=args.deadline)
+    finally:
+        transport.close()
+    print(f"{result.label}: active on {result.active or 'none'}; rejected {result.rejected or 'none'}; "
+          f"pending {result.pending or 'none'}")
+    return 1 if result.rejected else 0
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from edge_client.processing import extract_recording
+    from shared.model import client_index, model_inputs
+
+    model = _load_model_file(args.model)
+    table, _ = extract_recording(args.recording)
+    if model.feature_set_version and model.feature_set_version != table.feature_set_version:
+        raise SystemExit(f"wheelfed predict: the model expects feature set {model.feature_set_version!r}, the "
+                         f"recording gives {table.feature_set_version!r}")
+    X = model_inputs(model, table.X.astype(np.float32), client_index(model, args.client or ""))
+    predicted = model.predict(X)
+    labels = table.labels
+    if args.output:
+        with open(args.output, "w") as fh:
+            fh.write("start_us,end_us,label,predicted\n")
+            for a, b, y, p in zip(table.start_us, table.end_us, labels, predicted):
+                fh.write(f"{a},{b},{'' if y is None else y},{p}\n")
+    known = np.array([y is not None for y in labels])
+    print(f"{args.recording}: {len(predicted)} windows predicted with {args.model}")
+    if known.any():
+        truth = np.array([str(y) for y in labels[known]])
+        guess = np.array([str(p) for p in predicted[known]])
+        print(f"accuracy on {int(known.sum())} labelled windows: {(truth == guess).mean():.4f}")
+        for label in sorted(set(truth)):
+            rows = truth == label
+            print(f"  {label:24} {int(rows.sum()):6} windows  recall {(guess[rows] == label).mean():.4f}")
     return 0
 
 
@@ -304,7 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model on the online gateways over MQTT (aggregator side)")
     p.add_argument("--algorithm", choices=("fedscs-xgb", "fedforest"), default="fedscs-xgb")
     p.add_argument("--clients", help="comma-separated gateway ids (default: every gateway online)")
-    p.add_argument("-o", "--output", required=True, help="model file: .json, else CBOR")
+    p.add_argument("-o", "--output", help="model file: .json, else CBOR")
+    p.add_argument("--registry", help="also register the model (and its held-out metrics) in this registry")
+    p.add_argument("--model-id", help="the registered model's name (default: the algorithm's)")
     p.add_argument("--rounds", type=int, default=10, help="fedscs-xgb: boosting rounds")
     p.add_argument("--trees", type=int, default=50, help="fedforest: number of trees")
     p.add_argument("--max-depth", type=int, help="tree depth (default: 4 fedscs-xgb, 8 fedforest)")
@@ -330,6 +477,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert")
     p.add_argument("--tls-key")
     p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("keygen", help="create the aggregator's model-signing key pair (.key and .pub)")
+    p.add_argument("-o", "--output", default="aggregator.key")
+    p.add_argument("--force", action="store_true", help="overwrite existing key files")
+    p.set_defaults(func=_cmd_keygen)
+
+    p = sub.add_parser("model", help="the model registry: list, show, register, deploy, rollback")
+    p.add_argument("action", choices=("list", "show", "register", "deploy", "rollback"))
+    p.add_argument("ref", nargs="?", help="MODEL_ID[:vN] (show, deploy), or a model file (register)")
+    p.add_argument("--registry", default="wheelfed-registry.db", help="registry file (SQLite)")
+    p.add_argument("--model-id", help="register: the model's name")
+    p.add_argument("--file", help="register: a model file (.json or CBOR)")
+    p.add_argument("--key", default="aggregator.key", help="deploy: the signing key (wheelfed keygen)")
+    p.add_argument("--target", help="a personalised model: the one gateway it is for")
+    p.add_argument("--clients", help="comma-separated gateway ids (default: every gateway online)")
+    p.add_argument("--reason", default="", help="rollback: why (logged on the gateways)")
+    p.add_argument("--deadline", type=float, default=30.0, help="seconds to wait for the gateways' answers")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=1883)
+    p.add_argument("--username", default="aggregator", help="password from $WHEELFED_MQTT_PASSWORD")
+    p.add_argument("--protocol", type=int, choices=(4, 5), default=5)
+    p.add_argument("--tls-ca")
+    p.add_argument("--tls-cert")
+    p.add_argument("--tls-key")
+    p.set_defaults(func=_cmd_model)
+
+    p = sub.add_parser("predict", help="offline batch prediction of a recording (per-label accuracy if labelled)")
+    p.add_argument("recording")
+    p.add_argument("--model", required=True, help="model file (.json or CBOR)")
+    p.add_argument("--client", help="the gateway id, for models that split on the client")
+    p.add_argument("-o", "--output", help="CSV of per-window predictions")
+    p.set_defaults(func=_cmd_predict)
 
     p = sub.add_parser("demo", help="run the demo (for now: the foundation smoke scenario)")
     p.add_argument("--gateways", type=int, default=3)

@@ -14,18 +14,23 @@ Two halves with different dependencies:
 The graph (perfect-tree traversal, builtin ops only). Every tree is padded to a perfect tree of
 the ensemble's maximum depth ``D`` (>= 1): a leaf above depth ``D`` becomes pseudo-splits whose
 every descendant slot maps back to that leaf, so which way a pseudo-split goes does not matter.
-Level ``l`` stores, for slot ``g = tree * 2**l + position``, the feature, float32 threshold,
-default direction and (if categorical) the category codes. One ``(n_rows, n_trees)`` int32
-tensor of slots advances a level per step::
+Level ``l`` stores, for slot ``g = tree * 2**l + position``, the input column, the float32
+threshold and (if categorical) the category codes. First the input is widened once per call
+(NOT_EQUAL, SELECT_V2, CONCATENATION) to ``XA = [X, NaN -> -inf | X, NaN -> +inf | X raw]``; a
+split reads the copy that encodes its default direction, so no per-level NaN handling is
+needed. Then one ``(n_rows, n_trees)`` int32 tensor of slots advances a level per step::
 
-    x  = GATHER(X, GATHER(feature_l, g), batch_dims=1)      # level 0: GATHER(X, feature_0, axis=1)
-    r  = CAST(x >= t) + CAST(x != x) * default_right         # GREATER_EQUAL, NOT_EQUAL, CAST, MUL, ADD
-    r -= CAST(REDUCE_ANY(EQUAL(x[..., None], codes)))        # only on levels with categorical splits
-    g  = g + g + r                                           # next slot: 2 * g + (went right)
+    x  = GATHER(XA, GATHER(column_l, g), batch_dims=1)     # level 0: GATHER(XA, column_0, axis=1)
+    r  = CAST(GREATER_EQUAL(x, GATHER(threshold_l, g)))     # 1 = go right
+    r -= CAST(REDUCE_ANY(EQUAL(EXPAND_DIMS(x), GATHER(codes_l, g))))  # levels with categorical splits
+    g  = ADD(ADD(g, g), r)                                  # child slot 2g + r
 
 and the output is ``GATHER(leaf_id, g)``: the local leaf node id per tree, (n_rows, n_trees)
 int32, the same ids as ``TreeEnsemble.leaves``. The graph does no floating-point arithmetic.
-``TfliteEngine.raw`` turns those ids into ``predict_raw`` with the numpy engine's own summation
+Why the NaN copies are exact: a numeric threshold becomes a float32 ``t32`` in
+``[-FLT_MAX, +inf]``, so a NaN replaced by -inf fails ``-inf >= t32`` (goes left, like real
+-inf) and one replaced by +inf passes ``+inf >= t32`` (goes right, like real +inf).
+``TfliteEngine.raw`` turns the leaf ids into ``predict_raw`` with the numpy engine's own summation
 (``CompiledEnsemble._combine``, same order), so it equals the numpy engine bit for bit — LiteRT's
 SUM would add in another order (FIELD-NOTES: up to 7e-6 off for 500 trees). The leaf values,
 base score and ensemble rule come from the ensemble, embedded as CBOR in the flatbuffer's
@@ -38,14 +43,17 @@ differently from the numpy engine on the unrounded float64 values. Thresholds ar
 so that for float32 inputs ``x < t`` is exact: a float64 threshold ``t`` becomes the smallest
 float32 ``t32 >= t`` (then for every float32 ``x``: ``x < t  <=>  x < t32``; thresholds beyond
 the float32 range become +inf / -FLT_MAX, still exact). A split goes right iff ``x >= t32``;
-NaN fails both comparisons and takes the default direction; ±inf compare as numbers.
+NaN takes its split's default direction (through the widened input); ±inf compare as numbers.
 
 Categorical splits are supported in general: a categorical node gets threshold -inf (every
-non-NaN value "goes right"), and its codes, padded with NaN to the widest set on that level,
-are matched by float32 equality; a match subtracts 1 (goes left). Codes that are not exactly
-representable in float32 (> 2**24 and odd, ...) are dropped at compile time: no float32 input
-can equal them, so they could never match. Non-codes (negative, fractional, ±inf) equal no
-code and go right, as in the numpy engine.
+value passes ``x >= -inf`` except NaN), and its codes, padded with NaN to the widest set on
+that level, are matched by float32 equality; a match subtracts 1 (goes left). A split sending
+NaN right reads the NaN -> +inf copy (+inf is no code: right); one sending NaN left reads the raw
+copy (NaN fails ``>= -inf`` and matches nothing: left) — -inf cannot stand in for NaN there,
+since a real -inf is a non-code and must go right. Codes that are not exactly representable in
+float32 (2**24 + 1, ...) are dropped at compile time: no float32 input can equal them, while
+their float32 rounding could equal a different input. Non-codes (negative, fractional, ±inf,
+beyond int32) equal no code and go right, as in the numpy engine.
 
 Client indicator (models with ``uses_client_index``): by default it is one more input column
 like in the numpy engine (categorical splits on it work as above). ``compile_tflite(model,
