@@ -25,7 +25,6 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import bench_seglearn_accuracy as seglearn
-import numpy as np
 from _common import markdown_table, median, print_machine
 
 def log(message: str) -> None:
