@@ -125,8 +125,12 @@ class ModelManager:
             log.warning("model rejected", extra={"error": str(exc)})
             return self.status("rejected", f"{type(exc).__name__}: {exc}")
         current = self._current
-        if current is not None and current.bundle.sha256 == installed.bundle.sha256:
-            return self.status("unchanged", "this model is already active")
+        if current is not None and (current.bundle.model_id, current.bundle.version) == \
+                (installed.bundle.model_id, installed.bundle.version):
+            if current.bundle.model_cbor == installed.bundle.model_cbor:
+                return self.status("unchanged", "this model is already active")
+            return self.status("rejected", f"{installed.label} is already active with different content: a "
+                                           "version number must not be reused")
         with self._lock:
             if (self.directory / ACTIVE).exists():
                 os.replace(self.directory / ACTIVE, self.directory / PREVIOUS)
