@@ -326,6 +326,9 @@ def _deploy_or_rollback(args: argparse.Namespace, registry) -> int:
         transport.close()
     print(f"{result.label}: active on {result.active or 'none'}; rejected {result.rejected or 'none'}; "
           f"pending {result.pending or 'none'}")
+    for client, status in sorted(result.statuses.items()):
+        print(f"  {client}: {status.state}, running {status.active_model_id}:v{status.active_version}"
+              f"{'; ' + status.reason if status.reason else ''}")
     return 1 if result.rejected else 0
 
 

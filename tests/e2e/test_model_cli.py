@@ -1,0 +1,77 @@
+"""``wheelfed keygen``, ``wheelfed model register|list|show|deploy|rollback`` and ``wheelfed
+predict`` as an operator runs them."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import aggregator
+from aggregator.algorithms import FedForest
+from aggregator.broker import BrokerUser, MosquittoBroker
+from aggregator.fleet import PASSWORD_ENV, GatewayProcesses
+from edge_client.processing import extract_recording
+from edge_client.store import WindowRecord, WindowStore
+from firmware_bridge.importers import seglearn_watch
+
+pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
+
+
+def cli(*args: str, env: dict | None = None, ok: bool | None = True) -> str:
+    """Run ``wheelfed``; ``ok``: must succeed / must fail / either (None)."""
+    proc = subprocess.run([sys.executable, "-m", "shared.cli", *args], capture_output=True, text=True, timeout=120,
+                          env=env)
+    if ok is not None:
+        assert (proc.returncode == 0) == ok, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def test_operator_workflow(tmp_path: Path) -> None:
+    recording = seglearn_watch.import_all(tmp_path / "rec")[0]
+    table, _ = extract_recording(recording)
+    labelled = np.array([y is not None for y in table.labels])
+    model = aggregator.simulate(FedForest(n_trees=5, max_depth=4, feature_set_version=table.feature_set_version),
+                                [(table.X[labelled], np.array([str(v) for v in table.labels[labelled]]))])
+    (tmp_path / "model.json").write_text(model.to_json())
+
+    out = cli("predict", str(recording), "--model", str(tmp_path / "model.json"), "-o", str(tmp_path / "p.csv"))
+    assert "accuracy on" in out and "recall" in out
+    assert len((tmp_path / "p.csv").read_text().splitlines()) == len(table.X) + 1
+
+    key = str(tmp_path / "agg.key")
+    assert "key id" in cli("keygen", "-o", key)
+    assert "refusing to overwrite" in cli("keygen", "-o", key, ok=False)
+    registry = str(tmp_path / "reg.db")
+    assert "registered act:v1" in cli("model", "register", "--registry", registry, "--model-id", "act",
+                                      "--file", str(tmp_path / "model.json"))
+    assert "act:v1" in cli("model", "list", "--registry", registry) and "not deployed" in cli(
+        "model", "list", "--registry", registry)
+
+    passwords = {"aggregator": secrets.token_hex(6), "gw-1": secrets.token_hex(6)}
+    with WindowStore(tmp_path / "gw-1.db") as store:
+        store.add(WindowRecord("s", 0, 1, table.X[0], table.feature_set_version))
+    with MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in passwords.items()]) as broker:
+        processes = GatewayProcesses(broker.port, 5, passwords, tmp_path)
+        try:
+            processes.start("gw-1", "--store", str(tmp_path / "gw-1.db"), "--trust", str(tmp_path / "agg.pub"))
+            env = dict(os.environ, **{PASSWORD_ENV: passwords["aggregator"]})
+            common = ("--registry", registry, "--port", str(broker.port), "--clients", "gw-1", "--key", key)
+            deadline = time.monotonic() + 60
+            out = ""
+            while time.monotonic() < deadline:  # the gateway may still be starting: its inbox queues it anyway
+                out = cli("model", "deploy", "act", *common, "--deadline", "10", env=env, ok=None)
+                if "active on ['gw-1']" in out:
+                    break
+            assert "active on ['gw-1']" in out, out
+            assert "gw-1=active" in cli("model", "list", "--registry", registry)
+            assert "gw-1: active" in cli("model", "show", "act:v1", "--registry", registry)
+            assert "no previous model" in cli("model", "rollback", *common, env=env)
+        finally:
+            processes.stop_all()
