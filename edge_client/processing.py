@@ -22,6 +22,7 @@ import csv
 import hashlib
 import logging
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,7 @@ class FrameProcessor:
     """Frames in, stored feature windows out. Not thread-safe: one thread feeds it."""
 
     def __init__(self, store: WindowStore, session_id: str, *, config: PipelineConfig = PipelineConfig(),
-                 on_window: Callable[[WindowRecord, int | None], object] | None = None) -> None:
+                 on_window: Callable[[WindowRecord, int | None, float], object] | None = None) -> None:
         self.store = store
         self.on_window = on_window  # e.g. live recognition; called after the window is stored
         self.session_id = session_id
@@ -109,6 +110,7 @@ class FrameProcessor:
 
     def _store(self, windows: list[Window]) -> None:
         for window in windows:
+            completed_at = time.perf_counter()  # the window's last sample is in: latency starts here
             features = window_features(window, self._ordered)
             record = WindowRecord(self.session_id, window.start_us, window.end_us, features, self.feature_set_version)
             row = self.store.add(record)
@@ -116,7 +118,7 @@ class FrameProcessor:
             self.stats.last_window_end_us = window.end_us
             if self.on_window is not None:
                 try:
-                    self.on_window(record, row)
+                    self.on_window(record, row, completed_at)
                 except Exception:  # noqa: BLE001 - recognition must never stop data collection
                     log.exception("window callback failed", extra={"end_us": window.end_us})
 

@@ -287,7 +287,8 @@ class _Graph:
     def const(self, name: str, array: np.ndarray) -> int:
         types = {np.dtype(np.float32): _TT["FLOAT32"], np.dtype(np.int32): _TT["INT32"]}
         array = np.ascontiguousarray(array)
-        return self.tensor(name, types[array.dtype], list(array.shape), array.astype(array.dtype.newbyteorder("<")).tobytes())
+        data = array.astype(array.dtype.newbyteorder("<")).tobytes()
+        return self.tensor(name, types[array.dtype], list(array.shape), data)
 
     def op(self, code: int, inputs: list[int], outputs: list[int], options: Any = None, version: int = 1) -> None:
         index = self.opcodes.setdefault((code, version), len(self.opcodes))
@@ -363,11 +364,15 @@ def compile_tflite(ensemble: TreeEnsemble, *, client_index: int | None = None) -
     # The widened input: NaN replaced by -inf (splits sending NaN left), by +inf (right), raw.
     nan = g.tensor("nan", TT["BOOL"], [-1, F])
     g.op(op.NOT_EQUAL, [X, X], [nan])
+    def select_opts(b: Any) -> int:
+        tfl.SelectV2OptionsStart(b)
+        return tfl.SelectV2OptionsEnd(b)
+
     blocks = []
     for name, fill in (("x_nan_low", -np.inf), ("x_nan_high", np.inf)):
         blocks.append(g.tensor(name, TT["FLOAT32"], [-1, F]))
         g.op(op.SELECT_V2, [nan, g.const(name + "/fill", np.array(fill, dtype=np.float32)), X], [blocks[-1]],
-             (tfl.BuiltinOptions.SelectV2Options, lambda b: (tfl.SelectV2OptionsStart(b), tfl.SelectV2OptionsEnd(b))[1]))
+             (tfl.BuiltinOptions.SelectV2Options, select_opts))
     if layout.n_blocks == 3:
         blocks.append(X)
     XA = g.tensor("x_wide", TT["FLOAT32"], [-1, F * layout.n_blocks])

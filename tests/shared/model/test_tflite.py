@@ -94,7 +94,8 @@ def random_model(kind: str, *, link: str = "identity", n_outputs: int = 1, n_tre
     client_feature = N_FEATURES if client else None
     if kind == "boosted":
         outputs = [t % n_outputs for t in range(n_trees)] + [-1] * vector_trees
-        trees = [random_tree(rng, 1 if o >= 0 else n_outputs, max_depth, client_feature=client_feature) for o in outputs]
+        trees = [random_tree(rng, 1 if o >= 0 else n_outputs, max_depth, client_feature=client_feature)
+                 for o in outputs]
         return TreeEnsemble(trees=tuple(trees), kind=kind, link=link, n_outputs=n_outputs, feature_names=names,
                             tree_output=np.array(outputs, dtype=np.int32), base_score=rng.normal(size=n_outputs),
                             classes=classes)
@@ -114,7 +115,8 @@ def random_model(kind: str, *, link: str = "identity", n_outputs: int = 1, n_tre
 
 
 RANDOM_MODELS = {
-    "boosted-softmax7": lambda: random_model("boosted", link="softmax", n_outputs=7, n_trees=35, classes=tuple(range(7))),
+    "boosted-softmax7": lambda: random_model("boosted", link="softmax", n_outputs=7, n_trees=35,
+                                             classes=tuple(range(7))),
     "boosted-softmax7-vector-leaves": lambda: random_model("boosted", link="softmax", n_outputs=7, n_trees=14,
                                                            vector_trees=3, classes=tuple("abcdefg"), seed=1),
     "boosted-sigmoid": lambda: random_model("boosted", link="sigmoid", n_trees=20, classes=(0, 1), seed=2),
