@@ -184,10 +184,55 @@ class ReplayStats:
     completed: bool  # False when stopped early
 
 
+class Pace:
+    """A replay's speed and how far it may go, changeable while it runs (the fleet demo holds
+    the stream at the end of the labelled part while the fleet trains, then lets it run on).
+
+    ``speed``: 1 = real time, N = N times faster, 0 = as fast as possible. ``limit_s``: the replay
+    sends nothing recorded later than this many seconds after the recording's start until the
+    limit is raised (``inf``: no limit). Timing restarts from the current position whenever
+    either changes, so a held replay does not rush to catch up.
+    """
+
+    def __init__(self, speed: float = 1.0, limit_s: float = float("inf")) -> None:
+        if speed < 0:
+            raise ValueError("speed must be >= 0 (0 = as fast as possible)")
+        self._speed, self._limit_s = speed, limit_s
+        self._version = 0
+        self._changed = threading.Condition()
+
+    @property
+    def speed(self) -> float:
+        return self._speed
+
+    @property
+    def limit_s(self) -> float:
+        return self._limit_s
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def set(self, *, speed: float | None = None, limit_s: float | None = None) -> None:
+        with self._changed:
+            if speed is not None:
+                if speed < 0:
+                    raise ValueError("speed must be >= 0 (0 = as fast as possible)")
+                self._speed = speed
+            if limit_s is not None:
+                self._limit_s = limit_s
+            self._version += 1
+            self._changed.notify_all()
+
+    def wait_for_change(self, version: int, timeout_s: float) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._version != version, timeout_s)
+
+
 def replay(
     recording: Recording | str | Path,
     port: str | int,
-    speed: float = 1.0,
+    speed: float | Pace = 1.0,
     *,
     baudrate: int = 115200,
     stop_event: threading.Event | None = None,
@@ -201,7 +246,7 @@ def replay(
     ``wait_for_reader_s`` (fd ports only): first wait that long for a reader to open the pty.
     Progress is logged every ``progress_every_s`` seconds; ``stop_event`` ends the replay early.
     """
-    if speed < 0:
+    if not isinstance(speed, Pace) and speed < 0:
         raise ValueError("speed must be >= 0 (0 = as fast as possible)")
     rec = recording if isinstance(recording, Recording) else Recording.load(recording)
     plan = schedule(rec)
@@ -215,21 +260,33 @@ def replay(
     counts = {SampleFrame: 0, DescriptorFrame: 0, AnnotationFrame: 0}
     sent_bytes = 0
     max_lag = 0.0
+    pace = speed if isinstance(speed, Pace) else Pace(speed)
     first = plan[0].at_us if plan else 0
     at_us = first
     t0 = time.monotonic()
+    anchor_wall, anchor_us, version = t0, first, pace.version
     next_progress = t0 + progress_every_s
     log.info("replay started", extra={"session_id": rec.metadata.session_id, "frames": len(plan), "speed": speed,
                                       "port": str(port)})
     try:
         for item in plan:
+            while not stop.is_set() and (item.at_us - first) / 1e6 > pace.limit_s:  # held
+                pace.wait_for_change(pace.version, 0.2)
             if stop.is_set():
                 break
-            if speed > 0:
-                target = t0 + (item.at_us - first) / 1e6 / speed
+            if pace.version != version:  # speed or limit changed: time from here
+                anchor_wall, anchor_us, version = time.monotonic(), item.at_us, pace.version
+            if pace.speed > 0:
+                target = anchor_wall + (item.at_us - anchor_us) / 1e6 / pace.speed
                 delay = target - time.monotonic()
-                if delay > 0 and stop.wait(delay):
+                if delay > 0 and stop.wait(min(delay, 0.5)):
                     break
+                if delay > 0.5:  # re-check the pace at least twice a second
+                    continue_at = target
+                    while time.monotonic() < continue_at and not stop.is_set() and pace.version == version:
+                        stop.wait(min(continue_at - time.monotonic(), 0.5))
+                    if stop.is_set():
+                        break
                 max_lag = max(max_lag, time.monotonic() - target)
             out.write(item.raw)
             sent_bytes += len(item.raw)

@@ -134,3 +134,32 @@ def test_replay_fails_clearly_when_nobody_reads(tmp_path: Path) -> None:
         replay(rec, str(tmp_path / "no-such-tty"), 0)
     with pytest.raises(ValueError, match="speed"):
         replay(rec, master, -1)
+
+
+def test_a_paced_replay_holds_at_its_limit_until_released(tmp_path: Path) -> None:
+    from firmware_bridge.replay import Pace
+
+    rec = Recording.load(small_session(tmp_path / "s.wfrec"))
+    plan = schedule(rec)
+    first = plan[0].at_us
+    limit_s = (plan[len(plan) // 2].at_us - first) / 1e6
+    held = sum((p.at_us - first) / 1e6 <= limit_s for p in plan)
+    pace = Pace(speed=0, limit_s=limit_s)
+    master, path = open_pty()
+    got: list[Frame] = []
+    try:
+        with SerialReader(path, 115200, got.append) as reader:
+            assert reader.wait_connected(WAIT_S)
+            result = {}
+            runner = threading.Thread(target=lambda: result.update(
+                stats=replay(rec, master, pace, wait_for_reader_s=WAIT_S, settle_s=0.0)))
+            runner.start()
+            assert wait_for(lambda: len(got) == held)
+            time.sleep(0.5)
+            assert len(got) == held and runner.is_alive()  # nothing past the limit
+            pace.set(limit_s=float("inf"))
+            runner.join(WAIT_S)
+            assert result["stats"].completed and wait_for(lambda: len(got) == len(plan))
+    finally:
+        os.close(master)
+    assert got == [p.frame for p in plan]
