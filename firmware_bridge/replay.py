@@ -200,6 +200,7 @@ class Pace:
         self._speed, self._limit_s = speed, limit_s
         self._version = 0
         self._changed = threading.Condition()
+        self.held = False  # True while a replay waits at the limit (everything before it is sent)
 
     @property
     def speed(self) -> float:
@@ -221,12 +222,28 @@ class Pace:
                 self._speed = speed
             if limit_s is not None:
                 self._limit_s = limit_s
+            self.held = False  # until the replay reaches the new limit
             self._version += 1
             self._changed.notify_all()
 
     def wait_for_change(self, version: int, timeout_s: float) -> None:
         with self._changed:
             self._changed.wait_for(lambda: self._version != version, timeout_s)
+
+
+def _with_periodic_descriptors(plan: list[ScheduledFrame], rec: Recording, every_s: float) -> list[ScheduledFrame]:
+    if not plan:
+        return plan
+    out: list[ScheduledFrame] = []
+    next_at = plan[0].at_us + int(every_s * 1e6)
+    for item in plan:
+        if item.at_us >= next_at:
+            for sensor_id in sorted(rec.descriptors):
+                frame = DescriptorFrame(rec.descriptors[sensor_id], 0, item.at_us)
+                out.append(ScheduledFrame(item.at_us, encode_frame(frame), frame))
+            next_at = item.at_us + int(every_s * 1e6)
+        out.append(item)
+    return out
 
 
 def replay(
@@ -240,16 +257,22 @@ def replay(
     wait_for_reader_s: float | None = None,
     settle_s: float = 0.2,
     progress_every_s: float = 5.0,
+    descriptors_every_s: float | None = None,
 ) -> ReplayStats:
     """Play ``recording`` (a Recording or a path) into ``port``: a device path / pyserial URL, or an fd (pty master).
 
     ``wait_for_reader_s`` (fd ports only): first wait that long for a reader to open the pty.
+    ``descriptors_every_s``: re-announce the sensors every that many seconds of recording time,
+    as firmware does so that a receiver that restarted mid-stream can decode again (identical
+    descriptors change nothing for a receiver that already knows them).
     Progress is logged every ``progress_every_s`` seconds; ``stop_event`` ends the replay early.
     """
     if not isinstance(speed, Pace) and speed < 0:
         raise ValueError("speed must be >= 0 (0 = as fast as possible)")
     rec = recording if isinstance(recording, Recording) else Recording.load(recording)
     plan = schedule(rec)
+    if descriptors_every_s:
+        plan = _with_periodic_descriptors(plan, rec, descriptors_every_s)
     stop = stop_event or threading.Event()
     if isinstance(port, int):
         if wait_for_reader_s is not None:
@@ -271,7 +294,9 @@ def replay(
     try:
         for item in plan:
             while not stop.is_set() and (item.at_us - first) / 1e6 > pace.limit_s:  # held
+                pace.held = True
                 pace.wait_for_change(pace.version, 0.2)
+            pace.held = False
             if stop.is_set():
                 break
             if pace.version != version:  # speed or limit changed: time from here

@@ -363,18 +363,56 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
+def _cmd_smoke(args: argparse.Namespace) -> int:
     from aggregator.smoke import SmokeConfig, run_smoke
 
     _exit_on_sigterm()
-    print("WheelFed foundation smoke run: broker, aggregator round engine and gateway processes over MQTT.\n"
-          "(The full fleet demo on recorded sensor sessions replaces this run when it lands.)\n", flush=True)
+    print("WheelFed foundation smoke run: broker, aggregator round engine and gateway processes over MQTT.\n",
+          flush=True)
     try:
         report = run_smoke(SmokeConfig(n_gateways=args.gateways, broker=args.broker))
     except KeyboardInterrupt:
-        print("interrupted: everything the demo started has been stopped", file=sys.stderr)
+        print("interrupted: everything the smoke run started has been stopped", file=sys.stderr)
         return 130
     return 0 if report.rejoined else 1
+
+
+DEMO_HELP = """\
+The WheelFed fleet on real recorded sessions, end to end, on this machine.
+
+One `wheelfed gateway` process per subject of the bundled seglearn smartwatch recordings (10
+subjects doing 7 shoulder exercises), each fed its session through a pseudo-terminal exactly as
+a wheelchair's sensor link would (serial framing -> filtering -> resampling -> windows ->
+features -> labelled store). The sessions are labelled only at the start (as when a carer
+annotates the first minutes). An aggregator process trains FedSCS-XGB and FedForest over the
+fleet from sketches and statistics alone (no raw data leaves a gateway), scores them on every
+gateway's held-out windows, compares them with gateways learning alone, and deploys the better
+model, signed; every gateway then recognises its live stream. Midway one gateway is killed and
+restarted; later labels trigger a retraining that is deployed only if it does not regress.
+The summary compares federated, local-only and centralized training, and counts the bytes.
+"""
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from aggregator.demo.orchestrator import DemoConfig, run_demo
+
+    _exit_on_sigterm()
+    config = DemoConfig(subjects=args.subjects, speed=args.speed, rounds=args.rounds, trees=args.trees,
+                        algorithm=args.algorithm, kill_gateway=not args.no_kill, keep_running=args.keep_running,
+                        broker=args.broker, run_dir=Path(args.run_dir) if args.run_dir else None,
+                        report_path=Path(args.report) if args.report else None)
+    print(DEMO_HELP.splitlines()[0] + f" ({config.subjects} gateways; details: wheelfed demo --help)\n", flush=True)
+    try:
+        report = run_demo(config)
+    except KeyboardInterrupt:
+        print("\ninterrupted: everything the demo started has been stopped", file=sys.stderr)
+        return 130
+    except (TimeoutError, RuntimeError) as exc:
+        print(f"\nwheelfed demo failed: {exc} (logs in the run directory; --run-dir keeps them)", file=sys.stderr)
+        return 1
+    return 0 if report.all_received_model else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -513,10 +551,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="CSV of per-window predictions")
     p.set_defaults(func=_cmd_predict)
 
-    p = sub.add_parser("demo", help="run the demo (for now: the foundation smoke scenario)")
+    p = sub.add_parser("demo", help="the fleet on real recorded sessions: train, deploy, recognise live",
+                       description=DEMO_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--subjects", type=int, default=10, help="gateways, one per recorded subject (1-10, default 10)")
+    p.add_argument("--speed", type=float, default=20.0, help="replay speed of the live part, x real time (default 20)")
+    p.add_argument("--rounds", type=int, default=10, help="FedSCS-XGB boosting rounds (default 10)")
+    p.add_argument("--trees", type=int, default=30, help="FedForest trees (default 30)")
+    p.add_argument("--algorithm", choices=("both", "fedscs-xgb", "fedforest"), default="both",
+                   help="train both and deploy the better (default), or one")
+    p.add_argument("--keep-running", action="store_true", help="keep the fleet running after the summary")
+    p.add_argument("--no-kill", action="store_true", help="do not kill and restart a gateway midway")
+    p.add_argument("--broker", choices=("auto", "mosquitto", "embedded"), default="auto")
+    p.add_argument("--run-dir", help="keep recordings, stores, models and logs here (default: a temporary dir)")
+    p.add_argument("--report", help="also write the summary as JSON to this file")
+    p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("smoke", help="the foundation smoke run: broker, round engine, gateway processes, a kill")
     p.add_argument("--gateways", type=int, default=3)
     p.add_argument("--broker", choices=("auto", "mosquitto", "embedded"), default="auto")
-    p.set_defaults(func=_cmd_demo)
+    p.set_defaults(func=_cmd_smoke)
     return parser
 
 

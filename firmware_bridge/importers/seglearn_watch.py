@@ -53,8 +53,13 @@ def watch_descriptor(channel_names: list[str]) -> SensorDescriptor:
 
 
 def import_all(out_dir: str | Path, *, dataset: dict[str, Any] | None = None,
-               frame_samples: int = FRAME_SAMPLES) -> list[Path]:
-    """Write one recording per subject into ``out_dir``; returns their paths, by subject number."""
+               frame_samples: int = FRAME_SAMPLES, shuffle_seed: int | None = None) -> list[Path]:
+    """Write one recording per subject into ``out_dir``; returns their paths, by subject number.
+
+    ``shuffle_seed``: put each subject's series in a random order (seeded per subject) instead of
+    the dataset's fixed exercise order -- so that "the first minutes of every session" cover
+    different exercises on different gateways, as sessions in daily use would (the fleet demo).
+    """
     data = dataset if dataset is not None else load_dataset()
     descriptor = watch_descriptor([str(c) for c in data["X_labels"]])
     period_us = round(1e6 / SAMPLE_RATE_HZ)
@@ -63,7 +68,10 @@ def import_all(out_dir: str | Path, *, dataset: dict[str, Any] | None = None,
     for subject in sorted({int(s) for s in subjects}):
         frames, labels, series = [], [], []
         t0_us, seq = 0, 0
-        for index in np.flatnonzero(subjects == subject):
+        indices = np.flatnonzero(subjects == subject)
+        if shuffle_seed is not None:
+            indices = np.random.default_rng([shuffle_seed, subject]).permutation(indices)
+        for index in indices:
             x = np.asarray(data["X"][index], dtype=np.float64)
             if x.ndim != 2 or x.shape[1] != descriptor.n_channels:
                 raise ValueError(f"series {index} has shape {x.shape}, expected (n, {descriptor.n_channels})")
@@ -80,7 +88,8 @@ def import_all(out_dir: str | Path, *, dataset: dict[str, Any] | None = None,
         metadata = RecordingMetadata(
             session_id=f"seglearn-watch-s{subject:02d}", subject=f"seglearn-{subject:02d}",
             source="seglearn:data/watch_dataset.npy", descriptors=(descriptor,), created_us=0,
-            extra={"dataset": "seglearn watch_dataset (BSD-3)", "series": series},
+            extra={"dataset": "seglearn watch_dataset (BSD-3)", "series": series,
+                   "series_order": "dataset" if shuffle_seed is None else f"shuffled (seed {shuffle_seed})"},
         )
         paths.append(write_recording(Path(out_dir) / f"seglearn_watch_s{subject:02d}{RECORDING_SUFFIX}",
                                      metadata, frames, labels))

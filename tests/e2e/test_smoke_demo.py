@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
 @pytest.mark.parametrize("broker", ["mosquitto", "embedded"])
 def test_demo_smoke_run_end_to_end(broker: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "shared.cli", "demo", "--gateways", "2", "--broker", broker],
+    proc = subprocess.run([sys.executable, "-m", "shared.cli", "smoke", "--gateways", "2", "--broker", broker],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -26,7 +26,7 @@ def test_version_and_help() -> None:
     out = subprocess.run([sys.executable, "-m", "shared.cli", "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("wheelfed ")
     helptext = subprocess.run([sys.executable, "-m", "shared.cli", "--help"], capture_output=True, text=True, check=True)
-    for command in ("broker", "gateway", "demo"):
+    for command in ("broker", "gateway", "demo", "smoke", "train", "model", "predict"):
         assert command in helptext.stdout
 
 

@@ -1,0 +1,107 @@
+"""The demo's live terminal view: per-gateway status, training progress, what just happened.
+
+On a terminal it redraws one screen twice a second (ANSI); otherwise (CI, a pipe) it prints each
+event once as a line, so a log of the run reads as a story.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any, TextIO
+
+from .report import store_snapshot
+
+if TYPE_CHECKING:
+    from .orchestrator import Demo
+
+__all__ = ["LiveView"]
+
+BAR = 24
+
+
+def bar(fraction: float, width: int = BAR) -> str:
+    filled = int(round(max(0.0, min(1.0, fraction)) * width))
+    return "#" * filled + "." * (width - filled)
+
+
+def describe(event: dict[str, Any]) -> str | None:
+    """One line for an event worth telling (None: not on its own line)."""
+    kind = event.get("event")
+    if kind == "note":
+        return event["text"]
+    if kind == "phase":
+        return f"aggregator: {event['name']}"
+    if kind == "progress":
+        metrics = " ".join(f"{k}={v:.4g}" for k, v in event.get("metrics", {}).items())
+        return (f"  {event['job']}: {event['algorithm']} {event['step']}/{event['total']}, "
+                f"{event['answered']}/{event['selected']} gateways {metrics} ({event['elapsed_s']:.1f} s)")
+    if kind == "evaluation" and event.get("metrics"):
+        m = event["metrics"]
+        return (f"  held-out evaluation of {event['model']}: accuracy {m.get('accuracy', float('nan')):.3f}, "
+                f"macro-F1 {m.get('macro_f1', float('nan')):.3f} on {m.get('n', 0):.0f} windows")
+    if kind == "evaluation":
+        accs = [m.get("accuracy", float("nan")) for m in event["per_client"].values()]
+        return f"  local-only models: accuracy {min(accs):.3f} .. {max(accs):.3f} on their own held-out windows"
+    if kind == "deployed":
+        return (f"aggregator: {event['model']} active on {len(event['active'])} gateways"
+                f"{', rejected by ' + str(event['rejected']) if event['rejected'] else ''}")
+    if kind == "kept":
+        return f"aggregator: the retrained model scored lower; {event['model']} stays deployed"
+    if kind in ("error", "replay_error"):
+        return f"ERROR {event.get('client', '')}: {event.get('message')}"
+    return None
+
+
+class LiveView:
+    def __init__(self, demo: Demo, out: TextIO) -> None:
+        self.demo = demo
+        self.out = out
+        self.tty = hasattr(out, "isatty") and out.isatty()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="live-view")
+        self._printed = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._lines()  # whatever happened last
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            if self.tty:
+                self._screen()
+            else:
+                self._lines()
+
+    def _lines(self) -> None:
+        events = self.demo.events
+        while self._printed < len(events):
+            line = describe(events[self._printed])
+            self._printed += 1
+            if line:
+                elapsed = time.monotonic() - self.demo.started
+                self.out.write(f"[{elapsed:6.1f} s] {line}\n")
+        self.out.flush()
+
+    def _screen(self) -> None:
+        demo = self.demo
+        rows = [f"WheelFed fleet demo -- {len(demo.gateways)} gateways, broker {getattr(demo, 'broker_name', '?')}, "
+                f"{time.monotonic() - demo.started:.0f} s (Ctrl-C stops everything)", ""]
+        rows.append(f"{'gateway':8} {'link':7} {'session':{BAR + 7}} {'windows':>7} {'labels':>6} "
+                    f"{'model':14} {'predictions':>11}  last prediction")
+        for client, gw in sorted(demo.gateways.items()):
+            snap = store_snapshot(demo.run_dir / f"{client}.db")
+            status = demo.gateway_status.get(client, {})
+            link = "online" if status.get("online") else "offline"
+            fraction = snap.newest_end_s / gw.session.duration_s if gw.session.duration_s else 0.0
+            rows.append(f"{client:8} {link:7} {bar(fraction)} {fraction:4.0%}  {snap.windows:7d} {snap.labelled:6d} "
+                        f"{status.get('model') or '-':14} {snap.predictions:11d}  {snap.last_prediction}")
+        rows.append("")
+        lines = [line for line in (describe(e) for e in demo.events) if line]
+        rows += lines[-14:]
+        self.out.write("\x1b[H\x1b[2J" + "\n".join(rows) + "\n")
+        self.out.flush()
