@@ -55,6 +55,12 @@ paper's reference numbers where the text gives them, and per-method wall time.
 ``--quick``: 3 seeds, 10 trees, the F.1 setting with gamma in {0, 5} only. ``--jobs``
 (default 2) runs seeds in parallel worker processes.
 
+Runtime on the 2-core dev machine (shared with other jobs, load ~3): ``--quick`` 1.6 min; the
+four F.1.1 settings with 20 seeds 8 min; the three §5 settings 2.5 min per seed (each 50-tree
+federated fit of 1,400 rows takes 8-20 s in simulation), so the full default (20 seeds) takes
+about an hour -- beyond the ~15 min budget. ``--seeds 5`` (~15 min) is the practical full run;
+``--settings`` runs a subset, e.g. ``--settings "disjoint γ=0,disjoint γ=5"``.
+
 Exit status 1 if a correctness check fails: every MSE finite; models trained with H have the
 client input and those without do not; on the first outcome-shift cell, ``evaluate_federated``
 (the clients scoring their own held-out rows, the model taking its own client index) gives the
@@ -67,6 +73,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -283,7 +290,7 @@ def main() -> int:
 
     import sklearn
 
-    command = " ".join(["python", "benchmarks/bench_fedforest_synthetic.py", *sys.argv[1:]])
+    command = shlex.join(["python", "benchmarks/bench_fedforest_synthetic.py", *sys.argv[1:]])
     print_machine("FedForest on the paper's synthetic settings (§5, App. F.1.1): test MSE, mean ± std over seeds",
                   command, {"scikit-learn": sklearn.__version__,
                             "parallelism": f"{args.jobs} worker processes, one (setting, seed) cell each; "

@@ -167,8 +167,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from aggregator.jobs import JobSettings, TrainingError
     from edge_client.features import FEATURE_SET_VERSION
     from shared.model import TreeEnsemble
-    from shared.protocol.topics import AGGREGATOR_ID
-    from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
 
     _exit_on_sigterm()
     if not (args.output or args.registry):
@@ -189,15 +187,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
                               learning_rate=args.learning_rate, reg_lambda=args.reg_lambda, gamma=args.gamma,
                               sketch=args.sketch, client_fraction=args.client_fraction,
                               feature_set_version=feature_set, init_model=init_model)
-    tls = TlsConfig(args.tls_ca, args.tls_cert, args.tls_key) if args.tls_ca else None
-    mqtt = MqttConfig(host=args.host, port=args.port, username=None if tls else args.username,
-                      password=None if tls else os.environ.get("WHEELFED_MQTT_PASSWORD"), protocol=args.protocol, tls=tls)
     clients = [c for c in args.clients.split(",") if c] if args.clients else None
     print(f"training {algorithm.name} on {'the online gateways' if clients is None else ', '.join(clients)} "
           f"via {args.host}:{args.port}", flush=True)
-    transport = MqttTransport(AGGREGATOR_ID, mqtt, presence=False)
+    transport = _aggregator_transport(args)
     try:
-        transport.connect(wait=True, timeout_s=30.0)
         model, job = train_on_fleet(algorithm, transport, clients=clients, seed=args.seed,
                                     settings=JobSettings(deadline_s=args.deadline, min_fraction=args.min_fraction),
                                     progress=lambda p: print(p.line(), flush=True))
@@ -206,7 +200,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             print("held-out: " + " ".join(f"{k}={v:.4g}" for k, v in evaluation.metrics.items()), flush=True)
             for client, metrics in evaluation.per_client.items():
                 print(f"  {client}: " + " ".join(f"{k}={v:.4g}" for k, v in metrics.items()), flush=True)
-    except (TrainingError, ConnectionError, TimeoutError) as exc:
+    except TrainingError as exc:
         raise SystemExit(f"wheelfed train: {exc}") from None
     finally:
         transport.close()
@@ -415,6 +409,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if report.all_received_model else 1
 
 
+def _add_aggregator_broker_args(p: argparse.ArgumentParser) -> None:
+    """How the aggregator-side commands reach the broker (``_aggregator_transport``)."""
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=1883)
+    p.add_argument("--username", default="aggregator", help="password from $WHEELFED_MQTT_PASSWORD")
+    p.add_argument("--protocol", type=int, choices=(4, 5), default=5)
+    p.add_argument("--tls-ca", help="CA certificate: connect with TLS")
+    p.add_argument("--tls-cert", help="the aggregator's certificate (CN = aggregator)")
+    p.add_argument("--tls-key", help="the aggregator's private key")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wheelfed", description="Federated tree learning for wheelchair sensor gateways.")
     parser.add_argument("--version", action="version", version=f"wheelfed {__version__}")
@@ -510,13 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--deadline", type=float, default=120.0, help="seconds a round waits for replies")
     p.add_argument("--min-fraction", type=float, default=0.5, help="share of selected gateways a round needs")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=1883)
-    p.add_argument("--username", default="aggregator", help="password from $WHEELFED_MQTT_PASSWORD")
-    p.add_argument("--protocol", type=int, choices=(4, 5), default=5)
-    p.add_argument("--tls-ca")
-    p.add_argument("--tls-cert")
-    p.add_argument("--tls-key")
+    _add_aggregator_broker_args(p)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("keygen", help="create the aggregator's model-signing key pair (.key and .pub)")
@@ -535,13 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clients", help="comma-separated gateway ids (default: every gateway online)")
     p.add_argument("--reason", default="", help="rollback: why (logged on the gateways)")
     p.add_argument("--deadline", type=float, default=30.0, help="seconds to wait for the gateways' answers")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=1883)
-    p.add_argument("--username", default="aggregator", help="password from $WHEELFED_MQTT_PASSWORD")
-    p.add_argument("--protocol", type=int, choices=(4, 5), default=5)
-    p.add_argument("--tls-ca")
-    p.add_argument("--tls-cert")
-    p.add_argument("--tls-key")
+    _add_aggregator_broker_args(p)
     p.set_defaults(func=_cmd_model)
 
     p = sub.add_parser("predict", help="offline batch prediction of a recording (per-label accuracy if labelled)")

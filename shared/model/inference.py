@@ -43,6 +43,20 @@ ROW_CHUNK_ELEMENTS = 1 << 21
 _MAX_CODE = np.iinfo(np.int32).max
 
 
+def as_rows(X: ArrayLike) -> tuple[np.ndarray, bool]:
+    """``X`` as a 2-D real array (a 1-D ``X`` is one row) and whether it was 1-D; the engines'
+    common input check."""
+    array = np.asarray(X)
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"X must be a real numeric array, got dtype {array.dtype}")
+    single = array.ndim == 1
+    if single:
+        array = array[None, :]
+    elif array.ndim != 2:
+        raise ValueError(f"X must be 1-D (one row) or 2-D (rows x features), got shape {array.shape}")
+    return array, single
+
+
 class CompiledEnsemble:
     """An ensemble's trees as one node table, ready for vectorised traversal."""
 
@@ -129,14 +143,7 @@ class CompiledEnsemble:
     # --- evaluation -------------------------------------------------------------------------------
     def rows(self, X: ArrayLike) -> tuple[np.ndarray, bool]:
         """``X`` as a C-contiguous float64 (n_rows, n_features) array, and whether it was 1-D."""
-        array = np.asarray(X)
-        if array.dtype.kind not in "biuf":
-            raise TypeError(f"X must be a real numeric array, got dtype {array.dtype}")
-        single = array.ndim == 1
-        if single:
-            array = array[None, :]
-        elif array.ndim != 2:
-            raise ValueError(f"X must be 1-D (one row) or 2-D (rows x features), got shape {array.shape}")
+        array, single = as_rows(X)
         if array.shape[1] != self.n_features:
             raise ValueError(f"X has {array.shape[1]} features per row, the model expects {self.n_features}")
         return np.ascontiguousarray(array, dtype=np.float64), single

@@ -81,6 +81,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .ensemble import TreeEnsemble
+from .inference import as_rows
 from .inputs import CLIENT_FEATURE, uses_client_index
 
 if TYPE_CHECKING:
@@ -651,14 +652,7 @@ class TfliteEngine:
         """``X`` as C-contiguous float32 (n_rows, n_inputs), and whether it was 1-D. A model
         specialised for one client also takes the full input with the client column, which
         must then hold that client's index (NaN for -1) and is dropped."""
-        array = np.asarray(X)
-        if array.dtype.kind not in "biuf":
-            raise TypeError(f"X must be a real numeric array, got dtype {array.dtype}")
-        single = array.ndim == 1
-        if single:
-            array = array[None, :]
-        elif array.ndim != 2:
-            raise ValueError(f"X must be 1-D (one row) or 2-D (rows x features), got shape {array.shape}")
+        array, single = as_rows(X)
         width = array.shape[1]
         if self.client_index is not None and width == self.n_inputs + 1:
             column = array[:, -1].astype(np.float64)
