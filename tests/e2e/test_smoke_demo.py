@@ -79,19 +79,23 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
-def test_demo_stops_everything_it_started_when_interrupted(how: str) -> None:
+@pytest.mark.parametrize(("command", "ready", "how"), [
+    (["smoke", "--gateways", "2"], "[2/5]", "SIGTERM"),
+    (["smoke", "--gateways", "2"], "[2/5]", "SIGINT"),
+    (["demo", "--subjects", "2", "--speed", "5"], "streaming the labelled start", "SIGINT"),
+    (["demo", "--subjects", "2", "--speed", "5"], "aggregator: training", "SIGTERM"),
+], ids=["smoke-SIGTERM", "smoke-SIGINT", "demo-SIGINT-while-streaming", "demo-SIGTERM-while-training"])
+def test_runs_stop_everything_they_started_when_interrupted(command: list[str], ready: str, how: str) -> None:
     import signal
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "demo", "--gateways", "2"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", *command], stdout=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:
-            if line.startswith("[2/5]"):
+            if ready in line:
                 break
         children = _children(proc.pid)
-        assert len(children) >= 3  # mosquitto + 2 gateways
+        assert len(children) >= 3  # mosquitto + 2 gateways (+ the demo's aggregator process)
         proc.send_signal(getattr(signal, how))
         proc.wait(30)
         deadline = time.monotonic() + 10
