@@ -151,6 +151,13 @@ class _ForestState:
         return counts.astype(dtype)
 
 
+def _top_per_node(node: np.ndarray, gain: np.ndarray, top: int) -> np.ndarray:
+    """Positions (ascending) of the ``top`` largest gains of every node."""
+    ranked = np.lexsort((-gain, node))
+    first = np.searchsorted(node[ranked], node[ranked], side="left")
+    return np.sort(ranked[np.arange(ranked.size) - first < top])
+
+
 class FedForestClient:
     """Answers ``fedforest.*`` requests from a ``TrainingData``."""
 
@@ -224,6 +231,9 @@ class FedForestClient:
             if body.top_l:
                 gains.append(self._local_best_gains(state, level, x, node_pos[has], pts[has], summaries))
         order = np.argsort(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64)
+        if body.top_l and pairs:  # AvgImp/Top-L: sketches and gains of this client's L best features only
+            pair_ids = np.concatenate(pairs)[order]
+            order = order[_top_per_node(pair_node[pair_ids], np.concatenate(gains)[order], body.top_l)]
         cat_order = np.argsort(np.concatenate(cat_pairs)) if cat_pairs else np.zeros(0, np.int64)
         S = state.terms.shape[1]
         return ForestLevelReply(
@@ -272,5 +282,5 @@ class FedForestClient:
         if body.evaluation == "avgimp":
             gain = pooled_gain(level.summaries[cand_node[has]], left[has], state.task.criterion)
             return ForestSplitReply(candidates=has.astype(np.int64), left=np.zeros((0, left.shape[1])),
-                                    local_gain=gain)
+                                    local_gain=gain.astype(np.float32))
         return ForestSplitReply(candidates=has.astype(np.int64), left=state.wire(left[has]))
