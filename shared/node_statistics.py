@@ -27,6 +27,7 @@ from numpy.typing import ArrayLike
 
 __all__ = [
     "category_summaries",
+    "top_per_node",
     "node_summaries",
     "pair_left_summaries",
     "pair_quantiles",
@@ -154,3 +155,12 @@ def category_summaries(codes: ArrayLike, node: ArrayLike, weight: ArrayLike, ter
     group = np.where(valid, pos * n_categories + np.where(valid, c, 0).astype(np.int64), -1)
     sums = _weighted_sums(group, np.asarray(weight, dtype=np.float64), np.asarray(terms), req.shape[0] * n_categories)
     return sums.reshape(req.shape[0], n_categories, -1)
+
+
+def top_per_node(node: ArrayLike, gain: ArrayLike, top: int) -> np.ndarray:
+    """Positions (ascending) of the ``top`` largest ``gain`` values of every ``node`` -- AvgImp's
+    Top-L shortlist, on the client (what to send) and on the server (what to evaluate)."""
+    nd = np.asarray(node)
+    ranked = np.lexsort((-np.asarray(gain, dtype=np.float64), nd))
+    first = np.searchsorted(nd[ranked], nd[ranked], side="left")
+    return np.sort(ranked[np.arange(ranked.size) - first < top])

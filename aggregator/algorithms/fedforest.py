@@ -31,6 +31,7 @@ import numpy as np
 
 from shared.model import Tree, TreeBuilder, TreeEnsemble
 from shared.model.inputs import CLIENT_FEATURE
+from shared.node_statistics import top_per_node
 from shared.protocol.messages.fedforest import (
     ForestLevelReply,
     ForestLevelRequest,
@@ -432,16 +433,9 @@ class _Training:
         """Top-L: per node, the union of every client's L best features by local gain (a mask
         over the requested pairs)."""
         keep = np.zeros(pair_node.shape[0], dtype=bool)
-        L = self.config.top_l
         for reply in replies.values():
-            if not reply.local_gain.size:
-                continue
-            nodes = pair_node[reply.pairs]
-            order = np.lexsort((-reply.local_gain, nodes))  # by node, best gain first
-            sorted_nodes = nodes[order]
-            first = np.searchsorted(sorted_nodes, sorted_nodes, side="left")
-            top = np.arange(order.size) - first < L
-            keep[reply.pairs[order[top]]] = True
+            if reply.local_gain.size:
+                keep[reply.pairs[top_per_node(pair_node[reply.pairs], reply.local_gain, self.config.top_l)]] = True
         return keep
 
     def _pool_split_replies(self, numeric, split_replies, per_client) -> tuple[np.ndarray, np.ndarray, set[str]]:

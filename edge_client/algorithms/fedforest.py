@@ -27,6 +27,7 @@ from shared.node_statistics import (
     pair_left_summaries,
     pair_quantiles,
     summary_terms,
+    top_per_node,
 )
 from shared.protocol.envelope import Message
 from shared.protocol.messages.fedforest import (
@@ -151,13 +152,6 @@ class _ForestState:
         return counts.astype(dtype)
 
 
-def _top_per_node(node: np.ndarray, gain: np.ndarray, top: int) -> np.ndarray:
-    """Positions (ascending) of the ``top`` largest gains of every node."""
-    ranked = np.lexsort((-gain, node))
-    first = np.searchsorted(node[ranked], node[ranked], side="left")
-    return np.sort(ranked[np.arange(ranked.size) - first < top])
-
-
 class FedForestClient:
     """Answers ``fedforest.*`` requests from a ``TrainingData``."""
 
@@ -233,7 +227,7 @@ class FedForestClient:
         order = np.argsort(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64)
         if body.top_l and pairs:  # AvgImp/Top-L: sketches and gains of this client's L best features only
             pair_ids = np.concatenate(pairs)[order]
-            order = order[_top_per_node(pair_node[pair_ids], np.concatenate(gains)[order], body.top_l)]
+            order = order[top_per_node(pair_node[pair_ids], np.concatenate(gains)[order], body.top_l)]
         cat_order = np.argsort(np.concatenate(cat_pairs)) if cat_pairs else np.zeros(0, np.int64)
         S = state.terms.shape[1]
         return ForestLevelReply(

@@ -166,3 +166,13 @@ def test_category_summaries_sum_each_valid_code(data, codes, nodes, m, n_classes
                 want[p, int(v)] += weight[i] * terms[i]
     assert got.shape == (nodes.size, m, S)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_top_per_node_keeps_the_largest_gains_of_each_node() -> None:
+    from shared.node_statistics import top_per_node
+
+    node = np.array([0, 1, 0, 0, 1, 2])
+    gain = np.array([0.1, 0.5, 0.9, 0.3, 0.2, 0.0])
+    np.testing.assert_array_equal(top_per_node(node, gain, 2), [1, 2, 3, 4, 5])
+    np.testing.assert_array_equal(top_per_node(node, gain, 1), [1, 2, 5])
+    assert top_per_node(np.zeros(0, int), np.zeros(0), 3).size == 0
