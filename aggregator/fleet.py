@@ -18,11 +18,9 @@ from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shared.protocol.envelope import Message
 from shared.protocol.messages import Status
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.transport.base import Transport
-from shared.transport.mqtt import MqttTransport
 
 from .broker.mosquitto import die_with_parent
 from .jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
@@ -78,7 +76,7 @@ class Presence:
     """The fleet's retained presence as seen by one transport; ``wait`` blocks until clients
     are online (or offline)."""
 
-    def __init__(self, transport: MqttTransport, layout: TopicLayout) -> None:
+    def __init__(self, transport: Transport, layout: TopicLayout) -> None:
         self.online: dict[str, bool] = {}
         self._changed = threading.Condition()
         transport.subscribe(layout.all_statuses, self._on_status)
@@ -88,6 +86,10 @@ class Presence:
             with self._changed:
                 self.online[message.sender] = message.body.online
                 self._changed.notify_all()
+
+    def online_clients(self) -> list[str]:
+        with self._changed:
+            return sorted(c for c, up in self.online.items() if up and c != AGGREGATOR_ID)
 
     def wait(self, clients: list[str], online: bool, timeout_s: float = 30.0) -> None:
         with self._changed:
@@ -101,19 +103,9 @@ class Presence:
 
 def discover_gateways(transport: Transport, *, wait_s: float = 2.0, layout: TopicLayout | None = None) -> list[str]:
     """The clients whose retained presence says online, collected for ``wait_s`` seconds."""
-    layout = layout or TopicLayout()
-    online: dict[str, bool] = {}
-    lock = threading.Lock()
-
-    def on_status(topic: str, message: Message) -> None:
-        if isinstance(message.body, Status) and message.sender != AGGREGATOR_ID:
-            with lock:
-                online[message.sender] = message.body.online
-
-    transport.subscribe(layout.all_statuses, on_status)
+    presence = Presence(transport, layout or TopicLayout())
     time.sleep(wait_s)
-    with lock:
-        return sorted(c for c, up in online.items() if up)
+    return presence.online_clients()
 
 
 def train_on_fleet(

@@ -87,8 +87,7 @@ class Gateway:
                        if config.serial_port else None)
         self.transport: MqttTransport | None = None
         if config.mqtt is not None:
-            self.transport = MqttTransport(config.client_id, config.mqtt)
-            self.transport.online_status = self.status  # type: ignore[method-assign]
+            self.transport = MqttTransport(config.client_id, config.mqtt, online_status=self.status)
             training = StoreTrainingData(self.store, lambda: tuple(self.processor.feature_names),
                                          holdout_fraction=config.holdout_fraction)
             self.participant = Participant(self.transport, training)
@@ -161,8 +160,10 @@ class Gateway:
         if self.transport is not None:
             out["broker"] = "connected" if self.transport.is_connected else "offline"
         installed = self.models.current
-        out.update(model=installed.label if installed else "-", predicted=self.predictor.stats.predicted,
-                   last=self.predictor.stats.last_label or "-", alerts=self.predictor.stats.alerts)
+        live = self.predictor.stats
+        out.update(model=installed.label if installed else "-", predicted=live.predicted, last=live.last_label or "-",
+                   latency_ms=round(live.last_latency_ms, 2), inference_ms=round(live.last_inference_ms, 2),
+                   alerts=live.alerts)
         return out
 
     def run(self, *, stats_every_s: float = 0.0, on_stats=None) -> None:

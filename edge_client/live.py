@@ -87,13 +87,13 @@ class LivePredictor:
         self.stats.last_inference_ms = (now - started) * 1e3
         latency_ms = (now - (started if completed_at is None else completed_at)) * 1e3
         k = int(np.argmax(proba))
-        label = str(model.classes[k])
+        label = installed.class_names[k]
         prediction = PredictionRecord(record.session_id, record.end_us, installed.label, label, float(proba[k]),
                                       proba.astype(np.float32), latency_ms, window_id)
         self.store.add_prediction(prediction)
         self.stats.predicted += 1
         self.stats.last_label, self.stats.last_latency_ms = label, latency_ms
-        self._enqueue((installed.label, tuple(str(c) for c in model.classes), prediction, k))
+        self._enqueue((installed.label, installed.class_names, prediction, k))
         for event in self.alerts.observe(record.end_us, label):
             self.store.add_alert(record.session_id, event.rule, event.state, event.started_us, event.detected_us,
                                  event.message)

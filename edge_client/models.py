@@ -24,6 +24,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from shared.model import TreeEnsemble, client_index
@@ -56,6 +57,11 @@ class InstalledModel:
     @property
     def label(self) -> str:
         return f"{self.bundle.model_id}:v{self.bundle.version}"
+
+    @cached_property
+    def class_names(self) -> tuple[str, ...]:
+        """The model's classes as the strings predictions carry."""
+        return tuple(str(c) for c in self.model.classes)
 
 
 class ModelManager:

@@ -166,15 +166,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from aggregator.fleet import train_on_fleet
     from aggregator.jobs import JobSettings, TrainingError
     from edge_client.features import FEATURE_SET_VERSION
-    from shared.model import TreeEnsemble
 
     _exit_on_sigterm()
     if not (args.output or args.registry):
         raise SystemExit("wheelfed train: give -o FILE and/or --registry DB so the model is kept somewhere")
-    init_model = None
-    if args.init_model:
-        raw = Path(args.init_model).read_bytes()
-        init_model = TreeEnsemble.from_json(raw) if args.init_model.endswith(".json") else TreeEnsemble.from_cbor(raw)
+    init_model = _load_model_file(args.init_model) if args.init_model else None
     feature_set = args.feature_set or FEATURE_SET_VERSION
     if args.algorithm == "fedforest":
         if init_model is not None:

@@ -193,15 +193,16 @@ class _Training:
         self.tree_clients = [np.arange(len(self.clients)) if m == len(self.clients)
                              else np.sort(self.rng.choice(len(self.clients), size=m, replace=False))
                              for _ in range(cfg.n_trees)]
+        self.trees_of = [np.array([t for t, members in enumerate(self.tree_clients) if k in members], dtype=np.int64)
+                         for k in range(len(self.clients))]  # per client index: the trees it takes part in
         return fleet
 
     def _task(self, client: str) -> ForestTask:
         cfg = self.config
         k = self.index[client]
-        trees = np.array([t for t, members in enumerate(self.tree_clients) if k in members], dtype=np.int64)
         return ForestTask(task="regression" if cfg.regression else "classification", criterion=self.crit,
                           feature_set_version=cfg.feature_set_version, n_features=self.d, n_trees=cfg.n_trees,
-                          client_index=k, trees=trees, seed=self.seed, bootstrap=cfg.bootstrap,
+                          client_index=k, trees=self.trees_of[k], seed=self.seed, bootstrap=cfg.bootstrap,
                           classes=self.classes if cfg.target == "label" else (), target=cfg.target,
                           n_clients=len(self.clients))
 

@@ -131,14 +131,17 @@ def _labelled_split(path: Path, feature_set_version: str, holdout: float):
 
 
 def _scores(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
+    """Accuracy and macro-F1 by the federated evaluation's own formulas (``metrics_of``)."""
+    from aggregator.evaluation import metrics_of
+    from shared.protocol.messages.evaluation import EvaluationReply
+
     labels = sorted(set(y_true) | set(y_pred))
-    f1 = []
-    for c in labels:
-        tp = np.sum((y_true == c) & (y_pred == c))
-        precision = tp / max(np.sum(y_pred == c), 1)
-        recall = tp / max(np.sum(y_true == c), 1)
-        f1.append(0.0 if precision + recall == 0 else 2 * precision * recall / (precision + recall))
-    return {"accuracy": float(np.mean(y_true == y_pred)), "macro_f1": float(np.mean(f1))}
+    index = {c: k for k, c in enumerate(labels)}
+    t = np.array([index[v] for v in y_true])
+    p = np.array([index[v] for v in y_pred])
+    confusion = np.bincount(t * len(labels) + p, minlength=len(labels) ** 2).reshape(len(labels), -1)
+    metrics = metrics_of(EvaluationReply(len(t), confusion=confusion.astype(np.int64)), classifier=True)
+    return {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"]}
 
 
 def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, dict[str, float]]:

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.atoms import merge_atoms
-from shared.model import ModelValidationError, TreeEnsemble
+from shared.model import TreeEnsemble
 from shared.objectives import Objective, objective_named
 from shared.protocol.envelope import Message
-from shared.protocol.errors import DecodeError
 from shared.protocol.messages.fedscs_xgb import (
     DDSketchColumns,
     ModelDelta,
@@ -45,14 +44,13 @@ from shared.sketches import (
 )
 
 from ..dispatcher import Dispatcher, RequestRejected
+from ..evaluation import load_model
 from ..training_data import LabelledData, TrainingData, class_ids, snapshot
 
 log = logging.getLogger(__name__)
 
 #: Jobs whose state a client keeps at once (oldest forgotten first).
 MAX_JOBS = 4
-#: Largest model delta accepted in one request.
-MAX_MODEL_BYTES = 64 << 20
 
 
 @dataclass
@@ -108,10 +106,7 @@ class _JobState:
                                             f"{delta.first_tree}; send the model from tree {self.n_trees}")
         if not delta.trees:
             return
-        try:
-            model = TreeEnsemble.from_cbor(delta.trees, max_bytes=MAX_MODEL_BYTES)
-        except (ModelValidationError, DecodeError) as exc:
-            raise RequestRejected("bad_model", f"the model delta is invalid: {exc}") from None
+        model = load_model(delta.trees)
         if model.kind != "boosted" or model.n_outputs != self.margins.shape[1] or model.n_features != self.X.shape[1]:
             raise RequestRejected("bad_model", f"the model delta ({model.kind}, {model.n_outputs} outputs, "
                                                f"{model.n_features} features) does not fit this job")

@@ -22,6 +22,7 @@ import queue
 import socket
 import ssl
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -76,11 +77,14 @@ class MqttTransport(Transport):
     """A WheelFed participant's connection to the broker."""
 
     def __init__(self, client_id: str, config: MqttConfig = MqttConfig(), *, layout: TopicLayout | None = None,
-                 presence: bool = True) -> None:
+                 presence: bool = True, online_status: Callable[[], Status] | None = None) -> None:
         super().__init__(client_id, max_payload=config.max_payload, limits=config.limits)
         self.config = config
         self.layout = layout or TopicLayout()
         self.presence = presence
+        # the retained presence published on every (re)connect; a gateway passes one that includes
+        # its active model and counters
+        self.online_status: Callable[[], Status] = online_status or (lambda: Status(online=True))
         self.denied = 0
         self.connections = 0
         self._filters: list[str] = []
@@ -97,11 +101,6 @@ class MqttTransport(Transport):
         self._closed = False
 
     # -- setup --------------------------------------------------------------------------------
-    def online_status(self) -> Status:
-        """The retained presence published on every (re)connect; a gateway replaces this to
-        include its active model and counters (``Gateway`` does)."""
-        return Status(online=True)
-
     def _make_client(self) -> paho.Client:
         cfg = self.config
         if cfg.protocol == 5:
