@@ -27,6 +27,8 @@ from shared.protocol.messages import ErrorReply, Status
 from shared.protocol.topics import TopicLayout
 from shared.transport.base import Transport
 
+from .audit import AuditTrail
+
 log = logging.getLogger(__name__)
 
 
@@ -91,8 +93,11 @@ class RoundEngine:
     #: Minimum time between two sends of the same request to the same client.
     RESEND_MIN_INTERVAL_S = 2.0
 
-    def __init__(self, transport: Transport, layout: TopicLayout | None = None) -> None:
+    def __init__(self, transport: Transport, layout: TopicLayout | None = None, *,
+                 audit: AuditTrail | None = None) -> None:
         self.transport = transport
+        #: Every message the server's transport decodes, logged (and kept, for simulations).
+        self.audit = (audit or AuditTrail()).attach(transport)
         self.layout = layout or TopicLayout()
         self.late_replies = 0
         self.misrouted = 0

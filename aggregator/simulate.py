@@ -16,6 +16,7 @@ from shared.model import TreeEnsemble
 from shared.protocol.topics import AGGREGATOR_ID
 from shared.transport.memory import MemoryBroker, MemoryTransport
 
+from .audit import AuditTrail, Received
 from .jobs import FederatedJob, JobSettings, RoundProgress
 from .rounds import RoundEngine
 
@@ -56,7 +57,7 @@ class Simulation:
         self.broker = MemoryBroker()
         options = {} if max_payload is None else {"max_payload": max_payload}
         self.server = MemoryTransport(self.broker, AGGREGATOR_ID, presence=False, **options)
-        self.engine = RoundEngine(self.server)
+        self.engine = RoundEngine(self.server, audit=AuditTrail(keep_bodies=True))
         self.transports: dict[str, MemoryTransport] = {}
         self.participants: dict[str, Participant] = {}
         for client in self.clients:
@@ -71,6 +72,11 @@ class Simulation:
         job = FederatedJob(self.engine, list(self.transports), job_id=job_id or f"sim-{algorithm.name}-{seed}",
                            settings=settings or JobSettings(deadline_s=30.0), progress=progress)
         return algorithm.fit(job, seed=seed)
+
+    def server_view(self) -> dict[str, list[Received]]:
+        """Every message the server received, per client, in order, with its decoded body: all
+        that the aggregator learns (the privacy tests read this, never internals)."""
+        return self.engine.audit.view()
 
     def client_bytes(self) -> int:
         """Bytes all clients have sent so far (replies and presence), as encoded on the wire."""

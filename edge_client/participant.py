@@ -6,15 +6,26 @@ from arrays), so a simulated client runs exactly the code a gateway runs.
 
 from __future__ import annotations
 
+import numpy as np
+
 from shared.protocol.envelope import Message
 from shared.protocol.messages import DataSummary, DataSummaryRequest
 from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply
+from shared.protocol.messages.fleet_sums import (
+    DataShape,
+    DataShapeRequest,
+    FleetCountsRequest,
+    FleetSumReply,
+    GridCountsRequest,
+)
 from shared.transport.base import Transport
 
 from .algorithms.fedforest import FedForestClient
 from .algorithms.fedscs_xgb import FedSCSXGBClient
 from .dispatcher import Dispatcher
 from .evaluation import evaluate_model, load_model
+from .fleet_sums import count_vector, data_shape, grid_vector
+from .secure_aggregation import SecureAggregationClient
 from .training_data import TrainingData, data_summary, snapshot
 
 __all__ = ["Participant"]
@@ -29,19 +40,39 @@ class Participant:
         self.dispatcher = Dispatcher(transport)
         self.dispatcher.register(DataSummaryRequest, self.on_data_summary)
         self.dispatcher.register(EvaluateRequest, self.on_evaluate)
-        self.fedscs_xgb = FedSCSXGBClient(data)
+        self.dispatcher.register(DataShapeRequest, self.on_data_shape)
+        self.dispatcher.register(FleetCountsRequest, self.on_fleet_counts)
+        self.dispatcher.register(GridCountsRequest, self.on_grid_counts)
+        self.secure = SecureAggregationClient(transport.client_id)
+        self.secure.register(self.dispatcher)
+        self.fedscs_xgb = FedSCSXGBClient(data, self.secure)
         self.fedscs_xgb.register(self.dispatcher)
-        self.fedforest = FedForestClient(data)
+        self.fedforest = FedForestClient(data, self.secure)
         self.fedforest.register(self.dispatcher)
 
     @property
     def capabilities(self) -> tuple[str, ...]:
-        return ("ping", "evaluate", "fedscs_xgb", "fedforest")
+        return ("ping", "evaluate", "secure_aggregation", "fedscs_xgb", "fedforest")
 
     def on_data_summary(self, message: Message) -> DataSummary:
         """Every job opens with this: additive statistics of the labelled snapshot."""
         body: DataSummaryRequest = message.body
         return data_summary(snapshot(self.data, body.feature_set_version), regression=body.regression)
+
+    def on_data_shape(self, message: Message) -> DataShape:
+        """A private job's opening: width, feature names and (unless fixed by the job) label set."""
+        body: DataShapeRequest = message.body
+        return data_shape(snapshot(self.data, body.feature_set_version), labels=body.labels)
+
+    def on_fleet_counts(self, message: Message) -> FleetSumReply:
+        body: FleetCountsRequest = message.body
+        vector = count_vector(snapshot(self.data, body.feature_set_version), body)
+        return FleetSumReply(self.secure.protect(message, vector.view(np.uint64), body.secure))
+
+    def on_grid_counts(self, message: Message) -> FleetSumReply:
+        body: GridCountsRequest = message.body
+        vector = grid_vector(snapshot(self.data, body.feature_set_version), body)
+        return FleetSumReply(self.secure.protect(message, vector.view(np.uint64), body.secure))
 
     def on_evaluate(self, message: Message) -> EvaluationReply:
         """Score a model on local labelled windows (held-out by default); counts only."""

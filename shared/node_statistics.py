@@ -13,6 +13,8 @@ the tree's bootstrap or its node is finished) and the sample's bootstrap multipl
 * :func:`pair_left_summaries` -- for candidate thresholds of (node, feature) pairs, the summary
   of the node's samples with ``x < t`` (the trees' routing rule; NaN goes right).
 * :func:`category_summaries` -- exact per-category summaries of a categorical feature.
+* :func:`pair_histograms` -- the private protocol's: for (node, feature) pairs, integer sums of
+  per-sample terms per bin of fleet-wide edges (no value of the client's leaves it).
 
 One sort per feature serves every node of every tree: samples are ordered by (node, value) with
 ``np.lexsort`` and each node is a contiguous segment, so quantiles are ``searchsorted`` on
@@ -25,10 +27,13 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .histograms import integer_bincount
+
 __all__ = [
     "category_summaries",
     "top_per_node",
     "node_summaries",
+    "pair_histograms",
     "pair_left_summaries",
     "pair_quantiles",
     "summary_terms",
@@ -164,3 +169,23 @@ def top_per_node(node: ArrayLike, gain: ArrayLike, top: int) -> np.ndarray:
     ranked = np.lexsort((-np.asarray(gain, dtype=np.float64), nd))
     first = np.searchsorted(nd[ranked], nd[ranked], side="left")
     return np.sort(ranked[np.arange(ranked.size) - first < top])
+
+
+def pair_histograms(x: ArrayLike, node: ArrayLike, terms: ArrayLike, pair_of_node: ArrayLike, n_pairs: int,
+                    edges: ArrayLike, n_slots: int) -> np.ndarray:
+    """Integer histograms ``(n_pairs, n_slots, T)`` of one feature: entry ``e`` (value ``x[e]``,
+    node position ``node[e]``, int64 terms ``terms[e]``) adds its terms to the slot of its value
+    in the histogram of pair ``pair_of_node[node[e]]`` (-1: none). Slot ``b`` holds
+    ``edges[b-1] <= x < edges[b]`` -- compared in float64, as the trees route -- and the last
+    slot the missing values. Sums are exact (``shared.histograms.integer_bincount``)."""
+    v = np.asarray(x, dtype=np.float64)
+    t = np.asarray(terms, dtype=np.int64)
+    pair = np.asarray(pair_of_node, dtype=np.int64)[np.asarray(node, dtype=np.int64)]
+    keep = pair >= 0
+    v, t, pair = v[keep], t[keep], pair[keep]
+    slot = np.searchsorted(np.asarray(edges, dtype=np.float64), v, side="right")
+    slot = np.where(np.isnan(v), n_slots - 1, slot)
+    T = t.shape[1]
+    keys = ((pair * n_slots + slot)[:, None] * T + np.arange(T)).ravel()
+    size = n_pairs * n_slots * T
+    return integer_bincount(keys, t.ravel(), size).reshape(n_pairs, n_slots, T)

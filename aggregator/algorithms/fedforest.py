@@ -15,6 +15,14 @@ homogeneous data), ``candidates="histogram"`` (Kalloori-style fixed-width bins o
 min/max: the Federated Histogram baseline), fixed ``thresholds`` per feature (the oracle tests'
 "same candidates"), ``target="client"`` (predict H from X: the covariate-shift diagnostic).
 
+Private protocol (``protocol="histogram"``): the job opens with fleet sums and fleet-wide edges
+read off fleet-summed grid counts (``private_fleet``); then each level is one round: per
+(node, sampled feature) pair and per bin of the edges, the summed window counts and weighted
+summary terms (secure aggregation by default). The candidates are the edges; every gain is the
+exact pooled gain of its candidate (left summaries are the histograms' partial sums), so the
+forest equals the centralized forest grown with those candidates, bootstrap and feature draws.
+No split leaves a child with fewer than ``min_crowd`` windows fleet-wide.
+
 Determinism: per-tree client subsets come from ``default_rng(seed)``, each node's feature
 subsample from ``default_rng([seed, tree, node])``, each client's bootstrap from (seed, tree,
 client index); replies are summed in client-id order; gains equal up to rounding noise are ties.
@@ -33,6 +41,8 @@ from shared.model import Tree, TreeBuilder, TreeEnsemble
 from shared.model.inputs import CLIENT_FEATURE
 from shared.node_statistics import top_per_node
 from shared.protocol.messages.fedforest import (
+    ForestHistogramReply,
+    ForestHistogramRequest,
     ForestLevelReply,
     ForestLevelRequest,
     ForestSplitReply,
@@ -42,8 +52,11 @@ from shared.protocol.messages.fedforest import (
 )
 from shared.splitting import impurity, pooled_gain
 
+from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
+from .levelwise_growth import decode
+from .private_fleet import describe_fleet_privately, frac_bits_for
 from .forest_growth import (
     choose_splits,
     grouping_candidates,
@@ -67,6 +80,12 @@ class FedForest:
     ``client_splits``: also split on the client indicator H (exempt from feature subsampling);
     the model then has one extra input, the client index (``model.metadata["clients"]`` lists
     the clients in index order).
+    ``protocol``: ``"histogram"`` (private: fleet-summed per-bin sums on fleet-wide edges, one
+    round per level) or ``"sketches"`` (the paper's per-client quantile sketches and summaries;
+    reveals client values). ``secure_aggregation``, ``secagg_degree``, ``min_crowd``: as for
+    ``FedSCSXGB``. The histogram protocol offers exact evaluation of the edges' candidates,
+    numeric features and the label target (no H-splits, categorical features or AvgImp: they
+    need per-client statistics).
     """
 
     n_trees: int = 50
@@ -91,6 +110,10 @@ class FedForest:
     target: Literal["label", "client"] = "label"
     feature_set_version: str = ""
     classes: tuple[str, ...] | None = None
+    protocol: Literal["histogram", "sketches"] = "sketches"
+    secure_aggregation: bool = False
+    secagg_degree: int | None = None
+    min_crowd: int = 5
 
     name: ClassVar[str] = "fedforest"
 
@@ -110,6 +133,21 @@ class FedForest:
             raise ValueError("predicting the client from X cannot also split on the client")
         if self.criterion is not None and (self.criterion == "mse") != self.regression:
             raise ValueError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
+        if self.protocol not in ("histogram", "sketches"):
+            raise ValueError(f"protocol must be 'histogram' or 'sketches', got {self.protocol!r}")
+        if self.secure_aggregation and self.protocol != "histogram":
+            raise ValueError("secure aggregation sums histograms: it needs protocol='histogram'")
+        if self.protocol == "histogram":
+            unsupported = [name for name, on in (("client_splits", self.client_splits),
+                                                 ("categorical_features", bool(self.categorical_features)),
+                                                 ("evaluation='avgimp'", self.evaluation != "exact"),
+                                                 ("candidates='histogram'", self.candidates != "quantiles"),
+                                                 ("target='client'", self.target != "label")) if on]
+            if unsupported:
+                raise ValueError(f"protocol='histogram' does not offer {', '.join(unsupported)} (they need "
+                                 "per-client statistics); use protocol='sketches'")
+        if not (isinstance(self.min_crowd, int) and self.min_crowd >= 0):
+            raise ValueError(f"min_crowd must be an int >= 0, got {self.min_crowd!r}")
 
     @property
     def regression(self) -> bool:
@@ -159,25 +197,14 @@ class _Training:
         self.known: dict[str, int] = {}  # client -> last level whose decisions it applied
         self.decisions: list[dict[str, Any]] = []  # one dict of arrays per decided level
         self.levels: list[dict[str, float]] = []
+        self.children_of: dict[tuple[int, int], tuple[int, int]] = {}
 
     # -- setup ---------------------------------------------------------------------------------
 
     def _setup(self) -> FleetData:
         cfg = self.config
         fleet = describe_fleet(self.job, cfg.feature_set_version, regression=cfg.regression, classes=cfg.classes)
-        self.clients = list(fleet.clients)
-        self.index = {c: i for i, c in enumerate(self.clients)}
-        self.d = fleet.n_features
-        if cfg.target == "client":
-            self.classes, self.model_classes = tuple(self.clients), tuple(self.clients)
-        else:
-            self.classes, self.model_classes = fleet.classes, fleet.model_classes
-        if not cfg.regression and len(self.classes) < 2:
-            raise TrainingError(f"classification needs at least 2 classes, the clients have {list(self.classes)}")
-        self.S = 3 if cfg.regression else len(self.classes)
-        self.feature_names = fleet.feature_names
-        self.k_features = n_sampled_features(cfg.max_features, self.d, cfg.regression)
-        self.categorical = np.array(sorted(set(cfg.categorical_features)), dtype=np.int64)
+        self._set_fleet(fleet.clients, fleet.n_features, fleet.feature_names, fleet.classes, fleet.model_classes)
         if self.categorical.size and self.categorical.max() >= self.d:
             raise TrainingError(f"categorical feature {int(self.categorical.max())} does not exist ({self.d} features)")
         if cfg.thresholds is not None:
@@ -189,13 +216,52 @@ class _Training:
                           for lo, hi in zip(fleet.minimum, fleet.maximum)]
         else:
             self.fixed = None
+        return fleet
+
+    def _set_fleet(self, clients, n_features, feature_names, classes, model_classes) -> None:
+        cfg = self.config
+        self.clients = list(clients)
+        self.index = {c: i for i, c in enumerate(self.clients)}
+        self.d = n_features
+        if cfg.target == "client":
+            self.classes, self.model_classes = tuple(self.clients), tuple(self.clients)
+        else:
+            self.classes, self.model_classes = classes, model_classes
+        if not cfg.regression and len(self.classes) < 2:
+            raise TrainingError(f"classification needs at least 2 classes, the clients have {list(self.classes)}")
+        self.S = 3 if cfg.regression else len(self.classes)
+        self.feature_names = feature_names
+        self.k_features = n_sampled_features(cfg.max_features, self.d, cfg.regression)
+        self.categorical = np.array(sorted(set(cfg.categorical_features)), dtype=np.int64)
         m = max(1, math.ceil(cfg.client_fraction * len(self.clients)))
         self.tree_clients = [np.arange(len(self.clients)) if m == len(self.clients)
                              else np.sort(self.rng.choice(len(self.clients), size=m, replace=False))
                              for _ in range(cfg.n_trees)]
         self.trees_of = [np.array([t for t, members in enumerate(self.tree_clients) if k in members], dtype=np.int64)
                          for k in range(len(self.clients))]  # per client index: the trees it takes part in
-        return fleet
+
+    def _setup_private(self) -> None:
+        """The private opening: shape, fleet sums and fleet-wide edges (``private_fleet``)."""
+        cfg = self.config
+        self.summer = FleetSummer(self.job, secure=cfg.secure_aggregation, degree=cfg.secagg_degree)
+        self.summer.start(self.job.clients)
+        fleet = describe_fleet_privately(self.job, self.summer, cfg.feature_set_version, regression=cfg.regression,
+                                         n_bins=cfg.n_bins, classes=cfg.classes)
+        self._set_fleet(fleet.clients, fleet.n_features, fleet.feature_names, fleet.classes, fleet.model_classes)
+        edges = fleet.edges
+        if cfg.thresholds is not None:
+            if len(cfg.thresholds) != self.d:
+                raise TrainingError(f"{len(cfg.thresholds)} threshold arrays for {self.d} features")
+            edges = [np.unique(np.asarray(t, dtype=np.float32)) for t in cfg.thresholds]
+        self.edges = [np.asarray(e, dtype=np.float32) for e in edges]
+        self.edge_offsets = np.concatenate([[0], np.cumsum([e.size for e in self.edges])]).astype(np.int64)
+        self.edge_values = np.concatenate(self.edges) if self.edges else np.zeros(0, np.float32)
+        if cfg.regression:
+            bound = max(fleet.target_sum_squares, 1.0)
+            self.frac_bits, self.value_bound = frac_bits_for(16 * fleet.total_samples, bound), 16.0 * bound
+        else:
+            self.frac_bits, self.value_bound = 0, 1.0
+        self.distinct_of: dict[tuple[int, int], int] = {}
 
     def _task(self, client: str) -> ForestTask:
         cfg = self.config
@@ -210,7 +276,8 @@ class _Training:
 
     def run(self) -> ForestResult:
         cfg = self.config
-        self._setup()
+        private = cfg.protocol == "histogram"
+        self._setup_private() if private else self._setup()
         self.builders = [TreeBuilder(np.zeros(1 if cfg.regression else self.S)) for _ in range(cfg.n_trees)]
         self.summary_of: dict[tuple[int, int], np.ndarray] = {}
         self.root_weight = np.zeros(cfg.n_trees)
@@ -221,7 +288,7 @@ class _Training:
             if not frontier:
                 break
             started = time.monotonic()
-            frontier = self._level(level, frontier)
+            frontier = self._private_level(level, frontier) if private else self._level(level, frontier)
             self.job.report(RoundProgress(self.job.job_id, cfg.name, level + 1, cfg.max_depth + 1, len(self.clients),
                                           self._answered, {"nodes": float(self._n_active),
                                                            "splits": float(self._n_splits)},
@@ -281,6 +348,82 @@ class _Training:
         self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(numeric["n_pairs"]),
                             "candidates": float(len(cands["node"]))})
         return self._apply(level, frontier, best, best_gain, cands, left)
+
+    def _private_level(self, level: int, frontier: list[_Node]) -> list[_Node]:
+        """One level of the private protocol: a single fleet sum of per-bin histograms."""
+        cfg = self.config
+        crowd = max(cfg.min_crowd, 1)
+        for node in frontier:
+            eligible = level < cfg.max_depth and (node.summary is None or (
+                self._can_split(node.summary) and self.distinct_of[(node.tree, node.node)] >= 2 * crowd))
+            node.features = self._features(node) if eligible else np.zeros(0, np.int64)
+        offsets = np.concatenate([[0], np.cumsum([n.features.size for n in frontier])]).astype(np.int64)
+        features = np.concatenate([n.features for n in frontier]).astype(np.int64)
+        A, P = len(frontier), features.shape[0]
+        self._answered, self._n_active = len(self.summer.active), int((np.diff(offsets) > 0).sum())
+        self._n_splits = 0
+        if P == 0:
+            return []
+        node_tree = np.array([n.tree for n in frontier], dtype=np.int64)
+        node_id = np.array([n.node for n in frontier], dtype=np.int64)
+        active = list(self.summer.active)
+        requests = {c: ForestHistogramRequest(
+            self._task(c), level, self._decisions_since(self.known.get(c, -1) + 1), node_tree, node_id, offsets,
+            features, self.edge_values, self.edge_offsets, self.frac_bits, self.value_bound,
+            self.summer.secure_round(c, active)) for c in active}
+        any_request = next(iter(requests.values()))
+        result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, any_request.length)
+        for client in active:
+            if client in result.contributors:
+                self.known[client] = level - 1
+            else:
+                self.known.pop(client, None)
+        self._answered = len(result.contributors)
+        hist = result.total.view(np.int64).reshape(P, any_request.slots, any_request.terms)
+        windows, sums = hist[..., 0], hist[..., 1:].astype(np.float64)
+        if cfg.regression:
+            sums[..., 1:] = decode(hist[..., 2:], self.frac_bits)
+        pair_node = np.repeat(np.arange(A), np.diff(offsets))
+        first_pair = offsets[:-1][np.diff(offsets) > 0]
+        for p in first_pair.tolist():  # a node's totals: any of its pairs summed over all slots
+            node = frontier[pair_node[p]]
+            self.distinct_of[(node.tree, node.node)] = int(windows[p].sum())
+            if node.summary is None:
+                node.summary = sums[p].sum(axis=0)
+                self.summary_of[(node.tree, node.node)] = node.summary
+                self.root_weight[node.tree] = node_count(node.summary, self.crit)
+        can = np.array([n.features.size > 0 and self._can_split(n.summary) for n in frontier], dtype=bool)
+        # Candidate b of a pair: present slots <= b go left (x < edges[j][b]); missing goes right.
+        n_edges = np.diff(self.edge_offsets)[features]
+        cum_sums = np.cumsum(sums[:, :-1], axis=1)
+        cum_windows = np.cumsum(windows[:, :-1], axis=1)
+        pair, rank = np.nonzero(np.arange(cum_sums.shape[1])[None, :] < n_edges[:, None])
+        node_windows = windows.sum(axis=1)
+        left_windows = cum_windows[pair, rank]
+        keep = (left_windows >= crowd) & (node_windows[pair] - left_windows >= crowd)
+        pair, rank = pair[keep], rank[keep]
+        feature = features[pair]
+        cands = {"node": pair_node[pair], "feature": feature, "rank": rank,
+                 "threshold": self.edge_values[self.edge_offsets[feature] + rank].astype(np.float64),
+                 "kind": np.zeros(pair.size, np.int64), "categories": [None] * pair.size}
+        left = cum_sums[pair, rank]
+        pooled = np.stack([n.summary if n.summary is not None else np.zeros(self.S) for n in frontier])
+        best, best_gain = choose_splits(pooled, cands["node"], left, feature, rank, self.crit,
+                                        min_samples_leaf=cfg.min_samples_leaf,
+                                        min_impurity_decrease=cfg.min_impurity_decrease,
+                                        total_weight=self.root_weight[node_tree])
+        best[~can] = -1
+        self._n_splits = int((best >= 0).sum())
+        self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(P), "candidates": float(pair.size)})
+        children = self._apply(level, frontier, best, best_gain, cands, left)
+        chosen_left = cum_windows[pair, rank]
+        for i in np.flatnonzero(best >= 0).tolist():  # the children's window counts, for the crowd
+            node, c = frontier[i], int(best[i])
+            left_id, right_id = self.children_of[(node.tree, node.node)]
+            total = self.distinct_of[(node.tree, node.node)]
+            self.distinct_of[(node.tree, left_id)] = int(chosen_left[c])
+            self.distinct_of[(node.tree, right_id)] = total - int(chosen_left[c])
+        return children
 
     def _features(self, node: _Node) -> np.ndarray:
         """The node's feature subsample, drawn from its own stream (seed, tree, node): it does not
@@ -476,6 +619,7 @@ class _Training:
             builder = self.builders[node.tree]
             lid, rid = builder.split(node.node, feature, float(cands["threshold"][c]),
                                      categories=None if cats is None else cats.tolist())
+            self.children_of[(node.tree, node.node)] = (lid, rid)
             n_node = node_count(node.summary, self.crit)
             self.importance[feature] += n_node * best_gain[i]
             if level == 0:

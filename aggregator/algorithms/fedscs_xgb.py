@@ -1,6 +1,14 @@
-"""FedSCS-XGB's server half (paper Alg. 1): setup, then per boosting round a sketch phase (merged
-Hessian-weighted sketches -> B bin edges per feature) and an atom phase (merged atoms -> one
-depth-limited tree per class, ``histogram_growth``).
+"""FedSCS-XGB's server half, with two protocols.
+
+* ``protocol="histogram"`` (private): the job opens with fleet sums and the edges read off
+  fleet-summed grid counts (``private_fleet``, once per job, count-weighted like XGBoost's
+  ``hist``), then every depth level of a boosting round asks for the (G, H, count) histograms
+  of the nodes to split, as fixed-point vectors summed by a ``FleetSummer`` -- under secure
+  aggregation by default, so the server decodes only fleet sums (``levelwise_growth``).
+* ``protocol="atoms"`` (the paper's Alg. 1, for reproduction): per boosting round a sketch phase
+  (merged Hessian-weighted sketches -> B bin edges per feature) and an atom phase (merged atoms
+  -> one depth-limited tree per class, ``histogram_growth``). It reveals every window's
+  quantised feature vector and gradients to the server (PRIVACY.md).
 
 ``FedSCSXGB`` is the public configuration object (``aggregator.algorithms.FedSCSXGB``); its
 ``fit(job)`` drives any fleet through a ``FederatedJob`` -- the in-memory simulation
@@ -32,9 +40,13 @@ from shared.atoms import merge_atoms
 from shared.model import TreeEnsemble
 from shared.objectives import objective_named
 from shared.protocol.messages.fedscs_xgb import (
+    LOSS_FRAC_BITS,
     ModelDelta,
+    RoundSplits,
     XgbAtomReply,
     XgbAtomRequest,
+    XgbHistogramReply,
+    XgbHistogramRequest,
     XgbSketchReply,
     XgbSketchRequest,
     XgbTask,
@@ -51,15 +63,18 @@ from shared.sketches import (
 )
 from shared.protocol.schema import to_wire
 
+from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
 from .histogram_growth import GrowthParams, grow_trees
+from .levelwise_growth import decode, grow_round
+from .private_fleet import PrivateFleet, describe_fleet_privately, frac_bits_for
 
 __all__ = ["FedSCSXGB"]
 
 
 # --- pure helpers --------------------------------------------------------------------------------
-def base_score_stats(objective: str, fleet: FleetData) -> np.ndarray:
+def base_score_stats(objective: str, fleet: FleetData | PrivateFleet) -> np.ndarray:
     """The objective's ``base_score_stats`` summed over clients (class counts or ``[Σy, n]``)."""
     if objective == "squared_error":
         return np.array([fleet.target_sum, fleet.total_samples], dtype=np.float64)
@@ -101,6 +116,13 @@ class FedSCSXGB:
     ``ddsketch_alpha``, features standardised by the fleet's mean and std when
     ``standardize``). ``client_fraction``: share of the clients sampled per round.
     ``classes``: fix the label vocabulary instead of taking the union of the clients' labels.
+    ``protocol``: ``"histogram"`` (private: fleet-summed histograms per depth level) or
+    ``"atoms"`` (the paper's; reveals per-window vectors). ``secure_aggregation``: mask the
+    histogram protocol's vectors so the server decodes only fleet sums (``secagg_degree``:
+    SecAgg+ neighbourhood size, default O(log n)). ``min_crowd``: in the histogram protocol,
+    no split leaves a child with fewer windows fleet-wide (so no node sum covers fewer). The
+    histogram protocol reads its edges once per job off fleet-summed counts (``sketch`` and
+    ``summary_size`` are the atom protocol's).
     ``edges``: fixed float32 bin edges per feature; skips the sketch phase (Lemma 1's premise,
     and the oracle tests' way to compare with pooled training on the same bins).
     """
@@ -121,6 +143,10 @@ class FedSCSXGB:
     client_fraction: float = 1.0
     feature_set_version: str = ""
     classes: tuple[str, ...] | None = None
+    protocol: Literal["histogram", "atoms"] = "atoms"
+    secure_aggregation: bool = False
+    secagg_degree: int | None = None
+    min_crowd: int = 5
     edges: tuple[np.ndarray, ...] | None = field(default=None, compare=False)
     init_model: TreeEnsemble | None = field(default=None, compare=False)
 
@@ -135,6 +161,13 @@ class FedSCSXGB:
             raise ValueError(f"client_fraction must lie in (0, 1], got {self.client_fraction}")
         if self.summary_size is not None and not 1 <= self.summary_size <= 1 << 16:
             raise ValueError(f"summary_size must lie in 1..65536, got {self.summary_size}")
+        if self.protocol not in ("histogram", "atoms"):
+            raise ValueError(f"protocol must be 'histogram' or 'atoms', got {self.protocol!r}")
+        if self.secure_aggregation and self.protocol != "histogram":
+            raise ValueError("secure aggregation sums histograms: it needs protocol='histogram' (atoms are per "
+                             "window and cannot be summed)")
+        if not (isinstance(self.min_crowd, int) and self.min_crowd >= 0):
+            raise ValueError(f"min_crowd must be an int >= 0, got {self.min_crowd!r}")
         self.growth  # validates the tree settings
 
     @property
@@ -162,6 +195,8 @@ class _Training:
     # -- phases --------------------------------------------------------------------------------
 
     def run(self) -> TreeEnsemble:
+        if self.config.protocol == "histogram":
+            return self._run_histograms()
         cfg = self.config
         self.clients = list(self._setup().clients)
         if cfg.init_model is not None:
@@ -198,6 +233,13 @@ class _Training:
         cfg = self.config
         regression = cfg.objective == "squared_error"
         fleet = describe_fleet(self.job, cfg.feature_set_version, regression=regression, classes=cfg.classes)
+        self._set_fleet(fleet)
+        self.standardizations = [Standardization.from_moments(fleet.moments[:, j]) if cfg.standardize
+                                 else Standardization() for j in range(self.n_features)]
+        return fleet
+
+    def _set_fleet(self, fleet: FleetData | PrivateFleet) -> None:
+        cfg = self.config
         self.n_features, self.feature_names = fleet.n_features, fleet.feature_names
         self.classes, self.model_classes = fleet.classes, fleet.model_classes
         if cfg.objective == "logistic" and len(self.classes) != 2:
@@ -207,9 +249,74 @@ class _Training:
         self.objective = objective_named(cfg.objective, len(self.classes))
         self.n_outputs = self.objective.n_outputs
         self.base_score = self.objective.base_score(base_score_stats(cfg.objective, fleet), mode=cfg.base_score)
-        self.standardizations = [Standardization.from_moments(fleet.moments[:, j]) if cfg.standardize
-                                 else Standardization() for j in range(self.n_features)]
-        return fleet
+
+    def _run_histograms(self) -> TreeEnsemble:
+        """The private protocol: fleet sums only (module docstring)."""
+        cfg = self.config
+        summer = FleetSummer(self.job, secure=cfg.secure_aggregation, degree=cfg.secagg_degree)
+        summer.start(self.job.clients)
+        fleet = describe_fleet_privately(self.job, summer, cfg.feature_set_version,
+                                         regression=cfg.objective == "squared_error", n_bins=cfg.n_bins,
+                                         classes=cfg.classes)
+        self._set_fleet(fleet)
+        if fleet.total_samples < max(cfg.min_crowd, 1):
+            raise TrainingError(f"the fleet holds {fleet.total_samples} samples, fewer than the minimum crowd "
+                                f"({cfg.min_crowd})")
+        if cfg.init_model is not None:
+            self._continue_from(cfg.init_model)
+        edges = list(fleet.edges)
+        if cfg.edges is not None:
+            if len(cfg.edges) != self.n_features:
+                raise TrainingError(f"{len(cfg.edges)} fixed edge arrays for {self.n_features} features")
+            edges = [validate_edges(e, feature=j) for j, e in enumerate(cfg.edges)]
+        self.private = fleet
+        bound = 1.0 if cfg.objective != "squared_error" else 4.0 * max(np.sqrt(fleet.target_sum_squares), 1.0)
+        self.frac_bits = frac_bits_for(fleet.total_samples, bound)
+        self.gradient_bound = float(bound)
+        self.edge_values, self.edge_offsets = pack_edges(edges)
+        for t in range(1, cfg.n_rounds + 1):
+            started = time.monotonic()
+            selected = [c for c in self._sample_from(list(summer.active))]
+            self._round_stats: dict[str, float] = {}
+            trees = grow_round(self.n_outputs, edges, cfg.growth,
+                               lambda s, nt, ni: self._histograms(summer, selected, s, nt, ni),
+                               frac_bits=self.frac_bits, min_crowd=cfg.min_crowd)
+            for k, tree in enumerate(trees):
+                self.trees.append(tree)
+                self.tree_output.append(k if self.n_outputs > 1 else 0)
+            self._deltas.clear()
+            n = self._round_stats.get("samples", 0.0)
+            loss = self._round_stats.get("loss_sum", 0.0) / max(n, 1.0)
+            if cfg.objective == "squared_error":
+                loss = float(np.sqrt(loss))
+            self.job.report(RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected),
+                                          int(self._round_stats.get("contributors", 0)),
+                                          {"train_loss": loss, "samples": float(n)}, time.monotonic() - started))
+        return self.model()
+
+    def _histograms(self, summer: FleetSummer, selected: list[str], splits: RoundSplits, node_tree: np.ndarray,
+                    node_id: np.ndarray) -> np.ndarray:
+        """One depth level: the fleet's summed (G, H, count) histograms of the requested nodes."""
+        first = not self._round_stats
+        selected = [c for c in selected if c in summer.active]
+        requests = {c: XgbHistogramRequest(self.task, self._delta(c), self.edge_values, self.edge_offsets, splits,
+                                           node_tree, node_id, self.frac_bits, self.gradient_bound, with_loss=first,
+                                           secure=summer.secure_round(c, selected)) for c in selected}
+        length = next(iter(requests.values())).length
+        result = summer.ask(requests, XgbHistogramReply, lambda r: r.sums, length,
+                            check=lambda c, r: self._check_trees(c, r.n_trees))
+        for client in selected:
+            if client in result.contributors:
+                self.known[client] = result.replies[client].n_trees
+            else:
+                self.known.pop(client, None)
+        vector = result.total.view(np.int64)
+        if first:
+            self._round_stats = {"loss_sum": float(decode(vector[-2], LOSS_FRAC_BITS)), "samples": float(vector[-1]),
+                                 "contributors": float(len(result.contributors))}
+            vector = vector[:-2]
+        S = int(np.diff(self.edge_offsets).max(initial=0)) + 2
+        return vector.reshape(node_tree.shape[0], 3, self.n_features, S)
 
     def _continue_from(self, model: TreeEnsemble) -> None:
         if model.kind != "boosted" or model.n_outputs != self.n_outputs or model.n_features != self.n_features:
@@ -223,10 +330,13 @@ class _Training:
         self.tree_output = [int(k) for k in model.tree_output]
 
     def _sample(self) -> list[str]:
+        return self._sample_from(self.clients)
+
+    def _sample_from(self, clients: list[str]) -> list[str]:
         if self.config.client_fraction >= 1:
-            return list(self.clients)
-        m = max(1, round(self.config.client_fraction * len(self.clients)))
-        return sorted(self.rng.choice(self.clients, size=m, replace=False).tolist())
+            return list(clients)
+        m = max(1, round(self.config.client_fraction * len(clients)))
+        return sorted(self.rng.choice(clients, size=m, replace=False).tolist())
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -337,5 +447,7 @@ class _Training:
             base_score=self.base_score, feature_set_version=cfg.feature_set_version, classes=self.model_classes,
             metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": len(self.trees) // self.n_outputs,
                       "max_depth": cfg.max_depth, "n_bins": cfg.n_bins, "learning_rate": cfg.learning_rate,
-                      "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "sketch": cfg.sketch},
+                      "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "sketch": cfg.sketch,
+                      "protocol": cfg.protocol, "secure_aggregation": int(cfg.secure_aggregation),
+                      "min_crowd": cfg.min_crowd},
         )

@@ -68,7 +68,7 @@ from numpy.typing import ArrayLike
 from shared.model import Tree, TreeBuilder
 from shared.splitting import check_edges, leaf_weight, split_gain
 
-__all__ = ["GrownTree", "GrowthParams", "grow_tree", "grow_trees"]
+__all__ = ["GrownTree", "GrowthParams", "LevelSplits", "best_splits", "grow_tree", "grow_trees", "split_sides"]
 
 #: Upper bound on (active atoms x features in one block) per bincount call, to bound memory.
 BLOCK_ELEMENTS = 1 << 22
@@ -314,27 +314,65 @@ def _best_splits(
     params: GrowthParams,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Best split of every node of a level: (feature, bin, default_left, gain), gain -inf if none."""
-    n_cand, present = layout.max_edges, layout.n_present
     hist_g, hist_h, hist_w = _histograms(layout, active, pos, n_level, (g, h, w))
+    best = best_splits(hist_g, hist_h, hist_w, layout.candidate, params)
+    return best.feature, best.bin, best.default_left, best.gain
 
-    def sides(hist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Left and right sums, each (n_level, d, 2, n_cand); [..., 0, b]: missing right,
-        [..., 1, b]: missing left. Right = (present total - present left) + missing, so the two
-        spellings of the split "missing vs all present" (missing left below every present value,
-        missing right above them) get bit-identical sums, hence gains, and the tie-break decides."""
-        cum = np.cumsum(hist[:, :, :present], axis=2)
-        left = cum[:, :, :n_cand]
-        right = cum[:, :, -1:] - left
-        miss = hist[:, :, present][:, :, None]
-        return np.stack([left, left + miss], axis=2), np.stack([right + miss, right], axis=2)
 
-    (gl, gr), (hl, hr), (wl, wr) = sides(hist_g), sides(hist_h), sides(hist_w)
+@dataclass(frozen=True, eq=False)
+class LevelSplits:
+    """The best split of every node of a level (``gain`` -inf where none is valid) and the sums
+    of G, H and W of the chosen left and right children (0 where there is no split)."""
+
+    feature: np.ndarray
+    bin: np.ndarray
+    default_left: np.ndarray
+    gain: np.ndarray
+    left: np.ndarray  # (n_nodes, 3): G, H, W of the left child
+    right: np.ndarray  # (n_nodes, 3)
+
+
+def split_sides(hist: np.ndarray, n_cand: int) -> tuple[np.ndarray, np.ndarray]:
+    """Left and right sums of every candidate of histograms ``(nodes, d, S)`` (present slots
+    ``0..S-2``, the missing slot last), each ``(nodes, d, 2, n_cand)``; ``[..., 0, b]``: bins
+    ``<= b`` left with missing right, ``[..., 1, b]``: missing left. Right = (present total -
+    present left) + missing, so the two spellings of the split "missing vs all present values"
+    (missing left below every present value, missing right above them) get bit-identical sums,
+    hence gains, and the tie-break decides. Works on integer histograms too (exact)."""
+    present = hist.shape[2] - 1
+    cum = np.cumsum(hist[:, :, :present], axis=2)
+    left = cum[:, :, :n_cand]
+    right = cum[:, :, -1:] - left
+    miss = hist[:, :, present][:, :, None]
+    return np.stack([left, left + miss], axis=2), np.stack([right + miss, right], axis=2)
+
+
+def best_splits(
+    hist_g: np.ndarray,
+    hist_h: np.ndarray,
+    hist_w: np.ndarray,
+    candidate: np.ndarray,
+    params: GrowthParams,
+    *,
+    min_crowd: float = 0.0,
+) -> LevelSplits:
+    """Best split of every node from its per-feature histograms ``(nodes, d, S)`` of G, H and W
+    (present slots ``0..S-2``, the missing slot last; ``candidate`` ``(d, S-2)`` marks the
+    thresholds that exist). Rules and tie-breaks: the module docstring. ``min_crowd``: both
+    children must count at least this many samples (the minimum crowd of private training).
+    The atom and histogram protocols both grow through this function, so given the same sums
+    they choose the same splits."""
+    n_level = hist_g.shape[0]
+    n_cand = hist_g.shape[2] - 2
+    (gl, gr), (hl, hr), (wl, wr) = (split_sides(hist, n_cand) for hist in (hist_g, hist_h, hist_w))
     gain = split_gain(gl, hl, gr, hr, params.reg_lambda, params.gamma)
     mcw = params.min_child_weight
     valid = (
-        layout.candidate[None, :, None, :]
+        candidate[None, :, None, :]
         & (wl > 0)
         & (wr > 0)
+        & (wl >= min_crowd)
+        & (wr >= min_crowd)
         & (hl >= mcw)
         & (hr >= mcw)
         & np.isfinite(gain)
@@ -348,9 +386,18 @@ def _best_splits(
     # Tie-break order along the flattened axis: feature, then direction (missing right first),
     # then bins ascending for missing-right and descending for missing-left; argmax keeps the first.
     flip = lambda a: np.concatenate([a[:, :, :1, :], a[:, :, 1:, ::-1]], axis=2).reshape(n_level, -1)  # noqa: E731
-    k = np.argmax(flip(key), axis=1)
-    best_gain = flip(gain)[np.arange(n_level), k]
-    feature, rest = np.divmod(k, 2 * n_cand)
-    direction, offset = np.divmod(rest, n_cand)
+    rows = np.arange(n_level)
+    if n_cand == 0:
+        k = np.zeros(n_level, dtype=np.int64)
+        best_gain = np.full(n_level, -np.inf)
+    else:
+        k = np.argmax(flip(key), axis=1)
+        best_gain = flip(gain)[rows, k]
+    feature, rest = np.divmod(k, 2 * max(n_cand, 1))
+    direction, offset = np.divmod(rest, max(n_cand, 1))
     bin_ = np.where(direction == 0, offset, n_cand - 1 - offset)
-    return feature, bin_, direction == 1, best_gain
+    chosen = lambda side: flip(side)[rows, k] if n_cand else np.zeros(n_level)  # noqa: E731
+    split = np.isfinite(best_gain)
+    left = np.stack([np.where(split, chosen(s), 0) for s in (gl, hl, wl)], axis=1)
+    right = np.stack([np.where(split, chosen(s), 0) for s in (gr, hr, wr)], axis=1)
+    return LevelSplits(feature, bin_, direction == 1, best_gain, left, right)

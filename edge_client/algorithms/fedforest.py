@@ -9,8 +9,14 @@ client acknowledged), so a client that missed a level -- or restarted and lost i
 catches up by replaying them; decisions are applied at most once.
 
 All statistics come from ``shared.node_statistics`` (one sort per feature for all nodes of all
-trees). No raw value leaves the gateway: node summaries are class counts or [n, Σy, Σy²],
-sketches are M+1 weighted quantiles per (node, feature) pair, left summaries are sums.
+trees). What leaves the gateway depends on the job's protocol (PRIVACY.md has the table):
+
+* ``histogram`` (private): per level one integer vector -- per requested (node, feature) pair
+  and bin of the fleet-wide edges, the window count and the weighted class counts (or
+  ``[n, Σy, Σy²]``) -- masked by secure aggregation unless the job turned it off;
+* the paper's protocol (reproduction): per-client node summaries, M+1 weighted quantiles per
+  (node, feature) pair -- actual feature values of the client's windows; a node of a few
+  windows reveals them exactly -- and per-client left summaries.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shared.histograms import quantize
 from shared.node_statistics import (
     category_summaries,
     node_summaries,
+    pair_histograms,
     pair_left_summaries,
     pair_quantiles,
     summary_terms,
@@ -31,6 +39,8 @@ from shared.node_statistics import (
 )
 from shared.protocol.envelope import Message
 from shared.protocol.messages.fedforest import (
+    ForestHistogramReply,
+    ForestHistogramRequest,
     ForestLevelReply,
     ForestLevelRequest,
     ForestSplitReply,
@@ -41,6 +51,7 @@ from shared.protocol.messages.fedforest import (
 from shared.splitting import pooled_gain
 
 from ..dispatcher import Dispatcher, RequestRejected
+from ..secure_aggregation import SecureAggregationClient
 from ..training_data import TrainingData, class_ids, snapshot
 
 log = logging.getLogger(__name__)
@@ -137,6 +148,19 @@ class _ForestState:
         trees, rows, positions = trees[keep], rows[keep], positions[keep]
         return _Level(positions, rows, self.weight[trees, rows], request.node_id.shape[0])
 
+    def integer_terms(self, level: _Level, frac_bits: int, bound: float) -> np.ndarray:
+        """Per entry of the level ``(E, 1 + S)`` int64: 1 (the window), then its weighted summary
+        terms -- class counts times the bootstrap multiplicity, or ``[w, w·y, w·y²]`` with the
+        sums of y in fixed point (``frac_bits``)."""
+        w = level.weight
+        terms = self.terms[level.rows] * w[:, None]
+        if self.integer:
+            body = np.rint(terms).astype(np.int64)
+        else:
+            body = np.column_stack([np.rint(terms[:, 0]).astype(np.int64),
+                                    quantize(terms[:, 1], frac_bits, bound), quantize(terms[:, 2], frac_bits, bound)])
+        return np.column_stack([np.ones(w.shape[0], dtype=np.int64), body])
+
     def summaries(self, level: _Level) -> np.ndarray:
         return node_summaries(level.positions, level.weight, self.terms[level.rows], level.n_nodes)
 
@@ -155,14 +179,19 @@ class _ForestState:
 class FedForestClient:
     """Answers ``fedforest.*`` requests from a ``TrainingData``."""
 
-    def __init__(self, data: TrainingData, *, max_jobs: int = MAX_JOBS) -> None:
+    def __init__(self, data: TrainingData, secure: SecureAggregationClient | None = None, *,
+                 max_jobs: int = MAX_JOBS) -> None:
         self.data = data
+        #: Masks the private protocol's vectors (the participant's; a bare client answers plain
+        #: requests only: it holds no keys).
+        self.secure = secure or SecureAggregationClient("local")
         self.max_jobs = max_jobs
         self._jobs: OrderedDict[str, _ForestState] = OrderedDict()
 
     def register(self, dispatcher: Dispatcher) -> None:
         dispatcher.register(ForestLevelRequest, self.on_level)
         dispatcher.register(ForestSplitRequest, self.on_split)
+        dispatcher.register(ForestHistogramRequest, self.on_histograms)
 
     def _state(self, job: str, task: ForestTask) -> _ForestState:
         state = self._jobs.get(job)
@@ -187,8 +216,9 @@ class FedForestClient:
 
     # -- handlers --------------------------------------------------------------------------------
 
-    def on_level(self, message: Message) -> ForestLevelReply:
-        body: ForestLevelRequest = message.body
+    def _level_state(self, message: Message) -> _ForestState:
+        """The job's state with every split decision up to the request's level applied."""
+        body = message.body
         state = self._state(message.envelope.job, body.task)
         splits = body.splits
         first = int(splits.level.min()) if splits.level.size else body.level
@@ -196,6 +226,33 @@ class FedForestClient:
         if state.applied_level < body.level - 1:
             raise RequestRejected("resync", f"has applied splits up to level {state.applied_level}, level "
                                             f"{body.level} needs every level before it")
+        return state
+
+    def on_histograms(self, message: Message) -> ForestHistogramReply:
+        """Private level round: the requested pairs' per-bin integer sums, masked if asked."""
+        body: ForestHistogramRequest = message.body
+        state = self._level_state(message)
+        level = state.prepare(body)
+        try:
+            terms = state.integer_terms(level, body.frac_bits, body.value_bound)
+        except ValueError as exc:
+            raise RequestRejected("value_range", f"{exc}: the job's fixed-point range is too small") from None
+        n_pairs, S = body.features.shape[0], body.slots
+        out = np.zeros((n_pairs, S, terms.shape[1]), dtype=np.int64)
+        pair_node = np.repeat(np.arange(level.n_nodes), np.diff(body.feature_offsets))
+        o = body.edge_offsets
+        for j in np.unique(body.features).tolist():
+            where = np.flatnonzero(body.features == j)
+            pair_of_node = np.full(level.n_nodes, -1, dtype=np.int64)
+            pair_of_node[pair_node[where]] = np.arange(where.size)
+            out[where] = pair_histograms(state.X[level.rows, j], level.positions, terms, pair_of_node, where.size,
+                                         body.edge_values[o[j]:o[j + 1]], S)
+        vector = out.ravel().view(np.uint64)
+        return ForestHistogramReply(self.secure.protect(message, vector, body.secure))
+
+    def on_level(self, message: Message) -> ForestLevelReply:
+        body: ForestLevelRequest = message.body
+        state = self._level_state(message)
         level = state.prepare(body)
         summaries = state.summaries(level)
         pair_node = np.repeat(np.arange(level.n_nodes), np.diff(body.feature_offsets))

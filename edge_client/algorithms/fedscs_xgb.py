@@ -7,9 +7,15 @@ client may lack; the client applies exactly the ones it has not applied (never o
 refuses with ``resync`` when the request assumes trees it does not hold (it restarted): the
 server then sends the whole model next time.
 
-No raw value leaves the gateway here: the sketch phase sends M+1 weighted quantiles (or DDSketch
-buckets) per feature, the atom phase bin-id vectors with counts and gradient sums (the job's
-opening ``DataSummary`` is the participant's, shared by every algorithm).
+What leaves the gateway depends on the job's protocol (PRIVACY.md has the full table):
+
+* ``histogram`` (private): per depth level, one integer vector -- per requested node, feature
+  and bin the sums of G and H (fixed point) and the window count -- masked by secure
+  aggregation unless the job turned it off. The server decodes only the fleet's sum.
+* ``atoms`` (the paper's, for reproduction): the sketch phase sends M+1 weighted quantiles per
+  feature (actual feature values) or DDSketch buckets, the atom phase every distinct bin-id
+  vector with its count and gradient sums -- in practice one atom per window, i.e. each
+  window's quantised feature vector, from whose gradients its label can be read.
 """
 
 from __future__ import annotations
@@ -21,15 +27,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.atoms import merge_atoms
+from shared.histograms import histogram_slots, node_histograms, quantize, route_round
 from shared.model import TreeEnsemble
 from shared.objectives import Objective, objective_named
 from shared.protocol.envelope import Message
 from shared.protocol.messages.fedscs_xgb import (
+    LOSS_BOUND,
+    LOSS_FRAC_BITS,
     DDSketchColumns,
     ModelDelta,
     SummaryColumns,
     XgbAtomReply,
     XgbAtomRequest,
+    XgbHistogramReply,
+    XgbHistogramRequest,
     XgbSketchReply,
     XgbSketchRequest,
     XgbTask,
@@ -45,6 +56,7 @@ from shared.sketches import (
 
 from ..dispatcher import Dispatcher, RequestRejected
 from ..evaluation import load_model
+from ..secure_aggregation import SecureAggregationClient
 from ..training_data import LabelledData, TrainingData, class_ids, snapshot
 
 log = logging.getLogger(__name__)
@@ -134,14 +146,19 @@ def summary_points(requested: int, n_samples: int) -> int:
 class FedSCSXGBClient:
     """Answers ``fedscs_xgb.*`` requests from a ``TrainingData`` (arrays or the window store)."""
 
-    def __init__(self, data: TrainingData, *, max_jobs: int = MAX_JOBS) -> None:
+    def __init__(self, data: TrainingData, secure: SecureAggregationClient | None = None, *,
+                 max_jobs: int = MAX_JOBS) -> None:
         self.data = data
+        #: Masks the private protocol's vectors (the participant's; a bare client answers plain
+        #: requests only: it holds no keys).
+        self.secure = secure or SecureAggregationClient("local")
         self.max_jobs = max_jobs
         self._jobs: OrderedDict[str, _JobState] = OrderedDict()
 
     def register(self, dispatcher: Dispatcher) -> None:
         dispatcher.register(XgbSketchRequest, self.on_sketch)
         dispatcher.register(XgbAtomRequest, self.on_atoms)
+        dispatcher.register(XgbHistogramRequest, self.on_histograms)
 
     def _state(self, job: str, task: XgbTask) -> _JobState:
         """The job's state, created from a fresh snapshot if this client has none (restart)."""
@@ -181,3 +198,29 @@ class FedSCSXGBClient:
         keys, G, H, W = merge_atoms(bins, g, h)
         return XgbAtomReply(n_trees=state.n_trees, n_samples=int(state.target.shape[0]), loss_sum=state.loss_sum(),
                             keys=keys.astype(bins.dtype), counts=W.astype(np.uint32), grad=G, hess=H)
+
+    def on_histograms(self, message: Message) -> XgbHistogramReply:
+        """One depth level of the private protocol: the requested nodes' (G, H, count) histograms
+        as one fixed-point vector, masked when the request says so."""
+        body: XgbHistogramRequest = message.body
+        state = self._state(message.envelope.job, body.task)
+        state.apply(body.model)
+        g, h = state.gradients()
+        edges = body.edges()
+        n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
+        slots = histogram_slots(bin_ids(state.X, edges), n_edges)
+        s = body.splits
+        position = route_round(slots, body.slots - 1, g.shape[1], s.tree, s.node, s.feature, s.bin, s.default_left,
+                               s.left, s.right)
+        try:
+            grad = quantize(g, body.frac_bits, body.gradient_bound)
+            hess = quantize(h, body.frac_bits, body.gradient_bound)
+        except ValueError as exc:
+            raise RequestRejected("gradient_range", f"{exc}: the job's fixed-point range is too small") from None
+        hist = node_histograms(slots, body.slots, position, body.node_tree, body.node_id, grad, hess)
+        parts = [hist.ravel()]
+        if body.with_loss:
+            loss = quantize([state.loss_sum()], LOSS_FRAC_BITS, LOSS_BOUND)
+            parts.append(np.array([loss[0], state.target.shape[0]], dtype=np.int64))
+        vector = np.concatenate(parts).view(np.uint64)
+        return XgbHistogramReply(state.n_trees, self.secure.protect(message, vector, body.secure))

@@ -28,6 +28,16 @@ from .accuracy import exact_edges, rank_error, target_rank_errors
 from .ddsketch import DDSketch, ddsketch_edges, ddsketches_from_columns, ddsketches_to_columns, merge_all
 from .edges import bin_dtype, bin_ids, finalize_edges, missing_bin_id, validate_edges
 from .errors import SketchError
+from .grid import (
+    GridPlan,
+    GridRefinement,
+    float32_keys,
+    grid_counts,
+    grid_edges,
+    grid_refine,
+    initial_plan,
+    key_values,
+)
 from .mixture import (
     batched_mixture_quantiles,
     compress,
@@ -76,4 +86,12 @@ __all__ = [
     "validate_edges",
     "weighted_cdf",
     "weighted_moments",
+    "GridPlan",
+    "GridRefinement",
+    "float32_keys",
+    "grid_counts",
+    "grid_edges",
+    "grid_refine",
+    "initial_plan",
+    "key_values",
 ]

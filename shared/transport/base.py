@@ -58,6 +58,8 @@ class Transport(ABC):
         self._handlers: list[tuple[str, MessageHandler]] = []
         self._receive_lock = threading.Lock()
         self._local = threading.local()  # marks the thread while it runs message handlers
+        #: Called with (topic, message, size in bytes) for every message decoded (an audit trail).
+        self.audit: Callable[[str, Message, int], None] | None = None
 
     # -- byte-level hooks -------------------------------------------------------------------
     @abstractmethod
@@ -127,10 +129,16 @@ class Transport(ABC):
         with self._receive_lock:
             self.stats.received_payloads += 1
             self.stats.received_bytes += len(payload)
-            message = self._decode(topic, payload)
-            if message is None:
+            decoded = self._decode(topic, payload)
+            if decoded is None:
                 return
+            message, size = decoded
             self.stats.received_messages += 1
+            if self.audit is not None:
+                try:
+                    self.audit(topic, message, size)
+                except Exception:  # an audit bug must not kill the receive loop either
+                    log.exception("audit hook failed", extra={"topic": topic, "type": message.type})
             self._local.active = True
             try:
                 for topic_filter, handler in list(self._handlers):
@@ -143,9 +151,10 @@ class Transport(ABC):
             finally:
                 self._local.active = False
 
-    def _decode(self, topic: str, payload: bytes) -> Message | None:
+    def _decode(self, topic: str, payload: bytes) -> tuple[Message, int] | None:
         try:
             message = decode_message(payload, limits=self.limits)
+            size = len(payload)
             if isinstance(message.body, Chunk):
                 whole = self._reassembler.add(message)
                 if whole is None:
@@ -153,8 +162,8 @@ class Transport(ABC):
                 inner = decode_message(whole, limits=self.limits)
                 if inner.sender != message.sender:
                     raise ChunkError(f"chunks from {message.sender!r} carried a message from {inner.sender!r}")
-                message = inner
-            return message
+                message, size = inner, len(whole)
+            return message, size
         except DecodeError as exc:
             self.stats.rejected[type(exc).__name__] += 1
             log.warning("rejected message", extra={"topic": topic, "reason": type(exc).__name__, "detail": str(exc)[:200]})

@@ -12,7 +12,13 @@ After the job's ``DataSummary``, every level runs
    local impurity decrease per candidate.
 
 Nodes and pairs are addressed by position in the request (CSR layouts), so a reply only lists
-positions where the client has data. Counts are integers (bootstrap multiplicities) and travel
+positions where the client has data. These per-client sketches and summaries are the paper's
+protocol, kept for reproduction: quantile points are actual feature values of the client.
+
+The private protocol replaces both rounds with one per level, ``fedforest.histograms``: per
+requested (node, feature) pair and per bin of the job's fleet-wide edges, the sums of the
+window count, the bootstrap weight and the weighted summary terms, as one fixed-point vector
+for secure aggregation (:class:`ForestHistogramRequest`). Counts are integers (bootstrap multiplicities) and travel
 as integers; regression sums are float64.
 """
 
@@ -25,6 +31,7 @@ import numpy as np
 
 from ..envelope import message_type
 from ..schema import ArraySpec
+from .secure_aggregation import MaskedVector, SecureRound
 
 INT_1D = ArraySpec(("int32", "int64"), ndim=1)
 F64_1D = ArraySpec(("float64",), ndim=1, finite=True)
@@ -228,3 +235,55 @@ class ForestSplitReply:
             raise ValueError("local_gain must have one entry per candidate")
         if self.left.size and self.left.dtype.kind in "iu" and self.left.min() < 0:
             raise ValueError("class counts must be >= 0")
+
+
+@message_type("fedforest.histograms")
+@dataclass(frozen=True)
+class ForestHistogramRequest:
+    """Private level round: apply ``splits``, then for every pair ``p`` (node ``i`` with the
+    features ``features[feature_offsets[i]:feature_offsets[i+1]]``), per slot of the pair's
+    feature (slot ``b``: ``edges[b-1] <= x < edges[b]``; the last slot: missing) the integer
+    sums of ``[windows, weighted summary terms]`` -- class counts, or ``[n, Σy, Σy²]`` with y in
+    fixed point (``frac_bits``). Layout ``(pairs, slots, 1 + S)``."""
+
+    task: ForestTask
+    level: int
+    splits: SplitDecisions
+    node_tree: Annotated[np.ndarray, INT_1D]
+    node_id: Annotated[np.ndarray, INT_1D]
+    feature_offsets: Annotated[np.ndarray, INT_1D]
+    features: Annotated[np.ndarray, INT_1D]
+    edge_values: Annotated[np.ndarray, ArraySpec(("float32",), ndim=1, finite=True)]
+    edge_offsets: Annotated[np.ndarray, INT_1D]
+    frac_bits: int = 0
+    value_bound: float = 1.0
+    secure: SecureRound | None = None
+
+    def __post_init__(self) -> None:
+        n = _same_length(node_tree=self.node_tree, node_id=self.node_id)
+        _csr("feature_offsets", self.feature_offsets, self.features.shape[0], n)
+        if self.features.size and (self.features.min() < 0 or self.features.max() >= self.task.n_features):
+            raise ValueError(f"features must lie in 0..{self.task.n_features - 1}")
+        _csr("edge_offsets", self.edge_offsets, self.edge_values.shape[0], self.task.n_features)
+        if self.level < 0 or not 0 <= self.frac_bits <= 60:
+            raise ValueError("level must be >= 0 and frac_bits in 0..60")
+        if not (np.isfinite(self.value_bound) and self.value_bound > 0):
+            raise ValueError("value_bound must be finite and > 0")
+
+    @property
+    def slots(self) -> int:
+        return int(np.diff(self.edge_offsets).max(initial=0)) + 2
+
+    @property
+    def terms(self) -> int:
+        return 1 + (self.task.n_outputs or 3)
+
+    @property
+    def length(self) -> int:
+        return self.features.shape[0] * self.slots * self.terms
+
+
+@message_type("fedforest.histogram_reply")
+@dataclass(frozen=True)
+class ForestHistogramReply:
+    sums: MaskedVector

@@ -1,8 +1,13 @@
 """FedSCS-XGB's messages (paper Alg. 1 server / Alg. 2 client), one request/reply pair per phase.
 
-A job opens with the generic ``DataSummaryRequest`` (sizes, labels, moments), then runs per
-boosting round ``sketch`` (Hessian-weighted quantile sketches -> the server's bin edges) and
-``atoms`` (bin-id vectors with count, G and H sums).
+Two protocols. ``atoms`` (the paper's, for reproduction -- it reveals every window's quantised
+feature vector and its gradients): a job opens with the generic ``DataSummaryRequest`` (sizes,
+labels, moments), then runs per boosting round ``sketch`` (Hessian-weighted quantile sketches ->
+the server's bin edges) and ``atoms`` (bin-id vectors with count, G and H sums).
+``histogram`` (private): the job opens with fleet sums and the fleet-summed grid counts the edges
+are read from (``shared.protocol.messages.fleet_sums``), then every depth level of a boosting
+round is one ``histograms`` request: per requested node and feature, the (G, H, count) sums per
+bin, as one fixed-point vector that secure aggregation masks (:class:`MaskedVector`).
 
 Requests are self-contained so a client's state is a cache, not a contract: every request
 carries the job's fixed settings (:class:`XgbTask`) and the trees the client may not have yet
@@ -24,6 +29,11 @@ import numpy as np
 
 from ..envelope import message_type
 from ..schema import ArraySpec
+from .secure_aggregation import MaskedVector, SecureRound
+
+#: Fixed point of the progress loss sum in the histogram protocol (a progress metric, not maths).
+LOSS_FRAC_BITS = 20
+LOSS_BOUND = float(1 << 40)
 
 Objective = Literal["softmax", "logistic", "squared_error"]
 SketchKind = Literal["summary", "ddsketch"]
@@ -229,3 +239,92 @@ class XgbAtomReply:
         if int(self.counts.sum()) != self.n_samples:
             raise ValueError(f"the atoms count {int(self.counts.sum())} samples, n_samples is {self.n_samples}")
         _nonnegative("hess", self.hess)
+
+
+@dataclass(frozen=True)
+class RoundSplits:
+    """Splits decided so far in the current boosting round's trees, in level order: node ``node``
+    of the round's tree ``tree`` (its output) sends bins ``<= bin`` of ``feature`` to ``left``
+    (missing values to ``left`` iff ``default_left``), the rest to ``right``."""
+
+    tree: Annotated[np.ndarray, ArraySpec(("int32", "int64"), ndim=1)]
+    node: Annotated[np.ndarray, ArraySpec(("int32", "int64"), ndim=1)]
+    feature: Annotated[np.ndarray, ArraySpec(("int32", "int64"), ndim=1)]
+    bin: Annotated[np.ndarray, ArraySpec(("int32", "int64"), ndim=1)]
+    default_left: Annotated[np.ndarray, ArraySpec(("uint8",), ndim=1)]
+    left: Annotated[np.ndarray, ArraySpec(("int32", "int64"), ndim=1)]
+    right: Annotated[np.ndarray, ArraySpec(("int32", "int64"), ndim=1)]
+
+    def __post_init__(self) -> None:
+        n = self.tree.shape[0]
+        for name in ("node", "feature", "bin", "default_left", "left", "right"):
+            _length(name, getattr(self, name), n)
+        for name in ("tree", "node", "feature", "bin", "left", "right"):
+            _nonnegative(name, getattr(self, name))
+
+    @classmethod
+    def empty(cls) -> RoundSplits:
+        z = np.zeros(0, np.int64)
+        return cls(z, z, z, z, np.zeros(0, np.uint8), z, z)
+
+
+@message_type("fedscs_xgb.histograms")
+@dataclass(frozen=True)
+class XgbHistogramRequest:
+    """One depth level of the round's trees: update margins with ``model``, bin with the edges,
+    route the samples through ``splits``, then sum, for each requested node ``(node_tree[i],
+    node_id[i])``, per feature and bin: G and H of the node's tree's output (fixed point with
+    ``frac_bits``) and the sample count. ``with_loss``: append the training loss sum (fixed point)
+    and the sample count (progress output)."""
+
+    task: XgbTask
+    model: ModelDelta
+    edge_values: Annotated[np.ndarray, ArraySpec(("float32",), ndim=1, finite=True)]
+    edge_offsets: Annotated[np.ndarray, ArraySpec(("int64",), ndim=1)]
+    splits: RoundSplits
+    node_tree: Annotated[np.ndarray, ArraySpec(("int32", "int64"), ndim=1)]
+    node_id: Annotated[np.ndarray, ArraySpec(("int32", "int64"), ndim=1)]
+    frac_bits: int
+    gradient_bound: float
+    with_loss: bool = False
+    secure: SecureRound | None = None
+
+    def __post_init__(self) -> None:
+        offsets = self.edge_offsets
+        _length("edge_offsets", offsets, self.task.n_features + 1)
+        if offsets[0] != 0 or offsets[-1] != self.edge_values.shape[0] or (np.diff(offsets) < 0).any():
+            raise ValueError("edge_offsets must rise from 0 to the number of edge values")
+        _length("node_id", self.node_id, self.node_tree.shape[0])
+        if self.node_tree.size and (self.node_tree.min() < 0 or self.node_tree.max() >= len(self.task.base_score)):
+            raise ValueError("node_tree must name one of the round's trees")
+        if not 0 <= self.frac_bits <= 60:
+            raise ValueError("frac_bits must lie in 0..60")
+        if not (np.isfinite(self.gradient_bound) and self.gradient_bound > 0):
+            raise ValueError("gradient_bound must be finite and > 0")
+
+    def edges(self) -> list[np.ndarray]:
+        o = self.edge_offsets
+        return [self.edge_values[o[j] : o[j + 1]] for j in range(self.task.n_features)]
+
+    @property
+    def slots(self) -> int:
+        """Histogram slots per feature: every bin of the feature with the most edges, then missing."""
+        return int(np.diff(self.edge_offsets).max(initial=0)) + 2
+
+    @property
+    def length(self) -> int:
+        """Entries of the reply's vector: (nodes, 3, features, slots), then 2 if ``with_loss``."""
+        return self.node_tree.shape[0] * 3 * self.task.n_features * self.slots + 2 * self.with_loss
+
+
+@message_type("fedscs_xgb.histogram_reply")
+@dataclass(frozen=True)
+class XgbHistogramReply:
+    """The request's sums as one vector (plain or masked), and the trees the margins include."""
+
+    n_trees: int
+    sums: MaskedVector
+
+    def __post_init__(self) -> None:
+        if self.n_trees < 0:
+            raise ValueError("n_trees must be >= 0")

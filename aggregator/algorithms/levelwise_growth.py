@@ -1,0 +1,149 @@
+"""FedSCS-XGB's private growth: the trees of one boosting round, level by level, from fleet-summed
+histograms only.
+
+Where the atom protocol hands the server every window's bin-id vector, here the server asks, per
+depth level, for the (G, H, count) histograms of the nodes it must split and reads everything
+else off them:
+
+* **sibling subtraction** -- of two children that both need histograms, only the one with fewer
+  samples is asked for; the other is its parent's histogram minus it (exact: integers);
+* **children's sums** -- a split's left and right (G, H, count) are partial sums of the parent's
+  histogram, so nodes at the last level and nodes too small to split never cost a round;
+* **minimum crowd** -- a split is valid only if both children count at least ``min_crowd``
+  windows fleet-wide, so every released node sum covers at least that many windows;
+* **same split rule** -- :func:`~aggregator.algorithms.histogram_growth.best_splits`, the atom
+  protocol's own, so given the same sums both protocols choose the same splits.
+
+The histograms arrive as int64 fixed-point sums (``shared.histograms``); gains are computed on
+the float64 values they stand for. ``fetch(splits, node_tree, node_id)`` is the only I/O: the
+server half passes one that asks the fleet, tests one that sums pooled data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.model import Tree, TreeBuilder
+from shared.protocol.messages.fedscs_xgb import RoundSplits
+from shared.splitting import check_edges, leaf_weight
+
+from .histogram_growth import GrowthParams, best_splits
+
+__all__ = ["Fetch", "grow_round"]
+
+#: ``fetch(splits so far, node_tree, node_id) -> int64 (R, 3, d, S)`` histograms of the nodes.
+Fetch = Callable[[RoundSplits, np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass
+class _Node:
+    tree: int
+    node: int
+    total: np.ndarray  # int64 (3,): G, H (fixed point), count
+    hist: np.ndarray | None = None  # int64 (3, d, S)
+    parent: _Node | None = None
+    sibling: _Node | None = None
+
+
+def decode(values: np.ndarray, frac_bits: int) -> np.ndarray:
+    """Fixed-point integers -> the float64 values they stand for."""
+    return np.ldexp(np.asarray(values, dtype=np.float64), -frac_bits)
+
+
+def grow_round(
+    n_trees: int,
+    edges: Sequence[np.ndarray],
+    params: GrowthParams,
+    fetch: Fetch,
+    *,
+    frac_bits: int,
+    min_crowd: int = 0,
+) -> list[Tree]:
+    """Grow the round's ``n_trees`` trees (one per output) from the histograms ``fetch`` returns."""
+    edges = check_edges(edges)
+    n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
+    n_cand = int(n_edges.max(initial=0))
+    candidate = np.arange(n_cand)[None, :] < n_edges[:, None]
+    builders = [TreeBuilder(0.0) for _ in range(n_trees)]
+    rows: list[tuple[int, ...]] = []
+    totals: dict[tuple[int, int], np.ndarray] = {}
+    min_split = max(2 * max(min_crowd, 1), 2)
+
+    frontier = [_Node(k, 0, np.zeros(3, np.int64)) for k in range(n_trees)]
+    for depth in range(params.max_depth + 1):
+        if depth == 0:
+            wanted = frontier
+        elif depth == params.max_depth:
+            wanted = []
+        else:
+            wanted = [n for n in frontier if n.total[2] >= min_split
+                      and decode(n.total[1], frac_bits) >= 2 * params.min_child_weight]
+        _fill_histograms(wanted, rows, fetch)
+        for node in wanted if depth == 0 else ():
+            node.total = node.hist[:, 0, :].sum(axis=1)
+        for node in frontier:
+            totals[(node.tree, node.node)] = node.total
+        if not wanted or n_cand == 0:
+            break
+        hist = np.stack([n.hist for n in wanted]).astype(np.float64)
+        for stat in (0, 1):
+            hist[:, stat] = decode(np.stack([n.hist[stat] for n in wanted]), frac_bits)
+        best = best_splits(hist[:, 0], hist[:, 1], hist[:, 2], candidate, params, min_crowd=min_crowd)
+        next_frontier: list[_Node] = []
+        for i, node in enumerate(wanted):
+            if not best.gain[i] > 0:
+                continue
+            j, b, dl = int(best.feature[i]), int(best.bin[i]), bool(best.default_left[i])
+            left_id, right_id = builders[node.tree].split(node.node, j, float(edges[j][b]), default_left=dl)
+            left = node.hist[:, j, : b + 1].sum(axis=1) + (node.hist[:, j, -1] if dl else 0)
+            rows.append((node.tree, node.node, j, b, int(dl), left_id, right_id))
+            a = _Node(node.tree, left_id, left, parent=node)
+            b_ = _Node(node.tree, right_id, node.total - left, parent=node)
+            a.sibling, b_.sibling = b_, a
+            next_frontier += [a, b_]
+        frontier = next_frontier
+        if not frontier:
+            break
+    for node in frontier:
+        totals[(node.tree, node.node)] = node.total
+
+    trees = []
+    for k, builder in enumerate(builders):
+        for node_id in range(builder.n_nodes):
+            g, h = decode(totals[(k, node_id)][:2], frac_bits)
+            value = params.learning_rate * float(leaf_weight(g, h, params.reg_lambda)) + 0.0
+            builder.set_value(node_id, value, cover=max(float(h), 0.0))
+        trees.append(builder.build())
+    return trees
+
+
+def _fill_histograms(wanted: list[_Node], rows: list[tuple[int, ...]], fetch: Fetch) -> None:
+    """Give every wanted node its histogram: fetch the smaller of two wanted siblings (the left
+    on a tie) and every wanted node whose sibling is not wanted; subtract for the rest."""
+    wanted_ids = {id(n) for n in wanted}
+    fetched, derived = [], []
+    for node in wanted:
+        other = node.sibling
+        if other is None or id(other) not in wanted_ids:
+            fetched.append(node)
+        elif node.total[2] < other.total[2] or (node.total[2] == other.total[2] and node.node < other.node):
+            fetched.append(node)
+        else:
+            derived.append(node)
+    if fetched:
+        hists = fetch(_round_splits(rows), np.array([n.tree for n in fetched], np.int64),
+                      np.array([n.node for n in fetched], np.int64))
+        for node, hist in zip(fetched, hists):
+            node.hist = np.asarray(hist, dtype=np.int64)
+    for node in derived:
+        node.hist = node.parent.hist - node.sibling.hist
+
+
+def _round_splits(rows: list[tuple[int, ...]]) -> RoundSplits:
+    if not rows:
+        return RoundSplits.empty()
+    cols = np.array(rows, dtype=np.int64).T
+    return RoundSplits(cols[0], cols[1], cols[2], cols[3], cols[4].astype(np.uint8), cols[5], cols[6])

@@ -1,0 +1,147 @@
+"""The opening of a private job, shared by the algorithms' histogram protocols: what the fleet's
+data looks like and the bin edges, from fleet sums only (``shared.protocol.messages.fleet_sums``).
+
+1. ``data_shape``: each client's number of features, feature names and -- unless the job fixes
+   its ``classes`` -- the set of labels it holds (no counts); clients whose shape differs from
+   the majority's are left out, as in :func:`~aggregator.algorithms.fleet_data.describe_fleet`.
+2. ``fleet_counts``: one summed vector -- the sample count and the count per class (or the
+   target sums, fixed point) -- for the base score and the job's fixed-point range.
+3. ``grid_counts`` (a few rounds): per feature, summed counts on the hierarchical float32 grid
+   of ``shared.sketches.grid``, refined where the quantiles lie; the edges are read off them.
+
+Everything the server reads here is a sum over the participating gateways (secure aggregation
+when the job's :class:`~aggregator.fleet_sums.FleetSummer` is secure), except the shape.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.protocol.messages.fleet_sums import (
+    TARGET_FRAC_BITS,
+    DataShape,
+    DataShapeRequest,
+    FleetCountsRequest,
+    FleetSumReply,
+    GridCountsRequest,
+)
+from shared.sketches import GridPlan, GridRefinement
+
+from ..fleet_sums import FleetSummer
+from ..jobs import FederatedJob, TrainingError
+from .fleet_data import MAX_CLASSES
+
+__all__ = ["PrivateFleet", "describe_fleet_privately", "frac_bits_for"]
+
+#: How often the grid rounds start over after a client dropped out of them.
+MAX_GRID_RESTARTS = 3
+#: Headroom of a fixed-point sum: every sum stays below 2**SUM_BITS in magnitude.
+SUM_BITS = 61
+
+
+def frac_bits_for(n_total: int, bound: float) -> int:
+    """Fraction bits such that ``n_total`` values of magnitude ``<= bound`` sum below 2**61:
+    as many as the range allows, at most 52 (float64's precision)."""
+    bits = SUM_BITS - math.ceil(math.log2(n_total + 1)) - max(0, math.ceil(math.log2(bound)))
+    if bits < 8:
+        raise TrainingError(f"{n_total} samples with values up to {bound:.3g} leave only {bits} fixed-point "
+                            "fraction bits; rescale the targets")
+    return min(bits, 52)
+
+
+@dataclass(frozen=True, eq=False)
+class PrivateFleet:
+    """What a private job learns before growing trees: the shape, the fleet sums, the edges."""
+
+    clients: tuple[str, ...]
+    n_features: int
+    feature_names: tuple[str, ...]
+    classes: tuple[str, ...]
+    model_classes: tuple
+    total_samples: int
+    label_counts: np.ndarray  # (K,) classification; empty for regression
+    target_sum: float
+    target_sum_squares: float
+    edges: list[np.ndarray]
+    grid_rounds: int
+    grid_cells: int
+
+
+def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set_version: str, *,
+                             regression: bool, n_bins: int, classes: tuple[str, ...] | None = None) -> PrivateFleet:
+    """Run the private opening over ``summer.active`` clients (see the module docstring)."""
+    shapes = job.ask(DataShapeRequest(feature_set_version, labels=classes is None and not regression),
+                     list(summer.active), DataShape)
+    if not shapes:
+        raise TrainingError("no client described its data")
+    widths = [r.n_features for r in shapes.values()]
+    d = max(set(widths), key=widths.count)
+    for client in [c for c, r in shapes.items() if r.n_features != d]:
+        job.reject(client, f"{shapes.pop(client).n_features} features, the fleet has {d}")
+    summer.active = tuple(c for c in summer.active if c in shapes)
+    named = [r.feature_names for r in shapes.values() if r.feature_names]
+    vocabulary, model_classes = _vocabulary(shapes, classes, regression)
+
+    def secure(c: str):
+        return summer.secure_round(c, summer.active)
+
+    counts_request = {c: FleetCountsRequest(feature_set_version, regression, vocabulary, TARGET_FRAC_BITS,
+                                            secure(c)) for c in summer.active}
+    length = next(iter(counts_request.values())).length
+    sums = summer.ask(counts_request, FleetSumReply, lambda r: r.sums, length).total.view(np.int64)
+    total = int(sums[0])
+    if total == 0:
+        raise TrainingError("the fleet holds no labelled samples")
+
+    refinement = _grid_edges(summer, feature_set_version, d, n_bins)
+    return PrivateFleet(
+        clients=tuple(summer.active), n_features=d,
+        feature_names=named[0] if named else tuple(f"f{j}" for j in range(d)),
+        classes=vocabulary, model_classes=model_classes, total_samples=total,
+        label_counts=np.zeros(0) if regression else sums[1:].astype(np.float64),
+        target_sum=float(np.ldexp(float(sums[1]), -TARGET_FRAC_BITS)) if regression else 0.0,
+        target_sum_squares=float(sums[2]) if regression else 0.0,
+        edges=refinement.edges(), grid_rounds=refinement.rounds, grid_cells=refinement.cells_sent,
+    )
+
+
+def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: int) -> GridRefinement:
+    """The grid rounds; refinement needs the same clients in every round, so a client dropping
+    out restarts them with the rest (at most ``MAX_GRID_RESTARTS`` times)."""
+    for _ in range(MAX_GRID_RESTARTS + 1):
+        refinement = GridRefinement(d, n_bins)
+        plan: GridPlan | None = refinement.first_plan()
+        cohort = summer.active
+        while plan is not None and summer.active == cohort:
+            arrays = plan.to_arrays()
+            requests = {c: GridCountsRequest(feature_set_version, **arrays, secure=summer.secure_round(c, cohort))
+                        for c in cohort}
+            result = summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells)
+            if result.contributors != cohort:
+                summer.active = tuple(c for c in summer.active if c in result.contributors)
+                break
+            plan = refinement.add(plan, result.total.view(np.int64))
+        if plan is None:
+            return refinement
+    raise TrainingError(f"clients kept dropping out while the bin edges were being read ({MAX_GRID_RESTARTS} "
+                        "restarts)")
+
+
+def _vocabulary(shapes: dict[str, DataShape], classes: tuple[str, ...] | None,
+                regression: bool) -> tuple[tuple[str, ...], tuple]:
+    if regression:
+        return (), ()
+    if classes is not None:
+        vocabulary = tuple(classes)
+        integral = all(c.lstrip("-").isdigit() for c in vocabulary)
+    else:
+        labels = sorted({label for r in shapes.values() for label in r.labels})
+        integral = all(r.integer_labels for r in shapes.values() if r.labels)
+        vocabulary = tuple(sorted(labels, key=int) if integral else labels)
+    if len(vocabulary) > MAX_CLASSES:
+        raise TrainingError(f"the clients' labels hold {len(vocabulary)} distinct values: too many classes for a "
+                            f"classifier (at most {MAX_CLASSES}); continuous targets need a regression objective")
+    return vocabulary, tuple(int(c) for c in vocabulary) if integral else vocabulary

@@ -1,0 +1,159 @@
+"""How a private job's server half adds up the gateways' vectors: in the clear, or under secure
+aggregation so that it decodes only the fleet's sum.
+
+:class:`FleetSummer` is the one place the algorithms' server halves get sums from. With
+``secure=True`` it sets the job up once (public keys, key confirmations routed between
+neighbours: ``shared.protocol.messages.secure_aggregation``), then every :meth:`FleetSummer.ask`
+is two rounds: the algorithm's request (clients answer with masked vectors) and ``secagg.unmask``
+(the survivors' shares that remove the masks). Either way the result is the same ``uint64``
+vector -- sums mod 2^64 of the same integers -- so masked == unmasked bit for bit.
+
+Dropouts: a client that does not deliver its masked vector is *dropped* for that sum (the
+survivors' pair seeds with it, which are per round, are reconstructed from shares); it takes
+part in the next sum as usual. A client that drops between masking and unmasking stays in the
+sum (its self-mask seed is reconstructed from its neighbours' shares).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shared.protocol.messages import Ack
+from shared.protocol.messages.secure_aggregation import (
+    MaskedVector,
+    SecAggConfirmations,
+    SecAggConfirmRequest,
+    SecAggJoinRequest,
+    SecAggKeysRequest,
+    SecAggPublicKeys,
+    SecAggUnmaskReply,
+    SecAggUnmaskRequest,
+    SecureRound,
+    PublicKeyPair,
+)
+from shared.secure_aggregation import (
+    MaskedInput,
+    PublicKeys,
+    SecAggConfig,
+    SecAggServer,
+    SecureAggregationError,
+    UnmaskShares,
+    ring_sum,
+)
+
+from .jobs import FederatedJob, TrainingError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FleetSum", "FleetSummer"]
+
+
+@dataclass(frozen=True, eq=False)
+class FleetSum:
+    """The sum (uint64, mod 2^64) of the ``contributors``' vectors, and the reply bodies they
+    came in (for the algorithms' bookkeeping fields, e.g. the trees a client's margins hold)."""
+
+    total: np.ndarray
+    contributors: tuple[str, ...]
+    replies: dict[str, Any] = field(default_factory=dict)
+
+
+class FleetSummer:
+    """Sums of the job's clients' vectors, plain or secure (see the module docstring)."""
+
+    def __init__(self, job: FederatedJob, *, secure: bool, degree: int | None = None,
+                 threshold: int | None = None) -> None:
+        self.job = job
+        self.secure = secure
+        self.config = SecAggConfig(degree=degree, threshold=threshold)
+        self.active: tuple[str, ...] = ()
+        self.server: SecAggServer | None = None
+
+    def start(self, clients: Sequence[str]) -> tuple[str, ...]:
+        """Prepare the job's sums over ``clients``; returns those that can take part (secure:
+        the ones that completed the key setup)."""
+        clients = tuple(sorted(clients))
+        if not self.secure:
+            self.active = clients
+            return clients
+        keys = self.job.ask(SecAggKeysRequest(), clients, SecAggPublicKeys)
+        try:
+            self.server = SecAggServer(self.config, list(keys), self.job.job_id.encode())
+            self.server.set_public_keys({c: PublicKeys(cipher=r.keys.cipher, mask=r.keys.mask)
+                                         for c, r in keys.items()})
+        except SecureAggregationError as exc:
+            raise TrainingError(f"secure aggregation cannot start: {exc}") from exc
+        neighbours = self.server.neighbours
+        requests = {}
+        for c in keys:
+            roster = {n: PublicKeyPair(cipher=k.cipher, mask=k.mask) for n, k in self.server.roster_for(c).items()}
+            requests[c] = SecAggJoinRequest(roster, tuple(neighbours[c]), self.server.threshold)
+        joined = self.job.ask(requests, list(requests), SecAggConfirmations)
+        routed = self.server.route({c: r.confirmations for c, r in joined.items()})
+        confirms = {c: SecAggConfirmRequest(routed.get(c, {})) for c in joined}
+        acked = self.job.ask(confirms, list(confirms), Ack)
+        self.active = tuple(sorted(acked))
+        missing = sorted(set(clients) - set(self.active))
+        if missing:
+            log.warning("clients left out of secure aggregation", extra={"job": self.job.job_id, "clients": missing})
+        if len(self.active) < self.server.threshold + 1:
+            raise TrainingError(f"secure aggregation needs at least {self.server.threshold + 1} clients, "
+                                f"{len(self.active)} completed the key setup")
+        return self.active
+
+    def secure_round(self, client: str, selected: Sequence[str]) -> SecureRound | None:
+        """What ``client``'s request must say about masking when ``selected`` take part."""
+        if not self.secure:
+            return None
+        return SecureRound(self.server.participants(client, selected))
+
+    def ask(self, requests: Mapping[str, Any], expect: type, vector: Callable[[Any], MaskedVector], length: int,
+            check: Callable[[str, Any], str | None] | None = None) -> FleetSum:
+        """Send ``requests`` (one body per client, built with :meth:`secure_round`), check the
+        replies (``check(client, reply) -> reason | None``; a rejected reply counts as a
+        dropout), and return the sum of the accepted clients' vectors of ``length`` entries."""
+        selected = sorted(requests)
+        round_no = self.job.rounds + 1
+        replies = self.job.ask(dict(requests), selected, expect)
+        accepted: dict[str, Any] = {}
+        for client, reply in replies.items():
+            v = vector(reply)
+            reason = (f"a vector of {v.values.shape[0]} entries, the round needs {length}"
+                      if v.values.shape[0] != length else (check(client, reply) if check else None))
+            if reason:
+                self.job.reject(client, reason)
+            else:
+                accepted[client] = reply
+        if not accepted:
+            raise TrainingError(f"round {round_no}: no usable replies from {selected}")
+        if not self.secure:
+            total = ring_sum([vector(accepted[c]).values for c in sorted(accepted)])
+            return FleetSum(total, tuple(sorted(accepted)), accepted)
+        return self._unmask(round_no, selected, accepted, vector, length)
+
+    def _unmask(self, round_no: int, selected: list[str], accepted: dict[str, Any],
+                vector: Callable[[Any], MaskedVector], length: int) -> FleetSum:
+        label = f"{self.job.job_id}/{round_no}"
+        masked = {c: MaskedInput(vector(r).values, dict(vector(r).shares)) for c, r in accepted.items()}
+        dropped = [c for c in selected if c not in accepted]
+        try:
+            plans = self.server.unmask_request(label.encode(), masked, selected)
+        except SecureAggregationError as exc:
+            raise TrainingError(f"round {round_no}: too many clients dropped out to unmask the sum: {exc}") from exc
+        requests = {c: SecAggUnmaskRequest(label, tuple(p.survivors), tuple(p.dropped), dict(p.shares))
+                    for c, p in plans.items()}
+        answers = self.job.ask(requests, list(requests), SecAggUnmaskReply)
+        shares = {c: UnmaskShares(self_mask=a.self_mask, pair_seeds=a.pair_seeds) for c, a in answers.items()}
+        try:
+            total = self.server.aggregate(label.encode(), masked, shares, length)
+        except SecureAggregationError as exc:
+            raise TrainingError(f"round {round_no}: the fleet sum cannot be unmasked: {exc}") from exc
+        if dropped:
+            log.warning("clients dropped out of a secure sum", extra={"job": self.job.job_id, "round": round_no,
+                                                                    "clients": dropped})
+        return FleetSum(total, tuple(sorted(accepted)), accepted)

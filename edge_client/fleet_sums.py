@@ -1,0 +1,64 @@
+"""The client side of a private job's opening (``shared.protocol.messages.fleet_sums``): the
+data's shape, the count/target vector and the grid counts, each an integer vector for a fleet
+sum (masked by the participant when the request is secure)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shared.protocol.messages.fleet_sums import (
+    TARGET_BOUND,
+    DataShape,
+    FleetCountsRequest,
+    GridCountsRequest,
+)
+from shared.sketches import GridPlan, float32_keys, grid_counts
+
+from .dispatcher import RequestRejected
+from .training_data import LabelledData, class_ids, label_strings
+
+__all__ = ["count_vector", "data_shape", "grid_vector"]
+
+
+def data_shape(data: LabelledData, *, labels: bool) -> DataShape:
+    """The snapshot's width and names, and its label set when asked (no counts)."""
+    names: tuple[str, ...] = ()
+    integral = False
+    if labels:
+        strings, integral = label_strings(data.y)
+        names = tuple(sorted(set(strings.astype(str).tolist())))
+    return DataShape(n_features=data.X.shape[1], feature_names=data.feature_names, labels=names,
+                     integer_labels=integral)
+
+
+def _targets(data: LabelledData) -> np.ndarray:
+    y = np.asarray(data.y, dtype=np.float64)
+    if not np.isfinite(y).all():
+        raise RequestRejected("bad_data", "regression targets must be finite")
+    if y.size and np.abs(y).max() >= TARGET_BOUND:
+        raise RequestRejected("bad_data", f"private regression needs targets below {TARGET_BOUND:.0f} in "
+                                          "magnitude; rescale them")
+    return y
+
+
+def count_vector(data: LabelledData, request: FleetCountsRequest) -> np.ndarray:
+    """``[n, per-class counts]`` or ``[n, Σ round(y·2^f), Σ round(y²)]`` as int64."""
+    if request.regression:
+        y = _targets(data)
+        return np.array([y.size, int(np.rint(np.ldexp(y, request.frac_bits)).astype(np.int64).sum()),
+                         int(np.rint(y * y).astype(np.int64).sum())], dtype=np.int64)
+    ids = class_ids(data.y, request.classes)
+    ids = ids[ids >= 0]
+    return np.concatenate([[ids.size], np.bincount(ids, minlength=len(request.classes))]).astype(np.int64)
+
+
+def grid_vector(data: LabelledData, request: GridCountsRequest) -> np.ndarray:
+    """Counts of the snapshot's values in the request's grid buckets (int64)."""
+    columns = data.X
+    try:
+        plan = GridPlan.from_arrays({"feature": request.feature, "prefix": request.prefix, "bits": request.bits,
+                                     "step": request.step}, n_features=columns.shape[1])
+    except ValueError as exc:
+        raise RequestRejected("bad_request", f"grid plan: {exc}") from None
+    keys, missing = float32_keys(np.asarray(columns, dtype=np.float32))
+    return grid_counts(keys, missing, plan)

@@ -1,0 +1,100 @@
+"""The opening rounds of a private job, shared by every algorithm: only fleet sums.
+
+The ``atoms``/per-client-sketch protocols open with ``DataSummary`` (per-client sizes, moments,
+minimum and maximum -- two actual values per feature). A private job opens instead with
+
+1. ``data_shape`` -> ``data_shape_reply``: the number of features, their names and the set of
+   labels the client holds (no counts; empty when the job fixes its classes);
+2. ``fleet_counts`` -> ``fleet_sum``: one vector per client -- its sample count, its count per
+   class (or its target sum, fixed point) -- that secure aggregation adds up;
+3. ``grid_counts`` -> ``fleet_sum`` (a few rounds): per feature, how many of the client's
+   values fall in each bucket of a hierarchical float32 grid (``shared.sketches.grid``); the
+   server reads bin edges and candidate thresholds off the summed counts and refines the
+   buckets where the quantiles lie.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import numpy as np
+
+from ..envelope import message_type
+from ..schema import ArraySpec
+from .secure_aggregation import MaskedVector, SecureRound
+
+_INTS = ArraySpec(("uint8", "int32", "int64", "uint32"), ndim=1)
+
+#: Fixed point of regression targets in ``fleet_counts`` (Σy); Σy² is summed in whole units.
+TARGET_FRAC_BITS = 16
+#: Private regression needs targets below this magnitude, so that fleet sums cannot overflow.
+TARGET_BOUND = float(1 << 20)
+
+
+@message_type("data_shape")
+@dataclass(frozen=True)
+class DataShapeRequest:
+    """What the job's snapshot looks like (``labels``: also list the label set)."""
+
+    feature_set_version: str
+    labels: bool = True
+
+
+@message_type("data_shape_reply")
+@dataclass(frozen=True)
+class DataShape:
+    n_features: int
+    feature_names: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    integer_labels: bool = False
+
+    def __post_init__(self) -> None:
+        if self.n_features < 0:
+            raise ValueError("n_features must be >= 0")
+        if self.feature_names and len(self.feature_names) != self.n_features:
+            raise ValueError(f"{len(self.feature_names)} feature names for {self.n_features} features")
+
+
+@message_type("fleet_counts")
+@dataclass(frozen=True)
+class FleetCountsRequest:
+    """Sum vector ``[n, count of classes[0], ..., count of classes[K-1]]`` (classification) or
+    ``[n, Σy, Σy²]`` (regression: Σ round(y * 2**frac_bits), Σ round(y²); targets must stay
+    below ``TARGET_BOUND`` in magnitude)."""
+
+    feature_set_version: str
+    regression: bool
+    classes: tuple[str, ...] = ()
+    frac_bits: int = 0
+    secure: SecureRound | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.frac_bits <= 60:
+            raise ValueError("frac_bits must lie in 0..60")
+
+    @property
+    def length(self) -> int:
+        return 3 if self.regression else 1 + len(self.classes)
+
+
+@message_type("grid_counts")
+@dataclass(frozen=True)
+class GridCountsRequest:
+    """Count the snapshot's values in the grid buckets of ``shared.sketches.grid.GridPlan``
+    (its arrays)."""
+
+    feature_set_version: str
+    feature: Annotated[np.ndarray, _INTS]
+    prefix: Annotated[np.ndarray, _INTS]
+    bits: Annotated[np.ndarray, _INTS]
+    step: Annotated[np.ndarray, _INTS]
+    secure: SecureRound | None = None
+
+
+@message_type("fleet_sum")
+@dataclass(frozen=True)
+class FleetSumReply:
+    """A client's vector for a fleet sum (plain or masked)."""
+
+    sums: MaskedVector

@@ -1,0 +1,130 @@
+"""Private training end to end in simulation: the histogram protocols of FedSCS-XGB and FedForest,
+with and without secure aggregation.
+
+Oracles:
+* masked == unmasked: secure aggregation changes no bit of the model;
+* federated == pooled: K clients give the model of one client holding their union, bit for bit
+  (integer sums are associative; edges come from summed counts);
+* histogram == atoms / sketches given the same edges: the private protocols choose the splits
+  of the paper's protocols (and so of xgboost / the exact pooled forest);
+* dropouts: a client vanishing mid-round leaves the job going, and the sum is that of the rest.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aggregator.algorithms import FedForest, FedSCSXGB
+from aggregator.jobs import JobSettings
+from aggregator.simulate import Simulation, simulate
+from edge_client.training_data import ClientData
+from shared.protocol.messages.fedscs_xgb import XgbHistogramRequest
+from tests.aggregator.test_fedscs_xgb import make_clients, pooled
+
+
+def assert_identical(a, b) -> None:
+    """Bit-exact equality of everything but the metadata (which records the run's settings)."""
+    assert a.trees == b.trees, "trees differ"
+    np.testing.assert_array_equal(a.base_score, b.base_score)
+    assert (a.kind, a.classes, a.feature_names) == (b.kind, b.classes, b.feature_names)
+
+
+def xgb(**kw) -> FedSCSXGB:
+    base = dict(n_rounds=3, max_depth=3, n_bins=32, protocol="histogram", secure_aggregation=False)
+    return FedSCSXGB(**{**base, **kw})
+
+
+def forest(**kw) -> FedForest:
+    base = dict(n_trees=4, max_depth=4, n_bins=16, protocol="histogram", secure_aggregation=False,
+                max_features=None)
+    return FedForest(**{**base, **kw})
+
+
+@pytest.mark.parametrize("objective", ["softmax", "logistic", "squared_error"])
+def test_fedscs_xgb_masked_equals_unmasked(objective: str) -> None:
+    clients = make_clients(1, objective=objective)
+    plain = simulate(xgb(objective=objective), clients, seed=3)
+    masked = simulate(xgb(objective=objective, secure_aggregation=True), clients, seed=3)
+    assert_identical(plain, masked)
+    assert plain.n_trees == 3 * (3 if objective == "softmax" else 1)
+
+
+def test_fedscs_xgb_federated_equals_pooled_bit_for_bit() -> None:
+    clients = make_clients(2)
+    X, y = pooled(clients)
+    fleet = simulate(xgb(secure_aggregation=True), clients, seed=0)
+    one = simulate(xgb(), [ClientData("gw-all", X, y)], seed=0)
+    assert_identical(fleet, one)
+
+
+def test_fedscs_xgb_histogram_equals_atoms_given_the_edges() -> None:
+    clients = make_clients(3)
+    X, _ = pooled(clients)
+    edges = tuple(np.unique(np.nanquantile(X[:, j], np.linspace(0.05, 0.95, 20))).astype(np.float32)
+                  for j in range(X.shape[1]))
+    atoms = simulate(FedSCSXGB(n_rounds=3, max_depth=3, edges=edges), clients)
+    hist = simulate(xgb(edges=edges, min_crowd=0), clients)
+    assert len(atoms.trees) == len(hist.trees)
+    for a, b in zip(atoms.trees, hist.trees):
+        np.testing.assert_array_equal(a.feature, b.feature)
+        np.testing.assert_array_equal(a.threshold, b.threshold)
+        np.testing.assert_allclose(a.value, b.value, rtol=1e-9, atol=1e-12)
+
+
+def test_fedscs_xgb_survives_a_client_dropping_mid_job() -> None:
+    """gw-3 answers its first two histogram requests, then vanishes: the secure sums go on
+    with the others (its pair seeds of those rounds are reconstructed), and the model trains."""
+    clients = make_clients(4, n_clients=5)
+    sim = Simulation(clients)
+    handlers = sim.participants["gw-3"].dispatcher._handlers
+    original = handlers[XgbHistogramRequest]
+    answered = []
+
+    def vanish_after_two(message):
+        if len(answered) >= 2:
+            sim.transports["gw-3"].drop()
+        answered.append(message.envelope.round)
+        return original(message)
+
+    handlers[XgbHistogramRequest] = vanish_after_two
+    model = sim.run(xgb(secure_aggregation=True), settings=JobSettings(deadline_s=0.5, min_fraction=0.5))
+    assert model.n_trees == 9
+    histograms = [r for r in sim.server_view()["gw-3"] if r.type == "fedscs_xgb.histogram_reply"]
+    assert len(histograms) == 2
+    others = [r for r in sim.server_view()["gw-0"] if r.type == "fedscs_xgb.histogram_reply"]
+    assert len(others) > 2
+
+
+def test_fedforest_masked_equals_unmasked_and_pooled() -> None:
+    clients = make_clients(5)
+    plain = simulate(forest(), clients, seed=1)
+    masked = simulate(forest(secure_aggregation=True), clients, seed=1)
+    assert_identical(plain, masked)
+    X, y = pooled(clients)
+    one = simulate(forest(bootstrap=False), [ClientData("gw-all", X, y)], seed=1)
+    many = simulate(forest(bootstrap=False, secure_aggregation=True), clients, seed=1)
+    assert_identical(one, many)
+
+
+def test_fedforest_histogram_equals_exact_sketch_forest_given_the_thresholds() -> None:
+    clients = make_clients(6)
+    X, _ = pooled(clients)
+    thresholds = tuple(np.unique(np.nanquantile(X[:, j], np.linspace(0.05, 0.95, 12))).astype(np.float32)
+                       for j in range(X.shape[1]))
+    exact = simulate(FedForest(n_trees=4, max_depth=4, max_features=None, thresholds=thresholds), clients, seed=2)
+    hist = simulate(forest(thresholds=thresholds, min_crowd=0), clients, seed=2)
+    assert len(exact.trees) == len(hist.trees)
+    for a, b in zip(exact.trees, hist.trees):
+        np.testing.assert_array_equal(a.feature, b.feature)
+        np.testing.assert_array_equal(a.threshold, b.threshold)
+        np.testing.assert_allclose(a.value, b.value, rtol=1e-12)
+
+
+def test_fedforest_regression_masked_equals_unmasked() -> None:
+    clients = make_clients(7, objective="squared_error")
+    cfg = dict(task="regression", max_features=None)
+    plain = simulate(forest(**cfg), clients, seed=0)
+    masked = simulate(forest(**cfg, secure_aggregation=True), clients, seed=0)
+    assert_identical(plain, masked)
+    assert plain.trees[0].n_nodes > 3
