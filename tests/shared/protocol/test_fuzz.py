@@ -127,6 +127,39 @@ def fedforest_examples() -> list[object]:
     ]
 
 
+def private_examples() -> list[object]:
+    """The private protocols' bodies: fleet sums, histograms, secure aggregation."""
+    from shared.protocol.messages import fedforest as f
+    from shared.protocol.messages import fedscs_xgb as m
+    from shared.protocol.messages import fleet_sums as s
+    from shared.protocol.messages import secure_aggregation as a
+
+    z = np.zeros(0, np.int64)
+    keys = a.PublicKeyPair(bytes(32), bytes(range(32)))
+    vector = a.MaskedVector(np.arange(4, dtype=np.uint64), {"gw-2": b"sealed"})
+    xgb_task = m.XgbTask("softmax", "fs-1", 2, np.zeros(3), ("a", "b", "c"))
+    forest_task = f.ForestTask("classification", "gini", "fs-1", 3, 2, 0, np.array([0, 1]), 7, True, ("a", "b"))
+    splits = f.SplitDecisions(z, z, z, z, np.zeros(0), np.zeros(0, np.uint8), z, z, np.zeros(1, np.int64), z)
+    return [
+        s.DataShapeRequest("fs-1"), s.DataShape(2, ("x", "y"), ("a", "b"), False),
+        s.FleetCountsRequest("fs-1", False, ("a", "b"), 0, a.SecureRound(("gw-2",))),
+        s.GridCountsRequest("fs-1", np.array([0], np.int32), np.array([0], np.uint32), np.array([0], np.uint8),
+                            np.array([8], np.uint8)),
+        s.FleetSumReply(vector),
+        a.SecAggKeysRequest(), a.SecAggPublicKeys(keys),
+        a.SecAggJoinRequest({"gw-1": keys, "gw-2": keys}, ("gw-2",), 1), a.SecAggConfirmations({"gw-2": b"c"}),
+        a.SecAggConfirmRequest({"gw-2": b"c"}),
+        a.SecAggUnmaskRequest("job/3", ("gw-1", "gw-2"), ("gw-3",), {"gw-2": b"sealed"}),
+        a.SecAggUnmaskReply({"gw-2": b"share"}, {"gw-2": {"gw-3": b"share"}}),
+        m.XgbHistogramRequest(xgb_task, m.ModelDelta(), np.array([0.5, 1.5], np.float32), np.array([0, 1, 2]),
+                              m.RoundSplits.empty(), np.array([0, 1]), np.array([0, 0]), 40, 1.0, True),
+        m.XgbHistogramReply(0, vector),
+        f.ForestHistogramRequest(forest_task, 0, splits, np.array([0]), np.array([0]), np.array([0, 2]),
+                                 np.array([0, 2]), np.array([0.5, 1.5], np.float32), np.array([0, 1, 1, 2])),
+        f.ForestHistogramReply(vector),
+    ]
+
+
 def evaluation_examples() -> list[object]:
     from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply
 
@@ -153,7 +186,7 @@ def valid_bodies() -> dict[str, object]:
         Hello("0.1.0", "fs-1", 12, ("a",)), Status(online=True, detail={"k": "v"}), Ping(b"x", 0.5), Pong(b"y"),
         Ack("n"), Describe(), ErrorReply("c", "m", "ping"), ModelAnnouncement("m", 1, "x", "fs", bytes(32), 9),
         Chunk("t", 0, 1, 1, bytes(32), b"x"), ArrayBody(np.zeros(3, np.float32), [1], {"a": 1.0}, "n"),
-        *fedscs_xgb_examples(), *fedforest_examples(), *evaluation_examples(), *deployment_examples(),
+        *fedscs_xgb_examples(), *fedforest_examples(), *private_examples(), *evaluation_examples(), *deployment_examples(),
     ]
     return {type_name: body for body in examples for type_name, cls in registered_message_types().items() if type(body) is cls}
 
