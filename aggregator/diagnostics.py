@@ -1,7 +1,12 @@
 """FedForest §F.4: is there covariate shift between the clients? A federated forest learns to
 tell the clients apart from X alone (the client index as the target, Gini over clients from
 summed counts); a large root gain or a high one-vs-rest AUC rejects "X independent of H", and the
-forest's impurity importances name the features whose distributions differ between clients."""
+forest's impurity importances name the features whose distributions differ between clients.
+
+Privacy: the target is the client itself, so the per-client statistics of the paper's protocol
+(``protocol="sketches"``) are what it needs; the histogram protocol cannot predict the client.
+The aggregator learns how each client's feature distributions differ (PRIVACY.md): a research
+diagnostic, run with the fleet operator's consent."""
 
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ def covariate_shift(job: FederatedJob, *, forest: FedForest | None = None, seed:
     """
     base = forest or FedForest(n_trees=20, max_depth=4, min_samples_leaf=5, max_features=None)
     result = replace(base, target="client", client_splits=False, task="classification", criterion=None,
-                     classes=None).fit_with_diagnostics(job, seed=seed)
+                     classes=None, protocol="sketches", secure_aggregation=False).fit_with_diagnostics(job, seed=seed)
     evaluation = evaluate_federated(job, result.model, split=split, target="client")
     names = result.model.feature_names
     ranked = sorted(zip(names, result.importance.tolist()), key=lambda kv: -kv[1])

@@ -33,7 +33,7 @@ Clients only answer for nodes where they hold rows, so the measured bytes can be
 O(K T 2^M d B), evaluated literally with the constant 1 (T 2^M d B x 8 bytes, d = all 20
 features; x K for all clients).
 
-Wall time: FedForest-Quantiles in simulation (``Simulation(clients).run(FedForest(...),
+Wall time: FedForest-Quantiles in simulation (``Simulation(clients).run(FedForest(protocol="sketches", ...),
 seed=s)``, all K clients and the server in this one process) vs scikit-learn
 ``RandomForestRegressor/Classifier(n_estimators=T, max_depth=8, min_samples_leaf=5,
 max_features=<same>)`` ``fit`` on the pooled rows, n_jobs=1 and n_jobs=-1; medians of 3 runs
@@ -160,7 +160,7 @@ def main() -> int:
         d_sub = n_sampled_features("auto", D, regression)
         common = {"n_trees": T, "max_depth": DEPTH, "n_bins": B, "task": task, "min_samples_leaf": 5,
                   "max_features": "auto"}
-        variants = {"exact": FedForest(**common), "avgimp": FedForest(**common, evaluation="avgimp", top_l=3),
+        variants = {"exact": FedForest(protocol="sketches", **common), "avgimp": FedForest(protocol="sketches", **common, evaluation="avgimp", top_l=3),
                     "histogram": FederatedHistogram(**common)}
         n_rows = sum(b.y.size for b in blocks)
         raw = n_rows * D * 8

@@ -19,7 +19,7 @@ Protocol, per (dataset, alpha, seed):
 3. Methods (the paper's hyper-parameters: T = 50 trees, max_depth 8, min_samples_leaf 5,
    max_features d/3 (regression) or sqrt(d) (classification), bootstrap, B = 32):
    * FedForest = ``FedForest(task=..., evaluation="exact")`` (quantile candidates, exact pooled
-     gains, no client splits) through ``Simulation(clients).run(FedForest(...), seed=seed)``;
+     gains, no client splits) through ``Simulation(clients).run(FedForest(protocol="sketches", ...), seed=seed)``;
    * Centralized RF = scikit-learn ``RandomForestRegressor/Classifier`` with the same settings
      on the pooled training rows;
    * Local Learning = ``LocalLearning(forest)``: each client's own 50-tree forest, each scored on
@@ -138,7 +138,7 @@ def run_cell(dataset: str, alpha: float, seed: int, n_trees: int) -> dict:
         problems.append(f"{dataset} alpha={alpha} seed {seed}: partition does not cover the pool once")
     blocks = [Block(f"client-{k:02d}", Xtr[p], ytr[p], Xte[:0], yte[:0]) for k, p in enumerate(parts)]
     task = "regression" if regression else "classification"
-    forest = FedForest(n_trees=n_trees, max_depth=8, n_bins=32, task=task, min_samples_leaf=5,
+    forest = FedForest(protocol="sketches", n_trees=n_trees, max_depth=8, n_bins=32, task=task, min_samples_leaf=5,
                        max_features="auto")  # d // 3 (regression), int(sqrt(d)) (classification)
     sim = Simulation(client_data(blocks))
     out: dict[str, float] = {}

@@ -12,7 +12,7 @@ to float32 once, and both models see those same float32 arrays (FedSCS-XGB's cli
 xgboost's DMatrix would round to float32 anyway).
 
 1. Accuracy. FedSCS-XGB = ``aggregator.simulate``-style in-memory run of the real server and
-   client halves (``Simulation(clients).run(FedSCSXGB(...), seed=0)``), one client per subject
+   client halves (``Simulation(clients).run(FedSCSXGB(protocol="atoms", ...), seed=0)``), one client per subject
    (``ClientData("subject-ii", X_train, y_train)``). Centralized = ``xgboost.train`` on the pooled
    train splits with the same hyper-parameters: ``hist``, ``multi:softprob``, max_depth 4, eta 0.2,
    lambda 1, min_child_weight 1, ``max_bin = B``, default base score, and ``gamma = 2 x
@@ -381,8 +381,8 @@ def main() -> int:
         sizes = [c.X.shape[0] for c in dp.clients]
         print(f"- {p}: pooled train {dp.Xtr.shape[0]:,} / test {dp.Xte.shape[0]:,} windows; train windows per "
               f"client {min(sizes)}-{max(sizes)}")
-    base = FedSCSXGB()
-    print(f"- FedSCSXGB(n_rounds, n_bins=B, max_depth={base.max_depth}, learning_rate={base.learning_rate}, "
+    base = FedSCSXGB(protocol="atoms")
+    print(f"- FedSCSXGB(protocol='atoms', n_rounds, n_bins=B, max_depth={base.max_depth}, learning_rate={base.learning_rate}, "
           f"reg_lambda={base.reg_lambda}, gamma={base.gamma}, min_child_weight={base.min_child_weight}, "
           f"base_score={base.base_score!r}, sketch={base.sketch!r} (summary_size M = B) unless stated); "
           f"xgboost {xgb_params(base, n_classes, 0) | {'max_bin': 'B'}}")
@@ -395,7 +395,7 @@ def main() -> int:
     results: list[Comparison] = []
     central_256 = None
     for B in bins:
-        config = FedSCSXGB(n_rounds=10, n_bins=B)
+        config = FedSCSXGB(protocol="atoms", n_rounds=10, n_bins=B)
         central = run_central(main_data, config, n_classes, B, 10)
         log(f"subject tail: xgboost B={B}, 10 rounds done in {central[1]:.1f} s")
         if B == 256:
@@ -403,14 +403,14 @@ def main() -> int:
         results.append(compare(main_data, config, n_classes, f"summary M={B}", central=central,
                                label=f"B={B}, 10 rounds"))
     for rounds in long_rounds:
-        results.append(compare(main_data, FedSCSXGB(n_rounds=rounds, n_bins=256), n_classes, "summary M=256",
+        results.append(compare(main_data, FedSCSXGB(protocol="atoms", n_rounds=rounds, n_bins=256), n_classes, "summary M=256",
                                label=f"B=256, {rounds} rounds"))
-    results.append(compare(main_data, FedSCSXGB(n_rounds=10, n_bins=256, sketch="ddsketch"), n_classes,
+    results.append(compare(main_data, FedSCSXGB(protocol="atoms", n_rounds=10, n_bins=256, sketch="ddsketch"), n_classes,
                            "DDSketch alpha=0.01, standardised", central=central_256, label="B=256 DDSketch"))
     diagnostic = None
     if not args.quick:
         cuts = xgb_cuts(central_256[2], d)
-        results.append(compare(main_data, FedSCSXGB(n_rounds=10, n_bins=256, edges=cuts), n_classes,
+        results.append(compare(main_data, FedSCSXGB(protocol="atoms", n_rounds=10, n_bins=256, edges=cuts), n_classes,
                                "edges = xgboost's cuts (diagnostic)", central=central_256,
                                label="B=256, xgboost's cuts"))
         diagnostic = (same_trees(results[-1].fed.model, central_256[0]),
@@ -418,7 +418,7 @@ def main() -> int:
     secondary: list[Comparison] = []
     if "series tail" in data:
         for B in (64, 256):
-            secondary.append(compare(data["series tail"], FedSCSXGB(n_rounds=10, n_bins=B), n_classes,
+            secondary.append(compare(data["series tail"], FedSCSXGB(protocol="atoms", n_rounds=10, n_bins=B), n_classes,
                                      f"summary M={B}", label=f"B={B}, 10 rounds"))
 
     print("### 1. Accuracy and macro-F1: FedSCS-XGB (simulation) vs centralized xgboost (pooled train)\n")
@@ -466,11 +466,11 @@ def main() -> int:
 
     log("bytes: setup only (n_rounds=0) ...")
     sim = Simulation(main_data.clients)
-    sim.run(FedSCSXGB(n_rounds=0))
+    sim.run(FedSCSXGB(protocol="atoms", n_rounds=0))
     setup_client, setup_server = sim.client_bytes(), sim.server.stats.sent_bytes
     fixed_rounds = 3 if args.quick else 10  # atoms cost about the same every round
     log(f"bytes: B=256 with fixed edges (atoms only), {fixed_rounds} rounds ...")
-    fixed = run_fed(main_data, FedSCSXGB(n_rounds=fixed_rounds, n_bins=256, edges=kept_edges[(256, 256)]),
+    fixed = run_fed(main_data, FedSCSXGB(protocol="atoms", n_rounds=fixed_rounds, n_bins=256, edges=kept_edges[(256, 256)]),
                     label="fixed edges")
     raw32, raw64 = n * d * 4, n * d * 8
 
@@ -510,7 +510,7 @@ def main() -> int:
     # -- 4. wall time ---------------------------------------------------------------------------
     ref = next(r for r in results if r.n_bins == 256 and r.rounds == 10 and r.sketch.startswith("summary"))
     reps = [(ref.fed, ref.central_seconds)]
-    config = FedSCSXGB(n_rounds=10, n_bins=256)
+    config = FedSCSXGB(protocol="atoms", n_rounds=10, n_bins=256)
     ref_proba = ref.fed_proba
     load_timing = os.getloadavg()
     for seed in range(1, n_seeds):

@@ -106,8 +106,8 @@ def main() -> int:
     y_all = np.concatenate([y for _, y in clients])
     X_eval = make_clients(seed=1)[0][0].astype(np.float32)  # 1,000 unseen rows
     started = time.perf_counter()
-    boosted = aggregator.simulate(FedSCSXGB(n_rounds=10, max_depth=4), clients)
-    forest = aggregator.simulate(FedForest(n_trees=50, max_depth=8), clients)
+    boosted = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=10, max_depth=4), clients)
+    forest = aggregator.simulate(FedForest(protocol="sketches", n_trees=50, max_depth=8), clients)
     print(f"- trained in {time.perf_counter() - started:.1f} s: boosted {boosted.n_trees} trees "
           f"(depth {max(t.depth for t in boosted.trees)}), forest {forest.n_trees} trees "
           f"(depth {max(t.depth for t in forest.trees)})")

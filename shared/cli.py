@@ -172,17 +172,26 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise SystemExit("wheelfed train: give -o FILE and/or --registry DB so the model is kept somewhere")
     init_model = _load_model_file(args.init_model) if args.init_model else None
     feature_set = args.feature_set or FEATURE_SET_VERSION
+    if args.paper_protocol and not args.no_secure_aggregation:
+        print("warning: --paper-protocol sends per-window data (atoms) or per-gateway sketches of actual values "
+              "to the aggregator; secure aggregation does not apply (see PRIVACY.md)", file=sys.stderr, flush=True)
+    privacy = dict(min_crowd=args.min_crowd,
+                   secure_aggregation=not (args.no_secure_aggregation or args.paper_protocol))
     if args.algorithm == "fedforest":
         if init_model is not None:
             raise SystemExit("wheelfed train: --init-model continues boosting; it does not apply to fedforest")
+        if args.client_splits and not args.paper_protocol:
+            raise SystemExit("wheelfed train: --client-splits needs per-gateway statistics: add --paper-protocol")
         algorithm = FedForest(n_trees=args.trees, max_depth=args.max_depth or 8, n_bins=args.bins or 32,
                               min_samples_leaf=args.min_samples_leaf, client_splits=args.client_splits,
-                              client_fraction=args.client_fraction, feature_set_version=feature_set)
+                              client_fraction=args.client_fraction, feature_set_version=feature_set,
+                              protocol="sketches" if args.paper_protocol else "histogram", **privacy)
     else:
         algorithm = FedSCSXGB(n_rounds=args.rounds, max_depth=args.max_depth or 4, n_bins=args.bins or 256,
                               learning_rate=args.learning_rate, reg_lambda=args.reg_lambda, gamma=args.gamma,
                               sketch=args.sketch, client_fraction=args.client_fraction,
-                              feature_set_version=feature_set, init_model=init_model)
+                              feature_set_version=feature_set, init_model=init_model,
+                              protocol="atoms" if args.paper_protocol else "histogram", **privacy)
     clients = [c for c in args.clients.split(",") if c] if args.clients else None
     print(f"training {algorithm.name} on {'the online gateways' if clients is None else ', '.join(clients)} "
           f"via {args.host}:{args.port}", flush=True)
@@ -504,7 +513,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learning-rate", type=float, default=0.2)
     p.add_argument("--reg-lambda", type=float, default=1.0)
     p.add_argument("--gamma", type=float, default=0.1, help="Eq. 1's split penalty (xgboost's gamma is twice it)")
-    p.add_argument("--sketch", choices=("summary", "ddsketch"), default="summary")
+    p.add_argument("--sketch", choices=("summary", "ddsketch"), default="summary",
+                   help="fedscs-xgb with --paper-protocol: the per-gateway sketch")
+    p.add_argument("--paper-protocol", action="store_true",
+                   help="the papers' protocols (fedscs-xgb atoms, fedforest per-gateway sketches), for reproduction: "
+                        "they reveal per-window data to the aggregator (PRIVACY.md)")
+    p.add_argument("--no-secure-aggregation", action="store_true",
+                   help="send the histogram protocol's sums in the clear (the aggregator then sees each gateway's)")
+    p.add_argument("--min-crowd", type=int, default=5,
+                   help="no split leaves fewer windows than this fleet-wide (histogram protocol)")
     p.add_argument("--client-fraction", type=float, default=1.0, help="share of gateways sampled per round")
     p.add_argument("--feature-set", help="feature set version to train on (default: this release's)")
     p.add_argument("--init-model", help="continue boosting from this model file (periodic retraining)")

@@ -110,8 +110,8 @@ class FedForest:
     target: Literal["label", "client"] = "label"
     feature_set_version: str = ""
     classes: tuple[str, ...] | None = None
-    protocol: Literal["histogram", "sketches"] = "sketches"
-    secure_aggregation: bool = False
+    protocol: Literal["histogram", "sketches"] = "histogram"
+    secure_aggregation: bool | None = None  # None: on for the histogram protocol
     secagg_degree: int | None = None
     min_crowd: int = 5
 
@@ -135,8 +135,11 @@ class FedForest:
             raise ValueError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
         if self.protocol not in ("histogram", "sketches"):
             raise ValueError(f"protocol must be 'histogram' or 'sketches', got {self.protocol!r}")
+        if self.secure_aggregation is None:
+            object.__setattr__(self, "secure_aggregation", self.protocol == "histogram")
         if self.secure_aggregation and self.protocol != "histogram":
-            raise ValueError("secure aggregation sums histograms: it needs protocol='histogram'")
+            raise ValueError("secure aggregation sums histograms: protocol='sketches' (per-client sketches) needs "
+                             "secure_aggregation=False")
         if self.protocol == "histogram":
             unsupported = [name for name, on in (("client_splits", self.client_splits),
                                                  ("categorical_features", bool(self.categorical_features)),

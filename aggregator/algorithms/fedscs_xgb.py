@@ -118,8 +118,9 @@ class FedSCSXGB:
     ``classes``: fix the label vocabulary instead of taking the union of the clients' labels.
     ``protocol``: ``"histogram"`` (private: fleet-summed histograms per depth level) or
     ``"atoms"`` (the paper's; reveals per-window vectors). ``secure_aggregation``: mask the
-    histogram protocol's vectors so the server decodes only fleet sums (``secagg_degree``:
-    SecAgg+ neighbourhood size, default O(log n)). ``min_crowd``: in the histogram protocol,
+    histogram protocol's vectors so the server decodes only fleet sums (default: on for
+    ``"histogram"``; needs at least 3 clients; ``secagg_degree``: SecAgg+ neighbourhood size,
+    default O(log n)). ``min_crowd``: in the histogram protocol,
     no split leaves a child with fewer windows fleet-wide (so no node sum covers fewer). The
     histogram protocol reads its edges once per job off fleet-summed counts (``sketch`` and
     ``summary_size`` are the atom protocol's).
@@ -143,8 +144,8 @@ class FedSCSXGB:
     client_fraction: float = 1.0
     feature_set_version: str = ""
     classes: tuple[str, ...] | None = None
-    protocol: Literal["histogram", "atoms"] = "atoms"
-    secure_aggregation: bool = False
+    protocol: Literal["histogram", "atoms"] = "histogram"
+    secure_aggregation: bool | None = None  # None: on for the histogram protocol
     secagg_degree: int | None = None
     min_crowd: int = 5
     edges: tuple[np.ndarray, ...] | None = field(default=None, compare=False)
@@ -163,9 +164,11 @@ class FedSCSXGB:
             raise ValueError(f"summary_size must lie in 1..65536, got {self.summary_size}")
         if self.protocol not in ("histogram", "atoms"):
             raise ValueError(f"protocol must be 'histogram' or 'atoms', got {self.protocol!r}")
+        if self.secure_aggregation is None:
+            object.__setattr__(self, "secure_aggregation", self.protocol == "histogram")
         if self.secure_aggregation and self.protocol != "histogram":
-            raise ValueError("secure aggregation sums histograms: it needs protocol='histogram' (atoms are per "
-                             "window and cannot be summed)")
+            raise ValueError("secure aggregation sums histograms: protocol='atoms' (per window, cannot be summed) "
+                             "needs secure_aggregation=False")
         if not (isinstance(self.min_crowd, int) and self.min_crowd >= 0):
             raise ValueError(f"min_crowd must be an int >= 0, got {self.min_crowd!r}")
         self.growth  # validates the tree settings

@@ -4,6 +4,11 @@ Each client's forest is grown by FedForest in a sub-job that contains that clien
 is exactly the forest the client would grow on its own data (same candidates, same stopping
 rules) -- and the comparison with FedForest measures federation, not implementation details.
 Both use the fleet's label vocabulary so every model predicts the same classes.
+
+Privacy: a sum over one client is that client's statistics, so secure aggregation cannot hide
+anything in these sub-jobs and is turned off: the aggregator sees each client's histograms
+(``protocol="histogram"``) or sketches. They are research baselines (simulations, the demo's
+comparison), not a way to train a deployed model (PRIVACY.md).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ def _local_forests(forest: FedForest, job: FederatedJob, seed: int, n_trees: int
                    ) -> dict[str, TreeEnsemble]:
     fleet = describe_fleet(job, forest.feature_set_version, regression=forest.regression, classes=forest.classes)
     local = replace(forest, classes=None if forest.regression else fleet.classes,
-                    n_trees=n_trees or forest.n_trees, client_splits=False)
+                    n_trees=n_trees or forest.n_trees, client_splits=False, secure_aggregation=False)
     out = {}
     for client in fleet.clients:
         sub = FederatedJob(job.engine, [client], job_id=f"{job.job_id}.local.{client}", settings=job.settings)

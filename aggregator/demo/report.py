@@ -113,12 +113,26 @@ class DemoReport:
         out.write(f"bytes through the aggregator: {self.traffic_bytes / 1e6:.1f} MB = {ratio:.2f}x the raw sensor data "
                   f"({self.raw_sensor_bytes / 1e6:.1f} MB; feature matrix {self.raw_feature_bytes / 1e6:.1f} MB as "
                   "float32) -- the raw data never left the gateways\n")
+        out.write(f"privacy: {privacy_line()}\n")
         out.write(f"live recognition: {self.live_windows} windows; live == offline prediction on "
                   f"{self.live_agreement:.1%} (max probability difference {self.live_max_probability_diff:.1e})\n")
         if self.killed:
             out.write(f"{self.killed} was killed and restarted: "
                       f"{'rejoined and trained in the next round' if self.killed_rejoined else 'did NOT rejoin'}\n")
         out.write(f"every gateway received the deployed model: {'yes' if self.all_received_model else 'NO'}\n")
+
+
+def privacy_line() -> str:
+    """What the demo's federated trainings revealed to the aggregator (their settings are the
+    algorithms' defaults)."""
+    from aggregator.algorithms import FedForest, FedSCSXGB
+
+    xgb, forest = FedSCSXGB(), FedForest()
+    if not (xgb.secure_aggregation and forest.secure_aggregation):
+        return "secure aggregation is OFF: the aggregator saw each gateway's histograms"
+    return (f"FedSCS-XGB and FedForest trained on fleet sums only ({xgb.protocol} protocol, secure aggregation, "
+            f"minimum crowd {xgb.min_crowd} windows); the local-only baseline runs one sub-job per gateway, "
+            "whose sums are that gateway's own (a research comparison; PRIVACY.md)")
 
 
 def _labelled_split(path: Path, feature_set_version: str, holdout: float):
@@ -158,8 +172,10 @@ def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, dict[str, float
     yt = np.concatenate([np.array([str(v) for v in s[1].y]) for s in splits])
     out = {}
     for name in algorithms:
-        config = (FedSCSXGB(n_rounds=cfg.rounds, max_depth=4, n_bins=256) if name == "fedscs-xgb" else
-                  FedForest(n_trees=cfg.trees, max_depth=8, n_bins=32, min_samples_leaf=3))
+        # one "client" holding everything: nothing to hide from the aggregator, nothing to mask
+        config = (FedSCSXGB(n_rounds=cfg.rounds, max_depth=4, n_bins=256, secure_aggregation=False)
+                  if name == "fedscs-xgb" else
+                  FedForest(n_trees=cfg.trees, max_depth=8, n_bins=32, min_samples_leaf=3, secure_aggregation=False))
         model = aggregator.simulate(config, [(X, y)])
         predicted = np.array([str(v) for v in model.predict(model_inputs(model, Xt.astype(np.float32)))])
         out[f"{name}, centralized on the pooled data, all labels (report only)"] = _scores(yt, predicted)
