@@ -158,10 +158,29 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, privacy: dict):
+    """The configured algorithm of ``wheelfed train`` (``ValueError`` names a bad option)."""
+    from aggregator.algorithms import FedForest, FedSCSXGB
+
+    if args.algorithm == "fedforest":
+        if init_model is not None:
+            raise SystemExit("wheelfed train: --init-model continues boosting; it does not apply to fedforest")
+        if args.client_splits and not args.paper_protocol:
+            raise SystemExit("wheelfed train: --client-splits needs per-gateway statistics: add --paper-protocol")
+        return FedForest(n_trees=args.trees, max_depth=args.max_depth or 8, n_bins=args.bins or 32,
+                         min_samples_leaf=args.min_samples_leaf, client_splits=args.client_splits,
+                         client_fraction=args.client_fraction, feature_set_version=feature_set,
+                         protocol="sketches" if args.paper_protocol else "histogram", **privacy)
+    return FedSCSXGB(n_rounds=args.rounds, max_depth=args.max_depth or 4, n_bins=args.bins or 256,
+                     learning_rate=args.learning_rate, reg_lambda=args.reg_lambda, gamma=args.gamma,
+                     sketch=args.sketch, client_fraction=args.client_fraction,
+                     feature_set_version=feature_set, init_model=init_model,
+                     protocol="atoms" if args.paper_protocol else "histogram", **privacy)
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from aggregator.algorithms import FedForest, FedSCSXGB
     from aggregator.evaluation import evaluate_federated
     from aggregator.fleet import train_on_fleet
     from aggregator.jobs import JobSettings, TrainingError
@@ -177,21 +196,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
               "to the aggregator; secure aggregation does not apply (see PRIVACY.md)", file=sys.stderr, flush=True)
     privacy = dict(min_crowd=args.min_crowd,
                    secure_aggregation=not (args.no_secure_aggregation or args.paper_protocol))
-    if args.algorithm == "fedforest":
-        if init_model is not None:
-            raise SystemExit("wheelfed train: --init-model continues boosting; it does not apply to fedforest")
-        if args.client_splits and not args.paper_protocol:
-            raise SystemExit("wheelfed train: --client-splits needs per-gateway statistics: add --paper-protocol")
-        algorithm = FedForest(n_trees=args.trees, max_depth=args.max_depth or 8, n_bins=args.bins or 32,
-                              min_samples_leaf=args.min_samples_leaf, client_splits=args.client_splits,
-                              client_fraction=args.client_fraction, feature_set_version=feature_set,
-                              protocol="sketches" if args.paper_protocol else "histogram", **privacy)
-    else:
-        algorithm = FedSCSXGB(n_rounds=args.rounds, max_depth=args.max_depth or 4, n_bins=args.bins or 256,
-                              learning_rate=args.learning_rate, reg_lambda=args.reg_lambda, gamma=args.gamma,
-                              sketch=args.sketch, client_fraction=args.client_fraction,
-                              feature_set_version=feature_set, init_model=init_model,
-                              protocol="atoms" if args.paper_protocol else "histogram", **privacy)
+    try:
+        algorithm = _training_algorithm(args, feature_set, init_model, privacy)
+    except ValueError as exc:
+        raise SystemExit(f"wheelfed train: {exc}") from None
     clients = [c for c in args.clients.split(",") if c] if args.clients else None
     print(f"training {algorithm.name} on {'the online gateways' if clients is None else ', '.join(clients)} "
           f"via {args.host}:{args.port}", flush=True)

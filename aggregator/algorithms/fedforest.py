@@ -151,6 +151,9 @@ class FedForest:
                                  "per-client statistics); use protocol='sketches'")
         if not (isinstance(self.min_crowd, int) and self.min_crowd >= 0):
             raise ValueError(f"min_crowd must be an int >= 0, got {self.min_crowd!r}")
+        if self.secure_aggregation and self.client_fraction < 1:
+            raise ValueError("secure aggregation with client_fraction < 1 would release sums over each tree's few "
+                             "sampled clients (and differences between trees' cohorts): use client_fraction=1")
 
     @property
     def regression(self) -> bool:
@@ -256,6 +259,9 @@ class _Training:
             if len(cfg.thresholds) != self.d:
                 raise TrainingError(f"{len(cfg.thresholds)} threshold arrays for {self.d} features")
             edges = [np.unique(np.asarray(t, dtype=np.float32)) for t in cfg.thresholds]
+        if fleet.total_samples < max(cfg.min_crowd, 1):
+            raise TrainingError(f"the fleet holds {fleet.total_samples} samples, fewer than the minimum crowd "
+                                f"({cfg.min_crowd})")
         self.edges = [np.asarray(e, dtype=np.float32) for e in edges]
         self.edge_offsets = np.concatenate([[0], np.cumsum([e.size for e in self.edges])]).astype(np.int64)
         self.edge_values = np.concatenate(self.edges) if self.edges else np.zeros(0, np.float32)
@@ -673,8 +679,10 @@ class _Training:
             feature_set_version=cfg.feature_set_version, classes=self.model_classes,
             metadata={"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": cfg.max_depth, "n_bins": cfg.n_bins,
                       "criterion": self.crit, "evaluation": cfg.evaluation, "candidates": cfg.candidates,
-                      "client_splits": int(cfg.client_splits), "clients": ",".join(self.clients),
-                      "target": cfg.target},
+                      "client_splits": int(cfg.client_splits), "target": cfg.target, "protocol": cfg.protocol,
+                      "secure_aggregation": int(cfg.secure_aggregation), "min_crowd": cfg.min_crowd,
+                      # the index -> client map of H inputs and client targets; no other model names clients
+                      **({"clients": ",".join(self.clients)} if cfg.client_splits or cfg.target == "client" else {})},
         )
 
     def _normalised_importance(self) -> np.ndarray:

@@ -171,6 +171,9 @@ class FedSCSXGB:
                              "needs secure_aggregation=False")
         if not (isinstance(self.min_crowd, int) and self.min_crowd >= 0):
             raise ValueError(f"min_crowd must be an int >= 0, got {self.min_crowd!r}")
+        if self.secure_aggregation and self.client_fraction < 1:
+            raise ValueError("secure aggregation with client_fraction < 1 would release sums over different "
+                             "cohorts each round, whose differences isolate clients: use client_fraction=1")
         self.growth  # validates the tree settings
 
     @property

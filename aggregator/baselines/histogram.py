@@ -14,9 +14,11 @@ __all__ = ["FederatedHistogram"]
 @dataclass(frozen=True)
 class FederatedHistogram(FedForest):
     """``n_bins`` equal-width bins per feature between the pooled minimum and maximum (from the
-    clients' ``DataSummary``); split evaluation from exact left summaries as in FedForest."""
+    clients' ``DataSummary``, which reveals each client's minimum and maximum: the paper's
+    protocol, a research baseline); split evaluation from exact left summaries as in FedForest."""
 
     candidates: Literal["quantiles", "histogram"] = "histogram"
+    protocol: Literal["histogram", "sketches"] = "sketches"
 
     name: ClassVar[str] = "federated_histogram"
 

@@ -27,7 +27,7 @@ def fleet(shift: float, seed: int = 0, k: int = 5):
 
 def test_local_learning_equals_fedforest_on_that_client_alone() -> None:
     data = fleet(0.0)
-    forest = FedForest(n_trees=4, max_depth=3)
+    forest = FedForest(protocol="sketches", n_trees=4, max_depth=3)
     local = aggregator.simulate(LocalLearning(forest), data, seed=3)
     assert set(local) == {c.client_id for c in data}
     alone = aggregator.simulate(forest, [data[2]], seed=3)
@@ -37,15 +37,15 @@ def test_local_learning_equals_fedforest_on_that_client_alone() -> None:
 def test_local_learning_uses_the_fleet_vocabulary() -> None:
     data = fleet(0.0)
     data[0] = ClientData("gw-0", data[0].X, np.zeros(150, int))  # this client only ever saw class 0
-    local = aggregator.simulate(LocalLearning(FedForest(n_trees=2, max_depth=2)), data)
+    local = aggregator.simulate(LocalLearning(FedForest(protocol="sketches", n_trees=2, max_depth=2)), data)
     assert local["gw-0"].classes == (0, 1) and local["gw-0"].predict_proba(data[0].X).shape == (150, 2)
 
 
 def test_local_ensembling_averages_every_clients_trees() -> None:
     data = fleet(0.0)
-    forest = FedForest(n_trees=10, max_depth=3)
+    forest = FedForest(protocol="sketches", n_trees=10, max_depth=3)
     merged = aggregator.simulate(LocalEnsembling(forest), data, seed=1)
-    local = aggregator.simulate(LocalLearning(FedForest(n_trees=2, max_depth=3)), data, seed=1)
+    local = aggregator.simulate(LocalLearning(FedForest(protocol="sketches", n_trees=2, max_depth=3)), data, seed=1)
     assert merged.n_trees == 10 and merged.kind == "forest"
     X = np.concatenate([c.X for c in data])
     want = np.mean([m.predict_proba(X) for m in local.values()], axis=0)
@@ -78,5 +78,5 @@ def test_covariate_shift_diagnostic_finds_the_shifted_feature() -> None:
 def test_no_covariate_shift_on_homogeneous_clients() -> None:
     sim = Simulation(fleet(0.0, seed=2))
     job = FederatedJob(sim.engine, list(sim.transports), job_id="diag", settings=JobSettings(deadline_s=30))
-    report = covariate_shift(job, forest=FedForest(n_trees=10, max_depth=2, min_samples_leaf=20, max_features=None))
+    report = covariate_shift(job, forest=FedForest(protocol="sketches", n_trees=10, max_depth=2, min_samples_leaf=20, max_features=None))
     assert not report.shifted and report.auc < 0.7

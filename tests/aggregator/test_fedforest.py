@@ -110,7 +110,7 @@ GRID_THRESHOLDS = np.arange(-3.0, 4.5, 0.25) + 0.125  # midpoints of a coarse gr
 
 def task_config(criterion: str, **kw) -> FedForest:
     task = "regression" if criterion == "mse" else "classification"
-    return FedForest(task=task, criterion=criterion, **kw)
+    return FedForest(protocol="sketches", task=task, criterion=criterion, **kw)
 
 
 def n_splits(model: TreeEnsemble) -> int:
@@ -378,7 +378,7 @@ def test_mirrored_equal_gain_splits_go_to_the_lower_feature() -> None:
     feature 1 wins."""
     X = np.array([[0.0, 1.0], [1.0, 0.0]])
     y = np.array([-1.01, -0.209])
-    config = FedForest(task="regression", n_trees=1, max_depth=1, bootstrap=False, max_features=None)
+    config = FedForest(protocol="sketches", task="regression", n_trees=1, max_depth=1, bootstrap=False, max_features=None)
     tree = aggregator.simulate(config, [ClientData("solo", X, y)]).trees[0]
     assert tree.feature[0] == 0
 
@@ -401,8 +401,8 @@ def test_client_splits_use_the_client_indicator_and_beat_the_x_only_forest() -> 
     test = offset_clients(1, 100)
     clients = [ClientData(f"gw-{k}", X, y) for k, (X, y) in enumerate(train)]
     common = {"task": "regression", "n_trees": 10, "max_depth": 6, "min_samples_leaf": 3}
-    with_h = aggregator.simulate(FedForest(client_splits=True, **common), clients, seed=3)
-    x_only = aggregator.simulate(FedForest(**common), clients, seed=3)
+    with_h = aggregator.simulate(FedForest(protocol="sketches", client_splits=True, **common), clients, seed=3)
+    x_only = aggregator.simulate(FedForest(protocol="sketches", **common), clients, seed=3)
     d = 3
     assert with_h.metadata["clients"] == ",".join(f"gw-{k}" for k in range(6))
     assert len(with_h.feature_names) == d + 1 and with_h.feature_names[-1] == "client"
@@ -457,7 +457,7 @@ def categorical_clients(seed: int, m: int, positive: set[int], noise: float, K: 
 def test_categorical_feature_is_split_on_the_right_category_set() -> None:
     m, positive = 6, {1, 3, 4}
     clients = categorical_clients(0, m, positive, noise=0.0)
-    config = FedForest(n_trees=3, max_depth=2, categorical_features=(1,), n_categories=m, max_features=None)
+    config = FedForest(protocol="sketches", n_trees=3, max_depth=2, categorical_features=(1,), n_categories=m, max_features=None)
     model = aggregator.simulate(config, clients, seed=0)
     for t in model.trees:
         assert t.feature[0] == 1 and t.is_categorical[0]
@@ -472,7 +472,7 @@ def test_fisher_grouping_finds_the_best_of_all_subsets_for_binary_classification
     rng = np.random.default_rng(seed)
     positive = set(rng.choice(m, size=3, replace=False).tolist())
     clients = categorical_clients(20 + seed, m, positive, noise=0.25)
-    config = FedForest(n_trees=1, max_depth=1, bootstrap=False, categorical_features=(1,), n_categories=m,
+    config = FedForest(protocol="sketches", n_trees=1, max_depth=1, bootstrap=False, categorical_features=(1,), n_categories=m,
                        max_features=None)
     model = aggregator.simulate(config, clients, seed=seed)
     X, y = pooled(clients)
@@ -499,7 +499,7 @@ def test_breast_cancer_accuracy_is_close_to_sklearn_random_forest() -> None:
     X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
     parts = np.array_split(np.random.default_rng(0).permutation(X_tr.shape[0]), 4)
     clients = [ClientData(f"gw-{k}", X_tr[p], y_tr[p]) for k, p in enumerate(parts)]
-    model = aggregator.simulate(FedForest(n_trees=25, max_depth=8, n_bins=32), clients, seed=0)
+    model = aggregator.simulate(FedForest(protocol="sketches", n_trees=25, max_depth=8, n_bins=32), clients, seed=0)
     ours = (model.predict(X_te) == y_te).mean()
     theirs = (RandomForestClassifier(n_estimators=25, max_depth=8, random_state=0).fit(X_tr, y_tr)
               .predict(X_te) == y_te).mean()
@@ -512,7 +512,7 @@ def test_breast_cancer_accuracy_is_close_to_sklearn_random_forest() -> None:
 
 def test_same_seed_same_model_different_seed_different_model() -> None:
     clients = make_clients(5)
-    config = FedForest(n_trees=5, max_depth=4)
+    config = FedForest(protocol="sketches", n_trees=5, max_depth=4)
     a = aggregator.simulate(config, clients, seed=1)
     b = aggregator.simulate(config, clients, seed=1)
     c = aggregator.simulate(config, clients, seed=2)
@@ -526,7 +526,7 @@ def test_rounds_grow_with_depth_not_with_trees(n_trees: int) -> None:
     sim = Simulation(make_clients(6, n=80))
     job = FederatedJob(sim.engine, list(sim.transports), job_id=f"rounds-{n_trees}",
                        settings=JobSettings(deadline_s=30))
-    model = FedForest(n_trees=n_trees, max_depth=max_depth).fit(job)
+    model = FedForest(protocol="sketches", n_trees=n_trees, max_depth=max_depth).fit(job)
     assert model.n_trees == n_trees
     assert max(t.depth for t in model.trees) == max_depth
     assert job.rounds <= 2 * max_depth + 1
@@ -557,7 +557,7 @@ def drop_left_column(r: ForestSplitReply) -> ForestSplitReply:
 def test_level_reply_with_the_wrong_number_of_columns_is_rejected_and_training_goes_on() -> None:
     clients = make_clients(7)
     thresholds = tuple(GRID_THRESHOLDS for _ in range(5))
-    config = FedForest(n_trees=3, max_depth=3, bootstrap=False, thresholds=thresholds)
+    config = FedForest(protocol="sketches", n_trees=3, max_depth=3, bootstrap=False, thresholds=thresholds)
     sim = Simulation(clients)
     tamper(sim, "gw-3", ForestLevelRequest, drop_summary_column)
     job = FederatedJob(sim.engine, list(sim.transports), job_id="rogue-level", settings=JobSettings(deadline_s=5))
@@ -572,7 +572,7 @@ def test_level_reply_with_the_wrong_number_of_columns_is_rejected_and_training_g
 def test_split_reply_with_the_wrong_number_of_columns_is_rejected_and_training_goes_on() -> None:
     clients = make_clients(8)
     thresholds = tuple(GRID_THRESHOLDS for _ in range(5))
-    config = FedForest(n_trees=3, max_depth=3, bootstrap=False, thresholds=thresholds)
+    config = FedForest(protocol="sketches", n_trees=3, max_depth=3, bootstrap=False, thresholds=thresholds)
     sim = Simulation(clients)
     tamper(sim, "gw-3", ForestSplitRequest, drop_left_column)
     job = FederatedJob(sim.engine, list(sim.transports), job_id="rogue-split", settings=JobSettings(deadline_s=5))
@@ -586,7 +586,7 @@ def test_split_reply_with_the_wrong_number_of_columns_is_rejected_and_training_g
 def test_a_client_that_restarts_sits_out_one_level_then_replays_the_decisions() -> None:
     clients = make_clients(9)
     thresholds = tuple(GRID_THRESHOLDS for _ in range(5))
-    config = FedForest(n_trees=4, max_depth=4, thresholds=thresholds)
+    config = FedForest(protocol="sketches", n_trees=4, max_depth=4, thresholds=thresholds)
     sim = Simulation(clients)
     answered = []
 
@@ -616,5 +616,5 @@ def test_a_client_with_infinite_feature_values_is_not_silently_timed_out() -> No
     sim = Simulation(clients)
     job = FederatedJob(sim.engine, list(sim.transports), job_id="inf",
                        settings=JobSettings(deadline_s=1.0, min_fraction=0.5))
-    FedForest(n_trees=2, max_depth=2, max_features=None).fit(job)
+    FedForest(protocol="sketches", n_trees=2, max_depth=2, max_features=None).fit(job)
     assert not any("gw-0" in r.timed_out for r in job.results)

@@ -78,7 +78,7 @@ def fixed_edges(X: np.ndarray, n_bins: int = 16):
 def test_k_clients_equal_one_client_holding_the_union_given_edges(objective: str, seed: int) -> None:
     clients = make_clients(seed, objective=objective)
     X, y = pooled(clients)
-    config = FedSCSXGB(n_rounds=4, max_depth=3, objective=objective, edges=fixed_edges(X), gamma=0.05)
+    config = FedSCSXGB(protocol="atoms", n_rounds=4, max_depth=3, objective=objective, edges=fixed_edges(X), gamma=0.05)
     federated = aggregator.simulate(config, clients, seed=seed)
     central = aggregator.simulate(config, [ClientData("everyone", X, y)], seed=seed)
     assert_same_model(federated, central)
@@ -91,8 +91,8 @@ def test_summary_sketch_edges_k_clients_are_close_to_pooled() -> None:
     """Without fixed edges the sketches differ (K mixtures vs one summary), but barely."""
     clients = make_clients(7)
     X, y = pooled(clients)
-    federated = aggregator.simulate(FedSCSXGB(n_rounds=5, n_bins=64, summary_size=256), clients)
-    central = aggregator.simulate(FedSCSXGB(n_rounds=5, n_bins=64, summary_size=256), [(X, y)])
+    federated = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=5, n_bins=64, summary_size=256), clients)
+    central = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=5, n_bins=64, summary_size=256), [(X, y)])
     agree = (federated.predict(X.astype(np.float32)) == central.predict(X.astype(np.float32))).mean()
     assert agree > 0.97
 
@@ -131,7 +131,7 @@ def test_equals_reference_booster_with_exact_pooled_weighted_quantile_edges(seed
     base = objective.base_score(np.bincount(y, minlength=K).astype(float), mode="average")
     _, h = objective.gradients(np.tile(base, (X.shape[0], 1)), y)
     edges = tuple(exact_edges(X[:, j], h.sum(axis=1), 8) for j in range(X.shape[1]))
-    config = FedSCSXGB(n_rounds=3, max_depth=3, edges=edges, gamma=0.02, min_child_weight=0.5)
+    config = FedSCSXGB(protocol="atoms", n_rounds=3, max_depth=3, edges=edges, gamma=0.02, min_child_weight=0.5)
     model = aggregator.simulate(config, clients)
     want = reference_booster(X.astype(np.float32).astype(np.float64), y, edges, config.growth, 3, K)
     got = trees_of(model)
@@ -147,9 +147,9 @@ def test_equals_reference_booster_with_exact_pooled_weighted_quantile_edges(seed
 def test_continuing_from_a_model_equals_the_longer_run() -> None:
     clients = make_clients(3)
     sim = Simulation(clients)
-    first = sim.run(FedSCSXGB(n_rounds=3, n_bins=32))
-    continued = sim.run(FedSCSXGB(n_rounds=3, n_bins=32, init_model=first), job_id="retrain")
-    whole = Simulation(clients).run(FedSCSXGB(n_rounds=6, n_bins=32))
+    first = sim.run(FedSCSXGB(protocol="atoms", n_rounds=3, n_bins=32))
+    continued = sim.run(FedSCSXGB(protocol="atoms", n_rounds=3, n_bins=32, init_model=first), job_id="retrain")
+    whole = Simulation(clients).run(FedSCSXGB(protocol="atoms", n_rounds=6, n_bins=32))
     assert continued.n_trees == 18 and continued.metadata == whole.metadata
     # the clients' margins add the first 9 trees at once instead of round by round: same trees,
     # leaves equal up to float re-association
@@ -158,15 +158,15 @@ def test_continuing_from_a_model_equals_the_longer_run() -> None:
 
 def test_init_model_must_fit_the_job() -> None:
     clients = make_clients(3)
-    binary = aggregator.simulate(FedSCSXGB(n_rounds=1, objective="logistic"), make_clients(3, objective="logistic"))
+    binary = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=1, objective="logistic"), make_clients(3, objective="logistic"))
     with pytest.raises(TrainingError, match="init_model"):
-        aggregator.simulate(FedSCSXGB(n_rounds=1, init_model=binary), clients)
+        aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=1, init_model=binary), clients)
 
 
 def test_client_sampling_is_seeded() -> None:
     clients = make_clients(4, n_clients=6)
     seen = []
-    config = FedSCSXGB(n_rounds=4, n_bins=32, client_fraction=0.5)
+    config = FedSCSXGB(protocol="atoms", n_rounds=4, n_bins=32, client_fraction=0.5)
     a = aggregator.simulate(config, clients, seed=1, progress=seen.append)
     b = aggregator.simulate(config, clients, seed=1)
     c = aggregator.simulate(config, clients, seed=2)
@@ -176,7 +176,7 @@ def test_client_sampling_is_seeded() -> None:
 
 def test_progress_reports_every_round_with_a_falling_loss() -> None:
     seen = []
-    aggregator.simulate(FedSCSXGB(n_rounds=5), make_clients(5), progress=seen.append)
+    aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=5), make_clients(5), progress=seen.append)
     assert [p.step for p in seen] == [1, 2, 3, 4, 5] and all(p.total == 5 for p in seen)
     losses = [p.metrics["train_loss"] for p in seen]
     assert all(b < a for a, b in zip(losses, losses[1:]))
@@ -186,10 +186,10 @@ def test_progress_reports_every_round_with_a_falling_loss() -> None:
 def test_accepts_plain_arrays_and_integer_or_string_labels() -> None:
     clients = make_clients(6)
     as_pairs = [(c.X, c.y) for c in clients]
-    ints = aggregator.simulate(FedSCSXGB(n_rounds=2), as_pairs)
+    ints = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=2), as_pairs)
     assert ints.classes == (0, 1, 2)
     names = np.array(["sit", "push", "lie"])
-    strs = aggregator.simulate(FedSCSXGB(n_rounds=2), [(X, names[y]) for X, y in as_pairs])
+    strs = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=2), [(X, names[y]) for X, y in as_pairs])
     assert strs.classes == ("lie", "push", "sit")
     X, _ = pooled(clients)
     np.testing.assert_array_equal(names[ints.predict(X)], strs.predict(X))
@@ -199,12 +199,12 @@ def test_regression_and_binary_objectives_learn() -> None:
     reg = make_clients(8, objective="squared_error")
     X, y = pooled(reg)
     with pytest.raises(TrainingError, match="regression objective"):
-        aggregator.simulate(FedSCSXGB(n_rounds=1), reg)  # continuous targets as class labels
-    model = aggregator.simulate(FedSCSXGB(n_rounds=20, learning_rate=0.3, objective="squared_error"), reg)
+        aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=1), reg)  # continuous targets as class labels
+    model = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=20, learning_rate=0.3, objective="squared_error"), reg)
     assert np.sqrt(np.mean((model.predict(X) - y) ** 2)) < 0.6 * y.std()
     binary = make_clients(8, objective="logistic")
     X, y = pooled(binary)
-    model = aggregator.simulate(FedSCSXGB(n_rounds=10, objective="logistic"), binary)
+    model = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=10, objective="logistic"), binary)
     assert model.predict_proba(X).shape == (X.shape[0], 2) and (model.predict(X) == y).mean() > 0.85
 
 
@@ -212,7 +212,7 @@ def test_ddsketch_variant_trains_as_well() -> None:
     clients = make_clients(9)
     X, y = pooled(clients)
     for sketch in ("summary", "ddsketch"):
-        model = aggregator.simulate(FedSCSXGB(n_rounds=8, sketch=sketch), clients)
+        model = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=8, sketch=sketch), clients)
         assert (model.predict(X) == y).mean() > 0.8, sketch
 
 
@@ -237,7 +237,7 @@ def test_dropped_client_misses_rounds_and_rejoins_without_applying_a_tree_twice(
             sim.transports["gw-1"].reconnect()  # its queued old requests arrive now: answered late, ignored
 
     seen = []
-    model = sim.run(FedSCSXGB(n_rounds=6, n_bins=32), job_id="job-drop",
+    model = sim.run(FedSCSXGB(protocol="atoms", n_rounds=6, n_bins=32), job_id="job-drop",
                     settings=JobSettings(deadline_s=0.3, min_fraction=0.5),
                     progress=lambda p: (seen.append(p.answered), on_round(p)))
     assert seen == [4, 4, 3, 3, 4, 4]
@@ -263,7 +263,7 @@ def test_a_client_that_restarts_sits_out_one_round_then_gets_the_whole_model() -
 
     job = FederatedJob(sim.engine, list(sim.transports), job_id="job-restart",
                        settings=JobSettings(deadline_s=1.0, min_fraction=0.5), progress=forget)
-    model = FedSCSXGB(n_rounds=4, n_bins=32).fit(job)
+    model = FedSCSXGB(protocol="atoms", n_rounds=4, n_bins=32).fit(job)
     assert answered == [3, 3, 2, 3]
     # round 3's sketch request assumed 6 trees: gw-2 (a fresh snapshot, 0 trees) refused to guess
     assert job.results[5].errors["gw-2"].code == "resync"
@@ -305,7 +305,7 @@ class RogueAtoms:
 def test_unusable_atom_replies_are_rejected_and_the_round_goes_on(tamper) -> None:
     clients = make_clients(12)
     X, _ = pooled(clients)
-    config = FedSCSXGB(n_rounds=3, edges=fixed_edges(X), base_score="zero")  # the prior would count gw-3
+    config = FedSCSXGB(protocol="atoms", n_rounds=3, edges=fixed_edges(X), base_score="zero")  # the prior would count gw-3
     sim = Simulation(clients)
     RogueAtoms(tamper).install(sim, "gw-3")
     job = FederatedJob(sim.engine, list(sim.transports), job_id="rogue", settings=JobSettings(deadline_s=5))
@@ -322,7 +322,7 @@ def test_no_usable_replies_is_a_clear_training_error() -> None:
         RogueAtoms(lambda r: XgbAtomReply(r.n_trees + 5, r.n_samples, r.loss_sum, r.keys, r.counts, r.grad,
                                           r.hess)).install(sim, client)
     with pytest.raises(TrainingError, match="no usable atom replies"):
-        sim.run(FedSCSXGB(n_rounds=1))
+        sim.run(FedSCSXGB(protocol="atoms", n_rounds=1))
 
 
 def test_clients_without_data_are_left_out_with_their_reason() -> None:
@@ -331,9 +331,9 @@ def test_clients_without_data_are_left_out_with_their_reason() -> None:
     sim = Simulation([*clients, empty])
     job = FederatedJob(sim.engine, list(sim.transports), job_id="j", settings=JobSettings(deadline_s=5,
                                                                                           min_fraction=0.5))
-    model = FedSCSXGB(n_rounds=2).fit(job)
+    model = FedSCSXGB(protocol="atoms", n_rounds=2).fit(job)
     assert job.results[0].errors["gw-empty"].code == "no_data"
-    assert model == aggregator.simulate(FedSCSXGB(n_rounds=2), clients)
+    assert model == aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=2), clients)
 
 
 def test_clients_with_another_feature_count_are_rejected_at_setup() -> None:
@@ -341,9 +341,9 @@ def test_clients_with_another_feature_count_are_rejected_at_setup() -> None:
     odd = ClientData("gw-odd", np.zeros((10, 4)), np.zeros(10, int))
     sim = Simulation([*clients, odd])
     job = FederatedJob(sim.engine, list(sim.transports), job_id="j", settings=JobSettings(deadline_s=5))
-    model = FedSCSXGB(n_rounds=2).fit(job)
+    model = FedSCSXGB(protocol="atoms", n_rounds=2).fit(job)
     assert job.rejected == {"gw-odd": 1}
-    assert model == aggregator.simulate(FedSCSXGB(n_rounds=2), clients)
+    assert model == aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=2), clients)
 
 
 # --- export ----------------------------------------------------------------------------------------
@@ -354,7 +354,7 @@ def test_xgboost_loads_the_export_and_predicts_the_same_margins(objective: str) 
     xgb = pytest.importorskip("xgboost")
     clients = make_clients(16, objective=objective)
     X, _ = pooled(clients)
-    model = aggregator.simulate(FedSCSXGB(n_rounds=6, objective=objective, max_depth=4), clients)
+    model = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=6, objective=objective, max_depth=4), clients)
     booster = xgb.Booster()
     booster.load_model(bytearray(model.to_xgboost_json()))
     X32 = X.astype(np.float32)

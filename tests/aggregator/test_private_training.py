@@ -63,7 +63,7 @@ def test_fedscs_xgb_histogram_equals_atoms_given_the_edges() -> None:
     X, _ = pooled(clients)
     edges = tuple(np.unique(np.nanquantile(X[:, j], np.linspace(0.05, 0.95, 20))).astype(np.float32)
                   for j in range(X.shape[1]))
-    atoms = simulate(FedSCSXGB(n_rounds=3, max_depth=3, edges=edges), clients)
+    atoms = simulate(FedSCSXGB(n_rounds=3, max_depth=3, edges=edges, protocol="atoms"), clients)
     hist = simulate(xgb(edges=edges, min_crowd=0), clients)
     assert len(atoms.trees) == len(hist.trees)
     for a, b in zip(atoms.trees, hist.trees):
@@ -112,7 +112,8 @@ def test_fedforest_histogram_equals_exact_sketch_forest_given_the_thresholds() -
     X, _ = pooled(clients)
     thresholds = tuple(np.unique(np.nanquantile(X[:, j], np.linspace(0.05, 0.95, 12))).astype(np.float32)
                        for j in range(X.shape[1]))
-    exact = simulate(FedForest(n_trees=4, max_depth=4, max_features=None, thresholds=thresholds), clients, seed=2)
+    exact = simulate(FedForest(n_trees=4, max_depth=4, max_features=None, thresholds=thresholds, protocol="sketches"),
+                     clients, seed=2)
     hist = simulate(forest(thresholds=thresholds, min_crowd=0), clients, seed=2)
     assert len(exact.trees) == len(hist.trees)
     for a, b in zip(exact.trees, hist.trees):

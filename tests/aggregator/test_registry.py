@@ -13,7 +13,7 @@ from aggregator.registry import Registry, RegistryError
 def test_versions_metrics_and_deployments_persist(tmp_path) -> None:
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(80, 3)), rng.integers(0, 2, 80)
-    model = aggregator.simulate(FedForest(n_trees=2, max_depth=2), [(X, y)])
+    model = aggregator.simulate(FedForest(n_trees=2, max_depth=2, secure_aggregation=False), [(X, y)])
     with Registry(tmp_path / "r.db") as registry:
         assert registry.add("act", model).version == 1
         assert registry.add("act", model, metrics={"accuracy": 0.9}).label == "act:v2"

@@ -156,7 +156,7 @@ def trained_model(name: str) -> TreeEnsemble:
     if name == "fedscs-squared-error":
         return aggregator.simulate(FedSCSXGB(n_rounds=5, max_depth=3, objective="squared_error"), _clients(12, 0))
     if name == "fedforest-client-categorical":
-        return aggregator.simulate(FedForest(n_trees=8, max_depth=6, client_splits=True,
+        return aggregator.simulate(FedForest(n_trees=8, max_depth=6, client_splits=True, protocol="sketches",
                                              categorical_features=(CAT_FEATURE,), n_categories=6), _clients(13, 3))
     if name == "fedforest-regression":
         return aggregator.simulate(FedForest(n_trees=8, max_depth=6, task="regression"), _clients(14, 0))
