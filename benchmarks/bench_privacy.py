@@ -42,9 +42,11 @@ Sections:
    the histogram protocol's grid edges (``grid_edges`` on the pooled train rows, which is what
    the federated loop computes from fleet-summed counts -- checked: every threshold of the seed-0
    histogram-mode model is one of those edges) vs the atom protocol's summary edges
-   (``merge_edges_columns`` over each client's ``summarize_columns`` with the M the clients use:
-   ``summary_points(256, n_k)`` = min(256, n_k // 2)), on seglearn, the tabular train sets and an
-   outlier-heavy synthetic feature (1e5 rows, 99 % N(0,1), 1 % exactly 1e6, 10 clients).
+   (``merge_edges_columns`` over each client's ``summarize_columns``, M = 256 as issue 11 measured
+   it, and the M the clients really send, ``summary_points(256, n_k)`` = min(256, n_k // 2)), on
+   seglearn, the tabular train sets and an outlier-heavy synthetic feature (1e5 rows, 99 % N(0,1),
+   1 % exactly 1e6, 10 clients). ``grid_edges(..., include_min_point=True)`` is shown as a
+   diagnostic (the protocols use the default, False).
 3. Label recovery on the server view (seed 0, the tests' argmin-G attack from
    ``tests/aggregator/test_privacy_attacks.py``): atoms -- per window, argmin over classes of its
    atom's G (``atom_label_recovery``); histogram modes -- per level-0 reply (one per round and
@@ -343,11 +345,14 @@ def rank_error_rows(sets: list[tuple[str, list[np.ndarray]]], B: int) -> tuple[l
         grid_s = time.perf_counter() - t0
         grids[name] = grid
         grid_min = grid_edges(X, B, include_min_point=True)
-        summaries = [summarize_columns(p.astype(np.float32), None, summary_points(B, p.shape[0])) for p in parts]
-        summary = merge_edges_columns(summaries, B)
-        Ms = sorted({summary_points(B, p.shape[0]) for p in parts})
+        Ms = [summary_points(B, p.shape[0]) for p in parts]
         variants = [("grid (histogram protocols)", grid), ("grid, include_min_point=True (diagnostic)", grid_min),
-                    (f"summary, M={Ms[0]}" + (f"..{Ms[-1]}" if len(Ms) > 1 else "") + " (atom protocol)", summary)]
+                    (f"summary, M={B} (atom protocol as issue 11 measured it)",
+                     merge_edges_columns([summarize_columns(p.astype(np.float32), None, B) for p in parts], B))]
+        if min(Ms) < B:  # what the clients really send: M capped at n_k // 2
+            variants.append((f"summary, M=min({B}, n_k//2) = {min(Ms)}" + (f"..{max(Ms)}" if max(Ms) > min(Ms) else "") + " (atom protocol as sent)",
+                             merge_edges_columns([summarize_columns(p.astype(np.float32), None, m)
+                                                  for p, m in zip(parts, Ms)], B)))
         for label, edges in variants:
             alphas = np.array([rank_error(edges[j], X[:, j], None, B) for j in varying])
             rows.append([name, f"{X.shape[0]:,} x {d} ({varying.size} varying)", f"{len(parts)}", label,
@@ -362,18 +367,16 @@ def hessian_row(name: str, clients: list, n_classes: int, B: int) -> list[str]:
     """Today's atom-protocol round-1 edges with the Hessian weights the clients use (bench_fedscs_xgb's
     number 0.0022 at B = 256), for reference against the count-weighted rows."""
     import bench_fedscs_xgb
-    from edge_client.algorithms.fedscs_xgb import summary_points
     from shared.sketches import merge_edges_columns, rank_error, summarize_columns
 
     weights = bench_fedscs_xgb.round1_weights(clients, n_classes)
     X = np.vstack([c.X for c in clients]).astype(np.float32)
     w = np.concatenate(weights)
     varying = np.flatnonzero(X.min(axis=0) < X.max(axis=0))
-    edges = merge_edges_columns([summarize_columns(c.X, wc, summary_points(B, c.X.shape[0]))
-                                 for c, wc in zip(clients, weights)], B)
+    edges = merge_edges_columns([summarize_columns(c.X, wc, B) for c, wc in zip(clients, weights)], B)
     alphas = np.array([rank_error(edges[j], X[:, j], w, B) for j in varying])
     return [name, f"{X.shape[0]:,} x {X.shape[1]} ({varying.size} varying)", f"{len(clients)}",
-            "summary, M=256, round-1 Hessian weights (atoms round 1, as in bench_fedscs_xgb)",
+            f"summary, M={B}, round-1 Hessian weights and ranks (bench_fedscs_xgb's table 2)",
             f"{alphas.max():.5f}", f"{np.median(alphas):.5f}", f"{alphas.max() * B:.2f}",
             f"{int((alphas > 1 / B + 1e-12).sum())}", "yes" if alphas.max() <= 1 / B + 1e-12 else "no",
             f"{np.mean([edges[j].size for j in varying]):.0f}"]
@@ -493,7 +496,8 @@ def main() -> int:
     n_trees = 10 if args.quick else 50
     print(f"- seglearn: {len(subjects)} gateways (one per subject), {info['labelled']:,} labelled windows x "
           f"{info['n_features']} features, 7 classes; raw IMU per gateway {fmt_bytes(raw_imu.min())}-"
-          f"{fmt_bytes(raw_imu.max())} ({raw_imu.sum() / 24 / 50:,.0f} samples in all at 50 Hz x 6 channels x 4 B)")
+          f"{fmt_bytes(raw_imu.max())} (samples x 6 channels x 4 B; {raw_imu.sum() / 24:,.0f} samples = "
+          f"{raw_imu.sum() / 24 / 50 / 60:.0f} min at 50 Hz in all)")
     print(f"- tabular: {', '.join(TABULAR)}, 20 Dirichlet clients, alpha = {args.alpha:g}, 30 % stratified test")
     print(f"- FedSCS-XGB(n_rounds={n_rounds}, max_depth=4, learning_rate=0.2, gamma=0.1, reg_lambda=1, "
           f"n_bins={B_XGB}, min_crowd=5); FedForest(n_trees={n_trees}, max_depth=8, n_bins={B_FOREST}, "
@@ -607,6 +611,7 @@ def main() -> int:
                               "balanced acc.", "sent per gateway per training", "raw per gateway",
                               "sent / raw (mean, min-max over gateways)", "rounds", "wall s (median)"], rows))
         print()
+    view_vs_sent = [r["bytes"].sum() / r["client_bytes"] for r in ok if r["client_bytes"]]
     same_text = "; ".join(f"{d} {a}: {s}/{n}" for (d, a), (s, n) in same_models.items())
     print("Accuracy on the pooled test set of all gateways; Δ = mode - paper's mode per seed, mean ± sd over the "
           "seeds both ran. 'sent': encoded sizes of every message the server received from the gateway "
@@ -614,20 +619,31 @@ def main() -> int:
           "the subject's whole IMU recording (samples x 6 channels x 4 B); tabular = the client's train rows x d x 4 B. "
           "'rounds' = distinct (job, round) pairs in the server view. Wall time of Simulation.run with "
           f"{args.jobs} runs in parallel on {os.cpu_count()} cores. Secure-mode predictions identical to the plain "
-          f"histogram mode's (seeds both ran): {same_text}.")
+          f"histogram mode's (seeds both ran): {same_text}. Server-view bytes / the clients' transport sent bytes: "
+          f"{min(view_vs_sent):.4f}-{max(view_vs_sent):.4f} over the runs."
+          + (f" FedSCS-XGB histogram and secure on seglearn ran on seeds 0..{hist_seeds - 1} only (~80 s per run "
+             f"at B = 256, ~50 MB per gateway and round); their Δ is paired over those seeds."
+             if hist_seeds < n_seeds else ""))
     print()
 
     # -- table 2 ----------------------------------------------------------------------------------
-    threshold_check = "not checked (no seed-0 histogram run)"
-    r = cell("seglearn", "FedSCS-XGB", "histogram").get(0)
-    if r and "splits" in r:
-        grid = grids["seglearn (seed-0 train)"]
+    from shared.sketches import grid_edges
+
+    checks = []
+    for algorithm, B in (("FedSCS-XGB", B_XGB), ("FedForest", B_FOREST)):
+        r = cell("seglearn", algorithm, "histogram").get(0)
+        if not r or "splits" not in r:
+            checks.append(f"{algorithm}: not checked (no seed-0 histogram run)")
+            continue
+        grid = grids["seglearn (seed-0 train)"] if B == B_XGB else \
+            grid_edges(np.vstack([c.X for c in seg0.clients]).astype(np.float32), B)
         edge_sets = [set(e.astype(np.float32).tolist()) for e in grid]
         missing = sum(1 for f, t in r["splits"] if float(np.float32(t)) not in edge_sets[f])
         if missing:
-            failures.append(f"seglearn FedSCS-XGB histogram seed 0: {missing} of {len(r['splits'])} thresholds "
-                            "are not grid_edges of the pooled train rows")
-        threshold_check = f"{len(r['splits']) - missing} of {len(r['splits'])}"
+            failures.append(f"seglearn {algorithm} histogram seed 0: {missing} of {len(r['splits'])} thresholds "
+                            f"are not grid_edges(pooled train rows, {B})")
+        checks.append(f"{algorithm} (B={B}) {len(r['splits']) - missing} of {len(r['splits'])}")
+    threshold_check = ", ".join(checks)
     print(f"### 2. Rank error alpha of the B = {B_XGB} bin edges (count weights)\n")
     print(markdown_table(["data", "pooled rows x features", "clients", "edges", "max alpha", "median alpha",
                           "max alpha x B", f"features with alpha > 1/B", "max alpha <= 1/B", "edges (mean)"],
@@ -635,11 +651,10 @@ def main() -> int:
     print()
     print(f"alpha = rank_error(edges, x, None, {B_XGB}) per feature (count-weighted, as the histogram protocols read "
           f"their edges; 1/B = {1 / B_XGB:.5f}), max and median over the features that are not constant. Summary "
-          "M per client = min(256, n_k // 2), as the clients send it; on the tabular sets (6-29 rows per client) "
-          "that is M = 3-14. The last row repeats bench_fedscs_xgb's round-1 measurement (Hessian-weighted "
-          "summaries and ranks, M = 256). Seed-0 FedSCS-XGB histogram model: "
-          f"{threshold_check} split thresholds are grid_edges of the pooled train rows "
-          "(the federated loop's edges = the pooled oracle's).")
+          "M: 256 as issue 11 measured it, and min(256, n_k // 2) as the clients send it (edge_client's summary_points: "
+          "at most half a client's rows; 52-105 on seglearn, 3-14 on the tabular sets). The last row repeats bench_fedscs_xgb's round-1 measurement (Hessian-weighted "
+          "summaries and ranks, M = 256). Split thresholds of the seed-0 histogram-mode models on seglearn that are "
+          f"grid_edges of the pooled train rows (the federated loop's edges = the pooled oracle's): {threshold_check}.")
     print()
 
     # -- table 3 ----------------------------------------------------------------------------------

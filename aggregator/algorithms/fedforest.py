@@ -394,12 +394,14 @@ class _Training:
             sums[..., 1:] = decode(hist[..., 2:], self.frac_bits)
         pair_node = np.repeat(np.arange(A), np.diff(offsets))
         first_pair = offsets[:-1][np.diff(offsets) > 0]
-        for p in first_pair.tolist():  # a node's totals: any of its pairs summed over all slots
+        # A node's totals: any of its pairs summed over all slots. They equal the parent split's
+        # child sums unless a client dropped out since; then this level's cohort is the truth.
+        for p in first_pair.tolist():
             node = frontier[pair_node[p]]
             self.distinct_of[(node.tree, node.node)] = int(windows[p].sum())
-            if node.summary is None:
-                node.summary = sums[p].sum(axis=0)
-                self.summary_of[(node.tree, node.node)] = node.summary
+            node.summary = sums[p].sum(axis=0)
+            self.summary_of[(node.tree, node.node)] = node.summary
+            if level == 0:
                 self.root_weight[node.tree] = node_count(node.summary, self.crit)
         can = np.array([n.features.size > 0 and self._can_split(n.summary) for n in frontier], dtype=bool)
         # Candidate b of a pair: present slots <= b go left (x < edges[j][b]); missing goes right.

@@ -30,6 +30,7 @@ Conventions worth knowing:
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -72,6 +73,8 @@ from .private_fleet import PrivateFleet, describe_fleet_privately, frac_bits_for
 
 __all__ = ["FedSCSXGB"]
 
+log = logging.getLogger(__name__)
+
 
 # --- pure helpers --------------------------------------------------------------------------------
 def base_score_stats(objective: str, fleet: FleetData | PrivateFleet) -> np.ndarray:
@@ -103,6 +106,18 @@ def check_atoms(reply: XgbAtomReply, edges: list[np.ndarray], n_outputs: int) ->
     if reply.keys.shape[0] and (reply.keys.astype(np.int64) > limit).any():
         return "a bin id lies beyond its feature's missing-value id"
     return None
+
+
+#: How often one boosting round is grown again after a client dropped out mid-round.
+MAX_COHORT_RESTARTS = 3
+
+
+class _CohortChanged(Exception):
+    """A level's sum came from fewer clients than the round's first level."""
+
+    def __init__(self, remaining: list[str], dropped: list[str]) -> None:
+        super().__init__(f"{dropped} dropped out mid-round")
+        self.remaining = remaining
 
 
 # --- the algorithm -------------------------------------------------------------------------------
@@ -280,13 +295,11 @@ class _Training:
         self.frac_bits = frac_bits_for(fleet.total_samples, bound)
         self.gradient_bound = float(bound)
         self.edge_values, self.edge_offsets = pack_edges(edges)
+        self.fleet_edges = edges
         for t in range(1, cfg.n_rounds + 1):
             started = time.monotonic()
-            selected = [c for c in self._sample_from(list(summer.active))]
-            self._round_stats: dict[str, float] = {}
-            trees = grow_round(self.n_outputs, edges, cfg.growth,
-                               lambda s, nt, ni: self._histograms(summer, selected, s, nt, ni),
-                               frac_bits=self.frac_bits, min_crowd=cfg.min_crowd)
+            selected = self._sample_from(list(summer.active))
+            trees = self._grow_round(summer, selected, t)
             for k, tree in enumerate(trees):
                 self.trees.append(tree)
                 self.tree_output.append(k if self.n_outputs > 1 else 0)
@@ -300,11 +313,29 @@ class _Training:
                                           {"train_loss": loss, "samples": float(n)}, time.monotonic() - started))
         return self.model()
 
-    def _histograms(self, summer: FleetSummer, selected: list[str], splits: RoundSplits, node_tree: np.ndarray,
+    def _grow_round(self, summer: FleetSummer, selected: list[str], t: int) -> list:
+        """One boosting round's trees. Every level sums over the same clients -- the ones that
+        answered the first level -- since sibling subtraction and the minimum crowd assume one
+        cohort; a client dropping out later restarts the round without it."""
+        cohort = list(selected)
+        for _ in range(MAX_COHORT_RESTARTS + 1):
+            self._round_stats: dict[str, float] = {}
+            self._cohort = cohort
+            try:
+                return grow_round(self.n_outputs, self.fleet_edges, self.config.growth,
+                                  lambda s, nt, ni: self._histograms(summer, s, nt, ni),
+                                  frac_bits=self.frac_bits, min_crowd=self.config.min_crowd)
+            except _CohortChanged as exc:
+                cohort = exc.remaining
+                log.warning("client dropped out mid-round: the round is grown again without it",
+                            extra={"job": self.job.job_id, "round": t, "reason": str(exc)})
+        raise TrainingError(f"round {t}: clients kept dropping out ({MAX_COHORT_RESTARTS} restarts)")
+
+    def _histograms(self, summer: FleetSummer, splits: RoundSplits, node_tree: np.ndarray,
                     node_id: np.ndarray) -> np.ndarray:
-        """One depth level: the fleet's summed (G, H, count) histograms of the requested nodes."""
+        """One depth level: the cohort's summed (G, H, count) histograms of the requested nodes."""
         first = not self._round_stats
-        selected = [c for c in selected if c in summer.active]
+        selected = self._cohort
         requests = {c: XgbHistogramRequest(self.task, self._delta(c), self.edge_values, self.edge_offsets, splits,
                                            node_tree, node_id, self.frac_bits, self.gradient_bound, with_loss=first,
                                            secure=summer.secure_round(c, selected)) for c in selected}
@@ -316,6 +347,10 @@ class _Training:
                 self.known[client] = result.replies[client].n_trees
             else:
                 self.known.pop(client, None)
+        if first:
+            self._cohort = list(result.contributors)
+        elif list(result.contributors) != self._cohort:
+            raise _CohortChanged(list(result.contributors), sorted(set(self._cohort) - set(result.contributors)))
         vector = result.total.view(np.int64)
         if first:
             self._round_stats = {"loss_sum": float(decode(vector[-2], LOSS_FRAC_BITS)), "samples": float(vector[-1]),

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
 
 def test_mqtt_forest_equals_the_simulation_and_is_evaluated_on_held_out_windows(fleet) -> None:
-    config = FedForest(n_trees=8, max_depth=4, n_bins=16, min_samples_leaf=3, client_splits=True,
+    config = FedForest(n_trees=8, max_depth=4, n_bins=16, min_samples_leaf=3, client_splits=True, protocol="sketches",
                        feature_set_version=FEATURE_SET)
     model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=3, settings=JobSettings(deadline_s=60))
     simulated = aggregator.simulate(config, client_data(fleet.stores, 0.2), seed=3)
@@ -44,13 +44,23 @@ def test_a_gateway_killed_mid_forest_rejoins_by_replaying_decisions(fleet) -> No
         if progress.step == 2:
             fleet.restart("gw-2")  # lost its bootstrap and node membership: rebuilt from the decisions
 
-    config = FedForest(n_trees=6, max_depth=5, n_bins=16, feature_set_version=FEATURE_SET)
+    config = FedForest(n_trees=6, max_depth=5, n_bins=16, feature_set_version=FEATURE_SET, protocol="sketches")
     model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=2,
                                 settings=JobSettings(deadline_s=4, min_fraction=0.5), progress=on_level)
     assert answered[0] == 4 and 3 in answered[1:3] and answered[-1] == 4
     assert not job.rejected
     X = np.concatenate([c.X for c in client_data(fleet.stores, 0.2)])
     assert model.predict_proba(X).shape == (X.shape[0], 3)
+
+
+def test_private_forest_over_mqtt_equals_the_simulation(fleet) -> None:
+    """The default: histogram protocol under secure aggregation, four gateway processes."""
+    config = FedForest(n_trees=6, max_depth=5, n_bins=16, feature_set_version=FEATURE_SET)
+    model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=4, settings=JobSettings(deadline_s=60))
+    simulated = aggregator.simulate(config, client_data(fleet.stores, 0.2), seed=4)
+    assert model == simulated
+    assert config.secure_aggregation and not job.rejected
+    assert all(len(r.replies) == 4 for r in job.results)
 
 
 def test_wheelfed_train_cli_trains_and_evaluates(fleet, tmp_path) -> None:

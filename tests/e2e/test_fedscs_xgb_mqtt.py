@@ -28,6 +28,7 @@ def test_mqtt_training_with_gateway_processes_equals_the_simulation(fleet) -> No
 
 
 def test_a_gateway_killed_mid_training_is_dropped_and_rejoins(fleet) -> None:
+    """The paper's protocol: a restarted gateway gets the whole model and answers again."""
     answered: list[int] = []
 
     def on_round(progress) -> None:
@@ -37,7 +38,7 @@ def test_a_gateway_killed_mid_training_is_dropped_and_rejoins(fleet) -> None:
         if progress.step == 4:
             fleet.restart("gw-4")
 
-    config = FedSCSXGB(n_rounds=7, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
+    config = FedSCSXGB(n_rounds=7, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET, protocol="atoms")
     started = time.monotonic()
     model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=1,
                                 settings=JobSettings(deadline_s=4, min_fraction=0.5), progress=on_round)
@@ -48,3 +49,26 @@ def test_a_gateway_killed_mid_training_is_dropped_and_rejoins(fleet) -> None:
     assert time.monotonic() - started < 120
     X = np.concatenate([c.X for c in client_data(fleet.stores, 0.2)])
     assert set(model.predict(X.astype(np.float32))) <= {"lie", "push", "sit"}
+
+
+def test_private_training_goes_on_when_a_gateway_is_killed(fleet) -> None:
+    """Secure aggregation over real gateway processes: gw-4 is SIGKILLed after round 2 and
+    restarted after round 4. Its masks of the open round are removed with its neighbours' shares;
+    restarted, it holds no keys for the job (it answers ``resync``) and stays out until the next
+    job -- the model is trained by the other three, on fleet sums only."""
+    answered: list[int] = []
+
+    def on_round(progress) -> None:
+        answered.append(progress.answered)
+        if progress.step == 2:
+            fleet.processes.kill("gw-4")
+        if progress.step == 4:
+            fleet.restart("gw-4")
+
+    config = FedSCSXGB(n_rounds=6, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
+    model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=1,
+                                settings=JobSettings(deadline_s=4, min_fraction=0.5), progress=on_round)
+    assert config.secure_aggregation and model.n_trees == 18
+    assert answered[:2] == [4, 4] and answered[2:] == [3, 3, 3, 3]
+    types = {r.request_type for r in job.results}
+    assert {"secagg.keys", "secagg.unmask", "fedscs_xgb.histograms"} <= types

@@ -37,7 +37,8 @@ def test_operator_workflow(tmp_path: Path) -> None:
     recording = seglearn_watch.import_all(tmp_path / "rec")[0]
     table, _ = extract_recording(recording)
     labelled = np.array([y is not None for y in table.labels])
-    model = aggregator.simulate(FedForest(n_trees=5, max_depth=4, feature_set_version=table.feature_set_version),
+    model = aggregator.simulate(FedForest(n_trees=5, max_depth=4, secure_aggregation=False,
+                                          feature_set_version=table.feature_set_version),
                                 [(table.X[labelled], np.array([str(v) for v in table.labels[labelled]]))])
     (tmp_path / "model.json").write_text(model.to_json())
 

@@ -91,9 +91,10 @@ def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_pa
     X, y = batch.X[labelled], np.array([str(v) for v in batch.labels[labelled]])
     half = len(y) // 2
     clients = [ClientData("a", X[:half], y[:half]), ClientData("b", X[half:], y[half:])]
-    v1 = aggregator.simulate(FedSCSXGB(n_rounds=3, n_bins=32, feature_set_version=fsv), clients)
-    v2 = aggregator.simulate(FedSCSXGB(n_rounds=4, n_bins=32, feature_set_version=fsv), clients)
-    foreign = aggregator.simulate(FedSCSXGB(n_rounds=1, n_bins=32, feature_set_version="another-sensor-layout"),
+    v1 = aggregator.simulate(FedSCSXGB(n_rounds=3, n_bins=32, feature_set_version=fsv, secure_aggregation=False), clients)
+    v2 = aggregator.simulate(FedSCSXGB(n_rounds=4, n_bins=32, feature_set_version=fsv, secure_aggregation=False), clients)
+    foreign = aggregator.simulate(FedSCSXGB(n_rounds=1, n_bins=32, feature_set_version="another-sensor-layout",
+                                            secure_aggregation=False),
                                   clients)
     key = SigningKey.generate()
     key.save(tmp_path / "aggregator.key")
