@@ -16,7 +16,7 @@ from shared.protocol.messages import DataSummary, DataSummaryRequest
 
 from ..jobs import FederatedJob, TrainingError
 
-__all__ = ["FleetData", "MAX_CLASSES", "describe_fleet", "job_classes"]
+__all__ = ["FleetData", "MAX_CLASSES", "describe_fleet", "fleet_vocabulary", "job_classes", "keep_majority_width"]
 
 #: More distinct labels than this is almost surely a regression target given to a classifier.
 MAX_CLASSES = 256
@@ -58,33 +58,45 @@ def job_classes(replies: dict[str, DataSummary]) -> tuple[tuple[str, ...], bool]
     return tuple(labels), integral
 
 
+def keep_majority_width(job: FederatedJob, replies: dict) -> int:
+    """The feature count most clients report; the others are rejected (and removed from
+    ``replies``). Works on any reply with ``n_features`` (``DataSummary``, ``DataShape``)."""
+    widths = [r.n_features for r in replies.values()]
+    d = max(set(widths), key=widths.count)
+    for client in [c for c, r in replies.items() if r.n_features != d]:
+        job.reject(client, f"{replies.pop(client).n_features} features, the fleet has {d}")
+    return d
+
+
+def fleet_vocabulary(replies: dict, classes: tuple[str, ...] | None, regression: bool) -> tuple[tuple[str, ...], tuple]:
+    """The job's label vocabulary (wire strings) and the model's classes (ints when every label
+    is an integer): ``classes`` when the job fixes them, else the union of the replies' labels."""
+    if regression:
+        return (), ()
+    vocabulary, integral = job_classes(replies) if classes is None else (tuple(classes), False)
+    if classes is not None:
+        integral = all(c.lstrip("-").isdigit() for c in vocabulary)
+    if len(vocabulary) > MAX_CLASSES:
+        raise TrainingError(f"the clients' labels hold {len(vocabulary)} distinct values: too many classes for "
+                            f"a classifier (at most {MAX_CLASSES}); continuous targets need a regression objective")
+    return vocabulary, tuple(int(c) for c in vocabulary) if integral else vocabulary
+
+
 def describe_fleet(job: FederatedJob, feature_set_version: str, *, regression: bool,
                    classes: tuple[str, ...] | None = None, clients: list[str] | None = None) -> FleetData:
     """Ask ``clients`` (default: the job's) for their ``DataSummary`` and sum the usable ones."""
     replies = job.ask(DataSummaryRequest(feature_set_version, regression), clients or job.clients, DataSummary)
     if not replies:
         raise TrainingError("no client described its data")
-    widths = [r.n_features for r in replies.values()]
-    d = max(set(widths), key=widths.count)
-    for client in [c for c, r in replies.items() if r.n_features != d]:
-        job.reject(client, f"{replies.pop(client).n_features} features, the fleet has {d}")
+    d = keep_majority_width(job, replies)
     named = [r.feature_names for r in replies.values() if r.feature_names]
-    if regression:
-        vocabulary, model_classes, counts = (), (), np.zeros(0)
-    else:
-        vocabulary, integral = job_classes(replies) if classes is None else (tuple(classes), False)
-        if classes is not None:
-            integral = all(c.lstrip("-").isdigit() for c in vocabulary)
-        if len(vocabulary) > MAX_CLASSES:
-            raise TrainingError(f"the clients' labels hold {len(vocabulary)} distinct values: too many classes for "
-                                f"a classifier (at most {MAX_CLASSES}); continuous targets need a regression objective")
-        index = {c: i for i, c in enumerate(vocabulary)}
-        counts = np.zeros(len(vocabulary))
-        for r in replies.values():
-            for label, n in zip(r.labels, r.label_counts.tolist()):
-                if label in index:
-                    counts[index[label]] += n
-        model_classes = tuple(int(c) for c in vocabulary) if integral else vocabulary
+    vocabulary, model_classes = fleet_vocabulary(replies, classes, regression)
+    index = {c: i for i, c in enumerate(vocabulary)}
+    counts = np.zeros(len(vocabulary))
+    for r in replies.values():
+        for label, n in zip(r.labels, r.label_counts.tolist()):
+            if label in index:
+                counts[index[label]] += n
     present = [r for r in replies.values() if r.moments[0].sum() > 0]
     minimum = np.min([np.where(r.moments[0] > 0, r.minimum, np.inf) for r in present], axis=0) if present else None
     maximum = np.max([np.where(r.moments[0] > 0, r.maximum, -np.inf) for r in present], axis=0) if present else None

@@ -32,7 +32,7 @@ from shared.sketches import GridPlan, GridRefinement
 
 from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, TrainingError
-from .fleet_data import MAX_CLASSES
+from .fleet_data import fleet_vocabulary, keep_majority_width
 
 __all__ = ["PrivateFleet", "describe_fleet_privately", "frac_bits_for"]
 
@@ -77,13 +77,10 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
                      list(summer.active), DataShape)
     if not shapes:
         raise TrainingError("no client described its data")
-    widths = [r.n_features for r in shapes.values()]
-    d = max(set(widths), key=widths.count)
-    for client in [c for c, r in shapes.items() if r.n_features != d]:
-        job.reject(client, f"{shapes.pop(client).n_features} features, the fleet has {d}")
+    d = keep_majority_width(job, shapes)
     summer.active = tuple(c for c in summer.active if c in shapes)
     named = [r.feature_names for r in shapes.values() if r.feature_names]
-    vocabulary, model_classes = _vocabulary(shapes, classes, regression)
+    vocabulary, model_classes = fleet_vocabulary(shapes, classes, regression)
 
     def secure(c: str):
         return summer.secure_round(c, summer.active)
@@ -128,20 +125,3 @@ def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: i
             return refinement
     raise TrainingError(f"clients kept dropping out while the bin edges were being read ({MAX_GRID_RESTARTS} "
                         "restarts)")
-
-
-def _vocabulary(shapes: dict[str, DataShape], classes: tuple[str, ...] | None,
-                regression: bool) -> tuple[tuple[str, ...], tuple]:
-    if regression:
-        return (), ()
-    if classes is not None:
-        vocabulary = tuple(classes)
-        integral = all(c.lstrip("-").isdigit() for c in vocabulary)
-    else:
-        labels = sorted({label for r in shapes.values() for label in r.labels})
-        integral = all(r.integer_labels for r in shapes.values() if r.labels)
-        vocabulary = tuple(sorted(labels, key=int) if integral else labels)
-    if len(vocabulary) > MAX_CLASSES:
-        raise TrainingError(f"the clients' labels hold {len(vocabulary)} distinct values: too many classes for a "
-                            f"classifier (at most {MAX_CLASSES}); continuous targets need a regression objective")
-    return vocabulary, tuple(int(c) for c in vocabulary) if integral else vocabulary

@@ -160,6 +160,7 @@ def _scores(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
 
 def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, dict[str, float]]:
     import aggregator
+    from aggregator.demo.aggregator_role import XGB_BINS
     from aggregator.algorithms import FedForest, FedSCSXGB
     from shared.model import model_inputs
 
@@ -173,7 +174,7 @@ def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, dict[str, float
     out = {}
     for name in algorithms:
         # one "client" holding everything: nothing to hide from the aggregator, nothing to mask
-        config = (FedSCSXGB(n_rounds=cfg.rounds, max_depth=4, n_bins=256, secure_aggregation=False)
+        config = (FedSCSXGB(n_rounds=cfg.rounds, max_depth=4, n_bins=XGB_BINS, secure_aggregation=False)
                   if name == "fedscs-xgb" else
                   FedForest(n_trees=cfg.trees, max_depth=8, n_bins=32, min_samples_leaf=3, secure_aggregation=False))
         model = aggregator.simulate(config, [(X, y)])

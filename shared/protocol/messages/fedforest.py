@@ -61,6 +61,15 @@ def _positions(name: str, index: np.ndarray, bound: int) -> None:
         raise ValueError(f"{name} must be strictly increasing")
 
 
+def _check_pairs(request) -> None:
+    """A level request's nodes and their (node, feature) pairs: same-length node arrays, CSR
+    feature offsets, features of the job."""
+    n = _same_length(node_tree=request.node_tree, node_id=request.node_id)
+    _csr("feature_offsets", request.feature_offsets, request.features.shape[0], n)
+    if request.features.size and (request.features.min() < 0 or request.features.max() >= request.task.n_features):
+        raise ValueError(f"features must lie in 0..{request.task.n_features - 1}")
+
+
 @dataclass(frozen=True)
 class ForestTask:
     """The job's fixed settings for one client (``client_index`` = its H value, ``trees``: the
@@ -146,10 +155,7 @@ class ForestLevelRequest:
     top_l: int = 0  # > 0: also report the client's best local gain per pair (AvgImp/Top-L)
 
     def __post_init__(self) -> None:
-        n = _same_length(node_tree=self.node_tree, node_id=self.node_id)
-        _csr("feature_offsets", self.feature_offsets, self.features.shape[0], n)
-        if self.features.size and (self.features.min() < 0 or self.features.max() >= self.task.n_features):
-            raise ValueError(f"features must lie in 0..{self.task.n_features - 1}")
+        _check_pairs(self)
         if not 1 <= self.sketch_size <= 4096:
             raise ValueError("sketch_size must lie in 1..4096")
         if self.level < 0 or self.n_categories < 0 or self.top_l < 0:
@@ -260,10 +266,7 @@ class ForestHistogramRequest:
     secure: SecureRound | None = None
 
     def __post_init__(self) -> None:
-        n = _same_length(node_tree=self.node_tree, node_id=self.node_id)
-        _csr("feature_offsets", self.feature_offsets, self.features.shape[0], n)
-        if self.features.size and (self.features.min() < 0 or self.features.max() >= self.task.n_features):
-            raise ValueError(f"features must lie in 0..{self.task.n_features - 1}")
+        _check_pairs(self)
         _csr("edge_offsets", self.edge_offsets, self.edge_values.shape[0], self.task.n_features)
         if self.level < 0 or not 0 <= self.frac_bits <= 60:
             raise ValueError("level must be >= 0 and frac_bits in 0..60")
