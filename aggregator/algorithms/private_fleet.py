@@ -101,7 +101,8 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
         label_counts=np.zeros(0) if regression else sums[1:].astype(np.float64),
         target_sum=float(np.ldexp(float(sums[1]), -TARGET_FRAC_BITS)) if regression else 0.0,
         target_sum_squares=float(sums[2]) if regression else 0.0,
-        edges=refinement.edges(), grid_rounds=refinement.rounds, grid_cells=refinement.cells_sent,
+        edges=refinement.edges(include_min_point=True), grid_rounds=refinement.rounds,
+        grid_cells=refinement.cells_sent,
     )
 
 

@@ -1,9 +1,14 @@
-"""Mergeable weighted quantile sketches: where FedSCS-XGB's bin edges and FedForest's candidate
-thresholds come from, without raw values leaving a gateway.
+"""Where FedSCS-XGB's bin edges and FedForest's candidate thresholds come from.
 
-Two sketches, one measure:
+* **Fleet-summed grid** (``grid.py``; the private protocols' default): every client counts its
+  values in the buckets of a hierarchical float32 grid, the server reads the edges off the
+  *summed* counts (secure aggregation) and refines the buckets where the quantiles lie. Only
+  counts leave a gateway; rank error ``<= 1/(4B)`` on the recordings and outlier-heavy data.
 
-* **Weighted quantile summary + CDF mixture** (default; ``summary.py``, ``mixture.py``). Each
+The papers' per-client sketches (protocols ``atoms`` / ``sketches``, kept for reproduction)
+send values of the client's data -- quantile points are actual feature values:
+
+* **Weighted quantile summary + CDF mixture** (``summary.py``, ``mixture.py``). Each
   client sends M+1 exact weighted quantiles per feature and its total weight; the server mixes
   the clients' piecewise-linear CDFs by total weight and inverts at ``b/B``. Rank error
   ``<= 1/M`` however heterogeneous the clients are (FedForest Theorem 3.1, weights included),
