@@ -247,6 +247,26 @@ def histogram_recovery(view: dict, clients: list, n_classes: int, d: int) -> flo
     return float(np.mean(scores)) if scores else float("nan")
 
 
+def reset_peak_rss() -> None:
+    """Reset this process's peak RSS (Linux: ``5`` to /proc/self/clear_refs), so VmHWM is the run's."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss() -> float:
+    """VmHWM of this process in bytes (its peak RSS since the last reset), NaN if unknown."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
 def make_algorithm(name: str, mode: dict, quick: bool):
     from aggregator.algorithms import FedForest, FedSCSXGB
 
@@ -259,11 +279,14 @@ def make_algorithm(name: str, mode: dict, quick: bool):
 
 def run_task(dataset: str, seed: int, algorithm: str, mode_name: str, alpha: float, quick: bool,
              attack: bool) -> dict:
+    import gc
+
     out = {"dataset": dataset, "seed": seed, "algorithm": algorithm, "mode": mode_name, "error": None}
     try:
         out.update(_run(dataset, seed, algorithm, mode_name, alpha, quick, attack))
     except Exception:
         out["error"] = traceback.format_exc()
+    gc.collect()  # the simulation's objects hold GBs (reply caches): free them before the next run
     return out
 
 
@@ -296,9 +319,11 @@ def _run(dataset: str, seed: int, algorithm: str, mode_name: str, alpha: float, 
                 return handler(message)
 
             participant.dispatcher._handlers[XgbAtomRequest] = keep_edges
+    reset_peak_rss()
     t0 = time.perf_counter()
     model = sim.run(algo, seed=seed, job_id=f"{dataset}-{seed}-{algorithm}-{mode_name}")
     seconds = time.perf_counter() - t0
+    peak = peak_rss()
     pred = np.asarray(model.predict(fleet.Xte)).astype(str)
     truth = fleet.yte.astype(str)
     acc = float(np.mean(pred == truth))
@@ -308,7 +333,7 @@ def _run(dataset: str, seed: int, algorithm: str, mode_name: str, alpha: float, 
     result = {
         "acc": acc, "bal": bal, "seconds": seconds, "pred": pred,
         "bytes": per_gateway, "raw": fleet.raw_bytes, "client_bytes": sim.client_bytes(),
-        "rounds": len({(r.job, r.round) for entries in view.values() for r in entries}),
+        "rounds": len({(r.job, r.round) for entries in view.values() for r in entries}), "peak_rss": peak,
         "n_clients": len(fleet.clients), "n_classes": K, "overlaps": fleet.overlaps, "audit_errors": recorder.errors,
         "train_classes": int(np.unique(np.concatenate([c.y for c in fleet.clients])).size),
     }
@@ -328,39 +353,73 @@ def _run(dataset: str, seed: int, algorithm: str, mode_name: str, alpha: float, 
 
 
 # --- section 2: rank error -----------------------------------------------------------------------
-def rank_error_rows(sets: list[tuple[str, list[np.ndarray]]], B: int) -> tuple[list[list[str]], dict]:
-    """``sets``: (name, per-client X). Rows for the table and the grid edges per set (for the
-    threshold check)."""
+def protocol_edges(clients: list, B: int) -> list[np.ndarray]:
+    """The histogram protocol's bin edges as the server sends them: a one-round, depth-1 plain
+    FedSCS-XGB histogram job, its first level request captured at one gateway."""
+    from aggregator.algorithms import FedSCSXGB
+    from aggregator.simulate import Simulation
+    from shared.protocol.messages.fedscs_xgb import XgbHistogramRequest
+
+    sim = Simulation(clients)
+    participant = sim.participants[clients[0].client_id]
+    handler = participant.dispatcher._handlers[XgbHistogramRequest]
+    captured: list = []
+
+    def keep(message):
+        if not captured:
+            captured.append([np.array(e, dtype=np.float32) for e in message.body.edges()])
+        return handler(message)
+
+    participant.dispatcher._handlers[XgbHistogramRequest] = keep
+    sim.run(FedSCSXGB(n_rounds=1, max_depth=1, n_bins=B, protocol="histogram", secure_aggregation=False))
+    return captured[0]
+
+
+def same_edges(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(np.array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32))
+                                    for x, y in zip(a, b))
+
+
+def rank_error_rows(sets: list[tuple[str, list]], B: int) -> tuple[list[list[str]], dict, list[str]]:
+    """``sets``: (name, per-client ClientData). Rows for the table, the protocol's edges per set (for
+    the threshold check) and which pooled ``grid_edges`` call they equal."""
     from edge_client.algorithms.fedscs_xgb import summary_points
     from shared.sketches import grid_edges, merge_edges_columns, rank_error, summarize_columns
 
-    rows, grids = [], {}
-    for name, parts in sets:
-        X = np.vstack(parts).astype(np.float32)
+    rows, protocol, equal = [], {}, []
+    for name, clients in sets:
+        parts = [np.asarray(c.X, dtype=np.float32) for c in clients]
+        X = np.vstack(parts)
         d = X.shape[1]
         varying = np.flatnonzero(X.min(axis=0) < X.max(axis=0))
         log(f"rank error: {name} ({X.shape[0]:,} x {d})")
         t0 = time.perf_counter()
+        sent = protocol_edges(clients, B)
+        sent_s = time.perf_counter() - t0
+        protocol[name] = sent
         grid = grid_edges(X, B)
-        grid_s = time.perf_counter() - t0
-        grids[name] = grid
         grid_min = grid_edges(X, B, include_min_point=True)
+        match = [flag for flag, e in (("include_min_point=False", grid), ("include_min_point=True", grid_min))
+                 if same_edges(sent, e)]
+        equal.append(f"{name}: {' and '.join(match) if match else 'NEITHER'}")
         Ms = [summary_points(B, p.shape[0]) for p in parts]
-        variants = [("grid (histogram protocols)", grid), ("grid, include_min_point=True (diagnostic)", grid_min),
-                    (f"summary, M={B} (atom protocol as issue 11 measured it)",
-                     merge_edges_columns([summarize_columns(p.astype(np.float32), None, B) for p in parts], B))]
+        variants = [("histogram protocols: grid edges as the server sent them", sent),
+                    ("grid_edges(pooled), include_min_point=False", grid),
+                    ("grid_edges(pooled), include_min_point=True", grid_min),
+                    (f"atoms: summary, M={B} (as issue 11 measured it)",
+                     merge_edges_columns([summarize_columns(p, None, B) for p in parts], B))]
         if min(Ms) < B:  # what the clients really send: M capped at n_k // 2
-            variants.append((f"summary, M=min({B}, n_k//2) = {min(Ms)}" + (f"..{max(Ms)}" if max(Ms) > min(Ms) else "") + " (atom protocol as sent)",
-                             merge_edges_columns([summarize_columns(p.astype(np.float32), None, m)
-                                                  for p, m in zip(parts, Ms)], B)))
+            Mtext = f"{min(Ms)}" + (f"..{max(Ms)}" if max(Ms) > min(Ms) else "")
+            variants.append((f"atoms: summary, M=min({B}, n_k//2) = {Mtext} (as the clients send it)",
+                             merge_edges_columns([summarize_columns(p, None, m) for p, m in zip(parts, Ms)], B)))
         for label, edges in variants:
             alphas = np.array([rank_error(edges[j], X[:, j], None, B) for j in varying])
             rows.append([name, f"{X.shape[0]:,} x {d} ({varying.size} varying)", f"{len(parts)}", label,
                          f"{alphas.max():.5f}", f"{np.median(alphas):.5f}", f"{alphas.max() * B:.2f}",
                          f"{int((alphas > 1 / B + 1e-12).sum())}", "yes" if alphas.max() <= 1 / B + 1e-12 else "no",
                          f"{np.mean([edges[j].size for j in varying]):.0f}"])
-        log(f"rank error: {name} done (grid_edges {grid_s:.1f} s)")
-    return rows, grids
+        log(f"rank error: {name} done (protocol run {sent_s:.1f} s)")
+    return rows, protocol, equal
 
 
 def hessian_row(name: str, clients: list, n_classes: int, B: int) -> list[str]:
@@ -512,10 +571,15 @@ def main() -> int:
     rng = np.random.default_rng(12345)
     n_synth = 100_000
     synth = np.where(rng.random(n_synth) < 0.01, 1e6, rng.normal(size=n_synth))[:, None]
-    sets = [("seglearn (seed-0 train)", [c.X for c in seg0.clients])]
-    sets += [(f"{ds} (seed-0 train)", [c.X for c in tab0[ds].clients]) for ds in TABULAR]
-    sets.append(("synthetic: 99 % N(0,1), 1 % = 1e6", list(np.array_split(synth, 10))))
-    rank_rows, grids = rank_error_rows(sets, B_XGB)
+    from edge_client.training_data import ClientData
+
+    synth_y = rng.integers(0, 2, n_synth)
+    synthetic = [ClientData(f"synth-{k}", x, yk) for k, (x, yk) in
+                 enumerate(zip(np.array_split(synth, 10), np.array_split(synth_y, 10)))]
+    sets = [("seglearn (seed-0 train)", seg0.clients)]
+    sets += [(f"{ds} (seed-0 train)", tab0[ds].clients) for ds in TABULAR]
+    sets.append(("synthetic: 99 % N(0,1), 1 % = 1e6", synthetic))
+    rank_rows, protocol, equal = rank_error_rows(sets, B_XGB)
     rank_rows.append(hessian_row("seglearn (seed-0 train)", seg0.clients, seg0.n_classes, B_XGB))
 
     # -- sections 1 and 3: the training runs ------------------------------------------------------
@@ -528,19 +592,22 @@ def main() -> int:
                     seeds = hist_seeds
                 for seed in range(seeds):
                     tasks.append((dataset, seed, algorithm, mode_name, args.alpha, args.quick, seed == 0))
-    def cost(task) -> float:  # rough seconds per run, to start the longest first
+    def big(task) -> bool:  # ~80 s and ~11 GB peak each (see the memory note): one at a time
         dataset, _, algorithm, mode = task[:4]
-        if dataset == "seglearn":
-            return 80 if algorithm == "FedSCS-XGB" and mode != "atoms" else 11
-        return 7 if mode == "secure" else 2
+        return dataset == "seglearn" and algorithm == "FedSCS-XGB" and mode != "atoms"
+
+    def cost(task) -> float:  # rough seconds per run, to start the longest first
+        return 80 if big(task) else 11 if task[0] == "seglearn" else 7 if task[3] == "secure" else 2
 
     tasks.sort(key=lambda t: -cost(t))
-    log(f"{len(tasks)} training runs on {args.jobs} workers ...")
+    groups = [[t for t in tasks if big(t)], [t for t in tasks if not big(t)]] if args.jobs >= 2 else [tasks]
+    log(f"{len(tasks)} training runs on {args.jobs} workers ({len(groups[0])} large ones one at a time) ...")
     results = []
     started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs), initializer=_init_worker,
-                             initargs=(subjects, raw_imu)) as pool:
-        futures = [pool.submit(run_task, *t) for t in tasks]
+    pools = [ProcessPoolExecutor(max_workers=1 if len(groups) > 1 and g is groups[0] else max(1, args.jobs - 1),
+                                 initializer=_init_worker, initargs=(subjects, raw_imu)) for g in groups]
+    try:
+        futures = [pool.submit(run_task, *t) for pool, g in zip(pools, groups) for t in g]
         for i, future in enumerate(as_completed(futures), 1):
             r = future.result()
             results.append(r)
@@ -549,7 +616,11 @@ def main() -> int:
                 log(f"[{i}/{len(tasks)}] {what}: FAILED\n{r['error']}")
             else:
                 log(f"[{i}/{len(tasks)}] {what}: acc {r['acc']:.4f}, {r['seconds']:.1f} s, "
-                    f"{fmt_bytes(r['bytes'].mean())} per gateway, {r['rounds']} rounds")
+                    f"{fmt_bytes(r['bytes'].mean())} per gateway, {r['rounds']} rounds, "
+                    f"peak RSS {fmt_bytes(r['peak_rss'])}")
+    finally:
+        for pool in pools:
+            pool.shutdown()
     train_wall = time.perf_counter() - started
 
     errors = [r for r in results if r["error"]]
@@ -635,26 +706,32 @@ def main() -> int:
         if not r or "splits" not in r:
             checks.append(f"{algorithm}: not checked (no seed-0 histogram run)")
             continue
-        grid = grids["seglearn (seed-0 train)"] if B == B_XGB else \
-            grid_edges(np.vstack([c.X for c in seg0.clients]).astype(np.float32), B)
+        if B == B_XGB:
+            grid, against = protocol["seglearn (seed-0 train)"], "the edges the server sent"
+        else:  # the private opening is shared: FedForest's edges are the same grid at its B
+            flag = "include_min_point=True" in equal[0]
+            grid = grid_edges(np.vstack([c.X for c in seg0.clients]).astype(np.float32), B, include_min_point=flag)
+            against = f"grid_edges(pooled, {B}, include_min_point={flag})"
         edge_sets = [set(e.astype(np.float32).tolist()) for e in grid]
         missing = sum(1 for f, t in r["splits"] if float(np.float32(t)) not in edge_sets[f])
         if missing:
             failures.append(f"seglearn {algorithm} histogram seed 0: {missing} of {len(r['splits'])} thresholds "
-                            f"are not grid_edges(pooled train rows, {B})")
-        checks.append(f"{algorithm} (B={B}) {len(r['splits']) - missing} of {len(r['splits'])}")
+                            f"are not among {against}")
+        checks.append(f"{algorithm}: {len(r['splits']) - missing} of {len(r['splits'])} among {against}")
     threshold_check = ", ".join(checks)
     print(f"### 2. Rank error alpha of the B = {B_XGB} bin edges (count weights)\n")
     print(markdown_table(["data", "pooled rows x features", "clients", "edges", "max alpha", "median alpha",
                           "max alpha x B", f"features with alpha > 1/B", "max alpha <= 1/B", "edges (mean)"],
                          rank_rows))
     print()
-    print(f"alpha = rank_error(edges, x, None, {B_XGB}) per feature (count-weighted, as the histogram protocols read "
-          f"their edges; 1/B = {1 / B_XGB:.5f}), max and median over the features that are not constant. Summary "
-          "M: 256 as issue 11 measured it, and min(256, n_k // 2) as the clients send it (edge_client's summary_points: "
-          "at most half a client's rows; 52-105 on seglearn, 3-14 on the tabular sets). The last row repeats bench_fedscs_xgb's round-1 measurement (Hessian-weighted "
-          "summaries and ranks, M = 256). Split thresholds of the seed-0 histogram-mode models on seglearn that are "
-          f"grid_edges of the pooled train rows (the federated loop's edges = the pooled oracle's): {threshold_check}.")
+    print(f"alpha = rank_error(edges, x, None, {B_XGB}) per feature (count weights, as the histogram protocols read "
+          f"their edges; 1/B = {1 / B_XGB:.5f}), max and median over the features that are not constant. The first "
+          "row of each set is the edges the server actually sent in a plain histogram job on those clients "
+          "(captured at a gateway); they equal the pooled oracle " + "; ".join(equal) + ". Summary M: 256 as "
+          "issue 11 measured it, and min(256, n_k // 2) as the clients send it (edge_client's summary_points: at "
+          "most half a client's rows). The last row repeats bench_fedscs_xgb's round-1 measurement "
+          "(Hessian-weighted summaries and ranks, M = 256). Seed-0 histogram-mode models on seglearn, split "
+          f"thresholds that are bin edges: {threshold_check}.")
     print()
 
     # -- table 3 ----------------------------------------------------------------------------------

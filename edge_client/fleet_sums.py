@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from shared.differential_privacy import noise_share
 from shared.protocol.messages.fleet_sums import (
     TARGET_BOUND,
+    NoiseShare,
     DataShape,
     FleetCountsRequest,
     GridCountsRequest,
@@ -17,7 +19,15 @@ from shared.sketches import GridPlan, float32_keys, grid_counts
 from .dispatcher import RequestRejected
 from .training_data import LabelledData, class_ids, label_strings
 
-__all__ = ["count_vector", "data_shape", "grid_vector"]
+__all__ = ["count_vector", "data_shape", "grid_vector", "with_noise"]
+
+
+def with_noise(vector: np.ndarray, noise: NoiseShare | None, scales: np.ndarray | float = 1.0) -> np.ndarray:
+    """``vector`` (int64) plus this gateway's share of the DP noise, if the request asks for it
+    (``scales``: each cell's fixed-point factor)."""
+    if noise is None:
+        return vector
+    return vector + noise_share(np.broadcast_to(scales, vector.shape), noise.sigma, noise.shares)
 
 
 def data_shape(data: LabelledData, *, labels: bool) -> DataShape:

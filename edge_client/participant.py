@@ -24,7 +24,7 @@ from .algorithms.fedforest import FedForestClient
 from .algorithms.fedscs_xgb import FedSCSXGBClient
 from .dispatcher import Dispatcher
 from .evaluation import evaluate_model, load_model
-from .fleet_sums import count_vector, data_shape, grid_vector
+from .fleet_sums import count_vector, data_shape, grid_vector, with_noise
 from .secure_aggregation import SecureAggregationClient
 from .training_data import TrainingData, data_summary, snapshot
 
@@ -66,12 +66,12 @@ class Participant:
 
     def on_fleet_counts(self, message: Message) -> FleetSumReply:
         body: FleetCountsRequest = message.body
-        vector = count_vector(snapshot(self.data, body.feature_set_version), body)
+        vector = with_noise(count_vector(snapshot(self.data, body.feature_set_version), body), body.noise)
         return FleetSumReply(self.secure.protect(message, vector.view(np.uint64), body.secure))
 
     def on_grid_counts(self, message: Message) -> FleetSumReply:
         body: GridCountsRequest = message.body
-        vector = grid_vector(snapshot(self.data, body.feature_set_version), body)
+        vector = with_noise(grid_vector(snapshot(self.data, body.feature_set_version), body), body.noise)
         return FleetSumReply(self.secure.protect(message, vector.view(np.uint64), body.secure))
 
     def on_evaluate(self, message: Message) -> EvaluationReply:

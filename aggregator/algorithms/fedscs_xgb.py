@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from shared.atoms import merge_atoms
+from shared.differential_privacy import ZCDPAccountant
 from shared.model import TreeEnsemble
 from shared.objectives import objective_named
 from shared.protocol.messages.fedscs_xgb import (
@@ -69,7 +70,7 @@ from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
 from .histogram_growth import GrowthParams, grow_trees
 from .levelwise_growth import decode, grow_round
-from .private_fleet import PrivateFleet, describe_fleet_privately, frac_bits_for
+from .private_fleet import NoiseBudget, PrivateFleet, describe_fleet_privately, frac_bits_for
 
 __all__ = ["FedSCSXGB"]
 
@@ -108,6 +109,8 @@ def check_atoms(reply: XgbAtomReply, edges: list[np.ndarray], n_outputs: int) ->
     return None
 
 
+#: Fixed-point fraction bits of G and H under differential privacy (the noise needs the room).
+DP_FRAC_BITS = 32
 #: How often one boosting round is grown again after a client dropped out mid-round.
 MAX_COHORT_RESTARTS = 3
 
@@ -139,6 +142,10 @@ class FedSCSXGB:
     no split leaves a child with fewer windows fleet-wide (so no node sum covers fewer). The
     histogram protocol reads its edges once per job off fleet-summed counts (``sketch`` and
     ``summary_size`` are the atom protocol's).
+    ``dp_noise_multiplier``: differential privacy (off by default; histogram protocol with secure
+    aggregation, classification): every released sum carries Gaussian noise of this many times
+    its L2 sensitivity to one window, added in shares by the gateways; the model's metadata
+    reports the ``(epsilon, dp_delta)`` spent (zCDP accounting, ``shared.differential_privacy``).
     ``edges``: fixed float32 bin edges per feature; skips the sketch phase (Lemma 1's premise,
     and the oracle tests' way to compare with pooled training on the same bins).
     """
@@ -163,6 +170,8 @@ class FedSCSXGB:
     secure_aggregation: bool | None = None  # None: on for the histogram protocol
     secagg_degree: int | None = None
     min_crowd: int = 5
+    dp_noise_multiplier: float | None = None
+    dp_delta: float = 1e-5
     edges: tuple[np.ndarray, ...] | None = field(default=None, compare=False)
     init_model: TreeEnsemble | None = field(default=None, compare=False)
 
@@ -186,6 +195,14 @@ class FedSCSXGB:
                              "needs secure_aggregation=False")
         if not (isinstance(self.min_crowd, int) and self.min_crowd >= 0):
             raise ValueError(f"min_crowd must be an int >= 0, got {self.min_crowd!r}")
+        if self.dp_noise_multiplier is not None:
+            if not (self.dp_noise_multiplier > 0 and np.isfinite(self.dp_noise_multiplier)):
+                raise ValueError(f"dp_noise_multiplier must be > 0, got {self.dp_noise_multiplier!r}")
+            if not self.secure_aggregation or self.objective == "squared_error":
+                raise ValueError("differential privacy needs the histogram protocol with secure aggregation and a "
+                                 "classification objective (each gateway adds a share of the noise)")
+            if not 0 < self.dp_delta < 1:
+                raise ValueError(f"dp_delta must lie in (0, 1), got {self.dp_delta!r}")
         if self.secure_aggregation and self.client_fraction < 1:
             raise ValueError("secure aggregation with client_fraction < 1 would release sums over different "
                              "cohorts each round, whose differences isolate clients: use client_fraction=1")
@@ -276,9 +293,11 @@ class _Training:
         cfg = self.config
         summer = FleetSummer(self.job, secure=cfg.secure_aggregation, degree=cfg.secagg_degree)
         summer.start(self.job.clients)
+        self.noise = (NoiseBudget(cfg.dp_noise_multiplier, ZCDPAccountant(cfg.dp_delta))
+                      if cfg.dp_noise_multiplier else None)
         fleet = describe_fleet_privately(self.job, summer, cfg.feature_set_version,
                                          regression=cfg.objective == "squared_error", n_bins=cfg.n_bins,
-                                         classes=cfg.classes)
+                                         classes=cfg.classes, noise=self.noise)
         self._set_fleet(fleet)
         if fleet.total_samples < max(cfg.min_crowd, 1):
             raise TrainingError(f"the fleet holds {fleet.total_samples} samples, fewer than the minimum crowd "
@@ -293,6 +312,8 @@ class _Training:
         self.private = fleet
         bound = 1.0 if cfg.objective != "squared_error" else 4.0 * max(np.sqrt(fleet.target_sum_squares), 1.0)
         self.frac_bits = frac_bits_for(fleet.total_samples, bound)
+        if self.noise:  # room for the noise in int64; it dwarfs the finer bits anyway
+            self.frac_bits = min(self.frac_bits, DP_FRAC_BITS)
         self.gradient_bound = float(bound)
         self.edge_values, self.edge_offsets = pack_edges(edges)
         self.fleet_edges = edges
@@ -308,9 +329,11 @@ class _Training:
             loss = self._round_stats.get("loss_sum", 0.0) / max(n, 1.0)
             if cfg.objective == "squared_error":
                 loss = float(np.sqrt(loss))
+            metrics = ({"epsilon": self.noise.accountant.epsilon} if self.noise
+                       else {"train_loss": loss, "samples": float(n)})
             self.job.report(RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected),
-                                          int(self._round_stats.get("contributors", 0)),
-                                          {"train_loss": loss, "samples": float(n)}, time.monotonic() - started))
+                                          int(self._round_stats.get("contributors", 0)), metrics,
+                                          time.monotonic() - started))
         return self.model()
 
     def _grow_round(self, summer: FleetSummer, selected: list[str], t: int) -> list:
@@ -336,9 +359,13 @@ class _Training:
         """One depth level: the cohort's summed (G, H, count) histograms of the requested nodes."""
         first = not self._round_stats
         selected = self._cohort
+        # One window sits in one node per tree: |g|, h <= 1 and a count of 1 in each of d features.
+        sensitivity = float(np.sqrt(3.0 * np.unique(node_tree).size * self.n_features))
+        share = self.noise.share(sensitivity, len(selected)) if self.noise else None
         requests = {c: XgbHistogramRequest(self.task, self._delta(c), self.edge_values, self.edge_offsets, splits,
-                                           node_tree, node_id, self.frac_bits, self.gradient_bound, with_loss=first,
-                                           secure=summer.secure_round(c, selected)) for c in selected}
+                                           node_tree, node_id, self.frac_bits, self.gradient_bound,
+                                           with_loss=first and not self.noise, secure=summer.secure_round(c, selected),
+                                           noise=share) for c in selected}
         length = next(iter(requests.values())).length
         result = summer.ask(requests, XgbHistogramReply, lambda r: r.sums, length,
                             check=lambda c, r: self._check_trees(c, r.n_trees))
@@ -347,15 +374,19 @@ class _Training:
                 self.known[client] = result.replies[client].n_trees
             else:
                 self.known.pop(client, None)
+        if self.noise:
+            self.noise.spend("histograms", sensitivity, len(result.contributors), len(selected))
         if first:
             self._cohort = list(result.contributors)
         elif list(result.contributors) != self._cohort:
             raise _CohortChanged(list(result.contributors), sorted(set(self._cohort) - set(result.contributors)))
         vector = result.total.view(np.int64)
         if first:
-            self._round_stats = {"loss_sum": float(decode(vector[-2], LOSS_FRAC_BITS)), "samples": float(vector[-1]),
-                                 "contributors": float(len(result.contributors))}
-            vector = vector[:-2]
+            self._round_stats = {"contributors": float(len(result.contributors))}
+            if not self.noise:
+                self._round_stats.update(loss_sum=float(decode(vector[-2], LOSS_FRAC_BITS)),
+                                         samples=float(vector[-1]))
+                vector = vector[:-2]
         S = int(np.diff(self.edge_offsets).max(initial=0)) + 2
         return vector.reshape(node_tree.shape[0], 3, self.n_features, S)
 
@@ -480,6 +511,14 @@ class _Training:
                             n_outputs=self.n_outputs, feature_names=self.feature_names, classes=self.model_classes,
                             tree_output=np.array(self.tree_output[first:], dtype=np.int32))
 
+    def _dp_metadata(self) -> dict[str, float]:
+        noise = getattr(self, "noise", None)
+        if noise is None:
+            return {}
+        return {"dp_noise_multiplier": noise.multiplier, "dp_epsilon": noise.accountant.epsilon,
+                "dp_delta": noise.accountant.delta, "dp_rho": noise.accountant.rho,
+                "dp_releases": noise.accountant.releases}
+
     def model(self) -> TreeEnsemble:
         cfg = self.config
         return TreeEnsemble(
@@ -490,5 +529,5 @@ class _Training:
                       "max_depth": cfg.max_depth, "n_bins": cfg.n_bins, "learning_rate": cfg.learning_rate,
                       "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "sketch": cfg.sketch,
                       "protocol": cfg.protocol, "secure_aggregation": int(cfg.secure_aggregation),
-                      "min_crowd": cfg.min_crowd},
+                      "min_crowd": cfg.min_crowd, **self._dp_metadata()},
         )

@@ -22,6 +22,7 @@ import numpy as np
 
 from shared.protocol.messages.fleet_sums import (
     TARGET_FRAC_BITS,
+    NoiseShare,
     DataShape,
     DataShapeRequest,
     FleetCountsRequest,
@@ -30,11 +31,13 @@ from shared.protocol.messages.fleet_sums import (
 )
 from shared.sketches import GridPlan, GridRefinement
 
+from shared.differential_privacy import ZCDPAccountant, consistent_children
+
 from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, TrainingError
 from .fleet_data import fleet_vocabulary, keep_majority_width
 
-__all__ = ["PrivateFleet", "describe_fleet_privately", "frac_bits_for"]
+__all__ = ["NoiseBudget", "PrivateFleet", "describe_fleet_privately", "frac_bits_for"]
 
 #: How often the grid rounds start over after a client dropped out of them.
 MAX_GRID_RESTARTS = 3
@@ -50,6 +53,21 @@ def frac_bits_for(n_total: int, bound: float) -> int:
         raise TrainingError(f"{n_total} samples with values up to {bound:.3g} leave only {bits} fixed-point "
                             "fraction bits; rescale the targets")
     return min(bits, 52)
+
+
+@dataclass
+class NoiseBudget:
+    """Differential privacy of a private job: every release gets Gaussian noise of standard
+    deviation ``multiplier`` times its L2 sensitivity, and the ``accountant`` adds up the cost."""
+
+    multiplier: float
+    accountant: ZCDPAccountant
+
+    def share(self, sensitivity: float, asked: int) -> NoiseShare:
+        return NoiseShare(self.multiplier * sensitivity, asked)
+
+    def spend(self, kind: str, sensitivity: float, answered: int, asked: int) -> None:
+        self.accountant.spend(kind, sensitivity, self.multiplier * sensitivity, answered, asked)
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,8 +89,12 @@ class PrivateFleet:
 
 
 def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set_version: str, *,
-                             regression: bool, n_bins: int, classes: tuple[str, ...] | None = None) -> PrivateFleet:
-    """Run the private opening over ``summer.active`` clients (see the module docstring)."""
+                             regression: bool, n_bins: int, classes: tuple[str, ...] | None = None,
+                             noise: NoiseBudget | None = None) -> PrivateFleet:
+    """Run the private opening over ``summer.active`` clients (see the module docstring).
+    With ``noise`` every sum is released with Gaussian noise (classification only): one window
+    changes ``n`` and one class count by 1 (sensitivity sqrt 2), one grid cell per feature and
+    round by 1 (sqrt d)."""
     shapes = job.ask(DataShapeRequest(feature_set_version, labels=classes is None and not regression),
                      list(summer.active), DataShape)
     if not shapes:
@@ -85,15 +107,21 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
     def secure(c: str):
         return summer.secure_round(c, summer.active)
 
+    asked = len(summer.active)
+    counts_noise = noise.share(np.sqrt(2.0), asked) if noise else None
     counts_request = {c: FleetCountsRequest(feature_set_version, regression, vocabulary, TARGET_FRAC_BITS,
-                                            secure(c)) for c in summer.active}
+                                            secure(c), counts_noise) for c in summer.active}
     length = next(iter(counts_request.values())).length
-    sums = summer.ask(counts_request, FleetSumReply, lambda r: r.sums, length).total.view(np.int64)
+    result = summer.ask(counts_request, FleetSumReply, lambda r: r.sums, length)
+    sums = result.total.view(np.int64)
+    if noise:
+        noise.spend("fleet_counts", np.sqrt(2.0), len(result.contributors), asked)
+        sums = np.clip(sums, 0, None)
     total = int(sums[0])
     if total == 0:
         raise TrainingError("the fleet holds no labelled samples")
 
-    refinement = _grid_edges(summer, feature_set_version, d, n_bins)
+    refinement = _grid_edges(summer, feature_set_version, d, n_bins, noise)
     return PrivateFleet(
         clients=tuple(summer.active), n_features=d,
         feature_names=named[0] if named else tuple(f"f{j}" for j in range(d)),
@@ -106,22 +134,31 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
     )
 
 
-def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: int) -> GridRefinement:
+def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: int,
+                noise: NoiseBudget | None) -> GridRefinement:
     """The grid rounds; refinement needs the same clients in every round, so a client dropping
-    out restarts them with the rest (at most ``MAX_GRID_RESTARTS`` times)."""
+    out restarts them with the rest (at most ``MAX_GRID_RESTARTS`` times). Noisy counts are
+    clipped and made consistent with their parents (post-processing)."""
     for _ in range(MAX_GRID_RESTARTS + 1):
         refinement = GridRefinement(d, n_bins)
         plan: GridPlan | None = refinement.first_plan()
         cohort = summer.active
         while plan is not None and summer.active == cohort:
             arrays = plan.to_arrays()
-            requests = {c: GridCountsRequest(feature_set_version, **arrays, secure=summer.secure_round(c, cohort))
-                        for c in cohort}
+            share = noise.share(np.sqrt(d), len(cohort)) if noise else None
+            requests = {c: GridCountsRequest(feature_set_version, **arrays, secure=summer.secure_round(c, cohort),
+                                             noise=share) for c in cohort}
             result = summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells)
+            counts = result.total.view(np.int64)
+            if noise:
+                noise.spend("grid_counts", np.sqrt(d), len(result.contributors), len(cohort))
+                parents = refinement.parent_counts
+                counts = (np.clip(counts, 0, None) if parents is None
+                          else consistent_children(counts, parents, plan.offsets))
             if result.contributors != cohort:
                 summer.active = tuple(c for c in summer.active if c in result.contributors)
                 break
-            plan = refinement.add(plan, result.total.view(np.int64))
+            plan = refinement.add(plan, counts)
         if plan is None:
             return refinement
     raise TrainingError(f"clients kept dropping out while the bin edges were being read ({MAX_GRID_RESTARTS} "

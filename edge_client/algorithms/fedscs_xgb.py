@@ -56,6 +56,7 @@ from shared.sketches import (
 
 from ..dispatcher import Dispatcher, RequestRejected
 from ..evaluation import load_model
+from ..fleet_sums import with_noise
 from ..secure_aggregation import SecureAggregationClient
 from ..training_data import LabelledData, TrainingData, class_ids, snapshot
 
@@ -218,6 +219,10 @@ class FedSCSXGBClient:
         except ValueError as exc:
             raise RequestRejected("gradient_range", f"{exc}: the job's fixed-point range is too small") from None
         hist = node_histograms(slots, body.slots, position, body.node_tree, body.node_id, grad, hess)
+        if body.noise is not None:  # G and H cells in fixed point, counts in windows
+            scales = np.ones(hist.shape)
+            scales[:, :2] = float(1 << body.frac_bits)
+            hist = with_noise(hist, body.noise, scales)
         parts = [hist.ravel()]
         if body.with_loss:
             loss = quantize([state.loss_sum()], LOSS_FRAC_BITS, LOSS_BOUND)

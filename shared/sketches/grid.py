@@ -584,6 +584,12 @@ class GridRefinement:
         return self._total.copy()
 
     @property
+    def parent_counts(self) -> np.ndarray | None:
+        """The counts of the buckets the pending plan refines (``None`` for the first plan):
+        what noisy children must add up to (``shared.differential_privacy.consistent_children``)."""
+        return None if self._parents is None else self._count[self._parents].copy()
+
+    @property
     def n_leaves(self) -> int:
         """Non-empty leaves currently held (all features)."""
         return int(self._count.size)

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..envelope import message_type
 from ..schema import ArraySpec
+from .fleet_sums import NoiseShare
 from .secure_aggregation import MaskedVector, SecureRound
 
 #: Fixed point of the progress loss sum in the histogram protocol (a progress metric, not maths).
@@ -275,7 +276,7 @@ class XgbHistogramRequest:
     route the samples through ``splits``, then sum, for each requested node ``(node_tree[i],
     node_id[i])``, per feature and bin: G and H of the node's tree's output (fixed point with
     ``frac_bits``) and the sample count. ``with_loss``: append the training loss sum (fixed point)
-    and the sample count (progress output)."""
+    and the sample count (progress output). ``noise``: add this gateway's share of DP noise."""
 
     task: XgbTask
     model: ModelDelta
@@ -288,6 +289,7 @@ class XgbHistogramRequest:
     gradient_bound: float
     with_loss: bool = False
     secure: SecureRound | None = None
+    noise: NoiseShare | None = None
 
     def __post_init__(self) -> None:
         offsets = self.edge_offsets

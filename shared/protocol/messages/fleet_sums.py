@@ -32,6 +32,20 @@ TARGET_FRAC_BITS = 16
 TARGET_BOUND = float(1 << 20)
 
 
+@dataclass(frozen=True)
+class NoiseShare:
+    """Differential privacy: add ``round(N(0, (sigma * scale)² / shares))`` to every cell of the
+    vector (``scale``: the cell's fixed-point factor), so that the fleet sum of ``shares``
+    gateways carries ``N(0, sigma²)`` (``shared.differential_privacy``)."""
+
+    sigma: float
+    shares: int
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.sigma) and self.sigma > 0) or self.shares < 1:
+            raise ValueError("noise needs sigma > 0 and shares >= 1")
+
+
 @message_type("data_shape")
 @dataclass(frozen=True)
 class DataShapeRequest:
@@ -68,6 +82,7 @@ class FleetCountsRequest:
     classes: tuple[str, ...] = ()
     frac_bits: int = 0
     secure: SecureRound | None = None
+    noise: NoiseShare | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.frac_bits <= 60:
@@ -90,6 +105,7 @@ class GridCountsRequest:
     bits: Annotated[np.ndarray, _INTS]
     step: Annotated[np.ndarray, _INTS]
     secure: SecureRound | None = None
+    noise: NoiseShare | None = None
 
 
 @message_type("fleet_sum")
