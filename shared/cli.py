@@ -165,6 +165,8 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
     if args.algorithm == "fedforest":
         if init_model is not None:
             raise SystemExit("wheelfed train: --init-model continues boosting; it does not apply to fedforest")
+        if args.dp_noise_multiplier is not None:
+            raise SystemExit("wheelfed train: --dp-noise-multiplier is implemented for fedscs-xgb only")
         if args.client_splits and not args.paper_protocol:
             raise SystemExit("wheelfed train: --client-splits needs per-gateway statistics: add --paper-protocol")
         return FedForest(n_trees=args.trees, max_depth=args.max_depth or 8, n_bins=args.bins or 32,
@@ -175,7 +177,8 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
                      learning_rate=args.learning_rate, reg_lambda=args.reg_lambda, gamma=args.gamma,
                      sketch=args.sketch, client_fraction=args.client_fraction,
                      feature_set_version=feature_set, init_model=init_model,
-                     protocol="atoms" if args.paper_protocol else "histogram", **privacy)
+                     protocol="atoms" if args.paper_protocol else "histogram",
+                     dp_noise_multiplier=args.dp_noise_multiplier, **privacy)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -530,6 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="send the histogram protocol's sums in the clear (the aggregator then sees each gateway's)")
     p.add_argument("--min-crowd", type=int, default=5,
                    help="no split leaves fewer windows than this fleet-wide (histogram protocol)")
+    p.add_argument("--dp-noise-multiplier", type=float,
+                   help="fedscs-xgb: differential privacy, Gaussian noise of this many times each sum's "
+                        "sensitivity (epsilon reported; off by default)")
     p.add_argument("--client-fraction", type=float, default=1.0, help="share of gateways sampled per round")
     p.add_argument("--feature-set", help="feature set version to train on (default: this release's)")
     p.add_argument("--init-model", help="continue boosting from this model file (periodic retraining)")

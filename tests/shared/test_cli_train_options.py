@@ -1,0 +1,23 @@
+"""``wheelfed train``'s privacy options: a bad combination is one clear line, before any network."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--client-fraction", "0.5"], "client_fraction < 1"),
+    (["--algorithm", "fedforest", "--client-splits"], "add --paper-protocol"),
+    (["--algorithm", "fedforest", "--dp-noise-multiplier", "2"], "fedscs-xgb only"),
+    (["--dp-noise-multiplier", "2", "--no-secure-aggregation"], "secure aggregation"),
+    (["--min-crowd", "-1"], "min_crowd"),
+])
+def test_bad_privacy_options_end_in_one_line(tmp_path, args, message) -> None:
+    proc = subprocess.run([sys.executable, "-m", "shared.cli", "train", "-o", str(tmp_path / "m.cbor"),
+                           "--port", "1", *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in proc.stderr
