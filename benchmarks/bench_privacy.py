@@ -256,11 +256,11 @@ def reset_peak_rss() -> None:
         pass
 
 
-def peak_rss() -> float:
-    """VmHWM of this process in bytes (its peak RSS since the last reset), NaN if unknown."""
+def proc_status(field: str) -> float:
+    """``VmHWM`` (peak RSS since the last reset) or ``VmRSS`` of this process in bytes, NaN if unknown."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return float(line.split()[1]) * 1024
     except OSError:
         pass
@@ -320,10 +320,11 @@ def _run(dataset: str, seed: int, algorithm: str, mode_name: str, alpha: float, 
 
             participant.dispatcher._handlers[XgbAtomRequest] = keep_edges
     reset_peak_rss()
+    rss_before = proc_status("VmRSS")
     t0 = time.perf_counter()
     model = sim.run(algo, seed=seed, job_id=f"{dataset}-{seed}-{algorithm}-{mode_name}")
     seconds = time.perf_counter() - t0
-    peak = peak_rss()
+    peak = proc_status("VmHWM") - rss_before  # what the run added at its peak (worker processes are reused)
     pred = np.asarray(model.predict(fleet.Xte)).astype(str)
     truth = fleet.yte.astype(str)
     acc = float(np.mean(pred == truth))
@@ -617,7 +618,7 @@ def main() -> int:
             else:
                 log(f"[{i}/{len(tasks)}] {what}: acc {r['acc']:.4f}, {r['seconds']:.1f} s, "
                     f"{fmt_bytes(r['bytes'].mean())} per gateway, {r['rounds']} rounds, "
-                    f"peak RSS {fmt_bytes(r['peak_rss'])}")
+                    f"peak RSS +{fmt_bytes(r['peak_rss'])}")
     finally:
         for pool in pools:
             pool.shutdown()
@@ -658,7 +659,7 @@ def main() -> int:
             for mode_name, _ in modes:
                 runs = cell(dataset, algorithm, mode_name)
                 if not runs:
-                    rows.append([algorithm, mode_name, "0", "failed", "", "", "", "", "", "", "", ""])
+                    rows.append([algorithm, mode_name, "0", "failed", "", "", "", "", "", "", "", "", ""])
                     continue
                 seeds = sorted(runs)
                 common = [k for k in seeds if k in paper]
@@ -675,12 +676,14 @@ def main() -> int:
                     f"{ratio.mean():.3g}x ({ratio.min():.3g}-{ratio.max():.3g})",
                     f"{np.median([runs[k]['rounds'] for k in seeds]):.0f}",
                     f"{np.median([runs[k]['seconds'] for k in seeds]):.1f}",
+                    fmt_bytes(max(runs[k]["peak_rss"] for k in seeds)),
                 ])
         n_test = ok and next((r["pred"].size for r in ok if r["dataset"] == dataset and r["seed"] == 0), 0)
         print(f"{dataset}" + (f" (seed-0 test set: {n_test} windows/rows)" if n_test else "") + ":\n")
         print(markdown_table(["algorithm", "mode", "seeds", "accuracy", "Δ acc vs paper's mode (pp, paired)",
                               "balanced acc.", "sent per gateway per training", "raw per gateway",
-                              "sent / raw (mean, min-max over gateways)", "rounds", "wall s (median)"], rows))
+                              "sent / raw (mean, min-max over gateways)", "rounds", "wall s (median)",
+                              "peak RSS added (max)"], rows))
         print()
     view_vs_sent = [r["bytes"].sum() / r["client_bytes"] for r in ok if r["client_bytes"]]
     same_text = "; ".join(f"{d} {a}: {s}/{n}" for (d, a), (s, n) in same_models.items())
@@ -689,7 +692,9 @@ def main() -> int:
           "(replies, presence, secure-aggregation keys and shares), summed over the training. 'raw': seglearn = "
           "the subject's whole IMU recording (samples x 6 channels x 4 B); tabular = the client's train rows x d x 4 B. "
           "'rounds' = distinct (job, round) pairs in the server view. Wall time of Simulation.run with "
-          f"{args.jobs} runs in parallel on {os.cpu_count()} cores. Secure-mode predictions identical to the plain "
+          f"{args.jobs} runs in parallel on {os.cpu_count()} cores. 'peak RSS added': the simulation process's peak "
+          "resident memory during the run above its resident memory before (server, all gateways and the "
+          "in-memory broker in one process), max over the seeds. Secure-mode predictions identical to the plain "
           f"histogram mode's (seeds both ran): {same_text}. Server-view bytes / the clients' transport sent bytes: "
           f"{min(view_vs_sent):.4f}-{max(view_vs_sent):.4f} over the runs."
           + (f" FedSCS-XGB histogram and secure on seglearn ran on seeds 0..{hist_seeds - 1} only (~80 s per run "

@@ -19,6 +19,7 @@ from aggregator.algorithms import FedForest, FedSCSXGB
 from aggregator.jobs import JobSettings
 from aggregator.simulate import Simulation, simulate
 from edge_client.training_data import ClientData
+from shared.protocol.messages.fedforest import ForestHistogramRequest
 from shared.protocol.messages.fedscs_xgb import XgbHistogramRequest
 from tests.aggregator.test_fedscs_xgb import make_clients, pooled
 
@@ -129,3 +130,47 @@ def test_fedforest_regression_masked_equals_unmasked() -> None:
     masked = simulate(forest(**cfg, secure_aggregation=True), clients, seed=0)
     assert_identical(plain, masked)
     assert plain.trees[0].n_nodes > 3
+
+
+@pytest.mark.parametrize("crowd", [1, 20])
+def test_fedforest_minimum_crowd_bounds_every_leaf(crowd: int) -> None:
+    """Every leaf of every tree holds at least ``min_crowd`` distinct windows of the fleet."""
+    clients = make_clients(10)
+    X, _ = pooled(clients)
+    model = simulate(forest(n_trees=3, max_depth=8, bootstrap=False, min_crowd=crowd), clients)
+    smallest = []
+    for tree in model.trees:
+        node = np.zeros(X.shape[0], dtype=np.int64)
+        rows = np.arange(X.shape[0])
+        while (tree.feature[node] >= 0).any():
+            f = tree.feature[node]
+            x = X[rows, np.maximum(f, 0)]
+            go_left = np.where(np.isnan(x), False, x < tree.threshold[node])
+            node = np.where(f >= 0, np.where(go_left, tree.left[node], tree.right[node]), node)
+        counts = np.bincount(node, minlength=tree.feature.shape[0])[tree.feature < 0]
+        smallest.append(counts[counts > 0].min())
+    assert min(smallest) >= crowd
+    if crowd == 1:
+        assert min(smallest) < 20  # without a crowd the trees isolate small groups: the bound binds
+
+
+def test_fedforest_survives_a_client_dropping_between_levels() -> None:
+    """gw-2 answers the opening and two levels, then vanishes: the forest is grown by the rest,
+    every node's sums re-read from each level's histograms."""
+    clients = make_clients(11, n_clients=5)
+    sim = Simulation(clients)
+    handlers = sim.participants["gw-2"].dispatcher._handlers
+    original = handlers[ForestHistogramRequest]
+    answered = []
+
+    def vanish(message):
+        if len(answered) >= 2:
+            sim.transports["gw-2"].drop()
+        answered.append(message.envelope.round)
+        return original(message)
+
+    handlers[ForestHistogramRequest] = vanish
+    model = sim.run(forest(n_trees=3, max_depth=5), settings=JobSettings(deadline_s=0.5, min_fraction=0.5))
+    assert model.n_trees == 3 and max(t.n_nodes for t in model.trees) > 7
+    replies = [r for r in sim.server_view()["gw-2"] if r.type == "fedforest.histogram_reply"]
+    assert len(replies) == 2
