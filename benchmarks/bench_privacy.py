@@ -37,16 +37,18 @@ Sections:
    against its raw bytes; rounds = distinct (job, round) in the server view; wall time of
    ``Simulation.run`` (median). Runs go to ``--jobs`` worker processes (default 2), so wall
    times include the other worker's load. The histogram and secure models must be identical
-   (sums mod 2^64 of the same integers): checked on every seed both ran.
-2. Rank error alpha (``shared.sketches.rank_error``, count weights) of the B = 256 bin edges:
-   the histogram protocol's grid edges (``grid_edges`` on the pooled train rows, which is what
-   the federated loop computes from fleet-summed counts -- checked: every threshold of the seed-0
-   histogram-mode model is one of those edges) vs the atom protocol's summary edges
-   (``merge_edges_columns`` over each client's ``summarize_columns``, M = 256 as issue 11 measured
-   it, and the M the clients really send, ``summary_points(256, n_k)`` = min(256, n_k // 2)), on
-   seglearn, the tabular train sets and an outlier-heavy synthetic feature (1e5 rows, 99 % N(0,1),
-   1 % exactly 1e6, 10 clients). ``grid_edges(..., include_min_point=True)`` is shown as a
-   diagnostic (the protocols use the default, False).
+   (sums mod 2^64 of the same integers): checked on every seed both ran. Memory: one plain
+   histogram run on seglearn in a fresh process (resident memory per round, the gateways'
+   dispatcher reply caches), and the reply caches at the end of every run.
+2. Rank error alpha (``shared.sketches.rank_error``, count weights) of the B = 256 bin edges: the
+   histogram protocols' edges as the server sent them (captured at a gateway in a one-round plain
+   histogram job on the same clients), next to ``grid_edges`` on the pooled train rows with
+   ``include_min_point`` False and True (which one the federated edges equal is printed; every
+   split threshold of the seed-0 histogram-mode models must be one of them), vs the atom
+   protocol's summary edges (``merge_edges_columns`` over each client's ``summarize_columns``,
+   M = 256 as issue 11 measured it, and the M the clients really send,
+   ``summary_points(256, n_k)`` = min(256, n_k // 2)), on seglearn, the tabular train sets and an
+   outlier-heavy synthetic feature (1e5 rows, 99 % N(0,1), 1 % exactly 1e6, 10 clients).
 3. Label recovery on the server view (seed 0, the tests' argmin-G attack from
    ``tests/aggregator/test_privacy_attacks.py``): atoms -- per window, argmin over classes of its
    atom's G (``atom_label_recovery``); histogram modes -- per level-0 reply (one per round and
@@ -64,7 +66,9 @@ Sections:
    reply, payload bytes before the codec), vs ``ring_sum`` (numpy adds) of the same number of
    uint64 vectors. The result is checked against the plain sum of the survivors' vectors.
 
-``--quick``: 2 seeds, 1 histogram-mode seglearn seed, 3 boosting rounds, 10 trees, secure
+``--hist-seeds N`` runs the two FedSCS-XGB histogram modes on seglearn on fewer seeds (the slowest
+runs: 20-40 s and ~11 GB resident each at B = 256; they run one at a time in their own worker, the
+rest in the others). ``--quick``: 2 seeds, 1 histogram-mode seglearn seed, 3 boosting rounds, 10 trees, secure
 aggregation at L = 28,274 (1,000 gateways at L = 2,827). Exit status 1 if a check fails or a run
 raised (the traceback is printed; the cell is left out).
 """
@@ -267,6 +271,32 @@ def proc_status(field: str) -> float:
     return float("nan")
 
 
+def reply_cache_bytes(sim) -> int:
+    """Encoded replies the gateways' dispatchers still hold for resending (all gateways)."""
+    return sum(len(p) for participant in sim.participants.values()
+               for payloads in getattr(participant.dispatcher, "_replies", {}).values() for p in payloads)
+
+
+def memory_probe(rounds: int) -> dict:
+    """A plain FedSCS-XGB histogram run on seglearn seed 0 in a fresh process: resident memory
+    after each boosting round, its peak, and the reply caches the gateways hold at the end."""
+    from aggregator.algorithms import FedSCSXGB
+    from aggregator.simulate import Simulation
+
+    fleet = seglearn_fleet(0)
+    sim = Simulation(fleet.clients)
+    sim.engine.audit.keep_bodies = False
+    reset_peak_rss()
+    before = proc_status("VmRSS")
+    after_round: list[float] = []
+    sim.run(FedSCSXGB(n_rounds=rounds, max_depth=4, learning_rate=0.2, gamma=0.1, reg_lambda=1.0, n_bins=B_XGB,
+                      protocol="histogram", secure_aggregation=False),
+            progress=lambda p: after_round.append(proc_status("VmRSS") - before))
+    return {"rounds": rounds, "after_round": after_round, "peak": proc_status("VmHWM") - before,
+            "cache": reply_cache_bytes(sim), "gateways": len(fleet.clients),
+            "remember": sim.participants[fleet.clients[0].client_id].dispatcher.remember}
+
+
 def make_algorithm(name: str, mode: dict, quick: bool):
     from aggregator.algorithms import FedForest, FedSCSXGB
 
@@ -319,12 +349,9 @@ def _run(dataset: str, seed: int, algorithm: str, mode_name: str, alpha: float, 
                 return handler(message)
 
             participant.dispatcher._handlers[XgbAtomRequest] = keep_edges
-    reset_peak_rss()
-    rss_before = proc_status("VmRSS")
     t0 = time.perf_counter()
     model = sim.run(algo, seed=seed, job_id=f"{dataset}-{seed}-{algorithm}-{mode_name}")
     seconds = time.perf_counter() - t0
-    peak = proc_status("VmHWM") - rss_before  # what the run added at its peak (worker processes are reused)
     pred = np.asarray(model.predict(fleet.Xte)).astype(str)
     truth = fleet.yte.astype(str)
     acc = float(np.mean(pred == truth))
@@ -334,7 +361,8 @@ def _run(dataset: str, seed: int, algorithm: str, mode_name: str, alpha: float, 
     result = {
         "acc": acc, "bal": bal, "seconds": seconds, "pred": pred,
         "bytes": per_gateway, "raw": fleet.raw_bytes, "client_bytes": sim.client_bytes(),
-        "rounds": len({(r.job, r.round) for entries in view.values() for r in entries}), "peak_rss": peak,
+        "rounds": len({(r.job, r.round) for entries in view.values() for r in entries}),
+        "reply_cache": reply_cache_bytes(sim),
         "n_clients": len(fleet.clients), "n_classes": K, "overlaps": fleet.overlaps, "audit_errors": recorder.errors,
         "train_classes": int(np.unique(np.concatenate([c.y for c in fleet.clients])).size),
     }
@@ -522,13 +550,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a fast smoke: 2 seeds, small sizes")
     parser.add_argument("--seeds", type=int, help="split seeds 0..N-1 (default 10; --quick 2)")
     parser.add_argument("--hist-seeds", type=int,
-                        help="seeds of the two FedSCS-XGB histogram modes on seglearn (default 4; --quick 1): "
-                             "~80 s per run at B=256")
+                        help="seeds of the two FedSCS-XGB histogram modes on seglearn (default: all; --quick 1): "
+                             "the slowest runs, 20-40 s and ~11 GB each at B=256")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--alpha", type=float, default=1.0, help="Dirichlet alpha of the tabular partitions")
     args = parser.parse_args()
     n_seeds = max(1, args.seeds or (2 if args.quick else 10))
-    hist_seeds = min(n_seeds, max(1, args.hist_seeds or (1 if args.quick else 4)))
+    hist_seeds = min(n_seeds, max(1, args.hist_seeds or (1 if args.quick else n_seeds)))
 
     import sklearn
 
@@ -562,8 +590,8 @@ def main() -> int:
     print(f"- FedSCS-XGB(n_rounds={n_rounds}, max_depth=4, learning_rate=0.2, gamma=0.1, reg_lambda=1, "
           f"n_bins={B_XGB}, min_crowd=5); FedForest(n_trees={n_trees}, max_depth=8, n_bins={B_FOREST}, "
           "min_samples_leaf=5, sqrt(d) features, min_crowd=5)")
-    print(f"- seeds 0..{n_seeds - 1}; FedSCS-XGB histogram and secure on seglearn: seeds 0..{hist_seeds - 1} only"
-          + (" (REDUCED: ~80 s per run at B=256, see the text)" if hist_seeds < n_seeds else ""))
+    print(f"- seeds 0..{n_seeds - 1}" + (f"; FedSCS-XGB histogram and secure on seglearn: seeds 0..{hist_seeds - 1} "
+                                        "only (REDUCED, see the text under table 1)" if hist_seeds < n_seeds else ""))
     print()
 
     # -- section 2 first (main process, before the workers load the machine) --------------------
@@ -618,11 +646,15 @@ def main() -> int:
             else:
                 log(f"[{i}/{len(tasks)}] {what}: acc {r['acc']:.4f}, {r['seconds']:.1f} s, "
                     f"{fmt_bytes(r['bytes'].mean())} per gateway, {r['rounds']} rounds, "
-                    f"peak RSS +{fmt_bytes(r['peak_rss'])}")
+                    f"reply caches {fmt_bytes(r['reply_cache'])}")
     finally:
         for pool in pools:
             pool.shutdown()
     train_wall = time.perf_counter() - started
+    probe_rounds = 1 if args.quick else 3
+    log(f"memory probe: FedSCS-XGB histogram on seglearn, {probe_rounds} rounds, fresh process ...")
+    with ProcessPoolExecutor(max_workers=1, initializer=_init_worker, initargs=(subjects, raw_imu)) as pool:
+        probe = pool.submit(memory_probe, probe_rounds).result()
 
     errors = [r for r in results if r["error"]]
     for r in errors:
@@ -659,7 +691,7 @@ def main() -> int:
             for mode_name, _ in modes:
                 runs = cell(dataset, algorithm, mode_name)
                 if not runs:
-                    rows.append([algorithm, mode_name, "0", "failed", "", "", "", "", "", "", "", "", ""])
+                    rows.append([algorithm, mode_name, "0", "failed", "", "", "", "", "", "", "", ""])
                     continue
                 seeds = sorted(runs)
                 common = [k for k in seeds if k in paper]
@@ -676,14 +708,12 @@ def main() -> int:
                     f"{ratio.mean():.3g}x ({ratio.min():.3g}-{ratio.max():.3g})",
                     f"{np.median([runs[k]['rounds'] for k in seeds]):.0f}",
                     f"{np.median([runs[k]['seconds'] for k in seeds]):.1f}",
-                    fmt_bytes(max(runs[k]["peak_rss"] for k in seeds)),
                 ])
         n_test = ok and next((r["pred"].size for r in ok if r["dataset"] == dataset and r["seed"] == 0), 0)
         print(f"{dataset}" + (f" (seed-0 test set: {n_test} windows/rows)" if n_test else "") + ":\n")
         print(markdown_table(["algorithm", "mode", "seeds", "accuracy", "Δ acc vs paper's mode (pp, paired)",
                               "balanced acc.", "sent per gateway per training", "raw per gateway",
-                              "sent / raw (mean, min-max over gateways)", "rounds", "wall s (median)",
-                              "peak RSS added (max)"], rows))
+                              "sent / raw (mean, min-max over gateways)", "rounds", "wall s (median)"], rows))
         print()
     view_vs_sent = [r["bytes"].sum() / r["client_bytes"] for r in ok if r["client_bytes"]]
     same_text = "; ".join(f"{d} {a}: {s}/{n}" for (d, a), (s, n) in same_models.items())
@@ -692,14 +722,24 @@ def main() -> int:
           "(replies, presence, secure-aggregation keys and shares), summed over the training. 'raw': seglearn = "
           "the subject's whole IMU recording (samples x 6 channels x 4 B); tabular = the client's train rows x d x 4 B. "
           "'rounds' = distinct (job, round) pairs in the server view. Wall time of Simulation.run with "
-          f"{args.jobs} runs in parallel on {os.cpu_count()} cores. 'peak RSS added': the simulation process's peak "
-          "resident memory during the run above its resident memory before (server, all gateways and the "
-          "in-memory broker in one process), max over the seeds. Secure-mode predictions identical to the plain "
+          f"{args.jobs} runs in parallel on {os.cpu_count()} cores. Secure-mode predictions identical to the plain "
           f"histogram mode's (seeds both ran): {same_text}. Server-view bytes / the clients' transport sent bytes: "
           f"{min(view_vs_sent):.4f}-{max(view_vs_sent):.4f} over the runs."
-          + (f" FedSCS-XGB histogram and secure on seglearn ran on seeds 0..{hist_seeds - 1} only (~80 s per run "
-             f"at B = 256, ~50 MB per gateway and round); their Δ is paired over those seeds."
+          + (f" FedSCS-XGB histogram and secure on seglearn ran on seeds 0..{hist_seeds - 1} only (--hist-seeds: "
+             f"the slowest runs, ~50 MB per gateway and round at B = 256); their Δ is paired over those seeds."
              if hist_seeds < n_seeds else ""))
+    print()
+
+    caches = {(d, a, m): max(r["reply_cache"] for r in ok if (r["dataset"], r["algorithm"], r["mode"]) == (d, a, m))
+              for d, a, m in {(r["dataset"], r["algorithm"], r["mode"]) for r in ok}}
+    worst = max(caches, key=caches.get) if caches else None
+    print(f"Memory (one plain FedSCS-XGB histogram run on seglearn, seed 0, B = {B_XGB}, in a fresh process): resident "
+          "memory above the start after each boosting round "
+          + ", ".join(fmt_bytes(v) for v in probe["after_round"]) + f", peak {fmt_bytes(probe['peak'])}; the "
+          f"{probe['gateways']} gateways' dispatchers then hold {fmt_bytes(probe['cache'])} of encoded replies "
+          f"for resending (Dispatcher remember={probe['remember']} replies each). Largest reply caches at the end of "
+          + (f"a run: {worst[0]} {worst[1]} {worst[2]}, {fmt_bytes(caches[worst])} over all gateways."
+             if worst else "a run: -"))
     print()
 
     # -- table 2 ----------------------------------------------------------------------------------
