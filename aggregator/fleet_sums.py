@@ -35,6 +35,7 @@ from shared.protocol.messages.secure_aggregation import (
     SecAggUnmaskRequest,
     SecureRound,
     PublicKeyPair,
+    widen,
 )
 from shared.secure_aggregation import (
     MaskedInput,
@@ -113,18 +114,24 @@ class FleetSummer:
         return SecureRound(self.server.participants(client, selected))
 
     def ask(self, requests: Mapping[str, Any], expect: type, vector: Callable[[Any], MaskedVector], length: int,
-            check: Callable[[str, Any], str | None] | None = None) -> FleetSum:
+            check: Callable[[str, Any], str | None] | None = None, word_bits: int = 64) -> FleetSum:
         """Send ``requests`` (one body per client, built with :meth:`secure_round`), check the
         replies (``check(client, reply) -> reason | None``; a rejected reply counts as a
-        dropout), and return the sum of the accepted clients' vectors of ``length`` entries."""
+        dropout), and return the sum of the accepted clients' vectors of ``length`` entries
+        (``word_bits``: their words' width; the total comes back as uint64 words whose int64
+        view is the signed sum)."""
         selected = sorted(requests)
         round_no = self.job.rounds + 1
         replies = self.job.ask(dict(requests), selected, expect)
         accepted: dict[str, Any] = {}
         for client, reply in replies.items():
             v = vector(reply)
-            reason = (f"a vector of {v.values.shape[0]} entries, the round needs {length}"
-                      if v.values.shape[0] != length else (check(client, reply) if check else None))
+            if v.values.shape[0] != length:
+                reason = f"a vector of {v.values.shape[0]} entries, the round needs {length}"
+            elif v.values.dtype.itemsize * 8 != word_bits:
+                reason = f"{v.values.dtype.itemsize * 8}-bit words, the round needs {word_bits}"
+            else:
+                reason = check(client, reply) if check else None
             if reason:
                 self.job.reject(client, reason)
             else:
@@ -132,14 +139,16 @@ class FleetSummer:
         if not accepted:
             raise TrainingError(f"round {round_no}: no usable replies from {selected}")
         if not self.secure:
-            total = ring_sum([vector(accepted[c]).values for c in sorted(accepted)])
-            return FleetSum(total, tuple(sorted(accepted)), accepted)
-        return self._unmask(round_no, selected, accepted, vector, length)
+            total = ring_sum([vector(accepted[c]).values.astype(np.uint64) for c in sorted(accepted)])
+            return FleetSum(widen(total, word_bits), tuple(sorted(accepted)), accepted)
+        result = self._unmask(round_no, selected, accepted, vector, length)
+        return FleetSum(widen(result.total, word_bits), result.contributors, result.replies)
 
     def _unmask(self, round_no: int, selected: list[str], accepted: dict[str, Any],
                 vector: Callable[[Any], MaskedVector], length: int) -> FleetSum:
         label = f"{self.job.job_id}/{round_no}"
-        masked = {c: MaskedInput(vector(r).values, dict(vector(r).shares)) for c, r in accepted.items()}
+        masked = {c: MaskedInput(vector(r).values.astype(np.uint64), dict(vector(r).shares))
+                  for c, r in accepted.items()}
         dropped = [c for c in selected if c not in accepted]
         try:
             plans = self.server.unmask_request(label.encode(), masked, selected)

@@ -67,12 +67,12 @@ class Participant:
     def on_fleet_counts(self, message: Message) -> FleetSumReply:
         body: FleetCountsRequest = message.body
         vector = with_noise(count_vector(snapshot(self.data, body.feature_set_version), body), body.noise)
-        return FleetSumReply(self.secure.protect(message, vector.view(np.uint64), body.secure))
+        return FleetSumReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_grid_counts(self, message: Message) -> FleetSumReply:
         body: GridCountsRequest = message.body
         vector = with_noise(grid_vector(snapshot(self.data, body.feature_set_version), body), body.noise)
-        return FleetSumReply(self.secure.protect(message, vector.view(np.uint64), body.secure))
+        return FleetSumReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_evaluate(self, message: Message) -> EvaluationReply:
         """Score a model on local labelled windows (held-out by default); counts only."""

@@ -29,6 +29,7 @@ from shared.protocol.messages.secure_aggregation import (
     SecAggUnmaskReply,
     SecAggUnmaskRequest,
     SecureRound,
+    narrow,
     round_label,
 )
 from shared.secure_aggregation import PublicKeys, SecAggClient, SecureAggregationError
@@ -89,17 +90,19 @@ class SecureAggregationClient:
 
     # -- per aggregation -----------------------------------------------------------------------
 
-    def protect(self, message: Message, vector: np.ndarray, secure: SecureRound | None) -> MaskedVector:
-        """``vector`` as it goes on the wire: plain when the request is not secure, else masked
-        for this round (``round_label`` of the request's job and round)."""
-        values = np.ascontiguousarray(vector, dtype=np.uint64)
+    def protect(self, message: Message, vector: np.ndarray, secure: SecureRound | None,
+                word_bits: int = 64) -> MaskedVector:
+        """``vector`` (int64) as it goes on the wire: plain when the request is not secure, else
+        masked for this round (``round_label`` of the request's job and round); in 32-bit words
+        (sums mod 2^32) when ``word_bits`` is 32."""
+        values = np.ascontiguousarray(vector, dtype=np.int64).view(np.uint64)
         if secure is None:
-            return MaskedVector(values)
+            return MaskedVector(narrow(values, word_bits))
         state = self._state(message.envelope.job)
         label = round_label(message.envelope.job, message.envelope.round)
         with _refusals():
             masked = state.mask(label, values, secure.neighbours)
-        return MaskedVector(np.array(masked.masked), dict(masked.shares))
+        return MaskedVector(narrow(np.array(masked.masked), word_bits), dict(masked.shares))
 
     def on_unmask(self, message: Message) -> SecAggUnmaskReply:
         body: SecAggUnmaskRequest = message.body

@@ -381,7 +381,8 @@ class _Training:
             features, self.edge_values, self.edge_offsets, self.frac_bits, self.value_bound,
             self.summer.secure_round(c, active)) for c in active}
         any_request = next(iter(requests.values()))
-        result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, any_request.length)
+        result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, any_request.length,
+                                 word_bits=any_request.word_bits)
         for client in active:
             if client in result.contributors:
                 self.known[client] = level - 1

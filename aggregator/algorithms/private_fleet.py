@@ -112,7 +112,8 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
     counts_request = {c: FleetCountsRequest(feature_set_version, regression, vocabulary, TARGET_FRAC_BITS,
                                             secure(c), counts_noise) for c in summer.active}
     length = next(iter(counts_request.values())).length
-    result = summer.ask(counts_request, FleetSumReply, lambda r: r.sums, length)
+    result = summer.ask(counts_request, FleetSumReply, lambda r: r.sums, length,
+                        word_bits=next(iter(counts_request.values())).word_bits)
     sums = result.total.view(np.int64)
     if noise:
         noise.spend("fleet_counts", np.sqrt(2.0), len(result.contributors), asked)
@@ -148,7 +149,8 @@ def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: i
             share = noise.share(np.sqrt(d), len(cohort)) if noise else None
             requests = {c: GridCountsRequest(feature_set_version, **arrays, secure=summer.secure_round(c, cohort),
                                              noise=share) for c in cohort}
-            result = summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells)
+            result = summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells,
+                                word_bits=GridCountsRequest.word_bits)
             counts = result.total.view(np.int64)
             if noise:
                 noise.spend("grid_counts", np.sqrt(d), len(result.contributors), len(cohort))

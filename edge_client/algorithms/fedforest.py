@@ -247,8 +247,7 @@ class FedForestClient:
             pair_of_node[pair_node[where]] = np.arange(where.size)
             out[where] = pair_histograms(state.X[level.rows, j], level.positions, terms, pair_of_node, where.size,
                                          body.edge_values[o[j]:o[j + 1]], S)
-        vector = out.ravel().view(np.uint64)
-        return ForestHistogramReply(self.secure.protect(message, vector, body.secure))
+        return ForestHistogramReply(self.secure.protect(message, out.ravel(), body.secure, body.word_bits))
 
     def on_level(self, message: Message) -> ForestLevelReply:
         body: ForestLevelRequest = message.body

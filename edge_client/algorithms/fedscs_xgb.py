@@ -227,5 +227,5 @@ class FedSCSXGBClient:
         if body.with_loss:
             loss = quantize([state.loss_sum()], LOSS_FRAC_BITS, LOSS_BOUND)
             parts.append(np.array([loss[0], state.target.shape[0]], dtype=np.int64))
-        vector = np.concatenate(parts).view(np.uint64)
-        return XgbHistogramReply(state.n_trees, self.secure.protect(message, vector, body.secure))
+        return XgbHistogramReply(state.n_trees, self.secure.protect(message, np.concatenate(parts), body.secure,
+                                                                    body.word_bits))

@@ -151,14 +151,20 @@ def test_plain_histograms_leak_each_gateways_label_mix() -> None:
 
 
 def masked_words(view, client: str, reply_type: str) -> np.ndarray:
-    return np.concatenate([r.body.sums.values for r in view[client] if r.type == reply_type])
+    """The words of a client's replies of one type (of the most common width)."""
+    arrays = [r.body.sums.values for r in view[client] if r.type == reply_type]
+    widths = [a.dtype for a in arrays]
+    common = max(set(widths), key=widths.count)
+    return np.concatenate([a for a in arrays if a.dtype == common])
 
 
 def looks_uniform(words: np.ndarray) -> bool:
-    """Each of the 64 bits is set about half the time and the top byte is uniform."""
-    bits = np.unpackbits(words.view(np.uint8)).reshape(-1, 64).mean(axis=0)
+    """Each bit of the (32- or 64-bit) words is set about half the time and the top byte is
+    uniform."""
+    width = words.dtype.itemsize * 8
+    bits = np.unpackbits(words.view(np.uint8)).reshape(-1, width).mean(axis=0)
     n = words.size
-    top = np.bincount((words >> np.uint64(56)).astype(np.int64), minlength=256)
+    top = np.bincount((words >> words.dtype.type(width - 8)).astype(np.int64), minlength=256)
     return bool(np.abs(bits - 0.5).max() < 5 / np.sqrt(n) and stats.chisquare(top).pvalue > 1e-4)
 
 

@@ -285,6 +285,11 @@ class ForestHistogramRequest:
     def length(self) -> int:
         return self.features.shape[0] * self.slots * self.terms
 
+    @property
+    def word_bits(self) -> int:
+        """Classification cells are counts (32-bit words); regression sums need 64."""
+        return 32 if self.task.task == "classification" else 64
+
 
 @message_type("fedforest.histogram_reply")
 @dataclass(frozen=True)

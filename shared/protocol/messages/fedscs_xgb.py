@@ -313,6 +313,9 @@ class XgbHistogramRequest:
         """Histogram slots per feature: every bin of the feature with the most edges, then missing."""
         return int(np.diff(self.edge_offsets).max(initial=0)) + 2
 
+    #: G and H in fixed point need the whole 64-bit ring.
+    word_bits = 64
+
     @property
     def length(self) -> int:
         """Entries of the reply's vector: (nodes, 3, features, slots), then 2 if ``with_loss``."""

@@ -92,6 +92,11 @@ class FleetCountsRequest:
     def length(self) -> int:
         return 3 if self.regression else 1 + len(self.classes)
 
+    @property
+    def word_bits(self) -> int:
+        """Counts travel in 32-bit words; the regression target sums need 64."""
+        return 64 if self.regression else 32
+
 
 @message_type("grid_counts")
 @dataclass(frozen=True)
@@ -106,6 +111,9 @@ class GridCountsRequest:
     step: Annotated[np.ndarray, _INTS]
     secure: SecureRound | None = None
     noise: NoiseShare | None = None
+
+    #: Counts travel in 32-bit words.
+    word_bits = 32
 
 
 @message_type("fleet_sum")

@@ -34,6 +34,20 @@ from ..schema import ArraySpec
 MAX_BLOB = 1 << 16
 
 
+def narrow(words: np.ndarray, word_bits: int) -> np.ndarray:
+    """Ring words as sent: uint64, or their low 32 bits as uint32 (sums mod 2^32)."""
+    words = np.asarray(words, dtype=np.uint64)
+    return words if word_bits == 64 else (words & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def widen(total: np.ndarray, word_bits: int) -> np.ndarray:
+    """A fleet sum mod 2^word_bits as uint64 words whose int64 view is the signed sum."""
+    if word_bits == 64:
+        return total
+    return (np.asarray(total, dtype=np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32) \
+        .astype(np.int64).view(np.uint64)
+
+
 def round_label(job: str, round_no: int) -> bytes:
     """The label that binds masks and self-mask shares to one aggregation: the request's job
     and round (both ends know them from the envelope; masks of two rounds never coincide)."""
@@ -128,11 +142,12 @@ class SecureRound:
 
 @dataclass(frozen=True)
 class MaskedVector:
-    """A client's statistics as one vector over the ring of integers mod 2^64 (fixed point):
-    plain, or masked with ``shares`` (neighbour -> sealed bundle of its shares of this round's
-    seeds) for the unmasking round."""
+    """A client's statistics as one vector over the ring of integers mod 2^64 (fixed point) --
+    or mod 2^32 (``uint32`` words) for vectors of counts, whose fleet sums fit: half the bytes,
+    and the low 32 bits of a masked word are as uniform as the word. Plain, or masked with
+    ``shares`` (neighbour -> sealed bundle of its shares of this round's seeds)."""
 
-    values: Annotated[np.ndarray, ArraySpec(("uint64",), ndim=1)]
+    values: Annotated[np.ndarray, ArraySpec(("uint32", "uint64"), ndim=1)]
     shares: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
