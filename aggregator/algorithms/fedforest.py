@@ -50,6 +50,7 @@ from shared.protocol.messages.fedforest import (
     ForestTask,
     SplitDecisions,
 )
+from shared.protocol.messages.secure_aggregation import word_bits_for
 from shared.splitting import impurity, pooled_gain
 
 from ..fleet_sums import FleetSummer
@@ -268,8 +269,10 @@ class _Training:
         if cfg.regression:
             bound = max(fleet.target_sum_squares, 1.0)
             self.frac_bits, self.value_bound = frac_bits_for(16 * fleet.total_samples, bound), 16.0 * bound
-        else:
+            self.word_bits = 64
+        else:  # a tree's (bootstrap) weights add up to the fleet's windows: every cell is below that
             self.frac_bits, self.value_bound = 0, 1.0
+            self.word_bits = word_bits_for(2 * fleet.total_samples + 64)
         self.distinct_of: dict[tuple[int, int], int] = {}
 
     def _task(self, client: str) -> ForestTask:
@@ -379,7 +382,7 @@ class _Training:
         requests = {c: ForestHistogramRequest(
             self._task(c), level, self._decisions_since(self.known.get(c, -1) + 1), node_tree, node_id, offsets,
             features, self.edge_values, self.edge_offsets, self.frac_bits, self.value_bound,
-            self.summer.secure_round(c, active)) for c in active}
+            self.summer.secure_round(c, active), self.word_bits) for c in active}
         any_request = next(iter(requests.values()))
         result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, any_request.length,
                                  word_bits=any_request.word_bits)

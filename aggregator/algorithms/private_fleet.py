@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shared.differential_privacy import ZCDPAccountant, consistent_children
 from shared.protocol.messages.fleet_sums import (
     TARGET_FRAC_BITS,
     NoiseShare,
@@ -29,9 +30,8 @@ from shared.protocol.messages.fleet_sums import (
     FleetSumReply,
     GridCountsRequest,
 )
+from shared.protocol.messages.secure_aggregation import word_bits_for
 from shared.sketches import GridPlan, GridRefinement
-
-from shared.differential_privacy import ZCDPAccountant, consistent_children
 
 from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, TrainingError
@@ -122,7 +122,7 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
     if total == 0:
         raise TrainingError("the fleet holds no labelled samples")
 
-    refinement = _grid_edges(summer, feature_set_version, d, n_bins, noise)
+    refinement = _grid_edges(summer, feature_set_version, d, n_bins, noise, word_bits_for(2 * total + 64))
     return PrivateFleet(
         clients=tuple(summer.active), n_features=d,
         feature_names=named[0] if named else tuple(f"f{j}" for j in range(d)),
@@ -136,10 +136,12 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
 
 
 def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: int,
-                noise: NoiseBudget | None) -> GridRefinement:
+                noise: NoiseBudget | None, word_bits: int) -> GridRefinement:
     """The grid rounds; refinement needs the same clients in every round, so a client dropping
     out restarts them with the rest (at most ``MAX_GRID_RESTARTS`` times). Noisy counts are
     clipped and made consistent with their parents (post-processing)."""
+    # counts sum to at most the fleet's windows; DP noise needs headroom on top
+    bits = 32 if noise else word_bits
     for _ in range(MAX_GRID_RESTARTS + 1):
         refinement = GridRefinement(d, n_bins)
         plan: GridPlan | None = refinement.first_plan()
@@ -148,9 +150,8 @@ def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: i
             arrays = plan.to_arrays()
             share = noise.share(np.sqrt(d), len(cohort)) if noise else None
             requests = {c: GridCountsRequest(feature_set_version, **arrays, secure=summer.secure_round(c, cohort),
-                                             noise=share) for c in cohort}
-            result = summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells,
-                                word_bits=GridCountsRequest.word_bits)
+                                             noise=share, word_bits=bits) for c in cohort}
+            result = summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells, word_bits=bits)
             counts = result.total.view(np.int64)
             if noise:
                 noise.spend("grid_counts", np.sqrt(d), len(result.contributors), len(cohort))

@@ -264,9 +264,12 @@ class ForestHistogramRequest:
     frac_bits: int = 0
     value_bound: float = 1.0
     secure: SecureRound | None = None
+    word_bits: int = 64  # classification: the narrowest ring word holding the fleet's counts
 
     def __post_init__(self) -> None:
         _check_pairs(self)
+        if self.word_bits not in (16, 32, 64):
+            raise ValueError("word_bits must be 16, 32 or 64")
         _csr("edge_offsets", self.edge_offsets, self.edge_values.shape[0], self.task.n_features)
         if self.level < 0 or not 0 <= self.frac_bits <= 60:
             raise ValueError("level must be >= 0 and frac_bits in 0..60")
@@ -285,10 +288,6 @@ class ForestHistogramRequest:
     def length(self) -> int:
         return self.features.shape[0] * self.slots * self.terms
 
-    @property
-    def word_bits(self) -> int:
-        """Classification cells are counts (32-bit words); regression sums need 64."""
-        return 32 if self.task.task == "classification" else 64
 
 
 @message_type("fedforest.histogram_reply")

@@ -111,9 +111,11 @@ class GridCountsRequest:
     step: Annotated[np.ndarray, _INTS]
     secure: SecureRound | None = None
     noise: NoiseShare | None = None
+    word_bits: int = 32  # the narrowest ring word holding the fleet's counts
 
-    #: Counts travel in 32-bit words.
-    word_bits = 32
+    def __post_init__(self) -> None:
+        if self.word_bits not in (16, 32, 64):
+            raise ValueError("word_bits must be 16, 32 or 64")
 
 
 @message_type("fleet_sum")

@@ -34,18 +34,24 @@ from ..schema import ArraySpec
 MAX_BLOB = 1 << 16
 
 
+WORD_TYPES = {16: (np.uint16, np.int16), 32: (np.uint32, np.int32), 64: (np.uint64, np.int64)}
+
+
+def word_bits_for(bound: float) -> int:
+    """The narrowest ring word (16, 32 or 64 bits) whose signed range holds sums up to
+    ``bound`` in magnitude."""
+    return next(bits for bits in (16, 32, 64) if bound < 2.0 ** (bits - 1) or bits == 64)
+
+
 def narrow(words: np.ndarray, word_bits: int) -> np.ndarray:
-    """Ring words as sent: uint64, or their low 32 bits as uint32 (sums mod 2^32)."""
-    words = np.asarray(words, dtype=np.uint64)
-    return words if word_bits == 64 else (words & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    """Ring words as sent: their low ``word_bits`` bits (sums mod 2^word_bits)."""
+    return np.asarray(words, dtype=np.uint64).astype(WORD_TYPES[word_bits][0])
 
 
 def widen(total: np.ndarray, word_bits: int) -> np.ndarray:
     """A fleet sum mod 2^word_bits as uint64 words whose int64 view is the signed sum."""
-    if word_bits == 64:
-        return total
-    return (np.asarray(total, dtype=np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32) \
-        .astype(np.int64).view(np.uint64)
+    unsigned, signed = WORD_TYPES[word_bits]
+    return np.asarray(total, dtype=np.uint64).astype(unsigned).view(signed).astype(np.int64).view(np.uint64)
 
 
 def round_label(job: str, round_no: int) -> bytes:
@@ -143,11 +149,12 @@ class SecureRound:
 @dataclass(frozen=True)
 class MaskedVector:
     """A client's statistics as one vector over the ring of integers mod 2^64 (fixed point) --
-    or mod 2^32 (``uint32`` words) for vectors of counts, whose fleet sums fit: half the bytes,
-    and the low 32 bits of a masked word are as uniform as the word. Plain, or masked with
-    ``shares`` (neighbour -> sealed bundle of its shares of this round's seeds)."""
+    or mod 2^32 / 2^16 (``uint32`` / ``uint16`` words) for vectors of counts whose fleet sums
+    fit: a half or a quarter of the bytes, and the low bits of a masked word are as uniform as
+    the word. Plain, or masked with ``shares`` (neighbour -> sealed bundle of its shares of this
+    round's seeds)."""
 
-    values: Annotated[np.ndarray, ArraySpec(("uint32", "uint64"), ndim=1)]
+    values: Annotated[np.ndarray, ArraySpec(("uint16", "uint32", "uint64"), ndim=1)]
     shares: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
