@@ -189,3 +189,40 @@ def test_fedforest_sketches_leak_raw_values() -> None:
     clients = fleet(2)
     view = run(clients, FedForest(n_trees=2, max_depth=3, n_bins=16, protocol="sketches"))
     assert raw_values_seen(view, clients) > 100
+
+
+def _class_counts(clients, secure: bool) -> tuple[np.ndarray, dict]:
+    """One ``fleet_counts`` sum through a FleetSummer: the decoded total and the server view."""
+    from aggregator.fleet_sums import FleetSummer
+    from aggregator.jobs import FederatedJob, JobSettings
+    from shared.protocol.messages.fleet_sums import FleetCountsRequest, FleetSumReply
+
+    sim = Simulation(clients)
+    job = FederatedJob(sim.engine, list(sim.transports), job_id="counts", settings=JobSettings(deadline_s=5))
+    summer = FleetSummer(job, secure=secure)
+    summer.start(job.clients)
+    classes = tuple(str(k) for k in range(N_CLASSES))
+    requests = {c: FleetCountsRequest("", False, classes, 0, summer.secure_round(c, summer.active))
+                for c in summer.active}
+    total = summer.ask(requests, FleetSumReply, lambda r: r.sums, 1 + N_CLASSES, word_bits=32).total
+    return total.view(np.int64), sim.server_view()
+
+
+def test_one_window_changes_only_the_fleet_sum() -> None:
+    """(c) Relabel one window of gw-2: the decoded sum moves by exactly that window, masked ==
+    unmasked, and gw-2's masked vector is as uniform as before (nothing else to see)."""
+    clients = fleet(3)
+    changed = list(clients)
+    y = clients[2].y.copy()
+    y[0] = (y[0] + 1) % N_CLASSES
+    changed[2] = ClientData("gw-2", clients[2].X, y)
+    before, _ = _class_counts(clients, secure=True)
+    after, view = _class_counts(changed, secure=True)
+    plain, _ = _class_counts(changed, secure=False)
+    step = np.zeros(1 + N_CLASSES, dtype=np.int64)
+    step[1 + clients[2].y[0]] -= 1
+    step[1 + y[0]] += 1
+    np.testing.assert_array_equal(after - before, step)
+    np.testing.assert_array_equal(after, plain)
+    words = np.concatenate([r.body.sums.values for r in view["gw-2"] if r.type == "fleet_sum"])
+    assert not np.array_equal(words.astype(np.int64)[1:], np.bincount(y, minlength=N_CLASSES))
