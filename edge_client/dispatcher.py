@@ -7,9 +7,12 @@ text may quote sensor values, which must not leave the gateway (it goes to the l
 
 Requests are deduplicated by message id: a redelivered request (QoS 1, reconnects, the round
 engine's re-sends) gets the cached reply again instead of being applied twice. The cache lives
-in memory, so after a gateway restart a request may run again: handlers must be idempotent
-for a given (job, round) — the algorithms' client halves compute replies from their state and
-the request, never by mutating state per call.
+in memory (at most ``remember`` replies and ``remember_bytes`` bytes, the latest reply always
+kept), so after a gateway restart or an eviction a request may run again: handlers must be
+idempotent for a given (job, round) — the algorithms' client halves compute replies from their
+state and the request, never by mutating state per call. (Secure aggregation masks a round
+once: a request run again for an evicted masked reply is refused, and the round counts the
+gateway as dropped.)
 """
 
 from __future__ import annotations
@@ -43,11 +46,16 @@ class Dispatcher:
     lets only the aggregator write).
     """
 
-    def __init__(self, transport: Transport, layout: TopicLayout | None = None, *, remember: int = 256) -> None:
+    def __init__(self, transport: Transport, layout: TopicLayout | None = None, *, remember: int = 256,
+                 remember_bytes: int = 64 << 20) -> None:
         self.transport = transport
         self.layout = layout or TopicLayout()
         self.client_id = transport.client_id
         self.remember = remember
+        #: The cache also stays below this many bytes: a private job's histogram replies are
+        #: megabytes each, and a gateway has 1-4 GB of memory.
+        self.remember_bytes = remember_bytes
+        self._cached_bytes = 0
         self.handled = 0
         self.failed = 0
         self._handlers: dict[type, Handler] = {}
@@ -82,8 +90,11 @@ class Dispatcher:
             body = self._run(handler, request)
         payloads = self._encode_reply(request, body)
         self._replies[request.envelope.msg_id] = payloads
-        if len(self._replies) > self.remember:
-            self._replies.popitem(last=False)
+        self._cached_bytes += sum(len(p) for p in payloads)
+        while len(self._replies) > 1 and (len(self._replies) > self.remember
+                                          or self._cached_bytes > self.remember_bytes):
+            _, dropped = self._replies.popitem(last=False)
+            self._cached_bytes -= sum(len(p) for p in dropped)
         self.transport.send_payloads(outbox, payloads)
 
     def _run(self, handler: Handler, request: Message) -> object:
