@@ -52,12 +52,13 @@ class Simulation:
     drop and reconnect clients between rounds (``transports[client_id].drop()``).
     """
 
-    def __init__(self, clients: Sequence[Any], *, max_payload: int | None = None) -> None:
+    def __init__(self, clients: Sequence[Any], *, max_payload: int | None = None, record_bodies: bool = True) -> None:
         self.clients = as_client_data(clients)
         self.broker = MemoryBroker()
         options = {} if max_payload is None else {"max_payload": max_payload}
         self.server = MemoryTransport(self.broker, AGGREGATOR_ID, presence=False, **options)
-        self.engine = RoundEngine(self.server, audit=AuditTrail(keep_bodies=True))
+        # record_bodies=False keeps only sizes (benchmarks: a private job's bodies are GBs)
+        self.engine = RoundEngine(self.server, audit=AuditTrail(keep_bodies=record_bodies))
         self.transports: dict[str, MemoryTransport] = {}
         self.participants: dict[str, Participant] = {}
         for client in self.clients:
