@@ -294,7 +294,8 @@ def memory_probe(rounds: int) -> dict:
             progress=lambda p: after_round.append(proc_status("VmRSS") - before))
     return {"rounds": rounds, "after_round": after_round, "peak": proc_status("VmHWM") - before,
             "cache": reply_cache_bytes(sim), "gateways": len(fleet.clients),
-            "remember": sim.participants[fleet.clients[0].client_id].dispatcher.remember}
+            "remember": sim.participants[fleet.clients[0].client_id].dispatcher.remember,
+            "remember_bytes": getattr(sim.participants[fleet.clients[0].client_id].dispatcher, "remember_bytes", None)}
 
 
 def make_algorithm(name: str, mode: dict, quick: bool):
@@ -737,7 +738,8 @@ def main() -> int:
           "memory above the start after each boosting round "
           + ", ".join(fmt_bytes(v) for v in probe["after_round"]) + f", peak {fmt_bytes(probe['peak'])}; the "
           f"{probe['gateways']} gateways' dispatchers then hold {fmt_bytes(probe['cache'])} of encoded replies "
-          f"for resending (Dispatcher remember={probe['remember']} replies each). Largest reply caches at the end of "
+          f"for resending (each Dispatcher keeps at most {probe['remember']} replies"
+          + (f" and {fmt_bytes(probe['remember_bytes'])}" if probe["remember_bytes"] else "") + "). Largest reply caches at the end of "
           + (f"a run: {worst[0]} {worst[1]} {worst[2]}, {fmt_bytes(caches[worst])} over all gateways."
              if worst else "a run: -"))
     print()
