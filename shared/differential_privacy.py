@@ -9,6 +9,12 @@ concentrated DP (Bun & Steinke 2016), where ``sigma_eff² = sigma² * answered /
 gateways that dropped out are missing); releases compose by adding ``rho``, and ``(epsilon,
 delta)``-DP follows from ``epsilon = rho + 2 sqrt(rho ln(1/delta))``.
 
+Shares are rounded stochastically to the fixed-point grid, so the decoded noise is a sum of
+rounded Gaussians: its variance is at least ``sigma²``, and the accounting treats it as the
+Gaussian it approximates -- close when each share spans many grid units (G and H in fixed point),
+an approximation for count cells with shares of about one unit (Kairouz et al. 2021 analyse
+the distributed discrete Gaussian exactly; not implemented here).
+
 Post-processing is free: noisy counts are clipped at 0 and children rescaled to their parent's
 count (:func:`consistent_children`) without further cost.
 """
@@ -25,13 +31,18 @@ __all__ = ["ZCDPAccountant", "consistent_children", "epsilon_from_rho", "noise_s
 
 
 def noise_share(scales: ArrayLike, sigma: float, shares: int, rng: np.random.Generator | None = None) -> np.ndarray:
-    """One gateway's share of the noise: ``round(N(0, (sigma * scale)² / shares))`` per cell as
-    int64, ``scales`` the cells' fixed-point factors (``2**frac_bits``, or 1 for counts)."""
+    """One gateway's share of the noise: ``N(0, (sigma * scale)² / shares)`` per cell, rounded
+    *stochastically* to an integer (up with probability equal to the fraction), as int64;
+    ``scales`` are the cells' fixed-point factors (``2**frac_bits``, or 1 for counts). Stochastic
+    rounding is unbiased and never shrinks the variance -- rounding to the nearest integer would
+    erase shares smaller than half a unit (counts with little noise per gateway)."""
     if not (sigma >= 0 and math.isfinite(sigma)) or shares < 1:
         raise ValueError(f"sigma must be finite and >= 0 and shares >= 1, got {sigma}, {shares}")
     scale = np.asarray(scales, dtype=np.float64)
     rng = rng or np.random.default_rng()
-    return np.rint(rng.normal(0.0, 1.0, scale.shape) * (sigma / math.sqrt(shares)) * scale).astype(np.int64)
+    x = rng.normal(0.0, 1.0, scale.shape) * (sigma / math.sqrt(shares)) * scale
+    low = np.floor(x)
+    return (low + (rng.random(scale.shape) < x - low)).astype(np.int64)
 
 
 def epsilon_from_rho(rho: float, delta: float) -> float:

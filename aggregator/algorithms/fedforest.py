@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from shared.differential_privacy import ZCDPAccountant
 from shared.model import Tree, TreeBuilder, TreeEnsemble
 from shared.model.inputs import CLIENT_FEATURE
 from shared.node_statistics import top_per_node
@@ -57,7 +58,7 @@ from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
 from .levelwise_growth import decode
-from .private_fleet import describe_fleet_privately, frac_bits_for
+from .private_fleet import NoiseBudget, describe_fleet_privately, dp_metadata, frac_bits_for
 from .forest_growth import (
     choose_splits,
     grouping_candidates,
@@ -86,7 +87,9 @@ class FedForest:
     reveals client values). ``secure_aggregation``, ``secagg_degree``, ``min_crowd``: as for
     ``FedSCSXGB``. The histogram protocol offers exact evaluation of the edges' candidates,
     numeric features and the label target (no H-splits, categorical features or AvgImp: they
-    need per-client statistics).
+    need per-client statistics). ``dp_noise_multiplier``: differential privacy as for
+    ``FedSCSXGB`` (off by default; histogram protocol with secure aggregation, classification,
+    ``bootstrap=False`` so that one window weighs 1 in every tree).
     """
 
     n_trees: int = 50
@@ -115,6 +118,8 @@ class FedForest:
     secure_aggregation: bool | None = None  # None: on for the histogram protocol
     secagg_degree: int | None = None
     min_crowd: int = 5
+    dp_noise_multiplier: float | None = None
+    dp_delta: float = 1e-5
 
     name: ClassVar[str] = "fedforest"
 
@@ -152,6 +157,14 @@ class FedForest:
                                  "per-client statistics); use protocol='sketches'")
         if not (isinstance(self.min_crowd, int) and self.min_crowd >= 0):
             raise ValueError(f"min_crowd must be an int >= 0, got {self.min_crowd!r}")
+        if self.dp_noise_multiplier is not None:
+            if not (self.dp_noise_multiplier > 0 and np.isfinite(self.dp_noise_multiplier)):
+                raise ValueError(f"dp_noise_multiplier must be > 0, got {self.dp_noise_multiplier!r}")
+            if not self.secure_aggregation or self.regression or self.bootstrap:
+                raise ValueError("differential privacy needs the histogram protocol with secure aggregation, "
+                                 "classification and bootstrap=False (one window weighs 1 in every tree)")
+            if not 0 < self.dp_delta < 1:
+                raise ValueError(f"dp_delta must lie in (0, 1), got {self.dp_delta!r}")
         if self.secure_aggregation and self.client_fraction < 1:
             raise ValueError("secure aggregation with client_fraction < 1 would release sums over each tree's few "
                              "sampled clients (and differences between trees' cohorts): use client_fraction=1")
@@ -252,8 +265,10 @@ class _Training:
         cfg = self.config
         self.summer = FleetSummer(self.job, secure=cfg.secure_aggregation, degree=cfg.secagg_degree)
         self.summer.start(self.job.clients)
+        self.noise = (NoiseBudget(cfg.dp_noise_multiplier, ZCDPAccountant(cfg.dp_delta))
+                      if cfg.dp_noise_multiplier else None)
         fleet = describe_fleet_privately(self.job, self.summer, cfg.feature_set_version, regression=cfg.regression,
-                                         n_bins=cfg.n_bins, classes=cfg.classes)
+                                         n_bins=cfg.n_bins, classes=cfg.classes, noise=self.noise)
         self._set_fleet(fleet.clients, fleet.n_features, fleet.feature_names, fleet.classes, fleet.model_classes)
         edges = fleet.edges
         if cfg.thresholds is not None:
@@ -272,7 +287,7 @@ class _Training:
             self.word_bits = 64
         else:  # a tree's (bootstrap) weights add up to the fleet's windows: every cell is below that
             self.frac_bits, self.value_bound = 0, 1.0
-            self.word_bits = word_bits_for(2 * fleet.total_samples + 64)
+            self.word_bits = 32 if self.noise else word_bits_for(2 * fleet.total_samples + 64)
         self.distinct_of: dict[tuple[int, int], int] = {}
 
     def _task(self, client: str) -> ForestTask:
@@ -379,10 +394,16 @@ class _Training:
         node_tree = np.array([n.tree for n in frontier], dtype=np.int64)
         node_id = np.array([n.node for n in frontier], dtype=np.int64)
         active = list(self.summer.active)
+        # One window (weight 1, no bootstrap) sits in one node per tree: a 1 in the window column
+        # and in one class column of each of that node's sampled features.
+        widest = np.zeros(cfg.n_trees)
+        np.maximum.at(widest, node_tree, np.diff(offsets))
+        sensitivity = float(np.sqrt(2.0 * widest.sum()))
+        share = self.noise.share(sensitivity, len(active)) if self.noise else None
         requests = {c: ForestHistogramRequest(
             self._task(c), level, self._decisions_since(self.known.get(c, -1) + 1), node_tree, node_id, offsets,
             features, self.edge_values, self.edge_offsets, self.frac_bits, self.value_bound,
-            self.summer.secure_round(c, active), self.word_bits) for c in active}
+            self.summer.secure_round(c, active), self.word_bits, share) for c in active}
         any_request = next(iter(requests.values()))
         result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, any_request.length,
                                  word_bits=any_request.word_bits)
@@ -393,6 +414,9 @@ class _Training:
                 self.known.pop(client, None)
         self._answered = len(result.contributors)
         hist = result.total.view(np.int64).reshape(P, any_request.slots, any_request.terms)
+        if self.noise:  # noisy counts: account, then clip (post-processing)
+            self.noise.spend("histograms", sensitivity, len(result.contributors), len(active))
+            hist = np.clip(hist, 0, None)
         windows, sums = hist[..., 0], hist[..., 1:].astype(np.float64)
         if cfg.regression:
             sums[..., 1:] = decode(hist[..., 2:], self.frac_bits)
@@ -687,6 +711,7 @@ class _Training:
                       "criterion": self.crit, "evaluation": cfg.evaluation, "candidates": cfg.candidates,
                       "client_splits": int(cfg.client_splits), "target": cfg.target, "protocol": cfg.protocol,
                       "secure_aggregation": int(cfg.secure_aggregation), "min_crowd": cfg.min_crowd,
+                      **dp_metadata(getattr(self, "noise", None)),
                       # the index -> client map of H inputs and client targets; no other model names clients
                       **({"clients": ",".join(self.clients)} if cfg.client_splits or cfg.target == "client" else {})},
         )

@@ -70,7 +70,7 @@ from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
 from .histogram_growth import GrowthParams, grow_trees
 from .levelwise_growth import decode, grow_round
-from .private_fleet import NoiseBudget, PrivateFleet, describe_fleet_privately, frac_bits_for
+from .private_fleet import NoiseBudget, PrivateFleet, describe_fleet_privately, dp_metadata, frac_bits_for
 
 __all__ = ["FedSCSXGB"]
 
@@ -511,14 +511,6 @@ class _Training:
                             n_outputs=self.n_outputs, feature_names=self.feature_names, classes=self.model_classes,
                             tree_output=np.array(self.tree_output[first:], dtype=np.int32))
 
-    def _dp_metadata(self) -> dict[str, float]:
-        noise = getattr(self, "noise", None)
-        if noise is None:
-            return {}
-        return {"dp_noise_multiplier": noise.multiplier, "dp_epsilon": noise.accountant.epsilon,
-                "dp_delta": noise.accountant.delta, "dp_rho": noise.accountant.rho,
-                "dp_releases": noise.accountant.releases}
-
     def model(self) -> TreeEnsemble:
         cfg = self.config
         return TreeEnsemble(
@@ -529,5 +521,5 @@ class _Training:
                       "max_depth": cfg.max_depth, "n_bins": cfg.n_bins, "learning_rate": cfg.learning_rate,
                       "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "sketch": cfg.sketch,
                       "protocol": cfg.protocol, "secure_aggregation": int(cfg.secure_aggregation),
-                      "min_crowd": cfg.min_crowd, **self._dp_metadata()},
+                      "min_crowd": cfg.min_crowd, **dp_metadata(getattr(self, "noise", None))},
         )

@@ -37,7 +37,7 @@ from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, TrainingError
 from .fleet_data import fleet_vocabulary, keep_majority_width
 
-__all__ = ["NoiseBudget", "PrivateFleet", "describe_fleet_privately", "frac_bits_for"]
+__all__ = ["NoiseBudget", "PrivateFleet", "describe_fleet_privately", "dp_metadata", "frac_bits_for"]
 
 #: How often the grid rounds start over after a client dropped out of them.
 MAX_GRID_RESTARTS = 3
@@ -68,6 +68,15 @@ class NoiseBudget:
 
     def spend(self, kind: str, sensitivity: float, answered: int, asked: int) -> None:
         self.accountant.spend(kind, sensitivity, self.multiplier * sensitivity, answered, asked)
+
+
+def dp_metadata(noise: NoiseBudget | None) -> dict[str, float]:
+    """What a model records of the differential privacy its training spent (nothing without)."""
+    if noise is None:
+        return {}
+    acc = noise.accountant
+    return {"dp_noise_multiplier": noise.multiplier, "dp_epsilon": acc.epsilon, "dp_delta": acc.delta,
+            "dp_rho": acc.rho, "dp_releases": acc.releases}
 
 
 @dataclass(frozen=True, eq=False)

@@ -51,6 +51,7 @@ from shared.protocol.messages.fedforest import (
 from shared.splitting import pooled_gain
 
 from ..dispatcher import Dispatcher, RequestRejected
+from ..fleet_sums import with_noise
 from ..secure_aggregation import SecureAggregationClient
 from ..training_data import TrainingData, class_ids, snapshot
 
@@ -247,7 +248,8 @@ class FedForestClient:
             pair_of_node[pair_node[where]] = np.arange(where.size)
             out[where] = pair_histograms(state.X[level.rows, j], level.positions, terms, pair_of_node, where.size,
                                          body.edge_values[o[j]:o[j + 1]], S)
-        return ForestHistogramReply(self.secure.protect(message, out.ravel(), body.secure, body.word_bits))
+        vector = with_noise(out.ravel(), body.noise)
+        return ForestHistogramReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_level(self, message: Message) -> ForestLevelReply:
         body: ForestLevelRequest = message.body

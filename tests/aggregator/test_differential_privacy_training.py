@@ -41,3 +41,21 @@ def test_dp_needs_secure_aggregation_and_classification() -> None:
         FedSCSXGB(dp_noise_multiplier=1.0, secure_aggregation=False)
     with pytest.raises(ValueError, match="classification"):
         FedSCSXGB(dp_noise_multiplier=1.0, objective="squared_error")
+
+
+def test_noisy_forest_reports_its_epsilon_and_degrades_with_noise() -> None:
+    from aggregator.algorithms import FedForest
+
+    clients = make_clients(12)
+    X = np.concatenate([c.X for c in clients])
+    y = np.concatenate([c.y for c in clients])
+    base = dict(n_trees=4, max_depth=4, n_bins=16, bootstrap=False)
+    exact = simulate(FedForest(**base), clients)
+    mild = simulate(FedForest(**base, dp_noise_multiplier=0.05), clients)
+    heavy = simulate(FedForest(**base, dp_noise_multiplier=50.0), clients)
+    accuracy = lambda m: float(np.mean(m.predict(X) == y))  # noqa: E731
+    assert exact.trees != mild.trees and accuracy(mild) > accuracy(heavy) - 0.02
+    meta = mild.metadata
+    assert meta["dp_rho"] == pytest.approx(meta["dp_releases"] / (2 * 0.05 ** 2))
+    with pytest.raises(ValueError, match="bootstrap=False"):
+        FedForest(dp_noise_multiplier=1.0)

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..envelope import message_type
 from ..schema import ArraySpec
+from .fleet_sums import NoiseShare
 from .secure_aggregation import MaskedVector, SecureRound
 
 INT_1D = ArraySpec(("int32", "int64"), ndim=1)
@@ -265,6 +266,7 @@ class ForestHistogramRequest:
     value_bound: float = 1.0
     secure: SecureRound | None = None
     word_bits: int = 64  # classification: the narrowest ring word holding the fleet's counts
+    noise: NoiseShare | None = None  # differential privacy: this gateway's share of the noise
 
     def __post_init__(self) -> None:
         _check_pairs(self)
