@@ -58,7 +58,7 @@ from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
 from .levelwise_growth import decode
-from .private_fleet import NoiseBudget, describe_fleet_privately, dp_metadata, frac_bits_for
+from .private_fleet import NoiseBudget, check_privacy_settings, describe_fleet_privately, dp_metadata, frac_bits_for
 from .forest_growth import (
     choose_splits,
     grouping_candidates,
@@ -139,13 +139,8 @@ class FedForest:
             raise ValueError("predicting the client from X cannot also split on the client")
         if self.criterion is not None and (self.criterion == "mse") != self.regression:
             raise ValueError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
-        if self.protocol not in ("histogram", "sketches"):
-            raise ValueError(f"protocol must be 'histogram' or 'sketches', got {self.protocol!r}")
-        if self.secure_aggregation is None:
-            object.__setattr__(self, "secure_aggregation", self.protocol == "histogram")
-        if self.secure_aggregation and self.protocol != "histogram":
-            raise ValueError("secure aggregation sums histograms: protocol='sketches' (per-client sketches) needs "
-                             "secure_aggregation=False")
+        check_privacy_settings(self, paper="sketches", dp_possible=not (self.regression or self.bootstrap),
+                               dp_requirement="classification and bootstrap=False (one window weighs 1 in every tree)")
         if self.protocol == "histogram":
             unsupported = [name for name, on in (("client_splits", self.client_splits),
                                                  ("categorical_features", bool(self.categorical_features)),
@@ -155,19 +150,6 @@ class FedForest:
             if unsupported:
                 raise ValueError(f"protocol='histogram' does not offer {', '.join(unsupported)} (they need "
                                  "per-client statistics); use protocol='sketches'")
-        if not (isinstance(self.min_crowd, int) and self.min_crowd >= 0):
-            raise ValueError(f"min_crowd must be an int >= 0, got {self.min_crowd!r}")
-        if self.dp_noise_multiplier is not None:
-            if not (self.dp_noise_multiplier > 0 and np.isfinite(self.dp_noise_multiplier)):
-                raise ValueError(f"dp_noise_multiplier must be > 0, got {self.dp_noise_multiplier!r}")
-            if not self.secure_aggregation or self.regression or self.bootstrap:
-                raise ValueError("differential privacy needs the histogram protocol with secure aggregation, "
-                                 "classification and bootstrap=False (one window weighs 1 in every tree)")
-            if not 0 < self.dp_delta < 1:
-                raise ValueError(f"dp_delta must lie in (0, 1), got {self.dp_delta!r}")
-        if self.secure_aggregation and self.client_fraction < 1:
-            raise ValueError("secure aggregation with client_fraction < 1 would release sums over each tree's few "
-                             "sampled clients (and differences between trees' cohorts): use client_fraction=1")
 
     @property
     def regression(self) -> bool:

@@ -70,7 +70,14 @@ from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
 from .histogram_growth import GrowthParams, grow_trees
 from .levelwise_growth import decode, grow_round
-from .private_fleet import NoiseBudget, PrivateFleet, describe_fleet_privately, dp_metadata, frac_bits_for
+from .private_fleet import (
+    NoiseBudget,
+    PrivateFleet,
+    check_privacy_settings,
+    describe_fleet_privately,
+    dp_metadata,
+    frac_bits_for,
+)
 
 __all__ = ["FedSCSXGB"]
 
@@ -186,26 +193,8 @@ class FedSCSXGB:
             raise ValueError(f"client_fraction must lie in (0, 1], got {self.client_fraction}")
         if self.summary_size is not None and not 1 <= self.summary_size <= 1 << 16:
             raise ValueError(f"summary_size must lie in 1..65536, got {self.summary_size}")
-        if self.protocol not in ("histogram", "atoms"):
-            raise ValueError(f"protocol must be 'histogram' or 'atoms', got {self.protocol!r}")
-        if self.secure_aggregation is None:
-            object.__setattr__(self, "secure_aggregation", self.protocol == "histogram")
-        if self.secure_aggregation and self.protocol != "histogram":
-            raise ValueError("secure aggregation sums histograms: protocol='atoms' (per window, cannot be summed) "
-                             "needs secure_aggregation=False")
-        if not (isinstance(self.min_crowd, int) and self.min_crowd >= 0):
-            raise ValueError(f"min_crowd must be an int >= 0, got {self.min_crowd!r}")
-        if self.dp_noise_multiplier is not None:
-            if not (self.dp_noise_multiplier > 0 and np.isfinite(self.dp_noise_multiplier)):
-                raise ValueError(f"dp_noise_multiplier must be > 0, got {self.dp_noise_multiplier!r}")
-            if not self.secure_aggregation or self.objective == "squared_error":
-                raise ValueError("differential privacy needs the histogram protocol with secure aggregation and a "
-                                 "classification objective (each gateway adds a share of the noise)")
-            if not 0 < self.dp_delta < 1:
-                raise ValueError(f"dp_delta must lie in (0, 1), got {self.dp_delta!r}")
-        if self.secure_aggregation and self.client_fraction < 1:
-            raise ValueError("secure aggregation with client_fraction < 1 would release sums over different "
-                             "cohorts each round, whose differences isolate clients: use client_fraction=1")
+        check_privacy_settings(self, paper="atoms", dp_possible=self.objective != "squared_error",
+                               dp_requirement="a classification objective (each gateway adds a share of the noise)")
         self.growth  # validates the tree settings
 
     @property

@@ -37,7 +37,8 @@ from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, TrainingError
 from .fleet_data import fleet_vocabulary, keep_majority_width
 
-__all__ = ["NoiseBudget", "PrivateFleet", "describe_fleet_privately", "dp_metadata", "frac_bits_for"]
+__all__ = ["NoiseBudget", "PrivateFleet", "check_privacy_settings", "describe_fleet_privately", "dp_metadata",
+           "frac_bits_for"]
 
 #: How often the grid rounds start over after a client dropped out of them.
 MAX_GRID_RESTARTS = 3
@@ -68,6 +69,33 @@ class NoiseBudget:
 
     def spend(self, kind: str, sensitivity: float, answered: int, asked: int) -> None:
         self.accountant.spend(kind, sensitivity, self.multiplier * sensitivity, answered, asked)
+
+
+def check_privacy_settings(config, *, paper: str, dp_requirement: str, dp_possible: bool) -> None:
+    """Validate (and resolve) the privacy settings both algorithms' configurations share:
+    ``protocol`` ("histogram" or the paper's ``paper``), ``secure_aggregation`` (``None``: on
+    for the histogram protocol), ``min_crowd``, ``dp_noise_multiplier``/``dp_delta`` (possible
+    when ``dp_possible``; ``dp_requirement`` says what else DP needs) and ``client_fraction``."""
+    if config.protocol not in ("histogram", paper):
+        raise ValueError(f"protocol must be 'histogram' or {paper!r}, got {config.protocol!r}")
+    if config.secure_aggregation is None:
+        object.__setattr__(config, "secure_aggregation", config.protocol == "histogram")
+    if config.secure_aggregation and config.protocol != "histogram":
+        raise ValueError(f"secure aggregation sums histograms: protocol={paper!r} sends per-client data that "
+                         "cannot be summed; it needs secure_aggregation=False")
+    if not (isinstance(config.min_crowd, int) and config.min_crowd >= 0):
+        raise ValueError(f"min_crowd must be an int >= 0, got {config.min_crowd!r}")
+    if config.dp_noise_multiplier is not None:
+        if not (config.dp_noise_multiplier > 0 and np.isfinite(config.dp_noise_multiplier)):
+            raise ValueError(f"dp_noise_multiplier must be > 0, got {config.dp_noise_multiplier!r}")
+        if not (config.secure_aggregation and dp_possible):
+            raise ValueError(f"differential privacy needs the histogram protocol with secure aggregation, "
+                             f"{dp_requirement}")
+        if not 0 < config.dp_delta < 1:
+            raise ValueError(f"dp_delta must lie in (0, 1), got {config.dp_delta!r}")
+    if config.secure_aggregation and config.client_fraction < 1:
+        raise ValueError("secure aggregation with client_fraction < 1 would release sums over changing cohorts "
+                         "of clients, whose differences isolate clients: use client_fraction=1")
 
 
 def dp_metadata(noise: NoiseBudget | None) -> dict[str, float]:

@@ -125,13 +125,16 @@ def test_atoms_leak_labels_and_raw_values_the_histogram_default_does_not() -> No
     assert atom_label_recovery(view, clients, edges) > 0.95
     assert raw_values_seen(view, clients) > 100
 
-    # the private default: nothing to recover
-    private = run(clients, FedSCSXGB(n_rounds=2, max_depth=3, n_bins=32, protocol="histogram",
-                                     secure_aggregation=True))
-    d = clients[0].X.shape[1]
-    recovered = histogram_label_recovery(private, clients, "fedscs_xgb.histogram_reply", lambda r: _slots(r, d))
-    assert recovered <= majority_share(clients) + 0.05
-    assert raw_values_seen(private, clients) == 0
+    # the private default: nothing to recover. Masks make each guess a random class, so the
+    # score is a mean over many guesses: 20 gateways x 10 level-0 replies keep its sd near 0.02,
+    # a third of the margin (the assertion cannot fail by chance in practice, and fails when
+    # masking is off: test_plain_histograms_leak_each_gateways_label_mix)
+    many = fleet(seed=4, n_clients=20)
+    private = run(many, FedSCSXGB(n_rounds=10, max_depth=1, n_bins=32))
+    d = many[0].X.shape[1]
+    recovered = histogram_label_recovery(private, many, "fedscs_xgb.histogram_reply", lambda r: _slots(r, d))
+    assert recovered <= majority_share(many) + 0.05
+    assert raw_values_seen(private, many) == 0
 
 
 def _slots(received, d: int) -> int:
