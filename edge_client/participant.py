@@ -6,8 +6,6 @@ from arrays), so a simulated client runs exactly the code a gateway runs.
 
 from __future__ import annotations
 
-import numpy as np
-
 from shared.protocol.envelope import Message
 from shared.protocol.messages import DataSummary, DataSummaryRequest
 from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply

@@ -10,7 +10,6 @@ from aggregator.algorithms.histogram_growth import GrowthParams, grow_trees
 from aggregator.algorithms.levelwise_growth import grow_round
 from shared.atoms import merge_atoms
 from shared.histograms import histogram_slots, node_histograms, quantize, route_round
-from shared.model import TreeEnsemble
 from shared.sketches import bin_ids
 
 FRAC_BITS = 40
