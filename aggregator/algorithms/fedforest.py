@@ -362,10 +362,10 @@ class _Training:
         """One level of the private protocol: a single fleet sum of per-bin histograms."""
         cfg = self.config
         crowd = max(cfg.min_crowd, 1)
-        for node in frontier:
+        for node in frontier:  # a root is always described (its sums come from its pairs), split or not
             eligible = level < cfg.max_depth and (node.summary is None or (
                 self._can_split(node.summary) and self.distinct_of[(node.tree, node.node)] >= 2 * crowd))
-            node.features = self._features(node) if eligible else np.zeros(0, np.int64)
+            node.features = self._features(node) if eligible or node.summary is None else np.zeros(0, np.int64)
         offsets = np.concatenate([[0], np.cumsum([n.features.size for n in frontier])]).astype(np.int64)
         features = np.concatenate([n.features for n in frontier]).astype(np.int64)
         A, P = len(frontier), features.shape[0]
@@ -413,7 +413,8 @@ class _Training:
             self.summary_of[(node.tree, node.node)] = node.summary
             if level == 0:
                 self.root_weight[node.tree] = node_count(node.summary, self.crit)
-        can = np.array([n.features.size > 0 and self._can_split(n.summary) for n in frontier], dtype=bool)
+        can = np.array([level < cfg.max_depth and n.features.size > 0 and self._can_split(n.summary)
+                        for n in frontier], dtype=bool)
         # Candidate b of a pair: present slots <= b go left (x < edges[j][b]); missing goes right.
         n_edges = np.diff(self.edge_offsets)[features]
         cum_sums = np.cumsum(sums[:, :-1], axis=1)

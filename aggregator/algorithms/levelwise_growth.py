@@ -86,7 +86,7 @@ def grow_round(
             node.total = node.hist[:, 0, :].sum(axis=1)
         for node in frontier:
             totals[(node.tree, node.node)] = node.total
-        if not wanted or n_cand == 0:
+        if not wanted or n_cand == 0 or depth == params.max_depth:
             break
         hist = np.stack([n.hist for n in wanted]).astype(np.float64)
         for stat in (0, 1):

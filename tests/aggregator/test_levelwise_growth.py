@@ -94,3 +94,10 @@ def test_minimum_crowd_bounds_every_leaf(crowd: int) -> None:
     assert smallest >= max(crowd, 1)
     if crowd == 0:
         assert smallest < 25  # the bound binds: without a crowd, deep trees isolate small groups
+
+
+def test_depth_zero_gives_one_leaf_per_output() -> None:
+    X, g, h, edges = _data(2)
+    trees = grow_round(3, edges, GrowthParams(max_depth=0), _fetch_from([(X, g, h)], edges), frac_bits=FRAC_BITS)
+    assert [t.n_nodes for t in trees] == [1, 1, 1]
+    np.testing.assert_allclose([t.value[0, 0] for t in trees], 0.3 * -g.sum(axis=0) / (h.sum(axis=0) + 1.0))

@@ -174,3 +174,12 @@ def test_fedforest_survives_a_client_dropping_between_levels() -> None:
     assert model.n_trees == 3 and max(t.n_nodes for t in model.trees) > 7
     replies = [r for r in sim.server_view()["gw-2"] if r.type == "fedforest.histogram_reply"]
     assert len(replies) == 2
+
+
+def test_fedforest_of_depth_zero_is_the_fleet_class_mix() -> None:
+    clients = make_clients(13)
+    model = simulate(forest(max_depth=0, bootstrap=False), clients)
+    y = np.concatenate([c.y for c in clients])
+    for tree in model.trees:
+        assert tree.n_nodes == 1
+        np.testing.assert_allclose(tree.value[0], np.bincount(y) / y.size)
