@@ -730,7 +730,8 @@ class GridRefinement:
                 extra = low[point[np.lexsort((point, -count[point]))] + 1]
                 extra = extra[~np.isin(extra, chosen)][: max(B - 1 - chosen.size, 0)]
                 chosen = np.union1d(chosen, extra)
-            out.append(finalize_edges(key_values(chosen)))
+            values = key_values(chosen)  # bit patterns past +-inf (reachable only with noisy counts) are NaN
+            out.append(finalize_edges(values[~np.isnan(values)]))
         return out
 
 
