@@ -85,7 +85,7 @@ class FederatedJob:
         self._progress = progress
         self.rounds = 0
         self.rejected: dict[str, int] = {}
-        self.results: list[RoundResult] = []
+        self.results: list[RoundResult] = []  # per round: who answered what (envelopes, errors, timeouts)
 
     def ask(self, request: object | Mapping[str, object], clients: Sequence[str], expect: type) -> dict[str, Any]:
         """Send ``request`` (one body, or one per client) to ``clients``; the valid reply bodies,
@@ -96,9 +96,9 @@ class FederatedJob:
                                            deadline_s=self.settings.deadline_s,
                                            min_fraction=self.settings.min_fraction, expect=expect)
         except QuorumNotReached as exc:
-            self.results.append(exc.result)  # who failed and why stays inspectable
+            self.results.append(exc.result.without_bodies())  # who failed and why stays inspectable
             raise
-        self.results.append(result)
+        self.results.append(result.without_bodies())  # bodies go to the algorithm, not the record
         for client, error in sorted(result.errors.items()):
             log.warning("client left out of the round", extra={"job": self.job_id, "round": self.rounds,
                                                                "client": client, "code": error.code,

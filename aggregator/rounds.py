@@ -63,6 +63,13 @@ class RoundResult:
     def answered(self) -> list[str]:
         return sorted(self.replies)
 
+    def without_bodies(self) -> RoundResult:
+        """A copy whose replies keep their envelopes only: what a job keeps of a round after the
+        algorithm consumed it (a private job's replies are megabytes each)."""
+        light = {c: Message(m.envelope, None) for c, m in self.replies.items()}
+        return RoundResult(self.job, self.round, self.request_type, self.selected, light, dict(self.errors),
+                           list(self.timed_out), self.duplicates, self.elapsed_s)
+
 
 @dataclass
 class _OpenRound:
