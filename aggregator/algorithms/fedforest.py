@@ -61,6 +61,7 @@ from .levelwise_growth import decode
 from .private_fleet import NoiseBudget, check_privacy_settings, describe_fleet_privately, dp_metadata, frac_bits_for
 from .forest_growth import (
     choose_splits,
+    histogram_candidates,
     grouping_candidates,
     is_pure,
     leaf_value,
@@ -415,20 +416,9 @@ class _Training:
                 self.root_weight[node.tree] = node_count(node.summary, self.crit)
         can = np.array([level < cfg.max_depth and n.features.size > 0 and self._can_split(n.summary)
                         for n in frontier], dtype=bool)
-        # Candidate b of a pair: present slots <= b go left (x < edges[j][b]); missing goes right.
-        n_edges = np.diff(self.edge_offsets)[features]
-        cum_sums = np.cumsum(sums[:, :-1], axis=1)
-        cum_windows = np.cumsum(windows[:, :-1], axis=1)
-        pair, rank = np.nonzero(np.arange(cum_sums.shape[1])[None, :] < n_edges[:, None])
-        node_windows = windows.sum(axis=1)
-        left_windows = cum_windows[pair, rank]
-        keep = (left_windows >= crowd) & (node_windows[pair] - left_windows >= crowd)
-        pair, rank = pair[keep], rank[keep]
-        feature = features[pair]
-        cands = {"node": pair_node[pair], "feature": feature, "rank": rank,
-                 "threshold": self.edge_values[self.edge_offsets[feature] + rank].astype(np.float64),
-                 "kind": np.zeros(pair.size, np.int64), "categories": [None] * pair.size}
-        left = cum_sums[pair, rank]
+        cands, left, left_windows = histogram_candidates(sums, windows, features, pair_node, self.edge_values,
+                                                         self.edge_offsets, crowd)
+        feature, rank = cands["feature"], cands["rank"]
         pooled = np.stack([n.summary if n.summary is not None else np.zeros(self.S) for n in frontier])
         best, best_gain = choose_splits(pooled, cands["node"], left, feature, rank, self.crit,
                                         min_samples_leaf=cfg.min_samples_leaf,
@@ -436,15 +426,15 @@ class _Training:
                                         total_weight=self.root_weight[node_tree])
         best[~can] = -1
         self._n_splits = int((best >= 0).sum())
-        self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(P), "candidates": float(pair.size)})
+        self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(P),
+                            "candidates": float(rank.size)})
         children = self._apply(level, frontier, best, best_gain, cands, left)
-        chosen_left = cum_windows[pair, rank]
         for i in np.flatnonzero(best >= 0).tolist():  # the children's window counts, for the crowd
             node, c = frontier[i], int(best[i])
             left_id, right_id = self.children_of[(node.tree, node.node)]
             total = self.distinct_of[(node.tree, node.node)]
-            self.distinct_of[(node.tree, left_id)] = int(chosen_left[c])
-            self.distinct_of[(node.tree, right_id)] = total - int(chosen_left[c])
+            self.distinct_of[(node.tree, left_id)] = int(left_windows[c])
+            self.distinct_of[(node.tree, right_id)] = total - int(left_windows[c])
         return children
 
     def _features(self, node: _Node) -> np.ndarray:

@@ -18,13 +18,15 @@ Pure functions over arrays, used level by level by ``fedforest.py``:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import ArrayLike
 
 from shared.sketches import batched_mixture_quantiles
 from shared.splitting import fisher_order, impurity, pooled_gain, prefix_summaries
 
-__all__ = ["choose_splits", "grouping_candidates", "is_pure", "leaf_value", "mixture_thresholds", "n_sampled_features",
+__all__ = ["choose_splits", "grouping_candidates", "histogram_candidates", "is_pure", "leaf_value", "mixture_thresholds", "n_sampled_features",
            "node_count", "pair_thresholds", "rounding_noise"]
 
 
@@ -180,3 +182,26 @@ def leaf_value(summary: ArrayLike, criterion: str) -> np.ndarray:
 def is_pure(summary: ArrayLike, criterion: str) -> np.ndarray:
     """Nodes whose impurity is zero up to rounding noise (nothing left to gain)."""
     return impurity(summary, criterion) <= rounding_noise(summary, criterion)
+
+
+def histogram_candidates(sums: np.ndarray, windows: np.ndarray, features: np.ndarray, pair_node: np.ndarray,
+                         edge_values: np.ndarray, edge_offsets: np.ndarray, min_crowd: int
+                         ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """The private protocol's candidates from fleet-summed pair histograms: ``sums`` ``(P, S, T)``
+    summary terms and ``windows`` ``(P, S)`` window counts per pair and slot (the last slot:
+    missing). Candidate ``b`` of pair ``p`` sends present slots ``<= b`` left (``x <
+    edges[j][b]``; missing goes right); candidates leaving fewer than ``min_crowd`` windows on a
+    side are dropped. Returns the candidate table (node, feature, rank, threshold, kind,
+    categories), the left summaries and the left window counts."""
+    n_edges = np.diff(edge_offsets)[features]
+    cum_sums = np.cumsum(sums[:, :-1], axis=1)
+    cum_windows = np.cumsum(windows[:, :-1], axis=1)
+    pair, rank = np.nonzero(np.arange(cum_sums.shape[1])[None, :] < n_edges[:, None])
+    left_windows = cum_windows[pair, rank]
+    keep = (left_windows >= min_crowd) & (windows.sum(axis=1)[pair] - left_windows >= min_crowd)
+    pair, rank = pair[keep], rank[keep]
+    feature = features[pair]
+    table = {"node": pair_node[pair], "feature": feature, "rank": rank,
+             "threshold": edge_values[edge_offsets[feature] + rank].astype(np.float64),
+             "kind": np.zeros(pair.size, np.int64), "categories": [None] * pair.size}
+    return table, cum_sums[pair, rank], left_windows[keep]
