@@ -26,8 +26,8 @@ from numpy.typing import ArrayLike
 from shared.sketches import batched_mixture_quantiles
 from shared.splitting import fisher_order, impurity, pooled_gain, prefix_summaries
 
-__all__ = ["choose_splits", "grouping_candidates", "histogram_candidates", "is_pure", "leaf_value", "mixture_thresholds", "n_sampled_features",
-           "node_count", "pair_thresholds", "rounding_noise"]
+__all__ = ["choose_splits", "grouping_candidates", "histogram_candidates", "is_pure", "leaf_value",
+           "mixture_thresholds", "n_sampled_features", "node_count", "pair_thresholds", "rounding_noise"]
 
 
 #: Relative size of the rounding noise below which two gains are equal (see ``choose_splits``).
