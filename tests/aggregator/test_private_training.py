@@ -73,28 +73,35 @@ def test_fedscs_xgb_histogram_equals_atoms_given_the_edges() -> None:
         np.testing.assert_allclose(a.value, b.value, rtol=1e-9, atol=1e-12)
 
 
+def vanish_after(sim: Simulation, client: str, request_type: type, answers: int) -> None:
+    """Make ``client`` answer ``answers`` requests of ``request_type``, then drop off the broker
+    (while handling the next one, whose reply is lost with the connection)."""
+    handlers = sim.participants[client].dispatcher._handlers
+    original = handlers[request_type]
+    seen = []
+
+    def handler(message):
+        if len(seen) >= answers:
+            sim.transports[client].drop()
+        seen.append(message.envelope.round)
+        return original(message)
+
+    handlers[request_type] = handler
+
+
+def replies_of(sim: Simulation, client: str, reply_type: str) -> int:
+    return sum(r.type == reply_type for r in sim.server_view()[client])
+
+
 def test_fedscs_xgb_survives_a_client_dropping_mid_job() -> None:
     """gw-3 answers its first two histogram requests, then vanishes: the secure sums go on
     with the others (its pair seeds of those rounds are reconstructed), and the model trains."""
-    clients = make_clients(4, n_clients=5)
-    sim = Simulation(clients)
-    handlers = sim.participants["gw-3"].dispatcher._handlers
-    original = handlers[XgbHistogramRequest]
-    answered = []
-
-    def vanish_after_two(message):
-        if len(answered) >= 2:
-            sim.transports["gw-3"].drop()
-        answered.append(message.envelope.round)
-        return original(message)
-
-    handlers[XgbHistogramRequest] = vanish_after_two
+    sim = Simulation(make_clients(4, n_clients=5))
+    vanish_after(sim, "gw-3", XgbHistogramRequest, 2)
     model = sim.run(xgb(secure_aggregation=True), settings=JobSettings(deadline_s=0.5, min_fraction=0.5))
     assert model.n_trees == 9
-    histograms = [r for r in sim.server_view()["gw-3"] if r.type == "fedscs_xgb.histogram_reply"]
-    assert len(histograms) == 2
-    others = [r for r in sim.server_view()["gw-0"] if r.type == "fedscs_xgb.histogram_reply"]
-    assert len(others) > 2
+    assert replies_of(sim, "gw-3", "fedscs_xgb.histogram_reply") == 2
+    assert replies_of(sim, "gw-0", "fedscs_xgb.histogram_reply") > 2
 
 
 def test_fedforest_masked_equals_unmasked_and_pooled() -> None:
@@ -155,25 +162,13 @@ def test_fedforest_minimum_crowd_bounds_every_leaf(crowd: int) -> None:
 
 
 def test_fedforest_survives_a_client_dropping_between_levels() -> None:
-    """gw-2 answers the opening and two levels, then vanishes: the forest is grown by the rest,
-    every node's sums re-read from each level's histograms."""
-    clients = make_clients(11, n_clients=5)
-    sim = Simulation(clients)
-    handlers = sim.participants["gw-2"].dispatcher._handlers
-    original = handlers[ForestHistogramRequest]
-    answered = []
-
-    def vanish(message):
-        if len(answered) >= 2:
-            sim.transports["gw-2"].drop()
-        answered.append(message.envelope.round)
-        return original(message)
-
-    handlers[ForestHistogramRequest] = vanish
+    """gw-2 answers two levels, then vanishes: the forest is grown by the rest, every node's
+    sums re-read from each level's histograms."""
+    sim = Simulation(make_clients(11, n_clients=5))
+    vanish_after(sim, "gw-2", ForestHistogramRequest, 2)
     model = sim.run(forest(n_trees=3, max_depth=5), settings=JobSettings(deadline_s=0.5, min_fraction=0.5))
     assert model.n_trees == 3 and max(t.n_nodes for t in model.trees) > 7
-    replies = [r for r in sim.server_view()["gw-2"] if r.type == "fedforest.histogram_reply"]
-    assert len(replies) == 2
+    assert replies_of(sim, "gw-2", "fedforest.histogram_reply") == 2
 
 
 def test_fedforest_of_depth_zero_is_the_fleet_class_mix() -> None:
