@@ -48,7 +48,7 @@ class GatewayProcesses:
         env = dict(os.environ, **{PASSWORD_ENV: self.passwords[client_id]})
         store = [] if "--store" in extra_args else ["--store", str(self.log_dir / f"{client_id}.db")]
         self.processes[client_id] = subprocess.Popen(
-            [sys.executable, "-m", "shared.cli", "gateway", "--client-id", client_id, "--port", str(self.port),
+            [sys.executable, "-m", "edge_client.cli", "gateway", "--client-id", client_id, "--port", str(self.port),
              "--protocol", str(self.protocol), *store, "--stats-every", "0", *extra_args],
             env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent(),
         )

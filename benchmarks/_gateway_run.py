@@ -209,7 +209,7 @@ class Replayer:
 
 @dataclass
 class Gateway:
-    """``python -m shared.cli gateway`` on a serial port, stdout+stderr into a log file."""
+    """``python -m edge_client.cli gateway`` on a serial port, stdout+stderr into a log file."""
 
     serial: str
     store: Path
@@ -221,7 +221,7 @@ class Gateway:
 
     @property
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "shared.cli", "gateway", "--client-id", self.client_id, "--serial", self.serial,
+        return [sys.executable, "-m", "edge_client.cli", "gateway", "--client-id", self.client_id, "--serial", self.serial,
                 "--store", str(self.store), "--no-broker", "--stats-every", "0", *self.extra_args]
 
     def start(self) -> Gateway:

@@ -59,7 +59,7 @@ def main() -> int:
     print_machine("The fleet demo: wall time and peak memory", "benchmarks/bench_demo.py " + " ".join(args))
     with tempfile.TemporaryDirectory(prefix="wheelfed-bench-demo-") as tmp:
         report = Path(tmp) / "report.json"
-        command = [sys.executable, "-m", "shared.cli", "demo", "--report", str(report), *args]
+        command = [sys.executable, "-m", "edge_client.cli", "demo", "--report", str(report), *args]
         started = time.monotonic()
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 cwd=Path(__file__).resolve().parents[1], env=dict(os.environ))

@@ -7,7 +7,7 @@ real seglearn watch signals, 25-sample frames), an ECG (1 ch, 250 Hz, pyphysio's
 resampled, 50-sample frames) and a 16-cell seat pressure mat (10 Hz, synthetic with postural
 drift and pressure reliefs, 5-sample frames), plus the wrist's exercise labels as annotation
 frames: 13 frames/s, ~3.1 kB/s. ``--seconds`` of it (default 60; --quick 20) are replayed at
-speed 1 into a pty by a replayer process; ``python -m shared.cli gateway --client-id gw-1
+speed 1 into a pty by a replayer process; ``python -m edge_client.cli gateway --client-id gw-1
 --serial <pty> --store <tmp db> --no-broker --stats-every 0`` reads it.
 
 Peers in the same run, each fed by its own replayer of the same recording at the same time:

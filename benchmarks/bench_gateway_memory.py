@@ -4,7 +4,7 @@
 
 One hour (--quick: 10 minutes) of the chair of bench_gateway_cpu.py (three IMUs, ECG, 16-cell
 pressure mat; firmware_bridge.importers.synthetic_chair) is replayed through a pty at ``--speed``
-(default 60: the hour in a minute) into ``python -m shared.cli gateway --client-id gw-1 --serial
+(default 60: the hour in a minute) into ``python -m edge_client.cli gateway --client-id gw-1 --serial
 <pty> --store <tmp db> --no-broker --stats-every 0``. Every 0.5 s the benchmark reads the
 gateway's VmRSS and VmHWM (/proc/<pid>/status) and how far the gateway has got in the recording
 (the end of the latest window in its store, read from this process); the table shows RSS by

@@ -117,7 +117,7 @@ class Demo:
 
     def _gateway_command(self, gw: _Gateway) -> list[str]:
         s = gw.session
-        return [sys.executable, "-m", "shared.cli", "gateway", "--client-id", s.client_id, "--serial", gw.slave,
+        return [sys.executable, "-m", "edge_client.cli", "gateway", "--client-id", s.client_id, "--serial", gw.slave,
                 "--store", str(self.run_dir / f"{s.client_id}.db"), "--session", s.recording.metadata.session_id,
                 "--port", str(self.port), "--protocol", str(self.protocol),
                 "--holdout-fraction", str(self.config.holdout_fraction), "--trust", str(self.run_dir / "aggregator.pub"),

@@ -66,7 +66,7 @@ def test_private_forest_over_mqtt_equals_the_simulation(fleet) -> None:
 def test_wheelfed_train_cli_trains_and_evaluates(fleet, tmp_path) -> None:
     out = tmp_path / "forest.json"
     env = dict(os.environ, **{PASSWORD_ENV: PASSWORDS["aggregator"]})
-    proc = subprocess.run([sys.executable, "-m", "shared.cli", "train", "--algorithm", "fedforest", "--trees", "5",
+    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", "train", "--algorithm", "fedforest", "--trees", "5",
                            "--max-depth", "3", "--port", str(fleet.port), "--feature-set", FEATURE_SET,
                            "--evaluate", "-o", str(out)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 def test_fleet_demo_end_to_end(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     report_path = tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "shared.cli", "demo", "--subjects", "3", "--speed", "60",
+    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", "demo", "--subjects", "3", "--speed", "60",
                            "--rounds", "4", "--trees", "10", "--run-dir", str(run_dir), "--report", str(report_path)],
                           capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
 def cli(*args: str, env: dict | None = None, ok: bool | None = True) -> str:
     """Run ``wheelfed``; ``ok``: must succeed / must fail / either (None)."""
-    proc = subprocess.run([sys.executable, "-m", "shared.cli", *args], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", *args], capture_output=True, text=True, timeout=120,
                           env=env)
     if ok is not None:
         assert (proc.returncode == 0) == ok, proc.stdout + proc.stderr

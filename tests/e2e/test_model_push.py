@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 def start_gateway(tmp: Path, port: int | None, password: str, *extra: str) -> subprocess.Popen:
     broker = ["--port", str(port)] if port else ["--no-broker"]
     return subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", "gateway", "--client-id", "gw-1", "--store", str(tmp / "gw-1.db"),
+        [sys.executable, "-m", "edge_client.cli", "gateway", "--client-id", "gw-1", "--store", str(tmp / "gw-1.db"),
          "--model-dir", str(tmp / "models"), "--trust", str(tmp / "aggregator.pub"), "--stats-every", "0",
          "--publish-every", "0.5", "--engine", "numpy", *broker, *extra],
         env=dict(os.environ, **{PASSWORD_ENV: password}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

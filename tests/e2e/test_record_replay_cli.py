@@ -19,13 +19,13 @@ pytestmark = pytest.mark.slow
 
 def test_replay_then_record_round_trips_a_real_ecg_session(tmp_path: Path) -> None:
     original = ecg.import_all(tmp_path / "rec")[0]  # pyhrv SampleECG, 1000 Hz, 22 s
-    replayer = subprocess.Popen([sys.executable, "-m", "shared.cli", "replay", str(original), "--pty", "--speed", "0"],
+    replayer = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "replay", str(original), "--pty", "--speed", "0"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = replayer.stdout.readline()
         assert line.startswith("pty: "), line
         recorded = tmp_path / "recorded.wfrec"
-        recorder = subprocess.Popen([sys.executable, "-m", "shared.cli", "record", "--serial", line.split()[1],
+        recorder = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "record", "--serial", line.split()[1],
                                      "-o", str(recorded), "--session", "copy"],
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         replay_out, _ = replayer.communicate(timeout=60)

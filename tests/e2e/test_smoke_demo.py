@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
 @pytest.mark.parametrize("broker", ["mosquitto", "embedded"])
 def test_demo_smoke_run_end_to_end(broker: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "shared.cli", "smoke", "--gateways", "2", "--broker", broker],
+    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", "smoke", "--gateways", "2", "--broker", broker],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -23,15 +23,15 @@ def test_demo_smoke_run_end_to_end(broker: str) -> None:
 
 
 def test_version_and_help() -> None:
-    out = subprocess.run([sys.executable, "-m", "shared.cli", "--version"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "edge_client.cli", "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("wheelfed ")
-    helptext = subprocess.run([sys.executable, "-m", "shared.cli", "--help"], capture_output=True, text=True, check=True)
+    helptext = subprocess.run([sys.executable, "-m", "edge_client.cli", "--help"], capture_output=True, text=True, check=True)
     for command in ("broker", "gateway", "demo", "smoke", "train", "model", "predict"):
         assert command in helptext.stdout
 
 
 def test_broker_command_requires_users() -> None:
-    proc = subprocess.run([sys.executable, "-m", "shared.cli", "broker", "--port", "0"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", "broker", "--port", "0"], capture_output=True, text=True)
     assert proc.returncode != 0 and "--user NAME:PASSWORD" in proc.stderr
 
 
@@ -45,7 +45,7 @@ def test_broker_command_serves_the_acl_config(tmp_path) -> None:
     from shared.transport.mqtt import MqttConfig, MqttTransport
 
     port = find_free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", "broker", "--port", str(port), "--run-dir",
+    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "broker", "--port", str(port), "--run-dir",
                              str(tmp_path), "--user", "aggregator:a-pw", "--user", "gw-1:g-pw"],
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -89,7 +89,7 @@ def test_runs_stop_everything_they_started_when_interrupted(command: list[str], 
     import signal
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "shared.cli", *command], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", *command], stdout=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:
             if ready in line:

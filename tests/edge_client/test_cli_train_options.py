@@ -16,7 +16,7 @@ import pytest
     (["--min-crowd", "-1"], "min_crowd"),
 ])
 def test_bad_privacy_options_end_in_one_line(tmp_path, args, message) -> None:
-    proc = subprocess.run([sys.executable, "-m", "shared.cli", "train", "-o", str(tmp_path / "m.cbor"),
+    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", "train", "-o", str(tmp_path / "m.cbor"),
                            "--port", "1", *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()

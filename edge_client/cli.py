@@ -1,5 +1,7 @@
 """The ``wheelfed`` command. Subcommands import their modules lazily, so the gateway's
-commands work with the edge dependencies alone."""
+commands work with the edge dependencies alone. It lives with the gateway's package because the
+gateway is where it must stay lightest (``tests/edge_client/test_edge_dependencies.py``);
+``shared/`` imports nothing from the packages above it."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import os
 import sys
 from typing import Callable
 
-from . import __version__
+from shared import __version__
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
@@ -594,7 +596,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .logs import setup_logging
+    from shared.logs import setup_logging
 
     args = build_parser().parse_args(argv)
     setup_logging(args.log_level, json_lines=args.log_json)
