@@ -6,6 +6,7 @@ process user are filled in here. Used by ``wheelfed broker``, the demo and the t
 
 from __future__ import annotations
 
+import errno
 import getpass
 import logging
 import os
@@ -62,6 +63,17 @@ def _port_open(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a listener could bind ``host:port`` now (as mosquitto does, with SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -125,6 +137,10 @@ class MosquittoBroker:
         passwd.chmod(0o600)
 
     def start(self, timeout_s: float = 10.0) -> "MosquittoBroker":
+        if not port_free(self.bind_address, self.port):
+            # Checked first: otherwise the other program's listener looks like ours starting.
+            raise OSError(errno.EADDRINUSE, f"port {self.port} on {self.bind_address} is already in use "
+                          "(another broker?); choose another with --port")
         if self.process is None:
             self._render()
         log_file = open(self.log_path, "ab")
@@ -141,6 +157,10 @@ class MosquittoBroker:
             time.sleep(0.01)
         log.info("mosquitto started", extra={"port": self.port, "pid": self.process.pid})
         return self
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def stop(self, *, kill: bool = False, timeout_s: float = 10.0) -> None:
         """Stop the broker (SIGTERM lets it save sessions; ``kill`` simulates a crash)."""

@@ -134,6 +134,8 @@ class MqttTransport(Transport):
         Without ``wait`` (a gateway starting offline) the thread keeps retrying in the background.
         """
         cfg = self.config
+        if wait:
+            _check_reachable(cfg.host, cfg.port, min(timeout_s, 5.0))
         if cfg.protocol == 5:
             props = Properties(PacketTypes.CONNECT)
             props.SessionExpiryInterval = cfg.session_expiry_s
@@ -256,3 +258,20 @@ class MqttTransport(Transport):
         self._client.loop_stop()
         self._inbound.put(None)
         self._dispatch_thread.join(timeout_s)
+
+
+def _check_reachable(host: str, port: int, timeout_s: float) -> None:
+    """Fail at once with the socket's reason (refused, unknown host) instead of a silent wait.
+
+    paho's background loop swallows connection errors and retries, so without this a broker
+    that is not running looks like one that does not answer.
+    """
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except socket.gaierror as exc:
+        raise ConnectionError(f"could not connect to MQTT broker {host}:{port}: unknown host ({exc.strerror})") from None
+    except ConnectionRefusedError:
+        raise ConnectionError(f"could not connect to MQTT broker {host}:{port}: connection refused "
+                              "(is the broker running on that port?)") from None
+    except OSError as exc:
+        raise ConnectionError(f"could not connect to MQTT broker {host}:{port}: {exc.strerror or exc}") from None

@@ -13,7 +13,7 @@ import pytest
     (["--algorithm", "fedforest", "--client-splits"], "add --paper-protocol"),
     (["--algorithm", "fedforest", "--dp-noise-multiplier", "2"], "fedscs-xgb only"),
     (["--dp-noise-multiplier", "2", "--no-secure-aggregation"], "secure aggregation"),
-    (["--min-crowd", "-1"], "min_crowd"),
+    (["--min-crowd", "-1"], "--min-crowd"),
 ])
 def test_bad_privacy_options_end_in_one_line(tmp_path, args, message) -> None:
     proc = subprocess.run([sys.executable, "-m", "edge_client.cli", "train", "-o", str(tmp_path / "m.cbor"),
