@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from edge_client.cli.arguments import (add_subcommand, existing_file, gateway_id, holdout_share, non_negative_float,
-                                       positive_float, positive_int)
+                                       positive_float, positive_int, serial_port)
 from edge_client.cli.connection import add_broker_options, mqtt_config
 
 
@@ -45,7 +45,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                                  "--trust aggregator.pub",
                                  "wheelfed gateway --client-id gw-1 --serial /dev/pts/3 --store gw-1.db --no-broker"])
     p.add_argument("--client-id", required=True, type=gateway_id, help="this gateway's id (= its broker user)")
-    p.add_argument("--serial", help="sensor link: device path, pty path or pyserial URL (none: no sensors)")
+    p.add_argument("--serial", type=serial_port, help="sensor link: device path, pty path or pyserial URL (none: no sensors)")
     p.add_argument("--baud", type=positive_int, default=115200, help="serial baud rate")
     p.add_argument("--store", help="window store (SQLite); default CLIENT_ID-windows.db")
     p.add_argument("--session", help="session id for the stored windows (default: client id + start time)")
