@@ -9,12 +9,16 @@ from edge_client.cli.arguments import existing_file, port_number
 from edge_client.cli.errors import CliError, UsageError
 
 PASSWORD_VARIABLE = "WHEELFED_MQTT_PASSWORD"
+HOST_VARIABLE = "WHEELFED_MQTT_HOST"
+PORT_VARIABLE = "WHEELFED_MQTT_PORT"
 
 
 def add_broker_options(p: argparse.ArgumentParser, *, username_help: str) -> None:
     """--host/--port/--username/--protocol/--tls-*: the same spelling on every command."""
-    p.add_argument("--host", default="127.0.0.1", help="broker host")
-    p.add_argument("--port", type=port_number, default=1883, help="broker port")
+    p.add_argument("--host", default=os.environ.get(HOST_VARIABLE, "127.0.0.1"),
+                   help=f"broker host (default: %(default)s; ${HOST_VARIABLE} sets it)")
+    p.add_argument("--port", type=port_number, default=os.environ.get(PORT_VARIABLE, "1883"),
+                   help=f"broker port (default: %(default)s; ${PORT_VARIABLE} sets it)")
     p.add_argument("--username", help=username_help)
     p.add_argument("--protocol", type=int, choices=(4, 5), default=5, help="MQTT 5, or 4 = 3.1.1")
     p.add_argument("--tls-ca", type=existing_file, help="CA certificate: connect with TLS (the certificate's CN "
