@@ -1,0 +1,183 @@
+"""The fleet demo's decisions and explanations, as pure functions of measured counts
+(``aggregator.demo.decisions``): deploy or not, why a model was re-scored on other windows, who
+sat out and why, secure aggregation by fleet size, and the bytes in context."""
+
+from __future__ import annotations
+
+import pytest
+
+from aggregator.demo.decisions import (
+    RoundFacts,
+    Score,
+    bytes_explanation,
+    decide_deployment,
+    rescoring_note,
+    sat_out_reasons,
+    secure_aggregation_plan,
+)
+
+
+def score(windows: dict[str, int], correct: dict[str, int], class_counts=(10, 10, 10)) -> Score:
+    return Score(windows=windows, correct=correct, class_counts=tuple(class_counts))
+
+
+# -- Score -------------------------------------------------------------------------------------------
+
+
+def test_score_pools_counts_and_takes_the_majority_class_rate_as_chance() -> None:
+    s = score({"a": 30, "b": 10}, {"a": 15, "b": 10}, class_counts=(20, 12, 8))
+    assert s.n == 40 and s.accuracy == pytest.approx(25 / 40)
+    assert s.majority_rate == pytest.approx(20 / 40)
+    assert s.accuracy_on(["b"]) == (1.0, 10)
+
+
+def test_score_from_per_client_metrics_recovers_exact_counts() -> None:
+    s = Score.from_metrics({"a": {"n": 26.0, "accuracy": 3 / 26}, "b": {"n": 11.0, "accuracy": 1 / 11}},
+                           class_counts=[5, 32])
+    assert s.windows == {"a": 26, "b": 11} and s.correct == {"a": 3, "b": 1}
+    assert s.majority_rate == pytest.approx(32 / 37)
+
+
+# -- deploy or not -----------------------------------------------------------------------------------
+
+
+def test_deploys_the_most_accurate_candidate_that_beats_local_only_and_chance() -> None:
+    local = score({"a": 50, "b": 50}, {"a": 25, "b": 25})  # 0.50
+    candidates = {"fedscs-xgb": score({"a": 50, "b": 50}, {"a": 40, "b": 40}),  # 0.80
+                  "fedforest": score({"a": 50, "b": 50}, {"a": 45, "b": 44})}  # 0.89
+    decision = decide_deployment("first training", candidates, local_only=local)
+    assert decision.deploy == "fedforest"
+    assert decision.local_only == pytest.approx(0.5) and decision.chance == pytest.approx(1 / 3)
+    assert decision.windows == 100
+    assert "fedforest" in decision.reason and "0.890" in decision.reason and "0.500" in decision.reason
+    assert "majority-class rate" in decision.reason
+
+
+def test_deploys_nothing_when_no_candidate_beats_the_local_only_baseline() -> None:
+    # the user's 3-gateway run: 0.317 and 0.283 against gateways that scored 27/60 alone
+    local = score({"gw-01": 26, "gw-02": 11, "gw-03": 23}, {"gw-01": 3, "gw-02": 1, "gw-03": 23})
+    candidates = {"fedscs-xgb": score({"gw-01": 26, "gw-02": 11, "gw-03": 23}, {"gw-01": 3, "gw-02": 4, "gw-03": 12}),
+                  "fedforest": score({"gw-01": 26, "gw-02": 11, "gw-03": 23}, {"gw-01": 3, "gw-02": 1, "gw-03": 13})}
+    decision = decide_deployment("first training", candidates, local_only=local)
+    assert decision.deploy is None
+    assert "no model deployed" in decision.reason and "0.450" in decision.reason
+    assert "without a model" in decision.reason
+
+
+def test_deploys_nothing_below_chance_even_above_a_weak_baseline() -> None:
+    # 0.60 beats gateways alone (0.40) but not always guessing the most common activity (0.70)
+    local = score({"a": 100}, {"a": 40}, class_counts=(70, 30))
+    candidates = {"fedforest": score({"a": 100}, {"a": 60}, class_counts=(70, 30))}
+    decision = decide_deployment("first training", candidates, local_only=local)
+    assert decision.deploy is None and decision.chance == pytest.approx(0.7)
+    assert "majority-class rate 0.700" in decision.reason
+
+
+def test_a_tie_with_a_bar_does_not_beat_it() -> None:
+    local = score({"a": 10}, {"a": 6}, class_counts=(5, 5))
+    decision = decide_deployment("first training", {"fedforest": score({"a": 10}, {"a": 6}, (5, 5))},
+                                 local_only=local)
+    assert decision.deploy is None
+
+
+def test_retraining_must_also_not_score_below_the_deployed_model_rescored() -> None:
+    local = score({"a": 100}, {"a": 50})
+    deployed = score({"a": 100}, {"a": 90})
+    worse = decide_deployment("retraining", {"fedforest (retrained)": score({"a": 100}, {"a": 85})},
+                              local_only=local, deployed=("activity:v1", deployed))
+    assert worse.deploy is None and "activity:v1" in worse.reason and "keep" in worse.reason
+    assert worse.deployed_rescored == pytest.approx(0.9)
+    equal = decide_deployment("retraining", {"fedforest (retrained)": score({"a": 100}, {"a": 90})},
+                              local_only=local, deployed=("activity:v1", deployed))
+    assert equal.deploy == "fedforest (retrained)"
+
+
+def test_the_bars_are_compared_on_the_gateways_both_were_scored_on() -> None:
+    # gw "b" sat out the local-only baseline: the comparison uses "a"'s windows only
+    local = score({"a": 10}, {"a": 9})
+    candidate = score({"a": 10, "b": 90}, {"a": 8, "b": 90})  # 0.98 pooled, 0.8 on "a"
+    decision = decide_deployment("first training", {"fedforest": candidate}, local_only=local)
+    assert decision.deploy is None and decision.windows == 10
+
+
+def test_failed_trainings_are_named_and_never_deployed() -> None:
+    local = score({"a": 10}, {"a": 5})
+    decision = decide_deployment("first training", {}, local_only=local,
+                                 failures={"fedscs-xgb": "secure aggregation needs at least 3 clients"})
+    assert decision.deploy is None
+    assert "fedscs-xgb: training failed (secure aggregation needs at least 3 clients)" in decision.reason
+    assert decision.failures == {"fedscs-xgb": "secure aggregation needs at least 3 clients"}
+
+
+# -- re-scoring ---------------------------------------------------------------------------------------
+
+
+def test_rescoring_note_says_how_many_windows_from_which_gateways_and_why() -> None:
+    note = rescoring_note({"gw-01": 20, "gw-02": 40}, {"gw-01": 30, "gw-02": 65}, still_held_out=12,
+                          holdout_fraction=0.25)
+    assert note.startswith("re-scored on 95 held-out windows of 2 gateways (was 60 at its first scoring)")
+    assert "last 25% of each gateway's labelled windows" in note
+    assert "12 of the first 60 are still held out; the other 48 are not (the tail moved past them)" in note
+
+
+def test_rescoring_note_when_the_first_windows_are_all_still_held_out() -> None:
+    note = rescoring_note({"a": 310}, {"a": 1240}, still_held_out=310, holdout_fraction=0.25)
+    assert "all 310 of the first are still held out; the later labels added 930" in note
+
+
+def test_rescoring_note_without_a_measured_overlap_and_with_a_gateway_missing() -> None:
+    note = rescoring_note({"a": 10, "b": 10}, {"a": 20}, still_held_out=None, holdout_fraction=0.25)
+    assert "re-scored on 20 held-out windows of 1 gateway (was 20 of 2 at its first scoring)" in note
+    assert "not scored this time: b" in note and "still held out" not in note
+
+
+# -- who sat out ---------------------------------------------------------------------------------------
+
+
+def test_sat_out_reasons_name_errors_timeouts_offline_and_left_out() -> None:
+    clients = ["a", "b", "c", "d"]
+    rounds = [RoundFacts(selected=("a", "b", "c", "d"), answered=("a", "d"),
+                         errors={"b": "no_data: no labelled windows of feature set 'x' in the store"},
+                         timed_out=("c",)),
+              RoundFacts(selected=("a", "d"), answered=("a",), errors={}, timed_out=("d",))]
+    reasons = sat_out_reasons(clients, rounds, offline={"c"})
+    assert "a" not in reasons
+    assert reasons["b"] == "refused (no_data: no labelled windows of feature set 'x' in the store); " \
+                           "left out of 1 later round"
+    assert reasons["c"].startswith("did not answer by the deadline (offline)")
+    assert reasons["d"] == "did not answer by the deadline in 1 of 2 rounds"
+
+
+def test_sat_out_reasons_count_rejected_replies() -> None:
+    rounds = [RoundFacts(selected=("a", "b"), answered=("a", "b"))]
+    assert sat_out_reasons(["a", "b"], rounds, rejected={"b": 2}) == \
+        {"b": "2 replies rejected by the aggregator (they did not fit the job)"}
+
+
+# -- secure aggregation by fleet size ------------------------------------------------------------------
+
+
+def test_secure_aggregation_needs_three_gateways() -> None:
+    assert secure_aggregation_plan(3).on and secure_aggregation_plan(10).on
+    two = secure_aggregation_plan(2)
+    assert not two.on and "at least 3 gateways" in two.reason and "unmasked" in two.reason
+
+
+# -- bytes in context ------------------------------------------------------------------------------------
+
+
+def test_bytes_explanation_says_what_the_multiple_is_of_and_where_the_bytes_went() -> None:
+    phases = {"training fedscs-xgb": 300_000_000, "training fedforest": 50_000_000,
+              "local-only baseline": 4_000_000, "held-out scoring": 1_000_000, "deploying activity:v1": 500_000}
+    lines = bytes_explanation(phases, total=360_000_000, raw_sensor_bytes=1_800_000, raw_samples=75_000,
+                              channels=6, gateways=3, secure=True)
+    text = "\n".join(lines)
+    assert "200.0x the raw sensor data" in text
+    assert "75,000 samples x 6 channels" in text
+    assert "training fedscs-xgb: 300.0 MB (83%)" in text
+    assert "deploying activity:v1: 0.5 MB = 167 kB per gateway" in text
+    assert "every node x feature x bin" in text and "masked" in text
+    assert "other (status messages" in text
+    plain = "\n".join(bytes_explanation(phases, total=360_000_000, raw_sensor_bytes=1_800_000, raw_samples=75_000,
+                                        channels=6, gateways=2, secure=False))
+    assert "masked" not in plain and "in the clear" in plain
