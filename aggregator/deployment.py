@@ -7,6 +7,11 @@ dashboards -- personalised models are announced to nobody else), and sends the b
 that are offline. Gateways answer ``ModelStatus`` (active / rejected with the reason); a gateway
 that has not answered by the deadline stays ``pending`` in the registry and installs the model
 when it comes back.
+
+Every answer also says which model the gateway runs afterwards (``active_model_id`` /
+``active_version``), whether the request took effect or not; the registry records that as the
+gateway's ``active`` version, so ``wheelfed model list`` follows deploys, refusals and rollbacks
+alike (a rollback names no model: only the answers know where each gateway ended up).
 """
 
 from __future__ import annotations
@@ -49,18 +54,27 @@ class DeploymentResult:
         return {c: s.reason for c, s in self.statuses.items() if s.state == "rejected"}
 
 
-def _record(registry: Registry, model_id: str, version: int, result: DeploymentResult) -> None:
-    for client, status in result.statuses.items():
-        registry.set_deployment(model_id, version, client, status.state, status.reason)
-    for client in result.pending:
-        registry.set_deployment(model_id, version, client, "pending", "queued by the broker until the gateway is back")
+def _record(registry: Registry, result: DeploymentResult, pushed: tuple[str, int] | None = None) -> None:
+    """The gateways' answers: the version each one runs now, and (for a deploy of ``pushed``)
+    which gateways refused it or have not answered yet."""
+    for client, status in sorted(result.statuses.items()):
+        runs = (status.active_model_id, status.active_version) if status.active_model_id else None
+        if pushed is not None and status.state == "rejected":
+            registry.set_deployment(*pushed, client, "rejected", status.reason)
+        if runs is not None:
+            detail = (f"kept: {pushed[0]}:v{pushed[1]} was rejected" if pushed is not None and runs != pushed
+                      else status.reason)
+            registry.set_deployment(*runs, client, "active", detail)
+    for client in result.pending if pushed is not None else ():
+        registry.set_deployment(*pushed, client, "pending", "queued by the broker until the gateway is back")
 
 
 def deploy(engine: RoundEngine, registry: Registry, signing_key: SigningKey, model_id: str, version: int | None,
            clients: list[str], *, target: str = "", deadline_s: float = 30.0) -> DeploymentResult:
-    """Sign and push ``model_id`` (``version`` None: the latest) to ``clients`` (for a
-    personalised model: ``target``, which must be among them)."""
+    """Sign and push ``model_id`` (``version`` None: the latest) to ``clients``. A personalised
+    model (``target``, by default the one it was registered for) goes to that gateway only."""
     record, model = registry.model(model_id, version)
+    target = target or record.target
     if target and clients != [target]:
         raise ValueError(f"a model personalised for {target!r} goes to that gateway only, not to {clients}")
     bundle = ModelBundle.create(model, model_id=record.model_id, version=record.version, signing_key=signing_key,
@@ -74,15 +88,20 @@ def deploy(engine: RoundEngine, registry: Registry, signing_key: SigningKey, mod
                           retain=True)
     result = _push(engine, f"deploy-{record.model_id}-v{record.version}", ModelPush(data), clients, deadline_s,
                    record.label)
-    _record(registry, record.model_id, record.version, result)
+    _record(registry, result, (record.model_id, record.version))
     log.info("model deployed", extra={"model": record.label, "active": result.active, "rejected": result.rejected,
                                       "pending": result.pending})
     return result
 
 
-def rollback(engine: RoundEngine, clients: list[str], *, reason: str = "", deadline_s: float = 30.0) -> DeploymentResult:
-    """Ask ``clients`` to go back to their previous model."""
-    return _push(engine, "rollback", ModelRollback(reason), clients, deadline_s, "rollback")
+def rollback(engine: RoundEngine, clients: list[str], *, registry: Registry | None = None, reason: str = "",
+             deadline_s: float = 30.0) -> DeploymentResult:
+    """Ask ``clients`` to go back to their previous model; ``registry`` records where each ended up."""
+    result = _push(engine, "rollback", ModelRollback(reason), clients, deadline_s, "rollback")
+    if registry is not None:
+        _record(registry, result)
+    log.info("model rollback", extra={"active": result.active, "rejected": result.rejected, "pending": result.pending})
+    return result
 
 
 def _push(engine: RoundEngine, job: str, body: object, clients: list[str], deadline_s: float,

@@ -4,6 +4,11 @@ One SQLite file (``--registry``, default ``wheelfed-registry.db``): ``models`` h
 (the model's CBOR, algorithm, feature set, metrics as JSON), ``deployments`` the state of each
 (model version, gateway) pair as reported by the gateways (``active``, ``rejected``, ``pending``
 until the gateway answers). Versions count up per model id.
+
+A gateway runs one model at a time, but its ``active`` rows are never demoted: which version it
+runs *now* is its most recently confirmed ``active`` row (:meth:`Registry.running`). That keeps
+the table a faithful log of what each gateway said, and a deploy, rollback or re-deploy only
+has to record the gateway's answer -- no row has to be rewritten to stay consistent.
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from shared.model import TreeEnsemble
 
-__all__ = ["ModelRecord", "Registry", "RegistryError"]
+__all__ = ["Deployment", "ModelRecord", "Registry", "RegistryError"]
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS models (
@@ -62,6 +67,21 @@ class ModelRecord:
     classes: list
     metrics: dict
     created: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.model_id}:v{self.version}"
+
+
+class Deployment(NamedTuple):
+    """One (model version, gateway) pair as the gateway last reported it (a tuple, so older
+    callers that unpack five fields keep working)."""
+
+    model_id: str
+    version: int
+    client: str
+    state: str  # "active" | "rejected" | "pending"
+    detail: str
 
     @property
     def label(self) -> str:
@@ -112,9 +132,24 @@ class Registry:
         with self._lock:
             row = self._db.execute(query, params).fetchone()
         if row is None:
-            which = f"{model_id}:v{version}" if version is not None else model_id
-            raise RegistryError(f"no model {which} in {self.path} (see `wheelfed model list`)")
+            raise RegistryError(self._missing(model_id, version))
         return row
+
+    def _missing(self, model_id: str, version: int | None) -> str:
+        """Why ``model_id[:vN]`` is not here, naming what is (the operator's next command)."""
+        with self._lock:
+            rows = self._db.execute("SELECT model_id, version FROM models ORDER BY model_id, version").fetchall()
+        versions: dict[str, list[int]] = {}
+        for m, v in rows:
+            versions.setdefault(m, []).append(v)
+        if not versions:
+            return (f"{self.path} holds no models yet (wheelfed model register FILE or wheelfed train "
+                    "--registry adds one)")
+        if model_id in versions:
+            return (f"no version {version} of {model_id} in {self.path}; it has "
+                    f"{', '.join(f'{model_id}:v{v}' for v in versions[model_id])}")
+        known = ", ".join(f"{m} (v{'/v'.join(map(str, vs))})" for m, vs in versions.items())
+        return f"no model {model_id!r} in {self.path}; it has {known}"
 
     def record(self, model_id: str, version: int | None = None) -> ModelRecord:
         r = self._row(model_id, version)
@@ -135,18 +170,29 @@ class Registry:
                       (json.dumps(metrics), model_id, version))
 
     def set_deployment(self, model_id: str, version: int, client: str, state: str, detail: str = "") -> None:
+        """Record a gateway's answer; each one is stamped later than every earlier one, so the
+        newest report wins even when the clock does not move between two of them."""
         with self._tx() as c:
+            (latest,) = c.execute("SELECT coalesce(max(updated), 0) FROM deployments").fetchone()
             c.execute("INSERT INTO deployments VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (model_id, version, client) "
                       "DO UPDATE SET state = excluded.state, detail = excluded.detail, updated = excluded.updated",
-                      (model_id, version, client, state, detail, time.time()))
+                      (model_id, version, client, state, detail, max(time.time(), latest + 1e-6)))
 
-    def deployments(self, model_id: str | None = None) -> list[tuple[str, int, str, str, str]]:
-        """(model id, version, client, state, detail), newest first."""
+    def deployments(self, model_id: str | None = None) -> list[Deployment]:
+        """Every recorded (model version, gateway) state, newest first."""
         where, params = ("WHERE model_id = ?", (model_id,)) if model_id else ("", ())
         with self._lock:
-            return [tuple(r) for r in self._db.execute(
+            return [Deployment(*r) for r in self._db.execute(
                 f"SELECT model_id, version, client, state, detail FROM deployments {where} "
                 "ORDER BY updated DESC", params)]
+
+    def running(self) -> dict[str, Deployment]:
+        """Per gateway, the model version it last confirmed running (its newest ``active`` row)."""
+        out: dict[str, Deployment] = {}
+        for row in self.deployments():
+            if row.state == "active":
+                out.setdefault(row.client, row)
+        return out
 
     def close(self) -> None:
         with self._lock:

@@ -1,4 +1,8 @@
-"""Model files on the command line: ``.json`` (WheelFed JSON) or CBOR, checked before any work."""
+"""Model files on the command line: ``.json`` (WheelFed JSON) or CBOR, checked before any work.
+
+Reading and writing live together so that what ``wheelfed model export`` writes is, by
+construction, what ``wheelfed predict --model`` and ``wheelfed train --init-model`` read.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +31,15 @@ def load_model_file(path: str | Path):
     except (DecodeError, ValueError, KeyError, TypeError) as exc:
         kind = "JSON" if path.suffix.lower() == ".json" else "CBOR"
         raise ValueError(f"{path} is not a WheelFed model ({kind}: {str(exc).splitlines()[0][:160]})") from None
+
+
+def model_file_bytes(model, path: Path, *, xgboost: bool = False) -> bytes:
+    """``model`` as the file ``path`` names: WheelFed JSON for ``.json``, CBOR otherwise (what
+    :func:`load_model_file` reads back), or XGBoost's model JSON (boosted models only; a
+    ``ValueError`` says why another one cannot be)."""
+    if xgboost:
+        return model.to_xgboost_json()
+    return model.to_json(indent=1).encode() if Path(path).suffix.lower() == ".json" else model.to_cbor()
 
 
 def model_file(text: str):

@@ -1,5 +1,6 @@
 """``wheelfed keygen``, ``wheelfed model register|list|show|deploy|rollback`` and ``wheelfed
-predict`` as an operator runs them."""
+predict`` as an operator runs them, against a real gateway process behind mosquitto: what
+``model list`` and ``model show`` say each gateway runs follows deploys and rollbacks."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ def test_operator_workflow(tmp_path: Path) -> None:
                                           feature_set_version=table.feature_set_version),
                                 [(table.X[labelled], np.array([str(v) for v in table.labels[labelled]]))])
     (tmp_path / "model.json").write_text(model.to_json())
+    more = aggregator.simulate(FedForest(n_trees=7, max_depth=4, secure_aggregation=False,
+                                         feature_set_version=table.feature_set_version),
+                               [(table.X[labelled], np.array([str(v) for v in table.labels[labelled]]))])
 
     out = cli("predict", str(recording), "--model", str(tmp_path / "model.json"), "-o", str(tmp_path / "p.csv"))
     assert "accuracy on" in out and "recall" in out
@@ -50,10 +54,12 @@ def test_operator_workflow(tmp_path: Path) -> None:
     assert "key id" in cli("keygen", "-o", key)
     assert "refusing to overwrite" in cli("keygen", "-o", key, ok=False)
     registry = str(tmp_path / "reg.db")
-    assert "registered act:v1" in cli("model", "register", "--registry", registry, "--model-id", "act",
-                                      "--file", str(tmp_path / "model.json"))
-    assert "act:v1" in cli("model", "list", "--registry", registry) and "not deployed" in cli(
-        "model", "list", "--registry", registry)
+    assert "registered act:v1" in cli("model", "register", str(tmp_path / "model.json"), "--registry", registry,
+                                      "--model-id", "act")
+    (tmp_path / "act.json").write_text(more.to_json())
+    assert "registered act:v2" in cli("model", "register", str(tmp_path / "act.json"), "--registry", registry)
+    listed = cli("model", "list", "--registry", registry)
+    assert "act:v1" in listed and "act:v2" in listed and "not deployed" in listed
 
     passwords = {"aggregator": secrets.token_hex(6), "gw-1": secrets.token_hex(6)}
     with WindowStore(tmp_path / "gw-1.db") as store:
@@ -63,16 +69,34 @@ def test_operator_workflow(tmp_path: Path) -> None:
         try:
             processes.start("gw-1", "--store", str(tmp_path / "gw-1.db"), "--trust", str(tmp_path / "agg.pub"))
             env = dict(os.environ, **{PASSWORD_ENV: passwords["aggregator"]})
-            common = ("--registry", registry, "--port", str(broker.port), "--clients", "gw-1", "--key", key)
+            broker_args = ("--registry", registry, "--port", str(broker.port), "--clients", "gw-1")
             deadline = time.monotonic() + 60
             out = ""
             while time.monotonic() < deadline:  # the gateway may still be starting: its inbox queues it anyway
-                out = cli("model", "deploy", "act", *common, "--deadline", "10", env=env, ok=None)
-                if "active on ['gw-1']" in out:
+                out = cli("model", "deploy", "act:v1", *broker_args, "--key", key, "--deadline", "10", env=env,
+                          ok=None)
+                if "active on gw-1" in out:
                     break
-            assert "active on ['gw-1']" in out, out
-            assert "gw-1=active" in cli("model", "list", "--registry", registry)
-            assert "gw-1: active" in cli("model", "show", "act:v1", "--registry", registry)
-            assert "no previous model" in cli("model", "rollback", *common, env=env)
+            assert "active on gw-1" in out, out
+            assert "no previous model" in cli("model", "rollback", *broker_args, env=env)
+            assert "active on gw-1" in cli("model", "deploy", "act", *broker_args, "--key", key, env=env)
+            assert rows_of(cli("model", "list", "--registry", registry)) == {"act:v1": "not deployed",
+                                                                            "act:v2": "gw-1=active"}
+
+            # the rollback names no model: the registry learns where gw-1 ended up from its answer
+            out = cli("model", "rollback", *broker_args, "--reason", "misses transfers", env=env)
+            assert "rolled back gw-1" in out and "running act:v1" in out, out
+            assert rows_of(cli("model", "list", "--registry", registry)) == {"act:v1": "gw-1=active",
+                                                                            "act:v2": "not deployed"}
+            assert "gw-1: active (rolled back: misses transfers)" in cli("model", "show", "act:v1",
+                                                                         "--registry", registry)
+            assert "gw-1: replaced (now runs act:v1)" in cli("model", "show", "act:v2", "--registry", registry)
         finally:
             processes.stop_all()
+
+
+def rows_of(listing: str) -> dict[str, str]:
+    """``wheelfed model list`` as {MODEL: GATEWAYS}."""
+    lines = listing.strip().splitlines()
+    start = lines[0].index("GATEWAYS")
+    return {line.split()[0]: line[start:].strip() for line in lines[1:]}
