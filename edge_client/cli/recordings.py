@@ -78,11 +78,7 @@ def _import(args: argparse.Namespace) -> int:
 
     args.output.mkdir(parents=True, exist_ok=True)
     importer = {"seglearn": seglearn_watch.import_all, "ecg": ecg.import_all}[args.dataset]
-    try:
-        paths = importer(args.output)
-    except FileExistsError as exc:
-        raise CliError(f"{exc.filename or exc} exists; import into an empty folder") from None
-    for path in paths:
+    for path in importer(args.output):
         print(path)
     return 0
 
@@ -128,7 +124,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_features)
 
     p = add_subcommand(sub, "record", "record a serial sensor link into a recording file",
-                       examples=["wheelfed record --serial /dev/ttyUSB0 -o session.wfrec --duration 600"])
+                       examples=["wheelfed record --serial /dev/ttyUSB0 -o session.wfrec --duration 5"])
     p.add_argument("--serial", required=True, type=serial_port, help="device path, pty path or pyserial URL")
     p.add_argument("--baud", type=positive_int, default=115200, help="serial baud rate")
     p.add_argument("-o", "--output", required=True, type=output_file(".wfrec", what="recording"),
