@@ -8,7 +8,7 @@ import threading
 
 from edge_client.cli.arguments import (add_subcommand, existing_dir, non_negative_float, output_file,
                                        positive_float, positive_int, recording_file, serial_port)
-from edge_client.cli.errors import CliError, UsageError
+from edge_client.cli.errors import INTERRUPTED, CliError, UsageError
 
 
 def _stop_on_signals() -> threading.Event:
@@ -53,7 +53,7 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from firmware_bridge.replay import open_pty, replay
+    from firmware_bridge.replay import ReplayError, open_pty, replay
 
     if bool(args.pty) == bool(args.to):
         raise UsageError("give exactly one of --to PORT and --pty")
@@ -65,12 +65,16 @@ def _replay(args: argparse.Namespace) -> int:
         wait: float | None = args.wait_for_reader
     else:
         port, wait = args.to, None
-    stats = replay(args.recording, port, speed=args.speed, baudrate=args.baud, stop_event=stop, wait_for_reader_s=wait)
+    try:
+        stats = replay(args.recording, port, speed=args.speed, baudrate=args.baud, stop_event=stop,
+                       wait_for_reader_s=wait)
+    except ReplayError as exc:
+        raise CliError(str(exc)) from None
     state = "replayed" if stats.completed else "stopped early after"
     print(f"{state} {stats.recording_s:.1f} s of recording in {stats.wall_s:.1f} s: {stats.frames_sent} frames "
           f"({stats.sample_frames} sample, {stats.annotation_frames} label, {stats.descriptor_frames} descriptor), "
           f"{stats.bytes_sent:,} bytes; worst lag {stats.max_lag_s:.2f} s", flush=True)
-    return 0 if stats.completed else 1
+    return 0 if stats.completed else INTERRUPTED
 
 
 def _import(args: argparse.Namespace) -> int:

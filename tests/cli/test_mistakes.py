@@ -40,6 +40,8 @@ MISTAKES: list[tuple[str, int, tuple[str, ...]]] = [
     ("replay rec.wfrec --to /dev/ttyNOPE", USAGE, ("no such serial device: /dev/ttyNOPE",)),
     ("replay rec.wfrec --pty --speed -1", USAGE, ("--speed", "-1")),
     ("replay table.csv --pty", USAGE, ("not a WheelFed recording",)),
+    ("replay rec.wfrec --pty --wait-for-reader 0.5", RUNTIME, ("no reader opened the pty within 0.5 s",)),
+    ("replay rec.wfrec --to socket://127.0.0.1:{closed}", RUNTIME, ("cannot open", "Connection refused")),
     ("record --serial /dev/ttyNOPE -o new.wfrec", USAGE, ("no such serial device: /dev/ttyNOPE",)),
     ("record --serial loop:// -o new.txt", USAGE, ("must end in .wfrec",)),
     ("record --serial loop:// -o rec.wfrec", USAGE, ("rec.wfrec exists",)),
