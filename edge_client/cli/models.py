@@ -72,13 +72,21 @@ existing_registry.__name__ = "registry"
 def signing_key(text: str):
     """The aggregator's signing key, read now: a missing, unreadable or too open key file is a
     usage error before any broker connection (the gateways would refuse an unsigned push)."""
-    from shared.signing import load_signing_key
+    from shared.signing import load_signing_key, load_verify_key
 
     path = Path(text)
     if not path.exists():
         raise argparse.ArgumentTypeError(f"no signing key at {text} (wheelfed keygen -o {text} makes one)")
     existing_file(text)
     try:
+        load_verify_key(path)
+    except ValueError:
+        pass  # not a public key: read it as the private one below
+    else:
+        raise argparse.ArgumentTypeError(f"{text} is the public key (it goes to the gateways); --key takes the "
+                                         f"private one, {path.with_suffix('.key')}")
+    try:
+        load_signing_key(path, check_permissions=False)  # what it is first: "chmod 600" fixes no CSV
         return load_signing_key(path)
     except PermissionError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
