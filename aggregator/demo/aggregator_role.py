@@ -4,17 +4,21 @@ driven step by step by the demo's orchestrator.
     python -m aggregator.demo.aggregator_role CONFIG.json
 
 It speaks JSON lines: commands on stdin (``{"cmd": "train"}``, ``{"cmd": "retrain"}``,
-``{"cmd": "stop"}``), events on stdout (``gateways``, ``progress``, ``evaluation``, ``deployed``,
-``done``, ``error``) -- so the orchestrator can time the steps to the replayed sessions and
-render them, and this process stays an ordinary aggregator: an MQTT client of the broker, a
-registry file, a signing key.
+``{"cmd": "stop"}``), events on stdout (``gateways``, ``progress``, ``evaluation``, ``sat_out``,
+``training_failed``, ``traffic``, ``decision``, ``deployed``, ``done``, ``error``) -- so the
+orchestrator can time the steps to the replayed sessions and render them, and this process stays
+an ordinary aggregator: an MQTT client of the broker, a registry file, a signing key.
 
 ``train``: FedSCS-XGB and FedForest over the fleet (each gateway trains on the labelled windows
 of its store, the tail of each session held out), the local-only baseline (every gateway alone),
-federated evaluation of all of them on the held-out windows, registration, and deployment of the
-better federated model. ``retrain``: periodic retraining with the windows labelled since --
-FedSCS-XGB continues boosting from the deployed model, FedForest grows a new forest -- deployed
-only if its held-out accuracy does not drop.
+federated evaluation of all of them on the held-out windows, and deployment of the better
+federated model -- only if it beats the local-only baseline and chance
+(``decisions.decide_deployment``). ``retrain``: periodic retraining with the windows labelled
+since -- FedSCS-XGB continues boosting from the deployed model, FedForest grows a new forest, both
+train afresh when nothing is deployed -- with the local-only baseline retrained on the same
+labels; deployed only if it also does not score below the deployed model re-scored on today's
+held-out windows. Every step says which gateways sat out and why (``sat_out``), and how many
+bytes it moved (``traffic``).
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +41,25 @@ from shared.signing import load_signing_key
 from shared.transport.mqtt import MqttConfig, MqttTransport
 
 from ..algorithms import FedForest, FedSCSXGB
-
-#: FedSCS-XGB's bins in the demo (its histograms are the demo's largest messages).
-XGB_BINS = 64
 from ..baselines import LocalLearning
 from ..deployment import deploy
 from ..evaluation import evaluate_federated
-from ..jobs import FederatedJob, JobSettings, RoundProgress
+from ..jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
 from ..registry import Registry
-from ..rounds import RoundEngine
+from ..rounds import QuorumNotReached, RoundEngine
+from .decisions import RoundFacts, Score, decide_deployment, sat_out_reasons
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RoleConfig", "main"]
+__all__ = ["FIRST_TRAINING", "RETRAINING", "RoleConfig", "XGB_BINS", "main"]
 
 MODEL_ID = "activity"
+
+#: FedSCS-XGB's bins in the demo (its histograms are the demo's largest messages).
+XGB_BINS = 64
+
+#: The demo's two training steps, as its events and summary name them.
+FIRST_TRAINING, RETRAINING = "first training", "retraining"
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,21 @@ class RoleConfig:
     deadline_s: float = 120.0
     min_fraction: float = 0.5
     seed: int = 0
+    secure_aggregation: bool = True  # False below 3 gateways (decisions.secure_aggregation_plan)
+
+
+@dataclass(frozen=True)
+class _Deployed:
+    """The model the gateways run: what retraining continues and re-scores, and on which
+    held-out windows (per gateway) it was scored when it was deployed."""
+
+    algorithm: str
+    version: int
+    first_windows: dict[str, int]
+
+    @property
+    def label(self) -> str:
+        return f"{MODEL_ID}:v{self.version}"
 
 
 class Events:
@@ -110,8 +135,13 @@ class Role:
         self.settings = JobSettings(deadline_s=config.deadline_s, min_fraction=config.min_fraction)
         self.status: dict[str, dict[str, Any]] = {}
         self.transport.subscribe(TopicLayout().all_statuses, self._on_status)
-        self.deployed: tuple[str, int, float] | None = None  # (algorithm, version, held-out accuracy)
-        self.models: dict[str, TreeEnsemble] = {}
+        self.deployed: _Deployed | None = None
+
+    def privacy(self) -> dict[str, Any]:
+        """The federated trainings' privacy settings as the algorithms resolved them."""
+        xgb = self._algorithm("fedscs-xgb")
+        return {"protocol": xgb.protocol, "secure_aggregation": bool(xgb.secure_aggregation),
+                "min_crowd": xgb.min_crowd}
 
     def _on_status(self, _topic: str, message) -> None:
         if isinstance(message.body, Status) and message.sender != AGGREGATOR_ID:
@@ -133,10 +163,36 @@ class Role:
         stats = self.transport.stats
         return {"sent_bytes": stats.sent_bytes, "received_bytes": stats.received_bytes}
 
-    def _evaluate(self, name: str, model: TreeEnsemble) -> dict[str, Any]:
-        evaluation = evaluate_federated(self._job(f"eval-{name}"), model)
-        self.events.emit("evaluation", model=name, metrics=evaluation.metrics, per_client=evaluation.per_client)
-        return evaluation.metrics
+    @contextmanager
+    def _measured(self, phase: str) -> Iterator[None]:
+        """Bytes the aggregator sent and received while the block ran, as a ``traffic`` event."""
+        before = sum(self._traffic().values())
+        try:
+            yield
+        finally:
+            self.events.emit("traffic", phase=phase, bytes=sum(self._traffic().values()) - before)
+
+    def _sat_out(self, job_name: str, job: FederatedJob) -> None:
+        """Tell which gateways missed rounds of ``job`` and why (nothing when all answered)."""
+        rounds = [RoundFacts(tuple(r.selected), tuple(r.answered),
+                             {c: f"{e.code}: {e.message}" for c, e in r.errors.items()}, tuple(r.timed_out))
+                  for r in job.results]
+        offline = {c for c, s in self.status.items() if not s.get("online", True)}
+        reasons = sat_out_reasons(job.clients, rounds, offline=offline, rejected=job.rejected)
+        if reasons:
+            self.events.emit("sat_out", job=job_name, rounds=len(rounds), gateways=reasons)
+
+    def _evaluate(self, name: str, model: TreeEnsemble, **extra: Any) -> Score:
+        job = self._job(f"eval-{name}")
+        try:
+            with self._measured("held-out scoring (every model, summed)"):
+                evaluation = evaluate_federated(job, model)
+        finally:
+            self._sat_out(f"scoring {name}", job)
+        class_counts = evaluation.confusion.sum(axis=1)
+        self.events.emit("evaluation", model=name, metrics=evaluation.metrics, per_client=evaluation.per_client,
+                         class_counts=class_counts, **extra)
+        return Score.from_metrics(evaluation.per_client, class_counts)
 
     def _algorithm(self, name: str, *, init_model: TreeEnsemble | None = None):
         """The demo's settings; a fixed class vocabulary, so a retrained model can continue the
@@ -148,56 +204,93 @@ class Role:
             # 64 bins: a quarter of 256's bytes in every histogram round (dense under secure
             # aggregation), and max_bin 64..512 makes no measurable difference on these recordings
             return FedSCSXGB(n_rounds=rounds, max_depth=4, n_bins=XGB_BINS, feature_set_version=cfg.feature_set_version,
-                             classes=classes, init_model=init_model)
+                             classes=classes, init_model=init_model, secure_aggregation=cfg.secure_aggregation)
         return FedForest(n_trees=cfg.trees, max_depth=cfg.max_depth_forest, n_bins=32, min_samples_leaf=3,
-                         feature_set_version=cfg.feature_set_version, classes=classes)
+                         feature_set_version=cfg.feature_set_version, classes=classes,
+                         secure_aggregation=cfg.secure_aggregation)
+
+    def _local_only(self, step: str, seed: int) -> Score:
+        """Every gateway alone (a FedForest of its own windows), each scored on its own held-out
+        windows: the baseline a federated model must beat to be deployed."""
+        self.events.emit("phase", name=f"{step}: training the local-only baseline (every gateway alone)")
+        job = self._job(f"local-{step}")
+        try:
+            with self._measured(f"local-only baseline, {step} (training and scoring)"):
+                local = LocalLearning(self._algorithm("fedforest")).fit(job, seed=seed)
+                per_client = {c: evaluate_federated(self._job(f"eval-local-{c}"), m, clients=[c]).per_client[c]
+                              for c, m in local.items()}
+        finally:
+            self._sat_out("local-only baseline", job)
+        self.events.emit("evaluation", model="local-only", step=step, per_client=per_client, metrics={})
+        return Score.from_metrics(per_client)
+
+    def _step(self, step: str, algorithms: list[str], init_model: TreeEnsemble | None, seed: int) -> None:
+        """Train ``algorithms`` (a training that fails is a failed candidate, not a failed demo),
+        score them and the local-only baseline (and the deployed model, re-scored on today's
+        held-out windows), decide, and deploy the winner if there is one."""
+        suffix = " (retrained)" if step == RETRAINING else ""
+        models: dict[str, tuple[str, TreeEnsemble]] = {}
+        scores: dict[str, Score] = {}
+        failures: dict[str, str] = {}
+        for algorithm in algorithms:
+            name = algorithm + suffix
+            self.events.emit("phase", name=f"{step}: training {name}")
+            job = self._job(name)
+            try:
+                with self._measured(f"training {name}"):
+                    model = self._algorithm(algorithm, init_model=init_model).fit(job, seed=seed)
+            except (TrainingError, QuorumNotReached) as exc:
+                failures[name] = str(exc)
+                self.events.emit("training_failed", model=name, message=str(exc))
+                continue
+            finally:
+                self._sat_out(f"training {name}", job)
+            try:
+                scores[name] = self._evaluate(name, model, step=step)
+            except (TrainingError, QuorumNotReached) as exc:
+                failures[name] = f"held-out scoring failed: {exc}"
+                self.events.emit("training_failed", model=name, message=failures[name])
+                continue
+            models[name] = (algorithm, model)
+        local = self._local_only(step, seed)
+        deployed = None
+        if self.deployed is not None:
+            current = self.deployed
+            _record, model = self.registry.model(MODEL_ID, current.version)
+            deployed = (current.label, self._evaluate(f"{current.label} ({current.algorithm}, deployed), re-scored", model,
+                                                      step=step, rescored=current.label,
+                                                      first_windows=current.first_windows))
+        decision = decide_deployment(step, scores, local_only=local, deployed=deployed, failures=failures)
+        self.events.emit("decision", **asdict(decision))
+        if decision.deploy is not None:
+            algorithm, model = models[decision.deploy]
+            score = scores[decision.deploy]
+            record = self.registry.add(MODEL_ID, model, metrics={"accuracy": score.accuracy})
+            self._deploy(algorithm, record.version, score)
 
     def train(self) -> None:
-        results: dict[str, dict[str, Any]] = {}
-        for name in self.config.algorithms:
-            self.events.emit("phase", name=f"training {name}")
-            started = time.monotonic()
-            model = self._algorithm(name).fit(self._job(name), seed=self.config.seed)
-            self.models[name] = model
-            results[name] = {**self._evaluate(name, model), "train_s": time.monotonic() - started}
-        self.events.emit("phase", name="training the local-only baseline (every gateway alone)")
-        local = LocalLearning(self._algorithm("fedforest")).fit(self._job("local"), seed=self.config.seed)
-        per_client = {}
-        for client, model in local.items():
-            evaluation = evaluate_federated(self._job(f"eval-local-{client}"), model, clients=[client])
-            per_client[client] = evaluation.metrics
-        self.events.emit("evaluation", model="local-only", per_client=per_client, metrics={})
-        best = max(results, key=lambda n: results[n].get("accuracy", 0.0))
-        record = self.registry.add(MODEL_ID, self.models[best], metrics={k: v for k, v in results[best].items()
-                                                                        if isinstance(v, float)})
-        self._deploy(best, record.version, results[best]["accuracy"])
-
-    def _deploy(self, algorithm: str, version: int, accuracy: float) -> None:
-        self.events.emit("phase", name=f"deploying {MODEL_ID}:v{version} ({algorithm})")
-        result = deploy(self.engine, self.registry, self.key, MODEL_ID, version, self.config.clients,
-                        deadline_s=self.config.deadline_s)
-        self.deployed = (algorithm, version, accuracy)
-        self.events.emit("deployed", model=f"{MODEL_ID}:v{version}", algorithm=algorithm, version=version,
-                         accuracy=accuracy, active=result.active, rejected=result.rejected, pending=result.pending,
-                         traffic=self._traffic())
+        self._step(FIRST_TRAINING, list(self.config.algorithms), None, self.config.seed)
 
     def retrain(self) -> None:
-        assert self.deployed is not None, "retrain needs a deployed model"
-        algorithm, version, accuracy = self.deployed
-        _record, deployed_model = self.registry.model(MODEL_ID, version)
-        self.events.emit("phase", name=f"retraining {algorithm} with the windows labelled since")
-        init = deployed_model if algorithm == "fedscs-xgb" else None
-        model = self._algorithm(algorithm, init_model=init).fit(self._job(f"retrain-{algorithm}"),
-                                                                seed=self.config.seed + 1)
-        retrained = self._evaluate(f"{algorithm} (retrained)", model)
-        previous = self._evaluate(f"{algorithm} v{version} (deployed), re-scored on today's held-out windows",
-                                  deployed_model)
-        if retrained.get("accuracy", 0.0) >= previous.get("accuracy", 0.0):
-            record = self.registry.add(MODEL_ID, model, metrics={k: v for k, v in retrained.items()
-                                                                 if isinstance(v, float)})
-            self._deploy(algorithm, record.version, retrained["accuracy"])
-        else:
-            self.events.emit("kept", model=f"{MODEL_ID}:v{version}", retrained=retrained, deployed=previous)
+        """With a model deployed: retrain its algorithm (FedSCS-XGB continues boosting from it).
+        With none: train every algorithm afresh on today's labels."""
+        if self.deployed is None:
+            self._step(RETRAINING, list(self.config.algorithms), None, self.config.seed + 1)
+            return
+        _record, model = self.registry.model(MODEL_ID, self.deployed.version)
+        init = model if self.deployed.algorithm == "fedscs-xgb" else None
+        self._step(RETRAINING, [self.deployed.algorithm], init, self.config.seed + 1)
+
+    def _deploy(self, algorithm: str, version: int, score: Score) -> None:
+        label = f"{MODEL_ID}:v{version}"
+        self.events.emit("phase", name=f"deploying {label} ({algorithm})")
+        with self._measured(f"deploying {label}"):
+            result = deploy(self.engine, self.registry, self.key, MODEL_ID, version, self.config.clients,
+                            deadline_s=self.config.deadline_s)
+        self.deployed = _Deployed(algorithm, version, dict(score.windows))
+        self.events.emit("deployed", model=label, algorithm=algorithm, version=version, accuracy=score.accuracy,
+                         windows=score.n, active=result.active, rejected=result.rejected, pending=result.pending,
+                         traffic=self._traffic())
 
     def close(self) -> None:
         self.events.emit("done", traffic=self._traffic())
@@ -217,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the orchestrator, then exit
         events.emit("error", message=f"{type(exc).__name__}: {exc}")
         return 1
-    events.emit("ready", clients=config.clients)
+    events.emit("ready", clients=config.clients, privacy=role.privacy())
     try:
         for line in sys.stdin:
             command = json.loads(line).get("cmd") if line.strip() else None

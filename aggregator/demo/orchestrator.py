@@ -8,15 +8,22 @@ framing, filtering, resampling, windows, features, labelled store); the aggregat
 The timeline:
 
 1. The sessions stream (fast) up to the end of their labelled start and are held there.
-2. The aggregator trains FedSCS-XGB and FedForest over the fleet, a local-only baseline, scores
+2. The aggregator trains FedSCS-XGB and FedForest over the fleet (under secure aggregation from
+   3 gateways on; below that in the clear, and the demo says so), a local-only baseline, scores
    them federatedly on every gateway's held-out windows (the tail of its labelled part), and
-   deploys the better federated model; every gateway switches to live recognition.
+   deploys the better federated model if it beats the local-only baseline and chance
+   (``decisions``); every gateway then switches to live recognition. Otherwise nothing is
+   deployed and the gateways keep recording without a model.
 3. The streams go on (``--speed``); one gateway is killed and restarted midway: it loads its
-   stored model and comes back; the carers' later labels arrive in the stream.
-4. Periodic retraining with those labels (FedSCS-XGB continues boosting from the deployed model);
-   the new version is deployed only if it does not regress.
+   stored model (if any) and comes back; the carers' later labels arrive in the stream.
+4. Periodic retraining with those labels (FedSCS-XGB continues boosting from the deployed model;
+   with none deployed, both train afresh); the new version is deployed only if it beats the
+   retrained local-only baseline and chance and does not score below the deployed model
+   re-scored on the same, later held-out windows -- the summary says how those differ from
+   the first ones (this process reads the stores to count them).
 5. The summary: federated vs local-only vs centralized (pooled data, computed here for the
-   report only), bytes exchanged vs the raw data, live predictions vs offline ones.
+   report only), each decision and why, who sat out which step and why, bytes exchanged by
+   step vs the raw samples, live predictions vs offline ones.
 
 Everything started is stopped at the end, on Ctrl-C and on errors.
 """
@@ -45,8 +52,9 @@ from ..broker import BrokerUser
 from ..broker.mosquitto import die_with_parent
 from ..fleet import PASSWORD_ENV
 from ..smoke import start_broker
-from .aggregator_role import RoleConfig
-from .report import DemoReport, build_report, store_snapshot
+from .aggregator_role import FIRST_TRAINING, RETRAINING, RoleConfig
+from .decisions import rescoring_note, secure_aggregation_plan
+from .report import DemoReport, build_report, held_out_keys, store_snapshot
 from .sessions import Session, prepare_sessions
 from .view import LiveView
 
@@ -94,6 +102,9 @@ class Demo:
         self.events_lock = threading.Condition()
         self.gateways: dict[str, _Gateway] = {}
         self.gateway_status: dict[str, dict[str, Any]] = {}  # latest retained status per gateway
+        self.sat_out: dict[str, str] = {}  # gateway -> why it sat out the latest step it missed (live view)
+        # per training step: each gateway's held-out windows as (session, end) when the step started
+        self.held_out: dict[str, dict[str, frozenset[tuple[str, int]]]] = {}
         self.started = time.monotonic()
 
     # -- setup -----------------------------------------------------------------------------------
@@ -154,13 +165,17 @@ class Demo:
 
     def start_aggregator(self) -> None:
         cfg = self.config
-        algorithms = ["fedscs-xgb", "fedforest"] if cfg.algorithm == "both" else [cfg.algorithm]
+        self.algorithms = ["fedscs-xgb", "fedforest"] if cfg.algorithm == "both" else [cfg.algorithm]
+        self.secure_plan = secure_aggregation_plan(len(self.gateways))
+        if not self.secure_plan.on:
+            self.say(f"NOTE: {self.secure_plan.reason}")
         role = RoleConfig(host="127.0.0.1", port=self.port, protocol=self.protocol,
                           password=self.passwords[AGGREGATOR_ID], clients=sorted(self.gateways),
                           registry=str(self.run_dir / "registry.db"), signing_key=str(self.run_dir / "aggregator.key"),
                           feature_set_version=self.feature_set_version, classes=self.classes,
-                          algorithms=algorithms, rounds=cfg.rounds,
-                          retrain_rounds=cfg.retrain_rounds, trees=cfg.trees)
+                          algorithms=self.algorithms, rounds=cfg.rounds,
+                          retrain_rounds=cfg.retrain_rounds, trees=cfg.trees,
+                          secure_aggregation=self.secure_plan.on)
         path = self.run_dir / "aggregator.json"
         path.write_text(json.dumps(asdict(role)))
         path.chmod(0o600)
@@ -183,10 +198,15 @@ class Demo:
     # -- events ----------------------------------------------------------------------------------
 
     def record(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "evaluation" and event.get("rescored"):
+            event["note"] = self._rescoring_note(event)
         with self.events_lock:
             self.events.append(event)
-            if event.get("event") == "gateway":
+            if kind == "gateway":
                 self.gateway_status[event["client"]] = event
+            elif kind == "sat_out":
+                self.sat_out.update(event["gateways"])
             self.events_lock.notify_all()
         if event.get("event") == "error":
             self.say(f"aggregator error: {event.get('message')}")
@@ -216,6 +236,37 @@ class Demo:
     def say(self, text: str) -> None:
         self.record({"event": "note", "text": text, "t": time.time()})
 
+    def _rescoring_note(self, event: dict[str, Any]) -> str:
+        """Why the deployed model's new score differs: on which windows. How many of the first
+        held-out windows are still held out is counted in the stores only when those counts
+        match the windows the gateways actually scored (else it is left unsaid)."""
+        first = {c: int(n) for c, n in event["first_windows"].items()}
+        now = {c: int(m.get("n", 0)) for c, m in event["per_client"].items()}
+        before, after = self.held_out.get(FIRST_TRAINING, {}), self.held_out.get(RETRAINING, {})
+        measured = (all(len(before.get(c, ())) == n for c, n in first.items())
+                    and all(len(after.get(c, ())) == n for c, n in now.items()))
+        still = sum(len(before[c] & after.get(c, frozenset())) for c in first) if measured else None
+        return rescoring_note(first, now, still_held_out=still, holdout_fraction=self.config.holdout_fraction)
+
+    def _measure_held_out(self, step: str) -> None:
+        self.held_out[step] = {c: held_out_keys(self.run_dir / f"{c}.db", self.feature_set_version,
+                                                self.config.holdout_fraction) for c in self.gateways}
+
+    def _train_step(self, step: str, command: str) -> None:
+        """One training step: the held-out windows counted, the aggregator told, its decision
+        told (the view prints why)."""
+        self._measure_held_out(step)
+        self.sat_out.clear()
+        start = self.command(command)
+        self.wait_event(lambda e: e["event"] in ("idle", "error"), 1800, step, start)
+        decision = next(e for e in self.events[start:] if e.get("event") == "decision")
+        if decision["deploy"] is not None:
+            self.say(f"live recognition with {self.deployed_label()} on every gateway that accepted it")
+        elif decision["kept"]:
+            self.say(f"the gateways keep {decision['kept']}")
+        else:
+            self.say("no model deployed: the gateways keep recording their streams, without live recognition")
+
     # -- the timeline ----------------------------------------------------------------------------
 
     def wait_until(self, condition, timeout_s: float, what: str) -> None:
@@ -240,10 +291,7 @@ class Demo:
         self.wait_until(lambda: all(g.pace.held or g.replay_done for g in self.gateways.values()), 600,
                         "the labelled part of the sessions")
         self.wait_until(self._stores_settled, 120, "the gateways to store their windows")
-        start = self.command("train")
-        deployed = self.wait_event(lambda e: e["event"] in ("deployed", "error"), 1800, "training and deployment", start)
-        self.wait_event(lambda e: e["event"] in ("idle", "error"), 300, "the aggregator", start)
-        self.say(f"deployed {deployed['model']} ({deployed['algorithm']}); live recognition on every gateway")
+        self._train_step(FIRST_TRAINING, "train")
         for gw in self.gateways.values():
             gw.pace.set(speed=cfg.speed, limit_s=gw.session.later_labels_end_s)
         if cfg.kill_gateway:
@@ -251,8 +299,7 @@ class Demo:
         self.wait_until(lambda: all(g.pace.held or g.replay_done for g in self.gateways.values()), 900,
                         "the carers' later labels")
         self.wait_until(self._stores_settled, 120, "the gateways to store their windows")
-        start = self.command("retrain")
-        self.wait_event(lambda e: e["event"] in ("idle", "error"), 1800, "retraining", start)
+        self._train_step(RETRAINING, "retrain")
         for gw in self.gateways.values():
             gw.pace.set(limit_s=float("inf"))
         self.say("live recognition of the rest of the sessions")
@@ -299,7 +346,9 @@ class Demo:
         time.sleep(2.0)
         self.start_gateway(gw)
         gw.restarts += 1
-        self.say(f"restarted {client}: it loads its stored model and rejoins")
+        stored = f"it loads its stored model ({self.deployed_label()})" if self.deployed_label() else \
+            "no model to load (none deployed)"
+        self.say(f"restarted {client}: {stored} and rejoins")
         gw.pace.set(limit_s=gw.session.later_labels_end_s)
 
     # -- teardown --------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""The demo's summary: what federating bought, what it cost, and that live equals offline.
+"""The demo's summary: what federating bought, what it cost, and that live equals offline --
+with the facts a reader needs not to be misled (``Scoring``, ``SatOut``, the decisions).
 
-* accuracy / macro-F1 on every gateway's held-out windows (the tail of its labelled start) of
-  each federated model, of the local-only models (each gateway's own), and of centralized
-  training on the pooled data (computed here, for the report only: the orchestrator can read
-  every store, the aggregator cannot);
-* bytes the aggregator exchanged vs the raw sensor data and the raw feature matrix;
+* accuracy / macro-F1 on every gateway's held-out windows (the tail of its labelled windows when
+  the step ran) of each federated model, of the local-only models (each gateway's own), of the
+  deployed model re-scored at retraining (with how its windows differ), of chance (the
+  majority-class rate), and of centralized training on the pooled data (computed here, for the
+  report only: the orchestrator can read every store, the aggregator cannot);
+* each deployment decision and its reason, and which gateways sat out which step and why;
+* bytes the aggregator exchanged, by step, vs the raw sensor samples and the feature matrix;
 * live predictions (stored by the gateways) vs offline predictions of the same windows by the
   same registered model;
 * whether every gateway ran the deployed model and the killed gateway rejoined.
@@ -24,7 +27,8 @@ from firmware_bridge.frames import SampleFrame
 if TYPE_CHECKING:
     from .orchestrator import Demo
 
-__all__ = ["DemoReport", "StoreSnapshot", "build_report", "store_snapshot"]
+__all__ = ["DemoReport", "SatOut", "Scoring", "StoreSnapshot", "build_report", "held_out_keys", "privacy_line",
+           "store_snapshot"]
 
 
 @dataclass(frozen=True)
@@ -59,26 +63,82 @@ def store_snapshot(path: Path) -> StoreSnapshot:
     return StoreSnapshot(int(counts[0]), int(counts[1]), int(predictions), newest / 1e6, last, int(alerts))
 
 
+def held_out_keys(path: Path, feature_set_version: str, holdout_fraction: float) -> frozenset[tuple[str, int]]:
+    """The windows (session, end in us) a gateway holds out right now: its labelled windows in
+    store order, split by the gateway's own rule (``edge_client.training_data.tail_split``,
+    one-window gap). Read-only, like ``store_snapshot``."""
+    from edge_client.training_data import tail_split
+
+    if not path.exists():
+        return frozenset()
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0) as db:
+            rows = db.execute("SELECT session_id, end_us FROM windows WHERE feature_set_version = ? AND label IS NOT "
+                              "NULL ORDER BY start_us, id", (feature_set_version,)).fetchall()
+    except sqlite3.Error:
+        return frozenset()
+    if not rows:
+        return frozenset()
+    _train, test = tail_split(np.array([r[0] for r in rows]), holdout_fraction, 1)
+    return frozenset((rows[i][0], int(rows[i][1])) for i in test)
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """One scoring on held-out windows: of which model, in which training step, on how many
+    windows of which gateways, with chance (the majority-class rate) on those windows; a
+    re-scored model carries the note saying why its windows differ from its first scoring."""
+
+    step: str
+    model: str
+    accuracy: float
+    macro_f1: float
+    windows: int
+    windows_per_gateway: dict[str, int] = field(default_factory=dict)
+    accuracy_per_gateway: dict[str, float] = field(default_factory=dict)
+    majority_rate: float = float("nan")
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class SatOut:
+    """A gateway that missed rounds of one of the aggregator's jobs, and why."""
+
+    job: str
+    gateway: str
+    reason: str
+
+
 @dataclass
 class DemoReport:
     gateways: int = 0
     elapsed_s: float = 0.0
     broker: str = ""
+    holdout_fraction: float = 0.0
     models: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> pooled held-out metrics
     gateway_accuracy: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> gateway -> accuracy
-    local_only: dict[str, float] = field(default_factory=dict)  # gateway -> its own model's accuracy
+    local_only: dict[str, float] = field(default_factory=dict)  # gateway -> its own model's accuracy (first step)
+    scorings: list[Scoring] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # decisions.DeploymentDecision, per step
+    sat_out: list[SatOut] = field(default_factory=list)
     per_gateway: dict[str, dict[str, Any]] = field(default_factory=dict)
     deployed: list[str] = field(default_factory=list)
     retraining: str = ""
+    privacy: dict[str, Any] = field(default_factory=dict)  # the trainings' settings, as the aggregator resolved them
+    secure_aggregation_note: str = ""
     traffic_bytes: int = 0
+    traffic_by_step: dict[str, int] = field(default_factory=dict)
     raw_sensor_bytes: int = 0
+    raw_samples: int = 0
+    raw_channels: int = 0
     raw_feature_bytes: int = 0
     live_windows: int = 0
     live_agreement: float = float("nan")
     live_max_probability_diff: float = float("nan")
     killed: str = ""
     killed_rejoined: bool = False
-    all_received_model: bool = False
+    all_received_model: bool = False  # a model was deployed and every gateway runs the last one
+    succeeded: bool = False  # every deployment reached every gateway, or nothing was deployed by decision
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,49 +150,76 @@ class DemoReport:
         out.write("\n=== WheelFed fleet demo: summary ===\n\n")
         out.write(f"{self.gateways} gateways (real seglearn sessions, labelled only at the start), broker {self.broker}, "
                   f"{self.elapsed_s:.0f} s in all\n\n")
-        out.write(row(["model (held-out windows of every gateway)", "accuracy (pooled)", "macro-F1 (pooled)",
-                       "accuracy (mean over gateways)"]) + "\n")
-        out.write(row(["---", "---:", "---:", "---:"]) + "\n")
-        for name, m in self.models.items():
-            per = self.gateway_accuracy.get(name)
-            out.write(row([name, f"{m.get('accuracy', float('nan')):.3f}", f"{m.get('macro_f1', float('nan')):.3f}",
-                           f"{np.mean(list(per.values())):.3f}" if per else "-"]) + "\n")
-        if self.local_only:
-            values = list(self.local_only.values())
-            out.write(row(["local-only (each gateway its own model)", "-", "-", f"{np.mean(values):.3f}"]) + "\n")
+        out.write(f"Every score is on held-out windows: the last {self.holdout_fraction:.0%} of each gateway's labelled "
+                  "windows when the step ran. Chance is the majority-class rate (always guessing the most common "
+                  "held-out activity).\n\n")
+        out.write(row(["model", "step", "held-out windows", "accuracy (pooled)", "macro-F1 (pooled)",
+                       "accuracy (mean over gateways)", "chance"]) + "\n")
+        out.write(row(["---", "---", "---:", "---:", "---:", "---:", "---:"]) + "\n")
+        for sc in self.scorings:
+            per = list(sc.accuracy_per_gateway.values())
+            out.write(row([sc.model, sc.step, str(sc.windows), _f(sc.accuracy), _f(sc.macro_f1),
+                           _f(float(np.mean(per))) if per else "-", _f(sc.majority_rate)]) + "\n")
         out.write("\n")
-        out.write(row(["gateway", "windows", "labelled", "live predictions", "local-only acc.",
+        out.write(row(["gateway", "windows", "labelled", "held-out windows (per step)", "live predictions", "local-only acc.",
                        "federated acc. (first training)", "model"]) + "\n")
-        out.write(row(["---", "---:", "---:", "---:", "---:", "---:", "---"]) + "\n")
+        out.write(row(["---", "---:", "---:", "---:", "---:", "---:", "---:", "---"]) + "\n")
         for client, g in self.per_gateway.items():
-            out.write(row([client, str(g.get("windows", 0)), str(g.get("labelled", 0)), str(g.get("predictions", 0)),
-                           f"{self.local_only.get(client, float('nan')):.3f}",
-                           f"{g.get('federated_accuracy', float('nan')):.3f}", str(g.get("model", "-"))]) + "\n")
-        out.write(f"\ndeployed: {', '.join(self.deployed) or 'nothing'}; retraining: {self.retraining or '-'}\n")
-        ratio = self.traffic_bytes / self.raw_sensor_bytes if self.raw_sensor_bytes else float("nan")
-        out.write(f"bytes through the aggregator: {self.traffic_bytes / 1e6:.1f} MB = {ratio:.2f}x the raw sensor data "
-                  f"({self.raw_sensor_bytes / 1e6:.1f} MB; feature matrix {self.raw_feature_bytes / 1e6:.1f} MB as "
-                  "float32) -- the raw data never left the gateways\n")
-        out.write(f"privacy: {privacy_line()}\n")
-        out.write(f"live recognition: {self.live_windows} windows; live == offline prediction on "
-                  f"{self.live_agreement:.1%} (max probability difference {self.live_max_probability_diff:.1e})\n")
+            held = " / ".join(str(n) for n in g.get("held_out", {}).values()) or "-"
+            out.write(row([client, str(g.get("windows", 0)), str(g.get("labelled", 0)), held,
+                           str(g.get("predictions", 0)), _f(self.local_only.get(client, float("nan"))),
+                           _f(g.get("federated_accuracy", float("nan"))), str(g.get("model") or "-")]) + "\n")
+        out.write("\ndecisions (deployed only above the local-only baseline and chance, on the same windows):\n")
+        for d in self.decisions:
+            outcome = f"deployed {d['deployed_as']}" if d.get("deployed_as") else "nothing deployed"
+            out.write(f"  {d['step']}: {outcome} -- {d['reason']}\n")
+        for sc in self.scorings:
+            if sc.note:
+                out.write(f"  {sc.model}: {sc.note}\n")
+        if self.sat_out:
+            out.write("gateways that sat out:\n")
+            for s in self.sat_out:
+                out.write(f"  {s.job}: {s.gateway} {s.reason}\n")
+        else:
+            out.write("gateways that sat out: none (every gateway answered every round of every training and scoring)\n")
+        from .decisions import bytes_explanation
+
+        for line in bytes_explanation(self.traffic_by_step, total=self.traffic_bytes,
+                                      raw_sensor_bytes=self.raw_sensor_bytes, raw_samples=self.raw_samples,
+                                      channels=self.raw_channels, gateways=self.gateways,
+                                      secure=bool(self.privacy.get("secure_aggregation"))):
+            out.write(line + "\n")
+        out.write(f"(the windows' feature matrix would be {self.raw_feature_bytes / 1e6:.1f} MB as float32)\n")
+        out.write(f"privacy: {privacy_line(self.privacy, self.secure_aggregation_note)}\n")
+        if self.live_windows:
+            out.write(f"live recognition: {self.live_windows} windows; live == offline prediction on "
+                      f"{self.live_agreement:.1%} (max probability difference {self.live_max_probability_diff:.1e})\n")
+        else:
+            out.write("live recognition: none (no model was deployed)\n")
         if self.killed:
             out.write(f"{self.killed} was killed and restarted: "
                       f"{'rejoined and trained in the next round' if self.killed_rejoined else 'did NOT rejoin'}\n")
-        out.write(f"every gateway received the deployed model: {'yes' if self.all_received_model else 'NO'}\n")
+        if self.deployed:
+            out.write(f"every gateway received the deployed model: {'yes' if self.all_received_model else 'NO'}\n")
+        else:
+            out.write("no model was deployed (see the decisions): the gateways ran without one\n")
 
 
-def privacy_line() -> str:
-    """What the demo's federated trainings revealed to the aggregator (their settings are the
-    algorithms' defaults)."""
-    from aggregator.algorithms import FedForest, FedSCSXGB
+def _f(value: float) -> str:
+    return "-" if value is None or np.isnan(value) else f"{value:.3f}"
 
-    xgb, forest = FedSCSXGB(), FedForest()
-    if not (xgb.secure_aggregation and forest.secure_aggregation):
-        return "secure aggregation is OFF: the aggregator saw each gateway's histograms"
-    return (f"FedSCS-XGB and FedForest trained on fleet sums only ({xgb.protocol} protocol, secure aggregation, "
-            f"minimum crowd {xgb.min_crowd} windows); the local-only baseline runs one sub-job per gateway, "
-            "whose sums are that gateway's own (a research comparison; PRIVACY.md)")
+
+def privacy_line(privacy: dict[str, Any], secure_note: str) -> str:
+    """What the demo's trainings and scorings revealed to the aggregator, from the settings the
+    aggregator process reported (not the algorithms' defaults)."""
+    scoring = ("held-out scoring is per gateway, in the clear (each gateway's confusion counts); the local-only "
+               "baseline runs one sub-job per gateway, whose sums are that gateway's own (a research comparison; "
+               "PRIVACY.md)")
+    crowd = f"{privacy.get('protocol', '?')} protocol, minimum crowd {privacy.get('min_crowd', '?')} windows"
+    if not privacy.get("secure_aggregation"):
+        return f"secure aggregation OFF -- {secure_note or 'disabled'}: the aggregator saw each gateway's " \
+               f"histograms ({crowd}); {scoring}"
+    return f"FedSCS-XGB and FedForest trained on fleet sums only ({crowd}, secure aggregation); {scoring}"
 
 
 def _labelled_split(path: Path, feature_set_version: str, holdout: float):
@@ -158,7 +245,9 @@ def _scores(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
     return {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"]}
 
 
-def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, dict[str, float]]:
+def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, tuple[dict[str, float], int]]:
+    """Each algorithm trained on every gateway's training windows pooled, scored on every
+    gateway's held-out windows as the stores hold them at the end (the retraining's split)."""
     import aggregator
     from aggregator.demo.aggregator_role import XGB_BINS
     from aggregator.algorithms import FedForest, FedSCSXGB
@@ -179,7 +268,7 @@ def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, dict[str, float
                   FedForest(n_trees=cfg.trees, max_depth=8, n_bins=32, min_samples_leaf=3, secure_aggregation=False))
         model = aggregator.simulate(config, [(X, y)])
         predicted = np.array([str(v) for v in model.predict(model_inputs(model, Xt.astype(np.float32)))])
-        out[f"{name}, centralized on the pooled data, all labels (report only)"] = _scores(yt, predicted)
+        out[f"{name}, centralized on the pooled data, all labels (report only)"] = (_scores(yt, predicted), len(yt))
     return out
 
 
@@ -217,46 +306,89 @@ def _live_vs_offline(demo: Demo) -> tuple[int, float, float]:
 def build_report(demo: Demo) -> DemoReport:
     import time
 
-    report = DemoReport(gateways=len(demo.gateways), broker=demo.broker_name)
+    from .aggregator_role import FIRST_TRAINING
+
+    report = DemoReport(gateways=len(demo.gateways), broker=demo.broker_name,
+                        holdout_fraction=demo.config.holdout_fraction,
+                        secure_aggregation_note="" if demo.secure_plan.on else demo.secure_plan.reason)
     events = list(demo.events)
-    algorithms: list[str] = []
+    last_step = FIRST_TRAINING
     for e in events:
-        if e.get("event") == "evaluation" and e["model"] != "local-only":
-            report.models[e["model"]] = e["metrics"]
-            report.gateway_accuracy[e["model"]] = {c: m.get("accuracy", float("nan")) for c, m in
-                                                   e["per_client"].items()}
-            if "(" not in e["model"]:
-                algorithms.append(e["model"])
-                for client, m in e["per_client"].items():
+        kind = e.get("event")
+        if kind == "ready":
+            report.privacy = e.get("privacy", {})
+        elif kind == "evaluation":
+            step = e.get("step", last_step)
+            last_step = step
+            per = e["per_client"]
+            local = e["model"] == "local-only"
+            name = "local-only (each gateway its own model)" if local else e["model"]
+            counts = e.get("class_counts") or []
+            pooled = _pooled(per) if local else e["metrics"]
+            report.scorings.append(Scoring(
+                step, name, pooled.get("accuracy", float("nan")), pooled.get("macro_f1", float("nan")),
+                int(sum(m.get("n", 0) for m in per.values())), {c: int(m.get("n", 0)) for c, m in per.items()},
+                {c: m.get("accuracy", float("nan")) for c, m in per.items()},
+                max(counts) / sum(counts) if sum(counts) else float("nan"), e.get("note", "")))
+            for client, m in per.items():
+                report.per_gateway.setdefault(client, {}).setdefault("held_out", {})[step] = int(m.get("n", 0))
+            if local:
+                if step == FIRST_TRAINING:
+                    report.local_only = {c: m.get("accuracy", float("nan")) for c, m in per.items()}
+                continue
+            report.models[name] = e["metrics"]
+            report.gateway_accuracy[name] = {c: m.get("accuracy", float("nan")) for c, m in per.items()}
+            if step == FIRST_TRAINING:
+                for client, m in per.items():
                     best = report.per_gateway.setdefault(client, {})
                     best["federated_accuracy"] = max(best.get("federated_accuracy", 0.0), m.get("accuracy", 0.0))
-        elif e.get("event") == "evaluation":
-            report.local_only = {c: m.get("accuracy", float("nan")) for c, m in e["per_client"].items()}
-        elif e.get("event") == "deployed":
-            report.deployed.append(f"{e['model']} ({e['algorithm']}, held-out accuracy {e['accuracy']:.3f})")
-        elif e.get("event") == "kept":
-            report.retraining = f"retrained model not deployed (held-out accuracy would drop); kept {e['model']}"
-        elif e.get("event") in ("idle", "done") and "traffic" in e:
+        elif kind == "decision":
+            report.decisions.append({k: v for k, v in e.items() if k not in ("event", "t")})
+        elif kind == "deployed":
+            report.deployed.append(f"{e['model']} ({e['algorithm']}, held-out accuracy {e['accuracy']:.3f} on "
+                                   f"{e.get('windows', 0)} windows)")
+            if report.decisions:
+                report.decisions[-1]["deployed_as"] = e["model"]
+        elif kind == "sat_out":
+            report.sat_out += [SatOut(e["job"], c, why) for c, why in e["gateways"].items()]
+        elif kind == "traffic":
+            report.traffic_by_step[e["phase"]] = report.traffic_by_step.get(e["phase"], 0) + int(e["bytes"])
+        elif kind in ("idle", "done") and "traffic" in e:
             report.traffic_bytes = e["traffic"]["sent_bytes"] + e["traffic"]["received_bytes"]
-    if len(report.deployed) > 1:
-        report.retraining = f"deployed {report.deployed[-1]}"
-    report.models.update(_centralized(demo, algorithms))
+    if len(report.decisions) > 1:
+        last = report.decisions[-1]
+        report.retraining = f"deployed {last['deployed_as']}" if last.get("deployed_as") else last["reason"]
+    for name, (metrics, windows) in _centralized(demo, demo.algorithms).items():
+        report.models[name] = metrics
+        report.scorings.append(Scoring("end of the run", name, metrics["accuracy"], metrics["macro_f1"], windows))
     report.live_windows, report.live_agreement, report.live_max_probability_diff = _live_vs_offline(demo)
     for client, gw in demo.gateways.items():
         snap = store_snapshot(demo.run_dir / f"{client}.db")
         entry = report.per_gateway.setdefault(client, {})
         entry.update(windows=snap.windows, labelled=snap.labelled, predictions=snap.predictions,
                      model=demo.gateway_status.get(client, {}).get("model", "-"))
-        report.raw_sensor_bytes += sum(f.samples.nbytes for f in gw.session.recording.frames
-                                       if isinstance(f, SampleFrame))
+        frames = [f.samples for f in gw.session.recording.frames if isinstance(f, SampleFrame)]
+        report.raw_sensor_bytes += sum(f.nbytes for f in frames)
+        report.raw_samples += sum(f.shape[0] for f in frames)
+        report.raw_channels = max([report.raw_channels, *(f.shape[1] for f in frames)])
     report.raw_feature_bytes = sum(e["windows"] for e in report.per_gateway.values()) * demo.n_features * 4
     killed = [c for c, g in demo.gateways.items() if g.restarts]
     if killed:
         report.killed = killed[0]
-        retrain_steps = [e for e in events if e.get("event") == "progress" and str(e.get("job", "")).startswith("retrain")]
+        retrain_steps = [e for e in events if e.get("event") == "progress" and
+                         str(e.get("job", "")).endswith("(retrained)")]
         report.killed_rejoined = bool(retrain_steps) and all(e["answered"] == report.gateways for e in retrain_steps)
     final = demo.deployed_label()
     report.all_received_model = bool(final) and all(
         demo.gateway_status.get(c, {}).get("model") == final for c in demo.gateways)
+    report.succeeded = report.all_received_model or not report.deployed
     report.elapsed_s = time.monotonic() - demo.started
     return report
+
+
+def _pooled(per_client: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Pooled accuracy of per-gateway scorings (each gateway its own model: correct / windows)."""
+    from .decisions import Score
+
+    score = Score.from_metrics(per_client)
+    return {"accuracy": score.accuracy, "n": float(score.n)}

@@ -26,7 +26,7 @@ def bar(fraction: float, width: int = BAR) -> str:
 
 
 def describe(event: dict[str, Any]) -> str | None:
-    """One line for an event worth telling (None: not on its own line)."""
+    """The line(s) for an event worth telling (None: not on its own line)."""
     kind = event.get("event")
     if kind == "note":
         return event["text"]
@@ -37,17 +37,33 @@ def describe(event: dict[str, Any]) -> str | None:
         return (f"  {event['job']}: {event['algorithm']} {event['step']}/{event['total']}, "
                 f"{event['answered']}/{event['selected']} gateways {metrics} ({event['elapsed_s']:.1f} s)")
     if kind == "evaluation" and event.get("metrics"):
-        m = event["metrics"]
-        return (f"  held-out evaluation of {event['model']}: accuracy {m.get('accuracy', float('nan')):.3f}, "
-                f"macro-F1 {m.get('macro_f1', float('nan')):.3f} on {m.get('n', 0):.0f} windows")
+        m, per = event["metrics"], event.get("per_client", {})
+        counts = event.get("class_counts") or []
+        chance = f"; chance (majority-class rate) {max(counts) / sum(counts):.3f}" if sum(counts) else ""
+        line = (f"  held-out evaluation of {event['model']}: accuracy {m.get('accuracy', float('nan')):.3f}, "
+                f"macro-F1 {m.get('macro_f1', float('nan')):.3f} on {m.get('n', 0):.0f} windows of {len(per)} "
+                f"gateways{chance}")
+        return line + (f"\n    {event['note']}" if event.get("note") else "")
     if kind == "evaluation":
-        accs = [m.get("accuracy", float("nan")) for m in event["per_client"].values()]
-        return f"  local-only models: accuracy {min(accs):.3f} .. {max(accs):.3f} on their own held-out windows"
+        per = event["per_client"]
+        if not per:
+            return "  local-only models: none could be trained"
+        accs = [m.get("accuracy", float("nan")) for m in per.values()]
+        n = sum(m.get("n", 0) for m in per.values())
+        correct = sum(round(m.get("accuracy", 0) * m.get("n", 0)) for m in per.values())
+        return (f"  local-only models: accuracy {min(accs):.3f} .. {max(accs):.3f} on their own held-out windows "
+                f"({correct / n if n else float('nan'):.3f} pooled over {n:.0f} windows of {len(per)} gateways)")
+    if kind == "training_failed":
+        return f"  {event['model']}: training failed -- {event['message']}"
+    if kind == "sat_out":
+        return "\n".join(f"  {event['job']}: {client} sat out -- {why}" for client, why in event["gateways"].items())
+    if kind == "decision":
+        outcome = f"deploy {event['deploy']}" if event["deploy"] else "nothing deployed"
+        return f"aggregator decides ({event['step']}): {outcome} -- {event['reason']}"
     if kind == "deployed":
         return (f"aggregator: {event['model']} active on {len(event['active'])} gateways"
-                f"{', rejected by ' + str(event['rejected']) if event['rejected'] else ''}")
-    if kind == "kept":
-        return f"aggregator: the retrained model scored lower; {event['model']} stays deployed"
+                f"{', rejected by ' + str(event['rejected']) if event['rejected'] else ''}"
+                f"{', no answer from ' + ', '.join(event['pending']) if event.get('pending') else ''}")
     if kind in ("error", "replay_error"):
         return f"ERROR {event.get('client', '')}: {event.get('message')}"
     return None
@@ -84,7 +100,7 @@ class LiveView:
             self._printed += 1
             if line:
                 elapsed = time.monotonic() - self.demo.started
-                self.out.write(f"[{elapsed:6.1f} s] {line}\n")
+                self.out.write(f"[{elapsed:6.1f} s] {line}\n".replace("\n", "\n" + " " * 11, line.count("\n")))
         self.out.flush()
 
     def _screen(self) -> None:
@@ -92,16 +108,18 @@ class LiveView:
         rows = [f"WheelFed fleet demo -- {len(demo.gateways)} gateways, broker {getattr(demo, 'broker_name', '?')}, "
                 f"{time.monotonic() - demo.started:.0f} s (Ctrl-C stops everything)", ""]
         rows.append(f"{'gateway':8} {'link':7} {'session':{BAR + 7}} {'windows':>7} {'labels':>6} "
-                    f"{'model':14} {'predictions':>11}  last prediction")
+                    f"{'last step':9} {'model':14} {'predictions':>11}  last prediction")
         for client, gw in sorted(demo.gateways.items()):
             snap = store_snapshot(demo.run_dir / f"{client}.db")
             status = demo.gateway_status.get(client, {})
             link = "online" if status.get("online") else "offline"
             fraction = snap.newest_end_s / gw.session.duration_s if gw.session.duration_s else 0.0
+            step = "sat out" if client in demo.sat_out else "took part"
             rows.append(f"{client:8} {link:7} {bar(fraction)} {fraction:4.0%}  {snap.windows:7d} {snap.labelled:6d} "
-                        f"{status.get('model') or '-':14} {snap.predictions:11d}  {snap.last_prediction}")
-        rows.append("")
-        lines = [line for line in (describe(e) for e in demo.events) if line]
+                        f"{step:9} {status.get('model') or '-':14} {snap.predictions:11d}  {snap.last_prediction}")
+        sat_out = [f"{c} sat out the last step: {why}" for c, why in sorted(demo.sat_out.items())]
+        rows += ["", *sat_out]
+        lines = [part for line in (describe(e) for e in demo.events) if line for part in line.split("\n")]
         rows += lines[-14:]
         self.out.write("\x1b[H\x1b[2J" + "\n".join(rows) + "\n")
         self.out.flush()
