@@ -4,6 +4,10 @@ Metrics come from additive statistics only (``EvaluationReply``), so the pooled 
 exactly what a centralized evaluation on the union of the clients' windows would give --
 except the AUC, computed from per-class probability histograms (``score_bins`` bins; ties
 within a bin count half, so it is exact up to the bin width).
+
+Gateways hold windows out only when started with ``--holdout-fraction``; when none does, the
+evaluation raises :class:`NoHeldOutData` (a ``TrainingError`` saying so), which a caller that
+already saved its model can report as a note rather than a failure.
 """
 
 from __future__ import annotations
@@ -16,8 +20,15 @@ from shared.model import TreeEnsemble, client_index, uses_client_index
 from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply
 
 from .jobs import FederatedJob, TrainingError
+from .rounds import QuorumNotReached
 
-__all__ = ["Evaluation", "auc_from_histogram", "evaluate_federated", "metrics_of"]
+__all__ = ["Evaluation", "NoHeldOutData", "auc_from_histogram", "evaluate_federated", "metrics_of"]
+
+NO_HOLDOUT = "no_holdout_windows"
+
+
+class NoHeldOutData(TrainingError):
+    """No selected gateway keeps held-out windows: there is nothing to score a model on."""
 
 
 def auc_from_histogram(histogram: np.ndarray) -> float:
@@ -32,12 +43,14 @@ def auc_from_histogram(histogram: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Pooled metrics (``metrics``) and each client's own (``per_client``), plus the summed
-    confusion matrix (classification; rows true, columns predicted)."""
+    """Pooled metrics (``metrics``) and each client's own (``per_client``), the summed confusion
+    matrix (classification; rows true, columns predicted) and the clients ``left_out`` of the
+    evaluation with their reasons (e.g. no held-out windows)."""
 
     metrics: dict[str, float]
     per_client: dict[str, dict[str, float]] = field(default_factory=dict)
     confusion: np.ndarray | None = None
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def metrics_of(reply: EvaluationReply, classifier: bool) -> dict[str, float]:
@@ -87,13 +100,23 @@ def _sum(replies: list[EvaluationReply]) -> EvaluationReply:
 
 def evaluate_federated(job: FederatedJob, model: TreeEnsemble, *, split: str = "holdout", target: str = "label",
                        clients: list[str] | None = None, score_bins: int = 100) -> Evaluation:
-    """Score ``model`` on every client's ``split`` ("holdout" or "train") and pool the counts."""
+    """Score ``model`` on every client's ``split`` ("holdout" or "train") and pool the counts.
+
+    Raises :class:`NoHeldOutData` when every client refused for want of held-out windows, and
+    the job's ``QuorumNotReached`` when too few answered for other reasons (named per client)."""
     selected = clients or job.clients
     data = model.to_cbor()
     needs_index = uses_client_index(model) or target == "client"
     requests = {c: EvaluateRequest(data, model.feature_set_version, split, target,
                                    client_index(model, c) if needs_index else -1, score_bins) for c in selected}
-    replies = job.ask(requests, selected, EvaluationReply)
+    try:
+        replies = job.ask(requests, selected, EvaluationReply)
+    except QuorumNotReached as exc:
+        errors = exc.result.errors
+        if not exc.result.replies and not exc.result.timed_out and all(e.code == NO_HOLDOUT for e in errors.values()):
+            raise NoHeldOutData("no held-out windows on any gateway (start gateways with --holdout-fraction 0.2)") \
+                from None
+        raise
     C = len(model.classes)
     usable = {}
     for client, reply in replies.items():
@@ -104,6 +127,8 @@ def evaluate_federated(job: FederatedJob, model: TreeEnsemble, *, split: str = "
     if not usable:
         raise TrainingError("no client returned a usable evaluation")
     pooled = _sum(list(usable.values()))
+    left_out = job.results[-1].failures()
+    left_out.update((c, "its evaluation did not fit the model") for c in replies if c not in usable)
     return Evaluation(metrics=metrics_of(pooled, model.is_classifier),
                       per_client={c: metrics_of(r, model.is_classifier) for c, r in usable.items()},
-                      confusion=pooled.confusion if model.is_classifier else None)
+                      confusion=pooled.confusion if model.is_classifier else None, left_out=dict(sorted(left_out.items())))

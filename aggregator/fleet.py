@@ -1,12 +1,15 @@
 """Training on a real fleet: the aggregator's MQTT connection, gateway discovery, one job.
 
-``train_on_fleet`` is what ``wheelfed train`` runs: connect as the aggregator, find the online
-gateways (their retained presence) unless a list is given, and run an algorithm's server half
-through a ``FederatedJob`` -- the very code ``aggregator.simulate`` runs over the memory broker.
+``train_on_fleet`` is what ``wheelfed train`` runs: find the online gateways (their retained
+presence), or check that the named ones are online; ask them which feature sets they hold
+(``aggregator.feature_sets``) and run an algorithm's server half on those that hold the chosen
+one through a ``FederatedJob`` -- the very code ``aggregator.simulate`` runs over the memory
+broker.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -23,13 +26,14 @@ from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.transport.base import Transport
 
 from .broker.mosquitto import die_with_parent
-from .jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
+from .feature_sets import FeatureSetChoice, survey_feature_sets
+from .jobs import FederatedJob, JobSettings, RoundProgress, TrainingError, new_job_id
 from .rounds import RoundEngine
 from .simulate import Algorithm
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GatewayProcesses", "PASSWORD_ENV", "Presence", "discover_gateways", "train_on_fleet"]
+__all__ = ["GatewayProcesses", "PASSWORD_ENV", "Presence", "discover_gateways", "online_gateways", "train_on_fleet"]
 
 PASSWORD_ENV = "WHEELFED_MQTT_PASSWORD"
 
@@ -91,6 +95,13 @@ class Presence:
         with self._changed:
             return sorted(c for c, up in self.online.items() if up and c != AGGREGATOR_ID)
 
+    def missing(self, clients: Sequence[str], timeout_s: float) -> list[str]:
+        """Those of ``clients`` not online after waiting up to ``timeout_s`` for all of them
+        (returns as soon as all are: retained presence arrives right after subscribing)."""
+        with self._changed:
+            self._changed.wait_for(lambda: all(self.online.get(c) for c in clients), timeout_s)
+            return [c for c in clients if not self.online.get(c)]
+
     def wait(self, clients: list[str], online: bool, timeout_s: float = 30.0) -> None:
         with self._changed:
             ok = self._changed.wait_for(lambda: all(self.online.get(c) is online for c in clients), timeout_s)
@@ -99,13 +110,31 @@ class Presence:
             raise TimeoutError(f"gateways did not become {'online' if online else 'offline'} in {timeout_s}s: {state}")
 
 
-
-
 def discover_gateways(transport: Transport, *, wait_s: float = 2.0, layout: TopicLayout | None = None) -> list[str]:
     """The clients whose retained presence says online, collected for ``wait_s`` seconds."""
     presence = Presence(transport, layout or TopicLayout())
     time.sleep(wait_s)
     return presence.online_clients()
+
+
+def online_gateways(presence: Presence, clients: Sequence[str] | None, wait_s: float) -> list[str]:
+    """``clients`` once their presence says online, or every gateway online after ``wait_s``.
+
+    A named gateway that is not online fails at once -- ``TrainingError`` naming it and the ones
+    that are -- rather than after a round deadline."""
+    if not clients:
+        time.sleep(wait_s)
+        online = presence.online_clients()
+        if not online:
+            raise TrainingError(f"no gateway is online (waited {wait_s} s for presence); start gateways or "
+                                "name them with --clients")
+        return online
+    missing = presence.missing(clients, wait_s)
+    if missing:
+        online = presence.online_clients()
+        seen = f"online: {', '.join(online)}" if online else "no gateway is online"
+        raise TrainingError(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not online ({seen})")
+    return list(clients)
 
 
 def train_on_fleet(
@@ -118,14 +147,29 @@ def train_on_fleet(
     settings: JobSettings | None = None,
     progress: Callable[[RoundProgress], None] | None = None,
     discover_s: float = 2.0,
+    stop: threading.Event | None = None,
+    on_feature_set: Callable[[FeatureSetChoice], None] | None = None,
 ) -> tuple[Any, FederatedJob]:
-    """Run ``algorithm`` on the gateways reachable through the aggregator's connected
-    ``transport`` (``clients``, or every gateway online); returns (model, job)."""
+    """Run ``algorithm`` (a configuration with a ``feature_set_version`` field) on the gateways
+    reachable through the aggregator's connected ``transport``; returns (model, job).
+
+    The gateways are ``clients`` (each must be online within ``discover_s``) or every one online.
+    The feature set is surveyed (``aggregator.feature_sets``): the algorithm's, or the majority's
+    when it names none; the job runs on the gateways holding it, and ``on_feature_set`` hears
+    the choice (who is left out and why) before the first round. Setting ``stop`` ends the job
+    at the next round boundary with the model grown so far (``job.stopped`` says where).
+    """
+    settings = settings or JobSettings()
     engine = RoundEngine(transport)
-    selected = list(clients) if clients else discover_gateways(transport, wait_s=discover_s)
-    if not selected:
-        raise TrainingError(f"no gateway is online (waited {discover_s} s for presence); start gateways or "
-                            "name them with --clients")
-    log.info("training on fleet", extra={"algorithm": algorithm.name, "clients": selected})
-    job = FederatedJob(engine, selected, job_id=job_id, settings=settings, progress=progress)
+    selected = online_gateways(Presence(transport, engine.layout), clients, discover_s)
+    job_id = job_id or new_job_id()
+    choice = survey_feature_sets(engine, job_id, selected, algorithm.feature_set_version,
+                                 deadline_s=settings.deadline_s)
+    log.info("training on fleet", extra={"algorithm": algorithm.name, "clients": list(choice.clients),
+                                         "feature_set": choice.version, "left_out": choice.left_out})
+    if on_feature_set is not None:
+        on_feature_set(choice)
+    if choice.version != algorithm.feature_set_version:
+        algorithm = dataclasses.replace(algorithm, feature_set_version=choice.version)
+    job = FederatedJob(engine, choice.clients, job_id=job_id, settings=settings, progress=progress, stop=stop)
     return algorithm.fit(job, seed=seed), job

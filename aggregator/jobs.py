@@ -8,11 +8,17 @@ well-formed on the wire but does not fit the job (wrong number of features, a bi
 range...) is rejected by the algorithm through :meth:`FederatedJob.reject`, with the same effect.
 Progress (one ``RoundProgress`` per boosting round / forest level) goes to the job's callback
 and to the log.
+
+A job can be asked to stop early (``stop``, an event set e.g. by Ctrl-C): the algorithms check
+:meth:`FederatedJob.stop_here` after every step they report, that is at a round boundary, where
+what they have grown is a whole model (FedSCS-XGB: the completed boosting rounds; FedForest:
+the forest cut at its last completed level), and ``stopped`` records the step.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +28,7 @@ from .rounds import QuorumNotReached, RoundEngine, RoundResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FederatedJob", "JobSettings", "RoundProgress", "TrainingError"]
+__all__ = ["FederatedJob", "JobSettings", "RoundProgress", "TrainingError", "new_job_id"]
 
 
 class TrainingError(RuntimeError):
@@ -64,6 +70,11 @@ class RoundProgress:
                 f"{metrics} ({self.elapsed_s:.2f} s)")
 
 
+def new_job_id() -> str:
+    """A fresh job id (the rounds' topic-independent key; gateways keep per-job state under it)."""
+    return f"job-{uuid.uuid4().hex[:12]}"
+
+
 class FederatedJob:
     """Rounds of one job over a fixed set of known clients."""
 
@@ -75,14 +86,18 @@ class FederatedJob:
         job_id: str | None = None,
         settings: JobSettings | None = None,
         progress: Callable[[RoundProgress], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         if not clients:
             raise TrainingError("a job needs at least one client")
         self.engine = engine
         self.clients = sorted(dict.fromkeys(clients))
-        self.job_id = job_id or f"job-{uuid.uuid4().hex[:12]}"
+        self.job_id = job_id or new_job_id()
         self.settings = settings or JobSettings()
         self._progress = progress
+        self._stop = stop
+        #: The step after which the algorithm stopped on request (None: it ran to the end).
+        self.stopped: RoundProgress | None = None
         self.rounds = 0
         self.rejected: dict[str, int] = {}
         self.results: list[RoundResult] = []  # per round: who answered what (envelopes, errors, timeouts)
@@ -119,3 +134,14 @@ class FederatedJob:
                                     "total": progress.total, "answered": progress.answered, **progress.metrics})
         if self._progress is not None:
             self._progress(progress)
+
+    def stop_here(self, progress: RoundProgress) -> bool:
+        """Whether the algorithm should stop after the step it just reported: a stop was asked
+        for and steps remain (a request during the last step changes nothing). Records the step
+        in ``stopped``; the algorithm then returns the model grown so far."""
+        if self._stop is None or not self._stop.is_set() or progress.step >= progress.total:
+            return False
+        self.stopped = progress
+        log.warning("stopping at a round boundary on request", extra={"job": self.job_id, "step": progress.step,
+                                                                      "total": progress.total})
+        return True

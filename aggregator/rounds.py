@@ -33,12 +33,15 @@ log = logging.getLogger(__name__)
 
 
 class QuorumNotReached(RuntimeError):
-    """The deadline passed before enough clients answered; ``result`` says who did what."""
+    """The deadline passed before enough clients answered; ``result`` says who did what, and so
+    does the message: every missing client with its reason (the gateway's refusal, or silence),
+    so that one line tells the operator what to fix."""
 
     def __init__(self, result: "RoundResult", quorum: int) -> None:
+        reasons = "; ".join(f"{client}: {why}" for client, why in result.failures().items())
         super().__init__(
             f"round {result.round} of job {result.job!r}: {len(result.replies)} of {len(result.selected)} "
-            f"clients answered, quorum is {quorum} (timed out: {result.timed_out}, errors: {sorted(result.errors)})"
+            f"clients answered, quorum is {quorum} ({reasons})"
         )
         self.result = result
         self.quorum = quorum
@@ -62,6 +65,13 @@ class RoundResult:
     @property
     def answered(self) -> list[str]:
         return sorted(self.replies)
+
+    def failures(self) -> dict[str, str]:
+        """Why each client without a valid reply has none, by client id: its error reply's
+        ``code: message`` (one line), or that it did not answer."""
+        out = {c: " ".join(f"{e.code}: {e.message}".split()) for c, e in self.errors.items()}
+        out.update((c, f"no answer within {self.elapsed_s:.3g} s") for c in self.timed_out)
+        return dict(sorted(out.items()))
 
     def without_bodies(self) -> RoundResult:
         """A copy whose replies keep their envelopes only: what a job keeps of a round after the

@@ -2,8 +2,11 @@
 
 A handler returns a reply body (or None for a plain ``Ack``). Whatever goes wrong — in the
 handler, or in building and encoding its reply — becomes an ``ErrorReply`` to the aggregator,
-never a dead client or a silent timeout. The error reply names the exception type only: its
-text may quote sensor values, which must not leave the gateway (it goes to the local log).
+never a dead client or a silent timeout. An unexpected exception's reply names its type only:
+its text may quote sensor values, which must not leave the gateway (it goes to the local log). A
+handler refuses on purpose with :class:`RequestRejected`, whose code and text are written to
+name the reason -- a feature set the gateway does not hold, no labelled or held-out windows --
+without quoting data, so the operator learns why a gateway stayed out of a job.
 
 Requests are deduplicated by message id: a redelivered request (QoS 1, reconnects, the round
 engine's re-sends) gets the cached reply again instead of being applied twice. The cache lives
@@ -32,11 +35,13 @@ Handler = Callable[[Message], object | None]
 
 
 class RequestRejected(Exception):
-    """Raise from a handler to answer with a specific error ``code`` (e.g. "no_data") and text."""
+    """Raise from a handler to answer with a specific error ``code`` (e.g. "no_labelled_windows")
+    and text; ``feature_sets`` go into the reply of a ``feature_set_mismatch`` (``ErrorReply``)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, feature_sets: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.code = code
+        self.feature_sets = tuple(feature_sets)
 
 
 class Dispatcher:
@@ -104,7 +109,7 @@ class Dispatcher:
             return Ack() if result is None else result
         except RequestRejected as exc:
             self.failed += 1
-            return ErrorReply(exc.code, str(exc), request.type)
+            return ErrorReply(exc.code, str(exc), request.type, exc.feature_sets)
         except Exception as exc:  # noqa: BLE001 - every failure must become a reply
             self.failed += 1
             log.exception("request handler failed", extra={"type": request.type, "job": request.envelope.job})

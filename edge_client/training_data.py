@@ -28,7 +28,24 @@ __all__ = ["ClientData", "LabelledData", "NoTrainingData", "StoreTrainingData", 
 
 
 class NoTrainingData(Exception):
-    """The client has nothing to train on for the requested feature set (an actionable message)."""
+    """The client has nothing to train (or evaluate) on for the requested feature set.
+
+    ``code`` names the reason for the aggregator -- ``feature_set_mismatch`` (``feature_sets``:
+    the versions the client does hold), ``no_labelled_windows`` or ``no_holdout_windows`` -- and
+    the message says what to do, quoting no data.
+    """
+
+    def __init__(self, code: str, message: str, feature_sets: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.code = code
+        self.feature_sets = tuple(feature_sets)
+
+
+def _mismatch(asked: str, held: Sequence[str]) -> NoTrainingData:
+    """The refusal of a job for a feature set this client holds no labelled windows of."""
+    stored = f"this gateway stores {', '.join(held)}"
+    message = f"no labelled windows of {asked!r}: {stored}" if asked else f"the job names no feature set; {stored}"
+    return NoTrainingData("feature_set_mismatch", message, held)
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,8 +87,8 @@ class TrainingData(Protocol):
 class ClientData:
     """One simulated client: an id and its arrays (``aggregator.simulate`` takes a list of these).
 
-    ``feature_set_version=""`` accepts every job; otherwise a job for another version is refused,
-    as a gateway refuses one.
+    ``feature_set_version=""`` accepts every job; otherwise a job for another version (or for
+    none) is refused, as a gateway refuses one.
     """
 
     client_id: str
@@ -91,10 +108,13 @@ class ClientData:
             test = LabelledData(np.asarray(self.X_test), np.asarray(self.y_test), self.feature_names)
         object.__setattr__(self, "_test", test)
 
+    def feature_sets(self) -> tuple[str, ...]:
+        """The feature sets this client holds labelled windows of (``()``: unversioned, any job)."""
+        return (self.feature_set_version,) if self.feature_set_version else ()
+
     def _check(self, feature_set_version: str) -> None:
-        if self.feature_set_version and feature_set_version and feature_set_version != self.feature_set_version:
-            raise NoTrainingData(f"{self.client_id} holds feature set {self.feature_set_version!r}, "
-                                 f"the job asks for {feature_set_version!r}")
+        if self.feature_set_version and feature_set_version != self.feature_set_version:
+            raise _mismatch(feature_set_version, self.feature_sets())
 
     def labelled(self, feature_set_version: str) -> LabelledData:
         self._check(feature_set_version)
@@ -103,7 +123,7 @@ class ClientData:
     def holdout(self, feature_set_version: str) -> LabelledData:
         self._check(feature_set_version)
         if self._test is None:
-            raise NoTrainingData(f"{self.client_id} has no held-out data")
+            raise NoTrainingData("no_holdout_windows", f"{self.client_id} has no held-out windows")
         return self._test
 
 
@@ -125,10 +145,19 @@ class StoreTrainingData:
         if not 0.0 <= self.holdout_fraction < 1.0:
             raise ValueError(f"holdout_fraction must lie in [0, 1), got {self.holdout_fraction}")
 
+    def feature_sets(self) -> tuple[str, ...]:
+        """The versions with labelled windows: one indexed count per version the store has seen."""
+        seen = self.store.stats().by_feature_set
+        return tuple(v for v in seen if self.store.count(v, labelled_only=True))
+
     def _split(self, feature_set_version: str) -> tuple[LabelledData, LabelledData | None]:
         X, y, meta = self.store.query(feature_set_version, labelled_only=True)
         if X.shape[0] == 0:
-            raise NoTrainingData(f"no labelled windows of feature set {feature_set_version!r} in the store")
+            held = self.feature_sets()
+            if held:
+                raise _mismatch(feature_set_version, held)
+            raise NoTrainingData("no_labelled_windows", "this gateway holds no labelled windows yet (windows are "
+                                                        "labelled by the annotations recorded with them)")
         names = tuple(self.feature_names() if callable(self.feature_names) else self.feature_names)
         names = names if len(names) == X.shape[1] else ()
         if self.holdout_fraction == 0:
@@ -142,7 +171,9 @@ class StoreTrainingData:
     def holdout(self, feature_set_version: str) -> LabelledData:
         test = self._split(feature_set_version)[1]
         if test is None or test.X.shape[0] == 0:
-            raise NoTrainingData("this gateway keeps no held-out windows (--holdout-fraction)")
+            raise NoTrainingData("no_holdout_windows", "this gateway keeps no held-out windows (start it with "
+                                                       "--holdout-fraction 0.2 to hold out the last fifth of every "
+                                                       "session)")
         return test
 
 
@@ -163,14 +194,16 @@ def tail_split(sessions: np.ndarray, fraction: float, gap: int) -> tuple[np.ndar
 
 
 def snapshot(source: TrainingData, feature_set_version: str, *, split: str = "train") -> LabelledData:
-    """The labelled data a job trains on (``split="holdout"``: evaluates on), or
-    ``RequestRejected("no_data")`` saying why not."""
+    """The labelled data a job trains on (``split="holdout"``: evaluates on), or a
+    ``RequestRejected`` whose code says why not (``NoTrainingData``'s, or ``no_labelled_windows``
+    for an empty snapshot)."""
     try:
         data = source.holdout(feature_set_version) if split == "holdout" else source.labelled(feature_set_version)
     except NoTrainingData as exc:
-        raise RequestRejected("no_data", str(exc)) from None
+        raise RequestRejected(exc.code, str(exc), exc.feature_sets) from None
     if data.X.shape[0] == 0:
-        raise RequestRejected("no_data", "no labelled samples")
+        raise RequestRejected("no_holdout_windows" if split == "holdout" else "no_labelled_windows",
+                              "no labelled samples")
     infinite = np.isinf(data.X)
     if infinite.any():  # summaries and sketches must be finite: an infinite feature is "missing"
         log.warning("infinite feature values treated as missing", extra={"values": int(infinite.sum())})

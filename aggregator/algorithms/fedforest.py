@@ -161,7 +161,16 @@ class FedForest:
         return self.criterion or ("mse" if self.regression else "gini")
 
     def fit(self, job: FederatedJob, *, seed: int = 0) -> TreeEnsemble:
-        """Grow the forest over ``job``'s clients; returns a ``kind="forest"`` ensemble."""
+        """Grow the forest over ``job``'s clients; returns a ``kind="forest"`` ensemble.
+
+        Stopped early (``job.stop_here`` after level L), it returns the forest cut at depth L:
+        the nodes still open become leaves with the pooled summaries their parents' splits
+        already gave them. That is exactly the forest ``max_depth=L`` grows (same draws, same
+        splits -- tested), so the model is honest about what it is: its metadata says
+        ``max_depth`` L. With ``evaluation="avgimp"`` the open nodes have no summary yet (it
+        comes with the next level), so there is no such forest and stopping raises
+        ``TrainingError`` instead of saving leaves without values.
+        """
         return _Training(self, job, seed).run().model
 
     def fit_with_diagnostics(self, job: FederatedJob, *, seed: int = 0) -> ForestResult:
@@ -293,16 +302,20 @@ class _Training:
         self.root_weight = np.zeros(cfg.n_trees)
         self.importance = np.zeros(self.d + 1)
         self.root_gains: list[float] = []
+        self.depth = cfg.max_depth
         frontier = [_Node(t, 0, 0) for t in range(cfg.n_trees)]
         for level in range(cfg.max_depth + 1):
             if not frontier:
                 break
             started = time.monotonic()
             frontier = self._private_level(level, frontier) if private else self._level(level, frontier)
-            self.job.report(RoundProgress(self.job.job_id, cfg.name, level + 1, cfg.max_depth + 1, len(self.clients),
-                                          self._answered, {"nodes": float(self._n_active),
-                                                           "splits": float(self._n_splits)},
-                                          time.monotonic() - started))
+            progress = RoundProgress(self.job.job_id, cfg.name, level + 1, cfg.max_depth + 1, len(self.clients),
+                                     self._answered, {"nodes": float(self._n_active), "splits": float(self._n_splits)},
+                                     time.monotonic() - started)
+            self.job.report(progress)
+            if frontier and self.job.stop_here(progress):
+                self._cut(level + 1, frontier)
+                break
         return ForestResult(self._model(), self._normalised_importance(), float(max(self.root_gains, default=0.0)),
                             self.levels)
 
@@ -436,6 +449,13 @@ class _Training:
             self.distinct_of[(node.tree, left_id)] = int(left_windows[c])
             self.distinct_of[(node.tree, right_id)] = total - int(left_windows[c])
         return children
+
+    def _cut(self, depth: int, frontier: list[_Node]) -> None:
+        """Stop at ``depth``: the open ``frontier`` nodes stay leaves (see ``FedForest.fit``)."""
+        if any(node.summary is None for node in frontier):
+            raise TrainingError(f"stopped after level {depth}: with evaluation='avgimp' the open nodes learn their "
+                                "summaries only at the next level, so no forest can be cut here")
+        self.depth = depth
 
     def _features(self, node: _Node) -> np.ndarray:
         """The node's feature subsample, drawn from its own stream (seed, tree, node): it does not
@@ -680,7 +700,7 @@ class _Training:
         return TreeEnsemble(
             trees=tuple(trees), kind="forest", link="identity", n_outputs=n_outputs, feature_names=names,
             feature_set_version=cfg.feature_set_version, classes=self.model_classes,
-            metadata={"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": cfg.max_depth, "n_bins": cfg.n_bins,
+            metadata={"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": self.depth, "n_bins": cfg.n_bins,
                       "criterion": self.crit, "evaluation": cfg.evaluation, "candidates": cfg.candidates,
                       "client_splits": int(cfg.client_splits), "target": cfg.target, "protocol": cfg.protocol,
                       "secure_aggregation": int(cfg.secure_aggregation), "min_crowd": cfg.min_crowd,

@@ -203,7 +203,11 @@ class FedSCSXGB:
                             min_child_weight=self.min_child_weight, learning_rate=self.learning_rate)
 
     def fit(self, job: FederatedJob, *, seed: int = 0) -> TreeEnsemble:
-        """Train over ``job``'s clients; returns the boosted ensemble (``init_model``'s trees first)."""
+        """Train over ``job``'s clients; returns the boosted ensemble (``init_model``'s trees first).
+
+        Stopped early (``job.stop_here``), it returns the boosting rounds completed so far: each
+        round only adds trees, so they are the very model ``n_rounds`` = that many would give.
+        """
         return _Training(self, job, seed).run()
 
 
@@ -252,8 +256,11 @@ class _Training:
             loss = sum(r.loss_sum for r in atoms.values()) / max(n, 1)
             if cfg.objective == "squared_error":
                 loss = float(np.sqrt(loss))
-            self.job.report(RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected), len(atoms),
-                                          {"train_loss": loss, "samples": float(n)}, time.monotonic() - started))
+            progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected), len(atoms),
+                                     {"train_loss": loss, "samples": float(n)}, time.monotonic() - started)
+            self.job.report(progress)
+            if self.job.stop_here(progress):
+                break
         return self.model()
 
     def _setup(self) -> FleetData:
@@ -320,9 +327,12 @@ class _Training:
                 loss = float(np.sqrt(loss))
             metrics = ({"epsilon": self.noise.accountant.epsilon} if self.noise
                        else {"train_loss": loss, "samples": float(n)})
-            self.job.report(RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected),
-                                          int(self._round_stats.get("contributors", 0)), metrics,
-                                          time.monotonic() - started))
+            progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected),
+                                     int(self._round_stats.get("contributors", 0)), metrics,
+                                     time.monotonic() - started)
+            self.job.report(progress)
+            if self.job.stop_here(progress):
+                break
         return self.model()
 
     def _grow_round(self, summer: FleetSummer, selected: list[str], t: int) -> list:

@@ -48,11 +48,21 @@ class Status:
 @message_type("error")
 @dataclass(frozen=True)
 class ErrorReply:
-    """The request named by ``re`` failed on the receiver; ``code`` is machine-readable."""
+    """The request named by ``re`` failed on the receiver: ``code`` is machine-readable
+    (``feature_set_mismatch``, ``no_labelled_windows``, ``no_holdout_windows``, ``resync``, ...),
+    ``message`` says why in words that quote no sensor value or label (it reaches the aggregator's
+    log and its operator's terminal).
+
+    ``feature_sets``: with ``feature_set_mismatch``, the feature sets this gateway does hold
+    labelled windows of -- what the aggregator needs to pick the version most of the fleet can
+    train on. The versions are the ones ``Hello`` announces anyway (a digest of the sensor
+    layout); no counts travel with them.
+    """
 
     code: str
     message: str
     request_type: str = ""
+    feature_sets: tuple[str, ...] = ()
 
 
 @message_type("ack")

@@ -1,0 +1,119 @@
+"""Which feature set a fleet job trains on: asked of the gateways, not typed by the operator.
+
+A gateway stores its windows under ``wheelfed-tifex-2+<digest of its sensor layout>``: gateways
+with the same sensors share a version, others do not, and a model only fits the feature
+vectors it was trained on. So before a job starts, the aggregator sends every selected gateway
+one ``DataShapeRequest`` for the requested feature set (or for none, to find out): a gateway
+with labelled windows of it answers with its shape; any other refuses with
+``feature_set_mismatch`` and the versions it does hold (the error body's ``feature_sets``:
+versions only, which ``Hello`` announces anyway; no counts), or with another reason
+(``no_labelled_windows``, ...). :func:`choose_feature_set` then takes the version most gateways
+hold -- a tie goes to the first by name, and the choice says so -- and names every gateway it
+leaves out and why, so that nobody has to read gateway logs to learn why a job is smaller.
+
+The survey is round 0 of the job's id: it decides who the job's clients are, so it runs before
+the job itself (``FederatedJob`` numbers its rounds from 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from shared.protocol.messages.fleet_sums import DataShape, DataShapeRequest
+
+from .jobs import TrainingError
+from .rounds import RoundEngine
+
+__all__ = ["FeatureSetChoice", "choose_feature_set", "survey_feature_sets"]
+
+MISMATCH = "feature_set_mismatch"
+
+
+@dataclass(frozen=True)
+class FeatureSetChoice:
+    """The outcome of the survey: train on ``version`` with ``clients``.
+
+    ``stored``: every version some gateway holds labelled windows of, with those gateways;
+    ``left_out``: the selected gateways that do not take part, each with its reason;
+    ``tied_with``: the versions exactly as many gateways hold, passed over by name;
+    ``requested``: the operator named the version (no majority was taken).
+    """
+
+    version: str
+    clients: tuple[str, ...]
+    stored: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)
+    tied_with: tuple[str, ...] = ()
+    requested: bool = False
+
+    def describe(self) -> list[str]:
+        """One line for the choice, then one per gateway left out (what ``wheelfed train`` prints)."""
+        who = f"{len(self.clients)} gateway{'s' if len(self.clients) != 1 else ''} ({', '.join(self.clients)})"
+        if self.requested:
+            head = f"feature set {self.version}: {who}"
+        elif self.tied_with:
+            head = (f"feature set {self.version}: {who}; {', '.join(self.tied_with)} has as many gateways, the tie "
+                    "goes to the first by name (--feature-set chooses)")
+        else:
+            head = f"feature set {self.version} (the majority's): {who}"
+        return [head, *(f"  {client} left out: {why}" for client, why in self.left_out.items())]
+
+
+def _fleet_text(stored: Mapping[str, Sequence[str]]) -> str:
+    return "; ".join(f"{', '.join(clients)} store{'s' if len(clients) == 1 else ''} {version}"
+                     for version, clients in stored.items())
+
+
+def choose_feature_set(held: Mapping[str, Sequence[str]], *, fits_any: Sequence[str] = (),
+                       left_out: Mapping[str, str] | None = None, requested: str = "") -> FeatureSetChoice:
+    """The version to train on, from what each gateway ``held`` (client -> versions with labelled
+    windows); ``fits_any``: clients with unversioned data (simulations), which fit every version;
+    ``left_out``: clients already out, with their reasons. ``requested`` (the operator's) wins
+    when some gateway holds it; otherwise the version most gateways hold, ties to the first by
+    name. ``TrainingError`` when no gateway can train, saying what the fleet does hold."""
+    out = dict(left_out or {})
+    stored: dict[str, list[str]] = {}
+    for client in sorted(held):
+        for version in held[client]:
+            stored.setdefault(version, []).append(client)
+    stored_sorted = {v: tuple(stored[v]) for v in sorted(stored)}
+    if requested:
+        if requested not in stored and not fits_any:
+            fleet = _fleet_text(stored_sorted) if stored_sorted else "none stores labelled windows"
+            unusable = "; ".join(f"{c}: {why}" for c, why in sorted(out.items()))
+            raise TrainingError(f"no gateway stores feature set {requested!r}: {fleet}"
+                                f"{f'; {unusable}' if unusable else ''} (omit --feature-set to train on the "
+                                "version most gateways store)")
+        version, tied = requested, ()
+    elif stored:
+        most = max(len(c) for c in stored.values())
+        tied_versions = sorted(v for v, c in stored.items() if len(c) == most)
+        version, tied = tied_versions[0], tuple(tied_versions[1:])
+    elif fits_any:
+        version, tied = "", ()
+    else:
+        reasons = "; ".join(f"{c}: {why}" for c, why in sorted(out.items())) or "no gateway answered"
+        raise TrainingError(f"no gateway can train: {reasons}")
+    takers = set(stored.get(version, ())) | set(fits_any)
+    for client in sorted(held):
+        if client not in takers:
+            out[client] = f"{MISMATCH}: it stores {', '.join(held[client])}, not {version}"
+    return FeatureSetChoice(version=version, clients=tuple(sorted(takers)), stored=stored_sorted,
+                            left_out=dict(sorted(out.items())), tied_with=tied, requested=bool(requested))
+
+
+def survey_feature_sets(engine: RoundEngine, job_id: str, clients: Sequence[str], requested: str = "", *,
+                        deadline_s: float) -> FeatureSetChoice:
+    """Ask ``clients`` which feature sets they hold (round 0 of ``job_id``; see the module
+    docstring) and choose with :func:`choose_feature_set`."""
+    result = engine.run_round(job_id, 0, DataShapeRequest(requested, labels=False), clients, deadline_s=deadline_s,
+                              min_replies=0, expect=DataShape)
+    held: dict[str, tuple[str, ...]] = {c: (requested,) for c in result.replies} if requested else {}
+    fits_any = [] if requested else sorted(result.replies)
+    reasons = result.failures()
+    for client, error in result.errors.items():
+        if error.code == MISMATCH and error.feature_sets:
+            held[client] = error.feature_sets
+            del reasons[client]
+    return choose_feature_set(held, fits_any=fits_any, left_out=reasons, requested=requested)
