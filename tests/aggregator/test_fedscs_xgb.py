@@ -332,7 +332,7 @@ def test_clients_without_data_are_left_out_with_their_reason() -> None:
     job = FederatedJob(sim.engine, list(sim.transports), job_id="j", settings=JobSettings(deadline_s=5,
                                                                                           min_fraction=0.5))
     model = FedSCSXGB(protocol="atoms", n_rounds=2).fit(job)
-    assert job.results[0].errors["gw-empty"].code == "no_data"
+    assert job.results[0].errors["gw-empty"].code == "no_labelled_windows"
     assert model == aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=2), clients)
 
 

@@ -148,7 +148,8 @@ def test_wrong_feature_set_count_or_no_data_is_refused_with_a_code() -> None:
     client = FedSCSXGBClient(data())
     with pytest.raises(RequestRejected) as err:
         snapshot(data(), "fs-2")
-    assert err.value.code == "no_data" and "fs-2" in str(err.value)
+    assert err.value.code == "feature_set_mismatch" and "fs-2" in str(err.value)
+    assert err.value.feature_sets == ("fs-1",)
     with pytest.raises(RequestRejected) as err:
         client.on_sketch(request(XgbSketchRequest(task(d=4), ModelDelta(), "summary", 8)))
     assert err.value.code == "feature_mismatch"
