@@ -302,13 +302,14 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_keygen)
 
     model = add_subcommand(sub, "model", "the model registry: list, show, register, export, deploy, rollback",
+                           description="The model registry: list, show, register, export, deploy, rollback.\n"
+                                       "wheelfed model ACTION --help explains an action and shows its examples.",
                            examples=["wheelfed model list --registry reg.db",
-                                     "wheelfed model register model.json --registry reg.db",
+                                     "wheelfed model register model.cbor --registry reg.db",
                                      "wheelfed model show activity:v2 --registry reg.db",
                                      "wheelfed model export activity --registry reg.db -o activity.cbor",
                                      "wheelfed model deploy activity --registry reg.db --key aggregator.key",
-                                     "wheelfed model rollback --registry reg.db --clients gw-3",
-                                     "wheelfed model ACTION --help explains an action"])
+                                     "wheelfed model rollback --registry reg.db --clients gw-3"])
     actions = model.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     def action(name: str, help: str, examples: list[str], func, *, registry_must_exist: bool = True):
@@ -343,7 +344,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
     p = action("register", "add a model file to the registry as the next version of its model id",
                ["wheelfed model register model.json --registry reg.db",
-                "wheelfed model register retrained.cbor --model-id activity --registry reg.db"],
+                "wheelfed model register more.cbor --model-id activity --registry reg.db"],
                _register, registry_must_exist=False)
     p.add_argument("file", nargs="?", type=model_file, metavar="FILE", help="a model file (.json or CBOR), e.g. "
                                                                             "from wheelfed train -o")

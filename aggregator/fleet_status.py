@@ -1,0 +1,102 @@
+"""The fleet as the broker sees it: one row per gateway, folded from the retained status messages.
+
+Every gateway publishes a retained ``Status`` on ``{prefix}/c/{id}/status`` when it connects,
+after every model change and at every live-publish tick (``wheelfed gateway --publish-every``)
+while it stays connected; it publishes ``online=False`` when it stops cleanly, and the broker
+publishes the same as its last will when the connection drops. So whoever subscribes to
+``c/+/status`` is handed, at once, the newest word of every gateway that ever connected --
+that is all ``wheelfed fleet`` needs; it asks the gateways nothing.
+
+What a row can say is what the status carries: online, the active model's label, windows
+stored and labelled, and in ``detail`` the inference engine, predictions and alerts so far, the
+last predicted label and the last model error. An offline status carries none of that (the last
+will is composed when the gateway connects), so an offline row has its time and nothing else --
+unknown, not zero. ``seen`` is the envelope time of the newest status, on the gateway's clock;
+for a last will that is when the gateway connected, not when it vanished.
+
+The gateway's id comes from the topic, not from the envelope's sender: the broker's ACL lets a
+gateway publish on its own status topic only, while the sender field is whatever it wrote.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from shared.protocol.envelope import Message
+from shared.protocol.messages import Status
+from shared.protocol.topics import TopicLayout
+
+__all__ = ["GatewayRow", "fold_statuses", "format_age"]
+
+
+@dataclass(frozen=True)
+class GatewayRow:
+    """One gateway's newest status. ``None``: the status did not say (always so when offline)."""
+
+    gateway: str
+    online: bool
+    seen: float  # envelope time of the newest status (the gateway's clock, seconds since the epoch)
+    model: str | None  # "activity:v2"; "" when it runs no model
+    windows: int | None  # windows in its store
+    labelled: int | None  # of which labelled
+    engine: str | None
+    predicted: int | None  # windows predicted live since it started
+    alerts: int | None  # alerts raised since it started
+    last_prediction: str | None
+    model_error: str  # why the last pushed or stored model was refused; "" if none
+
+    def age_s(self, now: float) -> float:
+        """Seconds since ``seen``; 0 when the gateway's clock runs ahead of ours."""
+        return max(0.0, now - self.seen)
+
+    def to_json(self, now: float) -> dict[str, object]:
+        """The row for ``--json``: ``seen`` as ``last_seen`` plus its ``age_s``, nulls for unknowns."""
+        data: dict[str, object] = asdict(self)
+        seen = data.pop("seen")
+        return {"gateway": data.pop("gateway"), "online": data.pop("online"), "last_seen": seen,
+                "age_s": round(self.age_s(now), 3), **data}
+
+
+def fold_statuses(received: Iterable[tuple[str, Message]], layout: TopicLayout) -> list[GatewayRow]:
+    """``(topic, message)`` pairs in arrival order -> the newest row per gateway, sorted by id
+    (``gw-2`` before ``gw-10``). Other topics, other bodies and the aggregator are left out."""
+    rows: dict[str, GatewayRow] = {}
+    for topic, message in received:
+        gateway = layout.client_of(topic)
+        if (gateway is None or gateway == layout.aggregator_id or topic != layout.status(gateway)
+                or not isinstance(message.body, Status)):
+            continue
+        rows[gateway] = _row(gateway, message.body, message.envelope.ts)
+    return [rows[g] for g in sorted(rows, key=_natural)]
+
+
+def _row(gateway: str, status: Status, seen: float) -> GatewayRow:
+    detail = status.detail
+    if not status.online:
+        return GatewayRow(gateway, False, seen, None, None, None, None, None, None, None, "")
+    return GatewayRow(gateway, True, seen, status.active_model, status.n_windows, status.n_labelled,
+                      _text(detail.get("engine")), _count(detail.get("predicted")), _count(detail.get("alerts")),
+                      _text(detail.get("last_prediction")), detail.get("model_error", ""))
+
+
+def _text(value: str | None) -> str | None:
+    """The gateway writes "-" for "none yet"."""
+    return None if value in (None, "", "-") else value
+
+
+def _count(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdecimal() else None
+
+
+def _natural(gateway: str) -> list[object]:
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", gateway)]
+
+
+def format_age(seconds: float) -> str:
+    """``12 s``, ``5 min``, ``2 h``, ``3 d``: how long ago, as an operator reads it."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s" if seconds >= 1 else "now"
