@@ -7,11 +7,27 @@ recogniser, and a full queue means the consumer is behind anyway). The *delivery
 the callbacks. A pulled USB cable shows up as SerialException/OSError: the port is closed and
 reopened with exponential backoff (a udev ``/dev/serial/by-id/...`` path makes the same path come
 back); sequence tracking carries on across the reconnect, so frames lost meanwhile are counted.
+
+A path is not a device, though: when a replay ends its pty number is freed and the next process
+to open a pty gets the same ``/dev/pts/N``; a USB adapter that re-enumerates comes back as a new
+device node under the same name. So the reader tells the states apart -- ``up``, ``down`` (open
+or read failed), ``gone`` (the path does not exist), ``busy`` (another process holds the port)
+and ``changed`` (open again, but on another device node than before: device number, inode or
+node creation time differ) -- logs one warning line when it enters ``gone``/``down``/``busy``/
+``changed``, and numbers its connections: every delivered frame carries the connection it was
+read on, so a consumer knows which frames came after a reopen and must not assume they continue
+the stream it knew (``edge_client.processing`` decides that from descriptors and sequence).
+The reader locks the port (``flock``, as pyserial's ``exclusive``): two readers on one port
+would each get a random half of the bytes.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import io
 import logging
+import os
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -26,11 +42,27 @@ from .frames import MAX_PAYLOAD, Frame, FrameDecoder, LinkStats
 log = logging.getLogger(__name__)
 
 
+#: What ``SerialReader.state`` reports.
+UP, DOWN, GONE, BUSY, CHANGED = "up", "down", "gone", "busy", "changed"
+
+
 @dataclass(frozen=True)
 class ReceivedFrame:
     frame: Frame
     raw: bytes  # the frame's exact bytes, for recording
     received_us: int  # gateway clock when its last byte was read
+    connection: int = 1  # which opening of the port it was read on (1 = the first)
+
+
+@dataclass(frozen=True)
+class _Device:
+    """What identifies the device node behind an open port: a re-used pty has the same device
+    number and inode but a new node (creation time); a re-enumerated USB adapter a new node."""
+
+    dev: int
+    ino: int
+    rdev: int
+    ctime_ns: int
 
 
 @dataclass(frozen=True)
@@ -44,6 +76,8 @@ class ReaderStats:
     disconnects: int
     callback_errors: int
     connected: bool
+    state: str  # up, down, gone, busy or changed (see the module docstring)
+    device_changes: int  # reopens that found another device under the path
 
 
 class SerialReader:
@@ -94,7 +128,10 @@ class SerialReader:
         self._reading_done = False
         self._threads: list[threading.Thread] = []
         self._delivered = self._dropped = self._opens = self._open_failures = self._disconnects = 0
-        self._callback_errors = 0
+        self._callback_errors = self._device_changes = 0
+        self._state = ""  # nothing tried yet (reported as down)
+        self._device: _Device | None = None  # the node of the last connection (None: a URL, or never open)
+        self._first_attempt = threading.Event()
         self.error: Exception | None = None  # set when the port URL itself is invalid (reading stopped)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -135,34 +172,94 @@ class SerialReader:
         return self._connected.wait(timeout)
 
     @property
+    def state(self) -> str:
+        return self._state or DOWN
+
+    def wait_first_attempt(self, timeout: float) -> str:
+        """Block until the first open attempt is over; returns the state it left (a gateway
+        refuses to start on a ``busy`` port, while a ``gone`` one may still be plugged in)."""
+        self._first_attempt.wait(timeout)
+        return self.state
+
+    @property
     def stats(self) -> ReaderStats:
         with self._lock, self._cond:
             return ReaderStats(
                 link=self._decoder.stats.copy(), delivered=self._delivered, dropped=self._dropped, queued=len(self._queue),
                 opens=self._opens, open_failures=self._open_failures, disconnects=self._disconnects,
-                callback_errors=self._callback_errors, connected=self.connected,
+                callback_errors=self._callback_errors, connected=self.connected, state=self.state,
+                device_changes=self._device_changes,
             )
 
     # -- read thread -----------------------------------------------------------------------
+    def _set_state(self, state: str, message: str, **extra: object) -> None:
+        """Enter ``state``; one warning line per entry into a bad state, not per retry."""
+        if state == self._state:
+            return
+        self._state = state
+        level = logging.INFO if state == UP else logging.WARNING
+        log.log(level, message, extra={"port": self.port, **extra})
+
     def _open(self) -> bool:
         try:
             self._serial = serial.serial_for_url(self.port, self.baudrate, timeout=self._read_timeout)
+            device = self._lock_port()
         except ValueError as exc:  # unknown URL scheme or bad settings: retrying cannot help
             self.error = exc
             log.error("serial port cannot be opened: check the port URL and baud rate",
                       extra={"port": self.port, "error": str(exc)})
             self._stop.set()
+            self._first_attempt.set()
             return False
         except (serial.SerialException, OSError) as exc:
+            self._close()
             with self._lock:
                 self._open_failures += 1
-            log.info("serial port not available", extra={"port": self.port, "error": str(exc)})
+            self._failed(exc)
+            self._first_attempt.set()
             return False
+        changed = self._device is not None and device is not None and device != self._device
+        self._device = device or self._device
         with self._lock:
             self._opens += 1
+            self._device_changes += changed
         self._connected.set()
-        log.info("serial port open", extra={"port": self.port, "baudrate": self.baudrate})
+        if changed:
+            self._set_state(CHANGED, "serial device changed: the path now leads to another device (a re-used pty "
+                                     "or a re-enumerated adapter); its frames count as the known sensors only once "
+                                     "they announce identical descriptors and continue their sequence")
+        else:
+            self._set_state(UP, "serial port open", baudrate=self.baudrate)
+        self._first_attempt.set()
         return True
+
+    def _failed(self, exc: Exception) -> None:
+        """Name why the port cannot be opened: missing, held by another process, or else."""
+        if self._path_gone():
+            return
+        if isinstance(exc, BlockingIOError) or getattr(exc, "errno", None) == errno.EBUSY:
+            self._set_state(BUSY, "serial port busy: another process holds it (another gateway or "
+                                  "wheelfed record?); retrying")
+        else:
+            self._set_state(DOWN, "serial port cannot be opened; retrying", error=str(exc))
+
+    def _path_gone(self) -> bool:
+        """Enter ``gone`` if the port is a path that does not exist (URLs never are)."""
+        if "://" in self.port or os.path.exists(self.port):
+            return False
+        self._set_state(GONE, "serial device gone: the path does not exist (unplugged, or the replay feeding "
+                              "the pty ended); reopening when it comes back")
+        return True
+
+    def _lock_port(self) -> _Device | None:
+        """Lock the open port against other readers; the identity of its device node (None for URLs)."""
+        try:
+            fd = self._serial.fileno()
+        except (AttributeError, io.UnsupportedOperation):
+            return None  # loop://, socket://...: no device node
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: held by another process
+        st = os.fstat(fd)
+        return _Device(st.st_dev, st.st_ino, st.st_rdev, st.st_ctime_ns)
 
     def _close(self) -> None:
         self._connected.clear()
@@ -187,8 +284,9 @@ class SerialReader:
                 try:
                     data = port.read(port.in_waiting or 1)
                 except (serial.SerialException, OSError) as exc:
-                    log.warning("serial link lost; reconnecting", extra={"port": self.port, "error": str(exc)})
                     self._close()
+                    if not self._path_gone():  # a pty's path vanishes with its last reader
+                        self._set_state(DOWN, "serial link lost; reconnecting", error=str(exc))
                     with self._lock:
                         self._disconnects += 1
                         self._decoder.reset()
@@ -202,7 +300,7 @@ class SerialReader:
                 self._cond.notify_all()
 
     def _ingest(self, data: bytes) -> None:
-        received = self._clock()
+        received, connection = self._clock(), self._opens
         with self._lock:
             decoded = self._decoder.feed_with_bytes(data)
         if not decoded:
@@ -215,7 +313,7 @@ class SerialReader:
                     if self._dropped == 1 or self._dropped % 1000 == 0:
                         log.warning("consumer too slow: dropping oldest frames",
                                     extra={"port": self.port, "dropped": self._dropped})
-                self._queue.append(ReceivedFrame(frame, raw, received))
+                self._queue.append(ReceivedFrame(frame, raw, received, connection))
             self._cond.notify()
 
     # -- delivery thread -------------------------------------------------------------------
