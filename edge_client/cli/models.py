@@ -24,6 +24,8 @@ DEFAULT_REGISTRY = "wheelfed-registry.db"
 DEFAULT_KEY = "aggregator.key"
 #: Model ids end up in ``MODEL_ID:vN`` references, bundle names and gateway status lines.
 MODEL_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Seconds deploy and rollback listen for the gateways' retained presence when --clients is not given.
+DISCOVER_S = 2.0
 
 
 # -- argument types (run while argparse reads the command line) ----------------------------------
@@ -188,7 +190,8 @@ def _show(args: argparse.Namespace, registry) -> None:
         print("  " + _format_metrics(record.metrics))
     else:
         print("  no metrics (train with --evaluate to score it on the gateways' held-out windows, or "
-              f"wheelfed model export {record.label} -o m.cbor and wheelfed predict RECORDING --model m.cbor)")
+              f"wheelfed model export {record.label} --registry {args.registry} -o m.cbor and wheelfed predict "
+              "RECORDING --model m.cbor)")
     settings = ", ".join(f"{k}={v}" for k, v in model.metadata.items())
     print(textwrap.fill(f"training settings: {settings or 'none recorded'}", width=100, initial_indent="  ",
                         subsequent_indent="    ", break_on_hyphens=False))
@@ -232,14 +235,15 @@ def _connect_and_find(args: argparse.Namespace, clients: list[str] | None):
 
     transport = aggregator_transport(args)
     try:
-        clients = clients or discover_gateways(transport)
+        clients = clients or discover_gateways(transport, wait_s=DISCOVER_S)
     except BaseException:
         transport.close()
         raise
     if not clients:
         transport.close()
-        raise CliError(f"no gateway online at {args.host}:{args.port} (none announced itself within 2 s); start "
-                       "the gateways, or name them with --clients to queue the request for them")
+        raise CliError(f"no gateway online at {args.host}:{args.port} (none announced itself within "
+                       f"{DISCOVER_S:g} s); start the gateways, or name them with --clients to queue the "
+                       "request for them")
     return transport, clients
 
 
