@@ -212,7 +212,7 @@ class Role:
     def _local_only(self, step: str, seed: int) -> Score:
         """Every gateway alone (a FedForest of its own windows), each scored on its own held-out
         windows: the baseline a federated model must beat to be deployed."""
-        self.events.emit("phase", name=f"{step}: training the local-only baseline (every gateway alone)")
+        self.events.emit("phase", name=f"training the local-only baseline, every gateway alone ({step})")
         job = self._job(f"local-{step}")
         try:
             with self._measured(f"local-only baseline, {step} (training and scoring)"):
@@ -234,7 +234,7 @@ class Role:
         failures: dict[str, str] = {}
         for algorithm in algorithms:
             name = algorithm + suffix
-            self.events.emit("phase", name=f"{step}: training {name}")
+            self.events.emit("phase", name=f"training {name} ({step})")
             job = self._job(name)
             try:
                 with self._measured(f"training {name}"):
