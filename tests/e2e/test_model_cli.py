@@ -38,13 +38,11 @@ def test_operator_workflow(tmp_path: Path) -> None:
     recording = seglearn_watch.import_all(tmp_path / "rec")[0]
     table, _ = extract_recording(recording)
     labelled = np.array([y is not None for y in table.labels])
-    model = aggregator.simulate(FedForest(n_trees=5, max_depth=4, secure_aggregation=False,
-                                          feature_set_version=table.feature_set_version),
-                                [(table.X[labelled], np.array([str(v) for v in table.labels[labelled]]))])
+    data = [(table.X[labelled], np.array([str(v) for v in table.labels[labelled]]))]
+    model, more = (aggregator.simulate(FedForest(n_trees=n, max_depth=4, secure_aggregation=False,
+                                                 feature_set_version=table.feature_set_version), data)
+                   for n in (5, 7))
     (tmp_path / "model.json").write_text(model.to_json())
-    more = aggregator.simulate(FedForest(n_trees=7, max_depth=4, secure_aggregation=False,
-                                         feature_set_version=table.feature_set_version),
-                               [(table.X[labelled], np.array([str(v) for v in table.labels[labelled]]))])
 
     out = cli("predict", str(recording), "--model", str(tmp_path / "model.json"), "-o", str(tmp_path / "p.csv"))
     assert "accuracy on" in out and "recall" in out
