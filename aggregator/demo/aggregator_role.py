@@ -257,8 +257,8 @@ class Role:
         if self.deployed is not None:
             current = self.deployed
             _record, model = self.registry.model(MODEL_ID, current.version)
-            deployed = (current.label, self._evaluate(f"{current.label} ({current.algorithm}, deployed), re-scored", model,
-                                                      step=step, rescored=current.label,
+            name = f"{current.label} ({current.algorithm}, deployed), re-scored"
+            deployed = (current.label, self._evaluate(name, model, step=step, rescored=current.label,
                                                       first_windows=current.first_windows))
         decision = decide_deployment(step, scores, local_only=local, deployed=deployed, failures=failures)
         self.events.emit("decision", **asdict(decision))

@@ -115,15 +115,12 @@ class DemoReport:
     elapsed_s: float = 0.0
     broker: str = ""
     holdout_fraction: float = 0.0
-    models: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> pooled held-out metrics
-    gateway_accuracy: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> gateway -> accuracy
     local_only: dict[str, float] = field(default_factory=dict)  # gateway -> its own model's accuracy (first step)
     scorings: list[Scoring] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)  # decisions.DeploymentDecision, per step
     sat_out: list[SatOut] = field(default_factory=list)
     per_gateway: dict[str, dict[str, Any]] = field(default_factory=dict)
     deployed: list[str] = field(default_factory=list)
-    retraining: str = ""
     privacy: dict[str, Any] = field(default_factory=dict)  # the trainings' settings, as the aggregator resolved them
     secure_aggregation_note: str = ""
     traffic_bytes: int = 0
@@ -148,11 +145,11 @@ class DemoReport:
             return "| " + " | ".join(cells) + " |"
 
         out.write("\n=== WheelFed fleet demo: summary ===\n\n")
-        out.write(f"{self.gateways} gateways (real seglearn sessions, labelled only at the start), broker {self.broker}, "
-                  f"{self.elapsed_s:.0f} s in all\n\n")
-        out.write(f"Every score is on held-out windows: the last {self.holdout_fraction:.0%} of each gateway's labelled "
-                  "windows when the step ran. Chance is the majority-class rate (always guessing the most common "
-                  "held-out activity).\n\n")
+        out.write(f"{self.gateways} gateways (real seglearn sessions, labelled only at the start), "
+                  f"broker {self.broker}, {self.elapsed_s:.0f} s in all\n\n")
+        out.write(f"Every score is on held-out windows: the last {self.holdout_fraction:.0%} of each gateway's "
+                  "labelled windows when the step ran. Chance is the majority-class rate (always guessing the most "
+                  "common held-out activity).\n\n")
         out.write(row(["model", "step", "held-out windows", "accuracy (pooled)", "macro-F1 (pooled)",
                        "accuracy (mean over gateways)", "chance"]) + "\n")
         out.write(row(["---", "---", "---:", "---:", "---:", "---:", "---:"]) + "\n")
@@ -161,8 +158,8 @@ class DemoReport:
             out.write(row([sc.model, sc.step, str(sc.windows), _f(sc.accuracy), _f(sc.macro_f1),
                            _f(float(np.mean(per))) if per else "-", _f(sc.majority_rate)]) + "\n")
         out.write("\n")
-        out.write(row(["gateway", "windows", "labelled", "held-out windows (per step)", "live predictions", "local-only acc.",
-                       "federated acc. (first training)", "model"]) + "\n")
+        out.write(row(["gateway", "windows", "labelled", "held-out windows (per step)", "live predictions",
+                       "local-only acc.", "federated acc. (first training)", "model"]) + "\n")
         out.write(row(["---", "---:", "---:", "---:", "---:", "---:", "---:", "---"]) + "\n")
         for client, g in self.per_gateway.items():
             held = " / ".join(str(n) for n in g.get("held_out", {}).values()) or "-"
@@ -181,7 +178,8 @@ class DemoReport:
             for s in self.sat_out:
                 out.write(f"  {s.job}: {s.gateway} {s.reason}\n")
         else:
-            out.write("gateways that sat out: none (every gateway answered every round of every training and scoring)\n")
+            out.write("gateways that sat out: none (every gateway answered every round of every training and "
+                      "scoring)\n")
         from .decisions import bytes_explanation
 
         for line in bytes_explanation(self.traffic_by_step, total=self.traffic_bytes,
@@ -312,15 +310,12 @@ def build_report(demo: Demo) -> DemoReport:
                         holdout_fraction=demo.config.holdout_fraction,
                         secure_aggregation_note="" if demo.secure_plan.on else demo.secure_plan.reason)
     events = list(demo.events)
-    last_step = FIRST_TRAINING
     for e in events:
         kind = e.get("event")
         if kind == "ready":
             report.privacy = e.get("privacy", {})
         elif kind == "evaluation":
-            step = e.get("step", last_step)
-            last_step = step
-            per = e["per_client"]
+            step, per = e["step"], e["per_client"]
             local = e["model"] == "local-only"
             name = "local-only (each gateway its own model)" if local else e["model"]
             counts = e.get("class_counts") or []
@@ -336,8 +331,6 @@ def build_report(demo: Demo) -> DemoReport:
                 if step == FIRST_TRAINING:
                     report.local_only = {c: m.get("accuracy", float("nan")) for c, m in per.items()}
                 continue
-            report.models[name] = e["metrics"]
-            report.gateway_accuracy[name] = {c: m.get("accuracy", float("nan")) for c, m in per.items()}
             if step == FIRST_TRAINING:
                 for client, m in per.items():
                     best = report.per_gateway.setdefault(client, {})
@@ -346,7 +339,7 @@ def build_report(demo: Demo) -> DemoReport:
             report.decisions.append({k: v for k, v in e.items() if k not in ("event", "t")})
         elif kind == "deployed":
             report.deployed.append(f"{e['model']} ({e['algorithm']}, held-out accuracy {e['accuracy']:.3f} on "
-                                   f"{e.get('windows', 0)} windows)")
+                                   f"{e['windows']} windows)")
             if report.decisions:
                 report.decisions[-1]["deployed_as"] = e["model"]
         elif kind == "sat_out":
@@ -355,11 +348,7 @@ def build_report(demo: Demo) -> DemoReport:
             report.traffic_by_step[e["phase"]] = report.traffic_by_step.get(e["phase"], 0) + int(e["bytes"])
         elif kind in ("idle", "done") and "traffic" in e:
             report.traffic_bytes = e["traffic"]["sent_bytes"] + e["traffic"]["received_bytes"]
-    if len(report.decisions) > 1:
-        last = report.decisions[-1]
-        report.retraining = f"deployed {last['deployed_as']}" if last.get("deployed_as") else last["reason"]
     for name, (metrics, windows) in _centralized(demo, demo.algorithms).items():
-        report.models[name] = metrics
         report.scorings.append(Scoring("end of the run", name, metrics["accuracy"], metrics["macro_f1"], windows))
     report.live_windows, report.live_agreement, report.live_max_probability_diff = _live_vs_offline(demo)
     for client, gw in demo.gateways.items():
