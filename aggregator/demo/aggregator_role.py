@@ -182,7 +182,8 @@ class Role:
         if reasons:
             self.events.emit("sat_out", job=job_name, rounds=len(rounds), gateways=reasons)
 
-    def _evaluate(self, name: str, model: TreeEnsemble, **extra: Any) -> Score:
+    def _evaluate(self, name: str, model: TreeEnsemble, **extra: Any) -> tuple[Score, dict[str, float]]:
+        """The model's held-out score as counts (what decisions take) and its pooled metrics."""
         job = self._job(f"eval-{name}")
         try:
             with self._measured("held-out scoring (every model, summed)"):
@@ -192,7 +193,7 @@ class Role:
         class_counts = evaluation.confusion.sum(axis=1)
         self.events.emit("evaluation", model=name, metrics=evaluation.metrics, per_client=evaluation.per_client,
                          class_counts=class_counts, **extra)
-        return Score.from_metrics(evaluation.per_client, class_counts)
+        return Score.from_metrics(evaluation.per_client, class_counts), evaluation.metrics
 
     def _algorithm(self, name: str, *, init_model: TreeEnsemble | None = None):
         """The demo's settings; a fixed class vocabulary, so a retrained model can continue the
@@ -231,6 +232,7 @@ class Role:
         suffix = " (retrained)" if step == RETRAINING else ""
         models: dict[str, tuple[str, TreeEnsemble]] = {}
         scores: dict[str, Score] = {}
+        metrics: dict[str, dict[str, float]] = {}
         failures: dict[str, str] = {}
         for algorithm in algorithms:
             name = algorithm + suffix
@@ -246,7 +248,7 @@ class Role:
             finally:
                 self._sat_out(f"training {name}", job)
             try:
-                scores[name] = self._evaluate(name, model, step=step)
+                scores[name], metrics[name] = self._evaluate(name, model, step=step)
             except (TrainingError, QuorumNotReached) as exc:
                 failures[name] = f"held-out scoring failed: {exc}"
                 self.events.emit("training_failed", model=name, message=failures[name])
@@ -259,13 +261,13 @@ class Role:
             _record, model = self.registry.model(MODEL_ID, current.version)
             name = f"{current.label} ({current.algorithm}, deployed), re-scored"
             deployed = (current.label, self._evaluate(name, model, step=step, rescored=current.label,
-                                                      first_windows=current.first_windows))
+                                                      first_windows=current.first_windows)[0])
         decision = decide_deployment(step, scores, local_only=local, deployed=deployed, failures=failures)
         self.events.emit("decision", **asdict(decision))
         if decision.deploy is not None:
             algorithm, model = models[decision.deploy]
             score = scores[decision.deploy]
-            record = self.registry.add(MODEL_ID, model, metrics={"accuracy": score.accuracy})
+            record = self.registry.add(MODEL_ID, model, metrics=metrics[decision.deploy])
             self._deploy(algorithm, record.version, score)
 
     def train(self) -> None:

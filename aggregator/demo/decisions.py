@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["CHANCE_RULE", "DeploymentDecision", "RoundFacts", "Score", "SecureAggregationPlan", "bytes_explanation",
-           "decide_deployment", "rescoring_note", "sat_out_reasons", "secure_aggregation_plan"]
+           "decide_deployment", "gateways_phrase", "rescoring_note", "sat_out_reasons", "secure_aggregation_plan"]
 
 #: What "chance" means in the demo's deployment rule (see the module docstring).
 CHANCE_RULE = "majority-class rate"
@@ -148,7 +148,8 @@ def decide_deployment(step: str, candidates: Mapping[str, Score], *, local_only:
     return DeploymentDecision(step, None, "; ".join([reason, *failed, keep]), **facts, kept=label)
 
 
-def _gateways(n: int) -> str:
+def gateways_phrase(n: int) -> str:
+    """"1 gateway", "3 gateways"."""
     return f"{n} gateway{'s' if n != 1 else ''}"
 
 
@@ -159,7 +160,7 @@ def rescoring_note(first: Mapping[str, int], now: Mapping[str, int], *, still_he
     in the stores (``still_held_out``), how many of the first windows are still held out."""
     n_first, n_now = sum(first.values()), sum(now.values())
     was = f"was {n_first}" if set(first) == set(now) else f"was {n_first} of {len(first)}"
-    text = f"re-scored on {n_now} held-out windows of {_gateways(len(now))} ({was} at its first scoring)"
+    text = f"re-scored on {n_now} held-out windows of {gateways_phrase(len(now))} ({was} at its first scoring)"
     missing = sorted(set(first) - set(now))
     if missing:
         text += f", not scored this time: {', '.join(missing)}"

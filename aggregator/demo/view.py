@@ -10,6 +10,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
+from .decisions import gateways_phrase
 from .report import store_snapshot
 
 if TYPE_CHECKING:
@@ -41,8 +42,8 @@ def describe(event: dict[str, Any]) -> str | None:
         counts = event.get("class_counts") or []
         chance = f"; chance (majority-class rate) {max(counts) / sum(counts):.3f}" if sum(counts) else ""
         line = (f"  held-out evaluation of {event['model']}: accuracy {m.get('accuracy', float('nan')):.3f}, "
-                f"macro-F1 {m.get('macro_f1', float('nan')):.3f} on {m.get('n', 0):.0f} windows of {len(per)} "
-                f"gateways{chance}")
+                f"macro-F1 {m.get('macro_f1', float('nan')):.3f} on {m.get('n', 0):.0f} windows of "
+                f"{gateways_phrase(len(per))}{chance}")
         return line + (f"\n    {event['note']}" if event.get("note") else "")
     if kind == "evaluation":
         per = event["per_client"]
@@ -51,8 +52,9 @@ def describe(event: dict[str, Any]) -> str | None:
         accs = [m.get("accuracy", float("nan")) for m in per.values()]
         n = sum(m.get("n", 0) for m in per.values())
         correct = sum(round(m.get("accuracy", 0) * m.get("n", 0)) for m in per.values())
+        pooled = correct / n if n else float("nan")
         return (f"  local-only models: accuracy {min(accs):.3f} .. {max(accs):.3f} on their own held-out windows "
-                f"({correct / n if n else float('nan'):.3f} pooled over {n:.0f} windows of {len(per)} gateways)")
+                f"({pooled:.3f} pooled over {n:.0f} windows of {gateways_phrase(len(per))})")
     if kind == "training_failed":
         return f"  {event['model']}: training failed -- {event['message']}"
     if kind == "sat_out":
@@ -114,7 +116,7 @@ class LiveView:
             status = demo.gateway_status.get(client, {})
             link = "online" if status.get("online") else "offline"
             fraction = snap.newest_end_s / gw.session.duration_s if gw.session.duration_s else 0.0
-            step = "sat out" if client in demo.sat_out else "took part"
+            step = "sat out" if client in demo.sat_out else "took part" if demo.held_out else "-"
             rows.append(f"{client:8} {link:7} {bar(fraction)} {fraction:4.0%}  {snap.windows:7d} {snap.labelled:6d} "
                         f"{step:9} {status.get('model') or '-':14} {snap.predictions:11d}  {snap.last_prediction}")
         sat_out = [f"{c} sat out the last step: {why}" for c, why in sorted(demo.sat_out.items())]
