@@ -15,13 +15,13 @@ fields of :class:`AlertRule`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
 from shared.protocol.messages.deployment import AlertEvent
 
-__all__ = ["AlertEngine", "AlertRule", "DEFAULT_RULES", "load_rules"]
+__all__ = ["AlertEngine", "AlertRule", "AlertRulesError", "DEFAULT_RULES", "load_rules"]
 
 US_PER_MINUTE = 60_000_000
 
@@ -50,11 +50,46 @@ DEFAULT_RULES = (
 )
 
 
+class AlertRulesError(ValueError):
+    """A rules file that cannot be used; the message names the file, the rule and the problem."""
+
+
+_TYPES = {"name": (str,), "kind": (str,), "labels": (list,), "minutes": (int, float), "message": (str,)}
+
+
 def load_rules(path: str | Path) -> tuple[AlertRule, ...]:
-    data = json.loads(Path(path).read_text())
+    """The rules of a JSON file, checked field by field so that a mistake is one clear line
+    (a gateway that started with a broken rule would stay silent when it should alert)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise AlertRulesError(f"{path} is not a JSON text file of alert rules") from None
+    except json.JSONDecodeError as exc:
+        raise AlertRulesError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") \
+            from None
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of alert rules")
-    return tuple(AlertRule(**{**item, "labels": tuple(item.get("labels", ()))}) for item in data)
+        raise AlertRulesError(f"{path}: expected a JSON list of alert rules, got a JSON {type(data).__name__}")
+    return tuple(_rule(path, i, item) for i, item in enumerate(data, 1))
+
+
+def _rule(path: str | Path, number: int, item: object) -> AlertRule:
+    where = f"{path}: rule {number}"
+    if not isinstance(item, dict):
+        raise AlertRulesError(f"{where} is not an object with the fields {', '.join(_TYPES)}")
+    known = {f.name for f in fields(AlertRule)}
+    unknown, missing = sorted(set(item) - known), sorted(known - set(item) - {"message"})
+    if unknown or missing:
+        problem = f"unknown field(s) {', '.join(unknown)}" if unknown else f"missing {', '.join(missing)}"
+        raise AlertRulesError(f"{where}: {problem} (fields: {', '.join(_TYPES)})")
+    for name, value in item.items():
+        if not isinstance(value, _TYPES[name]) or isinstance(value, bool):
+            raise AlertRulesError(f"{where}: {name} must be a {_TYPES[name][0].__name__}, got {value!r}")
+    if not all(isinstance(label, str) for label in item["labels"]):
+        raise AlertRulesError(f"{where}: labels must be strings, got {item['labels']!r}")
+    try:
+        return AlertRule(**{**item, "labels": tuple(item["labels"])})
+    except ValueError as exc:
+        raise AlertRulesError(f"{path}: {exc}") from None
 
 
 @dataclass
@@ -69,6 +104,11 @@ class AlertEngine:
 
     rules: tuple[AlertRule, ...] = DEFAULT_RULES
     _state: dict[str, _RuleState] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        """Forget every stretch: the next prediction starts them afresh (a new sensor stream,
+        whose time says nothing about the last one's)."""
+        self._state.clear()
 
     def observe(self, end_us: int, label: str) -> list[AlertEvent]:
         events: list[AlertEvent] = []

@@ -7,6 +7,12 @@ models, and publishing predictions, alerts and its status.
 Everything runs without a network: the store fills from the sensors, the stored model is loaded
 at start and keeps predicting and alerting whether or not the broker is reachable, and the MQTT
 client keeps reconnecting in the background.
+
+What it will not start with (``GatewayError``, one line for the operator): a store that is not a
+window store or is written by another gateway, a trust key that is not a key, a model directory
+it cannot write, a serial port another process holds. A serial device that is missing or
+vanishes is not fatal: it is reported (``link=gone``) and reopened when it comes back, and
+``processing.py`` decides whether what then speaks is still the same sensors.
 """
 
 from __future__ import annotations
@@ -23,20 +29,27 @@ from shared import __version__
 from shared.protocol.envelope import Message
 from shared.protocol.messages import Describe, Hello, Ping, Pong, Status
 from shared.protocol.messages.deployment import ModelPush, ModelRollback, ModelStatus
-from shared.signing import load_verify_key
+from shared.signing import InvalidKey, load_verify_key
 from shared.transport.mqtt import MqttConfig, MqttTransport
 
 from .alerts import DEFAULT_RULES, AlertEngine, AlertRule
 from .engines import EnginePreference
 from .live import LiveConfig, LivePredictor
-from .models import ModelManager
+from .models import ModelDirError, ModelManager
 from .participant import Participant
 from .pipeline import PipelineConfig
 from .processing import FrameProcessor
-from .store import RetentionPolicy, WindowStore
+from .store import RetentionPolicy, StoreError, WindowStore
 from .training_data import StoreTrainingData
 
 log = logging.getLogger(__name__)
+
+#: How long ``start`` waits for the serial port's first open attempt.
+_FIRST_OPEN_S = 5.0
+
+
+class GatewayError(Exception):
+    """The gateway cannot start as configured; the message says why and what to change."""
 
 
 @dataclass(frozen=True)
@@ -73,17 +86,28 @@ class Gateway:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.session_id = config.session_id or f"{config.client_id}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
-        self.store = WindowStore(config.store_path, retention=config.retention)
+        try:
+            keys = [load_verify_key(p) for p in config.trusted_keys]
+        except (InvalidKey, OSError) as exc:
+            raise GatewayError(f"--trust: {exc} (wheelfed keygen writes the aggregator's .pub file)") from None
+        try:
+            self.store = WindowStore(config.store_path, retention=config.retention, exclusive=True)
+        except StoreError as exc:
+            raise GatewayError(str(exc)) from None
         model_dir = config.model_dir or config.store_path.with_name(f"{config.client_id}-models")
-        self.models = ModelManager(model_dir, config.client_id, [load_verify_key(p) for p in config.trusted_keys],
-                                   feature_set_version=lambda: (self.processor.feature_set_version
-                                                                or self.store.latest_feature_set_version()),
-                                   engine=config.engine)
+        try:
+            self.models = ModelManager(model_dir, config.client_id, keys,
+                                       feature_set_version=lambda: (self.processor.feature_set_version
+                                                                    or self.store.latest_feature_set_version()),
+                                       engine=config.engine)
+        except ModelDirError as exc:
+            self.store.close()
+            raise GatewayError(str(exc)) from None
         self.predictor = LivePredictor(self.models, self.store, AlertEngine(config.alert_rules), config.live)
         self.processor = FrameProcessor(self.store, self.session_id, config=config.pipeline,
                                         on_window=self.predictor.on_window)
         self.models.load()  # the stored model: recognition works before (and without) any broker
-        self.serial = (SerialReader(config.serial_port, config.baudrate, on_frame=self.processor.on_frame)
+        self.serial = (SerialReader(config.serial_port, config.baudrate, on_received=self.processor.on_received)
                        if config.serial_port else None)
         self.transport: MqttTransport | None = None
         if config.mqtt is not None:
@@ -97,6 +121,7 @@ class Gateway:
             dispatcher.register(ModelPush, self._on_model_push)
             dispatcher.register(ModelRollback, self._on_rollback)
         self._stop = threading.Event()
+        self._started = False
         self.final_stats: dict[str, object] = {}
 
     def _on_model_push(self, message: Message) -> ModelStatus:
@@ -116,6 +141,8 @@ class Gateway:
         live = self.predictor.stats
         detail = {"engine": installed.engine.name if installed else "-", "predicted": str(live.predicted),
                   "last_prediction": live.last_label or "-", "alerts": str(live.alerts)}
+        if self.serial is not None:
+            detail["link"] = self.link_state()
         if self.models.last_error:
             detail["model_error"] = self.models.last_error[:200]
         return Status(online=True, active_model=installed.label if installed else "", n_windows=st.windows,
@@ -146,15 +173,23 @@ class Gateway:
                      n_features=len(self.processor.feature_names),
                      capabilities=self.participant.capabilities if self.transport is not None else ())
 
+    def link_state(self) -> str:
+        """The reader's state, except that a changed device whose sensors have re-announced
+        themselves (a re-enumerated adapter, a new stream started) is ``up`` again."""
+        state = self.serial.state if self.serial is not None else "-"
+        return "up" if state == "changed" and not self.processor.unconfirmed else state
+
     def stats(self) -> dict[str, object]:
         """One line's worth of health: link, pipeline, store, broker."""
-        out: dict[str, object] = {"session": self.session_id}
+        p = self.processor.stats
+        out: dict[str, object] = {"session": self.processor.current_session}
         if self.serial is not None:
             s = self.serial.stats
-            out.update(link="up" if s.connected else "down", frames=s.link.frames_ok, crc_errors=s.link.crc_errors,
-                       lost_samples=s.link.lost_samples, dropped=s.dropped)
-        p = self.processor.stats
-        out.update(windows=p.windows, unknown_frames=p.unknown_sensor_frames)
+            out.update(link=self.link_state(), frames=s.link.frames_ok, crc_errors=s.link.crc_errors,
+                       lost_samples=s.link.lost_samples, dropped=s.dropped, reopens=max(s.opens - 1, 0),
+                       device_changes=s.device_changes)
+        out.update(streams=p.streams, unattributed=p.unattributed_frames, windows=p.windows,
+                   unknown_frames=p.unknown_sensor_frames)
         st = self.store.stats()
         out.update(stored=st.windows, labelled=st.labelled)
         if self.transport is not None:
@@ -166,15 +201,27 @@ class Gateway:
                    alerts=live.alerts)
         return out
 
-    def run(self, *, stats_every_s: float = 0.0, on_stats=None) -> None:
-        """Serve until stopped; ``on_stats(dict)`` is called every ``stats_every_s`` seconds and
-        live results are published every ``config.live.publish_every_s``."""
+    def start(self) -> None:
+        """Connect (in the background) and open the serial port; a port held by another process
+        is a ``GatewayError`` (everything opened so far is closed again)."""
+        if self._started:
+            return
+        self._started = True
         if self.transport is not None:
             self.participant.start()
             self.transport.connect(wait=False)
         if self.serial is not None:
             self.serial.start()
+            if self.serial.wait_first_attempt(_FIRST_OPEN_S) == "busy":
+                self.shutdown()
+                raise GatewayError(f"serial port {self.config.serial_port} is in use by another process (another "
+                                   "gateway or wheelfed record?): stop it first")
         log.info("gateway running", extra={"client": self.config.client_id, "session": self.session_id})
+
+    def run(self, *, stats_every_s: float = 0.0, on_stats=None) -> None:
+        """Serve until stopped; ``on_stats(dict)`` is called every ``stats_every_s`` seconds and
+        live results are published every ``config.live.publish_every_s``."""
+        self.start()
         tick = self.config.live.publish_every_s
         next_stats = time.monotonic() + stats_every_s if stats_every_s else float("inf")
         try:

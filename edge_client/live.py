@@ -66,12 +66,16 @@ class LivePredictor:
         self.stats = LiveStats()
         self._queue: deque[tuple[str, tuple[str, ...], PredictionRecord, int]] = deque()
         self._alert_queue: deque[AlertEvent] = deque(maxlen=self.config.max_queue)
+        self._session = ""
 
     def on_window(self, record: WindowRecord, window_id: int | None,
                   completed_at: float | None = None) -> PredictionRecord | None:
         """Classify one stored window. ``completed_at`` (``perf_counter`` when the window's last
         sample arrived) makes the recorded latency end to end: features, storage and model;
         without it the latency is the model's alone."""
+        if record.session_id != self._session:  # another stream (processing.py): its clock is its own
+            self.alerts.reset()
+            self._session = record.session_id
         installed = self.models.current
         if installed is None:
             self.stats.skipped_no_model += 1

@@ -14,6 +14,11 @@ model keeps running, and the status says why.
 
 The swap is one reference assignment under a lock: the predictor reads ``current`` once per
 window, so a window is always scored by one whole model.
+
+A gateway without trusted keys (started without ``--trust``) can verify nothing, so it runs
+nothing: a push is refused with the reason (``no_trusted_key: ...``, shown by the aggregator),
+and a model stored by an earlier run is not loaded -- its signature is what proves the file was
+not replaced on disk -- but stays where it is for the next start with ``--trust``.
 """
 
 from __future__ import annotations
@@ -37,11 +42,17 @@ from .engines import Engine, EnginePreference, choose_engine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["InstalledModel", "ModelManager"]
+__all__ = ["InstalledModel", "ModelDirError", "ModelManager", "NO_TRUSTED_KEY"]
 
 #: Largest bundle a gateway accepts.
 MAX_BUNDLE_BYTES = 64 << 20
 ACTIVE, PREVIOUS = "active.bundle", "previous.bundle"
+NO_TRUSTED_KEY = ("no_trusted_key: this gateway was started without --trust, so it cannot verify a model; "
+                  "restart it with --trust aggregator.pub")
+
+
+class ModelDirError(Exception):
+    """The model directory cannot be created or written: a push could never be kept."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,7 +81,14 @@ class ModelManager:
     def __init__(self, directory: str | Path, client_id: str, keys: Iterable[VerifyKey], *,
                  feature_set_version: Callable[[], str] = lambda: "", engine: EnginePreference = "auto") -> None:
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ModelDirError(f"cannot create the model directory {self.directory}: "
+                                f"{(exc.strerror or str(exc)).lower()}") from None
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            raise ModelDirError(f"the model directory {self.directory} is not writable (pushed models are kept "
+                                "there): give the gateway's user write access or pass another --model-dir")
         self.client_id = client_id
         self.keys = list(keys)
         self.feature_set_version = feature_set_version
@@ -105,6 +123,15 @@ class ModelManager:
 
     def load(self) -> InstalledModel | None:
         """At start: the stored active model, else the previous one (logged), else none."""
+        if not self.keys:
+            stored = [name for name in (ACTIVE, PREVIOUS) if (self.directory / name).exists()]
+            if stored:
+                label = self._label_of(stored[0])
+                self.last_error = f"{label} not loaded: {NO_TRUSTED_KEY}"
+                log.warning("the stored model cannot be verified without --trust and is not loaded (windows are "
+                            "still collected); restart with --trust aggregator.pub to run it",
+                            extra={"model": label, "file": str(self.directory / stored[0])})
+            return None
         for name in (ACTIVE, PREVIOUS):
             path = self.directory / name
             if not path.exists():
@@ -124,6 +151,10 @@ class ModelManager:
 
     def install(self, data: bytes) -> ModelStatus:
         """Verify and activate a pushed bundle; the previous model stays if anything fails."""
+        if not self.keys:
+            self.last_error = NO_TRUSTED_KEY
+            log.warning("model push refused: no trusted key (start the gateway with --trust)")
+            return self.status("rejected", NO_TRUSTED_KEY)
         try:
             installed = self._open(data)
         except (BundleError, BadSignature, DecodeError, ValueError) as exc:
@@ -151,6 +182,8 @@ class ModelManager:
         previous = self.directory / PREVIOUS
         if not previous.exists():
             return self.status("unchanged", "there is no previous model to roll back to")
+        if not self.keys:
+            return self.status("rejected", NO_TRUSTED_KEY)
         try:
             installed = self._open(previous.read_bytes())
         except (BundleError, BadSignature, DecodeError, ValueError) as exc:
@@ -168,10 +201,19 @@ class ModelManager:
         return self.status("active", f"rolled back: {reason}" if reason else "rolled back")
 
     def _version_of(self, name: str) -> int:
+        bundle = self._unverified(name)
+        return -1 if bundle is None else bundle.version
+
+    def _label_of(self, name: str) -> str:
+        bundle = self._unverified(name)
+        return name if bundle is None else f"{bundle.model_id}:v{bundle.version}"
+
+    def _unverified(self, name: str) -> ModelBundle | None:
+        """A stored bundle's envelope, for naming it only: nothing in it is trusted."""
         try:
-            return ModelBundle.from_bytes((self.directory / name).read_bytes(), max_bytes=MAX_BUNDLE_BYTES).version
+            return ModelBundle.from_bytes((self.directory / name).read_bytes(), max_bytes=MAX_BUNDLE_BYTES)
         except (BundleError, DecodeError, ValueError, OSError):
-            return -1
+            return None
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -62,7 +62,14 @@ Threads
     One writer connection, serialised by a lock (SQLite allows one writer at a time anyway);
     every read (``query``, ``count``, ``stats``) opens its own short-lived read-only
     connection, so any thread may read while another writes. A second process may read the
-    same file; only one process should write it.
+    same file; only one process should write it: ``exclusive=True`` (the gateway) takes an
+    advisory ``flock`` on the file for the store's lifetime, so a second gateway pointed at the
+    same store refuses to start instead of mixing its sessions in. (``flock`` and SQLite's own
+    POSIX locks do not interact on Linux; the lock's descriptor is closed only after the
+    writer, because closing any descriptor of the file drops the process's POSIX locks on it.)
+
+Opening a file that is not a window store (a CSV, another application's SQLite database)
+changes nothing in it: it is recognised before the store switches the file to WAL mode.
 
 Schema
     ``schema_version`` holds the version this file was written with; opening an older file
@@ -71,8 +78,10 @@ Schema
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import operator
+import os
 import sqlite3
 import threading
 import time
@@ -306,7 +315,7 @@ class WindowStore:
     """Windows and labels of one gateway in one SQLite file (see the module docstring)."""
 
     def __init__(self, path: str | Path, *, retention: RetentionPolicy = RetentionPolicy(),
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, exclusive: bool = False) -> None:
         self.path = Path(path)
         self.retention = retention
         self._clock = clock
@@ -314,16 +323,19 @@ class WindowStore:
         self._n_features: dict[str, int] = {}  # per feature-set version, learned from the file or first insert
         self._since_retention = 0
         self._closed = False
+        self._lock_fd = self._lock_file() if exclusive else None
         try:
             self._writer = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
                                            check_same_thread=False)
         except sqlite3.Error as e:
+            self._unlock_file()
             raise StoreError(f"cannot open window store {self.path}: {e}") from e
         try:
             self._configure()
             self._open_schema()
         except BaseException:
             self._writer.close()
+            self._unlock_file()
             raise
         self.enforce_retention()
         log.info("window store open", extra={"path": str(self.path), "windows": self.stats().windows})
@@ -505,6 +517,7 @@ class WindowStore:
             if not self._closed:
                 self._closed = True
                 self._writer.close()
+                self._unlock_file()
 
     def __enter__(self) -> WindowStore:
         return self
@@ -514,11 +527,34 @@ class WindowStore:
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _lock_file(self) -> int:
+        """The exclusive writer's ``flock`` (see Threads in the module docstring)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StoreError(f"cannot open window store {self.path}: {(e.strerror or str(e)).lower()}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreError(f"{self.path} is in use by another gateway process (a store has one writer): stop "
+                             "that gateway, or give this one its own --store") from None
+        return fd
+
+    def _unlock_file(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
     def _configure(self) -> None:
         try:
-            (mode,) = self._writer.execute("PRAGMA journal_mode=WAL").fetchone()
+            tables = {r[0] for r in self._writer.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not an SQLite database ({e}); point the store at another path") from e
+        if tables and "schema_version" not in tables:  # before WAL mode: another application's file stays as it was
+            raise StoreError(f"{self.path} is an SQLite database but not a WheelFed window store "
+                             f"(tables {sorted(tables)}); point the store at another path")
+        (mode,) = self._writer.execute("PRAGMA journal_mode=WAL").fetchone()
         if mode.lower() != "wal":
             raise StoreError(f"{self.path}: SQLite refused WAL mode (got {mode!r}); network and some FUSE file "
                              "systems do not support it — put the store on a local disk")
@@ -534,9 +570,6 @@ class WindowStore:
                 c.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
                 log.info("window store created", extra={"path": str(self.path), "schema_version": SCHEMA_VERSION})
                 return
-            if "schema_version" not in tables:
-                raise StoreError(f"{self.path} is an SQLite database but not a WheelFed window store "
-                                 f"(tables {sorted(tables)}); point the store at another path")
             (version,) = c.execute("SELECT version FROM schema_version").fetchone()
             if version > SCHEMA_VERSION:
                 raise StoreError(f"{self.path} has window-store schema v{version}, newer than this software's "
