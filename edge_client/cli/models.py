@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from edge_client.cli.arguments import add_subcommand, existing_file, gateway_id, gateway_ids, output_file, positive_float
+from edge_client.cli.arguments import (add_subcommand, existing_file, gateway_id, gateway_ids, output_file,
+                                       positive_float)
 from edge_client.cli.connection import add_broker_options, aggregator_transport
 from edge_client.cli.errors import CliError, UsageError
 from edge_client.cli.model_files import load_model_file, model_file, model_file_bytes
@@ -319,7 +320,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     def action(name: str, help: str, examples: list[str], func, *, registry_must_exist: bool = True):
         p = add_subcommand(actions, name, help, examples=examples)
         if registry_must_exist:
-            p.add_argument("--registry", type=existing_registry, default=DEFAULT_REGISTRY, help="registry file (SQLite)")
+            p.add_argument("--registry", type=existing_registry, default=DEFAULT_REGISTRY,
+                           help="registry file (SQLite)")
         else:
             p.add_argument("--registry", type=Path, default=Path(DEFAULT_REGISTRY),
                            help="registry file (SQLite; created if missing)")
@@ -352,7 +354,8 @@ def add(sub: argparse._SubParsersAction) -> None:
                _register, registry_must_exist=False)
     p.add_argument("file", nargs="?", type=model_file, metavar="FILE", help="a model file (.json or CBOR), e.g. "
                                                                             "from wheelfed train -o")
-    p.add_argument("--file", dest="file_option", type=model_file, metavar="FILE", help="the same as FILE (the older spelling)")
+    p.add_argument("--file", dest="file_option", type=model_file, metavar="FILE",
+                   help="the same as FILE (the older spelling)")
     p.add_argument("--model-id", type=model_id, help="the model's name (default: the file's name without its "
                                                      "suffix: model.json registers model:v1, then model:v2, ...)")
     p.add_argument("--target", type=gateway_id,
@@ -381,5 +384,6 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = action("rollback", "gateways go back to their previous model; the registry records where each ended up",
                ["WHEELFED_MQTT_PASSWORD=SECRET wheelfed model rollback --registry reg.db --clients gw-3",
                 "wheelfed model rollback --registry reg.db --reason 'misses transfers'"], _rollback)
-    p.add_argument("--reason", default="", help="why (logged on the gateways and kept in the registry)")
+    p.add_argument("--reason", default="",
+                   help="why (logged on the gateways and kept in the registry; default: none)")
     to_gateways(p)

@@ -120,7 +120,7 @@ def test_exported_model_predicts_what_the_registered_one_does(scratch: Path, tmp
 
     work = _fresh(scratch, tmp_path, "reg.db", "rec.wfrec")
     run = wheelfed("model", "export", "activity", "--registry", "reg.db", "-o", name, cwd=work)
-    assert run.code == 0 and f"wrote activity:v1 (fedscs_xgb, " in run.stdout, run
+    assert run.code == 0 and "wrote activity:v1 (fedscs_xgb, " in run.stdout, run
     run = wheelfed("predict", "rec.wfrec", "--model", name, "-o", "p.csv", cwd=work)
     assert run.code == 0 and "accuracy on" in run.stdout, run
 
