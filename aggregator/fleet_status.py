@@ -8,8 +8,9 @@ publishes the same as its last will when the connection drops. So whoever subscr
 that is all ``wheelfed fleet`` needs; it asks the gateways nothing.
 
 What a row can say is what the status carries: online, the active model's label, windows
-stored and labelled, and in ``detail`` the inference engine, predictions and alerts so far, the
-last predicted label and the last model error. An offline status carries none of that (the last
+stored and labelled, and in ``detail`` the serial link's state (gateways with a sensor link),
+the inference engine, predictions and alerts so far, the last predicted label and the last
+model error. An offline status carries none of that (the last
 will is composed when the gateway connects), so an offline row has its time and nothing else --
 unknown, not zero. ``seen`` is the envelope time of the newest status, on the gateway's clock;
 for a last will that is when the gateway connected, not when it vanished.
@@ -41,6 +42,7 @@ class GatewayRow:
     model: str | None  # "activity:v2"; "" when it runs no model
     windows: int | None  # windows in its store
     labelled: int | None  # of which labelled
+    link: str | None  # the sensor link: "up", "down", "gone", "busy", ...; None without one
     engine: str | None
     predicted: int | None  # windows predicted live since it started
     alerts: int | None  # alerts raised since it started
@@ -75,9 +77,9 @@ def fold_statuses(received: Iterable[tuple[str, Message]], layout: TopicLayout) 
 def _row(gateway: str, status: Status, seen: float) -> GatewayRow:
     detail = status.detail
     if not status.online:
-        return GatewayRow(gateway, False, seen, None, None, None, None, None, None, None, "")
+        return GatewayRow(gateway, False, seen, None, None, None, None, None, None, None, None, "")
     return GatewayRow(gateway, True, seen, status.active_model, status.n_windows, status.n_labelled,
-                      _text(detail.get("engine")), _count(detail.get("predicted")), _count(detail.get("alerts")),
+                      _text(detail.get("link")), _text(detail.get("engine")), _count(detail.get("predicted")), _count(detail.get("alerts")),
                       _text(detail.get("last_prediction")), detail.get("model_error", ""))
 
 

@@ -15,7 +15,7 @@ import time
 from edge_client.cli.arguments import add_subcommand, positive_float
 from edge_client.cli.connection import add_broker_options, aggregator_transport
 
-COLUMNS = ("GATEWAY", "STATE", "SEEN", "MODEL", "LABELLED/WINDOWS", "PREDICTED", "ALERTS", "LAST", "ENGINE")
+COLUMNS = ("GATEWAY", "STATE", "SEEN", "MODEL", "LABELLED/WINDOWS", "LINK", "PREDICTED", "ALERTS", "LAST", "ENGINE")
 
 
 def _collect(args: argparse.Namespace) -> list:
@@ -50,7 +50,7 @@ def _cells(row, now: float) -> tuple[str, ...]:
     model = {None: "-", "": "no model"}.get(row.model, row.model)
     windows = "-" if row.windows is None else f"{row.labelled}/{row.windows}"
     return (row.gateway, "online" if row.online else "offline", age if age == "now" else f"{age} ago", model,
-            windows, shown(row.predicted), shown(row.alerts), shown(row.last_prediction), shown(row.engine))
+            windows, shown(row.link), shown(row.predicted), shown(row.alerts), shown(row.last_prediction), shown(row.engine))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
 def add(sub: argparse._SubParsersAction) -> None:
     p = add_subcommand(sub, "fleet", "list the gateways from their retained status: online, model, windows",
                        description="List the gateways from the status each one keeps on the broker: online "
-                                   "or offline,\nthe model it runs, its labelled and stored windows, live "
-                                   "predictions and alerts.\nAsks the gateways nothing.\n\n"
+                                   "or offline,\nthe model it runs, its labelled and stored windows, its sensor "
+                                   "link, live predictions\nand alerts. Asks the gateways nothing.\n\n"
                                    "SEEN is when a gateway last sent its status (every --publish-every seconds "
                                    "while\nonline); for one that vanished without stopping, the broker's last "
                                    "will dates from\nwhen it connected.",

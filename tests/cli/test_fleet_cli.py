@@ -44,20 +44,21 @@ def test_gateways_online_then_one_stopped(tmp_path: Path, mosquitto) -> None:
         fill_store(tmp_path / f"{gateway}.db", number, n=40)
     processes = GatewayProcesses(mosquitto.port, 5, PASSWORDS, tmp_path)
     try:
-        for gateway in ("gw-1", "gw-2"):
-            processes.start(gateway, "--store", str(tmp_path / f"{gateway}.db"), "--publish-every", "1")
+        processes.start("gw-1", "--store", str(tmp_path / "gw-1.db"), "--publish-every", "1")
+        processes.start("gw-2", "--store", str(tmp_path / "gw-2.db"), "--publish-every", "1", "--serial", "loop://")
         seen = wait_until(tmp_path, mosquitto.port,
                           lambda s: all(s.get(g, {}).get("online") for g in ("gw-1", "gw-2")))
         assert sorted(seen) == ["gw-1", "gw-2"] and all(row["online"] for row in seen.values()), seen
         assert seen["gw-1"]["windows"] == 41 and seen["gw-1"]["labelled"] == 40
         assert seen["gw-1"]["model"] == "" and seen["gw-1"]["predicted"] == 0 and seen["gw-1"]["age_s"] < 30
+        assert seen["gw-1"]["link"] is None and seen["gw-2"]["link"] == "up"  # only gw-2 has a sensor link
 
         table = fleet(tmp_path, mosquitto.port)
         assert table.code == 0 and table.stderr == "", table
         lines = table.stdout.splitlines()
         assert lines[0] == f"2 gateways on 127.0.0.1:{mosquitto.port}, 2 online"
         header = lines[1].split()
-        assert header[:5] == ["GATEWAY", "STATE", "SEEN", "MODEL", "LABELLED/WINDOWS"]
+        assert header[:6] == ["GATEWAY", "STATE", "SEEN", "MODEL", "LABELLED/WINDOWS", "LINK"]
         assert lines[2].split()[:2] == ["gw-1", "online"] and "40/41" in lines[2] and "no model" in lines[2]
 
         gw2 = processes.processes.pop("gw-2")

@@ -16,7 +16,7 @@ def status(sender: str, body: object, ts: float) -> Message:
 
 
 ONLINE = Status(online=True, active_model="activity:v2", n_windows=161, n_labelled=160,
-                detail={"engine": "numpy", "predicted": "42", "last_prediction": "push", "alerts": "1"})
+                detail={"link": "up", "engine": "numpy", "predicted": "42", "last_prediction": "push", "alerts": "1"})
 
 
 def test_the_newest_status_of_each_gateway_is_its_row() -> None:
@@ -28,9 +28,9 @@ def test_the_newest_status_of_each_gateway_is_its_row() -> None:
     ]
     rows = fold_statuses(received, LAYOUT)
     assert [r.gateway for r in rows] == ["gw-1", "gw-2"]
-    assert rows[0] == GatewayRow("gw-1", True, 95.0, "activity:v2", 161, 160, "numpy", 42, 1, "push", "")
+    assert rows[0] == GatewayRow("gw-1", True, 95.0, "activity:v2", 161, 160, "up", "numpy", 42, 1, "push", "")
     # an offline status carries no model or counters: unknown, not zero
-    assert rows[1] == GatewayRow("gw-2", False, 120.0, None, None, None, None, None, None, None, "")
+    assert rows[1] == GatewayRow("gw-2", False, 120.0, None, None, None, None, None, None, None, None, "")
 
 
 def test_the_topic_names_the_gateway_not_the_sender_field() -> None:
@@ -55,6 +55,7 @@ def test_no_model_odd_counters_and_a_model_error() -> None:
                                        "model_error": "active.bundle: Bad signature"})
     (row,) = fold_statuses([(LAYOUT.status("gw-1"), status("gw-1", body, 5.0))], LAYOUT)
     assert row.model == "" and row.engine is None and row.predicted is None and row.alerts is None
+    assert row.link is None  # a gateway without a sensor link says nothing about one
     assert row.last_prediction is None and row.model_error == "active.bundle: Bad signature"
 
 
