@@ -79,8 +79,8 @@ def _row(gateway: str, status: Status, seen: float) -> GatewayRow:
     if not status.online:
         return GatewayRow(gateway, False, seen, None, None, None, None, None, None, None, None, "")
     return GatewayRow(gateway, True, seen, status.active_model, status.n_windows, status.n_labelled,
-                      _text(detail.get("link")), _text(detail.get("engine")), _count(detail.get("predicted")), _count(detail.get("alerts")),
-                      _text(detail.get("last_prediction")), detail.get("model_error", ""))
+                      _text(detail.get("link")), _text(detail.get("engine")), _count(detail.get("predicted")),
+                      _count(detail.get("alerts")), _text(detail.get("last_prediction")), detail.get("model_error", ""))
 
 
 def _text(value: str | None) -> str | None:

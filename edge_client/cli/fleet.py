@@ -50,7 +50,7 @@ def _cells(row, now: float) -> tuple[str, ...]:
     model = {None: "-", "": "no model"}.get(row.model, row.model)
     windows = "-" if row.windows is None else f"{row.labelled}/{row.windows}"
     return (row.gateway, "online" if row.online else "offline", age if age == "now" else f"{age} ago", model,
-            windows, shown(row.link), shown(row.predicted), shown(row.alerts), shown(row.last_prediction), shown(row.engine))
+            windows, *(shown(v) for v in (row.link, row.predicted, row.alerts, row.last_prediction, row.engine)))
 
 
 def run(args: argparse.Namespace) -> int:
