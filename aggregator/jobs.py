@@ -64,10 +64,13 @@ class RoundProgress:
     metrics: dict[str, float] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
-    def line(self) -> str:
+    def detail(self) -> str:
+        """Who answered, the step's metrics and its duration."""
         metrics = " ".join(f"{k}={v:.5g}" for k, v in self.metrics.items())
-        return (f"{self.algorithm} {self.step}/{self.total}: {self.answered}/{self.selected} clients "
-                f"{metrics} ({self.elapsed_s:.2f} s)")
+        return f"{self.answered}/{self.selected} clients {metrics} ({self.elapsed_s:.2f} s)"
+
+    def line(self) -> str:
+        return f"{self.algorithm} {self.step}/{self.total}: {self.detail()}"
 
 
 def new_job_id() -> str:

@@ -1,9 +1,9 @@
 """Training progress on the terminal: a bar with an ETA on a TTY, one line per round otherwise.
 
 A job reports one ``RoundProgress`` per boosting round or forest level. On a terminal the
-display rewrites a single line (``\\r``) -- bar, steps done of total, elapsed time, ETA and the
-step's own ``RoundProgress.line()`` -- cut to the terminal's width so that it never wraps (a
-wrapped line cannot be rewritten). In a log or a pipe every step is its own line with the same
+display rewrites a single line (``\\r``) -- bar, steps done of total, elapsed time, ETA, then the
+step's ``RoundProgress.detail()`` (who answered, metrics) -- cut to the terminal's width so that
+it never wraps (a wrapped line cannot be rewritten); the facts that matter come first. In a log or a pipe every step is its own line with the same
 facts, because ``\\r`` there would only garble the file.
 
 The ETA is the mean duration of the steps so far times the steps left: the opening rounds
@@ -47,10 +47,11 @@ class ProgressDisplay:
     stream: TextIO
     tty: bool
     columns: int | None = None
-    bar_cells: int = 24
+    bar_cells: int = 20
     now: Callable[[], float] = time.monotonic
     started: float = field(init=False)
     _step_seconds: float = field(default=0.0, init=False)
+    _steps_seen: int = field(default=0, init=False)
     _open_line: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -58,15 +59,16 @@ class ProgressDisplay:
 
     def __call__(self, progress) -> None:
         self._step_seconds += progress.elapsed_s
+        self._steps_seen += 1
         done, total = progress.step, max(progress.total, 1)
-        eta = self._step_seconds / max(done, 1) * max(total - done, 0)
+        eta = self._step_seconds / self._steps_seen * max(total - done, 0)
         timing = f"elapsed {clock(self.now() - self.started)}, ETA {clock(eta)}"
         if not self.tty:
             print(f"{progress.line()} | {timing}", file=self.stream, flush=True)
             return
         filled = round(self.bar_cells * min(done / total, 1.0))
         text = (f"[{'#' * filled}{'-' * (self.bar_cells - filled)}] {done}/{progress.total} "
-                f"{unit_of(progress.algorithm)} | {timing} | {progress.line()}")
+                f"{unit_of(progress.algorithm)} | {timing} | {progress.detail()}")
         width = (self.columns or shutil.get_terminal_size().columns) - 1
         self.stream.write(f"\r{text[:width]}\x1b[K")
         self.stream.flush()
