@@ -35,7 +35,7 @@ from shared.transport.mqtt import MqttConfig, MqttTransport
 from .alerts import DEFAULT_RULES, AlertEngine, AlertRule
 from .engines import EnginePreference
 from .live import LiveConfig, LivePredictor
-from .models import ModelDirError, ModelManager
+from .models import ModelDirError, ModelManager, check_model_dir
 from .participant import Participant
 from .pipeline import PipelineConfig
 from .processing import FrameProcessor
@@ -90,19 +90,16 @@ class Gateway:
             keys = [load_verify_key(p) for p in config.trusted_keys]
         except (InvalidKey, OSError) as exc:
             raise GatewayError(f"--trust: {exc} (wheelfed keygen writes the aggregator's .pub file)") from None
-        try:
-            self.store = WindowStore(config.store_path, retention=config.retention, exclusive=True)
-        except StoreError as exc:
-            raise GatewayError(str(exc)) from None
         model_dir = config.model_dir or config.store_path.with_name(f"{config.client_id}-models")
         try:
-            self.models = ModelManager(model_dir, config.client_id, keys,
-                                       feature_set_version=lambda: (self.processor.feature_set_version
-                                                                    or self.store.latest_feature_set_version()),
-                                       engine=config.engine)
-        except ModelDirError as exc:
-            self.store.close()
+            check_model_dir(model_dir)  # before the store is created: a refusal leaves no file behind
+            self.store = WindowStore(config.store_path, retention=config.retention, exclusive=True)
+        except (ModelDirError, StoreError) as exc:
             raise GatewayError(str(exc)) from None
+        self.models = ModelManager(model_dir, config.client_id, keys,
+                                   feature_set_version=lambda: (self.processor.feature_set_version
+                                                                or self.store.latest_feature_set_version()),
+                                   engine=config.engine)
         self.predictor = LivePredictor(self.models, self.store, AlertEngine(config.alert_rules), config.live)
         self.processor = FrameProcessor(self.store, self.session_id, config=config.pipeline,
                                         on_window=self.predictor.on_window)
@@ -175,9 +172,12 @@ class Gateway:
 
     def link_state(self) -> str:
         """The reader's state, except that a changed device whose sensors have re-announced
-        themselves (a re-enumerated adapter, a new stream started) is ``up`` again."""
-        state = self.serial.state if self.serial is not None else "-"
-        return "up" if state == "changed" and not self.processor.unconfirmed else state
+        themselves on this connection (a re-enumerated adapter, a new stream) is ``up`` again."""
+        if self.serial is None:
+            return "-"
+        s = self.serial.stats
+        settled = self.processor.connection == s.opens and not self.processor.unconfirmed
+        return "up" if s.state == "changed" and settled else s.state
 
     def stats(self) -> dict[str, object]:
         """One line's worth of health: link, pipeline, store, broker."""

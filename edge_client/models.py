@@ -42,7 +42,7 @@ from .engines import Engine, EnginePreference, choose_engine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["InstalledModel", "ModelDirError", "ModelManager", "NO_TRUSTED_KEY"]
+__all__ = ["InstalledModel", "ModelDirError", "ModelManager", "NO_TRUSTED_KEY", "check_model_dir"]
 
 #: Largest bundle a gateway accepts.
 MAX_BUNDLE_BYTES = 64 << 20
@@ -53,6 +53,22 @@ NO_TRUSTED_KEY = ("no_trusted_key: this gateway was started without --trust, so 
 
 class ModelDirError(Exception):
     """The model directory cannot be created or written: a push could never be kept."""
+
+
+def check_model_dir(directory: Path) -> None:
+    """Raise ``ModelDirError`` unless ``directory`` is, or can be made, a writable folder --
+    without creating anything, so a gateway can check it before it opens its store."""
+    existing = directory
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ModelDirError(f"cannot create the model directory {directory}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = "is not writable" if existing == directory else f"cannot be created in {existing}"
+        raise ModelDirError(f"the model directory {directory} {what} (permission denied; pushed models are kept "
+                            "there): give the gateway's user write access, or pass another --model-dir")
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,14 +97,8 @@ class ModelManager:
     def __init__(self, directory: str | Path, client_id: str, keys: Iterable[VerifyKey], *,
                  feature_set_version: Callable[[], str] = lambda: "", engine: EnginePreference = "auto") -> None:
         self.directory = Path(directory)
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ModelDirError(f"cannot create the model directory {self.directory}: "
-                                f"{(exc.strerror or str(exc)).lower()}") from None
-        if not os.access(self.directory, os.W_OK | os.X_OK):
-            raise ModelDirError(f"the model directory {self.directory} is not writable (pushed models are kept "
-                                "there): give the gateway's user write access or pass another --model-dir")
+        check_model_dir(self.directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
         self.client_id = client_id
         self.keys = list(keys)
         self.feature_set_version = feature_set_version

@@ -123,7 +123,7 @@ class FrameProcessor:
         self.feature_set_version = ""
         self.feature_names: list[str] = []
         self._last: dict[int, _LastFrame] = {}
-        self._connection: int | None = None
+        self.connection: int | None = None  # of the latest frame from the serial reader
         self.unconfirmed: set[int] = set()  # known sensors that have not re-announced since the reopen
         self._check_after_reopen: set[int] = set()  # sensors whose next SAMPLES frame must prove continuity
         self._held: list[Annotation] | None = None  # annotations waiting for the reopen's decision
@@ -139,9 +139,9 @@ class FrameProcessor:
 
     def on_received(self, item: ReceivedFrame) -> None:
         """A frame from the serial reader: a new connection number means the link was reopened."""
-        if self._connection is not None and item.connection != self._connection:
+        if self.connection is not None and item.connection != self.connection:
             self.link_reopened()
-        self._connection = item.connection
+        self.connection = item.connection
         self.on_frame(item.frame, item.received_us)
 
     def link_reopened(self) -> None:

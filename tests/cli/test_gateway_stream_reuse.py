@@ -1,0 +1,103 @@
+"""The user's report, replayed: one subject's recording through a pty into ``wheelfed gateway``,
+the replay ends, the pty path is handed to another process replaying *another* subject. Before,
+the gateway read the second subject as its sensors and its labelled windows went from 263 to 188;
+now the second subject is a stream of its own (``SESSION#2``), the first subject's windows and
+labels never change, and both equal the batch computation of their recordings."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_client.processing import extract_recording
+from edge_client.store import WindowStore
+from firmware_bridge.importers import seglearn_watch
+from firmware_bridge.recording import Recording
+from firmware_bridge.replay import open_pty, replay
+from tests.cli.test_gateway_startup import GatewayProcess
+
+pytestmark = pytest.mark.slow
+
+
+def next_pty(previous: str, tries: int = 50) -> tuple[int, str]:
+    """The next pty, with ``previous``'s number when it is free again -- what the next process to
+    open a pty gets -- else the first one opened (another process took the number meanwhile)."""
+    opened: list[tuple[int, str]] = []
+    try:
+        for _ in range(tries):
+            opened.append(open_pty())
+            if opened[-1][1] == previous:
+                return opened.pop()
+        return opened.pop(0)
+    finally:
+        for fd, _ in opened:
+            os.close(fd)
+
+
+def labelled(db: Path, session: str) -> int:
+    with WindowStore(db) as store:
+        return store.count(labelled_only=True, session_id=session)
+
+
+def test_another_recording_on_the_reused_pty_never_costs_the_first_its_labelled_windows(tmp_path: Path) -> None:
+    first_path, second_path = seglearn_watch.import_all(tmp_path / "rec")[:2]
+    first, second = Recording.load(first_path), Recording.load(second_path)
+    batch_first, _ = extract_recording(first_path)
+    batch_second, _ = extract_recording(second_path)
+    expected_first = sum(y is not None for y in batch_first.labels)
+    assert expected_first == 263  # the subject of the report
+
+    link = tmp_path / "ttyChair"  # the gateway's serial path; it leads to whichever pty is there
+    master, pty_path = open_pty()
+    os.symlink(pty_path, link)
+    db = tmp_path / "gw.db"
+    gateway = GatewayProcess(tmp_path, "--client-id", "gw-1", "--no-broker", "--store", str(db), "--serial",
+                             str(link), "--session", "chair", "--stats-every", "0.2")
+    second_master = None
+    try:
+        assert replay(first, master, speed=0, wait_for_reader_s=20).completed
+        assert gateway.wait_for(lambda: int(gateway.stats().get("labelled", 0)) >= expected_first - 3), gateway.out[-1:]
+        os.unlink(link)
+        os.close(master)  # the replay ends: the pty is freed ...
+        assert gateway.wait_for(lambda: gateway.stats().get("link") == "gone"), gateway.out[-1:]
+
+        second_master, second_pty = next_pty(pty_path)  # ... and the next process to open one gets it
+        os.symlink(second_pty, link)
+        seen: list[int] = []
+        done = threading.Event()
+
+        def watch_first_session() -> None:
+            while not done.is_set():
+                seen.append(labelled(db, "chair"))
+                time.sleep(0.1)
+
+        watcher = threading.Thread(target=watch_first_session, daemon=True)
+        watcher.start()
+        assert replay(second, second_master, speed=0, wait_for_reader_s=20).completed
+        expected_second = sum(y is not None for y in batch_second.labels)
+        assert gateway.wait_for(lambda: labelled(db, "chair#2") >= expected_second - 3, timeout=30)
+        done.set()
+        watcher.join(5)
+        stats = gateway.stats()
+    finally:
+        code = gateway.stop()
+        if second_master is not None:
+            os.close(second_master)
+    assert code == 0, gateway.err
+    assert seen and all(b >= a for a, b in zip(seen, seen[1:])), f"labelled windows dropped: {seen}"
+    assert (stats["streams"], stats["device_changes"], stats["session"]) == ("2", "1", "chair#2")
+    assert any("another sensor stream" in line for line in gateway.err), gateway.err
+
+    with WindowStore(db) as store:
+        for session, batch in (("chair", batch_first), ("chair#2", batch_second)):
+            live = store.query(batch.feature_set_version, labelled_only=False)
+            rows = live.meta.session_ids == session
+            order = np.argsort(live.meta.start_us[rows])
+            assert np.array_equal(live.meta.start_us[rows][order], batch.start_us), session
+            assert np.array_equal(live.X[rows][order], batch.X), session
+            assert list(live.y[rows][order]) == list(batch.labels), session
