@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def fill_store(path: Path, version: str, seed: int, n: int = 150, d: int = 6) ->
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
     y = LABELS[np.digitize(X[:, 0] + X[:, 1] + rng.normal(scale=0.3, size=n), [-0.5, 0.6])]
-    starts = np.arange(n) * 2_000_000
+    starts = np.arange(n) * 4_000_000  # back to back: every window lies inside its own annotation only
     with WindowStore(path) as store:
         store.add_many(WindowRecord("s1", int(s), int(s) + 4_000_000, X[i], version) for i, s in enumerate(starts))
         for start, label in zip(starts.tolist(), y.tolist()):  # one annotation per window: each is labelled
@@ -72,11 +73,12 @@ class Fleet:
                                 cwd=self.folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory) -> Iterator[Fleet]:
+@contextmanager
+def running_fleet(root: Path, gateway_args: dict[str, tuple[str, ...]] | None = None) -> Iterator[Fleet]:
+    """Mosquitto and one ``wheelfed gateway`` per store under ``root`` (``gateway_args``: extra
+    arguments per gateway), all online; commands run in ``root/work``."""
     if not mosquitto_available():
         pytest.fail("mosquitto is not installed: the test command installs it")
-    root = tmp_path_factory.mktemp("train-fleet")
     for k, gateway in enumerate(GATEWAYS):
         fill_store(root / f"{gateway}.db", VERSIONS[gateway], seed=k)
     with MosquittoBroker(root / "broker", users=[BrokerUser(n, p) for n, p in PASSWORDS.items()]) as broker:
@@ -90,7 +92,7 @@ def fleet(tmp_path_factory) -> Iterator[Fleet]:
             try:
                 presence = Presence(watcher, TopicLayout())
                 for gateway in GATEWAYS:
-                    processes.start(gateway)
+                    processes.start(gateway, *(gateway_args or {}).get(gateway, ()))
                 presence.wait(GATEWAYS, online=True, timeout_s=60)
             finally:
                 watcher.close()
@@ -99,6 +101,12 @@ def fleet(tmp_path_factory) -> Iterator[Fleet]:
             yield Fleet(broker.port, work, processes)
         finally:
             processes.stop_all()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory) -> Iterator[Fleet]:
+    with running_fleet(tmp_path_factory.mktemp("train-fleet")) as running:
+        yield running
 
 
 def readme_train_command() -> list[str]:
@@ -246,3 +254,20 @@ def test_a_second_ctrl_c_aborts_at_once_without_a_traceback(fleet) -> None:
     assert "Traceback" not in stderr and proc.returncode == 130, stderr
     assert stderr.strip().splitlines()[-1] == "wheelfed train: interrupted"
     assert not (fleet.folder / "abort.cbor").exists()
+
+
+def test_evaluation_scores_the_saved_model_and_stores_its_metrics(tmp_path) -> None:
+    """gw-1 and gw-2 hold the last fifth of their sessions out, gw-3 holds nothing out: the
+    model is scored on the first two, gw-3 is named, the metrics go to the registered model."""
+    holdout = ("--holdout-fraction", "0.2")
+    with running_fleet(tmp_path, {"gw-1": holdout, "gw-2": holdout}) as fleet:
+        run = fleet.train("--registry", "reg.db", "--model-id", "act", "--rounds", "3", "--bins", "32", "--evaluate")
+    assert run.code == 0 and "warning:" not in run.stderr, run.stderr
+    held_out = re.search(r"^held-out: n=(\d+) accuracy=([\d.]+)", run.stdout, re.MULTILINE)
+    assert held_out and int(held_out.group(1)) == 2 * 30  # 150 windows each, the last fifth
+    assert "  gw-3: not evaluated: no_holdout_windows: this gateway keeps no held-out windows" in run.stdout
+    with Registry(fleet.folder / "reg.db") as registry:
+        record, model = registry.model("act")
+    assert record.metrics["n"] == 60 and record.metrics["accuracy"] == pytest.approx(float(held_out.group(2)),
+                                                                                   abs=1e-3)
+    assert model.n_trees == 9 and model.feature_set_version == WHEEL
