@@ -70,6 +70,12 @@ def _labelled(job: Background) -> int:
     return counts[-1] if counts else 0
 
 
+def _command(line: str) -> str:
+    """The wheelfed subcommand of a README line (after any VAR=value prefixes)."""
+    words = line.split("#")[0].split()
+    return words[words.index("wheelfed") + 1] if "wheelfed" in words[:-1] else ""
+
+
 class Walk:
     """The walkthrough's folder, shell, fleet and the output of each README line."""
 
@@ -115,12 +121,12 @@ def walk(tmp_path_factory: pytest.TempPathFactory):
     readme = (REPO / "README.md").read_text()  # the alert rules the README shows, saved as it says
     (walk.folder / "rules.json").write_text(re.search(r"`rules.json`.*?```json\n(.*?)```", readme, re.S).group(1))
     lines, _ = readme_lines()
-    replay_line = next(line for line in lines if " replay " in f" {line}")
+    replay_line = next(line for line in lines if _command(line) == "replay")
     try:
         for line in lines:
             if line is replay_line:
                 continue
-            if " gateway " in line:
+            if _command(line) == "gateway":
                 for gateway in GATEWAYS:
                     walk.start_gateway(replay_line, line, gateway)
                 walk.wait_for_labels()
@@ -151,7 +157,7 @@ def test_walkthrough_trains_registers_deploys_rolls_back_exports_and_predicts(wa
 
 def _prepare(walk: Walk, line: str) -> str:
     """Give a line what it refers to: a live pty for a device path, a CA for the TLS folder, a free 8883."""
-    if line.split()[1:2] == ["broker"]:  # a second broker beside the walkthrough's
+    if _command(line) == "broker":  # a second broker beside the walkthrough's
         line = line.replace("1883", str(find_free_port()))
     for placeholder in DEVICE_PLACEHOLDERS:
         if placeholder in line:
@@ -207,7 +213,7 @@ def _shell_for(walk: Walk, line: str, folder: Path) -> Shell:
 
 @pytest.mark.parametrize("line", OTHER_LINES)
 def test_every_other_readme_line_and_help_example_runs_as_written(walk: Walk, line: str, tmp_path: Path) -> None:
-    if " demo" in f" {line.split('#')[0]}":
+    if _command(line) == "demo":
         pytest.skip("the demo has its own end-to-end test (tests/e2e/test_fleet_demo.py)")
     shell = _shell_for(walk, line, tmp_path)
     result = _ok(shell.run(_prepare(walk, line)), line)
