@@ -217,6 +217,12 @@ def run(args: argparse.Namespace) -> int:
 
 def add(sub: argparse._SubParsersAction) -> None:
     p = add_subcommand(sub, "train", "train a model on the online gateways over MQTT (aggregator side)",
+                       description="Train a model on the online gateways over MQTT (aggregator side).\n\n"
+                                   "The feature set is the one most gateways store (asked of them) unless "
+                                   "--feature-set names one;\ngateways left out are named with their reason. The "
+                                   "model is written (and registered) before\n--evaluate runs. Ctrl-C or SIGTERM "
+                                   "stops at the next round boundary and saves the rounds\ncompleted (exit 130 or "
+                                   "143); a second Ctrl-C aborts at once without saving.",
                        examples=["WHEELFED_MQTT_PASSWORD=SECRET wheelfed train -o model.cbor --rounds 10 --bins 256",
                                  "wheelfed train --algorithm fedforest --registry reg.db --model-id activity --evaluate",
                                  "wheelfed train -o more.cbor --init-model model.cbor --clients gw-1,gw-2"])
