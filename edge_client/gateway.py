@@ -10,7 +10,7 @@ client keeps reconnecting in the background.
 
 What it will not start with (``GatewayError``, one line for the operator): a store that is not a
 window store or is written by another gateway, a trust key that is not a key, a model directory
-it cannot write, a serial port another process holds. A serial device that is missing or
+it cannot write, a serial port another process holds or it may not open. A serial device that is missing or
 vanishes is not fatal: it is reported (``link=gone``) and reopened when it comes back, and
 ``processing.py`` decides whether what then speaks is still the same sensors.
 """
@@ -46,6 +46,11 @@ log = logging.getLogger(__name__)
 
 #: How long ``start`` waits for the serial port's first open attempt.
 _FIRST_OPEN_S = 5.0
+#: Serial states a gateway does not start in (waiting would not help), with what to do.
+_REFUSED_PORTS = {
+    "busy": "is in use by another process (another gateway or wheelfed record?): stop it first",
+    "denied": "cannot be opened: permission denied (add the gateway's user to the dialout group)",
+}
 
 
 class GatewayError(Exception):
@@ -212,10 +217,10 @@ class Gateway:
             self.transport.connect(wait=False)
         if self.serial is not None:
             self.serial.start()
-            if self.serial.wait_first_attempt(_FIRST_OPEN_S) == "busy":
+            refused = _REFUSED_PORTS.get(self.serial.wait_first_attempt(_FIRST_OPEN_S))
+            if refused:
                 self.shutdown()
-                raise GatewayError(f"serial port {self.config.serial_port} is in use by another process (another "
-                                   "gateway or wheelfed record?): stop it first")
+                raise GatewayError(f"serial port {self.config.serial_port} {refused}")
         log.info("gateway running", extra={"client": self.config.client_id, "session": self.session_id})
 
     def run(self, *, stats_every_s: float = 0.0, on_stats=None) -> None:

@@ -11,10 +11,9 @@ back); sequence tracking carries on across the reconnect, so frames lost meanwhi
 A path is not a device, though: when a replay ends its pty number is freed and the next process
 to open a pty gets the same ``/dev/pts/N``; a USB adapter that re-enumerates comes back as a new
 device node under the same name. So the reader tells the states apart -- ``up``, ``down`` (open
-or read failed), ``gone`` (the path does not exist), ``busy`` (another process holds the port)
-and ``changed`` (open again, but on another device node than before: device number, inode or
-node creation time differ) -- logs one warning line when it enters ``gone``/``down``/``busy``/
-``changed``, and numbers its connections: every delivered frame carries the connection it was
+or read failed), ``gone`` (the path does not exist), ``busy`` (another process holds the port),
+``denied`` (no permission to open it) and ``changed`` (open again, but on another device node than before: device number, inode or
+node creation time differ) -- logs one warning line when it enters any state but ``up``, and numbers its connections: every delivered frame carries the connection it was
 read on, so a consumer knows which frames came after a reopen and must not assume they continue
 the stream it knew (``edge_client.processing`` decides that from descriptors and sequence).
 The reader locks the port (``flock``, as pyserial's ``exclusive``): two readers on one port
@@ -43,7 +42,7 @@ log = logging.getLogger(__name__)
 
 
 #: What ``SerialReader.state`` reports.
-UP, DOWN, GONE, BUSY, CHANGED = "up", "down", "gone", "busy", "changed"
+UP, DOWN, GONE, BUSY, DENIED, CHANGED = "up", "down", "gone", "busy", "denied", "changed"
 
 
 @dataclass(frozen=True)
@@ -177,7 +176,8 @@ class SerialReader:
 
     def wait_first_attempt(self, timeout: float) -> str:
         """Block until the first open attempt is over; returns the state it left (a gateway
-        refuses to start on a ``busy`` port, while a ``gone`` one may still be plugged in)."""
+        refuses to start on a ``busy`` or ``denied`` port, while a ``gone`` one may still be
+        plugged in)."""
         self._first_attempt.wait(timeout)
         return self.state
 
@@ -237,9 +237,13 @@ class SerialReader:
         """Name why the port cannot be opened: missing, held by another process, or else."""
         if self._path_gone():
             return
-        if isinstance(exc, BlockingIOError) or getattr(exc, "errno", None) == errno.EBUSY:
+        code = getattr(exc, "errno", None)
+        if isinstance(exc, BlockingIOError) or code == errno.EBUSY:
             self._set_state(BUSY, "serial port busy: another process holds it (another gateway or "
                                   "wheelfed record?); retrying")
+        elif code in (errno.EACCES, errno.EPERM):
+            self._set_state(DENIED, "serial port not accessible: permission denied (is the gateway's user in "
+                                    "the dialout group?); retrying")
         else:
             self._set_state(DOWN, "serial port cannot be opened; retrying", error=str(exc))
 
