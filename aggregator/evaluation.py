@@ -131,4 +131,5 @@ def evaluate_federated(job: FederatedJob, model: TreeEnsemble, *, split: str = "
     left_out.update((c, "its evaluation did not fit the model") for c in replies if c not in usable)
     return Evaluation(metrics=metrics_of(pooled, model.is_classifier),
                       per_client={c: metrics_of(r, model.is_classifier) for c, r in usable.items()},
-                      confusion=pooled.confusion if model.is_classifier else None, left_out=dict(sorted(left_out.items())))
+                      confusion=pooled.confusion if model.is_classifier else None,
+                      left_out=dict(sorted(left_out.items())))

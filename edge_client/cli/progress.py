@@ -3,8 +3,9 @@
 A job reports one ``RoundProgress`` per boosting round or forest level. On a terminal the
 display rewrites a single line (``\\r``) -- bar, steps done of total, elapsed time, ETA, then the
 step's ``RoundProgress.detail()`` (who answered, metrics) -- cut to the terminal's width so that
-it never wraps (a wrapped line cannot be rewritten); the facts that matter come first. In a log or a pipe every step is its own line with the same
-facts, because ``\\r`` there would only garble the file.
+it never wraps (a wrapped line cannot be rewritten); the facts that matter come first. In a log
+or a pipe every step is its own line with the same facts, because ``\\r`` there would only
+garble the file.
 
 The ETA is the mean duration of the steps so far times the steps left: the opening rounds
 (secure aggregation keys, the fleet's shape and bin edges) are not steps and do not skew it.

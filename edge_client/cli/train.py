@@ -24,7 +24,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edge_client.cli.arguments import (add_subcommand, fraction, gateway_ids, int_at_least, non_negative_float,
                                        non_negative_int, output_file, positive_float, positive_int)
@@ -32,6 +32,9 @@ from edge_client.cli.connection import add_broker_options, aggregator_transport
 from edge_client.cli.errors import CliError, UsageError
 from edge_client.cli.model_files import load_model_file, model_file
 from edge_client.cli.progress import ProgressDisplay, unit_of
+
+if TYPE_CHECKING:  # the registry is imported when a model is registered, not to parse arguments
+    from aggregator.registry import ModelRecord
 
 
 def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, privacy: dict):
@@ -97,7 +100,7 @@ class SavedModel:
 
     path: Path | None
     registry: Path | None = None
-    record: Any = None  # aggregator.registry.ModelRecord
+    record: ModelRecord | None = None
 
     @property
     def where(self) -> str:
