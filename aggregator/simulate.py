@@ -30,10 +30,11 @@ class Algorithm(Protocol):
 
 
 def as_client_data(clients: Sequence[Any]) -> list[ClientData]:
-    """``ClientData`` as given; ``(X, y)`` pairs become ``client-000``, ``client-001``, ..."""
+    """``ClientData`` (or any ``TrainingData`` with a ``client_id``) as given; ``(X, y)`` pairs
+    become ``client-000``, ``client-001``, ..."""
     out = []
     for i, client in enumerate(clients):
-        if isinstance(client, ClientData):
+        if isinstance(client, ClientData) or (hasattr(client, "client_id") and hasattr(client, "labelled")):
             out.append(client)
         elif isinstance(client, (tuple, list)) and len(client) == 2:
             out.append(ClientData(f"client-{i:03d}", client[0], client[1]))

@@ -24,7 +24,7 @@ from .dispatcher import Dispatcher
 from .evaluation import evaluate_model, load_model
 from .fleet_sums import count_vector, data_shape, grid_vector, with_noise
 from .secure_aggregation import SecureAggregationClient
-from .training_data import TrainingData, data_summary, snapshot
+from .training_data import JobSnapshots, TrainingData, data_summary
 
 __all__ = ["Participant"]
 
@@ -35,6 +35,8 @@ class Participant:
     def __init__(self, transport: Transport, data: TrainingData) -> None:
         self.transport = transport
         self.data = data
+        #: Every handler and both algorithms read a job's data from here: one snapshot per job.
+        self.snapshots = JobSnapshots(data)
         self.dispatcher = Dispatcher(transport)
         self.dispatcher.register(DataSummaryRequest, self.on_data_summary)
         self.dispatcher.register(EvaluateRequest, self.on_evaluate)
@@ -43,9 +45,9 @@ class Participant:
         self.dispatcher.register(GridCountsRequest, self.on_grid_counts)
         self.secure = SecureAggregationClient(transport.client_id)
         self.secure.register(self.dispatcher)
-        self.fedscs_xgb = FedSCSXGBClient(data, self.secure)
+        self.fedscs_xgb = FedSCSXGBClient(self.snapshots, self.secure)
         self.fedscs_xgb.register(self.dispatcher)
-        self.fedforest = FedForestClient(data, self.secure)
+        self.fedforest = FedForestClient(self.snapshots, self.secure)
         self.fedforest.register(self.dispatcher)
 
     @property
@@ -55,28 +57,28 @@ class Participant:
     def on_data_summary(self, message: Message) -> DataSummary:
         """Every job opens with this: additive statistics of the labelled snapshot."""
         body: DataSummaryRequest = message.body
-        return data_summary(snapshot(self.data, body.feature_set_version), regression=body.regression)
+        return data_summary(self.snapshots.get(message.envelope.job, body.feature_set_version), regression=body.regression)
 
     def on_data_shape(self, message: Message) -> DataShape:
         """A private job's opening: width, feature names and (unless fixed by the job) label set."""
         body: DataShapeRequest = message.body
-        return data_shape(snapshot(self.data, body.feature_set_version), labels=body.labels)
+        return data_shape(self.snapshots.get(message.envelope.job, body.feature_set_version), labels=body.labels)
 
     def on_fleet_counts(self, message: Message) -> FleetSumReply:
         body: FleetCountsRequest = message.body
-        vector = with_noise(count_vector(snapshot(self.data, body.feature_set_version), body), body.noise)
+        vector = with_noise(count_vector(self.snapshots.get(message.envelope.job, body.feature_set_version), body), body.noise)
         return FleetSumReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_grid_counts(self, message: Message) -> FleetSumReply:
         body: GridCountsRequest = message.body
-        vector = with_noise(grid_vector(snapshot(self.data, body.feature_set_version), body), body.noise)
+        vector = with_noise(grid_vector(self.snapshots.get(message.envelope.job, body.feature_set_version), body), body.noise)
         return FleetSumReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_evaluate(self, message: Message) -> EvaluationReply:
         """Score a model on local labelled windows (held-out by default); counts only."""
         body: EvaluateRequest = message.body
         model = load_model(body.model)
-        return evaluate_model(model, snapshot(self.data, body.feature_set_version, split=body.split), body)
+        return evaluate_model(model, self.snapshots.get(message.envelope.job, body.feature_set_version, split=body.split), body)
 
     def start(self) -> None:
         """Subscribe to the inbox and fleet topics (after every handler is registered)."""

@@ -1,13 +1,16 @@
 """Where a client half gets its labelled training data: arrays (simulation) or the window store.
 
-The algorithms' client halves ask a ``TrainingData`` for a snapshot when a job starts and keep it
-for the job, so windows that arrive mid-job do not change a round's statistics (a new job --
-periodic retraining -- sees them).
+Every request of a job reads the same snapshot (``JobSnapshots``, taken at the job's first
+request), so windows stored or labelled while the job runs change none of its statistics -- the
+opening's counts, the grid rounds, the algorithm's rounds and the job's scoring describe one set
+of windows -- and a new job (periodic retraining) sees them.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -23,8 +26,8 @@ from .store import WindowStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClientData", "LabelledData", "NoTrainingData", "StoreTrainingData", "TrainingData", "class_ids",
-           "data_summary", "label_strings", "snapshot", "tail_split"]
+__all__ = ["ClientData", "JobSnapshots", "LabelledData", "NoTrainingData", "StoreTrainingData", "TrainingData",
+           "class_ids", "data_summary", "label_strings", "snapshot", "tail_split"]
 
 
 class NoTrainingData(Exception):
@@ -209,6 +212,35 @@ def snapshot(source: TrainingData, feature_set_version: str, *, split: str = "tr
         log.warning("infinite feature values treated as missing", extra={"values": int(infinite.sum())})
         data = LabelledData(np.where(infinite, np.nan, data.X), data.y, data.feature_names)
     return data
+
+
+class JobSnapshots:
+    """One snapshot per (job, feature set, split), taken at the job's first request and kept.
+
+    A gateway keeps storing and labelling windows while a job runs. The private opening counts
+    the fleet's windows over several rounds and checks that they add up; the algorithm's rounds
+    must describe the windows the bin edges were read from. Reading the store afresh at every
+    request broke both (``the fleet changed between rounds``). Only the last ``max_jobs`` jobs
+    are kept (a job older than that started again from a fresh snapshot, as after a restart).
+    A refusal (``RequestRejected``) is not kept: the next request reads again.
+    """
+
+    def __init__(self, source: TrainingData, *, max_jobs: int = 4) -> None:
+        self.source = source
+        self.max_jobs = max_jobs
+        self._snapshots: OrderedDict[str, dict[tuple[str, str], LabelledData]] = OrderedDict()
+        self._lock = threading.Lock()  # the dispatcher may answer two requests of a job at once
+
+    def get(self, job: str, feature_set_version: str, *, split: str = "train") -> LabelledData:
+        with self._lock:
+            per_job = self._snapshots.setdefault(job, {})
+            self._snapshots.move_to_end(job)
+            while len(self._snapshots) > self.max_jobs:
+                self._snapshots.popitem(last=False)
+            key = (feature_set_version, split)
+            if key not in per_job:
+                per_job[key] = snapshot(self.source, feature_set_version, split=split)
+            return per_job[key]
 
 
 def label_strings(y: np.ndarray) -> tuple[np.ndarray, bool]:

@@ -53,7 +53,7 @@ from shared.splitting import pooled_gain
 from ..dispatcher import Dispatcher, RequestRejected
 from ..fleet_sums import with_noise
 from ..secure_aggregation import SecureAggregationClient
-from ..training_data import TrainingData, class_ids, snapshot
+from ..training_data import JobSnapshots, TrainingData, class_ids
 
 log = logging.getLogger(__name__)
 
@@ -180,9 +180,10 @@ class _ForestState:
 class FedForestClient:
     """Answers ``fedforest.*`` requests from a ``TrainingData``."""
 
-    def __init__(self, data: TrainingData, secure: SecureAggregationClient | None = None, *,
+    def __init__(self, data: TrainingData | JobSnapshots, secure: SecureAggregationClient | None = None, *,
                  max_jobs: int = MAX_JOBS) -> None:
-        self.data = data
+        #: One snapshot per job, shared with the participant's opening (a bare TrainingData gets its own).
+        self.snapshots = data if isinstance(data, JobSnapshots) else JobSnapshots(data)
         #: Masks the private protocol's vectors (the participant's; a bare client answers plain
         #: requests only: it holds no keys).
         self.secure = secure or SecureAggregationClient("local")
@@ -197,7 +198,7 @@ class FedForestClient:
     def _state(self, job: str, task: ForestTask) -> _ForestState:
         state = self._jobs.get(job)
         if state is None or state.task.seed != task.seed or state.task.client_index != task.client_index:
-            data = snapshot(self.data, task.feature_set_version)
+            data = self.snapshots.get(job, task.feature_set_version)
             if data.X.shape[1] != task.n_features:
                 raise RequestRejected("feature_mismatch", f"the job has {task.n_features} features, this client "
                                                           f"{data.X.shape[1]}")

@@ -58,7 +58,7 @@ from ..dispatcher import Dispatcher, RequestRejected
 from ..evaluation import load_model
 from ..fleet_sums import with_noise
 from ..secure_aggregation import SecureAggregationClient
-from ..training_data import LabelledData, TrainingData, class_ids, snapshot
+from ..training_data import JobSnapshots, LabelledData, TrainingData, class_ids
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +147,10 @@ def summary_points(requested: int, n_samples: int) -> int:
 class FedSCSXGBClient:
     """Answers ``fedscs_xgb.*`` requests from a ``TrainingData`` (arrays or the window store)."""
 
-    def __init__(self, data: TrainingData, secure: SecureAggregationClient | None = None, *,
+    def __init__(self, data: TrainingData | JobSnapshots, secure: SecureAggregationClient | None = None, *,
                  max_jobs: int = MAX_JOBS) -> None:
-        self.data = data
+        #: One snapshot per job, shared with the participant's opening (a bare TrainingData gets its own).
+        self.snapshots = data if isinstance(data, JobSnapshots) else JobSnapshots(data)
         #: Masks the private protocol's vectors (the participant's; a bare client answers plain
         #: requests only: it holds no keys).
         self.secure = secure or SecureAggregationClient("local")
@@ -166,7 +167,7 @@ class FedSCSXGBClient:
         state = self._jobs.get(job)
         if state is None or state.task.objective != task.objective or state.task.classes != task.classes \
                 or not np.array_equal(state.task.base_score, task.base_score):
-            state = _JobState.start(task, snapshot(self.data, task.feature_set_version))
+            state = _JobState.start(task, self.snapshots.get(job, task.feature_set_version))
             self._jobs[job] = state
             while len(self._jobs) > self.max_jobs:
                 self._jobs.popitem(last=False)
