@@ -31,7 +31,7 @@ from shared.protocol.messages.fleet_sums import (
     GridCountsRequest,
 )
 from shared.protocol.messages.secure_aggregation import word_bits_for
-from shared.sketches import GridPlan, GridRefinement
+from shared.sketches import GridPlan, GridRefinement, SketchError
 
 from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, TrainingError
@@ -198,7 +198,11 @@ def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: i
             if result.contributors != cohort:
                 summer.active = tuple(c for c in summer.active if c in result.contributors)
                 break
-            plan = refinement.add(plan, counts)
+            try:
+                plan = refinement.add(plan, counts)
+            except SketchError as exc:  # gateways answer from one snapshot per job; a restarted one does not
+                raise TrainingError(f"the bin edges could not be read: {exc} (a gateway restarted during the "
+                                    "job? start the job again)") from None
         if plan is None:
             return refinement
     raise TrainingError(f"clients kept dropping out while the bin edges were being read ({MAX_GRID_RESTARTS} "
