@@ -266,11 +266,23 @@ class _Training:
     def _setup(self) -> FleetData:
         cfg = self.config
         regression = cfg.objective == "squared_error"
-        fleet = describe_fleet(self.job, cfg.feature_set_version, regression=regression, classes=cfg.classes)
+        fleet = describe_fleet(self.job, cfg.feature_set_version, regression=regression, classes=self._job_classes())
         self._set_fleet(fleet)
         self.standardizations = [Standardization.from_moments(fleet.moments[:, j]) if cfg.standardize
                                  else Standardization() for j in range(self.n_features)]
         return fleet
+
+    def _job_classes(self) -> tuple[str, ...] | None:
+        """``classes``, or when continuing a classifier, the classes of ``init_model``.
+
+        Labels keep appearing in a fleet (a carer annotates a new activity); boosting can only
+        continue over the outputs the model has, so its classes are kept and windows with other
+        labels sit this job out (a model trained afresh learns them).
+        """
+        cfg, init = self.config, self.config.init_model
+        if cfg.classes is not None or init is None or cfg.objective == "squared_error" or not init.classes:
+            return cfg.classes
+        return tuple(str(c) for c in init.classes)
 
     def _set_fleet(self, fleet: FleetData | PrivateFleet) -> None:
         cfg = self.config
@@ -293,7 +305,7 @@ class _Training:
                       if cfg.dp_noise_multiplier else None)
         fleet = describe_fleet_privately(self.job, summer, cfg.feature_set_version,
                                          regression=cfg.objective == "squared_error", n_bins=cfg.n_bins,
-                                         classes=cfg.classes, noise=self.noise)
+                                         classes=self._job_classes(), noise=self.noise)
         self._set_fleet(fleet)
         if fleet.total_samples < max(cfg.min_crowd, 1):
             raise TrainingError(f"the fleet holds {fleet.total_samples} samples, fewer than the minimum crowd "
