@@ -10,9 +10,9 @@ client keeps reconnecting in the background.
 
 What it will not start with (``GatewayError``, one line for the operator): a store that is not a
 window store or is written by another gateway, a trust key that is not a key, a model directory
-it cannot write, a serial port another process holds or it may not open. A serial device that is missing or
-vanishes is not fatal: it is reported (``link=gone``) and reopened when it comes back, and
-``processing.py`` decides whether what then speaks is still the same sensors.
+it cannot write, a serial port another process holds or it may not open. A serial device that
+is missing or vanishes is not fatal: it is reported (``link=gone``) and reopened when it comes
+back, and ``processing.py`` decides whether what then speaks is still the same sensors.
 """
 
 from __future__ import annotations

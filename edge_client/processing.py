@@ -25,8 +25,8 @@ Whose frames are these? (streams)
     the break) and everything after it is stored under its own session, ``SESSION#2``,
     ``SESSION#3``..., which no annotation of another stream can reach. A break is
 
-    - a DESCRIPTOR that differs from the one known for its sensor id (at any time), or after a
-      reopen of the link any descriptor that is not already known;
+    - a DESCRIPTOR that differs from the one known for its sensor id (at any time), or -- after a
+      reopen, until the first SAMPLES frame has shown the stream continues -- a new sensor id;
     - a SAMPLES frame whose sequence number goes back or repeats (a sender restart: firmware
       reboot, a replay started again), at any time;
     - after a reopen, a sensor's first SAMPLES frame whose timestamp lies before where its last
@@ -86,7 +86,6 @@ class ProcessingStats:
     annotations_closed: int = 0
     rebuilds: int = 0
     streams: int = 0  # streams started: 1 after the first descriptor, +1 per break (see the module docstring)
-    reopens: int = 0
     last_break: str = ""  # why the latest stream started
     last_window_end_us: int | None = None
 
@@ -146,7 +145,6 @@ class FrameProcessor:
 
     def link_reopened(self) -> None:
         """The link was closed and opened again: whatever now speaks must prove it is the same stream."""
-        self.stats.reopens += 1
         if not self.descriptors:
             return
         self.unconfirmed = set(self.descriptors)

@@ -12,12 +12,15 @@ A path is not a device, though: when a replay ends its pty number is freed and t
 to open a pty gets the same ``/dev/pts/N``; a USB adapter that re-enumerates comes back as a new
 device node under the same name. So the reader tells the states apart -- ``up``, ``down`` (open
 or read failed), ``gone`` (the path does not exist), ``busy`` (another process holds the port),
-``denied`` (no permission to open it) and ``changed`` (open again, but on another device node than before: device number, inode or
-node creation time differ) -- logs one warning line when it enters any state but ``up``, and numbers its connections: every delivered frame carries the connection it was
-read on, so a consumer knows which frames came after a reopen and must not assume they continue
-the stream it knew (``edge_client.processing`` decides that from descriptors and sequence).
-The reader locks the port (``flock``, as pyserial's ``exclusive``): two readers on one port
-would each get a random half of the bytes.
+``denied`` (no permission to open it) and ``changed`` (open again after the path had vanished
+-- whatever comes back is a new node -- or on a node whose device number, inode or creation
+time differ; the creation time alone is too coarse to tell a pty re-used within milliseconds
+apart, which is why a path seen missing counts as changed) -- logs one warning line when
+it enters any state but ``up`` (not one per retry), and numbers its connections: every
+delivered frame carries the connection it was read on, so a consumer knows which frames came
+after a reopen and must not assume they continue the stream it knew (``edge_client.processing``
+decides that from descriptors and sequence numbers). The reader locks the port (``flock``, as
+pyserial's ``exclusive``): two readers on one port would each get a random half of the bytes.
 """
 
 from __future__ import annotations
@@ -130,6 +133,7 @@ class SerialReader:
         self._callback_errors = self._device_changes = 0
         self._state = ""  # nothing tried yet (reported as down)
         self._device: _Device | None = None  # the node of the last connection (None: a URL, or never open)
+        self._vanished = False  # the path was seen missing since the last connection
         self._first_attempt = threading.Event()
         self.error: Exception | None = None  # set when the port URL itself is invalid (reading stopped)
 
@@ -218,8 +222,8 @@ class SerialReader:
             self._failed(exc)
             self._first_attempt.set()
             return False
-        changed = self._device is not None and device is not None and device != self._device
-        self._device = device or self._device
+        changed = self._device is not None and (self._vanished or (device is not None and device != self._device))
+        self._device, self._vanished = device or self._device, False
         with self._lock:
             self._opens += 1
             self._device_changes += changed
@@ -251,6 +255,7 @@ class SerialReader:
         """Enter ``gone`` if the port is a path that does not exist (URLs never are)."""
         if "://" in self.port or os.path.exists(self.port):
             return False
+        self._vanished = True
         self._set_state(GONE, "serial device gone: the path does not exist (unplugged, or the replay feeding "
                               "the pty ended); reopening when it comes back")
         return True

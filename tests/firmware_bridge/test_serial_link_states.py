@@ -58,7 +58,7 @@ def test_a_reused_pty_number_is_reported_as_another_device() -> None:
     assert [r.connection for r in got] == [1, 2]
 
 
-def test_a_stable_name_leading_to_a_new_device_is_changed_and_the_same_device_is_up(tmp_path: Path) -> None:
+def test_a_stable_name_leading_to_a_new_device_is_changed(tmp_path: Path) -> None:
     link = tmp_path / "ttyChair"
     master, slave = open_pty()
     os.symlink(slave, link)
@@ -71,7 +71,7 @@ def test_a_stable_name_leading_to_a_new_device_is_changed_and_the_same_device_is
         master2, slave2 = open_pty()
         os.symlink(slave2, link)
         try:
-            assert wait_for(lambda: reader.connected and reader.state == "changed"), (reader.stats, slave, slave2)
+            assert wait_for(lambda: reader.connected and reader.state == "changed"), reader.stats
         finally:
             os.close(master2)
         assert reader.stats.device_changes == 1
