@@ -88,7 +88,9 @@ class FleetSummer:
             self.server.set_public_keys({c: PublicKeys(cipher=r.keys.cipher, mask=r.keys.mask)
                                          for c, r in keys.items()})
         except SecureAggregationError as exc:
-            raise TrainingError(f"secure aggregation cannot start: {exc}") from exc
+            raise TrainingError(f"secure aggregation cannot start: {exc} (with fewer, one gateway's sums follow from "
+                                "the total and the other's; train on more gateways, or turn it off: "
+                                "secure_aggregation=False, wheelfed train --no-secure-aggregation)") from exc
         neighbours = self.server.neighbours
         requests = {}
         for c in keys:

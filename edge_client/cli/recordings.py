@@ -95,7 +95,10 @@ def _predict(args: argparse.Namespace) -> int:
     from shared.model import client_index, model_inputs
 
     model = load_model_file(args.model)
-    table, _ = extract_recording(args.recording)
+    table, stats = extract_recording(args.recording)
+    if len(table.X) == 0:
+        raise CliError(f"{args.recording} holds no complete window ({stats.frames} frames; a window is 4 s of "
+                       "every sensor): nothing to predict")
     if model.feature_set_version and model.feature_set_version != table.feature_set_version:
         raise CliError(f"the model expects feature set {model.feature_set_version!r}, the recording gives "
                        f"{table.feature_set_version!r} (a model trained on other sensors)")
@@ -157,7 +160,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_import)
 
     p = add_subcommand(sub, "predict", "offline batch prediction of a recording (per-label accuracy if labelled)",
-                       examples=["wheelfed predict session.wfrec --model model.json -o predictions.csv"])
+                       examples=["wheelfed predict session.wfrec --model model.cbor -o predictions.csv"])
     p.add_argument("recording", type=recording_file, help="a .wfrec recording")
     p.add_argument("--model", required=True, type=recording_model_file, help="model file (.json or CBOR), "
                                                                              "e.g. from wheelfed model export")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,6 @@ class Walk:
         self.gateways[gateway] = job
 
     def wait_for_labels(self, at_least: int = 40, timeout_s: float = 120.0) -> None:
-        import time
 
         deadline = time.monotonic() + timeout_s
         while min(_labelled(job) for job in self.gateways.values()) < at_least:
@@ -196,15 +196,22 @@ def _output_target(line: str) -> str | None:
     return None
 
 
+def _gateway_files(name: str) -> bool:
+    return name.endswith(("-windows.db", "-windows.db-wal", "-windows.db-shm", "-models"))
+
+
 def _shell_for(walk: Walk, line: str, folder: Path) -> Shell:
-    """The walkthrough's shell; or, when the line would write a file the walkthrough already has
-    (``keygen -o aggregator.key`` refuses to overwrite a key, rightly), a fresh folder that links
-    to everything else -- as a new user's folder would be."""
+    """The walkthrough's shell; or a fresh folder that links to the walkthrough's files, as a
+    second machine or a new user's folder would be, when the line would write what the
+    walkthrough already has (``keygen -o aggregator.key`` rightly refuses to overwrite a key) or
+    starts a gateway (the walkthrough's gw-1 owns its store and model folder)."""
     target = _output_target(line)
-    if target is None or not (walk.folder / target).exists():
+    gateway = _command(line) == "gateway"
+    if not gateway and (target is None or not (walk.folder / target).exists()):
         return walk.shell
+    stem = Path(target).stem if target else None
     for item in walk.folder.iterdir():
-        if item.name != target:
+        if item.stem != stem and not (gateway and _gateway_files(item.name)):
             (folder / item.name).symlink_to(item)
     shell = Shell(folder, env={k: v for k, v in walk.shell.env.items() if k.startswith("WHEELFED_")})
     shell.substitutions = dict(walk.shell.substitutions)
@@ -219,5 +226,7 @@ def test_every_other_readme_line_and_help_example_runs_as_written(walk: Walk, li
     result = _ok(shell.run(_prepare(walk, line)), line)
     if isinstance(result, Background):
         result.wait_for(r"\S", timeout_s=60)
+        if _command(line) == "record":
+            time.sleep(3)  # the replay behind the device runs at full speed: let the recording take it in
         code = shell.stop(result)
         assert code in (0, 130) and "Traceback" not in "".join(result.err), (line, code, "".join(result.err))
