@@ -77,6 +77,29 @@ class GatewayProcess:
         return code
 
 
+def gateway_on_a_new_pty(cwd: Path, *args: str, link: Path | None = None,
+                         tries: int = 3) -> tuple[GatewayProcess, int, str]:
+    """A gateway (``args`` must include ``--stats-every``) reading a new pty, through the stable
+    name ``link`` if given; returns it with the pty's master fd and slave path once ``link=up``.
+
+    Pty numbers are shared by every process on the machine, and one that is still reopening its
+    own vanished ``/dev/pts/N`` may hold the new pty first -- the gateway then refuses it as busy,
+    which is right, but not this test's subject: take another pty.
+    """
+    for _ in range(tries):
+        master, slave = open_pty()
+        if link is not None:
+            link.unlink(missing_ok=True)
+            os.symlink(slave, link)
+        gateway = GatewayProcess(cwd, *args, "--serial", str(link or slave))
+        if gateway.wait_for(lambda: gateway.stats().get("link") == "up"):
+            return gateway, master, slave
+        gateway.stop()
+        os.close(master)
+        assert any("in use by another process" in line for line in gateway.err), gateway.err
+    raise AssertionError(f"{tries} new ptys in a row were held by other processes")
+
+
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     (tmp_path / "table.csv").write_text("a,b\n1,2\n")
@@ -129,11 +152,9 @@ def test_alert_rules_that_are_not_rules_are_one_line(folder: Path, text: str, fr
 
 @pytest.mark.slow
 def test_a_store_written_by_another_gateway_and_a_busy_port_refuse_to_start(folder: Path) -> None:
-    master, slave = open_pty()
-    first = GatewayProcess(folder, "--client-id", "gw-1", "--no-broker", "--store", "gw.db", "--serial", slave,
-                           "--stats-every", "0.2")
+    first, master, slave = gateway_on_a_new_pty(folder, "--client-id", "gw-1", "--no-broker", "--store", "gw.db",
+                                                "--stats-every", "0.2")
     try:
-        assert first.wait_for(lambda: first.stats().get("link") == "up"), first.err
         second = wheelfed("gateway", "--client-id", "gw-2", "--no-broker", "--store", "gw.db", cwd=folder)
         assert_one_line_failure(second, RUNTIME, "gw.db is in use by another gateway process")
         third = wheelfed("gateway", "--client-id", "gw-3", "--no-broker", "--store", "gw-3.db", "--serial", slave,
@@ -148,13 +169,10 @@ def test_a_store_written_by_another_gateway_and_a_busy_port_refuse_to_start(fold
 @pytest.mark.slow
 def test_a_device_that_vanishes_is_one_warning_then_the_status_says_gone_and_it_is_read_again(folder: Path) -> None:
     link = folder / "ttyChair"  # a stable name, as udev's /dev/serial/by-id/... (pty numbers are shared)
-    master, slave = open_pty()
-    os.symlink(slave, link)
-    gateway = GatewayProcess(folder, "--client-id", "gw-1", "--no-broker", "--store", "gw.db", "--serial", str(link),
-                             "--stats-every", "0.2")
+    gateway, master, _ = gateway_on_a_new_pty(folder, "--client-id", "gw-1", "--no-broker", "--store", "gw.db",
+                                              "--stats-every", "0.2", link=link)
     second = None
     try:
-        assert gateway.wait_for(lambda: gateway.stats().get("link") == "up"), gateway.err
         os.write(master, encode_frame(DescriptorFrame(WATCH)) + b"".join(map(encode_frame, watch(0, 4))))
         assert gateway.wait_for(lambda: gateway.stats().get("frames") == "5"), gateway.out[-1:]
         os.unlink(link)

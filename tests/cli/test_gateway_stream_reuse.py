@@ -21,7 +21,7 @@ from edge_client.store import WindowStore
 from firmware_bridge.importers import seglearn_watch, synthetic_chair
 from firmware_bridge.recording import Recording
 from firmware_bridge.replay import open_pty, replay
-from tests.cli.test_gateway_startup import GatewayProcess
+from tests.cli.test_gateway_startup import gateway_on_a_new_pty
 
 pytestmark = pytest.mark.slow
 
@@ -59,11 +59,9 @@ class TwoReplays:
 def replay_one_after_the_other(tmp_path: Path, first: Recording, second: Recording, *, first_labelled: int,
                                second_session_done: Callable[[Path], bool]) -> TwoReplays:
     link = tmp_path / "ttyChair"  # the gateway's serial path; it leads to whichever pty is there
-    master, pty_path = open_pty()
-    os.symlink(pty_path, link)
     db = tmp_path / "gw.db"
-    gateway = GatewayProcess(tmp_path, "--client-id", "gw-1", "--no-broker", "--store", str(db), "--serial",
-                             str(link), "--session", "chair", "--stats-every", "0.2")
+    gateway, master, pty_path = gateway_on_a_new_pty(tmp_path, "--client-id", "gw-1", "--no-broker", "--store",
+                                                     str(db), "--session", "chair", "--stats-every", "0.2", link=link)
     second_master = None
     seen: list[int] = []
     try:

@@ -17,11 +17,11 @@ from aggregator.registry import Registry
 from edge_client.processing import extract_recording
 from firmware_bridge.importers import seglearn_watch
 from firmware_bridge.recording import Recording
-from firmware_bridge.replay import open_pty, replay
+from firmware_bridge.replay import replay
 from shared.model.bundle import ModelBundle
 from shared.signing import SigningKey, load_signing_key
 from tests.cli.cli_support import wheelfed
-from tests.cli.test_gateway_startup import GatewayProcess
+from tests.cli.test_gateway_startup import GatewayProcess, gateway_on_a_new_pty
 from tests.conftest import PASSWORDS
 
 pytestmark = pytest.mark.slow
@@ -72,9 +72,8 @@ def test_a_restart_without_trust_keeps_collecting_and_leaves_the_stored_model_al
                                 signing_key=load_signing_key(keys / "aggregator.key")).to_bytes()
     (models / "active.bundle").write_bytes(bundle)
 
-    master, slave = open_pty()
-    gateway = GatewayProcess(tmp_path, "--client-id", "gw-1", "--no-broker", "--store", "gw.db", "--model-dir",
-                             str(models), "--serial", slave, "--stats-every", "0.2", "--engine", "numpy")
+    gateway, master, _ = gateway_on_a_new_pty(tmp_path, "--client-id", "gw-1", "--no-broker", "--store", "gw.db",
+                                              "--model-dir", str(models), "--stats-every", "0.2", "--engine", "numpy")
     try:
         assert replay(recording, master, speed=0, wait_for_reader_s=20).completed
         assert gateway.wait_for(lambda: int(gateway.stats().get("labelled", 0)) > 200), (gateway.out[-1:],
