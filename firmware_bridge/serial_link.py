@@ -12,7 +12,8 @@ A path is not a device, though: when a replay ends its pty number is freed and t
 to open a pty gets the same ``/dev/pts/N``; a USB adapter that re-enumerates comes back as a new
 device node under the same name. So the reader tells the states apart -- ``up``, ``down`` (open
 or read failed), ``gone`` (the path does not exist), ``busy`` (another process holds the port),
-``denied`` (no permission to open it) and ``changed`` (open again after the path had vanished
+``denied`` (no permission to open it), ``ended`` (a pty's own path vanished: never reopened, see
+``PTY_PATHS``) and ``changed`` (open again after the path had vanished
 -- whatever comes back is a new node -- or on a node whose device number, inode or creation
 time differ; the creation time alone is too coarse to tell a pty re-used within milliseconds
 apart, which is why a path seen missing counts as changed) -- logs one warning line when
@@ -44,8 +45,13 @@ from .frames import MAX_PAYLOAD, Frame, FrameDecoder, LinkStats
 log = logging.getLogger(__name__)
 
 
+#: A pty's own path (``replay --pty`` prints one): freed when its other end closes and handed to the
+#: next process that opens a pty, so the reader never reopens it once it vanished (``ended``); a
+#: stable name leading to a pty or adapter (a symlink, ``/dev/serial/by-id/...``) is reopened.
+PTY_PATHS = ("/dev/pts/",)
+
 #: What ``SerialReader.state`` reports.
-UP, DOWN, GONE, BUSY, DENIED, CHANGED = "up", "down", "gone", "busy", "denied", "changed"
+UP, DOWN, GONE, BUSY, DENIED, CHANGED, ENDED = "up", "down", "gone", "busy", "denied", "changed", "ended"
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ class ReaderStats:
     disconnects: int
     callback_errors: int
     connected: bool
-    state: str  # up, down, gone, busy or changed (see the module docstring)
+    state: str  # up, down, gone, busy, denied, changed or ended (see the module docstring)
     device_changes: int  # reopens that found another device under the path
 
 
@@ -252,9 +258,16 @@ class SerialReader:
             self._set_state(DOWN, "serial port cannot be opened; retrying", error=str(exc))
 
     def _path_gone(self) -> bool:
-        """Enter ``gone`` if the port is a path that does not exist (URLs never are)."""
+        """Enter ``gone`` if the port is a path that does not exist (URLs never are), or ``ended``
+        for a pty's own path that vanished after it was open: stop reading then."""
         if "://" in self.port or os.path.exists(self.port):
             return False
+        if self.port.startswith(PTY_PATHS) and self._device is not None:
+            self._set_state(ENDED, "serial link ended: the pty's other end closed (the replay ended). A pty never "
+                                   "comes back, and the next one with this number belongs to someone else, so it is "
+                                   "not reopened; restart the gateway with the new path (stored windows are kept)")
+            self._stop.set()
+            return True
         self._vanished = True
         self._set_state(GONE, "serial device gone: the path does not exist (unplugged, or the replay feeding "
                               "the pty ended); reopening when it comes back")
