@@ -8,9 +8,9 @@ publishes the same as its last will when the connection drops. So whoever subscr
 that is all ``wheelfed fleet`` needs; it asks the gateways nothing.
 
 What a row can say is what the status carries: online, the active model's label, windows
-stored and labelled, and in ``detail`` the serial link's state (gateways with a sensor link),
-the inference engine, predictions and alerts so far, the last predicted label and the last
-model error. An offline status carries none of that (the last
+stored and labelled, and in ``detail`` the labelled windows per label, the feature set the
+gateway produces, the serial link's state (gateways with a sensor link), the inference engine,
+predictions and alerts so far, the last predicted label and the last model error. An offline status carries none of that (the last
 will is composed when the gateway connects), so an offline row has its time and nothing else --
 unknown, not zero. ``seen`` is the envelope time of the newest status, on the gateway's clock;
 for a last will that is when the gateway connected, not when it vanished.
@@ -48,6 +48,8 @@ class GatewayRow:
     alerts: int | None  # alerts raised since it started
     last_prediction: str | None
     model_error: str  # why the last pushed or stored model was refused; "" if none
+    labels: dict[str, int] | None = None  # labelled windows per label
+    feature_set: str | None = None  # the feature set its pipeline produces (what ``train`` negotiates)
 
     def age_s(self, now: float) -> float:
         """Seconds since ``seen``; 0 when the gateway's clock runs ahead of ours."""
@@ -80,7 +82,21 @@ def _row(gateway: str, status: Status, seen: float) -> GatewayRow:
         return GatewayRow(gateway, False, seen, None, None, None, None, None, None, None, None, "")
     return GatewayRow(gateway, True, seen, status.active_model, status.n_windows, status.n_labelled,
                       _text(detail.get("link")), _text(detail.get("engine")), _count(detail.get("predicted")),
-                      _count(detail.get("alerts")), _text(detail.get("last_prediction")), detail.get("model_error", ""))
+                      _count(detail.get("alerts")), _text(detail.get("last_prediction")), detail.get("model_error", ""),
+                      _label_counts(detail.get("labels")), _text(detail.get("feature_set")))
+
+
+def _label_counts(value: str | None) -> dict[str, int] | None:
+    """``"PEN=40,ROW=33"`` (the gateway's ``detail["labels"]``) as a dict; None if absent or garbled."""
+    if value is None:
+        return None
+    counts = {}
+    for item in filter(None, value.split(",")):
+        label, _, n = item.rpartition("=")
+        if not label or not n.isdecimal():
+            return None
+        counts[label] = int(n)
+    return counts
 
 
 def _text(value: str | None) -> str | None:

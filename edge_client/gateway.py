@@ -44,6 +44,9 @@ from .training_data import StoreTrainingData
 
 log = logging.getLogger(__name__)
 
+#: A status detail longer than this is cut (a store with hundreds of labels still fits a message).
+MAX_DETAIL_CHARS = 2000
+
 #: How long ``start`` waits for the serial port's first open attempt.
 _FIRST_OPEN_S = 5.0
 #: Serial states a gateway does not start in (waiting would not help), with what to do.
@@ -145,6 +148,10 @@ class Gateway:
                   "last_prediction": live.last_label or "-", "alerts": str(live.alerts)}
         if self.serial is not None:
             detail["link"] = self.link_state()
+        # What an operator needs before training (wheelfed fleet): which labels the store holds
+        # and which feature set it produces -- counts, as n_labelled already is (PRIVACY.md).
+        detail["labels"] = ",".join(f"{label}={n}" for label, n in st.by_label.items())[:MAX_DETAIL_CHARS]
+        detail["feature_set"] = (self.processor.feature_set_version or self.store.latest_feature_set_version())
         if self.models.last_error:
             detail["model_error"] = self.models.last_error[:200]
         return Status(online=True, active_model=installed.label if installed else "", n_windows=st.windows,

@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
     for row in rows:
+        if row.labels is not None or row.feature_set:
+            labels = " ".join(f"{label}={n}" for label, n in (row.labels or {}).items()) or "none"
+            print(f"{row.gateway}: labelled windows {labels}; feature set {row.feature_set or '-'}")
         if row.model_error:
             print(f"{row.gateway}: model refused: {row.model_error}")
     return 0
@@ -79,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
 def add(sub: argparse._SubParsersAction) -> None:
     p = add_subcommand(sub, "fleet", "list the gateways from their retained status: online, model, windows",
                        description="List the gateways from the status each one keeps on the broker: online "
-                                   "or offline,\nthe model it runs, its labelled and stored windows, its sensor "
-                                   "link, live predictions\nand alerts. Asks the gateways nothing.\n\n"
+                                   "or offline,\nthe model it runs, its labelled (per label) and stored windows, "
+                                   "its feature set,\nits sensor link, live predictions and alerts. Asks the gateways nothing.\n\n"
                                    "SEEN is when a gateway last sent its status (every --publish-every seconds "
                                    "while\nonline); for one that vanished without stopping, the broker's last "
                                    "will dates from\nwhen it connected.",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from aggregator.fleet import GatewayProcesses
+from edge_client.store import WindowStore
 from tests.cli.cli_support import CliRun, assert_one_line_failure, wheelfed
 from tests.conftest import PASSWORDS
 from tests.e2e.fleet_support import fill_store
@@ -60,6 +61,9 @@ def test_gateways_online_then_one_stopped(tmp_path: Path, mosquitto) -> None:
         header = lines[1].split()
         assert header[:6] == ["GATEWAY", "STATE", "SEEN", "MODEL", "LABELLED/WINDOWS", "LINK"]
         assert lines[2].split()[:2] == ["gw-1", "online"] and "40/41" in lines[2] and "no model" in lines[2]
+        with WindowStore(tmp_path / "gw-1.db") as store:
+            per_label = " ".join(f"{label}={n}" for label, n in store.stats().by_label.items())
+        assert f"gw-1: labelled windows {per_label}; feature set e2e-fs-1" in lines, lines
 
         gw2 = processes.processes.pop("gw-2")
         gw2.send_signal(signal.SIGTERM)  # a clean stop: the gateway says offline before it goes

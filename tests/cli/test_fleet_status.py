@@ -16,7 +16,8 @@ def status(sender: str, body: object, ts: float) -> Message:
 
 
 ONLINE = Status(online=True, active_model="activity:v2", n_windows=161, n_labelled=160,
-                detail={"link": "up", "engine": "numpy", "predicted": "42", "last_prediction": "push", "alerts": "1"})
+                detail={"link": "up", "engine": "numpy", "predicted": "42", "last_prediction": "push", "alerts": "1",
+                        "labels": "push=100,sit=60", "feature_set": "wheelfed-tifex-2+ab12"})
 
 
 def test_the_newest_status_of_each_gateway_is_its_row() -> None:
@@ -28,7 +29,8 @@ def test_the_newest_status_of_each_gateway_is_its_row() -> None:
     ]
     rows = fold_statuses(received, LAYOUT)
     assert [r.gateway for r in rows] == ["gw-1", "gw-2"]
-    assert rows[0] == GatewayRow("gw-1", True, 95.0, "activity:v2", 161, 160, "up", "numpy", 42, 1, "push", "")
+    assert rows[0] == GatewayRow("gw-1", True, 95.0, "activity:v2", 161, 160, "up", "numpy", 42, 1, "push", "",
+                                 {"push": 100, "sit": 60}, "wheelfed-tifex-2+ab12")
     # an offline status carries no model or counters: unknown, not zero
     assert rows[1] == GatewayRow("gw-2", False, 120.0, None, None, None, None, None, None, None, None, "")
 
@@ -71,3 +73,11 @@ def test_json_and_age() -> None:
     assert data["last_seen"] == 100.0 and data["labelled"] == 160 and data["model"] == "activity:v2"
     assert row.age_s(now=50.0) == 0.0  # the gateway's clock runs ahead: not "in the future"
     assert [format_age(s) for s in (0.2, 12.4, 300, 7300, 3 * 86400)] == ["now", "12 s", "5 min", "2 h", "3 d"]
+
+
+def test_garbled_label_counts_are_unknown_not_wrong() -> None:
+    garbled = Status(online=True, detail={"labels": "push=1,sit"})
+    empty = Status(online=True, detail={"labels": ""})
+    rows = fold_statuses([(LAYOUT.status("gw-1"), status("gw-1", garbled, 1.0)),
+                          (LAYOUT.status("gw-2"), status("gw-2", empty, 1.0))], LAYOUT)
+    assert rows[0].labels is None and rows[1].labels == {}
