@@ -27,8 +27,8 @@ from shared.transport.base import Transport
 
 from .broker.mosquitto import die_with_parent
 from .feature_sets import FeatureSetChoice, survey_feature_sets
-from .jobs import FederatedJob, JobSettings, RoundProgress, TrainingError, new_job_id
-from .rounds import RoundEngine
+from .jobs import FederatedJob, JobSettings, RoundProgress, TrainingError, TrainingFailed, new_job_id
+from .rounds import QuorumNotReached, RoundEngine
 from .simulate import Algorithm
 
 log = logging.getLogger(__name__)
@@ -172,4 +172,9 @@ def train_on_fleet(
     if choice.version != algorithm.feature_set_version:
         algorithm = dataclasses.replace(algorithm, feature_set_version=choice.version)
     job = FederatedJob(engine, choice.clients, job_id=job_id, settings=settings, progress=progress, stop=stop)
-    return algorithm.fit(job, seed=seed), job
+    try:
+        return algorithm.fit(job, seed=seed), job
+    except (TrainingError, QuorumNotReached) as exc:
+        if job.checkpoint is None or isinstance(exc, TrainingFailed):
+            raise
+        raise TrainingFailed(str(exc), job.checkpoint) from exc

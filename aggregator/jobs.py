@@ -13,6 +13,11 @@ A job can be asked to stop early (``stop``, an event set e.g. by Ctrl-C): the al
 :meth:`FederatedJob.stop_here` after every step they report, that is at a round boundary, where
 what they have grown is a whole model (FedSCS-XGB: the completed boosting rounds; FedForest:
 the forest cut at its last completed level), and ``stopped`` records the step.
+
+A job can also fail part way (a quorum lost at round 7). An algorithm whose completed steps form a
+model on their own (FedSCS-XGB: every boosting round only adds trees) records a
+:class:`Checkpoint` after each step (:meth:`FederatedJob.keep`), and ``aggregator.fleet`` turns
+the failure into :class:`TrainingFailed` carrying it, so the rounds already paid for are saved.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from .rounds import QuorumNotReached, RoundEngine, RoundResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FederatedJob", "JobSettings", "RoundProgress", "TrainingError", "new_job_id"]
+__all__ = ["Checkpoint", "FederatedJob", "JobSettings", "RoundProgress", "TrainingError", "TrainingFailed",
+           "new_job_id"]
 
 
 class TrainingError(RuntimeError):
@@ -73,6 +79,23 @@ class RoundProgress:
         return f"{self.algorithm} {self.step}/{self.total}: {self.detail()}"
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """The model of a job's last completed step (built on demand: ``model()``) and that step."""
+
+    model: Callable[[], Any]
+    progress: RoundProgress
+
+
+class TrainingFailed(TrainingError):
+    """Training failed after ``checkpoint.progress.step`` steps; ``checkpoint.model()`` is the
+    model those steps grew (the same as a job asked for that many steps would give)."""
+
+    def __init__(self, message: str, checkpoint: Checkpoint) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
+
+
 def new_job_id() -> str:
     """A fresh job id (the rounds' topic-independent key; gateways keep per-job state under it)."""
     return f"job-{uuid.uuid4().hex[:12]}"
@@ -101,6 +124,8 @@ class FederatedJob:
         self._stop = stop
         #: The step after which the algorithm stopped on request (None: it ran to the end).
         self.stopped: RoundProgress | None = None
+        #: The last completed step's model, if the algorithm keeps one (``keep``).
+        self.checkpoint: Checkpoint | None = None
         self.rounds = 0
         self.rejected: dict[str, int] = {}
         self.results: list[RoundResult] = []  # per round: who answered what (envelopes, errors, timeouts)
@@ -137,6 +162,10 @@ class FederatedJob:
                                     "total": progress.total, "answered": progress.answered, **progress.metrics})
         if self._progress is not None:
             self._progress(progress)
+
+    def keep(self, model: Callable[[], Any], progress: RoundProgress) -> None:
+        """Record that the step ``progress`` completed and ``model()`` builds what it grew."""
+        self.checkpoint = Checkpoint(model, progress)
 
     def stop_here(self, progress: RoundProgress) -> bool:
         """Whether the algorithm should stop after the step it just reported: a stop was asked

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -259,6 +260,7 @@ class _Training:
             progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected), len(atoms),
                                      {"train_loss": loss, "samples": float(n)}, time.monotonic() - started)
             self.job.report(progress)
+            self.job.keep(partial(self.model, len(self.trees)), progress)
             if self.job.stop_here(progress):
                 break
         return self.model()
@@ -343,6 +345,7 @@ class _Training:
                                      int(self._round_stats.get("contributors", 0)), metrics,
                                      time.monotonic() - started)
             self.job.report(progress)
+            self.job.keep(partial(self.model, len(self.trees)), progress)
             if self.job.stop_here(progress):
                 break
         return self.model()
@@ -522,13 +525,15 @@ class _Training:
                             n_outputs=self.n_outputs, feature_names=self.feature_names, classes=self.model_classes,
                             tree_output=np.array(self.tree_output[first:], dtype=np.int32))
 
-    def model(self) -> TreeEnsemble:
+    def model(self, n_trees: int | None = None) -> TreeEnsemble:
+        """The ensemble of the first ``n_trees`` trees (all): a checkpoint names its round's count."""
         cfg = self.config
+        trees, tree_output = self.trees[:n_trees], self.tree_output[:n_trees]
         return TreeEnsemble(
-            trees=tuple(self.trees), kind="boosted", link=self.objective.link, n_outputs=self.n_outputs,
-            feature_names=self.feature_names, tree_output=np.array(self.tree_output, dtype=np.int32),
+            trees=tuple(trees), kind="boosted", link=self.objective.link, n_outputs=self.n_outputs,
+            feature_names=self.feature_names, tree_output=np.array(tree_output, dtype=np.int32),
             base_score=self.base_score, feature_set_version=cfg.feature_set_version, classes=self.model_classes,
-            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": len(self.trees) // self.n_outputs,
+            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": len(trees) // self.n_outputs,
                       "max_depth": cfg.max_depth, "n_bins": cfg.n_bins, "learning_rate": cfg.learning_rate,
                       "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "sketch": cfg.sketch,
                       "protocol": cfg.protocol, "secure_aggregation": int(cfg.secure_aggregation),

@@ -171,7 +171,7 @@ def _evaluate(job, model, saved: SavedModel) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from aggregator.fleet import train_on_fleet
-    from aggregator.jobs import JobSettings, TrainingError
+    from aggregator.jobs import JobSettings, TrainingError, TrainingFailed
     from aggregator.rounds import QuorumNotReached
 
     if not (args.output or args.registry):
@@ -207,6 +207,12 @@ def run(args: argparse.Namespace) -> int:
                                     evaluation_skipped=args.evaluate and not evaluate)
                 print(f"wheelfed train: {line}", file=sys.stderr, flush=True)
                 return 128 + signals.received
+    except TrainingFailed as exc:  # some rounds completed: keep them
+        display.finish()
+        done = exc.checkpoint.progress
+        saved = _save(args, exc.checkpoint.model(), algorithm.name)
+        raise CliError(f"{exc}; after {done.step} of {done.total} {unit_of(algorithm.name)} completed: saved "
+                       f"{_size(exc.checkpoint.model(), done.step)} to {saved.where}") from None
     except (TrainingError, QuorumNotReached) as exc:
         display.finish()
         raise CliError(str(exc)) from None

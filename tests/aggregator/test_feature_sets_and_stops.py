@@ -3,6 +3,7 @@ job stopped at a round boundary -- on the in-memory fleet (the CLI tests run the
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -146,3 +147,20 @@ def test_an_avgimp_forest_cannot_be_cut_and_says_why() -> None:
     config = FedForest(n_trees=4, max_depth=5, n_bins=16, protocol="sketches", evaluation="avgimp")
     with pytest.raises(TrainingError, match="stopped after level 2: with evaluation='avgimp'"):
         config.fit(stopped_job(Simulation(CLIENTS), after_step=2))
+
+
+@pytest.mark.parametrize("protocol", ["histogram", "atoms"])
+def test_a_boosting_job_that_fails_keeps_a_checkpoint_of_its_completed_rounds(protocol: str) -> None:
+    config = FedSCSXGB(n_rounds=6, max_depth=2, n_bins=8, protocol=protocol, secure_aggregation=False)
+    sim = Simulation(CLIENTS)
+
+    def drop_after_round_3(progress) -> None:
+        if progress.step == 3:
+            sim.transports["gw-2"].drop()  # gone for good: the next round lacks its quorum
+
+    job = FederatedJob(sim.engine, list(sim.transports), job_id="fails", progress=drop_after_round_3,
+                       settings=JobSettings(deadline_s=1.0, min_fraction=1.0))
+    with pytest.raises((QuorumNotReached, TrainingError)):
+        config.fit(job)
+    assert job.checkpoint is not None and job.checkpoint.progress.step == 3
+    assert job.checkpoint.model() == aggregator.simulate(dataclasses.replace(config, n_rounds=3), CLIENTS)

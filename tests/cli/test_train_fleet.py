@@ -271,3 +271,21 @@ def test_evaluation_scores_the_saved_model_and_stores_its_metrics(tmp_path) -> N
     assert record.metrics["n"] == 60 and record.metrics["accuracy"] == pytest.approx(float(held_out.group(2)),
                                                                                    abs=1e-3)
     assert model.n_trees == 9 and model.feature_set_version == WHEEL
+
+
+def test_a_gateway_lost_mid_training_keeps_the_completed_rounds(fleet) -> None:
+    """Last in this module: it kills gw-2 (and starts it again)."""
+    proc = fleet.start_training("-o", "partial.cbor", "--rounds", "40", "--max-depth", "3", "--bins", "32",
+                                "--min-fraction", "1", "--deadline", "3")
+    try:
+        wait_for_line(proc, "fedscs_xgb 2/40")
+        fleet.processes.kill("gw-2")
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        fleet.processes.start("gw-2")
+    assert "Traceback" not in stderr and proc.returncode == 1, stderr
+    last = stderr.strip().splitlines()[-1]
+    match = re.fullmatch(r"wheelfed train: .*gw-2.*; after (\d+) of 40 boosting rounds completed: saved a \1-round "
+                         r"model to partial\.cbor", last)
+    assert match, last
+    assert TreeEnsemble.from_cbor((fleet.folder / "partial.cbor").read_bytes()).n_trees == 3 * int(match.group(1))
