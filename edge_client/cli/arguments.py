@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable, NoReturn, Sequence
@@ -150,6 +151,20 @@ def output_file(*suffixes: str, what: str = "output") -> Callable[[str], object]
         return path
 
     return _typed(what, parse)
+
+
+#: Model ids end up in ``MODEL_ID:vN`` references, bundle names and gateway status lines.
+MODEL_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def model_id(text: str) -> str:
+    if not MODEL_ID_PATTERN.match(text) or ":v" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a usable model id: use 1-64 letters, digits, _ . - "
+                                         "(it becomes MODEL_ID:vN)")
+    return text
+
+
+model_id.__name__ = "model id"
 
 
 def serial_port(text: str) -> str:

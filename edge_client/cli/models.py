@@ -9,22 +9,19 @@ parsed, before a registry is opened or a broker is contacted.
 from __future__ import annotations
 
 import argparse
-import re
 import textwrap
 import time
 from pathlib import Path
 from typing import NamedTuple
 
-from edge_client.cli.arguments import (add_subcommand, existing_file, gateway_id, gateway_ids, output_file,
-                                       positive_float)
+from edge_client.cli.arguments import (MODEL_ID_PATTERN, add_subcommand, existing_file, gateway_id, gateway_ids,
+                                       model_id, output_file, positive_float)
 from edge_client.cli.connection import add_broker_options, aggregator_transport
 from edge_client.cli.errors import CliError, UsageError
 from edge_client.cli.model_files import load_model_file, model_file, model_file_bytes
 
 DEFAULT_REGISTRY = "wheelfed-registry.db"
 DEFAULT_KEY = "aggregator.key"
-#: Model ids end up in ``MODEL_ID:vN`` references, bundle names and gateway status lines.
-MODEL_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: Seconds deploy and rollback listen for the gateways' retained presence when --clients is not given.
 DISCOVER_S = 2.0
 
@@ -49,15 +46,6 @@ def model_ref(text: str) -> ModelRef:
 
 model_ref.__name__ = "model reference"
 
-
-def model_id(text: str) -> str:
-    if not MODEL_ID_PATTERN.match(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a usable model id: use 1-64 letters, digits, _ . - "
-                                         "(it becomes MODEL_ID:vN)")
-    return text
-
-
-model_id.__name__ = "model id"
 
 
 def existing_registry(text: str) -> Path:

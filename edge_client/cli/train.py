@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edge_client.cli.arguments import (add_subcommand, fraction, gateway_ids, int_at_least, non_negative_float,
-                                       non_negative_int, output_file, positive_float, positive_int)
+from edge_client.cli.arguments import (add_subcommand, fraction, gateway_ids, int_at_least, model_id,
+                                       non_negative_float, non_negative_int, output_file, positive_float, positive_int)
 from edge_client.cli.connection import add_broker_options, aggregator_transport
 from edge_client.cli.errors import CliError, UsageError
 from edge_client.cli.model_files import load_model_file, model_file
@@ -241,7 +241,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", type=output_file(".json", ".cbor", what="model file"),
                    help="model file: .json or .cbor")
     p.add_argument("--registry", type=Path, help="also register the model (and its held-out metrics) in this registry")
-    p.add_argument("--model-id", help="the registered model's name (default: the algorithm's)")
+    p.add_argument("--model-id", type=model_id, help="the registered model's name (default: the algorithm's)")
     p.add_argument("--rounds", type=positive_int, default=10, help="fedscs-xgb: boosting rounds")
     p.add_argument("--trees", type=positive_int, default=50, help="fedforest: number of trees")
     p.add_argument("--max-depth", type=positive_int, help="tree depth (default: 4 fedscs-xgb, 8 fedforest)")

@@ -91,6 +91,7 @@ MISTAKES: list[tuple[str, int, tuple[str, ...]]] = [
     ("train -o m.cbor --init-model random.bin", USAGE, ("not a WheelFed model",)),
     ("train -o m.cbor --clients gw-1,,gw-2", USAGE, ("comma-separated gateway ids",)),
     ("train -o m.cbor --clients bad/id", USAGE, ("invalid client id",)),
+    ("train -o m.cbor --registry r.db --model-id activity:v2", USAGE, ("not a usable model id",)),
     ("train -o m.cbor --tls-ca nope.crt", USAGE, ("no such file: nope.crt",)),
     ("train -o m.cbor --tls-cert table.csv", USAGE, ("--tls-cert/--tls-key need --tls-ca",)),
     ("train -o m.cbor --port {closed}", RUNTIME, ("connection refused", "is the broker running")),
