@@ -10,10 +10,11 @@ that is all ``wheelfed fleet`` needs; it asks the gateways nothing.
 What a row can say is what the status carries: online, the active model's label, windows
 stored and labelled, and in ``detail`` the labelled windows per label, the feature set the
 gateway produces, the serial link's state (gateways with a sensor link), the inference engine,
-predictions and alerts so far, the last predicted label and the last model error. An offline status carries none of that (the last
-will is composed when the gateway connects), so an offline row has its time and nothing else --
-unknown, not zero. ``seen`` is the envelope time of the newest status, on the gateway's clock;
-for a last will that is when the gateway connected, not when it vanished.
+predictions and alerts so far, the last predicted label and the last model error. An offline
+status carries none of that (the last will is composed when the gateway connects), so an
+offline row has its time and nothing else -- unknown, not zero. ``seen`` is the envelope time
+of the newest status, on the gateway's clock; for a last will that is when the gateway
+connected, not when it vanished.
 
 The gateway's id comes from the topic, not from the envelope's sender: the broker's ACL lets a
 gateway publish on its own status topic only, while the sender field is whatever it wrote.

@@ -24,7 +24,7 @@ from .dispatcher import Dispatcher
 from .evaluation import evaluate_model, load_model
 from .fleet_sums import count_vector, data_shape, grid_vector, with_noise
 from .secure_aggregation import SecureAggregationClient
-from .training_data import JobSnapshots, TrainingData, data_summary
+from .training_data import JobSnapshots, LabelledData, TrainingData, data_summary
 
 __all__ = ["Participant"]
 
@@ -54,31 +54,35 @@ class Participant:
     def capabilities(self) -> tuple[str, ...]:
         return ("ping", "evaluate", "secure_aggregation", "fedscs_xgb", "fedforest")
 
+    def _data(self, message: Message, feature_set_version: str, *, split: str = "train") -> LabelledData:
+        """The snapshot of the job ``message`` belongs to (taken at the job's first request)."""
+        return self.snapshots.get(message.envelope.job, feature_set_version, split=split)
+
     def on_data_summary(self, message: Message) -> DataSummary:
         """Every job opens with this: additive statistics of the labelled snapshot."""
         body: DataSummaryRequest = message.body
-        return data_summary(self.snapshots.get(message.envelope.job, body.feature_set_version), regression=body.regression)
+        return data_summary(self._data(message, body.feature_set_version), regression=body.regression)
 
     def on_data_shape(self, message: Message) -> DataShape:
         """A private job's opening: width, feature names and (unless fixed by the job) label set."""
         body: DataShapeRequest = message.body
-        return data_shape(self.snapshots.get(message.envelope.job, body.feature_set_version), labels=body.labels)
+        return data_shape(self._data(message, body.feature_set_version), labels=body.labels)
 
     def on_fleet_counts(self, message: Message) -> FleetSumReply:
         body: FleetCountsRequest = message.body
-        vector = with_noise(count_vector(self.snapshots.get(message.envelope.job, body.feature_set_version), body), body.noise)
+        vector = with_noise(count_vector(self._data(message, body.feature_set_version), body), body.noise)
         return FleetSumReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_grid_counts(self, message: Message) -> FleetSumReply:
         body: GridCountsRequest = message.body
-        vector = with_noise(grid_vector(self.snapshots.get(message.envelope.job, body.feature_set_version), body), body.noise)
+        vector = with_noise(grid_vector(self._data(message, body.feature_set_version), body), body.noise)
         return FleetSumReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_evaluate(self, message: Message) -> EvaluationReply:
         """Score a model on local labelled windows (held-out by default); counts only."""
         body: EvaluateRequest = message.body
         model = load_model(body.model)
-        return evaluate_model(model, self.snapshots.get(message.envelope.job, body.feature_set_version, split=body.split), body)
+        return evaluate_model(model, self._data(message, body.feature_set_version, split=body.split), body)
 
     def start(self) -> None:
         """Subscribe to the inbox and fleet topics (after every handler is registered)."""

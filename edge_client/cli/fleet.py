@@ -83,7 +83,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = add_subcommand(sub, "fleet", "list the gateways from their retained status: online, model, windows",
                        description="List the gateways from the status each one keeps on the broker: online "
                                    "or offline,\nthe model it runs, its labelled (per label) and stored windows, "
-                                   "its feature set,\nits sensor link, live predictions and alerts. Asks the gateways nothing.\n\n"
+                                   "its feature set,\nits sensor link, live predictions and alerts. Asks the "
+                                   "gateways nothing.\n\n"
                                    "SEEN is when a gateway last sent its status (every --publish-every seconds "
                                    "while\nonline); for one that vanished without stopping, the broker's last "
                                    "will dates from\nwhen it connected.",

@@ -42,13 +42,14 @@ def _record(args: argparse.Namespace) -> int:
         timer.start()
     metadata = RecordingMetadata(session_id=args.session or args.output.name.split(".")[0],
                                  subject=args.subject, source=f"serial:{args.serial}")
-    print(f"recording {args.serial} -> {args.output}; {'Ctrl-C' if not args.duration else f'{args.duration:g} s or Ctrl-C'}"
-          " stops", flush=True)
+    until = f"{args.duration:g} s or Ctrl-C" if args.duration else "Ctrl-C"
+    print(f"recording {args.serial} -> {args.output}; {until} stops", flush=True)
     stats = record(args.serial, args.output, metadata, stop, baudrate=args.baud)
     reader = stats.reader
     print(f"recorded {stats.records} records ({stats.bytes_written:,} bytes) into {args.output}; "
-          f"{reader.delivered} frames, {reader.link.crc_errors + reader.link.header_errors} checksum errors, {reader.link.lost_frames} frames lost in gaps, "
-          f"{reader.disconnects} disconnects, {reader.dropped} dropped", flush=True)
+          f"{reader.delivered} frames, {reader.link.crc_errors + reader.link.header_errors} checksum errors, "
+          f"{reader.link.lost_frames} frames lost in gaps, {reader.disconnects} disconnects, {reader.dropped} dropped",
+          flush=True)
     return 0
 
 

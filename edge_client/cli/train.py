@@ -233,7 +233,8 @@ def add(sub: argparse._SubParsersAction) -> None:
                                    "stops at the next round boundary and saves the rounds\ncompleted (exit 130 or "
                                    "143); a second Ctrl-C aborts at once without saving.",
                        examples=["WHEELFED_MQTT_PASSWORD=SECRET wheelfed train -o model.cbor --rounds 10 --bins 256",
-                                 "wheelfed train --algorithm fedforest --registry reg.db --model-id activity --evaluate",
+                                 "wheelfed train --algorithm fedforest --registry reg.db --model-id activity "
+                                 "--evaluate",
                                  "wheelfed train -o more.cbor --init-model model.cbor --clients gw-1,gw-2,gw-3"])
     p.add_argument("--algorithm", choices=("fedscs-xgb", "fedforest"), default="fedscs-xgb", help="what to grow")
     p.add_argument("--clients", type=gateway_ids,
