@@ -185,7 +185,11 @@ def test_other_refusals(transport: Connect, client_id, password, username, proto
         transport(client_id, password, username=username, protocol=protocol).connect(timeout_s=0.5)
 
 
-def test_refused_impersonator_does_not_disturb_the_real_session(transport: Connect) -> None:
+@pytest.mark.parametrize("password, username", [("guess", None), ("gw2-secret", "gw-2")],
+                         ids=["wrong-password", "own-credentials-other-client-id"])
+def test_refused_impersonator_does_not_disturb_the_real_session(transport: Connect, password, username) -> None:
+    """Neither a guessed password nor gw-2's valid login under client id gw-1 touches gw-1's session
+    (mosquitto gets the same from use_username_as_clientid; see test_mqtt_identity.py)."""
     aggregator = connected(transport, "aggregator")
     received: list[Message] = []
     gateway = transport("gw-1")
@@ -193,12 +197,12 @@ def test_refused_impersonator_does_not_disturb_the_real_session(transport: Conne
     gateway.connect(timeout_s=5)
 
     with pytest.raises(ConnectionError):  # while the gateway is online: it is not kicked off
-        transport("gw-1", "guess").connect(timeout_s=1)
+        transport("gw-1", password, username=username).connect(timeout_s=1)
     assert gateway.is_connected and gateway.connections == 1
     gateway.close()
 
     with pytest.raises(ConnectionError):  # while it is offline: its queue survives
-        transport("gw-1", "guess").connect(timeout_s=1)
+        transport("gw-1", password, username=username).connect(timeout_s=1)
     aggregator.publish(LAYOUT.inbox("gw-1"), ping(b"queued"))
     assert aggregator.flush(5)
     back = transport("gw-1")
