@@ -23,6 +23,11 @@ order, each framed as ``name, type, length, value`` (see ``signed_payload``). Th
 WheelFed's own and independent of how cbor2 happens to encode things, so a gateway with another
 cbor2 version still verifies, and it is injective (two different bundles never share it). The
 key id is a signed field too.
+
+Rollbacks are signed with the same key and framing under another domain (``ROLLBACK_DOMAIN``),
+so neither signature can stand in for the other: ``sign_rollback`` on the aggregator,
+``verify_rollback`` on the gateway (which then decides whether the instruction still applies,
+``edge_client.models``).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import numpy as np
 
 from shared.protocol.codec import dumps_value, loads_value
 from shared.protocol.errors import DecodeError, MessageTooLarge
+from shared.protocol.messages.deployment import ModelRollback
 from shared.signing import BadSignature, SigningKey, VerifyKey
 
 from .ensemble import KINDS, TreeEnsemble
@@ -49,6 +55,7 @@ from .inputs import client_index, model_inputs, uses_client_index
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "ROLLBACK_DOMAIN",
     "SIGNED_DOMAIN",
     "BadSignature",
     "BundleError",
@@ -56,12 +63,17 @@ __all__ = [
     "ModelBundle",
     "SelfTestFailed",
     "open_bundle",
+    "rollback_payload",
+    "sign_rollback",
+    "verify_rollback",
 ]
 
 FORMAT_NAME = "wheelfed.model-bundle"
 FORMAT_VERSION = 1
 #: Prefix of every signed payload, so a bundle signature can never pass for any other signature.
 SIGNED_DOMAIN = f"{FORMAT_NAME}/v{FORMAT_VERSION}\x00".encode()
+#: Prefix of every signed rollback: a rollback signature is never a bundle signature, nor the reverse.
+ROLLBACK_DOMAIN = b"wheelfed.model-rollback/v1\x00"
 #: Default tolerance of ``self_test`` (the numpy engine reproduces outputs bit-exactly).
 SELF_TEST_ATOL = 1e-9
 
@@ -207,16 +219,7 @@ class ModelBundle:
     def verify(self, keys: VerifyKey | Iterable[VerifyKey]) -> VerifyKey:
         """Check the signature against the trusted key with this bundle's key id (one key, or
         several during a key rotation); returns that key. Raises ``BadSignature``."""
-        trusted = [keys] if isinstance(keys, VerifyKey) else list(keys)
-        if not trusted or not all(isinstance(key, VerifyKey) for key in trusted):
-            raise TypeError("verify needs a VerifyKey or a non-empty collection of VerifyKeys")
-        key = next((key for key in trusted if key.key_id == self.key_id), None)
-        if key is None:
-            raise BadSignature(
-                f"{self._name()} is signed with key {self.key_id}, but this gateway trusts only "
-                f"{', '.join(k.key_id for k in trusted)}: if the aggregator's key was rotated, provision "
-                "its new public key file; otherwise the bundle did not come from your aggregator"
-            )
+        key = _trusted_key(keys, self.key_id, self._name(), "the bundle")
         if not self.signature:
             raise BadSignature(f"{self._name()} is not signed")
         try:
@@ -315,6 +318,45 @@ class ModelBundle:
         )
 
 
+def rollback_payload(request: ModelRollback) -> bytes:
+    """The exact bytes a rollback's signature covers: ``ROLLBACK_DOMAIN`` + every other field."""
+    return ROLLBACK_DOMAIN + b"".join(_frame(f.name, getattr(request, f.name)) for f in fields(request)
+                                      if f.name != "signature")
+
+
+def sign_rollback(signing_key: SigningKey, *, client: str, model_id: str, version: int, replaces_model_id: str,
+                  replaces_version: int, reason: str = "", issued_ns: int | None = None) -> ModelRollback:
+    """The aggregator's signed instruction to gateway ``client``: replace ``replaces_model_id``
+    v``replaces_version`` (what it runs) with ``model_id`` v``version`` (its previous model).
+    Naming one gateway and both models is what keeps a replayed copy harmless (see
+    ``edge_client.models.ModelManager.rollback``); ``issued_ns`` defaults to now."""
+    if not isinstance(signing_key, SigningKey):
+        raise TypeError(f"signing_key must be a shared.signing.SigningKey, got {type(signing_key).__name__}")
+    if not client:
+        raise ValueError("a rollback names the gateway it is for: client must not be empty")
+    if not model_id or not replaces_model_id or version < 0 or replaces_version < 0:
+        raise ValueError(f"a rollback names both models and versions: got {replaces_model_id!r} "
+                         f"v{replaces_version} -> {model_id!r} v{version}")
+    unsigned = ModelRollback(reason, model_id, version, replaces_model_id, replaces_version, client,
+                             time.time_ns() if issued_ns is None else issued_ns, signing_key.key_id, b"")
+    return replace(unsigned, signature=signing_key.sign(rollback_payload(unsigned)))
+
+
+def verify_rollback(request: ModelRollback, keys: VerifyKey | Iterable[VerifyKey]) -> VerifyKey:
+    """Check a rollback's signature against the trusted key with its key id; returns that key.
+    Raises ``BadSignature`` -- for an unsigned rollback too, with a reason saying so."""
+    what = "rollback"
+    if not request.signature:
+        raise BadSignature("unsigned: this rollback carries no signature (sent by a WheelFed from before "
+                           "rollbacks were signed, or not by the aggregator); refused")
+    key = _trusted_key(keys, request.key_id, what, "the rollback")
+    try:
+        key.verify(rollback_payload(request), request.signature)
+    except BadSignature as exc:
+        raise BadSignature(f"{what}: {exc}; refused") from None
+    return key
+
+
 def open_bundle(
     data: bytes,
     *,
@@ -339,6 +381,22 @@ def open_bundle(
 
 # --- helpers ----------------------------------------------------------------------------------------
 _INT64 = (-(2**63), 2**63 - 1)
+
+
+def _trusted_key(keys: VerifyKey | Iterable[VerifyKey], wanted: str, name: str, it: str) -> VerifyKey:
+    """The trusted key with key id ``wanted`` (one key, or several during a key rotation), else
+    ``BadSignature`` naming both ends: a rotated key is fixed by provisioning, a foreign one not."""
+    trusted = [keys] if isinstance(keys, VerifyKey) else list(keys)
+    if not trusted or not all(isinstance(key, VerifyKey) for key in trusted):
+        raise TypeError("verify needs a VerifyKey or a non-empty collection of VerifyKeys")
+    key = next((key for key in trusted if key.key_id == wanted), None)
+    if key is None:
+        raise BadSignature(
+            f"{name} is signed with key {wanted or '(none)'}, but this gateway trusts only "
+            f"{', '.join(k.key_id for k in trusted)}: if the aggregator's key was rotated, provision "
+            f"its new public key file; otherwise {it} did not come from your aggregator"
+        )
+    return key
 
 
 def _check_fields(bundle: ModelBundle) -> None:

@@ -4,7 +4,9 @@ once a model exists.
 * ``ModelPush`` (aggregator -> one gateway's inbox, chunked, queued by the broker while the
   gateway is offline): a signed ``shared.model.bundle`` to verify, persist and activate; the
   gateway answers ``ModelStatus``.
-* ``ModelRollback``: go back to the previous model (or refuse with a reason).
+* ``ModelRollback``: a signed instruction to one gateway to go back from the model it runs to its
+  previous one, naming both (``shared.model.bundle.sign_rollback``); the gateway refuses it with
+  a reason if it is unsigned, not for it, replayed, or its models are no longer the named ones.
 * ``ModelAnnouncement`` (generic, retained on the fleet topic) says which version is current --
   for dashboards and operators; the bundle itself travels as ``ModelPush`` (a retained message
   cannot be chunked), which the broker queues for a gateway that is offline (persistent session,
@@ -39,9 +41,28 @@ class ModelPush:
 @message_type("model_rollback")
 @dataclass(frozen=True)
 class ModelRollback:
-    """Activate the previous model again (the one the current one replaced)."""
+    """"``client``: replace ``replaces_model_id:v{replaces_version}`` (the model you run) with
+    ``model_id:v{version}`` (your previous one)", signed by the aggregator's key over every other
+    field (``shared.model.bundle.rollback_payload``). ``issued_ns`` (the aggregator's clock) orders
+    rollbacks, so a gateway can refuse one older than the last it applied. Every field has a
+    default so that an unsigned rollback -- ``{reason}`` only, as WheelFed sent them before they
+    were signed -- still decodes and is refused with that reason rather than as garbage."""
 
     reason: str = ""
+    model_id: str = ""
+    version: int = -1
+    replaces_model_id: str = ""
+    replaces_version: int = -1
+    client: str = ""
+    issued_ns: int = 0
+    key_id: str = ""
+    signature: bytes = b""
+
+    def __post_init__(self) -> None:
+        # The signed framing packs these as int64: a larger number must fail here, at decoding.
+        for name in ("version", "replaces_version", "issued_ns"):
+            if not -1 <= getattr(self, name) < 2**63:
+                raise ValueError(f"{name} must be in [-1, 2**63), got {getattr(self, name)}")
 
 
 @message_type("model_status")

@@ -19,7 +19,12 @@ from shared.model.bundle import (
     ModelBundle,
     SelfTestFailed,
     open_bundle,
+    rollback_payload,
+    sign_rollback,
+    verify_rollback,
 )
+from shared.protocol.envelope import Message, decode_message, encode_message
+from shared.protocol.messages.deployment import ModelRollback
 from shared.protocol.codec import dumps_value, loads_value
 from shared.signing import SigningKey
 from tests.shared.model.strategies import ensembles
@@ -320,3 +325,70 @@ def test_random_models_round_trip(model: TreeEnsemble) -> None:
     bundle.verify(KEY.verify_key)
     assert bundle.model() == model
     assert bundle.self_test() == 0.0
+
+
+# --- signed rollbacks -------------------------------------------------------------------------------
+def signed_rollback(**changes) -> ModelRollback:
+    arguments = dict(client="gw-1", model_id="activity", version=1, replaces_model_id="activity",
+                     replaces_version=2, reason="misses transfers", issued_ns=1_700_000_000_000_000_000)
+    arguments.update(changes)
+    return sign_rollback(KEY, **arguments)
+
+
+def test_signed_rollback_round_trips_over_the_wire() -> None:
+    request = signed_rollback()
+    assert (request.client, request.model_id, request.version, request.replaces_model_id, request.replaces_version,
+            request.key_id) == ("gw-1", "activity", 1, "activity", 2, KEY.key_id)
+    received = decode_message(encode_message(Message.create(request, sender="aggregator"))).body
+    assert received == request
+    assert verify_rollback(received, [OTHER_KEY.verify_key, KEY.verify_key]) == KEY.verify_key
+
+
+def test_every_field_of_a_rollback_is_signed() -> None:
+    request = signed_rollback()
+    other_values = {"reason": "other", "model_id": "falls", "version": 3, "replaces_model_id": "falls",
+                    "replaces_version": 9, "client": "gw-2", "issued_ns": request.issued_ns + 1}
+    assert set(other_values) == {f.name for f in fields(ModelRollback)} - {"key_id", "signature"}
+    for name, value in other_values.items():
+        with pytest.raises(BadSignature, match="altered"):
+            verify_rollback(replace(request, **{name: value}), KEY.verify_key)
+
+
+def test_unsigned_foreign_and_bundle_signed_rollbacks_refused() -> None:
+    with pytest.raises(BadSignature, match="unsigned"):
+        verify_rollback(ModelRollback("an old aggregator's rollback names nothing"), KEY.verify_key)
+    foreign = sign_rollback(OTHER_KEY, client="gw-1", model_id="activity", version=1,
+                            replaces_model_id="activity", replaces_version=2)
+    with pytest.raises(BadSignature, match="trusts only"):
+        verify_rollback(foreign, KEY.verify_key)
+    forged = replace(foreign, key_id=KEY.key_id)  # claims our key id, signed with another key
+    with pytest.raises(BadSignature, match="altered"):
+        verify_rollback(forged, KEY.verify_key)
+    # domain separation: a signature the key made over anything else is no rollback signature
+    request = signed_rollback()
+    payload = rollback_payload(request)
+    assert payload.startswith(b"wheelfed.model-rollback/v1\x00") and not payload.startswith(SIGNED_DOMAIN)
+    bundle = ModelBundle.create(forest(), model_id="activity", version=1, signing_key=KEY)
+    with pytest.raises(BadSignature):
+        verify_rollback(replace(request, signature=bundle.signature), KEY.verify_key)
+
+
+def test_rollback_numbers_out_of_the_signed_range_fail_at_decoding() -> None:
+    """Versions and times are signed as int64; a bigger number is a decoding error, not a crash."""
+    from shared.protocol.errors import DecodeError
+
+    wire = encode_message(Message.create(signed_rollback(version=2**62), sender="aggregator"))
+    big = wire.replace((2**62).to_bytes(8, "big"), (2**64 - 1).to_bytes(8, "big"))
+    assert big != wire
+    with pytest.raises(DecodeError, match="version"):
+        decode_message(big)
+
+
+def test_sign_rollback_arguments_checked() -> None:
+    with pytest.raises(ValueError, match="client"):
+        signed_rollback(client="")
+    with pytest.raises(ValueError, match="version"):
+        signed_rollback(version=-1)
+    with pytest.raises(TypeError):
+        sign_rollback(KEY.verify_key, client="gw-1", model_id="a", version=1, replaces_model_id="a",
+                      replaces_version=2)
