@@ -26,7 +26,9 @@ Frame layout (all integers little-endian)::
                          then n_samples x n_channels values, row-major (sample by sample).
                          n_samples = (N - 2) / (n_channels * itemsize), at least 1.
     DESCRIPTOR payload:  compact UTF-8 JSON of the SensorDescriptor (see descriptor_to_dict);
-                         its "sensor_id" must equal the header's.
+                         its "sensor_id" must equal the header's. At most MAX_DESCRIPTOR_DEPTH
+                         levels of nesting, number literals of at most MAX_NUMBER_CHARS
+                         characters, no NaN/Infinity; the ranges are SensorDescriptor's.
     ANNOTATION payload:  annotation_id uint32, start_us uint64, end_us uint64
                          (0xFFFFFFFFFFFFFFFF = still open), label UTF-8 (the rest, 1..255 bytes).
 
@@ -45,6 +47,18 @@ in a SAMPLES stream is k - 1 lost frames, and the number of lost samples follows
 timestamps and the sensor's rate (or, before its descriptor is known, from the frame size).
 A backwards jump or repeat is a sender restart (firmware reboot, a replay started again), not a
 gap. DESCRIPTOR frames are idempotent re-announcements; their seq is not checked.
+
+Whatever a CRC-valid frame carries is still untrusted input (a replay file, a pty anyone may
+write to, buggy firmware): a payload that breaks the format -- including JSON nested deep enough
+to exhaust the parser's recursion, a number too long for ``int()``, a rate that makes a duration
+infinite -- is a ``FrameError``, which the decoder counts as ``malformed`` and skips. Nothing
+in a payload can make ``FrameDecoder.feed`` raise (property-tested on arbitrary payloads).
+
+A byte belongs to at most one yielded frame: when a frame that lost its last bytes is followed
+by bytes that happen to equal them (the next frame's sync byte is the lost last CRC byte, a
+1-in-256 chance for a frame that lost exactly one byte), the frame is complete and correct again
+and is yielded, and the next frame, which lost its first byte to it, is not -- its loss is
+counted by its sequence number like any other.
 
 Annotations are activity-label intervals from a caregiver app, a button or a replayed label
 track. An interval is identified by (source id, annotation_id): the source sends it with
@@ -65,7 +79,7 @@ from typing import Iterable, Union
 
 import numpy as np
 
-from .descriptors import ChannelSpec, SensorDescriptor
+from .descriptors import MAX_CHANNELS, ChannelSpec, SensorDescriptor
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +87,16 @@ SYNC = b"\xa5\x5a"
 VERSION = 1
 MAX_PAYLOAD = 8192
 MAX_LABEL_BYTES = 255
+#: Deepest JSON nesting a DESCRIPTOR payload may have. A descriptor is 3 deep (object, channel
+#: list, channel); the rest is room for future fields. json's parser recurses once per level and
+#: raises RecursionError at about 1,000 -- 8 KiB of brackets reach 4,096 -- so depth is checked first.
+MAX_DESCRIPTOR_DEPTH = 16
+#: Longest number literal in a DESCRIPTOR payload: a float64's shortest repr has at most 24
+#: characters. Longer ones are refused before conversion: ``int()`` raises ValueError above 4,300
+#: digits, and a 400-digit integer overflows ``float()``.
+MAX_NUMBER_CHARS = 32
+#: Malformed frames of one type are logged once, then every this many (all are counted in LinkStats).
+MALFORMED_LOG_EVERY = 1000
 OPEN_END = 0xFFFF_FFFF_FFFF_FFFF
 
 _HEADER = struct.Struct("<2sHBBBIQ")
@@ -218,22 +242,94 @@ def descriptor_to_dict(descriptor: SensorDescriptor) -> dict[str, object]:
     }
 
 
+def _number(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number, got {value!r:.40}")
+    return float(value)  # OverflowError for an int beyond float's range
+
+
+def _string(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, got {value!r:.40}")
+    return value
+
+
 def descriptor_from_dict(doc: object) -> SensorDescriptor:
-    """Inverse of descriptor_to_dict; raises FrameError on any missing or ill-typed field."""
+    """Inverse of descriptor_to_dict; raises FrameError on any missing, ill-typed or out-of-range field.
+
+    Types are checked, not coerced: ``float("nan")`` of a string, or ``str()`` of a nested object
+    as a unit, would let a descriptor through that no encoder wrote.
+    """
     try:
         if not isinstance(doc, dict) or not isinstance(doc["channels"], list):
             raise TypeError("expected an object with a list of channels")
+        if not 1 <= len(doc["channels"]) <= MAX_CHANNELS:  # before building thousands of specs to refuse
+            raise ValueError(f"a sensor has 1 to {MAX_CHANNELS} channels, not {len(doc['channels'])}")
         channels = tuple(
-            ChannelSpec(str(c["name"]), str(c["unit"]), float(c["scale"]), float(c["offset"])) for c in doc["channels"]
+            ChannelSpec(_string(c["name"], "channel name"), _string(c["unit"], "unit"),
+                        _number(c["scale"], "scale"), _number(c["offset"], "offset"))
+            for c in doc["channels"]
         )
         if not isinstance(doc["sensor_id"], int) or isinstance(doc["sensor_id"], bool):
             raise TypeError("sensor_id must be an integer")
         return SensorDescriptor(
-            doc["sensor_id"], str(doc["name"]), str(doc["kind"]), float(doc["sample_rate_hz"]), channels,
-            str(doc["sample_format"]),  # type: ignore[arg-type]
+            doc["sensor_id"], _string(doc["name"], "name"), _string(doc["kind"], "kind"),
+            _number(doc["sample_rate_hz"], "sample_rate_hz"), channels,
+            _string(doc["sample_format"], "sample_format"),  # type: ignore[arg-type]
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise FrameError(f"invalid sensor descriptor {doc!r:.200}: {exc}") from exc
+
+
+def json_depth(text: bytes) -> int:
+    """The deepest nesting of arrays and objects in JSON text; brackets inside strings do not count.
+
+    Vectorised, so an 8 KiB payload costs a few numpy passes rather than a Python loop over its
+    bytes. A quote is a string delimiter unless an odd run of backslashes precedes it. For text
+    that is not valid JSON the count may be off past the first error, but json stops parsing
+    there, so the depth it could reach is still bounded by the count.
+    """
+    b = np.frombuffer(text, dtype=np.uint8)
+    if b.size == 0:
+        return 0
+    idx = np.arange(b.size)
+    last_plain = np.maximum.accumulate(np.where(b == 0x5C, -1, idx))  # last non-backslash at or before i
+    backslashes_before = idx - 1 - np.concatenate(([-1], last_plain[:-1]))
+    quotes = (b == 0x22) & (backslashes_before % 2 == 0)
+    outside = (np.cumsum(quotes) - quotes) % 2 == 0  # an even number of delimiters before i
+    step = (np.isin(b, (0x5B, 0x7B)) & outside).astype(np.int32) - (np.isin(b, (0x5D, 0x7D)) & outside)
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _int_literal(literal: str) -> int:
+    if len(literal) > MAX_NUMBER_CHARS:
+        raise FrameError(f"a number of {len(literal)} characters (at most {MAX_NUMBER_CHARS})")
+    return int(literal)
+
+
+def _float_literal(literal: str) -> float:
+    if len(literal) > MAX_NUMBER_CHARS:
+        raise FrameError(f"a number of {len(literal)} characters (at most {MAX_NUMBER_CHARS})")
+    return float(literal)
+
+
+def _no_constant(name: str) -> float:
+    raise FrameError(f"{name} is not a number a descriptor may carry")
+
+
+def _descriptor_json(payload: bytes) -> object:
+    """The parsed JSON of a DESCRIPTOR payload, within the limits of the module docstring."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"DESCRIPTOR payload is not UTF-8: {exc}") from exc
+    depth = json_depth(payload)
+    if depth > MAX_DESCRIPTOR_DEPTH:
+        raise FrameError(f"DESCRIPTOR JSON is nested {depth} deep (at most {MAX_DESCRIPTOR_DEPTH})")
+    try:
+        return json.loads(text, parse_int=_int_literal, parse_float=_float_literal, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise FrameError(f"DESCRIPTOR payload is not JSON: {exc}") from exc
 
 
 def _header(ftype: FrameType, sensor_id: int, seq: int, timestamp_us: int, payload: bytes) -> bytes:
@@ -277,11 +373,7 @@ def _parse_payload(ftype: int, sensor_id: int, seq: int, timestamp_us: int, payl
         samples = np.frombuffer(payload, dtype=dtype, offset=2).reshape(-1, ch).astype(dtype.newbyteorder("="), copy=False)
         return SampleFrame(sensor_id, seq, timestamp_us, samples)
     if ftype == FrameType.DESCRIPTOR:
-        try:
-            doc = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise FrameError(f"DESCRIPTOR payload is not UTF-8 JSON: {exc}") from exc
-        descriptor = descriptor_from_dict(doc)
+        descriptor = descriptor_from_dict(_descriptor_json(payload))
         if descriptor.sensor_id != sensor_id:
             raise FrameError(f"DESCRIPTOR for sensor {descriptor.sensor_id} sent in a frame of sensor {sensor_id}")
         return DescriptorFrame(descriptor, seq, timestamp_us)
@@ -400,6 +492,7 @@ class FrameDecoder:
         self._buf = bytearray()
         self._rates = {d.sensor_id: d.sample_rate_hz for d in descriptors}
         self._streams: dict[tuple[int, int], _StreamState] = {}
+        self._malformed_by_type: dict[int, int] = {}
 
     @property
     def pending(self) -> int:
@@ -461,7 +554,11 @@ class FrameDecoder:
             except FrameError as exc:
                 stats.malformed += 1
                 stats.bytes_skipped += end - pos
-                log.warning("malformed frame dropped", extra={"sensor_id": sensor_id, "type": ftype, "reason": str(exc)})
+                self._malformed_by_type[ftype] = count = self._malformed_by_type.get(ftype, 0) + 1
+                if count == 1 or count % MALFORMED_LOG_EVERY == 0:  # a hostile sender must not flood the log
+                    log.warning("malformed frame dropped (the first of its type, then every %dth is logged)",
+                                MALFORMED_LOG_EVERY, extra={"sensor_id": sensor_id, "type": ftype,
+                                                            "reason": str(exc), "count": count})
                 pos = end
                 continue
             pos = end

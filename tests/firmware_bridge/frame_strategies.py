@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import binascii
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,15 @@ PERIOD_US = 1000
 IMU = SensorDescriptor(1, "imu", "imu", RATE_HZ, tuple(ChannelSpec(c, "g", 1 / 4096) for c in ("ax", "ay", "az")), "int16")
 ECG = SensorDescriptor(2, "ecg", "ecg", RATE_HZ, (ChannelSpec("ecg", "mV"),), "float32")
 DESCRIPTORS = {d.sensor_id: d for d in (IMU, ECG)}
+
+
+def by_the_table(ftype: int, sensor_id: int, seq: int, ts: int, payload: bytes) -> bytes:
+    """A frame assembled from the module docstring's byte table, independently of the encoder."""
+    head = b"\xa5\x5a" + len(payload).to_bytes(2, "little") + bytes([1, ftype, sensor_id])
+    head += seq.to_bytes(4, "little") + ts.to_bytes(8, "little")
+    head += binascii.crc_hqx(head, 0xFFFF).to_bytes(2, "little")
+    body = head + payload
+    return body + zlib.crc32(body).to_bytes(4, "little")
 
 
 @st.composite

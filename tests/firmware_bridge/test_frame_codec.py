@@ -28,16 +28,7 @@ from firmware_bridge.frames import (
     encode_frame,
     to_physical,
 )
-from tests.firmware_bridge.frame_strategies import IMU, any_frames
-
-
-def by_the_table(ftype: int, sensor_id: int, seq: int, ts: int, payload: bytes) -> bytes:
-    """A frame assembled from the module docstring's byte table, independently of the encoder."""
-    head = b"\xa5\x5a" + len(payload).to_bytes(2, "little") + bytes([1, ftype, sensor_id])
-    head += seq.to_bytes(4, "little") + ts.to_bytes(8, "little")
-    head += binascii.crc_hqx(head, 0xFFFF).to_bytes(2, "little")
-    body = head + payload
-    return body + zlib.crc32(body).to_bytes(4, "little")
+from tests.firmware_bridge.frame_strategies import IMU, any_frames, by_the_table
 
 
 def test_crc_parameters_are_the_documented_standard_ones() -> None:
