@@ -18,11 +18,27 @@ from ..protocol.chunking import Chunk, Reassembler, split_payload
 from ..protocol.envelope import Message, decode_message, encode_message, validate_client_id
 from ..protocol.errors import ChunkError, DecodeError, PayloadTooLarge
 from ..protocol.limits import DEFAULT_LIMITS, DEFAULT_MAX_PAYLOAD, DecodeLimits
-from ..protocol.topics import topic_matches
+from ..protocol.topics import TopicLayout, topic_matches
 
 log = logging.getLogger(__name__)
 
 MessageHandler = Callable[[str, Message], None]
+
+
+def verified_publisher(layout: TopicLayout, topic: str) -> str | None:
+    """The client the broker's ACL lets publish on ``topic`` besides the aggregator, which may
+    publish anywhere: a gateway on its own outbox and status, else (its inbox, the fleet topics)
+    only the aggregator. None outside the layout, where the ACL vouches for no one.
+
+    This, not the envelope's ``from``, is who a chunk is accounted to: the reassembler's limits
+    are per sender, and a claimed sender would let one gateway spend another's quota.
+    """
+    client = layout.client_of(topic)
+    if client is not None and layout.may_publish(client, topic):
+        return client
+    if topic.startswith(layout.prefix + "/"):
+        return layout.aggregator_id
+    return None
 
 
 @dataclass
@@ -49,8 +65,11 @@ class Transport(ABC):
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         limits: DecodeLimits = DEFAULT_LIMITS,
         chunk_timeout_s: float = 60.0,
+        layout: TopicLayout | None = None,
     ) -> None:
         self.client_id = validate_client_id(client_id)
+        #: The topic layout the broker's ACL enforces: it names the verified sender of each topic.
+        self.layout = layout or TopicLayout()
         self.max_payload = max_payload
         self.limits = limits
         self.stats = TransportStats()
@@ -156,7 +175,10 @@ class Transport(ABC):
             message = decode_message(payload, limits=self.limits)
             size = len(payload)
             if isinstance(message.body, Chunk):
-                whole = self._reassembler.add(message)
+                sender = verified_publisher(self.layout, topic)
+                if sender is None:
+                    raise ChunkError(f"chunk on {topic!r}, outside the topic layout: no verified sender to account it to")
+                whole = self._reassembler.add(message, sender=sender)
                 if whole is None:
                     return None
                 inner = decode_message(whole, limits=self.limits)

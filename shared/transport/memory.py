@@ -132,7 +132,7 @@ class MemoryTransport(Transport):
         limits: DecodeLimits = DEFAULT_LIMITS,
         presence: bool = True,
     ) -> None:
-        super().__init__(client_id, max_payload=max_payload, limits=limits)
+        super().__init__(client_id, max_payload=max_payload, limits=limits, layout=broker.layout)
         self.broker = broker
         self.presence = presence
         self.connected = False

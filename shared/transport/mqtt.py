@@ -78,9 +78,8 @@ class MqttTransport(Transport):
 
     def __init__(self, client_id: str, config: MqttConfig = MqttConfig(), *, layout: TopicLayout | None = None,
                  presence: bool = True, online_status: Callable[[], Status] | None = None) -> None:
-        super().__init__(client_id, max_payload=config.max_payload, limits=config.limits)
+        super().__init__(client_id, max_payload=config.max_payload, limits=config.limits, layout=layout)
         self.config = config
-        self.layout = layout or TopicLayout()
         self.presence = presence
         # the retained presence published on every (re)connect; a gateway passes one that includes
         # its active model and counters
