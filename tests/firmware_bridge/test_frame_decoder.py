@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from firmware_bridge.frames import (
     FRAME_OVERHEAD,
     MAX_PAYLOAD,
+    SYNC,
     Annotation,
     AnnotationFrame,
     DescriptorFrame,
@@ -34,12 +35,19 @@ def feed_in_pieces(dec: FrameDecoder, data: bytes, cuts: list[int]) -> list[tupl
 
 @st.composite
 def damaged_links(draw: st.DrawFn) -> tuple[bytes, list[SampleFrame], list[SampleFrame], list[int]]:
-    """(stream, all frames sent, frames that arrive intact, chunk cut points)."""
+    """(stream, all frames sent, frames that arrive intact, chunk cut points).
+
+    A frame arrives intact when its exact bytes are in the stream where it was sent and it does
+    not start inside the bytes of an earlier intact frame (a byte belongs to one frame). So a frame
+    that lost its tail counts as intact when the bytes after it happen to be that tail -- e.g. its
+    last CRC byte was 0xA5, the next frame's first sync byte -- and that next frame then does not.
+    """
     frames = draw(sensor_streams())
-    pieces, intact = [], []
+    pieces, sent = [], []
+    offset = 0
     for frame in frames:
-        raw = encode_frame(frame)
-        pieces.append(draw(st.binary(max_size=40)) if draw(st.booleans()) else b"")
+        raw = full = encode_frame(frame)
+        garbage = draw(st.binary(max_size=40)) if draw(st.booleans()) else b""
         damage = draw(st.sampled_from(["none", "none", "flip", "truncate", "drop", "burst"]))
         if damage == "flip":
             pos, bit = draw(st.integers(0, len(raw) - 1)), draw(st.integers(0, 7))
@@ -51,14 +59,17 @@ def damaged_links(draw: st.DrawFn) -> tuple[bytes, list[SampleFrame], list[Sampl
         elif damage == "burst":  # bytes overwritten in the middle of the frame
             pos = draw(st.integers(0, len(raw) - 1))
             junk = draw(st.binary(min_size=1, max_size=8))
-            new = raw[:pos] + junk + raw[pos + len(junk) :]
-            if new == raw:
-                intact.append(frame)
-            raw = new
-        else:
-            intact.append(frame)
-        pieces.append(raw)
+            raw = raw[:pos] + junk + raw[pos + len(junk) :]
+        pieces += [garbage, raw]
+        offset += len(garbage)
+        sent.append((frame, offset, full))
+        offset += len(raw)
     stream = b"".join(pieces)
+    intact, claimed = [], 0
+    for frame, start, full in sent:
+        if start >= claimed and stream[start : start + len(full)] == full:
+            intact.append(frame)
+            claimed = start + len(full)
     cuts = draw(st.lists(st.integers(0, len(stream)), max_size=10))
     return stream, frames, intact, cuts
 
@@ -97,6 +108,19 @@ def test_every_intact_frame_is_recovered_and_nothing_is_invented(link) -> None: 
     assert {sid: (st_.gaps, st_.lost_frames, st_.lost_samples) for sid, st_ in s.sensors.items()} == losses
     assert s.lost_frames == sum(v[1] for v in losses.values())
     assert s.lost_samples == sum(v[2] for v in losses.values())
+
+
+def test_a_frame_completed_by_the_next_frames_sync_byte_is_yielded_and_the_next_one_is_lost() -> None:
+    # The counterexample hypothesis found: a frame lost its last byte, 0xA5, and the next frame's
+    # first byte is 0xA5 too. The first frame is complete and correct again; the second lost its
+    # sync byte to it. A byte belongs to one frame, so the second is lost, and counted as lost.
+    b, c = _frames(2, seq0=1)
+    a = next(f for f in (SampleFrame(1, 0, 0, np.full((4, 3), v, np.int16)) for v in range(4096))
+             if encode_frame(f)[-1] == SYNC[0])
+    dec = FrameDecoder([IMU])
+    assert dec.feed(encode_frame(a)[:-1] + encode_frame(b) + encode_frame(c)) == [a, c]
+    assert (dec.stats.lost_frames, dec.stats.lost_samples, dec.pending) == (1, 4, 0)
+    assert dec.stats.bytes_skipped == len(encode_frame(b)) - 1
 
 
 @settings(max_examples=100, deadline=None)
