@@ -135,7 +135,7 @@ class Gateway:
         return status
 
     def _on_rollback(self, message: Message) -> ModelStatus:
-        status = self.models.rollback(message.body.reason)
+        status = self.models.rollback(message.body)
         self._publish_status()
         return status
 

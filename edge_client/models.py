@@ -1,9 +1,28 @@
 """The gateway's models on disk and in memory: verify, persist, activate, roll back.
 
-Two files in the model directory, written atomically (temp file + fsync + rename):
-``active.bundle`` (what runs) and ``previous.bundle`` (what ran before; a rollback swaps them).
-At start the gateway loads ``active.bundle`` -- no network needed -- and falls back to the
-previous one if the active one no longer passes its checks.
+Three files in the model directory, each written atomically (temp file + fsync + rename):
+``active.bundle`` (what runs), ``previous.bundle`` (what ran before; a rollback swaps them) and
+``accepted.json`` (per model id the highest version ever activated here, and the issue time of
+the last rollback applied). At start the gateway loads ``active.bundle`` -- no network needed --
+and falls back to the previous one if the active one no longer passes its checks.
+
+Versions only go forward, per model id. A signature says who made a bundle, not that it is
+still wanted: anyone who recorded the push of v1 could send it again to a gateway running v2.
+So a bundle whose version is at most the highest one accepted for its model id is refused as a
+downgrade -- unless it is the very model running now (same id, version and model bytes), which
+is the idempotent "unchanged" of a retried deploy. A new model id has no history: its first
+version is accepted, and switching to it leaves the other ids' records alone, so a replay of an
+id's earlier releases stays refused. ``accepted.json`` is written after the new active file, and
+at start it is raised to the versions of the stored bundles, so a crash in between or a lost
+record never lowers the floor below what is on disk.
+
+Going back is only by a signed rollback (``shared.model.bundle.sign_rollback``), which names this
+gateway, the model it replaces and the previous model it returns to. It applies only if those
+are exactly this gateway's active and previous models, and only if it was issued after the last
+rollback applied here (the aggregator's clock, recorded in ``accepted.json``). A replayed copy
+therefore does nothing: right after it was applied the models are already swapped ("already
+applied"); after a later deploy it names a model no longer running; and after the models
+happen to match again (rolled back and forward) it is older than the rollback that did that.
 
 A pushed bundle must pass, in this order, before it replaces anything (``shared.model.bundle``):
 the aggregator's signature (the gateway holds only public keys), its target (a personalised
@@ -23,6 +42,7 @@ not replaced on disk -- but stays where it is for the next start with ``--trust`
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -33,20 +53,20 @@ from functools import cached_property
 from pathlib import Path
 
 from shared.model import TreeEnsemble, client_index
-from shared.model.bundle import BundleError, ModelBundle, open_bundle
+from shared.model.bundle import BundleError, ModelBundle, open_bundle, verify_rollback
 from shared.protocol.errors import DecodeError
-from shared.protocol.messages.deployment import ModelStatus
+from shared.protocol.messages.deployment import ModelRollback, ModelStatus
 from shared.signing import BadSignature, VerifyKey
 
 from .engines import Engine, EnginePreference, choose_engine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["InstalledModel", "ModelDirError", "ModelManager", "NO_TRUSTED_KEY", "check_model_dir"]
+__all__ = ["ACCEPTED", "InstalledModel", "ModelDirError", "ModelManager", "NO_TRUSTED_KEY", "check_model_dir"]
 
 #: Largest bundle a gateway accepts.
 MAX_BUNDLE_BYTES = 64 << 20
-ACTIVE, PREVIOUS = "active.bundle", "previous.bundle"
+ACTIVE, PREVIOUS, ACCEPTED = "active.bundle", "previous.bundle", "accepted.json"
 NO_TRUSTED_KEY = ("no_trusted_key: this gateway was started without --trust, so it cannot verify a model; "
                   "restart it with --trust aggregator.pub")
 
@@ -107,6 +127,7 @@ class ModelManager:
         self._current: InstalledModel | None = None
         self._previous_version = -1
         self.last_error = ""
+        self._accepted, self._last_rollback_ns = self._read_record()
 
     @property
     def current(self) -> InstalledModel | None:
@@ -178,26 +199,58 @@ class ModelManager:
                 return self.status("unchanged", "this model is already active")
             return self.status("rejected", f"{installed.label} is already active with different content: a "
                                            "version number must not be reused")
+        downgrade = self._downgrade(installed.bundle)
+        if downgrade:
+            self.last_error = downgrade
+            log.warning("model refused as a downgrade", extra={"model": installed.label, "error": downgrade})
+            return self.status("rejected", downgrade)
         with self._lock:
             if (self.directory / ACTIVE).exists():
                 os.replace(self.directory / ACTIVE, self.directory / PREVIOUS)
             _write_atomically(self.directory / ACTIVE, data)
             self._previous_version = current.bundle.version if current else -1
             self._current = installed
+            self._accepted[installed.bundle.model_id] = installed.bundle.version
+            self._write_record()
         log.info("model activated", extra={"model": installed.label, "engine": installed.engine.name})
         return self.status("active")
 
-    def rollback(self, reason: str = "") -> ModelStatus:
-        """Swap active and previous (the previous model must still pass every check)."""
-        previous = self.directory / PREVIOUS
-        if not previous.exists():
-            return self.status("unchanged", "there is no previous model to roll back to")
+    def _downgrade(self, bundle: ModelBundle) -> str:
+        """Why ``bundle`` is refused as a replayed or older release, or "" if it is newer."""
+        highest = self._accepted.get(bundle.model_id, -1)
+        label = f"{bundle.model_id}:v{bundle.version}"
+        if bundle.version < highest:
+            return (f"downgrade: {label} is older than {bundle.model_id}:v{highest} already accepted on this "
+                    "gateway; roll back with a signed rollback instead (wheelfed model rollback), or deploy a "
+                    "newer version")
+        if bundle.version == highest:
+            runs = self._current.label if self._current else "no model"
+            return (f"downgrade: {label} was already accepted on this gateway and since replaced ({runs} runs "
+                    "now); to run it again roll back with a signed rollback (wheelfed model rollback), or "
+                    "deploy a newer version")
+        return ""
+
+    def rollback(self, request: ModelRollback) -> ModelStatus:
+        """Apply a signed rollback: swap active and previous if it is for this gateway, newer
+        than the last one applied, and names exactly the active and previous models (which must
+        still pass every check). Anything else changes nothing and says why (module docstring)."""
         if not self.keys:
             return self.status("rejected", NO_TRUSTED_KEY)
+        refusal = self._rollback_refusal(request)
+        if refusal:
+            state, reason = refusal
+            log.warning("rollback not applied", extra={"state": state, "reason": reason})
+            return self.status(state, reason)
+        leaving = (request.replaces_model_id, request.replaces_version)
+        target = (request.model_id, request.version)
+        previous = self.directory / PREVIOUS
         try:
             installed = self._open(previous.read_bytes())
         except (BundleError, BadSignature, DecodeError, ValueError) as exc:
             return self.status("rejected", f"the previous model no longer passes its checks: {exc}")
+        if _key(installed.bundle) != target:
+            return self.status("rejected", f"stale: this gateway's previous model is {installed.label}, not "
+                                           f"{_label(target)}; nothing changed")
         with self._lock:
             active = self.directory / ACTIVE
             swap = self.directory / "swap.bundle"
@@ -205,10 +258,65 @@ class ModelManager:
             if active.exists():
                 os.replace(active, previous)
             os.replace(swap, active)
-            self._previous_version = self._current.bundle.version if self._current else -1
+            self._previous_version = leaving[1]
             self._current = installed
-        log.warning("model rolled back", extra={"model": installed.label, "reason": reason})
-        return self.status("active", f"rolled back: {reason}" if reason else "rolled back")
+            self._last_rollback_ns = request.issued_ns
+            self._write_record()
+        log.warning("model rolled back", extra={"model": installed.label, "reason": request.reason})
+        return self.status("active", f"rolled back: {request.reason}" if request.reason else "rolled back")
+
+    def _rollback_refusal(self, request: ModelRollback) -> tuple[str, str] | None:
+        """``(state, reason)`` if ``request`` must not be applied, checked from the signature to
+        the models it names (the previous model itself is checked by ``rollback``)."""
+        try:
+            verify_rollback(request, self.keys)
+        except BadSignature as exc:
+            return "rejected", str(exc)
+        if request.client != self.client_id:
+            return "rejected", f"misaddressed: this rollback is for {request.client}, not for {self.client_id}"
+        current = self._current
+        runs = _key(current.bundle) if current else None
+        target, leaving = (request.model_id, request.version), (request.replaces_model_id, request.replaces_version)
+        if request.issued_ns <= self._last_rollback_ns:
+            if request.issued_ns == self._last_rollback_ns and runs == target:
+                return "unchanged", f"already applied: this rollback made {_label(target)} active"
+            return "rejected", (f"replayed: this rollback ({_label(leaving)} -> {_label(target)}) was issued no later "
+                                "than the last rollback applied here; nothing changed")
+        if not (self.directory / PREVIOUS).exists():
+            return "unchanged", "there is no previous model to roll back to"
+        if runs != leaving:
+            return "rejected", (f"stale: this gateway runs {_label(runs) if runs else 'no model'}, not "
+                                f"{_label(leaving)}; nothing changed (the answer tells the registry what it runs: "
+                                "ask again)")
+        return None
+
+    # -- the record of accepted versions -----------------------------------------------------------
+
+    def _read_record(self) -> tuple[dict[str, int], int]:
+        """``accepted.json`` raised to the versions of the stored bundles (their envelopes only:
+        whoever can write this folder can replace the models anyway). An unreadable record is
+        rebuilt from them, and ``last_error`` says so."""
+        accepted: dict[str, int] = {}
+        last_rollback_ns = 0
+        path = self.directory / ACCEPTED
+        if path.exists():
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+                accepted = {str(k): int(v) for k, v in record["versions"].items()}
+                last_rollback_ns = int(record["last_rollback_ns"])
+            except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                self.last_error = f"{ACCEPTED} unreadable ({exc}); rebuilt from the stored models"
+                log.error("record of accepted model versions unreadable; rebuilt from the stored models",
+                          extra={"file": str(path), "error": str(exc)})
+        for name in (ACTIVE, PREVIOUS):
+            bundle = self._unverified(name)
+            if bundle is not None:
+                accepted[bundle.model_id] = max(accepted.get(bundle.model_id, -1), bundle.version)
+        return accepted, last_rollback_ns
+
+    def _write_record(self) -> None:
+        record = {"versions": dict(sorted(self._accepted.items())), "last_rollback_ns": self._last_rollback_ns}
+        _write_atomically(self.directory / ACCEPTED, (json.dumps(record, indent=1) + "\n").encode())
 
     def _version_of(self, name: str) -> int:
         bundle = self._unverified(name)
@@ -224,6 +332,14 @@ class ModelManager:
             return ModelBundle.from_bytes((self.directory / name).read_bytes(), max_bytes=MAX_BUNDLE_BYTES)
         except (BundleError, DecodeError, ValueError, OSError):
             return None
+
+
+def _key(bundle: ModelBundle) -> tuple[str, int]:
+    return bundle.model_id, bundle.version
+
+
+def _label(key: tuple[str, int]) -> str:
+    return f"{key[0]}:v{key[1]}"
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -12,7 +12,7 @@ from edge_client.live import LiveConfig, LivePredictor
 from edge_client.models import ModelManager
 from edge_client.store import WindowRecord, WindowStore
 from edge_client.training_data import ClientData
-from shared.model.bundle import ModelBundle
+from shared.model.bundle import ModelBundle, sign_rollback
 from shared.signing import SigningKey
 
 FSV = "fs-live"
@@ -50,14 +50,17 @@ def test_install_rollback_reload_and_refusals(tmp_path, models) -> None:
                          (bundle(a, 5, key, target="gw-9"), "gw-9"), (b"\x00" * 40, "")):
         refused = manager.install(data)
         assert refused.state == "rejected" and reason in refused.reason and refused.active_version == 2
-    back = manager.rollback("drift")
+    back = manager.rollback(sign_rollback(key, client="gw-1", model_id="act", version=1, replaces_model_id="act",
+                                          replaces_version=2, reason="drift"))
     assert back.active_version == 1 and manager.current.label == "act:v1"
     again = ModelManager(tmp_path / "m", "gw-1", [key.verify_key], engine="numpy")
     assert again.load().label == "act:v1"  # a restart loads the stored active model
     (tmp_path / "m" / "active.bundle").write_bytes(b"corrupted")
     fallback = ModelManager(tmp_path / "m", "gw-1", [key.verify_key], engine="numpy")
     assert fallback.load().label == "act:v2" and "active.bundle" in fallback.last_error
-    assert ModelManager(tmp_path / "empty", "gw-1", [key.verify_key]).rollback().state == "unchanged"
+    empty = ModelManager(tmp_path / "empty", "gw-1", [key.verify_key])
+    assert empty.rollback(sign_rollback(key, client="gw-1", model_id="act", version=1, replaces_model_id="act",
+                                        replaces_version=2)).state == "unchanged"
 
 
 def test_live_predictor_stores_publishes_and_survives_a_dead_link(tmp_path, models) -> None:
