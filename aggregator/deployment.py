@@ -11,7 +11,16 @@ when it comes back.
 Every answer also says which model the gateway runs afterwards (``active_model_id`` /
 ``active_version``), whether the request took effect or not; the registry records that as the
 gateway's ``active`` version, so ``wheelfed model list`` follows deploys, refusals and rollbacks
-alike (a rollback names no model: only the answers know where each gateway ended up).
+alike.
+
+``rollback`` signs one instruction per gateway (``shared.model.bundle.sign_rollback``): "replace
+the model you run with your previous one", naming both. The operator names neither: they come
+from the registry's log of what each gateway confirmed running -- its newest ``active`` row is
+what it runs, the one before is its previous model (the file a gateway keeps for rollback is the
+model its current one replaced, which the log saw in that order). A gateway whose log holds only
+one model is not asked. If the registry is behind (a deploy the gateway installed while nobody
+listened), the gateway refuses the instruction as stale and its answer brings the registry up to
+date, so asking again works. Gateways do the checking (``edge_client.models``).
 """
 
 from __future__ import annotations
@@ -20,30 +29,32 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from shared.model.bundle import ModelBundle
+from shared.model.bundle import ModelBundle, sign_rollback
 from shared.protocol.envelope import Message
 from shared.protocol.messages import ModelAnnouncement
 from shared.protocol.messages.deployment import ModelPush, ModelRollback, ModelStatus
 from shared.protocol.topics import AGGREGATOR_ID
 from shared.signing import SigningKey
 
-from .registry import Registry
+from .registry import Deployment, Registry
 from .rounds import RoundEngine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DeploymentResult", "deploy", "rollback"]
+__all__ = ["DeploymentResult", "deploy", "rollback", "rollback_plan"]
 
 MODELS_CHANNEL = "models"
 
 
 @dataclass
 class DeploymentResult:
-    """Per gateway: the ``ModelStatus`` it answered, or ``pending`` (no answer yet)."""
+    """Per gateway: the ``ModelStatus`` it answered, ``pending`` (no answer yet), or ``skipped``
+    (not asked, with the reason: a rollback with no previous model known)."""
 
     label: str
     statuses: dict[str, ModelStatus] = field(default_factory=dict)
     pending: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @property
     def active(self) -> list[str]:
@@ -94,18 +105,47 @@ def deploy(engine: RoundEngine, registry: Registry, signing_key: SigningKey, mod
     return result
 
 
-def rollback(engine: RoundEngine, clients: list[str], *, registry: Registry | None = None, reason: str = "",
-             deadline_s: float = 30.0) -> DeploymentResult:
-    """Ask ``clients`` to go back to their previous model; ``registry`` records where each ended up."""
-    result = _push(engine, "rollback", ModelRollback(reason), clients, deadline_s, "rollback")
-    if registry is not None:
-        _record(registry, result)
-    log.info("model rollback", extra={"active": result.active, "rejected": result.rejected, "pending": result.pending})
+def rollback_plan(registry: Registry, clients: list[str]) -> tuple[dict[str, tuple[Deployment, Deployment]],
+                                                                    dict[str, str]]:
+    """Per gateway (what it runs, its previous model) from the registry's log, and the gateways
+    that cannot be asked, with why."""
+    history: dict[str, list[Deployment]] = {}
+    for row in registry.deployments():  # newest first
+        if row.state == "active":
+            history.setdefault(row.client, []).append(row)
+    plans, skipped = {}, {}
+    for client in clients:
+        rows = history.get(client, [])
+        if len(rows) >= 2:
+            plans[client] = (rows[0], rows[1])
+        elif rows:
+            skipped[client] = f"no previous model to roll back to: the registry has seen it run only {rows[0].label}"
+        else:
+            skipped[client] = ("no previous model to roll back to: the registry has no model confirmed running "
+                               "on it (deploy with this registry first)")
+    return plans, skipped
+
+
+def rollback(engine: RoundEngine, registry: Registry, signing_key: SigningKey, clients: list[str], *,
+             reason: str = "", deadline_s: float = 30.0) -> DeploymentResult:
+    """Ask each of ``clients`` with a signed instruction to go from the model it runs back to
+    its previous one (``rollback_plan``); the registry records where each ended up."""
+    plans, skipped = rollback_plan(registry, clients)
+    requests = {client: sign_rollback(signing_key, client=client, model_id=previous.model_id,
+                                      version=previous.version, replaces_model_id=runs.model_id,
+                                      replaces_version=runs.version, reason=reason)
+                for client, (runs, previous) in plans.items()}
+    result = (_push(engine, "rollback", requests, list(requests), deadline_s, "rollback") if requests
+              else DeploymentResult("rollback"))
+    result.skipped = skipped
+    _record(registry, result)
+    log.info("model rollback", extra={"active": result.active, "rejected": result.rejected, "pending": result.pending,
+                                      "skipped": sorted(skipped)})
     return result
 
 
-def _push(engine: RoundEngine, job: str, body: object, clients: list[str], deadline_s: float,
-          label: str) -> DeploymentResult:
+def _push(engine: RoundEngine, job: str, body: ModelPush | dict[str, ModelRollback], clients: list[str],
+          deadline_s: float, label: str) -> DeploymentResult:
     result = engine.run_round(f"{job}-{time.time_ns()}", 1, body, clients, deadline_s=deadline_s, min_replies=0,
                               expect=ModelStatus)
     out = DeploymentResult(label)

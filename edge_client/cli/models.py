@@ -242,6 +242,8 @@ def _print_answers(result) -> None:
         print(f"  {client}: {status.state}, running {runs}{'; ' + status.reason if status.reason else ''}")
     for client in result.pending:
         print(f"  {client}: no answer yet (the broker keeps the request until the gateway is back)")
+    for client, reason in sorted(result.skipped.items()):
+        print(f"  {client}: not asked: {reason}")
 
 
 def _deploy(args: argparse.Namespace, registry) -> None:
@@ -274,7 +276,7 @@ def _rollback(args: argparse.Namespace, registry) -> None:
 
     transport, clients = _connect_and_find(args, args.clients)
     try:
-        result = rollback(RoundEngine(transport), clients, registry=registry, reason=args.reason,
+        result = rollback(RoundEngine(transport), registry, args.key, clients, reason=args.reason,
                           deadline_s=args.deadline)
     finally:
         transport.close()
@@ -369,9 +371,14 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="a personalised model: the one gateway it is for (default: the one it was registered for)")
     to_gateways(p)
 
-    p = action("rollback", "gateways go back to their previous model; the registry records where each ended up",
+    p = action("rollback", "gateways go back to their previous model (a signed instruction per gateway, naming "
+                           "the model it runs and the one before, from the registry); the registry records where "
+                           "each ended up",
                ["WHEELFED_MQTT_PASSWORD=SECRET wheelfed model rollback --registry reg.db --clients gw-3",
-                "wheelfed model rollback --registry reg.db --reason 'misses transfers'"], _rollback)
+                "wheelfed model rollback --registry reg.db --key aggregator.key --reason 'misses transfers'"],
+               _rollback)
+    p.add_argument("--key", type=signing_key, default=DEFAULT_KEY,
+                   help="the signing key (wheelfed keygen): gateways refuse an unsigned rollback")
     p.add_argument("--reason", default="",
-                   help="why (logged on the gateways and kept in the registry; default: none)")
+                   help="why (signed, logged on the gateways and kept in the registry; default: none)")
     to_gateways(p)

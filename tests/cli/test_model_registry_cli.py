@@ -175,9 +175,11 @@ MISTAKES: list[tuple[str, int, tuple[str, ...]]] = [
     ("model deploy activity --registry reg.db --key table.csv", USAGE, ("table.csv is not a signing key",)),
     ("model deploy personal --registry reg.db --key agg.key --clients gw-1", USAGE, ("personalised for gw-2",)),
     ("model deploy activity --registry reg.db --key agg.key --port {closed}", RUNTIME, ("connection refused",)),
-    ("model rollback --registry reg.db --port {closed}", RUNTIME, ("connection refused",)),
-    ("model rollback --registry nope.db", USAGE, ("no registry at nope.db",)),
-    ("model rollback --registry reg.db --key agg.key", USAGE, ("unrecognized arguments: --key",)),
+    ("model rollback --registry reg.db --key agg.key --port {closed}", RUNTIME, ("connection refused",)),
+    ("model rollback --registry nope.db --key agg.key", USAGE, ("no registry at nope.db",)),
+    ("model rollback --registry reg.db", USAGE, ("no signing key at aggregator.key", "keygen")),
+    ("model rollback --registry reg.db --key open.key", USAGE, ("mode 0644", "chmod 600 open.key")),
+    ("model rollback --registry reg.db --key agg.pub", USAGE, ("agg.pub is the public key", "agg.key")),
 ]
 
 
@@ -195,7 +197,7 @@ def test_deploy_and_rollback_with_no_gateway_or_a_refused_login(scratch: Path, m
 
     broker = ("--registry", "reg.db", "--port", str(mosquitto.port))
     env = {"WHEELFED_MQTT_PASSWORD": PASSWORDS["aggregator"]}
-    for command in (("deploy", "activity", "--key", "agg.key"), ("rollback",)):
+    for command in (("deploy", "activity", "--key", "agg.key"), ("rollback", "--key", "agg.key")):
         assert_one_line_failure(wheelfed("model", *command, *broker, cwd=scratch, env=env), RUNTIME,
                                 "no gateway online", "--clients")
         assert_one_line_failure(wheelfed("model", *command, *broker, cwd=scratch,

@@ -76,19 +76,23 @@ def test_operator_workflow(tmp_path: Path) -> None:
                 if "active on gw-1" in out:
                     break
             assert "active on gw-1" in out, out
-            assert "no previous model" in cli("model", "rollback", *broker_args, env=env)
+            assert "no previous model" in cli("model", "rollback", *broker_args, "--key", key, env=env)
             assert "active on gw-1" in cli("model", "deploy", "act", *broker_args, "--key", key, env=env)
             assert rows_of(cli("model", "list", "--registry", registry)) == {"act:v1": "not deployed",
                                                                             "act:v2": "gw-1=active"}
 
-            # the rollback names no model: the registry learns where gw-1 ended up from its answer
-            out = cli("model", "rollback", *broker_args, "--reason", "misses transfers", env=env)
+            # the operator names no model: the rollback is signed per gateway from what the registry
+            # recorded (act:v2 -> act:v1), and the registry learns where gw-1 ended up from its answer
+            out = cli("model", "rollback", *broker_args, "--reason", "misses transfers", "--key", key, env=env)
             assert "rolled back gw-1" in out and "running act:v1" in out, out
             assert rows_of(cli("model", "list", "--registry", registry)) == {"act:v1": "gw-1=active",
                                                                             "act:v2": "not deployed"}
             assert "gw-1: active (rolled back: misses transfers)" in cli("model", "show", "act:v1",
                                                                          "--registry", registry)
             assert "gw-1: replaced (now runs act:v1)" in cli("model", "show", "act:v2", "--registry", registry)
+            # v2 again is a replay of a replaced release: refused with the way out
+            out = cli("model", "deploy", "act:v2", *broker_args, "--key", key, env=env, ok=False)
+            assert "downgrade: act:v2 was already accepted" in out and "signed rollback" in out, out
         finally:
             processes.stop_all()
 

@@ -1,9 +1,11 @@
 """Model push and live recognition end to end: a model trained in simulation on a real recording
 is signed, pushed over mosquitto to a ``wheelfed gateway`` process, verified, activated and used
 on the replayed recording; its live predictions equal offline predictions of the same windows.
-Tampered and foreign bundles are refused while the previous model keeps running; a rollback
-restores the previous version; a restart with no broker loads the stored model and keeps
-predicting and alerting."""
+Tampered and foreign bundles are refused while the previous model keeps running; a replayed,
+validly signed older version is refused as a downgrade, also after the gateway restarted;
+unsigned, forged and misaddressed rollbacks are refused; a signed rollback restores the previous
+version and a replayed old one does nothing; a restart with no broker loads the stored model and
+keeps predicting and alerting."""
 
 from __future__ import annotations
 
@@ -34,8 +36,8 @@ from firmware_bridge.importers import seglearn_watch
 from firmware_bridge.recording import Recording
 from firmware_bridge.replay import open_pty, replay
 from shared.model import model_inputs
-from shared.model.bundle import ModelBundle
-from shared.protocol.messages.deployment import ModelPush, ModelStatus, PredictionBatch
+from shared.model.bundle import ModelBundle, sign_rollback
+from shared.protocol.messages.deployment import ModelPush, ModelRollback, ModelStatus, PredictionBatch
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.signing import SigningKey
 from shared.transport.mqtt import MqttConfig, MqttTransport
@@ -144,7 +146,41 @@ def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_pa
 
             result = deploy(engine, registry, key, "activity", 2, ["gw-1"])
             assert result.statuses["gw-1"].active_version == 2 and result.statuses["gw-1"].previous_version == 1
-            back = rollback(engine, ["gw-1"], reason="test")
+
+            def send(body) -> ModelStatus:
+                answer = engine.run_round(f"evil-{secrets.token_hex(3)}", 1, body, ["gw-1"], deadline_s=20,
+                                          expect=ModelStatus)
+                return answer.replies["gw-1"].body
+
+            # a replayed, validly signed v1 on a gateway running v2: refused, and still after a restart
+            replayed_v1 = ModelPush(ModelBundle.create(v1, model_id="activity", version=1, signing_key=key).to_bytes())
+            for attempt in range(2):
+                status = send(replayed_v1)
+                assert status.state == "rejected" and status.active_version == 2, status
+                assert status.reason.startswith("downgrade: activity:v1 is older than activity:v2 already accepted")
+                if attempt == 0:
+                    stop(gateway)
+                    gateway = start_gateway(tmp_path, broker.port, passwords["gw-1"])
+                    presence.wait(["gw-1"], online=True, timeout_s=60)
+
+            # unsigned, forged and misaddressed rollbacks: refused, v2 keeps running
+            old_rollback = sign_rollback(key, client="gw-1", model_id="activity", version=1,
+                                         replaces_model_id="activity", replaces_version=2)
+            for body, reason in ((ModelRollback("unsigned, as before"), "unsigned"),
+                                 (sign_rollback(SigningKey.generate(), client="gw-1", model_id="activity", version=1,
+                                                replaces_model_id="activity", replaces_version=2), "trusts only"),
+                                 (sign_rollback(key, client="gw-2", model_id="activity", version=1,
+                                                replaces_model_id="activity", replaces_version=2), "misaddressed")):
+                status = send(body)
+                assert status.state == "rejected" and reason in status.reason and status.active_version == 2, status
+
+            back = rollback(engine, registry, key, ["gw-1"], reason="test")
+            assert back.statuses["gw-1"].active_version == 1 and back.statuses["gw-1"].previous_version == 2
+            # an older signed rollback replayed after the rollback-forward to v2 (signed too) does nothing
+            assert rollback(engine, registry, key, ["gw-1"]).statuses["gw-1"].active_version == 2
+            status = send(old_rollback)
+            assert status.state == "rejected" and "replayed" in status.reason and status.active_version == 2
+            back = rollback(engine, registry, key, ["gw-1"], reason="test")
             assert back.statuses["gw-1"].active_version == 1
             deployments = {(m, v): s for m, v, c, s, _ in registry.deployments()}
             assert deployments[("activity", 1)] == "active" and deployments[("foreign", 1)] == "rejected"
