@@ -22,6 +22,13 @@ delivered frame carries the connection it was read on, so a consumer knows which
 after a reopen and must not assume they continue the stream it knew (``edge_client.processing``
 decides that from descriptors and sequence numbers). The reader locks the port (``flock``, as
 pyserial's ``exclusive``): two readers on one port would each get a random half of the bytes.
+
+Neither thread may die of what it reads or whom it calls: an exception in the decoder, in the
+port or in a callback is caught at the thread's loop, counted in ``faults`` (``Faults``: logged
+once per kind) and the loop goes on -- a decoder fault drops the bytes it choked on, a port
+fault reopens the port with backoff. What no loop can catch (a ``BaseException`` such as
+``SystemExit`` from a callback) ends the thread with one logged line; ``dead_workers`` then
+names it and ``restart`` starts it again (the gateway's supervisor does both, with backoff).
 """
 
 from __future__ import annotations
@@ -50,8 +57,43 @@ log = logging.getLogger(__name__)
 #: stable name leading to a pty or adapter (a symlink, ``/dev/serial/by-id/...``) is reopened.
 PTY_PATHS = ("/dev/pts/",)
 
+#: The reader's threads, by the names ``dead_workers`` and ``restart`` use.
+_WORKERS = ("read", "deliver")
+
 #: What ``SerialReader.state`` reports.
 UP, DOWN, GONE, BUSY, DENIED, CHANGED, ENDED = "up", "down", "gone", "busy", "denied", "changed", "ended"
+
+
+class Faults:
+    """Exceptions caught where a thread would otherwise die: counted by kind, logged once per kind.
+
+    A kind is where it happened plus the exception's type. The first of a kind is logged with its
+    traceback -- it is a bug or a broken dependency, and the traceback is what gets it fixed; the
+    rest are only counted: a fault that recurs with every frame (a store on a full disk, a model
+    that rejects its input) would otherwise write a traceback per frame, many a second, and bury
+    everything else in the log. Thread-safe: one instance may be shared by several threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def record(self, where: str, exc: BaseException, **extra: object) -> None:
+        kind = f"{where}: {type(exc).__name__}"
+        with self._lock:
+            count = self._counts[kind] = self._counts.get(kind, 0) + 1
+        if count == 1:
+            log.error("%s failed and was skipped; later faults of this kind are only counted", where,
+                      exc_info=exc, extra={"kind": kind, **extra})
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
+
+    def by_kind(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
 
 
 @dataclass(frozen=True)
@@ -82,7 +124,7 @@ class ReaderStats:
     opens: int
     open_failures: int
     disconnects: int
-    callback_errors: int
+    callback_errors: int  # callbacks that raised (also in ``SerialReader.faults``)
     connected: bool
     state: str  # up, down, gone, busy, denied, changed or ended (see the module docstring)
     device_changes: int  # reopens that found another device under the path
@@ -92,7 +134,8 @@ class SerialReader:
     """Decodes frames from ``port`` (a device path, pty path or pyserial URL such as ``loop://``).
 
     ``on_frame(frame)`` and/or ``on_received(ReceivedFrame)`` run on the delivery thread, in
-    arrival order. A callback that raises is logged and counted; delivery goes on.
+    arrival order. A callback that raises is counted in ``faults`` (logged once per kind);
+    delivery goes on. ``faults`` may be shared with the consumer, to count everything in one place.
 
     ``read_timeout_s`` only bounds how long an idle read waits (a read returns as soon as a
     byte arrives): 0.5 s costs nothing in latency, while 0.05 s woke the thread 20 times a
@@ -113,6 +156,7 @@ class SerialReader:
         backoff_max_s: float = 5.0,
         max_payload: int = MAX_PAYLOAD,
         clock_us: Callable[[], int] = wall_clock_us,
+        faults: Faults | None = None,
     ) -> None:
         if on_frame is None and on_received is None:
             raise ValueError("SerialReader needs on_frame or on_received: decoded frames must go somewhere")
@@ -134,7 +178,9 @@ class SerialReader:
         self._stop = threading.Event()
         self._connected = threading.Event()
         self._reading_done = False
-        self._threads: list[threading.Thread] = []
+        self._threads: dict[str, threading.Thread] = {}
+        self._life = threading.Lock()  # start, restart and stop of the threads, one at a time
+        self.faults = faults if faults is not None else Faults()
         self._delivered = self._dropped = self._opens = self._open_failures = self._disconnects = 0
         self._callback_errors = self._device_changes = 0
         self._state = ""  # nothing tried yet (reported as down)
@@ -145,26 +191,65 @@ class SerialReader:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> SerialReader:
-        if self._threads:
-            raise RuntimeError("SerialReader already started")
-        self._threads = [
-            threading.Thread(target=self._read_loop, name=f"serial-read:{self.port}", daemon=True),
-            threading.Thread(target=self._deliver_loop, name=f"serial-deliver:{self.port}", daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
+        with self._life:
+            if self._threads:
+                raise RuntimeError("SerialReader already started")
+            for name in _WORKERS:
+                self._spawn(name)
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop reading, deliver what is already queued, close the port."""
-        self._stop.set()
-        if not self._threads:
-            return
-        read, deliver = self._threads
-        read.join(timeout)
-        deliver.join(timeout)
-        if read.is_alive() or deliver.is_alive():
+        with self._life:
+            self._stop.set()
+            threads = list(self._threads.values())
+        for t in threads:
+            t.join(timeout)
+        if any(t.is_alive() for t in threads):
             log.error("serial reader threads did not stop in time", extra={"port": self.port, "timeout_s": timeout})
+
+    def dead_workers(self) -> list[str]:
+        """The threads (``read``, ``deliver``) that ended although the reader was not stopped."""
+        with self._life:
+            if self._stop.is_set():
+                return []
+            return [name for name, t in self._threads.items() if not t.is_alive()]
+
+    def restart(self, names: Iterable[str]) -> list[str]:
+        """Start the named threads again if they are dead; returns those restarted.
+
+        A dead read thread closed the port on its way out, and its decoder may hold part of a
+        frame: the port is opened anew (a new connection, so ``processing`` asks the sensors to
+        re-announce themselves) and the partial frame is dropped, as after a disconnect.
+        """
+        restarted = []
+        with self._life:
+            for name in _WORKERS:
+                if name not in names or self._stop.is_set() or self._threads[name].is_alive():
+                    continue
+                if name == "read":
+                    with self._lock:
+                        self._decoder.reset()
+                    with self._cond:
+                        self._reading_done = False
+                self._spawn(name)
+                restarted.append(name)
+        return restarted
+
+    def _spawn(self, name: str) -> None:
+        target = self._read_loop if name == "read" else self._deliver_loop
+        thread = threading.Thread(target=self._worker, args=(name, target), name=f"serial-{name}:{self.port}",
+                                  daemon=True)
+        self._threads[name] = thread
+        thread.start()
+
+    def _worker(self, name: str, target: Callable[[], None]) -> None:
+        """A thread's outermost frame: what ends it is logged once, for the supervisor to act on."""
+        try:
+            target()
+        except BaseException as exc:  # noqa: BLE001 - the thread ends either way; say why, once
+            log.error("serial %s thread died; it is restarted by the gateway's supervisor", name, exc_info=exc,
+                      extra={"port": self.port})
 
     def __enter__(self) -> SerialReader:
         return self.start()
@@ -296,25 +381,33 @@ class SerialReader:
         backoff = self._backoff[0]
         try:
             while not self._stop.is_set():
-                if self._serial is None:
-                    if not self._open():
-                        self._stop.wait(backoff)
-                        backoff = min(backoff * 2, self._backoff[1])
-                        continue
-                    backoff = self._backoff[0]
-                port = self._serial
                 try:
-                    data = port.read(port.in_waiting or 1)
-                except (serial.SerialException, OSError) as exc:
+                    if self._serial is None:
+                        if not self._open():
+                            self._stop.wait(backoff)
+                            backoff = min(backoff * 2, self._backoff[1])
+                            continue
+                        backoff = self._backoff[0]
+                    port = self._serial
+                    try:
+                        data = port.read(port.in_waiting or 1)
+                    except (serial.SerialException, OSError) as exc:
+                        self._close()
+                        if not self._path_gone():  # a pty's path vanishes with its last reader
+                            self._set_state(DOWN, "serial link lost; reconnecting", error=str(exc))
+                        with self._lock:
+                            self._disconnects += 1
+                            self._decoder.reset()
+                        continue
+                    if data:
+                        self._ingest(data)
+                except Exception as exc:  # noqa: BLE001 - pyserial or a bug: start over from a closed port
+                    self.faults.record("serial read", exc, port=self.port)
                     self._close()
-                    if not self._path_gone():  # a pty's path vanishes with its last reader
-                        self._set_state(DOWN, "serial link lost; reconnecting", error=str(exc))
                     with self._lock:
-                        self._disconnects += 1
                         self._decoder.reset()
-                    continue
-                if data:
-                    self._ingest(data)
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, self._backoff[1])
         finally:
             self._close()
             with self._cond:  # let the delivery thread drain the queue and end, even without stop()
@@ -324,7 +417,12 @@ class SerialReader:
     def _ingest(self, data: bytes) -> None:
         received, connection = self._clock(), self._opens
         with self._lock:
-            decoded = self._decoder.feed_with_bytes(data)
+            try:
+                decoded = self._decoder.feed_with_bytes(data)
+            except Exception as exc:  # noqa: BLE001 - bad frames are counted errors (frames.py); this is a bug
+                self.faults.record("frame decoder", exc, port=self.port)
+                self._decoder.reset()  # drop the bytes it choked on, or the next read chokes on them again
+                return
         if not decoded:
             return
         with self._cond:
@@ -352,8 +450,8 @@ class SerialReader:
                     self._on_received(item)
                 if self._on_frame is not None:
                     self._on_frame(item.frame)
-            except Exception:
-                log.exception("frame callback failed", extra={"port": self.port, "sensor_id": item.frame.sensor_id})
+            except Exception as exc:  # noqa: BLE001 - a consumer's fault must not end delivery
+                self.faults.record("frame delivery", exc, port=self.port, sensor_id=item.frame.sensor_id)
                 with self._lock:
                     self._callback_errors += 1
             with self._lock:
