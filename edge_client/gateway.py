@@ -13,6 +13,12 @@ window store or is written by another gateway, a trust key that is not a key, a 
 it cannot write, a serial port another process holds or it may not open. A serial device that
 is missing or vanishes is not fatal: it is reported (``link=gone``) and reopened when it comes
 back, and ``processing.py`` decides whether what then speaks is still the same sensors.
+
+What it survives at runtime: an exception in the serial reader's threads, the frame decoder,
+the pipeline, a store write, the live predictor or the publishing tick is caught where it
+happened, counted (``faults=`` in the stats line, one log line per kind) and the gateway goes
+on. A reader thread that dies anyway (of a ``BaseException``) is restarted by the supervisor
+thread with exponential backoff (``restarts=``; ``SupervisionConfig``).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from firmware_bridge.serial_link import SerialReader
+from firmware_bridge.serial_link import Faults, SerialReader
 from shared import __version__
 from shared.protocol.envelope import Message
 from shared.protocol.messages import Describe, Hello, Ping, Pong, Status
@@ -61,6 +67,26 @@ class GatewayError(Exception):
 
 
 @dataclass(frozen=True)
+class SupervisionConfig:
+    """How the supervisor restarts a dead serial reader thread.
+
+    It checks every ``check_every_s``; a dead thread is restarted ``backoff_initial_s`` after it was
+    noticed, and each further death doubles that wait up to ``backoff_max_s`` -- a fault that kills
+    the thread with every frame then costs one restart and one log line a minute, not a hot loop.
+    A thread that ran ``healthy_after_s`` since its last restart starts over at the initial wait.
+    """
+
+    check_every_s: float = 0.5
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 60.0
+    healthy_after_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not (0 < self.check_every_s and 0 < self.backoff_initial_s <= self.backoff_max_s):
+            raise ValueError("check_every_s > 0 and 0 < backoff_initial_s <= backoff_max_s")
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     client_id: str
     store_path: Path
@@ -76,6 +102,7 @@ class GatewayConfig:
     engine: EnginePreference = "auto"
     alert_rules: tuple[AlertRule, ...] = DEFAULT_RULES
     live: LiveConfig = field(default_factory=LiveConfig)
+    supervision: SupervisionConfig = field(default_factory=SupervisionConfig)
 
 
 def _pong(request: Message) -> Pong:
@@ -109,10 +136,13 @@ class Gateway:
                                                                 or self.store.latest_feature_set_version()),
                                    engine=config.engine)
         self.predictor = LivePredictor(self.models, self.store, AlertEngine(config.alert_rules), config.live)
+        self.faults = Faults()  # everything caught at a thread boundary, shared by reader and processor
+        self.restarts = 0  # reader threads restarted by the supervisor
         self.processor = FrameProcessor(self.store, self.session_id, config=config.pipeline,
-                                        on_window=self.predictor.on_window)
+                                        on_window=self.predictor.on_window, faults=self.faults)
         self.models.load()  # the stored model: recognition works before (and without) any broker
-        self.serial = (SerialReader(config.serial_port, config.baudrate, on_received=self.processor.on_received)
+        self.serial = (SerialReader(config.serial_port, config.baudrate, on_received=self.processor.on_received,
+                                    faults=self.faults)
                        if config.serial_port else None)
         self.transport: MqttTransport | None = None
         if config.mqtt is not None:
@@ -126,6 +156,8 @@ class Gateway:
             dispatcher.register(ModelPush, self._on_model_push)
             dispatcher.register(ModelRollback, self._on_rollback)
         self._stop = threading.Event()
+        self._supervisor_stop = threading.Event()
+        self._supervisor: threading.Thread | None = None
         self._started = False
         self.final_stats: dict[str, object] = {}
 
@@ -201,7 +233,8 @@ class Gateway:
                        lost_samples=s.link.lost_samples, dropped=s.dropped, reopens=max(s.opens - 1, 0),
                        device_changes=s.device_changes)
         out.update(streams=p.streams, unattributed=p.unattributed_frames, windows=p.windows,
-                   unknown_frames=p.unknown_sensor_frames)
+                   unknown_frames=p.unknown_sensor_frames, mismatched=p.mismatched_frames,
+                   refused_descriptors=p.refused_descriptors, faults=self.faults.total, restarts=self.restarts)
         st = self.store.stats()
         out.update(stored=st.windows, labelled=st.labelled)
         if self.transport is not None:
@@ -228,6 +261,8 @@ class Gateway:
             if refused:
                 self.shutdown()
                 raise GatewayError(f"serial port {self.config.serial_port} {refused}")
+            self._supervisor = threading.Thread(target=self._supervise, name="gateway-supervisor", daemon=True)
+            self._supervisor.start()
         log.info("gateway running", extra={"client": self.config.client_id, "session": self.session_id})
 
     def run(self, *, stats_every_s: float = 0.0, on_stats=None) -> None:
@@ -238,15 +273,49 @@ class Gateway:
         next_stats = time.monotonic() + stats_every_s if stats_every_s else float("inf")
         try:
             while not self._stop.wait(min(tick, stats_every_s or tick)):
-                self._publish_live()
+                try:
+                    self._publish_live()
+                except Exception as exc:  # noqa: BLE001 - a broken publish must not stop collection
+                    self.faults.record("publishing predictions and status", exc)
                 if on_stats is not None and time.monotonic() >= next_stats:
-                    on_stats(self.stats())
                     next_stats = time.monotonic() + stats_every_s
+                    try:
+                        on_stats(self.stats())
+                    except Exception as exc:  # noqa: BLE001 - nor a stats line that cannot be made
+                        self.faults.record("stats line", exc)
         finally:
             self.shutdown()
 
+    def _supervise(self) -> None:
+        """Restart serial reader threads that died, with backoff (``SupervisionConfig``)."""
+        cfg = self.config.supervision
+        wait, last_restart, due = cfg.backoff_initial_s, float("-inf"), None
+        while not self._supervisor_stop.wait(cfg.check_every_s):
+            try:
+                dead = self.serial.dead_workers()
+                now = time.monotonic()
+                if not dead:
+                    due = None
+                    continue
+                if due is None:  # noticed now: restart after the current backoff
+                    if now - last_restart >= cfg.healthy_after_s:
+                        wait = cfg.backoff_initial_s
+                    due = now + wait
+                if now < due:
+                    continue
+                restarted = self.serial.restart(dead)
+                self.restarts += len(restarted)
+                log.warning("serial reader threads restarted", extra={"threads": restarted, "restarts": self.restarts,
+                                                                    "backoff_s": wait})
+                last_restart, due, wait = now, None, min(wait * 2, cfg.backoff_max_s)
+            except Exception as exc:  # noqa: BLE001 - the supervisor itself must not die of a fault
+                self.faults.record("supervisor", exc)
+
     def shutdown(self) -> None:
         """Stop reading, finish the windows the data allows, close store and broker connection."""
+        self._supervisor_stop.set()
+        if self._supervisor is not None:
+            self._supervisor.join()
         if self.serial is not None:
             self.serial.stop()
         self.processor.finish()

@@ -8,7 +8,15 @@ windows, features and labels bit for bit, whatever the chunking of the byte stre
   Sample frames of sensors not declared yet are counted and dropped: without a descriptor
   there are no units, no scale and no sample rate to interpret them with.
 - Sample frames become physical values, go through the streaming pipeline, and every finished
-  window becomes a feature vector stored under the session.
+  window becomes a feature vector stored under the session. A frame whose channels or sample
+  format differ from its sensor's descriptor is counted (``mismatched_frames``) and dropped,
+  with one warning line per kind of mismatch: the sensor sends it with every frame, and a
+  traceback per frame told the operator nothing more.
+- A descriptor the pipeline cannot serve (a rate it cannot resample onto the grid, such as
+  100.0003 Hz) is refused, counted (``refused_descriptors``) and warned about once; the sensor's
+  samples then count as unknown, and nothing known so far changes.
+- An exception from the window callback (live recognition) is a counted fault (``Faults``): the
+  window is stored, collection goes on.
 - Annotation frames label what they cover once their interval is closed (the store applies the
   rule: a window entirely inside one label's interval, and overlapping no other label).
 
@@ -57,7 +65,7 @@ import numpy as np
 
 from firmware_bridge.descriptors import SensorDescriptor
 from firmware_bridge.frames import Annotation, AnnotationFrame, DescriptorFrame, Frame, SampleFrame, to_physical
-from firmware_bridge.serial_link import ReceivedFrame
+from firmware_bridge.serial_link import Faults, ReceivedFrame
 
 from .features import FEATURE_SET_VERSION, feature_names, window_features
 from .pipeline import PipelineConfig, Window, WindowAssembler
@@ -82,6 +90,8 @@ class ProcessingStats:
     frames: int = 0
     unknown_sensor_frames: int = 0
     unattributed_frames: int = 0  # SAMPLES of known sensors after a reopen, before their descriptor came again
+    mismatched_frames: int = 0  # SAMPLES whose channels or format differ from their sensor's descriptor
+    refused_descriptors: int = 0  # DESCRIPTORs the pipeline cannot serve
     windows: int = 0
     annotations_closed: int = 0
     rebuilds: int = 0
@@ -108,9 +118,11 @@ class FrameProcessor:
     """
 
     def __init__(self, store: WindowStore, session_id: str, *, config: PipelineConfig = PipelineConfig(),
-                 on_window: Callable[[WindowRecord, int | None, float], object] | None = None) -> None:
+                 on_window: Callable[[WindowRecord, int | None, float], object] | None = None,
+                 faults: Faults | None = None) -> None:
         self.store = store
         self.on_window = on_window  # e.g. live recognition; called after the window is stored
+        self.faults = faults if faults is not None else Faults()  # on_window's exceptions
         self.session_id = session_id  # the first stream's session; later ones are SESSION#N
         self.current_session = session_id
         self.sessions = [session_id]  # every session this processor has stored under
@@ -126,6 +138,9 @@ class FrameProcessor:
         self.unconfirmed: set[int] = set()  # known sensors that have not re-announced since the reopen
         self._check_after_reopen: set[int] = set()  # sensors whose next SAMPLES frame must prove continuity
         self._held: list[Annotation] | None = None  # annotations waiting for the reopen's decision
+        # Kinds of refused input already logged; bounded (by sensor id and channel layout) so that a
+        # sender varying its descriptors cannot grow it without limit.
+        self._warned: set[tuple[object, ...]] = set()
 
     def on_frame(self, frame: Frame, received_us: int | None = None) -> None:
         self.stats.frames += 1
@@ -163,10 +178,24 @@ class FrameProcessor:
                         extra={"count": len(self._held)})
         self._held = None
 
+    def _warn_once(self, kind: tuple[object, ...], message: str, **extra: object) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning(message, extra=extra)
+
     def _descriptor(self, descriptor: SensorDescriptor) -> None:
         known = self.descriptors.get(descriptor.sensor_id)
         if known == descriptor:
             self.unconfirmed.discard(descriptor.sensor_id)
+            return
+        ordered = [d for k, d in sorted({**self.descriptors, descriptor.sensor_id: descriptor}.items())]
+        try:  # before anything changes: a refused descriptor leaves the known layout as it was
+            assembler = WindowAssembler(ordered, self.config)
+        except ValueError as exc:
+            self.stats.refused_descriptors += 1
+            self._warn_once(("descriptor", descriptor.sensor_id),
+                            "sensor descriptor refused: the pipeline cannot use it; its samples are dropped",
+                            sensor=descriptor.name, reason=str(exc))
             return
         if known is not None:
             self._new_stream(f"sensor {descriptor.sensor_id} announced another descriptor ({known.name} -> "
@@ -177,8 +206,8 @@ class FrameProcessor:
             self._store(self._assembler.flush())  # what the old layout can still finish
         self.unconfirmed.discard(descriptor.sensor_id)
         self.descriptors[descriptor.sensor_id] = descriptor
-        self._ordered = [self.descriptors[k] for k in sorted(self.descriptors)]
-        self._assembler = WindowAssembler(self._ordered, self.config)
+        self._ordered = ordered
+        self._assembler = assembler
         self.feature_names = feature_names(self._ordered)
         self.feature_set_version = layout_version(self._ordered)
         self.stats.rebuilds += 1
@@ -194,6 +223,15 @@ class FrameProcessor:
             return
         if frame.sensor_id in self.unconfirmed:
             self.stats.unattributed_frames += 1
+            return
+        received = (frame.samples.shape[1], frame.sample_format)
+        announced = (descriptor.n_channels, descriptor.sample_format)
+        if received != announced:
+            self.stats.mismatched_frames += 1
+            self._warn_once(("samples", frame.sensor_id, announced, received),
+                            "sample frames do not match their sensor's descriptor (stale or wrong firmware?): "
+                            "dropped and counted as mismatched", sensor=descriptor.name,
+                            announced="{} {}".format(*announced), received="{} {}".format(*received))
             return
         last = self._last.get(frame.sensor_id)
         reason = self._continuity_break(frame, descriptor, last, received_us) if last is not None else ""
@@ -261,8 +299,8 @@ class FrameProcessor:
             if self.on_window is not None:
                 try:
                     self.on_window(record, row, completed_at)
-                except Exception:  # noqa: BLE001 - recognition must never stop data collection
-                    log.exception("window callback failed", extra={"end_us": window.end_us})
+                except Exception as exc:  # noqa: BLE001 - recognition must never stop data collection
+                    self.faults.record("window callback (live recognition)", exc, end_us=window.end_us)
 
     def _annotation(self, a: Annotation) -> None:
         if a.end_us is None:  # still going on: its closing annotation carries the whole interval
