@@ -95,8 +95,10 @@ MAX_DESCRIPTOR_DEPTH = 16
 #: characters. Longer ones are refused before conversion: ``int()`` raises ValueError above 4,300
 #: digits, and a 400-digit integer overflows ``float()``.
 MAX_NUMBER_CHARS = 32
-#: Malformed frames of one type are logged once, then every this many (all are counted in LinkStats).
-MALFORMED_LOG_EVERY = 1000
+#: Link events of one kind (malformed frames of a type, gaps or restarts of a stream) are logged
+#: the first time, then every this many: all are counted in LinkStats, and a hostile or broken
+#: sender must not be able to write a log line per frame.
+LOG_EVERY = 1000
 OPEN_END = 0xFFFF_FFFF_FFFF_FFFF
 
 _HEADER = struct.Struct("<2sHBBBIQ")
@@ -492,7 +494,7 @@ class FrameDecoder:
         self._buf = bytearray()
         self._rates = {d.sensor_id: d.sample_rate_hz for d in descriptors}
         self._streams: dict[tuple[int, int], _StreamState] = {}
-        self._malformed_by_type: dict[int, int] = {}
+        self._logged: dict[tuple[object, ...], int] = {}  # events per kind, for _log_sometimes
 
     @property
     def pending(self) -> int:
@@ -554,11 +556,8 @@ class FrameDecoder:
             except FrameError as exc:
                 stats.malformed += 1
                 stats.bytes_skipped += end - pos
-                self._malformed_by_type[ftype] = count = self._malformed_by_type.get(ftype, 0) + 1
-                if count == 1 or count % MALFORMED_LOG_EVERY == 0:  # a hostile sender must not flood the log
-                    log.warning("malformed frame dropped (the first of its type, then every %dth is logged)",
-                                MALFORMED_LOG_EVERY, extra={"sensor_id": sensor_id, "type": ftype,
-                                                            "reason": str(exc), "count": count})
+                self._log_sometimes(("malformed", ftype), "malformed frame dropped", sensor_id=sensor_id,
+                                    type=ftype, reason=str(exc))
                 pos = end
                 continue
             pos = end
@@ -567,6 +566,13 @@ class FrameDecoder:
             out.append((frame, raw))
         del buf[:pos]
         return out
+
+    def _log_sometimes(self, kind: tuple[object, ...], message: str, **extra: object) -> None:
+        """A warning for the first event of ``kind``, then for every ``LOG_EVERY``-th (see there)."""
+        self._logged[kind] = count = self._logged.get(kind, 0) + 1
+        if count == 1 or count % LOG_EVERY == 0:
+            log.warning("%s (the first of its kind, then every %dth, is logged)", message, LOG_EVERY,
+                        extra={**extra, "count": count})
 
     def _track(self, frame: Frame) -> None:
         if isinstance(frame, DescriptorFrame):
@@ -589,8 +595,8 @@ class FrameDecoder:
             return
         if delta == 0 or delta >= _U32 // 2:
             st.restarts += 1
-            log.warning("sender restarted its sequence", extra={"sensor_id": frame.sensor_id, "seq": frame.seq,
-                                                                "previous_seq": prev.seq})
+            self._log_sometimes(("restart", key), "sender restarted its sequence", sensor_id=frame.sensor_id,
+                                seq=frame.seq, previous_seq=prev.seq)
             return
         lost_frames = delta - 1
         if not is_samples:
@@ -605,6 +611,6 @@ class FrameDecoder:
         self.stats.gaps += 1
         self.stats.lost_frames += lost_frames
         self.stats.lost_samples += lost_samples
-        log.warning("frames lost on the link", extra={"sensor_id": frame.sensor_id, "lost_frames": lost_frames,
-                                                      "lost_samples": lost_samples, "seq": frame.seq})
+        self._log_sometimes(("gap", key), "frames lost on the link", sensor_id=frame.sensor_id,
+                            lost_frames=lost_frames, lost_samples=lost_samples, seq=frame.seq)
 

@@ -221,12 +221,15 @@ def test_any_payload_bytes_in_any_frame_type_are_a_frame_or_a_counted_error(ftyp
     _feed_hostile(9, ftype, payload)
 
 
-def test_a_flood_of_malformed_frames_logs_one_line(caplog: pytest.LogCaptureFixture) -> None:
+def test_floods_of_malformed_frames_gaps_and_restarts_log_one_line_per_kind(caplog: pytest.LogCaptureFixture) -> None:
     bad = descriptor_frame("[" * 3000 + "]" * 3000)
+    seqs = [0, 0] * 100 + [s * 2 for s in range(100, 300)]  # 199 restarts, then 200 gaps
+    samples = [SampleFrame(1, s, i * 1000, np.ones((2, 3), np.int16)) for i, s in enumerate(seqs)]
     dec = FrameDecoder()
     with caplog.at_level("WARNING", logger="firmware_bridge.frames"):
-        assert dec.feed(bad * 200 + encode_frame(GOOD)) == [GOOD]
-    assert dec.stats.malformed == 200
-    assert [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()] == [
-        "malformed frame dropped (the first of its type, then every 1000th is logged)"]
+        assert dec.feed(bad * 200 + b"".join(map(encode_frame, samples))) == samples
+    s = dec.stats.sensors[1]
+    assert (dec.stats.malformed, s.restarts, s.gaps) == (200, 199, 200)
+    assert sorted(r.getMessage().split(" (")[0] for r in caplog.records) == [
+        "frames lost on the link", "malformed frame dropped", "sender restarted its sequence"]
     assert not any(r.exc_info for r in caplog.records)
