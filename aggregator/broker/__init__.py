@@ -1,8 +1,9 @@
 """Starting an MQTT broker for WheelFed: mosquitto with the ``deploy/`` configs, or an embedded one."""
 
-from .mosquitto import BrokerUser, MosquittoBroker, find_free_port, mosquitto_available
+from .mosquitto import BrokerUser, MosquittoBroker, find_free_port, mosquitto_available, read_password_file
 
-__all__ = ["BrokerUser", "EmbeddedBroker", "MosquittoBroker", "find_free_port", "mosquitto_available"]
+__all__ = ["BrokerUser", "EmbeddedBroker", "MosquittoBroker", "find_free_port", "mosquitto_available",
+           "read_password_file"]
 
 
 def __getattr__(name: str):

@@ -2,8 +2,8 @@
 
 ``EmbeddedBroker`` has the surface of ``MosquittoBroker`` (``start``/``stop``/``restart``, ``host``,
 ``port``, context manager) but runs amqtt inside this process, in a thread of its own with its own
-asyncio event loop, listening on 127.0.0.1 by default. Production uses mosquitto; this is for demos
-and tests.
+asyncio event loop, listening on 127.0.0.1 (loopback only: it has no TLS). Production uses
+mosquitto; this is for demos and tests.
 
 **MQTT 3.1.1 only.** amqtt refuses MQTT v5 clients (a paho v5 CONNECT is dropped without CONNACK),
 so every client must use ``MqttConfig(protocol=4)``. ``MqttTransport`` then asks for a persistent
@@ -43,8 +43,8 @@ Known gaps compared with the mosquitto deployment (fine for a demo, not for prod
   (amqtt's SQLite session plugin needs the ``amqtt[contrib]`` extras, sqlalchemy and aiosqlite, not
   installed). Clients reconnect by themselves and ``MqttTransport`` re-subscribes, so a restart
   costs only the traffic in flight and what was queued;
-- no TLS / client certificates, no packet-size limit (senders enforce ``max_payload``), no bound on
-  a session's offline queue (mosquitto: ``max_queued_messages``);
+- no TLS / client certificates (hence loopback addresses only), no packet-size limit (senders
+  enforce ``max_payload``), no bound on a session's offline queue (mosquitto: ``max_queued_messages``);
 - queued messages reach a returning client with the retain flag set (``MqttTransport`` ignores it);
   a large message blocks the broker's loop while it is handled (~0.4 s for 20 MB).
 """
@@ -72,7 +72,7 @@ from amqtt.utils import format_client_message, gen_client_id
 
 from shared.protocol.topics import TopicLayout
 
-from .mosquitto import BrokerUser, find_free_port
+from .mosquitto import BrokerUser, find_free_port, require_loopback
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +256,7 @@ class EmbeddedBroker:
         bind_address: str = "127.0.0.1",
         layout: TopicLayout | None = None,
     ) -> None:
+        require_loopback(bind_address)  # it has no TLS
         self.run_dir = Path(run_dir).resolve()
         self.users = list(users)
         self.bind_address = bind_address

@@ -6,17 +6,21 @@ process user are filled in here. Used by ``wheelfed broker``, the demo and the t
 
 from __future__ import annotations
 
+import base64
 import errno
 import getpass
+import hashlib
+import ipaddress
 import logging
 import os
+import stat
 import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
@@ -48,11 +52,27 @@ def die_with_parent():
 
 
 def mosquitto_available() -> bool:
-    return shutil.which("mosquitto") is not None and shutil.which("mosquitto_passwd") is not None
+    return shutil.which("mosquitto") is not None
+
+
+#: mosquitto_passwd's PBKDF2 iterations; the broker reads the count from each hash.
+PASSWORD_HASH_ITERATIONS = 101
+
+
+def mosquitto_password_hash(password: str) -> str:
+    """A password-file hash as ``mosquitto_passwd`` (2.0+) writes it: ``$7$`` = PBKDF2-SHA512 with a
+    12-byte random salt."""
+    salt = os.urandom(12)
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, PASSWORD_HASH_ITERATIONS, 64)
+    return f"$7${PASSWORD_HASH_ITERATIONS}${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
 
@@ -67,7 +87,7 @@ def _port_open(host: str, port: int) -> bool:
 
 def port_free(host: str, port: int) -> bool:
     """Whether a listener could bind ``host:port`` now (as mosquitto does, with SO_REUSEADDR)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
@@ -76,18 +96,61 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+def is_loopback(address: str) -> bool:
+    """Whether a listener on ``address`` is reachable from this machine only."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def require_loopback(bind_address: str) -> None:
+    """Plain TCP carries passwords and model pushes in clear: only where nothing else can listen."""
+    if not is_loopback(bind_address):
+        raise ValueError(f"plain TCP (no TLS) is served on loopback only, not on {bind_address}: give "
+                         "--tls-cert-dir DIR (deploy/certs makes one) or bind 127.0.0.1")
+
+
 @dataclass(frozen=True)
 class BrokerUser:
     name: str
-    password: str
+    password: str = field(repr=False)  # never in a log line or traceback
 
     @classmethod
     def parse(cls, spec: str) -> "BrokerUser":
-        """``NAME:PASSWORD`` as given on the command line."""
+        """``NAME:PASSWORD`` (the first colon separates them)."""
         name, sep, password = spec.partition(":")
         if not sep or not password:
-            raise ValueError(f"user {spec!r} must be given as NAME:PASSWORD")
+            raise ValueError("must be NAME:PASSWORD")
         return cls(validate_client_id(name), password)
+
+
+def read_password_file(path: str | Path) -> list[BrokerUser]:
+    """The users of a ``NAME:PASSWORD`` file (``#`` comments and blank lines allowed).
+
+    The file must be readable by its owner only: it holds every broker password in clear.
+    Every problem is a ``ValueError`` whose message names the file, the line and the fix.
+    """
+    path = Path(path)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise ValueError(f"{path} is readable by others (mode {mode:04o}): chmod 600 {path}")
+    users: list[BrokerUser] = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            user = BrokerUser.parse(line)
+        except ValueError as exc:
+            raise ValueError(f"{path} line {number}{' ' if str(exc).startswith('must') else ': '}{exc}") from None
+        if any(u.name == user.name for u in users):
+            raise ValueError(f"{path} line {number}: user {user.name} appears twice")
+        users.append(user)
+    if not users:
+        raise ValueError(f"{path} has no users (lines NAME:PASSWORD)")
+    return users
 
 
 class MosquittoBroker:
@@ -107,6 +170,11 @@ class MosquittoBroker:
             raise FileNotFoundError(
                 "mosquitto is not installed: `apt-get install -y mosquitto` (or use the embedded broker)"
             )
+        if tls_cert_dir and users:
+            raise ValueError("users (passwords) are for the plain loopback listener; under TLS the client "
+                             "certificate's CN is the identity")
+        if not tls_cert_dir:
+            require_loopback(bind_address)
         self.run_dir = Path(run_dir).resolve()
         self.users = list(users)
         self.bind_address = bind_address
@@ -122,19 +190,25 @@ class MosquittoBroker:
         return "127.0.0.1" if self.bind_address in ("0.0.0.0", "") else self.bind_address
 
     def _render(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # 0700: the persistence file holds the queued messages (model pushes) of every gateway.
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.run_dir.chmod(0o700)
         name = "wheelfed-tls.conf.in" if self.tls_cert_dir else "wheelfed.conf.in"
         template = Template((self.deploy_dir / "mosquitto" / name).read_text())
         self.config_path.write_text(template.substitute(
             port=self.port, bind_address=self.bind_address, run_dir=self.run_dir, deploy_dir=self.deploy_dir,
             cert_dir=self.tls_cert_dir or "", user=getpass.getuser(),
         ))
-        passwd = self.run_dir / "passwd"
-        passwd.write_text("")
-        for user in self.users:
-            subprocess.run(["mosquitto_passwd", "-b", str(passwd), user.name, user.password], check=True,
-                           capture_output=True)
-        passwd.chmod(0o600)
+        if not self.tls_cert_dir:
+            self._write_password_file(self.run_dir / "passwd")
+
+    def _write_password_file(self, passwd: Path) -> None:
+        """mosquitto's password file, hashes only, 0600. Hashed here rather than by
+        ``mosquitto_passwd``: ``-b`` shows each password in ``ps``, ``-U`` cuts it at a colon."""
+        fd = os.open(passwd, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.writelines(f"{user.name}:{mosquitto_password_hash(user.password)}\n" for user in self.users)
 
     def start(self, timeout_s: float = 10.0) -> "MosquittoBroker":
         if not port_free(self.bind_address, self.port):
