@@ -74,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
         if missing:
             raise UsageError(f"--tls-cert-dir {args.tls_cert_dir} lacks {', '.join(missing)} (deploy/certs makes them)")
     elif not users:
-        raise UsageError("give --tls-cert-dir DIR (mutual TLS; deploy/certs makes DIR), or for loopback use "
-                         "--password-file FILE with the aggregator's and each gateway's NAME:PASSWORD")
+        raise UsageError("give --tls-cert-dir DIR (mutual TLS; deploy/certs makes DIR), or for plain TCP on "
+                         "loopback the aggregator's and each gateway's account: --password-file FILE (or --user "
+                         "NAME:PASSWORD, visible in ps)")
     port = TLS_PORT if tls and args.port is None else PLAIN_PORT if args.port is None else args.port
     bind = args.bind or ("0.0.0.0" if tls else "127.0.0.1")
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="wheelfed-broker-"))
