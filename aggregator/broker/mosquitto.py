@@ -13,10 +13,10 @@ import hashlib
 import ipaddress
 import logging
 import os
-import stat
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import threading
 import time
@@ -123,7 +123,7 @@ class BrokerUser:
         """``NAME:PASSWORD`` (the first colon separates them)."""
         name, sep, password = spec.partition(":")
         if not sep or not password:
-            raise ValueError("must be NAME:PASSWORD")
+            raise ValueError("not NAME:PASSWORD")
         return cls(validate_client_id(name), password)
 
 
@@ -144,7 +144,7 @@ def read_password_file(path: str | Path) -> list[BrokerUser]:
         try:
             user = BrokerUser.parse(line)
         except ValueError as exc:
-            raise ValueError(f"{path} line {number}{' ' if str(exc).startswith('must') else ': '}{exc}") from None
+            raise ValueError(f"{path} line {number}: {exc}") from None  # (never the password itself)
         if any(u.name == user.name for u in users):
             raise ValueError(f"{path} line {number}: user {user.name} appears twice")
         users.append(user)

@@ -148,7 +148,7 @@ def test_a_password_file_others_can_read_is_refused_with_the_fix(tmp_path: Path)
 
 
 @pytest.mark.parametrize("content, fragment", [
-    ("aggregator:secret\ngw-1\n", "line 2 must be NAME:PASSWORD"),
+    ("aggregator:secret\ngw-1\n", "line 2: not NAME:PASSWORD"),
     ("aggregator:secret\nbad name:pw\n", "line 2: invalid client id 'bad name'"),
     ("gw-1:a\ngw-1:b\n", "line 2: user gw-1 appears twice"),
     ("# nobody\n", "no users"),
