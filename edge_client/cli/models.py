@@ -303,7 +303,8 @@ def add(sub: argparse._SubParsersAction) -> None:
                                      "wheelfed model register model.cbor --registry reg.db",
                                      "wheelfed model show activity:v2 --registry reg.db",
                                      "wheelfed model export activity --registry reg.db -o activity.cbor",
-                                     "wheelfed model deploy activity --registry reg.db --key aggregator.key --clients gw-1",
+                                     "wheelfed model deploy activity --registry reg.db --key aggregator.key "
+                                     "--clients gw-1",
                                      "wheelfed model rollback --registry reg.db --clients gw-3"])
     actions = model.add_subparsers(dest="action", required=True, metavar="ACTION")
 
