@@ -103,7 +103,8 @@ def test_an_unexpected_port_error_reopens_the_port_and_reading_goes_on(pty: tupl
     assert got == frames and reader.faults.by_kind() == {"serial read: TypeError": 1}
 
 
-def test_a_callback_failing_on_every_frame_logs_one_line(pty: tuple[int, str], caplog: pytest.LogCaptureFixture) -> None:
+def test_a_callback_failing_on_every_frame_logs_one_line(pty: tuple[int, str],
+                                                         caplog: pytest.LogCaptureFixture) -> None:
     master, path = pty
 
     def broken(item: ReceivedFrame) -> None:
