@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         reassembler = Reassembler()  # fresh: a completed transfer id is remembered as done
         whole = None
         for chunk in chunks:
-            whole = reassembler.add(chunk)
+            whole = reassembler.add(chunk, sender=SENDER)
         return whole
 
     def send_path() -> list[bytes]:
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         reassembler = Reassembler()
         whole = None
         for wire in chunk_wires:
-            whole = reassembler.add(decode_message(wire, max_bytes=max_payload))
+            whole = reassembler.add(decode_message(wire, max_bytes=max_payload), sender=SENDER)
         assert whole is not None
         return decode_message(whole)
 

@@ -66,11 +66,14 @@ from .frames import (
     descriptor_from_dict,
     descriptor_to_dict,
     decode_frame,
+    json_depth,
 )
 
 log = logging.getLogger(__name__)
 
 MAGIC = b"\x89WFR\r\n\x1a\n"
+#: The metadata's JSON nesting: a session's header is a few levels deep (descriptors, channels).
+MAX_METADATA_DEPTH = 16
 FORMAT_VERSION = 1
 FORMAT_NAME = "wheelfed-recording"
 MAX_METADATA_BYTES = 1 << 20
@@ -130,7 +133,7 @@ class RecordingMetadata:
                 created_us=int(doc.get("created_us", 0)),
                 extra=dict(doc.get("extra", {})),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # FrameError is a ValueError
             raise RecordingError(f"recording metadata is invalid: {exc}") from exc
 
 
@@ -330,9 +333,12 @@ class RecordingReader:
         if zlib.crc32(head + meta) != _CRC.unpack(crc)[0]:
             raise RecordingError(f"{self.path}: header CRC mismatch; the metadata is corrupt")
         self.header_size = _FILE_HEAD.size + meta_len + _CRC.size
+        depth = json_depth(meta)
+        if depth > MAX_METADATA_DEPTH:  # json.loads would recurse (RecursionError) on a hostile file
+            raise RecordingError(f"{self.path}: metadata JSON is nested {depth} deep (at most {MAX_METADATA_DEPTH})")
         try:
             doc = json.loads(meta.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except ValueError as exc:  # not UTF-8, not JSON, or an integer longer than Python converts
             raise RecordingError(f"{self.path}: metadata is not UTF-8 JSON: {exc}") from exc
         if not isinstance(doc, dict):
             raise RecordingError(f"{self.path}: metadata is not a JSON object")

@@ -205,3 +205,30 @@ def test_labels_with_any_unicode_survive(tmp_path: Path) -> None:
         w.write_frame(encode_frame(AnnotationFrame(Annotation(label, 7, None, 1, 4), 0, 7)), 8)
     rec = Recording.load(path)
     assert [a.label for a in rec.annotations] == [label, label] and rec.metadata.subject == "Zoë"
+
+
+def _recording_with_metadata(path, meta: bytes) -> None:
+    """A recording whose header carries ``meta`` verbatim, with a correct CRC (a hostile file)."""
+    import struct
+    import zlib
+
+    from firmware_bridge.recording import FORMAT_VERSION, MAGIC
+
+    head = struct.pack("<8sHI", MAGIC, FORMAT_VERSION, len(meta)) + meta
+    path.write_bytes(head + struct.pack("<I", zlib.crc32(head)))
+
+
+@pytest.mark.parametrize("meta", [
+    b"[" * 5000 + b"]" * 5000,                                          # RecursionError in json
+    b'{"format": "wheelfed-recording", "session_id": ' + b"9" * 5000 + b"}",  # int-digit limit
+    b'{"format": "wheelfed-recording", "session_id": "s", "created_us": 1e999}',  # OverflowError
+    b'{"format": "wheelfed-recording", "session_id": "s", "descriptors": [{"sensor_id": 1}]}',
+    b'{"format": "wheelfed-recording", "session_id": "s", "extra": [1, 2]}',
+], ids=["deep", "long-int", "inf-int", "bad-descriptor", "extra-list"])
+def test_a_hostile_header_is_a_recording_error(tmp_path, meta: bytes) -> None:
+    from firmware_bridge.recording import RecordingError, RecordingReader
+
+    path = tmp_path / "hostile.wfrec"
+    _recording_with_metadata(path, meta)
+    with pytest.raises(RecordingError):
+        RecordingReader(path)

@@ -70,6 +70,16 @@ def _recording(folder: Path) -> list[bytes]:
     return [path.read_bytes()]
 
 
+def _checked_recording(folder: Path) -> list[bytes]:
+    """A real recording's metadata and records, as [length: 2 bytes][metadata][records]."""
+    from firmware_bridge.recording import MAGIC
+
+    whole = _recording(folder)[0]
+    meta_len = int.from_bytes(whole[len(MAGIC) + 2: len(MAGIC) + 6], "little")
+    meta = whole[len(MAGIC) + 6: len(MAGIC) + 6 + meta_len]
+    return [meta_len.to_bytes(2, "little") + meta + whole[len(MAGIC) + 6 + meta_len + 4:][:2000]]
+
+
 def _bundle() -> list[bytes]:
     from shared.model import TreeBuilder, TreeEnsemble
     from shared.model.bundle import ModelBundle
@@ -93,4 +103,5 @@ def _alert_rules() -> list[bytes]:
 
 def seed_inputs(scratch: Path) -> dict[str, list[bytes]]:
     return {"message": _messages(), "chunks": _chunks(), "frames": _frames(), "checked_frames": _checked_frames(), "recording": _recording(scratch),
+            "checked_recording": _checked_recording(scratch),
             "bundle": _bundle(), "alert_rules": _alert_rules()}

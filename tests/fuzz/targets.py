@@ -68,18 +68,9 @@ def _chunks(data: bytes) -> None:
         try:
             message = decode_message(payload)
             if message.envelope.type == "chunk":
-                _feed_chunk(reassembler, message)
+                reassembler.add(message, sender="gw-1")
         except DecodeError:
             continue
-
-
-def _feed_chunk(reassembler, message) -> object:
-    """Reassembler.add with the verified sender when its signature takes one."""
-    import inspect
-
-    if "sender" in inspect.signature(reassembler.add).parameters:
-        return reassembler.add(message, sender="gw-1")
-    return reassembler.add(message)
 
 
 # -- the serial link ------------------------------------------------------------------------------
@@ -130,6 +121,20 @@ def _recording(data: bytes) -> None:
         reader.close()
 
 
+def _checked_recording(data: bytes) -> None:
+    """Metadata the fuzzer chooses behind a valid magic, version, length and CRC (mutations of a
+    whole file rarely get past the header's CRC): the first 2 bytes give the metadata's length."""
+    import struct
+    import zlib
+
+    from firmware_bridge.recording import FORMAT_VERSION, MAGIC
+
+    length = int.from_bytes(data[:2], "little") % max(len(data) - 1, 1)
+    meta, rest = data[2: 2 + length], data[2 + length:]
+    head = struct.pack("<8sHI", MAGIC, FORMAT_VERSION, len(meta)) + meta
+    _recording(head + struct.pack("<I", zlib.crc32(head)) + rest)
+
+
 def _recording_errors() -> tuple[type[BaseException], ...]:
     from firmware_bridge.recording import RecordingError
 
@@ -177,6 +182,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("frames", _frames, _nothing),
     Target("checked_frames", _checked_frames, _nothing),
     Target("recording", _recording, _recording_errors),
+    Target("checked_recording", _checked_recording, _recording_errors),
     Target("bundle", _bundle, _bundle_errors),
     Target("alert_rules", _alert_rules, _alert_rule_errors),
 )}
