@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # plain TCP off loopback
         raise UsageError(str(exc)) from None
     if not tls:
-        print(PLAIN_TCP_WARNING.format(where=f"{bind}:{port}"), file=sys.stderr, flush=True)
+        print(PLAIN_TCP_WARNING.format(where=f"{bind}:{broker.port}"), file=sys.stderr, flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

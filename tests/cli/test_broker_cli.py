@@ -136,7 +136,7 @@ def test_password_file_keeps_passwords_out_of_ps_and_out_of_the_run_dir(tmp_path
         proc.send_signal(signal.SIGINT)
         proc.wait(15)
     err = proc.stderr.read()
-    assert "plain TCP" in err and "--tls-cert-dir" in err and "visible" not in err
+    assert f"plain TCP without TLS on 127.0.0.1:{port}" in err and "--tls-cert-dir" in err and "visible" not in err
 
 
 def test_a_password_file_others_can_read_is_refused_with_the_fix(tmp_path: Path) -> None:
