@@ -83,7 +83,12 @@ class Presence:
     def __init__(self, transport: Transport, layout: TopicLayout) -> None:
         self.online: dict[str, bool] = {}
         self._changed = threading.Condition()
-        transport.subscribe(layout.all_statuses, self._on_status)
+        self._transport, self._filter = transport, layout.all_statuses
+        transport.subscribe(self._filter, self._on_status)
+
+    def close(self) -> None:
+        """Stop listening (a connection that outlives this presence keeps no handler of it)."""
+        self._transport.unsubscribe(self._filter, self._on_status)
 
     def _on_status(self, _topic: str, message) -> None:
         if isinstance(message.body, Status):
@@ -149,6 +154,7 @@ def train_on_fleet(
     discover_s: float = 2.0,
     stop: threading.Event | None = None,
     on_feature_set: Callable[[FeatureSetChoice], None] | None = None,
+    engine: RoundEngine | None = None,
 ) -> tuple[Any, FederatedJob]:
     """Run ``algorithm`` (a configuration with a ``feature_set_version`` field) on the gateways
     reachable through the aggregator's connected ``transport``; returns (model, job).
@@ -158,10 +164,16 @@ def train_on_fleet(
     when it names none; the job runs on the gateways holding it, and ``on_feature_set`` hears
     the choice (who is left out and why) before the first round. Setting ``stop`` ends the job
     at the next round boundary with the model grown so far (``job.stopped`` says where).
+    A process that trains job after job on one connection passes its one ``engine`` (a new
+    engine per job would leave its handlers on the connection).
     """
     settings = settings or JobSettings()
-    engine = RoundEngine(transport)
-    selected = online_gateways(Presence(transport, engine.layout), clients, discover_s)
+    engine = engine or RoundEngine(transport)
+    presence = Presence(transport, engine.layout)
+    try:
+        selected = online_gateways(presence, clients, discover_s)
+    finally:
+        presence.close()
     job_id = job_id or new_job_id()
     choice = survey_feature_sets(engine, job_id, selected, algorithm.feature_set_version,
                                  deadline_s=settings.deadline_s)

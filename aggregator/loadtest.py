@@ -28,7 +28,7 @@ import numpy as np
 from .broker.mosquitto import BrokerUser, MosquittoBroker, die_with_parent
 from .fleet import Presence, train_on_fleet
 from .jobs import JobSettings, TrainingError
-from .rounds import QuorumNotReached
+from .rounds import QuorumNotReached, RoundEngine
 
 SECRET_ENV = "WHEELFED_SOAK_SECRET"
 LABELS = np.array(["lie", "push", "sit"])
@@ -141,9 +141,10 @@ def run_soak(config: SoakConfig, *, progress=print) -> SoakReport:
                 Presence(agg, TopicLayout()).wait(ids, online=True, timeout_s=120)
                 progress(f"{len(ids)} gateways online in {len(hosts)} processes")
                 algorithm = FedSCSXGB(n_rounds=config.rounds_per_job, max_depth=3, n_bins=16)
+                engine = RoundEngine(agg)  # one for every job: the aggregator's connection outlives them
                 started = time.monotonic()
                 while time.monotonic() - started < config.minutes * 60:
-                    _one_job(algorithm, agg, ids, config, report)
+                    _one_job(algorithm, agg, engine, ids, config, report)
                     report.wall_s = time.monotonic() - started
                     report.rss_mb.append(rss_mb())
                     report.broker_rss_mb.append(rss_mb(broker.process.pid))
@@ -160,10 +161,10 @@ def run_soak(config: SoakConfig, *, progress=print) -> SoakReport:
     return report
 
 
-def _one_job(algorithm, agg, ids: list[str], config: SoakConfig, report: SoakReport) -> None:
+def _one_job(algorithm, agg, engine, ids: list[str], config: SoakConfig, report: SoakReport) -> None:
     try:
         _, job = train_on_fleet(algorithm, agg, clients=ids, settings=JobSettings(deadline_s=config.deadline_s),
-                                discover_s=10.0)
+                                discover_s=10.0, engine=engine)
     except (TrainingError, QuorumNotReached) as exc:
         report.failed_jobs.append(str(exc)[:300])
         return

@@ -7,6 +7,7 @@ decoding, chunk reassembly, rejection counting and handler isolation on the way 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from abc import ABC, abstractmethod
@@ -134,6 +135,13 @@ class Transport(ABC):
         """Call ``handler(topic, message)`` for every valid message on topics matching the filter."""
         self._handlers.append((topic_filter, handler))
         self._subscribe_filter(topic_filter)
+
+    def unsubscribe(self, topic_filter: str, handler: MessageHandler) -> None:
+        """Stop calling ``handler`` for ``topic_filter`` (the broker subscription stays: other
+        handlers may share the filter). Long-lived connections that run job after job -- the
+        aggregator -- must remove per-job handlers, or every message reaches all of them."""
+        with contextlib.suppress(ValueError):
+            self._handlers.remove((topic_filter, handler))
 
     @property
     def in_handler(self) -> bool:
