@@ -34,7 +34,6 @@ class Participant:
 
     def __init__(self, transport: Transport, data: TrainingData) -> None:
         self.transport = transport
-        self.data = data
         #: Every handler and both algorithms read a job's data from here: one snapshot per job.
         self.snapshots = JobSnapshots(data)
         self.dispatcher = Dispatcher(transport)

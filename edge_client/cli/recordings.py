@@ -9,6 +9,7 @@ import threading
 from edge_client.cli.arguments import (add_subcommand, existing_dir, non_negative_float, output_file,
                                        positive_float, positive_int, recording_file, serial_port)
 from edge_client.cli.errors import INTERRUPTED, CliError, UsageError
+from edge_client.cli.model_files import load_model_file, model_file
 
 
 def _stop_on_signals() -> threading.Event:
@@ -91,7 +92,6 @@ def _import(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from edge_client.cli.model_files import load_model_file
     from edge_client.processing import extract_recording
     from shared.model import client_index, model_inputs
 
@@ -163,7 +163,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = add_subcommand(sub, "predict", "offline batch prediction of a recording (per-label accuracy if labelled)",
                        examples=["wheelfed predict session.wfrec --model model.cbor -o predictions.csv"])
     p.add_argument("recording", type=recording_file, help="a .wfrec recording")
-    p.add_argument("--model", required=True, type=recording_model_file, help="model file (.json or CBOR), "
+    p.add_argument("--model", required=True, type=model_file, help="model file (.json or CBOR), "
                                                                              "e.g. from wheelfed model export")
     p.add_argument("--client", help="the gateway id, for models that split on the client")
     p.add_argument("-o", "--output", type=output_file(".csv"), help="CSV of per-window predictions")
@@ -182,12 +182,3 @@ def _new_or_existing_dir(text: str):
 
 
 _new_or_existing_dir.__name__ = "folder"
-
-
-def recording_model_file(text: str):
-    from edge_client.cli.model_files import model_file
-
-    return model_file(text)
-
-
-recording_model_file.__name__ = "model file"

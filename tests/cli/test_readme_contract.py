@@ -4,7 +4,8 @@ The walkthrough ("A fleet by hand") runs in order in one folder: import, keygen,
 broker, three replayed sessions each read by a real gateway process, then the aggregator's
 commands. Afterwards every other ``wheelfed`` line of README.md and every example of every
 ``--help`` runs in the same folder and fleet. The only changes to a line are a free port for
-1883/8883, a live pty for the device paths and a throwaway CA for the certificate folder.
+1883/8883, a live pty for the device paths and ``deploy/certs``'s certificates for the certificate
+folder.
 """
 
 from __future__ import annotations
@@ -170,18 +171,8 @@ def _prepare(walk: Walk, line: str) -> str:
 
 
 def _test_ca(folder: Path) -> Path:
-    if not (folder / "broker.crt").exists():
-        folder.mkdir(exist_ok=True)
-
-        def openssl(*args: str) -> None:
-            subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=folder)
-
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=readme-ca",
-                "-keyout", "ca.key", "-out", "ca.crt")
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "broker.key",
-                "-out", "broker.csr")
-        openssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                "-days", "2", "-out", "broker.crt")
+    """The certificates a clinic makes with ``deploy/certs`` (it keeps what exists)."""
+    subprocess.run([str(REPO / "deploy" / "certs"), "-o", str(folder), "gw-1"], check=True, capture_output=True)
     return folder
 
 

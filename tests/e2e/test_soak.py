@@ -32,6 +32,7 @@ def test_two_hundred_gateways_train_back_to_back_without_loss_or_growth() -> Non
 def test_a_connection_that_runs_job_after_job_keeps_no_handlers_of_finished_jobs(mosquitto) -> None:
     """The soak's finding: every ``train_on_fleet`` left a presence listener on the aggregator's
     connection (and a round engine when none was passed), so each status reached all of them."""
+    from aggregator.algorithms import FedSCSXGB
     from aggregator.fleet import Presence, train_on_fleet
     from aggregator.jobs import TrainingError
     from aggregator.rounds import RoundEngine
@@ -48,13 +49,7 @@ def test_a_connection_that_runs_job_after_job_keeps_no_handlers_of_finished_jobs
         Presence(agg, TopicLayout()).close()
         for _ in range(3):  # no gateway online: each call fails after discovery, as a job would end
             with pytest.raises(TrainingError):
-                train_on_fleet(aggregator_algorithm(), agg, engine=engine, discover_s=0.1)
+                train_on_fleet(FedSCSXGB(n_rounds=1), agg, engine=engine, discover_s=0.1)
         assert len(agg._handlers) == before
     finally:
         agg.close()
-
-
-def aggregator_algorithm():
-    from aggregator.algorithms import FedSCSXGB
-
-    return FedSCSXGB(n_rounds=1)
