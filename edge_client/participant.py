@@ -18,8 +18,7 @@ from shared.protocol.messages.fleet_sums import (
 )
 from shared.transport.base import Transport
 
-from .algorithms.fedforest import FedForestClient
-from .algorithms.fedscs_xgb import FedSCSXGBClient
+from .algorithms import CLIENT_HALVES, ClientHalf
 from .dispatcher import Dispatcher
 from .evaluation import evaluate_model, load_model
 from .fleet_sums import count_vector, data_shape, grid_vector, with_noise
@@ -30,9 +29,14 @@ __all__ = ["Participant"]
 
 
 class Participant:
-    """A dispatcher on ``transport`` with the client half of every algorithm registered."""
+    """A dispatcher on ``transport`` with the client half of every algorithm registered.
 
-    def __init__(self, transport: Transport, data: TrainingData) -> None:
+    ``halves`` are the algorithms' client halves to serve (``edge_client.algorithms.CLIENT_HALVES``
+    by default); each is reachable by its capability name, e.g. ``participant.halves["fedforest"]``.
+    """
+
+    def __init__(self, transport: Transport, data: TrainingData, *,
+                 halves: tuple[type[ClientHalf], ...] = CLIENT_HALVES) -> None:
         self.transport = transport
         #: Every handler and both algorithms read a job's data from here: one snapshot per job.
         self.snapshots = JobSnapshots(data)
@@ -44,14 +48,16 @@ class Participant:
         self.dispatcher.register(GridCountsRequest, self.on_grid_counts)
         self.secure = SecureAggregationClient(transport.client_id)
         self.secure.register(self.dispatcher)
-        self.fedscs_xgb = FedSCSXGBClient(self.snapshots, self.secure)
-        self.fedscs_xgb.register(self.dispatcher)
-        self.fedforest = FedForestClient(self.snapshots, self.secure)
-        self.fedforest.register(self.dispatcher)
+        self.halves: dict[str, ClientHalf] = {}
+        for half_type in halves:
+            half = half_type(self.snapshots, self.secure)
+            half.register(self.dispatcher)
+            self.halves[half.capability] = half
 
     @property
     def capabilities(self) -> tuple[str, ...]:
-        return ("ping", "evaluate", "secure_aggregation", "fedscs_xgb", "fedforest")
+        """Announced in the gateway's presence: the generic services, then each client half."""
+        return ("ping", "evaluate", "secure_aggregation", *self.halves)
 
     def _data(self, message: Message, feature_set_version: str, *, split: str = "train") -> LabelledData:
         """The snapshot of the job ``message`` belongs to (taken at the job's first request)."""

@@ -180,6 +180,8 @@ class _ForestState:
 class FedForestClient:
     """Answers ``fedforest.*`` requests from a ``TrainingData``."""
 
+    capability = "fedforest"
+
     def __init__(self, data: TrainingData | JobSnapshots, secure: SecureAggregationClient | None = None, *,
                  max_jobs: int = MAX_JOBS) -> None:
         #: One snapshot per job, shared with the participant's opening (a bare TrainingData gets its own).

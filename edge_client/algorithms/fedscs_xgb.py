@@ -147,6 +147,8 @@ def summary_points(requested: int, n_samples: int) -> int:
 class FedSCSXGBClient:
     """Answers ``fedscs_xgb.*`` requests from a ``TrainingData`` (arrays or the window store)."""
 
+    capability = "fedscs_xgb"
+
     def __init__(self, data: TrainingData | JobSnapshots, secure: SecureAggregationClient | None = None, *,
                  max_jobs: int = MAX_JOBS) -> None:
         #: One snapshot per job, shared with the participant's opening (a bare TrainingData gets its own).

@@ -592,7 +592,7 @@ def test_a_client_that_restarts_sits_out_one_level_then_replays_the_decisions() 
     def forget(progress) -> None:
         answered.append(progress.answered)
         if progress.step == 2:
-            sim.participants["gw-2"].fedforest._jobs.clear()  # a gateway restart loses its state
+            sim.participants["gw-2"].halves["fedforest"]._jobs.clear()  # a gateway restart loses its state
 
     job = FederatedJob(sim.engine, list(sim.transports), job_id="restart",
                        settings=JobSettings(deadline_s=5, min_fraction=0.5), progress=forget)
@@ -600,7 +600,7 @@ def test_a_client_that_restarts_sits_out_one_level_then_replays_the_decisions() 
     assert job.rejected == {}
     assert answered == [4, 4, 3, 4]  # level 3 (step 3): gw-2 answered "resync"; level 4: back
     assert any(r.errors.get("gw-2") is not None and r.errors["gw-2"].code == "resync" for r in job.results)
-    state = sim.participants["gw-2"].fedforest._jobs["restart"]
+    state = sim.participants["gw-2"].halves["fedforest"]._jobs["restart"]
     assert state.applied_level == 2  # replayed every decision up to the last level's
     assert model.n_trees == 4 and n_splits(model) > 4
 

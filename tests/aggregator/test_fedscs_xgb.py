@@ -220,7 +220,7 @@ def test_ddsketch_variant_trains_as_well() -> None:
 
 
 def client_margins(sim: Simulation, client: str, job: str) -> tuple[np.ndarray, np.ndarray, int]:
-    state = sim.participants[client].fedscs_xgb._jobs[job]
+    state = sim.participants[client].halves["fedscs_xgb"]._jobs[job]
     return state.X, state.margins, state.n_trees
 
 
@@ -259,7 +259,7 @@ def test_a_client_that_restarts_sits_out_one_round_then_gets_the_whole_model() -
     def forget(progress) -> None:
         answered.append(progress.answered)
         if progress.step == 2:
-            sim.participants["gw-2"].fedscs_xgb._jobs.clear()  # a gateway restart loses its margins
+            sim.participants["gw-2"].halves["fedscs_xgb"]._jobs.clear()  # a gateway restart loses its margins
 
     job = FederatedJob(sim.engine, list(sim.transports), job_id="job-restart",
                        settings=JobSettings(deadline_s=1.0, min_fraction=0.5), progress=forget)
@@ -282,7 +282,7 @@ class RogueAtoms:
         self.tamper = tamper
 
     def install(self, sim: Simulation, client: str) -> None:
-        half = sim.participants[client].fedscs_xgb
+        half = sim.participants[client].halves["fedscs_xgb"]
         original = half.on_atoms
         half_dispatcher = sim.participants[client].dispatcher
         half_dispatcher._handlers = {**half_dispatcher._handlers}
