@@ -1,58 +1,56 @@
-"""The aggregator's model registry: every trained model version, its metrics, and where it runs.
+"""The aggregator's registry: models, deployments, and the server's gateways, jobs and schedules.
 
-One SQLite file (``--registry``, default ``wheelfed-registry.db``): ``models`` holds each version
-(the model's CBOR, algorithm, feature set, metrics as JSON), ``deployments`` the state of each
-(model version, gateway) pair as reported by the gateways (``active``, ``rejected``, ``pending``
-until the gateway answers). Versions count up per model id.
+One database through SQLAlchemy 2: a SQLite file by default (``--registry``, default
+``wheelfed-registry.db``) or PostgreSQL by URL (``postgresql+psycopg://user@host/db``). Opening
+it runs the Alembic migrations in ``aggregator/server/migrations`` up to the newest revision, so
+a registry file written before the server existed (tables ``models`` and ``deployments``, no
+``alembic_version``) is upgraded in place and keeps every row.
+
+``models`` holds each version (the model's CBOR, algorithm, feature set, metrics, the
+configuration it was trained with, the version it continued from, the job that made it);
+``deployments`` the state of each (model version, gateway) pair as reported by the gateways
+(``active``, ``rejected``, ``pending`` until the gateway answers). Versions count up per model id.
 
 A gateway runs one model at a time, but its ``active`` rows are never demoted: which version it
 runs *now* is its most recently confirmed ``active`` row (:meth:`Registry.running`). That keeps
 the table a faithful log of what each gateway said, and a deploy, rollback or re-deploy only
 has to record the gateway's answer -- no row has to be rewritten to stay consistent.
+
+The server's tables: ``gateways`` (each gateway's newest folded status), ``jobs`` (algorithm,
+configuration, participation rules, state, participants, errors), ``job_rounds`` (per completed
+round: progress, metrics and the model grown so far -- what a restarted server resumes from),
+``schedules`` and ``promotions`` (each promotion decision with its numbers).
+
+Writes are serialised: SQLite transactions start ``BEGIN IMMEDIATE`` (one writer at a time,
+readers in WAL mode are not blocked); on PostgreSQL a transaction-scoped advisory lock does the
+same, so two processes never hand out one version number twice.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from shared.model import TreeEnsemble
 
-__all__ = ["Deployment", "ModelRecord", "Registry", "RegistryError"]
+__all__ = ["Deployment", "HEAD_REVISION", "JobRecord", "ModelRecord", "PromotionRecord", "Registry",
+           "RegistryError", "RoundRecord", "ScheduleRecord", "registry_url"]
 
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS models (
-        model_id TEXT NOT NULL,
-        version INTEGER NOT NULL,
-        algorithm TEXT NOT NULL,
-        feature_set_version TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        target TEXT NOT NULL DEFAULT '',
-        n_trees INTEGER NOT NULL,
-        classes TEXT NOT NULL,
-        metrics TEXT NOT NULL DEFAULT '{}',
-        model BLOB NOT NULL,
-        created REAL NOT NULL,
-        PRIMARY KEY (model_id, version))""",
-    """CREATE TABLE IF NOT EXISTS deployments (
-        model_id TEXT NOT NULL,
-        version INTEGER NOT NULL,
-        client TEXT NOT NULL,
-        state TEXT NOT NULL,
-        detail TEXT NOT NULL DEFAULT '',
-        updated REAL NOT NULL,
-        PRIMARY KEY (model_id, version, client))""",
-)
+#: The newest Alembic revision (``aggregator/server/migrations/versions``); a database already
+#: there is opened without loading the migration scripts.
+HEAD_REVISION = "0002"
+#: Key of the PostgreSQL advisory lock that serialises the registry's writers.
+_PG_WRITE_LOCK = 0x77_66_65_64  # "wfed"
 
 
 class RegistryError(Exception):
-    """An unknown model or version, or an unusable registry file."""
+    """An unknown model, version or job, or an unusable registry file or database."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +65,9 @@ class ModelRecord:
     classes: list
     metrics: dict
     created: float
+    config: dict = field(default_factory=dict)  # the training configuration (server jobs)
+    parent: str = ""  # "MODEL_ID:vN" it continued boosting from; "" if trained afresh
+    job_id: str = ""
 
     @property
     def label(self) -> str:
@@ -88,103 +89,323 @@ class Deployment(NamedTuple):
         return f"{self.model_id}:v{self.version}"
 
 
+@dataclass(frozen=True)
+class JobRecord:
+    """A server job as stored: ``state`` is queued, running, completed, failed or cancelled;
+    ``completed`` of ``total`` rounds are persisted in ``job_rounds``."""
+
+    job_id: str
+    algorithm: str
+    config: dict
+    rules: dict
+    model_id: str
+    state: str
+    total: int
+    completed: int
+    attempt: int
+    participants: list
+    feature_set: str
+    init_model: str
+    schedule_id: str
+    result: str
+    evaluation: dict
+    error: str
+    created: float
+    updated: float
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One completed round of a job; ``checkpoint`` is the model grown so far (CBOR), if the
+    algorithm keeps one (FedSCS-XGB does after every boosting round)."""
+
+    job_id: str
+    step: int
+    total: int
+    selected: int
+    answered: int
+    metrics: dict
+    elapsed_s: float
+    checkpoint: bytes | None
+    created: float
+
+
+@dataclass(frozen=True)
+class ScheduleRecord:
+    """Retrain ``model_id`` with ``algorithm``/``config`` every ``every_s`` seconds, at ``cron``
+    times, or once ``min_new_windows`` labelled windows were added fleet-wide since the last run;
+    promote if validation regresses by at most ``threshold``; deploy to ``canary_share`` first."""
+
+    schedule_id: str
+    model_id: str
+    algorithm: str
+    config: dict
+    every_s: float | None
+    cron: str
+    min_new_windows: int | None
+    threshold: float
+    canary_share: float
+    enabled: bool
+    last_run: float
+    last_windows: int
+    created: float
+
+
+@dataclass(frozen=True)
+class PromotionRecord:
+    """A promotion decision and its numbers: the candidate's and the baseline's federated
+    validation ``metric``, the allowed regression ``threshold``, and what was decided."""
+
+    id: int
+    job_id: str
+    model_id: str
+    candidate: int
+    baseline: int | None
+    metric: str
+    candidate_value: float | None
+    baseline_value: float | None
+    threshold: float
+    decision: str  # "promoted" | "rejected" | "halted" | "rolled-out"
+    detail: str
+    created: float
+
+
+def registry_url(path: str | Path) -> str:
+    """A database URL as is; anything else is a SQLite file path."""
+    text = str(path)
+    return text if "://" in text else f"sqlite:///{text}"
+
+
+def _tables():
+    """The SQLAlchemy Core tables (built once, on first use: SQLAlchemy is imported lazily so
+    that parsing a command line does not pay for it)."""
+    import sqlalchemy as sa
+
+    md = sa.MetaData()
+    text = lambda name, **kw: sa.Column(name, sa.Text, nullable=False, **kw)  # noqa: E731
+    models = sa.Table("models", md, text("model_id"), sa.Column("version", sa.Integer), text("algorithm"),
+                      text("feature_set_version"), text("kind"), text("target"), sa.Column("n_trees", sa.Integer),
+                      text("classes"), text("metrics"), sa.Column("model", sa.LargeBinary),
+                      sa.Column("created", sa.Float), text("config"), text("parent"), text("job_id"))
+    deployments = sa.Table("deployments", md, text("model_id"), sa.Column("version", sa.Integer), text("client"),
+                           text("state"), text("detail"), sa.Column("updated", sa.Float))
+    gateways = sa.Table("gateways", md, text("gateway"), sa.Column("online", sa.Boolean),
+                        sa.Column("seen", sa.Float), text("status"), sa.Column("updated", sa.Float))
+    jobs = sa.Table("jobs", md, *(text(c) for c in ("job_id", "algorithm", "config", "rules", "model_id", "state")),
+                    *(sa.Column(c, sa.Integer) for c in ("total", "completed", "attempt")),
+                    *(text(c) for c in ("participants", "feature_set", "init_model", "schedule_id", "result",
+                                        "evaluation", "error")),
+                    sa.Column("created", sa.Float), sa.Column("updated", sa.Float))
+    rounds = sa.Table("job_rounds", md, text("job_id"),
+                      *(sa.Column(c, sa.Integer) for c in ("step", "total", "selected", "answered")),
+                      text("metrics"), sa.Column("elapsed_s", sa.Float), sa.Column("checkpoint", sa.LargeBinary),
+                      sa.Column("created", sa.Float))
+    schedules = sa.Table("schedules", md, text("schedule_id"), text("model_id"), text("algorithm"), text("config"),
+                         sa.Column("every_s", sa.Float), text("cron"), sa.Column("min_new_windows", sa.Integer),
+                         sa.Column("threshold", sa.Float), sa.Column("canary_share", sa.Float),
+                         sa.Column("enabled", sa.Boolean), sa.Column("last_run", sa.Float),
+                         sa.Column("last_windows", sa.Integer), sa.Column("created", sa.Float))
+    promotions = sa.Table("promotions", md, sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                          text("job_id"), text("model_id"), sa.Column("candidate", sa.Integer),
+                          sa.Column("baseline", sa.Integer), text("metric"), sa.Column("candidate_value", sa.Float),
+                          sa.Column("baseline_value", sa.Float), sa.Column("threshold", sa.Float), text("decision"),
+                          text("detail"), sa.Column("created", sa.Float))
+    return models, deployments, gateways, jobs, rounds, schedules, promotions
+
+
+_JSON_FIELDS = {"config", "rules", "participants", "evaluation", "metrics", "classes"}
+
+
+def _decode(row: Mapping[str, Any], cls: type) -> Any:
+    """A table row as ``cls``, JSON text columns parsed."""
+    names = cls.__dataclass_fields__
+    return cls(**{k: json.loads(v) if k in _JSON_FIELDS else v for k, v in row.items() if k in names})
+
+
+def _encode(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: json.dumps(v) if k in _JSON_FIELDS else v for k, v in values.items()}
+
+
 class Registry:
+    """The registry database at ``path`` (a SQLite file) or a database URL; see the module doc."""
+
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            for statement in _SCHEMA:
-                self._db.execute(statement)
-        except sqlite3.DatabaseError as exc:
-            raise RegistryError(f"{self.path} is not a usable registry ({exc}); use another --registry path") from exc
+            import sqlalchemy as sa
+        except ImportError:  # pragma: no cover - the server extra is part of dev
+            raise RegistryError("the registry needs SQLAlchemy: pip install 'wheelfed[server]'") from None
+        self._sa = sa
+        self.url = registry_url(path)
+        self.path = Path(path) if "://" not in str(path) else None
+        self._lock = threading.RLock()
+        (self._models, self._deployments, self._gateways, self._jobs, self._rounds, self._schedules,
+         self._promotions) = _tables()
+        try:
+            self._engine = sa.create_engine(self.url, **self._engine_options())
+        except (sa.exc.ArgumentError, ImportError) as exc:
+            raise RegistryError(f"cannot use {self.where} as a registry: {exc}") from None
+        self.sqlite = self._engine.dialect.name == "sqlite"
+        if self.sqlite:
+            self._tune_sqlite()
+        try:
+            self._migrate()
+        except sa.exc.DBAPIError as exc:
+            self._engine.dispose()
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            raise RegistryError(f"{self.where} is not a usable registry ({reason}); use another --registry "
+                                "path") from None
+
+    @property
+    def where(self) -> str:
+        """The registry as messages name it: the file, or the URL without its password."""
+        if self.path is not None:
+            return str(self.path)
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    def _engine_options(self) -> dict[str, Any]:
+        if self.url.startswith("sqlite"):
+            return {"connect_args": {"check_same_thread": False, "timeout": 10.0}}
+        return {"pool_pre_ping": True}
+
+    def _tune_sqlite(self) -> None:
+        """WAL, and transactions that take the write lock when they start (``BEGIN IMMEDIATE``):
+        pysqlite would otherwise begin lazily and two writers could deadlock on the upgrade."""
+        from sqlalchemy import event
+
+        @event.listens_for(self._engine, "connect")
+        def _connect(dbapi_connection, _record) -> None:
+            dbapi_connection.isolation_level = None  # SQLAlchemy's "begin" event emits BEGIN itself
+            dbapi_connection.execute("PRAGMA journal_mode=WAL")
+            dbapi_connection.execute("PRAGMA busy_timeout=10000")
+
+        @event.listens_for(self._engine, "begin")
+        def _begin(connection) -> None:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def _migrate(self) -> None:
+        """Upgrade the database to ``HEAD_REVISION`` (nothing to do when it is there already)."""
+        from alembic.runtime.migration import MigrationContext
+
+        with self._engine.begin() as connection:
+            if self._engine.dialect.name == "postgresql":
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_WRITE_LOCK})")
+            if MigrationContext.configure(connection).get_current_revision() == HEAD_REVISION:
+                return
+            from alembic import command
+            from alembic.config import Config
+
+            config = Config()
+            config.set_main_option("script_location", str(Path(__file__).parent / "server" / "migrations"))
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+    def _tx(self) -> Iterator[Any]:
+        """A write transaction (serialised across threads and processes, see the module doc)."""
+        with self._lock, self._engine.begin() as connection:
+            if not self.sqlite:
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_WRITE_LOCK})")
+            yield connection
 
-    def add(self, model_id: str, model: TreeEnsemble, *, metrics: dict | None = None, target: str = "") -> ModelRecord:
+    def _read(self, statement) -> list[Mapping[str, Any]]:
+        with self._lock, self._engine.connect() as connection:
+            return [dict(row._mapping) for row in connection.execute(statement)]
+
+    # -- models and deployments --------------------------------------------------------------
+
+    def add(self, model_id: str, model: TreeEnsemble, *, metrics: dict | None = None, target: str = "",
+            config: dict | None = None, parent: str = "", job_id: str = "") -> ModelRecord:
         """Register ``model`` as the next version of ``model_id``."""
+        sa, t = self._sa, self._models
         with self._tx() as c:
-            (latest,) = c.execute("SELECT coalesce(max(version), 0) FROM models WHERE model_id = ?",
-                                  (model_id,)).fetchone()
+            latest = c.execute(sa.select(sa.func.coalesce(sa.func.max(t.c.version), 0))
+                               .where(t.c.model_id == model_id)).scalar_one()
             version = latest + 1
-            c.execute("INSERT INTO models VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                      (model_id, version, str(model.metadata.get("algorithm", model.kind)), model.feature_set_version,
-                       model.kind, target, model.n_trees, json.dumps(list(model.classes)),
-                       json.dumps(metrics or {}), model.to_cbor(), time.time()))
+            c.execute(t.insert().values(
+                model_id=model_id, version=version, algorithm=str(model.metadata.get("algorithm", model.kind)),
+                feature_set_version=model.feature_set_version, kind=model.kind, target=target, n_trees=model.n_trees,
+                classes=json.dumps(list(model.classes)),
+                metrics=json.dumps(metrics or {}), model=model.to_cbor(), created=time.time(),
+                config=json.dumps(config or {}), parent=parent, job_id=job_id))
         return self.record(model_id, version)
 
-    def _row(self, model_id: str, version: int | None) -> tuple:
-        query = ("SELECT model_id, version, algorithm, feature_set_version, kind, target, n_trees, classes, metrics, "
-                 "created, model FROM models WHERE model_id = ?")
-        params: tuple = (model_id,)
-        query += " AND version = ?" if version is not None else " ORDER BY version DESC LIMIT 1"
-        params += (version,) if version is not None else ()
-        with self._lock:
-            row = self._db.execute(query, params).fetchone()
-        if row is None:
+    def _row(self, model_id: str, version: int | None, *, with_model: bool = False) -> Mapping[str, Any]:
+        sa, t = self._sa, self._models
+        columns = [c for c in t.c if with_model or c.name != "model"]
+        query = sa.select(*columns).where(t.c.model_id == model_id)
+        query = query.where(t.c.version == version) if version is not None else \
+            query.order_by(t.c.version.desc()).limit(1)
+        rows = self._read(query)
+        if not rows:
             raise RegistryError(self._missing(model_id, version))
-        return row
+        return rows[0]
 
     def _missing(self, model_id: str, version: int | None) -> str:
         """Why ``model_id[:vN]`` is not here, naming what is (the operator's next command)."""
-        with self._lock:
-            rows = self._db.execute("SELECT model_id, version FROM models ORDER BY model_id, version").fetchall()
         versions: dict[str, list[int]] = {}
-        for m, v in rows:
+        for m, v in self._keys():
             versions.setdefault(m, []).append(v)
         if not versions:
-            return (f"{self.path} holds no models yet (wheelfed model register FILE or wheelfed train "
+            return (f"{self.where} holds no models yet (wheelfed model register FILE or wheelfed train "
                     "--registry adds one)")
         if model_id in versions:
-            return (f"no version {version} of {model_id} in {self.path}; it has "
+            return (f"no version {version} of {model_id} in {self.where}; it has "
                     f"{', '.join(f'{model_id}:v{v}' for v in versions[model_id])}")
         known = ", ".join(f"{m} (v{'/v'.join(map(str, vs))})" for m, vs in versions.items())
-        return f"no model {model_id!r} in {self.path}; it has {known}"
+        return f"no model {model_id!r} in {self.where}; it has {known}"
+
+    def _keys(self) -> list[tuple[str, int]]:
+        t = self._models
+        return [(r["model_id"], r["version"]) for r in
+                self._read(self._sa.select(t.c.model_id, t.c.version).order_by(t.c.model_id, t.c.version))]
 
     def record(self, model_id: str, version: int | None = None) -> ModelRecord:
-        r = self._row(model_id, version)
-        return ModelRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7]), json.loads(r[8]), r[9])
+        return _decode(self._row(model_id, version), ModelRecord)
 
     def model(self, model_id: str, version: int | None = None) -> tuple[ModelRecord, TreeEnsemble]:
-        r = self._row(model_id, version)
-        return self.record(r[0], r[1]), TreeEnsemble.from_cbor(r[10])
+        row = self._row(model_id, version, with_model=True)
+        return _decode(row, ModelRecord), TreeEnsemble.from_cbor(row["model"])
 
-    def list(self) -> list[ModelRecord]:
-        with self._lock:
-            keys = self._db.execute("SELECT model_id, version FROM models ORDER BY model_id, version").fetchall()
-        return [self.record(m, v) for m, v in keys]
+    def model_bytes(self, model_id: str, version: int | None = None) -> tuple[ModelRecord, bytes]:
+        """The record and the stored CBOR as is (a download needs no decoding)."""
+        row = self._row(model_id, version, with_model=True)
+        return _decode(row, ModelRecord), bytes(row["model"])
+
+    def list(self, *, offset: int = 0, limit: int | None = None) -> list[ModelRecord]:
+        """Every version, ordered by model id and version (a page of them with offset/limit)."""
+        t = self._models
+        query = (self._sa.select(*(c for c in t.c if c.name != "model")).order_by(t.c.model_id, t.c.version)
+                 .offset(offset).limit(limit))
+        return [_decode(r, ModelRecord) for r in self._read(query)]
 
     def set_metrics(self, model_id: str, version: int, metrics: dict) -> None:
+        t = self._models
         with self._tx() as c:
-            c.execute("UPDATE models SET metrics = ? WHERE model_id = ? AND version = ?",
-                      (json.dumps(metrics), model_id, version))
+            c.execute(t.update().where(t.c.model_id == model_id, t.c.version == version)
+                      .values(metrics=json.dumps(metrics)))
 
     def set_deployment(self, model_id: str, version: int, client: str, state: str, detail: str = "") -> None:
         """Record a gateway's answer; each one is stamped later than every earlier one, so the
         newest report wins even when the clock does not move between two of them."""
+        sa, t = self._sa, self._deployments
         with self._tx() as c:
-            (latest,) = c.execute("SELECT coalesce(max(updated), 0) FROM deployments").fetchone()
-            c.execute("INSERT INTO deployments VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (model_id, version, client) "
-                      "DO UPDATE SET state = excluded.state, detail = excluded.detail, updated = excluded.updated",
-                      (model_id, version, client, state, detail, max(time.time(), latest + 1e-6)))
+            latest = c.execute(sa.select(sa.func.coalesce(sa.func.max(t.c.updated), 0.0))).scalar_one()
+            stamp = max(time.time(), float(latest) + 1e-6)
+            key = (t.c.model_id == model_id) & (t.c.version == version) & (t.c.client == client)
+            if c.execute(t.update().where(key).values(state=state, detail=detail, updated=stamp)).rowcount == 0:
+                c.execute(t.insert().values(model_id=model_id, version=version, client=client, state=state,
+                                            detail=detail, updated=stamp))
 
     def deployments(self, model_id: str | None = None) -> list[Deployment]:
         """Every recorded (model version, gateway) state, newest first."""
-        where, params = ("WHERE model_id = ?", (model_id,)) if model_id else ("", ())
-        with self._lock:
-            return [Deployment(*r) for r in self._db.execute(
-                f"SELECT model_id, version, client, state, detail FROM deployments {where} "
-                "ORDER BY updated DESC", params)]
+        t = self._deployments
+        query = self._sa.select(t.c.model_id, t.c.version, t.c.client, t.c.state, t.c.detail).order_by(
+            t.c.updated.desc())
+        if model_id:
+            query = query.where(t.c.model_id == model_id)
+        return [Deployment(**r) for r in self._read(query)]
 
     def running(self) -> dict[str, Deployment]:
         """Per gateway, the model version it last confirmed running (its newest ``active`` row)."""
@@ -194,9 +415,130 @@ class Registry:
                 out.setdefault(row.client, row)
         return out
 
+    # -- gateways ----------------------------------------------------------------------------
+
+    def save_gateways(self, rows: list) -> None:
+        """Store ``aggregator.fleet_status.GatewayRow`` rows (one per gateway, newest wins)."""
+        t = self._gateways
+        now = time.time()
+        with self._tx() as c:
+            for row in rows:
+                values = dict(online=row.online, seen=row.seen, status=json.dumps(asdict(row)), updated=now)
+                if c.execute(t.update().where(t.c.gateway == row.gateway).values(**values)).rowcount == 0:
+                    c.execute(t.insert().values(gateway=row.gateway, **values))
+
+    def gateways(self) -> list:
+        """The stored gateway rows (``GatewayRow``), ordered by id."""
+        from .fleet_status import GatewayRow
+
+        t = self._gateways
+        return [GatewayRow(**json.loads(r["status"])) for r in self._read(self._sa.select(t.c.status)
+                                                                           .order_by(t.c.gateway))]
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def add_job(self, job_id: str, algorithm: str, config: dict, *, model_id: str, total: int,
+                rules: dict | None = None, init_model: str = "", schedule_id: str = "") -> JobRecord:
+        now = time.time()
+        with self._tx() as c:
+            c.execute(self._jobs.insert().values(**_encode(dict(
+                job_id=job_id, algorithm=algorithm, config=config, rules=rules or {}, model_id=model_id,
+                state="queued", total=total, completed=0, attempt=0, participants=[], feature_set="",
+                init_model=init_model, schedule_id=schedule_id, result="", evaluation={}, error="",
+                created=now, updated=now))))
+        return self.job(job_id)
+
+    def update_job(self, job_id: str, **values: Any) -> None:
+        """Set columns of a job (``state``, ``error``, ``participants``...)."""
+        t = self._jobs
+        with self._tx() as c:
+            c.execute(t.update().where(t.c.job_id == job_id).values(**_encode(values), updated=time.time()))
+
+    def job(self, job_id: str) -> JobRecord:
+        rows = self._read(self._jobs.select().where(self._jobs.c.job_id == job_id))
+        if not rows:
+            raise RegistryError(f"no job {job_id!r} in {self.where}")
+        return _decode(rows[0], JobRecord)
+
+    def jobs(self, *, state: str | None = None, offset: int = 0, limit: int | None = None) -> list[JobRecord]:
+        """Jobs, newest first (only those in ``state`` if given)."""
+        t = self._jobs
+        query = t.select().order_by(t.c.created.desc(), t.c.job_id).offset(offset).limit(limit)
+        if state is not None:
+            query = query.where(t.c.state == state)
+        return [_decode(r, JobRecord) for r in self._read(query)]
+
+    def complete_round(self, job_id: str, step: int, total: int, selected: int, answered: int, metrics: dict,
+                       elapsed_s: float, checkpoint: bytes | None) -> None:
+        """Persist round ``step`` and advance the job's ``completed`` to it, in one transaction:
+        after a crash the job is at exactly the last round stored here. A step already stored
+        (a resumed attempt reporting it again) is refused, so no round is applied twice."""
+        t, r = self._jobs, self._rounds
+        with self._tx() as c:
+            done = c.execute(self._sa.select(t.c.completed).where(t.c.job_id == job_id)).scalar_one()
+            if step != done + 1:
+                raise RegistryError(f"job {job_id}: round {step} follows round {done}, not {step - 1}")
+            c.execute(r.insert().values(job_id=job_id, step=step, total=total, selected=selected, answered=answered,
+                                        metrics=json.dumps(metrics), elapsed_s=elapsed_s, checkpoint=checkpoint,
+                                        created=time.time()))
+            c.execute(t.update().where(t.c.job_id == job_id).values(completed=step, updated=time.time()))
+
+    def rounds(self, job_id: str, *, with_checkpoints: bool = False) -> list[RoundRecord]:
+        r = self._rounds
+        columns = [c for c in r.c if with_checkpoints or c.name != "checkpoint"]
+        rows = self._read(self._sa.select(*columns).where(r.c.job_id == job_id).order_by(r.c.step))
+        return [_decode({"checkpoint": None, **row}, RoundRecord) for row in rows]
+
+    def last_checkpoint(self, job_id: str) -> RoundRecord | None:
+        """The newest stored round of ``job_id`` (with its model), or None before the first."""
+        r = self._rounds
+        rows = self._read(r.select().where(r.c.job_id == job_id).order_by(r.c.step.desc()).limit(1))
+        return _decode(rows[0], RoundRecord) if rows else None
+
+    # -- schedules and promotions ------------------------------------------------------------
+
+    def add_schedule(self, schedule: ScheduleRecord) -> ScheduleRecord:
+        with self._tx() as c:
+            c.execute(self._schedules.insert().values(**_encode(asdict(schedule))))
+        return self.schedule(schedule.schedule_id)
+
+    def update_schedule(self, schedule_id: str, **values: Any) -> None:
+        t = self._schedules
+        with self._tx() as c:
+            c.execute(t.update().where(t.c.schedule_id == schedule_id).values(**_encode(values)))
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        self.schedule(schedule_id)
+        t = self._schedules
+        with self._tx() as c:
+            c.execute(t.delete().where(t.c.schedule_id == schedule_id))
+
+    def schedule(self, schedule_id: str) -> ScheduleRecord:
+        rows = self._read(self._schedules.select().where(self._schedules.c.schedule_id == schedule_id))
+        if not rows:
+            raise RegistryError(f"no schedule {schedule_id!r} in {self.where}")
+        return _decode(rows[0], ScheduleRecord)
+
+    def schedules(self) -> list[ScheduleRecord]:
+        t = self._schedules
+        return [_decode(r, ScheduleRecord) for r in self._read(t.select().order_by(t.c.created, t.c.schedule_id))]
+
+    def add_promotion(self, **values: Any) -> PromotionRecord:
+        t = self._promotions
+        with self._tx() as c:
+            key = c.execute(t.insert().values(created=time.time(), **values)).inserted_primary_key[0]
+        return _decode(self._read(t.select().where(t.c.id == key))[0], PromotionRecord)
+
+    def promotions(self, model_id: str | None = None) -> list[PromotionRecord]:
+        t = self._promotions
+        query = t.select().order_by(t.c.id.desc())
+        if model_id:
+            query = query.where(t.c.model_id == model_id)
+        return [_decode(r, PromotionRecord) for r in self._read(query)]
+
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            self._engine.dispose()
 
     def __enter__(self) -> Registry:
         return self

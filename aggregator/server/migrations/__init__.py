@@ -1,0 +1,1 @@
+"""Alembic migrations of the registry database (``aggregator.registry`` runs them on open)."""
