@@ -237,6 +237,8 @@ class Gateway:
                    refused_descriptors=p.refused_descriptors, faults=self.faults.total, restarts=self.restarts)
         st = self.store.stats()
         out.update(stored=st.windows, labelled=st.labelled)
+        if p.pending or p.unstored_windows:  # the disk is (or was) full: see store_backlog.py
+            out.update(pending=p.pending, unstored=p.unstored_windows)
         if self.transport is not None:
             out["broker"] = "connected" if self.transport.is_connected else "offline"
         installed = self.models.current

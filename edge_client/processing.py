@@ -70,6 +70,7 @@ from firmware_bridge.serial_link import Faults, ReceivedFrame
 from .features import FEATURE_SET_VERSION, feature_names, window_features
 from .pipeline import PipelineConfig, Window, WindowAssembler
 from .store import WindowRecord, WindowStore
+from .store_backlog import DEFAULT_MAX_PENDING, LabelWrite, StoreBacklog, WindowWrite
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,9 @@ class ProcessingStats:
     streams: int = 0  # streams started: 1 after the first descriptor, +1 per break (see the module docstring)
     last_break: str = ""  # why the latest stream started
     last_window_end_us: int | None = None
+    pending: int = 0  # windows and labels waiting in memory for room on a full disk (store_backlog.py)
+    unstored_windows: int = 0  # windows given up while the disk stayed full
+    disk_full_episodes: int = 0
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,10 @@ class FrameProcessor:
 
     def __init__(self, store: WindowStore, session_id: str, *, config: PipelineConfig = PipelineConfig(),
                  on_window: Callable[[WindowRecord, int | None, float], object] | None = None,
-                 faults: Faults | None = None) -> None:
+                 faults: Faults | None = None, max_pending: int = DEFAULT_MAX_PENDING) -> None:
         self.store = store
+        self.backlog = StoreBacklog(store, max_pending)  # writes wait here while the disk is full
+        self._stored_at_once = 0
         self.on_window = on_window  # e.g. live recognition; called after the window is stored
         self.faults = faults if faults is not None else Faults()  # on_window's exceptions
         self.session_id = session_id  # the first stream's session; later ones are SESSION#N
@@ -293,9 +299,10 @@ class FrameProcessor:
             features = window_features(window, self._ordered)
             record = WindowRecord(self.current_session, window.start_us, window.end_us, features,
                                   self.feature_set_version)
-            row = self.store.add(record)
-            self.stats.windows += 1
+            stored, row = self.backlog.submit(WindowWrite(record))
+            self._stored_at_once += stored
             self.stats.last_window_end_us = window.end_us
+            self._backlog_stats()
             if self.on_window is not None:
                 try:
                     self.on_window(record, row, completed_at)
@@ -308,8 +315,21 @@ class FrameProcessor:
         if self._held is not None:
             self._held.append(a)
             return
-        self.store.label_range(self.current_session, a.start_us, a.end_us, a.label)
+        self.backlog.submit(LabelWrite(self.current_session, a.start_us, a.end_us, a.label))
         self.stats.annotations_closed += 1
+        self._backlog_stats()
+
+    def flush_pending(self) -> bool:
+        """Store the windows and labels waiting for room on a full disk; True if none wait."""
+        done = self.backlog.flush()
+        self._backlog_stats()
+        return done
+
+    def _backlog_stats(self) -> None:
+        b = self.backlog
+        self.stats.windows = self._stored_at_once + b.late_windows  # late: stored once there was room
+        self.stats.pending, self.stats.unstored_windows, self.stats.disk_full_episodes = \
+            len(b), b.dropped_windows, b.episodes
 
 
 @dataclass(frozen=True)

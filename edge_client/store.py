@@ -78,10 +78,12 @@ Schema
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import operator
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -129,6 +131,9 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
 }
 
 _BUSY_TIMEOUT_S = 10.0
+#: Below this much free space an SQLite I/O error is taken for a full disk (a WAL index page or a
+#: WAL frame of a large window does not fit); with more room it is a real I/O error.
+_NEARLY_FULL = 1 << 20
 _JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024  # truncate the -wal file back to this after a checkpoint
 
 _SCHEMA: tuple[str, ...] = (
@@ -216,6 +221,29 @@ _FORGET_ANNOTATIONS = """
 
 class StoreError(Exception):
     """The store cannot do what was asked (wrong file, schema, closed, inconsistent feature lengths)."""
+
+
+class StoreFull(StoreError):
+    """The disk under the store is full: the write was rolled back, everything acknowledged
+    before it is intact, and the same store works again once there is room."""
+
+
+def _full_disk(path: Path, exc: BaseException) -> StoreFull | None:
+    """``exc`` as a ``StoreFull`` if it is SQLite's or the kernel's "disk is full" (else None)."""
+    try:
+        free: int | None = shutil.disk_usage(path.parent).free
+    except OSError:
+        free = None
+    code = getattr(exc, "sqlite_errorcode", None) if isinstance(exc, sqlite3.Error) else None
+    if code == sqlite3.SQLITE_FULL or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+        pass
+    elif code is not None and code & 0xFF == sqlite3.SQLITE_IOERR and free is not None and free < _NEARLY_FULL:
+        pass  # SQLite reports a WAL index (-shm) that cannot grow as an I/O error, not as SQLITE_FULL
+    else:
+        return None
+    room = "free space unknown" if free is None else f"{free:,} bytes free"
+    return StoreFull(f"{path}: the disk is full ({room}); nothing was written -- make room and the store "
+                     "carries on")
 
 
 @dataclass(frozen=True)
@@ -333,11 +361,17 @@ class WindowStore:
         try:
             self._configure()
             self._open_schema()
-        except BaseException:
+        except BaseException as exc:
             self._writer.close()
             self._unlock_file()
+            full = _full_disk(self.path, exc)
+            if full is not None:
+                raise full from exc
             raise
-        self.enforce_retention()
+        try:
+            self.enforce_retention()
+        except StoreFull as exc:  # deleting needs room in the WAL too: the next insert retries
+            log.warning("window store retention deferred: the disk is full", extra={"reason": str(exc)})
         log.info("window store open", extra={"path": str(self.path), "windows": self.stats().windows})
 
     # -- writing ---------------------------------------------------------------------------
@@ -586,13 +620,18 @@ class WindowStore:
     def _write(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
             self._require_open()
-            self._writer.execute("BEGIN IMMEDIATE")
             try:
+                self._writer.execute("BEGIN IMMEDIATE")
                 yield self._writer
-            except BaseException:
-                self._writer.execute("ROLLBACK")
+                self._writer.execute("COMMIT")
+            except BaseException as exc:
+                # A COMMIT that failed (a full disk) leaves its transaction open: roll it back too.
+                if self._writer.in_transaction:
+                    self._writer.execute("ROLLBACK")
+                full = _full_disk(self.path, exc)
+                if full is not None:
+                    raise full from exc
                 raise
-            self._writer.execute("COMMIT")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .recording import FsyncPolicy, RecordingMetadata, RecordingWriter
+from .recording import FsyncPolicy, RecordingFull, RecordingMetadata, RecordingWriter
 from .serial_link import ReaderStats, ReceivedFrame, SerialReader
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,26 @@ class RecordStats:
     records: int
     bytes_written: int
     reader: ReaderStats
+    unrecorded_frames: int = 0  # refused by a full disk (the recording stays valid; writing resumes with room)
+
+
+class _DiskFullCount:
+    """Frames a full disk refused, with one warning line per episode (not one per frame)."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self._full = False
+
+    def refused(self, exc: RecordingFull) -> None:
+        self.frames += 1
+        if not self._full:
+            self._full = True
+            log.warning("disk full: frames are not being recorded until there is room", extra={"reason": str(exc)})
+
+    def written(self) -> None:
+        if self._full:
+            self._full = False
+            log.info("disk has room again: recording resumed", extra={"unrecorded_frames": self.frames})
 
 
 def record(
@@ -37,11 +57,21 @@ def record(
     fsync: FsyncPolicy = FsyncPolicy(),
     progress_every_s: float = 10.0,
 ) -> RecordStats:
-    """Record frames from ``port`` into a new recording at ``path`` until ``stop_event`` is set."""
+    """Record frames from ``port`` into a new recording at ``path`` until ``stop_event`` is set.
+
+    A full disk does not end the recording: the frames it refuses are counted
+    (``unrecorded_frames``) and writing resumes when there is room; the file stays valid.
+    """
+    unrecorded = _DiskFullCount()
     with RecordingWriter(path, metadata, fsync=fsync) as writer:
 
         def store(item: ReceivedFrame) -> None:
-            writer.write_frame(item.raw, item.received_us)
+            try:
+                writer.write_frame(item.raw, item.received_us)
+            except RecordingFull as exc:
+                unrecorded.refused(exc)
+            else:
+                unrecorded.written()
 
         reader = SerialReader(port, baudrate, on_received=store, descriptors=metadata.descriptors).start()
         log.info("recording started", extra={"port": port, "path": str(path), "session_id": metadata.session_id})
@@ -57,9 +87,10 @@ def record(
                     s = reader.stats
                     log.info("recording progress", extra={
                         "records": writer.records_written, "bytes": writer.bytes_written, "connected": s.connected,
-                        "crc_errors": s.link.crc_errors, "lost_frames": s.link.lost_frames, "dropped": s.dropped})
+                        "crc_errors": s.link.crc_errors, "lost_frames": s.link.lost_frames, "dropped": s.dropped,
+                        "unrecorded_frames": unrecorded.frames})
         finally:
             reader.stop()
-        stats = RecordStats(writer.records_written, writer.bytes_written, reader.stats)
+        stats = RecordStats(writer.records_written, writer.bytes_written, reader.stats, unrecorded.frames)
     log.info("recording finished", extra={"path": str(path), "records": stats.records, "bytes": stats.bytes_written})
     return stats

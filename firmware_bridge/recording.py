@@ -42,6 +42,7 @@ write per frame — hundreds per second on a Pi's SD card.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -87,6 +88,11 @@ _CRC = struct.Struct("<I")
 class RecordKind(IntEnum):
     FRAME = 1
     LABEL = 2
+
+
+class RecordingFull(OSError):
+    """The disk is full: the record (or the new file's header) was not written. The recording
+    stays valid up to its last whole record, and the same writer carries on once there is room."""
 
 
 class RecordingError(Exception):
@@ -191,6 +197,15 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _full_disk(path: Path, exc: OSError, what: str) -> RecordingFull | None:
+    if exc.errno != errno.ENOSPC:
+        return None
+    full = RecordingFull(f"{path}: the disk is full: {what}; the recording is valid up to its last whole "
+                         "record -- make room and writing carries on")
+    full.errno, full.__cause__ = errno.ENOSPC, exc
+    return full
+
+
 class RecordingWriter:
     """Appends records to a recording. Thread-safe; a new file is never written over an old one."""
 
@@ -208,9 +223,15 @@ class RecordingWriter:
                 f"{self.path} exists: choose a new file, or RecordingWriter.resume() to append to it"
             ) from None
         self._init_state(fsync)
-        self._write(head + _CRC.pack(zlib.crc32(head)))
-        self.sync()
-        _fsync_dir(self.path)
+        try:
+            self._write(head + _CRC.pack(zlib.crc32(head)))
+            self.sync()
+            _fsync_dir(self.path)
+            self._end = len(head) + _CRC.size
+        except OSError as exc:  # a file cut inside its header is no recording: remove it
+            self._file.close()
+            self.path.unlink(missing_ok=True)
+            raise _full_disk(self.path, exc, "the new recording's header was not written") or exc
 
     @classmethod
     def resume(cls, path: str | Path, *, fsync: FsyncPolicy = FsyncPolicy()) -> RecordingWriter:
@@ -225,6 +246,7 @@ class RecordingWriter:
         writer._file.truncate(valid_end)
         writer._file.seek(valid_end)
         writer._init_state(fsync)
+        writer._end = valid_end
         writer.sync()
         if discarded:
             log.warning("recording tail discarded before appending", extra={"path": str(path), "discarded_bytes": discarded})
@@ -237,8 +259,10 @@ class RecordingWriter:
         self._last_sync = time.monotonic()
         self.records_written = 0
         self.bytes_written = 0
+        self._end = 0  # the offset just past the last whole record
 
     def _write(self, data: bytes) -> None:
+        """Write all of ``data`` (a raw file may take part of it); ``bytes_written`` counts whole writes."""
         view = memoryview(data)
         while view:
             view = view[self._file.write(view) :]
@@ -256,7 +280,13 @@ class RecordingWriter:
         with self._lock:
             if self._file.closed:
                 raise ValueError(f"recording {self.path} is closed")
-            self._write(record)
+            try:
+                self._write(record)
+            except OSError as exc:  # cut the partial record off again: the file stays valid
+                self._file.truncate(self._end)
+                self._file.seek(self._end)
+                raise _full_disk(self.path, exc, "a record was not written") or exc
+            self._end += len(record)
             self.records_written += 1
             self._unsynced += 1
             self._maybe_sync_locked()

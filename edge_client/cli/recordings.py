@@ -51,6 +51,9 @@ def _record(args: argparse.Namespace) -> int:
           f"{reader.delivered} frames, {reader.link.crc_errors + reader.link.header_errors} checksum errors, "
           f"{reader.link.lost_frames} frames lost in gaps, {reader.disconnects} disconnects, {reader.dropped} dropped",
           flush=True)
+    if stats.unrecorded_frames:
+        print(f"warning: {stats.unrecorded_frames} frames were not recorded: the disk was full (the recording is "
+              "valid without them)", flush=True)
     return 0
 
 
