@@ -15,10 +15,9 @@ xgboost's DMatrix would round to float32 anyway).
    client halves (``Simulation(clients).run(FedSCSXGB(protocol="atoms", ...), seed=0)``), one client per subject
    (``ClientData("subject-ii", X_train, y_train)``). Centralized = ``xgboost.train`` on the pooled
    train splits with the same hyper-parameters: ``hist``, ``multi:softprob``, max_depth 4, eta 0.2,
-   lambda 1, min_child_weight 1, ``max_bin = B``, default base score, and ``gamma = 2 x
-   FedSCSXGB.gamma`` (Eq. 1's gamma = 0.1 is half of xgboost's ``min_split_loss``; note
-   ``bench_seglearn_accuracy.py`` used xgboost gamma 0.1, so its centralized numbers differ
-   slightly). Both are scored on the pooled test splits. B in {64, 128, 256, 512} with 10 rounds
+   lambda 1, min_child_weight 1, ``max_bin = B``, default base score, and the same ``gamma``
+   (``FedSCSXGB.gamma`` is xgboost's ``gamma``/``min_split_loss``). Both are scored on the
+   pooled test splits. B in {64, 128, 256, 512} with 10 rounds
    and B = 256 with 100 rounds (summary sketch, M = B), B = 256 with the paper's DDSketch, and a
    diagnostic row: FedSCS-XGB with its edges fixed to xgboost's own cuts (same bins: what is left
    is tree growth). Both models are deterministic (no subsampling), so each cell is one number;
@@ -123,7 +122,7 @@ def run_fed(data: Pooled, config, *, seed: int = 0, label: str = "") -> FedRun:
 def xgb_params(config, n_classes: int, n_bins: int, nthread: int | None = None) -> dict:
     params = {"objective": "multi:softprob", "tree_method": "hist", "num_class": n_classes,
               "max_depth": config.max_depth, "eta": config.learning_rate, "lambda": config.reg_lambda,
-              "gamma": 2 * config.gamma, "min_child_weight": config.min_child_weight, "max_bin": n_bins,
+              "gamma": config.gamma, "min_child_weight": config.min_child_weight, "max_bin": n_bins,
               "seed": 0, "verbosity": 0}
     if nthread is not None:
         params["nthread"] = nthread

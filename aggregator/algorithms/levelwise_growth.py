@@ -94,7 +94,7 @@ def grow_round(
         best = best_splits(hist[:, 0], hist[:, 1], hist[:, 2], candidate, params, min_crowd=min_crowd)
         next_frontier: list[_Node] = []
         for i, node in enumerate(wanted):
-            if not best.gain[i] > 0:
+            if not best.split[i]:
                 continue
             j, b, dl = int(best.feature[i]), int(best.bin[i]), bool(best.default_left[i])
             left_id, right_id = builders[node.tree].split(node.node, j, float(edges[j][b]), default_left=dl)

@@ -256,7 +256,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--learning-rate", type=positive_float, default=0.2, help="fedscs-xgb: shrinkage (eta)")
     p.add_argument("--reg-lambda", type=non_negative_float, default=1.0, help="fedscs-xgb: L2 on leaf weights")
     p.add_argument("--gamma", type=non_negative_float, default=0.1,
-                   help="Eq. 1's split penalty (xgboost's gamma is twice it)")
+                   help="minimum loss change to split: xgboost's gamma/min_split_loss (Eq. 1's penalty is half)")
     p.add_argument("--sketch", choices=("summary", "ddsketch"), default="summary",
                    help="fedscs-xgb with --paper-protocol: the per-gateway sketch")
     p.add_argument("--paper-protocol", action="store_true",

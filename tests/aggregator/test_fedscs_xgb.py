@@ -27,7 +27,7 @@ from shared.model import TreeEnsemble
 from shared.objectives import Softmax
 from shared.protocol.messages.fedscs_xgb import XgbAtomReply
 from shared.sketches import exact_edges
-from tests.aggregator.test_histogram_growth import assert_same_tree, nested, reference_tree
+from tests.aggregator.test_histogram_growth import assert_same_tree, nested, reference_tree, structure
 
 
 def make_clients(seed: int, n_clients: int = 4, n: int = 150, d: int = 5, *, objective: str = "softmax"):
@@ -362,3 +362,42 @@ def test_xgboost_loads_the_export_and_predicts_the_same_margins(objective: str) 
     ours = model.predict_margin(X32)
     np.testing.assert_allclose(theirs.reshape(ours.shape), ours, rtol=0, atol=1e-6)
     assert json.loads(model.to_xgboost_json())["learner"]["gradient_booster"]["name"] == "gbtree"
+
+
+# --- gamma is XGBoost's ------------------------------------------------------------------------------
+
+
+def xgboost_cuts(X: np.ndarray, y: np.ndarray, n_bins: int = 32):
+    """XGBoost's own cuts of ``X`` as FedSCS-XGB's fixed edges (the one thing left to differ)."""
+    xgb = pytest.importorskip("xgboost")
+    dtrain = xgb.QuantileDMatrix(X.astype(np.float32), label=y, max_bin=n_bins)
+    ptr, values = dtrain.get_quantile_cut()
+    return tuple(values[ptr[j] : ptr[j + 1]].astype(np.float32) for j in range(X.shape[1]))
+
+
+@pytest.mark.parametrize("protocol", ["histogram", "atoms"])
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 2.0, 6.0])
+def test_gamma_means_xgboost_s_gamma(protocol: str, gamma: float) -> None:
+    """The same ``gamma`` number gives FedSCS-XGB and xgboost ``hist`` the same trees (given
+    xgboost's cuts as edges); round 1, where both start from the class priors."""
+    xgb = pytest.importorskip("xgboost")
+    from tests.shared.model.xgboost_json import booster_to_ensemble
+
+    clients = make_clients(21, n=300)
+    X, y = pooled(clients)
+    edges = xgboost_cuts(X, y)
+    config = FedSCSXGB(protocol=protocol, n_rounds=1, max_depth=4, edges=edges, gamma=gamma, min_crowd=0,
+                       secure_aggregation=False, learning_rate=0.3)
+    ours = aggregator.simulate(config, clients)
+    booster = xgb.train({"objective": "multi:softprob", "num_class": 3, "tree_method": "hist", "max_bin": 32,
+                         "max_depth": 4, "eta": 0.3, "gamma": gamma, "nthread": 1},
+                        xgb.QuantileDMatrix(X.astype(np.float32), label=y, max_bin=32), num_boost_round=1)
+    theirs = booster_to_ensemble(booster)
+    assert ours.n_trees == theirs.n_trees == 3
+    for a, b in zip(ours.trees, theirs.trees):
+        assert structure(nested(a)) == structure(nested(b))
+    np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X), rtol=0, atol=1e-5)
+    if gamma == 6.0:
+        assert sum(t.n_nodes for t in ours.trees) < sum(t.n_nodes for t in aggregator.simulate(
+            FedSCSXGB(protocol=protocol, n_rounds=1, max_depth=4, edges=edges, gamma=gamma / 2, min_crowd=0,
+                      secure_aggregation=False, learning_rate=0.3), clients).trees)

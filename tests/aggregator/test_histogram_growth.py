@@ -15,9 +15,9 @@ Three oracles:
    within 1e-9. With dyadic statistics the trees are bit-identical.
 3. XGBoost 3.x ``hist`` with its own cuts as our edges, one round of softmax with random base
    margins and sample weights (no exact gain ties), gradients from ``shared.objectives``: same
-   splits, thresholds and default directions; leaves and covers to float32 precision. Documented
-   gaps tested around, not hidden: XGBoost's ``min_split_loss`` is 2x Eq. 1's gamma
-   (``GrowthParams.from_xgboost``), its gains are float32 (near-ties), its gradients float32.
+   splits, thresholds and default directions; leaves and covers to float32 precision; the same
+   ``gamma`` (XGBoost's ``min_split_loss``) prunes the same splits. Documented gaps tested
+   around, not hidden: XGBoost's gains are float32 (near-ties), its gradients float32.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ from shared.sketches import bin_ids
 def reference_tree(X: np.ndarray, edges: list[np.ndarray], G, H, W, params: GrowthParams) -> dict[str, Any]:
     """Histogram XGBoost from Eq. 1 with loops: candidates "x < edges[j][b]" for every feature and
     edge, missing values right then left. Candidates compete on the float32-rounded loss change
-    ``2 (gain + gamma)`` and the first of equal ones in XGBoost's scan order wins (features
-    ascending; missing right with edges ascending; missing left with edges descending); the
-    winner splits iff its Eq. 1 gain is > 0."""
+    (Eq. 1's bracket without the 1/2) and the first of equal ones in XGBoost's scan order wins
+    (features ascending; missing right with edges ascending; missing left with edges
+    descending); the winner splits iff its float32 loss change is >= gamma and > 1e-6."""
     lam, gamma, mcw, eta = params.reg_lambda, params.gamma, params.min_child_weight, params.learning_rate
     n, d = X.shape
 
@@ -66,7 +66,7 @@ def reference_tree(X: np.ndarray, edges: list[np.ndarray], G, H, W, params: Grow
         node = {"value": eta * (-g / (h + lam)), "cover": h, "count": w}
         if depth == params.max_depth:
             return node
-        best_key, best_gain, best = -math.inf, 0.0, None  # compared as XGBoost does; kept if gain > 0
+        best_key, best_change, best = -math.inf, 0.0, None  # compared as XGBoost does
         for j in range(d):
             scan = [(b, False) for b in range(len(edges[j]))] + [(b, True) for b in reversed(range(len(edges[j])))]
             for b, default_left in scan:
@@ -80,18 +80,18 @@ def reference_tree(X: np.ndarray, edges: list[np.ndarray], G, H, W, params: Grow
                 GR, HR, WR = sums(right)
                 if WL <= 0 or WR <= 0 or HL < mcw or HR < mcw:
                     continue
-                gain = 0.5 * (GL * GL / (HL + lam) + GR * GR / (HR + lam) - (GL + GR) * (GL + GR) / (HL + HR + lam)) - gamma
-                key = float(np.float32(2.0 * (gain + gamma)))  # XGBoost's loss change, rounded to float32
+                change = GL * GL / (HL + lam) + GR * GR / (HR + lam) - (GL + GR) * (GL + GR) / (HL + HR + lam)
+                key = float(np.float32(change))  # XGBoost's loss change, rounded to float32
                 if key > best_key:
-                    best_key, best_gain, best = key, gain, (j, threshold, default_left, left, right)
-        if best is None or not best_gain > 0:
+                    best_key, best_change, best = key, change, (j, threshold, default_left, left, right)
+        if best is None or not (best_key > np.float32(1e-6) and best_key >= np.float32(gamma)):
             return node
         j, threshold, default_left, left, right = best
         node.update(
             feature=j,
             threshold=threshold,
             default_left=default_left,
-            gain=best_gain,
+            gain=best_change,
             left=build(left, depth + 1),
             right=build(right, depth + 1),
         )
@@ -150,7 +150,7 @@ def assert_same_tree(
 def grow_nested(X, edges, G, H, W, params) -> dict[str, Any]:
     result = grow_tree(bin_ids(X, edges), G, H, W, edges, params)
     result.tree.validate(X.shape[1], 1)
-    return nested(result.tree, result.gain, result.count)
+    return nested(result.tree, result.loss_change, result.count)
 
 
 # --- hypothesis strategies: small data on a coarse grid, NaNs, edges on and off the data -------------
@@ -229,7 +229,7 @@ def test_atoms_equal_samples_exactly_on_dyadic_statistics(problem, n_clients: in
     samples = grow_tree(bin_ids(X, edges), G, H, None, edges, params)
     atoms = grow_from_clients(X, edges, G, H, params, n_clients, np.random.default_rng(seed))
     assert atoms.tree == samples.tree  # bit-exact, every field
-    np.testing.assert_array_equal(atoms.gain, samples.gain)
+    np.testing.assert_array_equal(atoms.loss_change, samples.loss_change)
     np.testing.assert_array_equal(atoms.count, samples.count)
 
 
@@ -249,9 +249,9 @@ def test_atoms_equal_samples_on_continuous_statistics(seed: int) -> None:
     per_sample = grow_trees(bins, g, h, None, edges, params)
     clients = [grow_from_clients(X, edges, g[:, k], h[:, k], params, 5, np.random.default_rng(seed)) for k in range(K)]
     for k, (a, b, c) in enumerate(zip(per_sample, grow_trees(keys, G, H, W, edges, params), clients)):
-        want = nested(a.tree, a.gain)
-        assert_same_tree(nested(b.tree, b.gain), want, exact=False, keys=("value", "cover"))
-        assert_same_tree(nested(c.tree, c.gain), want, exact=False, keys=("value", "cover"))
+        want = nested(a.tree, a.loss_change)
+        assert_same_tree(nested(b.tree, b.loss_change), want, exact=False, keys=("value", "cover"))
+        assert_same_tree(nested(c.tree, c.loss_change), want, exact=False, keys=("value", "cover"))
 
 
 def test_grown_tree_routes_raw_values_like_its_atoms() -> None:
@@ -333,10 +333,10 @@ def test_max_depth_zero_gamma_and_min_child_weight() -> None:
     r = one_feature([0, 0, 1, 1], G, H, edges, max_depth=0, learning_rate=0.3)
     assert r.tree.n_nodes == 1 and r.tree.value[0, 0] == pytest.approx(0.3 * -0.0 / 3.0) and r.tree.cover[0] == 2.0
     full = one_feature([0, 0, 1, 1], G, H, edges)
-    # Eq. 1: 1/2 (2^2/2 + 2^2/2 - 0) = 2
-    assert full.gain[0] == pytest.approx(2.0) and full.tree.value[1, 0] == pytest.approx(-2 / 2.0)
-    assert one_feature([0, 0, 1, 1], G, H, edges, gamma=1.999).tree.n_nodes == 3
-    assert one_feature([0, 0, 1, 1], G, H, edges, gamma=2.0).tree.n_nodes == 1  # gain must be > 0
+    # loss change: 2^2/2 + 2^2/2 - 0 = 4 (Eq. 1's gain: half of it)
+    assert full.loss_change[0] == pytest.approx(4.0) and full.tree.value[1, 0] == pytest.approx(-2 / 2.0)
+    assert one_feature([0, 0, 1, 1], G, H, edges, gamma=4.0).tree.n_nodes == 3  # XGBoost splits on equality
+    assert one_feature([0, 0, 1, 1], G, H, edges, gamma=4.001).tree.n_nodes == 1
     assert one_feature([0, 0, 1, 1], G, H, edges, min_child_weight=1.0).tree.n_nodes == 3
     assert one_feature([0, 0, 1, 1], G, H, edges, min_child_weight=1.01).tree.n_nodes == 1
 
@@ -378,7 +378,10 @@ def test_missing_values_have_their_feature_s_own_id_and_input_checks() -> None:
         GrowthParams(max_depth=-1)
     with pytest.raises(ValueError):
         GrowthParams(reg_lambda=-1.0)
-    assert GrowthParams.from_xgboost(min_split_loss=0.2).gamma == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="gamma"):
+        GrowthParams(gamma=-0.1)
+    with pytest.raises(ValueError, match="multi_strategy"):
+        GrowthParams(multi_strategy="one_tree")
 
 
 def test_feature_blocks_give_the_same_tree(monkeypatch) -> None:
@@ -477,10 +480,10 @@ def test_one_round_matches_xgboost_hist(seed, max_depth, reg_lambda, min_split_l
     theirs = booster_to_ensemble(booster).trees
 
     g, h = Softmax(K).gradients(margin.astype(np.float64), y, weight.astype(np.float64))
-    params = GrowthParams.from_xgboost(
+    params = GrowthParams(
         max_depth=max_depth,
         reg_lambda=reg_lambda,
-        min_split_loss=min_split_loss,
+        gamma=min_split_loss,
         min_child_weight=min_child_weight,
         learning_rate=eta,
     )
@@ -493,11 +496,11 @@ def test_one_round_matches_xgboost_hist(seed, max_depth, reg_lambda, min_split_l
         # Leaves and covers to float32 precision (XGBoost's internal values are unshrunk).
         assert_same_tree(mine, other, exact=False, tol=2e-5, keys=("value", "cover"), internal_values=False)
         n_splits += int((ours[k].tree.left >= 0).sum())
-        # XGBoost's loss_changes = 2 * (Eq. 1 gain + gamma), in float32.
+        # XGBoost's loss_changes, in float32.
         theirs_gain = np.asarray(_xgb_tree_json(booster, k)["loss_changes"])
         internal = ours[k].tree.left >= 0
         np.testing.assert_allclose(
-            np.sort(2 * (ours[k].gain[internal] + params.gamma)), np.sort(theirs_gain[theirs_gain > 0]), rtol=1e-4
+            np.sort(ours[k].loss_change[internal]), np.sort(theirs_gain[theirs_gain > 0]), rtol=1e-4
         )
     assert n_splits >= K  # the comparison is not vacuous
 
@@ -508,30 +511,41 @@ def _xgb_tree_json(booster, k: int) -> dict[str, Any]:
     return json.loads(booster.save_raw("json"))["learner"]["gradient_booster"]["model"]["trees"][k]
 
 
-def test_xgboost_min_split_loss_is_twice_eq1_gamma() -> None:
-    """Pick XGBoost's gamma between the loss changes of an unpenalised tree, so it prunes some
-    splits: Eq. 1 with gamma/2 reproduces the pruned tree; Eq. 1 with gamma itself does not."""
+def _loss_changes_of_a_free_tree(dtrain, base) -> np.ndarray:
+    free = xgb.train(base, dtrain, num_boost_round=1)
+    changes = np.asarray(_xgb_tree_json(free, 0)["loss_changes"])
+    return np.sort(changes[changes > 0])
+
+
+@pytest.mark.parametrize("quantile", [0.0, 0.25, 0.5, 0.75, 1.1])
+def test_gamma_is_xgboost_min_split_loss(quantile: float) -> None:
+    """The same ``gamma`` given to XGBoost and to us prunes the same splits: gamma between the
+    loss changes of an unpenalised tree (so it prunes some), 0, and above all of them. Halving
+    it (Eq. 1's penalty, the old meaning) grows another tree."""
     from tests.shared.model.xgboost_json import booster_to_ensemble
 
     K = 3
     X, y, weight, margin = xgboost_case(11, K=K)
     dtrain = xgb.DMatrix(X, label=y, weight=weight, base_margin=margin)
     base = dict(objective="multi:softprob", num_class=K, tree_method="hist", max_depth=3, eta=0.3, nthread=1)
-    free = xgb.train(base, dtrain, num_boost_round=1)
-    changes = np.asarray(_xgb_tree_json(free, 0)["loss_changes"])
-    changes = np.sort(changes[changes > 0])
-    gamma_x = float(changes[len(changes) // 2 - 1] + changes[len(changes) // 2]) / 2  # between two of them
-    pruned = booster_to_ensemble(xgb.train(base | {"gamma": gamma_x}, dtrain, num_boost_round=1)).trees[0]
-    assert 1 < pruned.n_nodes < booster_to_ensemble(free).trees[0].n_nodes
+    changes = _loss_changes_of_a_free_tree(dtrain, base)
+    i = int(quantile * (len(changes) - 1))
+    gamma = 0.0 if quantile == 0 else 1.1 * changes[-1] if quantile > 1 else float(changes[i] + changes[i + 1]) / 2
+    theirs = booster_to_ensemble(xgb.train(base | {"gamma": gamma}, dtrain, num_boost_round=1)).trees
 
     ptr, values = dtrain.get_quantile_cut()
     edges = [values[ptr[j] : ptr[j + 1]] for j in range(X.shape[1])]
     g, h = Softmax(K).gradients(margin.astype(np.float64), y, weight.astype(np.float64))
-    bins = bin_ids(X, edges)
-    converted = grow_tree(bins, g[:, 0], h[:, 0], None, edges, GrowthParams.from_xgboost(max_depth=3, min_split_loss=gamma_x))
-    assert structure(nested(converted.tree)) == structure(nested(pruned))
-    literal = grow_tree(bins, g[:, 0], h[:, 0], None, edges, GrowthParams(max_depth=3, gamma=gamma_x))
-    assert literal.tree.n_nodes < pruned.n_nodes
+    ours = grow_trees(bin_ids(X, edges), g, h, None, edges, GrowthParams(max_depth=3, learning_rate=0.3, gamma=gamma))
+    for k in range(K):
+        assert structure(nested(ours[k].tree)) == structure(nested(theirs[k])), f"class {k}"
+    if quantile > 1:
+        assert theirs[0].n_nodes == 1
+    if 0 < quantile < 1:
+        assert 1 < theirs[0].n_nodes < 15
+        half = grow_tree(bin_ids(X, edges), g[:, 0], h[:, 0], None, edges,
+                         GrowthParams(max_depth=3, learning_rate=0.3, gamma=gamma / 2))
+        assert half.tree.n_nodes > theirs[0].n_nodes or changes[i] < gamma / 2
 
 
 def test_gains_equal_in_exact_arithmetic_tie_like_in_xgboost() -> None:
