@@ -139,7 +139,11 @@ def entropy(counts: ArrayLike, base: float = 2.0) -> np.ndarray:
 
 def mse(summary: ArrayLike) -> np.ndarray:
     """Population variance ``sum y^2/n - (sum y/n)^2`` from ``[n, sum y, sum y^2]`` (last axis),
-    clamped at 0 (cancellation can make it slightly negative); 0 for an empty node."""
+    clamped at 0 (cancellation can make it slightly negative); 0 for an empty node.
+
+    The subtraction loses ``log10(mean^2 / variance)`` digits, so callers keep the sums centred
+    near the node's mean: FedForest's clients sum ``y - shift`` with a per-node shift (the node's
+    mean from the parent's split), which makes ``mean`` here close to 0."""
     s = np.asarray(summary, dtype=np.float64)
     if s.shape[-1] != 3:
         raise ValueError(f"a regression summary is [n, sum y, sum y^2], got last axis {s.shape[-1]}")
@@ -167,18 +171,33 @@ def impurity(summary: ArrayLike, criterion: str) -> np.ndarray:
 def pooled_gain(parent: ArrayLike, left: ArrayLike, criterion: str) -> np.ndarray:
     """Impurity decrease ``Psi(s) - (n_L/n) Psi(s_L) - (n_R/n) Psi(s_R)``, ``s_R = s - s_L``,
     broadcast over candidates (``parent`` ``(..., C)`` against ``left`` ``(..., C)``); 0 for an
-    empty parent. An empty side gives 0 up to rounding."""
+    empty parent. An empty side gives 0 up to rounding (exactly 0 for ``"mse"``, which is
+    computed in the equivalent form ``n_L n_R / n^2 (mean_L - mean_R)^2``: it reads no sum of
+    squares, so it is exact to float64 however large the targets' mean is next to their spread).
+
+    Examples
+    --------
+    >>> float(pooled_gain([4, 10.0, 36.0], [2, 2.0, 2.0], "mse"))  # y = 1, 1 | 3, 5
+    2.25
+    >>> float(pooled_gain([4, 4e9 + 10.0, 0.0], [2, 2e9 + 2.0, 0.0], "mse"))  # the same, offset 1e9
+    2.25
+    """
     s = np.asarray(parent, dtype=np.float64)
     s_l = np.asarray(left, dtype=np.float64)
     s, s_l = np.broadcast_arrays(s, s_l)
     s_r = s - s_l
     n = _count(s, criterion)
     safe = np.where(n > 0, n, 1.0)
-    gain = (
-        impurity(s, criterion)
-        - _count(s_l, criterion) / safe * impurity(s_l, criterion)
-        - _count(s_r, criterion) / safe * impurity(s_r, criterion)
-    )
+    n_l, n_r = _count(s_l, criterion), _count(s_r, criterion)
+    if criterion == "mse":
+        # The variance decrease equals the between-children term n_L n_R / n^2 (mean_L - mean_R)^2:
+        # no sum of squares, so no cancellation when the mean is large next to the spread (the
+        # three-variance form loses every digit of a target with an offset of 1e6).
+        mean_l = s_l[..., 1] / np.where(n_l > 0, n_l, 1.0)
+        mean_r = s_r[..., 1] / np.where(n_r > 0, n_r, 1.0)
+        gain = np.where((n_l > 0) & (n_r > 0), n_l * n_r / (safe * safe) * (mean_l - mean_r) ** 2, 0.0)
+    else:
+        gain = impurity(s, criterion) - n_l / safe * impurity(s_l, criterion) - n_r / safe * impurity(s_r, criterion)
     return np.where(n > 0, gain, 0.0)
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -51,6 +51,7 @@ from shared.protocol.messages.fedforest import (
     ForestTask,
     SplitDecisions,
 )
+from shared.protocol.messages.fleet_sums import TARGET_FRAC_BITS
 from shared.protocol.messages.secure_aggregation import word_bits_for
 from shared.splitting import impurity, pooled_gain
 
@@ -60,6 +61,7 @@ from .fleet_data import FleetData, describe_fleet
 from .levelwise_growth import decode
 from .private_fleet import NoiseBudget, check_privacy_settings, describe_fleet_privately, dp_metadata, frac_bits_for
 from .forest_growth import (
+    child_shift,
     choose_splits,
     histogram_candidates,
     grouping_candidates,
@@ -192,11 +194,22 @@ class ForestResult:
 
 @dataclass
 class _Node:
+    """A node of the frontier. ``summary`` (pooled; None until known) is centred on ``shift``
+    (regression: sums of ``y - shift``; 0 for classification), see ``forest_growth``."""
+
     tree: int
     node: int
     depth: int
     summary: np.ndarray | None = None
     features: np.ndarray | None = None
+    shift: float = 0.0
+
+
+class _Known(NamedTuple):
+    """What the server knows of a node for its model: the pooled summary and its shift."""
+
+    summary: np.ndarray
+    shift: float
 
 
 class _Training:
@@ -217,6 +230,7 @@ class _Training:
         cfg = self.config
         fleet = describe_fleet(self.job, cfg.feature_set_version, regression=cfg.regression, classes=cfg.classes)
         self._set_fleet(fleet.clients, fleet.n_features, fleet.feature_names, fleet.classes, fleet.model_classes)
+        self.root_shift = fleet.target_sum / fleet.total_samples if cfg.regression and fleet.total_samples else 0.0
         if self.categorical.size and self.categorical.max() >= self.d:
             raise TrainingError(f"categorical feature {int(self.categorical.max())} does not exist ({self.d} features)")
         if cfg.thresholds is not None:
@@ -273,9 +287,19 @@ class _Training:
         self.edges = [np.asarray(e, dtype=np.float32) for e in edges]
         self.edge_offsets = np.concatenate([[0], np.cumsum([e.size for e in self.edges])]).astype(np.int64)
         self.edge_values = np.concatenate(self.edges) if self.edges else np.zeros(0, np.float32)
+        self.root_shift = fleet.target_sum / fleet.total_samples if cfg.regression else 0.0
         if cfg.regression:
-            bound = max(fleet.target_sum_squares, 1.0)
-            self.frac_bits, self.value_bound = frac_bits_for(16 * fleet.total_samples, bound), 16.0 * bound
+            # Clients sum w * (y - shift) and w * (y - shift)^2 with node means as shifts, so every
+            # term is bounded by the targets' spread, not their size: |y - shift| <= range(y) <=
+            # 2 sqrt(V) with V = sum (y - mean)^2, and w <= 16 (a bootstrap multiplicity above 16
+            # has probability ~1e-15 per row). V from the opening's sums, plus their rounding
+            # (whole units for y^2, 2**-TARGET_FRAC_BITS for y): its size, not the offset's, sets
+            # the fixed point, so an offset leaves the precision alone.
+            n = fleet.total_samples
+            spread = fleet.target_sum_squares - fleet.target_sum ** 2 / n
+            spread = max(spread, 0.0) + n * (1.0 + abs(self.root_shift) * 2.0 ** (1 - TARGET_FRAC_BITS))
+            bound = 4.0 * max(spread, 1.0)
+            self.frac_bits, self.value_bound = frac_bits_for(16 * n, bound), 16.0 * bound
             self.word_bits = 64
         else:  # a tree's (bootstrap) weights add up to the fleet's windows: every cell is below that
             self.frac_bits, self.value_bound = 0, 1.0
@@ -298,12 +322,12 @@ class _Training:
         private = cfg.protocol == "histogram"
         self._setup_private() if private else self._setup()
         self.builders = [TreeBuilder(np.zeros(1 if cfg.regression else self.S)) for _ in range(cfg.n_trees)]
-        self.summary_of: dict[tuple[int, int], np.ndarray] = {}
+        self.summary_of: dict[tuple[int, int], _Known] = {}
         self.root_weight = np.zeros(cfg.n_trees)
         self.importance = np.zeros(self.d + 1)
         self.root_gains: list[float] = []
         self.depth = cfg.max_depth
-        frontier = [_Node(t, 0, 0) for t in range(cfg.n_trees)]
+        frontier = [_Node(t, 0, 0, shift=self.root_shift) for t in range(cfg.n_trees)]
         for level in range(cfg.max_depth + 1):
             if not frontier:
                 break
@@ -399,7 +423,7 @@ class _Training:
         requests = {c: ForestHistogramRequest(
             self._task(c), level, self._decisions_since(self.known.get(c, -1) + 1), node_tree, node_id, offsets,
             features, self.edge_values, self.edge_offsets, self.frac_bits, self.value_bound,
-            self.summer.secure_round(c, active), self.word_bits, share) for c in active}
+            self.summer.secure_round(c, active), self.word_bits, share, self._shifts(frontier)) for c in active}
         any_request = next(iter(requests.values()))
         result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, any_request.length,
                                  word_bits=any_request.word_bits)
@@ -424,7 +448,7 @@ class _Training:
             node = frontier[pair_node[p]]
             self.distinct_of[(node.tree, node.node)] = int(windows[p].sum())
             node.summary = sums[p].sum(axis=0)
-            self.summary_of[(node.tree, node.node)] = node.summary
+            self.summary_of[(node.tree, node.node)] = _Known(node.summary, node.shift)
             if level == 0:
                 self.root_weight[node.tree] = node_count(node.summary, self.crit)
         can = np.array([level < cfg.max_depth and n.features.size > 0 and self._can_split(n.summary)
@@ -465,6 +489,10 @@ class _Training:
         rng = np.random.default_rng([self.seed, node.tree, node.node])
         return np.sort(rng.choice(self.d, size=self.k_features, replace=False)).astype(np.int64)
 
+    def _shifts(self, frontier: list[_Node]) -> np.ndarray:
+        """The frontier's shifts for the clients (regression; none for classification)."""
+        return np.array([n.shift for n in frontier]) if self.crit == "mse" else np.zeros(0)
+
     def _can_split(self, summary: np.ndarray) -> bool:
         return bool(node_count(summary, self.crit) >= max(self.config.min_samples_split, 2 * self.config.min_samples_leaf)
                     and not is_pure(summary, self.crit))
@@ -504,7 +532,7 @@ class _Training:
                 task=self._task(client), level=level, splits=self._decisions_since(first), node_tree=node_tree,
                 node_id=node_id, feature_offsets=offsets, features=features,
                 sketch_size=cfg.sketch_size or cfg.n_bins, categorical=self.categorical,
-                n_categories=cfg.n_categories, top_l=cfg.top_l or 0)
+                n_categories=cfg.n_categories, top_l=cfg.top_l or 0, node_shift=self._shifts(frontier))
         return out
 
     def _accepted_level(self, replies: dict[str, ForestLevelReply], level: int, n_nodes: int) -> dict:
@@ -529,7 +557,7 @@ class _Training:
     def _set_summaries(self, level: int, frontier: list[_Node], pooled: np.ndarray) -> None:
         for i, node in enumerate(frontier):
             node.summary = pooled[i]
-            self.summary_of[(node.tree, node.node)] = pooled[i]
+            self.summary_of[(node.tree, node.node)] = _Known(pooled[i], node.shift)
             if level == 0:
                 self.root_weight[node.tree] = node_count(pooled[i], self.crit)
 
@@ -666,12 +694,15 @@ class _Training:
             s_left = left[c] if exact else None
             s_right = node.summary - left[c] if exact else None
             for child, summary in ((lid, s_left), (rid, s_right)):
+                shift = node.shift
                 if summary is not None:
-                    self.summary_of[(node.tree, child)] = summary
+                    self.summary_of[(node.tree, child)] = _Known(summary, node.shift)
+                    if self.crit == "mse":  # the child's clients centre on its mean from now on
+                        shift = child_shift(summary, node.shift)
                 depth = level + 1
                 needs_summary = summary is None
                 if needs_summary or (depth < cfg.max_depth and self._can_split(summary)):
-                    children.append(_Node(node.tree, child, depth, summary))
+                    children.append(_Node(node.tree, child, depth, summary, shift=shift))
         n = len(rows["tree"])
         self.decisions.append({
             "level": np.full(n, level, dtype=np.int64), "tree": np.array(rows["tree"], dtype=np.int64),
@@ -690,10 +721,11 @@ class _Training:
         trees: list[Tree] = []
         for t, builder in enumerate(self.builders):
             for node in range(builder.n_nodes):
-                summary = self.summary_of.get((t, node))
-                if summary is None:
+                known = self.summary_of.get((t, node))
+                if known is None:
                     raise TrainingError(f"tree {t} node {node} has no summary (every client dropped out?)")
-                builder.set_value(node, leaf_value(summary, self.crit), cover=float(node_count(summary, self.crit)))
+                builder.set_value(node, leaf_value(known.summary, self.crit, known.shift),
+                                  cover=float(node_count(known.summary, self.crit)))
             trees.append(builder.build())
         names = tuple(self.feature_names) + ((CLIENT_FEATURE,) if cfg.client_splits else ())
         n_outputs = 1 if cfg.regression else self.S

@@ -10,10 +10,16 @@ Pure functions over arrays, used level by level by ``fedforest.py``:
   (mean target / proportion of a class) with the left summaries of every contiguous grouping.
 * :func:`choose_splits` -- the pooled impurity decrease (Thm. 3.5, ``shared.splitting``) of every
   candidate, validity (``min_samples_leaf``, ``min_impurity_decrease``) and the best candidate
-  per node with a deterministic tie-break: larger gain (gains within a relative 1e-12 are equal:
-  mirrored splits and re-ordered sums differ in the last bits), then lower feature index (the
+  per node with a deterministic tie-break: larger gain (gains within ``TIE_TOLERANCE`` of the
+  node's impurity scale are equal: mirrored splits and re-ordered sums differ in the last bits), then lower feature index (the
   client indicator has index d, last), then lower candidate rank (thresholds ascending).
 * :func:`leaf_value` -- class distribution or mean from a node summary.
+
+Regression summaries are centred: ``[n, sum (y - shift), sum (y - shift)^2]`` with the node's
+shift (its mean as the parent's split left it; the fleet mean at the roots), so the variance
+``Q/n - mean^2`` subtracts numbers of the size of the variance, not of ``mean(y)^2``, and the
+tolerances scale with the variance (:func:`impurity_scale`): a target offset of 1e9 grows the same
+trees as no offset (issue 14, finding 1).
 """
 
 from __future__ import annotations
@@ -26,12 +32,22 @@ from numpy.typing import ArrayLike
 from shared.sketches import batched_mixture_quantiles
 from shared.splitting import fisher_order, impurity, pooled_gain, prefix_summaries
 
-__all__ = ["choose_splits", "grouping_candidates", "histogram_candidates", "is_pure", "leaf_value",
-           "mixture_thresholds", "n_sampled_features", "node_count", "pair_thresholds", "rounding_noise"]
+__all__ = ["PURITY_TOLERANCE", "TIE_TOLERANCE", "child_shift", "choose_splits", "grouping_candidates",
+           "histogram_candidates", "impurity_scale", "is_pure", "leaf_value", "mixture_thresholds",
+           "n_sampled_features", "node_count", "pair_thresholds"]
 
 
-#: Relative size of the rounding noise below which two gains are equal (see ``choose_splits``).
+#: Gains within this fraction of the node's impurity scale (:func:`impurity_scale`) are equal, and
+#: a gain below it is no gain. Why 1e-11: the same split reached by two routes (mirrored
+#: thresholds, a union client vs K clients, sums in another order) gives gains that differ in the
+#: last ~10 bits of float64 (~1e-13 relative); real differences between distinct candidates on
+#: real data are orders of magnitude larger. Tested by the mirrored-split and K-clients tests.
 TIE_TOLERANCE = 1e-11
+#: A node whose impurity is at most this fraction of its impurity scale is pure (stops). Why
+#: 1e-12 and not the tie width: the impurity of a node of equal targets is 0 up to a few ulps of
+#: the scale (``Q/n - mean^2`` of centred sums; class proportions summing to 1), and a node whose
+#: spread is a 1e-11 fraction of its scale is still a real, splittable node.
+PURITY_TOLERANCE = 1e-12
 
 
 def node_count(summary: ArrayLike, criterion: str) -> np.ndarray:
@@ -136,13 +152,11 @@ def choose_splits(
     n_right = n_parent[node] - n_left
     root = n_parent if total_weight is None else np.asarray(total_weight, dtype=np.float64)
     weighted = n_parent[node] / np.where(root[node] > 0, root[node], 1.0) * gain
-    noise = rounding_noise(s, criterion)
+    noise = TIE_TOLERANCE * impurity_scale(s, criterion)
     valid = (n_left >= min_samples_leaf) & (n_right >= min_samples_leaf) & np.isfinite(gain)
     valid &= (gain > noise[node]) & (weighted >= min_impurity_decrease)
     # Gains equal up to rounding (mirrored splits, sums in another order) are ties: every valid
-    # candidate within the node's rounding noise of its best competes on (feature, rank) alone.
-    # The noise scales with the impurity's terms: 1 for class proportions, the mean of y^2 for
-    # variances (Q/n - (S/n)^2 cancels when the mean is large next to the spread).
+    # candidate within TIE_TOLERANCE of its node's best competes on (feature, rank) alone.
     masked = np.where(valid, gain, -np.inf)
     node_best = np.full(n_nodes, -np.inf)
     np.maximum.at(node_best, node, masked)
@@ -159,29 +173,37 @@ def choose_splits(
     return best, best_gain
 
 
-def rounding_noise(summary: ArrayLike, criterion: str) -> np.ndarray:
-    """Per node, the size below which impurities and gains are rounding noise: TIE_TOLERANCE times
-    the impurity's terms -- 1 for class proportions, the mean of y^2 for a variance (``Q/n -
-    (S/n)^2`` cancels when the mean is large next to the spread)."""
+def impurity_scale(summary: ArrayLike, criterion: str) -> np.ndarray:
+    """Per node, the size of its impurity's terms, which the tolerances multiply: 1 for class
+    proportions; ``Q/n`` for a centred regression summary -- the variance plus the square of the
+    shift's distance from the mean, i.e. about the variance, since the shift is the node's mean
+    up to rounding (a summary in its parent's shift adds ``(mean - parent mean)^2``)."""
     s = np.asarray(summary, dtype=np.float64)
     if criterion != "mse":
-        return np.full(s.shape[:-1], TIE_TOLERANCE)
+        return np.ones(s.shape[:-1])
     n = s[..., 0]
-    return TIE_TOLERANCE * np.maximum(np.abs(s[..., 2]) / np.where(n > 0, n, 1.0), np.finfo(float).tiny)
+    return np.maximum(np.abs(s[..., 2]) / np.where(n > 0, n, 1.0), np.finfo(float).tiny)
 
 
-def leaf_value(summary: ArrayLike, criterion: str) -> np.ndarray:
-    """A leaf's output: the class distribution (classification) or the mean (regression)."""
+def leaf_value(summary: ArrayLike, criterion: str, shift: float = 0.0) -> np.ndarray:
+    """A leaf's output: the class distribution (classification) or the mean (regression: the
+    summary's centred mean plus its ``shift``)."""
     s = np.asarray(summary, dtype=np.float64)
     if criterion == "mse":
-        return np.array([s[1] / s[0] if s[0] > 0 else 0.0])
+        return np.array([shift + (s[1] / s[0] if s[0] > 0 else 0.0)])
     total = s.sum()
     return s / total if total > 0 else np.full(s.shape, 1.0 / s.shape[0])
 
 
+def child_shift(summary: ArrayLike, shift: float) -> float:
+    """The shift of a regression node whose summary ``summary`` is centred on ``shift``: its mean."""
+    s = np.asarray(summary, dtype=np.float64)
+    return float(shift + s[1] / s[0]) if s[0] > 0 else float(shift)
+
+
 def is_pure(summary: ArrayLike, criterion: str) -> np.ndarray:
-    """Nodes whose impurity is zero up to rounding noise (nothing left to gain)."""
-    return impurity(summary, criterion) <= rounding_noise(summary, criterion)
+    """Nodes whose impurity is zero up to rounding (``PURITY_TOLERANCE`` of the scale)."""
+    return impurity(summary, criterion) <= PURITY_TOLERANCE * impurity_scale(summary, criterion)
 
 
 def histogram_candidates(sums: np.ndarray, windows: np.ndarray, features: np.ndarray, pair_node: np.ndarray,

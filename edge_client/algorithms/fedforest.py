@@ -74,6 +74,7 @@ class _Level:
     positions: np.ndarray  # (E,) position of each entry's node in the request
     rows: np.ndarray  # (E,) sample row of each entry
     weight: np.ndarray  # (E,) bootstrap multiplicity
+    terms: np.ndarray  # (E, S) summary terms of each entry (regression: of y - its node's shift)
     n_nodes: int
     summaries: np.ndarray | None = None  # (n_nodes, S) this client's node summaries
     pair_node: np.ndarray | None = None  # (P,) node position of each requested pair
@@ -88,6 +89,8 @@ class _ForestState:
         n_outputs = task.n_outputs
         if task.target == "client":
             target = np.full(n, task.client_index)
+        self.n_outputs = n_outputs
+        self.target = target
         self.terms = summary_terms(target, n_outputs)
         self.integer = task.task == "classification"
         self.weight = np.zeros((task.n_trees, n))
@@ -137,8 +140,9 @@ class _ForestState:
             go_left[categorical] = valid & np.isin(key, allowed)
         self.node[trees, samples] = np.where(go_left, s.left[row], s.right[row])
 
-    def prepare(self, request: ForestLevelRequest) -> _Level:
-        """Map every (tree, sample) entry of an active node to that node's request position."""
+    def prepare(self, request: ForestLevelRequest | ForestHistogramRequest) -> _Level:
+        """Map every (tree, sample) entry of an active node to that node's request position, with
+        its summary terms (regression: centred on the node's shift)."""
         width = int(max(self.node.max(initial=0), request.node_id.max(initial=0))) + 1
         lookup = np.full(self.task.n_trees * width + 1, -1, dtype=np.int64)
         lookup[request.node_tree * width + request.node_id] = np.arange(request.node_id.shape[0])
@@ -147,14 +151,18 @@ class _ForestState:
         positions = lookup[keys]
         keep = positions >= 0
         trees, rows, positions = trees[keep], rows[keep], positions[keep]
-        return _Level(positions, rows, self.weight[trees, rows], request.node_id.shape[0])
+        if self.n_outputs or not request.node_shift.size:
+            terms = self.terms[rows]
+        else:
+            terms = summary_terms(self.target[rows] - request.node_shift[positions], 0)
+        return _Level(positions, rows, self.weight[trees, rows], terms, request.node_id.shape[0])
 
     def integer_terms(self, level: _Level, frac_bits: int, bound: float) -> np.ndarray:
         """Per entry of the level ``(E, 1 + S)`` int64: 1 (the window), then its weighted summary
-        terms -- class counts times the bootstrap multiplicity, or ``[w, w·y, w·y²]`` with the
-        sums of y in fixed point (``frac_bits``)."""
+        terms -- class counts times the bootstrap multiplicity, or ``[w, w·y, w·y²]`` (y centred on
+        the node's shift) in fixed point (``frac_bits``)."""
         w = level.weight
-        terms = self.terms[level.rows] * w[:, None]
+        terms = level.terms * w[:, None]
         if self.integer:
             body = np.rint(terms).astype(np.int64)
         else:
@@ -163,7 +171,7 @@ class _ForestState:
         return np.column_stack([np.ones(w.shape[0], dtype=np.int64), body])
 
     def summaries(self, level: _Level) -> np.ndarray:
-        return node_summaries(level.positions, level.weight, self.terms[level.rows], level.n_nodes)
+        return node_summaries(level.positions, level.weight, level.terms, level.n_nodes)
 
     def wire(self, values: np.ndarray) -> np.ndarray:
         """Class counts (sums of integer bootstrap multiplicities) travel exactly in the smallest
@@ -272,7 +280,7 @@ class FedForestClient:
             node_pos = pair_node[where]
             x = state.X[level.rows, j]
             if j in categorical:
-                sums = category_summaries(x, level.positions, level.weight, state.terms[level.rows], node_pos,
+                sums = category_summaries(x, level.positions, level.weight, level.terms, node_pos,
                                           body.n_categories)
                 has = sums.sum(axis=(1, 2)) > 0
                 cat_pairs.append(where[has])
@@ -309,7 +317,7 @@ class FedForestClient:
         """Best local impurity decrease per pair over the client's own quantile thresholds."""
         thresholds = points[:, 1:-1]
         cand_node = np.repeat(node_pos, thresholds.shape[1])
-        left = pair_left_summaries(x, level.positions, level.weight, state.terms[level.rows], cand_node,
+        left = pair_left_summaries(x, level.positions, level.weight, level.terms, cand_node,
                                    thresholds.ravel())
         gain = pooled_gain(summaries[cand_node], left, state.task.criterion).reshape(thresholds.shape)
         return gain.max(axis=1, initial=0.0)
@@ -327,7 +335,7 @@ class FedForestClient:
         cand_node = level.pair_node[cand_pair]
         cand_feature = level.pair_feature[cand_pair]
         left = np.zeros((cand_pair.shape[0], state.terms.shape[1]))
-        terms = state.terms[level.rows]
+        terms = level.terms
         for j in np.unique(cand_feature).tolist():
             sel = np.flatnonzero(cand_feature == j)
             left[sel] = pair_left_summaries(state.X[level.rows, j], level.positions, level.weight, terms,

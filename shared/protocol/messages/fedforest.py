@@ -64,8 +64,10 @@ def _positions(name: str, index: np.ndarray, bound: int) -> None:
 
 def _check_pairs(request) -> None:
     """A level request's nodes and their (node, feature) pairs: same-length node arrays, CSR
-    feature offsets, features of the job."""
+    feature offsets, features of the job, one shift per node or none."""
     n = _same_length(node_tree=request.node_tree, node_id=request.node_id)
+    if request.node_shift.size not in (0, n):
+        raise ValueError(f"node_shift must have 0 or {n} entries, got {request.node_shift.size}")
     _csr("feature_offsets", request.feature_offsets, request.features.shape[0], n)
     if request.features.size and (request.features.min() < 0 or request.features.max() >= request.task.n_features):
         raise ValueError(f"features must lie in 0..{request.task.n_features - 1}")
@@ -141,7 +143,9 @@ class SplitDecisions:
 class ForestLevelRequest:
     """Apply ``splits``, then describe the active nodes ``(node_tree[i], node_id[i])``: their
     summaries and, for the features ``features[feature_offsets[i]:feature_offsets[i+1]]`` of
-    node ``i`` (sorted; the pairs are numbered in this order), quantiles at ``b/sketch_size``."""
+    node ``i`` (sorted; the pairs are numbered in this order), quantiles at ``b/sketch_size``.
+    Regression sums are of ``y - node_shift[i]`` (the node's mean as the server knows it; empty:
+    0), which keeps the variance ``Q/n - mean^2`` free of cancellation for offset targets."""
 
     task: ForestTask
     level: int
@@ -154,6 +158,7 @@ class ForestLevelRequest:
     categorical: Annotated[np.ndarray, INT_1D] = field(default_factory=lambda: np.zeros(0, np.int64))
     n_categories: int = 0
     top_l: int = 0  # > 0: also report the client's best local gain per pair (AvgImp/Top-L)
+    node_shift: Annotated[np.ndarray, F64_1D] = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         _check_pairs(self)
@@ -251,7 +256,8 @@ class ForestHistogramRequest:
     features ``features[feature_offsets[i]:feature_offsets[i+1]]``), per slot of the pair's
     feature (slot ``b``: ``edges[b-1] <= x < edges[b]``; the last slot: missing) the integer
     sums of ``[windows, weighted summary terms]`` -- class counts, or ``[n, Σy, Σy²]`` with y in
-    fixed point (``frac_bits``). Layout ``(pairs, slots, 1 + S)``."""
+    fixed point (``frac_bits``), centred on ``node_shift`` as in :class:`ForestLevelRequest`.
+    Layout ``(pairs, slots, 1 + S)``."""
 
     task: ForestTask
     level: int
@@ -267,6 +273,7 @@ class ForestHistogramRequest:
     secure: SecureRound | None = None
     word_bits: int = 64  # classification: the narrowest ring word holding the fleet's counts
     noise: NoiseShare | None = None  # differential privacy: this gateway's share of the noise
+    node_shift: Annotated[np.ndarray, F64_1D] = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         _check_pairs(self)
