@@ -4,5 +4,6 @@ benchmarks' reference and lives there (dev dependency)."""
 
 from .histogram import FederatedHistogram
 from .local import LocalEnsembling, LocalLearning
+from .pax import PAX as PAX  # the FedSCS-XGB paper's baseline (issue 14)
 
 __all__ = ["FederatedHistogram", "LocalEnsembling", "LocalLearning"]
