@@ -47,6 +47,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -280,8 +281,10 @@ class ModelManager:
         if request.issued_ns <= self._last_rollback_ns:
             if request.issued_ns == self._last_rollback_ns and runs == target:
                 return "unchanged", f"already applied: this rollback made {_label(target)} active"
+            last = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self._last_rollback_ns / 1e9))
             return "rejected", (f"replayed: this rollback ({_label(leaving)} -> {_label(target)}) was issued no later "
-                                "than the last rollback applied here; nothing changed")
+                                f"than the last rollback applied here ({last}); nothing changed. If it is new, the "
+                                "aggregator's clock is behind: correct it and ask again")
         if not (self.directory / PREVIOUS).exists():
             return "unchanged", "there is no previous model to roll back to"
         if runs != leaving:

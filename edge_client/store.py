@@ -47,8 +47,12 @@ Duplicates
 
 Retention
     ``max_windows`` deletes the oldest *inserted* windows beyond the bound, ``max_age_s``
-    deletes windows inserted more than that many wall-clock seconds ago (``inserted_at`` is
-    wall time because ``*_us`` is the recording's clock during replays). Both run on open,
+    deletes windows inserted more than that many seconds ago (``inserted_at`` is the gateway's
+    time because ``*_us`` is the recording's clock during replays). That time is wall time read
+    once when the store opens -- never earlier than the latest ``inserted_at`` already stored --
+    and carried on by the monotonic clock (``SteadyClock``): NTP stepping the wall clock (a Pi
+    has no battery clock) neither ages every window by a year at once nor keeps windows for ever,
+    and insertion times never go backwards. Both run on open,
     on ``enforce_retention()`` and automatically every ``check_every`` inserted windows, so the
     store may exceed ``max_windows`` by up to ``check_every - 1`` in between. Each pass costs
     O(windows deleted): the count comes from a trigger-maintained table, the deletion walks
@@ -339,14 +343,32 @@ class StoreStats:
     wal_bytes: int
 
 
+class SteadyClock:
+    """Wall time that a step of the wall clock cannot move: read the wall clock once (no earlier
+    than ``floor``), then advance by the monotonic clock."""
+
+    def __init__(self, wall: Callable[[], float], monotonic: Callable[[], float], floor: float = 0.0) -> None:
+        self._base = max(wall(), floor)
+        self._monotonic = monotonic
+        self._start = monotonic()
+
+    def __call__(self) -> float:
+        return self._base + (self._monotonic() - self._start)
+
+
 class WindowStore:
-    """Windows and labels of one gateway in one SQLite file (see the module docstring)."""
+    """Windows and labels of one gateway in one SQLite file (see the module docstring).
+
+    ``clock`` and ``monotonic`` are the wall and monotonic clocks (tests pass fakes); the store
+    times its rows with a ``SteadyClock`` made of both.
+    """
 
     def __init__(self, path: str | Path, *, retention: RetentionPolicy = RetentionPolicy(),
-                 clock: Callable[[], float] = time.time, exclusive: bool = False) -> None:
+                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
+                 exclusive: bool = False) -> None:
         self.path = Path(path)
         self.retention = retention
-        self._clock = clock
+        self._clock: Callable[[], float] = clock  # until the file is open: then steady from its latest row
         self._lock = threading.Lock()
         self._n_features: dict[str, int] = {}  # per feature-set version, learned from the file or first insert
         self._since_retention = 0
@@ -368,6 +390,7 @@ class WindowStore:
             if full is not None:
                 raise full from exc
             raise
+        self._clock = SteadyClock(clock, monotonic, self._latest_insert())
         try:
             self.enforce_retention()
         except StoreFull as exc:  # deleting needs room in the WAL too: the next insert retries
@@ -643,6 +666,11 @@ class WindowStore:
             yield conn
         finally:
             conn.close()
+
+    def _latest_insert(self) -> float:
+        with self._read() as c:
+            (latest,) = c.execute("SELECT max(inserted_at) FROM windows").fetchone()
+        return float(latest or 0.0)
 
     def _require_open(self) -> None:
         if self._closed:

@@ -169,3 +169,21 @@ def test_rollback_that_no_longer_matches_the_models_is_refused(tmp_path, models)
     empty = manager(tmp_path / "empty")
     assert empty.rollback(back()).state == "unchanged"
     assert "no previous model" in empty.rollback(back()).reason
+
+
+def test_a_rollback_from_an_aggregator_whose_clock_was_set_back_is_refused_and_says_why(tmp_path, models) -> None:
+    """The aggregator's wall clock orders rollbacks: one signed after the clock was stepped back
+    looks like a replay. It is refused with the reason (nothing changes, nothing is applied
+    twice), and the same instruction signed once the clock is right again goes through."""
+    a, b, c = models
+    gw = manager(tmp_path)
+    for version, model in ((1, a), (2, b), (3, c)):
+        gw.install(bundle(model, version))
+    first = back(to=("act", 2), replaces=("act", 3))
+    assert gw.rollback(first).state == "active" and running(gw) == "act:v2"
+    hour = 3600 * 10**9
+    behind = gw.rollback(back(to=("act", 3), replaces=("act", 2), issued_ns=first.issued_ns - hour))
+    assert behind.state == "rejected" and running(gw) == "act:v2"
+    assert "aggregator's clock is behind" in behind.reason
+    assert gw.rollback(back(to=("act", 3), replaces=("act", 2), issued_ns=first.issued_ns + 1)).state == "active"
+    assert running(gw) == "act:v3"

@@ -325,7 +325,8 @@ class FakeClock:
 
 def test_max_age_deletes_by_insertion_wall_time(tmp_path: Path) -> None:
     clock = FakeClock()
-    with WindowStore(tmp_path / "w.db", retention=RetentionPolicy(max_age_s=3600), clock=clock) as store:
+    with WindowStore(tmp_path / "w.db", retention=RetentionPolicy(max_age_s=3600), clock=clock,
+                     monotonic=clock) as store:
         store.add_many([rec("s1", t) for t in (0, 2)])
         clock.now += 1800
         store.add(rec("s1", 4))
@@ -339,7 +340,7 @@ def test_max_age_deletes_by_insertion_wall_time(tmp_path: Path) -> None:
 def test_retention_forgets_annotations_that_can_no_longer_label_anything(tmp_path: Path) -> None:
     clock = FakeClock()
     with WindowStore(tmp_path / "w.db", retention=RetentionPolicy(max_windows=3, check_every=1000),
-                     clock=clock) as store:
+                     clock=clock, monotonic=clock) as store:
         store.add_many([rec("old", t) for t in (0, 2)])
         store.label_range("old", 0, 10 * S, "eat")
         clock.now += 1
@@ -543,3 +544,44 @@ def test_survives_kill_9_of_the_writer_at_random_moments(tmp_path: Path) -> None
         assert store.stats().windows == kept
         store.add(crash.window(first))
         assert store.count() == kept + 1
+
+
+class SteppedWallClock:
+    """A gateway's wall clock that NTP (or a Pi without a battery clock) steps, and the monotonic
+    clock beside it that only moves forward with real time."""
+
+    def __init__(self) -> None:
+        self.wall, self.mono = 1_700_000_000.0, 50.0
+
+    def elapse(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
+
+
+def test_wall_clock_steps_neither_expire_windows_early_nor_keep_them_forever(tmp_path: Path) -> None:
+    t = SteppedWallClock()
+    policy = RetentionPolicy(max_age_s=86_400)
+    with WindowStore(tmp_path / "w.db", retention=policy, clock=lambda: t.wall, monotonic=lambda: t.mono) as store:
+        store.add(rec("s1", 0))  # real time 0
+        store.label_range("s1", 0, 4 * S, "push")
+        t.elapse(1000)
+        t.wall += 365 * 86_400  # NTP steps the clock a year ahead
+        store.add(rec("s1", 2))  # real time 1000
+        assert store.enforce_retention() == 0 and store.count(labelled_only=True) == 1  # nothing is a year old
+        t.elapse(1000)
+        t.wall -= 2 * 365 * 86_400  # ... and a year behind where it started
+        store.add(rec("s1", 4))  # real time 2000
+        t.elapse(84_000)
+        assert store.enforce_retention() == 0 and store.count() == 3
+        t.elapse(401)  # a day of real time since the first window: it goes, the others stay
+        assert store.enforce_retention() == 1 and store.count() == 2
+    with sqlite3.connect(tmp_path / "w.db") as c:
+        inserted = [r[0] for r in c.execute("SELECT inserted_at FROM windows ORDER BY start_us")]
+    assert inserted == sorted(inserted)  # insertion times never go backwards
+    # A restart with the wall clock still a year behind: times go on from the latest insert.
+    with WindowStore(tmp_path / "w.db", retention=policy, clock=lambda: t.wall, monotonic=lambda: t.mono) as store:
+        store.add(rec("s1", 6))
+        assert store.count() == 3
+    with sqlite3.connect(tmp_path / "w.db") as c:
+        (last,) = c.execute("SELECT max(inserted_at) FROM windows WHERE start_us = ?", (6 * S,)).fetchone()
+    assert last >= max(inserted)
