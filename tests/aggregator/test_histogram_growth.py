@@ -567,3 +567,52 @@ def test_gains_equal_in_exact_arithmetic_tie_like_in_xgboost() -> None:
                         xgb.DMatrix(X, label=y, base_margin=np.zeros((n, 3))), 1)
     theirs = json.loads(booster.save_raw("json"))["learner"]["gradient_booster"]["model"]["trees"][0]
     assert ours.tree.feature[0] == theirs["split_indices"][0] == 0
+
+
+@pytest.mark.parametrize(("seed", "min_child_weight", "gamma"), [(0, 0.0, 0.0), (1, 1.0, 1.0), (2, 3.0, 0.0),
+                                                                 (3, 1.0, 3.0), (4, 3.0, 3.0)])
+def test_multi_output_tree_matches_xgboost_hist(seed: int, min_child_weight: float, gamma: float) -> None:
+    """``multi_strategy="multi_output_tree"`` (the paper's shared structure, gains summed over
+    classes, vector leaves) == XGBoost's hist ``multi_output_tree`` given its cuts: same splits,
+    thresholds and directions, leaves to float32 precision. Small deep trees so that
+    ``min_child_weight`` (which zeroes a class's weight in XGBoost 3.2) and ``gamma`` bite."""
+    from tests.shared.model.xgboost_json import booster_to_ensemble
+
+    if min_child_weight > 0 and tuple(int(v) for v in xgb.__version__.split(".")[:2]) >= (3, 4):
+        pytest.skip("XGBoost 3.4 made min_child_weight a bound on the children's mean Hessian")
+    K = 3
+    X, y, weight, margin = xgboost_case(seed, K=K, n=200)
+    dtrain = xgb.DMatrix(X, label=y, weight=weight, base_margin=margin)
+    booster = xgb.train(dict(objective="multi:softprob", num_class=K, tree_method="hist", max_depth=6, eta=0.2,
+                             multi_strategy="multi_output_tree", min_child_weight=min_child_weight, gamma=gamma,
+                             base_score=0.5, nthread=1), dtrain, num_boost_round=1)
+    ptr, values = dtrain.get_quantile_cut()
+    edges = [values[ptr[j] : ptr[j + 1]] for j in range(X.shape[1])]
+    g, h = Softmax(K).gradients(margin.astype(np.float64), y, weight.astype(np.float64))
+    params = GrowthParams(max_depth=6, learning_rate=0.2, min_child_weight=min_child_weight, gamma=gamma,
+                          multi_strategy="multi_output_tree")
+    (ours,) = grow_trees(bin_ids(X, edges), g, h, None, edges, params)
+    (theirs,) = booster_to_ensemble(booster).trees
+    assert ours.tree.n_outputs == K and ours.tree.n_nodes > 20
+    assert structure(nested(ours.tree)) == structure(nested(theirs))
+    leaf = ours.tree.left < 0
+    np.testing.assert_allclose(ours.tree.value[leaf], theirs.value[theirs.left < 0], rtol=0, atol=1e-7)
+    np.testing.assert_allclose(np.sort(ours.loss_change[~leaf]), np.sort(_xgb_tree_json(booster, 0)["loss_changes"])[
+        -int((~leaf).sum()):], rtol=1e-5)
+    if min_child_weight > 0:  # some class of some leaf had too little Hessian: weight 0, as in XGBoost
+        assert (ours.tree.value[leaf] == 0).any() or (ours.sum_hess[leaf] >= min_child_weight).all()
+
+
+def test_multi_output_tree_sums_the_classes_gains() -> None:
+    """One class alone would split on feature 1, the three together on feature 0: the shared
+    structure maximises the summed gain (Alg. 1 step 19)."""
+    X = np.array([[0, 0], [0, 1], [1, 0], [1, 1]] * 2, dtype=np.float64)
+    edges = [np.array([0.5], np.float32)] * 2
+    # class 0: feature 1 separates its gradients; classes 1 and 2: feature 0 does
+    G = np.array([[1.0, 1.0, 1.0], [-1.0, 1.0, 1.0], [1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]] * 2)
+    H = np.ones_like(G)
+    per_class = grow_trees(bin_ids(X, edges), G, H, None, edges, GrowthParams(max_depth=1, min_child_weight=0))
+    (shared,) = grow_trees(bin_ids(X, edges), G, H, None, edges,
+                           GrowthParams(max_depth=1, min_child_weight=0, multi_strategy="multi_output_tree"))
+    assert per_class[0].tree.feature[0] == 1 and shared.tree.feature[0] == 0
+    assert shared.tree.value.shape == (3, 3)
