@@ -20,6 +20,7 @@ from shared import __version__
 
 from edge_client.cli import broker, demo, fleet, gateway, models, recordings, train
 from edge_client.cli.arguments import Parser
+from edge_client.cli.connection import settle_broker_port
 from edge_client.cli.errors import INTERRUPTED, CliError, describe_os_error
 
 COMMAND_GROUPS = (broker, gateway, recordings, fleet, train, models, demo)
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from shared.logs import setup_logging
 
     args = build_parser().parse_args(argv)
+    settle_broker_port(args)
     setup_logging(args.log_level, json_lines=args.log_json)
     try:
         return args.func(args)

@@ -15,9 +15,9 @@ import argparse
 import sys
 
 from edge_client.cli.arguments import add_subcommand, existing_dir, existing_file, listen_port
+from edge_client.cli.connection import PLAIN_PORT, TLS_PORT
 from edge_client.cli.errors import CliError, UsageError
 
-TLS_PORT, PLAIN_PORT = 8883, 1883
 PLAIN_TCP_WARNING = ("wheelfed broker: WARNING: plain TCP without TLS on {where}: passwords and model pushes "
                      "travel in clear; loopback only (tests, the demo): give --tls-cert-dir DIR (deploy/certs "
                      "makes one) for anything else")

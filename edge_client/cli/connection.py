@@ -11,20 +11,28 @@ from edge_client.cli.errors import CliError, UsageError
 PASSWORD_VARIABLE = "WHEELFED_MQTT_PASSWORD"
 HOST_VARIABLE = "WHEELFED_MQTT_HOST"
 PORT_VARIABLE = "WHEELFED_MQTT_PORT"
+PLAIN_PORT, TLS_PORT = 1883, 8883
 
 
 def add_broker_options(p: argparse.ArgumentParser, *, username_help: str) -> None:
     """--host/--port/--username/--protocol/--tls-*: the same spelling on every command."""
     p.add_argument("--host", default=os.environ.get(HOST_VARIABLE, "127.0.0.1"),
                    help=f"broker host (default: %(default)s; ${HOST_VARIABLE} sets it)")
-    p.add_argument("--port", type=port_number, default=os.environ.get(PORT_VARIABLE, "1883"),
-                   help=f"broker port (default: %(default)s; ${PORT_VARIABLE} sets it)")
+    p.add_argument("--port", type=port_number, default=os.environ.get(PORT_VARIABLE),
+                   help=f"broker port (default: {PLAIN_PORT}, or {TLS_PORT} with --tls-ca; ${PORT_VARIABLE} sets it)")
     p.add_argument("--username", help=username_help)
     p.add_argument("--protocol", type=int, choices=(4, 5), default=5, help="MQTT 5, or 4 = 3.1.1")
     p.add_argument("--tls-ca", type=existing_file, help="CA certificate: connect with TLS (the certificate's CN "
                                                       "is then the identity)")
     p.add_argument("--tls-cert", type=existing_file, help="this side's certificate (CN = its id)")
     p.add_argument("--tls-key", type=existing_file, help="this side's private key")
+
+
+def settle_broker_port(args: argparse.Namespace) -> None:
+    """A command with broker options and no --port (nor $WHEELFED_MQTT_PORT) talks to the port
+    its transport implies: 8883 with --tls-ca (the TLS broker's default), else 1883."""
+    if hasattr(args, "tls_ca") and getattr(args, "port", None) is None:
+        args.port = TLS_PORT if args.tls_ca else PLAIN_PORT
 
 
 def mqtt_config(args: argparse.Namespace, default_username: str):

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -213,7 +214,35 @@ def test_end_to_end_over_tls_with_the_scripts_certificates(tmp_path: Path) -> No
                  "--tls-key", str(certs / "gw-1.key"))  # a gateway's certificate does not make an aggregator
         as_gw1 = wheelfed("fleet", "--host", "localhost", "--port", str(port), "--wait", "0.2", *wrong, cwd=tmp_path)
         assert as_gw1.code == 0 and "no gateway" in as_gw1.stdout  # it is gw-1 there: the ACL shows it nothing
+        # TLS 1.3 only: with 1.2 a client certificate (whose CN is the gateway's id) crosses in clear
+        old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        old.load_verify_locations(certs / "ca.crt")
+        old.load_cert_chain(certs / "gw-1.crt", certs / "gw-1.key")
+        old.maximum_version = ssl.TLSVersion.TLSv1_2
+        with socket.create_connection(("localhost", port), timeout=5) as raw, pytest.raises(ssl.SSLError):
+            old.wrap_socket(raw, server_hostname="localhost").do_handshake()
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(15)
     assert "plain TCP" not in proc.stderr.read()
+
+
+@pytest.mark.parametrize(("options", "environment", "port"), [
+    ((), {}, 1883),
+    (("--tls-ca", "ca.crt"), {}, 8883),
+    (("--tls-ca", "ca.crt", "--port", "9999"), {}, 9999),
+    (("--tls-ca", "ca.crt"), {"WHEELFED_MQTT_PORT": "7777"}, 7777),
+])
+def test_client_commands_talk_to_the_port_their_transport_implies(tmp_path: Path, monkeypatch, options,
+                                                                  environment, port) -> None:
+    from edge_client.cli import build_parser
+    from edge_client.cli.connection import settle_broker_port
+
+    (tmp_path / "ca.crt").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WHEELFED_MQTT_PORT", raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    args = build_parser().parse_args(["fleet", *options])
+    settle_broker_port(args)
+    assert args.port == port
