@@ -22,6 +22,7 @@ from firmware_bridge.descriptors import ChannelSpec, SensorDescriptor
 from firmware_bridge.frames import DescriptorFrame, SampleFrame, encode_frame
 from firmware_bridge.replay import open_pty
 from tests.cli.cli_support import REPO, assert_one_line_failure, files_under, wheelfed
+from tests.conftest import PASSWORDS
 
 USAGE, RUNTIME = 2, 1
 WATCH = SensorDescriptor(1, "watch", "imu", 50.0, (ChannelSpec("ax", "g", 0.001),))
@@ -196,3 +197,28 @@ def test_a_device_that_vanishes_is_one_warning_then_the_status_says_gone_and_it_
         if second is not None:
             os.close(second)
     assert "Traceback" not in "\n".join(gateway.err)
+
+
+@pytest.mark.mosquitto
+@pytest.mark.parametrize("broker_at_start", [True, False], ids=["broker-went-away", "broker-never-there"])
+def test_sigterm_without_a_broker_stops_the_gateway_promptly(tmp_path: Path, mosquitto, broker_at_start) -> None:
+    """The broker vanished (a demo's broker killed first, a cloud outage) or never answered:
+    SIGTERM must still stop the gateway at once -- its offline message cannot be delivered, and
+    it must not wait for it."""
+    if not broker_at_start:
+        mosquitto.stop(kill=True)
+    gateway = GatewayProcess(tmp_path, "--client-id", "gw-1", "--port", str(mosquitto.port), "--store",
+                             str(tmp_path / "gw-1.db"), "--stats-every", "0.2",
+                             env={"WHEELFED_MQTT_PASSWORD": PASSWORDS["gw-1"]})
+    try:
+        if broker_at_start:
+            assert gateway.wait_for(lambda: gateway.stats().get("broker") == "connected"), gateway.err
+            mosquitto.stop(kill=True)
+        assert gateway.wait_for(lambda: gateway.stats().get("broker") == "offline"), gateway.err
+        started = time.monotonic()
+        gateway.proc.send_signal(signal.SIGTERM)
+        code = gateway.proc.wait(30)
+        took = time.monotonic() - started
+    finally:
+        gateway.stop()
+    assert code == 0 and took < 3.0, (code, took, gateway.err[-5:])
