@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from .fedforest import FedForestClient
+from .fedga_tree import FedGATreeClient
 from .fedscs_xgb import FedSCSXGBClient
+from .vertical_forest import VerticalForestClient
 
 if TYPE_CHECKING:
     from ..dispatcher import Dispatcher
@@ -33,6 +35,8 @@ class ClientHalf(Protocol):
 CLIENT_HALVES: tuple[type[ClientHalf], ...] = (
     FedSCSXGBClient,
     FedForestClient,
+    FedGATreeClient,
+    VerticalForestClient,
 )
 
 __all__ = ["CLIENT_HALVES", "ClientHalf", "FedForestClient", "FedSCSXGBClient"]
