@@ -12,7 +12,6 @@ from typing import Any, Protocol
 
 from edge_client.participant import Participant
 from edge_client.training_data import ClientData
-from shared.model import TreeEnsemble
 from shared.protocol.topics import AGGREGATOR_ID
 from shared.transport.memory import MemoryBroker, MemoryTransport
 
@@ -87,7 +86,13 @@ class Simulation:
 
 def simulate(algorithm: Algorithm, clients: Sequence[Any], *, seed: int = 0,
              progress: Callable[[RoundProgress], None] | None = None,
-             settings: JobSettings | None = None) -> TreeEnsemble:
+             settings: JobSettings | None = None) -> Any:
     """Train ``algorithm`` (e.g. ``aggregator.algorithms.FedSCSXGB(...)``) on ``clients`` — a list
-    of ``(X, y)`` pairs or ``ClientData`` — over the in-memory transport; returns the model."""
+    of ``(X, y)`` pairs or ``ClientData`` — over the in-memory transport; returns the model.
+
+    An algorithm whose clients are not ``(X, y)`` pairs brings its own ``simulate`` (the
+    vertical Federated Forest: ``(X_block, y)`` parties, ``y`` None but for one), used as is."""
+    own = getattr(algorithm, "simulate", None)
+    if own is not None:
+        return own(clients, seed=seed, progress=progress, settings=settings)
     return Simulation(clients).run(algorithm, seed=seed, progress=progress, settings=settings)

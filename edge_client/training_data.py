@@ -26,8 +26,8 @@ from .store import WindowStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClientData", "JobSnapshots", "LabelledData", "NoTrainingData", "StoreTrainingData", "TrainingData",
-           "class_ids", "data_summary", "label_strings", "snapshot", "tail_split"]
+__all__ = ["ClientData", "JobSnapshots", "LabelledData", "NoTrainingData", "PartyData", "PartyWindows",
+           "StoreTrainingData", "TrainingData", "class_ids", "data_summary", "label_strings", "snapshot", "tail_split"]
 
 
 class NoTrainingData(Exception):
@@ -131,6 +131,68 @@ class ClientData:
 
 
 @dataclass(frozen=True, eq=False)
+class PartyWindows:
+    """A vertical party's windows: its features ``X``, the labels ``y`` (None: this party does not
+    hold the labels) and each window's identity (``sessions``, ``start_us``)."""
+
+    X: np.ndarray
+    y: np.ndarray | None
+    sessions: tuple[str, ...]
+    start_us: np.ndarray
+
+    def __post_init__(self) -> None:
+        X = np.asarray(self.X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D (windows, features), got shape {X.shape}")
+        n = X.shape[0]
+        if self.y is not None and np.asarray(self.y).shape != (n,):
+            raise ValueError(f"y must have shape ({n},) to match X, got {np.asarray(self.y).shape}")
+        if len(self.sessions) != n or np.asarray(self.start_us).shape != (n,):
+            raise ValueError(f"sessions and start_us must have one entry per window ({n})")
+        object.__setattr__(self, "X", X)
+        object.__setattr__(self, "y", None if self.y is None else np.asarray(self.y))
+        object.__setattr__(self, "sessions", tuple(str(s) for s in self.sessions))
+        object.__setattr__(self, "start_us", np.asarray(self.start_us, dtype=np.int64))
+
+
+@dataclass(frozen=True, eq=False)
+class PartyData:
+    """One simulated party of a vertical job: an id, its feature block, the labels if it holds
+    them (else ``None``), the secret the person's parties share (``party_key``), and window ids
+    (default: the row position, ``start_us = row``, one session) -- rows aligned by position.
+
+    A party without labels has nothing for horizontal jobs: ``labelled`` refuses them with
+    ``no_labelled_windows``, as a gateway without annotations does.
+    """
+
+    client_id: str
+    X: ArrayLike
+    y: ArrayLike | None
+    party_key: bytes = field(repr=False, default=b"")
+    sessions: tuple[str, ...] | None = None
+    start_us: ArrayLike | None = None
+    _windows: PartyWindows = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        n = np.asarray(self.X).shape[0] if np.ndim(self.X) == 2 else 0
+        sessions = self.sessions if self.sessions is not None else ("rows",) * n
+        starts = np.arange(n) if self.start_us is None else self.start_us
+        object.__setattr__(self, "_windows", PartyWindows(np.asarray(self.X), None if self.y is None else
+                                                          np.asarray(self.y), tuple(sessions), np.asarray(starts)))
+
+    def party_windows(self, feature_set_version: str) -> PartyWindows:
+        return self._windows
+
+    def labelled(self, feature_set_version: str) -> LabelledData:
+        if self._windows.y is None:
+            raise NoTrainingData("no_labelled_windows", f"{self.client_id} holds no labels (a vertical party)")
+        return LabelledData(self._windows.X, self._windows.y)
+
+    def holdout(self, feature_set_version: str) -> LabelledData:
+        raise NoTrainingData("no_holdout_windows", f"{self.client_id} has no held-out windows")
+
+
+@dataclass(frozen=True, eq=False)
 class StoreTrainingData:
     """The gateway's labelled windows (``WindowStore.query``), in (start time, id) order.
 
@@ -170,6 +232,17 @@ class StoreTrainingData:
 
     def labelled(self, feature_set_version: str) -> LabelledData:
         return self._split(feature_set_version)[0]
+
+    def party_windows(self, feature_set_version: str) -> PartyWindows:
+        """This gateway's windows for a vertical job (training part, as ``labelled``): all of
+        them if none is labelled (a party without labels), else the labelled ones with labels."""
+        X, y, meta = self.store.query(feature_set_version, labelled_only=False)
+        labelled = np.array([v is not None for v in y], dtype=bool)
+        rows = np.flatnonzero(labelled) if labelled.any() else np.arange(X.shape[0])
+        if self.holdout_fraction > 0 and rows.size:
+            rows = rows[tail_split(meta.session_ids[rows], self.holdout_fraction, self.gap_windows)[0]]
+        return PartyWindows(X[rows], y[rows] if labelled.any() else None, tuple(meta.session_ids[rows]),
+                            meta.start_us[rows])
 
     def holdout(self, feature_set_version: str) -> LabelledData:
         test = self._split(feature_set_version)[1]

@@ -1,0 +1,376 @@
+"""Vertical Federated Forest's master (Liu et al., *Federated Forest*, Alg. 2 and 4): the
+gateways of one person each hold some sensors' features of the same windows, one of them the
+labels; the master grows a random forest over the union of their features without seeing a
+feature value, a threshold, a label or a window id.
+
+A job (messages: ``shared.protocol.messages.vertical_forest``):
+
+1. **alignment** -- the parties send keyed-hash digests of their window ids; the master keeps
+   the windows every party holds and reports what was dropped (``AlignmentReport``);
+2. **setup** -- the master draws every tree's rows (bootstrap multiplicities, :func:`draw_rows`)
+   and sends them with each party's common windows; the label holder seals the labels for the
+   other parties;
+3. **per level, all trees at once** -- the master draws each open node's features
+   (:func:`draw_features`, scikit-learn's per-node ``max_features``) and tells each party only
+   its own; each party returns its best gain per node (exact CART, ``shared.vertical_splits``);
+   the master picks the best party per node (:func:`choose_owners`; ties: the lower party) or
+   makes a leaf (no split, or ``gain < min_impurity_decrease``); the winners partition their
+   nodes' rows, sealed, and the next level relays the partitions to every party;
+4. **finish** -- the parties keep their partial trees; the label holder returns the leaf values.
+
+Every round needs every party: a party that does not answer fails the job (``TrainingError``
+naming it); the master returns no model and tells the others to drop their state.
+
+Draws are reproducible from the seed (rows: ``default_rng([seed, 0, tree])``; features:
+``default_rng([seed, 1, tree, node])``), so a centralized forest grown with the same draws on
+the joined data is the oracle (tests/aggregator/test_vertical_forest.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from shared.protocol.messages import Ack
+from shared.protocol.messages.vertical_forest import (
+    SealedPartition,
+    VerticalAbort,
+    VerticalAlignReply,
+    VerticalAlignRequest,
+    VerticalFinishReply,
+    VerticalFinishRequest,
+    VerticalLevelReply,
+    VerticalLevelRequest,
+    VerticalPartitionReply,
+    VerticalPartitionRequest,
+    VerticalSetupReply,
+    VerticalSetupRequest,
+    VerticalTask,
+)
+from shared.vertical_alignment import AlignmentReport, intersect_digests
+from shared.vertical_splits import EPSILON, is_tie_or_better
+from shared.vertical_trees import leaves_of
+
+from ..jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
+from ..rounds import QuorumNotReached
+from .forest_growth import n_sampled_features
+from .vertical_forest_model import MasterTree, VerticalForestModel
+
+__all__ = ["VerticalFederatedForest", "VerticalTraining", "choose_owners", "draw_features", "draw_rows",
+           "parties_for_simulation"]
+
+MAX_DEPTH = 40
+
+
+def draw_rows(seed: int, tree: int, n: int, bootstrap: bool) -> np.ndarray:
+    """Tree ``tree``'s row multiplicities: ``n`` draws with replacement (or every row once)."""
+    if not bootstrap:
+        return np.ones(n, dtype=np.uint32)
+    rng = np.random.default_rng([seed, 0, tree])
+    return np.bincount(rng.integers(0, n, n), minlength=n).astype(np.uint32)
+
+
+def draw_features(seed: int, tree: int, node: int, d: int, k: int) -> np.ndarray:
+    """The encoded features (ascending) drawn for node ``node`` of tree ``tree``: ``k`` of ``d``."""
+    if k >= d:
+        return np.arange(d, dtype=np.int64)
+    rng = np.random.default_rng([seed, 1, tree, node])
+    return np.sort(rng.choice(d, size=k, replace=False)).astype(np.int64)
+
+
+def choose_owners(has_split: np.ndarray, gain: np.ndarray, min_impurity_decrease: float) -> np.ndarray:
+    """Per open node (rows) the party (column) whose split wins, -1 for a leaf: the first party
+    whose gain ties the best (within ``TIE_TOLERANCE``); a leaf where no party has a split or the
+    best gain is below ``min_impurity_decrease`` (scikit-learn's ``gain + EPSILON < min``)."""
+    g = np.where(has_split.astype(bool), gain, -np.inf)
+    best = g.max(axis=1) if g.shape[1] else np.full(g.shape[0], -np.inf)
+    owner = np.argmax(is_tie_or_better(g, best[:, None]) & np.isfinite(g), axis=1)
+    leaf = ~np.isfinite(best) | (best + EPSILON < min_impurity_decrease)
+    return np.where(leaf, -1, owner).astype(np.int64)
+
+
+def parties_for_simulation(parties: Sequence[Any], *, party_key: bytes | None = None) -> list[Any]:
+    """``(X_block, y)`` pairs (rows aligned by position, ``y`` given by exactly one party, None
+    for the others) as simulated parties ``party-000``, ``party-001``, ... sharing one key;
+    ``PartyData`` items are taken as they are."""
+    from edge_client.training_data import PartyData
+    from shared.vertical_party_key import new_party_key
+
+    key = party_key or new_party_key()
+    if not isinstance(parties, (list, tuple)) or len(parties) < 1:
+        raise ValueError("parties must be a non-empty list of (X_block, y) pairs")
+    out = []
+    for i, party in enumerate(parties):
+        if isinstance(party, PartyData):
+            out.append(party)
+            continue
+        if not (isinstance(party, (tuple, list)) and len(party) == 2):
+            raise TypeError(f"parties[{i}] must be an (X_block, y) pair, got {type(party).__name__}")
+        X = np.asarray(party[0])
+        if X.ndim != 2 or X.dtype.kind not in "iuf":
+            raise ValueError(f"parties[{i}]: X_block must be a numeric 2-D array, got shape {X.shape}")
+        out.append(PartyData(f"party-{i:03d}", X, party[1], party_key=key))
+    holders = [i for i, p in enumerate(out) if p.party_windows("").y is not None]
+    if len(holders) != 1:
+        raise ValueError(f"parties: exactly one party must give y (the others None), got y from "
+                         f"{len(holders)} parties {holders}")
+    rows = {p.party_windows("").X.shape[0] for p in out}
+    if len(rows) != 1:
+        raise ValueError(f"parties: the blocks must have the same number of rows (aligned by position), got "
+                         f"{sorted(rows)}")
+    return out
+
+
+@dataclass(frozen=True)
+class VerticalFederatedForest:
+    """Vertical Federated Forest settings (scikit-learn's ``RandomForest*`` names and meanings).
+
+    ``max_features``: features drawn per node from the union of the parties' features ("sqrt",
+    "log2", an int, a fraction, None = all; default "sqrt" for classification, all for
+    regression, as scikit-learn). ``max_depth`` at most 40 (nodes are heap indices).
+    ``hop_us``/``tolerance_us``: the window grid to align on (0: ids as stored; see
+    ``shared.vertical_alignment``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from aggregator import simulate
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(120, 4)); y = (X[:, 0] + X[:, 3] > 0).astype(int)
+    >>> model = simulate(VerticalFederatedForest(n_trees=3, max_depth=3), [(X[:, :2], y), (X[:, 2:], None)])
+    >>> float((model.predict([X[:, :2], X[:, 2:]]) == y).mean()) > 0.8
+    True
+    """
+
+    n_trees: int = 10
+    max_depth: int = 8
+    min_samples_split: int = 2
+    min_samples_leaf: int = 1
+    min_impurity_decrease: float = 0.0
+    max_features: str | int | float | None = "default"
+    bootstrap: bool = True
+    task: Literal["classification", "regression"] = "classification"
+    criterion: Literal["gini", "entropy", "mse"] | None = None
+    feature_set_version: str = ""
+    hop_us: int = 0
+    tolerance_us: int = 0
+
+    name: ClassVar[str] = "vertical_forest"
+
+    def __post_init__(self) -> None:
+        for name in ("n_trees", "min_samples_leaf"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
+                raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
+        if not (isinstance(self.min_samples_split, int) and self.min_samples_split >= 2):
+            raise ValueError(f"min_samples_split must be an int >= 2, got {self.min_samples_split!r}")
+        if not (isinstance(self.max_depth, int) and 0 <= self.max_depth <= MAX_DEPTH):
+            raise ValueError(f"max_depth must be an int in 0..{MAX_DEPTH}, got {self.max_depth!r}")
+        if not (isinstance(self.min_impurity_decrease, (int, float)) and self.min_impurity_decrease >= 0):
+            raise ValueError(f"min_impurity_decrease must be >= 0, got {self.min_impurity_decrease!r}")
+        if self.task not in ("classification", "regression"):
+            raise ValueError(f"task must be 'classification' or 'regression', got {self.task!r}")
+        if self.criterion not in (None, "gini", "entropy", "mse"):
+            raise ValueError(f"criterion must be 'gini', 'entropy' or 'mse', got {self.criterion!r}")
+        if self.criterion is not None and (self.criterion == "mse") != (self.task == "regression"):
+            raise ValueError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
+        if self.max_features != "default":
+            n_sampled_features(self.max_features, 100, self.task == "regression")  # raises on a bad value
+        if self.hop_us < 0 or not 0 <= 2 * self.tolerance_us <= max(self.hop_us, 0):
+            raise ValueError(f"tolerance_us must lie in 0..hop_us/2, got {self.tolerance_us} for hop_us "
+                             f"{self.hop_us}")
+
+    @property
+    def split_criterion(self) -> Literal["gini", "entropy", "mse"]:
+        return self.criterion or ("mse" if self.task == "regression" else "gini")
+
+    def n_drawn(self, d: int) -> int:
+        """Features drawn per node out of ``d``."""
+        if self.max_features == "default":
+            return d if self.task == "regression" else n_sampled_features("sqrt", d, False)
+        return n_sampled_features(self.max_features, d, self.task == "regression")
+
+    def fit(self, job: FederatedJob, *, seed: int = 0) -> VerticalForestModel:
+        """Grow the forest over ``job``'s clients (the parties, in client-id order); returns the
+        master's model (no partial trees: those stay with the parties)."""
+        return VerticalTraining(self, job, seed).run()
+
+    def simulate(self, parties: Sequence[Any], *, seed: int = 0,
+                 progress: Callable[[RoundProgress], None] | None = None,
+                 settings: JobSettings | None = None) -> VerticalForestModel:
+        """``aggregator.simulate`` for vertical parties: ``(X_block, y)`` pairs, y from exactly
+        one party; returns the model with every party's partial trees (see :meth:`run_in`)."""
+        from ..simulate import Simulation
+
+        return self.run_in(Simulation(parties_for_simulation(parties)), seed=seed, progress=progress,
+                           settings=settings)
+
+    def run_in(self, simulation: Any, *, seed: int = 0, progress: Callable[[RoundProgress], None] | None = None,
+               settings: JobSettings | None = None, job_id: str | None = None) -> VerticalForestModel:
+        """Train in an existing ``Simulation`` (whose transports a test may watch) and attach the
+        simulated parties' partial trees to the master's model, as if deployed."""
+        job_id = job_id or f"sim-{self.name}-{seed}"
+        model = simulation.run(self, seed=seed, progress=progress, settings=settings, job_id=job_id)
+        partial = tuple(simulation.participants[p].halves[self.name].partial_forest(job_id) for p in model.parties)
+        return VerticalForestModel(model.trees, model.task, model.classes, model.parties, model.n_features,
+                                   partial, model.integer_labels, model.metadata)
+
+
+class VerticalTraining:
+    """One training job on the master (the state between rounds)."""
+
+    def __init__(self, config: VerticalFederatedForest, job: FederatedJob, seed: int) -> None:
+        self.config = config
+        self.job = job
+        self.seed = seed
+        self.parties = list(job.clients)
+        self.crit = config.split_criterion
+        self.alignment: AlignmentReport | None = None
+
+    # -- rounds ------------------------------------------------------------------------------------
+
+    def _ask(self, what: str, request: object, expect: type, clients: Sequence[str] | None = None) -> dict[str, Any]:
+        """A round every asked party must answer; otherwise the job fails (nothing is kept)."""
+        clients = list(self.parties if clients is None else clients)
+        try:
+            replies = self.job.ask(request, clients, expect)
+        except QuorumNotReached as exc:
+            replies, failures = exc.result.replies, exc.result.failures()
+        else:
+            failures = {}
+        missing = [c for c in clients if c not in replies]
+        if missing:
+            why = "; ".join(f"{c}: {failures.get(c, 'no answer before the deadline')}" for c in missing)
+            self._abort(f"{what}: {why}")
+            raise TrainingError(f"vertical forest job {self.job.job_id} failed at {what}: party "
+                                f"{', '.join(missing)} did not answer ({why}); every party is needed, no model "
+                                f"was saved")
+        return {c: getattr(replies[c], "body", replies[c]) for c in clients}
+
+    def _abort(self, reason: str) -> None:
+        """Best effort: tell the parties still there to drop the job's state."""
+        try:
+            self.job.ask(VerticalAbort(reason[:500]), self.parties, Ack)
+        except QuorumNotReached:
+            pass
+
+    def _task(self, party: int) -> VerticalTask:
+        return VerticalTask(task=self.config.task, criterion=self.crit, party=party, n_parties=len(self.parties),
+                            n_trees=self.config.n_trees, n_classes=len(self.classes),
+                            min_samples_split=self.config.min_samples_split,
+                            min_samples_leaf=self.config.min_samples_leaf,
+                            feature_set_version=self.config.feature_set_version)
+
+    def _align(self) -> tuple[list[np.ndarray], int]:
+        cfg = self.config
+        replies: dict[str, VerticalAlignReply] = self._ask("alignment", VerticalAlignRequest(
+            cfg.feature_set_version, cfg.hop_us, cfg.tolerance_us, cfg.task), VerticalAlignReply)
+        holders = [p for p in self.parties if replies[p].has_labels]
+        if len(holders) != 1:
+            self._abort("not exactly one label holder")
+            raise TrainingError(f"exactly one party must hold the labels, {len(holders)} do ({', '.join(holders)})")
+        self.label_holder = holders[0]
+        self.classes = replies[self.label_holder].classes if cfg.task == "classification" else ()
+        if cfg.task == "classification" and len(self.classes) < 2:
+            self._abort("fewer than 2 classes")
+            raise TrainingError(f"classification needs at least 2 classes, the labels have {list(self.classes)}")
+        self.n_features = [replies[p].n_features for p in self.parties]
+        self.offsets = np.concatenate([[0], np.cumsum(self.n_features)]).astype(np.int64)
+        keep, self.alignment = intersect_digests(self.parties, [replies[p].digests for p in self.parties],
+                                                 [replies[p].off_grid for p in self.parties])
+        if self.alignment.common == 0:
+            self._abort("no common windows")
+            raise TrainingError(f"the parties hold no window in common: {self.alignment.line()}")
+        return keep, self.alignment.common
+
+    def run(self) -> VerticalForestModel:
+        cfg, started = self.config, time.monotonic()
+        keep, n = self._align()
+        weights = np.stack([draw_rows(self.seed, t, n, cfg.bootstrap) for t in range(cfg.n_trees)])
+        dtype = np.uint8 if weights.max() <= 0xFF else np.uint16 if weights.max() <= 0xFFFF else np.uint32
+        setup = self._ask("setup", {p: VerticalSetupRequest(self._task(i), keep[i], weights.astype(dtype))
+                                    for i, p in enumerate(self.parties)}, VerticalSetupReply)
+        wrong = {p: r.n_rows for p, r in setup.items() if r.n_rows != n}
+        if wrong:
+            self._abort("row counts differ")
+            raise TrainingError(f"parties found a different number of common windows than the {n} aligned: {wrong}")
+        sealed_labels = setup[self.label_holder].sealed_labels
+        d = int(self.offsets[-1])
+        k = cfg.n_drawn(d)
+        splits: dict[tuple[int, int], tuple[int, int, float]] = {}  # (tree, node) -> (owner, feature, gain)
+        frontier = [(t, 0) for t in range(cfg.n_trees)] if cfg.max_depth > 0 else []
+        partitions: tuple[SealedPartition, ...] = ()
+        level = 0
+        while frontier:
+            tree = np.array([f[0] for f in frontier], dtype=np.int64)
+            node = np.array([f[1] for f in frontier], dtype=np.int64)
+            drawn = [draw_features(self.seed, t, v, d, k) for t, v in frontier]
+            requests = {}
+            for i, p in enumerate(self.parties):
+                lo, hi = self.offsets[i], self.offsets[i + 1]
+                mine = [f[(f >= lo) & (f < hi)] - lo for f in drawn]
+                requests[p] = VerticalLevelRequest(
+                    self._task(i), level, partitions, tree, node,
+                    np.concatenate([[0], np.cumsum([m.size for m in mine])]).astype(np.int64),
+                    np.concatenate(mine).astype(np.int64) if mine else np.zeros(0, np.int64),
+                    sealed_labels if level == 0 and p != self.label_holder else b"")
+            replies: dict[str, VerticalLevelReply] = self._ask(f"level {level}", requests, VerticalLevelReply)
+            for p, r in replies.items():
+                if r.gain.shape[0] != len(frontier):
+                    self._abort("malformed level reply")
+                    raise TrainingError(f"party {p} answered {r.gain.shape[0]} nodes of {len(frontier)}")
+            has = np.column_stack([replies[p].has_split for p in self.parties])
+            gain = np.column_stack([replies[p].gain for p in self.parties])
+            owner = choose_owners(has, gain, cfg.min_impurity_decrease)
+            winners = np.flatnonzero(owner >= 0)
+            for i in winners.tolist():
+                o = int(owner[i])
+                local = int(replies[self.parties[o]].feature[i])
+                splits[frontier[i]] = (o, int(self.offsets[o]) + local, float(gain[i, o]))
+            owners = sorted(set(owner[winners].tolist()))
+            asked = {self.parties[o]: VerticalPartitionRequest(self._task(o), level, tree[owner == o], node[owner == o])
+                     for o in owners}
+            parts = self._ask(f"partition {level}", asked, VerticalPartitionReply, list(asked)) if asked else {}
+            partitions = tuple(SealedPartition(o, tree[owner == o], node[owner == o], parts[self.parties[o]].sealed)
+                               for o in owners)
+            level += 1
+            frontier = ([(int(tree[i]), 2 * int(node[i]) + c) for i in winners.tolist() for c in (1, 2)]
+                        if level < cfg.max_depth else [])
+            self.job.report(RoundProgress(self.job.job_id, cfg.name, level, cfg.max_depth, len(self.parties),
+                                          len(self.parties), {"splits": float(winners.size)},
+                                          time.monotonic() - started))
+        finish = self._ask("finish", {p: VerticalFinishRequest(self._task(i), level, partitions)
+                                      for i, p in enumerate(self.parties)}, VerticalFinishReply)
+        return self._model(splits, finish[self.label_holder], level)
+
+    def _model(self, splits: dict[tuple[int, int], tuple[int, int, float]], leaves: VerticalFinishReply,
+               depth: int) -> VerticalForestModel:
+        cfg = self.config
+        trees = []
+        width = 1 if cfg.task == "regression" else len(self.classes)
+        for t in range(cfg.n_trees):
+            nodes = sorted(v for (tt, v) in splits if tt == t)
+            split_nodes = np.array(nodes, dtype=np.int64)
+            leaf_ids = leaves_of(split_nodes)
+            mine = leaves.leaf_tree == t
+            order = np.argsort(leaves.leaf_node[mine])
+            got = leaves.leaf_node[mine][order]
+            if got.shape != leaf_ids.shape or (got != leaf_ids).any() or leaves.values.shape[1] != width:
+                raise TrainingError(f"the label holder's leaves of tree {t} do not match the tree the master grew")
+            trees.append(MasterTree(split_nodes, np.array([splits[(t, v)][0] for v in nodes], dtype=np.int64),
+                                    np.array([splits[(t, v)][1] for v in nodes], dtype=np.int64),
+                                    np.array([splits[(t, v)][2] for v in nodes], dtype=np.float64),
+                                    leaf_ids, leaves.values[mine][order], leaves.cover[mine][order]))
+        integer = bool(self.classes) and all(c.lstrip("-").isdigit() for c in self.classes)
+        classes = tuple(sorted(self.classes, key=int)) if integer else self.classes
+        if classes != self.classes:  # integer labels: numeric class order, as scikit-learn
+            perm = [self.classes.index(c) for c in classes]
+            trees = [MasterTree(tr.split_nodes, tr.owner, tr.feature, tr.gain, tr.leaves, tr.values[:, perm],
+                                tr.cover) for tr in trees]
+        return VerticalForestModel(
+            tuple(trees), cfg.task, classes, tuple(self.parties), tuple(self.n_features), None, integer,
+            {"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": depth, "criterion": self.crit,
+             "label_holder": self.label_holder, "alignment": self.alignment.line()})

@@ -1,0 +1,121 @@
+"""The vertical Federated Forest as a model: the master's trees and, where deployed, each party's
+partial trees; prediction in one round (Alg. 3-4) or node by node (the classical protocol).
+
+The master's tree (:class:`MasterTree`) knows every split's owner and the encoded feature id
+(the party's column number, offset by the widths of the parties before it), and the leaf values
+the label holder computed -- never a threshold. Thresholds live only in the owners'
+``shared.vertical_trees.PartialTree``s. A :class:`VerticalForestModel` returned by
+``aggregator.simulate`` carries both, because the simulation holds every party; ``predict``
+then plays the parties' part (each block through its own partial trees) and the master's
+(intersection and vote/average), exactly the computation the protocol distributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from shared.vertical_trees import PartialTree, classical_leaves, intersect_leaves, owned_directions, reachable_leaves
+
+__all__ = ["MasterTree", "VerticalForestModel"]
+
+
+@dataclass(frozen=True, eq=False)
+class MasterTree:
+    """One tree as the master keeps it: internal nodes (ascending heap ids) with their owning
+    party, encoded feature and gain; leaves (ascending) with values ``(n_leaves, K)`` and cover."""
+
+    split_nodes: np.ndarray
+    owner: np.ndarray
+    feature: np.ndarray
+    gain: np.ndarray
+    leaves: np.ndarray
+    values: np.ndarray
+    cover: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class VerticalForestModel:
+    """A trained vertical Federated Forest.
+
+    ``parties``: the party ids in block order; ``n_features``: each party's width;
+    ``partial``: per party its partial trees (None on a master that holds only its own part).
+    ``predict(blocks)`` / ``predict_proba(blocks)`` take one feature block per party, in order.
+    """
+
+    trees: tuple[MasterTree, ...]
+    task: Literal["classification", "regression"]
+    classes: tuple[str, ...]
+    parties: tuple[str, ...]
+    n_features: tuple[int, ...]
+    partial: tuple[tuple[PartialTree, ...], ...] | None = None
+    integer_labels: bool = False
+    metadata: dict[str, object] = field(default_factory=dict)
+
+    # -- checks ------------------------------------------------------------------------------------
+
+    def _blocks(self, blocks: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        if self.partial is None:
+            raise ValueError("this model holds no partial trees: predict through the parties (one-round protocol)")
+        if not isinstance(blocks, (list, tuple)):
+            raise TypeError("blocks must be a list with one feature block per party")
+        if len(blocks) != len(self.parties):
+            raise ValueError(f"blocks: {len(blocks)} feature blocks for {len(self.parties)} parties "
+                             f"({', '.join(self.parties)})")
+        out = []
+        for name, d, block in zip(self.parties, self.n_features, blocks):
+            if block is None:
+                raise ValueError(f"blocks: party {name} is missing: every party must take part in a prediction")
+            X = np.asarray(block, dtype=np.float64)
+            if X.ndim != 2 or X.shape[1] != d:
+                raise ValueError(f"blocks: party {name} needs a 2-D block with {d} columns, got shape {X.shape}")
+            out.append(X)
+        if len({X.shape[0] for X in out}) != 1:
+            raise ValueError(f"blocks: the parties' blocks have different row counts {[X.shape[0] for X in out]}")
+        return out
+
+    # -- prediction --------------------------------------------------------------------------------
+
+    def leaf_positions(self, blocks: Sequence[np.ndarray], *, method: Literal["one_round", "classical"] = "one_round"
+                       ) -> np.ndarray:
+        """``(n_samples, n_trees)``: each sample's leaf position per tree."""
+        X = self._blocks(blocks)
+        n = X[0].shape[0]
+        out = np.zeros((n, len(self.trees)), dtype=np.int64)
+        for t, tree in enumerate(self.trees):
+            if method == "one_round":
+                out[:, t] = intersect_leaves([reachable_leaves(p[t], x) for p, x in zip(self.partial, X)])
+            elif method == "classical":
+                def ask(party: int, node: int, rows: np.ndarray, t: int = t) -> np.ndarray:
+                    return owned_directions(self.partial[party][t], X[party][rows], node)
+                out[:, t] = classical_leaves(tree.split_nodes, tree.owner, n, ask)
+            else:
+                raise ValueError(f"method must be 'one_round' or 'classical', got {method!r}")
+        return out
+
+    def leaf_values(self, positions: np.ndarray) -> np.ndarray:
+        """``(n_samples, K)``: the trees' leaf values averaged -- the master's part of Alg. 4."""
+        total = np.zeros((positions.shape[0], self.trees[0].values.shape[1]))
+        for t, tree in enumerate(self.trees):
+            total += tree.values[positions[:, t]]
+        return total / len(self.trees)
+
+    def predict_proba(self, blocks: Sequence[np.ndarray], *,
+                      method: Literal["one_round", "classical"] = "one_round") -> np.ndarray:
+        """Class probabilities ``(n_samples, n_classes)``, columns in ``classes`` order
+        (classification: the mean of the trees' leaf class distributions, as scikit-learn)."""
+        if self.task != "classification":
+            raise ValueError("predict_proba is for classification; use predict")
+        return self.leaf_values(self.leaf_positions(blocks, method=method))
+
+    def predict(self, blocks: Sequence[np.ndarray], *,
+                method: Literal["one_round", "classical"] = "one_round") -> np.ndarray:
+        """Class labels (the most probable; ints if the labels were ints) or regression means."""
+        values = self.leaf_values(self.leaf_positions(blocks, method=method))
+        if self.task == "regression":
+            return values[:, 0]
+        labels = np.asarray(self.classes)[np.argmax(values, axis=1)]
+        return labels.astype(np.int64) if self.integer_labels else labels

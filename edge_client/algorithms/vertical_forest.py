@@ -1,0 +1,328 @@
+"""Vertical Federated Forest's party half (paper Alg. 1): one gateway of a person, holding some
+sensors' features of the person's windows -- and, on one of the gateways, the labels.
+
+Per job the party keeps its aligned rows, the master's bootstrap draws, the labels (opened from
+the label holder's sealed copy), the node every row sits in per tree, and its partial trees:
+the structure of every split and the feature and threshold of the splits it owns. What it sends
+(PRIVACY.md has the full table): digests of its window ids, its number of features, per open
+node its best gain and the column number of that feature, and -- for the splits it won -- the
+node's rows left/right, sealed for the other parties. Never a feature value, a threshold or a
+feature name. The partial trees are kept only when the job finishes (``vertical_forest.finish``);
+a job that fails or is aborted leaves nothing.
+
+The party's data source must offer ``party_windows(feature_set_version)``
+(``edge_client.training_data.PartyData`` / ``StoreTrainingData``) and a ``party_key``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shared.protocol.envelope import Message
+from shared.protocol.messages import Ack
+from shared.protocol.messages.vertical_forest import (
+    SealedPartition,
+    VerticalAbort,
+    VerticalAlignReply,
+    VerticalAlignRequest,
+    VerticalFinishReply,
+    VerticalFinishRequest,
+    VerticalLevelReply,
+    VerticalLevelRequest,
+    VerticalPartitionReply,
+    VerticalPartitionRequest,
+    VerticalSetupReply,
+    VerticalSetupRequest,
+    VerticalTask,
+)
+from shared.vertical_alignment import aligned_order, snap_starts, window_digests
+from shared.vertical_party_key import PartyKey, SealError
+from shared.vertical_splits import best_local_splits, leaf_values, node_statistics, target_terms
+from shared.vertical_trees import PartialTree
+
+from ..dispatcher import Dispatcher, RequestRejected
+from ..secure_aggregation import SecureAggregationClient
+from ..training_data import JobSnapshots, PartyWindows, label_strings
+
+log = logging.getLogger(__name__)
+
+MAX_JOBS = 4
+MAX_DEPTH = 40  # heap ids of depth-40 nodes fit int64 with room for the tree number
+
+
+def labels_context(job: str) -> bytes:
+    """Associated data of a job's sealed labels (binds them to the job)."""
+    return f"wheelfed/vertical/{job}/labels".encode()
+
+
+def partition_context(job: str, level: int, owner: int) -> bytes:
+    """Associated data of one owner's sealed partition of one level."""
+    return f"wheelfed/vertical/{job}/level/{level}/owner/{owner}".encode()
+
+
+@dataclass
+class _PartyJob:
+    """One job's state on one party."""
+
+    windows: PartyWindows
+    offered: np.ndarray  # rows of ``windows`` offered at alignment (on the grid)
+    classes: tuple[str, ...]
+    task: VerticalTask | None = None
+    X: np.ndarray | None = None
+    own_labels: np.ndarray | None = None  # label holder: class ids / targets of the aligned rows
+    terms: np.ndarray | None = None
+    weight: np.ndarray | None = None  # (n_trees, n) bootstrap multiplicities
+    node: np.ndarray | None = None  # (n_trees, n) heap id of each row's node, -1: not drawn
+    root_weight: np.ndarray | None = None
+    level: int = -1
+    open_tree: np.ndarray | None = None
+    open_node: np.ndarray | None = None
+    best_feature: np.ndarray | None = None
+    best_threshold: np.ndarray | None = None
+    splits: dict[tuple[int, int], tuple[int, float]] = field(default_factory=dict)  # (tree, node) -> own split
+    structure: list[tuple[int, int]] = field(default_factory=list)  # every (tree, node) that split
+    applied_level: int = -1
+
+
+def _pack_key(tree: np.ndarray, node: np.ndarray) -> np.ndarray:
+    return np.asarray(tree, dtype=np.int64) * (1 << (MAX_DEPTH + 2)) + np.asarray(node, dtype=np.int64)
+
+
+class VerticalForestClient:
+    """Answers ``vertical_forest.*`` requests for one party; keeps its finished partial forests
+    (:meth:`partial_forest`)."""
+
+    capability = "vertical_forest"
+
+    def __init__(self, data: JobSnapshots, secure: SecureAggregationClient | None = None, *,
+                 max_jobs: int = MAX_JOBS) -> None:
+        self.source = data.source if isinstance(data, JobSnapshots) else data
+        self.max_jobs = max_jobs
+        self._jobs: OrderedDict[str, _PartyJob] = OrderedDict()
+        #: Finished jobs' partial forests (one ``PartialTree`` per tree), by job id.
+        self.forests: OrderedDict[str, tuple[PartialTree, ...]] = OrderedDict()
+
+    def register(self, dispatcher: Dispatcher) -> None:
+        dispatcher.register(VerticalAlignRequest, self.on_align)
+        dispatcher.register(VerticalSetupRequest, self.on_setup)
+        dispatcher.register(VerticalLevelRequest, self.on_level)
+        dispatcher.register(VerticalPartitionRequest, self.on_partition)
+        dispatcher.register(VerticalFinishRequest, self.on_finish)
+        dispatcher.register(VerticalAbort, self.on_abort)
+
+    @property
+    def jobs(self) -> tuple[str, ...]:
+        """The jobs in progress (a failed or aborted job is not among them)."""
+        return tuple(self._jobs)
+
+    def partial_forest(self, job: str) -> tuple[PartialTree, ...]:
+        if job not in self.forests:
+            raise KeyError(f"no finished vertical job {job!r} on this party")
+        return self.forests[job]
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _key(self) -> PartyKey:
+        secret = getattr(self.source, "party_key", b"") or b""
+        if not secret:
+            raise RequestRejected("no_party_key", "this gateway has no party key for vertical jobs")
+        return PartyKey.from_secret(secret)
+
+    def _job(self, message: Message) -> _PartyJob:
+        state = self._jobs.get(message.envelope.job)
+        if state is None:
+            raise RequestRejected("resync", "holds no state of this vertical job (restarted?); the job must start "
+                                            "again")
+        return state
+
+    def _rows_at(self, state: _PartyJob, tree: np.ndarray, node: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                                           np.ndarray]:
+        """The (tree, row) entries of nodes ``(tree[i], node[i])``, node after node, rows ascending:
+        entry trees, entry rows and the number of rows of each node."""
+        if not np.size(node):
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        t_all, r_all = np.nonzero(state.node >= 0)
+        keys = _pack_key(t_all, state.node[t_all, r_all])
+        order = np.lexsort((r_all, keys))
+        keys, t_all, r_all = keys[order], t_all[order], r_all[order]
+        want = _pack_key(tree, node)
+        lo = np.searchsorted(keys, want, "left")
+        hi = np.searchsorted(keys, want, "right")
+        counts = hi - lo
+        idx = np.repeat(lo - np.r_[0, np.cumsum(counts)[:-1]], counts) + np.arange(counts.sum())
+        return t_all[idx], r_all[idx], counts
+
+    def _apply(self, message: Message, state: _PartyJob, partitions: tuple[SealedPartition, ...],
+               level: int) -> None:
+        """Move the rows of the previous level's split nodes to their children."""
+        if state.applied_level >= level - 1:
+            return
+        key = self._key()
+        for part in partitions:
+            try:
+                bits = key.open(part.sealed, associated=partition_context(message.envelope.job, level - 1,
+                                                                          part.owner))
+            except SealError as exc:
+                raise RequestRejected("bad_partition", str(exc)) from None
+            trees, rows, counts = self._rows_at(state, part.tree, part.node)
+            go_left = np.unpackbits(np.frombuffer(bits, dtype=np.uint8), count=int(counts.sum())).astype(bool)
+            if len(bits) != (int(counts.sum()) + 7) // 8:
+                raise RequestRejected("bad_partition", "a partition does not cover its nodes' rows")
+            parent = np.repeat(part.node, counts)
+            state.node[trees, rows] = np.where(go_left, 2 * parent + 1, 2 * parent + 2)
+            state.structure += list(zip(part.tree.tolist(), part.node.tolist()))
+        state.applied_level = level - 1
+
+    # -- handlers ----------------------------------------------------------------------------------
+
+    def on_align(self, message: Message) -> VerticalAlignReply:
+        body: VerticalAlignRequest = message.body
+        key = self._key()
+        windows = self.source.party_windows(body.feature_set_version)
+        if body.hop_us:
+            snapped = snap_starts(windows.start_us, body.hop_us, body.tolerance_us)
+            starts, offered = snapped.starts, np.flatnonzero(snapped.on_grid)
+        else:
+            starts, offered = windows.start_us, np.arange(windows.X.shape[0])
+        windows = PartyWindows(windows.X, windows.y, windows.sessions, starts)
+        classes: tuple[str, ...] = ()
+        if windows.y is not None and body.task == "classification":
+            classes = tuple(sorted(set(label_strings(windows.y[offered])[0].astype(str).tolist())))
+        if windows.y is not None and body.task == "regression":
+            y = np.asarray(windows.y, dtype=np.float64)
+            if not np.isfinite(y[offered]).all():
+                raise RequestRejected("bad_data", "regression targets must be finite")
+        if not np.isfinite(windows.X[offered]).all():
+            raise RequestRejected("bad_data", "vertical jobs need finite feature values (missing values are not "
+                                              "supported yet)")
+        digests = window_digests(key.id_key, [windows.sessions[i] for i in offered.tolist()], starts[offered])
+        self._jobs[message.envelope.job] = _PartyJob(windows, offered, classes)
+        while len(self._jobs) > self.max_jobs:
+            self._jobs.popitem(last=False)
+        return VerticalAlignReply(digests, int(windows.X.shape[0] - offered.size), int(windows.X.shape[1]),
+                                  windows.y is not None, classes)
+
+    def on_setup(self, message: Message) -> VerticalSetupReply:
+        body: VerticalSetupRequest = message.body
+        state = self._job(message)
+        if body.keep.size and body.keep.max() >= state.offered.size:
+            raise RequestRejected("bad_request", "keep names windows this party did not offer")
+        rows = state.offered[body.keep]
+        w = state.windows
+        rows = rows[aligned_order([w.sessions[i] for i in rows.tolist()], w.start_us[rows])]
+        state.task = body.task
+        state.X = w.X[rows]
+        state.weight = body.bootstrap.astype(np.float64)
+        state.node = np.where(state.weight > 0, 0, -1).astype(np.int64)
+        state.root_weight = state.weight.sum(axis=1)
+        sealed = b""
+        if w.y is not None:
+            if body.task.task == "classification":
+                lookup = {c: i for i, c in enumerate(state.classes)}
+                labels = np.array([lookup[v] for v in label_strings(w.y[rows])[0].astype(str).tolist()],
+                                  dtype=np.int64)
+            else:
+                labels = np.asarray(w.y[rows], dtype=np.float64)
+            state.own_labels = labels
+            sealed = self._key().seal(labels.tobytes(), associated=labels_context(message.envelope.job))
+        return VerticalSetupReply(int(rows.size), sealed)
+
+    def on_level(self, message: Message) -> VerticalLevelReply:
+        body: VerticalLevelRequest = message.body
+        state = self._job(message)
+        task = state.task
+        if state.terms is None:
+            labels = state.own_labels
+            if labels is None:
+                if not body.sealed_labels:
+                    raise RequestRejected("bad_request", "the first level must carry the sealed labels")
+                try:
+                    raw = self._key().open(body.sealed_labels, associated=labels_context(message.envelope.job))
+                except SealError as exc:
+                    raise RequestRejected("bad_labels", str(exc)) from None
+                labels = np.frombuffer(raw, dtype=np.int64 if task.n_classes else np.float64)
+                if labels.size != state.X.shape[0] or (task.n_classes and (labels.min(initial=0) < 0 or
+                                                                           labels.max(initial=0) >= task.n_classes)):
+                    raise RequestRejected("bad_labels", "the labels do not fit this party's windows")
+            state.terms = target_terms(labels, task.n_classes)
+        self._apply(message, state, body.partitions, body.level)
+        n_nodes = body.node_id.shape[0]
+        trees, rows, counts = self._rows_at(state, body.node_tree, body.node_id)
+        node_pos = np.repeat(np.arange(n_nodes), counts)
+        wanted = np.zeros((n_nodes, state.X.shape[1]), dtype=bool)
+        per_node = np.repeat(np.arange(n_nodes), np.diff(body.feature_offsets))
+        if body.features.size and body.features.max() >= state.X.shape[1]:
+            raise RequestRejected("bad_request", f"feature {int(body.features.max())} does not exist here")
+        wanted[per_node, body.features] = True
+        local = best_local_splits(state.X, rows, node_pos, state.weight[trees, rows], state.terms, wanted,
+                                  state.root_weight[body.node_tree], criterion=task.criterion,
+                                  min_samples_split=task.min_samples_split, min_samples_leaf=task.min_samples_leaf)
+        state.level, state.open_tree, state.open_node = body.level, body.node_tree, body.node_id
+        state.best_feature, state.best_threshold = local.feature, local.threshold
+        has = np.isfinite(local.gain)
+        return VerticalLevelReply(has.astype(np.uint8), np.where(has, local.gain, 0.0), local.feature)
+
+    def on_partition(self, message: Message) -> VerticalPartitionReply:
+        body: VerticalPartitionRequest = message.body
+        state = self._job(message)
+        if body.level != state.level:
+            raise RequestRejected("resync", f"holds level {state.level}, not {body.level}")
+        position = {k: i for i, k in enumerate(_pack_key(state.open_tree, state.open_node).tolist())}
+        try:
+            at = np.array([position[k] for k in _pack_key(body.node_tree, body.node_id).tolist()], dtype=np.int64)
+        except KeyError:
+            raise RequestRejected("bad_request", "partition asked for a node that is not open") from None
+        if (state.best_feature[at] < 0).any():
+            raise RequestRejected("bad_request", "partition asked for a node where this party has no split")
+        trees, rows, counts = self._rows_at(state, body.node_tree, body.node_id)
+        feature = np.repeat(state.best_feature[at], counts)
+        threshold = np.repeat(state.best_threshold[at], counts)
+        go_left = state.X[rows, feature] <= threshold
+        for t, n, i in zip(body.node_tree.tolist(), body.node_id.tolist(), at.tolist()):
+            state.splits[(t, n)] = (int(state.best_feature[i]), float(state.best_threshold[i]))
+        bits = np.packbits(go_left).tobytes()
+        return VerticalPartitionReply(self._key().seal(bits, associated=partition_context(
+            message.envelope.job, body.level, state.task.party)))
+
+    def on_finish(self, message: Message) -> VerticalFinishReply:
+        body: VerticalFinishRequest = message.body
+        state = self._job(message)
+        self._apply(message, state, body.partitions, body.level)
+        forest = self._partial_forest(state)
+        reply = VerticalFinishReply(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(0))
+        if state.own_labels is not None:
+            t, r = np.nonzero(state.node >= 0)
+            keys = _pack_key(t, state.node[t, r])
+            unique, inverse = np.unique(keys, return_inverse=True)
+            stats = node_statistics(inverse, state.weight[t, r], state.terms[r], unique.size)
+            crit = state.task.criterion
+            cover = stats[:, 0] if crit == "mse" else stats.sum(axis=1)
+            leaf_tree = unique >> (MAX_DEPTH + 2)
+            reply = VerticalFinishReply(leaf_tree, unique - (leaf_tree << (MAX_DEPTH + 2)), leaf_values(stats, crit),
+                                        cover)
+        self.forests[message.envelope.job] = forest
+        while len(self.forests) > self.max_jobs:
+            self.forests.popitem(last=False)
+        self._jobs.pop(message.envelope.job, None)
+        return reply
+
+    def on_abort(self, message: Message) -> Ack:
+        self._jobs.pop(message.envelope.job, None)
+        self.forests.pop(message.envelope.job, None)
+        log.warning("vertical job aborted", extra={"job": message.envelope.job, "reason": message.body.reason})
+        return Ack("dropped")
+
+    def _partial_forest(self, state: _PartyJob) -> tuple[PartialTree, ...]:
+        trees = []
+        for t in range(state.task.n_trees):
+            nodes = np.array(sorted(n for tt, n in state.structure if tt == t), dtype=np.int64)
+            own = [state.splits.get((t, n)) for n in nodes.tolist()]
+            trees.append(PartialTree(nodes, np.array([o is not None for o in own], dtype=bool),
+                                     np.array([o[0] if o else -1 for o in own], dtype=np.int64),
+                                     np.array([o[1] if o else np.nan for o in own], dtype=np.float64)))
+        return tuple(trees)
