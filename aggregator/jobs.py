@@ -18,6 +18,8 @@ A job can also fail part way (a quorum lost at round 7). An algorithm whose comp
 model on their own (FedSCS-XGB: every boosting round only adds trees) records a
 :class:`Checkpoint` after each step (:meth:`FederatedJob.keep`), and ``aggregator.fleet`` turns
 the failure into :class:`TrainingFailed` carrying it, so the rounds already paid for are saved.
+A long-running server also hears of each checkpoint as it is made (``on_checkpoint``) and stores
+it, so that a job whose server died resumes from its last completed step.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class FederatedJob:
         settings: JobSettings | None = None,
         progress: Callable[[RoundProgress], None] | None = None,
         stop: threading.Event | None = None,
+        on_checkpoint: Callable[[Checkpoint], None] | None = None,
     ) -> None:
         if not clients:
             raise TrainingError("a job needs at least one client")
@@ -122,6 +125,7 @@ class FederatedJob:
         self.settings = settings or JobSettings()
         self._progress = progress
         self._stop = stop
+        self._on_checkpoint = on_checkpoint
         #: The step after which the algorithm stopped on request (None: it ran to the end).
         self.stopped: RoundProgress | None = None
         #: The last completed step's model, if the algorithm keeps one (``keep``).
@@ -164,8 +168,11 @@ class FederatedJob:
             self._progress(progress)
 
     def keep(self, model: Callable[[], Any], progress: RoundProgress) -> None:
-        """Record that the step ``progress`` completed and ``model()`` builds what it grew."""
+        """Record that the step ``progress`` completed and ``model()`` builds what it grew (and
+        hand the checkpoint to ``on_checkpoint``, which may store it)."""
         self.checkpoint = Checkpoint(model, progress)
+        if self._on_checkpoint is not None:
+            self._on_checkpoint(self.checkpoint)
 
     def stop_here(self, progress: RoundProgress) -> bool:
         """Whether the algorithm should stop after the step it just reported: a stop was asked

@@ -489,11 +489,29 @@ class Registry:
         rows = self._read(self._sa.select(*columns).where(r.c.job_id == job_id).order_by(r.c.step))
         return [_decode({"checkpoint": None, **row}, RoundRecord) for row in rows]
 
-    def last_checkpoint(self, job_id: str) -> RoundRecord | None:
-        """The newest stored round of ``job_id`` (with its model), or None before the first."""
+    def set_checkpoint(self, job_id: str, step: int, checkpoint: bytes) -> None:
+        """Store the model grown by round ``step`` (already stored by :meth:`complete_round`)."""
         r = self._rounds
-        rows = self._read(r.select().where(r.c.job_id == job_id).order_by(r.c.step.desc()).limit(1))
+        with self._tx() as c:
+            if c.execute(r.update().where(r.c.job_id == job_id, r.c.step == step)
+                         .values(checkpoint=checkpoint)).rowcount != 1:
+                raise RegistryError(f"job {job_id} has no stored round {step} to attach a model to")
+
+    def last_checkpoint(self, job_id: str) -> RoundRecord | None:
+        """The newest round of ``job_id`` stored with its model (what a resumed job continues
+        from), or None if there is none."""
+        r = self._rounds
+        rows = self._read(r.select().where(r.c.job_id == job_id, r.c.checkpoint.is_not(None))
+                          .order_by(r.c.step.desc()).limit(1))
         return _decode(rows[0], RoundRecord) if rows else None
+
+    def discard_rounds_after(self, job_id: str, step: int) -> None:
+        """Forget the rounds after ``step`` (grown again by a resumed job) and set the job's
+        ``completed`` to ``step``."""
+        t, r = self._jobs, self._rounds
+        with self._tx() as c:
+            c.execute(r.delete().where(r.c.job_id == job_id, r.c.step > step))
+            c.execute(t.update().where(t.c.job_id == job_id).values(completed=step, updated=time.time()))
 
     # -- schedules and promotions ------------------------------------------------------------
 

@@ -1,0 +1,271 @@
+"""The server's HTTP face: the REST API (OpenAPI at ``/openapi.json``, browsable at ``/docs``),
+Prometheus ``/metrics`` and the dashboard (``/``).
+
+Every answer comes from the fleet tracker's memory or the registry; starting a job or a schedule
+only queues work for the job runner, and the call returns at once. Deploying and rolling back
+wait for the gateways' answers (up to the round deadline), like ``wheelfed model deploy``.
+
+Bad input is a 4xx with a ``detail`` line naming the problem: 422 for a value FastAPI or the
+algorithm refuses (``config: fedscs-xgb has no parameter n_trees``), 404 for an unknown model,
+job or schedule, 409 for a request the state does not allow (cancelling a finished job, deploying
+without a signing key). With tokens configured, reading needs a read or operator token
+(``Authorization: Bearer TOKEN``), changing anything an operator token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, Field
+
+from shared import __version__
+
+from ..registry import RegistryError, ScheduleRecord
+from .policy import CronSpec
+from .service import JobRequest
+
+if TYPE_CHECKING:
+    from .app import Server
+
+__all__ = ["create_app"]
+
+STATIC = Path(__file__).parent / "static"
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+Page = tuple[int, int]
+
+
+class JobIn(BaseModel):
+    """A training job: what to train and the participation rules."""
+
+    algorithm: Literal["fedscs-xgb", "fedforest"] = "fedscs-xgb"
+    model_id: str = Field(pattern=ID_PATTERN, description="the registered model's name")
+    config: dict[str, Any] = Field(default_factory=dict, description="the algorithm's parameters, e.g. n_rounds")
+    clients: list[str] | None = Field(None, min_length=1, description="gateway ids (default: every online one)")
+    min_gateways: int = Field(1, ge=1, le=100_000)
+    min_labelled: int = Field(0, ge=0, le=10**9, description="labelled windows each participant needs")
+    init_model: str = Field("", max_length=80, description="MODEL_ID:vN to continue boosting from")
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+
+
+class ScheduleIn(BaseModel):
+    """A retraining schedule: at least one of every_s, cron, min_new_windows."""
+
+    schedule_id: str = Field(pattern=ID_PATTERN)
+    model_id: str = Field(pattern=ID_PATTERN)
+    algorithm: Literal["fedscs-xgb", "fedforest"] = "fedscs-xgb"
+    config: dict[str, Any] = Field(default_factory=dict)
+    every_s: float | None = Field(None, gt=0, le=10**9)
+    cron: str = Field("", max_length=100, description="five fields, UTC: minute hour day month weekday")
+    min_new_windows: int | None = Field(None, ge=1, le=10**9)
+    threshold: float = Field(0.01, ge=0, le=1e6, description="allowed regression of the validation metric")
+    canary_share: float = Field(0.25, gt=0, le=1)
+    enabled: bool = True
+
+
+class DeployIn(BaseModel):
+    clients: list[str] | None = Field(None, min_length=1, description="default: every online gateway")
+
+
+class RollbackIn(BaseModel):
+    clients: list[str] = Field(min_length=1)
+
+
+def _page(offset: int = Query(0, ge=0, le=10**9), limit: int = Query(100, ge=1, le=1000)) -> Page:
+    return offset, limit
+
+
+def create_app(server: Server) -> FastAPI:
+    """The FastAPI application of a started :class:`aggregator.server.app.Server`."""
+    config = server.config
+    app = FastAPI(title="WheelFed server", version=__version__,
+                  description="Fleet, training jobs, models, deployments and retraining schedules.")
+
+    def authorised(role: Literal["read", "operator"]):
+        def check(authorization: str | None = Header(None, include_in_schema=False)) -> None:
+            if not (config.read_tokens or config.operator_tokens):
+                return
+            token = authorization[7:].strip() if authorization and authorization.startswith("Bearer ") else ""
+            allowed = config.operator_tokens + (config.read_tokens if role == "read" else ())
+            if not token:
+                raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
+            if not any(hmac.compare_digest(token, t) for t in allowed):
+                raise HTTPException(403, f"this token may not {'read' if role == 'read' else 'change'} anything")
+        return Depends(check)
+
+    read, operate = authorised("read"), authorised("operator")
+
+    @app.exception_handler(RegistryError)
+    async def _missing(_request: Request, exc: RegistryError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(ValueError)
+    async def _bad_value(_request: Request, exc: ValueError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    # -- the dashboard ---------------------------------------------------------------------
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> FileResponse:
+        return FileResponse(STATIC / "dashboard.html", media_type="text/html")
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: Literal["dashboard.js", "dashboard.css"]) -> FileResponse:
+        return FileResponse(STATIC / name)
+
+    # -- health and metrics ----------------------------------------------------------------
+    @app.get("/api/health")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "version": __version__, "broker_connected": server.transport.is_connected,
+                "registry": server.registry.where, "gateways_online": len(server.tracker.online())}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> str:
+        rows = server.tracker.snapshot()
+        jobs = server.registry.jobs()
+        lines = ["# TYPE wheelfed_gateways gauge",
+                 f'wheelfed_gateways{{state="online"}} {sum(r.online for r in rows)}',
+                 f'wheelfed_gateways{{state="offline"}} {sum(not r.online for r in rows)}',
+                 "# TYPE wheelfed_labelled_windows gauge",
+                 f"wheelfed_labelled_windows {server.tracker.labelled_total()}",
+                 "# TYPE wheelfed_jobs gauge"]
+        for state in ("queued", "running", "completed", "failed", "cancelled"):
+            lines.append(f'wheelfed_jobs{{state="{state}"}} {sum(j.state == state for j in jobs)}')
+        lines += ["# TYPE wheelfed_broker_connected gauge",
+                  f"wheelfed_broker_connected {int(server.transport.is_connected)}"]
+        return "\n".join(lines) + "\n"
+
+    # -- fleet -----------------------------------------------------------------------------
+    @app.get("/api/gateways", dependencies=[read])
+    def gateways(page: Page = Depends(_page)) -> list[dict[str, Any]]:
+        offset, limit = page
+        now = time.time()
+        return [row.to_json(now) for row in server.tracker.snapshot()[offset:offset + limit]]
+
+    @app.get("/api/gateways/{gateway}", dependencies=[read])
+    def gateway(gateway: str) -> dict[str, Any]:
+        for row in server.tracker.snapshot():
+            if row.gateway == gateway:
+                return row.to_json(time.time())
+        raise HTTPException(404, f"no gateway {gateway!r} has announced itself")
+
+    # -- jobs ------------------------------------------------------------------------------
+    @app.get("/api/jobs", dependencies=[read])
+    def jobs(page: Page = Depends(_page),
+             state: Literal["queued", "running", "completed", "failed", "cancelled"] | None = None) -> list[dict]:
+        return [asdict(j) for j in server.registry.jobs(state=state, offset=page[0], limit=page[1])]
+
+    @app.post("/api/jobs", status_code=201, dependencies=[operate])
+    def start_job(body: JobIn) -> dict[str, Any]:
+        request = JobRequest(body.algorithm, body.model_id, body.config, body.clients, body.min_gateways,
+                             body.min_labelled, body.init_model, body.seed)
+        return asdict(server.runner.submit(request))
+
+    @app.get("/api/jobs/{job_id}", dependencies=[read])
+    def job(job_id: str) -> dict[str, Any]:
+        return {**asdict(server.registry.job(job_id)), "rounds": [
+            {k: v for k, v in asdict(r).items() if k != "checkpoint"} for r in server.registry.rounds(job_id)]}
+
+    @app.post("/api/jobs/{job_id}/cancel", dependencies=[operate])
+    def cancel_job(job_id: str) -> dict[str, Any]:
+        try:
+            return asdict(server.runner.cancel(job_id))
+        except ValueError as exc:
+            raise HTTPException(409, str(exc)) from None
+
+    # -- models and deployments ------------------------------------------------------------
+    @app.get("/api/models", dependencies=[read])
+    def models(page: Page = Depends(_page)) -> list[dict[str, Any]]:
+        return [{**asdict(r), "label": r.label} for r in server.registry.list(offset=page[0], limit=page[1])]
+
+    @app.get("/api/models/{model_id}/compare", dependencies=[read])
+    def compare(model_id: str, a: int = Query(ge=1), b: int = Query(ge=1)) -> dict[str, Any]:
+        first, second = server.registry.record(model_id, a), server.registry.record(model_id, b)
+        keys = sorted(set(first.metrics) | set(second.metrics))
+        return {"a": first.label, "b": second.label,
+                "metrics": {k: {"a": first.metrics.get(k), "b": second.metrics.get(k)} for k in keys}}
+
+    @app.get("/api/models/{model_id}/{version}", dependencies=[read])
+    def model(model_id: str, version: int) -> dict[str, Any]:
+        record = server.registry.record(model_id, version)
+        running = [d.client for d in server.registry.running().values()
+                   if (d.model_id, d.version) == (model_id, version)]
+        return {**asdict(record), "label": record.label, "running_on": sorted(running)}
+
+    @app.get("/api/models/{model_id}/{version}/download", dependencies=[read],
+             response_class=Response, responses={200: {"content": {"application/cbor": {}}}})
+    def download(model_id: str, version: int) -> Response:
+        record, data = server.registry.model_bytes(model_id, version)
+        return Response(data, media_type="application/cbor",
+                        headers={"Content-Disposition": f'attachment; filename="{record.model_id}-v{version}.cbor"'})
+
+    @app.post("/api/models/{model_id}/{version}/deploy", dependencies=[operate])
+    def deploy_model(model_id: str, version: int, body: DeployIn) -> dict[str, Any]:
+        from ..deployment import deploy
+
+        server.registry.record(model_id, version)
+        key = _signing_key(server)
+        clients = body.clients or server.tracker.online()
+        if not clients:
+            raise HTTPException(409, "no gateway is online to deploy to")
+        result = deploy(server.engine, server.registry, key, model_id, version, clients,
+                        deadline_s=config.deadline_s)
+        return {"label": result.label, "active": result.active, "rejected": result.rejected,
+                "pending": result.pending}
+
+    @app.post("/api/rollback", dependencies=[operate])
+    def roll_back(body: RollbackIn) -> dict[str, Any]:
+        from ..deployment import rollback
+
+        result = rollback(server.engine, server.registry, _signing_key(server), body.clients,
+                          reason="operator rollback", deadline_s=config.deadline_s)
+        return {"active": result.active, "rejected": result.rejected, "pending": result.pending,
+                "skipped": result.skipped}
+
+    @app.get("/api/deployments", dependencies=[read])
+    def deployments(model_id: str | None = None, page: Page = Depends(_page)) -> list[dict[str, Any]]:
+        rows = server.registry.deployments(model_id)[page[0]:page[0] + page[1]]
+        return [row._asdict() for row in rows]
+
+    @app.get("/api/promotions", dependencies=[read])
+    def promotions(model_id: str | None = None) -> list[dict[str, Any]]:
+        return [asdict(p) for p in server.registry.promotions(model_id)]
+
+    # -- schedules -------------------------------------------------------------------------
+    @app.get("/api/schedules", dependencies=[read])
+    def schedules() -> list[dict[str, Any]]:
+        return [asdict(s) for s in server.registry.schedules()]
+
+    @app.post("/api/schedules", status_code=201, dependencies=[operate])
+    def add_schedule(body: ScheduleIn) -> dict[str, Any]:
+        if body.every_s is None and not body.cron and body.min_new_windows is None:
+            raise ValueError("a schedule needs every_s, cron or min_new_windows")
+        if body.cron:
+            CronSpec.parse(body.cron)
+        from .service import build_algorithm
+
+        build_algorithm(body.algorithm, body.config)
+        if any(s.schedule_id == body.schedule_id for s in server.registry.schedules()):
+            raise HTTPException(409, f"a schedule {body.schedule_id!r} exists already")
+        now = time.time()
+        record = ScheduleRecord(body.schedule_id, body.model_id, body.algorithm, body.config, body.every_s,
+                                body.cron, body.min_new_windows, body.threshold, body.canary_share, body.enabled,
+                                now, server.tracker.labelled_total(), now)
+        return asdict(server.registry.add_schedule(record))
+
+    @app.delete("/api/schedules/{schedule_id}", status_code=204, dependencies=[operate])
+    def delete_schedule(schedule_id: str) -> Response:
+        server.registry.delete_schedule(schedule_id)
+        return Response(status_code=204)
+
+    return app
+
+
+def _signing_key(server: Server):
+    if server.signing_key is None:
+        raise HTTPException(409, "the server has no signing key (signing_key in its config, or --key)")
+    return server.signing_key

@@ -1,0 +1,130 @@
+"""``wheelfed server``'s settings: defaults, then a TOML file, then ``WHEELFED_*`` variables, then
+the command line -- each later source overrides the earlier ones, field by field.
+
+The file holds the same names as :class:`ServerConfig`'s fields, at top level::
+
+    registry = "postgresql+psycopg://wheelfed@db.clinic.lan/wheelfed"
+    http_port = 8080
+    mqtt_host = "broker.clinic.lan"
+    signing_key = "/etc/wheelfed/aggregator.key"
+    operator_tokens = ["..."]
+
+Each field's variable is ``WHEELFED_`` plus its name in capitals (``WHEELFED_REGISTRY``,
+``WHEELFED_MQTT_HOST``, ``WHEELFED_MQTT_PASSWORD`` -- the password is read from the environment
+or the file, never from the command line, where ``ps`` would show it); lists in a variable are
+comma-separated. A misspelt key or a value of the wrong type is one :class:`ValueError` naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ENV_PREFIX", "ServerConfig"]
+
+ENV_PREFIX = "WHEELFED_"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything ``wheelfed server`` needs to run (see the module docstring for the sources)."""
+
+    #: SQLite file or database URL of the registry (models, jobs, gateways, schedules).
+    registry: str = "wheelfed-registry.db"
+    #: Address and port of the HTTP API and dashboard (port 0: any free port, printed at start).
+    listen: str = "127.0.0.1"
+    http_port: int = 8080
+    mqtt_host: str = "127.0.0.1"
+    mqtt_port: int = 1883
+    mqtt_username: str = "aggregator"
+    mqtt_password: str | None = None
+    mqtt_protocol: int = 5
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: The aggregator's Ed25519 key; without it models are trained and judged but not deployed.
+    signing_key: str | None = None
+    #: Seconds a round waits for replies, and the share of the selected gateways it needs.
+    deadline_s: float = 120.0
+    min_fraction: float = 0.5
+    #: Seconds between two looks at the schedules.
+    schedule_tick_s: float = 30.0
+    #: Bearer tokens: ``read_tokens`` may read, ``operator_tokens`` may also start, cancel and
+    #: deploy. With no token configured the API is open (bind it to loopback only).
+    read_tokens: tuple[str, ...] = field(default_factory=tuple)
+    operator_tokens: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        for name in ("http_port", "mqtt_port"):
+            value = getattr(self, name)
+            if not 0 <= value <= 65535 or (name == "mqtt_port" and value == 0):
+                raise ValueError(f"{name} must be a TCP port, got {value}")
+        if self.mqtt_protocol not in (4, 5):
+            raise ValueError(f"mqtt_protocol must be 5 or 4 (MQTT 3.1.1), got {self.mqtt_protocol}")
+        if not self.deadline_s > 0 or not self.schedule_tick_s > 0:
+            raise ValueError("deadline_s and schedule_tick_s must be > 0")
+        if not 0 < self.min_fraction <= 1:
+            raise ValueError(f"min_fraction must lie in (0, 1], got {self.min_fraction}")
+        if (self.tls_cert or self.tls_key) and not self.tls_ca:
+            raise ValueError("tls_cert/tls_key need tls_ca")
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, *, environ: Mapping[str, str] | None = None,
+             **overrides: Any) -> ServerConfig:
+        """Defaults, then the TOML file at ``path``, then ``environ`` (default ``os.environ``),
+        then ``overrides`` whose value is not None (the command line's options)."""
+        values: dict[str, Any] = {}
+        if path is not None:
+            try:
+                data = tomllib.loads(Path(path).read_text())
+            except tomllib.TOMLDecodeError as exc:
+                raise ValueError(f"{path} is not valid TOML: {exc}") from None
+            values.update(_typed(data, f"{path}: ", from_text=False))
+        env = os.environ if environ is None else environ
+        values.update(_typed({f.name: env[ENV_PREFIX + f.name.upper()] for f in dataclasses.fields(cls)
+                              if ENV_PREFIX + f.name.upper() in env}, "$" + ENV_PREFIX, from_text=True))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def public(self) -> dict[str, Any]:
+        """The settings without secrets (for the log and ``/api/health``)."""
+        hidden = {"mqtt_password", "read_tokens", "operator_tokens"}
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in hidden}
+
+
+def _typed(data: Mapping[str, Any], where: str, *, from_text: bool) -> dict[str, Any]:
+    """``data``'s values converted to the fields' types; unknown names and bad values raise."""
+    fields = {f.name: f for f in dataclasses.fields(ServerConfig)}
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        label = f"{where}{name.upper() if where.startswith('$') else name}"
+        if name not in fields:
+            raise ValueError(f"{label}: unknown setting (known: {', '.join(fields)})")
+        kind = str(fields[name].type)
+        try:
+            if kind.startswith("tuple"):
+                items = value.split(",") if from_text and isinstance(value, str) else value
+                if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+                    raise TypeError("expected a list of strings")
+                out[name] = tuple(i.strip() for i in items if i.strip())
+            elif kind == "int":
+                out[name] = int(value) if from_text else _exact(value, int)
+            elif kind == "float":
+                out[name] = float(value) if from_text else float(_exact(value, (int, float)))
+            else:
+                out[name] = _exact(value, str)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{label}: {exc} (got {value!r})") from None
+    return out
+
+
+def _exact(value: Any, kind: type | tuple[type, ...]) -> Any:
+    if isinstance(value, bool) or not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise TypeError(f"expected {names}")
+    return value

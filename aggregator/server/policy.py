@@ -1,0 +1,134 @@
+"""The server's decisions as pure functions: when a schedule is due, whether a retrained version
+is promoted, which gateways are the canary and whether the canary halts a rollout.
+
+Kept free of I/O so that each rule is tested on its numbers alone (tests/server/test_policy.py);
+``aggregator.server.service`` feeds them what the fleet and the registry say.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+__all__ = ["CronSpec", "Verdict", "canary_of", "is_due", "judge", "metric_for"]
+
+_FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day", 1, 31), ("month", 1, 12), ("weekday", 0, 6))
+#: How far back a cron schedule looks for a missed time (a server down for a week runs it once).
+CRON_LOOKBACK_S = 86_400
+
+
+@dataclass(frozen=True)
+class CronSpec:
+    """A five-field cron expression (minute hour day month weekday; ``*``, ``*/n``, ``a-b``,
+    ``a-b/n`` and lists; weekday 0 = Sunday), in UTC. Day and weekday both restricted match
+    when either does, as in cron."""
+
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]
+    any_day: bool
+    any_weekday: bool
+
+    @classmethod
+    def parse(cls, text: str) -> CronSpec:
+        parts = text.split()
+        if len(parts) != 5:
+            raise ValueError(f"cron: expected 5 fields (minute hour day month weekday), got {text!r}")
+        sets = [_field(part, name, low, high) for part, (name, low, high) in zip(parts, _FIELDS)]
+        return cls(*sets, any_day=parts[2] == "*", any_weekday=parts[4] == "*")
+
+    def matches(self, t: float) -> bool:
+        tm = time.gmtime(t)
+        weekday = (tm.tm_wday + 1) % 7  # struct_time: Monday = 0; cron: Sunday = 0
+        day_ok = tm.tm_mday in self.days
+        weekday_ok = weekday in self.weekdays
+        if self.any_day or self.any_weekday:
+            calendar = day_ok and weekday_ok
+        else:
+            calendar = day_ok or weekday_ok
+        return tm.tm_min in self.minutes and tm.tm_hour in self.hours and tm.tm_mon in self.months and calendar
+
+
+def _field(text: str, name: str, low: int, high: int) -> frozenset[int]:
+    values: set[int] = set()
+    for item in text.split(","):
+        base, _, step_text = item.partition("/")
+        try:
+            step = int(step_text) if step_text else 1
+            if base == "*":
+                first, last = low, high
+            elif "-" in base:
+                first, last = (int(x) for x in base.split("-", 1))
+            else:
+                first = last = int(base)
+        except ValueError:
+            raise ValueError(f"cron: {name} field {text!r} is not a number, range, list or */n") from None
+        if step < 1 or not low <= first <= last <= high:
+            raise ValueError(f"cron: {name} field {text!r} must lie in {low}-{high}")
+        values.update(range(first, last + 1, step))
+    return frozenset(values)
+
+
+def is_due(now: float, last_run: float, *, every_s: float | None = None, cron: str = "",
+           min_new_windows: int | None = None, labelled_now: int = 0, labelled_then: int = 0) -> bool:
+    """Whether a schedule runs now: ``every_s`` seconds have passed since ``last_run``, a cron
+    time fell in (``last_run``, ``now``], or ``min_new_windows`` labelled windows were added
+    fleet-wide since (``labelled_now - labelled_then``). Any trigger that is set suffices."""
+    if every_s is not None and now - last_run >= every_s:
+        return True
+    if min_new_windows is not None and labelled_now - labelled_then >= min_new_windows:
+        return True
+    if cron:
+        spec = CronSpec.parse(cron)
+        minute = math.floor(max(last_run, now - CRON_LOOKBACK_S) / 60) + 1
+        return any(spec.matches(m * 60) for m in range(minute, math.floor(now / 60) + 1))
+    return False
+
+
+def metric_for(classifier: bool) -> tuple[str, bool]:
+    """The validation metric a promotion compares, and whether higher is better."""
+    return ("accuracy", True) if classifier else ("rmse", False)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A promotion (or canary) decision and its numbers: ``regression`` is how much worse the
+    candidate is than the baseline (negative: better), ``promote`` whether it is within
+    ``threshold``."""
+
+    metric: str
+    candidate: float | None
+    baseline: float | None
+    threshold: float
+    regression: float | None
+    promote: bool
+    reason: str
+
+
+def judge(metric: str, higher_is_better: bool, candidate: float | None, baseline: float | None,
+          threshold: float) -> Verdict:
+    """Promote unless the candidate's validation ``metric`` is worse than the baseline's by more
+    than ``threshold``. Without a baseline (the first version) it is promoted; without a score for
+    the candidate (no held-out windows) it is not -- nothing shows that it does not regress."""
+    if candidate is None or not math.isfinite(candidate):
+        return Verdict(metric, candidate, baseline, threshold, None, False,
+                       f"the candidate has no federated validation {metric}")
+    if baseline is None or not math.isfinite(baseline):
+        return Verdict(metric, candidate, baseline, threshold, None, True, "no baseline to compare with")
+    regression = (baseline - candidate) if higher_is_better else (candidate - baseline)
+    promote = regression <= threshold
+    reason = (f"{metric} {candidate:.4g} vs baseline {baseline:.4g}: "
+              f"{'regressed' if regression > 0 else 'improved'} by {abs(regression):.4g}"
+              f"{' > ' if not promote else ' <= ' if regression > 0 else ', threshold '}{threshold:g}")
+    return Verdict(metric, candidate, baseline, threshold, regression, promote, reason)
+
+
+def canary_of(gateways: list[str], share: float) -> list[str]:
+    """The first ``ceil(share * n)`` gateways in id order (at least one; all when share >= 1)."""
+    if not 0 < share <= 1:
+        raise ValueError(f"canary_share must lie in (0, 1], got {share}")
+    ordered = sorted(gateways)
+    return ordered[:max(1, math.ceil(share * len(ordered)))] if ordered else []

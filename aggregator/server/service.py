@@ -1,0 +1,463 @@
+"""The server's work behind its API: the fleet as the broker tells it, jobs, schedules, rollouts.
+
+:class:`FleetTracker` folds every gateway's retained status (``aggregator.fleet_status``) as it
+arrives and stores the row in the registry, so the API answers from memory and a restarted
+server knows the gateways it saw before.
+
+:class:`JobRunner` runs jobs one at a time on the server's one round engine, on its own thread.
+Every completed round is stored with its metrics (``Registry.complete_round``) and, for an
+algorithm whose completed rounds form a model (FedSCS-XGB), with that model
+(``FederatedJob(on_checkpoint=...)``). A job found ``running`` when the server starts -- it was
+killed, or stopped mid-job -- resumes from its newest stored model: rounds after it are dropped
+and grown again, none is applied twice, and continuing the boosting from that model gives the
+model an uninterrupted run gives (tests/server/test_resume.py). An algorithm that stores no
+model per round (FedForest) starts again from its first round. Each attempt runs under its own
+protocol job id (``JOB-aN``), since gateways keep per-job state. After training the model is
+registered and scored by federated evaluation on the participants' held-out windows.
+
+A job started by a schedule then faces the promotion rule (``policy.judge``): candidate and the
+version the fleet runs are scored on the same held-out windows; within the threshold, and with a
+signing key, the candidate goes to the canary share of the participants first and then to the
+rest unless the canary halts it -- a gateway of the canary refused it, or the canary's own
+held-out score regressed beyond the threshold -- in which case the canary is rolled back. Every
+decision is stored with its numbers (``Registry.add_promotion``).
+
+:class:`Scheduler` looks at the schedules every ``schedule_tick_s`` seconds (``policy.is_due``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from shared.model import TreeEnsemble
+from shared.protocol.topics import TopicLayout
+from shared.transport.base import Transport
+
+from ..evaluation import Evaluation, NoHeldOutData, evaluate_federated
+from ..feature_sets import survey_feature_sets
+from ..fleet_status import GatewayRow, fold_statuses
+from ..jobs import Checkpoint, FederatedJob, JobSettings, RoundProgress, TrainingError
+from ..registry import JobRecord, Registry, RegistryError, ScheduleRecord
+from ..rounds import QuorumNotReached, RoundEngine
+from .policy import canary_of, is_due, judge, metric_for
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ALGORITHMS", "FleetTracker", "JobRequest", "JobRunner", "Scheduler", "build_algorithm"]
+
+
+def _algorithms() -> dict[str, type]:
+    from ..algorithms import FedForest, FedSCSXGB
+
+    return {"fedscs-xgb": FedSCSXGB, "fedforest": FedForest}
+
+
+ALGORITHMS = ("fedscs-xgb", "fedforest")
+#: Configuration fields a job may not set through the API (objects, not JSON values).
+_NOT_CONFIGURABLE = {"init_model", "edges", "feature_set_version"}
+
+
+def build_algorithm(name: str, config: dict[str, Any], *, init_model: TreeEnsemble | None = None,
+                    feature_set: str = ""):
+    """The configured server half of ``name``; a ``ValueError`` names a bad parameter."""
+    classes = _algorithms()
+    if name not in classes:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}")
+    cls = classes[name]
+    known = {f.name for f in fields(cls)} - _NOT_CONFIGURABLE
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise ValueError(f"config: {name} has no parameter {', '.join(unknown)} (it has {', '.join(sorted(known))})")
+    extra: dict[str, Any] = {"feature_set_version": feature_set}
+    if init_model is not None:
+        if "init_model" not in {f.name for f in fields(cls)}:
+            raise ValueError(f"{name} cannot continue from a model")
+        extra["init_model"] = init_model
+    try:
+        return cls(**config, **extra)
+    except TypeError as exc:
+        raise ValueError(f"config: {exc}") from None
+
+
+def total_steps(algorithm) -> int:
+    """Steps a job of ``algorithm`` reports: boosting rounds, or a forest's levels."""
+    return int(getattr(algorithm, "n_rounds", 0) or getattr(algorithm, "max_depth", 0))
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What to train: ``algorithm`` with ``config`` (its parameters) registered as ``model_id``,
+    over ``clients`` (default: every online gateway) that pass the participation rules: at least
+    ``min_gateways`` of them, each with at least ``min_labelled`` labelled windows. ``init_model``
+    ("MODEL:vN") continues boosting from that version."""
+
+    algorithm: str
+    model_id: str
+    config: dict[str, Any] = field(default_factory=dict)
+    clients: list[str] | None = None
+    min_gateways: int = 1
+    min_labelled: int = 0
+    init_model: str = ""
+    seed: int = 0
+
+    def rules(self) -> dict[str, Any]:
+        return {"clients": self.clients, "min_gateways": self.min_gateways, "min_labelled": self.min_labelled,
+                "seed": self.seed}
+
+
+class FleetTracker:
+    """Every gateway's newest status (``GatewayRow``), kept in memory and in the registry."""
+
+    def __init__(self, transport: Transport, layout: TopicLayout, registry: Registry) -> None:
+        self._layout, self._registry = layout, registry
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.rows: dict[str, GatewayRow] = {row.gateway: row for row in registry.gateways()}
+        # labelled windows per gateway as last reported (an offline status reports none)
+        self._labelled = {row.gateway: row.labelled for row in self.rows.values() if row.labelled is not None}
+        transport.subscribe(layout.all_statuses, self._on_status)
+
+    def _on_status(self, topic: str, message) -> None:
+        rows = fold_statuses([(topic, message)], self._layout)
+        if not rows:
+            return
+        row = rows[0]
+        with self._changed:
+            self.rows[row.gateway] = row
+            if row.labelled is not None:
+                self._labelled[row.gateway] = row.labelled
+            self._changed.notify_all()
+        try:
+            self._registry.save_gateways([row])
+        except Exception:  # the registry may be briefly unavailable; memory stays right
+            log.exception("could not store a gateway's status", extra={"gateway": row.gateway})
+
+    def snapshot(self) -> list[GatewayRow]:
+        with self._lock:
+            return [self.rows[g] for g in sorted(self.rows)]
+
+    def online(self) -> list[str]:
+        with self._lock:
+            return sorted(g for g, row in self.rows.items() if row.online)
+
+    def labelled(self, gateway: str) -> int:
+        with self._lock:
+            return self._labelled.get(gateway, 0)
+
+    def labelled_total(self) -> int:
+        """Labelled windows fleet-wide, each gateway as it last reported (online or not)."""
+        with self._lock:
+            return sum(self._labelled.values())
+
+    def wait_online(self, gateways: list[str], timeout_s: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: all(g in self.rows and self.rows[g].online for g in gateways),
+                                          timeout_s)
+
+
+class JobCancelled(Exception):
+    """The job was cancelled (through the API) while it ran."""
+
+
+class JobRunner:
+    """Runs queued jobs one after another on a thread of its own (see the module docstring)."""
+
+    def __init__(self, registry: Registry, engine: RoundEngine, tracker: FleetTracker, *,
+                 settings: JobSettings, signing_key=None, presence_wait_s: float = 30.0) -> None:
+        self.registry, self.engine, self.tracker = registry, engine, tracker
+        self.settings, self.signing_key, self.presence_wait_s = settings, signing_key, presence_wait_s
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._stop = threading.Event()
+        self._current: str | None = None
+        self._cancelled: set[str] = set()
+        self._shutting_down = False
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="wheelfed-jobs", daemon=True)
+        #: Called after every job with its final record (tests, the scheduler).
+        self.on_finished: Callable[[JobRecord], None] | None = None
+
+    def start(self) -> None:
+        """Queue the jobs a previous server left running or queued (oldest first), then run."""
+        for state in ("running", "queued"):
+            for job in sorted(self.registry.jobs(state=state), key=lambda j: j.created):
+                self._queue.put(job.job_id)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop at the running job's next round boundary; it stays ``running`` and resumes when
+        the server starts again."""
+        self._shutting_down = True
+        self._stop.set()
+        self._queue.put(None)
+        self._thread.join(timeout_s)
+
+    def submit(self, request: JobRequest, *, schedule_id: str = "") -> JobRecord:
+        """Check ``request`` and queue it; the stored job record (state ``queued``)."""
+        algorithm = build_algorithm(request.algorithm, request.config)
+        if request.min_gateways < 1 or request.min_labelled < 0:
+            raise ValueError("min_gateways must be >= 1 and min_labelled >= 0")
+        if request.init_model:
+            model_id, _, version = request.init_model.rpartition(":v")
+            if not model_id or not version.isdigit():
+                raise ValueError(f"init_model must be MODEL_ID:vN, got {request.init_model!r}")
+            if "init_model" not in {f.name for f in fields(type(algorithm))}:
+                raise ValueError(f"{request.algorithm} cannot continue from a model (init_model)")
+            self.registry.record(model_id, int(version))
+        job_id = f"job-{uuid.uuid4().hex[:12]}"
+        record = self.registry.add_job(job_id, request.algorithm, request.config, model_id=request.model_id,
+                                       total=total_steps(algorithm), rules=request.rules(),
+                                       init_model=request.init_model, schedule_id=schedule_id)
+        self._queue.put(job_id)
+        return record
+
+    def cancel(self, job_id: str) -> JobRecord:
+        job = self.registry.job(job_id)
+        if job.state not in ("queued", "running"):
+            raise ValueError(f"job {job_id} is {job.state}; only queued or running jobs can be cancelled")
+        with self._lock:
+            if self._current == job_id:
+                self._cancelled.add(job_id)
+                self._stop.set()
+            else:
+                self.registry.update_job(job_id, state="cancelled", error="cancelled before it started")
+        return self.registry.job(job_id)
+
+    def _loop(self) -> None:
+        while True:
+            job_id = self._queue.get()
+            if job_id is None or self._shutting_down:
+                return
+            with self._lock:
+                self._current = job_id
+                if not self._shutting_down:
+                    self._stop.clear()
+            try:
+                self._run(job_id)
+            except Exception as exc:  # a bug must not end the server: the job records it
+                log.exception("job failed unexpectedly", extra={"job": job_id})
+                self.registry.update_job(job_id, state="failed", error=f"{type(exc).__name__}: {exc}")
+            finally:
+                with self._lock:
+                    self._current = None
+                    self._cancelled.discard(job_id)
+            if self.on_finished is not None:
+                self.on_finished(self.registry.job(job_id))
+
+    # -- one job ---------------------------------------------------------------------------
+
+    def _participants(self, job: JobRecord) -> list[str]:
+        rules = job.rules
+        named = rules.get("clients")
+        if named:
+            self.tracker.wait_online(named, self.presence_wait_s)
+            missing = sorted(set(named) - set(self.tracker.online()))
+            if missing:
+                raise TrainingError(f"{', '.join(missing)} not online")
+            candidates = list(named)
+        else:
+            candidates = self.tracker.online()
+        eligible = [g for g in candidates if self.tracker.labelled(g) >= rules.get("min_labelled", 0)]
+        if len(eligible) < rules.get("min_gateways", 1):
+            raise TrainingError(f"{len(eligible)} gateways online with at least {rules.get('min_labelled', 0)} "
+                                f"labelled windows ({', '.join(eligible) or 'none'}); the job needs "
+                                f"{rules.get('min_gateways', 1)}")
+        return sorted(eligible)
+
+    def _run(self, job_id: str) -> None:
+        job = self.registry.job(job_id)
+        if job.state not in ("queued", "running"):
+            return
+        resumed = self.registry.last_checkpoint(job_id)
+        base = resumed.step if resumed is not None else 0
+        self.registry.discard_rounds_after(job_id, base)
+        init = None
+        if resumed is not None:
+            init = TreeEnsemble.from_cbor(resumed.checkpoint)
+        elif job.init_model:
+            model_id, _, version = job.init_model.rpartition(":v")
+            init = self.registry.model(model_id, int(version))[1]
+        config = dict(job.config)
+        if base:
+            config["n_rounds"] = job.total - base
+        attempt = job.attempt + 1
+        protocol_id = f"{job_id}-a{attempt}"
+        try:
+            clients = list(job.participants) if job.participants else self._participants(job)
+            if job.participants:
+                self.tracker.wait_online(clients, self.presence_wait_s)
+            self.registry.update_job(job_id, state="running", attempt=attempt, participants=clients)
+            log.info("job starting", extra={"job": job_id, "attempt": attempt, "from_round": base,
+                                            "clients": clients})
+            choice = survey_feature_sets(self.engine, protocol_id, clients, job.feature_set,
+                                         deadline_s=self.settings.deadline_s)
+            if job.feature_set and choice.version != job.feature_set:
+                raise TrainingError(f"the participants no longer hold feature set {job.feature_set}")
+            if job.participants and list(choice.clients) != list(job.participants):
+                raise TrainingError(f"resuming needs the job's participants {job.participants}; of them "
+                                    f"{list(choice.clients)} answered ({choice.left_out})")
+            self.registry.update_job(job_id, participants=list(choice.clients), feature_set=choice.version)
+            algorithm = build_algorithm(job.algorithm, config, init_model=init, feature_set=choice.version)
+            fed = FederatedJob(self.engine, choice.clients, job_id=protocol_id, settings=self.settings,
+                               progress=lambda p: self._round_done(job_id, base, job.total, p), stop=self._stop,
+                               on_checkpoint=lambda c: self._checkpoint(job_id, base, c))
+            model = algorithm.fit(fed, seed=int(job.rules.get("seed", 0)))
+            if self._stop.is_set() and fed.stopped is not None:
+                if job_id in self._cancelled:
+                    raise JobCancelled
+                return  # shutting down: the job stays running and resumes from its stored rounds
+            self._finish(job, model, fed)
+        except JobCancelled:
+            self.registry.update_job(job_id, state="cancelled", error="cancelled while running")
+        except (TrainingError, QuorumNotReached, RegistryError, ValueError) as exc:
+            if self._shutting_down:
+                return
+            self.registry.update_job(job_id, state="failed", error=str(exc))
+            log.warning("job failed", extra={"job": job_id, "error": str(exc)})
+
+    def _round_done(self, job_id: str, base: int, total: int, p: RoundProgress) -> None:
+        self.registry.complete_round(job_id, base + p.step, max(total, base + p.total), p.selected, p.answered,
+                                     dict(p.metrics), p.elapsed_s, None)
+
+    def _checkpoint(self, job_id: str, base: int, checkpoint: Checkpoint) -> None:
+        self.registry.set_checkpoint(job_id, base + checkpoint.progress.step, checkpoint.model().to_cbor())
+
+    def _finish(self, job: JobRecord, model: TreeEnsemble, fed: FederatedJob) -> None:
+        record = self.registry.add(job.model_id, model, config=job.config, parent=job.init_model, job_id=job.job_id)
+        evaluation = self._evaluate(fed, model)
+        if "metrics" in evaluation:
+            self.registry.set_metrics(record.model_id, record.version, evaluation["metrics"])
+        self.registry.update_job(job.job_id, state="completed", result=record.label, evaluation=evaluation)
+        log.info("job completed", extra={"job": job.job_id, "model": record.label})
+        if job.schedule_id:
+            schedule = self.registry.schedule(job.schedule_id)
+            self._promote(job, record.version, model, fed, evaluation, schedule)
+
+    def _evaluate(self, fed: FederatedJob, model: TreeEnsemble, clients: list[str] | None = None) -> dict:
+        """Federated evaluation on the held-out windows as JSON: pooled metrics, per gateway,
+        confusion matrix; or why there is none."""
+        try:
+            result: Evaluation = evaluate_federated(fed, model, split="holdout", clients=clients)
+        except NoHeldOutData as exc:
+            return {"skipped": str(exc)}
+        except (TrainingError, QuorumNotReached) as exc:
+            return {"failed": str(exc)}
+        return {"metrics": _finite(result.metrics), "per_client": {c: _finite(m) for c, m in result.per_client.items()},
+                "confusion": None if result.confusion is None else result.confusion.astype(int).tolist(),
+                "classes": [str(c) for c in model.classes], "left_out": result.left_out}
+
+    # -- promotion and staged rollout --------------------------------------------------------
+
+    def baseline_version(self, model_id: str, gateways: list[str]) -> int | None:
+        """The version of ``model_id`` most of ``gateways`` run (the registry's log)."""
+        running = self.registry.running()
+        versions = [running[g].version for g in gateways if g in running and running[g].model_id == model_id]
+        return max(set(versions), key=versions.count) if versions else None
+
+    def _promote(self, job: JobRecord, version: int, model: TreeEnsemble, fed: FederatedJob, evaluation: dict,
+                 schedule: ScheduleRecord) -> None:
+        metric, higher = metric_for(model.is_classifier)
+        baseline = self.baseline_version(job.model_id, list(fed.clients))
+        baseline_score = None
+        if baseline is not None:
+            scored = self._evaluate(fed, self.registry.model(job.model_id, baseline)[1])
+            baseline_score = scored.get("metrics", {}).get(metric)
+        verdict = judge(metric, higher, evaluation.get("metrics", {}).get(metric), baseline_score, schedule.threshold)
+        numbers = dict(job_id=job.job_id, model_id=job.model_id, candidate=version, baseline=baseline, metric=metric,
+                       candidate_value=verdict.candidate, baseline_value=verdict.baseline,
+                       threshold=schedule.threshold)
+        if not verdict.promote:
+            self.registry.add_promotion(**numbers, decision="rejected", detail=verdict.reason)
+            return
+        if self.signing_key is None:
+            self.registry.add_promotion(**numbers, decision="promoted",
+                                        detail=f"{verdict.reason}; not deployed: the server has no signing key")
+            return
+        self._roll_out(job, version, model, fed, numbers, verdict.reason, schedule)
+
+    def _roll_out(self, job: JobRecord, version: int, model: TreeEnsemble, fed: FederatedJob, numbers: dict,
+                  reason: str, schedule: ScheduleRecord) -> None:
+        from ..deployment import deploy, rollback
+
+        gateways = list(fed.clients)
+        canary = canary_of(gateways, schedule.canary_share)
+        first = deploy(self.engine, self.registry, self.signing_key, job.model_id, version, canary,
+                       deadline_s=self.settings.deadline_s)
+        halt = f"canary refused it: {first.rejected}" if first.rejected else ""
+        if not halt and numbers["baseline"] is not None:
+            metric, higher = metric_for(model.is_classifier)
+            candidate = self._evaluate(fed, model, canary).get("metrics", {}).get(metric)
+            before = self._evaluate(fed, self.registry.model(job.model_id, numbers["baseline"])[1], canary)
+            check = judge(metric, higher, candidate, before.get("metrics", {}).get(metric), schedule.threshold)
+            if not check.promote:
+                halt = f"canary {', '.join(canary)}: {check.reason}"
+        if halt:
+            rollback(self.engine, self.registry, self.signing_key, first.active, reason="canary regression",
+                     deadline_s=self.settings.deadline_s)
+            self.registry.add_promotion(**numbers, decision="halted", detail=f"{reason}; {halt}")
+            return
+        rest = [g for g in gateways if g not in canary]
+        if rest:
+            deploy(self.engine, self.registry, self.signing_key, job.model_id, version, rest,
+                   deadline_s=self.settings.deadline_s)
+        self.registry.add_promotion(**numbers, decision="rolled-out",
+                                    detail=f"{reason}; canary {', '.join(canary)} then {', '.join(rest) or 'none'}")
+
+
+def _finite(metrics: dict[str, float]) -> dict[str, float | None]:
+    """Metrics as JSON can carry them (NaN -- an AUC with one class -- becomes null)."""
+    return {k: (float(v) if math.isfinite(v) else None) for k, v in metrics.items()}
+
+
+class Scheduler:
+    """Starts a schedule's job when it is due (``policy.is_due``), continuing boosting from the
+    version the fleet runs where the algorithm can."""
+
+    def __init__(self, registry: Registry, runner: JobRunner, tracker: FleetTracker, tick_s: float) -> None:
+        self.registry, self.runner, self.tracker, self.tick_s = registry, runner, tracker, tick_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="wheelfed-schedules", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            try:
+                self.tick(time.time())
+            except Exception:
+                log.exception("schedule check failed")
+
+    def tick(self, now: float) -> list[JobRecord]:
+        """Start every due schedule's job (one at a time per schedule); the jobs started."""
+        busy = {j.schedule_id for state in ("queued", "running") for j in self.registry.jobs(state=state)}
+        labelled = self.tracker.labelled_total()
+        started = []
+        for schedule in self.registry.schedules():
+            if not schedule.enabled or schedule.schedule_id in busy:
+                continue
+            if not is_due(now, schedule.last_run, every_s=schedule.every_s, cron=schedule.cron,
+                          min_new_windows=schedule.min_new_windows, labelled_now=labelled,
+                          labelled_then=schedule.last_windows):
+                continue
+            started.append(self.runner.submit(self._request(schedule), schedule_id=schedule.schedule_id))
+            self.registry.update_schedule(schedule.schedule_id, last_run=now, last_windows=labelled)
+        return started
+
+    def _request(self, schedule: ScheduleRecord) -> JobRequest:
+        request = JobRequest(schedule.algorithm, schedule.model_id, dict(schedule.config))
+        baseline = self.runner.baseline_version(schedule.model_id, self.tracker.online())
+        if baseline is not None and schedule.algorithm == "fedscs-xgb":
+            request = replace(request, init_model=f"{schedule.model_id}:v{baseline}")
+        return request

@@ -1,0 +1,117 @@
+"""``wheelfed server``: the long-running aggregator service -- REST API, dashboard, jobs that
+survive a restart, scheduled retraining (aggregator side; ``aggregator.server``).
+
+Settings come from defaults, then ``--config FILE`` (TOML), then ``WHEELFED_*`` variables, then
+the options below, each overriding the one before. FastAPI, uvicorn and SQLAlchemy are imported
+only when the command runs: the gateway's commands never load them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from edge_client.cli.arguments import add_subcommand, existing_file, fraction, listen_port, port_number, positive_float
+from edge_client.cli.errors import CliError, UsageError
+
+
+def _config(args: argparse.Namespace):
+    from aggregator.server.config import ServerConfig
+
+    overrides = dict(registry=args.registry, listen=args.listen, http_port=args.http_port, mqtt_host=args.host,
+                     mqtt_port=args.port, mqtt_username=args.username, mqtt_protocol=args.protocol,
+                     tls_ca=args.tls_ca and str(args.tls_ca), tls_cert=args.tls_cert and str(args.tls_cert),
+                     tls_key=args.tls_key and str(args.tls_key), signing_key=args.key and str(args.key),
+                     deadline_s=args.deadline, min_fraction=args.min_fraction, schedule_tick_s=args.schedule_tick)
+    try:
+        return ServerConfig.load(args.config, **overrides)
+    except (ValueError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise CliError("wheelfed server needs the server extra: pip install 'wheelfed[server]'") from None
+    from aggregator.registry import RegistryError
+    from aggregator.server.app import Server, bind, serve
+    from edge_client.cli.connection import explain_connect_failure
+
+    config = _config(args)
+    try:
+        sock = bind(config.listen, config.http_port)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {config.listen}:{config.http_port}: {exc.strerror or exc}") from None
+    try:
+        server = Server(config)
+    except RegistryError as exc:
+        sock.close()
+        raise CliError(str(exc)) from None
+    try:
+        server.start()
+    except (ConnectionError, TimeoutError, OSError) as exc:
+        sock.close()
+        raise CliError(explain_connect_failure(exc, _mqtt_view(config))) from None
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+
+    def ready() -> None:
+        print(f"wheelfed server: dashboard http://{shown}:{port}/  API http://{shown}:{port}/docs  registry "
+              f"{server.registry.where}  broker {config.mqtt_host}:{config.mqtt_port}", flush=True)
+
+    serve(server, sock, on_ready=ready)
+    print("wheelfed server: stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _mqtt_view(config):
+    """What ``explain_connect_failure`` reads of a broker connection's settings."""
+    from shared.transport.mqtt import MqttConfig, TlsConfig
+
+    tls = TlsConfig(config.tls_ca, config.tls_cert, config.tls_key) if config.tls_ca else None
+    return MqttConfig(host=config.mqtt_host, port=config.mqtt_port, username=config.mqtt_username, tls=tls)
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    p = add_subcommand(
+        sub, "server", "run the aggregator service: REST API, dashboard, jobs, scheduled retraining",
+        description="Run the aggregator as a service (aggregator side): it tracks every gateway from its "
+                    "retained status,\nruns training jobs (they resume after a crash from their last stored "
+                    "round), evaluates,\npromotes and rolls out retrained models on schedules, and serves the "
+                    "REST API (/docs)\nand a dashboard (/).\n\n"
+                    "Settings: defaults < --config FILE (TOML, keys as in aggregator/server/config.py) <\n"
+                    "WHEELFED_* variables (WHEELFED_REGISTRY, WHEELFED_HTTP_PORT, WHEELFED_MQTT_HOST,\n"
+                    "WHEELFED_MQTT_PASSWORD, WHEELFED_OPERATOR_TOKENS, ...) < the options below.\n"
+                    "SIGTERM or Ctrl-C stops it gracefully: a running job stops at a round boundary and "
+                    "resumes\nat the next start.",
+        examples=["WHEELFED_MQTT_PASSWORD=SECRET wheelfed server --registry reg.db --http-port 0",
+                  "WHEELFED_MQTT_PASSWORD=SECRET wheelfed server --registry server.db --key aggregator.key "
+                  "--http-port 0"])
+    p.add_argument("--config", type=existing_file, help="TOML file with the settings (overridden by WHEELFED_* "
+                                                       "variables and by these options)")
+    p.add_argument("--registry", default=None,
+                   help="SQLite file or database URL, e.g. postgresql+psycopg://wheelfed@db/wheelfed "
+                        "(default: wheelfed-registry.db)")
+    p.add_argument("--listen", default=None, help="address of the API and dashboard (default: 127.0.0.1)")
+    p.add_argument("--http-port", type=listen_port, default=None,
+                   help="port of the API and dashboard; 0 picks a free one and prints it (default: 8080)")
+    p.add_argument("--key", type=existing_file, default=None,
+                   help="the aggregator's signing key (wheelfed keygen); without it models are trained and "
+                        "judged but not deployed")
+    p.add_argument("--deadline", type=positive_float, default=None,
+                   help="seconds a round waits for replies (default: 120)")
+    p.add_argument("--min-fraction", type=fraction, default=None,
+                   help="share of the selected gateways a round needs (default: 0.5)")
+    p.add_argument("--schedule-tick", type=positive_float, default=None,
+                   help="seconds between two looks at the retraining schedules (default: 30)")
+    p.add_argument("--host", default=None, help="broker host (default: 127.0.0.1; $WHEELFED_MQTT_HOST)")
+    p.add_argument("--port", type=port_number, default=None, help="broker port (default: 1883; $WHEELFED_MQTT_PORT)")
+    p.add_argument("--username", default=None,
+                   help="broker user name (default: aggregator); password from $WHEELFED_MQTT_PASSWORD")
+    p.add_argument("--protocol", type=int, choices=(4, 5), default=None, help="MQTT 5 (default), or 4 = 3.1.1")
+    p.add_argument("--tls-ca", type=existing_file, default=None, help="CA certificate: connect with TLS")
+    p.add_argument("--tls-cert", type=existing_file, default=None, help="this side's certificate (CN = aggregator)")
+    p.add_argument("--tls-key", type=existing_file, default=None, help="this side's private key")
+    p.set_defaults(func=run)

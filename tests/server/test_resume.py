@@ -1,0 +1,74 @@
+"""Jobs survive the server: SIGKILL ``wheelfed server`` during a job over real gateway processes
+and mosquitto, start it again, and the job finishes from its last stored round with the model
+an uninterrupted job grows -- no round lost, none applied twice.
+
+"The same model": the same trees, features, thresholds and structure, leaf values equal to 1e-9.
+Leaf values differ from the uninterrupted run's by a few ulp because the gateways of the resumed
+job add the trees grown before the crash to their margins in one sum
+(``edge_client/algorithms/fedscs_xgb.py``: ``apply``), where an uninterrupted job's add them
+round by round."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from shared.model import TreeEnsemble
+from tests.e2e.fleet_support import PASSWORDS, start_fleet
+from tests.server.server_support import ServerProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
+
+def assert_same_model(resumed: TreeEnsemble, straight: TreeEnsemble) -> None:
+    """Same trees, splits and thresholds bit for bit; leaf values and covers to 1e-9 relative.
+
+    Not bit for bit: a resumed job's gateways add the trees grown before the crash to their
+    margins in one sum, an uninterrupted job's gateways round by round, and floating-point
+    addition is not associative (differences of a few ulp; see the module docstring)."""
+    assert (resumed.n_trees, resumed.classes, resumed.tree_output.tolist()) == \
+        (straight.n_trees, straight.classes, straight.tree_output.tolist())
+    np.testing.assert_array_equal(resumed.base_score, straight.base_score)
+    for a, b in zip(resumed.trees, straight.trees):
+        for name in ("feature", "threshold", "left", "right", "default_left"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        np.testing.assert_allclose(a.value, b.value, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(a.cover, b.cover, rtol=1e-9, atol=1e-12)
+
+
+JOB = {"algorithm": "fedscs-xgb", "model_id": "act", "config": {"n_rounds": 6, "max_depth": 3, "n_bins": 16}}
+
+
+def test_a_job_killed_mid_way_resumes_and_ends_with_the_uninterrupted_model(tmp_path) -> None:
+    registry = str(tmp_path / "server.db")
+    with start_fleet(tmp_path, "--holdout-fraction", "0.2") as fleet:
+        fleet.agg.close()  # the server is the aggregator now (one connection per client id)
+        server = ServerProcess(registry, fleet.port, PASSWORDS["aggregator"], tmp_path / "server.log")
+        try:
+            status, job = server.request("POST", "/api/jobs", JOB)
+            assert status == 201, job
+            at_kill = server.wait_job(job["job_id"], lambda j: j["completed"] >= 2)["completed"]
+            server.kill()
+            killed_at = time.time()
+            server = ServerProcess(registry, fleet.port, PASSWORDS["aggregator"], tmp_path / "server.log")
+            done = server.wait_job(job["job_id"], lambda j: j["state"] == "completed")
+            assert done["attempt"] == 2 and done["completed"] == 6
+            rounds = done["rounds"]
+            assert [r["step"] for r in rounds] == [1, 2, 3, 4, 5, 6]
+            kept = [r["step"] for r in rounds if r["created"] < killed_at]
+            assert kept[:at_kill] == list(range(1, at_kill + 1)), (at_kill, kept)  # not grown again
+            assert all(r["created"] > killed_at for r in rounds[len(kept):])
+
+            status, again = server.request("POST", "/api/jobs", JOB)
+            assert status == 201, again
+            reference = server.wait_job(again["job_id"], lambda j: j["state"] == "completed")
+            assert reference["attempt"] == 1 and reference["participants"] == done["participants"]
+            resumed_model = server.get(f"/api/models/act/{done['result'].split(':v')[1]}/download")
+            straight_model = server.get(f"/api/models/act/{reference['result'].split(':v')[1]}/download")
+            assert_same_model(TreeEnsemble.from_cbor(resumed_model), TreeEnsemble.from_cbor(straight_model))
+            assert done["evaluation"]["metrics"]["n"] > 0  # federated evaluation after the job
+            assert server.terminate() in (0, -15, 143)
+        finally:
+            if server.process.poll() is None:
+                server.kill()
