@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from .fedforest import FedForestClient
 from .fedga_tree import FedGATreeClient
 from .fedscs_xgb import FedSCSXGBClient
+from .vertical_forest import VerticalForestClient
 
 if TYPE_CHECKING:
     from ..dispatcher import Dispatcher
@@ -35,6 +36,7 @@ CLIENT_HALVES: tuple[type[ClientHalf], ...] = (
     FedSCSXGBClient,
     FedForestClient,
     FedGATreeClient,
+    VerticalForestClient,
 )
 
 __all__ = ["CLIENT_HALVES", "ClientHalf", "FedForestClient", "FedSCSXGBClient"]

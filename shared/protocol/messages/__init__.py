@@ -2,6 +2,7 @@
 
 from . import deployment, evaluation, fedforest, fedscs_xgb
 from . import fedga_tree  # noqa: F401  (registers FedGA-Tree's messages)
+from . import vertical_forest  # noqa: F401  (registers the vertical Federated Forest's messages)
 from .generic import (
     Ack,
     DataSummary,
