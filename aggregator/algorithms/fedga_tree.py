@@ -281,7 +281,7 @@ class FedGATree:
         if population.strings.shape[0] == 0:  # generations=0: the initial population, unscored
             population = Survivors(offspring, np.full(offspring.shape[0], np.nan), offspring_local)
         final = canonical(population.strings, depth)
-        finished = job.ask(GAFinishRequest(task, depth, final, full_data, job_label=job.job_id), clients,
+        finished = job.ask(GAFinishRequest(task, depth, final, full_data), clients,
                            GAFinishReply)
         models = {}
         for client, reply in finished.items():

@@ -229,7 +229,6 @@ class FedGATreeClient:
         classes = tuple(int(c) if task.integer_classes else c for c in task.classes)
         model = to_ensemble(grown, chosen, feature_names=state.feature_names, classes=classes,
                             feature_set_version=task.feature_set_version,
-                            metadata={"algorithm": "fedga_tree", "gateway": self.client_id, "job": body.job_label
-                                      or message.envelope.job, "depth": body.depth,
+                            metadata={"algorithm": "fedga_tree", "gateway": self.client_id, "depth": body.depth,
                                       "validation_fitness": float(fitness[chosen])})
         return GAFinishReply(model=model.to_cbor(), chosen=chosen, fitness=float(fitness[chosen]))

@@ -166,7 +166,6 @@ class GAFinishRequest:
     depth: int
     population: Annotated[np.ndarray, STRINGS]
     full_data: bool = False
-    job_label: str = ""
 
     def __post_init__(self) -> None:
         if self.population.shape[1:] != (_slots(self.depth),) or self.population.shape[0] < 1:
