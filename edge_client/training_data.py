@@ -159,7 +159,8 @@ class PartyWindows:
 class PartyData:
     """One simulated party of a vertical job: an id, its feature block, the labels if it holds
     them (else ``None``), the secret the person's parties share (``party_key``), and window ids
-    (default: the row position, ``start_us = row``, one session) -- rows aligned by position.
+    (default: the row position, ``start_us = row``, one session) -- rows aligned by position;
+    a job aligning on a window grid (``hop_us``) needs the real start times.
 
     A party without labels has nothing for horizontal jobs: ``labelled`` refuses them with
     ``no_labelled_windows``, as a gateway without annotations does.

@@ -28,6 +28,7 @@ the joined data is the oracle (tests/aggregator/test_vertical_forest.py).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -215,8 +216,7 @@ class VerticalFederatedForest:
         job_id = job_id or f"sim-{self.name}-{seed}"
         model = simulation.run(self, seed=seed, progress=progress, settings=settings, job_id=job_id)
         partial = tuple(simulation.participants[p].halves[self.name].partial_forest(job_id) for p in model.parties)
-        return VerticalForestModel(model.trees, model.task, model.classes, model.parties, model.n_features,
-                                   partial, model.integer_labels, model.metadata)
+        return dataclasses.replace(model, partial=partial)
 
 
 class VerticalTraining:
@@ -373,4 +373,4 @@ class VerticalTraining:
         return VerticalForestModel(
             tuple(trees), cfg.task, classes, tuple(self.parties), tuple(self.n_features), None, integer,
             {"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": depth, "criterion": self.crit,
-             "label_holder": self.label_holder, "alignment": self.alignment.line()})
+             "label_holder": self.label_holder}, self.alignment)

@@ -18,6 +18,7 @@ from typing import Literal
 
 import numpy as np
 
+from shared.vertical_alignment import AlignmentReport
 from shared.vertical_trees import PartialTree, classical_leaves, intersect_leaves, owned_directions, reachable_leaves
 
 __all__ = ["MasterTree", "VerticalForestModel"]
@@ -42,7 +43,8 @@ class VerticalForestModel:
     """A trained vertical Federated Forest.
 
     ``parties``: the party ids in block order; ``n_features``: each party's width;
-    ``partial``: per party its partial trees (None on a master that holds only its own part).
+    ``partial``: per party its partial trees (None on a master that holds only its own part);
+    ``alignment``: which windows the job trained on and which it dropped.
     ``predict(blocks)`` / ``predict_proba(blocks)`` take one feature block per party, in order.
     """
 
@@ -54,6 +56,7 @@ class VerticalForestModel:
     partial: tuple[tuple[PartialTree, ...], ...] | None = None
     integer_labels: bool = False
     metadata: dict[str, object] = field(default_factory=dict)
+    alignment: AlignmentReport | None = None
 
     # -- checks ------------------------------------------------------------------------------------
 
