@@ -120,7 +120,7 @@ def create_app(server: Server) -> FastAPI:
     # -- health and metrics ----------------------------------------------------------------
     @app.get("/api/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "version": __version__, "broker_connected": server.transport.is_connected,
+        return {"status": "ok", "version": __version__, "broker_connected": server.broker_connected,
                 "registry": server.registry.where, "gateways_online": len(server.tracker.online())}
 
     @app.get("/metrics", response_class=PlainTextResponse)
@@ -136,7 +136,7 @@ def create_app(server: Server) -> FastAPI:
         for state in ("queued", "running", "completed", "failed", "cancelled"):
             lines.append(f'wheelfed_jobs{{state="{state}"}} {sum(j.state == state for j in jobs)}')
         lines += ["# TYPE wheelfed_broker_connected gauge",
-                  f"wheelfed_broker_connected {int(server.transport.is_connected)}"]
+                  f"wheelfed_broker_connected {int(server.broker_connected)}"]
         return "\n".join(lines) + "\n"
 
     # -- fleet -----------------------------------------------------------------------------

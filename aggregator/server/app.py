@@ -69,6 +69,13 @@ class Server:
         self.scheduler.start()
         log.info("server started", extra=cfg.public())
 
+    @property
+    def broker_connected(self) -> bool:
+        """Whether the broker connection is up (an MQTT transport's ``is_connected``, the memory
+        transport's ``connected``)."""
+        transport = self.transport
+        return bool(getattr(transport, "is_connected", getattr(transport, "connected", False)))
+
     def stop(self) -> None:
         self.scheduler.stop()
         self.runner.stop(timeout_s=self.config.deadline_s)

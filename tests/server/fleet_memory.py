@@ -1,0 +1,63 @@
+"""An in-process fleet for the server's API and schedule tests: ``aggregator.simulate``'s memory
+broker with real ``Participant``s, and a started :class:`aggregator.server.app.Server` on it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+from aggregator.server.app import Server
+from aggregator.server.config import ServerConfig
+from aggregator.simulate import Simulation
+from edge_client.training_data import ClientData
+from shared.protocol.envelope import Message
+from shared.protocol.messages import Status
+
+LABELS = np.array(["push", "rest"])
+
+
+def fleet_data(n_clients: int = 4, n: int = 120, seed: int = 0, flipped: tuple[str, ...] = ()) -> list[ClientData]:
+    """Labelled windows with held-out ones; ``flipped`` gateways label by another feature."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n_clients):
+        client = f"gw-{k + 1}"
+        X = rng.normal(size=(n, 4))
+        y = LABELS[(X[:, 1 if client in flipped else 0] > 0).astype(int)]
+        cut = int(0.75 * n)
+        out.append(ClientData(client, X[:cut], y[:cut], X_test=X[cut:], y_test=y[cut:]))
+    return out
+
+
+def announce(sim: Simulation, labelled: dict[str, int]) -> None:
+    """Each gateway's retained status, as a gateway publishes it, with its labelled windows."""
+    for client, n in labelled.items():
+        transport = sim.transports[client]
+        status = Status(online=True, n_windows=n + 5, n_labelled=n, detail={"labels": f"push={n // 2},rest={n - n // 2}"})
+        transport.publish(transport.layout.status(client), Message.create(status, sender=client), retain=True)
+
+
+@contextmanager
+def running_server(registry: str, clients: list[ClientData], **settings) -> Iterator[tuple[Simulation, Server]]:
+    sim = Simulation(clients)
+    server = Server(ServerConfig(registry=registry, deadline_s=10.0, schedule_tick_s=3600.0, **settings))
+    server.start(transport=sim.server)
+    try:
+        yield sim, server
+    finally:
+        server.stop()
+        for transport in sim.transports.values():
+            transport.close()
+
+
+def wait_job(server: Server, job_id: str, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = server.registry.job(job_id)
+        if job.state in ("completed", "failed", "cancelled"):
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} still {job.state} after {timeout_s} s")
