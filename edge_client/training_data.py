@@ -237,6 +237,12 @@ class StoreTrainingData:
     def party_windows(self, feature_set_version: str) -> PartyWindows:
         """This gateway's windows for a vertical job (training part, as ``labelled``): all of
         them if none is labelled (a party without labels), else the labelled ones with labels."""
+        if not feature_set_version:  # a party stores one sensor layout: its own feature set
+            held = tuple(self.store.stats().by_feature_set)
+            if len(held) != 1:
+                raise NoTrainingData("feature_set_mismatch", f"the job names no feature set and this gateway "
+                                                             f"stores {len(held)}", held)
+            feature_set_version = held[0]
         X, y, meta = self.store.query(feature_set_version, labelled_only=False)
         labelled = np.array([v is not None for v in y], dtype=bool)
         rows = np.flatnonzero(labelled) if labelled.any() else np.arange(X.shape[0])

@@ -48,21 +48,23 @@ from shared.protocol.messages.vertical_forest import (
     VerticalLevelRequest,
     VerticalPartitionReply,
     VerticalPartitionRequest,
+    VerticalRouteReply,
+    VerticalRouteRequest,
     VerticalSetupReply,
     VerticalSetupRequest,
     VerticalTask,
 )
 from shared.vertical_alignment import AlignmentReport, intersect_digests
 from shared.vertical_splits import EPSILON, is_tie_or_better
-from shared.vertical_trees import leaves_of
+from shared.vertical_trees import intersect_leaves, leaves_of
 
 from ..jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
 from ..rounds import QuorumNotReached
 from .forest_growth import n_sampled_features
 from .vertical_forest_model import MasterTree, VerticalForestModel
 
-__all__ = ["VerticalFederatedForest", "VerticalTraining", "choose_owners", "draw_features", "draw_rows",
-           "parties_for_simulation"]
+__all__ = ["VerticalFederatedForest", "VerticalPrediction", "VerticalTraining", "choose_owners", "draw_features",
+           "draw_rows", "parties_for_simulation", "predict_on_parties"]
 
 MAX_DEPTH = 40
 
@@ -124,6 +126,76 @@ def parties_for_simulation(parties: Sequence[Any], *, party_key: bytes | None = 
         raise ValueError(f"parties: the blocks must have the same number of rows (aligned by position), got "
                          f"{sorted(rows)}")
     return out
+
+
+def abort_parties(job: FederatedJob, parties: Sequence[str], reason: str) -> None:
+    """Best effort: tell the parties still there to drop the job's state."""
+    try:
+        job.ask(VerticalAbort(reason[:500]), parties, Ack)
+    except QuorumNotReached:
+        pass
+
+
+def ask_every_party(job: FederatedJob, parties: Sequence[str], what: str, request: object, expect: type,
+                    clients: Sequence[str] | None = None) -> dict[str, Any]:
+    """A round every asked party must answer (a vertical job needs every party's features):
+    otherwise the job fails -- the others are told to drop it and nothing is kept."""
+    clients = list(parties if clients is None else clients)
+    try:
+        replies = job.ask(request, clients, expect)
+    except QuorumNotReached as exc:
+        replies, failures = exc.result.replies, exc.result.failures()
+    else:
+        failures = {}
+    missing = [c for c in clients if c not in replies]
+    if missing:
+        why = "; ".join(f"{c}: {failures.get(c, 'no answer before the deadline')}" for c in missing)
+        abort_parties(job, parties, f"{what}: {why}")
+        raise TrainingError(f"vertical forest job {job.job_id} failed at {what}: party {', '.join(missing)} did "
+                            f"not answer ({why}); every party is needed, no model was saved")
+    return {c: getattr(replies[c], "body", replies[c]) for c in clients}
+
+
+@dataclass(frozen=True, eq=False)
+class VerticalPrediction:
+    """A one-round prediction over the parties: ``values`` (windows, K) -- class probabilities or
+    the regression mean -- ``predictions`` and which windows were predicted (``alignment``; the
+    rows are the common windows in ``(session, start)`` order)."""
+
+    values: np.ndarray
+    predictions: np.ndarray
+    alignment: AlignmentReport
+
+
+def predict_on_parties(job: FederatedJob, model: VerticalForestModel, *, hop_us: int = 0, tolerance_us: int = 0,
+                       feature_set_version: str = "") -> VerticalPrediction:
+    """Alg. 3-4 through the parties of ``model`` (which keep its partial trees): align their
+    windows, one ``vertical_forest.route`` round, intersection and vote/average on the master.
+    A party that does not answer is an error (``TrainingError`` naming it), never a guess."""
+    parties = list(model.parties)
+    if sorted(job.clients) != sorted(parties):
+        raise ValueError(f"the prediction job's clients {sorted(job.clients)} are not the model's parties {parties}")
+    what = "prediction"
+    replies = ask_every_party(job, parties, f"{what} alignment", VerticalAlignRequest(
+        feature_set_version, hop_us, tolerance_us, model.task), VerticalAlignReply)
+    keep, report = intersect_digests(parties, [replies[p].digests for p in parties],
+                                     [replies[p].off_grid for p in parties])
+    routes = ask_every_party(job, parties, f"{what} round", {p: VerticalRouteRequest(str(model.metadata["job"]),
+                                                                                      keep[i])
+                                                             for i, p in enumerate(parties)}, VerticalRouteReply)
+    sizes = [tree.leaves.size for tree in model.trees]
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    sets = []
+    for p in parties:
+        r = routes[p]
+        if r.n_leaves != bounds[-1] or r.leaves.shape[0] != report.common:
+            raise TrainingError(f"party {p} routed {r.leaves.shape[0]} windows over {r.n_leaves} leaves, the model "
+                                f"has {int(bounds[-1])} leaves and {report.common} windows were aligned")
+        sets.append(np.unpackbits(r.leaves, axis=1, count=r.n_leaves).astype(bool))
+    positions = np.column_stack([intersect_leaves([s[:, bounds[t]:bounds[t + 1]] for s in sets])
+                                 for t in range(len(model.trees))]) if report.common else np.zeros((0, len(sizes)), int)
+    values = model.leaf_values(positions)
+    return VerticalPrediction(values, model.labels_of(values), report)
 
 
 @dataclass(frozen=True)
@@ -233,29 +305,10 @@ class VerticalTraining:
     # -- rounds ------------------------------------------------------------------------------------
 
     def _ask(self, what: str, request: object, expect: type, clients: Sequence[str] | None = None) -> dict[str, Any]:
-        """A round every asked party must answer; otherwise the job fails (nothing is kept)."""
-        clients = list(self.parties if clients is None else clients)
-        try:
-            replies = self.job.ask(request, clients, expect)
-        except QuorumNotReached as exc:
-            replies, failures = exc.result.replies, exc.result.failures()
-        else:
-            failures = {}
-        missing = [c for c in clients if c not in replies]
-        if missing:
-            why = "; ".join(f"{c}: {failures.get(c, 'no answer before the deadline')}" for c in missing)
-            self._abort(f"{what}: {why}")
-            raise TrainingError(f"vertical forest job {self.job.job_id} failed at {what}: party "
-                                f"{', '.join(missing)} did not answer ({why}); every party is needed, no model "
-                                f"was saved")
-        return {c: getattr(replies[c], "body", replies[c]) for c in clients}
+        return ask_every_party(self.job, self.parties, what, request, expect, clients)
 
     def _abort(self, reason: str) -> None:
-        """Best effort: tell the parties still there to drop the job's state."""
-        try:
-            self.job.ask(VerticalAbort(reason[:500]), self.parties, Ack)
-        except QuorumNotReached:
-            pass
+        abort_parties(self.job, self.parties, reason)
 
     def _task(self, party: int) -> VerticalTask:
         return VerticalTask(task=self.config.task, criterion=self.crit, party=party, n_parties=len(self.parties),
@@ -372,5 +425,5 @@ class VerticalTraining:
                                 tr.cover) for tr in trees]
         return VerticalForestModel(
             tuple(trees), cfg.task, classes, tuple(self.parties), tuple(self.n_features), None, integer,
-            {"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": depth, "criterion": self.crit,
+            {"algorithm": cfg.name, "job": self.job.job_id, "n_trees": cfg.n_trees, "max_depth": depth, "criterion": self.crit,
              "label_holder": self.label_holder}, self.alignment)

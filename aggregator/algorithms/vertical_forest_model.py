@@ -117,7 +117,10 @@ class VerticalForestModel:
     def predict(self, blocks: Sequence[np.ndarray], *,
                 method: Literal["one_round", "classical"] = "one_round") -> np.ndarray:
         """Class labels (the most probable; ints if the labels were ints) or regression means."""
-        values = self.leaf_values(self.leaf_positions(blocks, method=method))
+        return self.labels_of(self.leaf_values(self.leaf_positions(blocks, method=method)))
+
+    def labels_of(self, values: np.ndarray) -> np.ndarray:
+        """Predictions from averaged leaf values: the most probable class, or the mean."""
         if self.task == "regression":
             return values[:, 0]
         labels = np.asarray(self.classes)[np.argmax(values, axis=1)]

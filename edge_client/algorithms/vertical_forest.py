@@ -17,8 +17,10 @@ The party's data source must offer ``party_windows(feature_set_version)``
 from __future__ import annotations
 
 import logging
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -35,6 +37,8 @@ from shared.protocol.messages.vertical_forest import (
     VerticalLevelRequest,
     VerticalPartitionReply,
     VerticalPartitionRequest,
+    VerticalRouteReply,
+    VerticalRouteRequest,
     VerticalSetupReply,
     VerticalSetupRequest,
     VerticalTask,
@@ -42,15 +46,16 @@ from shared.protocol.messages.vertical_forest import (
 from shared.vertical_alignment import aligned_order, snap_starts, window_digests
 from shared.vertical_party_key import PartyKey, SealError
 from shared.vertical_splits import best_local_splits, leaf_values, node_statistics, target_terms
-from shared.vertical_trees import PartialTree
+from shared.vertical_trees import PartialTree, reachable_leaves
 
 from ..dispatcher import Dispatcher, RequestRejected
 from ..secure_aggregation import SecureAggregationClient
-from ..training_data import JobSnapshots, PartyWindows, label_strings
+from ..training_data import JobSnapshots, NoTrainingData, PartyWindows, label_strings
 
 log = logging.getLogger(__name__)
 
 MAX_JOBS = 4
+PARTY_KEY_ENV = "WHEELFED_PARTY_KEY_FILE"
 MAX_DEPTH = 40  # heap ids of depth-40 nodes fit int64 with room for the tree number
 
 
@@ -113,6 +118,7 @@ class VerticalForestClient:
         dispatcher.register(VerticalPartitionRequest, self.on_partition)
         dispatcher.register(VerticalFinishRequest, self.on_finish)
         dispatcher.register(VerticalAbort, self.on_abort)
+        dispatcher.register(VerticalRouteRequest, self.on_route)
 
     @property
     def jobs(self) -> tuple[str, ...]:
@@ -127,10 +133,21 @@ class VerticalForestClient:
     # -- helpers -----------------------------------------------------------------------------------
 
     def _key(self) -> PartyKey:
+        """The data source's ``party_key``, else (a gateway) the hex key in the file named by
+        ``$WHEELFED_PARTY_KEY_FILE``."""
         secret = getattr(self.source, "party_key", b"") or b""
+        if not secret and os.environ.get(PARTY_KEY_ENV):
+            try:
+                secret = bytes.fromhex(Path(os.environ[PARTY_KEY_ENV]).read_text().strip())
+            except (OSError, ValueError) as exc:
+                raise RequestRejected("no_party_key", f"${PARTY_KEY_ENV}: cannot read a hex key ({exc})") from None
         if not secret:
-            raise RequestRejected("no_party_key", "this gateway has no party key for vertical jobs")
-        return PartyKey.from_secret(secret)
+            raise RequestRejected("no_party_key", f"this gateway has no party key for vertical jobs (set "
+                                                  f"${PARTY_KEY_ENV})")
+        try:
+            return PartyKey.from_secret(secret)
+        except ValueError as exc:
+            raise RequestRejected("no_party_key", str(exc)) from None
 
     def _job(self, message: Message) -> _PartyJob:
         state = self._jobs.get(message.envelope.job)
@@ -183,7 +200,12 @@ class VerticalForestClient:
     def on_align(self, message: Message) -> VerticalAlignReply:
         body: VerticalAlignRequest = message.body
         key = self._key()
-        windows = self.source.party_windows(body.feature_set_version)
+        try:
+            windows = self.source.party_windows(body.feature_set_version)
+        except NoTrainingData as exc:
+            raise RequestRejected(exc.code, str(exc), exc.feature_sets) from None
+        except AttributeError:
+            raise RequestRejected("unsupported", "this gateway's data source holds no party windows") from None
         if body.hop_us:
             snapped = snap_starts(windows.start_us, body.hop_us, body.tolerance_us)
             starts, offered = snapped.starts, np.flatnonzero(snapped.on_grid)
@@ -316,6 +338,22 @@ class VerticalForestClient:
         self.forests.pop(message.envelope.job, None)
         log.warning("vertical job aborted", extra={"job": message.envelope.job, "reason": message.body.reason})
         return Ack("dropped")
+
+    def on_route(self, message: Message) -> VerticalRouteReply:
+        """One-round prediction (Alg. 3) of the windows this prediction job aligned."""
+        body: VerticalRouteRequest = message.body
+        state = self._jobs.pop(message.envelope.job, None)
+        if state is None:
+            raise RequestRejected("resync", "route before alignment in this prediction job")
+        if body.model_job not in self.forests:
+            raise RequestRejected("no_model", f"this party holds no partial trees of job {body.model_job!r}")
+        if body.keep.size and body.keep.max() >= state.offered.size:
+            raise RequestRejected("bad_request", "keep names windows this party did not offer")
+        rows = state.offered[body.keep]
+        w = state.windows
+        rows = rows[aligned_order([w.sessions[i] for i in rows.tolist()], w.start_us[rows])]
+        reach = np.concatenate([reachable_leaves(tree, w.X[rows]) for tree in self.forests[body.model_job]], axis=1)
+        return VerticalRouteReply(np.packbits(reach, axis=1), int(reach.shape[1]))
 
     def _partial_forest(self, state: _PartyJob) -> tuple[PartialTree, ...]:
         trees = []

@@ -362,3 +362,24 @@ def test_choose_owners_prefers_the_lower_party_on_ties_and_prunes():
     gain = np.array([[0.2, 0.2 + 1e-13], [0.0, 0.1], [0.0, 0.0], [0.001, 0.002]])
     np.testing.assert_array_equal(choose_owners(has, gain, 0.0), [0, 1, -1, 1])
     np.testing.assert_array_equal(choose_owners(has, gain, 0.05), [0, 1, -1, -1])
+
+
+# -- prediction through the parties (the protocol) ---------------------------------------------------
+
+def test_one_round_prediction_through_the_parties_equals_the_model_and_a_missing_party_is_an_error():
+    from aggregator.algorithms.vertical_forest import predict_on_parties
+    from aggregator.jobs import FederatedJob
+
+    X, y = _data(n=180, seed=6)
+    blocks = _split(X, (2, 3, 2))
+    sim = Simulation(parties_for_simulation(_parties(blocks, y, holder=1)))
+    model = VerticalFederatedForest(n_trees=5, max_depth=6).run_in(sim, seed=2)
+    job = FederatedJob(sim.engine, list(model.parties), job_id="predict-1", settings=JobSettings(deadline_s=5.0))
+    result = predict_on_parties(job, model)
+    assert result.alignment.common == 180 and job.rounds == 2  # alignment, then the one round
+    np.testing.assert_array_equal(result.values, model.predict_proba(blocks))
+    np.testing.assert_array_equal(result.predictions, model.predict(blocks))
+    sim.transports["party-002"].drop()
+    late = FederatedJob(sim.engine, list(model.parties), job_id="predict-2", settings=JobSettings(deadline_s=0.5))
+    with pytest.raises(TrainingError, match="failed at prediction alignment: party party-002 did not answer"):
+        predict_on_parties(late, model)

@@ -247,3 +247,33 @@ class VerticalAbort:
     """The job failed: drop its state and keep no partial trees of it."""
 
     reason: str
+
+
+@message_type("vertical_forest.route")
+@dataclass(frozen=True)
+class VerticalRouteRequest:
+    """One-round prediction (Alg. 3): route your windows ``keep`` (positions of the digests you
+    sent in this job's alignment, ascending; rows in ``(session, start)`` order) through your
+    partial trees of the model trained by job ``model_job``."""
+
+    model_job: str
+    keep: Annotated[np.ndarray, INT_1D]
+
+    def __post_init__(self) -> None:
+        _nonnegative("keep", self.keep)
+        if self.keep.size > 1 and (np.diff(self.keep) <= 0).any():
+            raise ValueError("keep must be strictly increasing")
+
+
+@message_type("vertical_forest.route_reply")
+@dataclass(frozen=True)
+class VerticalRouteReply:
+    """``leaves`` (rows, ceil(L/8)) packed bits: per window, the leaves (all trees' leaves in tree
+    order, ascending heap ids; L in all) it may reach given this party's splits."""
+
+    leaves: Annotated[np.ndarray, ArraySpec(("uint8",), ndim=2)]
+    n_leaves: int
+
+    def __post_init__(self) -> None:
+        if self.leaves.shape[1] != (self.n_leaves + 7) // 8:
+            raise ValueError(f"leaves must have {(self.n_leaves + 7) // 8} columns for {self.n_leaves} leaves")
