@@ -334,11 +334,12 @@ class JobRunner:
         evaluation = self._evaluate(fed, model)
         if "metrics" in evaluation:
             self.registry.set_metrics(record.model_id, record.version, evaluation["metrics"])
-        self.registry.update_job(job.job_id, state="completed", result=record.label, evaluation=evaluation)
-        log.info("job completed", extra={"job": job.job_id, "model": record.label})
-        if job.schedule_id:
+        self.registry.update_job(job.job_id, result=record.label, evaluation=evaluation)
+        if job.schedule_id:  # the job of a schedule ends with its promotion decision
             schedule = self.registry.schedule(job.schedule_id)
             self._promote(job, record.version, model, fed, evaluation, schedule)
+        self.registry.update_job(job.job_id, state="completed")
+        log.info("job completed", extra={"job": job.job_id, "model": record.label})
 
     def _evaluate(self, fed: FederatedJob, model: TreeEnsemble, clients: list[str] | None = None) -> dict:
         """Federated evaluation on the held-out windows as JSON: pooled metrics, per gateway,
