@@ -1,14 +1,16 @@
 """Gradient histograms of FedSCS-XGB's private protocol: the client's maths, exact in integers.
 
 Per depth level the server asks for, per requested node of the round's trees, per feature and
-bin, the sums of G and H (the node's tree's output) and the number of samples. A client's
+bin, the sums of G and H and the number of samples: G and H of the node's tree's output (one tree
+per output), or of every output (``multi_output_tree``: one tree with vector leaves). A client's
 contribution is one integer vector: G and H in fixed point (``round(g * 2**frac_bits)`` per
 sample, then integer sums), counts as integers. Integer sums are associative, so the fleet sum
 does not depend on how samples are spread over gateways or in which order vectors are added:
 K gateways give *bit for bit* the histograms of one gateway holding their union, and secure
 aggregation (sums mod 2^64) changes nothing.
 
-Layout of the histograms: ``(nodes, 3, features, slots)`` with stats (G, H, count) and slots
+Layout of the histograms: ``(nodes, 2m + 1, features, slots)`` with stats ``G_0..G_{m-1},
+H_0..H_{m-1}, count`` (``m`` = 1, or the number of outputs for vector leaves) and slots
 ``0..S-2`` the bins (``shared.sketches.bin_ids``; a feature with fewer edges leaves its last
 slots empty) and ``S-1`` the missing values.
 """
@@ -78,10 +80,12 @@ def route_round(slots: np.ndarray, missing_slot: int, n_trees: int, tree: ArrayL
 
 
 def node_histograms(slots: np.ndarray, n_slots: int, position: np.ndarray, node_tree: ArrayLike,
-                    node_id: ArrayLike, grad: np.ndarray, hess: np.ndarray) -> np.ndarray:
-    """Integer histograms ``(R, 3, d, n_slots)`` of the requested nodes ``(node_tree[r],
-    node_id[r])``: G and H of tree ``node_tree[r]``'s output (``grad``/``hess`` int64 ``(n, K)``)
-    and counts, per feature and slot."""
+                    node_id: ArrayLike, grad: np.ndarray, hess: np.ndarray, *,
+                    vector_leaves: bool = False) -> np.ndarray:
+    """Integer histograms ``(R, 2m + 1, d, n_slots)`` of the requested nodes ``(node_tree[r],
+    node_id[r])`` (``grad``/``hess`` int64 ``(n, K)``): G and H of tree ``node_tree[r]``'s output
+    (``m`` = 1), or with ``vector_leaves`` of all ``m = K`` outputs, then counts, per feature and
+    slot."""
     node_tree = np.asarray(node_tree, dtype=np.int64)
     node_id = np.asarray(node_id, dtype=np.int64)
     n, d = slots.shape
@@ -93,16 +97,16 @@ def node_histograms(slots: np.ndarray, n_slots: int, position: np.ndarray, node_
         requests.append(np.full(members.shape[0], r, dtype=np.int64))
     rows = np.concatenate(samples) if samples else np.zeros(0, np.int64)
     req = np.concatenate(requests) if requests else np.zeros(0, np.int64)
-    out = np.zeros((R, 3, d, n_slots), dtype=np.int64)
+    m = grad.shape[1] if vector_leaves else 1
+    out = np.zeros((R, 2 * m + 1, d, n_slots), dtype=np.int64)
     if rows.size == 0:
         return out
     width = d * n_slots
     keys = (req[:, None] * width + np.arange(d)[None, :] * n_slots + slots[rows]).ravel()
     size = R * width
-    tree_of = node_tree[req]
-    g = np.repeat(grad[rows, tree_of], d)
-    h = np.repeat(hess[rows, tree_of], d)
-    out[:, 0] = integer_bincount(keys, g, size).reshape(R, d, n_slots)
-    out[:, 1] = integer_bincount(keys, h, size).reshape(R, d, n_slots)
-    out[:, 2] = np.bincount(keys, minlength=size).reshape(R, d, n_slots)
+    for t in range(m):
+        column = t if vector_leaves else node_tree[req]
+        out[:, t] = integer_bincount(keys, np.repeat(grad[rows, column], d), size).reshape(R, d, n_slots)
+        out[:, m + t] = integer_bincount(keys, np.repeat(hess[rows, column], d), size).reshape(R, d, n_slots)
+    out[:, 2 * m] = np.bincount(keys, minlength=size).reshape(R, d, n_slots)
     return out

@@ -10,6 +10,12 @@
   -> one depth-limited tree per class, ``histogram_growth``). It reveals every window's
   quantised feature vector and gradients to the server (PRIVACY.md).
 
+Multiclass (``objective="softmax"``), either protocol: ``multi_strategy="one_output_per_tree"``
+(XGBoost's default: a round adds one scalar-leaf tree per class) or ``"multi_output_tree"`` (the
+paper's Alg. 1 and XGBoost's option of that name: a round adds one tree whose splits maximise the
+gain summed over the classes and whose leaves hold one weight per class). Given the same bins both
+equal XGBoost ``hist`` with the same ``multi_strategy`` (tested).
+
 ``FedSCSXGB`` is the public configuration object (``aggregator.algorithms.FedSCSXGB``); its
 ``fit(job)`` drives any fleet through a ``FederatedJob`` -- the in-memory simulation
 (``aggregator.simulate``) and real gateways over MQTT run this same code.
@@ -161,6 +167,9 @@ class FedSCSXGB:
     reports the ``(epsilon, dp_delta)`` spent (zCDP accounting, ``shared.differential_privacy``).
     ``edges``: fixed float32 bin edges per feature; skips the sketch phase (Lemma 1's premise,
     and the oracle tests' way to compare with pooled training on the same bins).
+    ``multi_strategy``: softmax's trees, XGBoost's names: ``"one_output_per_tree"`` (one tree per
+    class per round) or ``"multi_output_tree"`` (one vector-leaf tree per round, the paper's);
+    with one output (logistic, regression) both are the same.
     """
 
     n_rounds: int = 10
@@ -180,6 +189,7 @@ class FedSCSXGB:
     feature_set_version: str = ""
     classes: tuple[str, ...] | None = None
     protocol: Literal["histogram", "atoms"] = "histogram"
+    multi_strategy: Literal["one_output_per_tree", "multi_output_tree"] = "one_output_per_tree"
     secure_aggregation: bool | None = None  # None: on for the histogram protocol
     secagg_degree: int | None = None
     min_crowd: int = 5
@@ -206,7 +216,8 @@ class FedSCSXGB:
     @property
     def growth(self) -> GrowthParams:
         return GrowthParams(max_depth=self.max_depth, reg_lambda=self.reg_lambda, gamma=self.gamma,
-                            min_child_weight=self.min_child_weight, learning_rate=self.learning_rate)
+                            min_child_weight=self.min_child_weight, learning_rate=self.learning_rate,
+                            multi_strategy=self.multi_strategy)
 
     def fit(self, job: FederatedJob, *, seed: int = 0) -> TreeEnsemble:
         """Train over ``job``'s clients; returns the boosted ensemble (``init_model``'s trees first).
@@ -301,6 +312,9 @@ class _Training:
             raise TrainingError(f"softmax needs at least 2 classes, the clients' labels are {list(self.classes)}")
         self.objective = objective_named(cfg.objective, len(self.classes))
         self.n_outputs = self.objective.n_outputs
+        #: one vector-leaf tree per round instead of one tree per output
+        self.vector_leaves = cfg.multi_strategy == "multi_output_tree" and self.n_outputs > 1
+        self.trees_per_round = 1 if self.vector_leaves else self.n_outputs
         self.base_score = self.objective.base_score(base_score_stats(cfg.objective, fleet), mode=cfg.base_score)
 
     def _run_histograms(self) -> TreeEnsemble:
@@ -335,10 +349,7 @@ class _Training:
         for t in range(1, cfg.n_rounds + 1):
             started = time.monotonic()
             selected = self._sample_from(list(summer.active))
-            trees = self._grow_round(summer, selected, t)
-            for k, tree in enumerate(trees):
-                self.trees.append(tree)
-                self.tree_output.append(k if self.n_outputs > 1 else 0)
+            self._add_round(self._grow_round(summer, selected, t))
             self._deltas.clear()
             n = self._round_stats.get("samples", 0.0)
             loss = self._round_stats.get("loss_sum", 0.0) / max(n, 1.0)
@@ -378,8 +389,10 @@ class _Training:
         """One depth level: the cohort's summed (G, H, count) histograms of the requested nodes."""
         first = not self._round_stats
         selected = self._cohort
-        # One window sits in one node per tree: |g|, h <= 1 and a count of 1 in each of d features.
-        sensitivity = float(np.sqrt(3.0 * np.unique(node_tree).size * self.n_features))
+        # One window sits in one node per tree: m values |g| <= 1, m values h <= 1 and a count of 1
+        # in each of d features (m = 1, or the classes for vector leaves).
+        stats = 2 * self.task.node_columns + 1
+        sensitivity = float(np.sqrt(stats * np.unique(node_tree).size * self.n_features))
         share = self.noise.share(sensitivity, len(selected)) if self.noise else None
         requests = {c: XgbHistogramRequest(self.task, self._delta(c), self.edge_values, self.edge_offsets, splits,
                                            node_tree, node_id, self.frac_bits, self.gradient_bound,
@@ -407,7 +420,7 @@ class _Training:
                                          samples=float(vector[-1]))
                 vector = vector[:-2]
         S = int(np.diff(self.edge_offsets).max(initial=0)) + 2
-        return vector.reshape(node_tree.shape[0], 3, self.n_features, S)
+        return vector.reshape(node_tree.shape[0], stats, self.n_features, S)
 
     def _continue_from(self, model: TreeEnsemble) -> None:
         if model.kind != "boosted" or model.n_outputs != self.n_outputs or model.n_features != self.n_features:
@@ -416,6 +429,8 @@ class _Training:
         if model.link != self.objective.link or (self.model_classes and tuple(model.classes) != self.model_classes):
             raise TrainingError(f"init_model predicts {list(model.classes)} with link {model.link!r}; the job has "
                                 f"classes {list(self.model_classes)} and link {self.objective.link!r}")
+        if model.n_trees and bool((model.tree_output == -1).all() and self.n_outputs > 1) != self.vector_leaves:
+            raise TrainingError(f"init_model's trees do not follow multi_strategy={self.config.multi_strategy!r}")
         self.base_score = np.asarray(model.base_score, dtype=np.float64)
         self.trees = list(model.trees)
         self.tree_output = [int(k) for k in model.tree_output]
@@ -434,7 +449,7 @@ class _Training:
     @property
     def task(self) -> XgbTask:
         return XgbTask(self.config.objective, self.config.feature_set_version, self.n_features,
-                       self.base_score, self.classes)
+                       self.base_score, self.classes, self.config.multi_strategy)
 
     def _delta(self, client: str) -> ModelDelta:
         first = self.known.get(client, 0)
@@ -518,9 +533,13 @@ class _Training:
         keys, G, H, W = merge_atoms(keys, np.concatenate([r.grad for r in atoms.values()]),
                                     np.concatenate([r.hess for r in atoms.values()]),
                                     np.concatenate([r.counts for r in atoms.values()]))
-        for k, grown in enumerate(grow_trees(keys, G, H, W, edges, self.config.growth)):
-            self.trees.append(grown.tree)
-            self.tree_output.append(k if self.n_outputs > 1 else 0)
+        self._add_round([grown.tree for grown in grow_trees(keys, G, H, W, edges, self.config.growth)])
+
+    def _add_round(self, trees: list) -> None:
+        """A boosting round's trees: tree ``k`` adds to output ``k``, a vector-leaf tree to all (-1)."""
+        for k, tree in enumerate(trees):
+            self.trees.append(tree)
+            self.tree_output.append(-1 if self.vector_leaves else k if self.n_outputs > 1 else 0)
 
     # -- the model -----------------------------------------------------------------------------
 
@@ -538,7 +557,8 @@ class _Training:
             trees=tuple(trees), kind="boosted", link=self.objective.link, n_outputs=self.n_outputs,
             feature_names=self.feature_names, tree_output=np.array(tree_output, dtype=np.int32),
             base_score=self.base_score, feature_set_version=cfg.feature_set_version, classes=self.model_classes,
-            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": len(trees) // self.n_outputs,
+            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": len(trees) // self.trees_per_round,
+                      "multi_strategy": cfg.multi_strategy,
                       "max_depth": cfg.max_depth, "n_bins": cfg.n_bins, "learning_rate": cfg.learning_rate,
                       "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "sketch": cfg.sketch,
                       "protocol": cfg.protocol, "secure_aggregation": int(cfg.secure_aggregation),

@@ -17,6 +17,10 @@ else off them:
 The histograms arrive as int64 fixed-point sums (``shared.histograms``); gains are computed on
 the float64 values they stand for. ``fetch(splits, node_tree, node_id)`` is the only I/O: the
 server half passes one that asks the fleet, tests one that sums pooled data.
+
+Per node the statistics are ``G_0..G_{m-1}, H_0..H_{m-1}, count`` (``shared.histograms``): ``m =
+1`` with one tree per output (the node's tree's output), ``m = K`` with
+``multi_strategy="multi_output_tree"`` (one vector-leaf tree per round: every class's G and H).
 """
 
 from __future__ import annotations
@@ -30,11 +34,11 @@ from shared.model import Tree, TreeBuilder
 from shared.protocol.messages.fedscs_xgb import RoundSplits
 from shared.splitting import check_edges, leaf_weight
 
-from .histogram_growth import GrowthParams, best_splits
+from .histogram_growth import GrowthParams, best_splits, vector_leaf_weights
 
 __all__ = ["Fetch", "grow_round"]
 
-#: ``fetch(splits so far, node_tree, node_id) -> int64 (R, 3, d, S)`` histograms of the nodes.
+#: ``fetch(splits so far, node_tree, node_id) -> int64 (R, 2m + 1, d, S)`` histograms of the nodes.
 Fetch = Callable[[RoundSplits, np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -42,8 +46,8 @@ Fetch = Callable[[RoundSplits, np.ndarray, np.ndarray], np.ndarray]
 class _Node:
     tree: int
     node: int
-    total: np.ndarray  # int64 (3,): G, H (fixed point), count
-    hist: np.ndarray | None = None  # int64 (3, d, S)
+    total: np.ndarray  # int64 (2m + 1,): G, H (fixed point, m columns each), count
+    hist: np.ndarray | None = None  # int64 (2m + 1, d, S)
     parent: _Node | None = None
     sibling: _Node | None = None
 
@@ -54,7 +58,7 @@ def decode(values: np.ndarray, frac_bits: int) -> np.ndarray:
 
 
 def grow_round(
-    n_trees: int,
+    n_outputs: int,
     edges: Sequence[np.ndarray],
     params: GrowthParams,
     fetch: Fetch,
@@ -62,25 +66,30 @@ def grow_round(
     frac_bits: int,
     min_crowd: int = 0,
 ) -> list[Tree]:
-    """Grow the round's ``n_trees`` trees (one per output) from the histograms ``fetch`` returns."""
+    """Grow the round's trees from the histograms ``fetch`` returns: one per output, or one with
+    ``n_outputs``-wide leaves (``params.multi_strategy="multi_output_tree"``, ``n_outputs > 1``)."""
     edges = check_edges(edges)
     n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
     n_cand = int(n_edges.max(initial=0))
     candidate = np.arange(n_cand)[None, :] < n_edges[:, None]
-    builders = [TreeBuilder(0.0) for _ in range(n_trees)]
+    vector = params.vector_leaves and n_outputs > 1
+    n_trees, m = (1, n_outputs) if vector else (n_outputs, 1)
+    builders = [TreeBuilder(np.zeros(m)) for _ in range(n_trees)]
     rows: list[tuple[int, ...]] = []
     totals: dict[tuple[int, int], np.ndarray] = {}
     min_split = max(2 * max(min_crowd, 1), 2)
 
-    frontier = [_Node(k, 0, np.zeros(3, np.int64)) for k in range(n_trees)]
+    frontier = [_Node(k, 0, np.zeros(2 * m + 1, np.int64)) for k in range(n_trees)]
     for depth in range(params.max_depth + 1):
         if depth == 0:
             wanted = frontier
         elif depth == params.max_depth:
             wanted = []
         else:
-            wanted = [n for n in frontier if n.total[2] >= min_split
-                      and decode(n.total[1], frac_bits) >= 2 * params.min_child_weight]
+            # a split needs two children of the minimum crowd (and, one output per tree, of
+            # min_child_weight; vector leaves only zero a class's weight below it)
+            wanted = [n for n in frontier if n.total[-1] >= min_split
+                      and (vector or decode(n.total[1], frac_bits) >= 2 * params.min_child_weight)]
         _fill_histograms(wanted, rows, fetch)
         for node in wanted if depth == 0 else ():
             node.total = node.hist[:, 0, :].sum(axis=1)
@@ -88,10 +97,11 @@ def grow_round(
             totals[(node.tree, node.node)] = node.total
         if not wanted or n_cand == 0 or depth == params.max_depth:
             break
-        hist = np.stack([n.hist for n in wanted]).astype(np.float64)
-        for stat in (0, 1):
-            hist[:, stat] = decode(np.stack([n.hist[stat] for n in wanted]), frac_bits)
-        best = best_splits(hist[:, 0], hist[:, 1], hist[:, 2], candidate, params, min_crowd=min_crowd)
+        fixed = np.stack([n.hist for n in wanted])
+        hist_g, hist_h = decode(fixed[:, :m], frac_bits), decode(fixed[:, m : 2 * m], frac_bits)
+        if not vector:
+            hist_g, hist_h = hist_g[:, 0], hist_h[:, 0]
+        best = best_splits(hist_g, hist_h, fixed[:, -1].astype(np.float64), candidate, params, min_crowd=min_crowd)
         next_frontier: list[_Node] = []
         for i, node in enumerate(wanted):
             if not best.split[i]:
@@ -113,9 +123,9 @@ def grow_round(
     trees = []
     for k, builder in enumerate(builders):
         for node_id in range(builder.n_nodes):
-            g, h = decode(totals[(k, node_id)][:2], frac_bits)
-            value = params.learning_rate * float(leaf_weight(g, h, params.reg_lambda)) + 0.0
-            builder.set_value(node_id, value, cover=max(float(h), 0.0))
+            g, h = decode(totals[(k, node_id)][:m], frac_bits), decode(totals[(k, node_id)][m : 2 * m], frac_bits)
+            weight = vector_leaf_weights(g, h, params) if vector else leaf_weight(g, h, params.reg_lambda)
+            builder.set_value(node_id, params.learning_rate * weight + 0.0, cover=max(float(h.sum()), 0.0))
         trees.append(builder.build())
     return trees
 
@@ -129,7 +139,7 @@ def _fill_histograms(wanted: list[_Node], rows: list[tuple[int, ...]], fetch: Fe
         other = node.sibling
         if other is None or id(other) not in wanted_ids:
             fetched.append(node)
-        elif node.total[2] < other.total[2] or (node.total[2] == other.total[2] and node.node < other.node):
+        elif node.total[-1] < other.total[-1] or (node.total[-1] == other.total[-1] and node.node < other.node):
             fetched.append(node)
         else:
             derived.append(node)

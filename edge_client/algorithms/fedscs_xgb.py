@@ -10,8 +10,9 @@ server then sends the whole model next time.
 What leaves the gateway depends on the job's protocol (PRIVACY.md has the full table):
 
 * ``histogram`` (private): per depth level, one integer vector -- per requested node, feature
-  and bin the sums of G and H (fixed point) and the window count -- masked by secure
-  aggregation unless the job turned it off. The server decodes only the fleet's sum.
+  and bin the sums of G and H (fixed point; of the node's tree's class, or of every class for
+  ``multi_output_tree``) and the window count -- masked by secure aggregation unless the job
+  turned it off. The server decodes only the fleet's sum.
 * ``atoms`` (the paper's, for reproduction): the sketch phase sends M+1 weighted quantiles per
   feature (actual feature values) or DDSketch buckets, the atom phase every distinct bin-id
   vector with its count and gradient sums -- in practice one atom per window, i.e. each
@@ -214,17 +215,18 @@ class FedSCSXGBClient:
         n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
         slots = histogram_slots(bin_ids(state.X, edges), n_edges)
         s = body.splits
-        position = route_round(slots, body.slots - 1, g.shape[1], s.tree, s.node, s.feature, s.bin, s.default_left,
-                               s.left, s.right)
+        position = route_round(slots, body.slots - 1, body.task.trees_per_round, s.tree, s.node, s.feature, s.bin,
+                               s.default_left, s.left, s.right)
         try:
             grad = quantize(g, body.frac_bits, body.gradient_bound)
             hess = quantize(h, body.frac_bits, body.gradient_bound)
         except ValueError as exc:
             raise RequestRejected("gradient_range", f"{exc}: the job's fixed-point range is too small") from None
-        hist = node_histograms(slots, body.slots, position, body.node_tree, body.node_id, grad, hess)
+        hist = node_histograms(slots, body.slots, position, body.node_tree, body.node_id, grad, hess,
+                               vector_leaves=body.task.vector_leaves)
         if body.noise is not None:  # G and H cells in fixed point, counts in windows
             scales = np.ones(hist.shape)
-            scales[:, :2] = float(1 << body.frac_bits)
+            scales[:, :-1] = float(1 << body.frac_bits)
             hist = with_noise(hist, body.noise, scales)
         parts = [hist.ravel()]
         if body.with_loss:

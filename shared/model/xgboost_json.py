@@ -12,13 +12,20 @@ What is exported, and how
   (``num_class`` = ``n_outputs``), ``sigmoid`` -> ``binary:logistic``, ``identity`` ->
   ``reg:squarederror`` (``num_target`` = ``n_outputs``). Forests and single trees are refused:
   XGBoost sums trees and applies its own link, which is not an average of leaf vectors.
-* Trees must have scalar leaves: ``tree_output[t] = k`` becomes ``tree_info[t] = k``; a
-  ``tree_output = -1`` tree is accepted only when ``n_outputs == 1`` (its leaves are scalars
-  then). Vector-leaf trees (XGBoost's experimental ``multi_output_tree``) are refused.
+* Scalar leaves: ``tree_output[t] = k`` becomes ``tree_info[t] = k``; a ``tree_output = -1``
+  tree with ``n_outputs == 1`` has scalar leaves too (class 0).
+* Vector leaves (``tree_output = -1`` with ``n_outputs > 1``, FedSCS-XGB's
+  ``multi_strategy="multi_output_tree"``) become XGBoost's multi-target trees, as its
+  ``multi_strategy="multi_output_tree"`` writes them: ``size_leaf_vector`` = ``n_outputs``,
+  ``base_weights`` every node's vector, ``leaf_weights`` the leaves' vectors in node order with
+  each leaf's ``right_children`` entry its row there, root parent -1, ``tree_info`` 0, one tree
+  per round. A model mixing vector-leaf and scalar-leaf trees is refused (XGBoost's models are
+  one or the other).
 * Tree order is kept (exported tree ``t`` is our tree ``t``). ``iteration_indptr`` groups
   consecutive trees into boosting rounds: a round ends just before a tree whose class already
   occurs in it, so the usual layout (tree ``t`` has class ``t % n_classes``) gives XGBoost's own
-  rounds. XGBoost's prediction only uses ``tree_info``; the rounds matter for slicing.
+  rounds (a vector-leaf tree is a round of its own). XGBoost's prediction only uses
+  ``tree_info``; the rounds matter for slicing.
 * Nodes are renumbered breadth-first (root 0, children of a node consecutive: right = left + 1,
   as XGBoost lays trees out). Error messages name *our* node ids.
 * Numbers: XGBoost holds every float as float32 and compares ``x < split_condition`` in float32,
@@ -103,8 +110,8 @@ def to_xgboost_json(
 ) -> bytes:
     """The ensemble as XGBoost model JSON (UTF-8 bytes) for ``Booster().load_model(bytearray(...))``.
 
-    Only boosted ensembles with scalar-leaf, numeric-split trees are exported; see the module
-    docstring for the conventions. ``round_thresholds=True`` rounds thresholds that are not
+    Only boosted ensembles with numeric-split trees, all with scalar or all with vector leaves,
+    are exported; see the module docstring for the conventions. ``round_thresholds=True`` rounds thresholds that are not
     float32 values up to the next float32 (same routes for float32 inputs; float64 inputs
     between the two values may change route); otherwise such a model raises
     ``XGBoostExportError``. ``feature_names=True`` writes the feature names into the model
@@ -119,7 +126,8 @@ def to_xgboost_json(
     objective = OBJECTIVES[ensemble.link]
     n_outputs = ensemble.n_outputs
     trees = list(ensemble.trees)
-    tree_info = [_tree_class(ensemble, t) for t in range(len(trees))]
+    vector = _vector_leaves(ensemble)
+    tree_info = [0 if vector else _tree_class(ensemble, t) for t in range(len(trees))]
     for index, tree in enumerate(trees):
         if tree.is_categorical.any():
             node = int(np.flatnonzero(tree.is_categorical)[0])
@@ -146,7 +154,7 @@ def to_xgboost_json(
 
     n_features = ensemble.n_features
     tree_docs = [
-        _tree_json(tree, index, n_features, round_thresholds, shift if index == 0 else 0.0)
+        _tree_json(tree, index, n_features, round_thresholds, shift if index == 0 else 0.0, vector)
         for index, tree in enumerate(trees)
     ]
     doc = {
@@ -158,7 +166,7 @@ def to_xgboost_json(
                 "model": {
                     "cats": {"enc": [], "feature_segments": [], "sorted_idx": []},
                     "gbtree_model_param": {"num_parallel_tree": "1", "num_trees": str(len(tree_docs))},
-                    "iteration_indptr": _iteration_indptr(tree_info),
+                    "iteration_indptr": list(range(len(tree_docs) + 1)) if vector else _iteration_indptr(tree_info),
                     "tree_info": tree_info,
                     "trees": tree_docs,
                 },
@@ -211,18 +219,22 @@ def logistic_base_score(margin: float) -> tuple[np.float32, float]:
 
 
 # --- trees ---------------------------------------------------------------------------------------
+def _vector_leaves(ensemble: TreeEnsemble) -> bool:
+    """Whether the trees have vector leaves (all of them; a mixture is refused)."""
+    vector = (np.asarray(ensemble.tree_output) == -1) & (ensemble.n_outputs > 1)
+    if vector.any() and not vector.all():
+        raise XGBoostExportError(
+            f"mixes vector-leaf trees (tree_output -1, {ensemble.n_outputs} outputs) with scalar-leaf ones; "
+            "an XGBoost model holds one kind",
+            tree=int(np.flatnonzero(~vector)[0]),
+            field="tree_output",
+        )
+    return bool(vector.any())
+
+
 def _tree_class(ensemble: TreeEnsemble, index: int) -> int:
     output = int(ensemble.tree_output[index])
-    if output >= 0:
-        return output
-    if ensemble.n_outputs == 1:
-        return 0
-    raise XGBoostExportError(
-        f"has vector leaves ({ensemble.n_outputs} outputs): only scalar-leaf trees (tree_output >= 0, "
-        "one tree per class per round) are exported",
-        tree=index,
-        field="tree_output",
-    )
+    return output if output >= 0 else 0
 
 
 def breadth_first_order(left: np.ndarray, right: np.ndarray) -> np.ndarray:
@@ -236,7 +248,9 @@ def breadth_first_order(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return np.concatenate(order)
 
 
-def _tree_json(tree: Tree, index: int, n_features: int, round_thresholds: bool, shift: float) -> dict[str, Any]:
+def _tree_json(
+    tree: Tree, index: int, n_features: int, round_thresholds: bool, shift: float, vector: bool
+) -> dict[str, Any]:
     n = tree.n_nodes
     order = breadth_first_order(tree.left, tree.right)  # order[new] = old
     new_id = np.empty(n, dtype=np.int64)
@@ -250,9 +264,11 @@ def _tree_json(tree: Tree, index: int, n_features: int, round_thresholds: bool, 
     parents[right[internal]] = np.flatnonzero(internal)
 
     thresholds = _f32_thresholds(tree.threshold[order], internal, order, index, round_thresholds)
-    values = _f32_array(tree.value[order, 0] + shift, "value", index, order)
     cover = np.zeros(n) if tree.cover is None else _f32_array(tree.cover[order], "cover", index, order)
     zeros = [0] * n
+    if vector:
+        return _vector_tree_json(tree, order, left, right, parents, thresholds, cover, index, n_features)
+    values = _f32_array(tree.value[order, 0] + shift, "value", index, order)
     return {
         "base_weights": values.tolist(),
         "categories": [],
@@ -274,6 +290,50 @@ def _tree_json(tree: Tree, index: int, n_features: int, round_thresholds: bool, 
             "num_feature": str(n_features),
             "num_nodes": str(n),
             "size_leaf_vector": "1",
+        },
+    }
+
+
+def _vector_tree_json(
+    tree: Tree,
+    order: np.ndarray,
+    left: np.ndarray,
+    right: np.ndarray,
+    parents: np.ndarray,
+    thresholds: np.ndarray,
+    cover: np.ndarray,
+    index: int,
+    n_features: int,
+) -> dict[str, Any]:
+    """XGBoost's multi-target tree layout (see the module docstring), nodes in ``order``."""
+    n, width = tree.n_nodes, tree.n_outputs
+    internal = left >= 0
+    values = _f32_array(tree.value[order].ravel(), "value", index, np.repeat(order, width)).reshape(n, width)
+    leaves = np.flatnonzero(~internal)
+    leaf_row = np.zeros(n, dtype=np.int64)
+    leaf_row[leaves] = np.arange(leaves.shape[0])
+    return {
+        "base_weights": values.ravel().tolist(),
+        "categories": [],
+        "categories_nodes": [],
+        "categories_segments": [],
+        "categories_sizes": [],
+        "default_left": (tree.default_left[order] & internal).astype(int).tolist(),
+        "id": index,
+        "leaf_weights": values[leaves].ravel().tolist(),
+        "left_children": left.tolist(),
+        "loss_changes": [0.0] * n,
+        "parents": np.where(parents == ROOT_PARENT, -1, parents).tolist(),
+        "right_children": np.where(internal, right, leaf_row).tolist(),
+        "split_conditions": np.where(internal, thresholds, 0.0).tolist(),
+        "split_indices": np.where(internal, tree.feature[order], 0).tolist(),
+        "split_type": [0] * n,
+        "sum_hessian": cover.tolist(),
+        "tree_param": {
+            "num_deleted": "0",
+            "num_feature": str(n_features),
+            "num_nodes": str(n),
+            "size_leaf_vector": str(width),
         },
     }
 

@@ -349,12 +349,16 @@ def test_clients_with_another_feature_count_are_rejected_at_setup() -> None:
 # --- export ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("objective", ["softmax", "logistic", "squared_error"])
-def test_xgboost_loads_the_export_and_predicts_the_same_margins(objective: str) -> None:
+@pytest.mark.parametrize(("objective", "strategy"), [("softmax", "one_output_per_tree"),
+                                                     ("softmax", "multi_output_tree"),
+                                                     ("logistic", "one_output_per_tree"),
+                                                     ("squared_error", "one_output_per_tree")])
+def test_xgboost_loads_the_export_and_predicts_the_same_margins(objective: str, strategy: str) -> None:
     xgb = pytest.importorskip("xgboost")
     clients = make_clients(16, objective=objective)
     X, _ = pooled(clients)
-    model = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=6, objective=objective, max_depth=4), clients)
+    model = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=6, objective=objective, max_depth=4,
+                                          multi_strategy=strategy), clients)
     booster = xgb.Booster()
     booster.load_model(bytearray(model.to_xgboost_json()))
     X32 = X.astype(np.float32)
@@ -401,3 +405,71 @@ def test_gamma_means_xgboost_s_gamma(protocol: str, gamma: float) -> None:
         assert sum(t.n_nodes for t in ours.trees) < sum(t.n_nodes for t in aggregator.simulate(
             FedSCSXGB(protocol=protocol, n_rounds=1, max_depth=4, edges=edges, gamma=gamma / 2, min_crowd=0,
                       secure_aggregation=False, learning_rate=0.3), clients).trees)
+
+
+# --- multiclass strategies ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["histogram", "atoms"])
+@pytest.mark.parametrize("strategy", ["one_output_per_tree", "multi_output_tree"])
+def test_multi_strategy_equals_xgboost_hist_given_its_cuts(protocol: str, strategy: str) -> None:
+    """Both multiclass strategies, both protocols: xgboost ``hist`` with the same
+    ``multi_strategy`` and its cuts as our edges grows the same trees for 3 rounds (same
+    features, thresholds, directions) and predicts the same probabilities to float32 precision."""
+    xgb = pytest.importorskip("xgboost")
+    from tests.shared.model.xgboost_json import booster_to_ensemble
+
+    clients = make_clients(22, n=300)
+    X, y = pooled(clients)
+    edges = xgboost_cuts(X, y)
+    config = FedSCSXGB(protocol=protocol, n_rounds=3, max_depth=4, edges=edges, gamma=0.1, min_crowd=0,
+                       secure_aggregation=False, learning_rate=0.3, multi_strategy=strategy)
+    ours = aggregator.simulate(config, clients)
+    booster = xgb.train({"objective": "multi:softprob", "num_class": 3, "tree_method": "hist", "max_bin": 32,
+                         "max_depth": 4, "eta": 0.3, "gamma": 0.1, "nthread": 1, "multi_strategy": strategy},
+                        xgb.QuantileDMatrix(X.astype(np.float32), label=y, max_bin=32), num_boost_round=3)
+    theirs = booster_to_ensemble(booster)
+    assert ours.n_trees == theirs.n_trees == (3 if strategy == "multi_output_tree" else 9)
+    np.testing.assert_array_equal(ours.tree_output, theirs.tree_output)
+    for a, b in zip(ours.trees, theirs.trees):
+        assert structure(nested(a)) == structure(nested(b))
+    X32 = X.astype(np.float32)
+    np.testing.assert_allclose(ours.predict_proba(X32), theirs.predict_proba(X32), rtol=0, atol=1e-5)
+    assert ours.metadata["n_rounds"] == 3 and ours.metadata["multi_strategy"] == strategy
+
+
+@pytest.mark.parametrize("protocol", ["histogram", "atoms"])
+def test_multi_output_tree_k_clients_equal_one_client_holding_the_union(protocol: str) -> None:
+    """Lemma 1 with vector leaves: the fleet's model == one client holding the union's (the
+    histogram protocol bit for bit: integer sums), and each round adds one tree with one weight
+    per class."""
+    clients = make_clients(23)
+    X, y = pooled(clients)
+    config = FedSCSXGB(protocol=protocol, n_rounds=3, max_depth=3, edges=fixed_edges(X), gamma=0.1, min_crowd=0,
+                       secure_aggregation=False, multi_strategy="multi_output_tree")
+    federated = aggregator.simulate(config, clients)
+    central = aggregator.simulate(config, [ClientData("everyone", X, y)])
+    assert federated.n_trees == 3 and (federated.tree_output == -1).all()
+    assert all(t.n_outputs == 3 and t.n_nodes > 3 for t in federated.trees)
+    if protocol == "histogram":
+        assert federated.trees == central.trees
+    assert_same_model(federated, central)
+    per_class = aggregator.simulate(FedSCSXGB(protocol=protocol, n_rounds=3, max_depth=3, edges=fixed_edges(X),
+                                              gamma=0.1, min_crowd=0, secure_aggregation=False), clients)
+    with pytest.raises(TrainingError, match="multi_strategy"):
+        aggregator.simulate(FedSCSXGB(protocol=protocol, n_rounds=1, init_model=per_class,
+                                      multi_strategy="multi_output_tree", secure_aggregation=False), clients)
+
+
+def test_multi_output_tree_under_secure_aggregation_and_minimum_crowd() -> None:
+    """Masked sums change nothing (the same trees as unmasked), and no leaf holds fewer windows
+    than the minimum crowd."""
+    clients = make_clients(24, n_clients=4)
+    X, _ = pooled(clients)
+    base = dict(n_rounds=2, max_depth=6, min_crowd=30, multi_strategy="multi_output_tree")
+    masked = aggregator.simulate(FedSCSXGB(**base), clients)
+    plain = aggregator.simulate(FedSCSXGB(**base, secure_aggregation=False), clients)
+    assert masked.trees == plain.trees
+    leaves = masked.leaves(X.astype(np.float32))
+    for t in range(masked.n_trees):
+        assert np.bincount(leaves[:, t])[masked.trees[t].left < 0].min(initial=30) >= 30

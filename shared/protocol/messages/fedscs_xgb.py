@@ -38,6 +38,8 @@ LOSS_BOUND = float(1 << 40)
 
 Objective = Literal["softmax", "logistic", "squared_error"]
 SketchKind = Literal["summary", "ddsketch"]
+#: XGBoost's names: one scalar-leaf tree per output, or one tree with vector leaves per round.
+MultiStrategy = Literal["one_output_per_tree", "multi_output_tree"]
 
 F64_1D = ArraySpec(("float64",), ndim=1, finite=True)
 F64_2D = ArraySpec(("float64",), ndim=2, finite=True)
@@ -57,18 +59,39 @@ def _length(name: str, array: np.ndarray, n: int) -> None:
 
 @dataclass(frozen=True)
 class XgbTask:
-    """The job's fixed settings, repeated in every request (stateless clients, restarts)."""
+    """The job's fixed settings, repeated in every request (stateless clients, restarts).
+    ``multi_strategy``: a boosting round's trees are one per output, or one with vector leaves
+    (so a histogram request's node carries every output's G and H)."""
 
     objective: Objective
     feature_set_version: str
     n_features: int
     base_score: Annotated[np.ndarray, F64_1D]
     classes: tuple[str, ...] = ()  # label vocabulary; class id = index (classification only)
+    multi_strategy: MultiStrategy = "one_output_per_tree"
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.classes) if self.objective == "softmax" else 1
+
+    @property
+    def vector_leaves(self) -> bool:
+        """One tree per round with ``n_outputs``-wide leaves (only meaningful for several outputs)."""
+        return self.multi_strategy == "multi_output_tree" and self.n_outputs > 1
+
+    @property
+    def trees_per_round(self) -> int:
+        return 1 if self.vector_leaves else self.n_outputs
+
+    @property
+    def node_columns(self) -> int:
+        """``m``: outputs whose G and H a requested node's histogram carries."""
+        return self.n_outputs if self.vector_leaves else 1
 
     def __post_init__(self) -> None:
         if self.n_features < 1:
             raise ValueError("n_features must be >= 1")
-        n_outputs = len(self.classes) if self.objective == "softmax" else 1
+        n_outputs = self.n_outputs
         if self.objective == "softmax" and len(self.classes) < 2:
             raise ValueError("softmax needs at least two classes")
         if self.objective == "logistic" and len(self.classes) != 2:
@@ -274,8 +297,8 @@ class RoundSplits:
 class XgbHistogramRequest:
     """One depth level of the round's trees: update margins with ``model``, bin with the edges,
     route the samples through ``splits``, then sum, for each requested node ``(node_tree[i],
-    node_id[i])``, per feature and bin: G and H of the node's tree's output (fixed point with
-    ``frac_bits``) and the sample count. ``with_loss``: append the training loss sum (fixed point)
+    node_id[i])``, per feature and bin: G and H of the node's tree's output -- of every output
+    for vector leaves -- (fixed point with ``frac_bits``) and the sample count. ``with_loss``: append the training loss sum (fixed point)
     and the sample count (progress output). ``noise``: add this gateway's share of DP noise."""
 
     task: XgbTask
@@ -297,7 +320,7 @@ class XgbHistogramRequest:
         if offsets[0] != 0 or offsets[-1] != self.edge_values.shape[0] or (np.diff(offsets) < 0).any():
             raise ValueError("edge_offsets must rise from 0 to the number of edge values")
         _length("node_id", self.node_id, self.node_tree.shape[0])
-        if self.node_tree.size and (self.node_tree.min() < 0 or self.node_tree.max() >= len(self.task.base_score)):
+        if self.node_tree.size and (self.node_tree.min() < 0 or self.node_tree.max() >= self.task.trees_per_round):
             raise ValueError("node_tree must name one of the round's trees")
         if not 0 <= self.frac_bits <= 60:
             raise ValueError("frac_bits must lie in 0..60")
@@ -317,9 +340,14 @@ class XgbHistogramRequest:
     word_bits = 64
 
     @property
+    def stats(self) -> int:
+        """Statistics per node and bin: ``G_0..G_{m-1}, H_0..H_{m-1}``, count (``XgbTask.node_columns``)."""
+        return 2 * self.task.node_columns + 1
+
+    @property
     def length(self) -> int:
-        """Entries of the reply's vector: (nodes, 3, features, slots), then 2 if ``with_loss``."""
-        return self.node_tree.shape[0] * 3 * self.task.n_features * self.slots + 2 * self.with_loss
+        """Entries of the reply's vector: (nodes, stats, features, slots), then 2 if ``with_loss``."""
+        return self.node_tree.shape[0] * self.stats * self.task.n_features * self.slots + 2 * self.with_loss
 
 
 @message_type("fedscs_xgb.histogram_reply")

@@ -241,6 +241,10 @@ def threshold_rows(model: TreeEnsemble, template: np.ndarray) -> np.ndarray:
 TRAINED = {
     "softprob-3": ({"objective": "multi:softprob", "num_class": 3}, lambda y, X: np.minimum(y, 2)),
     "softprob-4": ({"objective": "multi:softprob", "num_class": 4}, lambda y, X: y),
+    "softprob-3-multi-output-tree": (
+        {"objective": "multi:softprob", "num_class": 3, "multi_strategy": "multi_output_tree"},
+        lambda y, X: np.minimum(y, 2),
+    ),
     "logistic": ({"objective": "binary:logistic"}, lambda y, X: (y > 1).astype(int)),
     "squarederror": ({"objective": "reg:squarederror"}, lambda y, X: y * 2.5 + np.nan_to_num(X[:, 2])),
     "squarederror-2-targets": (
@@ -413,11 +417,13 @@ def test_categorical_split_is_refused() -> None:
     assert (info.value.tree, info.value.node) == (1, 1)
 
 
-def test_vector_leaf_trees_are_refused_unless_single_output() -> None:
+def test_vector_leaf_trees_mixed_with_scalar_ones_are_refused() -> None:
     vector = Tree.leaf([0.5, -0.5])
     model = boosted([stump(0.5), vector], [0, -1], "softmax", 2, [0.0, 0.0])
-    with pytest.raises(XGBoostExportError, match="tree 1.*vector leaves"):
+    with pytest.raises(XGBoostExportError, match="tree 0.*mixes vector-leaf trees"):
         to_xgboost_json(model)
+    alone = boosted([vector, vector], [-1, -1], "softmax", 2, [0.0, 0.0])
+    assert_margins(alone, around([0.5, 1.5])[:, None].repeat(2, axis=1))
     # with one output a tree_output -1 tree has scalar leaves: exported for class 0
     single = boosted([stump(0.5), stump(1.5)], [-1, 0], "identity", 1, [0.0])
     assert json.loads(to_xgboost_json(single))["learner"]["gradient_booster"]["model"]["tree_info"] == [0, 0]
