@@ -42,6 +42,8 @@ from shared.protocol.messages.vertical_forest import (
     VerticalAbort,
     VerticalAlignReply,
     VerticalAlignRequest,
+    VerticalDirectionsReply,
+    VerticalDirectionsRequest,
     VerticalFinishReply,
     VerticalFinishRequest,
     VerticalLevelReply,
@@ -168,34 +170,79 @@ class VerticalPrediction:
 
 
 def predict_on_parties(job: FederatedJob, model: VerticalForestModel, *, hop_us: int = 0, tolerance_us: int = 0,
-                       feature_set_version: str = "") -> VerticalPrediction:
-    """Alg. 3-4 through the parties of ``model`` (which keep its partial trees): align their
-    windows, one ``vertical_forest.route`` round, intersection and vote/average on the master.
-    A party that does not answer is an error (``TrainingError`` naming it), never a guess."""
+                       feature_set_version: str = "",
+                       method: Literal["one_round", "classical"] = "one_round") -> VerticalPrediction:
+    """Predict the parties' windows with ``model`` (whose partial trees they keep): align them,
+    then either one ``vertical_forest.route`` round (Alg. 3-4: the master intersects the leaf
+    sets) or, ``method="classical"``, one ``vertical_forest.directions`` round per tree level
+    (each split's owner says where the windows at that node go). A party that does not answer
+    is an error (``TrainingError`` naming it), never a guess."""
     parties = list(model.parties)
     if sorted(job.clients) != sorted(parties):
         raise ValueError(f"the prediction job's clients {sorted(job.clients)} are not the model's parties {parties}")
-    what = "prediction"
-    replies = ask_every_party(job, parties, f"{what} alignment", VerticalAlignRequest(
+    if method not in ("one_round", "classical"):
+        raise ValueError(f"method must be 'one_round' or 'classical', got {method!r}")
+    replies = ask_every_party(job, parties, "prediction alignment", VerticalAlignRequest(
         feature_set_version, hop_us, tolerance_us, model.task), VerticalAlignReply)
     keep, report = intersect_digests(parties, [replies[p].digests for p in parties],
                                      [replies[p].off_grid for p in parties])
-    routes = ask_every_party(job, parties, f"{what} round", {p: VerticalRouteRequest(str(model.metadata["job"]),
-                                                                                      keep[i])
-                                                             for i, p in enumerate(parties)}, VerticalRouteReply)
-    sizes = [tree.leaves.size for tree in model.trees]
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    model_job = str(model.metadata["job"])
+    if method == "one_round":
+        positions = _one_round(job, model, parties, keep, report.common, model_job)
+    else:
+        positions = _classical(job, model, parties, keep, report.common, model_job)
+    values = model.leaf_values(positions)
+    return VerticalPrediction(values, model.labels_of(values), report)
+
+
+def _one_round(job, model, parties, keep, n, model_job) -> np.ndarray:
+    routes = ask_every_party(job, parties, "prediction round", {p: VerticalRouteRequest(model_job, keep[i])
+                                                                for i, p in enumerate(parties)}, VerticalRouteReply)
+    bounds = np.concatenate([[0], np.cumsum([tree.leaves.size for tree in model.trees])])
     sets = []
     for p in parties:
         r = routes[p]
-        if r.n_leaves != bounds[-1] or r.leaves.shape[0] != report.common:
+        if r.n_leaves != bounds[-1] or r.leaves.shape[0] != n:
             raise TrainingError(f"party {p} routed {r.leaves.shape[0]} windows over {r.n_leaves} leaves, the model "
-                                f"has {int(bounds[-1])} leaves and {report.common} windows were aligned")
+                                f"has {int(bounds[-1])} leaves and {n} windows were aligned")
         sets.append(np.unpackbits(r.leaves, axis=1, count=r.n_leaves).astype(bool))
-    positions = np.column_stack([intersect_leaves([s[:, bounds[t]:bounds[t + 1]] for s in sets])
-                                 for t in range(len(model.trees))]) if report.common else np.zeros((0, len(sizes)), int)
-    values = model.leaf_values(positions)
-    return VerticalPrediction(values, model.labels_of(values), report)
+    if not n:
+        return np.zeros((0, len(model.trees)), dtype=np.int64)
+    return np.column_stack([intersect_leaves([s[:, bounds[t]:bounds[t + 1]] for s in sets])
+                            for t in range(len(model.trees))])
+
+
+def _classical(job, model, parties, keep, n, model_job) -> np.ndarray:
+    """Level by level: every window's node per tree, moved by its owners' answers."""
+    node = np.zeros((len(model.trees), n), dtype=np.int64)
+    owner_of = [dict(zip(tree.split_nodes.tolist(), tree.owner.tolist())) for tree in model.trees]
+    level = 0
+    while True:
+        asks: dict[int, list[tuple[int, int, np.ndarray]]] = {}
+        for t in range(len(model.trees)):
+            for v in np.unique(node[t]).tolist():
+                if v in owner_of[t]:
+                    asks.setdefault(owner_of[t][v], []).append((t, v, np.flatnonzero(node[t] == v)))
+        if not asks:
+            break
+        requests = {}
+        for o, items in asks.items():
+            rows = [r for _, _, r in items]
+            requests[parties[o]] = VerticalDirectionsRequest(
+                model_job, keep[o], np.array([t for t, _, _ in items], dtype=np.int64),
+                np.array([v for _, v, _ in items], dtype=np.int64),
+                np.concatenate([[0], np.cumsum([r.size for r in rows])]).astype(np.int64), np.concatenate(rows))
+        answers = ask_every_party(job, parties, f"classical prediction level {level}", requests,
+                                  VerticalDirectionsReply, list(requests))
+        for o, items in asks.items():
+            bits = np.unpackbits(answers[parties[o]].go_left, count=sum(r.size for _, _, r in items)).astype(bool)
+            at = 0
+            for t, v, r in items:
+                node[t, r] = np.where(bits[at:at + r.size], 2 * v + 1, 2 * v + 2)
+                at += r.size
+        level += 1
+    return np.column_stack([np.searchsorted(tree.leaves, node[t]) for t, tree in enumerate(model.trees)]) \
+        if n else np.zeros((0, len(model.trees)), dtype=np.int64)
 
 
 @dataclass(frozen=True)

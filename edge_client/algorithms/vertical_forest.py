@@ -31,6 +31,8 @@ from shared.protocol.messages.vertical_forest import (
     VerticalAbort,
     VerticalAlignReply,
     VerticalAlignRequest,
+    VerticalDirectionsReply,
+    VerticalDirectionsRequest,
     VerticalFinishReply,
     VerticalFinishRequest,
     VerticalLevelReply,
@@ -46,7 +48,7 @@ from shared.protocol.messages.vertical_forest import (
 from shared.vertical_alignment import aligned_order, snap_starts, window_digests
 from shared.vertical_party_key import PartyKey, SealError
 from shared.vertical_splits import best_local_splits, leaf_values, node_statistics, target_terms
-from shared.vertical_trees import PartialTree, reachable_leaves
+from shared.vertical_trees import PartialTree, owned_directions, reachable_leaves
 
 from ..dispatcher import Dispatcher, RequestRejected
 from ..secure_aggregation import SecureAggregationClient
@@ -119,6 +121,7 @@ class VerticalForestClient:
         dispatcher.register(VerticalFinishRequest, self.on_finish)
         dispatcher.register(VerticalAbort, self.on_abort)
         dispatcher.register(VerticalRouteRequest, self.on_route)
+        dispatcher.register(VerticalDirectionsRequest, self.on_directions)
 
     @property
     def jobs(self) -> tuple[str, ...]:
@@ -154,6 +157,7 @@ class VerticalForestClient:
         if state is None:
             raise RequestRejected("resync", "holds no state of this vertical job (restarted?); the job must start "
                                             "again")
+        self._jobs.move_to_end(message.envelope.job)  # the oldest idle job goes first
         return state
 
     def _rows_at(self, state: _PartyJob, tree: np.ndarray, node: np.ndarray) -> tuple[np.ndarray, np.ndarray,
@@ -339,21 +343,44 @@ class VerticalForestClient:
         log.warning("vertical job aborted", extra={"job": message.envelope.job, "reason": message.body.reason})
         return Ack("dropped")
 
+    def _prediction_windows(self, message: Message, model_job: str, keep: np.ndarray) -> np.ndarray:
+        """The features of the windows ``keep`` of this prediction job's alignment, aligned."""
+        state = self._job(message)
+        if model_job not in self.forests:
+            raise RequestRejected("no_model", f"this party holds no partial trees of job {model_job!r}")
+        if keep.size and keep.max() >= state.offered.size:
+            raise RequestRejected("bad_request", "keep names windows this party did not offer")
+        if state.X is None or state.X.shape[0] != keep.size:
+            rows = state.offered[keep]
+            w = state.windows
+            state.X = w.X[rows[aligned_order([w.sessions[i] for i in rows.tolist()], w.start_us[rows])]]
+        return state.X
+
     def on_route(self, message: Message) -> VerticalRouteReply:
         """One-round prediction (Alg. 3) of the windows this prediction job aligned."""
         body: VerticalRouteRequest = message.body
-        state = self._jobs.pop(message.envelope.job, None)
-        if state is None:
-            raise RequestRejected("resync", "route before alignment in this prediction job")
-        if body.model_job not in self.forests:
-            raise RequestRejected("no_model", f"this party holds no partial trees of job {body.model_job!r}")
-        if body.keep.size and body.keep.max() >= state.offered.size:
-            raise RequestRejected("bad_request", "keep names windows this party did not offer")
-        rows = state.offered[body.keep]
-        w = state.windows
-        rows = rows[aligned_order([w.sessions[i] for i in rows.tolist()], w.start_us[rows])]
-        reach = np.concatenate([reachable_leaves(tree, w.X[rows]) for tree in self.forests[body.model_job]], axis=1)
+        X = self._prediction_windows(message, body.model_job, body.keep)
+        self._jobs.pop(message.envelope.job, None)
+        reach = np.concatenate([reachable_leaves(tree, X) for tree in self.forests[body.model_job]], axis=1)
         return VerticalRouteReply(np.packbits(reach, axis=1), int(reach.shape[1]))
+
+    def on_directions(self, message: Message) -> VerticalDirectionsReply:
+        """Classical prediction: where the named windows go at this party's splits."""
+        body: VerticalDirectionsRequest = message.body
+        X = self._prediction_windows(message, body.model_job, body.keep)
+        forest = self.forests[body.model_job]
+        if body.rows.size and body.rows.max() >= X.shape[0]:
+            raise RequestRejected("bad_request", "rows beyond the aligned windows")
+        go_left = np.zeros(body.rows.shape[0], dtype=bool)
+        for i, (t, node) in enumerate(zip(body.tree.tolist(), body.node.tolist())):
+            if not 0 <= t < len(forest):
+                raise RequestRejected("bad_request", f"the model has no tree {t}")
+            a, b = body.offsets[i], body.offsets[i + 1]
+            try:
+                go_left[a:b] = owned_directions(forest[t], X[body.rows[a:b]], node)
+            except ValueError as exc:
+                raise RequestRejected("bad_request", str(exc)) from None
+        return VerticalDirectionsReply(np.packbits(go_left))
 
     def _partial_forest(self, state: _PartyJob) -> tuple[PartialTree, ...]:
         trees = []

@@ -379,6 +379,10 @@ def test_one_round_prediction_through_the_parties_equals_the_model_and_a_missing
     assert result.alignment.common == 180 and job.rounds == 2  # alignment, then the one round
     np.testing.assert_array_equal(result.values, model.predict_proba(blocks))
     np.testing.assert_array_equal(result.predictions, model.predict(blocks))
+    classical_job = FederatedJob(sim.engine, list(model.parties), job_id="predict-c", settings=JobSettings(deadline_s=5))
+    classical = predict_on_parties(classical_job, model, method="classical")
+    np.testing.assert_array_equal(classical.values, result.values)
+    assert classical_job.rounds == 1 + max(int(np.floor(np.log2(t.split_nodes.max() + 1))) + 1 for t in model.trees)
     sim.transports["party-002"].drop()
     late = FederatedJob(sim.engine, list(model.parties), job_id="predict-2", settings=JobSettings(deadline_s=0.5))
     with pytest.raises(TrainingError, match="failed at prediction alignment: party party-002 did not answer"):

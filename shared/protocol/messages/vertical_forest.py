@@ -277,3 +277,34 @@ class VerticalRouteReply:
     def __post_init__(self) -> None:
         if self.leaves.shape[1] != (self.n_leaves + 7) // 8:
             raise ValueError(f"leaves must have {(self.n_leaves + 7) // 8} columns for {self.n_leaves} leaves")
+
+
+@message_type("vertical_forest.directions")
+@dataclass(frozen=True)
+class VerticalDirectionsRequest:
+    """Classical prediction, one tree level: for each of your splits ``(tree[i], node[i])`` of
+    the model of job ``model_job``, say which of the windows ``rows[offsets[i]:offsets[i+1]]``
+    (positions among this job's aligned windows; ``keep`` as in ``vertical_forest.route``) go left."""
+
+    model_job: str
+    keep: Annotated[np.ndarray, INT_1D]
+    tree: Annotated[np.ndarray, INT_1D]
+    node: Annotated[np.ndarray, INT_1D]
+    offsets: Annotated[np.ndarray, INT_1D]
+    rows: Annotated[np.ndarray, INT_1D]
+
+    def __post_init__(self) -> None:
+        n = _same_length(tree=self.tree, node=self.node)
+        o = self.offsets
+        if o.shape != (n + 1,) or o[0] != 0 or o[-1] != self.rows.shape[0] or (np.diff(o) < 0).any():
+            raise ValueError(f"offsets must rise from 0 to {self.rows.shape[0]} in {n + 1} entries")
+        _nonnegative("rows", self.rows)
+        _nonnegative("keep", self.keep)
+
+
+@message_type("vertical_forest.directions_reply")
+@dataclass(frozen=True)
+class VerticalDirectionsReply:
+    """Packed bits, one per requested row in request order: 1 = left."""
+
+    go_left: Annotated[np.ndarray, ArraySpec(("uint8",), ndim=1)]
