@@ -75,7 +75,7 @@ from ..algorithms.levelwise_growth import decode, grow_round
 from ..algorithms.private_fleet import frac_bits_for
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 
-__all__ = ["PAX", "PartyGrid", "global_grid", "surrogate_histogram"]
+__all__ = ["PAX", "PartyGrid", "global_grid", "slot_maps", "surrogate_histogram"]
 
 
 # --- the surrogate histogram (pure) ---------------------------------------------------------------
@@ -110,20 +110,26 @@ class PartyGrid:
     def with_thresholds(cls, cuts: np.ndarray, thresholds: np.ndarray) -> PartyGrid:
         return cls(cuts, np.union1d(cuts, np.asarray(thresholds, dtype=np.float32)).astype(np.float32))
 
-    def surrogate_slots(self, grid: np.ndarray, n_slots: int, grid_slots: int) -> np.ndarray:
-        """Where each of this request's ``n_slots`` histogram slots lands on the server's grid
-        (``grid_slots`` slots: bins, padding, missing last): a slot goes to its party bin (the
-        cuts are among the edges, so each slot lies in one), the party bin to the grid bin of its
-        upper cut (``+inf`` for the top bin); padding to the top bin, missing to missing.
-        Non-decreasing, so the fold is one ``np.add.reduceat``."""
-        m = self.edges.size
-        slot_edges = self.edges.astype(np.float64)
-        party_bin = np.searchsorted(self.cuts, slot_edges, side="left")  # the party bin of slot s < m
+    def surrogate_slots(self, grid: np.ndarray) -> np.ndarray:
+        """Where each present-value slot of this grid (``len(edges) + 1`` of them) lands on the
+        server's grid: a slot goes to its party bin (the cuts are among the edges, so each slot
+        lies in one), the party bin to the grid bin of its upper cut (``+inf`` for the top bin,
+        i.e. the grid's top bin ``len(grid)``). Non-decreasing."""
+        party_bin = np.searchsorted(self.cuts, self.edges, side="left")  # the party bin of slot s < len(edges)
         upper = np.append(self.cuts.astype(np.float64), np.inf)[party_bin]
-        out = np.full(n_slots, grid.size, dtype=np.int64)  # top bin (slot m and padding)
-        out[:m] = np.searchsorted(grid.astype(np.float64), upper, side="left")
-        out[-1] = grid_slots - 1
-        return out
+        return np.append(np.searchsorted(grid.astype(np.float64), upper, side="left"), grid.size)
+
+
+def slot_maps(present: list[np.ndarray], n_slots: int, grid: list[np.ndarray], grid_slots: int) -> np.ndarray:
+    """``(d, n_slots)`` grid slot of every slot of a request's histograms: ``present[j]`` (from
+    :meth:`PartyGrid.surrogate_slots`) for feature ``j``'s bins, its padding to the grid's top
+    bin, the missing slot (last) to the grid's missing slot (last). Non-decreasing per row."""
+    maps = np.empty((len(present), n_slots), dtype=np.int64)
+    for j, (row, g) in enumerate(zip(present, grid)):
+        maps[j, : row.size] = row
+        maps[j, row.size :] = g.size
+    maps[:, -1] = grid_slots - 1
+    return maps
 
 
 def surrogate_histogram(hist: np.ndarray, slot_maps: np.ndarray, grid_slots: int) -> np.ndarray:
@@ -142,8 +148,8 @@ def surrogate_histogram(hist: np.ndarray, slot_maps: np.ndarray, grid_slots: int
 @dataclass(frozen=True)
 class PAX:
     """PAX settings (module docstring). Defaults: the FedSCS-XGB paper's experiment, which ran
-    PAX with the same hyper-parameters as FedSCS-XGB (10 rounds, depth 4, eta 0.2, lambda 1,
-    Eq. 1 gamma 0.1 = XGBoost ``gamma`` 0.2).
+    PAX with the same hyper-parameters as FedSCS-XGB and XGBoost (10 rounds, depth 4, eta 0.2,
+    lambda 1, gamma 0.1 -- taken as XGBoost's number, like ``FedSCSXGB``'s).
 
     Parameters
     ----------
@@ -183,7 +189,7 @@ class PAX:
     n_bins: int = 256
     learning_rate: float = 0.2
     reg_lambda: float = 1.0
-    gamma: float = 0.2
+    gamma: float = 0.1
     min_child_weight: float = 1.0
     objective: Literal["softmax", "logistic", "squared_error"] = "softmax"
     summary_size: int | None = None
@@ -226,6 +232,8 @@ class _Training:
         self.tree_output: list[int] = []
         self.known: dict[str, int] = {}  # trees each party's margins include
         self._deltas: dict[tuple[int, int], bytes] = {}  # most parties need the same delta: encode it once
+        #: (party, feature, thresholds) -> its grid and slot map: most features gain no threshold in a round
+        self._grids: dict[tuple[str, int, bytes], tuple[PartyGrid, np.ndarray]] = {}
 
     def run(self) -> TreeEnsemble:
         cfg = self.config
@@ -243,6 +251,7 @@ class _Training:
         for t in range(1, cfg.n_rounds + 1):
             started = time.monotonic()
             self.stats: dict[str, float] = {}
+            self._grids = {key: value for key, value in self._grids.items() if not key[2]}  # last round's thresholds
             trees = grow_round(self.n_outputs, self.grid, cfg.growth, self._fetch, frac_bits=self.frac_bits)
             for k, tree in enumerate(trees):
                 self.trees.append(tree)
@@ -313,12 +322,12 @@ class _Training:
         """One depth level: every party's histograms on its own bins, folded onto the grid, summed."""
         first = not self.stats
         thresholds = [self.grid[j][splits.bin[splits.feature == j]] for j in range(self.n_features)]
-        requests, grids = {}, {}
+        requests, present = {}, {}
         for party in self.parties:
-            grids[party] = [PartyGrid.with_thresholds(self.cuts[party][j], thresholds[j])
-                            for j in range(self.n_features)]
-            values, offsets = pack_edges([g.edges for g in grids[party]])
-            bins = np.array([np.searchsorted(grids[party][j].edges, self.grid[j][b])
+            grids = [self._party_grid(party, j, thresholds[j]) for j in range(self.n_features)]
+            present[party] = [m for _, m in grids]
+            values, offsets = pack_edges([g.edges for g, _ in grids])
+            bins = np.array([np.searchsorted(grids[j][0].edges, self.grid[j][b])
                              for j, b in zip(splits.feature.tolist(), splits.bin.tolist())], dtype=np.int64)
             own = RoundSplits(splits.tree, splits.node, splits.feature, bins, splits.default_left, splits.left,
                               splits.right)
@@ -337,12 +346,18 @@ class _Training:
                 samples += float(vector[-1])
                 vector = vector[:-2]
             hist = vector.reshape(node_tree.shape[0], 3, self.n_features, request.slots)
-            maps = np.stack([g.surrogate_slots(self.grid[j], request.slots, self.grid_slots)
-                             for j, g in enumerate(grids[party])])
+            maps = slot_maps(present[party], request.slots, self.grid, self.grid_slots)
             total += surrogate_histogram(hist, maps, self.grid_slots)
         if first:
             self.stats = {"loss_sum": loss, "samples": samples}
         return total
+
+    def _party_grid(self, party: str, feature: int, thresholds: np.ndarray) -> tuple[PartyGrid, np.ndarray]:
+        key = (party, feature, thresholds.tobytes())
+        if key not in self._grids:
+            grid = PartyGrid.with_thresholds(self.cuts[party][feature], thresholds)
+            self._grids[key] = (grid, grid.surrogate_slots(self.grid[feature]))
+        return self._grids[key]
 
     def _ensemble(self, first: int = 0) -> TreeEnsemble:
         return TreeEnsemble(trees=tuple(self.trees[first:]), kind="boosted", link=self.objective.link,

@@ -17,7 +17,7 @@ import pytest
 
 import aggregator
 from aggregator.baselines import PAX
-from aggregator.baselines.pax import PartyGrid, global_grid, surrogate_histogram
+from aggregator.baselines.pax import PartyGrid, global_grid, slot_maps, surrogate_histogram
 from edge_client.training_data import ClientData
 from shared.sketches import bin_ids, exact_edges
 from tests.aggregator.test_fedscs_xgb import make_clients, pooled
@@ -74,7 +74,7 @@ def test_surrogate_histogram_equals_its_definition_window_by_window() -> None:
             b = np.where(b == pg.edges.size + 1, S - 1, b)
             for s in range(3):
                 np.add.at(hist[0, s, j], b, stats[s])
-        maps = np.stack([pg.surrogate_slots(grid[j], S, grid_slots) for j, pg in enumerate(grids)])
+        maps = slot_maps([pg.surrogate_slots(grid[j]) for j, pg in enumerate(grids)], S, grid, grid_slots)
         got += surrogate_histogram(hist, maps, grid_slots)
         for j in range(d):  # the definition
             x = X[:, j].astype(np.float64)
@@ -103,8 +103,9 @@ def test_straddling_party_bins_count_on_the_right() -> None:
     party = PartyGrid.with_thresholds(np.float32([1, 3]), np.float32([2]))
     np.testing.assert_array_equal(party.edges, np.float32([1, 2, 3]))
     grid = np.float32([1, 2, 3])
-    # slots: x<1, [1,2), [2,3), >=3, padding, missing -> grid bins 0, 2, 2, 3, 3, missing
-    np.testing.assert_array_equal(party.surrogate_slots(grid, 6, 5), [0, 2, 2, 3, 3, 4])
+    # slots: x<1, [1,2), [2,3), >=3 -> grid bins 0, 2, 2, 3; then padding, missing
+    np.testing.assert_array_equal(party.surrogate_slots(grid), [0, 2, 2, 3])
+    np.testing.assert_array_equal(slot_maps([party.surrogate_slots(grid)], 6, [grid], 5), [[0, 2, 2, 3, 3, 4]])
 
 
 def test_same_data_same_model_and_a_toy_problem_is_learnt() -> None:
