@@ -41,19 +41,25 @@ class Server:
             self.signing_key = load_signing_key(Path(config.signing_key))
         self.registry = Registry(config.registry)
 
-    def start(self, transport=None) -> None:
-        """Connect (or take ``transport``, already connected) and start tracking, jobs, schedules."""
+    def connect(self):
+        """The aggregator's MQTT connection from the settings (connected; raises
+        ``ConnectionError``/``TimeoutError``/``OSError`` if the broker cannot be reached)."""
         from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
 
         cfg = self.config
+        tls = TlsConfig(cfg.tls_ca, cfg.tls_cert, cfg.tls_key) if cfg.tls_ca else None
+        mqtt = MqttConfig(host=cfg.mqtt_host, port=cfg.mqtt_port, protocol=cfg.mqtt_protocol, tls=tls,
+                          username=None if tls else cfg.mqtt_username, password=None if tls else cfg.mqtt_password)
+        transport = MqttTransport(AGGREGATOR_ID, mqtt, presence=False)
+        transport.connect(wait=True, timeout_s=15.0)
+        return transport
+
+    def start(self, transport=None) -> None:
+        """Connect (or take ``transport``, already connected) and start tracking, jobs, schedules."""
+        cfg = self.config
         if transport is None:
-            tls = TlsConfig(cfg.tls_ca, cfg.tls_cert, cfg.tls_key) if cfg.tls_ca else None
-            mqtt = MqttConfig(host=cfg.mqtt_host, port=cfg.mqtt_port, protocol=cfg.mqtt_protocol, tls=tls,
-                              username=None if tls else cfg.mqtt_username,
-                              password=None if tls else cfg.mqtt_password)
-            transport = MqttTransport(AGGREGATOR_ID, mqtt, presence=False)
             try:
-                transport.connect(wait=True, timeout_s=15.0)
+                transport = self.connect()
             except (ConnectionError, TimeoutError, OSError):
                 self.registry.close()
                 raise

@@ -40,7 +40,8 @@ class ServerConfig:
     listen: str = "127.0.0.1"
     http_port: int = 8080
     mqtt_host: str = "127.0.0.1"
-    mqtt_port: int = 1883
+    #: None: 8883 with ``tls_ca`` (the TLS broker's port), else 1883 -- as every other command.
+    mqtt_port: int | None = None
     mqtt_username: str = "aggregator"
     mqtt_password: str | None = None
     mqtt_protocol: int = 5
@@ -60,6 +61,8 @@ class ServerConfig:
     operator_tokens: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
+        if self.mqtt_port is None:
+            object.__setattr__(self, "mqtt_port", 8883 if self.tls_ca else 1883)
         for name in ("http_port", "mqtt_port"):
             value = getattr(self, name)
             if not 0 <= value <= 65535 or (name == "mqtt_port" and value == 0):
@@ -105,7 +108,7 @@ def _typed(data: Mapping[str, Any], where: str, *, from_text: bool) -> dict[str,
         label = f"{where}{name.upper() if where.startswith('$') else name}"
         if name not in fields:
             raise ValueError(f"{label}: unknown setting (known: {', '.join(fields)})")
-        kind = str(fields[name].type)
+        kind = str(fields[name].type).removesuffix(" | None")
         try:
             if kind.startswith("tuple"):
                 items = value.split(",") if from_text and isinstance(value, str) else value
