@@ -8,12 +8,24 @@ continuous features, Fisher groupings for categorical features and for the clien
 (free: from the per-client node summaries); (2) ``fedforest.split`` -- clients return the left
 summaries of the numeric candidates; the server evaluates the exact pooled impurity decrease of
 every candidate (Thm. 3.5) and keeps the best per node. A forest of any size takes
-``2 * max_depth`` rounds (+ the job's opening ``DataSummary``).
+``2 * max_depth`` rounds (+ the job's opening ``DataSummary``). The candidates are built in
+``forest_candidates`` and scored in ``forest_growth``.
 
-Variants (same protocol): ``evaluation="avgimp"`` with ``top_l`` (clients send local gains;
-homogeneous data), ``candidates="histogram"`` (Kalloori-style fixed-width bins on the fleet's
-min/max: the Federated Histogram baseline), fixed ``thresholds`` per feature (the oracle tests'
-"same candidates"), ``target="client"`` (predict H from X: the covariate-shift diagnostic).
+Missing values: every numeric split learns where NaN goes (``default_left`` in the model), as
+xgboost does -- the candidate is scored with the node's missing rows on the right and on the
+left (their pooled summary comes with the level reply, or from the histograms' missing slot),
+and the better side wins (NaN right on a tie, and where the node saw no NaN). AvgImp, which
+has no pooled left summaries, sends NaN right.
+
+Regression is centred: clients sum ``y - shift`` with the node's mean as its shift (the server
+sends one per node), so target offsets (timestamps, heart rates in ms) change nothing but the
+leaf values (``forest_growth``).
+
+Variants (same protocol): ``evaluation="avgimp"`` with ``top_l`` (clients send local gains
+and left counts -- the pooled counts enforce ``min_samples_leaf``; homogeneous data),
+``candidates="histogram"`` (Kalloori-style fixed-width bins on the fleet's min/max: the
+Federated Histogram baseline), fixed ``thresholds`` per feature (the oracle tests' "same
+candidates"), ``target="client"`` (predict H from X: the covariate-shift diagnostic).
 
 Private protocol (``protocol="histogram"``): the job opens with fleet sums and fleet-wide edges
 read off fleet-summed grid counts (``private_fleet``); then each level is one round: per
@@ -33,7 +45,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -60,19 +72,28 @@ from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
 from .levelwise_growth import decode
 from .private_fleet import NoiseBudget, check_privacy_settings, describe_fleet_privately, dp_metadata, frac_bits_for
-from .forest_growth import (
-    child_shift,
-    choose_splits,
+from .forest_candidates import (
+    CATEGORY,
+    CLIENT,
+    NUMERIC,
+    Candidates,
+    Grouping,
+    NumericCandidates,
+    PairSketches,
+    grouping_candidates_of,
+    groupings_table,
     histogram_candidates,
-    grouping_candidates,
-    is_pure,
-    leaf_value,
-    n_sampled_features,
-    node_count,
-    pair_thresholds,
+    numeric_candidates,
+    with_missing_left,
 )
+from .forest_growth import child_shift, choose_splits, is_pure, leaf_value, n_sampled_features, node_count
 
 __all__ = ["FedForest", "ForestResult"]
+
+#: The private protocol's fixed point assumes no bootstrap multiplicity exceeds this: n draws
+#: with replacement from n rows give one row 17 copies with probability ~1e-15, and a gateway
+#: whose terms would exceed the bound declines the level ("value_range") instead of overflowing.
+MAX_BOOTSTRAP_WEIGHT = 16
 
 
 
@@ -205,6 +226,21 @@ class _Node:
     shift: float = 0.0
 
 
+@dataclass
+class _SplitPool:
+    """A split round pooled: exact left summaries, or AvgImp's n-weighted local gain sums and left
+    counts, per numeric candidate; and the clients whose replies went in."""
+
+    left: np.ndarray
+    left_count: np.ndarray
+    gain_sum: np.ndarray
+    used: set[str]
+
+    @classmethod
+    def empty(cls, n: int, S: int, used: set[str]) -> _SplitPool:
+        return cls(np.zeros((n, S)), np.zeros(n), np.zeros(n), used)
+
+
 class _Known(NamedTuple):
     """What the server knows of a node for its model: the pooled summary and its shift."""
 
@@ -220,7 +256,7 @@ class _Training:
         self.rng = np.random.default_rng(seed)
         self.crit = config.split_criterion
         self.known: dict[str, int] = {}  # client -> last level whose decisions it applied
-        self.decisions: list[dict[str, Any]] = []  # one dict of arrays per decided level
+        self.decisions: list[SplitDecisions] = []  # one per decided level
         self.levels: list[dict[str, float]] = []
         self.children_of: dict[tuple[int, int], tuple[int, int]] = {}
 
@@ -291,17 +327,19 @@ class _Training:
         if cfg.regression:
             # Clients sum w * (y - shift) and w * (y - shift)^2 with node means as shifts, so every
             # term is bounded by the targets' spread, not their size: |y - shift| <= range(y) <=
-            # 2 sqrt(V) with V = sum (y - mean)^2, and w <= 16 (a bootstrap multiplicity above 16
-            # has probability ~1e-15 per row). V from the opening's sums, plus their rounding
-            # (whole units for y^2, 2**-TARGET_FRAC_BITS for y): its size, not the offset's, sets
-            # the fixed point, so an offset leaves the precision alone.
+            # 2 sqrt(V), so (y - shift)^2 <= 4 V, with V = sum (y - mean)^2 and w <=
+            # MAX_BOOTSTRAP_WEIGHT. V from the opening's sums plus their rounding (whole units for
+            # y^2: n/2; 2**-TARGET_FRAC_BITS for y: 2 |mean| n 2**-TARGET_FRAC_BITS): its size, not
+            # the offset's, sets the fixed point, so an offset leaves the precision alone.
             n = fleet.total_samples
             spread = fleet.target_sum_squares - fleet.target_sum ** 2 / n
             spread = max(spread, 0.0) + n * (1.0 + abs(self.root_shift) * 2.0 ** (1 - TARGET_FRAC_BITS))
             bound = 4.0 * max(spread, 1.0)
-            self.frac_bits, self.value_bound = frac_bits_for(16 * n, bound), 16.0 * bound
+            self.frac_bits = frac_bits_for(MAX_BOOTSTRAP_WEIGHT * n, bound)
+            self.value_bound = MAX_BOOTSTRAP_WEIGHT * bound
             self.word_bits = 64
         else:  # a tree's (bootstrap) weights add up to the fleet's windows: every cell is below that
+            # (with the grid counts' headroom, private_fleet); DP noise needs 32 bits on top
             self.frac_bits, self.value_bound = 0, 1.0
             self.word_bits = 32 if self.noise else word_bits_for(2 * fleet.total_samples + 64)
         self.distinct_of: dict[tuple[int, int], int] = {}
@@ -351,7 +389,7 @@ class _Training:
             node.features = self._features(node) if eligible else np.zeros(0, np.int64)
         request = self._level_request(level, frontier)
         replies = self.job.ask(request, list(request), ForestLevelReply)
-        replies = self._accepted_level(replies, level, len(frontier))
+        replies = self._accepted_level(replies, level, len(frontier), request)
         self._answered = len(replies)
         if not replies:
             raise TrainingError(f"level {level}: no usable replies")
@@ -362,46 +400,56 @@ class _Training:
         self._set_summaries(level, frontier, per_client.sum(axis=0))
         can = np.array([node.features.size > 0 and self._can_split(node.summary) for node in frontier], dtype=bool)
         self._n_active = int(can.sum())
-        numeric = self._numeric_candidates(frontier, can, replies, request)
-        pooled_left, gain_sum, answered = numeric["left"], np.zeros(numeric["node"].size), set(replies)
-        if numeric["offsets"][-1] > 0:
-            split_request = {c: ForestSplitRequest(request[c].task, level, numeric["offsets"], numeric["thresholds"],
+        any_request = next(iter(request.values()))
+        pair_node = np.repeat(np.arange(A), np.diff(any_request.feature_offsets))
+        pair_feature = any_request.features
+        eligible = can[pair_node] & ~np.isin(pair_feature, self.categorical)
+        if cfg.top_l:
+            eligible &= self._shortlist(pair_node, pair_feature, replies)
+        numeric = numeric_candidates(pair_node, pair_feature, eligible, cfg.n_bins, fixed=self.fixed,
+                                     sketches=None if self.fixed is not None else self._sketches(replies))
+        pool = _SplitPool.empty(numeric.thresholds.shape[0], self.S, set(replies))
+        if numeric.thresholds.size:
+            split_request = {c: ForestSplitRequest(request[c].task, level, numeric.offsets, numeric.thresholds,
                                                    cfg.evaluation) for c in replies}
             split_replies = self.job.ask(split_request, list(split_request), ForestSplitReply)
-            pooled_left, gain_sum, answered = self._pool_split_replies(numeric, split_replies, per_client)
-        dropped = [self.index[c] for c in replies if c not in answered]
+            pool = self._pool_split_replies(numeric, split_replies, per_client)
+        dropped = [self.index[c] for c in replies if c not in pool.used]
         if dropped:  # their samples are in no left sum: take them out of the level altogether
             per_client[dropped] = 0.0
             self._set_summaries(level, frontier, per_client.sum(axis=0))
             can &= np.array([self._can_split(node.summary) for node in frontier], dtype=bool)
         pooled = per_client.sum(axis=0)
-        cands = self._assemble(numeric, pooled_left, self._groupings(frontier, can, replies, per_client, request))
+        cands = Candidates.numeric(numeric, pool.left, pool.left_count)
+        if cfg.evaluation == "exact":  # NaN-left twins need exact left summaries
+            missing = self._pooled_missing(replies, pool.used, numeric.n_pairs)
+            cands = with_missing_left(cands, numeric.pair, missing, node_count(missing, self.crit))
+        n_numeric = cands.size
+        cands = cands.concat(groupings_table(self._groupings(pair_node, pair_feature, can, replies, per_client),
+                                             self.S, self.crit))
         gain = None
-        if cfg.evaluation == "avgimp":
-            gain = pooled_gain(pooled[cands["node"]], cands["left"], self.crit)  # exact for groupings
-            n_node = node_count(pooled, self.crit)
-            k = numeric["node"].size
-            gain[:k] = gain_sum / np.where(n_node[numeric["node"]] > 0, n_node[numeric["node"]], 1.0)
-        left = cands["left"]
+        if cfg.evaluation == "avgimp":  # numeric: the n-weighted mean of local gains; groupings: exact
+            gain = pooled_gain(pooled[cands.node], cands.left, self.crit)
+            n_node = node_count(pooled, self.crit)[cands.node[:n_numeric]]
+            gain[:n_numeric] = pool.gain_sum / np.where(n_node > 0, n_node, 1.0)
         best, best_gain = choose_splits(
-            pooled, cands["node"], left, cands["feature"], cands["rank"], self.crit,
-            min_samples_leaf=cfg.min_samples_leaf if cfg.evaluation == "exact" else 0,
-            min_impurity_decrease=cfg.min_impurity_decrease,
-            total_weight=self.root_weight[[n.tree for n in frontier]],
-            cand_gain=gain,
+            pooled, cands.node, cands.left, cands.feature, cands.rank, self.crit,
+            min_samples_leaf=cfg.min_samples_leaf, min_impurity_decrease=cfg.min_impurity_decrease,
+            total_weight=self.root_weight[[n.tree for n in frontier]], cand_gain=gain,
+            cand_left_count=cands.left_count,
         )
         best[~can] = -1
         self._n_splits = int((best >= 0).sum())
-        self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(numeric["n_pairs"]),
-                            "candidates": float(len(cands["node"]))})
-        return self._apply(level, frontier, best, best_gain, cands, left)
+        self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(numeric.n_pairs),
+                            "candidates": float(cands.size)})
+        return self._apply(level, frontier, best, best_gain, cands)
 
     def _private_level(self, level: int, frontier: list[_Node]) -> list[_Node]:
         """One level of the private protocol: a single fleet sum of per-bin histograms."""
         cfg = self.config
         crowd = max(cfg.min_crowd, 1)
         for node in frontier:  # a root is always described (its sums come from its pairs), split or not
-            eligible = level < cfg.max_depth and (node.summary is None or (
+            eligible = level < cfg.max_depth and (node.summary is None or (  # two children of >= crowd each
                 self._can_split(node.summary) and self.distinct_of[(node.tree, node.node)] >= 2 * crowd))
             node.features = self._features(node) if eligible or node.summary is None else np.zeros(0, np.int64)
         offsets = np.concatenate([[0], np.cumsum([n.features.size for n in frontier])]).astype(np.int64)
@@ -453,19 +501,18 @@ class _Training:
                 self.root_weight[node.tree] = node_count(node.summary, self.crit)
         can = np.array([level < cfg.max_depth and n.features.size > 0 and self._can_split(n.summary)
                         for n in frontier], dtype=bool)
-        cands, left, left_windows = histogram_candidates(sums, windows, features, pair_node, self.edge_values,
-                                                         self.edge_offsets, crowd)
-        feature, rank = cands["feature"], cands["rank"]
+        cands, left_windows = histogram_candidates(sums, windows, features, pair_node, self.edge_values,
+                                                   self.edge_offsets, crowd, self.crit)
         pooled = np.stack([n.summary if n.summary is not None else np.zeros(self.S) for n in frontier])
-        best, best_gain = choose_splits(pooled, cands["node"], left, feature, rank, self.crit,
+        best, best_gain = choose_splits(pooled, cands.node, cands.left, cands.feature, cands.rank, self.crit,
                                         min_samples_leaf=cfg.min_samples_leaf,
                                         min_impurity_decrease=cfg.min_impurity_decrease,
                                         total_weight=self.root_weight[node_tree])
         best[~can] = -1
         self._n_splits = int((best >= 0).sum())
         self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(P),
-                            "candidates": float(rank.size)})
-        children = self._apply(level, frontier, best, best_gain, cands, left)
+                            "candidates": float(cands.size)})
+        children = self._apply(level, frontier, best, best_gain, cands)
         for i in np.flatnonzero(best >= 0).tolist():  # the children's window counts, for the crowd
             node, c = frontier[i], int(best[i])
             left_id, right_id = self.children_of[(node.tree, node.node)]
@@ -494,30 +541,14 @@ class _Training:
         return np.array([n.shift for n in frontier]) if self.crit == "mse" else np.zeros(0)
 
     def _can_split(self, summary: np.ndarray) -> bool:
+        """scikit-learn's rule: enough weight for ``min_samples_split`` and two leaves, not pure."""
         return bool(node_count(summary, self.crit) >= max(self.config.min_samples_split, 2 * self.config.min_samples_leaf)
                     and not is_pure(summary, self.crit))
 
     # -- requests and replies --------------------------------------------------------------------
 
     def _decisions_since(self, first_level: int) -> SplitDecisions:
-        parts = self.decisions[first_level:]
-        if not parts:
-            z = np.zeros(0, np.int64)
-            return SplitDecisions(z, z, z, z, np.zeros(0), np.zeros(0, np.uint8), z, z, np.zeros(1, np.int64), z)
-        cat_lists = [c for p in parts for c in p["categories"]]
-        offsets = np.concatenate([[0], np.cumsum([len(c) for c in cat_lists])]).astype(np.int64)
-        return SplitDecisions(
-            level=np.concatenate([p["level"] for p in parts]),
-            tree=np.concatenate([p["tree"] for p in parts]),
-            node=np.concatenate([p["node"] for p in parts]),
-            feature=np.concatenate([p["feature"] for p in parts]),
-            threshold=np.concatenate([p["threshold"] for p in parts]),
-            categorical=np.concatenate([p["categorical"] for p in parts]),
-            left=np.concatenate([p["left"] for p in parts]),
-            right=np.concatenate([p["right"] for p in parts]),
-            category_offsets=offsets,
-            categories=np.concatenate(cat_lists).astype(np.int64) if cat_lists else np.zeros(0, np.int64),
-        )
+        return SplitDecisions.concatenate(self.decisions[first_level:])
 
     def _level_request(self, level: int, frontier: list[_Node]) -> dict[str, ForestLevelRequest]:
         cfg = self.config
@@ -535,7 +566,10 @@ class _Training:
                 n_categories=cfg.n_categories, top_l=cfg.top_l or 0, node_shift=self._shifts(frontier))
         return out
 
-    def _accepted_level(self, replies: dict[str, ForestLevelReply], level: int, n_nodes: int) -> dict:
+    def _accepted_level(self, replies: dict[str, ForestLevelReply], level: int, n_nodes: int,
+                        request: dict[str, ForestLevelRequest]) -> dict[str, ForestLevelReply]:
+        """The replies that fit the request (the others are rejected: their clients sit out)."""
+        n_pairs = next(iter(request.values())).features.shape[0]
         for client in self.clients:
             if client not in replies:
                 self.known.pop(client, None)  # unknown state: replay every decision next time
@@ -544,8 +578,10 @@ class _Training:
             reason = None
             if reply.nodes.size and reply.nodes.max() >= n_nodes:
                 reason = f"node position {int(reply.nodes.max())} beyond the {n_nodes} requested"
-            elif reply.summaries.shape[1] != self.S:
+            elif reply.summaries.shape[1] != self.S or reply.missing_summaries.shape[1:] not in ((self.S,), (0,)):
                 reason = f"summaries have {reply.summaries.shape[1]} columns, the job needs {self.S}"
+            elif max(reply.pairs.max(initial=-1), reply.missing_pairs.max(initial=-1)) >= n_pairs:
+                reason = f"pair position beyond the {n_pairs} requested"
             if reason:
                 self.job.reject(client, reason)
                 self.known.pop(client, None)
@@ -561,56 +597,25 @@ class _Training:
             if level == 0:
                 self.root_weight[node.tree] = node_count(pooled[i], self.crit)
 
-    def _numeric_candidates(self, frontier, can, replies, request) -> dict[str, Any]:
-        """Thresholds of every eligible continuous (node, feature) pair, CSR over the requested
-        pairs, and the candidates' node, feature and rank (thresholds ascending within a pair)."""
-        cfg = self.config
-        any_request = next(iter(request.values()))
-        pair_node = np.repeat(np.arange(len(frontier)), np.diff(any_request.feature_offsets))
-        pair_feature = any_request.features
-        n_pairs = pair_feature.shape[0]
-        eligible = can[pair_node] & ~np.isin(pair_feature, self.categorical)
-        if cfg.top_l:
-            eligible &= self._shortlist(pair_node, pair_feature, replies)
-        if self.fixed is not None:
-            lists = [self.fixed[j] if ok else np.zeros(0) for j, ok in zip(pair_feature.tolist(), eligible.tolist())]
-            offsets = np.concatenate([[0], np.cumsum([t.size for t in lists])]).astype(np.int64)
-            thresholds = np.concatenate(lists) if lists else np.zeros(0)
-        else:
-            rows = [(r.pairs, r.points, r.pair_weight) for r in replies.values()]
-            pairs = np.concatenate([x[0] for x in rows])
-            points = np.concatenate([x[1] for x in rows])
-            weights = np.concatenate([x[2] for x in rows])
-            keep = eligible[pairs] if pairs.size else np.zeros(0, bool)
-            offsets, thresholds = pair_thresholds(points[keep], weights[keep], pairs[keep], n_pairs, cfg.n_bins)
-        cand_pair = np.repeat(np.arange(n_pairs), np.diff(offsets))
-        return {"node": pair_node[cand_pair], "feature": pair_feature[cand_pair],
-                "rank": np.arange(cand_pair.size) - offsets[cand_pair], "threshold": thresholds,
-                "offsets": offsets, "thresholds": thresholds, "n_pairs": n_pairs,
-                "left": np.zeros((cand_pair.size, self.S))}
+    def _sketches(self, replies: dict[str, ForestLevelReply]) -> PairSketches:
+        """The level replies' quantile sketches, stacked (client-id order)."""
+        rows = [(r.pairs, r.points, r.pair_weight) for r in replies.values()]
+        return PairSketches(*(np.concatenate([row[i] for row in rows]) for i in range(3)))
 
-    def _assemble(self, numeric: dict[str, Any], numeric_left: np.ndarray, groups: list[tuple]) -> dict[str, Any]:
-        """One candidate table: the numeric candidates, then the groupings (with their left sets)."""
-        k = numeric["node"].size
-        left = np.zeros((k + len(groups), self.S))
-        left[:k] = numeric_left
-        for i, g in enumerate(groups):
-            left[k + i] = g[5]
-        column = lambda name, pos: np.concatenate(  # noqa: E731
-            [numeric[name], np.array([g[pos] for g in groups], dtype=numeric[name].dtype)])
-        return {"node": column("node", 0), "feature": column("feature", 1), "rank": column("rank", 2),
-                "threshold": np.concatenate([numeric["threshold"], np.zeros(len(groups))]),
-                "kind": np.concatenate([np.zeros(k, np.int64), np.array([g[3] for g in groups], np.int64)]),
-                "categories": [None] * k + [g[4] for g in groups], "left": left}
+    def _pooled_missing(self, replies: dict[str, ForestLevelReply], used: set[str], n_pairs: int) -> np.ndarray:
+        """Per numeric pair, the pooled summary of the node's samples without a value (``(P, S)``),
+        over the clients whose left summaries were used."""
+        missing = np.zeros((n_pairs, self.S))
+        for client, reply in replies.items():
+            if client in used and reply.missing_pairs.size:
+                missing[reply.missing_pairs] += reply.missing_summaries
+        return missing
 
-    def _groupings(self, frontier, can, replies, per_client, request) -> list[tuple]:
-        """Categorical features and the client indicator: (node, feature, rank, kind, left set,
-        left summary) for every contiguous Fisher grouping, from the summaries of ``replies``
-        (the clients still in the level)."""
-        out: list[tuple] = []
-        any_request = next(iter(request.values()))
-        pair_node = np.repeat(np.arange(len(frontier)), np.diff(any_request.feature_offsets))
-        pair_feature = any_request.features
+    def _groupings(self, pair_node: np.ndarray, pair_feature: np.ndarray, can: np.ndarray,
+                   replies: dict[str, ForestLevelReply], per_client: np.ndarray) -> list[Grouping]:
+        """Categorical features and the client indicator: every contiguous Fisher grouping, from
+        the summaries of ``replies`` (the clients still in the level)."""
+        out: list[Grouping] = []
         if self.categorical.size:
             sums: dict[int, np.ndarray] = {}
             for client, reply in replies.items():
@@ -619,18 +624,14 @@ class _Training:
                 for i, p in enumerate(reply.category_pairs.tolist()):
                     sums[p] = sums.get(p, 0) + reply.category_summaries[i].astype(np.float64)
             for p in sorted(sums):
-                i, j = int(pair_node[p]), int(pair_feature[p])
-                if not can[i]:
-                    continue
-                order, lefts = grouping_candidates(sums[p], self.crit)
-                out += [(i, j, k, 1, order[: k + 1], lefts[k]) for k in range(lefts.shape[0])]
+                i = int(pair_node[p])
+                if can[i]:
+                    out += grouping_candidates_of(sums[p], i, int(pair_feature[p]), CATEGORY, self.crit)
         if self.config.client_splits:
             for i in np.flatnonzero(can).tolist():
                 present = np.flatnonzero(per_client[:, i].sum(axis=1) > 0)
-                if present.size < 2:
-                    continue
-                order, lefts = grouping_candidates(per_client[present, i], self.crit)
-                out += [(i, self.d, k, 2, present[order[: k + 1]], lefts[k]) for k in range(lefts.shape[0])]
+                if present.size >= 2:
+                    out += grouping_candidates_of(per_client[present, i], i, self.d, CLIENT, self.crit, codes=present)
         return out
 
     def _shortlist(self, pair_node: np.ndarray, pair_feature: np.ndarray, replies) -> np.ndarray:
@@ -642,57 +643,56 @@ class _Training:
                 keep[reply.pairs[top_per_node(pair_node[reply.pairs], reply.local_gain, self.config.top_l)]] = True
         return keep
 
-    def _pool_split_replies(self, numeric, split_replies, per_client) -> tuple[np.ndarray, np.ndarray, set[str]]:
-        """Pooled left summaries of the numeric candidates (exact), the n-weighted sums of the
-        clients' local gains (AvgImp), and the clients whose replies were used."""
-        n = numeric["node"].size
-        pooled_left = np.zeros((n, self.S))
-        gain_sum = np.zeros(n)
-        used: set[str] = set()
+    def _pool_split_replies(self, numeric: NumericCandidates, split_replies: dict[str, ForestSplitReply],
+                            per_client: np.ndarray) -> _SplitPool:
+        """Pooled left summaries of the numeric candidates (exact), or the n-weighted sums of the
+        clients' local gains and their left counts (AvgImp), and the clients whose replies were used."""
+        cfg = self.config
+        n = numeric.thresholds.shape[0]
+        pool = _SplitPool.empty(n, self.S, set())
+        node = numeric.node
         for client, reply in split_replies.items():
             bad = reply.candidates.size and reply.candidates.max() >= n
-            if bad or (self.config.evaluation == "exact" and reply.left.shape[1:] != (self.S,)) or \
-                    (self.config.evaluation == "avgimp" and reply.local_gain.size != reply.candidates.size):
+            if bad or (cfg.evaluation == "exact" and reply.left.shape[1:] != (self.S,)) or \
+                    (cfg.evaluation == "avgimp" and not reply.local_gain.size == reply.left_count.size
+                     == reply.candidates.size):
                 self.job.reject(client, "split reply does not fit the candidates")
                 continue
-            used.add(client)
-            if self.config.evaluation == "exact":
-                pooled_left[reply.candidates] += reply.left
+            pool.used.add(client)
+            if cfg.evaluation == "exact":
+                pool.left[reply.candidates] += reply.left
             else:
-                n_k = node_count(per_client[self.index[client], numeric["node"][reply.candidates]], self.crit)
-                gain_sum[reply.candidates] += n_k * reply.local_gain
-        return pooled_left, gain_sum, used
+                n_k = node_count(per_client[self.index[client], node[reply.candidates]], self.crit)
+                pool.gain_sum[reply.candidates] += n_k * reply.local_gain
+                pool.left_count[reply.candidates] += reply.left_count
+        if cfg.evaluation == "exact":
+            pool.left_count[:] = node_count(pool.left, self.crit)
+        return pool
 
     # -- decisions -----------------------------------------------------------------------------
 
-    def _apply(self, level, frontier, best, best_gain, cands, left) -> list[_Node]:
+    def _apply(self, level: int, frontier: list[_Node], best: np.ndarray, best_gain: np.ndarray,
+               cands: Candidates) -> list[_Node]:
         cfg = self.config
-        rows = {k: [] for k in ("tree", "node", "feature", "threshold", "categorical", "left", "right")}
-        categories: list[np.ndarray] = []
+        chosen = [(i, int(best[i])) for i in range(len(frontier)) if best[i] >= 0]
         children: list[_Node] = []
-        for i, node in enumerate(frontier):
-            c = int(best[i])
-            if c < 0:
-                continue
-            feature = int(cands["feature"][c])
-            cats = cands["categories"][c]
-            builder = self.builders[node.tree]
-            lid, rid = builder.split(node.node, feature, float(cands["threshold"][c]),
-                                     categories=None if cats is None else cats.tolist())
+        child_ids: list[tuple[int, int]] = []
+        for i, c in chosen:
+            node = frontier[i]
+            feature = int(cands.feature[c])
+            cats = cands.categories[c]
+            lid, rid = self.builders[node.tree].split(
+                node.node, feature, float(cands.threshold[c]), default_left=bool(cands.default_left[c]),
+                categories=None if cats is None else cats.tolist())
+            child_ids.append((lid, rid))
             self.children_of[(node.tree, node.node)] = (lid, rid)
-            n_node = node_count(node.summary, self.crit)
-            self.importance[feature] += n_node * best_gain[i]
+            self.importance[feature] += node_count(node.summary, self.crit) * best_gain[i]
             if level == 0:
                 root_impurity = float(impurity(node.summary, self.crit))
                 self.root_gains.append(best_gain[i] / root_impurity if root_impurity > 0 else 0.0)
-            for key, value in (("tree", node.tree), ("node", node.node), ("feature", feature),
-                               ("threshold", float(cands["threshold"][c])), ("categorical", cats is not None),
-                               ("left", lid), ("right", rid)):
-                rows[key].append(value)
-            categories.append(np.zeros(0, np.int64) if cats is None else np.asarray(cats, dtype=np.int64))
-            exact = cfg.evaluation == "exact" or cands["kind"][c] != 0
-            s_left = left[c] if exact else None
-            s_right = node.summary - left[c] if exact else None
+            exact = cfg.evaluation == "exact" or cands.kind[c] != NUMERIC
+            s_left = cands.left[c] if exact else None
+            s_right = node.summary - cands.left[c] if exact else None
             for child, summary in ((lid, s_left), (rid, s_right)):
                 shift = node.shift
                 if summary is not None:
@@ -703,18 +703,24 @@ class _Training:
                 needs_summary = summary is None
                 if needs_summary or (depth < cfg.max_depth and self._can_split(summary)):
                     children.append(_Node(node.tree, child, depth, summary, shift=shift))
-        n = len(rows["tree"])
-        self.decisions.append({
-            "level": np.full(n, level, dtype=np.int64), "tree": np.array(rows["tree"], dtype=np.int64),
-            "node": np.array(rows["node"], dtype=np.int64), "feature": np.array(rows["feature"], dtype=np.int64),
-            "threshold": np.array(rows["threshold"], dtype=np.float64),
-            "categorical": np.array(rows["categorical"], dtype=np.uint8),
-            "left": np.array(rows["left"], dtype=np.int64),
-            "right": np.array(rows["right"], dtype=np.int64), "categories": categories,
-        })
+        rows = np.array([c for _, c in chosen], dtype=np.int64)
+        nodes = [frontier[i] for i, _ in chosen]
+        categories = [np.zeros(0, np.int64) if cands.categories[c] is None
+                      else np.asarray(cands.categories[c], np.int64) for c in rows.tolist()]
+        self.decisions.append(SplitDecisions(
+            level=np.full(rows.size, level, dtype=np.int64),
+            tree=np.array([n.tree for n in nodes], dtype=np.int64),
+            node=np.array([n.node for n in nodes], dtype=np.int64),
+            feature=cands.feature[rows].astype(np.int64),
+            threshold=cands.threshold[rows].astype(np.float64),
+            categorical=np.array([cands.categories[c] is not None for c in rows.tolist()], dtype=np.uint8),
+            left=np.array([ids[0] for ids in child_ids], dtype=np.int64),
+            right=np.array([ids[1] for ids in child_ids], dtype=np.int64),
+            category_offsets=np.concatenate([[0], np.cumsum([c.size for c in categories])]).astype(np.int64),
+            categories=np.concatenate(categories).astype(np.int64) if categories else np.zeros(0, np.int64),
+            default_left=cands.default_left[rows].astype(np.uint8),
+        ))
         return children
-
-    # -- the model -----------------------------------------------------------------------------
 
     def _model(self) -> TreeEnsemble:
         cfg = self.config

@@ -11,8 +11,9 @@ Pure functions over arrays, used level by level by ``fedforest.py``:
 * :func:`choose_splits` -- the pooled impurity decrease (Thm. 3.5, ``shared.splitting``) of every
   candidate, validity (``min_samples_leaf``, ``min_impurity_decrease``) and the best candidate
   per node with a deterministic tie-break: larger gain (gains within ``TIE_TOLERANCE`` of the
-  node's impurity scale are equal: mirrored splits and re-ordered sums differ in the last bits), then lower feature index (the
-  client indicator has index d, last), then lower candidate rank (thresholds ascending).
+  node's impurity scale are equal: mirrored splits and re-ordered sums differ in the last bits),
+  then lower feature index (the client indicator has index d, last), then lower candidate rank
+  (thresholds ascending; NaN right before NaN left).
 * :func:`leaf_value` -- class distribution or mean from a node summary.
 
 Regression summaries are centred: ``[n, sum (y - shift), sum (y - shift)^2]`` with the node's
@@ -24,8 +25,6 @@ trees as no offset (issue 14, finding 1).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -33,7 +32,7 @@ from shared.sketches import batched_mixture_quantiles
 from shared.splitting import fisher_order, impurity, pooled_gain, prefix_summaries
 
 __all__ = ["PURITY_TOLERANCE", "TIE_TOLERANCE", "child_shift", "choose_splits", "grouping_candidates",
-           "histogram_candidates", "impurity_scale", "is_pure", "leaf_value", "mixture_thresholds",
+           "impurity_scale", "is_pure", "leaf_value", "mixture_thresholds",
            "n_sampled_features", "node_count", "pair_thresholds"]
 
 
@@ -131,12 +130,14 @@ def choose_splits(
     min_impurity_decrease: float = 0.0,
     total_weight: ArrayLike | None = None,
     cand_gain: ArrayLike | None = None,
+    cand_left_count: ArrayLike | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Best candidate per node: ``(index into the candidates or -1, gain)`` for each of the
     ``parent`` summaries ``(A, S)``.
 
     ``cand_left`` ``(C, S)`` are pooled left summaries; gains are computed from them unless
-    ``cand_gain`` is given (AvgImp). A candidate is valid iff both children weigh at least
+    ``cand_gain`` is given (AvgImp, whose clients send gains and left counts
+    ``cand_left_count`` instead of left summaries). A candidate is valid iff both children weigh at least
     ``min_samples_leaf`` and ``n_nu / total_weight[node] * gain >= min_impurity_decrease``
     (scikit-learn's rule; ``total_weight`` is the node's tree's root weight) and the gain is > 0.
     """
@@ -147,7 +148,7 @@ def choose_splits(
     if node.size == 0:
         return np.full(n_nodes, -1, dtype=np.int64), np.zeros(n_nodes)
     gain = pooled_gain(s[node], left, criterion) if cand_gain is None else np.asarray(cand_gain, dtype=np.float64)
-    n_left = node_count(left, criterion)
+    n_left = node_count(left, criterion) if cand_left_count is None else np.asarray(cand_left_count, np.float64)
     n_parent = node_count(s, criterion)
     n_right = n_parent[node] - n_left
     root = n_parent if total_weight is None else np.asarray(total_weight, dtype=np.float64)
@@ -204,26 +205,3 @@ def child_shift(summary: ArrayLike, shift: float) -> float:
 def is_pure(summary: ArrayLike, criterion: str) -> np.ndarray:
     """Nodes whose impurity is zero up to rounding (``PURITY_TOLERANCE`` of the scale)."""
     return impurity(summary, criterion) <= PURITY_TOLERANCE * impurity_scale(summary, criterion)
-
-
-def histogram_candidates(sums: np.ndarray, windows: np.ndarray, features: np.ndarray, pair_node: np.ndarray,
-                         edge_values: np.ndarray, edge_offsets: np.ndarray, min_crowd: int
-                         ) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
-    """The private protocol's candidates from fleet-summed pair histograms: ``sums`` ``(P, S, T)``
-    summary terms and ``windows`` ``(P, S)`` window counts per pair and slot (the last slot:
-    missing). Candidate ``b`` of pair ``p`` sends present slots ``<= b`` left (``x <
-    edges[j][b]``; missing goes right); candidates leaving fewer than ``min_crowd`` windows on a
-    side are dropped. Returns the candidate table (node, feature, rank, threshold, kind,
-    categories), the left summaries and the left window counts."""
-    n_edges = np.diff(edge_offsets)[features]
-    cum_sums = np.cumsum(sums[:, :-1], axis=1)
-    cum_windows = np.cumsum(windows[:, :-1], axis=1)
-    pair, rank = np.nonzero(np.arange(cum_sums.shape[1])[None, :] < n_edges[:, None])
-    left_windows = cum_windows[pair, rank]
-    keep = (left_windows >= min_crowd) & (windows.sum(axis=1)[pair] - left_windows >= min_crowd)
-    pair, rank = pair[keep], rank[keep]
-    feature = features[pair]
-    table = {"node": pair_node[pair], "feature": feature, "rank": rank,
-             "threshold": edge_values[edge_offsets[feature] + rank].astype(np.float64),
-             "kind": np.zeros(pair.size, np.int64), "categories": [None] * pair.size}
-    return table, cum_sums[pair, rank], left_windows[keep]

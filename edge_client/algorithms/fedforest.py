@@ -127,7 +127,7 @@ class _ForestState:
         client = feature == d
         x = np.where(client, float(self.task.client_index),
                      self.X[samples, np.minimum(feature, d - 1)])
-        go_left = x < s.threshold[row]  # numeric: NaN compares False -> right
+        go_left = (x < s.threshold[row]) | (np.isnan(x) & s.nan_left[row])  # numeric: NaN the learnt way
         categorical = s.categorical[row].astype(bool)
         if categorical.any():
             counts = np.diff(s.category_offsets)
@@ -273,7 +273,7 @@ class FedForestClient:
         mass = summaries.sum(axis=1) if state.integer else summaries[:, 0]
         nodes = np.flatnonzero(mass > 0)
         pairs, points, weights, gains = [], [], [], []
-        cat_pairs, cat_sums = [], []
+        cat_pairs, cat_sums, missing_pairs, missing_sums = [], [], [], []
         categorical = set(body.categorical.tolist())
         for j in np.unique(body.features).tolist():
             where = np.flatnonzero(body.features == j)
@@ -286,6 +286,14 @@ class FedForestClient:
                 cat_pairs.append(where[has])
                 cat_sums.append(sums[has])
                 continue
+            if not body.top_l:  # exact evaluation scores "NaN goes left" with these
+                nan = np.isnan(x)
+                if nan.any():
+                    sums = node_summaries(np.where(nan, level.positions, -1), level.weight, level.terms,
+                                          level.n_nodes)[node_pos]
+                    has = (sums.sum(axis=1) if state.integer else sums[:, 0]) > 0
+                    missing_pairs.append(where[has])
+                    missing_sums.append(sums[has])
             pts, w = pair_quantiles(x, level.positions, level.weight, node_pos, body.sketch_size)
             has = w > 0
             pairs.append(where[has])
@@ -298,6 +306,7 @@ class FedForestClient:
             pair_ids = np.concatenate(pairs)[order]
             order = order[top_per_node(pair_node[pair_ids], np.concatenate(gains)[order], body.top_l)]
         cat_order = np.argsort(np.concatenate(cat_pairs)) if cat_pairs else np.zeros(0, np.int64)
+        missing_order = np.argsort(np.concatenate(missing_pairs)) if missing_pairs else np.zeros(0, np.int64)
         S = state.terms.shape[1]
         return ForestLevelReply(
             nodes=nodes.astype(np.int64),
@@ -309,6 +318,10 @@ class FedForestClient:
             category_summaries=(state.wire(np.concatenate(cat_sums)[cat_order]) if cat_pairs
                                 else np.zeros((0, body.n_categories, S), np.int64 if state.integer else np.float64)),
             local_gain=np.concatenate(gains)[order] if gains else np.zeros(0),
+            missing_pairs=(np.concatenate(missing_pairs)[missing_order].astype(np.int64) if missing_pairs
+                           else np.zeros(0, np.int64)),
+            missing_summaries=(state.wire(np.concatenate(missing_sums)[missing_order]) if missing_pairs
+                               else state.wire(np.zeros((0, S)))),
         )
 
     @staticmethod
@@ -344,6 +357,7 @@ class FedForestClient:
         has = np.flatnonzero(mass[cand_node] > 0)
         if body.evaluation == "avgimp":
             gain = pooled_gain(level.summaries[cand_node[has]], left[has], state.task.criterion)
+            count = left[has].sum(axis=1) if state.integer else left[has, 0]
             return ForestSplitReply(candidates=has.astype(np.int64), left=np.zeros((0, left.shape[1])),
-                                    local_gain=gain.astype(np.float32))
+                                    local_gain=gain.astype(np.float32), left_count=state.wire(count))
         return ForestSplitReply(candidates=has.astype(np.int64), left=state.wire(left[has]))

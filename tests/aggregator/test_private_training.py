@@ -152,7 +152,7 @@ def test_fedforest_minimum_crowd_bounds_every_leaf(crowd: int) -> None:
         while (tree.feature[node] >= 0).any():
             f = tree.feature[node]
             x = X[rows, np.maximum(f, 0)]
-            go_left = np.where(np.isnan(x), False, x < tree.threshold[node])
+            go_left = np.where(np.isnan(x), tree.default_left[node], x < tree.threshold[node])  # NaN: learnt side
             node = np.where(f >= 0, np.where(go_left, tree.left[node], tree.right[node]), node)
         counts = np.bincount(node, minlength=tree.feature.shape[0])[tree.feature < 0]
         smallest.append(counts[counts > 0].min())

@@ -113,9 +113,10 @@ class ForestTask:
 class SplitDecisions:
     """Splits chosen at earlier levels (rows in level order), one row each: node ``node`` of tree
     ``tree``, decided at ``level``, sends its samples to ``left``/``right`` by ``feature`` <
-    ``threshold`` (numeric; NaN right) or, if ``categorical``, by membership of the code in
-    ``categories[offsets[i]:offsets[i+1]]`` (left). Feature ``n_features`` is the client
-    indicator H (a categorical split on the client index)."""
+    ``threshold`` (numeric; NaN left iff ``default_left``, empty: all right) or, if
+    ``categorical``, by membership of the code in ``categories[offsets[i]:offsets[i+1]]`` (left;
+    NaN right). Feature ``n_features`` is the client indicator H (a categorical split on the
+    client index)."""
 
     level: Annotated[np.ndarray, INT_1D]
     tree: Annotated[np.ndarray, INT_1D]
@@ -127,6 +128,8 @@ class SplitDecisions:
     right: Annotated[np.ndarray, INT_1D]
     category_offsets: Annotated[np.ndarray, INT_1D]
     categories: Annotated[np.ndarray, INT_1D]
+    default_left: Annotated[np.ndarray, ArraySpec(("uint8",), ndim=1)] = field(
+        default_factory=lambda: np.zeros(0, np.uint8))
 
     def __post_init__(self) -> None:
         n = _same_length(level=self.level, tree=self.tree, node=self.node, feature=self.feature,
@@ -134,8 +137,30 @@ class SplitDecisions:
         _csr("category_offsets", self.category_offsets, self.categories.shape[0], n)
         if self.categorical.size and self.categorical.max() > 1:
             raise ValueError("categorical flags must be 0 or 1")
+        if self.default_left.size not in (0, n) or (self.default_left.size and self.default_left.max() > 1):
+            raise ValueError(f"default_left must be {n} flags of 0 or 1 (or none)")
         if n > 1 and (np.diff(self.level) < 0).any():
             raise ValueError("rows must be in level order")
+
+    @property
+    def nan_left(self) -> np.ndarray:
+        """Per row, whether NaN goes left (``default_left``, all False when empty)."""
+        return self.default_left.astype(bool) if self.default_left.size else np.zeros(self.level.shape[0], bool)
+
+    @classmethod
+    def concatenate(cls, parts: list[SplitDecisions]) -> SplitDecisions:
+        """The rows of ``parts`` (in level order) as one table; no part: no rows."""
+        z = np.zeros(0, np.int64)
+        if not parts:
+            return cls(z, z, z, z, np.zeros(0), np.zeros(0, np.uint8), z, z, np.zeros(1, np.int64), z)
+        counts = [np.diff(p.category_offsets) for p in parts]
+        return cls(
+            **{name: np.concatenate([getattr(p, name) for p in parts])
+               for name in ("level", "tree", "node", "feature", "threshold", "categorical", "left", "right",
+                            "categories")},
+            category_offsets=np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64),
+            default_left=np.concatenate([p.nan_left for p in parts]).astype(np.uint8),
+        )
 
 
 @message_type("fedforest.level")
@@ -178,7 +203,10 @@ class ForestLevelReply:
     pairs of those nodes with values, ``points`` (M+1 quantiles each) and ``pair_weight`` (the
     non-missing weight: the pair's mixture weight). ``category_pairs``/``category_summaries``
     (pairs x n_categories x S): the categorical pairs. ``local_gain``: the client's best local
-    impurity decrease per pair in ``pairs`` (Top-L; empty otherwise)."""
+    impurity decrease per pair in ``pairs`` (Top-L; empty otherwise). ``missing_pairs`` /
+    ``missing_summaries``: the continuous pairs where some of the node's samples have no value
+    (NaN), and those samples' summary -- the server adds it to a candidate's left side to score
+    "NaN goes left" (the learnt default direction)."""
 
     nodes: Annotated[np.ndarray, INT_1D]
     summaries: Annotated[np.ndarray, SUMMARIES]
@@ -188,6 +216,8 @@ class ForestLevelReply:
     category_pairs: Annotated[np.ndarray, INT_1D]
     category_summaries: Annotated[np.ndarray, ArraySpec((*COUNT_DTYPES, "float64"), ndim=3, finite=True)]
     local_gain: Annotated[np.ndarray, F64_1D] = field(default_factory=lambda: np.zeros(0))
+    missing_pairs: Annotated[np.ndarray, INT_1D] = field(default_factory=lambda: np.zeros(0, np.int64))
+    missing_summaries: Annotated[np.ndarray, SUMMARIES] = field(default_factory=lambda: np.zeros((0, 0)))
 
     def __post_init__(self) -> None:
         if self.summaries.shape[0] != self.nodes.shape[0]:
@@ -206,6 +236,12 @@ class ForestLevelReply:
             raise ValueError("one category summary block per categorical pair")
         if self.local_gain.size not in (0, self.pairs.shape[0]):
             raise ValueError("local_gain must have one entry per pair")
+        _positions("missing_pairs", self.missing_pairs, 1 << 31)
+        if self.missing_summaries.shape[0] != self.missing_pairs.shape[0]:
+            raise ValueError(f"{self.missing_summaries.shape[0]} missing summaries for "
+                             f"{self.missing_pairs.shape[0]} pairs")
+        if self.missing_summaries.size and self.missing_summaries.dtype.kind in "iu" and self.missing_summaries.min() < 0:
+            raise ValueError("class counts must be >= 0")
 
 
 @message_type("fedforest.split")
@@ -231,12 +267,16 @@ class ForestSplitRequest:
 @dataclass(frozen=True)
 class ForestSplitReply:
     """``candidates``: positions (in the request's thresholds) of the candidates of nodes where the
-    client has samples; ``left``: their left summaries (S columns) -- or ``local_gain`` (avgimp)."""
+    client has samples; ``left``: their left summaries (S columns) -- or, with avgimp,
+    ``local_gain`` and ``left_count`` (the client's weight going left: the pooled counts enforce
+    ``min_samples_leaf``)."""
 
     candidates: Annotated[np.ndarray, INT_1D]
     left: Annotated[np.ndarray, SUMMARIES]
     # AvgImp's gains: float32 is plenty for an approximate criterion, and half the bytes
     local_gain: Annotated[np.ndarray, ArraySpec(("float32", "float64"), ndim=1, finite=True)] = field(
+        default_factory=lambda: np.zeros(0))
+    left_count: Annotated[np.ndarray, ArraySpec((*COUNT_DTYPES, "float64"), ndim=1, finite=True)] = field(
         default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
@@ -245,6 +285,9 @@ class ForestSplitReply:
             raise ValueError(f"{self.left.shape[0]} left summaries for {self.candidates.shape[0]} candidates")
         if self.local_gain.size not in (0, self.candidates.shape[0]):
             raise ValueError("local_gain must have one entry per candidate")
+        n = self.candidates.shape[0]
+        if self.left_count.size not in (0, n) or (self.left_count.size and self.left_count.min() < 0):
+            raise ValueError("left_count must have one entry >= 0 per candidate")
         if self.left.size and self.left.dtype.kind in "iu" and self.left.min() < 0:
             raise ValueError("class counts must be >= 0")
 
