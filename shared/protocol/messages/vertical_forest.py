@@ -84,9 +84,8 @@ class VerticalAlignRequest:
     task: Literal["classification", "regression"] = "classification"
 
     def __post_init__(self) -> None:
-        if self.hop_us < 0 or self.tolerance_us < 0 or 2 * self.tolerance_us > max(self.hop_us, 0):
-            if not (self.hop_us == 0 and self.tolerance_us == 0):
-                raise ValueError("tolerance_us must lie in 0..hop_us/2")
+        if self.hop_us < 0 or not 0 <= 2 * self.tolerance_us <= self.hop_us:
+            raise ValueError("tolerance_us must lie in 0..hop_us/2")
 
 
 @message_type("vertical_forest.align_reply")
