@@ -6,6 +6,7 @@
 algorithm configurations (``FedSCSXGB``, ...).
 """
 
+from .estimators import FedForestClassifier, FedForestRegressor, FedSCSXGBClassifier, FedSCSXGBRegressor
 from .simulate import Simulation, simulate
 
 __all__ = ["Simulation", "simulate"]

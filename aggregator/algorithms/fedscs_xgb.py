@@ -77,7 +77,7 @@ from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
 from .histogram_growth import GrowthParams, grow_trees
-from .levelwise_growth import decode, grow_round
+from .levelwise_growth import RoundTree, decode, grow_round_with_gains
 from .private_fleet import (
     NoiseBudget,
     PrivateFleet,
@@ -87,7 +87,7 @@ from .private_fleet import (
     frac_bits_for,
 )
 
-__all__ = ["FedSCSXGB"]
+__all__ = ["BoostingResult", "FedSCSXGB"]
 
 log = logging.getLogger(__name__)
 
@@ -227,6 +227,33 @@ class FedSCSXGB:
         """
         return _Training(self, job, seed).run()
 
+    def fit_with_diagnostics(self, job: FederatedJob, *, seed: int = 0) -> BoostingResult:
+        """:meth:`fit`, plus the loss change of every split the server chose."""
+        training = _Training(self, job, seed)
+        model = training.run()
+        return BoostingResult(model, tuple(training.loss_changes[: model.n_trees]))
+
+
+@dataclass(frozen=True, eq=False)
+class BoostingResult:
+    """The boosted model plus what the server learnt growing it: per tree, XGBoost's loss change
+    of each split (NaN at leaves, and for all of ``init_model``'s nodes: not known here)."""
+
+    model: TreeEnsemble
+    loss_changes: tuple[np.ndarray, ...]
+
+    def feature_importances(self) -> np.ndarray:
+        """XGBoost's ``importance_type="gain"`` as its scikit-learn ``feature_importances_``: per
+        feature the mean loss change of its splits, normalised to sum 1 (zeros without splits)."""
+        d = self.model.n_features
+        total, splits = np.zeros(d), np.zeros(d)
+        for tree, change in zip(self.model.trees, self.loss_changes):
+            chosen = (tree.feature >= 0) & np.isfinite(change)
+            np.add.at(total, tree.feature[chosen], change[chosen])
+            np.add.at(splits, tree.feature[chosen], 1.0)
+        mean = np.divide(total, splits, out=np.zeros(d), where=splits > 0)
+        return mean / mean.sum() if mean.sum() > 0 else mean
+
 
 class _Training:
     """One run of ``FedSCSXGB.fit``: the server's state between rounds."""
@@ -237,6 +264,7 @@ class _Training:
         self.rng = np.random.default_rng(seed)
         self.trees: list = []
         self.tree_output: list[int] = []
+        self.loss_changes: list[np.ndarray] = []  # per tree, XGBoost's loss change of each split
         self.known: dict[str, int] = {}  # trees each client's margins include (from its last reply)
         self._deltas: dict[tuple[int, int], bytes] = {}
 
@@ -366,7 +394,7 @@ class _Training:
                 break
         return self.model()
 
-    def _grow_round(self, summer: FleetSummer, selected: list[str], t: int) -> list:
+    def _grow_round(self, summer: FleetSummer, selected: list[str], t: int) -> list[RoundTree]:
         """One boosting round's trees. Every level sums over the same clients -- the ones that
         answered the first level -- since sibling subtraction and the minimum crowd assume one
         cohort; a client dropping out later restarts the round without it."""
@@ -375,9 +403,9 @@ class _Training:
             self._round_stats: dict[str, float] = {}
             self._cohort = cohort
             try:
-                return grow_round(self.n_outputs, self.fleet_edges, self.config.growth,
-                                  lambda s, nt, ni: self._histograms(summer, s, nt, ni),
-                                  frac_bits=self.frac_bits, min_crowd=self.config.min_crowd)
+                return grow_round_with_gains(self.n_outputs, self.fleet_edges, self.config.growth,
+                                             lambda s, nt, ni: self._histograms(summer, s, nt, ni),
+                                             frac_bits=self.frac_bits, min_crowd=self.config.min_crowd)
             except _CohortChanged as exc:
                 cohort = exc.remaining
                 log.warning("client dropped out mid-round: the round is grown again without it",
@@ -434,6 +462,7 @@ class _Training:
         self.base_score = np.asarray(model.base_score, dtype=np.float64)
         self.trees = list(model.trees)
         self.tree_output = [int(k) for k in model.tree_output]
+        self.loss_changes = [np.full(tree.n_nodes, np.nan) for tree in model.trees]
 
     def _sample(self) -> list[str]:
         return self._sample_from(self.clients)
@@ -533,12 +562,14 @@ class _Training:
         keys, G, H, W = merge_atoms(keys, np.concatenate([r.grad for r in atoms.values()]),
                                     np.concatenate([r.hess for r in atoms.values()]),
                                     np.concatenate([r.counts for r in atoms.values()]))
-        self._add_round([grown.tree for grown in grow_trees(keys, G, H, W, edges, self.config.growth)])
+        self._add_round([RoundTree(g.tree, g.loss_change) for g in grow_trees(keys, G, H, W, edges,
+                                                                                self.config.growth)])
 
-    def _add_round(self, trees: list) -> None:
+    def _add_round(self, trees: list[RoundTree]) -> None:
         """A boosting round's trees: tree ``k`` adds to output ``k``, a vector-leaf tree to all (-1)."""
-        for k, tree in enumerate(trees):
-            self.trees.append(tree)
+        for k, grown in enumerate(trees):
+            self.trees.append(grown.tree)
+            self.loss_changes.append(grown.loss_change)
             self.tree_output.append(-1 if self.vector_leaves else k if self.n_outputs > 1 else 0)
 
     # -- the model -----------------------------------------------------------------------------

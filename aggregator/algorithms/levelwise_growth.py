@@ -36,7 +36,7 @@ from shared.splitting import check_edges, leaf_weight
 
 from .histogram_growth import GrowthParams, best_splits, vector_leaf_weights
 
-__all__ = ["Fetch", "grow_round"]
+__all__ = ["Fetch", "RoundTree", "grow_round", "grow_round_with_gains"]
 
 #: ``fetch(splits so far, node_tree, node_id) -> int64 (R, 2m + 1, d, S)`` histograms of the nodes.
 Fetch = Callable[[RoundSplits, np.ndarray, np.ndarray], np.ndarray]
@@ -50,6 +50,15 @@ class _Node:
     hist: np.ndarray | None = None  # int64 (2m + 1, d, S)
     parent: _Node | None = None
     sibling: _Node | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class RoundTree:
+    """A grown tree and XGBoost's loss change of each of its splits (NaN at leaves): what
+    gain-based feature importances add up."""
+
+    tree: Tree
+    loss_change: np.ndarray
 
 
 def decode(values: np.ndarray, frac_bits: int) -> np.ndarray:
@@ -68,6 +77,20 @@ def grow_round(
 ) -> list[Tree]:
     """Grow the round's trees from the histograms ``fetch`` returns: one per output, or one with
     ``n_outputs``-wide leaves (``params.multi_strategy="multi_output_tree"``, ``n_outputs > 1``)."""
+    return [r.tree for r in grow_round_with_gains(n_outputs, edges, params, fetch, frac_bits=frac_bits,
+                                                  min_crowd=min_crowd)]
+
+
+def grow_round_with_gains(
+    n_outputs: int,
+    edges: Sequence[np.ndarray],
+    params: GrowthParams,
+    fetch: Fetch,
+    *,
+    frac_bits: int,
+    min_crowd: int = 0,
+) -> list[RoundTree]:
+    """:func:`grow_round`, each tree with the loss changes of its splits."""
     edges = check_edges(edges)
     n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
     n_cand = int(n_edges.max(initial=0))
@@ -77,6 +100,7 @@ def grow_round(
     builders = [TreeBuilder(np.zeros(m)) for _ in range(n_trees)]
     rows: list[tuple[int, ...]] = []
     totals: dict[tuple[int, int], np.ndarray] = {}
+    changes: dict[tuple[int, int], float] = {}
     min_split = max(2 * max(min_crowd, 1), 2)
 
     frontier = [_Node(k, 0, np.zeros(2 * m + 1, np.int64)) for k in range(n_trees)]
@@ -110,6 +134,7 @@ def grow_round(
             left_id, right_id = builders[node.tree].split(node.node, j, float(edges[j][b]), default_left=dl)
             left = node.hist[:, j, : b + 1].sum(axis=1) + (node.hist[:, j, -1] if dl else 0)
             rows.append((node.tree, node.node, j, b, int(dl), left_id, right_id))
+            changes[(node.tree, node.node)] = float(best.loss_change[i])
             a = _Node(node.tree, left_id, left, parent=node)
             b_ = _Node(node.tree, right_id, node.total - left, parent=node)
             a.sibling, b_.sibling = b_, a
@@ -126,7 +151,8 @@ def grow_round(
             g, h = decode(totals[(k, node_id)][:m], frac_bits), decode(totals[(k, node_id)][m : 2 * m], frac_bits)
             weight = vector_leaf_weights(g, h, params) if vector else leaf_weight(g, h, params.reg_lambda)
             builder.set_value(node_id, params.learning_rate * weight + 0.0, cover=max(float(h.sum()), 0.0))
-        trees.append(builder.build())
+        loss_change = np.array([changes.get((k, node_id), np.nan) for node_id in range(builder.n_nodes)])
+        trees.append(RoundTree(builder.build(), loss_change))
     return trees
 
 
