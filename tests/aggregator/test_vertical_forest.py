@@ -387,3 +387,17 @@ def test_one_round_prediction_through_the_parties_equals_the_model_and_a_missing
     late = FederatedJob(sim.engine, list(model.parties), job_id="predict-2", settings=JobSettings(deadline_s=0.5))
     with pytest.raises(TrainingError, match="failed at prediction alignment: party party-002 did not answer"):
         predict_on_parties(late, model)
+
+
+def test_a_party_without_the_key_or_with_missing_values_fails_the_job_naming_it():
+    from edge_client.training_data import PartyData
+
+    X, y = _data(n=60, seed=8)
+    blocks = _split(X, (3, 4))
+    no_key = [PartyData("party-000", blocks[0], y, party_key=b"k" * 32), PartyData("party-001", blocks[1], None)]
+    with pytest.raises(TrainingError, match=r"alignment: party party-001 did not answer.*no party key"):
+        VerticalFederatedForest(n_trees=1).run_in(Simulation(no_key), settings=JobSettings(deadline_s=5))
+    holes = blocks[1].copy()
+    holes[3, 2] = np.nan
+    with pytest.raises(TrainingError, match=r"party party-001 did not answer.*finite feature values"):
+        simulate(VerticalFederatedForest(n_trees=1), [(blocks[0], y), (holes, None)])
