@@ -105,7 +105,16 @@ def _segment_starts(sorted_ids: np.ndarray) -> np.ndarray:
     """Where each run of equal values starts in a sorted array (none for an empty one)."""
     if sorted_ids.size == 0:
         return np.zeros(0, np.int64)
-    return np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    new = np.ones(sorted_ids.size, bool)
+    new[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    return np.flatnonzero(new)
+
+
+def _segment_ids(sorted_ids: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... numbering the runs of equal values of a sorted array."""
+    ids = np.zeros(sorted_ids.size, np.int64)
+    np.cumsum(sorted_ids[1:] != sorted_ids[:-1], out=ids[1:])
+    return ids
 
 
 def _first_max(values: np.ndarray, segment: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -147,9 +156,9 @@ def grow(samples: Samples, depth: int, structures: np.ndarray | None = None) -> 
         starts = _segment_starts(node_key)
         if starts.size == 0:
             break
-        group = np.cumsum(np.r_[False, node_key[1:] != node_key[:-1]])
+        group = _segment_ids(node_key)
         sums = np.add.reduceat(samples.terms[row], starts, axis=0)
-        count = np.diff(np.r_[starts, node_key.size]).astype(np.float64)
+        count = np.diff(starts, append=node_key.size).astype(np.float64)
         value = sums / count[:, None]
         if samples.regression:
             squares = np.add.reduceat(samples.terms[row, 0] ** 2, starts)
@@ -198,9 +207,9 @@ def _best_splits(samples: Samples, row: np.ndarray, group: np.ndarray, starts: n
     """Per node of ``pair_group``'s nodes: the best of its (node, feature) pairs (index into the
     pairs, -1 if none of them has a valid threshold) and that pair's threshold."""
     n = samples.n
-    sizes = np.diff(np.r_[starts, row.shape[0]])[pair_group]
+    sizes = np.diff(starts, append=row.shape[0])[pair_group]
     pair = np.repeat(np.arange(pair_group.size), sizes)
-    offsets = np.repeat(starts[pair_group] - np.r_[0, np.cumsum(sizes)[:-1]], sizes)
+    offsets = np.repeat(starts[pair_group] - (np.cumsum(sizes) - sizes), sizes)
     entry = np.arange(pair.size) + offsets  # position in the node-sorted entry arrays
     r = row[entry]
     feature = pair_feature[pair]
@@ -226,7 +235,7 @@ def _best_splits(samples: Samples, row: np.ndarray, group: np.ndarray, starts: n
     # best pair per node: pairs of a node are contiguous and in feature order
     pair_score = np.where(has, proxy[best_entry], -np.inf)
     node_starts = _segment_starts(pair_group)
-    node_of_pair = np.cumsum(np.r_[False, pair_group[1:] != pair_group[:-1]])
+    node_of_pair = _segment_ids(pair_group)
     best_pair = _first_max(pair_score, node_of_pair, node_starts)
     ok = has[best_pair]
     e = best_entry[best_pair]

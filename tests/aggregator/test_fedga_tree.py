@@ -349,3 +349,36 @@ def test_each_tree_is_registered_for_its_own_gateway(tmp_path) -> None:
 def test_bad_settings_are_one_clear_error(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         FedGATree(**kwargs)
+
+
+# --- the IBM DP tree baseline ------------------------------------------------------------------
+
+
+def test_dp_tree_without_noise_splits_where_exact_counts_say_and_is_deterministic() -> None:
+    from aggregator.baselines import DPTree
+    from aggregator.baselines.dp_tree import quantile_edges
+
+    clients = make_clients(3, n=300, seed=8)
+    X = np.concatenate([x for x, _ in clients])
+    y = np.concatenate([t for _, t in clients])
+    edges = quantile_edges(X, 5)
+    assert all(e.size == 4 for e in edges)
+    exact = DPTree(max_depth=1, epsilon=1e12).fit(clients, edges=edges, classes=(0, 1, 2), seed=0)
+    # brute force: the candidate with the best Gini proxy on the pooled data
+    best, where = -np.inf, None
+    for j, column in enumerate(edges):
+        for e in column:
+            left = X[:, j] < e
+            proxy = sum(np.bincount(y[side], minlength=3).astype(float) @ np.bincount(y[side], minlength=3)
+                        / max(side.sum(), 1) for side in (left, ~left))
+            if proxy > best + 1e-9:
+                best, where = proxy, (j, e)
+    root = exact.trees[0]
+    assert (int(root.feature[0]), float(root.threshold[0])) == where
+    np.testing.assert_allclose(root.value[1], np.bincount(y[X[:, where[0]] < where[1]], minlength=3)
+                               / (X[:, where[0]] < where[1]).sum(), atol=1e-6)
+    noisy = DPTree().fit(clients, edges=edges, classes=(0, 1, 2), seed=4)
+    assert noisy == DPTree().fit(clients, edges=edges, classes=(0, 1, 2), seed=4)
+    assert noisy.trees[0].depth <= 6
+    with pytest.raises(ValueError, match="epsilon"):
+        DPTree(epsilon=0)
