@@ -9,19 +9,29 @@ give the trees of one client holding their union (Lemma 1), up to float re-assoc
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["merge_atoms"]
+__all__ = ["Atoms", "merge_atoms"]
 
 
-def merge_atoms(
-    bins: ArrayLike, grad: ArrayLike, hess: ArrayLike, counts: ArrayLike | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+class Atoms(NamedTuple):
+    """Merged atoms: distinct bin-id vectors ``keys`` ``(A, d)`` (sorted), and per atom the sums
+    ``grad``/``hess`` (``(A,)`` or ``(A, K)``, float64) and the sample ``count`` (float64)."""
+
+    keys: np.ndarray
+    grad: np.ndarray
+    hess: np.ndarray
+    count: np.ndarray
+
+
+def merge_atoms(bins: ArrayLike, grad: ArrayLike, hess: ArrayLike, counts: ArrayLike | None = None) -> Atoms:
     """Merge rows with identical bin-id vectors by summing their statistics.
 
     ``bins`` ``(A, d)`` integers; ``grad``/``hess`` ``(A,)`` or ``(A, K)``; ``counts`` ``(A,)``
-    (``None``: one sample per row). Returns ``(keys, G, H, W)`` with keys sorted
+    (``None``: one sample per row). Returns :class:`Atoms` ``(keys, G, H, W)`` with keys sorted
     lexicographically (so the result does not depend on the row order of ``bins``; the sums are
     accumulated in row order) and ``W`` as float64 (exact for counts below 2**53).
     """
@@ -50,4 +60,4 @@ def merge_atoms(
         flat = (inverse[:, None] * k + np.arange(k)).ravel()
         return np.bincount(flat, weights=v.ravel(), minlength=m * k).reshape(m, k)
 
-    return keys, total(g), total(h), total(w)
+    return Atoms(keys, total(g), total(h), total(w))

@@ -130,6 +130,16 @@ DP_FRAC_BITS = 32
 MAX_COHORT_RESTARTS = 3
 
 
+@dataclass
+class _RoundStats:
+    """What a round's first level tells besides its histograms: the clients whose sums went in and
+    (without differential privacy) the summed training loss and window count, for progress."""
+
+    contributors: int = 0
+    loss_sum: float = 0.0
+    samples: float = 0.0
+
+
 class _CohortChanged(Exception):
     """A level's sum came from fewer clients than the round's first level."""
 
@@ -379,14 +389,14 @@ class _Training:
             selected = self._sample_from(list(summer.active))
             self._add_round(self._grow_round(summer, selected, t))
             self._deltas.clear()
-            n = self._round_stats.get("samples", 0.0)
-            loss = self._round_stats.get("loss_sum", 0.0) / max(n, 1.0)
+            n = self._round_stats.samples
+            loss = self._round_stats.loss_sum / max(n, 1.0)
             if cfg.objective == "squared_error":
                 loss = float(np.sqrt(loss))
             metrics = ({"epsilon": self.noise.accountant.epsilon} if self.noise
                        else {"train_loss": loss, "samples": float(n)})
             progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected),
-                                     int(self._round_stats.get("contributors", 0)), metrics,
+                                     self._round_stats.contributors, metrics,
                                      time.monotonic() - started)
             self.job.report(progress)
             self.job.keep(partial(self.model, len(self.trees)), progress)
@@ -400,7 +410,7 @@ class _Training:
         cohort; a client dropping out later restarts the round without it."""
         cohort = list(selected)
         for _ in range(MAX_COHORT_RESTARTS + 1):
-            self._round_stats: dict[str, float] = {}
+            self._round_stats: _RoundStats | None = None  # set by the round's first level
             self._cohort = cohort
             try:
                 return grow_round_with_gains(self.n_outputs, self.fleet_edges, self.config.growth,
@@ -415,7 +425,7 @@ class _Training:
     def _histograms(self, summer: FleetSummer, splits: RoundSplits, node_tree: np.ndarray,
                     node_id: np.ndarray) -> np.ndarray:
         """One depth level: the cohort's summed (G, H, count) histograms of the requested nodes."""
-        first = not self._round_stats
+        first = self._round_stats is None
         selected = self._cohort
         # One window sits in one node per tree: m values |g| <= 1, m values h <= 1 and a count of 1
         # in each of d features (m = 1, or the classes for vector leaves).
@@ -442,10 +452,10 @@ class _Training:
             raise _CohortChanged(list(result.contributors), sorted(set(self._cohort) - set(result.contributors)))
         vector = result.total.view(np.int64)
         if first:
-            self._round_stats = {"contributors": float(len(result.contributors))}
+            self._round_stats = _RoundStats(len(result.contributors))
             if not self.noise:
-                self._round_stats.update(loss_sum=float(decode(vector[-2], LOSS_FRAC_BITS)),
-                                         samples=float(vector[-1]))
+                self._round_stats.loss_sum = float(decode(vector[-2], LOSS_FRAC_BITS))
+                self._round_stats.samples = float(vector[-1])
                 vector = vector[:-2]
         S = int(np.diff(self.edge_offsets).max(initial=0)) + 2
         return vector.reshape(node_tree.shape[0], stats, self.n_features, S)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,6 +41,18 @@ __all__ = ["Fetch", "RoundTree", "grow_round", "grow_round_with_gains"]
 
 #: ``fetch(splits so far, node_tree, node_id) -> int64 (R, 2m + 1, d, S)`` histograms of the nodes.
 Fetch = Callable[[RoundSplits, np.ndarray, np.ndarray], np.ndarray]
+
+
+class _SplitRow(NamedTuple):
+    """One split of the round so far, as :class:`RoundSplits` sends it (one column each)."""
+
+    tree: int
+    node: int
+    feature: int
+    bin: int
+    default_left: int
+    left: int
+    right: int
 
 
 @dataclass
@@ -98,7 +111,7 @@ def grow_round_with_gains(
     vector = params.vector_leaves and n_outputs > 1
     n_trees, m = (1, n_outputs) if vector else (n_outputs, 1)
     builders = [TreeBuilder(np.zeros(m)) for _ in range(n_trees)]
-    rows: list[tuple[int, ...]] = []
+    rows: list[_SplitRow] = []
     totals: dict[tuple[int, int], np.ndarray] = {}
     changes: dict[tuple[int, int], float] = {}
     min_split = max(2 * max(min_crowd, 1), 2)
@@ -133,7 +146,7 @@ def grow_round_with_gains(
             j, b, dl = int(best.feature[i]), int(best.bin[i]), bool(best.default_left[i])
             left_id, right_id = builders[node.tree].split(node.node, j, float(edges[j][b]), default_left=dl)
             left = node.hist[:, j, : b + 1].sum(axis=1) + (node.hist[:, j, -1] if dl else 0)
-            rows.append((node.tree, node.node, j, b, int(dl), left_id, right_id))
+            rows.append(_SplitRow(node.tree, node.node, j, b, int(dl), left_id, right_id))
             changes[(node.tree, node.node)] = float(best.loss_change[i])
             a = _Node(node.tree, left_id, left, parent=node)
             b_ = _Node(node.tree, right_id, node.total - left, parent=node)
@@ -156,7 +169,7 @@ def grow_round_with_gains(
     return trees
 
 
-def _fill_histograms(wanted: list[_Node], rows: list[tuple[int, ...]], fetch: Fetch) -> None:
+def _fill_histograms(wanted: list[_Node], rows: list[_SplitRow], fetch: Fetch) -> None:
     """Give every wanted node its histogram: fetch the smaller of two wanted siblings (the left
     on a tie) and every wanted node whose sibling is not wanted; subtract for the rest."""
     wanted_ids = {id(n) for n in wanted}
@@ -178,8 +191,8 @@ def _fill_histograms(wanted: list[_Node], rows: list[tuple[int, ...]], fetch: Fe
         node.hist = node.parent.hist - node.sibling.hist
 
 
-def _round_splits(rows: list[tuple[int, ...]]) -> RoundSplits:
+def _round_splits(rows: list[_SplitRow]) -> RoundSplits:
     if not rows:
         return RoundSplits.empty()
-    cols = np.array(rows, dtype=np.int64).T
-    return RoundSplits(cols[0], cols[1], cols[2], cols[3], cols[4].astype(np.uint8), cols[5], cols[6])
+    tree, node, feature, bin_, default_left, left, right = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    return RoundSplits(tree, node, feature, bin_, default_left.astype(np.uint8), left, right)
