@@ -18,17 +18,20 @@ import sys
 import time
 from dataclasses import fields
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from edge_client.cli.arguments import (add_subcommand, existing_file, gateway_id, holdout_share, non_negative_float,
                                        port_number, positive_float, positive_int, serial_port)
 from edge_client.cli.connection import HOST_VARIABLE, PASSWORD_VARIABLE, PORT_VARIABLE, add_broker_options, mqtt_config
 from edge_client.cli.errors import CliError, UsageError
-from edge_client.gateway_config import (ENGINES, ConfigError, GatewaySettings, broker_port, check_environment,
-                                        load_config, store_problem)
+# A module import, its names looked up at call time: gateway_config uses this package's validators
+# (edge_client.cli.arguments), so it may still be initialising when this module is imported.
+from edge_client import gateway_config as config
+
+if TYPE_CHECKING:
+    from shared.transport.mqtt import MqttConfig
 
 log = logging.getLogger(__name__)
-DEFAULTS = GatewaySettings()
 
 
 class _NotGiven:
@@ -47,7 +50,7 @@ def store_file(text: str) -> Path:
     database (a CSV or a recording is refused here, before anything is written next to it)."""
     path = Path(text)
     try:
-        problem = store_problem(path)
+        problem = config.store_problem(path)
     except OSError as exc:
         problem = f"cannot use {text} ({(exc.strerror or str(exc)).lower()})"
     if problem:
@@ -76,9 +79,9 @@ def alert_rules_file(text: str) -> Path:
 alert_rules_file.__name__ = "alert rules"
 
 
-def settings_of(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewaySettings:
+def settings_of(args: argparse.Namespace, environ: Mapping[str, str]) -> config.GatewaySettings:
     """The command line over the environment over ``--config`` over the defaults."""
-    from_file = load_config(args.config) if args.config else {}
+    from_file = config.load_config(args.config) if args.config else {}
     from_env: dict[str, object] = {}
     if environ.get(HOST_VARIABLE):
         from_env["host"] = environ[HOST_VARIABLE]
@@ -86,14 +89,14 @@ def settings_of(args: argparse.Namespace, environ: Mapping[str, str]) -> Gateway
         try:
             from_env["port"] = port_number(environ[PORT_VARIABLE])
         except argparse.ArgumentTypeError as exc:
-            raise ConfigError([f"${PORT_VARIABLE}: {exc}"]) from None
-    given = {f.name: getattr(args, f.name) for f in fields(GatewaySettings)
+            raise config.ConfigError([f"${PORT_VARIABLE}: {exc}"]) from None
+    given = {f.name: getattr(args, f.name) for f in fields(config.GatewaySettings)
              if getattr(args, f.name, None) not in (None, NOT_GIVEN)}
     if args.no_broker:  # the command line can only turn the broker off
         given["broker"] = False
     if "trust" in given:
         given["trust"] = tuple(given["trust"])
-    return GatewaySettings.resolve(from_file, from_env, given)
+    return config.GatewaySettings.resolve(from_file, from_env, given)
 
 
 def _print_stats(stats: dict[str, object]) -> None:
@@ -145,33 +148,33 @@ class Heartbeat:
             _print_stats(stats)
 
 
-def check(settings: GatewaySettings) -> int:
+def check(settings: config.GatewaySettings) -> int:
     """``--check``: each problem as one line on stderr (exit 1), else a short summary (exit 0)."""
-    report = check_environment(settings)
+    report = config.check_environment(settings)
     if report.problems:
         return report_problems(report.problems)
     print(f"OK: gateway {settings.client_id}: " + "; ".join(report.notes), flush=True)
     return 0
 
 
-def _broker_config(settings: GatewaySettings):
+def _broker_config(settings: config.GatewaySettings) -> MqttConfig:
     """The MqttConfig (``connection.mqtt_config`` from the settings); the password from
     ``$WHEELFED_MQTT_PASSWORD``, else ``password_file``."""
     import dataclasses
 
-    options = argparse.Namespace(host=settings.host, port=broker_port(settings), username=settings.username,
+    options = argparse.Namespace(host=settings.host, port=config.broker_port(settings), username=settings.username,
                                  protocol=settings.protocol, tls_ca=settings.tls_ca, tls_cert=settings.tls_cert,
                                  tls_key=settings.tls_key)
-    config = mqtt_config(options, settings.client_id)
-    if config.tls is None and config.password is None and settings.password_file is not None:
-        config = dataclasses.replace(config, password=settings.password_file.read_text(encoding="utf-8").strip())
-    return config
+    mqtt = mqtt_config(options, settings.client_id)
+    if mqtt.tls is None and mqtt.password is None and settings.password_file is not None:
+        mqtt = dataclasses.replace(mqtt, password=settings.password_file.read_text(encoding="utf-8").strip())
+    return mqtt
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         settings = settings_of(args, os.environ)
-    except ConfigError as exc:
+    except config.ConfigError as exc:
         if args.check:
             return report_problems(exc.problems)
         raise _config_usage_error(exc.problems) from None
@@ -197,7 +200,7 @@ def _config_usage_error(problems: tuple[str, ...] | list[str]) -> UsageError:
     return UsageError(problems[-1])
 
 
-def serve(settings: GatewaySettings) -> int:
+def serve(settings: config.GatewaySettings) -> int:
     from edge_client.alerts import DEFAULT_RULES, load_rules
     from edge_client.gateway import Gateway, GatewayConfig, GatewayError
     from edge_client.live import LiveConfig
@@ -222,7 +225,7 @@ def serve(settings: GatewaySettings) -> int:
         gateway.start()
     except GatewayError as exc:
         raise CliError(str(exc)) from None
-    broker = f"{settings.host}:{broker_port(settings)}" if settings.broker else "-"
+    broker = f"{settings.host}:{config.broker_port(settings)}" if settings.broker else "-"
     print(f"gateway {settings.client_id}: session {gateway.session_id}, store {store}, serial {settings.serial or '-'}, "
           f"broker {broker}", flush=True)
     sd_notify(f"READY=1\nSTATUS=session {gateway.session_id}, broker {broker}")
@@ -233,6 +236,7 @@ def serve(settings: GatewaySettings) -> int:
 
 
 def add(sub: argparse._SubParsersAction) -> None:
+    defaults = config.GatewaySettings()
     p = add_subcommand(sub, "gateway", "run a gateway: serial -> pipeline -> window store, and answer the aggregator",
                        examples=["WHEELFED_MQTT_PASSWORD=PW1 wheelfed gateway --client-id gw-1 --serial /dev/ttyUSB0 "
                                  "--trust aggregator.pub",
@@ -250,32 +254,32 @@ def add(sub: argparse._SubParsersAction) -> None:
                                                           "--config")
     p.add_argument("--serial", type=serial_port,
                    help="sensor link: device path, pty path or pyserial URL (default: none, no sensors)")
-    p.add_argument("--baud", type=positive_int, help=f"serial baud rate (default: {DEFAULTS.baud})")
+    p.add_argument("--baud", type=positive_int, help=f"serial baud rate (default: {defaults.baud})")
     p.add_argument("--store", type=store_file, help="window store (SQLite); default CLIENT_ID-windows.db")
     p.add_argument("--session", help="session id for the stored windows (default: client id + start time)")
     p.add_argument("--max-windows", type=positive_int, help="retention: keep at most this many windows")
     p.add_argument("--max-age-days", type=positive_float, help="retention: drop windows stored longer ago")
     p.add_argument("--holdout-fraction", type=holdout_share,
                    help="keep the last share of each session's labelled windows out of training, for evaluation "
-                        f"(default: {DEFAULTS.holdout_fraction})")
+                        f"(default: {defaults.holdout_fraction})")
     p.add_argument("--model-dir", type=Path,
                    help="where the active and previous model live (default: CLIENT_ID-models/)")
     p.add_argument("--trust", action="append", type=existing_file, metavar="PUBKEY",
                    help="the aggregator's public key file (wheelfed keygen); repeat during a key rotation")
-    p.add_argument("--engine", choices=ENGINES,
-                   help=f"inference engine (default: {DEFAULTS.engine}: TFLite when installed and faster)")
+    p.add_argument("--engine", choices=config.ENGINES,
+                   help=f"inference engine (default: {defaults.engine}: TFLite when installed and faster)")
     p.add_argument("--alerts", type=alert_rules_file,
                    help="JSON file of alert rules (default: pressure relief 30 min, lying 2 h)")
     p.add_argument("--publish-every", type=positive_float,
-                   help=f"seconds between prediction batches (default: {DEFAULTS.publish_every:g})")
+                   help=f"seconds between prediction batches (default: {defaults.publish_every:g})")
     p.add_argument("--stats-every", type=non_negative_float,
-                   help=f"seconds between status lines, 0: none (default: {DEFAULTS.stats_every:g})")
+                   help=f"seconds between status lines, 0: none (default: {defaults.stats_every:g})")
     p.add_argument("--no-broker", action="store_true", help="collect only; do not connect to an MQTT broker")
     add_broker_options(p, username_help="broker user name (default: the client id); password from "
                                         f"${PASSWORD_VARIABLE}, else password_file in --config")
     p.set_defaults(func=run, host=None, port=NOT_GIVEN, protocol=None)
     for action in p._actions:  # the shared options' help says where their defaults come from
         if action.dest == "host":
-            action.help = f"broker host (default: {DEFAULTS.host}; ${HOST_VARIABLE} sets it)"
+            action.help = f"broker host (default: {defaults.host}; ${HOST_VARIABLE} sets it)"
         elif action.dest == "protocol":
-            action.help = f"MQTT 5, or 4 = 3.1.1 (default: {DEFAULTS.protocol})"
+            action.help = f"MQTT 5, or 4 = 3.1.1 (default: {defaults.protocol})"
