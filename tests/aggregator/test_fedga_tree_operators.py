@@ -63,7 +63,8 @@ def test_crossover_is_one_point(case) -> None:
     for i in range(size):
         # some cut k in 1..L-1 explains both children (any k when L == 1)
         cuts = [k for k in range(1, max(length, 2))
-                if (a[i] == np.r_[first[i, :k], second[i, k:]]).all() and (b[i] == np.r_[second[i, :k], first[i, k:]]).all()]
+                if (a[i] == np.r_[first[i, :k], second[i, k:]]).all()
+                and (b[i] == np.r_[second[i, :k], first[i, k:]]).all()]
         assert cuts or length == 1
 
 

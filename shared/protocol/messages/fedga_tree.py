@@ -40,6 +40,11 @@ def _slots(depth: int) -> int:
     return (1 << depth) - 1
 
 
+def _check_population(population: np.ndarray, depth: int) -> None:
+    if population.shape[1:] != (_slots(depth),) or population.shape[0] < 1:
+        raise ValueError(f"population must be (P >= 1, {_slots(depth)}), got {population.shape}")
+
+
 @dataclass(frozen=True)
 class GATask:
     """The job's fixed settings, repeated in every request (a gateway that restarted needs no
@@ -137,8 +142,7 @@ class GAGenerationRequest:
     join: bool = False
 
     def __post_init__(self) -> None:
-        if self.population.shape[1:] != (_slots(self.depth),) or self.population.shape[0] < 1:
-            raise ValueError(f"population must be (P >= 1, {_slots(self.depth)}), got {self.population.shape}")
+        _check_population(self.population, self.depth)
 
 
 @message_type("fedga_tree.generation_reply")
@@ -168,8 +172,7 @@ class GAFinishRequest:
     full_data: bool = False
 
     def __post_init__(self) -> None:
-        if self.population.shape[1:] != (_slots(self.depth),) or self.population.shape[0] < 1:
-            raise ValueError(f"population must be (P >= 1, {_slots(self.depth)}), got {self.population.shape}")
+        _check_population(self.population, self.depth)
 
 
 @message_type("fedga_tree.finish_reply")
