@@ -167,20 +167,7 @@ class _FedSCSXGBBase(_FederatedEstimator):
         client_fraction: float = 1.0,
         dp_noise_multiplier: float | None = None,
     ) -> None:
-        self.n_estimators = n_estimators
-        self.max_depth = max_depth
-        self.learning_rate = learning_rate
-        self.max_bin = max_bin
-        self.gamma = gamma
-        self.reg_lambda = reg_lambda
-        self.min_child_weight = min_child_weight
-        self.multi_strategy = multi_strategy
-        self.random_state = random_state
-        self.protocol = protocol
-        self.secure_aggregation = secure_aggregation
-        self.min_crowd = min_crowd
-        self.client_fraction = client_fraction
-        self.dp_noise_multiplier = dp_noise_multiplier
+        _store(self, locals())
 
     def _config(self, labels: np.ndarray) -> FedSCSXGB:
         objective = self._objective
@@ -420,21 +407,7 @@ class FedForestClassifier(_ClassifierMixin, _FedForestBase):
         client_fraction: float = 1.0,
         dp_noise_multiplier: float | None = None,
     ) -> None:
-        self.n_estimators = n_estimators
-        self.criterion = criterion
-        self.max_depth = max_depth
-        self.max_bin = max_bin
-        self.max_features = max_features
-        self.min_samples_split = min_samples_split
-        self.min_samples_leaf = min_samples_leaf
-        self.min_impurity_decrease = min_impurity_decrease
-        self.bootstrap = bootstrap
-        self.random_state = random_state
-        self.protocol = protocol
-        self.secure_aggregation = secure_aggregation
-        self.min_crowd = min_crowd
-        self.client_fraction = client_fraction
-        self.dp_noise_multiplier = dp_noise_multiplier
+        _store(self, locals())
 
     def _config(self, labels: np.ndarray) -> FedForest:
         if self.criterion not in ("gini", "entropy"):
@@ -484,26 +457,19 @@ class FedForestRegressor(_RegressorMixin, _FedForestBase):
         client_fraction: float = 1.0,
         dp_noise_multiplier: float | None = None,
     ) -> None:
-        self.n_estimators = n_estimators
-        self.max_depth = max_depth
-        self.max_bin = max_bin
-        self.max_features = max_features
-        self.min_samples_split = min_samples_split
-        self.min_samples_leaf = min_samples_leaf
-        self.min_impurity_decrease = min_impurity_decrease
-        self.bootstrap = bootstrap
-        self.random_state = random_state
-        self.protocol = protocol
-        self.secure_aggregation = secure_aggregation
-        self.min_crowd = min_crowd
-        self.client_fraction = client_fraction
-        self.dp_noise_multiplier = dp_noise_multiplier
+        _store(self, locals())
 
     def _config(self, labels: np.ndarray) -> FedForest:
         return self._forest_config()
 
 
 # --- helpers ---------------------------------------------------------------------------------------
+
+
+def _store(estimator: _FederatedEstimator, arguments: dict[str, Any]) -> None:
+    """Keep every constructor argument as it is (scikit-learn's rule: no checks, no copies)."""
+    for name in estimator._get_param_names():
+        setattr(estimator, name, arguments[name])
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -79,17 +79,9 @@ def decode(values: np.ndarray, frac_bits: int) -> np.ndarray:
     return np.ldexp(np.asarray(values, dtype=np.float64), -frac_bits)
 
 
-def grow_round(
-    n_outputs: int,
-    edges: Sequence[np.ndarray],
-    params: GrowthParams,
-    fetch: Fetch,
-    *,
-    frac_bits: int,
-    min_crowd: int = 0,
-) -> list[Tree]:
-    """Grow the round's trees from the histograms ``fetch`` returns: one per output, or one with
-    ``n_outputs``-wide leaves (``params.multi_strategy="multi_output_tree"``, ``n_outputs > 1``)."""
+def grow_round(n_outputs: int, edges: Sequence[np.ndarray], params: GrowthParams, fetch: Fetch, *,
+               frac_bits: int, min_crowd: int = 0) -> list[Tree]:
+    """The trees of :func:`grow_round_with_gains` alone."""
     return [r.tree for r in grow_round_with_gains(n_outputs, edges, params, fetch, frac_bits=frac_bits,
                                                   min_crowd=min_crowd)]
 
@@ -103,7 +95,9 @@ def grow_round_with_gains(
     frac_bits: int,
     min_crowd: int = 0,
 ) -> list[RoundTree]:
-    """:func:`grow_round`, each tree with the loss changes of its splits."""
+    """Grow the round's trees from the histograms ``fetch`` returns -- one per output, or one
+    with ``n_outputs``-wide leaves (``params.multi_strategy="multi_output_tree"``, ``n_outputs >
+    1``) -- each with the loss changes of its splits."""
     edges = check_edges(edges)
     n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
     n_cand = int(n_edges.max(initial=0))

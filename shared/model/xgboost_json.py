@@ -265,12 +265,7 @@ def _tree_json(
 
     thresholds = _f32_thresholds(tree.threshold[order], internal, order, index, round_thresholds)
     cover = np.zeros(n) if tree.cover is None else _f32_array(tree.cover[order], "cover", index, order)
-    zeros = [0] * n
-    if vector:
-        return _vector_tree_json(tree, order, left, right, parents, thresholds, cover, index, n_features)
-    values = _f32_array(tree.value[order, 0] + shift, "value", index, order)
-    return {
-        "base_weights": values.tolist(),
+    doc: dict[str, Any] = {
         "categories": [],
         "categories_nodes": [],
         "categories_segments": [],
@@ -279,53 +274,6 @@ def _tree_json(
         "id": index,
         "left_children": left.tolist(),
         "loss_changes": [0.0] * n,
-        "parents": parents.tolist(),
-        "right_children": right.tolist(),
-        "split_conditions": np.where(internal, thresholds, values).tolist(),
-        "split_indices": np.where(internal, tree.feature[order], 0).tolist(),
-        "split_type": zeros,
-        "sum_hessian": cover.tolist(),
-        "tree_param": {
-            "num_deleted": "0",
-            "num_feature": str(n_features),
-            "num_nodes": str(n),
-            "size_leaf_vector": "1",
-        },
-    }
-
-
-def _vector_tree_json(
-    tree: Tree,
-    order: np.ndarray,
-    left: np.ndarray,
-    right: np.ndarray,
-    parents: np.ndarray,
-    thresholds: np.ndarray,
-    cover: np.ndarray,
-    index: int,
-    n_features: int,
-) -> dict[str, Any]:
-    """XGBoost's multi-target tree layout (see the module docstring), nodes in ``order``."""
-    n, width = tree.n_nodes, tree.n_outputs
-    internal = left >= 0
-    values = _f32_array(tree.value[order].ravel(), "value", index, np.repeat(order, width)).reshape(n, width)
-    leaves = np.flatnonzero(~internal)
-    leaf_row = np.zeros(n, dtype=np.int64)
-    leaf_row[leaves] = np.arange(leaves.shape[0])
-    return {
-        "base_weights": values.ravel().tolist(),
-        "categories": [],
-        "categories_nodes": [],
-        "categories_segments": [],
-        "categories_sizes": [],
-        "default_left": (tree.default_left[order] & internal).astype(int).tolist(),
-        "id": index,
-        "leaf_weights": values[leaves].ravel().tolist(),
-        "left_children": left.tolist(),
-        "loss_changes": [0.0] * n,
-        "parents": np.where(parents == ROOT_PARENT, -1, parents).tolist(),
-        "right_children": np.where(internal, right, leaf_row).tolist(),
-        "split_conditions": np.where(internal, thresholds, 0.0).tolist(),
         "split_indices": np.where(internal, tree.feature[order], 0).tolist(),
         "split_type": [0] * n,
         "sum_hessian": cover.tolist(),
@@ -333,8 +281,29 @@ def _vector_tree_json(
             "num_deleted": "0",
             "num_feature": str(n_features),
             "num_nodes": str(n),
-            "size_leaf_vector": str(width),
+            "size_leaf_vector": str(tree.n_outputs if vector else 1),
         },
+    }
+    if not vector:
+        values = _f32_array(tree.value[order, 0] + shift, "value", index, order)
+        return doc | {
+            "base_weights": values.tolist(),
+            "parents": parents.tolist(),
+            "right_children": right.tolist(),
+            "split_conditions": np.where(internal, thresholds, values).tolist(),
+        }
+    # XGBoost's multi-target layout (module docstring): a leaf's right child is its leaf row.
+    width = tree.n_outputs
+    values = _f32_array(tree.value[order].ravel(), "value", index, np.repeat(order, width)).reshape(n, width)
+    leaves = np.flatnonzero(~internal)
+    leaf_row = np.zeros(n, dtype=np.int64)
+    leaf_row[leaves] = np.arange(leaves.shape[0])
+    return doc | {
+        "base_weights": values.ravel().tolist(),
+        "leaf_weights": values[leaves].ravel().tolist(),
+        "parents": np.where(parents == ROOT_PARENT, -1, parents).tolist(),
+        "right_children": np.where(internal, right, leaf_row).tolist(),
+        "split_conditions": np.where(internal, thresholds, 0.0).tolist(),
     }
 
 
