@@ -196,10 +196,14 @@ def _path(value: object, base: Path) -> Path:
 
 
 def _file(value: object, base: Path) -> Path:
+    """An existing regular file (a device such as /dev/zero would never finish reading)."""
     try:
-        return existing_file(str(_path(value, base)))
+        path = existing_file(str(_path(value, base)))
     except argparse.ArgumentTypeError as exc:
         raise _Bad(str(exc)) from None
+    if not path.is_file():
+        raise _Bad(f"{path} is not a regular file")
+    return path
 
 
 def _files(value: object, base: Path) -> tuple[Path, ...]:

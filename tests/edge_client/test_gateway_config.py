@@ -148,6 +148,7 @@ tls_key = "gw.key"
     ("trust = ['nope.pub']", "trust: no such file: nope.pub"),
     ("alerts = 'nope.json'", "alerts: no such file: nope.json"),
     ("[broker]\ntls_ca = '.'", "broker.tls_ca: . is a directory, not a file"),
+    ("alerts = '/dev/zero'", "alerts: /dev/zero is not a regular file"),
     ("client_id = 1979-05-27", "client_id: expected a string, got a date/time (datetime.date(1979, 5, 27))"),
 ])
 def test_each_mistake_is_one_line_naming_the_key(text: str, line: str) -> None:

@@ -101,7 +101,38 @@ def _alert_rules() -> list[bytes]:
     return [json.dumps(rules).encode()]
 
 
+def _gateway_config() -> list[bytes]:
+    """Every key that names no file, and the shipped template (deploy/gateway/gateway.toml) as
+    install.sh writes it, its certificate lines turned into comments (no such files here)."""
+    every_key = b"""client_id = "gw-1"
+session = "s-1"
+store = "w.db"
+model_dir = "models"
+trust = []
+engine = "numpy"
+holdout_fraction = 0.2
+publish_every = 2.5
+stats_every = 0
+[serial]
+device = "socket://127.0.0.1:7000"
+baud = 57600
+[retention]
+max_windows = 1000
+max_age_days = 30
+[broker]
+enabled = true
+host = "broker.example.org"
+port = 8883
+protocol = 4
+username = "gw-1"
+"""
+    template = (Path(__file__).resolve().parents[2] / "deploy" / "gateway" / "gateway.toml").read_text()
+    template = (template.replace("@STATE@", "/var/lib/wheelfed").replace("@CONFIG@", "/etc/wheelfed")
+                .replace("@CLIENT_ID@", "gw-1").replace("\ntls_", "\n# tls_"))
+    return [every_key, template.encode()]
+
+
 def seed_inputs(scratch: Path) -> dict[str, list[bytes]]:
     return {"message": _messages(), "chunks": _chunks(), "frames": _frames(), "checked_frames": _checked_frames(), "recording": _recording(scratch),
             "checked_recording": _checked_recording(scratch),
-            "bundle": _bundle(), "alert_rules": _alert_rules()}
+            "bundle": _bundle(), "alert_rules": _alert_rules(), "gateway_config": _gateway_config()}

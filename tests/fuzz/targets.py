@@ -3,7 +3,7 @@ accept the input or raise the decoder's own error family -- anything else is a f
 
 The targets read what an attacker or a broken device controls: MQTT payloads (CBOR envelopes),
 a sequence of chunks to reassemble, the serial byte stream (frames, descriptors' JSON inside),
-recording files, model bundles pushed to a gateway, and a gateway's alert-rule file.
+recording files, model bundles pushed to a gateway, and a gateway's alert-rule and config files.
 ``tests/fuzz/run.py`` drives them with atheris (coverage-guided) and ``test_fuzz_targets.py``
 runs each for a bounded time in CI; ``corpus/<target>/`` holds the seeds.
 """
@@ -170,6 +170,21 @@ def _alert_rule_errors() -> tuple[type[BaseException], ...]:
     return (AlertRulesError,)
 
 
+def _gateway_config(data: bytes) -> None:
+    """A gateway's TOML config file, relative paths taken from the scratch folder."""
+    from pathlib import Path
+
+    from edge_client.gateway_config import parse_config
+
+    parse_config(data, base=Path(_SCRATCH_DIR))
+
+
+def _gateway_config_errors() -> tuple[type[BaseException], ...]:
+    from edge_client.gateway_config import ConfigError
+
+    return (ConfigError,)
+
+
 def _canary(data: bytes) -> None:
     """A planted bug the fuzzer must find (``test_fuzz_targets`` checks the harness can fail)."""
     if len(data) >= 3 and data[0] == 70 and data[1] == 85 and data[2] == 90:  # b"FUZ", byte by byte
@@ -185,6 +200,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("checked_recording", _checked_recording, _recording_errors),
     Target("bundle", _bundle, _bundle_errors),
     Target("alert_rules", _alert_rules, _alert_rule_errors),
+    Target("gateway_config", _gateway_config, _gateway_config_errors),
 )}
 
 #: Not in ``TARGETS`` (not part of a run over "every target"), but runnable by name.
