@@ -175,3 +175,14 @@ def test_bad_fleets_and_inputs_are_clear_errors() -> None:
     model.fit(fleet(7))
     with pytest.raises(ValueError, match="4 columns"):
         model.predict(np.zeros((2, 5)))
+
+
+def test_the_docstring_examples_run() -> None:
+    """The numpydoc Examples blocks are doctests; CI runs them here (``pytest --doctest-modules
+    aggregator/estimators.py`` runs the same)."""
+    import doctest
+
+    import aggregator.estimators as module
+
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted >= 20
