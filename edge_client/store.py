@@ -30,9 +30,11 @@ Feature blob: float64, little-endian (``<f8``), ``8 * n_features`` bytes
 
 Labelling rule (order-independent)
     All intervals are half-open, ``[start_us, end_us)``. A window gets label ``L`` if and only if
+
     (1) it lies entirely inside at least one annotation of its session labelled ``L``
         (``a.start_us <= w.start_us`` and ``w.end_us <= a.end_us``), and
     (2) it overlaps no annotation of its session with a different label.
+
     Otherwise it stays unlabelled: a window that straddles an activity change, or lies in two
     overlapping annotations that disagree, or is covered only by two adjacent same-label
     annotations without being inside either one. The label is (re)computed whenever a window

@@ -5,6 +5,7 @@ For all templates of length m (n - m + 1 of them) count the ordered pairs i != j
 Chebyshev distance is <= r: B. Same for length m + 1 (n - m templates): A. SampEn = -ln(A / B).
 
 Differences, all documented in FEATURES.md:
+
 - TIFEX divides A by (n - m) and B by (n - m + 1) before the ratio, which shifts every value
   by the constant -ln((n - m + 1) / (n - m)) (-0.0127 for n = 80); we keep tsfresh's A / B.
 - A = 0 (no template continues to match; tsfresh: inf, or NaN when B = 0 too) gives the
@@ -16,7 +17,7 @@ Differences, all documented in FEATURES.md:
   (n < m + 2).
 
 The pairwise distance test is computed once per series as an n x n boolean "close" matrix
-(|x_i - x_j| <= r); the m-template match is the AND of m shifted diagonals of it and the
+(``|x_i - x_j| <= r``); the m-template match is the AND of m shifted diagonals of it and the
 (m + 1)-match one more AND, so the cost is O(n^2) bit operations per series, processed in
 chunks to bound memory.
 """

@@ -1,6 +1,6 @@
 """Frequency-domain features: FFT coefficient magnitudes and Welch power-density summaries.
 
-FFT: |rfft(x)[k]| for k = 1..5 (tsfresh ``fft_coefficient(attr="abs")``); at 20 Hz and 80
+FFT: ``|rfft(x)[k]|`` for k = 1..5 (tsfresh ``fft_coefficient(attr="abs")``); at 20 Hz and 80
 samples the bins are 0.25 Hz apart, so these describe 0.25-1.25 Hz, where arm and propulsion
 cycles live. k = 0 (n * mean) would repeat the mean. A coefficient the series is too short to
 have is 0 (tsfresh: NaN).
@@ -13,6 +13,7 @@ time of a gateway's one-window extraction; tests pin it to scipy to 1e-12.
 We pass the real ``fs`` (like TIFEX), so densities are in unit^2/Hz and frequencies in Hz;
 tsfresh's ``spkt_welch_density`` calls welch with the default fs = 1, i.e. its densities are
 ours times fs and its bin k means k * fs / nperseg Hz. Summaries:
+
 - ``welch_peak_hz``: frequency of the largest density (first one on ties; 0 Hz for a flat
   spectrum, e.g. a constant signal, whose detrended density is 0 everywhere);
 - ``welch_power_total``: sum(density) * df, the power of the windowed, detrended signal;
@@ -46,7 +47,7 @@ WELCH_FEATURES = ("welch_peak_hz", "welch_power_total") + tuple(_band_name(lo, h
 
 
 def fft_magnitudes(d: np.ndarray) -> np.ndarray:
-    """|rfft(d)[k]| for k in FFT_COEFFICIENTS (d: deviations from the mean), shape ``(..., 5)``;
+    """``|rfft(d)[k]|`` for k in FFT_COEFFICIENTS (d: deviations from the mean), shape ``(..., 5)``;
     0 where k > n // 2."""
     n = d.shape[-1]
     spectrum = np.abs(np.fft.rfft(d, axis=-1)) if n else np.zeros(d.shape[:-1] + (1,))

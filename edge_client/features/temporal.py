@@ -15,7 +15,7 @@ STRIKE_FEATURES = ("longest_strike_above_mean", "longest_strike_below_mean")
 
 
 def change_features(x: np.ndarray) -> np.ndarray:
-    """Sum of |x[i+1]-x[i]|, (x[-1]-x[0])/(n-1) and mean |x[i+1]-x[i]|; 0 when n < 2."""
+    """Sum of ``|x[i+1]-x[i]|``, ``(x[-1]-x[0])/(n-1)`` and mean ``|x[i+1]-x[i]|``; 0 when n < 2."""
     n = x.shape[-1]
     if n < 2:
         return np.zeros(x.shape[:-1] + (3,))

@@ -22,7 +22,7 @@ Where it sits (a deliberate deviation from FedSCS-XGB)
       zeros sit at the 10 Hz Nyquist). Magnitudes agree within 2.5 % up to 4 Hz (0.9994 / 0.980
       at 3 / 4 Hz vs 0.9976 / 0.956 at 50 Hz); above 5 Hz the 20 Hz design is sharper (0.20 vs
       0.35 at 6 Hz). The group delay at DC is 81 ms instead of 100 ms, so the output is ~20 ms
-      "earlier": that phase difference is most of the difference below (|H_20 - H_50| = 0.12 at
+      "earlier": that phase difference is most of the difference below (``|H_20 - H_50|`` = 0.12 at
       1 Hz, 0.22-0.29 at 2-4 Hz, almost all of it phase).
     * Aliasing (input above 10 Hz folding onto the grid; gain = FIR(f) * the filter at the alias
       frequency): input at 10-12 Hz, in the FIR's transition band, folds to 8-10 Hz, where this

@@ -12,7 +12,7 @@ with one label-track interval per series whose label is the exercise name. Serie
 dataset index are kept in the metadata ``extra["series"]``.
 
 Samples travel as float32, not int16: the dataset stores 6 decimals, and float32's rounding error
-(< 1e-6 for |x| < 32, the largest value is 29) stays below that resolution, so the import is
+(< 1e-6 for ``|x| < 32``, the largest value is 29) stays below that resolution, so the import is
 lossless for practical purposes without choosing a per-channel int16 range that a future subject
 could clip (int16 over +-32 rad/s would quantise in 1e-3 steps). The bandwidth cost is 1.2 kB/s.
 """

@@ -1,4 +1,4 @@
-"""MQTT topic layout, namespaced per client so a broker ACL can confine each gateway.
+"""MQTT topic layout, namespaced per client so a broker ACL can confine each gateway::
 
     {prefix}/c/{client}/in      aggregator -> one gateway (requests)        gateway: read
     {prefix}/c/{client}/out     one gateway -> aggregator (replies, events) gateway: write

@@ -46,7 +46,7 @@ from .errors import SketchError
 from .standardization import Standardization
 from .weighted import left_quantile_index
 
-#: Smallest |z| with its own bucket; smaller magnitudes share the zero bucket (reported as 0).
+#: Smallest ``|z|`` with its own bucket; smaller magnitudes share the zero bucket (reported as 0).
 MIN_INDEXABLE = float(np.finfo(np.float64).tiny)
 #: alpha below this would need bucket keys beyond int32 for the float range.
 MIN_ALPHA = 1e-6

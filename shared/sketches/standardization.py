@@ -1,7 +1,7 @@
 """The shared affine map a DDSketch applies before bucketing, and where the server gets it.
 
-Why: DDSketch's buckets are relative to |value|, so a feature whose spread is small next to its
-magnitude (20 ± 0.05, |acceleration| ≈ 1 g) lands in one or two buckets. Subtracting a centre
+Why: DDSketch's buckets are relative to ``|value|``, so a feature whose spread is small next to its
+magnitude (20 ± 0.05, ``|acceleration|`` ≈ 1 g) lands in one or two buckets. Subtracting a centre
 near the data moves the values next to 0, where log buckets are finest. Every client must use
 the *same* centre and scale (or their sketches do not merge), so the server picks them — e.g.
 from one round of additive ``weighted_moments`` summed over clients.
