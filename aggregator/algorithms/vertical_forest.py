@@ -472,5 +472,6 @@ class VerticalTraining:
                                 tr.cover) for tr in trees]
         return VerticalForestModel(
             tuple(trees), cfg.task, classes, tuple(self.parties), tuple(self.n_features), None, integer,
-            {"algorithm": cfg.name, "job": self.job.job_id, "n_trees": cfg.n_trees, "max_depth": depth, "criterion": self.crit,
+            {"algorithm": cfg.name, "job": self.job.job_id, "n_trees": cfg.n_trees, "max_depth": depth,
+             "criterion": self.crit,
              "label_holder": self.label_holder}, self.alignment)

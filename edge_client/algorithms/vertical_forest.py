@@ -255,6 +255,7 @@ class VerticalForestClient:
             else:
                 labels = np.asarray(w.y[rows], dtype=np.float64)
             state.own_labels = labels
+            state.terms = target_terms(labels, body.task.n_classes)
             sealed = self._key().seal(labels.tobytes(), associated=labels_context(message.envelope.job))
         return VerticalSetupReply(int(rows.size), sealed)
 
@@ -262,19 +263,17 @@ class VerticalForestClient:
         body: VerticalLevelRequest = message.body
         state = self._job(message)
         task = state.task
-        if state.terms is None:
-            labels = state.own_labels
-            if labels is None:
-                if not body.sealed_labels:
-                    raise RequestRejected("bad_request", "the first level must carry the sealed labels")
-                try:
-                    raw = self._key().open(body.sealed_labels, associated=labels_context(message.envelope.job))
-                except SealError as exc:
-                    raise RequestRejected("bad_labels", str(exc)) from None
-                labels = np.frombuffer(raw, dtype=np.int64 if task.n_classes else np.float64)
-                if labels.size != state.X.shape[0] or (task.n_classes and (labels.min(initial=0) < 0 or
-                                                                           labels.max(initial=0) >= task.n_classes)):
-                    raise RequestRejected("bad_labels", "the labels do not fit this party's windows")
+        if state.terms is None:  # a party without labels: the label holder's copy, relayed sealed
+            if not body.sealed_labels:
+                raise RequestRejected("bad_request", "the first level must carry the sealed labels")
+            try:
+                raw = self._key().open(body.sealed_labels, associated=labels_context(message.envelope.job))
+            except SealError as exc:
+                raise RequestRejected("bad_labels", str(exc)) from None
+            labels = np.frombuffer(raw, dtype=np.int64 if task.n_classes else np.float64)
+            if labels.size != state.X.shape[0] or (task.n_classes and (labels.min(initial=0) < 0 or
+                                                                       labels.max(initial=0) >= task.n_classes)):
+                raise RequestRejected("bad_labels", "the labels do not fit this party's windows")
             state.terms = target_terms(labels, task.n_classes)
         self._apply(message, state, body.partitions, body.level)
         n_nodes = body.node_id.shape[0]

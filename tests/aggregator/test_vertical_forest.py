@@ -316,6 +316,18 @@ def test_a_party_dropping_out_mid_training_fails_the_job_and_nothing_is_kept():
         assert half.jobs == () and not half.forests
 
 
+def test_string_labels_on_any_party_and_a_forest_of_stumps():
+    X, y = _data(n=90, seed=9)
+    names = np.array(["lie", "push", "sit"])[y]
+    blocks = _split(X, (3, 4))
+    model = simulate(VerticalFederatedForest(n_trees=3, max_depth=4), [(blocks[0], None), (blocks[1], names)])
+    assert model.classes == ("lie", "push", "sit") and (model.predict(blocks) == names).mean() > 0.7
+    stumps = simulate(VerticalFederatedForest(n_trees=2, max_depth=0, bootstrap=False),
+                      [(blocks[0], names), (blocks[1], None)])
+    assert all(t.split_nodes.size == 0 for t in stumps.trees)
+    np.testing.assert_allclose(stumps.predict_proba(blocks)[0], np.bincount(y, minlength=3) / y.size)
+
+
 def test_a_party_missing_at_prediction_is_a_clear_error():
     X, y = _data(n=120, seed=4)
     blocks = _split(X, (3, 4))
@@ -379,7 +391,8 @@ def test_one_round_prediction_through_the_parties_equals_the_model_and_a_missing
     assert result.alignment.common == 180 and job.rounds == 2  # alignment, then the one round
     np.testing.assert_array_equal(result.values, model.predict_proba(blocks))
     np.testing.assert_array_equal(result.predictions, model.predict(blocks))
-    classical_job = FederatedJob(sim.engine, list(model.parties), job_id="predict-c", settings=JobSettings(deadline_s=5))
+    classical_job = FederatedJob(sim.engine, list(model.parties), job_id="predict-c",
+                                 settings=JobSettings(deadline_s=5))
     classical = predict_on_parties(classical_job, model, method="classical")
     np.testing.assert_array_equal(classical.values, result.values)
     assert classical_job.rounds == 1 + max(int(np.floor(np.log2(t.split_nodes.max() + 1))) + 1 for t in model.trees)

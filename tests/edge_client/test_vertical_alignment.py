@@ -126,7 +126,8 @@ def test_misaligned_parties_train_the_forest_of_their_common_windows():
     assert report.common == n - 5
     assert report.missing == (3, 2 + 7, 5) and report.duplicates == (1, 0, 0) and report.off_grid == (0, 0, 1)
     common = np.setdiff1d(np.arange(n), [3, 77, 150, 151, 199])  # already in (session, start) order
-    clean = dataclasses.replace(cfg, hop_us=0, tolerance_us=0).simulate([(X[common, :2], y[common]), (X[common, 2:4], None), (X[common, 4:], None)], seed=3)
+    clean = dataclasses.replace(cfg, hop_us=0, tolerance_us=0).simulate(
+        [(X[common, :2], y[common]), (X[common, 2:4], None), (X[common, 4:], None)], seed=3)
     for a, b in zip(model.trees, clean.trees):
         assert (a.split_nodes == b.split_nodes).all() and (a.feature == b.feature).all()
         np.testing.assert_array_equal(a.values, b.values)
