@@ -18,9 +18,10 @@ import hmac
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import Path as PathParameter
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
@@ -38,6 +39,9 @@ __all__ = ["create_app"]
 STATIC = Path(__file__).parent / "static"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 Page = tuple[int, int]
+#: Versions are stored as 32-bit integers on every database; a larger number is a 422, not a 500.
+MAX_VERSION = 2**31 - 1
+Version = Annotated[int, PathParameter(ge=1, le=MAX_VERSION)]
 
 
 class JobIn(BaseModel):
@@ -183,14 +187,14 @@ def create_app(server: Server) -> FastAPI:
         return [{**asdict(r), "label": r.label} for r in server.registry.list(offset=page[0], limit=page[1])]
 
     @app.get("/api/models/{model_id}/compare", dependencies=[read])
-    def compare(model_id: str, a: int = Query(ge=1), b: int = Query(ge=1)) -> dict[str, Any]:
+    def compare(model_id: str, a: int = Query(ge=1, le=MAX_VERSION), b: int = Query(ge=1, le=MAX_VERSION)) -> dict[str, Any]:
         first, second = server.registry.record(model_id, a), server.registry.record(model_id, b)
         keys = sorted(set(first.metrics) | set(second.metrics))
         return {"a": first.label, "b": second.label,
                 "metrics": {k: {"a": first.metrics.get(k), "b": second.metrics.get(k)} for k in keys}}
 
     @app.get("/api/models/{model_id}/{version}", dependencies=[read])
-    def model(model_id: str, version: int) -> dict[str, Any]:
+    def model(model_id: str, version: Version) -> dict[str, Any]:
         record = server.registry.record(model_id, version)
         running = [d.client for d in server.registry.running().values()
                    if (d.model_id, d.version) == (model_id, version)]
@@ -198,13 +202,13 @@ def create_app(server: Server) -> FastAPI:
 
     @app.get("/api/models/{model_id}/{version}/download", dependencies=[read],
              response_class=Response, responses={200: {"content": {"application/cbor": {}}}})
-    def download(model_id: str, version: int) -> Response:
+    def download(model_id: str, version: Version) -> Response:
         record, data = server.registry.model_bytes(model_id, version)
         return Response(data, media_type="application/cbor",
                         headers={"Content-Disposition": f'attachment; filename="{record.model_id}-v{version}.cbor"'})
 
     @app.post("/api/models/{model_id}/{version}/deploy", dependencies=[operate])
-    def deploy_model(model_id: str, version: int, body: DeployIn) -> dict[str, Any]:
+    def deploy_model(model_id: str, version: Version, body: DeployIn) -> dict[str, Any]:
         from ..deployment import deploy
 
         server.registry.record(model_id, version)
