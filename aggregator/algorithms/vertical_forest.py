@@ -50,6 +50,7 @@ from shared.protocol.messages.vertical_forest import (
     VerticalLevelRequest,
     VerticalPartitionReply,
     VerticalPartitionRequest,
+    VerticalResult,
     VerticalRouteReply,
     VerticalRouteRequest,
     VerticalSetupReply,
@@ -171,12 +172,14 @@ class VerticalPrediction:
 
 def predict_on_parties(job: FederatedJob, model: VerticalForestModel, *, hop_us: int = 0, tolerance_us: int = 0,
                        feature_set_version: str = "",
-                       method: Literal["one_round", "classical"] = "one_round") -> VerticalPrediction:
+                       method: Literal["one_round", "classical"] = "one_round",
+                       share: bool = True) -> VerticalPrediction:
     """Predict the parties' windows with ``model`` (whose partial trees they keep): align them,
     then either one ``vertical_forest.route`` round (Alg. 3-4: the master intersects the leaf
     sets) or, ``method="classical"``, one ``vertical_forest.directions`` round per tree level
     (each split's owner says where the windows at that node go). A party that does not answer
-    is an error (``TrainingError`` naming it), never a guess."""
+    is an error (``TrainingError`` naming it), never a guess. ``share``: one more round gives
+    every party the prediction of its windows (the person's gateways all learn the result)."""
     parties = list(model.parties)
     if sorted(job.clients) != sorted(parties):
         raise ValueError(f"the prediction job's clients {sorted(job.clients)} are not the model's parties {parties}")
@@ -192,6 +195,8 @@ def predict_on_parties(job: FederatedJob, model: VerticalForestModel, *, hop_us:
     else:
         positions = _classical(job, model, parties, keep, report.common, model_job)
     values = model.leaf_values(positions)
+    if share:
+        ask_every_party(job, parties, "sharing the prediction", VerticalResult(values, model.classes), Ack)
     return VerticalPrediction(values, model.labels_of(values), report)
 
 

@@ -39,6 +39,7 @@ from shared.protocol.messages.vertical_forest import (
     VerticalLevelRequest,
     VerticalPartitionReply,
     VerticalPartitionRequest,
+    VerticalResult,
     VerticalRouteReply,
     VerticalRouteRequest,
     VerticalSetupReply,
@@ -69,6 +70,16 @@ def labels_context(job: str) -> bytes:
 def partition_context(job: str, level: int, owner: int) -> bytes:
     """Associated data of one owner's sealed partition of one level."""
     return f"wheelfed/vertical/{job}/level/{level}/owner/{owner}".encode()
+
+
+@dataclass(frozen=True, eq=False)
+class PartyPrediction:
+    """A shared prediction on one party: its aligned windows' features ``X`` (its own columns) and
+    the forest's ``values`` for them (class probabilities in ``classes`` order, or the mean)."""
+
+    X: np.ndarray
+    values: np.ndarray
+    classes: tuple[str, ...]
 
 
 @dataclass
@@ -112,6 +123,8 @@ class VerticalForestClient:
         self._jobs: OrderedDict[str, _PartyJob] = OrderedDict()
         #: Finished jobs' partial forests (one ``PartialTree`` per tree), by job id.
         self.forests: OrderedDict[str, tuple[PartialTree, ...]] = OrderedDict()
+        #: The predictions the master shared, by prediction job: the windows and their values.
+        self.results: OrderedDict[str, PartyPrediction] = OrderedDict()
 
     def register(self, dispatcher: Dispatcher) -> None:
         dispatcher.register(VerticalAlignRequest, self.on_align)
@@ -122,6 +135,7 @@ class VerticalForestClient:
         dispatcher.register(VerticalAbort, self.on_abort)
         dispatcher.register(VerticalRouteRequest, self.on_route)
         dispatcher.register(VerticalDirectionsRequest, self.on_directions)
+        dispatcher.register(VerticalResult, self.on_result)
 
     @property
     def jobs(self) -> tuple[str, ...]:
@@ -359,7 +373,6 @@ class VerticalForestClient:
         """One-round prediction (Alg. 3) of the windows this prediction job aligned."""
         body: VerticalRouteRequest = message.body
         X = self._prediction_windows(message, body.model_job, body.keep)
-        self._jobs.pop(message.envelope.job, None)
         reach = np.concatenate([reachable_leaves(tree, X) for tree in self.forests[body.model_job]], axis=1)
         return VerticalRouteReply(np.packbits(reach, axis=1), int(reach.shape[1]))
 
@@ -380,6 +393,18 @@ class VerticalForestClient:
             except ValueError as exc:
                 raise RequestRejected("bad_request", str(exc)) from None
         return VerticalDirectionsReply(np.packbits(go_left))
+
+    def on_result(self, message: Message) -> Ack:
+        """Keep the prediction of this job's windows (every party of the person receives it)."""
+        body: VerticalResult = message.body
+        state = self._job(message)
+        if state.X is None or body.values.shape[0] != state.X.shape[0]:
+            raise RequestRejected("bad_request", "the result does not fit this prediction job's windows")
+        self._jobs.pop(message.envelope.job, None)
+        self.results[message.envelope.job] = PartyPrediction(state.X, body.values, body.classes)
+        while len(self.results) > self.max_jobs:
+            self.results.popitem(last=False)
+        return Ack("kept")
 
     def _partial_forest(self, state: _PartyJob) -> tuple[PartialTree, ...]:
         trees = []

@@ -388,12 +388,16 @@ def test_one_round_prediction_through_the_parties_equals_the_model_and_a_missing
     model = VerticalFederatedForest(n_trees=5, max_depth=6).run_in(sim, seed=2)
     job = FederatedJob(sim.engine, list(model.parties), job_id="predict-1", settings=JobSettings(deadline_s=5.0))
     result = predict_on_parties(job, model)
-    assert result.alignment.common == 180 and job.rounds == 2  # alignment, then the one round
+    assert result.alignment.common == 180 and job.rounds == 3  # alignment, the one round, the result to all
+    for i, party in enumerate(model.parties):  # every party of the person holds the prediction of its windows
+        shared = sim.participants[party].halves["vertical_forest"].results["predict-1"]
+        np.testing.assert_array_equal(shared.X, blocks[i])
+        np.testing.assert_array_equal(shared.values, result.values)
     np.testing.assert_array_equal(result.values, model.predict_proba(blocks))
     np.testing.assert_array_equal(result.predictions, model.predict(blocks))
     classical_job = FederatedJob(sim.engine, list(model.parties), job_id="predict-c",
                                  settings=JobSettings(deadline_s=5))
-    classical = predict_on_parties(classical_job, model, method="classical")
+    classical = predict_on_parties(classical_job, model, method="classical", share=False)
     np.testing.assert_array_equal(classical.values, result.values)
     assert classical_job.rounds == 1 + max(int(np.floor(np.log2(t.split_nodes.max() + 1))) + 1 for t in model.trees)
     sim.transports["party-002"].drop()

@@ -21,6 +21,7 @@ from shared.protocol.messages.vertical_forest import (
     VerticalLevelRequest,
     VerticalPartitionReply,
     VerticalPartitionRequest,
+    VerticalResult,
     VerticalRouteReply,
     VerticalRouteRequest,
     VerticalSetupReply,
@@ -58,6 +59,7 @@ def vertical_forest_examples() -> list[object]:
         VerticalDirectionsRequest("job-1", np.array([0, 1], I64), np.array([0], I64), np.array([2], I64),
                                   np.array([0, 2], I64), np.array([0, 1], I64)),
         VerticalDirectionsReply(np.array([128], np.uint8)),
+        VerticalResult(np.array([[0.2, 0.8], [1.0, 0.0]]), ("lie", "sit")),
     ]
 
 

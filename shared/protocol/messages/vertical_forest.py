@@ -307,3 +307,14 @@ class VerticalDirectionsReply:
     """Packed bits, one per requested row in request order: 1 = left."""
 
     go_left: Annotated[np.ndarray, ArraySpec(("uint8",), ndim=1)]
+
+
+@message_type("vertical_forest.result")
+@dataclass(frozen=True)
+class VerticalResult:
+    """The prediction of this job's aligned windows (rows as in ``vertical_forest.route``):
+    ``values`` (rows, K) -- class probabilities in ``classes`` order, or the mean -- for every
+    party of the person."""
+
+    values: Annotated[np.ndarray, ArraySpec(("float64",), ndim=2, finite=True)]
+    classes: tuple[str, ...] = ()
