@@ -275,6 +275,9 @@ class JobRunner:
         job = self.registry.job(job_id)
         if job.state not in ("queued", "running"):
             return
+        if job.result:  # the server stopped after registering the model: the job is done
+            self.registry.update_job(job_id, state="completed")
+            return
         resumed = self.registry.last_checkpoint(job_id)
         base = resumed.step if resumed is not None else 0
         self.registry.discard_rounds_after(job_id, base)
@@ -285,7 +288,8 @@ class JobRunner:
             model_id, _, version = job.init_model.rpartition(":v")
             init = self.registry.model(model_id, int(version))[1]
         config = dict(job.config)
-        if base:
+        finished = base > 0 and base >= job.total  # every round is stored: its model is the result
+        if base and not finished:
             config["n_rounds"] = job.total - base
         attempt = job.attempt + 1
         protocol_id = f"{job_id}-a{attempt}"
@@ -304,11 +308,14 @@ class JobRunner:
                 raise TrainingError(f"resuming needs the job's participants {job.participants}; of them "
                                     f"{list(choice.clients)} answered ({choice.left_out})")
             self.registry.update_job(job_id, participants=list(choice.clients), feature_set=choice.version)
-            algorithm = build_algorithm(job.algorithm, config, init_model=init, feature_set=choice.version)
             fed = FederatedJob(self.engine, choice.clients, job_id=protocol_id, settings=self.settings,
                                progress=lambda p: self._round_done(job_id, base, job.total, p), stop=self._stop,
                                on_checkpoint=lambda c: self._checkpoint(job_id, base, c))
-            model = algorithm.fit(fed, seed=int(job.rules.get("seed", 0)))
+            if finished:
+                model = init
+            else:
+                algorithm = build_algorithm(job.algorithm, config, init_model=init, feature_set=choice.version)
+                model = algorithm.fit(fed, seed=int(job.rules.get("seed", 0)))
             if self._stop.is_set() and fed.stopped is not None:
                 if job_id in self._cancelled:
                     raise JobCancelled
