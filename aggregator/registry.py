@@ -468,6 +468,12 @@ class Registry:
             query = query.where(t.c.state == state)
         return [_decode(r, JobRecord) for r in self._read(query)]
 
+    def job_counts(self) -> dict[str, int]:
+        """How many jobs are in each state (for ``/metrics``: one query, however many jobs)."""
+        sa, t = self._sa, self._jobs
+        rows = self._read(sa.select(t.c.state, sa.func.count().label("n")).group_by(t.c.state))
+        return {r["state"]: r["n"] for r in rows}
+
     def complete_round(self, job_id: str, step: int, total: int, selected: int, answered: int, metrics: dict,
                        elapsed_s: float, checkpoint: bytes | None) -> None:
         """Persist round ``step`` and advance the job's ``completed`` to it, in one transaction:

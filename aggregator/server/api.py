@@ -130,7 +130,7 @@ def create_app(server: Server) -> FastAPI:
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> str:
         rows = server.tracker.snapshot()
-        jobs = server.registry.jobs()
+        jobs = server.registry.job_counts()
         lines = ["# TYPE wheelfed_gateways gauge",
                  f'wheelfed_gateways{{state="online"}} {sum(r.online for r in rows)}',
                  f'wheelfed_gateways{{state="offline"}} {sum(not r.online for r in rows)}',
@@ -138,7 +138,7 @@ def create_app(server: Server) -> FastAPI:
                  f"wheelfed_labelled_windows {server.tracker.labelled_total()}",
                  "# TYPE wheelfed_jobs gauge"]
         for state in ("queued", "running", "completed", "failed", "cancelled"):
-            lines.append(f'wheelfed_jobs{{state="{state}"}} {sum(j.state == state for j in jobs)}')
+            lines.append(f'wheelfed_jobs{{state="{state}"}} {jobs.get(state, 0)}')
         lines += ["# TYPE wheelfed_broker_connected gauge",
                   f"wheelfed_broker_connected {int(server.broker_connected)}"]
         return "\n".join(lines) + "\n"
