@@ -46,6 +46,18 @@ class VerticalForestModel:
     ``partial``: per party its partial trees (None on a master that holds only its own part);
     ``alignment``: which windows the job trained on and which it dropped.
     ``predict(blocks)`` / ``predict_proba(blocks)`` take one feature block per party, in order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from aggregator import simulate
+    >>> from aggregator.algorithms import VerticalFederatedForest
+    >>> X = np.random.default_rng(1).normal(size=(80, 3)); y = (X[:, 2] > 0).astype(int)
+    >>> model = simulate(VerticalFederatedForest(n_trees=2, max_depth=2), [(X[:, :1], y), (X[:, 1:], None)])
+    >>> model.parties
+    ('party-000', 'party-001')
+    >>> bool((model.predict([X[:, :1], X[:, 1:]]) == model.predict([X[:, :1], X[:, 1:]], method="classical")).all())
+    True
     """
 
     trees: tuple[MasterTree, ...]

@@ -8,10 +8,16 @@ the structure of every split and the feature and threshold of the splits it owns
 node its best gain and the column number of that feature, and -- for the splits it won -- the
 node's rows left/right, sealed for the other parties. Never a feature value, a threshold or a
 feature name. The partial trees are kept only when the job finishes (``vertical_forest.finish``);
-a job that fails or is aborted leaves nothing.
+a job that fails or is aborted leaves nothing. They are kept in memory (a restarted gateway has
+none: the model must be trained again).
+
+Prediction (Alg. 3): after an alignment, ``vertical_forest.route`` returns each window's
+reachable leaves; ``vertical_forest.directions`` answers the classical protocol's per-node
+questions; ``vertical_forest.result`` brings the master's prediction back to every party.
 
 The party's data source must offer ``party_windows(feature_set_version)``
-(``edge_client.training_data.PartyData`` / ``StoreTrainingData``) and a ``party_key``.
+(``edge_client.training_data.PartyData`` / ``StoreTrainingData``); the key is the source's
+``party_key`` or, on a gateway, the hex key in the file named by ``$WHEELFED_PARTY_KEY_FILE``.
 """
 
 from __future__ import annotations
