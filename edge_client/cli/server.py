@@ -109,7 +109,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                     "SIGTERM or Ctrl-C stops it gracefully: a running job stops at a round boundary and "
                     "resumes\nat the next start. Run it with the options of an example, without --check; "
                     "it prints\nthe dashboard's URL.",
-        examples=["WHEELFED_MQTT_PASSWORD=SECRET wheelfed server --registry server.db --check",
+        examples=["WHEELFED_MQTT_PASSWORD=SECRET wheelfed server --registry server.db --http-port 0 --check",
                   "WHEELFED_MQTT_PASSWORD=SECRET wheelfed server --registry server.db --key aggregator.key "
                   "--http-port 0 --check"])
     p.add_argument("--check", action="store_true",
