@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from shared.tree_encoding import canonical, check_strings, string_length
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fedga_operators import Survivors, initial_population, reproduce, survivors
 from .fleet_data import fleet_vocabulary, keep_majority_width
+
+if TYPE_CHECKING:
+    from ..registry import ModelRecord, Registry
 
 __all__ = ["FedGAResult", "FedGATree", "median_depth", "register_models", "weighted_fitness"]
 
@@ -153,24 +156,27 @@ class FedGATree:
     name: ClassVar[str] = "fedga_tree"
 
     def __post_init__(self) -> None:
+        positive_int = lambda v, low: isinstance(v, int) and not isinstance(v, bool) and v >= low  # noqa: E731
         checks = [
-            (self.task in ("classification", "regression"), "task must be 'classification' or 'regression'"),
-            (self.population_size is None or (isinstance(self.population_size, int) and self.population_size >= 2),
-             "population_size must be an integer >= 2"),
-            (isinstance(self.generations, int) and self.generations >= 0, "generations must be an integer >= 0"),
-            (0 < self.train_ratio <= 1, "train_ratio must lie in (0, 1]"),
-            (0 <= self.leaf_ratio <= 1, "leaf_ratio must lie in [0, 1]"),
-            (isinstance(self.tournament_size, int) and self.tournament_size >= 1, "tournament_size must be >= 1"),
-            (len(self.mutation_rates) == 2 and all(0 <= m <= 1 for m in self.mutation_rates),
-             "mutation_rates must be two shares in [0, 1]"),
-            (self.epsilon is None or self.epsilon > 0, "epsilon must be > 0 or None"),
-            (0 < self.active_fraction <= 1, "active_fraction must lie in (0, 1]"),
-            (1 <= self.d_min <= self.d_max <= 15, "d_min and d_max must satisfy 1 <= d_min <= d_max <= 15"),
-            (isinstance(self.cv_folds, int) and self.cv_folds >= 2, "cv_folds must be an integer >= 2"),
+            ("task", self.task in ("classification", "regression"), "'classification' or 'regression'"),
+            ("population_size", self.population_size is None or positive_int(self.population_size, 2),
+             "None or an integer >= 2"),
+            ("generations", positive_int(self.generations, 0), "an integer >= 0"),
+            ("train_ratio", 0 < self.train_ratio <= 1, "in (0, 1]"),
+            ("leaf_ratio", 0 <= self.leaf_ratio <= 1, "in [0, 1]"),
+            ("tournament_size", positive_int(self.tournament_size, 1), "an integer >= 1"),
+            ("mutation_rates", len(self.mutation_rates) == 2 and all(0 <= m <= 1 for m in self.mutation_rates),
+             "two shares in [0, 1]"),
+            ("epsilon", self.epsilon is None or self.epsilon > 0, "> 0 or None"),
+            ("active_fraction", 0 < self.active_fraction <= 1, "in (0, 1]"),
+            ("d_min", positive_int(self.d_min, 1) and positive_int(self.d_max, self.d_min) and self.d_max <= 15,
+             "an integer with 1 <= d_min <= d_max <= 15"),
+            ("cv_folds", positive_int(self.cv_folds, 2), "an integer >= 2"),
         ]
-        for ok, message in checks:
+        for name, ok, expected in checks:
             if not ok:
-                raise ValueError(f"{message}, got {self!r}")
+                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}"
+                                 + (f" (d_max={self.d_max!r})" if name == "d_min" else ""))
 
     @property
     def regression(self) -> bool:
@@ -303,8 +309,8 @@ class FedGATree:
             return None
 
 
-def register_models(registry, model_id: str, models: dict[str, TreeEnsemble], *,
-                    metrics: dict[str, dict] | None = None) -> dict[str, object]:
+def register_models(registry: Registry, model_id: str, models: dict[str, TreeEnsemble], *,
+                    metrics: dict[str, dict] | None = None) -> dict[str, ModelRecord]:
     """Record each client's tree as its own registry entry ``{model_id}.{client}`` targeted at
     that gateway (``Registry.add(..., target=client)``), so that a deploy signs it for that
     gateway only. Returns the records by client."""

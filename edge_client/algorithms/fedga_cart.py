@@ -71,11 +71,6 @@ class Samples:
     def n(self) -> int:
         return self.X.shape[0]
 
-    def subset(self, rows: np.ndarray) -> Samples:
-        """The same data restricted to ``rows`` (ranks recomputed so they stay dense)."""
-        target = self.terms[rows, 0] if self.regression else np.argmax(self.terms[rows], axis=1)
-        return Samples.of(self.X[rows], target, regression=self.regression, n_classes=self.terms.shape[1])
-
 
 @dataclass(frozen=True, eq=False)
 class Grown:
