@@ -267,7 +267,8 @@ class Registry:
     def _engine_options(self) -> dict[str, Any]:
         if self.url.startswith("sqlite"):
             return {"connect_args": {"check_same_thread": False, "timeout": 10.0}}
-        return {"pool_pre_ping": True}
+        # an unreachable host fails in seconds, not after the system's TCP timeout
+        return {"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
 
     def _tune_sqlite(self) -> None:
         """WAL, and transactions that take the write lock when they start (``BEGIN IMMEDIATE``):

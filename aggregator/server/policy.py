@@ -22,7 +22,16 @@ CRON_LOOKBACK_S = 86_400
 class CronSpec:
     """A five-field cron expression (minute hour day month weekday; ``*``, ``*/n``, ``a-b``,
     ``a-b/n`` and lists; weekday 0 = Sunday), in UTC. Day and weekday both restricted match
-    when either does, as in cron."""
+    when either does, as in cron.
+
+    Examples
+    --------
+    >>> nightly = CronSpec.parse("30 2 * * *")
+    >>> nightly.matches(1795660200.0)  # 2026-11-26 02:30 UTC
+    True
+    >>> nightly.matches(1795660260.0)  # 02:31
+    False
+    """
 
     minutes: frozenset[int]
     hours: frozenset[int]
@@ -112,7 +121,16 @@ def judge(metric: str, higher_is_better: bool, candidate: float | None, baseline
           threshold: float) -> Verdict:
     """Promote unless the candidate's validation ``metric`` is worse than the baseline's by more
     than ``threshold``. Without a baseline (the first version) it is promoted; without a score for
-    the candidate (no held-out windows) it is not -- nothing shows that it does not regress."""
+    the candidate (no held-out windows) it is not -- nothing shows that it does not regress.
+
+    Examples
+    --------
+    >>> verdict = judge("accuracy", True, candidate=0.80, baseline=0.84, threshold=0.02)
+    >>> verdict.promote, round(verdict.regression, 4)
+    (False, 0.04)
+    >>> verdict.reason
+    'accuracy 0.8 vs baseline 0.84: regressed by 0.04 > 0.02'
+    """
     if candidate is None or not math.isfinite(candidate):
         return Verdict(metric, candidate, baseline, threshold, None, False,
                        f"the candidate has no federated validation {metric}")
@@ -127,7 +145,13 @@ def judge(metric: str, higher_is_better: bool, candidate: float | None, baseline
 
 
 def canary_of(gateways: list[str], share: float) -> list[str]:
-    """The first ``ceil(share * n)`` gateways in id order (at least one; all when share >= 1)."""
+    """The first ``ceil(share * n)`` gateways in id order (at least one; all when share >= 1).
+
+    Examples
+    --------
+    >>> canary_of(["gw-3", "gw-1", "gw-2", "gw-4"], 0.25)
+    ['gw-1']
+    """
     if not 0 < share <= 1:
         raise ValueError(f"canary_share must lie in (0, 1], got {share}")
     ordered = sorted(gateways)
