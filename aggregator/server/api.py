@@ -80,6 +80,17 @@ class RollbackIn(BaseModel):
     clients: list[str] = Field(min_length=1)
 
 
+def _gateway_ids(clients: list[str] | None) -> list[str] | None:
+    """Gateway ids as the topics need them (a ``ValueError`` -> 422 names the bad one)."""
+    from shared.protocol.envelope import validate_client_id
+    from shared.protocol.topics import AGGREGATOR_ID
+
+    for client in clients or ():
+        if validate_client_id(client) == AGGREGATOR_ID:
+            raise ValueError(f"{AGGREGATOR_ID!r} is the aggregator's id, not a gateway's")
+    return clients
+
+
 def _page(offset: int = Query(0, ge=0, le=10**9), limit: int = Query(100, ge=1, le=1000)) -> Page:
     return offset, limit
 
@@ -165,8 +176,8 @@ def create_app(server: Server) -> FastAPI:
 
     @app.post("/api/jobs", status_code=201, dependencies=[operate])
     def start_job(body: JobIn) -> dict[str, Any]:
-        request = JobRequest(body.algorithm, body.model_id, body.config, body.clients, body.min_gateways,
-                             body.min_labelled, body.init_model, body.seed)
+        request = JobRequest(body.algorithm, body.model_id, body.config, _gateway_ids(body.clients),
+                             body.min_gateways, body.min_labelled, body.init_model, body.seed)
         return asdict(server.runner.submit(request))
 
     @app.get("/api/jobs/{job_id}", dependencies=[read])
@@ -213,7 +224,7 @@ def create_app(server: Server) -> FastAPI:
 
         server.registry.record(model_id, version)
         key = _signing_key(server)
-        clients = body.clients or server.tracker.online()
+        clients = _gateway_ids(body.clients) or server.tracker.online()
         if not clients:
             raise HTTPException(409, "no gateway is online to deploy to")
         result = deploy(server.engine, server.registry, key, model_id, version, clients,
@@ -225,7 +236,7 @@ def create_app(server: Server) -> FastAPI:
     def roll_back(body: RollbackIn) -> dict[str, Any]:
         from ..deployment import rollback
 
-        result = rollback(server.engine, server.registry, _signing_key(server), body.clients,
+        result = rollback(server.engine, server.registry, _signing_key(server), _gateway_ids(body.clients),
                           reason="operator rollback", deadline_s=config.deadline_s)
         return {"active": result.active, "rejected": result.rejected, "pending": result.pending,
                 "skipped": result.skipped}

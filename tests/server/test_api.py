@@ -62,6 +62,8 @@ def test_a_job_through_the_api_is_the_simulation_and_is_evaluated(registry_url: 
     ("post", "/api/jobs", {"model_id": "a/b"}, 422, "pattern"),
     ("post", "/api/jobs", {"model_id": "act", "init_model": "act"}, 422, "MODEL_ID:vN"),
     ("post", "/api/jobs", {"model_id": "act", "init_model": "act:v9"}, 404, "holds no models yet"),
+    ("post", "/api/jobs", {"model_id": "act", "clients": ["gw/1"]}, 422, "invalid client id 'gw/1'"),
+    ("post", "/api/jobs", {"model_id": "act", "clients": ["aggregator"]}, 422, "the aggregator's id"),
     ("get", "/api/jobs/job-nope", None, 404, "no job 'job-nope'"),
     ("post", "/api/jobs/job-nope/cancel", None, 404, "no job"),
     ("get", "/api/models/act/1", None, 404, "holds no models"),
