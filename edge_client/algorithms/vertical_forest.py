@@ -211,9 +211,9 @@ class VerticalForestClient:
             except SealError as exc:
                 raise RequestRejected("bad_partition", str(exc)) from None
             trees, rows, counts = self._rows_at(state, part.tree, part.node)
-            go_left = np.unpackbits(np.frombuffer(bits, dtype=np.uint8), count=int(counts.sum())).astype(bool)
             if len(bits) != (int(counts.sum()) + 7) // 8:
                 raise RequestRejected("bad_partition", "a partition does not cover its nodes' rows")
+            go_left = np.unpackbits(np.frombuffer(bits, dtype=np.uint8), count=int(counts.sum())).astype(bool)
             parent = np.repeat(part.node, counts)
             state.node[trees, rows] = np.where(go_left, 2 * parent + 1, 2 * parent + 2)
             state.structure += list(zip(part.tree.tolist(), part.node.tolist()))
