@@ -198,7 +198,8 @@ def create_app(server: Server) -> FastAPI:
         return [{**asdict(r), "label": r.label} for r in server.registry.list(offset=page[0], limit=page[1])]
 
     @app.get("/api/models/{model_id}/compare", dependencies=[read])
-    def compare(model_id: str, a: int = Query(ge=1, le=MAX_VERSION), b: int = Query(ge=1, le=MAX_VERSION)) -> dict[str, Any]:
+    def compare(model_id: str, a: int = Query(ge=1, le=MAX_VERSION),
+                b: int = Query(ge=1, le=MAX_VERSION)) -> dict[str, Any]:
         first, second = server.registry.record(model_id, a), server.registry.record(model_id, b)
         keys = sorted(set(first.metrics) | set(second.metrics))
         return {"a": first.label, "b": second.label,

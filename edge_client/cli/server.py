@@ -115,12 +115,14 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true",
                    help="open (and upgrade) the registry, connect to the broker, check the HTTP port, print what "
                         "it found and exit")
-    p.add_argument("--config", type=existing_file, metavar="FILE", help="TOML file with the settings (overridden by WHEELFED_* "
+    p.add_argument("--config", type=existing_file, metavar="FILE",
+                   help="TOML file with the settings (overridden by WHEELFED_* "
                                                        "variables and by these options)")
     p.add_argument("--registry", default=None, metavar="DB",
                    help="SQLite file or database URL, e.g. postgresql+psycopg://wheelfed@db/wheelfed "
                         "(default: wheelfed-registry.db)")
-    p.add_argument("--listen", default=None, metavar="ADDRESS", help="address of the API and dashboard (default: 127.0.0.1)")
+    p.add_argument("--listen", default=None, metavar="ADDRESS",
+                   help="address of the API and dashboard (default: 127.0.0.1)")
     p.add_argument("--http-port", type=listen_port, default=None, metavar="PORT",
                    help="port of the API and dashboard; 0 picks a free one and prints it (default: 8080)")
     p.add_argument("--key", type=existing_file, default=None, metavar="FILE",
@@ -139,7 +141,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--username", default=None,
                    help="broker user name (default: aggregator); password from $WHEELFED_MQTT_PASSWORD")
     p.add_argument("--protocol", type=int, choices=(4, 5), default=None, help="MQTT 5 (default), or 4 = 3.1.1")
-    p.add_argument("--tls-ca", dest="mqtt_tls_ca", type=existing_file, default=None, metavar="FILE", help="CA certificate: connect with TLS")
-    p.add_argument("--tls-cert", dest="mqtt_tls_cert", type=existing_file, default=None, metavar="FILE", help="this side's certificate (CN = aggregator)")
-    p.add_argument("--tls-key", dest="mqtt_tls_key", type=existing_file, default=None, metavar="FILE", help="this side's private key")
+    for name, what in (("ca", "CA certificate: connect with TLS"),
+                       ("cert", "this side's certificate (CN = aggregator)"), ("key", "this side's private key")):
+        p.add_argument(f"--tls-{name}", dest=f"mqtt_tls_{name}", type=existing_file, default=None, metavar="FILE",
+                       help=what)
     p.set_defaults(func=run)

@@ -38,7 +38,8 @@ def announce(sim: Simulation, labelled: dict[str, int]) -> None:
     """Each gateway's retained status, as a gateway publishes it, with its labelled windows."""
     for client, n in labelled.items():
         transport = sim.transports[client]
-        status = Status(online=True, n_windows=n + 5, n_labelled=n, detail={"labels": f"push={n // 2},rest={n - n // 2}"})
+        labels = f"push={n // 2},rest={n - n // 2}"
+        status = Status(online=True, n_windows=n + 5, n_labelled=n, detail={"labels": labels})
         transport.publish(transport.layout.status(client), Message.create(status, sender=client), retain=True)
 
 

@@ -36,7 +36,8 @@ class Pushes:
         self.deployed.append(list(clients))
         for client in clients:
             registry.set_deployment(model_id, version, client, "active")
-        return DeploymentResult(f"{model_id}:v{version}", {c: ModelStatus("active", model_id, version) for c in clients})
+        answers = {c: ModelStatus("active", model_id, version) for c in clients}
+        return DeploymentResult(f"{model_id}:v{version}", answers)
 
     def rollback(self, _engine, _registry, _key, clients, *, reason, deadline_s):
         self.rolled_back.append(list(clients))
