@@ -4,6 +4,6 @@ API: ``FedSCSXGB(...)``); the maths they share lives in ``shared/``."""
 from .fedforest import FedForest
 from .fedga_tree import FedGATree
 from .fedscs_xgb import FedSCSXGB
-from .vertical_forest import VerticalFederatedForest  # noqa: F401  (issue 16; the lead adds it to __all__)
+from .vertical_forest import VerticalFederatedForest
 
-__all__ = ["FedForest", "FedGATree", "FedSCSXGB"]
+__all__ = ["FedForest", "FedGATree", "FedSCSXGB", "VerticalFederatedForest"]

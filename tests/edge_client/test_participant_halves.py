@@ -17,7 +17,7 @@ def test_default_halves_are_every_registered_algorithm():
     participant = _participant()
     assert set(participant.halves) == {half.capability for half in CLIENT_HALVES}
     assert participant.capabilities[:3] == ("ping", "evaluate", "secure_aggregation")
-    assert set(participant.capabilities[3:]) == {"fedscs_xgb", "fedforest"}
+    assert set(participant.capabilities[3:]) == {"fedscs_xgb", "fedforest", "fedga_tree", "vertical_forest"}
 
 
 def test_a_participant_serves_only_the_halves_it_is_given():
