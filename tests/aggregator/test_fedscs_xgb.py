@@ -25,7 +25,7 @@ from aggregator.simulate import Simulation
 from edge_client.training_data import ClientData
 from shared.model import TreeEnsemble
 from shared.objectives import Softmax
-from shared.protocol.messages.fedscs_xgb import XgbAtomReply
+from shared.protocol.messages.fedscs_xgb import ModelDelta, RoundSplits, XgbAtomReply, XgbHistogramRequest, XgbTask
 from shared.sketches import exact_edges
 from tests.aggregator.test_histogram_growth import assert_same_tree, nested, reference_tree, structure
 
@@ -473,3 +473,38 @@ def test_multi_output_tree_under_secure_aggregation_and_minimum_crowd() -> None:
     leaves = masked.leaves(X.astype(np.float32))
     for t in range(masked.n_trees):
         assert np.bincount(leaves[:, t])[masked.trees[t].left < 0].min(initial=30) >= 30
+
+
+def test_histogram_requests_size_their_vector_by_strategy() -> None:
+    """A node's histogram holds 3 statistics per bin with one tree per class, 2K + 1 with vector
+    leaves (every class's G and H, one count); a vector-leaf round has one tree, number 0."""
+    edges = np.arange(4, dtype=np.float32)
+
+    def request(strategy: str, node_tree: list[int]) -> XgbHistogramRequest:
+        task = XgbTask("softmax", "", 2, np.zeros(3), ("a", "b", "c"), strategy)
+        return XgbHistogramRequest(task, ModelDelta(), np.concatenate([edges, edges]), np.array([0, 4, 8]),
+                                   RoundSplits.empty(), np.array(node_tree), np.zeros(len(node_tree), np.int64),
+                                   20, 1.0)
+
+    per_class = request("one_output_per_tree", [0, 1, 2])
+    assert per_class.task.trees_per_round == 3 and per_class.length == 3 * 3 * 2 * 6
+    vector = request("multi_output_tree", [0])
+    assert vector.task.trees_per_round == 1 and vector.length == 1 * 7 * 2 * 6
+    with pytest.raises(ValueError, match="node_tree"):
+        request("multi_output_tree", [1])
+    binary = XgbTask("logistic", "", 2, np.zeros(1), ("a", "b"), "multi_output_tree")
+    assert not binary.vector_leaves and binary.node_columns == 1  # one output: nothing to share
+
+
+def test_multi_output_tree_with_differential_privacy() -> None:
+    """The noise shares cover every class's G and H cells (the 2K + 1 statistics, sensitivity
+    sqrt((2K + 1) d) per tree): mild noise moves the model a little, the epsilon is accounted."""
+    clients = make_clients(26)
+    X, y = pooled(clients)
+    base = dict(n_rounds=3, max_depth=3, n_bins=16, multi_strategy="multi_output_tree")
+    exact = aggregator.simulate(FedSCSXGB(**base), clients)
+    noisy = aggregator.simulate(FedSCSXGB(**base, dp_noise_multiplier=0.05), clients)
+    assert noisy.n_trees == 3 and noisy.trees != exact.trees
+    assert noisy.metadata["dp_rho"] == pytest.approx(noisy.metadata["dp_releases"] / (2 * 0.05**2))
+    accuracy = lambda m: float(np.mean(m.predict(X.astype(np.float32)) == y))  # noqa: E731
+    assert accuracy(noisy) > accuracy(exact) - 0.05
