@@ -300,7 +300,8 @@ class _FedForestBase(_FederatedEstimator):
     def _forest_config(self, **fields: Any) -> FedForest:
         """The ``FedForest`` of these settings: the common parameters plus the task's."""
         _check_choice("protocol", self.protocol, FedForest)
-        return _build(FedForest, _FEDFOREST_NAMES, n_trees=self.n_estimators, max_depth=self.max_depth, n_bins=self.max_bin,
+        return _build(FedForest, _FEDFOREST_NAMES, n_trees=self.n_estimators, max_depth=self.max_depth,
+                      n_bins=self.max_bin,
                       task=self._task, max_features=_max_features(self.max_features),
                       min_samples_split=self.min_samples_split, min_samples_leaf=self.min_samples_leaf,
                       min_impurity_decrease=self.min_impurity_decrease, bootstrap=self.bootstrap,

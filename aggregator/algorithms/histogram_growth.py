@@ -282,7 +282,8 @@ def _grow(layout: _Layout, g: np.ndarray, h: np.ndarray, counts: ArrayLike | Non
         if depth == params.max_depth or layout.max_edges == 0 or not active.size:
             atom_leaf[active] = frontier[pos]
             break
-        hists = _histograms(layout, active, pos, n_level, [g[:, k] for k in range(K)] + [h[:, k] for k in range(K)] + [w])
+        columns = [g[:, k] for k in range(K)] + [h[:, k] for k in range(K)] + [w]
+        hists = _histograms(layout, active, pos, n_level, columns)
         hist_g, hist_h = np.stack(hists[:K], axis=1), np.stack(hists[K : 2 * K], axis=1)
         if not vector:
             hist_g, hist_h = hist_g[:, 0], hist_h[:, 0]

@@ -298,8 +298,9 @@ class XgbHistogramRequest:
     """One depth level of the round's trees: update margins with ``model``, bin with the edges,
     route the samples through ``splits``, then sum, for each requested node ``(node_tree[i],
     node_id[i])``, per feature and bin: G and H of the node's tree's output -- of every output
-    for vector leaves -- (fixed point with ``frac_bits``) and the sample count. ``with_loss``: append the training loss sum (fixed point)
-    and the sample count (progress output). ``noise``: add this gateway's share of DP noise."""
+    for vector leaves -- (fixed point with ``frac_bits``) and the sample count. ``with_loss``:
+    append the training loss sum (fixed point) and the sample count (progress output).
+    ``noise``: add this gateway's share of DP noise."""
 
     task: XgbTask
     model: ModelDelta
