@@ -83,3 +83,54 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
 
     sep = "| " + " | ".join("-" * (w - 1) + ":" if r else "-" * w for w, r in zip(widths, right)) + " |"
     return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def mean_sd(values) -> str:
+    """``mean ± sd`` (sample sd, ddof 1) of a list of numbers, 4 decimals; one value as is."""
+    import numpy as np
+
+    values = [float(v) for v in values]
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}"
+
+
+def direct_job(clients, *, job_id: str = "direct"):
+    """A ``FederatedJob`` whose requests reach the clients' real handlers in-process, with no codec,
+    broker or round engine in between: the same server and client code as ``aggregator.simulate``
+    minus the wire (encoding and chunking the private protocols' multi-megabyte histogram vectors
+    is most of a simulation's time). Benchmarks use it only where they check, on one
+    configuration, that it gives the simulation's model bit for bit.
+
+    Serves the job opening and FedSCS-XGB's client half (sketches, atoms, histograms): what
+    FedSCS-XGB's paper protocol and PAX ask. ``config.fit(direct_job(clients))`` trains.
+    """
+    from aggregator.jobs import FederatedJob
+    from edge_client.participant import Participant
+    from shared.protocol.envelope import Message
+    from shared.protocol.messages import DataSummaryRequest
+    from shared.protocol.messages.fedscs_xgb import XgbAtomRequest, XgbHistogramRequest, XgbSketchRequest
+    from shared.protocol.topics import AGGREGATOR_ID
+    from shared.transport.memory import MemoryBroker, MemoryTransport
+
+    broker = MemoryBroker()
+    routes = {}
+    for client in clients:
+        participant = Participant(MemoryTransport(broker, client.client_id), client)  # never started
+        half = participant.halves["fedscs_xgb"]
+        routes[client.client_id] = {DataSummaryRequest: participant.on_data_summary, XgbSketchRequest: half.on_sketch,
+                                    XgbAtomRequest: half.on_atoms, XgbHistogramRequest: half.on_histograms}
+
+    class DirectJob(FederatedJob):
+        def ask(self, request, clients, expect):
+            self.rounds += 1
+            replies = {}
+            for client in sorted(clients):
+                body = request[client] if isinstance(request, dict) else request
+                message = Message.create(body, sender=AGGREGATOR_ID, job=self.job_id, round=self.rounds)
+                reply = routes[client][type(body)](message)
+                if isinstance(reply, expect):
+                    replies[client] = reply
+            return replies
+
+    return DirectJob(None, sorted(routes), job_id=job_id)

@@ -61,9 +61,23 @@ N_QUANTILE_BINS = 5
 METHODS = ("FedForest", "Centralized RF", "Local Learning", "Local Ensembling")
 
 
-def load(name: str) -> tuple[np.ndarray, np.ndarray, bool]:
+#: Generated datasets (``bench_fedforest_appendix.py``): drawn afresh per seed, regression or not.
+GENERATED = {"make_classification": False, "make_friedman1": True}
+
+
+def load(name: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(X, y, regression): a dataset shipped with scikit-learn (``load_<name>``), or one generated
+    with ``seed``: ``make_classification`` (1,000 x 20, 3 classes, 8 informative) or
+    ``make_friedman1`` (1,000 x 10, noise 1)."""
     from sklearn import datasets
 
+    if name == "make_classification":
+        X, y = datasets.make_classification(n_samples=1000, n_features=20, n_informative=8, n_classes=3,
+                                            random_state=seed)
+        return X, y, False
+    if name == "make_friedman1":
+        X, y = datasets.make_friedman1(n_samples=1000, n_features=10, noise=1.0, random_state=seed)
+        return X, y, True
     data = getattr(datasets, f"load_{name}")()
     return np.asarray(data.data, dtype=np.float64), np.asarray(data.target), name == "diabetes"
 
