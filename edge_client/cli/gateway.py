@@ -240,12 +240,12 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = add_subcommand(sub, "gateway", "run a gateway: serial -> pipeline -> window store, and answer the aggregator",
                        examples=["WHEELFED_MQTT_PASSWORD=PW1 wheelfed gateway --client-id gw-1 --serial /dev/ttyUSB0 "
                                  "--trust aggregator.pub",
-                                 "wheelfed gateway --client-id gw-1 --serial /dev/pts/3 --store gw-1.db --no-broker",
-                                 "wheelfed gateway --config /etc/wheelfed/gateway.toml --check"],
+                                 "wheelfed gateway --client-id gw-1 --serial /dev/pts/3 --store gw-1.db --no-broker"],
                        description="Run a gateway: serial -> pipeline -> window store, and answer the aggregator.\n\n"
                                    "Every option can also be set in --config FILE (TOML; keys as the options, e.g. "
                                    "client_id,\n[serial] device/baud, [retention], [broker]: see deploy/gateway/"
-                                   "gateway.toml).\nPrecedence: command line > environment > config file > default.")
+                                   "gateway.toml).\nPrecedence: command line > environment > config file > default.\n"
+                                   "wheelfed gateway --config FILE --check checks the settings and this machine.")
     p.add_argument("--config", type=existing_file, metavar="FILE", help="settings file (TOML); the command line wins")
     p.add_argument("--check", action="store_true",
                    help="check the settings and this machine (store, serial device, certificates, trust keys, TFLite, "
