@@ -9,6 +9,7 @@ only when the command runs: the gateway's commands never load them.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from edge_client.cli.arguments import add_subcommand, existing_file, fraction, listen_port, port_number, positive_float
@@ -68,9 +69,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"wheelfed server: dashboard http://{shown}:{port}/  API http://{shown}:{port}/docs  registry "
               f"{server.registry.where}  broker {config.mqtt_host}:{config.mqtt_port}", flush=True)
 
-    serve(server, sock, on_ready=ready)
+    # uvicorn stops gracefully on SIGTERM/SIGINT (the lifespan's end stops the server's parts),
+    # then raises the signal again: end with 128 + its number and one line, not a traceback
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        serve(server, sock, on_ready=ready)
+    except KeyboardInterrupt:
+        code = 128 + signal.SIGINT
+    except _Terminated:
+        code = 128 + signal.SIGTERM
+    else:
+        code = 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print("wheelfed server: stopped", file=sys.stderr, flush=True)
-    return 0
+    return code
+
+
+class _Terminated(Exception):
+    """SIGTERM, raised again by uvicorn after its graceful shutdown."""
+
+
+def _terminated(_signum: int, _frame: object) -> None:
+    raise _Terminated
 
 
 def _report(server, sock) -> int:
