@@ -93,7 +93,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    """Everything ``wheelfed gateway`` runs with; field names are the command line's ``dest``s.
+    """Everything ``wheelfed gateway`` runs with; the field names are the command line's destinations.
 
     ``None`` means "not set": the gateway then computes it (the store is ``CLIENT_ID-windows.db``,
     the model directory sits beside the store, the port is 8883 with ``tls_ca`` else 1883).
