@@ -69,6 +69,8 @@ def alert_rules_file(text: str) -> Path:
     from edge_client.alerts import AlertRulesError, load_rules
 
     path = existing_file(text)
+    if not path.is_file():  # /dev/zero would be read forever
+        raise argparse.ArgumentTypeError(f"{text} is not a regular file")
     try:
         load_rules(path)
     except AlertRulesError as exc:
@@ -167,7 +169,11 @@ def _broker_config(settings: config.GatewaySettings) -> MqttConfig:
                                  tls_key=settings.tls_key)
     mqtt = mqtt_config(options, settings.client_id)
     if mqtt.tls is None and mqtt.password is None and settings.password_file is not None:
-        mqtt = dataclasses.replace(mqtt, password=settings.password_file.read_text(encoding="utf-8").strip())
+        try:
+            password = settings.password_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"password_file {settings.password_file}: cannot read it ({exc})") from None
+        mqtt = dataclasses.replace(mqtt, password=password)
     return mqtt
 
 
