@@ -62,7 +62,6 @@ from _fedforest_common import Block, client_data, fisher_codes, log, mean_std, m
 
 SECTIONS = ("tabular", "overlap", "outliers", "fragmentation", "outcome")
 TABULAR_DATASETS = ("diabetes", "breast_cancer", "wine", "iris", "make_classification", "make_friedman1")
-ALPHAS = (0.1, 1.0, 10.0)
 GAMMAS = (0.0, 1.0, 2.5, 5.0)
 OUTLIER_FRACTIONS = (0.0, 0.05, 0.10, 0.20)
 FRAGMENTS = (1, 2, 5, 10, 20, 50, 100)
@@ -258,6 +257,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--datasets", default=",".join(TABULAR_DATASETS), help="tabular section's datasets")
     parser.add_argument("--cache", type=Path, help="JSON-lines file of finished cells, reused and appended")
+    parser.add_argument("--alphas", default="0.1,1,10", help="tabular section's Dirichlet alphas")
+    parser.add_argument("--report-only", action="store_true", help="print the tables of the cached cells, run nothing")
     parser.add_argument("--quick", action="store_true", help="2 seeds, 5 trees, few keys per section")
     args = parser.parse_args()
     sections = args.sections.split(",")
@@ -265,7 +266,8 @@ def main() -> int:
         parser.error(f"--sections: unknown {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     seeds, n_trees = (2, 5) if args.quick else (args.seeds, args.trees)
     datasets = args.datasets.split(",")
-    keys = {"tabular": [(d, a) for d in datasets for a in ALPHAS], "overlap": list(GAMMAS),
+    alphas = [float(a) for a in args.alphas.split(",")]
+    keys = {"tabular": [(d, a) for d in datasets for a in alphas], "overlap": list(GAMMAS),
             "outliers": list(OUTLIER_FRACTIONS), "fragmentation": list(FRAGMENTS), "outcome": list(OUTCOME_SETTINGS)}
     if args.quick:
         keys = {"tabular": [(datasets[0], 0.1)], "overlap": [0.0, 5.0], "outliers": [0.0, 0.2],
@@ -281,7 +283,7 @@ def main() -> int:
             c["key"] = tuple(c["key"]) if isinstance(c["key"], list) else c["key"]
         cells = [c for c in cells if c["trees"] == n_trees]
     done = {(c["section"], c["key"], c["seed"]) for c in cells}
-    jobs = [j for j in jobs if j[:3] not in done]
+    jobs = [] if args.report_only else [j for j in jobs if j[:3] not in done]
     log(f"{len(done)} cells cached, {len(jobs)} to run")
     t0 = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:

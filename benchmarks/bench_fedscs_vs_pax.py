@@ -278,15 +278,18 @@ def gap_table(cells: list[dict], bins: list[int]) -> str:
 
 
 def table_ii(cells: list[dict], bins: list[int], names: list[str]) -> str:
-    """Rows per client and method, columns per B: acc and F1 (%, mean over the seeds measured),
-    10 rounds; ALL = mean ± sd over clients of those means, as the paper's last row."""
+    """Rows per client and method, columns per B: acc and F1 (%, mean over the seeds where all
+    three methods were measured at that B), 10 rounds; ALL = mean ± sd over clients of those
+    means, as the paper's last row. A B without PAX is left out."""
     methods = [("baseline", "central 10"), ("scs", "fedscs 10"), ("pax", f"pax {PAX_ROUNDS}")]
-    headers = ["client", "method"] + [f"{h} B={B}" for B in bins for h in ("acc", "F1")]
-    means = {}
+    means, seeds_used = {}, {}
     for B in bins:
+        by_key = {key: scores_of(cells, B, key) for _, key in methods}
+        common = set.intersection(*(set(v) for v in by_key.values()))  # seeds every method has: paired
         for _, key in methods:
-            mine = scores_of(cells, B, key)
-            means[B, key] = np.mean([v[:-1] for v in mine.values()], axis=0) if mine else None
+            means[B, key] = np.mean([by_key[key][s][:-1] for s in sorted(common)], axis=0) if common else None
+        seeds_used[B] = len(common)
+    headers = ["client", "method"] + [f"{h} B={B} ({seeds_used[B]} seeds)" for B in bins for h in ("acc", "F1")]
     rows = []
     for i, name in enumerate(names):
         for label, key in methods:
@@ -317,6 +320,7 @@ def main() -> int:
     parser.add_argument("--pax-bins", help="bin counts for PAX (default: --bins); its cells run after all others")
     parser.add_argument("--workers", type=int, default=1, help="parallel processes for the (B, seed) cells")
     parser.add_argument("--cache", type=Path, help="JSON-lines file of finished cells, reused and appended")
+    parser.add_argument("--report-only", action="store_true", help="print the tables of the cached cells, run nothing")
     parser.add_argument("--quick", action="store_true", help="2 seeds, B in {64}, no simulation checks")
     args = parser.parse_args()
     seeds = 2 if args.quick else args.seeds
@@ -345,7 +349,7 @@ def main() -> int:
     done = {(c["kind"], c["n_bins"], c["seed"]) for c in cells}
     pax_bins = [int(b) for b in args.pax_bins.split(",")] if args.pax_bins else bins
     todo = [("xgb", B, s) for B in bins for s in range(seeds)] + [("pax", B, s) for B in pax_bins for s in range(seeds)]
-    todo = [t for t in todo if t not in done]
+    todo = [] if args.report_only else [t for t in todo if t not in done]
     log(f"{len(done)} cells cached, {len(todo)} to run")
     jobs = [(subjects, len(classes), *t) for t in todo]
     pool = ProcessPoolExecutor(args.workers) if args.workers > 1 else None
@@ -361,7 +365,7 @@ def main() -> int:
     cells = [c for c in cells if c["n_bins"] in bins + pax_bins and c["seed"] < seeds]
 
     failures: list[str] = []
-    if not args.quick:
+    if not (args.quick or args.report_only):
         lines, failures = checks(subjects, len(classes), bins[0])
         print("\n".join(lines))
     for kind, what in (("xgb", "xgboost 100 rounds + FedSCS-XGB edges and 100 rounds"), ("pax", "PAX 10 rounds")):
@@ -376,7 +380,8 @@ def main() -> int:
     print(gap_table(cells, bins))
     print()
     print(f"### Per client, {PAX_ROUNDS} rounds: accuracy and macro-F1 (%), mean over seeds (the paper's Table II)\n")
-    print(table_ii(cells, bins, [s.name.replace("seglearn-watch-", "") for s in subjects]))
+    with_pax = [B for B in bins if scores_of(cells, B, f"pax {PAX_ROUNDS}")]
+    print(table_ii(cells, with_pax, [s.name.replace("seglearn-watch-", "") for s in subjects]))
     print(f"\ntotal {time.perf_counter() - T0:.0f} s")
     for failure in failures:
         print(f"FAIL: {failure}")
