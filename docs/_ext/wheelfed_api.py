@@ -20,11 +20,9 @@ import pkgutil
 import sys
 
 from docutils import nodes
-from docutils.statemachine import StringList
 from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
-from sphinx.util.nodes import nested_parse_with_titles
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +65,7 @@ class WheelFedModules(SphinxDirective):
         if subpackages:
             lines += ["Subpackages", "-----------", ""]
             lines += [f"* :doc:`{name}`" for name in subpackages] + [""]
-        content = StringList(lines, source=f"<wheelfed-modules {package}>")
-        section = nodes.section()
-        section.document = self.state.document
-        nested_parse_with_titles(self.state, content, section)
-        return section.children
+        return self.parse_text_to_nodes("\n".join(lines), allow_section_headings=True)
 
 
 class WheelFedMessageTypes(SphinxDirective):
@@ -93,10 +87,7 @@ class WheelFedMessageTypes(SphinxDirective):
         for name, cls in rows:
             lines += [f"   * - ``{name}``", f"     - :py:class:`~{cls.__module__}.{cls.__qualname__}`",
                       f"     - :py:mod:`{cls.__module__}`"]
-        content = StringList(lines, source="<wheelfed-message-types>")
-        container = nodes.container()
-        self.state.nested_parse(content, 0, container)
-        return container.children
+        return self.parse_text_to_nodes("\n".join(lines))
 
 
 class WheelFedSettings(SphinxDirective):
@@ -125,10 +116,7 @@ class WheelFedSettings(SphinxDirective):
                 default = "(required)"
             kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", repr(field.type))
             lines += [f"   * - ``{field.name}``", f"     - ``{kind}``", f"     - {default}"]
-        content = StringList(lines, source=f"<wheelfed-settings {self.arguments[0]}>")
-        container = nodes.container()
-        self.state.nested_parse(content, 0, container)
-        return container.children
+        return self.parse_text_to_nodes("\n".join(lines))
 
 
 def _init_packages(app: Sphinx, env, docnames) -> None:  # noqa: ANN001 - Sphinx's signature

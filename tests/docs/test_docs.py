@@ -235,3 +235,27 @@ def test_every_example_runs(built: Path) -> None:
     tests = re.search(r"^\s*(\d+) tests?$", report, re.M)
     assert tests and int(tests.group(1)) >= 50, f"too few examples ran:\n{report[-2000:]}"
     assert re.search(r"^\s*0 failures in tests$", report, re.M), report[-3000:]
+
+
+def test_every_test_and_file_the_pages_name_exists() -> None:
+    """The pages cite oracles by test name and point at scripts and folders by path; a rename
+    must not leave them citing something that is gone."""
+    tests_source = "\n".join(path.read_text(encoding="utf-8") for path in (ROOT / "tests").rglob("test_*.py"))
+    defined = set(re.findall(r"^\s*def (test_\w+)\(", tests_source, re.M))
+    path_like = re.compile(r"`((?:tests|benchmarks|deploy|aggregator|edge_client|shared|firmware_bridge)/[\w./-]*?)"
+                           r"(?:::(\w+))?`")
+    missing = []
+    for page in DOCS.rglob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        for name in re.findall(r"`(test_\w+)`", text):
+            if name not in defined:
+                missing.append(f"{page.relative_to(ROOT)}: {name}")
+        for path, name in path_like.findall(text):
+            if re.search(r"[A-Z]{2,}", path):  # a placeholder: shared/protocol/messages/NAME.py
+                continue
+            if not (ROOT / path).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+            elif name and name not in (ROOT / path).read_text(encoding="utf-8"):
+                missing.append(f"{page.relative_to(ROOT)}: {path}::{name}")
+    assert sum(1 for page in DOCS.rglob("*.md") for _ in re.finditer(r"`test_\w+`", page.read_text())) > 10
+    assert missing == []
