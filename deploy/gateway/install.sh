@@ -5,6 +5,7 @@
 #   sudo deploy/gateway/install.sh --upgrade
 #   sudo deploy/gateway/install.sh --uninstall [--purge]
 #   deploy/gateway/install.sh --prefix DIR ...      # into DIR instead of / (tests, images)
+#   (--python PYTHON: the Python 3.11 to make the venv with; default python3.11, else python3)
 #
 # What goes where (under DIR with --prefix):
 #   /opt/wheelfed/venv                    a venv with the edge dependencies only: numpy < 2 and
@@ -32,9 +33,9 @@ SOURCE="$(cd "$SCRIPT_DIR/../.." && pwd)"
 PROG="deploy/gateway/install.sh"
 
 say() { printf '==> %s\n' "$*" >&2; }
-die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit "${2:-1}"; }
+die() { printf '%s: %s\n' "$PROG" "$1" >&2; exit "${2:-1}"; }  # MESSAGE [EXIT CODE]
 usage() {
-  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
