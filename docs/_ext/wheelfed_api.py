@@ -59,9 +59,10 @@ class WheelFedModules(SphinxDirective):
         self.env.app.env.wheelfed_api_packages.add(package)  # type: ignore[attr-defined]
         lines: list[str] = []
         for module in modules:
-            title = f"``{module}``"
-            lines += [title, "-" * len(title), "", f".. automodule:: {module}", "   :members:",
-                      "   :ignore-module-all:", "   :show-inheritance:", ""]
+            if module != package:  # the package's own docstring sits under the page's title
+                title = f"``{module}``"
+                lines += [title, "-" * len(title), ""]
+            lines += [f".. automodule:: {module}", "   :members:", "   :ignore-module-all:", "   :show-inheritance:", ""]
         if subpackages:
             lines += ["Subpackages", "-----------", ""]
             lines += [f"* :doc:`{name}`" for name in subpackages] + [""]
