@@ -230,7 +230,7 @@ _FEDSCS_PARAMETERS = """\
         The trained booster (``model_.to_xgboost_json()`` loads into xgboost).
     n_features_in_ : int
         Columns of ``X``.
-    feature_importances_ : ndarray of shape (n_features_in_,)
+    feature_importances_ : ndarray of shape (n_features,)
         xgboost's "gain" importance: per feature the mean loss change of its splits, normalised
         to sum 1.
 """
@@ -353,7 +353,7 @@ _FEDFOREST_PARAMETERS = """\
         The trained forest (``kind="forest"``).
     n_features_in_ : int
         Columns of ``X``.
-    feature_importances_ : ndarray of shape (n_features_in_,)
+    feature_importances_ : ndarray of shape (n_features,)
         Impurity-based importance: the weighted impurity decrease of each feature's splits summed
         over the forest, normalised to sum 1.
 """

@@ -65,6 +65,7 @@ XGBoost's with float64 comparisons, 70 of 70 with float32). Two gains closer tha
 but truly different also tie (XGBoost's behaviour, too).
 
 Known differences from XGBoost 3.2 ``hist`` (same edges, same gradients):
+
 * XGBoost's gradients are float32 (ours float64), so a near-tie can still fall on the other side
   of a float32 rounding boundary.
 * One output per tree: XGBoost gives a *root* whose Hessian is below ``min_child_weight`` weight
@@ -360,7 +361,8 @@ def _histograms(
 @dataclass(frozen=True, eq=False)
 class LevelSplits:
     """The best candidate of every node of a level: ``feature``, ``bin``, ``default_left``, its
-    ``loss_change`` (-inf where no candidate is valid) and whether the node ``split``s on it."""
+    ``loss_change`` (-inf where no candidate is valid) and whether the node splits on it
+    (``split``)."""
 
     feature: np.ndarray
     bin: np.ndarray
