@@ -48,9 +48,9 @@ class Background:
 
 
 def is_daemon(argv: list[str]) -> bool:
-    """Commands that run until stopped."""
+    """Commands that run until stopped (``--check`` makes the services one-shot)."""
     command = argv[0] if argv else ""
-    return (command in ("broker", "gateway") or (command == "replay" and "--pty" in argv)
+    return ((command in ("broker", "gateway", "server") and "--check" not in argv) or (command == "replay" and "--pty" in argv)
             or (command == "record" and "--duration" not in argv))
 
 

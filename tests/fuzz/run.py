@@ -30,9 +30,10 @@ def fuzz_one(name: str, corpus: Path, seconds: float, artifacts: Path) -> None:
     """Run inside the child process: atheris on ``name`` until ``seconds`` pass (never returns)."""
     import atheris
 
-    with atheris.instrument_imports(include=["shared", "firmware_bridge", "edge_client", "tests.fuzz"]):
+    with atheris.instrument_imports(include=["shared", "firmware_bridge", "edge_client", "tests.fuzz", "tomllib"]):
         from tests.fuzz import targets  # noqa: F401  (instrumented with the decoders it imports)
-        import edge_client.alerts, firmware_bridge.frames, firmware_bridge.recording  # noqa: E401,F401
+        import edge_client.alerts, edge_client.gateway_config  # noqa: E401,F401
+        import firmware_bridge.frames, firmware_bridge.recording  # noqa: E401,F401
         import shared.model.bundle, shared.protocol.chunking, shared.protocol.envelope  # noqa: E401,F401
     target = targets.CANARY if name == "canary" else targets.TARGETS[name]
     artifacts.mkdir(parents=True, exist_ok=True)
