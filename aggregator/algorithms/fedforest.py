@@ -42,6 +42,7 @@ client index); replies are summed in client-id order; gains equal up to rounding
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ from .forest_candidates import (
     Grouping,
     NumericCandidates,
     PairSketches,
+    gap_midpoints,
     grouping_candidates_of,
     groupings_table,
     histogram_candidates,
@@ -442,6 +444,8 @@ class _Training:
         self._n_splits = int((best >= 0).sum())
         self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(numeric.n_pairs),
                             "candidates": float(cands.size)})
+        if self.fixed is None and not cfg.top_l:  # sketch candidates: split in the middle of the gap
+            cands = self._centred_in_gaps(cands, best, pair_node, pair_feature, replies)
         return self._apply(level, frontier, best, best_gain, cands)
 
     def _private_level(self, level: int, frontier: list[_Node]) -> list[_Node]:
@@ -601,6 +605,21 @@ class _Training:
         """The level replies' quantile sketches, stacked (client-id order)."""
         rows = [(r.pairs, r.points, r.pair_weight) for r in replies.values()]
         return PairSketches(*(np.concatenate([row[i] for row in rows]) for i in range(3)))
+
+    def _centred_in_gaps(self, cands: Candidates, best: np.ndarray, pair_node: np.ndarray, pair_feature: np.ndarray,
+                         replies: dict[str, ForestLevelReply]) -> Candidates:
+        """The chosen numeric splits' thresholds moved to the middle of the gap below them where
+        the sketches prove the gap empty (``forest_candidates.gap_midpoints``)."""
+        chosen = best[best >= 0]
+        chosen = chosen[cands.kind[chosen] == NUMERIC]
+        if chosen.size == 0:
+            return cands
+        pair_of = np.full((len(best), self.d + 1), -1, dtype=np.int64)
+        pair_of[pair_node, pair_feature] = np.arange(pair_node.shape[0])
+        threshold = cands.threshold.copy()
+        threshold[chosen] = gap_midpoints(pair_of[cands.node[chosen], cands.feature[chosen]], threshold[chosen],
+                                          self._sketches(replies), self.config.sketch_size or self.config.n_bins)
+        return dataclasses.replace(cands, threshold=threshold)
 
     def _pooled_missing(self, replies: dict[str, ForestLevelReply], used: set[str], n_pairs: int) -> np.ndarray:
         """Per numeric pair, the pooled summary of the node's samples without a value (``(P, S)``),

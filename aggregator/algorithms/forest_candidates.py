@@ -18,6 +18,12 @@ right (the direction of a node that saw no missing value).
 
 Everything is collected into one :class:`Candidates` table that ``forest_growth.choose_splits``
 scores.
+
+Where a chosen split sits (issue 14, finding 7): a sketch candidate is a data value ``t`` ("x < t"
+goes left), so the boundary hugs the right-hand training value and a test value in the gap goes
+right. :func:`gap_midpoints` moves it to the middle of the gap, as scikit-learn does, whenever the
+clients' sketches provably hold every value of the node (each sketch's weight below its size M):
+the training partition is unchanged, only unseen values in the gap are routed differently.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ import numpy as np
 from .forest_growth import grouping_candidates, node_count, pair_thresholds
 
 __all__ = ["CATEGORY", "CLIENT", "NUMERIC", "Candidates", "Grouping", "NumericCandidates", "PairSketches",
-           "grouping_candidates_of", "groupings_table", "histogram_candidates", "numeric_candidates",
-           "with_missing_left"]
+           "gap_midpoints", "grouping_candidates_of", "groupings_table", "histogram_candidates",
+           "numeric_candidates", "with_missing_left"]
 
 #: ``Candidates.kind``: a threshold on a numeric feature, a set of categories, a set of clients.
 NUMERIC, CATEGORY, CLIENT = 0, 1, 2
@@ -211,3 +217,45 @@ def histogram_candidates(sums: np.ndarray, windows: np.ndarray, features: np.nda
     table = Candidates(pair_node[pair], feature, 2 * rank + nan_left, threshold, nan_left,
                        np.full(pair.size, NUMERIC, np.int64), [None] * pair.size, left, node_count(left, criterion))
     return table, left_windows[crowd]
+
+
+def gap_midpoints(pair: np.ndarray, threshold: np.ndarray, sketches: PairSketches, sketch_size: int) -> np.ndarray:
+    """The thresholds of chosen splits (``threshold[i]`` of pair ``pair[i]``) moved to the middle
+    of the gap they lie in: ``(lo + hi) / 2`` with ``lo`` the node's largest value below ``t``
+    and ``hi`` its smallest value at or above ``t`` (scikit-learn's midpoint).
+
+    ``lo`` and ``hi`` are read off the clients' sketches, so they are used only when the sketches
+    hold every value of the node: a sketch of weight ``W < M`` (M = ``sketch_size``; bootstrap
+    weights are whole numbers >= 1) takes its M+1 quantiles at steps of ``W/M < 1`` of running
+    weight, so every value, whose own weight is >= 1, is one of its points. A split with a
+    client whose sketch may have skipped values, or with no value on one side (that side holds
+    missing values only), keeps ``t``. Either way every training value stays on its side.
+
+    Examples
+    --------
+    >>> sk = PairSketches(np.array([0, 0]), np.array([[1.0, 1.0, 4.0], [2.0, 6.0, 6.0]]), np.array([2.0, 2.0]))
+    >>> gap_midpoints(np.array([0]), np.array([4.0]), sk, sketch_size=2)  # W = 2 is not < M = 2
+    array([4.])
+    >>> gap_midpoints(np.array([0, 0]), np.array([4.0, 2.5]), sk, sketch_size=4)  # values 1, 2 | 4, 6
+    array([3., 3.])
+    """
+    t = np.asarray(threshold, dtype=np.float64)
+    out = t.copy()
+    if t.size == 0 or sketches.pair.size == 0:
+        return out
+    order = np.argsort(sketches.pair, kind="stable")
+    sorted_pair = sketches.pair[order]
+    start = np.searchsorted(sorted_pair, pair, side="left")
+    end = np.searchsorted(sorted_pair, pair, side="right")
+    for i in range(t.size):  # one per chosen split: a node-level loop, not a sample-level one
+        rows = order[start[i]:end[i]]
+        if rows.size == 0 or (sketches.weight[rows] >= sketch_size).any():
+            continue
+        points = sketches.points[rows]
+        below, above = points[points < t[i]], points[points >= t[i]]
+        if below.size and above.size:
+            lo, hi = below.max(), above.min()
+            mid = 0.5 * (lo + hi)
+            if lo < mid <= hi:  # adjacent floats: hi itself (x < hi sends exactly the same rows left)
+                out[i] = mid
+    return out
