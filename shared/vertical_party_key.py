@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-__all__ = ["KEY_BYTES", "PartyKey", "SealError", "new_party_key"]
+__all__ = ["KEY_BYTES", "PartyKey", "SealError", "new_party_key", "read_party_key"]
 
 KEY_BYTES = 32
 _NONCE_BYTES = 12
@@ -37,6 +38,20 @@ class SealError(ValueError):
 def new_party_key() -> bytes:
     """A fresh random party secret (to be provisioned on every gateway of one person)."""
     return os.urandom(KEY_BYTES)
+
+
+def read_party_key(path: Path) -> bytes:
+    """The secret in a party key file (one line of hex, as ``new_party_key().hex()`` writes);
+    ``ValueError`` with one line naming the file otherwise."""
+    try:
+        secret = bytes.fromhex(Path(path).read_text(encoding="utf-8").strip())
+    except OSError as exc:
+        raise ValueError(f"party key file {path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError:
+        raise ValueError(f"party key file {path}: not a hex key (one line of hex digits)") from None
+    if len(secret) < 16:
+        raise ValueError(f"party key file {path}: the key must be at least 16 random bytes (32 hex digits)")
+    return secret
 
 
 def _derive(secret: bytes, info: bytes) -> bytes:

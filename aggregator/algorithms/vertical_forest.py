@@ -16,7 +16,13 @@ A job (messages: ``shared.protocol.messages.vertical_forest``):
    the master picks the best party per node (:func:`choose_owners`; ties: the lower party) or
    makes a leaf (no split, or ``gain < min_impurity_decrease``); the winners partition their
    nodes' rows, sealed, and the next level relays the partitions to every party;
-4. **finish** -- the parties keep their partial trees; the label holder returns the leaf values.
+4. **finish** -- the parties keep their partial trees and report their digests; the label holder
+   returns the leaf values;
+5. **deploy** (:func:`deploy_to_parties`) -- the master signs a manifest binding the model id,
+   version, job, its own trees and every party's digest; each party verifies it and stores its
+   partial trees (``shared.vertical_manifest``). :func:`predict_on_parties` with ``live=True``
+   then predicts the windows each party stored since the last live run and every party stores
+   the result.
 
 Every round needs every party: a party that does not answer fails the job (``TrainingError``
 naming it); the master returns no model and tells the others to drop their state.
@@ -42,6 +48,7 @@ from shared.protocol.messages.vertical_forest import (
     VerticalAbort,
     VerticalAlignReply,
     VerticalAlignRequest,
+    VerticalDeploy,
     VerticalDirectionsReply,
     VerticalDirectionsRequest,
     VerticalFinishReply,
@@ -57,7 +64,9 @@ from shared.protocol.messages.vertical_forest import (
     VerticalSetupRequest,
     VerticalTask,
 )
+from shared.signing import SigningKey
 from shared.vertical_alignment import AlignmentReport, intersect_digests
+from shared.vertical_manifest import forest_digest, sign_manifest
 from shared.vertical_splits import EPSILON, is_tie_or_better
 from shared.vertical_trees import intersect_leaves, leaves_of
 
@@ -66,8 +75,8 @@ from ..rounds import QuorumNotReached
 from .forest_growth import n_sampled_features
 from .vertical_forest_model import MasterTree, VerticalForestModel
 
-__all__ = ["VerticalFederatedForest", "VerticalPrediction", "VerticalTraining", "choose_owners", "draw_features",
-           "draw_rows", "parties_for_simulation", "predict_on_parties"]
+__all__ = ["VerticalFederatedForest", "VerticalPrediction", "VerticalTraining", "choose_owners", "deploy_to_parties",
+           "draw_features", "draw_rows", "parties_for_simulation", "predict_on_parties"]
 
 MAX_DEPTH = 40
 
@@ -173,20 +182,25 @@ class VerticalPrediction:
 def predict_on_parties(job: FederatedJob, model: VerticalForestModel, *, hop_us: int = 0, tolerance_us: int = 0,
                        feature_set_version: str = "",
                        method: Literal["one_round", "classical"] = "one_round",
-                       share: bool = True) -> VerticalPrediction:
+                       share: bool = True, live: bool = False) -> VerticalPrediction:
     """Predict the parties' windows with ``model`` (whose partial trees they keep): align them,
     then either one ``vertical_forest.route`` round (Alg. 3-4: the master intersects the leaf
     sets) or, ``method="classical"``, one ``vertical_forest.directions`` round per tree level
     (each split's owner says where the windows at that node go). A party that does not answer
     is an error (``TrainingError`` naming it), never a guess. ``share``: one more round gives
-    every party the prediction of its windows (the person's gateways all learn the result)."""
+    every party the prediction of its windows (the person's gateways all learn the result).
+    ``live``: the model must be deployed (``model.manifest``); each party offers the windows it
+    stored since that model's last live prediction there, and stores the shared result."""
     parties = list(model.parties)
+    if live and (model.manifest is None or not share):
+        raise ValueError("live prediction needs a deployed model (deploy_to_parties) and share=True")
     if sorted(job.clients) != sorted(parties):
         raise ValueError(f"the prediction job's clients {sorted(job.clients)} are not the model's parties {parties}")
     if method not in ("one_round", "classical"):
         raise ValueError(f"method must be 'one_round' or 'classical', got {method!r}")
     replies = ask_every_party(job, parties, "prediction alignment", VerticalAlignRequest(
-        feature_set_version, hop_us, tolerance_us, model.task), VerticalAlignReply)
+        feature_set_version, hop_us, tolerance_us, model.task, model.manifest.model_id if live else ""),
+        VerticalAlignReply)
     keep, report = intersect_digests(parties, [replies[p].digests for p in parties],
                                      [replies[p].off_grid for p in parties])
     model_job = str(model.metadata["job"])
@@ -198,6 +212,36 @@ def predict_on_parties(job: FederatedJob, model: VerticalForestModel, *, hop_us:
     if share:
         ask_every_party(job, parties, "sharing the prediction", VerticalResult(values, model.classes), Ack)
     return VerticalPrediction(values, model.labels_of(values), report)
+
+
+def deploy_to_parties(job: FederatedJob, model: VerticalForestModel, signing_key: SigningKey, *, model_id: str,
+                      version: int) -> VerticalForestModel:
+    """Sign the model's manifest and have every party keep its partial trees as ``model_id``
+    v``version`` (``vertical_forest.deploy``); returns the model with its manifest. A party that
+    refuses (bad signature, digest mismatch, a version not above its last, no trees of the job)
+    fails the call (``TrainingError`` naming it and why); the parties that accepted keep the
+    model -- deploy again with a higher version once the cause is fixed."""
+    parties = list(model.parties)
+    if sorted(job.clients) != sorted(parties):
+        raise ValueError(f"the deploy job's clients {sorted(job.clients)} are not the model's parties {parties}")
+    if len(model.party_digests) != len(parties):
+        raise ValueError("the model carries no digests of the parties' partial trees (trained before deployment "
+                         "existed?): train it again")
+    manifest = sign_manifest(signing_key, model_id=model_id, version=version, job=str(model.metadata["job"]),
+                             parties=parties, label_holder=str(model.metadata["label_holder"]), task=model.task,
+                             classes=model.classes, forest_digest=forest_digest(model.trees, model.n_features),
+                             party_digests=model.party_digests)
+    try:
+        replies = job.ask(VerticalDeploy(manifest), parties, Ack)
+    except QuorumNotReached as exc:
+        replies, failures = exc.result.replies, exc.result.failures()
+    else:
+        failures = {}
+    missing = [p for p in parties if p not in replies]
+    if missing:
+        why = "; ".join(f"{p}: {failures.get(p, 'no answer before the deadline')}" for p in missing)
+        raise TrainingError(f"deploying {model_id} v{version}: party {', '.join(missing)} did not keep it ({why})")
+    return dataclasses.replace(model, manifest=manifest)
 
 
 def _one_round(job, model, parties, keep, n, model_job) -> np.ndarray:
@@ -449,7 +493,8 @@ class VerticalTraining:
                                           time.monotonic() - started))
         finish = self._ask("finish", {p: VerticalFinishRequest(self._task(i), level, partitions)
                                       for i, p in enumerate(self.parties)}, VerticalFinishReply)
-        return self._model(splits, finish[self.label_holder], level)
+        model = self._model(splits, finish[self.label_holder], level)
+        return dataclasses.replace(model, party_digests=tuple(finish[p].digest for p in self.parties))
 
     def _model(self, splits: dict[tuple[int, int], tuple[int, int, float]], leaves: VerticalFinishReply,
                depth: int) -> VerticalForestModel:

@@ -13,12 +13,18 @@ then plays the parties' part (each block through its own partial trees) and the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import numpy as np
 
+from shared.protocol.codec import dumps_value, loads_value
+from shared.protocol.errors import DecodeError
+from shared.protocol.messages.vertical_forest import VerticalManifest
+from shared.protocol.schema import from_wire, to_wire
+from shared.signing import VerifyKey
 from shared.vertical_alignment import AlignmentReport
+from shared.vertical_manifest import forest_digest, verify_manifest
 from shared.vertical_trees import PartialTree, classical_leaves, intersect_leaves, owned_directions, reachable_leaves
 
 __all__ = ["MasterTree", "VerticalForestModel"]
@@ -44,7 +50,9 @@ class VerticalForestModel:
 
     ``parties``: the party ids in block order; ``n_features``: each party's width;
     ``partial``: per party its partial trees (None on a master that holds only its own part);
-    ``alignment``: which windows the job trained on and which it dropped.
+    ``alignment``: which windows the job trained on and which it dropped; ``party_digests``:
+    each party's digest of its partial trees (reported at the finish); ``manifest``: the signed
+    manifest once deployed (``deploy_to_parties``).
     ``predict(blocks)`` / ``predict_proba(blocks)`` take one feature block per party, in order.
 
     Examples
@@ -69,6 +77,40 @@ class VerticalForestModel:
     integer_labels: bool = False
     metadata: dict[str, object] = field(default_factory=dict)
     alignment: AlignmentReport | None = None
+    party_digests: tuple[bytes, ...] = ()
+    manifest: VerticalManifest | None = None
+
+    # -- the master's model file -------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """The deployed master model as a file (CBOR): the signed manifest and the master's trees
+        -- no partial tree, no threshold. Read back with :meth:`from_bytes`."""
+        if self.manifest is None:
+            raise ValueError("only a deployed model (with its signed manifest) is written: deploy it first")
+        return dumps_value({"manifest": to_wire(self.manifest), "n_features": list(self.n_features),
+                            "integer_labels": self.integer_labels, "criterion": str(self.metadata.get("criterion", "")),
+                            "trees": [{f.name: getattr(t, f.name) for f in fields(MasterTree)} for t in self.trees]})
+
+    @classmethod
+    def from_bytes(cls, data: bytes, trusted_keys: VerifyKey | Sequence[VerifyKey]) -> VerticalForestModel:
+        """A model file written by :meth:`to_bytes`, checked: the manifest's signature and the
+        trees' digest (``ValueError`` / ``BadSignature`` with one line otherwise)."""
+        try:
+            raw = loads_value(data, max_bytes=256 << 20)
+            manifest = from_wire(VerticalManifest, raw["manifest"])
+            trees = tuple(MasterTree(**{f.name: np.asarray(t[f.name]) for f in fields(MasterTree)})
+                          for t in raw["trees"])
+            n_features = tuple(int(d) for d in raw["n_features"])
+        except (DecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a vertical forest model file ({str(exc)[:200]})") from None
+        verify_manifest(manifest, trusted_keys)
+        if forest_digest(trees, n_features) != manifest.forest_digest:
+            raise ValueError("the model file's trees do not match its signed manifest (altered after signing)")
+        return cls(trees, manifest.task, manifest.classes, manifest.parties, n_features, None,
+                   bool(raw.get("integer_labels", False)),
+                   {"algorithm": "vertical_forest", "job": manifest.job, "n_trees": len(trees),
+                    "criterion": str(raw.get("criterion", "")), "label_holder": manifest.label_holder},
+                   None, manifest.party_digests, manifest)
 
     # -- checks ------------------------------------------------------------------------------------
 

@@ -8,20 +8,34 @@ the structure of every split and the feature and threshold of the splits it owns
 node its best gain and the column number of that feature, and -- for the splits it won -- the
 node's rows left/right, sealed for the other parties. Never a feature value, a threshold or a
 feature name. The partial trees are kept only when the job finishes (``vertical_forest.finish``);
-a job that fails or is aborted leaves nothing. They are kept in memory (a restarted gateway has
-none: the model must be trained again).
+a job that fails or is aborted leaves nothing. At the finish every party reports the SHA-256 of
+its partial trees; until a deployment they live in memory only.
+
+Deployment (``vertical_forest.deploy``, on a gateway that gave :meth:`VerticalForestClient.configure`
+its model directory and trusted keys): the aggregator's signed manifest
+(``shared.vertical_manifest``) names the model id and version, the job and every party's digest;
+the party verifies the signature, checks that its trees of that job hash to its digest, refuses
+a version not above the highest it accepted for that model id (``vertical/accepted.json``), and
+writes manifest and trees to ``vertical/<model_id>.cbor`` in its model directory. A restarted
+gateway reloads -- and re-verifies -- them at start.
 
 Prediction (Alg. 3): after an alignment, ``vertical_forest.route`` returns each window's
 reachable leaves; ``vertical_forest.directions`` answers the classical protocol's per-node
 questions; ``vertical_forest.result`` brings the master's prediction back to every party.
+A *live* prediction (``live_model`` in the alignment request) offers the windows of the party's
+store that started after the last window that model predicted there, labelled or not; the
+result is stored as predictions (``WindowStore.add_prediction``, model ``<id>:v<version>``) and
+moves that mark. A window another party lacks at that run is not predicted later.
 
 The party's data source must offer ``party_windows(feature_set_version)``
 (``edge_client.training_data.PartyData`` / ``StoreTrainingData``); the key is the source's
-``party_key`` or, on a gateway, the hex key in the file named by ``$WHEELFED_PARTY_KEY_FILE``.
+``party_key`` or, on a gateway, the hex key in the file given by ``wheelfed gateway
+--party-key-file`` (else the file named by ``$WHEELFED_PARTY_KEY_FILE``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections import OrderedDict
@@ -30,19 +44,24 @@ from pathlib import Path
 
 import numpy as np
 
+from shared.protocol.codec import dumps_value, loads_value
 from shared.protocol.envelope import Message
+from shared.protocol.errors import DecodeError
 from shared.protocol.messages import Ack
+from shared.protocol.schema import from_wire, to_wire
 from shared.protocol.messages.vertical_forest import (
     SealedPartition,
     VerticalAbort,
     VerticalAlignReply,
     VerticalAlignRequest,
+    VerticalDeploy,
     VerticalDirectionsReply,
     VerticalDirectionsRequest,
     VerticalFinishReply,
     VerticalFinishRequest,
     VerticalLevelReply,
     VerticalLevelRequest,
+    VerticalManifest,
     VerticalPartitionReply,
     VerticalPartitionRequest,
     VerticalResult,
@@ -52,13 +71,17 @@ from shared.protocol.messages.vertical_forest import (
     VerticalSetupRequest,
     VerticalTask,
 )
+from shared.signing import BadSignature, VerifyKey
 from shared.vertical_alignment import aligned_order, snap_starts, window_digests
-from shared.vertical_party_key import PartyKey, SealError
+from shared.vertical_manifest import partial_digest, verify_manifest
+from shared.vertical_party_key import PartyKey, SealError, read_party_key
 from shared.vertical_splits import best_local_splits, leaf_values, node_statistics, target_terms
 from shared.vertical_trees import PartialTree, owned_directions, reachable_leaves
 
 from ..dispatcher import Dispatcher, RequestRejected
+from ..models import _write_atomically
 from ..secure_aggregation import SecureAggregationClient
+from ..store import PredictionRecord, WindowStore
 from ..training_data import JobSnapshots, NoTrainingData, PartyWindows, label_strings
 
 log = logging.getLogger(__name__)
@@ -66,6 +89,9 @@ log = logging.getLogger(__name__)
 MAX_JOBS = 4
 PARTY_KEY_ENV = "WHEELFED_PARTY_KEY_FILE"
 MAX_DEPTH = 40  # heap ids of depth-40 nodes fit int64 with room for the tree number
+DEPLOYED_DIR = "vertical"  # in the gateway's model directory
+RECORD = "accepted.json"
+MAX_MODEL_BYTES = 64 << 20
 
 
 def labels_context(job: str) -> bytes:
@@ -86,6 +112,41 @@ class PartyPrediction:
     X: np.ndarray
     values: np.ndarray
     classes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PartySetup:
+    """What a gateway gives its vertical party: its id, the model directory (deployed partial
+    trees go to ``<model_dir>/vertical``), the aggregator's public keys that sign manifests, the
+    window store live predictions are read from and written to, and the party key file."""
+
+    client_id: str
+    model_dir: Path
+    trusted_keys: tuple[VerifyKey, ...] = ()
+    store: WindowStore | None = None
+    party_key_file: Path | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class DeployedForest:
+    """A deployed model on this party: the verified manifest and this party's partial trees."""
+
+    manifest: VerticalManifest
+    trees: tuple[PartialTree, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.manifest.model_id}:v{self.manifest.version}"
+
+
+@dataclass(frozen=True, eq=False)
+class _LiveWindows:
+    """A live prediction job's windows as stored (rows of ``_PartyJob.windows``)."""
+
+    model: DeployedForest
+    ids: np.ndarray
+    end_us: np.ndarray
+    start_us: np.ndarray  # as stored (not snapped): the mark of what was predicted
 
 
 @dataclass
@@ -110,6 +171,8 @@ class _PartyJob:
     splits: dict[tuple[int, int], tuple[int, float]] = field(default_factory=dict)  # (tree, node) -> own split
     structure: list[tuple[int, int]] = field(default_factory=list)  # every (tree, node) that split
     applied_level: int = -1
+    live: _LiveWindows | None = None
+    predicted: np.ndarray | None = None  # prediction: rows of ``windows`` in aligned order
 
 
 def _pack_key(tree: np.ndarray, node: np.ndarray) -> np.ndarray:
@@ -131,6 +194,11 @@ class VerticalForestClient:
         self.forests: OrderedDict[str, tuple[PartialTree, ...]] = OrderedDict()
         #: The predictions the master shared, by prediction job: the windows and their values.
         self.results: OrderedDict[str, PartyPrediction] = OrderedDict()
+        self.setup: PartySetup | None = None
+        #: Deployed models by model id (verified; reloaded at :meth:`configure`).
+        self.deployed: dict[str, DeployedForest] = {}
+        self._accepted: dict[str, int] = {}
+        self._predicted_until: dict[str, int] = {}
 
     def register(self, dispatcher: Dispatcher) -> None:
         dispatcher.register(VerticalAlignRequest, self.on_align)
@@ -142,6 +210,102 @@ class VerticalForestClient:
         dispatcher.register(VerticalRouteRequest, self.on_route)
         dispatcher.register(VerticalDirectionsRequest, self.on_directions)
         dispatcher.register(VerticalResult, self.on_result)
+        dispatcher.register(VerticalDeploy, self.on_deploy)
+
+    def configure(self, setup: PartySetup) -> None:
+        """Give this party a gateway's model directory, keys, store and party key file, and load
+        the models deployed there (each re-verified: a file that fails is logged and skipped)."""
+        self.setup = setup
+        folder = setup.model_dir / DEPLOYED_DIR
+        record = folder / RECORD
+        if record.exists():
+            try:
+                data = json.loads(record.read_text(encoding="utf-8"))
+                self._accepted = {str(k): int(v) for k, v in data["versions"].items()}
+                self._predicted_until = {str(k): int(v) for k, v in data["predicted_until_us"].items()}
+            except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                log.error("vertical model record unreadable; rebuilt from the stored models",
+                          extra={"file": str(record), "error": str(exc)})
+        for path in sorted(folder.glob("*.cbor")) if folder.is_dir() else ():
+            try:
+                deployed = self._read_deployed(path.read_bytes())
+            except (OSError, ValueError, TypeError, KeyError, DecodeError, BadSignature, RequestRejected) as exc:
+                log.error("stored vertical model not loaded", extra={"file": str(path), "error": str(exc)[:300]})
+                continue
+            m = deployed.manifest
+            self.deployed[m.model_id] = deployed
+            self._accepted[m.model_id] = max(self._accepted.get(m.model_id, 0), m.version)
+            log.info("vertical model loaded", extra={"model": deployed.label})
+
+    def _read_deployed(self, data: bytes) -> DeployedForest:
+        raw = loads_value(data, max_bytes=MAX_MODEL_BYTES)
+        manifest = from_wire(VerticalManifest, raw["manifest"])
+        trees = tuple(PartialTree(np.asarray(t["split_nodes"], dtype=np.int64), np.asarray(t["owned"], dtype=bool),
+                                  np.asarray(t["feature"], dtype=np.int64), np.asarray(t["threshold"], dtype=np.float64))
+                      for t in raw["trees"])
+        self._check_manifest(manifest, trees)
+        return DeployedForest(manifest, trees)
+
+    def _check_manifest(self, manifest: VerticalManifest, trees: tuple[PartialTree, ...]) -> None:
+        """The signature, this party's place among the parties and its digest."""
+        setup = self.setup
+        if setup is None or not setup.trusted_keys:
+            raise RequestRejected("no_trusted_key", "this gateway was started without --trust, so it cannot verify a "
+                                                    "vertical forest manifest")
+        try:
+            verify_manifest(manifest, setup.trusted_keys)
+        except BadSignature as exc:
+            raise RequestRejected("bad_signature", str(exc)) from None
+        if setup.client_id not in manifest.parties:
+            raise RequestRejected("not_a_party", f"the manifest of {manifest.model_id} names parties "
+                                                 f"{', '.join(manifest.parties)}, not {setup.client_id}")
+        if partial_digest(manifest.job, trees) != manifest.party_digests[manifest.parties.index(setup.client_id)]:
+            raise RequestRejected("digest_mismatch", f"this party's partial trees of job {manifest.job} do not hash to "
+                                                     "the digest the signed manifest names for it")
+
+    def _write_record(self) -> None:
+        record = {"versions": dict(sorted(self._accepted.items())),
+                  "predicted_until_us": dict(sorted(self._predicted_until.items()))}
+        _write_atomically(self.setup.model_dir / DEPLOYED_DIR / RECORD, (json.dumps(record, indent=1) + "\n").encode())
+
+    def on_deploy(self, message: Message) -> Ack:
+        """Keep the partial trees of the manifest's job as a deployed model (see the module
+        docstring); a refusal changes nothing."""
+        manifest: VerticalManifest = message.body.manifest
+        if self.setup is None:
+            raise RequestRejected("no_model_dir", "this party has no model directory to deploy to")
+        current = self.deployed.get(manifest.model_id)
+        if current is not None and current.manifest == manifest:
+            return Ack("unchanged")
+        trees = self.forests.get(manifest.job)
+        if trees is None:
+            raise RequestRejected("no_model", f"this party holds no partial trees of job {manifest.job!r} (restarted "
+                                              "since training?): train again")
+        self._check_manifest(manifest, trees)
+        floor = self._accepted.get(manifest.model_id, 0)
+        if manifest.version <= floor:
+            raise RequestRejected("downgrade", f"{manifest.model_id} v{manifest.version} is not above v{floor}, the "
+                                               "highest version this party accepted: deploy a higher version")
+        folder = self.setup.model_dir / DEPLOYED_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        data = dumps_value({"manifest": to_wire(manifest),
+                            "trees": [{"split_nodes": t.split_nodes, "owned": t.owned.astype(np.uint8),
+                                       "feature": t.feature, "threshold": t.threshold} for t in trees]})
+        _write_atomically(folder / f"{manifest.model_id}.cbor", data)
+        self._accepted[manifest.model_id] = manifest.version
+        self._write_record()
+        self.deployed[manifest.model_id] = DeployedForest(manifest, trees)
+        log.info("vertical model deployed", extra={"model": self.deployed[manifest.model_id].label})
+        return Ack("deployed")
+
+    def _forest(self, model_job: str) -> tuple[PartialTree, ...]:
+        """The partial trees of the model trained by ``model_job``: finished here, or deployed."""
+        if model_job in self.forests:
+            return self.forests[model_job]
+        for deployed in self.deployed.values():
+            if deployed.manifest.job == model_job:
+                return deployed.trees
+        raise RequestRejected("no_model", f"this party holds no partial trees of job {model_job!r}")
 
     @property
     def jobs(self) -> tuple[str, ...]:
@@ -156,14 +320,15 @@ class VerticalForestClient:
     # -- helpers -----------------------------------------------------------------------------------
 
     def _key(self) -> PartyKey:
-        """The data source's ``party_key``, else (a gateway) the hex key in the file named by
-        ``$WHEELFED_PARTY_KEY_FILE``."""
+        """The data source's ``party_key``, else (a gateway) the hex key in the party key file
+        (``PartySetup.party_key_file``, else the file named by ``$WHEELFED_PARTY_KEY_FILE``)."""
         secret = getattr(self.source, "party_key", b"") or b""
-        if not secret and os.environ.get(PARTY_KEY_ENV):
+        key_file = self.setup.party_key_file if self.setup is not None else None
+        if not secret and (key_file or os.environ.get(PARTY_KEY_ENV)):
             try:
-                secret = bytes.fromhex(Path(os.environ[PARTY_KEY_ENV]).read_text().strip())
-            except (OSError, ValueError) as exc:
-                raise RequestRejected("no_party_key", f"${PARTY_KEY_ENV}: cannot read a hex key ({exc})") from None
+                secret = read_party_key(Path(key_file or os.environ[PARTY_KEY_ENV]))
+            except ValueError as exc:
+                raise RequestRejected("no_party_key", str(exc)) from None
         if not secret:
             raise RequestRejected("no_party_key", f"this gateway has no party key for vertical jobs (set "
                                                   f"${PARTY_KEY_ENV})")
@@ -224,12 +389,16 @@ class VerticalForestClient:
     def on_align(self, message: Message) -> VerticalAlignReply:
         body: VerticalAlignRequest = message.body
         key = self._key()
-        try:
-            windows = self.source.party_windows(body.feature_set_version)
-        except NoTrainingData as exc:
-            raise RequestRejected(exc.code, str(exc), exc.feature_sets) from None
-        except AttributeError:
-            raise RequestRejected("unsupported", "this gateway's data source holds no party windows") from None
+        live = None
+        if body.live_model:
+            windows, live = self._live_windows(body)
+        else:
+            try:
+                windows = self.source.party_windows(body.feature_set_version)
+            except NoTrainingData as exc:
+                raise RequestRejected(exc.code, str(exc), exc.feature_sets) from None
+            except AttributeError:
+                raise RequestRejected("unsupported", "this gateway's data source holds no party windows") from None
         if body.hop_us:
             snapped = snap_starts(windows.start_us, body.hop_us, body.tolerance_us)
             starts, offered = snapped.starts, np.flatnonzero(snapped.on_grid)
@@ -247,11 +416,32 @@ class VerticalForestClient:
             raise RequestRejected("bad_data", "vertical jobs need finite feature values (missing values are not "
                                               "supported yet)")
         digests = window_digests(key.id_key, [windows.sessions[i] for i in offered.tolist()], starts[offered])
-        self._jobs[message.envelope.job] = _PartyJob(windows, offered, classes)
+        self._jobs[message.envelope.job] = _PartyJob(windows, offered, classes, live=live)
         while len(self._jobs) > self.max_jobs:
             self._jobs.popitem(last=False)
         return VerticalAlignReply(digests, int(windows.X.shape[0] - offered.size), int(windows.X.shape[1]),
                                   windows.y is not None, classes)
+
+    def _live_windows(self, body: VerticalAlignRequest) -> tuple[PartyWindows, _LiveWindows]:
+        """A live prediction's windows: those of the store's feature set (the request's, else the
+        one the store holds) that started after the model's last prediction here."""
+        deployed = self.deployed.get(body.live_model)
+        if deployed is None:
+            raise RequestRejected("no_model", f"model {body.live_model!r} is not deployed on this party")
+        store = self.setup.store if self.setup is not None else None
+        if store is None:
+            raise RequestRejected("unsupported", "live prediction needs the gateway's window store")
+        version = body.feature_set_version
+        if not version:
+            held = tuple(store.stats().by_feature_set)
+            if len(held) != 1:
+                raise RequestRejected("feature_set_mismatch", f"the job names no feature set and this gateway stores "
+                                                              f"{len(held)}", held)
+            version = held[0]
+        since = self._predicted_until.get(body.live_model)
+        X, _, meta = store.query(version, None if since is None else since + 1, labelled_only=False)
+        return (PartyWindows(X, None, tuple(meta.session_ids), meta.start_us),
+                _LiveWindows(deployed, meta.ids, meta.end_us, meta.start_us))
 
     def on_setup(self, message: Message) -> VerticalSetupReply:
         body: VerticalSetupRequest = message.body
@@ -339,7 +529,9 @@ class VerticalForestClient:
         state = self._job(message)
         self._apply(message, state, body.partitions, body.level)
         forest = self._partial_forest(state)
-        reply = VerticalFinishReply(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(0))
+        digest = partial_digest(message.envelope.job, forest)
+        reply = VerticalFinishReply(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(0),
+                                    digest)
         if state.own_labels is not None:
             t, r = np.nonzero(state.node >= 0)
             keys = _pack_key(t, state.node[t, r])
@@ -349,7 +541,7 @@ class VerticalForestClient:
             cover = stats[:, 0] if crit == "mse" else stats.sum(axis=1)
             leaf_tree = unique >> (MAX_DEPTH + 2)
             reply = VerticalFinishReply(leaf_tree, unique - (leaf_tree << (MAX_DEPTH + 2)), leaf_values(stats, crit),
-                                        cover)
+                                        cover, digest)
         self.forests[message.envelope.job] = forest
         while len(self.forests) > self.max_jobs:
             self.forests.popitem(last=False)
@@ -365,28 +557,28 @@ class VerticalForestClient:
     def _prediction_windows(self, message: Message, model_job: str, keep: np.ndarray) -> np.ndarray:
         """The features of the windows ``keep`` of this prediction job's alignment, aligned."""
         state = self._job(message)
-        if model_job not in self.forests:
-            raise RequestRejected("no_model", f"this party holds no partial trees of job {model_job!r}")
+        self._forest(model_job)
         if keep.size and keep.max() >= state.offered.size:
             raise RequestRejected("bad_request", "keep names windows this party did not offer")
         if state.X is None or state.X.shape[0] != keep.size:
             rows = state.offered[keep]
             w = state.windows
-            state.X = w.X[rows[aligned_order([w.sessions[i] for i in rows.tolist()], w.start_us[rows])]]
+            state.predicted = rows[aligned_order([w.sessions[i] for i in rows.tolist()], w.start_us[rows])]
+            state.X = w.X[state.predicted]
         return state.X
 
     def on_route(self, message: Message) -> VerticalRouteReply:
         """One-round prediction (Alg. 3) of the windows this prediction job aligned."""
         body: VerticalRouteRequest = message.body
         X = self._prediction_windows(message, body.model_job, body.keep)
-        reach = np.concatenate([reachable_leaves(tree, X) for tree in self.forests[body.model_job]], axis=1)
+        reach = np.concatenate([reachable_leaves(tree, X) for tree in self._forest(body.model_job)], axis=1)
         return VerticalRouteReply(np.packbits(reach, axis=1), int(reach.shape[1]))
 
     def on_directions(self, message: Message) -> VerticalDirectionsReply:
         """Classical prediction: where the named windows go at this party's splits."""
         body: VerticalDirectionsRequest = message.body
         X = self._prediction_windows(message, body.model_job, body.keep)
-        forest = self.forests[body.model_job]
+        forest = self._forest(body.model_job)
         if body.rows.size and body.rows.max() >= X.shape[0]:
             raise RequestRejected("bad_request", "rows beyond the aligned windows")
         go_left = np.zeros(body.rows.shape[0], dtype=bool)
@@ -407,10 +599,35 @@ class VerticalForestClient:
         if state.X is None or body.values.shape[0] != state.X.shape[0]:
             raise RequestRejected("bad_request", "the result does not fit this prediction job's windows")
         self._jobs.pop(message.envelope.job, None)
+        if state.live is not None:
+            self._store_live(state, body)
         self.results[message.envelope.job] = PartyPrediction(state.X, body.values, body.classes)
         while len(self.results) > self.max_jobs:
             self.results.popitem(last=False)
         return Ack("kept")
+
+    def _store_live(self, state: _PartyJob, body: VerticalResult) -> None:
+        """A live prediction's result as predictions of the store's windows (classification: the
+        most probable class with its probability; regression: the mean as the label), and the
+        model's mark moved to the last window predicted."""
+        live, rows = state.live, state.predicted
+        if live.model.manifest.classes != body.classes:
+            raise RequestRejected("bad_request", "the result's classes are not the deployed model's")
+        if rows is None or not rows.size:
+            return
+        store, label = self.setup.store, live.model.label
+        best = np.argmax(body.values, axis=1)
+        names = (np.asarray(body.classes)[best] if body.classes else
+                 np.array([f"{v:.6g}" for v in body.values[:, 0].tolist()]))
+        probability = body.values[np.arange(rows.size), best] if body.classes else np.ones(rows.size)
+        for i, row in enumerate(rows.tolist()):
+            store.add_prediction(PredictionRecord(state.windows.sessions[row], int(live.end_us[row]), label,
+                                                  str(names[i]), float(probability[i]),
+                                                  body.values[i].astype(np.float32), 0.0, int(live.ids[row])))
+        model_id = live.model.manifest.model_id
+        self._predicted_until[model_id] = max(self._predicted_until.get(model_id, -1),
+                                              int(live.start_us[rows].max()))
+        self._write_record()
 
     def _partial_forest(self, state: _PartyJob) -> tuple[PartialTree, ...]:
         trees = []

@@ -17,6 +17,8 @@ A job runs
 4. ``vertical_forest.finish``: the last partitions; every party keeps its partial trees, the
    label holder answers with the leaf values (the model the master keeps);
    ``vertical_forest.abort`` tells the parties to drop a failed job.
+5. ``vertical_forest.deploy``: the aggregator's signed manifest (``VerticalManifest``): every
+   party keeps its partial trees of the job as that model id and version.
 
 Nodes are heap indices (root 0, children ``2i+1``/``2i+2``) -- the same names on every party.
 """
@@ -76,12 +78,15 @@ class VerticalTask:
 @dataclass(frozen=True)
 class VerticalAlignRequest:
     """Send the digests of your windows (start times snapped to ``hop_us`` within
-    ``tolerance_us``; ``hop_us`` 0: the ids as stored)."""
+    ``tolerance_us``; ``hop_us`` 0: the ids as stored). ``live_model``: a live prediction with
+    the deployed model of that id -- offer every window stored since that model's last
+    prediction on this party, labelled or not."""
 
     feature_set_version: str = ""
     hop_us: int = 0
     tolerance_us: int = 0
     task: Literal["classification", "regression"] = "classification"
+    live_model: str = ""
 
     def __post_init__(self) -> None:
         if self.hop_us < 0 or not 0 <= 2 * self.tolerance_us <= self.hop_us:
@@ -229,12 +234,16 @@ class VerticalFinishRequest:
 @dataclass(frozen=True)
 class VerticalFinishReply:
     """Leaves ``(leaf_tree[i], leaf_node[i])`` with their ``values`` (class distribution, or the
-    mean) and ``cover`` (weighted rows); empty from parties without labels."""
+    mean) and ``cover`` (weighted rows); empty from parties without labels. ``digest``: every
+    party's SHA-256 of its partial trees (``shared.vertical_manifest.partial_digest``), which
+    the signed manifest of a deployment repeats so that the party can tell its trees are the
+    ones the aggregator signed for."""
 
     leaf_tree: Annotated[np.ndarray, INT_1D]
     leaf_node: Annotated[np.ndarray, INT_1D]
     values: Annotated[np.ndarray, ArraySpec(("float64",), ndim=2, finite=True)]
     cover: Annotated[np.ndarray, F64_1D]
+    digest: bytes = b""
 
     def __post_init__(self) -> None:
         _same_length(leaf_tree=self.leaf_tree, leaf_node=self.leaf_node, values=self.values, cover=self.cover)
@@ -318,3 +327,42 @@ class VerticalResult:
 
     values: Annotated[np.ndarray, ArraySpec(("float64",), ndim=2, finite=True)]
     classes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VerticalManifest:
+    """What the aggregator signs when it deploys a vertical forest (``shared.vertical_manifest``):
+    the model's id and ``version`` (monotonic per id on every party), the training ``job`` (whose
+    partial trees the parties keep), the ``parties`` in block order and the label holder, the
+    task and classes, ``forest_digest`` (SHA-256 of the master's trees: structure, owners,
+    encoded features, leaf values) and, per party, the digest that party reported of its own
+    partial trees. No threshold: the aggregator never had one to sign."""
+
+    model_id: str
+    version: int
+    job: str
+    parties: tuple[str, ...]
+    label_holder: str
+    task: Literal["classification", "regression"]
+    classes: tuple[str, ...]
+    forest_digest: bytes
+    party_digests: tuple[bytes, ...]
+    issued_ns: int
+    key_id: str
+    signature: bytes = b""
+
+    def __post_init__(self) -> None:
+        if not self.model_id or self.version < 1:
+            raise ValueError("a manifest needs a model_id and a version >= 1")
+        if len(self.party_digests) != len(self.parties) or self.label_holder not in self.parties:
+            raise ValueError("a manifest names one digest per party and a label holder among them")
+
+
+@message_type("vertical_forest.deploy")
+@dataclass(frozen=True)
+class VerticalDeploy:
+    """Keep your partial trees of ``manifest.job`` as model ``manifest.model_id`` v``version``:
+    verify the signature, check your digest, store them (answered with ``Ack``: ``deployed`` or
+    ``unchanged``)."""
+
+    manifest: VerticalManifest

@@ -1,0 +1,148 @@
+"""Deploying a vertical Federated Forest (issue 16, item 5) in the simulation: the signed
+manifest, each party's stored partial trees, reload after a restart, the refusals, the master's
+model file, and live prediction whose stored results equal the model's own prediction."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from aggregator.algorithms.vertical_forest import VerticalFederatedForest, deploy_to_parties, predict_on_parties
+from aggregator.algorithms.vertical_forest_model import VerticalForestModel
+from aggregator.jobs import FederatedJob, JobSettings, TrainingError
+from aggregator.simulate import Simulation
+from edge_client.algorithms.vertical_forest import PartySetup, VerticalForestClient
+from edge_client.store import WindowRecord, WindowStore
+from edge_client.training_data import PartyData, StoreTrainingData
+from shared.signing import BadSignature, SigningKey
+from shared.vertical_manifest import forest_digest, partial_digest, verify_manifest
+from shared.vertical_party_key import new_party_key
+
+PARTIES = ("gw-a", "gw-b")
+HOP = 2_000_000
+SIGNER = SigningKey(bytes(range(32)))
+OTHER = SigningKey(bytes(range(1, 33)))
+
+
+def _fill(store: WindowStore, X: np.ndarray, rows: range, version: str, labels: np.ndarray | None) -> None:
+    for i in rows:
+        store.add(WindowRecord("s1", i * HOP, (i + 1) * HOP, X[i], version))
+        if labels is not None:
+            store.label_range("s1", i * HOP, (i + 1) * HOP, str(labels[i]))
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    """Two parties (gw-a holds labels) trained on the first 120 windows of their stores."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(200, 4))
+    y = np.where(X[:, 0] - X[:, 3] > 0, "push", "sit")
+    stores = {p: WindowStore(tmp_path / f"{p}.db") for p in PARTIES}
+    _fill(stores["gw-a"], X[:, :2], range(120), "va", y)
+    _fill(stores["gw-b"], X[:, 2:], range(120), "vb", None)
+    key = new_party_key()
+    parties = []
+    for p in PARTIES:
+        w = StoreTrainingData(stores[p]).party_windows("")
+        parties.append(PartyData(p, w.X, w.y, party_key=key, sessions=w.sessions, start_us=w.start_us))
+    sim = Simulation(parties)
+    for p in PARTIES:
+        sim.participants[p].halves["vertical_forest"].configure(
+            PartySetup(p, tmp_path / f"{p}-models", (SIGNER.verify_key,), stores[p]))
+    config = VerticalFederatedForest(n_trees=4, max_depth=4, min_samples_leaf=3)
+    model = config.run_in(sim, seed=1, job_id="train-1")
+    yield sim, model, stores, X, key, tmp_path
+    for s in stores.values():
+        s.close()
+
+
+def _job(sim, name):
+    return FederatedJob(sim.engine, list(PARTIES), job_id=name, settings=JobSettings(deadline_s=10))
+
+
+def _half(sim, p) -> VerticalForestClient:
+    return sim.participants[p].halves["vertical_forest"]
+
+
+def test_deploy_signs_a_manifest_each_party_checks_and_keeps_across_a_restart(fleet):
+    sim, model, stores, X, key, tmp = fleet
+    deployed = deploy_to_parties(_job(sim, "deploy-1"), model, SIGNER, model_id="activity-vf", version=1)
+    m = deployed.manifest
+    assert verify_manifest(m, SIGNER.verify_key) == SIGNER.verify_key
+    assert m.parties == PARTIES and m.label_holder == "gw-a" and m.job == "train-1"
+    assert m.forest_digest == forest_digest(model.trees, model.n_features)
+    for i, p in enumerate(PARTIES):
+        assert m.party_digests[i] == partial_digest("train-1", model.partial[i])
+        assert (tmp / f"{p}-models" / "vertical" / "activity-vf.cbor").is_file()
+    # a restarted party (a new half on the same folder) reloads the very same partial trees
+    for i, p in enumerate(PARTIES):
+        fresh = VerticalForestClient(PartyData(p, np.zeros((1, 1)), None, party_key=key))
+        fresh.configure(PartySetup(p, tmp / f"{p}-models", (SIGNER.verify_key,), stores[p]))
+        assert fresh.deployed["activity-vf"].manifest == m
+        assert partial_digest("train-1", fresh.deployed["activity-vf"].trees) == m.party_digests[i]
+    # redeploying the same manifest is "unchanged"; the master's file round-trips and is checked
+    assert deploy_to_parties(_job(sim, "deploy-2"), model, SIGNER, model_id="activity-vf", version=2).manifest.version == 2
+    data = deployed.to_bytes()
+    back = VerticalForestModel.from_bytes(data, [SIGNER.verify_key])
+    assert back.manifest == m and forest_digest(back.trees, back.n_features) == m.forest_digest
+    with pytest.raises(BadSignature, match="trusts only"):
+        VerticalForestModel.from_bytes(data, [OTHER.verify_key])
+    tampered = dataclasses.replace(deployed, trees=(dataclasses.replace(model.trees[0], values=model.trees[0].values * 0),
+                                                   *model.trees[1:]))
+    tampered = dataclasses.replace(tampered, manifest=m)
+    with pytest.raises(ValueError, match="do not match its signed manifest"):
+        VerticalForestModel.from_bytes(tampered.to_bytes(), [SIGNER.verify_key])
+
+
+def test_a_party_refuses_a_foreign_signature_a_downgrade_and_a_wrong_digest(fleet):
+    sim, model, stores, X, key, tmp = fleet
+    with pytest.raises(TrainingError, match="gw-a: .*bad_signature.*gw-b: .*bad_signature|trusts only"):
+        deploy_to_parties(_job(sim, "d-1"), model, OTHER, model_id="vf", version=1)
+    deploy_to_parties(_job(sim, "d-2"), model, SIGNER, model_id="vf", version=3)
+    with pytest.raises(TrainingError, match="downgrade"):
+        deploy_to_parties(_job(sim, "d-3"), model, SIGNER, model_id="vf", version=2)
+    swapped = dataclasses.replace(model, party_digests=model.party_digests[::-1])
+    with pytest.raises(TrainingError, match="digest_mismatch"):
+        deploy_to_parties(_job(sim, "d-4"), swapped, SIGNER, model_id="vf", version=4)
+    assert all(_half(sim, p).deployed["vf"].manifest.version == 3 for p in PARTIES)
+    for p in PARTIES:  # what is on disk is still v3
+        fresh = VerticalForestClient(PartyData(p, np.zeros((1, 1)), None, party_key=key))
+        fresh.configure(PartySetup(p, tmp / f"{p}-models", (SIGNER.verify_key,)))
+        assert fresh.deployed["vf"].manifest.version == 3
+
+
+def test_live_prediction_stores_the_models_prediction_on_every_party_and_only_new_windows(fleet):
+    sim, model, stores, X, key, tmp = fleet
+    deployed = deploy_to_parties(_job(sim, "deploy"), model, SIGNER, model_id="vf", version=1)
+    first = predict_on_parties(_job(sim, "live-1"), deployed, live=True)
+    assert first.alignment.common == 120
+    for p in PARTIES:
+        got = stores[p].predictions()
+        assert len(got) == 120 and {r.model for r in got} == {"vf:v1"}
+        np.testing.assert_array_equal([r.label for r in got], model.predict([X[:120, :2], X[:120, 2:]]))
+        np.testing.assert_allclose(np.stack([r.probabilities for r in got]),
+                                   model.predict_proba([X[:120, :2], X[:120, 2:]]), rtol=1e-6)
+    # new windows arrive (gw-b misses one): the next run predicts exactly the new common ones
+    _fill(stores["gw-a"], X[:, :2], range(120, 150), "va", None)
+    _fill(stores["gw-b"], X[:, 2:], [i for i in range(120, 150) if i != 130], "vb", None)
+    second = predict_on_parties(_job(sim, "live-2"), deployed, live=True)
+    assert second.alignment.common == 29 and second.alignment.missing == (1, 0)
+    rows = [i for i in range(120, 150) if i != 130]
+    np.testing.assert_array_equal(second.predictions, model.predict([X[rows, :2], X[rows, 2:]]))
+    for p in PARTIES:
+        assert len(stores[p].predictions()) == 149
+    assert predict_on_parties(_job(sim, "live-3"), deployed, live=True).alignment.common == 0
+
+
+def test_live_prediction_with_a_party_missing_is_an_error(fleet):
+    sim, model, stores, X, key, tmp = fleet
+    deployed = deploy_to_parties(_job(sim, "deploy"), model, SIGNER, model_id="vf", version=1)
+    sim.transports["gw-b"].drop()
+    with pytest.raises(TrainingError, match="gw-b"):
+        predict_on_parties(FederatedJob(sim.engine, list(PARTIES), job_id="live-x",
+                                        settings=JobSettings(deadline_s=1)), deployed, live=True)
+    assert stores["gw-a"].predictions() == []
+    with pytest.raises(ValueError, match="deployed model"):
+        predict_on_parties(_job(sim, "live-y"), model, live=True)
