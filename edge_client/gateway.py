@@ -37,7 +37,9 @@ from shared.protocol.messages import Describe, Hello, Ping, Pong, Status
 from shared.protocol.messages.deployment import ModelPush, ModelRollback, ModelStatus
 from shared.signing import InvalidKey, load_verify_key
 from shared.transport.mqtt import MqttConfig, MqttTransport
+from shared.vertical_party_key import read_party_key
 
+from .algorithms.vertical_forest import PartySetup, VerticalForestClient
 from .alerts import DEFAULT_RULES, AlertEngine, AlertRule
 from .engines import EnginePreference
 from .live import LiveConfig, LivePredictor
@@ -99,6 +101,7 @@ class GatewayConfig:
     holdout_fraction: float = 0.0  # the tail of each session's labelled windows kept for evaluation
     model_dir: Path | None = None  # default: beside the store, CLIENT_ID-models/
     trusted_keys: tuple[Path, ...] = ()  # the aggregator's public key file(s); none: pushes are refused
+    party_key_file: Path | None = None  # vertical jobs' shared secret; None: $WHEELFED_PARTY_KEY_FILE
     engine: EnginePreference = "auto"
     alert_rules: tuple[AlertRule, ...] = DEFAULT_RULES
     live: LiveConfig = field(default_factory=LiveConfig)
@@ -126,6 +129,11 @@ class Gateway:
         except (InvalidKey, OSError) as exc:
             raise GatewayError(f"--trust: {exc} (wheelfed keygen writes the aggregator's .pub file)") from None
         model_dir = config.model_dir or config.store_path.with_name(f"{config.client_id}-models")
+        if config.party_key_file is not None:
+            try:
+                read_party_key(config.party_key_file)
+            except ValueError as exc:
+                raise GatewayError(f"--party-key-file: {exc}") from None
         try:
             check_model_dir(model_dir)  # before the store is created: a refusal leaves no file behind
             self.store = WindowStore(config.store_path, retention=config.retention, exclusive=True)
@@ -150,6 +158,10 @@ class Gateway:
             training = StoreTrainingData(self.store, lambda: tuple(self.processor.feature_names),
                                          holdout_fraction=config.holdout_fraction)
             self.participant = Participant(self.transport, training)
+            vertical = self.participant.halves.get(VerticalForestClient.capability)
+            if vertical is not None:  # deployed partial trees live beside the models, under the same keys
+                vertical.configure(PartySetup(config.client_id, model_dir, tuple(keys), self.store,
+                                              config.party_key_file))
             dispatcher = self.participant.dispatcher
             dispatcher.register(Ping, _pong)
             dispatcher.register(Describe, lambda _m: self.hello())

@@ -109,6 +109,7 @@ class GatewaySettings:
     holdout_fraction: float = 0.0
     model_dir: Path | None = None
     trust: tuple[Path, ...] = ()
+    party_key_file: Path | None = None  # the secret a person's gateways share for vertical jobs
     engine: str = "auto"
     alerts: Path | None = None
     publish_every: float = 10.0
@@ -261,6 +262,7 @@ class _Key:
 SCHEMA: dict[str, dict[str, _Key]] = {
     "": {"client_id": _Key(_client_id, "client_id"), "session": _Key(_text, "session"),
          "store": _Key(_path, "store"), "model_dir": _Key(_path, "model_dir"), "trust": _Key(_files, "trust"),
+         "party_key_file": _Key(_file, "party_key_file"),
          "engine": _Key(_choice(*ENGINES), "engine"), "alerts": _Key(_alerts, "alerts"),
          "holdout_fraction": _Key(_checked(holdout_share, int, float), "holdout_fraction"),
          "publish_every": _Key(_checked(positive_float, int, float), "publish_every"),
@@ -547,6 +549,13 @@ def check_environment(settings: GatewaySettings, *, environ: Mapping[str, str] |
             problems.append(f"trust {key}: {str(exc)[:200]} (wheelfed keygen writes the aggregator's .pub)")
     if not settings.trust:
         notes.append("no trust key: model pushes will be refused")
+    if settings.party_key_file is not None:
+        from shared.vertical_party_key import read_party_key
+
+        try:
+            read_party_key(settings.party_key_file)
+        except ValueError as exc:
+            problems.append(f"party_key_file: {exc}")
     _check_engine(settings, problems, notes)
     if settings.broker:
         _check_certificates(settings, problems, notes)

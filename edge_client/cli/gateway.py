@@ -224,6 +224,7 @@ def serve(settings: config.GatewaySettings) -> int:
                                         baudrate=settings.baud, mqtt=mqtt, session_id=settings.session,
                                         retention=retention, holdout_fraction=settings.holdout_fraction,
                                         model_dir=settings.model_dir, trusted_keys=settings.trust,
+                                        party_key_file=settings.party_key_file,
                                         engine=settings.engine,
                                         alert_rules=load_rules(settings.alerts) if settings.alerts else DEFAULT_RULES,
                                         live=LiveConfig(publish_every_s=settings.publish_every)))
@@ -272,6 +273,9 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="where the active and previous model live (default: CLIENT_ID-models/)")
     p.add_argument("--trust", action="append", type=existing_file, metavar="PUBKEY",
                    help="the aggregator's public key file (wheelfed keygen); repeat during a key rotation")
+    p.add_argument("--party-key-file", type=existing_file, metavar="FILE",
+                   help="vertical jobs: the hex key this person's gateways share (wheelfed vertical keygen); the "
+                        "aggregator never sees it (default: $WHEELFED_PARTY_KEY_FILE)")
     p.add_argument("--engine", choices=config.ENGINES,
                    help=f"inference engine (default: {defaults.engine}: TFLite when installed and faster)")
     p.add_argument("--alerts", type=alert_rules_file,
