@@ -37,7 +37,8 @@ case $registry in
         command -v pg_dump >/dev/null || die "pg_dump is not installed (apt-get install postgresql-client)"
         # libpq wants postgresql://, not SQLAlchemy's driver suffix
         url=postgresql://${registry#*://}
-        pg_dump --format=custom --no-owner --no-privileges --dbname="$url" --file="$partial" 2>"$partial.err" ||
+        pg_dump --format=custom --no-owner --no-privileges --dbname="$url" --file="$partial" \
+            2>"$partial.err" ||
             { msg=$(grep -m1 . "$partial.err" || true); rm -f "$partial.err"; die "pg_dump failed: ${msg:-no message}"; }
         rm -f "$partial.err"
         ;;

@@ -430,3 +430,41 @@ def test_scripts_document_themselves() -> None:
         usage = [line.strip() for line in run.stdout.splitlines() if line.strip().startswith("deploy/cloud/")]
         assert run.returncode == 0 and usage and usage[0].startswith(f"deploy/cloud/{script.name} "), run.stdout
         assert os.access(script, os.X_OK)
+
+
+@pytest.mark.mosquitto
+def test_a_broker_with_the_crl_on_refuses_the_revoked_gateway_and_admits_the_others(tmp_path: Path) -> None:
+    """The systemd broker's set-up (deploy/README.md): the TLS template copied to a deploy folder
+    of its own with ``crlfile`` uncommented, certificates from deploy/certs and the list from
+    crl.sh; real mosquitto, real TLS connections."""
+    from aggregator.broker import MosquittoBroker, mosquitto_available
+    from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
+
+    if not mosquitto_available():
+        pytest.fail("mosquitto is not installed (the test command installs it)")
+    certs = certificate_dir(tmp_path / "certs", "gw-1", "gw-2")
+    assert run_script(CRL, "-o", str(certs), "--revoke", "gw-1").returncode == 0
+    (revoked_crt,) = (certs / "revoked").glob("gw-1-*.crt")
+    deploy = tmp_path / "broker" / "mosquitto"
+    deploy.mkdir(parents=True)
+    shutil.copy(REPO / "deploy" / "mosquitto" / "acl", deploy / "acl")
+    template = TLS_TEMPLATE.read_text()
+    assert template.count("\n#crlfile ") == 1
+    (deploy / TLS_TEMPLATE.name).write_text(template.replace("\n#crlfile ", "\ncrlfile "))
+
+    def connects(client: str, crt: Path, key: Path, port: int) -> bool:
+        tls = TlsConfig(str(certs / "ca.crt"), str(crt), str(key))
+        transport = MqttTransport(client, MqttConfig(host="localhost", port=port, tls=tls), presence=False)
+        try:
+            transport.connect(timeout_s=5)
+        except (ConnectionError, TimeoutError, OSError):
+            return False
+        transport.close()
+        return True
+
+    with MosquittoBroker(tmp_path / "run", tls_cert_dir=certs, deploy_dir=tmp_path / "broker",
+                         bind_address="127.0.0.1") as broker:
+        assert re.search(rf"^crlfile {re.escape(str(certs.resolve()))}/crl\.pem$", broker.config_path.read_text(),
+                         re.M)
+        assert connects("gw-2", certs / "gw-2.crt", certs / "gw-2.key", broker.port)
+        assert not connects("gw-1", revoked_crt, revoked_crt.with_suffix(".key"), broker.port)
