@@ -468,3 +468,35 @@ def test_a_broker_with_the_crl_on_refuses_the_revoked_gateway_and_admits_the_oth
                          re.M)
         assert connects("gw-2", certs / "gw-2.crt", certs / "gw-2.key", broker.port)
         assert not connects("gw-1", revoked_crt, revoked_crt.with_suffix(".key"), broker.port)
+
+
+def test_the_units_settings_file_loads_and_points_where_the_units_allow() -> None:
+    """deploy/cloud/server.toml as ServerConfig reads it: TLS to the local broker, PostgreSQL over
+    its socket, the API on loopback; and server.env.example holds only ServerConfig variables."""
+    from aggregator.server.config import ENV_PREFIX, ServerConfig
+
+    config = ServerConfig.load(CLOUD / "server.toml", environ={})
+    assert (config.registry, config.listen, config.mqtt_host, config.mqtt_port) == (
+        "postgresql+psycopg://wheelfed@/wheelfed?host=/var/run/postgresql", "127.0.0.1", "localhost", 8883)
+    assert config.tls_key == "/etc/wheelfed/certs/aggregator.key" and config.signing_key == "/etc/wheelfed/aggregator.key"
+    names = re.findall(r"^([A-Z_]+)=", CLOUD.joinpath("server.env.example").read_text(), re.M)
+    assert names and ServerConfig.load(environ={n: "t" for n in names}).operator_tokens == ("t",)
+    assert all(n.startswith(ENV_PREFIX) for n in names)
+    assert "EnvironmentFile=-/etc/wheelfed/server.env" in CLOUD.joinpath("wheelfed-server.service").read_text()
+
+
+def test_a_socket_url_like_server_toml_s_backs_up_and_restores(postgres_cluster, tmp_path: Path) -> None:  # noqa: F811
+    """server.toml's registry form (user@/db?host=SOCKET_DIR, no password) through Registry,
+    backup.sh and restore.sh."""
+    tcp_url = postgres_cluster.database()
+    name = tcp_url.rsplit("/", 1)[1]
+    url = f"postgresql+psycopg://postgres@/{name}?host={postgres_cluster.folder}&port={postgres_cluster.port}"
+    populate(url)
+    before = snapshot(tcp_url)
+    assert before["models"]
+    assert run_script(BACKUP, url, str(tmp_path / "r.dump")).returncode == 0
+    with Registry(url) as registry:
+        registry.add("act", small_model(5))
+    run = run_script(RESTORE, url, str(tmp_path / "r.dump"))
+    assert run.returncode == 0, run.stderr
+    assert snapshot(tcp_url) == before
