@@ -302,7 +302,8 @@ class VerticalFederatedForest:
     "log2", an int, a fraction, None = all; default "sqrt" for classification, all for
     regression, as scikit-learn). ``max_depth`` at most 40 (nodes are heap indices).
     ``hop_us``/``tolerance_us``: the window grid to align on (0: ids as stored; see
-    ``shared.vertical_alignment``).
+    ``shared.vertical_alignment``). ``label_holder``: the party that must hold the labels
+    (empty: whichever single party does); another one holding them fails the job at alignment.
 
     Examples
     --------
@@ -327,6 +328,7 @@ class VerticalFederatedForest:
     feature_set_version: str = ""
     hop_us: int = 0
     tolerance_us: int = 0
+    label_holder: str = ""
 
     name: ClassVar[str] = "vertical_forest"
 
@@ -422,6 +424,10 @@ class VerticalTraining:
             self._abort("not exactly one label holder")
             raise TrainingError(f"exactly one party must hold the labels, {len(holders)} do ({', '.join(holders)})")
         self.label_holder = holders[0]
+        if cfg.label_holder and self.label_holder != cfg.label_holder:
+            self._abort("unexpected label holder")
+            raise TrainingError(f"the labels are on {self.label_holder}, not on {cfg.label_holder} (the label holder "
+                                "named for this job)")
         self.classes = replies[self.label_holder].classes if cfg.task == "classification" else ()
         if cfg.task == "classification" and len(self.classes) < 2:
             self._abort("fewer than 2 classes")
@@ -523,5 +529,5 @@ class VerticalTraining:
         return VerticalForestModel(
             tuple(trees), cfg.task, classes, tuple(self.parties), tuple(self.n_features), None, integer,
             {"algorithm": cfg.name, "job": self.job.job_id, "n_trees": cfg.n_trees, "max_depth": depth,
-             "criterion": self.crit,
-             "label_holder": self.label_holder}, self.alignment)
+             "criterion": self.crit, "label_holder": self.label_holder, "hop_us": cfg.hop_us,
+             "tolerance_us": cfg.tolerance_us, "feature_set_version": cfg.feature_set_version}, self.alignment)

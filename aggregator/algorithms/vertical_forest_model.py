@@ -87,8 +87,10 @@ class VerticalForestModel:
         -- no partial tree, no threshold. Read back with :meth:`from_bytes`."""
         if self.manifest is None:
             raise ValueError("only a deployed model (with its signed manifest) is written: deploy it first")
+        settings = {k: v for k, v in self.metadata.items() if isinstance(v, (str, int)) and k not in ("job",
+                                                                                                 "label_holder")}
         return dumps_value({"manifest": to_wire(self.manifest), "n_features": list(self.n_features),
-                            "integer_labels": self.integer_labels, "criterion": str(self.metadata.get("criterion", "")),
+                            "integer_labels": self.integer_labels, "metadata": settings,
                             "trees": [{f.name: getattr(t, f.name) for f in fields(MasterTree)} for t in self.trees]})
 
     @classmethod
@@ -101,6 +103,7 @@ class VerticalForestModel:
             trees = tuple(MasterTree(**{f.name: np.asarray(t[f.name]) for f in fields(MasterTree)})
                           for t in raw["trees"])
             n_features = tuple(int(d) for d in raw["n_features"])
+            settings = {str(k): v for k, v in dict(raw["metadata"]).items() if isinstance(v, (str, int))}
         except (DecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a vertical forest model file ({str(exc)[:200]})") from None
         verify_manifest(manifest, trusted_keys)
@@ -108,8 +111,7 @@ class VerticalForestModel:
             raise ValueError("the model file's trees do not match its signed manifest (altered after signing)")
         return cls(trees, manifest.task, manifest.classes, manifest.parties, n_features, None,
                    bool(raw.get("integer_labels", False)),
-                   {"algorithm": "vertical_forest", "job": manifest.job, "n_trees": len(trees),
-                    "criterion": str(raw.get("criterion", "")), "label_holder": manifest.label_holder},
+                   {**settings, "job": manifest.job, "label_holder": manifest.label_holder},
                    None, manifest.party_digests, manifest)
 
     # -- checks ------------------------------------------------------------------------------------

@@ -18,12 +18,12 @@ import sys
 
 from shared import __version__
 
-from edge_client.cli import broker, demo, fleet, gateway, models, recordings, server, train
+from edge_client.cli import broker, demo, fleet, gateway, models, recordings, server, train, vertical
 from edge_client.cli.arguments import Parser
 from edge_client.cli.connection import settle_broker_port
 from edge_client.cli.errors import INTERRUPTED, CliError, describe_os_error
 
-COMMAND_GROUPS = (broker, gateway, recordings, fleet, train, models, server, demo)
+COMMAND_GROUPS = (broker, gateway, recordings, fleet, train, vertical, models, server, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
