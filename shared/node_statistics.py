@@ -5,13 +5,15 @@ the tree's bootstrap or its node is finished) and the sample's bootstrap multipl
 (``weight``). Everything the server needs is a weighted sum over the samples of a node:
 
 * :func:`node_summaries` -- the additive summary ``s_nu`` of each node (FedForest Thm. 3.5):
-  class counts (classification) or ``[n, sum y, sum y^2]`` (regression); the per-sample terms
-  come from :func:`summary_terms`.
+  class counts (classification) or ``[n, sum y, sum y^2]`` (regression; the client passes
+  ``y`` minus its node's shift, which keeps the sums centred); the per-sample terms come from
+  :func:`summary_terms`.
 * :func:`pair_quantiles` -- for (node, feature) pairs, the M+1 weighted quantiles of the node's
   values at ranks ``b/M`` (left convention, ``shared.sketches.weighted``) and the node's
   non-missing weight: the client's CDF sketch of §3.1.
 * :func:`pair_left_summaries` -- for candidate thresholds of (node, feature) pairs, the summary
-  of the node's samples with ``x < t`` (the trees' routing rule; NaN goes right).
+  of the node's samples with ``x < t`` (NaN excluded: the server adds the node's missing
+  summary, from ``node_summaries`` over the NaN rows, to score "NaN goes left").
 * :func:`category_summaries` -- exact per-category summaries of a categorical feature.
 * :func:`pair_histograms` -- the private protocol's: for (node, feature) pairs, integer sums of
   per-sample terms per bin of fleet-wide edges (no value of the client's leaves it).
