@@ -32,6 +32,16 @@ from edge_client.cli.models import DEFAULT_KEY, signing_key
 MODEL_SUFFIX = ".vfm"
 
 
+def max_features(text: str) -> str | int | float:
+    """``sqrt``/``log2``, a count (``3``) or a fraction (``0.5``), as scikit-learn takes them."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _keygen(args: argparse.Namespace) -> int:
     from shared.vertical_party_key import new_party_key
 
@@ -172,7 +182,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trees", type=positive_int, default=10, help="number of trees")
     p.add_argument("--max-depth", type=int_at_least(0), default=8, help="tree depth (at most 40)")
     p.add_argument("--min-samples-leaf", type=positive_int, default=5, help="smallest leaf (windows)")
-    p.add_argument("--max-features", help="features drawn per node: sqrt, log2, a count or a fraction (default: "
+    p.add_argument("--max-features", type=max_features, help="features drawn per node: sqrt, log2, a count or a fraction (default: "
                                           "sqrt for classification, all for regression)")
     p.add_argument("--task", choices=("classification", "regression"), default="classification", help="what to fit")
     p.add_argument("--criterion", choices=("gini", "entropy", "mse"), help="split criterion (default: gini, or mse "
