@@ -146,3 +146,39 @@ def test_live_prediction_with_a_party_missing_is_an_error(fleet):
     assert stores["gw-a"].predictions() == []
     with pytest.raises(ValueError, match="deployed model"):
         predict_on_parties(_job(sim, "live-y"), model, live=True)
+
+
+def test_a_tampered_or_foreign_stored_model_is_not_loaded_at_start(fleet, caplog):
+    sim, model, stores, X, key, tmp = fleet
+    deploy_to_parties(_job(sim, "deploy"), model, SIGNER, model_id="vf", version=1)
+    path = tmp / "gw-b-models" / "vertical" / "vf.cbor"
+    data = bytearray(path.read_bytes())
+    owned = np.concatenate([t.threshold[t.owned] for t in model.partial[1]])
+    assert owned.size, "gw-b owns splits: its thresholds are in the file"
+    at = data.find(owned[0].tobytes())
+    assert at > 0
+    data[at:at + 8] = np.float64(1e6).tobytes()  # a threshold changed on disk
+    path.write_bytes(bytes(data))
+    fresh = VerticalForestClient(PartyData("gw-b", np.zeros((1, 1)), None, party_key=key))
+    fresh.configure(PartySetup("gw-b", tmp / "gw-b-models", (SIGNER.verify_key,)))
+    assert "vf" not in fresh.deployed and "stored vertical model not loaded" in caplog.text
+    untrusting = VerticalForestClient(PartyData("gw-a", np.zeros((1, 1)), None, party_key=key))
+    untrusting.configure(PartySetup("gw-a", tmp / "gw-a-models", (OTHER.verify_key,)))
+    assert untrusting.deployed == {}
+    for p in PARTIES:  # a gateway started without --trust
+        _half(sim, p).configure(PartySetup(p, tmp / f"{p}-models", ()))
+    with pytest.raises(TrainingError, match="no_trusted_key"):
+        deploy_to_parties(_job(sim, "deploy-2"), model, SIGNER, model_id="vf", version=2)
+
+
+def test_the_model_file_keeps_the_alignment_grid_and_a_wrong_label_holder_fails_the_job(fleet):
+    sim, model, stores, X, key, tmp = fleet
+    config = VerticalFederatedForest(n_trees=2, max_depth=2, hop_us=HOP, tolerance_us=HOP // 4)
+    gridded = config.run_in(sim, seed=2, job_id="grid")
+    deployed = deploy_to_parties(_job(sim, "deploy"), gridded, SIGNER, model_id="vf-grid", version=1)
+    back = VerticalForestModel.from_bytes(deployed.to_bytes(), SIGNER.verify_key)
+    assert (back.metadata["hop_us"], back.metadata["tolerance_us"]) == (HOP, HOP // 4)
+    assert back.metadata["job"] == "grid" and back.metadata["label_holder"] == "gw-a"
+    with pytest.raises(TrainingError, match="the labels are on gw-a, not on gw-b"):
+        dataclasses.replace(config, label_holder="gw-b").run_in(sim, seed=2, job_id="wrong-holder")
+    assert all("wrong-holder" not in _half(sim, p).forests and not _half(sim, p).jobs for p in PARTIES)
