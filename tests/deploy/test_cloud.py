@@ -11,6 +11,7 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -478,7 +479,8 @@ def test_the_units_settings_file_loads_and_points_where_the_units_allow() -> Non
     config = ServerConfig.load(CLOUD / "server.toml", environ={})
     assert (config.registry, config.listen, config.mqtt_host, config.mqtt_port) == (
         "postgresql+psycopg://wheelfed@/wheelfed?host=/var/run/postgresql", "127.0.0.1", "localhost", 8883)
-    assert config.tls_key == "/etc/wheelfed/certs/aggregator.key" and config.signing_key == "/etc/wheelfed/aggregator.key"
+    assert (config.tls_key, config.signing_key) == ("/etc/wheelfed/certs/aggregator.key",
+                                                    "/etc/wheelfed/aggregator.key")
     names = re.findall(r"^([A-Z_]+)=", CLOUD.joinpath("server.env.example").read_text(), re.M)
     assert names and ServerConfig.load(environ={n: "t" for n in names}).operator_tokens == ("t",)
     assert all(n.startswith(ENV_PREFIX) for n in names)
@@ -500,3 +502,55 @@ def test_a_socket_url_like_server_toml_s_backs_up_and_restores(postgres_cluster,
     run = run_script(RESTORE, url, str(tmp_path / "r.dump"))
     assert run.returncode == 0, run.stderr
     assert snapshot(tcp_url) == before
+
+
+# -- deploy/README.md ---------------------------------------------------------------------------
+
+def cloud_guide_commands() -> list[str]:
+    """The ``console`` lines of deploy/README.md's server sections (continuations joined)."""
+    text = (REPO / "deploy" / "README.md").read_text()
+    guide = text[text.index("\n## The clinic's server"):]
+    blocks = re.findall(r"^```console\n(.*?)^```", guide, re.M | re.S)
+    return [line.strip() for block in blocks for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def test_the_guide_s_certificate_steps_run_as_written(tmp_path: Path) -> None:
+    """Steps 1, 6, 7 and 8 on the CA's machine, in the guide's order, in a fresh folder: each
+    exits 0, and at the end gw-1 (rotated) and the aggregator verify under the list while
+    gw-2 (retired) and gw-1's old certificate do not."""
+    steps = [c for c in cloud_guide_commands() if c.startswith(("deploy/certs ", "deploy/cloud/crl.sh ",
+                                                                "wheelfed keygen "))]
+    assert len(steps) >= 6
+    wheelfed = str(Path(sys.executable).parent / "wheelfed")  # this venv's
+    for step in steps:
+        argv = step.split()
+        argv[0] = wheelfed if argv[0] == "wheelfed" else str(REPO / argv[0])
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert run.returncode == 0, f"{step}: {run.stderr}"
+    certs = tmp_path / "certs"
+    assert (tmp_path / "aggregator.key").exists() and (tmp_path / "aggregator.pub").exists()
+    for good in ("gw-1", "aggregator"):
+        assert verify(certs, certs / f"{good}.crt").returncode == 0, good
+    revoked = sorted((certs / "revoked").glob("*.crt"))
+    assert [p.name[:5] for p in revoked] == ["gw-1-", "gw-2-"]
+    assert all(verify(certs, p).returncode != 0 for p in revoked)
+    assert "DNS:broker" in subprocess.run(["openssl", "x509", "-in", str(certs / "broker.crt"), "-noout", "-ext",
+                                           "subjectAltName"], capture_output=True, text=True).stdout
+
+
+def test_the_guide_s_wheelfed_lines_parse_and_its_paths_exist(tmp_path: Path) -> None:
+    from edge_client.cli import build_parser
+
+    config = tmp_path / "server.toml"
+    config.write_text("")
+    lines = [c for c in cloud_guide_commands() if " wheelfed server " in f" {c} "]
+    assert lines
+    for line in lines:
+        argv = line[line.index("wheelfed server"):].split()[1:]
+        args = build_parser().parse_args([str(config) if a == "/etc/wheelfed/server.toml" else a for a in argv])
+        assert args.check and args.http_port == 0
+    guide = (REPO / "deploy" / "README.md").read_text()
+    guide = guide[guide.index("\n## The clinic's server"):]
+    cited = set(re.findall(r"(?<![\w/])(deploy/[\w.-]+(?:/[\w.-]+)*)", guide))
+    assert {"deploy/cloud/crl.sh", "deploy/cloud/backup.sh", "deploy/mosquitto/acl"} <= cited
+    assert [p for p in cited if not (REPO / p.rstrip(".")).exists()] == []
