@@ -176,6 +176,21 @@ def deployment_examples() -> list[object]:
             m.AlertEvent("r", "raised", 1, 2, "msg", {"k": "v"})]
 
 
+def fedga_tree_examples() -> list[object]:
+    """One valid body of every FedGA-Tree message (depth 2: three slots per structure)."""
+    from shared.protocol.messages.fedga_tree import (
+        GADepthReply, GADepthRequest, GAFinishReply, GAFinishRequest, GAGenerationReply, GAGenerationRequest,
+        GAStructureReply, GAStructureRequest, GATask)
+
+    task = GATask("classification", "fs-1", 7, classes=("push", "rest"))
+    population = np.array([[0, -1, -1], [1, 0, -1]], np.int16)
+    return [GADepthRequest(task), GADepthReply(3, 41.5), GAStructureRequest(task, 2),
+            GAStructureReply(np.array([0, 1, -1], np.int16), 40.2, vote_full_data=True),
+            GAGenerationRequest(task, 2, 5, population, join=True),
+            GAGenerationReply(np.array([0.5, 0.75]), np.array([1, -1, -1], np.int16), 0.6, 39.0),
+            GAFinishRequest(task, 2, population), GAFinishReply(b"\xa0", 1, 0.8)]
+
+
 def valid_bodies() -> dict[str, object]:
     """One valid body per registered type: the fuzzer breaks one field at a time from these."""
     from shared.protocol.chunking import Chunk
@@ -188,7 +203,7 @@ def valid_bodies() -> dict[str, object]:
         Ack("n"), Describe(), ErrorReply("c", "m", "ping"), ModelAnnouncement("m", 1, "x", "fs", bytes(32), 9),
         Chunk("t", 0, 1, 1, bytes(32), b"x"), ArrayBody(np.zeros(3, np.float32), [1], {"a": 1.0}, "n"),
         *fedscs_xgb_examples(), *fedforest_examples(), *private_examples(), *evaluation_examples(), *deployment_examples(),
-        *vertical_forest_examples(),
+        *vertical_forest_examples(), *fedga_tree_examples(),
     ]
     return {type_name: body for body in examples for type_name, cls in registered_message_types().items() if type(body) is cls}
 
