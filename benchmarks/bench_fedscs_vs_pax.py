@@ -363,7 +363,7 @@ def main() -> int:
                 f.write(json.dumps(cell) + "\n")
     if pool:
         pool.shutdown()
-    cells = [c for c in cells if c["n_bins"] in bins + pax_bins and c["seed"] < seeds]
+    cells = [c for c in cells if c["seed"] < seeds and c["n_bins"] in (pax_bins if c["kind"] == "pax" else bins)]
 
     failures: list[str] = []
     if not args.quick:
