@@ -65,16 +65,10 @@ wheelfed_api_exclude = {
 # documentation's owner may not edit; each key is the exact object. Remove an entry once its
 # docstring is fixed (the build then renders it normally).
 wheelfed_api_verbatim = {
-    "aggregator.algorithms.histogram_growth": "a bullet list without a blank line before it",
-    "aggregator.algorithms.histogram_growth.LevelSplits": "``split``s: an inline literal glued to text",
     "edge_client.cli.connection.add_broker_options": "--tls-*: read as emphasis",
     "edge_client.algorithms.fedga_tree.coefficient_of_variation": "|mean|: read as a substitution",
     "edge_client.gateway_config.GatewaySettings": "an inline literal glued to text",
     "aggregator.algorithms.fedga_tree.FedGATree": "a section title longer than its underline",
-    "aggregator.estimators.FedSCSXGBClassifier": "n_features_in_: read as a reference",
-    "aggregator.estimators.FedSCSXGBRegressor": "n_features_in_: read as a reference",
-    "aggregator.estimators.FedForestClassifier": "n_features_in_: read as a reference",
-    "aggregator.estimators.FedForestRegressor": "n_features_in_: read as a reference",
 }
 
 # Every example in the docstrings and pages runs (``-b doctest``).
