@@ -554,3 +554,87 @@ def test_the_guide_s_wheelfed_lines_parse_and_its_paths_exist(tmp_path: Path) ->
     cited = set(re.findall(r"(?<![\w/])(deploy/[\w.-]+(?:/[\w.-]+)*)", guide))
     assert {"deploy/cloud/crl.sh", "deploy/cloud/backup.sh", "deploy/mosquitto/acl"} <= cited
     assert [p for p in cited if not (REPO / p.rstrip(".")).exists()] == []
+
+
+# -- the stack's configuration, run without containers ------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.mosquitto
+def test_the_compose_configuration_runs_healthy_without_containers(resolved: dict, postgres_cluster,  # noqa: F811
+                                                                   tmp_path: Path) -> None:
+    """What the containers would run, run here: mosquitto with deploy/cloud/mosquitto.conf (its
+    container paths pointed at real folders, the revocation list on), and ``wheelfed server``
+    with the server service's ``WHEELFED_*`` environment (service names pointed at loopback, a
+    real PostgreSQL): the server's own health-check command from compose.yaml passes (status ok,
+    broker connected over mutual TLS), the API wants the operator token, and SIGTERM ends it
+    gracefully (143)."""
+    import getpass
+    import json
+    import signal
+    import time
+    import urllib.error
+    import urllib.request
+
+    from aggregator.broker.mosquitto import _port_open, find_free_port
+
+    certs = certificate_dir(tmp_path / "certs", "gw-1")
+    assert run_script(CRL, "-o", str(certs)).returncode == 0
+    broker_port, http_port = find_free_port(), find_free_port()
+    conf = CLOUD.joinpath("mosquitto.conf").read_text()
+    for container, here in (("/mosquitto/certs", str(certs)),
+                            ("/mosquitto/config/acl", str(REPO / "deploy" / "mosquitto" / "acl")),
+                            ("/mosquitto/data/", f"{tmp_path}/data/"),
+                            ("listener 8883 0.0.0.0", f"listener {broker_port} 127.0.0.1"),
+                            ("user mosquitto", f"user {getpass.getuser()}")):
+        assert container in conf
+        conf = conf.replace(container, here)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "mosquitto.conf").write_text(conf)
+    key = tmp_path / "aggregator.key"
+    assert subprocess.run([str(Path(sys.executable).parent / "wheelfed"), "keygen", "-o", str(key)],
+                          capture_output=True, timeout=60).returncode == 0
+
+    env = dict(resolved["services"]["server"]["environment"])
+    pg = postgres_cluster.database()
+    assert env["WHEELFED_REGISTRY"].startswith("postgresql+psycopg://wheelfed@db:5432/")
+    env.update(WHEELFED_REGISTRY=pg, WHEELFED_MQTT_HOST="localhost", WHEELFED_MQTT_PORT=str(broker_port),
+               WHEELFED_HTTP_PORT=str(http_port), WHEELFED_SIGNING_KEY=str(key))
+    for name in ("WHEELFED_TLS_CA", "WHEELFED_TLS_CERT", "WHEELFED_TLS_KEY"):
+        env[name] = env[name].replace("/etc/wheelfed/certs", str(certs))
+    health = resolved["services"]["server"]["healthcheck"]["test"]
+    assert health[:2] == ["CMD", "python"]
+    health = [sys.executable, *(a.replace(":8080/", f":{http_port}/") for a in health[2:])]
+
+    broker = subprocess.Popen(["mosquitto", "-c", str(tmp_path / "mosquitto.conf")], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    server = None
+    try:
+        deadline = time.monotonic() + 10
+        while not _port_open("127.0.0.1", broker_port):
+            assert broker.poll() is None and time.monotonic() < deadline, "mosquitto did not start"
+            time.sleep(0.05)
+        server = subprocess.Popen([str(Path(sys.executable).parent / "wheelfed"), "--log-level", "INFO", "server"],
+                                  env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, cwd=tmp_path)
+        deadline = time.monotonic() + 60
+        while subprocess.run(health, capture_output=True, timeout=30).returncode != 0:
+            assert server.poll() is None, server.stdout.read()
+            assert time.monotonic() < deadline, "the server never became healthy"
+            time.sleep(0.5)
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/health", timeout=5) as reply:
+            state = json.load(reply)
+        assert state["status"] == "ok" and state["broker_connected"] is True
+        request = urllib.request.Request(f"http://127.0.0.1:{http_port}/api/jobs", method="POST",
+                                         data=b'{"model_id": "activity"}',
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 401
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) == 143
+    finally:
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait()
+        broker.terminate()
+        broker.wait(10)
