@@ -148,11 +148,9 @@ def abort_parties(job: FederatedJob, parties: Sequence[str], reason: str) -> Non
         pass
 
 
-def ask_every_party(job: FederatedJob, parties: Sequence[str], what: str, request: object, expect: type,
-                    clients: Sequence[str] | None = None) -> dict[str, Any]:
-    """A round every asked party must answer (a vertical job needs every party's features):
-    otherwise the job fails -- the others are told to drop it and nothing is kept."""
-    clients = list(parties if clients is None else clients)
+def ask_all(job: FederatedJob, request: object, clients: Sequence[str], expect: type
+            ) -> tuple[dict[str, Any], list[str], str]:
+    """One round to ``clients``: the replies, the clients without one, and one line of why."""
     try:
         replies = job.ask(request, clients, expect)
     except QuorumNotReached as exc:
@@ -160,8 +158,17 @@ def ask_every_party(job: FederatedJob, parties: Sequence[str], what: str, reques
     else:
         failures = {}
     missing = [c for c in clients if c not in replies]
+    why = "; ".join(f"{c}: {failures.get(c, 'no answer before the deadline')}" for c in missing)
+    return replies, missing, why
+
+
+def ask_every_party(job: FederatedJob, parties: Sequence[str], what: str, request: object, expect: type,
+                    clients: Sequence[str] | None = None) -> dict[str, Any]:
+    """A round every asked party must answer (a vertical job needs every party's features):
+    otherwise the job fails -- the others are told to drop it and nothing is kept."""
+    clients = list(parties if clients is None else clients)
+    replies, missing, why = ask_all(job, request, clients, expect)
     if missing:
-        why = "; ".join(f"{c}: {failures.get(c, 'no answer before the deadline')}" for c in missing)
         abort_parties(job, parties, f"{what}: {why}")
         raise TrainingError(f"vertical forest job {job.job_id} failed at {what}: party {', '.join(missing)} did "
                             f"not answer ({why}); every party is needed, no model was saved")
@@ -231,15 +238,8 @@ def deploy_to_parties(job: FederatedJob, model: VerticalForestModel, signing_key
                              parties=parties, label_holder=str(model.metadata["label_holder"]), task=model.task,
                              classes=model.classes, forest_digest=forest_digest(model.trees, model.n_features),
                              party_digests=model.party_digests)
-    try:
-        replies = job.ask(VerticalDeploy(manifest), parties, Ack)
-    except QuorumNotReached as exc:
-        replies, failures = exc.result.replies, exc.result.failures()
-    else:
-        failures = {}
-    missing = [p for p in parties if p not in replies]
+    _, missing, why = ask_all(job, VerticalDeploy(manifest), parties, Ack)
     if missing:
-        why = "; ".join(f"{p}: {failures.get(p, 'no answer before the deadline')}" for p in missing)
         raise TrainingError(f"deploying {model_id} v{version}: party {', '.join(missing)} did not keep it ({why})")
     return dataclasses.replace(model, manifest=manifest)
 
