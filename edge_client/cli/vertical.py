@@ -49,6 +49,7 @@ def _keygen(args: argparse.Namespace) -> int:
         raise CliError(f"{args.output} exists (use --force to replace it: every gateway of the person must then get "
                        "the new key and the model be trained again)")
     fd = os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # --force over a file that was readable by others
     with os.fdopen(fd, "w") as fh:
         fh.write(new_party_key().hex() + "\n")
     print(f"wrote {args.output}: copy it to every gateway of this person (wheelfed gateway --party-key-file "
