@@ -127,11 +127,17 @@ class _JobState:
         skip = self.n_trees - delta.first_tree
         if skip >= model.n_trees:
             return
-        new = TreeEnsemble(trees=model.trees[skip:], kind="boosted", link=model.link, n_outputs=model.n_outputs,
-                           feature_names=model.feature_names, tree_output=model.tree_output[skip:],
-                           classes=model.classes)
-        self.margins += new.predict_margin(self.X)
-        self.n_trees += new.n_trees
+        # One boosting round at a time, as an uninterrupted job adds them: floating-point addition
+        # is not associative, and a gateway that resumes (or catches up) must hold the same margins
+        # bit for bit. A round is one tree per output, or one vector-leaf tree.
+        per_round = model.n_outputs if model.tree_output[skip] >= 0 else 1
+        for start in range(skip, model.n_trees, per_round):
+            stop = min(start + per_round, model.n_trees)
+            new = TreeEnsemble(trees=model.trees[start:stop], kind="boosted", link=model.link,
+                               n_outputs=model.n_outputs, feature_names=model.feature_names,
+                               tree_output=model.tree_output[start:stop], classes=model.classes)
+            self.margins += new.predict_margin(self.X)
+            self.n_trees += new.n_trees
 
 
 def summary_points(requested: int, n_samples: int) -> int:
