@@ -16,13 +16,9 @@
 set -euo pipefail
 
 PROG=deploy/cloud/backup.sh
-die() { echo "$PROG: $*" >&2; exit 1; }
-usage_error() { echo "$PROG: $* (usage: $PROG REGISTRY FILE)" >&2; exit 2; }
-
-case ${1:-} in
-    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-esac
-(($# == 2)) || usage_error "give the registry and the backup file"
+# shellcheck source=deploy/cloud/registry-lib.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/registry-lib.sh"
+registry_and_file "$0" "$@"
 registry=$1
 file=$2
 [[ ! -e $file ]] || die "$file exists: give a new file name (backups are never overwritten)"
@@ -32,40 +28,18 @@ umask 077
 partial=$file.partial
 trap 'rm -f "$partial"' EXIT
 
-case $registry in
-    postgresql://*|postgresql+*://*|postgres://*)
+target=$(registry_kind "$registry")
+case $target in
+    postgresql)
         command -v pg_dump >/dev/null || die "pg_dump is not installed (apt-get install postgresql-client)"
-        # libpq wants postgresql://, not SQLAlchemy's driver suffix
-        url=postgresql://${registry#*://}
-        pg_dump --format=custom --no-owner --no-privileges --dbname="$url" --file="$partial" \
+        pg_dump --format=custom --no-owner --no-privileges --dbname="$(libpq_url "$registry")" --file="$partial" \
             2>"$partial.err" ||
             { msg=$(grep -m1 . "$partial.err" || true); rm -f "$partial.err"; die "pg_dump failed: ${msg:-no message}"; }
         rm -f "$partial.err"
         ;;
-    *://*)
-        die "unsupported registry URL ${registry%%://*}://...: give a SQLite file or a postgresql URL"
-        ;;
-    *)
+    sqlite)
         [[ -f $registry ]] || die "$registry: no such SQLite file"
-        command -v python3 >/dev/null || die "python3 is not installed"
-        python3 - "$registry" "$partial" <<'PY' || die "SQLite backup of $registry failed"
-import sqlite3
-import sys
-
-source, target = sys.argv[1], sys.argv[2]
-try:
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-    dst = sqlite3.connect(target)
-    with dst:
-        src.backup(dst)
-    # the copy is a standalone file: no -wal/-shm beside it
-    dst.execute("PRAGMA journal_mode=DELETE")
-    dst.close()
-    src.close()
-except sqlite3.Error as exc:
-    print(f"deploy/cloud/backup.sh: {source}: {exc}", file=sys.stderr)
-    sys.exit(1)
-PY
+        sqlite_copy "$registry" "$partial" || die "SQLite backup of $registry failed"
         ;;
 esac
 mv -- "$partial" "$file"
