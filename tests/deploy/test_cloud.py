@@ -425,6 +425,10 @@ def test_restore_refuses_a_backup_of_the_other_kind_and_backup_never_overwrites(
     assert (run.returncode, run.stderr) == (1, f"deploy/cloud/restore.sh: {junk} is neither a pg_dump custom-format "
                                                "file nor a SQLite database (not made by backup.sh)\n")
     assert run_script(BACKUP, sqlite_url).returncode == 2
+    run = run_script(BACKUP, "mysql://wheelfed@db/wheelfed", str(tmp_path / "m.dump"))
+    assert (run.returncode, run.stderr) == (1, "deploy/cloud/backup.sh: unsupported registry URL mysql://...: give a "
+                                               "SQLite file or a postgresql URL\n")
+    assert not (tmp_path / "m.dump").exists() and not (tmp_path / "m.dump.partial").exists()
 
 
 def test_scripts_document_themselves() -> None:
