@@ -48,6 +48,8 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
             raise UsageError("--dp-noise-multiplier is implemented for fedscs-xgb only")
         if args.client_splits and not args.paper_protocol:
             raise UsageError("--client-splits needs per-gateway statistics: add --paper-protocol")
+        if args.multi_strategy != "one_output_per_tree":
+            raise UsageError("--multi-strategy is a fedscs-xgb option: a forest's leaves already hold every class")
         return FedForest(n_trees=args.trees, max_depth=args.max_depth or 8, n_bins=args.bins or 32,
                          min_samples_leaf=args.min_samples_leaf, client_splits=args.client_splits,
                          client_fraction=args.client_fraction, feature_set_version=feature_set,
@@ -57,7 +59,8 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
                      sketch=args.sketch, client_fraction=args.client_fraction,
                      feature_set_version=feature_set, init_model=init_model,
                      protocol="atoms" if args.paper_protocol else "histogram",
-                     dp_noise_multiplier=args.dp_noise_multiplier, **privacy)
+                     dp_noise_multiplier=args.dp_noise_multiplier, multi_strategy=args.multi_strategy,
+                     **privacy)
 
 
 class StopSignals:
@@ -257,6 +260,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reg-lambda", type=non_negative_float, default=1.0, help="fedscs-xgb: L2 on leaf weights")
     p.add_argument("--gamma", type=non_negative_float, default=0.1,
                    help="minimum loss change to split: xgboost's gamma/min_split_loss (Eq. 1's penalty is half)")
+    p.add_argument("--multi-strategy", choices=("one_output_per_tree", "multi_output_tree"),
+                   default="one_output_per_tree",
+                   help="fedscs-xgb with 3+ classes: one tree per class per round (xgboost's default), or one "
+                        "tree with a leaf vector per round (the paper's; fewer bytes per round)")
     p.add_argument("--sketch", choices=("summary", "ddsketch"), default="summary",
                    help="fedscs-xgb with --paper-protocol: the per-gateway sketch")
     p.add_argument("--paper-protocol", action="store_true",

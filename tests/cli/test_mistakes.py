@@ -76,6 +76,7 @@ MISTAKES: list[tuple[str, int, tuple[str, ...]]] = [
     ("train -o m.cbor --rounds -1", USAGE, ("--rounds", "at least 1", "-1")),
     ("train -o m.cbor --rounds 0", USAGE, ("--rounds", "at least 1")),
     ("train -o m.cbor --max-depth -3", USAGE, ("--max-depth", "at least 1")),
+    ("train -o m.cbor --multi-strategy vector", USAGE, ("--multi-strategy", "invalid choice", "multi_output_tree")),
     ("train -o m.cbor --max-depth 0", USAGE, ("--max-depth", "at least 1")),
     ("train -o m.cbor --bins 1", USAGE, ("--bins", "at least 2")),
     ("train -o m.cbor --algorithm fedforest --trees 0", USAGE, ("--trees",)),
