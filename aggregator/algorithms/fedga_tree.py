@@ -83,7 +83,9 @@ class FedGAResult:
 class FedGATree:
     """Federated genetic-algorithm decision trees (FedGA-Tree): one personalised tree per client.
 
-    Parameters (Table II defaults; the paper's symbol in brackets)
+    The defaults are the paper's Table II; each parameter's symbol in the paper is in brackets.
+
+    Parameters
     ----------
     task : {"classification", "regression"}
         Fitness is macro F1 (classification) or MSE (regression) on the client's validation part.

@@ -59,7 +59,9 @@ class CVResult:
 
 
 def coefficient_of_variation(values: np.ndarray, axis: int) -> np.ndarray:
-    """std / |mean| (population std); infinite where the mean is 0 and the values vary."""
+    """The standard deviation (population) over the absolute mean along ``axis``: a
+    dimensionless spread, comparable across data sets (the paper's phi and theta); 0 for
+    constant values, infinite where the mean is 0 and the values vary."""
     mean = np.abs(values.mean(axis=axis))
     std = values.std(axis=axis)
     with np.errstate(divide="ignore", invalid="ignore"):
