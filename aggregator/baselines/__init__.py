@@ -1,10 +1,12 @@
-"""Baselines of the FedForest paper, runnable through the same API as the algorithms
-(``aggregator.simulate(LocalLearning(...), clients)``); centralized scikit-learn RF is the
-benchmarks' reference and lives there (dev dependency)."""
+"""Baselines of the papers, runnable through the same API as the algorithms
+(``aggregator.simulate(LocalLearning(...), clients)``): ``LocalLearning``, ``LocalEnsembling`` and
+``FederatedHistogram`` (FedForest paper), ``PAX`` (FedSCS-XGB paper), ``DPTree`` (FedGA-Tree
+paper). Centralized scikit-learn RF and xgboost are the benchmarks' references and live there
+(dev dependencies). What each reveals: PRIVACY.md, section 6."""
 
+from .dp_tree import DPTree
 from .histogram import FederatedHistogram
 from .local import LocalEnsembling, LocalLearning
-from .pax import PAX as PAX  # the FedSCS-XGB paper's baseline (issue 14)
-from .dp_tree import DPTree as DPTree  # the FedGA-Tree paper's IBM tree baseline (issue 17)
+from .pax import PAX
 
-__all__ = ["FederatedHistogram", "LocalEnsembling", "LocalLearning"]
+__all__ = ["DPTree", "FederatedHistogram", "LocalEnsembling", "LocalLearning", "PAX"]
