@@ -48,10 +48,8 @@ import numpy as np
 from shared.atoms import merge_atoms
 from shared.differential_privacy import ZCDPAccountant
 from shared.model import TreeEnsemble
-from shared.objectives import objective_named
 from shared.protocol.messages.fedscs_xgb import (
     LOSS_FRAC_BITS,
-    ModelDelta,
     RoundSplits,
     XgbAtomReply,
     XgbAtomRequest,
@@ -75,6 +73,7 @@ from shared.protocol.schema import to_wire
 
 from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, RoundProgress, TrainingError
+from .boosted_trees import BoostedTrees
 from .fleet_data import FleetData, describe_fleet
 from .histogram_growth import GrowthParams, grow_trees
 from .levelwise_growth import RoundTree, decode, grow_round_with_gains
@@ -265,18 +264,15 @@ class BoostingResult:
         return mean / mean.sum() if mean.sum() > 0 else mean
 
 
-class _Training:
+class _Training(BoostedTrees):
     """One run of ``FedSCSXGB.fit``: the server's state between rounds."""
 
     def __init__(self, config: FedSCSXGB, job: FederatedJob, seed: int) -> None:
+        super().__init__()
         self.config = config
         self.job = job
         self.rng = np.random.default_rng(seed)
-        self.trees: list = []
-        self.tree_output: list[int] = []
         self.loss_changes: list[np.ndarray] = []  # per tree, XGBoost's loss change of each split
-        self.known: dict[str, int] = {}  # trees each client's margins include (from its last reply)
-        self._deltas: dict[tuple[int, int], bytes] = {}
 
     # -- phases --------------------------------------------------------------------------------
 
@@ -342,14 +338,7 @@ class _Training:
 
     def _set_fleet(self, fleet: FleetData | PrivateFleet) -> None:
         cfg = self.config
-        self.n_features, self.feature_names = fleet.n_features, fleet.feature_names
-        self.classes, self.model_classes = fleet.classes, fleet.model_classes
-        if cfg.objective == "logistic" and len(self.classes) != 2:
-            raise TrainingError(f"logistic needs exactly 2 classes, the clients' labels are {list(self.classes)}")
-        if cfg.objective == "softmax" and len(self.classes) < 2:
-            raise TrainingError(f"softmax needs at least 2 classes, the clients' labels are {list(self.classes)}")
-        self.objective = objective_named(cfg.objective, len(self.classes))
-        self.n_outputs = self.objective.n_outputs
+        self.set_objective(cfg.objective, fleet)
         #: one vector-leaf tree per round instead of one tree per output
         self.vector_leaves = cfg.multi_strategy == "multi_output_tree" and self.n_outputs > 1
         self.trees_per_round = 1 if self.vector_leaves else self.n_outputs
@@ -490,15 +479,6 @@ class _Training:
         return XgbTask(self.config.objective, self.config.feature_set_version, self.n_features,
                        self.base_score, self.classes, self.config.multi_strategy)
 
-    def _delta(self, client: str) -> ModelDelta:
-        first = self.known.get(client, 0)
-        if first >= len(self.trees):
-            return ModelDelta(first, b"")
-        key = (first, len(self.trees))
-        if key not in self._deltas:  # most clients need the same delta: encode it once
-            self._deltas = {key: self._ensemble(first).to_cbor(), **self._deltas}
-        return ModelDelta(first, self._deltas[key])
-
     def _sketch_request(self, client: str) -> XgbSketchRequest:
         cfg = self.config
         size = cfg.summary_size or cfg.n_bins
@@ -584,21 +564,13 @@ class _Training:
 
     # -- the model -----------------------------------------------------------------------------
 
-    def _ensemble(self, first: int = 0) -> TreeEnsemble:
-        """Trees ``first..`` as a boosted ensemble with base score 0 (a model delta)."""
-        return TreeEnsemble(trees=tuple(self.trees[first:]), kind="boosted", link=self.objective.link,
-                            n_outputs=self.n_outputs, feature_names=self.feature_names, classes=self.model_classes,
-                            tree_output=np.array(self.tree_output[first:], dtype=np.int32))
-
     def model(self, n_trees: int | None = None) -> TreeEnsemble:
         """The ensemble of the first ``n_trees`` trees (all): a checkpoint names its round's count."""
         cfg = self.config
-        trees, tree_output = self.trees[:n_trees], self.tree_output[:n_trees]
-        return TreeEnsemble(
-            trees=tuple(trees), kind="boosted", link=self.objective.link, n_outputs=self.n_outputs,
-            feature_names=self.feature_names, tree_output=np.array(tree_output, dtype=np.int32),
-            base_score=self.base_score, feature_set_version=cfg.feature_set_version, classes=self.model_classes,
-            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": len(trees) // self.trees_per_round,
+        n_grown = len(self.trees[:n_trees])
+        return self.boosted_model(
+            n_trees, self.base_score, cfg.feature_set_version,
+            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": n_grown // self.trees_per_round,
                       "multi_strategy": cfg.multi_strategy,
                       "max_depth": cfg.max_depth, "n_bins": cfg.n_bins, "learning_rate": cfg.learning_rate,
                       "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "sketch": cfg.sketch,

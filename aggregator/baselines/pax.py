@@ -53,7 +53,6 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from shared.model import TreeEnsemble
-from shared.objectives import objective_named
 from shared.protocol.messages.fedscs_xgb import (
     LOSS_FRAC_BITS,
     ModelDelta,
@@ -68,6 +67,7 @@ from shared.protocol.schema import to_wire
 from shared.sketches import SketchError, finalize_edges, merge_edges_columns, summaries_from_arrays
 from shared.sketches.weighted import exact_weighted_quantiles
 
+from ..algorithms.boosted_trees import BoostedTrees
 from ..algorithms.fedscs_xgb import base_score_stats, pack_edges
 from ..algorithms.fleet_data import FleetData, describe_fleet
 from ..algorithms.histogram_growth import GrowthParams
@@ -222,16 +222,13 @@ class PAX:
 
 
 # --- one run ----------------------------------------------------------------------------------------
-class _Training:
+class _Training(BoostedTrees):
     """One run of ``PAX.fit``: the parties' cuts, the server's grid, the trees so far."""
 
     def __init__(self, config: PAX, job: FederatedJob) -> None:
+        super().__init__()
         self.config = config
         self.job = job
-        self.trees: list = []
-        self.tree_output: list[int] = []
-        self.known: dict[str, int] = {}  # trees each party's margins include
-        self._deltas: dict[tuple[int, int], bytes] = {}  # most parties need the same delta: encode it once
         #: (party, feature, thresholds) -> its grid and slot map: most features gain no threshold in a round
         self._grids: dict[tuple[str, int, bytes], tuple[PartyGrid, np.ndarray]] = {}
 
@@ -270,14 +267,7 @@ class _Training:
 
     def _set_fleet(self, fleet: FleetData) -> None:
         cfg = self.config
-        self.n_features, self.feature_names = fleet.n_features, fleet.feature_names
-        self.classes, self.model_classes = fleet.classes, fleet.model_classes
-        if cfg.objective == "logistic" and len(self.classes) != 2:
-            raise TrainingError(f"logistic needs exactly 2 classes, the parties' labels are {list(self.classes)}")
-        if cfg.objective == "softmax" and len(self.classes) < 2:
-            raise TrainingError(f"softmax needs at least 2 classes, the parties' labels are {list(self.classes)}")
-        self.objective = objective_named(cfg.objective, len(self.classes))
-        self.n_outputs = self.objective.n_outputs
+        self.set_objective(cfg.objective, fleet, who="parties")
         self.base_score = self.objective.base_score(base_score_stats(cfg.objective, fleet), mode="average")
         self.task = XgbTask(cfg.objective, cfg.feature_set_version, self.n_features, self.base_score, self.classes)
 
@@ -308,15 +298,6 @@ class _Training:
                 raise TrainingError(f"{party}'s margins include {reply.n_trees} trees, the model has {len(self.trees)}")
             self.known[party] = reply.n_trees
         return replies
-
-    def _delta(self, party: str) -> ModelDelta:
-        first = self.known.get(party, 0)
-        if first >= len(self.trees):
-            return ModelDelta(first, b"")
-        key = (first, len(self.trees))
-        if key not in self._deltas:
-            self._deltas = {key: self._ensemble(first).to_cbor()}
-        return ModelDelta(first, self._deltas[key])
 
     def _fetch(self, splits: RoundSplits, node_tree: np.ndarray, node_id: np.ndarray) -> np.ndarray:
         """One depth level: every party's histograms on its own bins, folded onto the grid, summed."""
@@ -359,19 +340,12 @@ class _Training:
             self._grids[key] = (grid, grid.surrogate_slots(self.grid[feature]))
         return self._grids[key]
 
-    def _ensemble(self, first: int = 0) -> TreeEnsemble:
-        return TreeEnsemble(trees=tuple(self.trees[first:]), kind="boosted", link=self.objective.link,
-                            n_outputs=self.n_outputs, feature_names=self.feature_names, classes=self.model_classes,
-                            tree_output=np.array(self.tree_output[first:], dtype=np.int32))
-
     def model(self, n_trees: int | None = None) -> TreeEnsemble:
         """The ensemble of the first ``n_trees`` trees (all)."""
         cfg = self.config
-        trees, tree_output = self.trees[:n_trees], self.tree_output[:n_trees]
-        return TreeEnsemble(
-            trees=tuple(trees), kind="boosted", link=self.objective.link, n_outputs=self.n_outputs,
-            feature_names=self.feature_names, tree_output=np.array(tree_output, dtype=np.int32),
-            base_score=self.base_score, feature_set_version=cfg.feature_set_version, classes=self.model_classes,
-            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": len(trees) // self.n_outputs,
+        n_grown = len(self.trees[:n_trees])
+        return self.boosted_model(
+            n_trees, self.base_score, cfg.feature_set_version,
+            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": n_grown // self.n_outputs,
                       "max_depth": cfg.max_depth, "n_bins": cfg.n_bins, "learning_rate": cfg.learning_rate,
                       "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "protocol": "pax"})
