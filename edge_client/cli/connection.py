@@ -15,7 +15,7 @@ PLAIN_PORT, TLS_PORT = 1883, 8883
 
 
 def add_broker_options(p: argparse.ArgumentParser, *, username_help: str) -> None:
-    """--host/--port/--username/--protocol/--tls-*: the same spelling on every command."""
+    """``--host``/``--port``/``--username``/``--protocol``/``--tls-*``: the same spelling on every command."""
     p.add_argument("--host", default=os.environ.get(HOST_VARIABLE, "127.0.0.1"),
                    help=f"broker host (default: %(default)s; ${HOST_VARIABLE} sets it)")
     p.add_argument("--port", type=port_number, default=os.environ.get(PORT_VARIABLE),
