@@ -60,6 +60,8 @@ import numpy as np
 from _common import markdown_table, median, print_machine
 from _fedforest_common import Block, client_data, log
 
+from aggregator.algorithms.fedforest import LevelCounts
+
 K = 10
 N_K = 200
 D = 20
@@ -119,9 +121,9 @@ def metered_run(blocks: list[Block], config, seed: int = 0):
     return result, job.records, totals
 
 
-def predicted(variant: str, lv: dict, S: int) -> tuple[float, float]:
+def predicted(variant: str, lv: LevelCounts, S: int) -> tuple[float, float]:
     """App. A scalars x 8 bytes with the measured counts: (clients -> server, server -> clients)."""
-    nodes, pairs, cands = lv["nodes"], lv["pairs"], lv["candidates"]
+    nodes, pairs, cands = lv.nodes, lv.pairs, lv.candidates
     if variant == "exact":
         up = nodes * S + pairs * B + cands * S
     elif variant == "avgimp":
@@ -176,13 +178,13 @@ def main() -> int:
                     by_level.setdefault(int(lvl), []).append((up, down))
             if sum(r[2] for r in records) != up_total or sum(r[3] for r in records) != down_total:
                 failures.append(f"{data_name} {variant}: per-round bytes do not add up to the job's total")
-            n_split_rounds = sum(1 for lv in result.levels if lv["candidates"] > 0)
+            n_split_rounds = sum(1 for lv in result.levels if lv.candidates > 0)
             if len(records) not in range(1 + len(result.levels), 2 + len(result.levels) + n_split_rounds):
                 failures.append(f"{data_name} {variant}: {len(records)} rounds for {len(result.levels)} levels")
             rows = []
             pred_up_sum = pred_down_sum = 0.0
             for lv in result.levels:
-                lvl = int(lv["level"])
+                lvl = lv.level
                 if lvl not in by_level:
                     failures.append(f"{data_name} {variant}: level {lvl} has no rounds")
                     continue
@@ -194,7 +196,7 @@ def main() -> int:
                 if variant == "exact" and down < p_down:
                     failures.append(f"{data_name} level {lvl}: server sent {down} B < {p_down:.0f} B of thresholds")
                 bound = 8.0 * K * T * 2 ** lvl * d_sub * B * (1 + S)
-                rows.append([f"{lvl}", f"{lv['nodes']:.0f}", f"{lv['pairs']:.0f}", f"{lv['candidates']:.0f}",
+                rows.append([f"{lvl}", f"{lv.nodes}", f"{lv.pairs}", f"{lv.candidates}",
                              fmt_bytes(up), fmt_bytes(p_up), f"{up / p_up:.2f}" if p_up else "-",
                              fmt_bytes(down), fmt_bytes(p_down) if p_down else "0",
                              f"{down / p_down:.2f}" if p_down else "-", fmt_bytes(bound)])

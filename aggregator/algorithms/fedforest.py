@@ -212,7 +212,17 @@ class ForestResult:
     model: TreeEnsemble
     importance: np.ndarray
     root_gain: float
-    levels: list[dict[str, float]]
+    levels: list[LevelCounts]
+
+
+@dataclass(frozen=True)
+class LevelCounts:
+    """One level's work, the counts App. A's cost model is written in (``bench_fedforest_cost``)."""
+
+    level: int
+    nodes: int  # frontier nodes grown at this level
+    pairs: int  # (node, sampled feature) pairs
+    candidates: int  # candidate thresholds evaluated
 
 
 @dataclass
@@ -259,7 +269,7 @@ class _Training:
         self.crit = config.split_criterion
         self.known: dict[str, int] = {}  # client -> last level whose decisions it applied
         self.decisions: list[SplitDecisions] = []  # one per decided level
-        self.levels: list[dict[str, float]] = []
+        self.levels: list[LevelCounts] = []
         self.children_of: dict[tuple[int, int], tuple[int, int]] = {}
 
     # -- setup ---------------------------------------------------------------------------------
@@ -442,8 +452,7 @@ class _Training:
         )
         best[~can] = -1
         self._n_splits = int((best >= 0).sum())
-        self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(numeric.n_pairs),
-                            "candidates": float(cands.size)})
+        self.levels.append(LevelCounts(level, A, numeric.n_pairs, cands.size))
         if self.fixed is None and not cfg.top_l:  # sketch candidates: split in the middle of the gap
             cands = self._centred_in_gaps(cands, best, pair_node, pair_feature, replies)
         return self._apply(level, frontier, best, best_gain, cands)
@@ -514,8 +523,7 @@ class _Training:
                                         total_weight=self.root_weight[node_tree])
         best[~can] = -1
         self._n_splits = int((best >= 0).sum())
-        self.levels.append({"level": float(level), "nodes": float(A), "pairs": float(P),
-                            "candidates": float(cands.size)})
+        self.levels.append(LevelCounts(level, A, P, cands.size))
         children = self._apply(level, frontier, best, best_gain, cands)
         for i in np.flatnonzero(best >= 0).tolist():  # the children's window counts, for the crowd
             node, c = frontier[i], int(best[i])
