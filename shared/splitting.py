@@ -9,12 +9,11 @@ Gradient boosting (FedSCS-XGB)
       gain = 1/2 [G_L^2/(H_L+lambda) + G_R^2/(H_R+lambda) - (G_L+G_R)^2/(H_L+H_R+lambda)] - gamma
 
   A split is worth making iff ``gain > 0``.
-  **XGBoost's ``gamma`` differs by a factor 2.** XGBoost's code computes the bracket *without* the
-  1/2 (its ``loss_chg``, written to the model as ``loss_changes``/``gain``) and keeps a split iff
-  ``loss_chg >= min_split_loss`` (and ``loss_chg > 1e-6``). So Eq. 1 with ``gamma`` equals XGBoost
-  with ``min_split_loss = 2 * gamma``; :func:`gamma_from_xgboost` converts. A paper that quotes
-  "gamma = 0.1" for both its protocol and its xgboost baseline therefore compares two different
-  penalties unless it converted.
+  XGBoost computes the bracket *without* the 1/2 (its ``loss_chg``, written to the model as
+  ``loss_changes``) and keeps a split iff ``loss_chg >= min_split_loss`` (and ``loss_chg > 1e-6``),
+  so Eq. 1's ``gamma`` is half of XGBoost's. WheelFed's ``gamma`` parameters are XGBoost's
+  (``aggregator.algorithms.histogram_growth`` compares ``2 * split_gain(..., gamma=0)`` with it);
+  ``split_gain``'s own ``gamma`` argument is Eq. 1's.
 * :func:`leaf_weight` -- ``-G / (H + lambda)``, *unscaled*: the caller multiplies by the learning
   rate eta (``aggregator.algorithms.histogram_growth`` stores ``eta * leaf_weight`` in its trees,
   as XGBoost stores shrunk leaves). Where ``H + lambda <= 0`` (only possible with ``lambda = 0``
@@ -55,7 +54,6 @@ __all__ = [
     "check_edges",
     "entropy",
     "fisher_order",
-    "gamma_from_xgboost",
     "gini",
     "impurity",
     "leaf_weight",
@@ -94,11 +92,6 @@ def leaf_weight(grad: ArrayLike, hess: ArrayLike, reg_lambda: float) -> np.ndarr
     denom = np.asarray(hess, dtype=np.float64) + reg_lambda
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(denom > 0, -g / np.where(denom > 0, denom, 1.0), 0.0)
-
-
-def gamma_from_xgboost(min_split_loss: float) -> float:
-    """Eq. 1's ``gamma`` equivalent to XGBoost's ``gamma``/``min_split_loss`` (half of it)."""
-    return float(min_split_loss) / 2.0
 
 
 # --- binning -------------------------------------------------------------------------------------

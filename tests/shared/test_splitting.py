@@ -18,7 +18,6 @@ from shared.splitting import (
     check_edges,
     entropy,
     fisher_order,
-    gamma_from_xgboost,
     gini,
     impurity,
     leaf_weight,
@@ -41,7 +40,6 @@ def test_split_gain_by_hand_and_broadcasting() -> None:
     out = split_gain(np.arange(3.0)[:, None], 1.0, np.arange(4.0)[None, :], 2.0, 1.0)
     assert out.shape == (3, 4)
     assert split_gain(5.0, 2.0, 0.0, 0.0, 1.0, 0.25) == -0.25  # nothing on one side: gain 0 - gamma
-    assert gamma_from_xgboost(0.2) == pytest.approx(0.1)
 
 
 @settings(max_examples=200, deadline=None)
