@@ -8,7 +8,7 @@ order, because a label applies to the windows stored before it and a window inse
 annotation is labelled on insert. Each new write first retries the waiting ones, so the store
 catches up as soon as the operator makes room (or retention frees pages).
 
-The wait is bounded (``max_pending`` writes, ~2 KB each for a 200-feature window): beyond it the
+The wait is bounded (``max_pending`` writes, ~1.6 KB each for a 200-feature window): beyond it the
 oldest waiting *window* is dropped and counted (labels are kept: they are small and they are
 what makes windows useful). One warning line per episode, one line when it ends.
 """
@@ -24,7 +24,7 @@ from .store import StoreFull, WindowRecord, WindowStore
 
 log = logging.getLogger(__name__)
 
-#: 3,600 windows: two hours of 2 s window steps, ~7 MB of 200-feature windows in memory.
+#: 3,600 windows: two hours of 2 s window steps, ~6 MB of 200-feature float64 windows in memory.
 DEFAULT_MAX_PENDING = 3_600
 
 
