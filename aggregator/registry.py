@@ -21,8 +21,9 @@ configuration, participation rules, state, participants, errors), ``job_rounds``
 round: progress, metrics and the model grown so far -- what a restarted server resumes from),
 ``schedules`` and ``promotions`` (each promotion decision with its numbers).
 
-Writes are serialised: SQLite transactions start ``BEGIN IMMEDIATE`` (one writer at a time,
-readers in WAL mode are not blocked); on PostgreSQL a transaction-scoped advisory lock does the
+Writes are serialised: SQLite transactions start ``BEGIN IMMEDIATE`` (one writer at a time;
+other processes' readers are not blocked in WAL mode, while one ``Registry`` object answers its
+reads and writes in turn); on PostgreSQL a transaction-scoped advisory lock does the
 same, so two processes never hand out one version number twice.
 """
 
@@ -177,7 +178,7 @@ def registry_url(path: str | Path) -> str:
 
 
 def _tables():
-    """The SQLAlchemy Core tables (built once, on first use: SQLAlchemy is imported lazily so
+    """The SQLAlchemy Core tables (built when a registry opens: SQLAlchemy is imported lazily so
     that parsing a command line does not pay for it)."""
     import sqlalchemy as sa
 

@@ -265,7 +265,11 @@ def create_app(server: Server) -> FastAPI:
         from .service import build_algorithm
 
         build_algorithm(body.algorithm, body.config)
-        if any(s.schedule_id == body.schedule_id for s in server.registry.schedules()):
+        try:
+            server.registry.schedule(body.schedule_id)
+        except RegistryError:
+            pass  # a new id
+        else:
             raise HTTPException(409, f"a schedule {body.schedule_id!r} exists already")
         now = time.time()
         record = ScheduleRecord(body.schedule_id, body.model_id, body.algorithm, body.config, body.every_s,

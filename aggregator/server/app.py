@@ -44,13 +44,9 @@ class Server:
     def connect(self):
         """The aggregator's MQTT connection from the settings (connected; raises
         ``ConnectionError``/``TimeoutError``/``OSError`` if the broker cannot be reached)."""
-        from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
+        from shared.transport.mqtt import MqttTransport
 
-        cfg = self.config
-        tls = TlsConfig(cfg.tls_ca, cfg.tls_cert, cfg.tls_key) if cfg.tls_ca else None
-        mqtt = MqttConfig(host=cfg.mqtt_host, port=cfg.mqtt_port, protocol=cfg.mqtt_protocol, tls=tls,
-                          username=None if tls else cfg.mqtt_username, password=None if tls else cfg.mqtt_password)
-        transport = MqttTransport(AGGREGATOR_ID, mqtt, presence=False)
+        transport = MqttTransport(AGGREGATOR_ID, self.config.mqtt_config(), presence=False)
         transport.connect(wait=True, timeout_s=15.0)
         return transport
 

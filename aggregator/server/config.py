@@ -94,6 +94,15 @@ class ServerConfig:
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
+    def mqtt_config(self):
+        """The broker connection these settings describe (mutual TLS when ``tls_ca`` is set: the
+        certificate is then the identity, so no user name or password is sent)."""
+        from shared.transport.mqtt import MqttConfig, TlsConfig
+
+        tls = TlsConfig(self.tls_ca, self.tls_cert, self.tls_key) if self.tls_ca else None
+        return MqttConfig(host=self.mqtt_host, port=self.mqtt_port, protocol=self.mqtt_protocol, tls=tls,
+                          username=None if tls else self.mqtt_username, password=None if tls else self.mqtt_password)
+
     def public(self) -> dict[str, Any]:
         """The settings without secrets (for the log and ``/api/health``)."""
         hidden = {"mqtt_password", "read_tokens", "operator_tokens"}

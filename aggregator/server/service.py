@@ -33,7 +33,6 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -181,8 +180,6 @@ class JobRunner:
         self._shutting_down = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="wheelfed-jobs", daemon=True)
-        #: Called after every job with its final record (tests, the scheduler).
-        self.on_finished: Callable[[JobRecord], None] | None = None
 
     def start(self) -> None:
         """Queue the jobs a previous server left running or queued (oldest first), then run."""
@@ -248,8 +245,6 @@ class JobRunner:
                 with self._lock:
                     self._current = None
                     self._cancelled.discard(job_id)
-            if self.on_finished is not None:
-                self.on_finished(self.registry.job(job_id))
 
     # -- one job ---------------------------------------------------------------------------
 

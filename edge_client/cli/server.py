@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConnectionError, TimeoutError, OSError) as exc:
         sock.close()
         server.registry.close()
-        raise CliError(explain_connect_failure(exc, _mqtt_view(config))) from None
+        raise CliError(explain_connect_failure(exc, config.mqtt_config())) from None
     if args.check:
         return _report(server, sock)
     host, port = sock.getsockname()[:2]
@@ -107,14 +107,6 @@ def _report(server, sock) -> int:
           f"tokens: {'required' if config.read_tokens or config.operator_tokens else 'none (open API)'}", flush=True)
     registry.close()
     return 0
-
-
-def _mqtt_view(config):
-    """What ``explain_connect_failure`` reads of a broker connection's settings."""
-    from shared.transport.mqtt import MqttConfig, TlsConfig
-
-    tls = TlsConfig(config.tls_ca, config.tls_cert, config.tls_key) if config.tls_ca else None
-    return MqttConfig(host=config.mqtt_host, port=config.mqtt_port, username=config.mqtt_username, tls=tls)
 
 
 def add(sub: argparse._SubParsersAction) -> None:
