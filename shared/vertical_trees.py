@@ -20,8 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["PartialTree", "classical_leaves", "intersect_leaves", "leaves_of", "owned_directions",
+__all__ = ["MAX_DEPTH", "PartialTree", "classical_leaves", "intersect_leaves", "leaves_of", "owned_directions",
            "reachable_leaves"]
+
+#: Deepest tree the vertical forest grows: heap ids of depth-40 nodes fit int64 with room for the
+#: tree number (the party packs (tree, node) into one int64 key).
+MAX_DEPTH = 40
 
 
 def leaves_of(split_nodes: np.ndarray) -> np.ndarray:

@@ -47,8 +47,9 @@ class BoostedTrees:
         if first >= len(self.trees):
             return ModelDelta(first, b"")
         key = (first, len(self.trees))
-        if key not in self._deltas:
-            self._deltas = {key: self._ensemble(first).to_cbor(), **self._deltas}
+        if key not in self._deltas:  # keep only deltas up to today's last tree: older ones are stale
+            current = {k: v for k, v in self._deltas.items() if k[1] == len(self.trees)}
+            self._deltas = {**current, key: self._ensemble(first).to_cbor()}
         return ModelDelta(first, self._deltas[key])
 
     def _ensemble(self, first: int = 0) -> TreeEnsemble:

@@ -68,7 +68,7 @@ from shared.signing import SigningKey
 from shared.vertical_alignment import AlignmentReport, intersect_digests
 from shared.vertical_manifest import forest_digest, sign_manifest
 from shared.vertical_splits import EPSILON, is_tie_or_better
-from shared.vertical_trees import intersect_leaves, leaves_of
+from shared.vertical_trees import MAX_DEPTH, intersect_leaves, leaves_of
 
 from ..jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
 from ..rounds import QuorumNotReached
@@ -78,7 +78,6 @@ from .vertical_forest_model import MasterTree, VerticalForestModel
 __all__ = ["VerticalFederatedForest", "VerticalPrediction", "VerticalTraining", "choose_owners", "deploy_to_parties",
            "draw_features", "draw_rows", "parties_for_simulation", "predict_on_parties"]
 
-MAX_DEPTH = 40
 
 
 def draw_rows(seed: int, tree: int, n: int, bootstrap: bool) -> np.ndarray:

@@ -76,7 +76,7 @@ from shared.vertical_alignment import aligned_order, snap_starts, window_digests
 from shared.vertical_manifest import partial_digest, verify_manifest
 from shared.vertical_party_key import PartyKey, SealError, read_party_key
 from shared.vertical_splits import best_local_splits, leaf_values, node_statistics, target_terms
-from shared.vertical_trees import PartialTree, owned_directions, reachable_leaves
+from shared.vertical_trees import MAX_DEPTH, PartialTree, owned_directions, reachable_leaves
 
 from ..dispatcher import Dispatcher, RequestRejected
 from ..models import _write_atomically
@@ -88,7 +88,6 @@ log = logging.getLogger(__name__)
 
 MAX_JOBS = 4
 PARTY_KEY_ENV = "WHEELFED_PARTY_KEY_FILE"
-MAX_DEPTH = 40  # heap ids of depth-40 nodes fit int64 with room for the tree number
 DEPLOYED_DIR = "vertical"  # in the gateway's model directory
 RECORD = "accepted.json"
 MAX_MODEL_BYTES = 64 << 20
