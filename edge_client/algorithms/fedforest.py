@@ -289,7 +289,7 @@ class FedForestClient:
             if not body.top_l:  # exact evaluation scores "NaN goes left" with these
                 nan = np.isnan(x)
                 if nan.any():
-                    sums = node_summaries(np.where(nan, level.positions, -1), level.weight, level.terms,
+                    sums = node_summaries(level.positions[nan], level.weight[nan], level.terms[nan],
                                           level.n_nodes)[node_pos]
                     has = (sums.sum(axis=1) if state.integer else sums[:, 0]) > 0
                     missing_pairs.append(where[has])
