@@ -47,8 +47,10 @@ def test_gateways_online_then_one_stopped(tmp_path: Path, mosquitto) -> None:
     try:
         processes.start("gw-1", "--store", str(tmp_path / "gw-1.db"), "--publish-every", "1")
         processes.start("gw-2", "--store", str(tmp_path / "gw-2.db"), "--publish-every", "1", "--serial", "loop://")
+        # gw-2's first status may come before its link has opened: wait for the one after
         seen = wait_until(tmp_path, mosquitto.port,
-                          lambda s: all(s.get(g, {}).get("online") for g in ("gw-1", "gw-2")))
+                          lambda s: all(s.get(g, {}).get("online") for g in ("gw-1", "gw-2"))
+                          and s["gw-2"].get("link") == "up")
         assert sorted(seen) == ["gw-1", "gw-2"] and all(row["online"] for row in seen.values()), seen
         assert seen["gw-1"]["windows"] == 41 and seen["gw-1"]["labelled"] == 40
         assert seen["gw-1"]["model"] == "" and seen["gw-1"]["predicted"] == 0 and seen["gw-1"]["age_s"] < 30
