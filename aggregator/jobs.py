@@ -15,11 +15,12 @@ what they have grown is a whole model (FedSCS-XGB: the completed boosting rounds
 the forest cut at its last completed level), and ``stopped`` records the step.
 
 A job can also fail part way (a quorum lost at round 7). An algorithm whose completed steps form a
-model on their own (FedSCS-XGB: every boosting round only adds trees) records a
-:class:`Checkpoint` after each step (:meth:`FederatedJob.keep`), and ``aggregator.fleet`` turns
-the failure into :class:`TrainingFailed` carrying it, so the rounds already paid for are saved.
-A long-running server also hears of each checkpoint as it is made (``on_checkpoint``) and stores
-it, so that a job whose server died resumes from its last completed step.
+model on their own (FedSCS-XGB: every boosting round only adds trees) reports each step with
+that model (``report(progress, model=...)``, kept as a :class:`Checkpoint`), and
+``aggregator.fleet`` turns the failure into :class:`TrainingFailed` carrying it, so the rounds
+already paid for are saved. A long-running server hears of each step together with its
+checkpoint (``on_step``) and stores both in one transaction, so that a job whose server died
+resumes from exactly the last step it shows as completed.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class FederatedJob:
         settings: JobSettings | None = None,
         progress: Callable[[RoundProgress], None] | None = None,
         stop: threading.Event | None = None,
-        on_checkpoint: Callable[[Checkpoint], None] | None = None,
+        on_step: Callable[[RoundProgress, Checkpoint | None], None] | None = None,
     ) -> None:
         if not clients:
             raise TrainingError("a job needs at least one client")
@@ -125,10 +126,10 @@ class FederatedJob:
         self.settings = settings or JobSettings()
         self._progress = progress
         self._stop = stop
-        self._on_checkpoint = on_checkpoint
+        self._on_step = on_step
         #: The step after which the algorithm stopped on request (None: it ran to the end).
         self.stopped: RoundProgress | None = None
-        #: The last completed step's model, if the algorithm keeps one (``keep``).
+        #: The last completed step's model, if the algorithm reports one (``report(..., model=...)``).
         self.checkpoint: Checkpoint | None = None
         self.rounds = 0
         self.rejected: dict[str, int] = {}
@@ -161,18 +162,19 @@ class FederatedJob:
         log.warning("reply rejected", extra={"job": self.job_id, "round": self.rounds, "client": client,
                                              "reason": reason})
 
-    def report(self, progress: RoundProgress) -> None:
+    def report(self, progress: RoundProgress, *, model: Callable[[], Any] | None = None) -> None:
+        """Record that the step ``progress`` completed; ``model()``, if given, builds what it grew
+        (kept as ``checkpoint``). The progress callback, then ``on_step`` with the step and its
+        checkpoint (None when the algorithm keeps none), hear of it -- together, so that whoever
+        stores them never shows a completed step without its model."""
         log.info("progress", extra={"job": progress.job, "algorithm": progress.algorithm, "step": progress.step,
                                     "total": progress.total, "answered": progress.answered, **progress.metrics})
+        if model is not None:
+            self.checkpoint = Checkpoint(model, progress)
         if self._progress is not None:
             self._progress(progress)
-
-    def keep(self, model: Callable[[], Any], progress: RoundProgress) -> None:
-        """Record that the step ``progress`` completed and ``model()`` builds what it grew (and
-        hand the checkpoint to ``on_checkpoint``, which may store it)."""
-        self.checkpoint = Checkpoint(model, progress)
-        if self._on_checkpoint is not None:
-            self._on_checkpoint(self.checkpoint)
+        if self._on_step is not None:
+            self._on_step(progress, self.checkpoint if model is not None else None)
 
     def stop_here(self, progress: RoundProgress) -> bool:
         """Whether the algorithm should stop after the step it just reported: a stop was asked

@@ -478,8 +478,10 @@ class Registry:
 
     def complete_round(self, job_id: str, step: int, total: int, selected: int, answered: int, metrics: dict,
                        elapsed_s: float, checkpoint: bytes | None) -> None:
-        """Persist round ``step`` and advance the job's ``completed`` to it, in one transaction:
-        after a crash the job is at exactly the last round stored here. A step already stored
+        """Persist round ``step`` with ``checkpoint`` (the model grown so far, CBOR, or None for an
+        algorithm that keeps none) and advance the job's ``completed`` to it, in one transaction:
+        after a crash the job is at exactly the last round stored here, and that round's model is
+        there to resume from. A step already stored
         (a resumed attempt reporting it again) is refused, so no round is applied twice."""
         t, r = self._jobs, self._rounds
         with self._tx() as c:
@@ -496,14 +498,6 @@ class Registry:
         columns = [c for c in r.c if with_checkpoints or c.name != "checkpoint"]
         rows = self._read(self._sa.select(*columns).where(r.c.job_id == job_id).order_by(r.c.step))
         return [_decode({"checkpoint": None, **row}, RoundRecord) for row in rows]
-
-    def set_checkpoint(self, job_id: str, step: int, checkpoint: bytes) -> None:
-        """Store the model grown by round ``step`` (already stored by :meth:`complete_round`)."""
-        r = self._rounds
-        with self._tx() as c:
-            if c.execute(r.update().where(r.c.job_id == job_id, r.c.step == step)
-                         .values(checkpoint=checkpoint)).rowcount != 1:
-                raise RegistryError(f"job {job_id} has no stored round {step} to attach a model to")
 
     def last_checkpoint(self, job_id: str) -> RoundRecord | None:
         """The newest round of ``job_id`` stored with its model (what a resumed job continues

@@ -309,8 +309,7 @@ class _Training(BoostedTrees):
                 loss = float(np.sqrt(loss))
             progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected), len(atoms),
                                      {"train_loss": loss, "samples": float(n)}, time.monotonic() - started)
-            self.job.report(progress)
-            self.job.keep(partial(self.model, len(self.trees)), progress)
+            self.job.report(progress, model=partial(self.model, len(self.trees)))
             if self.job.stop_here(progress):
                 break
         return self.model()
@@ -387,8 +386,7 @@ class _Training(BoostedTrees):
             progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected),
                                      self._round_stats.contributors, metrics,
                                      time.monotonic() - started)
-            self.job.report(progress)
-            self.job.keep(partial(self.model, len(self.trees)), progress)
+            self.job.report(progress, model=partial(self.model, len(self.trees)))
             if self.job.stop_here(progress):
                 break
         return self.model()

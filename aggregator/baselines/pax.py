@@ -259,8 +259,7 @@ class _Training(BoostedTrees):
                 loss = float(np.sqrt(loss))
             progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(self.parties), len(self.parties),
                                      {"train_loss": loss, "samples": n}, time.monotonic() - started)
-            self.job.report(progress)
-            self.job.keep(partial(self.model, len(self.trees)), progress)
+            self.job.report(progress, model=partial(self.model, len(self.trees)))
             if self.job.stop_here(progress):
                 break
         return self.model()

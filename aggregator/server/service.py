@@ -5,9 +5,10 @@ arrives and stores the row in the registry, so the API answers from memory and a
 server knows the gateways it saw before.
 
 :class:`JobRunner` runs jobs one at a time on the server's one round engine, on its own thread.
-Every completed round is stored with its metrics (``Registry.complete_round``) and, for an
-algorithm whose completed rounds form a model (FedSCS-XGB), with that model
-(``FederatedJob(on_checkpoint=...)``). A job found ``running`` when the server starts -- it was
+Every completed round is stored with its metrics and, for an algorithm whose completed rounds
+form a model (FedSCS-XGB), with that model, in one transaction (``FederatedJob(on_step=...)``,
+``Registry.complete_round``): the API never shows a round as completed whose model a restarted
+server would not find. A job found ``running`` when the server starts -- it was
 killed, or stopped mid-job -- resumes from its newest stored model: rounds after it are dropped
 and grown again, none is applied twice, and continuing the boosting from that model gives the
 model an uninterrupted run gives (tests/server/test_resume.py). An algorithm that stores no
@@ -304,8 +305,7 @@ class JobRunner:
                                     f"{list(choice.clients)} answered ({choice.left_out})")
             self.registry.update_job(job_id, participants=list(choice.clients), feature_set=choice.version)
             fed = FederatedJob(self.engine, choice.clients, job_id=protocol_id, settings=self.settings,
-                               progress=lambda p: self._round_done(job_id, base, job.total, p), stop=self._stop,
-                               on_checkpoint=lambda c: self._checkpoint(job_id, base, c))
+                               stop=self._stop, on_step=lambda p, c: self._round_done(job_id, base, job.total, p, c))
             if finished:
                 model = init
             else:
@@ -324,12 +324,10 @@ class JobRunner:
             self.registry.update_job(job_id, state="failed", error=str(exc))
             log.warning("job failed", extra={"job": job_id, "error": str(exc)})
 
-    def _round_done(self, job_id: str, base: int, total: int, p: RoundProgress) -> None:
+    def _round_done(self, job_id: str, base: int, total: int, p: RoundProgress, checkpoint: Checkpoint | None) -> None:
+        model = checkpoint.model().to_cbor() if checkpoint is not None else None
         self.registry.complete_round(job_id, base + p.step, max(total, base + p.total), p.selected, p.answered,
-                                     dict(p.metrics), p.elapsed_s, None)
-
-    def _checkpoint(self, job_id: str, base: int, checkpoint: Checkpoint) -> None:
-        self.registry.set_checkpoint(job_id, base + checkpoint.progress.step, checkpoint.model().to_cbor())
+                                     dict(p.metrics), p.elapsed_s, model)
 
     def _finish(self, job: JobRecord, model: TreeEnsemble, fed: FederatedJob) -> None:
         record = self.registry.add(job.model_id, model, config=job.config, parent=job.init_model, job_id=job.job_id)
