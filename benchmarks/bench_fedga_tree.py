@@ -44,6 +44,7 @@ from _common import markdown_table, print_machine
 CLASSIFICATION = ("make_classification", "hastie_10_2", "gaussian_quantiles", "moons")
 REGRESSION = ("friedman1", "make_regression")
 N_SAMPLES = 5000
+PARTS = ("generated", "grid", "recordings")
 
 
 def generated(name: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -216,10 +217,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--generations", type=int, default=100, help="G (Table II: 100)")
     parser.add_argument("--splits", type=int, default=10, help="train/test splits per generated dataset")
-    parser.add_argument("--grid-splits", type=int, default=3, help="splits per N/c setting")
+    parser.add_argument("--grid-splits", type=int, default=10, help="splits per N/c setting")
     parser.add_argument("--recording-seeds", type=int, default=10, help="GA seeds on the recordings' fixed split")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--skip-recordings", action="store_true")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                        help="which tables to measure (default: all)")
     parser.add_argument("--quick", action="store_true", help="2 splits, 5 generations, 2 datasets (smoke run)")
     args = parser.parse_args()
     if args.quick:
@@ -232,6 +234,7 @@ def main() -> int:
           f"dataset ({N_SAMPLES} samples, 10 % common test, the rest over N clients); {os.cpu_count()} cores, "
           f"{args.workers} worker processes\n")
     datasets = CLASSIFICATION[:1] + REGRESSION[:1] if args.quick else CLASSIFICATION + REGRESSION
+    datasets = datasets if "generated" in args.parts else []
     cases = []
     for name in datasets:
         for split in range(args.splits):
@@ -240,12 +243,12 @@ def main() -> int:
             cases.append(Case(name, name in REGRESSION, train, test, split, args.generations))
     grid = []
     for n_clients in (5, 10, 15, 30):
-        for split in range(args.grid_splits):
+        for split in range(args.grid_splits if "grid" in args.parts else 0):
             X, y = generated("make_classification", 100 + split)
             train, test = deal(X, y, n_clients, split)
             grid.append(Case(f"N = {n_clients}, c = 1", False, train, test, split, args.generations))
     for c in (0.25, 0.5, 1.0):
-        for split in range(args.grid_splits):
+        for split in range(args.grid_splits if "grid" in args.parts else 0):
             X, y = generated("make_classification", 100 + split)
             train, test = deal(X, y, 20, split)
             grid.append(Case(f"N = 20, c = {c:g}", False, train, test, split, args.generations, active_fraction=c,
@@ -253,28 +256,34 @@ def main() -> int:
     started = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:
         data_out = list(pool.map(run_case, cases))
-        print("### Generated datasets, N = 20, c = 1 (Fig. 3: classification, macro F1; Fig. 8: regression, MSE)\n")
-        print(table([o for o in data_out if o.label in CLASSIFICATION], ("FedGA", "centralized", "IBM DP")))
-        print()
-        print(table([o for o in data_out if o.label in REGRESSION], ("FedGA", "centralized")))
-        print()
-        cls = [o for o in data_out if o.label in CLASSIFICATION]
-        mean = {m: (np.mean([o.delta[m] for o in cls]), 100 * np.mean([o.gain[m] for o in cls]))
-                for m in ("FedGA", "IBM DP")}
-        print(f"- classification, mean over datasets and splits: Δ FedGA = {mean['FedGA'][0]:.2f} %, "
-              f"{mean['FedGA'][1]:.0f} % of clients gain; Δ IBM DP = {mean['IBM DP'][0]:.2f} %, "
-              f"{mean['IBM DP'][1]:.0f} % gain (paper: +5.58 % / 75 %; IBM -2.58 % / 31 %)\n", flush=True)
+        if cases:
+            print_generated(data_out)
         grid_out = list(pool.map(run_case, grid))
-        print("### N clients and active share c (make_classification, Figs. 6-7)\n")
-        print(table(grid_out, ("FedGA", "IBM DP")))
-        print(flush=True)
-        if not args.skip_recordings:
+        if grid:
+            print("### N clients and active share c (make_classification, Figs. 6-7)\n")
+            print(table(grid_out, ("FedGA", "IBM DP")))
+            print(flush=True)
+        if "recordings" in args.parts:
             real_out = list(pool.map(run_case, recording_cases(args.recording_seeds, args.generations)))
             print("### Real recordings (one client per subject, macro F1)\n")
             print(table(real_out, ("FedGA", "centralized", "IBM DP")))
             print()
     print(f"- total {time.perf_counter() - started:.0f} s wall clock")
     return 0
+
+
+def print_generated(data_out: list) -> None:
+    print("### Generated datasets, N = 20, c = 1 (Fig. 3: classification, macro F1; Fig. 8: regression, MSE)\n")
+    print(table([o for o in data_out if o.label in CLASSIFICATION], ("FedGA", "centralized", "IBM DP")))
+    print()
+    print(table([o for o in data_out if o.label in REGRESSION], ("FedGA", "centralized")))
+    print()
+    cls = [o for o in data_out if o.label in CLASSIFICATION]
+    mean = {m: (np.mean([o.delta[m] for o in cls]), 100 * np.mean([o.gain[m] for o in cls]))
+            for m in ("FedGA", "IBM DP")}
+    print(f"- classification, mean over datasets and splits: Δ FedGA = {mean['FedGA'][0]:.2f} %, "
+          f"{mean['FedGA'][1]:.0f} % of clients gain; Δ IBM DP = {mean['IBM DP'][0]:.2f} %, "
+          f"{mean['IBM DP'][1]:.0f} % gain (paper: +5.58 % / 75 %; IBM -2.58 % / 31 %)\n", flush=True)
 
 
 if __name__ == "__main__":
