@@ -218,7 +218,8 @@ def test_units_run_commands_the_cli_accepts(tmp_path: Path) -> None:
             assert (args.tls_cert_dir, args.run_dir) == (certs, "/var/lib/wheelfed-broker")
 
 
-@pytest.mark.parametrize("script", [BACKUP, RESTORE, CRL, CLOUD / "registry-lib.sh"])
+@pytest.mark.parametrize("script", [BACKUP, RESTORE, CRL, CLOUD / "registry-lib.sh", REPO / "deploy" / "certs",
+                                    REPO / "deploy" / "run"])
 def test_scripts_pass_shellcheck(script: Path) -> None:
     """-x: backup.sh and restore.sh are checked with the library they source."""
     run = subprocess.run([need("shellcheck", "shellcheck"), "-x", "--severity=style", str(script)],
