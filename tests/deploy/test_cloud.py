@@ -6,6 +6,7 @@ every table, on SQLite and on a real PostgreSQL."""
 from __future__ import annotations
 
 import copy
+import fnmatch
 import os
 import re
 import shutil
@@ -159,6 +160,17 @@ def test_dockerfile_installs_the_server_extra_and_the_backup_scripts() -> None:
     # every package setuptools looks for is copied in
     for package in ("shared", "edge_client", "aggregator", "firmware_bridge"):
         assert re.search(rf"^COPY {package} \./{package}$", text, re.M), package
+
+
+def test_dockerignore_keeps_the_venv_out_of_the_context_and_every_copied_source_in() -> None:
+    """The context is the repository root: without .dockerignore a build sends .venv (GBs) to the
+    daemon; with a wrong one a COPY fails. Docker's patterns are close enough to fnmatch here."""
+    ignored = [p for p in (REPO / ".dockerignore").read_text().splitlines() if p and not p.startswith("#")]
+    sources = [s for line in CLOUD.joinpath("Dockerfile").read_text().splitlines() if line.startswith("COPY ")
+               for s in line.split()[1:-1]]
+    assert {".venv", ".git", "tests"} <= set(ignored)
+    for source in sources:
+        assert not any(fnmatch.fnmatch(source, p) or source.startswith(p + "/") for p in ignored), source
 
 
 def mosquitto_settings(text: str) -> dict[str, str]:
