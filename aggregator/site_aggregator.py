@@ -1,0 +1,690 @@
+"""Site aggregators: a clinic's gateways answer the cloud through one process that pre-sums them.
+
+Topology
+--------
+The clinic runs its own broker (mosquitto with the unchanged ``deploy/mosquitto`` config) on its
+LAN; its gateways connect there exactly as they would to the cloud's broker (same topic layout,
+same ACL, no new setting). The site aggregator connects to that local broker as its
+``aggregator`` and to the cloud's broker as its own account (``site_id``), which the cloud's
+ACL confines to its members' topics (:func:`site_acl`). A local broker rather than a topic
+prefix on the cloud's broker, because then the per-gateway traffic stays on the clinic's LAN and
+only the site's replies cross the WAN, the gateways need no reconfiguration beyond the broker
+address, their broker passwords never leave the clinic, and the clinic's side keeps running
+when the uplink does not (the same code runs against one broker with two prefixes:
+``SiteConfig.upstream_layout`` / ``downstream_layout``).
+
+For every request the cloud addresses to a member (its inbox on the cloud's broker), the site
+forwards the request unchanged (same envelope: message id, job, round, sender ``aggregator``)
+to the member's inbox on the local broker, and collects the member's reply:
+
+* a reply carrying a fleet-sum vector (a body with one :class:`MaskedVector` field: the private
+  protocols' ``fleet_sum``, ``fedscs_xgb.histogram_reply``, ``fedforest.histogram_reply``) is
+  held; when every member asked in that job and round has answered -- or at the site's deadline
+  -- the held replies are grouped by everything but their vector (same type, same other
+  fields, e.g. the tree count of a histogram reply; same word width and length) and each group
+  goes upstream as one ring sum inside one :class:`SiteReplies` message on the site's own outbox;
+  a group of one is relayed unchanged;
+* every other reply -- feature-set survey answers, data shapes, secure-aggregation key
+  exchange and unmasking shares, the paper protocols' per-client sketches and atoms, error
+  replies, evaluation counts -- is relayed upstream unchanged, one per gateway, on the
+  member's outbox; so are replies to rounds the site already closed and the members' presence
+  (retained).
+
+Members the site asked that did not answer by ``deadline_s`` are named in the round's
+:class:`SiteReplies` (``silent``), so the cloud closes its round without waiting out its own
+deadline; a reply arriving later still goes upstream unchanged.
+
+On the cloud, :class:`SiteAwareTransport` wraps the aggregator's transport and hands every
+consumer (the round engine, ``FleetSummer`` through it) the members' replies again: for a group,
+the first member's reply carries the group's sum, the others the same body with a zero vector,
+each with its own sealed share bundles, message id and request id. Every fleet sum the
+algorithms compute (``aggregator.fleet_sums.FleetSummer.ask``) is a ring sum over accepted
+replies, so it is unchanged.
+
+Why the model is the same bit for bit
+-------------------------------------
+The site adds only :class:`MaskedVector` words, which are integers mod 2^w (w = 16, 32 or 64:
+fixed-point statistics and counts, masked or not). Addition mod 2^w is associative and
+commutative, so any grouping and order of the members' vectors gives the same fleet sum,
+bit for bit; the cloud's uint64 sum of narrower words differs only above bit w, which
+``widen`` drops. No float is ever added at the site: float-valued replies (the paper protocols'
+sketches, atoms and summaries) are not vectors of this kind and are relayed unchanged, so the
+cloud's float arithmetic meets the same operands in the same order as in a flat fleet.
+
+The cloud's per-reply checks (``FleetSummer.ask``: vector length and word width, then the
+algorithm's check, e.g. the tree count of a FedSCS-XGB reply) read a reply's non-vector fields
+and its vector's shape only -- equal within a group by construction -- so a group is accepted
+or rejected as a whole, as its sum must be.
+
+Secure aggregation
+------------------
+Masked vectors are uniform words of the ring, and the pairwise masks cancel only in the sum of
+*all* the cloud's survivors: a site's partial sum is still masked (its members' masks with
+gateways of other sites remain, and every self-mask does). That is fine -- the cloud's sum of
+the site sums and relayed vectors is the sum of every survivor's masked vector, which the
+unmasking round (``secagg.unmask``, relayed unchanged) turns into the fleet total as before.
+Key setup and unmasking stay per gateway: the site relays them unchanged and cannot open the
+sealed bundles it forwards (they are encrypted to the members' neighbours). A member the site
+reports silent is a dropout for the cloud, whose masks are removed as for any dropout.
+
+What the cloud learns
+---------------------
+No more than from a flat fleet, and in plain mode less: everything the cloud receives from a
+site is a function of the replies the members would have sent it directly. Each group's sum
+replaces its members' vectors (for a group of two or more, the cloud no longer sees any one
+member's vector in plain mode; under secure aggregation it saw only the fleet total anyway);
+the non-vector fields it receives once per group are identical for all the group's members;
+the per-member items (sealed share bundles addressed to neighbours, message ids, the request id
+the cloud itself chose) are those each member's reply carried; the silent list says who did not
+answer, which silence would have said. A reply that a group cannot hide -- a group of one, a
+non-additive reply -- goes upstream exactly as the gateway sent it, so nothing of one gateway
+reaches the cloud through the site that it would not have received from the gateway. The site
+itself sees its members' replies: in plain mode their vectors in clear, under secure
+aggregation only masked words.
+
+What is not relayed: fleet broadcasts (``{prefix}/fleet/...``: model announcements) -- deploy
+models to a site's gateways through their local broker. The site publishes no presence of its
+own upstream; if it dies, its members' last retained presence upstream stays as it was and the
+cloud's rounds time out for them (``QuorumNotReached`` naming each member).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import numpy as np
+
+from shared.protocol.codec import dumps_value
+from shared.protocol.envelope import (
+    Envelope,
+    Message,
+    decode_message,
+    encode_message,
+    message_type,
+    new_message_id,
+    type_name_of,
+    validate_client_id,
+)
+from shared.protocol.errors import DecodeError
+from shared.protocol.messages import ErrorReply, Status
+from shared.protocol.messages.secure_aggregation import MAX_BLOB, MaskedVector, narrow
+from shared.protocol.schema import ArraySpec, to_wire
+from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
+from shared.secure_aggregation import ring_sum
+from shared.transport.base import MessageHandler, Transport
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SiteAggregator", "SiteAwareTransport", "SiteConfig", "SiteMember", "SiteReplies", "SiteStats",
+           "SiteSum", "main", "site_acl"]
+
+#: Rounds the site remembers as closed (a re-sent request of one is forwarded, its reply relayed).
+CLOSED_ROUNDS = 4096
+
+
+@dataclass(frozen=True)
+class SiteMember:
+    """One member's part of a site message: who (``client``), which request of the cloud it
+    answers (``request_id``), its reply's message id (``reply_id``) and the sealed share
+    bundles its masked vector carried (``shares``, neighbour -> bundle; empty in plain mode)."""
+
+    client: str
+    request_id: str
+    reply_id: str = ""
+    shares: dict[str, bytes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_client_id(self.client)
+        if not self.request_id:
+            raise ValueError("request_id must not be empty")
+        for peer, blob in self.shares.items():
+            if not 0 < len(blob) <= MAX_BLOB:
+                raise ValueError(f"shares[{peer!r}] must hold 1..{MAX_BLOB} bytes")
+
+
+@dataclass(frozen=True)
+class SiteSum:
+    """The ring sum ``total`` of ``members``' vectors, whose replies are otherwise equal to
+    ``template``: an encoded reply message whose vector is empty."""
+
+    template: bytes
+    total: Annotated[np.ndarray, ArraySpec(("uint16", "uint32", "uint64"), ndim=1)]
+    members: tuple[SiteMember, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.members) < 2:
+            raise ValueError("a site sum has at least two members (a lone reply is relayed as it is)")
+        clients = [m.client for m in self.members]
+        if len(set(clients)) != len(clients):
+            raise ValueError("a site sum lists a member twice")
+
+
+@message_type("site.replies")
+@dataclass(frozen=True)
+class SiteReplies:
+    """A site's pre-summed answers to one round of the cloud (``request_type``): ``sums``, and
+    the members asked that did not answer within the site's ``deadline_s`` (``silent``)."""
+
+    request_type: str
+    sums: tuple[SiteSum, ...] = ()
+    silent: tuple[SiteMember, ...] = ()
+    deadline_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        clients = [m.client for s in self.sums for m in s.members] + [m.client for m in self.silent]
+        if len(set(clients)) != len(clients):
+            raise ValueError("a member appears twice in one site message")
+
+
+def vector_field(body: object) -> str | None:
+    """The name of the reply's fleet-sum vector (its one :class:`MaskedVector` field), or None
+    when the reply is not additive.
+
+    >>> from shared.protocol.messages.fleet_sums import FleetSumReply
+    >>> vector_field(FleetSumReply(MaskedVector(np.zeros(3, np.uint32))))
+    'sums'
+    >>> vector_field(ErrorReply("resync", "keys lost")) is None
+    True
+    """
+    if not dataclasses.is_dataclass(body) or isinstance(body, (type, ErrorReply)):
+        return None
+    names = [f.name for f in dataclasses.fields(body) if isinstance(getattr(body, f.name), MaskedVector)]
+    return names[0] if len(names) == 1 else None
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    """A site aggregator's settings.
+
+    Parameters
+    ----------
+    site_id
+        Its account on the cloud's broker (and the sender of its :class:`SiteReplies`).
+    members
+        The gateways it answers for; each connects to the local broker under its own id.
+    deadline_s
+        How long it waits for its members' replies to one round; keep it below the cloud's
+        round deadline (``JobSettings.deadline_s``), or the cloud closes the round first.
+    gather_s
+        The least time a round stays open: the cloud sends one round's requests in one burst,
+        and this lets the requests of a burst arrive before the first replies close the round.
+    upstream_layout, downstream_layout
+        Topic layouts of the cloud's broker and of the local one.
+
+    Examples
+    --------
+    >>> SiteConfig("site-a", ("gw-1", "gw-2")).deadline_s
+    30.0
+    >>> SiteConfig("site-a", ("gw-1", "site-a"))
+    Traceback (most recent call last):
+    ...
+    ValueError: members must not include the site itself ('site-a')
+    """
+
+    site_id: str
+    members: tuple[str, ...]
+    deadline_s: float = 30.0
+    gather_s: float = 0.05
+    upstream_layout: TopicLayout = TopicLayout()
+    downstream_layout: TopicLayout = TopicLayout()
+
+    def __post_init__(self) -> None:
+        validate_client_id(self.site_id)
+        object.__setattr__(self, "members", tuple(self.members))
+        if not self.members:
+            raise ValueError("members must name at least one gateway")
+        for member in self.members:
+            validate_client_id(member)
+        if len(set(self.members)) != len(self.members):
+            raise ValueError("members lists a gateway twice")
+        if self.site_id in self.members or AGGREGATOR_ID in self.members:
+            raise ValueError(f"members must not include the site itself ({self.site_id!r}) or the aggregator")
+        if not (np.isfinite(self.deadline_s) and self.deadline_s > 0):
+            raise ValueError(f"deadline_s must be > 0, got {self.deadline_s}")
+        if not 0 <= self.gather_s < self.deadline_s:
+            raise ValueError(f"gather_s must lie in [0, deadline_s), got {self.gather_s}")
+
+
+def site_acl(site_id: str, members: Sequence[str], layout: TopicLayout = TopicLayout()) -> str:
+    """The mosquitto ACL block that lets ``site_id`` answer for ``members`` on the cloud's
+    broker (append it to ``deploy/mosquitto/acl``): read their requests, write their replies
+    and presence, write its own outbox -- and nothing of any other gateway.
+
+    >>> print(site_acl("site-a", ["gw-1"]))
+    user site-a
+    topic write wheelfed/v1/c/site-a/out
+    topic read wheelfed/v1/c/gw-1/in
+    topic write wheelfed/v1/c/gw-1/out
+    topic readwrite wheelfed/v1/c/gw-1/status
+    """
+    config = SiteConfig(site_id, tuple(members), upstream_layout=layout)
+    lines = [f"user {config.site_id}", f"topic write {layout.outbox(config.site_id)}"]
+    for member in config.members:
+        lines += [f"topic read {layout.inbox(member)}", f"topic write {layout.outbox(member)}",
+                  f"topic readwrite {layout.status(member)}"]
+    return "\n".join(lines)
+
+
+@dataclass
+class SiteStats:
+    """What a site did: requests forwarded, replies relayed unchanged, replies summed into
+    ``sums_sent`` site sums, members reported silent."""
+
+    requests: int = 0
+    relayed: int = 0
+    summed: int = 0
+    sums_sent: int = 0
+    silent: int = 0
+
+
+@dataclass
+class _SiteRound:
+    """One round of the cloud as the site sees it."""
+
+    job: str
+    round: int
+    request_type: str
+    opened: float
+    requests: dict[str, str] = field(default_factory=dict)  # member -> id of the cloud's request
+    answered: set[str] = field(default_factory=set)
+    held: dict[str, Message] = field(default_factory=dict)  # additive replies, by member
+    timer: threading.Timer | None = None
+
+
+class SiteAggregator:
+    """Forwards the cloud's requests to a clinic's gateways and pre-sums their additive replies
+    (see the module docstring).
+
+    ``upstream``: a connected transport to the cloud's broker (client id ``config.site_id``,
+    no presence); ``downstream``: one to the local broker as its aggregator. Call :meth:`start`
+    once both are connected, :meth:`close` before closing them.
+    """
+
+    def __init__(self, config: SiteConfig, upstream: Transport, downstream: Transport) -> None:
+        self.config = config
+        self.upstream = upstream
+        self.downstream = downstream
+        self.up = config.upstream_layout
+        self.down = config.downstream_layout
+        self.stats = SiteStats()
+        self._members = frozenset(config.members)
+        self._lock = threading.Lock()
+        self._open: dict[tuple[str, int], _SiteRound] = {}
+        self._closed: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._stopped = False
+
+    def start(self) -> None:
+        """Subscribe: the members' inboxes upstream, their outboxes and presence downstream."""
+        self.downstream.subscribe(self.down.all_outboxes, self._on_reply)
+        self.downstream.subscribe(self.down.all_statuses, self._on_status)
+        for member in self.config.members:
+            self.upstream.subscribe(self.up.inbox(member), self._on_request)
+
+    def close(self) -> None:
+        """Stop the round timers; open rounds are dropped (the cloud times them out)."""
+        with self._lock:
+            self._stopped = True
+            for state in self._open.values():
+                if state.timer is not None:
+                    state.timer.cancel()
+            self._open.clear()
+
+    # -- requests: cloud -> member ----------------------------------------------------------------
+    def _on_request(self, topic: str, message: Message) -> None:
+        member = self.up.client_of(topic)
+        if member not in self._members or message.sender != self.up.aggregator_id:
+            log.warning("ignored a request not from the cloud's aggregator to a member",
+                        extra={"topic": topic, "sender": message.sender})
+            return
+        env = message.envelope
+        key = (env.job, env.round)
+        with self._lock:
+            if self._stopped:
+                return
+            if key not in self._closed:
+                state = self._open.get(key)
+                if state is None:
+                    state = self._open[key] = _SiteRound(env.job, env.round, env.type, time.monotonic())
+                    self._schedule(state, self.config.deadline_s)
+                state.requests[member] = env.msg_id
+        self.stats.requests += 1
+        self.downstream.publish(self.down.inbox(member), message)
+
+    # -- replies: member -> cloud -----------------------------------------------------------------
+    def _on_reply(self, topic: str, message: Message) -> None:
+        member = self.down.client_of(topic)
+        if member not in self._members or message.sender != member:
+            log.warning("ignored a reply from outside the site", extra={"topic": topic, "sender": message.sender})
+            return
+        env = message.envelope
+        relay, complete = True, None
+        with self._lock:
+            state = self._open.get((env.job, env.round))
+            if state is not None and state.requests.get(member) == env.reply_to:
+                if member in state.answered:
+                    return  # a redelivered reply (QoS 1): the first one counts
+                state.answered.add(member)
+                if vector_field(message.body) is not None:
+                    state.held[member] = message
+                    relay = False
+                if state.answered >= set(state.requests):
+                    complete = state
+        if relay:
+            self._relay(member, message)
+        if complete is not None:
+            wait = complete.opened + self.config.gather_s - time.monotonic()
+            if wait > 0:
+                with self._lock:
+                    if self._open.get((complete.job, complete.round)) is complete:
+                        self._schedule(complete, wait)
+            else:
+                self._close_round(complete, expired=False)
+
+    def _on_status(self, topic: str, message: Message) -> None:
+        member = self.down.client_of(topic)
+        if member in self._members and message.sender == member and isinstance(message.body, Status):
+            self.upstream.publish(self.up.status(member), message, retain=True)
+
+    def _relay(self, member: str, message: Message) -> None:
+        self.stats.relayed += 1
+        self.upstream.publish(self.up.outbox(member), message)
+
+    # -- closing a round ------------------------------------------------------------------------
+    def _schedule(self, state: _SiteRound, delay_s: float) -> None:
+        """(Re)arm the round's timer; called with the lock held."""
+        if state.timer is not None:
+            state.timer.cancel()
+        state.timer = threading.Timer(delay_s, self._on_timer, args=(state,))
+        state.timer.daemon = True
+        state.timer.start()
+
+    def _on_timer(self, state: _SiteRound) -> None:
+        with self._lock:
+            complete = state.answered >= set(state.requests)
+        self._close_round(state, expired=not complete)
+
+    def _close_round(self, state: _SiteRound, *, expired: bool) -> None:
+        """Send the round's held replies upstream (once), and name the silent members."""
+        key = (state.job, state.round)
+        with self._lock:
+            if self._open.get(key) is not state:
+                return  # closed already (the timer and the last reply raced)
+            del self._open[key]
+            if state.timer is not None:
+                state.timer.cancel()
+            self._closed[key] = None
+            while len(self._closed) > CLOSED_ROUNDS:
+                self._closed.popitem(last=False)
+            silent = tuple(SiteMember(m, rid) for m, rid in sorted(state.requests.items())
+                           if m not in state.answered) if expired else ()
+        sums: list[SiteSum] = []
+        for group in self._groups(state.held):
+            if len(group) == 1:
+                self._relay(group[0].sender, group[0])
+            else:
+                sums.append(self._sum(group))
+        if not sums and not silent:
+            return
+        if silent:
+            log.warning("members did not answer within the site's deadline",
+                        extra={"job": state.job, "round": state.round, "clients": [m.client for m in silent]})
+        body = SiteReplies(state.request_type, tuple(sums), silent, self.config.deadline_s)
+        reply = Message.create(body, sender=self.config.site_id, job=state.job, round=state.round)
+        self.stats.summed += sum(len(s.members) for s in sums)
+        self.stats.sums_sent += len(sums)
+        self.stats.silent += len(silent)
+        self.upstream.publish(self.up.outbox(self.config.site_id), reply)
+
+    @staticmethod
+    def _stub(body: object) -> object:
+        """The reply without its vector's words and shares: what a group's members share."""
+        name = vector_field(body)
+        vector: MaskedVector = getattr(body, name)
+        return dataclasses.replace(body, **{name: MaskedVector(vector.values[:0])})
+
+    def _groups(self, held: Mapping[str, Message]) -> list[list[Message]]:
+        """The held replies, grouped by type, word width, length and every non-vector field;
+        members in id order."""
+        groups: dict[tuple[Any, ...], list[Message]] = {}
+        for member in sorted(held):
+            message = held[member]
+            values = getattr(message.body, vector_field(message.body)).values
+            key = (message.type, values.dtype.str, values.shape[0], dumps_value(to_wire(self._stub(message.body))))
+            groups.setdefault(key, []).append(message)
+        return list(groups.values())
+
+    def _sum(self, group: list[Message]) -> SiteSum:
+        name = vector_field(group[0].body)
+        vectors = [getattr(m.body, name) for m in group]
+        word_bits = vectors[0].values.dtype.itemsize * 8
+        total = narrow(ring_sum([v.values.astype(np.uint64) for v in vectors]), word_bits)
+        first = group[0]
+        template = encode_message(Message.create(self._stub(first.body), sender=self.config.site_id,
+                                                 job=first.envelope.job, round=first.envelope.round))
+        members = tuple(SiteMember(m.sender, m.envelope.reply_to, m.envelope.msg_id, dict(v.shares))
+                        for m, v in zip(group, vectors))
+        return SiteSum(template, total, members)
+
+
+class SiteAwareTransport:
+    """The cloud aggregator's transport, reading site aggregators' replies as their members'.
+
+    Wraps a connected transport; everything but :meth:`subscribe`/:meth:`unsubscribe` (and the
+    ``audit`` hook) is the wrapped transport's. A handler subscribed through it receives, for a
+    :class:`SiteReplies` on a registered site's outbox, one reply per member of each sum --
+    the first member's body carries the sum, the others' a zero vector, each with its own share
+    bundles and ids -- and an ``ErrorReply`` ``site_timeout`` for each member the site reports
+    silent; every other message passes through unchanged. A site message naming a gateway that
+    is not that site's member, or arriving on any other topic, is refused (logged, counted in
+    ``refused``): the site speaks only for its members, as the broker's ACL lets it.
+
+    ``sites``: site id -> its members. Pass it to ``RoundEngine`` / ``train_on_fleet`` in
+    place of the transport.
+
+    Examples
+    --------
+    >>> from shared.transport.memory import MemoryBroker, MemoryTransport
+    >>> cloud = SiteAwareTransport(MemoryTransport(MemoryBroker(), "aggregator", presence=False),
+    ...                            {"site-a": ["gw-1", "gw-2"]})
+    >>> cloud.client_id, cloud.site_of("gw-2")
+    ('aggregator', 'site-a')
+    """
+
+    def __init__(self, transport: Transport, sites: Mapping[str, Sequence[str]]) -> None:
+        members: dict[str, str] = {}
+        for site, site_members in sites.items():
+            config = SiteConfig(site, tuple(site_members))
+            for member in config.members:
+                if member in members:
+                    raise ValueError(f"sites: {member} is a member of both {members[member]} and {site}")
+                members[member] = site
+        overlap = sorted(set(sites) & set(members))
+        if overlap:
+            raise ValueError(f"sites: {overlap} are both sites and members")
+        object.__setattr__(self, "_inner", transport)
+        object.__setattr__(self, "_site_of", members)
+        object.__setattr__(self, "_sites", frozenset(sites))
+        object.__setattr__(self, "_wrapped", {})
+        object.__setattr__(self, "refused", 0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "refused":
+            object.__setattr__(self, name, value)
+        else:  # e.g. ``audit``: the wrapped transport decodes, so its hook is the one that runs
+            setattr(self._inner, name, value)
+
+    def site_of(self, client: str) -> str | None:
+        """The site that answers for ``client``, or None for a gateway connected directly."""
+        return self._site_of.get(client)
+
+    def subscribe(self, topic_filter: str, handler: MessageHandler) -> None:
+        """Subscribe ``handler`` to ``topic_filter``, with site messages read as their members'."""
+
+        def expanding(topic: str, message: Message) -> None:
+            if not isinstance(message.body, SiteReplies):
+                handler(topic, message)
+                return
+            for member_topic, member_message in self.expand(topic, message):
+                handler(member_topic, member_message)
+
+        self._wrapped[(topic_filter, handler)] = expanding
+        self._inner.subscribe(topic_filter, expanding)
+
+    def unsubscribe(self, topic_filter: str, handler: MessageHandler) -> None:
+        self._inner.unsubscribe(topic_filter, self._wrapped.pop((topic_filter, handler), handler))
+
+    def expand(self, topic: str, message: Message) -> list[tuple[str, Message]]:
+        """A site message as its members' replies, each with the topic it would have come on."""
+        layout: TopicLayout = self._inner.layout
+        site = layout.client_of(topic)
+        body: SiteReplies = message.body
+        named = [m.client for s in body.sums for m in s.members] + [m.client for m in body.silent]
+        if (site not in self._sites or message.sender != site or topic != layout.outbox(site)
+                or any(self._site_of.get(c) != site for c in named)):
+            self.refused += 1
+            log.warning("refused a site message: not from a registered site, or naming a gateway it does not "
+                        "answer for", extra={"topic": topic, "sender": message.sender, "clients": named})
+            return []
+        env = message.envelope
+        out: list[tuple[str, Message]] = []
+        for part in body.sums:
+            try:
+                template = decode_message(part.template, limits=self._inner.limits).body
+            except DecodeError as exc:
+                self.refused += 1
+                log.warning("refused a site sum with an invalid template", extra={"site": site, "error": str(exc)})
+                continue
+            name = vector_field(template)
+            if name is None:
+                self.refused += 1
+                log.warning("refused a site sum of a reply type that is not additive", extra={"site": site})
+                continue
+            zero = np.zeros_like(part.total)
+            for i, member in enumerate(part.members):
+                vector = MaskedVector(part.total if i == 0 else zero, dict(member.shares))
+                reply = dataclasses.replace(template, **{name: vector})
+                envelope = Envelope(type=type_name_of(template), sender=member.client,
+                                    job=env.job, round=env.round, msg_id=member.reply_id or new_message_id(),
+                                    reply_to=member.request_id, ts=env.ts)
+                out.append((layout.outbox(member.client), Message(envelope, reply)))
+        for member in body.silent:
+            error = ErrorReply("site_timeout", f"no answer at site {site} within {body.deadline_s:.3g} s",
+                               body.request_type)
+            envelope = Envelope(type=type_name_of(error), sender=member.client, job=env.job, round=env.round,
+                                reply_to=member.request_id, ts=env.ts)
+            out.append((layout.outbox(member.client), Message(envelope, error)))
+        return out
+
+
+#: Environment variables holding the site's broker passwords (never on the command line).
+UPSTREAM_PASSWORD_ENV = "WHEELFED_SITE_UPSTREAM_PASSWORD"
+DOWNSTREAM_PASSWORD_ENV = "WHEELFED_SITE_DOWNSTREAM_PASSWORD"
+
+
+def _add_broker(parser: argparse.ArgumentParser, side: str, default_port: int, user_help: str) -> None:
+    from edge_client.cli.arguments import existing_file, port_number
+
+    parser.add_argument(f"--{side}-host", default="127.0.0.1", help=f"{side} broker host (default: %(default)s)")
+    parser.add_argument(f"--{side}-port", type=port_number, default=default_port,
+                        help=f"{side} broker port (default: %(default)s)")
+    parser.add_argument(f"--{side}-username", help=user_help)
+    parser.add_argument(f"--{side}-tls-ca", type=existing_file, help=f"CA certificate: TLS to the {side} broker")
+    parser.add_argument(f"--{side}-tls-cert", type=existing_file, help="this side's certificate (CN = its id)")
+    parser.add_argument(f"--{side}-tls-key", type=existing_file, help="this side's private key")
+
+
+def _mqtt_config(args: argparse.Namespace, side: str, username: str, password_env: str, protocol: int):
+    from shared.transport.mqtt import MqttConfig, TlsConfig
+
+    ca, cert, key = (getattr(args, f"{side}_tls_{n}") for n in ("ca", "cert", "key"))
+    if (cert or key) and not (ca and cert and key):
+        raise ValueError(f"--{side}-tls-cert and --{side}-tls-key go together, with --{side}-tls-ca")
+    tls = TlsConfig(str(ca), cert and str(cert), key and str(key)) if ca else None
+    return MqttConfig(host=getattr(args, f"{side}_host"), port=getattr(args, f"{side}_port"),
+                      username=None if tls else (getattr(args, f"{side}_username") or username),
+                      password=None if tls else os.environ.get(password_env), protocol=protocol, tls=tls)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``python -m aggregator.site_aggregator``'s arguments."""
+    from edge_client.cli.arguments import Parser, gateway_id, gateway_ids, positive_float
+
+    parser = Parser(prog="python -m aggregator.site_aggregator",
+                    description="A clinic's site aggregator: forwards the cloud's requests to the clinic's "
+                                "gateways on the local broker and sends their fleet sums upstream pre-summed. "
+                                f"Passwords: ${UPSTREAM_PASSWORD_ENV}, ${DOWNSTREAM_PASSWORD_ENV}.",
+                    epilog="example:\n  python -m aggregator.site_aggregator --site-id site-a --members gw-1,gw-2,gw-3 "
+                           "--upstream-host cloud.example --upstream-port 1883 --downstream-port 1884")
+    parser.add_argument("--site-id", type=gateway_id, required=True, help="the site's account on the cloud's broker")
+    parser.add_argument("--members", type=gateway_ids, required=True, help="the gateways it answers for: gw-1,gw-2")
+    parser.add_argument("--deadline-s", type=positive_float, default=30.0,
+                        help="wait for members' replies this long per round; below the cloud's deadline "
+                             "(default: %(default)s)")
+    parser.add_argument("--protocol", type=int, choices=(4, 5), default=5, help="MQTT 5, or 4 = 3.1.1 (both sides)")
+    parser.add_argument("--log-level", default="WARNING", type=str.upper,
+                        choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="log level")
+    _add_broker(parser, "upstream", 1883, "username on the cloud's broker (default: the site id)")
+    _add_broker(parser, "downstream", 1883, f"username on the local broker (default: {AGGREGATOR_ID})")
+    parser.add_argument("--ready-file", help=argparse.SUPPRESS)  # tests: written once both links are up
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = None) -> int:
+    """Run a site aggregator until SIGTERM/SIGINT (or ``stop``); every expected failure is one
+    line on stderr and exit code 2 (usage) or 1 (runtime)."""
+    from shared.transport.mqtt import MqttTransport
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prog = "site aggregator"
+    try:
+        config = SiteConfig(args.site_id, tuple(args.members), deadline_s=args.deadline_s)
+        up_config = _mqtt_config(args, "upstream", config.site_id, UPSTREAM_PASSWORD_ENV, args.protocol)
+        down_config = _mqtt_config(args, "downstream", AGGREGATOR_ID, DOWNSTREAM_PASSWORD_ENV, args.protocol)
+    except ValueError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
+    stop = stop or threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signum, lambda *_: stop.set())
+    upstream = MqttTransport(config.site_id, up_config, layout=config.upstream_layout, presence=False)
+    downstream = MqttTransport(AGGREGATOR_ID, down_config, layout=config.downstream_layout, presence=False)
+    site = SiteAggregator(config, upstream, downstream)
+    try:
+        for name, transport in (("upstream", upstream), ("downstream", downstream)):
+            try:
+                transport.connect()
+            except ConnectionError as exc:
+                print(f"{prog}: {name}: {exc}", file=sys.stderr)
+                return 1
+        site.start()
+        print(f"site {config.site_id}: answering for {', '.join(config.members)} "
+              f"(cloud {up_config.host}:{up_config.port}, clinic {down_config.host}:{down_config.port})", flush=True)
+        if args.ready_file:
+            with open(args.ready_file, "w") as ready:
+                ready.write("ready\n")
+        stop.wait()
+        return 0
+    finally:
+        site.close()
+        downstream.close()
+        upstream.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
