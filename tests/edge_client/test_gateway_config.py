@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,16 @@ def test_every_gateway_option_has_a_key_and_every_key_an_option() -> None:
     keys = {spec.field for table in SCHEMA.values() for spec in table.values()}
     fields = set(GatewaySettings.__dataclass_fields__) - {"password_file"}  # the file's own: no password on a CLI
     assert keys - {"password_file"} == options == fields
+
+
+def test_the_shipped_template_names_every_key_in_its_table() -> None:
+    """An operator learns the keys from the template: each appears, set or commented out, under
+    its own table (party_key_file, session and username were missing)."""
+    tables = re.split(r"^\[(\w+)\]$", TEMPLATE.read_text(), flags=re.M)
+    text = {"": tables[0], **dict(zip(tables[1::2], tables[2::2]))}
+    for table, keys in SCHEMA.items():
+        for key in keys:
+            assert re.search(rf"^(# )?{key} = ", text[table], re.M), f"{table}.{key}"
 
 
 def test_the_shipped_template_is_valid_and_says_what_it_means(tmp_path: Path) -> None:
