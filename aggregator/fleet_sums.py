@@ -12,6 +12,11 @@ Dropouts: a client that does not deliver its masked vector is *dropped* for that
 survivors' pair seeds with it, which are per round, are reconstructed from shares); it takes
 part in the next sum as usual. A client that drops between masking and unmasking stays in the
 sum (its self-mask seed is reconstructed from its neighbours' shares).
+
+With merge workers (the job's engine made with ``merge_workers=True``) the replies reach
+:meth:`FleetSummer.ask` without their vectors, and the sum arrives already added up by the
+workers (:mod:`aggregator.merge_workers`); the same checks apply to every reply, and as the sums
+are over the integers mod 2^64 the total is the same bit for bit.
 """
 
 from __future__ import annotations
@@ -122,6 +127,8 @@ class FleetSummer:
         dropout), and return the sum of the accepted clients' vectors of ``length`` entries
         (``word_bits``: their words' width; the total comes back as uint64 words whose int64
         view is the signed sum)."""
+        if getattr(self.job.engine, "merged", None) is not None:
+            return self._ask_merged(requests, expect, vector, length, check, word_bits)
         selected = sorted(requests)
         round_no = self.job.rounds + 1
         replies = self.job.ask(dict(requests), selected, expect)
@@ -146,11 +153,44 @@ class FleetSummer:
         result = self._unmask(round_no, selected, accepted, vector, length)
         return FleetSum(widen(result.total, word_bits), result.contributors, result.replies)
 
+    def _ask_merged(self, requests: Mapping[str, Any], expect: type, vector: Callable[[Any], MaskedVector],
+                    length: int, check: Callable[[str, Any], str | None] | None, word_bits: int) -> FleetSum:
+        """:meth:`ask` when merge workers add the vectors up: the replies come without them."""
+        from .merge_workers import SumExpectation
+
+        merged = self.job.engine.merged
+        selected = sorted(requests)
+        round_no = self.job.rounds + 1
+        merged.open_sum(self.job.job_id, round_no, SumExpectation((expect,), length, word_bits, check))
+        try:
+            replies = self.job.ask(dict(requests), selected, expect)
+        finally:
+            collected = merged.close_sum(self.job.job_id, round_no)
+        for client in sorted(collected.rejected):
+            self.job.reject(client, collected.rejected[client])
+        accepted = {c: r for c, r in replies.items() if c not in collected.rejected}
+        if not accepted:
+            raise TrainingError(f"round {round_no}: no usable replies from {selected}")
+        if sorted(accepted) != sorted(collected.contributors):  # deliver_batch keeps them in step
+            raise TrainingError(f"round {round_no}: the merge workers' sum covers {sorted(collected.contributors)}, "
+                                f"the replies are from {sorted(accepted)}")
+        if not self.secure:
+            return FleetSum(widen(collected.total, word_bits), tuple(sorted(accepted)), accepted)
+        result = self._unmask(round_no, selected, accepted, vector, length, summed=collected.total)
+        return FleetSum(widen(result.total, word_bits), result.contributors, result.replies)
+
     def _unmask(self, round_no: int, selected: list[str], accepted: dict[str, Any],
-                vector: Callable[[Any], MaskedVector], length: int) -> FleetSum:
+                vector: Callable[[Any], MaskedVector], length: int, summed: np.ndarray | None = None) -> FleetSum:
+        """Unmask the sum of ``accepted``'s masked vectors; with ``summed`` (the merge workers'
+        sum of them; the replies' own vectors are empty) the server removes the masks from
+        zeros and adds ``summed``: the same total mod 2^64."""
         label = f"{self.job.job_id}/{round_no}"
-        masked = {c: MaskedInput(vector(r).values.astype(np.uint64), dict(vector(r).shares))
-                  for c, r in accepted.items()}
+        if summed is None:
+            masked = {c: MaskedInput(vector(r).values.astype(np.uint64), dict(vector(r).shares))
+                      for c, r in accepted.items()}
+        else:
+            zeros = np.broadcast_to(np.zeros(1, np.uint64), (length,))  # no memory per client
+            masked = {c: MaskedInput(zeros, dict(vector(r).shares)) for c, r in accepted.items()}
         dropped = [c for c in selected if c not in accepted]
         try:
             plans = self.server.unmask_request(label.encode(), masked, selected)
@@ -164,6 +204,8 @@ class FleetSummer:
             total = self.server.aggregate(label.encode(), masked, shares, length)
         except SecureAggregationError as exc:
             raise TrainingError(f"round {round_no}: the fleet sum cannot be unmasked: {exc}") from exc
+        if summed is not None:
+            np.add(total, summed, out=total)  # uint64 wraps mod 2^64
         if dropped:
             log.warning("clients dropped out of a secure sum", extra={"job": self.job.job_id, "round": round_no,
                                                                     "clients": dropped})

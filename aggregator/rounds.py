@@ -11,6 +11,12 @@ connection was re-established or such a client announces itself online again (at
 ``RESEND_MIN_INTERVAL_S`` per client, so a chatty client cannot make the aggregator re-send
 megabytes at will): a broker crash can lose queued messages (mosquitto saves sessions once a
 second), and a gateway answers a repeated request id from its reply cache.
+
+With merge workers (``merge_workers=True``, :mod:`aggregator.merge_workers`) the engine does not
+subscribe to the gateways' outboxes: the workers read them through an MQTT 5 shared
+subscription, sum the vectors of the fleet-sum replies and hand the engine their replies in
+batches (:meth:`RoundEngine.deliver_batch`), each delivered whole or not at all; a client whose
+reply was lost with a worker is asked again (:meth:`RoundEngine.resend_unanswered`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from shared.protocol.envelope import Message
 from shared.protocol.messages import ErrorReply, Status
@@ -28,6 +34,9 @@ from shared.protocol.topics import TopicLayout
 from shared.transport.base import Transport
 
 from .audit import AuditTrail
+
+if TYPE_CHECKING:
+    from .merge_workers import MergeLeader
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +97,7 @@ class _OpenRound:
     expect: tuple[type, ...] | None
     done: threading.Condition
     resend_to: set[str] = field(default_factory=set)  # clients that came back online
+    resend_now: set[str] = field(default_factory=set)  # clients whose reply was lost on the server's side
     last_resent: dict[str, float] = field(default_factory=dict)
 
 
@@ -111,7 +121,7 @@ class RoundEngine:
     RESEND_MIN_INTERVAL_S = 2.0
 
     def __init__(self, transport: Transport, layout: TopicLayout | None = None, *,
-                 audit: AuditTrail | None = None) -> None:
+                 audit: AuditTrail | None = None, merge_workers: bool = False) -> None:
         self.transport = transport
         #: Every message the server's transport decodes, logged (and kept, for simulations).
         self.audit = (audit or AuditTrail()).attach(transport)
@@ -122,7 +132,14 @@ class RoundEngine:
         self._lock = threading.Lock()
         self._open: dict[tuple[str, int], _OpenRound] = {}
         self._online: dict[str, bool] = {}  # last presence seen per client
-        transport.subscribe(self.layout.all_outboxes, self._on_reply)
+        #: The leader's side of the merge workers (``merge_workers=True``), else None.
+        self.merged: MergeLeader | None = None
+        if merge_workers:
+            from .merge_workers import MergeLeader
+
+            self.merged = MergeLeader(self)
+        else:
+            transport.subscribe(self.layout.all_outboxes, self.deliver)
         transport.subscribe(self.layout.all_statuses, self._on_status)
 
     def run_round(
@@ -194,16 +211,20 @@ class RoundEngine:
                 remaining = deadline - time.monotonic()
                 if self._complete(state) or remaining <= 0:
                     return
-                if not state.resend_to:
+                if not (state.resend_to or state.resend_now):
                     state.done.wait(min(remaining, self.RESEND_CHECK_S))
                 now_epoch = self.transport.connection_epoch
                 reconnected, epoch = now_epoch != epoch, now_epoch
                 unanswered = [c for c in result.selected if c not in result.replies and c not in result.errors]
-                candidates = unanswered if reconnected else [c for c in unanswered if c in state.resend_to]
+                now_set = state.resend_now
+                candidates = unanswered if reconnected else [c for c in unanswered
+                                                             if c in state.resend_to or c in now_set]
                 state.resend_to.clear()
+                state.resend_now = set()
                 now = time.monotonic()
                 targets = [c for c in candidates
-                           if reconnected or now - state.last_resent.get(c, -math.inf) >= self.RESEND_MIN_INTERVAL_S]
+                           if reconnected or c in now_set
+                           or now - state.last_resent.get(c, -math.inf) >= self.RESEND_MIN_INTERVAL_S]
                 state.last_resent.update((c, now) for c in targets)
             if targets:
                 self.resent += len(targets)
@@ -237,7 +258,56 @@ class RoundEngine:
         result = state.result
         return len(result.replies) + len(result.errors) == len(result.selected)
 
-    def _on_reply(self, topic: str, message: Message) -> None:
+    def resend_unanswered(self) -> None:
+        """Ask every open round's clients without an answer again, now (the merge worker that held
+        their replies died, or one came back after none was online); a gateway answers a repeated
+        request from its reply cache, so nothing is computed twice."""
+        with self._lock:
+            for state in self._open.values():
+                result = state.result
+                state.resend_now.update(c for c in result.selected
+                                        if c not in result.replies and c not in result.errors)
+                state.done.notify_all()
+
+    def deliver_batch(self, job: str, round_no: int, replies: Sequence[Message],
+                      judge: Callable[[list[Message]], set[str]]) -> bool:
+        """Deliver replies of round ``round_no`` of ``job`` (from distinct clients, already checked
+        against their outbox topics) all together or not at all, atomically with ``judge``.
+
+        A merge worker's batch carries one sum over its clients' vectors, which the leader can
+        add only whole. So if any reply is a duplicate of one already delivered, or does not
+        answer this round's request, none is delivered, and the others' clients are asked again.
+        Otherwise ``judge(replies)`` runs under the engine's lock (so the round cannot close
+        half-way); it adds what it keeps and returns the clients to ask again instead of
+        delivering their replies. Returns whether the batch's sum was kept (nothing re-asked).
+        """
+        with self._lock:
+            state = self._open.get((job, round_no))
+            if state is None:
+                self.late_replies += len(replies)
+                log.info("discarded a merged batch of a closed or unknown round",
+                         extra={"job": job, "round": round_no, "replies": len(replies)})
+                return False
+            result = state.result
+            fresh = [m for m in replies if state.request_ids.get(m.sender) == m.envelope.reply_to
+                     and m.sender not in result.replies and m.sender not in result.errors]
+            if len(fresh) < len(replies):
+                result.duplicates += len(replies) - len(fresh)
+                redo = {m.sender for m in fresh}
+            else:
+                redo = judge(fresh)
+            for message in fresh:
+                if message.sender not in redo:
+                    self._record(state, message)
+            if redo:
+                log.info("re-asking clients of a merged batch that could not be kept whole",
+                         extra={"job": job, "round": round_no, "clients": sorted(redo)})
+                state.resend_now.update(redo)
+            state.done.notify_all()
+            return not redo
+
+    def deliver(self, topic: str, message: Message) -> None:
+        """Take one reply that arrived on ``topic`` (the outbox it was published on)."""
         env = message.envelope
         if self.layout.client_of(topic) != env.sender:
             self.misrouted += 1
@@ -254,12 +324,18 @@ class RoundEngine:
             if env.sender in result.replies or env.sender in result.errors:
                 result.duplicates += 1
                 return
-            if isinstance(message.body, ErrorReply):
-                result.errors[env.sender] = message.body
-            elif state.expect is not None and not isinstance(message.body, state.expect):
-                result.errors[env.sender] = ErrorReply(
-                    "unexpected_reply", f"expected {[t.__name__ for t in state.expect]}, got {message.type!r}",
-                    result.request_type)
-            else:
-                result.replies[env.sender] = message
+            self._record(state, message)
             state.done.notify_all()
+
+    @staticmethod
+    def _record(state: _OpenRound, message: Message) -> None:
+        """File a reply of an open round (its sender has no answer yet); the caller holds the lock."""
+        env, result = message.envelope, state.result
+        if isinstance(message.body, ErrorReply):
+            result.errors[env.sender] = message.body
+        elif state.expect is not None and not isinstance(message.body, state.expect):
+            result.errors[env.sender] = ErrorReply(
+                "unexpected_reply", f"expected {[t.__name__ for t in state.expect]}, got {message.type!r}",
+                result.request_type)
+        else:
+            result.replies[env.sender] = message
