@@ -153,6 +153,18 @@ def read_password_file(path: str | Path) -> list[BrokerUser]:
     return users
 
 
+def revocation_on(config: str, crl_file: Path) -> str:
+    """The TLS config with its commented ``#crlfile`` line switched on for ``crl_file``: mosquitto
+    then refuses the revoked certificates (deploy/cloud/crl.sh keeps the list). Edited here rather
+    than by the operator, so that the production template stays the one file to review."""
+    lines = config.splitlines(keepends=True)
+    found = [i for i, line in enumerate(lines) if line.startswith("#crlfile ")]
+    if len(found) != 1:
+        raise ValueError(f"the TLS template has {len(found)} '#crlfile' lines, not one: cannot switch revocation on")
+    lines[found[0]] = f"crlfile {crl_file}\n"
+    return "".join(lines)
+
+
 class MosquittoBroker:
     """A mosquitto child process; a context manager. ``restart()`` keeps port and sessions."""
 
@@ -164,6 +176,7 @@ class MosquittoBroker:
         port: int = 0,
         bind_address: str = "127.0.0.1",
         tls_cert_dir: str | Path | None = None,
+        crl_file: str | Path | None = None,
         deploy_dir: str | Path = DEPLOY_DIR,
     ) -> None:
         if not mosquitto_available():
@@ -173,6 +186,8 @@ class MosquittoBroker:
         if tls_cert_dir and users:
             raise ValueError("users (passwords) are for the plain loopback listener; under TLS the client "
                              "certificate's CN is the identity")
+        if crl_file and not tls_cert_dir:
+            raise ValueError("a certificate revocation list needs TLS (tls_cert_dir)")
         if not tls_cert_dir:
             require_loopback(bind_address)
         self.run_dir = Path(run_dir).resolve()
@@ -180,6 +195,7 @@ class MosquittoBroker:
         self.bind_address = bind_address
         self.port = port or find_free_port(bind_address)
         self.tls_cert_dir = Path(tls_cert_dir).resolve() if tls_cert_dir else None
+        self.crl_file = Path(crl_file).resolve() if crl_file else None
         self.deploy_dir = Path(deploy_dir).resolve()
         self.process: subprocess.Popen | None = None
         self.config_path = self.run_dir / "mosquitto.conf"
@@ -195,10 +211,13 @@ class MosquittoBroker:
         self.run_dir.chmod(0o700)
         name = "wheelfed-tls.conf.in" if self.tls_cert_dir else "wheelfed.conf.in"
         template = Template((self.deploy_dir / "mosquitto" / name).read_text())
-        self.config_path.write_text(template.substitute(
+        config = template.substitute(
             port=self.port, bind_address=self.bind_address, run_dir=self.run_dir, deploy_dir=self.deploy_dir,
             cert_dir=self.tls_cert_dir or "", user=getpass.getuser(),
-        ))
+        )
+        if self.crl_file:
+            config = revocation_on(config, self.crl_file)
+        self.config_path.write_text(config)
         if not self.tls_cert_dir:
             self._write_password_file(self.run_dir / "passwd")
 

@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
         missing = [name for name in ("ca.crt", "broker.crt", "broker.key") if not (args.tls_cert_dir / name).is_file()]
         if missing:
             raise UsageError(f"--tls-cert-dir {args.tls_cert_dir} lacks {', '.join(missing)} (deploy/certs makes them)")
-    elif not users:
+    if args.crl is not None and not tls:
+        raise UsageError("--crl goes with --tls-cert-dir: revocation is of TLS client certificates")
+    if not tls and not users:
         raise UsageError("give --tls-cert-dir DIR (mutual TLS; deploy/certs makes DIR), or for plain TCP on "
                          "loopback the aggregator's and each gateway's account: --password-file FILE (or --user "
                          "NAME:PASSWORD, visible in ps)")
@@ -90,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
             broker = EmbeddedBroker(run_dir, users=users, port=port, bind_address=bind)
         else:
-            broker = MosquittoBroker(run_dir, users=users, port=port, bind_address=bind, tls_cert_dir=args.tls_cert_dir)
+            broker = MosquittoBroker(run_dir, users=users, port=port, bind_address=bind, tls_cert_dir=args.tls_cert_dir,
+                                     crl_file=args.crl)
     except ValueError as exc:  # plain TCP off loopback
         raise UsageError(str(exc)) from None
     if not tls:
@@ -120,6 +123,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tls-cert-dir", type=existing_dir,
                    help="directory with ca.crt, broker.crt, broker.key (deploy/certs makes it): mutual TLS, "
                         "CN = client id")
+    p.add_argument("--crl", type=existing_file, metavar="FILE",
+                   help="with --tls-cert-dir: refuse the certificates this revocation list names "
+                        "(deploy/cloud/crl.sh writes crl.pem; restart the broker after it changes)")
     p.add_argument("--password-file", type=existing_file, metavar="FILE",
                    help="plain TCP on loopback: lines NAME:PASSWORD, the name being the client id (the aggregator "
                         "and every gateway); mode 0600")

@@ -182,6 +182,13 @@ def test_tls_takes_no_passwords(tmp_path: Path) -> None:
     assert_one_line_failure(run, 2, "--user/--password-file", "--tls-cert-dir", "CN")
 
 
+def test_a_revocation_list_needs_tls(tmp_path: Path) -> None:
+    crl = tmp_path / "crl.pem"
+    crl.write_text("")
+    run = wheelfed("broker", "--user", "gw-1:pw", "--crl", str(crl), cwd=tmp_path)
+    assert_one_line_failure(run, 2, "--crl", "--tls-cert-dir")
+
+
 def test_tls_broker_serves_the_scripts_certificates_on_8883_by_default(tmp_path: Path) -> None:
     """8883 is held here (or by someone else): the refusal names the port the broker chose."""
     certs = certificate_dir(tmp_path / "certs")

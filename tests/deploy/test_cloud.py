@@ -217,17 +217,18 @@ def test_units_run_commands_the_cli_accepts(tmp_path: Path) -> None:
     config, certs = tmp_path / "server.toml", tmp_path / "certs"
     config.write_text("")
     certs.mkdir()
+    (certs / "crl.pem").write_text("")
     for name, command in (("wheelfed-server.service", "server"), ("wheelfed-broker.service", "broker")):
         argv = unit_settings(CLOUD.joinpath(name).read_text())["ExecStart"][0].split()
         assert argv[0] == "/opt/wheelfed-server/venv/bin/wheelfed"
-        argv = [str(config) if a == "/etc/wheelfed/server.toml" else str(certs) if a == "/etc/wheelfed/certs" else a
+        argv = [a.replace("/etc/wheelfed/server.toml", str(config)).replace("/etc/wheelfed/certs", str(certs))
                 for a in argv[1:]]
         args = build_parser().parse_args(argv)
         assert args.func.__module__ == f"edge_client.cli.{command}"
         if command == "server":
             assert args.config == config
         else:
-            assert (args.tls_cert_dir, args.run_dir) == (certs, "/var/lib/wheelfed-broker")
+            assert (args.tls_cert_dir, args.crl, args.run_dir) == (certs, certs / "crl.pem", "/var/lib/wheelfed-broker")
 
 
 @pytest.mark.parametrize("script", [BACKUP, RESTORE, CRL, CLOUD / "registry-lib.sh", REPO / "deploy" / "certs",
@@ -454,9 +455,9 @@ def test_scripts_document_themselves() -> None:
 
 @pytest.mark.mosquitto
 def test_a_broker_with_the_crl_on_refuses_the_revoked_gateway_and_admits_the_others(tmp_path: Path) -> None:
-    """The systemd broker's set-up (deploy/README.md): the TLS template copied to a deploy folder
-    of its own with ``crlfile`` uncommented, certificates from deploy/certs and the list from
-    crl.sh; real mosquitto, real TLS connections."""
+    """The systemd broker's set-up (deploy/README.md): the TLS template and ACL copied to a deploy
+    folder of its own, certificates from deploy/certs, the list from crl.sh given as ``--crl``
+    (``crl_file``); real mosquitto, real TLS connections."""
     from aggregator.broker import MosquittoBroker, mosquitto_available
     from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
 
@@ -468,9 +469,7 @@ def test_a_broker_with_the_crl_on_refuses_the_revoked_gateway_and_admits_the_oth
     deploy = tmp_path / "broker" / "mosquitto"
     deploy.mkdir(parents=True)
     shutil.copy(REPO / "deploy" / "mosquitto" / "acl", deploy / "acl")
-    template = TLS_TEMPLATE.read_text()
-    assert template.count("\n#crlfile ") == 1
-    (deploy / TLS_TEMPLATE.name).write_text(template.replace("\n#crlfile ", "\ncrlfile "))
+    shutil.copy(TLS_TEMPLATE, deploy / TLS_TEMPLATE.name)
 
     def connects(client: str, crt: Path, key: Path, port: int) -> bool:
         tls = TlsConfig(str(certs / "ca.crt"), str(crt), str(key))
@@ -482,8 +481,8 @@ def test_a_broker_with_the_crl_on_refuses_the_revoked_gateway_and_admits_the_oth
         transport.close()
         return True
 
-    with MosquittoBroker(tmp_path / "run", tls_cert_dir=certs, deploy_dir=tmp_path / "broker",
-                         bind_address="127.0.0.1") as broker:
+    with MosquittoBroker(tmp_path / "run", tls_cert_dir=certs, crl_file=certs / "crl.pem",
+                         deploy_dir=tmp_path / "broker", bind_address="127.0.0.1") as broker:
         assert re.search(rf"^crlfile {re.escape(str(certs.resolve()))}/crl\.pem$", broker.config_path.read_text(),
                          re.M)
         assert connects("gw-2", certs / "gw-2.crt", certs / "gw-2.key", broker.port)
