@@ -1,0 +1,186 @@
+"""``wheelfed train`` and ``wheelfed model`` through a running ``wheelfed server``: a real server
+process with bearer tokens and a signing key, real mosquitto and four real gateway processes.
+
+The oracle of the submitted job: the model the CLI downloads with ``-o`` equals the in-memory
+simulation of the options it was given (the options reach the server intact, the server trains
+what a local run trains). Every failure -- no token, a read-only token for a change, a value the
+server refuses, an unknown model, no server at all -- is one line with the CLI's exit codes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import aggregator
+from aggregator.algorithms import FedSCSXGB
+from aggregator.broker.mosquitto import find_free_port
+from shared.model import TreeEnsemble
+from shared.signing import SigningKey
+from tests.cli.cli_support import REPO, CliRun, assert_one_line_failure, wheelfed
+from tests.e2e.fleet_support import FEATURE_SET, GATEWAYS, PASSWORDS, client_data, start_fleet
+from tests.server.server_support import ServerProcess
+
+pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
+
+OPERATOR, READER = "operator-token-1", "read-token-1"
+USAGE, RUNTIME = 2, 1
+
+
+@dataclass
+class Setup:
+    server: ServerProcess
+    folder: Path
+    stores: dict[str, Path]
+
+    def cli(self, *args: str, token: str | None = OPERATOR, timeout: float = 120.0) -> CliRun:
+        env = {"WHEELFED_SERVER": self.server.url, **({"WHEELFED_TOKEN": token} if token else {})}
+        return wheelfed(*args, cwd=self.folder, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Iterator[Setup]:
+    root = tmp_path_factory.mktemp("train-server")
+    key = SigningKey.generate()
+    key.save(root / "aggregator.key")
+    key.verify_key.save(root / "aggregator.pub")
+    work = root / "work"
+    work.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)  # the gateways keep their models in ./ID-models/
+        patch.setenv("WHEELFED_OPERATOR_TOKENS", OPERATOR)
+        patch.setenv("WHEELFED_READ_TOKENS", READER)
+        with start_fleet(root, "--holdout-fraction", "0.2", "--trust", str(root / "aggregator.pub")) as fleet:
+            fleet.agg.close()  # the server is the aggregator (one connection per client id)
+            server = ServerProcess(str(root / "server.db"), fleet.port, PASSWORDS["aggregator"], root / "server.log",
+                                   "--key", str(root / "aggregator.key"))
+            try:
+                deadline = time.monotonic() + 30
+                while sum(row["online"] for row in _get(server, "/api/gateways")) < len(GATEWAYS):
+                    assert time.monotonic() < deadline, _get(server, "/api/gateways")
+                    time.sleep(0.2)
+                yield Setup(server, work, fleet.stores)
+            finally:
+                server.terminate()
+
+
+def _get(server: ServerProcess, path: str, *, raw: bool = False):
+    request = urllib.request.Request(server.url + path, headers={"Authorization": f"Bearer {READER}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        data = response.read()
+    return data if raw else json.loads(data)
+
+
+@pytest.fixture(scope="module")
+def trained(setup: Setup) -> CliRun:
+    """``act:v1``, trained through the server (the other tests read, deploy and compare it)."""
+    return setup.cli("train", "--model-id", "act", "--rounds", "3", "--max-depth", "3", "--bins", "16", "-o",
+                     "act.cbor")
+
+
+def test_train_submits_the_job_follows_its_rounds_and_downloads_the_simulated_model(setup: Setup,
+                                                                                     trained: CliRun) -> None:
+    run = trained
+    assert run.code == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith(f"training fedscs_xgb on the online gateways via the server {setup.server.url}: job ")
+    job_id = lines[0].rsplit(" ", 1)[1]
+    assert f"job {job_id}: feature set {FEATURE_SET}: 4 gateways (gw-1, gw-2, gw-3, gw-4)" in lines
+    rounds = [line for line in lines if line.startswith("fedscs_xgb ")]
+    assert [r.split(":")[0] for r in rounds] == ["fedscs_xgb 1/3", "fedscs_xgb 2/3", "fedscs_xgb 3/3"], run.stdout
+    assert all("4/4 clients" in r and "| elapsed" in r for r in rounds)
+    assert any(line.startswith("held-out: ") and "accuracy=" in line for line in lines), run.stdout
+    assert lines[-1].startswith(f"act.cbor and act:v1 on {setup.server.url}: 9 trees, classes ['lie', 'push', "
+                                f"'sit'], feature set {FEATURE_SET}; job {job_id}, 3 boosting rounds"), lines[-1]
+
+    job = _get(setup.server, f"/api/jobs/{job_id}")
+    assert job["config"] == {"n_rounds": 3, "max_depth": 3, "n_bins": 16, "secure_aggregation": True}
+    downloaded = TreeEnsemble.from_cbor((setup.folder / "act.cbor").read_bytes())
+    simulated = aggregator.simulate(FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, feature_set_version=FEATURE_SET),
+                                    client_data(setup.stores, 0.2), seed=0)
+    assert downloaded == simulated
+
+
+def test_model_actions_read_and_deploy_through_the_server(setup: Setup, trained: CliRun) -> None:
+    assert trained.code == 0, trained.stderr
+    listed = setup.cli("model", "list", token=READER)
+    assert listed.code == 0 and any(line.startswith("act:v1 ") and "fedscs_xgb" in line
+                                    for line in listed.stdout.splitlines()), listed
+    shown = setup.cli("model", "show", "act", token=READER)
+    assert shown.code == 0 and shown.stdout.startswith("act:v1: fedscs_xgb boosted model, 9 trees"), shown
+    assert "classes: lie, push, sit" in shown.stdout and "held-out metrics" in shown.stdout
+    exported = setup.cli("model", "export", "act:v1", "-o", "exported.json", token=READER)
+    assert exported.code == 0, exported.stderr
+    server_bytes = _get(setup.server, "/api/models/act/1/download", raw=True)
+    assert TreeEnsemble.from_json((setup.folder / "exported.json").read_text()) == TreeEnsemble.from_cbor(server_bytes)
+    compared = setup.cli("model", "compare", "act:v1", "act:v1", token=READER)
+    assert compared.code == 0 and "accuracy" in compared.stdout and "+0" in compared.stdout, compared
+
+    deployed = setup.cli("model", "deploy", "act:v1", "--clients", "gw-1,gw-2")
+    assert deployed.code == 0, deployed.stderr
+    assert deployed.stdout.splitlines()[0] == "act:v1: active on gw-1, gw-2"
+    row = next(line for line in setup.cli("model", "list", token=READER).stdout.splitlines()
+               if line.startswith("act:v1 "))
+    assert "gw-1=active" in row and "gw-2=active" in row and "gw-3" not in row
+
+
+def test_ctrl_c_cancels_the_job_on_the_server(setup: Setup) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "WHEELFED_SERVER": setup.server.url, "WHEELFED_TOKEN": OPERATOR}
+    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "train", "--model-id", "long", "--rounds", "200",
+                             "--max-depth", "2", "--bins", "8"], cwd=setup.folder, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    job_id = first.rsplit(" ", 1)[1].strip()
+    while not proc.stdout.readline().startswith("fedscs_xgb 1/200"):
+        assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    assert "SIGINT: asking the server to cancel the job" in err and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"wheelfed train: interrupted: job {job_id} cancelled on the server after "), last
+    assert last.endswith(" of 200 boosting rounds; the server registered no model"), last
+    job = _get(setup.server, f"/api/jobs/{job_id}")
+    assert job["state"] == "cancelled" and job["result"] == "" and 1 <= job["completed"] < 200
+    assert not [m for m in _get(setup.server, "/api/models") if m["model_id"] == "long"]
+
+
+def test_each_failure_is_one_line_with_the_cli_s_exit_code(setup: Setup, trained: CliRun) -> None:
+    train = ("train", "--model-id", "x", "--rounds", "1")
+    assert_one_line_failure(setup.cli(*train, token=None), RUNTIME, "needs a bearer token",
+                            "this needs an operator token", "WHEELFED_TOKEN", "--token-file")
+    assert_one_line_failure(setup.cli(*train, token=READER), RUNTIME, "refused the token",
+                            "this needs an operator token", "this token may not change anything")
+    assert_one_line_failure(setup.cli("model", "list", token=None), RUNTIME, "needs a bearer token",
+                            "this needs a read or operator token")
+    assert_one_line_failure(setup.cli("model", "deploy", "act:v1", "--clients", "gw-1", token=READER), RUNTIME,
+                            "refused the token", "this needs an operator token")
+    # the token from a file, never the command line
+    (setup.folder / "token").write_text(READER + "\n")
+    assert setup.cli("model", "list", "--token-file", "token", token=None).code == 0
+    # a value the server refuses (422): a usage error, the server's reason
+    assert_one_line_failure(setup.cli("train", "--algorithm", "fedforest", "--init-version", "act:v1"), USAGE,
+                            "the server refused the request", "fedforest cannot continue from a model")
+    # an unknown model (404), with the server's message
+    assert_one_line_failure(setup.cli("model", "show", "nope:v3", token=READER), RUNTIME, "nope")
+    # options of a local run, refused before anything is sent
+    assert_one_line_failure(setup.cli("train", "--registry", "r.db"), USAGE, "--registry is for a local run")
+    assert_one_line_failure(setup.cli("train", "--algorithm", "fedga-tree"), USAGE, "fedga-tree runs without a server")
+    assert_one_line_failure(setup.cli("model", "register", "act.cbor", "--model-id", "x"), USAGE,
+                            "model register works on a registry file")
+    assert_one_line_failure(setup.cli("model", "deploy", "act:v1", "--key", str(setup.folder.parent / "aggregator.key")),
+                            USAGE, "--key is for a local registry", "the server signs with its own key")
+    # no server listening
+    nowhere = f"http://127.0.0.1:{find_free_port()}"
+    run = wheelfed("train", "--server", nowhere, "--rounds", "1", cwd=setup.folder)
+    assert_one_line_failure(run, RUNTIME, f"cannot reach the server at {nowhere}: connection refused")
