@@ -1,10 +1,8 @@
 """Site aggregators: a clinic's gateways answer the cloud through one process that pre-sums them.
 
-Topology
---------
-The clinic runs its own broker (mosquitto with the unchanged ``deploy/mosquitto`` config) on its
-LAN; its gateways connect there exactly as they would to the cloud's broker (same topic layout,
-same ACL, no new setting). The site aggregator connects to that local broker as its
+**Topology.** The clinic runs its own broker (mosquitto with the unchanged
+``deploy/mosquitto`` config) on its LAN; its gateways connect there exactly as they would to
+the cloud's broker (same topic layout, same ACL, no new setting). The site aggregator connects to that local broker as its
 ``aggregator`` and to the cloud's broker as its own account (``site_id``), which the cloud's
 ACL confines to its members' topics (:func:`site_acl`). A local broker rather than a topic
 prefix on the cloud's broker, because then the per-gateway traffic stays on the clinic's LAN and
@@ -41,10 +39,9 @@ each with its own sealed share bundles, message id and request id. Every fleet s
 algorithms compute (``aggregator.fleet_sums.FleetSummer.ask``) is a ring sum over accepted
 replies, so it is unchanged.
 
-Why the model is the same bit for bit
--------------------------------------
-The site adds only :class:`MaskedVector` words, which are integers mod 2^w (w = 16, 32 or 64:
-fixed-point statistics and counts, masked or not). Addition mod 2^w is associative and
+**Why the model is the same bit for bit.** The site adds only :class:`MaskedVector` words,
+which are integers mod 2^w (w = 16, 32 or 64: fixed-point statistics and counts, masked or
+not). Addition mod 2^w is associative and
 commutative, so any grouping and order of the members' vectors gives the same fleet sum,
 bit for bit; the cloud's uint64 sum of narrower words differs only above bit w, which
 ``widen`` drops. No float is ever added at the site: float-valued replies (the paper protocols'
@@ -56,10 +53,8 @@ algorithm's check, e.g. the tree count of a FedSCS-XGB reply) read a reply's non
 and its vector's shape only -- equal within a group by construction -- so a group is accepted
 or rejected as a whole, as its sum must be.
 
-Secure aggregation
-------------------
-Masked vectors are uniform words of the ring, and the pairwise masks cancel only in the sum of
-*all* the cloud's survivors: a site's partial sum is still masked (its members' masks with
+**Secure aggregation.** Masked vectors are uniform words of the ring, and the pairwise masks
+cancel only in the sum of *all* the cloud's survivors: a site's partial sum is still masked (its members' masks with
 gateways of other sites remain, and every self-mask does). That is fine -- the cloud's sum of
 the site sums and relayed vectors is the sum of every survivor's masked vector, which the
 unmasking round (``secagg.unmask``, relayed unchanged) turns into the fleet total as before.
@@ -67,9 +62,7 @@ Key setup and unmasking stay per gateway: the site relays them unchanged and can
 sealed bundles it forwards (they are encrypted to the members' neighbours). A member the site
 reports silent is a dropout for the cloud, whose masks are removed as for any dropout.
 
-What the cloud learns
----------------------
-No more than from a flat fleet, and in plain mode less: everything the cloud receives from a
+**What the cloud learns.** No more than from a flat fleet, and in plain mode less: everything the cloud receives from a
 site is a function of the replies the members would have sent it directly. Each group's sum
 replaces its members' vectors (for a group of two or more, the cloud no longer sees any one
 member's vector in plain mode; under secure aggregation it saw only the fleet total anyway);
@@ -86,6 +79,13 @@ What is not relayed: fleet broadcasts (``{prefix}/fleet/...``: model announcemen
 models to a site's gateways through their local broker. The site publishes no presence of its
 own upstream; if it dies, its members' last retained presence upstream stays as it was and the
 cloud's rounds time out for them (``QuorumNotReached`` naming each member).
+
+**Known limit.** The cloud's round engine takes a group's member replies one at a time. Should
+its round deadline pass between two of them, the members taken before count and the rest are
+late: the round's sum would hold data of members counted as absent (under secure aggregation,
+masks that are never removed). Keep the site's deadline well below the cloud's, so that a
+site's reply arrives long before the cloud's deadline; handing a group to the engine as one
+batch (all members or none) removes the race.
 """
 
 from __future__ import annotations
