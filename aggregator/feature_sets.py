@@ -13,14 +13,22 @@ leaves out and why, so that nobody has to read gateway logs to learn why a job i
 
 The survey is round 0 of the job's id: it decides who the job's clients are, so it runs before
 the job itself (``FederatedJob`` numbers its rounds from 1).
+
+A server job restricted to a data time range sends the range (and its ``min_labelled``) with the
+survey: every gateway keeps the range for the job's later requests and refuses
+(``too_few_labelled_windows``) when it holds fewer labelled windows in it. A gateway that
+answered only with the versions it holds has checked neither for the version chosen, so it is
+asked once more (round 0 again) for that version; those that refuse are left out with their
+reason. A gateway that does not know the range field refuses the request and is left out too:
+no gateway trains on windows outside the range.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from shared.protocol.messages.fleet_sums import DataShape, DataShapeRequest
+from shared.protocol.messages.fleet_sums import DataShape, DataShapeRequest, TimeRange
 
 from .jobs import TrainingError
 from .rounds import RoundEngine
@@ -104,11 +112,14 @@ def choose_feature_set(held: Mapping[str, Sequence[str]], *, fits_any: Sequence[
 
 
 def survey_feature_sets(engine: RoundEngine, job_id: str, clients: Sequence[str], requested: str = "", *,
-                        deadline_s: float) -> FeatureSetChoice:
+                        deadline_s: float, time_range: TimeRange | None = None,
+                        min_labelled: int = 0) -> FeatureSetChoice:
     """Ask ``clients`` which feature sets they hold (round 0 of ``job_id``; see the module
-    docstring) and choose with :func:`choose_feature_set`."""
-    result = engine.run_round(job_id, 0, DataShapeRequest(requested, labels=False), clients, deadline_s=deadline_s,
-                              min_replies=0, expect=DataShape)
+    docstring) and choose with :func:`choose_feature_set`; with ``time_range`` or
+    ``min_labelled``, the clients that do not meet them for the chosen version are left out."""
+    rules = dict(time_range=time_range, min_labelled=min_labelled)
+    result = engine.run_round(job_id, 0, DataShapeRequest(requested, labels=False, **rules), clients,
+                              deadline_s=deadline_s, min_replies=0, expect=DataShape)
     held: dict[str, tuple[str, ...]] = {c: (requested,) for c in result.replies} if requested else {}
     fits_any = [] if requested else sorted(result.replies)
     reasons = result.failures()
@@ -116,4 +127,15 @@ def survey_feature_sets(engine: RoundEngine, job_id: str, clients: Sequence[str]
         if error.code == MISMATCH and error.feature_sets:
             held[client] = error.feature_sets
             del reasons[client]
-    return choose_feature_set(held, fits_any=fits_any, left_out=reasons, requested=requested)
+    choice = choose_feature_set(held, fits_any=fits_any, left_out=reasons, requested=requested)
+    unchecked = [c for c in choice.clients if c not in result.replies]
+    if (time_range is None and not min_labelled) or not unchecked:
+        return choice
+    again = engine.run_round(job_id, 0, DataShapeRequest(choice.version, labels=False, **rules), unchecked,
+                             deadline_s=deadline_s, min_replies=0, expect=DataShape)
+    refused = again.failures()
+    if len(refused) == len(choice.clients):
+        why = "; ".join(f"{c}: {reason}" for c, reason in sorted(refused.items()))
+        raise TrainingError(f"no gateway can train on feature set {choice.version} under the job's rules: {why}")
+    return replace(choice, clients=tuple(c for c in choice.clients if c not in refused),
+                   left_out=dict(sorted({**choice.left_out, **refused}.items())))

@@ -19,7 +19,7 @@ from shared.protocol.messages.fleet_sums import (
 from shared.transport.base import Transport
 
 from .algorithms import CLIENT_HALVES, ClientHalf
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, RequestRejected
 from .evaluation import evaluate_model, load_model
 from .fleet_sums import count_vector, data_shape, grid_vector, with_noise
 from .secure_aggregation import SecureAggregationClient
@@ -69,9 +69,20 @@ class Participant:
         return data_summary(self._data(message, body.feature_set_version), regression=body.regression)
 
     def on_data_shape(self, message: Message) -> DataShape:
-        """A private job's opening: width, feature names and (unless fixed by the job) label set."""
+        """A private job's opening: width, feature names and (unless fixed by the job) label set.
+
+        As a server job's survey it also sets the job's data rules (``DataShapeRequest``): its
+        time range, and a refusal below ``min_labelled`` labelled windows in it."""
         body: DataShapeRequest = message.body
-        return data_shape(self._data(message, body.feature_set_version), labels=body.labels)
+        job = message.envelope.job
+        if body.time_range is not None:
+            self.snapshots.restrict(job, body.time_range)
+        shape = data_shape(self._data(message, body.feature_set_version), labels=body.labels)
+        if body.min_labelled and self.snapshots.count(job, body.feature_set_version) < body.min_labelled:
+            where = " in the job's time range" if body.time_range is not None else ""
+            raise RequestRejected("too_few_labelled_windows",
+                                  f"fewer than {body.min_labelled} labelled windows{where}")
+        return shape
 
     def on_fleet_counts(self, message: Message) -> FleetSumReply:
         body: FleetCountsRequest = message.body

@@ -3,7 +3,8 @@
 Every request of a job reads the same snapshot (``JobSnapshots``, taken at the job's first
 request), so windows stored or labelled while the job runs change none of its statistics -- the
 opening's counts, the grid rounds, the algorithm's rounds and the job's scoring describe one set
-of windows -- and a new job (periodic retraining) sees them.
+of windows -- and a new job (periodic retraining) sees them. A job may be restricted to the
+windows that start in a time range (``JobSnapshots.restrict``, set by the job's survey).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from shared.protocol.messages import DataSummary
+from shared.protocol.messages.fleet_sums import TimeRange
 from shared.sketches import weighted_moments
 
 from .dispatcher import RequestRejected
@@ -53,11 +55,14 @@ def _mismatch(asked: str, held: Sequence[str]) -> NoTrainingData:
 
 @dataclass(frozen=True, eq=False)
 class LabelledData:
-    """``X`` (n, d) features (NaN = missing), ``y`` (n,) labels: ints, strings or real targets."""
+    """``X`` (n, d) features (NaN = missing), ``y`` (n,) labels: ints, strings or real targets;
+    ``start_us`` (n,) each window's start time, if the source keeps them (a job restricted to a
+    time range needs them)."""
 
     X: np.ndarray
     y: np.ndarray
     feature_names: tuple[str, ...] = ()
+    start_us: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         X = np.asarray(self.X)
@@ -73,6 +78,21 @@ class LabelledData:
         object.__setattr__(self, "X", X)
         object.__setattr__(self, "y", y)
         object.__setattr__(self, "feature_names", tuple(self.feature_names))
+        if self.start_us is not None:
+            start = np.asarray(self.start_us)
+            if start.shape != (X.shape[0],) or start.dtype.kind not in "iu":
+                raise ValueError(f"start_us must be integers of shape ({X.shape[0]},) to match X, got "
+                                 f"{start.dtype} {start.shape}")
+            object.__setattr__(self, "start_us", start.astype(np.int64))
+
+    def within(self, time_range: TimeRange) -> LabelledData:
+        """The windows starting in ``time_range`` (``NoTrainingData`` ``no_window_times`` when
+        this data has no start times)."""
+        if self.start_us is None:
+            raise NoTrainingData("no_window_times", "this client keeps no window start times, so it cannot train "
+                                                    "on a time range")
+        rows = time_range.contains(self.start_us)
+        return LabelledData(self.X[rows], self.y[rows], self.feature_names, self.start_us[rows])
 
 
 class TrainingData(Protocol):
@@ -91,7 +111,8 @@ class ClientData:
     """One simulated client: an id and its arrays (``aggregator.simulate`` takes a list of these).
 
     ``feature_set_version=""`` accepts every job; otherwise a job for another version (or for
-    none) is refused, as a gateway refuses one.
+    none) is refused, as a gateway refuses one. ``start_us``/``start_us_test``: the windows'
+    start times (microseconds), for jobs restricted to a time range.
     """
 
     client_id: str
@@ -101,14 +122,18 @@ class ClientData:
     feature_set_version: str = ""
     X_test: ArrayLike | None = None
     y_test: ArrayLike | None = None
+    start_us: ArrayLike | None = None
+    start_us_test: ArrayLike | None = None
     _data: LabelledData = field(init=False, repr=False)
     _test: LabelledData | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_data", LabelledData(np.asarray(self.X), np.asarray(self.y), self.feature_names))
+        object.__setattr__(self, "_data", LabelledData(np.asarray(self.X), np.asarray(self.y), self.feature_names,
+                                                       None if self.start_us is None else np.asarray(self.start_us)))
         test = None
         if self.X_test is not None and self.y_test is not None:
-            test = LabelledData(np.asarray(self.X_test), np.asarray(self.y_test), self.feature_names)
+            test = LabelledData(np.asarray(self.X_test), np.asarray(self.y_test), self.feature_names,
+                                None if self.start_us_test is None else np.asarray(self.start_us_test))
         object.__setattr__(self, "_test", test)
 
     def feature_sets(self) -> tuple[str, ...]:
@@ -226,10 +251,11 @@ class StoreTrainingData:
                                                         "labelled by the annotations recorded with them)")
         names = tuple(self.feature_names() if callable(self.feature_names) else self.feature_names)
         names = names if len(names) == X.shape[1] else ()
+        start = meta.start_us
         if self.holdout_fraction == 0:
-            return LabelledData(X, y, names), None
+            return LabelledData(X, y, names, start), None
         train, test = tail_split(meta.session_ids, self.holdout_fraction, self.gap_windows)
-        return LabelledData(X[train], y[train], names), LabelledData(X[test], y[test], names)
+        return LabelledData(X[train], y[train], names, start[train]), LabelledData(X[test], y[test], names, start[test])
 
     def labelled(self, feature_set_version: str) -> LabelledData:
         return self._split(feature_set_version)[0]
@@ -276,21 +302,24 @@ def tail_split(sessions: np.ndarray, fraction: float, gap: int) -> tuple[np.ndar
     return cat(train), cat(test)
 
 
-def snapshot(source: TrainingData, feature_set_version: str, *, split: str = "train") -> LabelledData:
-    """The labelled data a job trains on (``split="holdout"``: evaluates on), or a
-    ``RequestRejected`` whose code says why not (``NoTrainingData``'s, or ``no_labelled_windows``
-    for an empty snapshot)."""
+def snapshot(source: TrainingData, feature_set_version: str, *, split: str = "train",
+             time_range: TimeRange | None = None) -> LabelledData:
+    """The labelled data a job trains on (``split="holdout"``: evaluates on), only the windows
+    starting in ``time_range`` if one is given, or a ``RequestRejected`` whose code says why not
+    (``NoTrainingData``'s, or ``no_labelled_windows`` for an empty snapshot)."""
     try:
         data = source.holdout(feature_set_version) if split == "holdout" else source.labelled(feature_set_version)
+        if time_range is not None:
+            data = data.within(time_range)
     except NoTrainingData as exc:
         raise RequestRejected(exc.code, str(exc), exc.feature_sets) from None
     if data.X.shape[0] == 0:
         raise RequestRejected("no_holdout_windows" if split == "holdout" else "no_labelled_windows",
-                              "no labelled samples")
+                              "no labelled samples" + (" in the job's time range" if time_range is not None else ""))
     infinite = np.isinf(data.X)
     if infinite.any():  # summaries and sketches must be finite: an infinite feature is "missing"
         log.warning("infinite feature values treated as missing", extra={"values": int(infinite.sum())})
-        data = LabelledData(np.where(infinite, np.nan, data.X), data.y, data.feature_names)
+        data = LabelledData(np.where(infinite, np.nan, data.X), data.y, data.feature_names, data.start_us)
     return data
 
 
@@ -303,24 +332,55 @@ class JobSnapshots:
     request broke both (``the fleet changed between rounds``). Only the last ``max_jobs`` jobs
     are kept (a job older than that started again from a fresh snapshot, as after a restart).
     A refusal (``RequestRejected``) is not kept: the next request reads again.
+
+    ``restrict`` limits a job's snapshots to the windows starting in a time range (the server's
+    survey sets it with the job's first request). It is kept with the job's snapshots, in
+    memory: a gateway restarted in the middle of a job forgets it, and would answer that job's
+    later requests from all its windows -- as it answers them from a fresh snapshot.
     """
 
     def __init__(self, source: TrainingData, *, max_jobs: int = 4) -> None:
         self.source = source
         self.max_jobs = max_jobs
         self._snapshots: OrderedDict[str, dict[tuple[str, str], LabelledData]] = OrderedDict()
+        self._ranges: dict[str, TimeRange] = {}
         self._lock = threading.Lock()  # the dispatcher may answer two requests of a job at once
+
+    def _job(self, job: str) -> dict[tuple[str, str], LabelledData]:
+        per_job = self._snapshots.setdefault(job, {})
+        self._snapshots.move_to_end(job)
+        while len(self._snapshots) > self.max_jobs:
+            self._ranges.pop(self._snapshots.popitem(last=False)[0], None)
+        return per_job
+
+    def restrict(self, job: str, time_range: TimeRange) -> None:
+        """From now on, ``job`` reads only the windows starting in ``time_range`` (a snapshot of
+        it taken before is dropped, so that every statistic describes the same windows)."""
+        with self._lock:
+            per_job = self._job(job)
+            if self._ranges.get(job) != time_range:
+                per_job.clear()
+                self._ranges[job] = time_range
 
     def get(self, job: str, feature_set_version: str, *, split: str = "train") -> LabelledData:
         with self._lock:
-            per_job = self._snapshots.setdefault(job, {})
-            self._snapshots.move_to_end(job)
-            while len(self._snapshots) > self.max_jobs:
-                self._snapshots.popitem(last=False)
+            per_job = self._job(job)
             key = (feature_set_version, split)
             if key not in per_job:
-                per_job[key] = snapshot(self.source, feature_set_version, split=split)
+                per_job[key] = snapshot(self.source, feature_set_version, split=split,
+                                        time_range=self._ranges.get(job))
             return per_job[key]
+
+    def count(self, job: str, feature_set_version: str) -> int:
+        """The job's labelled windows, training and held-out ones together (zero where a split
+        is refused): what a participation rule on labelled windows counts."""
+        total = 0
+        for split in ("train", "holdout"):
+            try:
+                total += self.get(job, feature_set_version, split=split).X.shape[0]
+            except RequestRejected:
+                pass
+        return total
 
 
 def label_strings(y: np.ndarray) -> tuple[np.ndarray, bool]:

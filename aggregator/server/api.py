@@ -55,6 +55,14 @@ class JobIn(BaseModel):
     min_labelled: int = Field(0, ge=0, le=10**9, description="labelled windows each participant needs")
     init_model: str = Field("", max_length=80, description="MODEL_ID:vN to continue boosting from")
     seed: int = Field(0, ge=0, le=2**32 - 1)
+    since: float | str | None = Field(
+        None, description="train only on windows that start at or after this time: Unix seconds (UTC) or "
+                          "ISO-8601 with its offset, e.g. 2026-11-01T00:00:00Z; held-out scoring and min_labelled "
+                          "use the same windows",
+        examples=["2026-11-01T00:00:00Z", 1793491200])
+    until: float | str | None = Field(
+        None, description="train only on windows that start before this time (same forms as since)",
+        examples=["2026-11-15T00:00:00+01:00"])
 
 
 class ScheduleIn(BaseModel):
@@ -89,6 +97,27 @@ def _gateway_ids(clients: list[str] | None) -> list[str] | None:
         if validate_client_id(client) == AGGREGATOR_ID:
             raise ValueError(f"{AGGREGATOR_ID!r} is the aggregator's id, not a gateway's")
     return clients
+
+
+def _instant(name: str, value: float | str | None) -> float | None:
+    """A time of the API (Unix seconds, or ISO-8601 text with a UTC offset) as Unix seconds; a
+    ``ValueError`` (-> 422) names the field and the forms it takes."""
+    if value is None or not isinstance(value, str):
+        return value
+    from datetime import datetime
+
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ValueError(f"{name}: {value[:40]!r} is neither Unix seconds nor an ISO-8601 time "
+                         "(e.g. 2026-11-01T00:00:00Z)") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{name}: {value[:40]!r} has no UTC offset; add Z for UTC or +HH:MM")
+    return moment.timestamp()
 
 
 def _page(offset: int = Query(0, ge=0, le=10**9), limit: int = Query(100, ge=1, le=1000)) -> Page:
@@ -177,7 +206,8 @@ def create_app(server: Server) -> FastAPI:
     @app.post("/api/jobs", status_code=201, dependencies=[operate])
     def start_job(body: JobIn) -> dict[str, Any]:
         request = JobRequest(body.algorithm, body.model_id, body.config, _gateway_ids(body.clients),
-                             body.min_gateways, body.min_labelled, body.init_model, body.seed)
+                             body.min_gateways, body.min_labelled, body.init_model, body.seed,
+                             since=_instant("since", body.since), until=_instant("until", body.until))
         return asdict(server.runner.submit(request))
 
     @app.get("/api/jobs/{job_id}", dependencies=[read])

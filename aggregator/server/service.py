@@ -14,7 +14,10 @@ and grown again, none is applied twice, and continuing the boosting from that mo
 model an uninterrupted run gives (tests/server/test_resume.py). An algorithm that stores no
 model per round (FedForest) starts again from its first round. Each attempt runs under its own
 protocol job id (``JOB-aN``), since gateways keep per-job state. After training the model is
-registered and scored by federated evaluation on the participants' held-out windows.
+registered and scored by federated evaluation on the participants' held-out windows. A job with
+a data time range (``JobRequest.since``/``until``) sends it with its survey; the gateways filter
+their own windows for the job (training and held-out alike) and refuse below ``min_labelled``
+in the range, and the job needs ``min_gateways`` of those that remain.
 
 A job started by a schedule then faces the promotion rule (``policy.judge``): candidate and the
 version the fleet runs are scored on the same held-out windows; within the threshold, and with a
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from shared.model import TreeEnsemble
+from shared.protocol.messages.fleet_sums import TimeRange
 from shared.protocol.topics import TopicLayout
 from shared.transport.base import Transport
 
@@ -97,7 +101,12 @@ class JobRequest:
     """What to train: ``algorithm`` with ``config`` (its parameters) registered as ``model_id``,
     over ``clients`` (default: every online gateway) that pass the participation rules: at least
     ``min_gateways`` of them, each with at least ``min_labelled`` labelled windows. ``init_model``
-    ("MODEL:vN") continues boosting from that version."""
+    ("MODEL:vN") continues boosting from that version.
+
+    ``since``/``until`` (Unix seconds, UTC; ``None``: unbounded) restrict the job to the windows
+    whose start time lies in ``[since, until)``: its training and its held-out scoring, and
+    ``min_labelled`` then counts the labelled windows in the range. The gateways filter their own
+    windows (``TimeRange`` in the job's survey) and refuse below ``min_labelled``."""
 
     algorithm: str
     model_id: str
@@ -107,10 +116,38 @@ class JobRequest:
     min_labelled: int = 0
     init_model: str = ""
     seed: int = 0
+    since: float | None = None
+    until: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and 0 <= value <= MAX_TIME_S):
+                raise ValueError(f"{name} must lie between 1970-01-01 and 9999-12-31 (Unix seconds 0 to "
+                                 f"{MAX_TIME_S:.0f}), got {value:.0f}")
+        if self.since is not None and self.until is not None and self.since >= self.until:
+            raise ValueError(f"since ({_iso(self.since)}) must be before until ({_iso(self.until)})")
 
     def rules(self) -> dict[str, Any]:
         return {"clients": self.clients, "min_gateways": self.min_gateways, "min_labelled": self.min_labelled,
-                "seed": self.seed}
+                "seed": self.seed, "since": self.since, "until": self.until}
+
+
+#: The last second of 9999-12-31 UTC: the latest time a job's range may name.
+MAX_TIME_S = 253_402_300_799.0
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def time_range(rules: dict[str, Any]) -> TimeRange | None:
+    """The job's data time range as the gateways take it (microseconds), or None for all data."""
+    since, until = rules.get("since"), rules.get("until")
+    if since is None and until is None:
+        return None
+    to_us = lambda t: None if t is None else round(t * 1e6)  # noqa: E731
+    return TimeRange(to_us(since), to_us(until))
 
 
 class FleetTracker:
@@ -296,13 +333,19 @@ class JobRunner:
             self.registry.update_job(job_id, state="running", attempt=attempt, participants=clients)
             log.info("job starting", extra={"job": job_id, "attempt": attempt, "from_round": base,
                                             "clients": clients})
+            window = time_range(job.rules)
             choice = survey_feature_sets(self.engine, protocol_id, clients, job.feature_set,
-                                         deadline_s=self.settings.deadline_s)
+                                         deadline_s=self.settings.deadline_s, time_range=window,
+                                         min_labelled=int(job.rules.get("min_labelled", 0)) if window else 0)
             if job.feature_set and choice.version != job.feature_set:
                 raise TrainingError(f"the participants no longer hold feature set {job.feature_set}")
             if job.participants and list(choice.clients) != list(job.participants):
                 raise TrainingError(f"resuming needs the job's participants {job.participants}; of them "
                                     f"{list(choice.clients)} answered ({choice.left_out})")
+            if len(choice.clients) < job.rules.get("min_gateways", 1):
+                why = "; ".join(f"{c}: {reason}" for c, reason in choice.left_out.items())
+                raise TrainingError(f"{len(choice.clients)} gateways can train ({', '.join(choice.clients)}); the job "
+                                    f"needs {job.rules.get('min_gateways', 1)}; left out: {why}")
             self.registry.update_job(job_id, participants=list(choice.clients), feature_set=choice.version)
             fed = FederatedJob(self.engine, choice.clients, job_id=protocol_id, settings=self.settings,
                                stop=self._stop, on_step=lambda p, c: self._round_done(job_id, base, job.total, p, c))

@@ -46,13 +46,58 @@ class NoiseShare:
             raise ValueError("noise needs sigma > 0 and shares >= 1")
 
 
+@dataclass(frozen=True)
+class TimeRange:
+    """The windows a job trains on: those whose start time lies in ``[since_us, until_us)``
+    (microseconds on the windows' clock, the store's ``start_us``; ``None``: unbounded).
+
+    Half-open like ``WindowStore.query``, so that consecutive ranges partition the windows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> TimeRange(since_us=10, until_us=30).contains(np.array([5, 10, 29, 30]))
+    array([False,  True,  True, False])
+    """
+
+    since_us: int | None = None
+    until_us: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.since_us is not None and self.until_us is not None and self.since_us >= self.until_us:
+            raise ValueError(f"since_us ({self.since_us}) must be before until_us ({self.until_us})")
+
+    def contains(self, start_us: np.ndarray) -> np.ndarray:
+        """Which of the windows starting at ``start_us`` lie in the range (a boolean mask)."""
+        start = np.asarray(start_us, dtype=np.int64)
+        inside = np.ones(start.shape, dtype=bool)
+        if self.since_us is not None:
+            inside &= start >= self.since_us
+        if self.until_us is not None:
+            inside &= start < self.until_us
+        return inside
+
+
 @message_type("data_shape")
 @dataclass(frozen=True)
 class DataShapeRequest:
-    """What the job's snapshot looks like (``labels``: also list the label set)."""
+    """What the job's snapshot looks like (``labels``: also list the label set).
+
+    The first request of a server job (the feature-set survey) may also set the job's data rules,
+    which the client keeps for every later request of the job: ``time_range`` restricts the job's
+    snapshots (training and held-out) to the windows starting in it, and ``min_labelled`` makes
+    the client refuse (``too_few_labelled_windows``) when it holds fewer labelled windows there --
+    a refusal rather than a count, so that the aggregator learns one bit, not how many.
+    """
 
     feature_set_version: str
     labels: bool = True
+    time_range: TimeRange | None = None
+    min_labelled: int = 0
+
+    def __post_init__(self) -> None:
+        if self.min_labelled < 0:
+            raise ValueError("min_labelled must be >= 0")
 
 
 @message_type("data_shape_reply")

@@ -141,7 +141,7 @@ def private_examples() -> list[object]:
     forest_task = f.ForestTask("classification", "gini", "fs-1", 3, 2, 0, np.array([0, 1]), 7, True, ("a", "b"))
     splits = f.SplitDecisions(z, z, z, z, np.zeros(0), np.zeros(0, np.uint8), z, z, np.zeros(1, np.int64), z)
     return [
-        s.DataShapeRequest("fs-1"), s.DataShape(2, ("x", "y"), ("a", "b"), False),
+        s.DataShapeRequest("fs-1", True, s.TimeRange(10, 20), 5), s.DataShape(2, ("x", "y"), ("a", "b"), False),
         s.FleetCountsRequest("fs-1", False, ("a", "b"), 0, a.SecureRound(("gw-2",))),
         s.GridCountsRequest("fs-1", np.array([0], np.int32), np.array([0], np.uint32), np.array([0], np.uint8),
                             np.array([8], np.uint8)),
@@ -238,3 +238,15 @@ def test_hostile_field_values_are_rejected_never_crash(name: str, where: str, ke
     transport._receive_payload("wheelfed/v1/c/gw-1/out", dumps_value(envelope))
     assert transport.stats.rejected["InternalDecodeError"] == 0
     assert transport.stats.received_messages + sum(transport.stats.rejected.values()) == 1
+
+
+def test_a_survey_without_a_time_range_decodes_as_before() -> None:
+    """A ``data_shape`` request of a sender without the time-range fields decodes with the
+    defaults (no range, no minimum); a range whose start is not before its end is refused."""
+    from shared.protocol.errors import SchemaError
+    from shared.protocol.messages.fleet_sums import DataShapeRequest
+    from shared.protocol.schema import from_wire
+
+    assert from_wire(DataShapeRequest, {"feature_set_version": "fs", "labels": False}) == DataShapeRequest("fs", False)
+    with pytest.raises(SchemaError, match="since_us .* must be before until_us"):
+        from_wire(DataShapeRequest, {"feature_set_version": "fs", "time_range": {"since_us": 5, "until_us": 5}})
