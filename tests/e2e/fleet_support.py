@@ -4,9 +4,10 @@ labelled window store, for the end-to-end training tests (fixture ``fleet`` in c
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pytest
@@ -51,6 +52,37 @@ def client_data(stores: dict[str, Path], holdout_fraction: float = 0.0) -> list[
     return out
 
 
+class FleetBroker(Protocol):
+    """A running broker with the users of ``PASSWORDS``, for ``start_fleet(broker=...)``
+    (``tests/brokers``: RabbitMQ, one node or a cluster): the MQTT port each client connects to
+    and the MQTT version every client speaks (5, or 4 = 3.1.1)."""
+
+    protocol: int
+
+    def port_for(self, client_id: str) -> int: ...
+
+
+@dataclass(frozen=True)
+class _OneListener:
+    port: int
+    protocol: int = 5
+
+    def port_for(self, client_id: str) -> int:
+        return self.port
+
+
+class _GatewaysOnNodes(GatewayProcesses):
+    """Gateway processes, each connected to the port its broker names (a cluster's nodes)."""
+
+    def __init__(self, broker: FleetBroker, log_dir: Path) -> None:
+        super().__init__(broker.port_for(GATEWAYS[0]), broker.protocol, PASSWORDS, log_dir)
+        self.broker = broker
+
+    def start(self, client_id: str, *extra_args: str) -> None:
+        self.port = self.broker.port_for(client_id)
+        super().start(client_id, *extra_args)
+
+
 @dataclass
 class Fleet:
     agg: MqttTransport
@@ -66,25 +98,29 @@ class Fleet:
 
 
 @contextmanager
-def start_fleet(tmp_path: Path, *gateway_args: str) -> Iterator[Fleet]:
-    """Mosquitto, an aggregator connection and one gateway process per store, all online."""
-    if not mosquitto_available():
+def start_fleet(tmp_path: Path, *gateway_args: str, broker: FleetBroker | None = None) -> Iterator[Fleet]:
+    """Mosquitto (or the running ``broker``), an aggregator connection and one gateway process
+    per store, all online."""
+    if broker is None and not mosquitto_available():
         pytest.fail("mosquitto is not installed: the test command installs it")
     stores = {g: tmp_path / f"{g}.db" for g in GATEWAYS}
     for i, (g, path) in enumerate(stores.items()):
         fill_store(path, i)
-    broker = MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in PASSWORDS.items()])
-    with broker:
-        processes = GatewayProcesses(broker.port, 5, PASSWORDS, tmp_path)
-        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username="aggregator",
-                                                      password=PASSWORDS["aggregator"]), presence=False)
+    with ExitStack() as stack:
+        if broker is None:
+            mosquitto = MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in PASSWORDS.items()])
+            broker = _OneListener(stack.enter_context(mosquitto).port)
+        processes = _GatewaysOnNodes(broker, tmp_path)
+        port = broker.port_for(AGGREGATOR_ID)
+        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=port, username="aggregator", password=PASSWORDS["aggregator"],
+                                                      protocol=broker.protocol), presence=False)
         agg.connect()
         presence = Presence(agg, TopicLayout())
         try:
             for g in GATEWAYS:
                 processes.start(g, "--store", str(stores[g]), *gateway_args)
             presence.wait(GATEWAYS, online=True, timeout_s=60)
-            yield Fleet(agg, processes, presence, stores, broker.port, tuple(gateway_args))
+            yield Fleet(agg, processes, presence, stores, port, tuple(gateway_args))
         finally:
             processes.stop_all()
             agg.close()
