@@ -217,8 +217,9 @@ class SiteConfig:
         How long it waits for its members' replies to one round; keep it below the cloud's
         round deadline (``JobSettings.deadline_s``), or the cloud closes the round first.
     gather_s
-        The least time a round stays open: the cloud sends one round's requests in one burst,
-        and this lets the requests of a burst arrive before the first replies close the round.
+        A round whose requests are all answered closes once it has been quiet (no request, no
+        reply) this long: the cloud sends one round's requests in one burst, and a request
+        arriving after the first replies must still find the round open.
     upstream_layout, downstream_layout
         Topic layouts of the cloud's broker and of the local one.
 
@@ -295,7 +296,8 @@ class _SiteRound:
     job: str
     round: int
     request_type: str
-    opened: float
+    deadline_at: float
+    last_activity: float
     requests: dict[str, str] = field(default_factory=dict)  # member -> id of the cloud's request
     answered: set[str] = field(default_factory=set)
     held: dict[str, Message] = field(default_factory=dict)  # additive replies, by member
@@ -354,10 +356,13 @@ class SiteAggregator:
                 return
             if key not in self._closed:
                 state = self._open.get(key)
+                now = time.monotonic()
                 if state is None:
-                    state = self._open[key] = _SiteRound(env.job, env.round, env.type, time.monotonic())
+                    state = self._open[key] = _SiteRound(env.job, env.round, env.type,
+                                                         now + self.config.deadline_s, now)
                     self._schedule(state, self.config.deadline_s)
                 state.requests[member] = env.msg_id
+                state.last_activity = now
         self.stats.requests += 1
         self.downstream.publish(self.down.inbox(member), message)
 
@@ -368,28 +373,21 @@ class SiteAggregator:
             log.warning("ignored a reply from outside the site", extra={"topic": topic, "sender": message.sender})
             return
         env = message.envelope
-        relay, complete = True, None
+        relay = True
         with self._lock:
             state = self._open.get((env.job, env.round))
             if state is not None and state.requests.get(member) == env.reply_to:
                 if member in state.answered:
                     return  # a redelivered reply (QoS 1): the first one counts
                 state.answered.add(member)
+                state.last_activity = time.monotonic()
                 if vector_field(message.body) is not None:
                     state.held[member] = message
                     relay = False
-                if state.answered >= set(state.requests):
-                    complete = state
+                if self._complete(state):
+                    self._schedule(state, self.config.gather_s)
         if relay:
             self._relay(member, message)
-        if complete is not None:
-            wait = complete.opened + self.config.gather_s - time.monotonic()
-            if wait > 0:
-                with self._lock:
-                    if self._open.get((complete.job, complete.round)) is complete:
-                        self._schedule(complete, wait)
-            else:
-                self._close_round(complete, expired=False)
 
     def _on_status(self, topic: str, message: Message) -> None:
         member = self.down.client_of(topic)
@@ -401,17 +399,29 @@ class SiteAggregator:
         self.upstream.publish(self.up.outbox(member), message)
 
     # -- closing a round ------------------------------------------------------------------------
+    @staticmethod
+    def _complete(state: _SiteRound) -> bool:
+        return state.answered >= set(state.requests)
+
     def _schedule(self, state: _SiteRound, delay_s: float) -> None:
-        """(Re)arm the round's timer; called with the lock held."""
+        """(Re)arm the round's timer, never past its deadline; called with the lock held."""
         if state.timer is not None:
             state.timer.cancel()
+        delay_s = max(0.0, min(delay_s, state.deadline_at - time.monotonic()))
         state.timer = threading.Timer(delay_s, self._on_timer, args=(state,))
         state.timer.daemon = True
         state.timer.start()
 
     def _on_timer(self, state: _SiteRound) -> None:
+        """Close the round if it is complete and quiet, or at its deadline; else wait on."""
         with self._lock:
-            complete = state.answered >= set(state.requests)
+            if self._open.get((state.job, state.round)) is not state:
+                return
+            now, complete = time.monotonic(), self._complete(state)
+            quiet_at = state.last_activity + self.config.gather_s
+            if not (complete and now >= quiet_at) and now < state.deadline_at:
+                self._schedule(state, quiet_at - now if complete else state.deadline_at - now)
+                return
         self._close_round(state, expired=not complete)
 
     def _close_round(self, state: _SiteRound, *, expired: bool) -> None:
