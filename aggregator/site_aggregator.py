@@ -32,12 +32,15 @@ Members the site asked that did not answer by ``deadline_s`` are named in the ro
 :class:`SiteReplies` (``silent``), so the cloud closes its round without waiting out its own
 deadline; a reply arriving later still goes upstream unchanged.
 
-On the cloud, :class:`SiteAwareTransport` wraps the aggregator's transport and hands every
-consumer (the round engine, ``FleetSummer`` through it) the members' replies again: for a group,
-the first member's reply carries the group's sum, the others the same body with a zero vector,
-each with its own sealed share bundles, message id and request id. Every fleet sum the
-algorithms compute (``aggregator.fleet_sums.FleetSummer.ask``) is a ring sum over accepted
-replies, so it is unchanged.
+On the cloud, :class:`SiteAwareTransport` (made with its engine by :func:`site_aware_engine`)
+wraps the aggregator's transport and hands the round engine the members' replies again, each
+group as one batch taken whole or not at all (``RoundEngine.deliver_batch``): the first
+member's reply carries the group's sum, the others the same body with a zero vector, each with
+its own sealed share bundles, message id and request id. Every fleet sum the algorithms compute
+(``aggregator.fleet_sums.FleetSummer.ask``) is a ring sum over accepted replies, so it is
+unchanged. (A batch the engine cannot take whole because a member's reply had arrived already
+is asked again member by member, and the site, its round closed, relays their cached replies
+one by one; a batch for a round the cloud closed is late, like any late reply.)
 
 **Why the model is the same bit for bit.** The site adds only :class:`MaskedVector` words,
 which are integers mod 2^w (w = 16, 32 or 64: fixed-point statistics and counts, masked or
@@ -79,13 +82,6 @@ What is not relayed: fleet broadcasts (``{prefix}/fleet/...``: model announcemen
 models to a site's gateways through their local broker. The site publishes no presence of its
 own upstream; if it dies, its members' last retained presence upstream stays as it was and the
 cloud's rounds time out for them (``QuorumNotReached`` naming each member).
-
-**Known limit.** The cloud's round engine takes a group's member replies one at a time. Should
-its round deadline pass between two of them, the members taken before count and the rest are
-late: the round's sum would hold data of members counted as absent (under secure aggregation,
-masks that are never removed). Keep the site's deadline well below the cloud's, so that a
-site's reply arrives long before the cloud's deadline; handing a group to the engine as one
-batch (all members or none) removes the race.
 """
 
 from __future__ import annotations
@@ -124,10 +120,13 @@ from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.secure_aggregation import ring_sum
 from shared.transport.base import MessageHandler, Transport
 
+from .audit import AuditTrail
+from .rounds import RoundEngine
+
 log = logging.getLogger(__name__)
 
-__all__ = ["SiteAggregator", "SiteAwareTransport", "SiteConfig", "SiteMember", "SiteReplies", "SiteStats",
-           "SiteSum", "main", "site_acl"]
+__all__ = ["MemberReplies", "SiteAggregator", "SiteAwareTransport", "SiteConfig", "SiteMember", "SiteReplies",
+           "SiteStats", "SiteSum", "main", "site_acl", "site_aware_engine", "vector_field"]
 
 #: Rounds the site remembers as closed (a re-sent request of one is forwarded, its reply relayed).
 CLOSED_ROUNDS = 4096
@@ -487,20 +486,29 @@ class SiteAggregator:
         return SiteSum(template, total, members)
 
 
+@dataclass(frozen=True)
+class MemberReplies:
+    """A site message read as its members' replies: one batch per sum (the first member's reply
+    carries the sum, the others' a zero vector; each with its own share bundles and ids) and a
+    ``site_timeout`` error reply per member the site reports silent."""
+
+    batches: tuple[tuple[Message, ...], ...] = ()
+    errors: tuple[Message, ...] = ()
+
+
 class SiteAwareTransport:
-    """The cloud aggregator's transport, reading site aggregators' replies as their members'.
+    """The cloud aggregator's transport, with site aggregators' replies read as their members'.
 
     Wraps a connected transport; everything but :meth:`subscribe`/:meth:`unsubscribe` (and the
-    ``audit`` hook) is the wrapped transport's. A handler subscribed through it receives, for a
-    :class:`SiteReplies` on a registered site's outbox, one reply per member of each sum --
-    the first member's body carries the sum, the others' a zero vector, each with its own share
-    bundles and ids -- and an ``ErrorReply`` ``site_timeout`` for each member the site reports
-    silent; every other message passes through unchanged. A site message naming a gateway that
-    is not that site's member, or arriving on any other topic, is refused (logged, counted in
-    ``refused``): the site speaks only for its members, as the broker's ACL lets it.
+    ``audit`` hook) is the wrapped transport's. Site messages (:class:`SiteReplies`), arriving
+    through any subscription, go once to the round engine :meth:`attach`-ed to it -- each sum as one batch of its members' replies,
+    taken whole or not at all (``RoundEngine.deliver_batch``: a round cannot close between two
+    members of a sum), each silent member as an error reply -- and to no subscribed handler.
+    A site message naming a gateway that is not that site's member, or arriving on any other
+    topic, is refused (logged, counted in ``refused``): the site speaks only for its members,
+    as the broker's ACL lets it. :func:`site_aware_engine` makes both.
 
-    ``sites``: site id -> its members. Pass it to ``RoundEngine`` / ``train_on_fleet`` in
-    place of the transport.
+    ``sites``: site id -> its members.
 
     Examples
     --------
@@ -524,15 +532,18 @@ class SiteAwareTransport:
             raise ValueError(f"sites: {overlap} are both sites and members")
         object.__setattr__(self, "_inner", transport)
         object.__setattr__(self, "_site_of", members)
-        object.__setattr__(self, "_sites", frozenset(sites))
+        object.__setattr__(self, "_sites", tuple(sites))
         object.__setattr__(self, "_wrapped", {})
+        object.__setattr__(self, "_seen", OrderedDict())  # ids of site messages handled (QoS 1 copies)
+        object.__setattr__(self, "_seen_lock", threading.Lock())
+        object.__setattr__(self, "engine", None)
         object.__setattr__(self, "refused", 0)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "refused":
+        if name in ("refused", "engine"):
             object.__setattr__(self, name, value)
         else:  # e.g. ``audit``: the wrapped transport decodes, so its hook is the one that runs
             setattr(self._inner, name, value)
@@ -541,24 +552,52 @@ class SiteAwareTransport:
         """The site that answers for ``client``, or None for a gateway connected directly."""
         return self._site_of.get(client)
 
+    def attach(self, engine: RoundEngine) -> None:
+        """Deliver the sites' messages to ``engine``, a round engine made on this transport."""
+        if engine.transport is not self:
+            raise ValueError("attach: the engine must be made on this SiteAwareTransport")
+        if getattr(engine, "merged", None) is not None:
+            raise ValueError("site aggregators cannot feed an engine with merge workers yet: their sums would "
+                             "bypass the workers' total")
+        if self.engine is not None:
+            raise ValueError("attach: an engine is attached already")
+        self.engine = engine
+
     def subscribe(self, topic_filter: str, handler: MessageHandler) -> None:
-        """Subscribe ``handler`` to ``topic_filter``, with site messages read as their members'."""
+        """Subscribe ``handler`` to ``topic_filter``; site messages are the attached engine's."""
 
-        def expanding(topic: str, message: Message) -> None:
-            if not isinstance(message.body, SiteReplies):
+        def without_sites(topic: str, message: Message) -> None:
+            if isinstance(message.body, SiteReplies):
+                self._on_site(topic, message)
+            else:
                 handler(topic, message)
-                return
-            for member_topic, member_message in self.expand(topic, message):
-                handler(member_topic, member_message)
 
-        self._wrapped[(topic_filter, handler)] = expanding
-        self._inner.subscribe(topic_filter, expanding)
+        self._wrapped[(topic_filter, handler)] = without_sites
+        self._inner.subscribe(topic_filter, without_sites)
 
     def unsubscribe(self, topic_filter: str, handler: MessageHandler) -> None:
         self._inner.unsubscribe(topic_filter, self._wrapped.pop((topic_filter, handler), handler))
 
-    def expand(self, topic: str, message: Message) -> list[tuple[str, Message]]:
-        """A site message as its members' replies, each with the topic it would have come on."""
+    def _on_site(self, topic: str, message: Message) -> None:
+        """Hand a site message to the engine once (several subscriptions, or QoS 1, may bring
+        it more than once)."""
+        with self._seen_lock:
+            if self.engine is None or message.envelope.msg_id in self._seen:
+                return
+            self._seen[message.envelope.msg_id] = None
+            while len(self._seen) > CLOSED_ROUNDS:
+                self._seen.popitem(last=False)
+        replies = self.expand(topic, message)
+        env = message.envelope
+        for batch in replies.batches:
+            if not self.engine.deliver_batch(env.job, env.round, batch, lambda fresh: set()):
+                log.info("a site sum was not taken whole (its round closed, or a member answered already)",
+                         extra={"site": message.sender, "job": env.job, "round": env.round})
+        for error in replies.errors:
+            self.engine.deliver(self._inner.layout.outbox(error.sender), error)
+
+    def expand(self, topic: str, message: Message) -> MemberReplies:
+        """A site message as its members' replies (:class:`MemberReplies`; none if refused)."""
         layout: TopicLayout = self._inner.layout
         site = layout.client_of(topic)
         body: SiteReplies = message.body
@@ -568,9 +607,9 @@ class SiteAwareTransport:
             self.refused += 1
             log.warning("refused a site message: not from a registered site, or naming a gateway it does not "
                         "answer for", extra={"topic": topic, "sender": message.sender, "clients": named})
-            return []
+            return MemberReplies()
         env = message.envelope
-        out: list[tuple[str, Message]] = []
+        batches: list[tuple[Message, ...]] = []
         for part in body.sums:
             try:
                 template = decode_message(part.template, limits=self._inner.limits).body
@@ -584,20 +623,40 @@ class SiteAwareTransport:
                 log.warning("refused a site sum of a reply type that is not additive", extra={"site": site})
                 continue
             zero = np.zeros_like(part.total)
+            batch = []
             for i, member in enumerate(part.members):
-                vector = MaskedVector(part.total if i == 0 else zero, dict(member.shares))
-                reply = dataclasses.replace(template, **{name: vector})
-                envelope = Envelope(type=type_name_of(template), sender=member.client,
-                                    job=env.job, round=env.round, msg_id=member.reply_id or new_message_id(),
-                                    reply_to=member.request_id, ts=env.ts)
-                out.append((layout.outbox(member.client), Message(envelope, reply)))
+                reply = dataclasses.replace(template, **{name: MaskedVector(part.total if i == 0 else zero,
+                                                                            dict(member.shares))})
+                envelope = Envelope(type=type_name_of(template), sender=member.client, job=env.job, round=env.round,
+                                    msg_id=member.reply_id or new_message_id(), reply_to=member.request_id,
+                                    ts=env.ts)
+                batch.append(Message(envelope, reply))
+            batches.append(tuple(batch))
+        errors = []
         for member in body.silent:
             error = ErrorReply("site_timeout", f"no answer at site {site} within {body.deadline_s:.3g} s",
                                body.request_type)
-            envelope = Envelope(type=type_name_of(error), sender=member.client, job=env.job, round=env.round,
-                                reply_to=member.request_id, ts=env.ts)
-            out.append((layout.outbox(member.client), Message(envelope, error)))
-        return out
+            errors.append(Message(Envelope(type=type_name_of(error), sender=member.client, job=env.job,
+                                           round=env.round, reply_to=member.request_id, ts=env.ts), error))
+        return MemberReplies(tuple(batches), tuple(errors))
+
+
+def site_aware_engine(transport: Transport, sites: Mapping[str, Sequence[str]], *,
+                      audit: AuditTrail | None = None) -> RoundEngine:
+    """A round engine on ``transport`` that also reads the ``sites``' replies (site id -> its
+    members) as their members': pass it, and its ``transport``, where a ``RoundEngine`` goes
+    (``train_on_fleet(algorithm, engine.transport, engine=engine)``).
+
+    >>> from shared.transport.memory import MemoryBroker, MemoryTransport
+    >>> engine = site_aware_engine(MemoryTransport(MemoryBroker(), "aggregator", presence=False),
+    ...                            {"site-a": ["gw-1", "gw-2"]})
+    >>> engine.transport.site_of("gw-1")
+    'site-a'
+    """
+    wrapped = SiteAwareTransport(transport, sites)
+    engine = RoundEngine(wrapped, audit=audit)  # type: ignore[arg-type]  (a Transport by delegation)
+    wrapped.attach(engine)
+    return engine
 
 
 #: Environment variables holding the site's broker passwords (never on the command line).

@@ -19,6 +19,7 @@ from aggregator.algorithms import FedForest, FedSCSXGB
 from aggregator.jobs import FederatedJob, JobSettings
 from aggregator.rounds import QuorumNotReached, RoundEngine
 from aggregator.site_aggregator import (
+    MemberReplies,
     SiteAggregator,
     SiteAwareTransport,
     SiteConfig,
@@ -27,6 +28,7 @@ from aggregator.site_aggregator import (
     SiteSum,
     main,
     site_acl,
+    site_aware_engine,
 )
 from edge_client.participant import Participant
 from edge_client.training_data import ClientData
@@ -99,7 +101,7 @@ def memory_fleet(data: list[ClientData], sites: dict[str, list[str]] | None, *,
     # in the e2e test).
     cloud_broker = MemoryBroker(enforce_acl=sites is None)
     cloud = MemoryTransport(cloud_broker, AGGREGATOR_ID, presence=False)
-    fleet = MemoryFleet(cloud, RoundEngine(SiteAwareTransport(cloud, sites) if sites else cloud))
+    fleet = MemoryFleet(cloud, site_aware_engine(cloud, sites) if sites else RoundEngine(cloud))
     by_client = {c.client_id: c for c in data}
     brokers = {None: cloud_broker}
     for site, members in (sites or {}).items():
@@ -139,6 +141,7 @@ def test_sites_give_the_flat_fleets_model_bit_for_bit(algorithm) -> None:
         site_model, site_job = sited.train(algorithm)
     assert_same_ensemble(site_model, flat_model)
     assert not site_job.rejected and all(len(r.replies) == len(r.selected) for r in site_job.results)
+    assert sited.engine.late_replies == 0 and not any(r.duplicates for r in site_job.results)
     # Every fleet-sum reply reached the cloud inside a site sum, never one gateway's alone.
     additive = {"fleet_sum", "fedscs_xgb.histogram_reply", "fedforest.histogram_reply"}
     assert additive & {t for g in GATEWAYS for t in received(flat, g)}
@@ -199,10 +202,9 @@ def _site_message(members: list[str], sender: str = "site-a") -> Message:
 
 def test_the_cloud_reads_a_site_sum_as_its_members_replies() -> None:
     cloud = SiteAwareTransport(MemoryTransport(MemoryBroker(), AGGREGATOR_ID, presence=False), SITES)
-    layout = TopicLayout()
-    out = cloud.expand(layout.outbox("site-a"), _site_message(["gw-1", "gw-3"]))
-    assert [t for t, _ in out] == [layout.outbox("gw-1"), layout.outbox("gw-3")]
-    first, second = (m for _, m in out)
+    out = cloud.expand(TopicLayout().outbox("site-a"), _site_message(["gw-1", "gw-3"]))
+    assert len(out.batches) == 1 and not out.errors
+    first, second = out.batches[0]
     assert (first.sender, first.envelope.reply_to, first.envelope.msg_id, first.envelope.round) == \
         ("gw-1", "req-gw-1", "rep-gw-1", 4)
     np.testing.assert_array_equal(first.body.sums.values, np.array([5, 7], np.uint32))
@@ -217,7 +219,7 @@ def test_the_cloud_reads_a_site_sum_as_its_members_replies() -> None:
 ], ids=["foreign-member", "other-site", "not-a-site"])
 def test_site_messages_for_gateways_the_site_does_not_answer_for_are_refused(topic_client, members, sender) -> None:
     cloud = SiteAwareTransport(MemoryTransport(MemoryBroker(), AGGREGATOR_ID, presence=False), SITES)
-    assert cloud.expand(TopicLayout().outbox(topic_client), _site_message(members, sender)) == []
+    assert cloud.expand(TopicLayout().outbox(topic_client), _site_message(members, sender)) == MemberReplies()
     assert cloud.refused == 1
 
 

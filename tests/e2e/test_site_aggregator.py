@@ -30,9 +30,9 @@ from aggregator.site_aggregator import (
     DOWNSTREAM_PASSWORD_ENV,
     UPSTREAM_PASSWORD_ENV,
     SiteAggregator,
-    SiteAwareTransport,
     SiteConfig,
     site_acl,
+    site_aware_engine,
 )
 from edge_client.participant import Participant
 from shared.protocol.topics import AGGREGATOR_ID
@@ -95,7 +95,7 @@ def mqtt_fleet(tmp_path: Path, sites: dict[str, list[str]] | None, *, in_process
             homes[site] = broker(stack, tmp_path / f"{tag}-{site}", [AGGREGATOR_ID, *members]).port
         cloud = connected(stack, AGGREGATOR_ID, cloud_broker.port, presence=False)
         cloud.connect()
-        engine = RoundEngine(SiteAwareTransport(cloud, sites) if sites else cloud)
+        engine = site_aware_engine(cloud, sites) if sites else RoundEngine(cloud)
         fleet = MqttFleet(cloud, engine, cloud_broker.port, {s: homes[s] for s in sites or {}})
         for site, members in (sites or {}).items() if in_process_sites else ():
             up = connected(stack, site, cloud_broker.port, presence=False)
@@ -125,7 +125,8 @@ def test_sites_give_the_flat_fleets_model_over_mosquitto(tmp_path: Path) -> None
                 model, job = fleet.train(algorithm)
                 models[(sites is None, algorithm.name)] = model
                 upstream[(sites is None, algorithm.name)] = (fleet.cloud.stats.received_bytes - before, job.rounds)
-                assert not job.rejected and all(len(r.replies) == 6 for r in job.results)
+                assert not job.rejected and all(len(r.replies) == 6 and not r.duplicates for r in job.results)
+            assert fleet.engine.late_replies == 0
             if sites:
                 assert all(s.stats.sums_sent > 0 and s.stats.silent == 0 for s in fleet.sites.values())
     for algorithm in algorithms:
