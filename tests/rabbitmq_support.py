@@ -272,10 +272,9 @@ class RabbitMQCluster:
         status = json.loads(self.ctl(self.nodes[0], "cluster_status", "--formatter", "json"))
         return list(status["running_nodes"])
 
-    def memory_bytes(self, node: RabbitNode) -> int:
-        """The node's resident memory as the Erlang VM counts it (``memory.total.rss``)."""
-        status = json.loads(self.ctl(node, "status", "--formatter", "json"))
-        return int(status["memory"]["total"]["rss"])
+    def vm_pid(self, node: RabbitNode) -> int:
+        """The OS process id of the node's Erlang VM (from its ``RABBITMQ_PID_FILE``)."""
+        return int((node.directory / "rabbitmq.pid").read_text().split()[0])
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM every node (the script stops RabbitMQ cleanly), then our epmd."""
