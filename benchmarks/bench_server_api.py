@@ -9,8 +9,9 @@ Latency: a real ``wheelfed server`` process (uvicorn, bearer tokens on; the test
 its fleet tracker at start, as after a restart) and 500 versions of one FedSCS-XGB model (30 trees,
 depth 4). One client in this process sends sequential requests -- on one keep-alive connection, and
 with a new connection per request -- 20 warm-up requests, then ``--requests`` timed ones per
-endpoint and kind (time to the last byte of the answer). PostgreSQL is a throwaway cluster started with the server tests' own
-``tests.server.conftest.PostgresCluster`` (Debian's ``initdb``/``pg_ctl``; fsync off, as there).
+endpoint and kind (time to the last byte of the answer). PostgreSQL is a throwaway cluster
+started with the server tests' own ``tests.server.conftest.PostgresCluster`` (Debian's
+``initdb``/``pg_ctl``; fsync off, as there).
 
 Load: ``--gateways`` real ``wheelfed gateway`` processes with 160 labelled windows each (the
 end-to-end tests' stores), a fresh SQLite registry, one job ``POST /api/jobs`` (FedSCS-XGB,
@@ -105,6 +106,7 @@ class Client:
         return json.loads(data)
 
     def time(self, path: str, n: int, warmup: int = 20) -> tuple[list[float], int]:
+        self.connection.close()  # uvicorn closes a connection idle for 5 s: open a new one (warm-up pays for it)
         for _ in range(warmup):
             self.request("GET", path)
         seconds, size = [], 0

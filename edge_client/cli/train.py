@@ -61,7 +61,8 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
     if args.task is not None and args.algorithm != "fedga-tree":
         raise UsageError("--task is a fedga-tree option")
     if args.algorithm == "fedga-tree":
-        given = [name for name, on in (("--init-model", init_model is not None), ("--paper-protocol", args.paper_protocol),
+        given = [name for name, on in (("--init-model", init_model is not None),
+                                       ("--paper-protocol", args.paper_protocol),
                                        ("--client-splits", args.client_splits),
                                        ("--dp-noise-multiplier", args.dp_noise_multiplier is not None),
                                        ("--no-secure-aggregation", args.no_secure_aggregation)) if on]
@@ -298,6 +299,10 @@ def run(args: argparse.Namespace) -> int:
     if args.init_version is not None:
         raise UsageError("--init-version names a version in a server's registry: add --server URL (or continue "
                          "from a file with --init-model FILE)")
+    for option in SERVER_RULES:
+        if getattr(args, option) is not None:
+            raise UsageError(f"--{option.replace('_', '-')} is a participation rule of a server job: add --server "
+                             "URL (a local run trains on the gateways it names with --clients, or every one online)")
     from aggregator.fleet import train_on_fleet
     from aggregator.jobs import JobSettings, TrainingError, TrainingFailed
     from aggregator.rounds import QuorumNotReached
@@ -307,8 +312,7 @@ def run(args: argparse.Namespace) -> int:
     algorithm = _configured(args, args.feature_set or "", load_model_file(args.init_model) if args.init_model
                             else None)
     clients = args.clients
-    print(f"training {algorithm.name} on {'the online gateways' if clients is None else ', '.join(clients)} "
-          f"via {args.host}:{args.port}", flush=True)
+    print(f"training {algorithm.name} on {_who(clients)} via {args.host}:{args.port}", flush=True)
     transport = aggregator_transport(args)
     display = ProgressDisplay(sys.stdout, tty=sys.stdout.isatty())
     settings = JobSettings(deadline_s=args.deadline or DEADLINE_S, min_fraction=args.min_fraction or MIN_FRACTION)
@@ -342,6 +346,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _who(clients: list[str] | None) -> str:
+    return "the online gateways" if clients is None else ", ".join(clients)
+
+
 def _configured(args: argparse.Namespace, feature_set: str, init_model):
     """The algorithm the options describe, with the paper-protocol warning; bad values are usage errors."""
     if args.paper_protocol and not args.no_secure_aggregation:
@@ -365,6 +373,8 @@ LOCAL_ONLY = {
     "min_fraction": "the server's own setting applies (wheelfed server --min-fraction)",
 }
 FINAL_STATES = ("completed", "failed", "cancelled")
+#: Participation rules a server job takes as they are (the server checks them: a bad one is its 422).
+SERVER_RULES = ("min_gateways", "min_labelled", "since", "until")
 
 
 def job_config(algorithm) -> dict[str, Any]:
@@ -397,6 +407,7 @@ def _server_job(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         body["clients"] = args.clients
     if args.init_version is not None:
         body["init_model"] = str(args.init_version)
+    body.update({rule: getattr(args, rule) for rule in SERVER_RULES if getattr(args, rule) is not None})
     return algorithm, body
 
 
@@ -455,8 +466,8 @@ def _run_on_server(args: argparse.Namespace, client: ServerClient) -> int:
     with StopSignals(announce) as signals:
         job = client.post("/api/jobs", body)
         job_id = job["job_id"]
-        print(f"training {algorithm.name} on {'the online gateways' if args.clients is None else ', '.join(args.clients)}"
-              f" via the server {client.url}: job {job_id}", flush=True)
+        print(f"training {algorithm.name} on {_who(args.clients)} via the server {client.url}: job {job_id}",
+              flush=True)
         job, cancelling = _follow(client, job_id, algorithm.name, display, signals)
     unit = unit_of(algorithm.name)
     if job["state"] == "failed":
@@ -522,6 +533,14 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-id", type=model_id, help="the registered model's name (default: the algorithm's)")
     p.add_argument("--init-version", type=model_version, metavar="MODEL_ID:vN",
                    help="with --server: continue boosting from this version in the server's registry")
+    p.add_argument("--min-gateways", type=positive_int,
+                   help="with --server: the job needs at least this many eligible gateways (default: 1)")
+    p.add_argument("--min-labelled", type=non_negative_int,
+                   help="with --server: labelled windows each participant needs (default: 0)")
+    p.add_argument("--since", metavar="TIME",
+                   help="with --server: train only on windows starting at or after TIME (Unix seconds, or "
+                        "ISO-8601 with its offset, e.g. 2026-11-01T00:00:00Z)")
+    p.add_argument("--until", metavar="TIME", help="with --server: ... and before TIME")
     p.add_argument("--rounds", type=positive_int, default=10, help="fedscs-xgb: boosting rounds")
     p.add_argument("--trees", type=positive_int, default=50, help="fedforest: number of trees")
     p.add_argument("--max-depth", type=positive_int,

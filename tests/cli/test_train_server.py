@@ -171,6 +171,11 @@ def test_each_failure_is_one_line_with_the_cli_s_exit_code(setup: Setup, trained
     # a value the server refuses (422): a usage error, the server's reason
     assert_one_line_failure(setup.cli("train", "--algorithm", "fedforest", "--init-version", "act:v1"), USAGE,
                             "the server refused the request", "fedforest cannot continue from a model")
+    assert_one_line_failure(setup.cli("train", "--since", "yesterday"), USAGE, "the server refused the request",
+                            "since: 'yesterday' is neither Unix seconds nor an ISO-8601 time")
+    # a job the server cannot run: it fails there, and the command says why
+    assert_one_line_failure(setup.cli("train", "--min-gateways", "99"), RUNTIME, "failed on the server",
+                            "the job needs 99")
     # an unknown model (404), with the server's message
     assert_one_line_failure(setup.cli("model", "show", "nope:v3", token=READER), RUNTIME, "nope")
     # options of a local run, refused before anything is sent
@@ -178,8 +183,11 @@ def test_each_failure_is_one_line_with_the_cli_s_exit_code(setup: Setup, trained
     assert_one_line_failure(setup.cli("train", "--algorithm", "fedga-tree"), USAGE, "fedga-tree runs without a server")
     assert_one_line_failure(setup.cli("model", "register", "act.cbor", "--model-id", "x"), USAGE,
                             "model register works on a registry file")
-    assert_one_line_failure(setup.cli("model", "deploy", "act:v1", "--key", str(setup.folder.parent / "aggregator.key")),
-                            USAGE, "--key is for a local registry", "the server signs with its own key")
+    key = str(setup.folder.parent / "aggregator.key")
+    assert_one_line_failure(setup.cli("model", "deploy", "act:v1", "--key", key), USAGE,
+                            "--key is for a local registry", "the server signs with its own key")
+    assert_one_line_failure(wheelfed("train", "-o", "m.cbor", "--min-gateways", "3", cwd=setup.folder), USAGE,
+                            "--min-gateways is a participation rule of a server job")
     # no server listening
     nowhere = f"http://127.0.0.1:{find_free_port()}"
     run = wheelfed("train", "--server", nowhere, "--rounds", "1", cwd=setup.folder)
