@@ -190,7 +190,10 @@ def vector_field(body: object) -> str | None:
     """The name of the reply's fleet-sum vector (its one :class:`MaskedVector` field), or None
     when the reply is not additive.
 
+    >>> from aggregator.site_aggregator import vector_field
+    >>> from shared.protocol.messages import ErrorReply
     >>> from shared.protocol.messages.fleet_sums import FleetSumReply
+    >>> from shared.protocol.messages.secure_aggregation import MaskedVector
     >>> vector_field(FleetSumReply(MaskedVector(np.zeros(3, np.uint32))))
     'sums'
     >>> vector_field(ErrorReply("resync", "keys lost")) is None
@@ -224,12 +227,13 @@ class SiteConfig:
 
     Examples
     --------
+    >>> from aggregator.site_aggregator import SiteConfig
     >>> SiteConfig("site-a", ("gw-1", "gw-2")).deadline_s
     30.0
     >>> SiteConfig("site-a", ("gw-1", "site-a"))
     Traceback (most recent call last):
     ...
-    ValueError: members must not include the site itself ('site-a')
+    ValueError: members must not include the site itself ('site-a') or the aggregator
     """
 
     site_id: str
@@ -261,6 +265,7 @@ def site_acl(site_id: str, members: Sequence[str], layout: TopicLayout = TopicLa
     broker (append it to ``deploy/mosquitto/acl``): read their requests, write their replies
     and presence, write its own outbox -- and nothing of any other gateway.
 
+    >>> from aggregator.site_aggregator import site_acl
     >>> print(site_acl("site-a", ["gw-1"]))
     user site-a
     topic write wheelfed/v1/c/site-a/out
@@ -512,6 +517,7 @@ class SiteAwareTransport:
 
     Examples
     --------
+    >>> from aggregator.site_aggregator import SiteAwareTransport
     >>> from shared.transport.memory import MemoryBroker, MemoryTransport
     >>> cloud = SiteAwareTransport(MemoryTransport(MemoryBroker(), "aggregator", presence=False),
     ...                            {"site-a": ["gw-1", "gw-2"]})
@@ -647,6 +653,7 @@ def site_aware_engine(transport: Transport, sites: Mapping[str, Sequence[str]], 
     members) as their members': pass it, and its ``transport``, where a ``RoundEngine`` goes
     (``train_on_fleet(algorithm, engine.transport, engine=engine)``).
 
+    >>> from aggregator.site_aggregator import site_aware_engine
     >>> from shared.transport.memory import MemoryBroker, MemoryTransport
     >>> engine = site_aware_engine(MemoryTransport(MemoryBroker(), "aggregator", presence=False),
     ...                            {"site-a": ["gw-1", "gw-2"]})

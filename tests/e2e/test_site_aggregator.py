@@ -35,6 +35,7 @@ from aggregator.site_aggregator import (
     site_aware_engine,
 )
 from edge_client.participant import Participant
+from edge_client.training_data import ClientData
 from shared.protocol.topics import AGGREGATOR_ID
 from shared.transport.mqtt import MqttConfig, MqttTransport
 from tests.aggregator.test_site_aggregator import GATEWAYS, SITES, assert_same_ensemble, fleet_data
@@ -81,11 +82,12 @@ class MqttFleet:
 
 @contextmanager
 def mqtt_fleet(tmp_path: Path, sites: dict[str, list[str]] | None, *, in_process_sites: bool = True,
-               site_deadline_s: float = 15.0) -> Iterator[MqttFleet]:
-    """The six gateways behind the cloud's broker (``sites`` None), or behind their clinics'."""
+               site_deadline_s: float = 15.0, data: list[ClientData] | None = None) -> Iterator[MqttFleet]:
+    """The six gateways (``data``: theirs, default ``fleet_data()``) behind the cloud's broker
+    (``sites`` None), or behind their clinics'."""
     if not mosquitto_available():
         pytest.fail("mosquitto is not installed: the test command installs it")
-    data = {c.client_id: c for c in fleet_data()}
+    data = {c.client_id: c for c in data or fleet_data()}
     tag = "sites" if sites else "flat"
     with ExitStack() as stack:
         acl = "".join(f"\n{site_acl(s, m)}\n" for s, m in (sites or {}).items())
