@@ -715,7 +715,6 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="log level")
     _add_broker(parser, "upstream", 1883, "username on the cloud's broker (default: the site id)")
     _add_broker(parser, "downstream", 1883, f"username on the local broker (default: {AGGREGATOR_ID})")
-    parser.add_argument("--ready-file", help=argparse.SUPPRESS)  # tests: written once both links are up
     return parser
 
 
@@ -735,9 +734,6 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     stop = stop or threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signum, lambda *_: stop.set())
     upstream = MqttTransport(config.site_id, up_config, layout=config.upstream_layout, presence=False)
     downstream = MqttTransport(AGGREGATOR_ID, down_config, layout=config.downstream_layout, presence=False)
     site = SiteAggregator(config, upstream, downstream)
@@ -751,10 +747,14 @@ def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = No
         site.start()
         print(f"site {config.site_id}: answering for {', '.join(config.members)} "
               f"(cloud {up_config.host}:{up_config.port}, clinic {down_config.host}:{down_config.port})", flush=True)
-        if args.ready_file:
-            with open(args.ready_file, "w") as ready:
-                ready.write("ready\n")
-        stop.wait()
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            stop.wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         return 0
     finally:
         site.close()

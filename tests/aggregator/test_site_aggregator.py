@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from aggregator.algorithms import FedForest, FedSCSXGB
+from aggregator.broker.mosquitto import find_free_port
 from aggregator.jobs import FederatedJob, JobSettings
 from aggregator.rounds import QuorumNotReached, RoundEngine
 from aggregator.site_aggregator import (
@@ -253,3 +254,8 @@ def test_cli_usage_errors_are_one_line(capsys) -> None:
     assert main(["--site-id", "site-a", "--members", "gw-1,site-a"]) == 2
     assert capsys.readouterr().err.strip() == \
         "site aggregator: members must not include the site itself ('site-a') or the aggregator"
+    port = find_free_port()
+    assert main(["--site-id", "site-a", "--members", "gw-1", "--upstream-port", str(port)]) == 1
+    assert capsys.readouterr().err.strip() == (f"site aggregator: upstream: could not connect to MQTT broker "
+                                               f"127.0.0.1:{port}: connection refused (is the broker running on "
+                                               "that port?)")
