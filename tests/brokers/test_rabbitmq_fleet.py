@@ -1,15 +1,23 @@
 """The fleet on one RabbitMQ node (its MQTT plugin, MQTT 3.1.1): FedSCS-XGB and FedForest, both in
 their private defaults, trained by four gateway processes give the simulation's model bit for bit
--- the tests of ``tests/e2e``, imported unchanged (``fleet`` comes from ``conftest.py``).
+-- the tests of ``tests/e2e``, imported unchanged (``fleet`` comes from ``conftest.py``); and a
+gateway can neither read another's inbox nor take its session, as under the mosquitto ACL.
 ``test_rabbitmq_cluster.py`` runs them, and more, on a two-node cluster."""
 
 from __future__ import annotations
 
-import pytest
+import threading
 
-from tests.brokers.conftest import running_rabbitmq
+import paho.mqtt.client as paho
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+
+from shared.protocol.topics import TopicLayout
+from tests.brokers.conftest import forget_sessions, running_rabbitmq
+from tests.e2e.fleet_support import PASSWORDS
 from tests.e2e.test_fedforest_mqtt import test_private_forest_over_mqtt_equals_the_simulation  # noqa: F401
 from tests.e2e.test_fedscs_xgb_mqtt import test_mqtt_training_with_gateway_processes_equals_the_simulation  # noqa: F401
+from tests.rabbitmq_support import RabbitMQCluster
 
 pytestmark = [pytest.mark.slow]
 
@@ -17,3 +25,46 @@ pytestmark = [pytest.mark.slow]
 @pytest.fixture(scope="module")
 def rabbitmq(tmp_path_factory):
     yield from running_rabbitmq(tmp_path_factory, n_nodes=1)
+
+
+def subscription_outcome(port: int, user: str, client_id: str, topic_filter: str) -> str:
+    """Log in as ``user`` with ``client_id`` (a persistent session) and subscribe: "granted", or
+    "closed" (RabbitMQ answers a denial in MQTT 3.1.1 by closing the connection)."""
+    outcome: list[str] = []
+    done = threading.Event()
+    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False,
+                         protocol=MQTTProtocolVersion.MQTTv311, reconnect_on_failure=False)
+    client.username_pw_set(user, PASSWORDS[user])
+    client.on_connect = lambda c, _u, _f, reason, _p: c.subscribe(topic_filter, qos=1) if not reason.is_failure else None
+
+    def on_subscribe(_c, _u, _mid, codes, _p) -> None:
+        outcome.append("granted" if not codes[0].is_failure else "refused")
+        done.set()
+
+    def on_disconnect(*_args) -> None:
+        outcome.append("closed")
+        done.set()
+
+    client.on_subscribe, client.on_disconnect = on_subscribe, on_disconnect
+    client.connect("127.0.0.1", port, keepalive=10)
+    client.loop_start()
+    try:
+        assert done.wait(10), f"no answer to {user} subscribing to {topic_filter}"
+        return outcome[0]
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def test_a_gateway_can_neither_read_another_gateways_inbox_nor_take_its_session(rabbitmq: RabbitMQCluster) -> None:
+    """The isolation of ``deploy/mosquitto/acl`` under RabbitMQ's rights (``definitions``): gw-1
+    may subscribe to its own inbox; subscribing to gw-2's is refused (the connection is closed);
+    logged in as gw-1 but calling itself gw-2 -- mosquitto forces the client id to the username --
+    it cannot open gw-2's session queue, so the requests queued for gw-2 stay gw-2's."""
+    forget_sessions(rabbitmq)
+    layout = TopicLayout()
+    port = rabbitmq.port_for("gw-1")
+    assert subscription_outcome(port, "gw-1", "gw-1", layout.inbox("gw-1")) == "granted"
+    assert subscription_outcome(port, "gw-1", "gw-1", layout.inbox("gw-2")) == "closed"
+    assert subscription_outcome(port, "gw-1", "gw-2", layout.inbox("gw-1")) == "closed"
+    assert subscription_outcome(port, "gw-2", "gw-2", layout.inbox("gw-2")) == "granted"
