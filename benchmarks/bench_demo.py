@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_demo.py [DEMO ARGS...]
 
 Runs ``wheelfed demo`` (default settings unless arguments are given) as a subprocess, samples
-the resident memory of its whole process tree (orchestrator, aggregator process, gateway
+the resident memory of its whole process tree (orchestrator, ``wheelfed server``, gateway
 processes, mosquitto) from /proc every 0.5 s, and prints the wall time, the peak of the summed
 RSS, the largest single process, and the demo's own summary. Goal: under 5 minutes end to end.
 Exit status: the demo's.

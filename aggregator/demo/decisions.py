@@ -7,23 +7,25 @@ measured (held-out windows and correct predictions per gateway, class supports, 
 which round, bytes per phase) and returns a decision or a sentence, so the rules are tested
 without a fleet (``tests/aggregator/test_demo_decisions.py``).
 
-The deployment rule: a model is deployed only if its held-out accuracy beats **both** the
-local-only baseline (every gateway's own model, on the same windows) and chance, taken as the
-**majority-class rate** -- the accuracy of always guessing the most common held-out activity.
-The majority-class rate is never below 1/#classes and is the honest bar when the held-out
-activities are unbalanced (they are: each gateway holds out the tail of its labelled minutes,
-often one or two exercises). On retraining the new model must also not score below the
-deployed one re-scored on the same windows. A tie does not beat a bar.
+The first training's deployment rule (the demo's): a model is deployed only if its held-out
+accuracy beats **both** the local-only baseline (every gateway's own model, on the same windows)
+and chance, taken as the **majority-class rate** -- the accuracy of always guessing the most
+common held-out activity. The majority-class rate is never below 1/#classes and is the honest
+bar when the held-out activities are unbalanced (they are: each gateway holds out the tail of
+its labelled minutes, often one or two exercises). A tie does not beat a bar. The retraining is
+the server's: its promotion rule decides (``promotion_decision`` tells that decision with the
+same bars beside it).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from typing import Any
 from dataclasses import dataclass, field
 
-__all__ = ["CHANCE_RULE", "DeploymentDecision", "RoundFacts", "Score", "SecureAggregationPlan", "bytes_explanation",
-           "decide_deployment", "gateways_phrase", "rescoring_note", "sat_out_reasons", "secure_aggregation_plan"]
+__all__ = ["CHANCE_RULE", "DeploymentDecision", "Score", "SecureAggregationPlan", "class_counts", "decide_deployment",
+           "gateways_phrase", "promotion_decision", "rescoring_note", "sat_out_reasons", "secure_aggregation_plan"]
 
 #: What "chance" means in the demo's deployment rule (see the module docstring).
 CHANCE_RULE = "majority-class rate"
@@ -95,57 +97,81 @@ class _Bars:
     windows: int
     local_only: float
     chance: float
-    previous: float | None
 
     @property
     def passes(self) -> bool:
-        return (self.accuracy > self.local_only and self.accuracy > self.chance
-                and (self.previous is None or self.accuracy >= self.previous))
+        return self.accuracy > self.local_only and self.accuracy > self.chance
 
 
-def _bars(name: str, candidate: Score, local_only: Score, deployed: Score | None) -> _Bars:
-    """The candidate against the bars on the gateways all of them were scored on (a gateway
-    that sat out one scoring would otherwise make the comparison one of different windows)."""
-    common = set(candidate.windows) & set(local_only.windows)
-    if deployed is not None:
-        common &= set(deployed.windows)
-    accuracy, n = candidate.accuracy_on(sorted(common))
-    previous = deployed.accuracy_on(sorted(common))[0] if deployed is not None else None
-    return _Bars(name, accuracy, n, local_only.accuracy_on(sorted(common))[0], candidate.majority_rate, previous)
+def _bars(name: str, candidate: Score, local_only: Score) -> _Bars:
+    """The candidate against the bars on the gateways both were scored on (a gateway that sat
+    out one scoring would otherwise make the comparison one of different windows)."""
+    common = sorted(set(candidate.windows) & set(local_only.windows))
+    accuracy, n = candidate.accuracy_on(common)
+    return _Bars(name, accuracy, n, local_only.accuracy_on(common)[0], candidate.majority_rate)
+
+
+def _bar_text(local_only: float, chance: float) -> str:
+    return (f"the local-only baseline ({local_only:.3f}: every gateway its own model) and chance "
+            f"({CHANCE_RULE} {chance:.3f}: always guessing the most common held-out activity)")
 
 
 def decide_deployment(step: str, candidates: Mapping[str, Score], *, local_only: Score,
-                      deployed: tuple[str, Score] | None = None,
                       failures: Mapping[str, str] | None = None) -> DeploymentDecision:
-    """Deploy the most accurate candidate that beats the local-only baseline and chance (and,
-    when a model is deployed, does not score below it re-scored on the same windows); else
+    """Deploy the most accurate candidate that beats the local-only baseline and chance; else
     nothing. The module docstring says why these bars."""
     failures = dict(failures or {})
-    label, previous = deployed if deployed is not None else ("", None)
-    keep = f"the gateways keep {label}" if label else "the gateways keep running without a model"
+    keep = "the gateways keep running without a model"
     failed = [f"{name}: training failed ({why})" for name, why in failures.items()]
-    bars = sorted((_bars(n, s, local_only, previous) for n, s in candidates.items()),
+    bars = sorted((_bars(n, s, local_only) for n, s in candidates.items()),
                   key=lambda b: -b.accuracy if not math.isnan(b.accuracy) else math.inf)
     scores = {n: s.accuracy for n, s in candidates.items()}
     if not bars:
-        return DeploymentDecision(step, None, "; ".join(["no model deployed", *failed, keep]), scores, failures,
-                                  kept=label)
+        return DeploymentDecision(step, None, "; ".join(["no model deployed", *failed, keep]), scores, failures)
     passing = [b for b in bars if b.passes]
     best = passing[0] if passing else bars[0]
     facts = dict(candidates=scores, failures=failures, local_only=best.local_only, chance=best.chance,
-                 deployed_rescored=best.previous, windows=best.windows)
-    bar_text = (f"the local-only baseline ({best.local_only:.3f}: every gateway its own model) and chance "
-                f"({CHANCE_RULE} {best.chance:.3f}: always guessing the most common held-out activity)")
+                 windows=best.windows)
+    bar_text = _bar_text(best.local_only, best.chance)
     if passing:
         reason = f"{best.name}: held-out accuracy {best.accuracy:.3f} on {best.windows} windows beats {bar_text}"
-        if best.previous is not None:
-            reason += f", and is not below {label} re-scored on the same windows ({best.previous:.3f})"
         return DeploymentDecision(step, best.name, reason, **facts)
     tried = ", ".join(f"{b.name} {b.accuracy:.3f}" for b in bars)
     reason = f"no model deployed: {tried} on {best.windows} held-out windows; none beats {bar_text}"
-    if best.previous is not None:
-        reason += f" without falling below {label} re-scored on them ({best.previous:.3f})"
-    return DeploymentDecision(step, None, "; ".join([reason, *failed, keep]), **facts, kept=label)
+    return DeploymentDecision(step, None, "; ".join([reason, *failed, keep]), **facts)
+
+
+def promotion_decision(step: str, name: str, candidate: Score | None, promotion: Mapping[str, Any] | None, *,
+                       local_only: Score, deployed: str = "",
+                       failures: Mapping[str, str] | None = None) -> DeploymentDecision:
+    """The server's promotion decision on a retrained candidate (``promotion``: its record from
+    ``/api/promotions``; ``deployed``: the label the gateways ran), told with the local-only
+    baseline and chance on the same gateways beside it: the server's rule is the regression
+    check alone, so whether the candidate also beats those bars is said, not enforced."""
+    failures = dict(failures or {})
+    keep = f"the gateways keep {deployed}" if deployed else "the gateways keep running without a model"
+    if candidate is None or promotion is None:
+        why = failures.get(name, "the server recorded no promotion decision")
+        return DeploymentDecision(step, None, f"no model deployed: {name}: {why}; {keep}", {}, failures,
+                                  kept=deployed)
+    bars = _bars(name, candidate, local_only)
+    metric, baseline = promotion["metric"], promotion["baseline_value"]
+    value = promotion["candidate_value"]
+    scored = f"held-out {metric} of {name} {'-' if value is None else f'{value:.3f}'}"
+    if baseline is None:
+        scored += f", no deployed model to compare with (threshold {promotion['threshold']:g})"
+    else:
+        scored += (f" vs {deployed or 'the deployed model'} re-scored on the same windows {baseline:.3f}, "
+                   f"threshold {promotion['threshold']:g}")
+    verdict = "beats" if bars.passes else "does NOT beat"
+    reason = (f"the server's promotion rule ({scored}): {promotion['decision']} -- {promotion['detail']}; beside it: "
+              f"{name} {bars.accuracy:.3f} on {bars.windows} windows {verdict} {_bar_text(bars.local_only, bars.chance)}")
+    rolled_out = promotion["decision"] == "rolled-out"
+    if not rolled_out:
+        reason = f"no model deployed: {reason}; {keep}"
+    return DeploymentDecision(step, name if rolled_out else None, reason, {name: candidate.accuracy}, failures,
+                              local_only=bars.local_only, chance=bars.chance, deployed_rescored=baseline,
+                              windows=bars.windows, kept="" if rolled_out else deployed)
 
 
 def gateways_phrase(n: int) -> str:
@@ -176,49 +202,29 @@ def rescoring_note(first: Mapping[str, int], now: Mapping[str, int], *, still_he
     return text
 
 
-@dataclass(frozen=True)
-class RoundFacts:
-    """Who a round asked and what came back: ``errors`` as "code: message" per gateway."""
-
-    selected: tuple[str, ...]
-    answered: tuple[str, ...]
-    errors: dict[str, str] = field(default_factory=dict)
-    timed_out: tuple[str, ...] = ()
-
-
-def sat_out_reasons(clients: Sequence[str], rounds: Sequence[RoundFacts], *, offline: Iterable[str] = (),
-                    rejected: Mapping[str, int] | None = None) -> dict[str, str]:
-    """Why each of ``clients`` that missed a round of a job missed it: the first reason (an
-    error reply -- "refused", with the gateway's own message; no answer by the deadline, marked
-    "offline" when its last status said so), in how many rounds, and how many later rounds it
-    was left out of (an algorithm stops asking a gateway that dropped out, e.g. of the secure
-    aggregation set-up); replies the aggregator rejected are counted too."""
-    offline, rejected = set(offline), dict(rejected or {})
-    out = {}
-    for client in clients:
-        asked = [r for r in rounds if client in r.selected and client not in r.answered]
-        left_out = sum(client not in r.selected for r in rounds)
-        answered_some = any(client in r.answered for r in rounds)
-        parts = []
-        if asked:
-            first = asked[0]
-            if client in first.errors:
-                reason = f"refused ({first.errors[client]})"
-            elif client in first.timed_out:
-                reason = "did not answer by the deadline" + (" (offline)" if client in offline else "")
-            else:
-                reason = "sent no usable reply"
-            if answered_some:
-                reason += f" in {len(asked)} of {len(rounds)} rounds"
-            parts.append(reason)
-        if left_out:
-            later = "later " if asked else ""
-            parts.append(f"left out of {left_out} {later}round{'s' if left_out != 1 else ''}")
-        if rejected.get(client):
-            parts.append(f"{rejected[client]} replies rejected by the aggregator (they did not fit the job)")
-        if parts:
-            out[client] = "; ".join(parts)
+def sat_out_reasons(job: Mapping[str, Any], gateways: Iterable[str]) -> dict[str, str]:
+    """Who missed (part of) a server job and why, from its record (``/api/jobs/{id}``): the
+    ``gateways`` it was meant for that the feature-set survey left out, rounds that fewer
+    gateways answered than were asked (the record counts them without naming them: keyed
+    ``"(unnamed)"``), gateways left out of the held-out scoring (with the reason it gives)."""
+    out: dict[str, str] = {}
+    if job.get("state") == "completed":
+        for client in sorted(set(gateways) - set(job.get("participants") or [])):
+            out[client] = "left out of the job by the feature-set survey (no answer, or another feature set)"
+    rounds = job.get("rounds") or []
+    short = [r for r in rounds if r["answered"] < r["selected"]]
+    if short:
+        detail = ", ".join(f"round {r['step']}: {r['answered']} of {r['selected']}" for r in short)
+        out["(unnamed)"] = (f"not every gateway answered in {len(short)} of {len(rounds)} rounds ({detail}; the "
+                            "server's job record counts the answers, it does not name who missed)")
+    for client, why in ((job.get("evaluation") or {}).get("left_out") or {}).items():
+        out[client] = f"left out of the held-out scoring: {why}"
     return out
+
+
+def class_counts(evaluation: Mapping[str, Any]) -> list[int]:
+    """Held-out windows per true class: the row sums of a job's confusion matrix."""
+    return [int(sum(row)) for row in evaluation.get("confusion") or []]
 
 
 @dataclass(frozen=True)
@@ -243,29 +249,3 @@ def secure_aggregation_plan(n_gateways: int) -> SecureAggregationPlan:
                                             "demo trains on the gateways' histograms sent unmasked, in the clear")
     return SecureAggregationPlan(True, f"secure aggregation over {n_gateways} gateways: the aggregator decodes only "
                                        "the fleet's sums")
-
-
-def bytes_explanation(phases: Mapping[str, int], *, total: int, raw_sensor_bytes: int, raw_samples: int,
-                      channels: int, gateways: int, secure: bool) -> list[str]:
-    """The aggregator's bytes in context: the multiple of the raw samples, where the bytes went
-    (``phases``: bytes the aggregator sent and received during each step, measured on its
-    transport), and why private training costs more than the data it learns from."""
-    ratio = total / raw_sensor_bytes if raw_sensor_bytes else math.nan
-    lines = [f"bytes through the aggregator (sent + received): {total / 1e6:.1f} MB = {ratio:.1f}x the raw sensor "
-             f"data ({raw_sensor_bytes / 1e6:.1f} MB: {raw_samples:,} samples x {channels} channels as recorded, "
-             "every gateway's whole session), which never left the gateways; by step:"]
-    for name, value in phases.items():
-        if name.startswith("deploying"):
-            lines.append(f"  {name}: {value / 1e6:.1f} MB = {value / max(gateways, 1) / 1e3:.0f} kB per gateway "
-                         "(the signed model each gateway downloads)")
-        else:
-            lines.append(f"  {name}: {value / 1e6:.1f} MB ({value / total:.0%})" if total else f"  {name}: 0 MB")
-    other = max(total - sum(phases.values()), 0)
-    lines.append(f"  other (status messages, waiting between steps): {other / 1e6:.1f} MB")
-    how = ("dense and masked (secure aggregation cannot skip an empty bin without revealing it), plus the key set-up "
-           "and unmasking rounds" if secure else "in the clear (no secure aggregation)")
-    lines.append("why private training costs more than the data: at every depth level of every boosting round "
-                 "(FedSCS-XGB) and every forest level (FedForest) each gateway sends its histogram of every node x "
-                 f"feature x bin (FedForest: the features sampled per node), {how}; the sensor samples themselves "
-                 "are never sent")
-    return lines

@@ -2,28 +2,33 @@
 
 What runs (all real, nothing mocked): an MQTT broker (mosquitto, else the embedded one); one
 ``wheelfed gateway`` process per subject, each fed its recorded session through a pty (serial
-framing, filtering, resampling, windows, features, labelled store); the aggregator process
-(``aggregator.demo.aggregator_role``), which trains, evaluates, registers and deploys.
+framing, filtering, resampling, windows, features, labelled store); ``wheelfed server``, the
+aggregator a clinic runs (``aggregator.demo.service``): it trains, evaluates, registers, deploys
+and retrains on a schedule, and serves its dashboard, whose URL the demo prints. The demo drives
+it through its REST API only (``aggregator.demo.training``).
 
 The timeline:
 
 1. The sessions stream (fast) up to the end of their labelled start and are held there.
-2. The aggregator trains FedSCS-XGB and FedForest over the fleet (under secure aggregation from
-   3 gateways on; below that in the clear, and the demo says so), a local-only baseline, scores
-   them federatedly on every gateway's held-out windows (the tail of its labelled part), and
-   deploys the better federated model if it beats the local-only baseline and chance
-   (``decisions``); every gateway then switches to live recognition. Otherwise nothing is
-   deployed and the gateways keep recording without a model.
-3. The streams go on (``--speed``); one gateway is killed and restarted midway: it loads its
-   stored model (if any) and comes back; the carers' later labels arrive in the stream.
-4. Periodic retraining with those labels (FedSCS-XGB continues boosting from the deployed model;
-   with none deployed, both train afresh); the new version is deployed only if it beats the
-   retrained local-only baseline and chance and does not score below the deployed model
-   re-scored on the same, later held-out windows -- the summary says how those differ from
-   the first ones (this process reads the stores to count them).
+2. Through the API: FedSCS-XGB and FedForest jobs over the fleet (under secure aggregation from
+   3 gateways on; below that in the clear, and the demo says so), then the local-only baseline
+   (one job per gateway); the server scores each on every gateway's held-out windows (the tail
+   of its labelled part). The demo deploys the better federated model if it beats the local-only
+   baseline and chance (``decisions``); every gateway then switches to live recognition.
+   Otherwise nothing is deployed and the gateways keep recording without a model.
+3. One gateway is killed and restarted: it loads its stored model (if any) and comes back. The
+   demo adds a retraining schedule to the server: once the fleet has ``retrain_after`` of the
+   new labelled windows the carers' later labels should bring (in proportion to the first).
+   The streams go on (``--speed``) and the later labels arrive.
+4. The schedule fires: the server retrains (FedSCS-XGB continues boosting from the deployed
+   model), scores the candidate and the deployed model on the same held-out windows, and rolls
+   it out -- a canary gateway first, then the rest -- only if it does not score below
+   (``/api/promotions`` records why). The demo holds the streams while the step runs, so the
+   retrained local-only baseline it scores beside it sees the same windows; the summary says how
+   the held-out windows differ from the first ones (this process reads the stores to count them).
 5. The summary: federated vs local-only vs centralized (pooled data, computed here for the
-   report only), each decision and why, who sat out which step and why, bytes exchanged by
-   step vs the raw samples, live predictions vs offline ones.
+   report only), each decision and why, who sat out which step and why, the raw samples that
+   never left the gateways, live predictions vs offline ones.
 
 Everything started is stopped at the end, on Ctrl-C and on errors.
 """
@@ -31,6 +36,7 @@ Everything started is stopped at the end, on Ctrl-C and on errors.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import signal
@@ -40,7 +46,7 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -52,10 +58,11 @@ from ..broker import BrokerUser
 from ..broker.mosquitto import die_with_parent
 from ..fleet import PASSWORD_ENV
 from ..smoke import start_broker
-from .aggregator_role import FIRST_TRAINING, RETRAINING, RoleConfig
 from .decisions import rescoring_note, secure_aggregation_plan
 from .report import DemoReport, build_report, held_out_keys, store_snapshot
+from .service import ApiError, DemoServer
 from .sessions import Session, prepare_sessions
+from .training import FIRST_TRAINING, RETRAINING, ApiTraining, TrainingPlan
 from .view import LiveView
 
 __all__ = ["DemoConfig", "run_demo"]
@@ -73,11 +80,17 @@ class DemoConfig:
     labelled_fraction: float = 0.4
     later_fraction: float = 0.2
     holdout_fraction: float = 0.25
+    #: The schedule fires after this share of the labelled windows the later labels should
+    #: bring (their share of the session times the first labels' windows per share).
+    retrain_after: float = 0.5
     kill_gateway: bool = True
     keep_running: bool = False
     broker: Literal["auto", "mosquitto", "embedded"] = "auto"
     run_dir: Path | None = None
     report_path: Path | None = None
+    #: Seconds a round of the server waits for replies, and the share of gateways it needs.
+    deadline_s: float = 120.0
+    min_fraction: float = 0.5
 
 
 @dataclass
@@ -99,9 +112,9 @@ class Demo:
         self.stack = ExitStack()
         self.stop_event = threading.Event()
         self.events: list[dict[str, Any]] = []
-        self.events_lock = threading.Condition()
+        self.events_lock = threading.Lock()
         self.gateways: dict[str, _Gateway] = {}
-        self.gateway_status: dict[str, dict[str, Any]] = {}  # latest retained status per gateway
+        self.gateway_status: dict[str, dict[str, Any]] = {}  # latest status per gateway, as the server has it
         self.sat_out: dict[str, str] = {}  # gateway -> why it sat out the latest step it missed (live view)
         # per training step: each gateway's held-out windows as (session, end) when the step started
         self.held_out: dict[str, dict[str, frozenset[tuple[str, int]]]] = {}
@@ -163,37 +176,42 @@ class Demo:
             self.record({"event": "replay_error", "client": gw.session.client_id, "message": str(exc)})
         gw.replay_done = True
 
-    def start_aggregator(self) -> None:
+    def start_server(self) -> None:
+        """``wheelfed server`` as the aggregator; its dashboard URL printed; the training plan."""
         cfg = self.config
         self.algorithms = ["fedscs-xgb", "fedforest"] if cfg.algorithm == "both" else [cfg.algorithm]
         self.secure_plan = secure_aggregation_plan(len(self.gateways))
         if not self.secure_plan.on:
             self.say(f"NOTE: {self.secure_plan.reason}")
-        role = RoleConfig(host="127.0.0.1", port=self.port, protocol=self.protocol,
-                          password=self.passwords[AGGREGATOR_ID], clients=sorted(self.gateways),
-                          registry=str(self.run_dir / "registry.db"), signing_key=str(self.run_dir / "aggregator.key"),
-                          feature_set_version=self.feature_set_version, classes=self.classes,
-                          algorithms=self.algorithms, rounds=cfg.rounds,
-                          retrain_rounds=cfg.retrain_rounds, trees=cfg.trees,
-                          secure_aggregation=self.secure_plan.on)
-        path = self.run_dir / "aggregator.json"
-        path.write_text(json.dumps(asdict(role)))
-        path.chmod(0o600)
-        log = open(self.run_dir / "aggregator.log", "ab")
-        self.aggregator = subprocess.Popen([sys.executable, "-m", "aggregator.demo.aggregator_role", str(path)],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
-                                           start_new_session=True, preexec_fn=die_with_parent())
-        log.close()
-        self.stack.callback(self._stop_aggregator)
-        threading.Thread(target=self._read_events, daemon=True, name="aggregator-events").start()
-        self.wait_event(lambda e: e["event"] in ("ready", "error"), 60, "the aggregator process to start")
+        self.server = DemoServer(self.run_dir, broker_port=self.port, protocol=self.protocol,
+                                 password=self.passwords[AGGREGATOR_ID], token=secrets.token_urlsafe(16),
+                                 deadline_s=cfg.deadline_s, min_fraction=cfg.min_fraction)
+        self.stack.callback(self.server.stop)
+        self.say(f"server: wheelfed server (the aggregator), registry {self.run_dir / 'registry.db'}; "
+                 f"dashboard {self.server.dashboard_url} (the #token=... part logs the browser in as the operator; "
+                 f"API {self.server.url}/docs with 'Authorization: Bearer {self.server.token}')")
+        self.plan = TrainingPlan(sorted(self.gateways), self.algorithms, self.classes, self.secure_plan.on,
+                                 rounds=cfg.rounds, retrain_rounds=cfg.retrain_rounds, trees=cfg.trees)
+        self.training = ApiTraining(self.server, self.plan, self.record, self.stop_event.is_set)
+        self.record({"event": "ready", "privacy": self._privacy(), "t": time.time()})
+        threading.Thread(target=self._poll_gateways, daemon=True, name="server-gateways").start()
 
-    def _read_events(self) -> None:
-        for line in self.aggregator.stdout:
+    def _privacy(self) -> dict[str, Any]:
+        """The federated jobs' privacy settings as the server's algorithm resolves them."""
+        from aggregator.server.service import build_algorithm
+
+        xgb = build_algorithm("fedscs-xgb", self.plan.config("fedscs-xgb"))
+        return {"protocol": xgb.protocol, "secure_aggregation": bool(xgb.secure_aggregation),
+                "min_crowd": xgb.min_crowd}
+
+    def _poll_gateways(self) -> None:
+        """The server's view of the fleet (``/api/gateways``), once a second, for the live view."""
+        while not self.stop_event.wait(1.0):
             try:
-                self.record(json.loads(line))
-            except json.JSONDecodeError:
+                rows = self.server.get("/api/gateways")
+            except (ApiError, OSError):
                 continue
+            self.gateway_status = {row["gateway"]: row for row in rows}
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -203,35 +221,8 @@ class Demo:
             event["note"] = self._rescoring_note(event)
         with self.events_lock:
             self.events.append(event)
-            if kind == "gateway":
-                self.gateway_status[event["client"]] = event
-            elif kind == "sat_out":
+            if kind == "sat_out":
                 self.sat_out.update(event["gateways"])
-            self.events_lock.notify_all()
-        if event.get("event") == "error":
-            self.say(f"aggregator error: {event.get('message')}")
-
-    def wait_event(self, predicate, timeout_s: float, what: str, start: int = 0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        with self.events_lock:
-            while True:
-                for event in self.events[start:]:
-                    if predicate(event):
-                        if event["event"] == "error":
-                            raise RuntimeError(f"waiting for {what}: {event['message']}")
-                        return event
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self.stop_event.is_set():
-                    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-                self.events_lock.wait(min(remaining, 0.5))
-
-    def command(self, cmd: str) -> int:
-        """Send a command to the aggregator process; returns the event index it starts after."""
-        with self.events_lock:
-            start = len(self.events)
-        self.aggregator.stdin.write(json.dumps({"cmd": cmd}) + "\n")
-        self.aggregator.stdin.flush()
-        return start
 
     def say(self, text: str) -> None:
         self.record({"event": "note", "text": text, "t": time.time()})
@@ -252,31 +243,36 @@ class Demo:
         self.held_out[step] = {c: held_out_keys(self.run_dir / f"{c}.db", self.feature_set_version,
                                                 self.config.holdout_fraction) for c in self.gateways}
 
-    def _train_step(self, step: str, command: str) -> None:
-        """One training step: the held-out windows counted, the aggregator told, its decision
-        told (the view prints why)."""
-        self._measure_held_out(step)
-        self.sat_out.clear()
-        start = self.command(command)
-        self.wait_event(lambda e: e["event"] in ("idle", "error"), 1800, step, start)
-        decision = next(e for e in self.events[start:] if e.get("event") == "decision")
-        if decision["deploy"] is not None:
+    def _after_decision(self, decision) -> None:
+        if decision.deploy is not None:
             self.say(f"live recognition with {self.deployed_label()} on every gateway that accepted it")
-        elif decision["kept"]:
-            self.say(f"the gateways keep {decision['kept']}")
+        elif decision.kept:
+            self.say(f"the gateways keep {decision.kept}")
         else:
             self.say("no model deployed: the gateways keep recording their streams, without live recognition")
 
     # -- the timeline ----------------------------------------------------------------------------
 
-    def wait_until(self, condition, timeout_s: float, what: str) -> None:
+    def wait_until(self, condition, timeout_s: float, what: str) -> Any:
         deadline = time.monotonic() + timeout_s
-        while not condition():
+        while not (value := condition()):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
             if self.stop_event.wait(0.25):
                 raise KeyboardInterrupt
-        return None
+        return value
+
+    def _server_sees_stores(self) -> bool:
+        """Every gateway online at the server with the labelled windows its store holds (what a
+        job and a schedule count)."""
+        rows = {row["gateway"]: row for row in self.server.get("/api/gateways")}
+        return all(c in rows and rows[c]["online"] and rows[c]["labelled"] == store_snapshot(
+            self.run_dir / f"{c}.db").labelled for c in self.gateways)
+
+    def _settle(self, what: str) -> None:
+        self.wait_until(lambda: all(g.pace.held or g.replay_done for g in self.gateways.values()), 900, what)
+        self.wait_until(self._stores_settled, 120, "the gateways to store their windows")
+        self.wait_until(self._server_sees_stores, 60, "the server to see every gateway's labelled windows")
 
     def run(self) -> DemoReport:
         cfg = self.config
@@ -286,28 +282,40 @@ class Demo:
         self.view = LiveView(self, self.out)
         self.stack.callback(self.view.stop)
         self.view.start()
-        self.start_aggregator()
+        self.start_server()
         self.say("streaming the labelled start of every session")
-        self.wait_until(lambda: all(g.pace.held or g.replay_done for g in self.gateways.values()), 600,
-                        "the labelled part of the sessions")
-        self.wait_until(self._stores_settled, 120, "the gateways to store their windows")
-        self._train_step(FIRST_TRAINING, "train")
-        for gw in self.gateways.values():
-            gw.pace.set(speed=cfg.speed, limit_s=gw.session.later_labels_end_s)
+        self._settle("the labelled part of the sessions")
+        self._measure_held_out(FIRST_TRAINING)
+        self.sat_out.clear()
+        self._after_decision(self.training.first_training())
         if cfg.kill_gateway:
             self._kill_and_restart(sorted(self.gateways)[len(self.gateways) // 2])
-        self.wait_until(lambda: all(g.pace.held or g.replay_done for g in self.gateways.values()), 900,
-                        "the carers' later labels")
-        self.wait_until(self._stores_settled, 120, "the gateways to store their windows")
-        self._train_step(RETRAINING, "retrain")
+        self.wait_until(self._server_sees_stores, 120, "every gateway back online at the server")
+        labelled = sum(store_snapshot(self.run_dir / f"{c}.db").labelled for c in self.gateways)
+        expected = labelled * cfg.later_fraction / cfg.labelled_fraction
+        self.training.add_schedule(max(1, math.ceil(cfg.retrain_after * expected)))
+        for gw in self.gateways.values():
+            gw.pace.set(speed=cfg.speed, limit_s=gw.session.later_labels_end_s)
+        self.say("the carers' later labels arrive in the streams")
+        job = self.wait_until(self.training.scheduled_job, 900, "the retraining schedule to fire")
+        for gw in self.gateways.values():  # the same windows for every scoring of this step
+            gw.pace.set(limit_s=self._position_s(gw) + 1.0)
+        self.say(f"the schedule fired (job {job['job_id']}); the streams are held while the step runs")
+        self._settle("the streams to hold")
+        self._measure_held_out(RETRAINING)
+        self.sat_out.clear()
+        self._after_decision(self.training.retraining(job["job_id"]))
+        self.training.remove_schedule()
         for gw in self.gateways.values():
             gw.pace.set(limit_s=float("inf"))
         self.say("live recognition of the rest of the sessions")
         self.wait_until(lambda: all(g.replay_done for g in self.gateways.values()), 900, "the end of the sessions")
         time.sleep(3.0)  # the last windows' predictions and batches
+        self.gateway_status = {row["gateway"]: row for row in self.server.get("/api/gateways")}
         report = build_report(self)
         if cfg.keep_running:
-            self.say("--keep-running: the fleet keeps running; Ctrl-C stops everything")
+            self.say(f"--keep-running: the fleet and the server keep running (dashboard {self.server.dashboard_url}); "
+                     "Ctrl-C stops everything")
             self.stop_event.wait()
         return report
 
@@ -336,10 +344,9 @@ class Demo:
         return counts == tuple(self._position_s(g) for g in self.gateways.values())
 
     def _kill_and_restart(self, client: str) -> None:
+        """SIGKILL one gateway while the streams are held (its own stream waits, as a chair's
+        sensor link buffers), then start it again on the same store."""
         gw = self.gateways[client]
-        position = self._position_s(gw)
-        gw.pace.set(limit_s=position + 1.0)  # hold its stream while it is down (a real chair buffers too)
-        time.sleep(1.0)
         self.say(f"killing {client} (SIGKILL) to show a gateway that crashes mid-run")
         gw.process.send_signal(signal.SIGKILL)
         gw.process.wait()
@@ -349,7 +356,6 @@ class Demo:
         stored = f"it loads its stored model ({self.deployed_label()})" if self.deployed_label() else \
             "no model to load (none deployed)"
         self.say(f"restarted {client}: {stored} and rejoins")
-        gw.pace.set(limit_s=gw.session.later_labels_end_s)
 
     # -- teardown --------------------------------------------------------------------------------
 
@@ -368,16 +374,6 @@ class Demo:
             if gw.replay_thread is not None:
                 gw.replay_thread.join(5)
             os.close(gw.master_fd)
-
-    def _stop_aggregator(self) -> None:
-        try:
-            if self.aggregator.poll() is None:
-                self.aggregator.stdin.write(json.dumps({"cmd": "stop"}) + "\n")
-                self.aggregator.stdin.flush()
-                self.aggregator.wait(15)
-        except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
-            self.aggregator.kill()
-            self.aggregator.wait()
 
     def close(self) -> None:
         self.stop_event.set()

@@ -7,7 +7,9 @@ with the facts a reader needs not to be misled (``Scoring``, ``SatOut``, the dec
   majority-class rate), and of centralized training on the pooled data (computed here, for the
   report only: the orchestrator can read every store, the aggregator cannot);
 * each deployment decision and its reason, and which gateways sat out which step and why;
-* bytes the aggregator exchanged, by step, vs the raw sensor samples and the feature matrix;
+* the raw sensor samples and the feature matrix, which never left the gateways;
+* what the server did: its jobs, the retraining schedule and when it fired, its promotion
+  decision and rollout (read back from its REST API);
 * live predictions (stored by the gateways) vs offline predictions of the same windows by the
   same registered model;
 * whether every gateway ran the deployed model and the killed gateway rejoined.
@@ -27,7 +29,7 @@ from firmware_bridge.frames import SampleFrame
 if TYPE_CHECKING:
     from .orchestrator import Demo
 
-__all__ = ["DemoReport", "SatOut", "Scoring", "StoreSnapshot", "build_report", "held_out_keys", "privacy_line",
+__all__ = ["DemoReport", "SatOut", "Scoring", "ServerFacts", "StoreSnapshot", "build_report", "held_out_keys", "privacy_line",
            "store_snapshot"]
 
 
@@ -110,6 +112,47 @@ class SatOut:
 
 
 @dataclass
+class ServerFacts:
+    """What the server did, as its REST API tells it at the end of the run: its URL, the jobs it
+    ran, the retraining schedule the demo created and the jobs it started, the server's
+    promotion decisions, the model versions it registered."""
+
+    url: str = ""
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # job_id, algorithm, model_id, state, schedule_id, result
+    schedule: dict[str, Any] = field(default_factory=dict)  # as created (POST /api/schedules)
+    promotions: list[dict[str, Any]] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, server, schedule: dict[str, Any]) -> ServerFacts:
+        """From a running :class:`aggregator.demo.service.DemoServer`."""
+        keep = ("job_id", "algorithm", "model_id", "state", "schedule_id", "result", "participants", "error")
+        jobs = [{k: j[k] for k in keep} for j in server.get("/api/jobs?limit=1000")]
+        return cls(server.url, jobs, dict(schedule), server.get("/api/promotions"),
+                   [m["label"] for m in server.get("/api/models?limit=1000")])
+
+    @property
+    def fired(self) -> list[dict[str, Any]]:
+        """The jobs the schedule started."""
+        return [j for j in self.jobs if self.schedule and j["schedule_id"] == self.schedule["schedule_id"]]
+
+    def lines(self) -> list[str]:
+        if not self.url:
+            return []
+        completed = sum(j["state"] == "completed" for j in self.jobs)
+        out = [f"server: dashboard {self.url}/, API {self.url}/docs: {len(self.jobs)} jobs through the API "
+               f"({completed} completed), {len(self.models)} model versions registered"]
+        if self.schedule:
+            s = self.schedule
+            fired = f"fired: job {', '.join(j['job_id'] for j in self.fired)}" if self.fired else "did not fire"
+            out.append(f"schedule {s['schedule_id']}: retrain {s['algorithm']} once >= {s['min_new_windows']} new "
+                       f"labelled windows fleet-wide (it had {s['last_windows']} at its creation); {fired}")
+        for p in self.promotions:
+            out.append(f"promotion of {p['model_id']}:v{p['candidate']} (server): {p['decision']} -- {p['detail']}")
+        return out
+
+
+@dataclass
 class DemoReport:
     gateways: int = 0
     elapsed_s: float = 0.0
@@ -121,10 +164,9 @@ class DemoReport:
     sat_out: list[SatOut] = field(default_factory=list)
     per_gateway: dict[str, dict[str, Any]] = field(default_factory=dict)
     deployed: list[str] = field(default_factory=list)
-    privacy: dict[str, Any] = field(default_factory=dict)  # the trainings' settings, as the aggregator resolved them
+    privacy: dict[str, Any] = field(default_factory=dict)  # the jobs' settings, as the server's algorithm resolves them
     secure_aggregation_note: str = ""
-    traffic_bytes: int = 0
-    traffic_by_step: dict[str, int] = field(default_factory=dict)
+    server: ServerFacts = field(default_factory=lambda: ServerFacts())
     raw_sensor_bytes: int = 0
     raw_samples: int = 0
     raw_channels: int = 0
@@ -166,7 +208,8 @@ class DemoReport:
             out.write(row([client, str(g.get("windows", 0)), str(g.get("labelled", 0)), held,
                            str(g.get("predictions", 0)), _f(self.local_only.get(client, float("nan"))),
                            _f(g.get("federated_accuracy", float("nan"))), str(g.get("model") or "-")]) + "\n")
-        out.write("\ndecisions (deployed only above the local-only baseline and chance, on the same windows):\n")
+        out.write("\ndecisions (first training: the demo deploys only above the local-only baseline and chance; "
+                  "retraining: the server's promotion rule, beside the same bars):\n")
         for d in self.decisions:
             outcome = f"deployed {d['deployed_as']}" if d.get("deployed_as") else "nothing deployed"
             out.write(f"  {d['step']}: {outcome} -- {d['reason']}\n")
@@ -180,14 +223,12 @@ class DemoReport:
         else:
             out.write("gateways that sat out: none (every gateway answered every round of every training and "
                       "scoring)\n")
-        from .decisions import bytes_explanation
-
-        for line in bytes_explanation(self.traffic_by_step, total=self.traffic_bytes,
-                                      raw_sensor_bytes=self.raw_sensor_bytes, raw_samples=self.raw_samples,
-                                      channels=self.raw_channels, gateways=self.gateways,
-                                      secure=bool(self.privacy.get("secure_aggregation"))):
+        out.write(f"raw sensor data: {self.raw_sensor_bytes / 1e6:.1f} MB ({self.raw_samples:,} samples x "
+                  f"{self.raw_channels} channels as recorded, every gateway's whole session) and the windows' feature "
+                  f"matrix ({self.raw_feature_bytes / 1e6:.1f} MB as float32) never left the gateways; the bytes the "
+                  "server exchanged are not broken down here (its API does not report its MQTT traffic)\n")
+        for line in self.server.lines():
             out.write(line + "\n")
-        out.write(f"(the windows' feature matrix would be {self.raw_feature_bytes / 1e6:.1f} MB as float32)\n")
         out.write(f"privacy: {privacy_line(self.privacy, self.secure_aggregation_note)}\n")
         if self.live_windows:
             out.write(f"live recognition: {self.live_windows} windows; live == offline prediction on "
@@ -211,7 +252,7 @@ def privacy_line(privacy: dict[str, Any], secure_note: str) -> str:
     """What the demo's trainings and scorings revealed to the aggregator, from the settings the
     aggregator process reported (not the algorithms' defaults)."""
     scoring = ("held-out scoring is per gateway, in the clear (each gateway's confusion counts); the local-only "
-               "baseline runs one sub-job per gateway, whose sums are that gateway's own (a research comparison; "
+               "baseline runs one job per gateway, whose sums are that gateway's own (a research comparison; "
                "PRIVACY.md)")
     crowd = f"{privacy.get('protocol', '?')} protocol, minimum crowd {privacy.get('min_crowd', '?')} windows"
     if not privacy.get("secure_aggregation"):
@@ -247,7 +288,7 @@ def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, tuple[dict[str,
     """Each algorithm trained on every gateway's training windows pooled, scored on every
     gateway's held-out windows as the stores hold them at the end (the retraining's split)."""
     import aggregator
-    from aggregator.demo.aggregator_role import XGB_BINS
+    from aggregator.demo.training import XGB_BINS
     from aggregator.algorithms import FedForest, FedSCSXGB
     from shared.model import model_inputs
 
@@ -304,7 +345,7 @@ def _live_vs_offline(demo: Demo) -> tuple[int, float, float]:
 def build_report(demo: Demo) -> DemoReport:
     import time
 
-    from .aggregator_role import FIRST_TRAINING
+    from .training import FIRST_TRAINING
 
     report = DemoReport(gateways=len(demo.gateways), broker=demo.broker_name,
                         holdout_fraction=demo.config.holdout_fraction,
@@ -344,10 +385,6 @@ def build_report(demo: Demo) -> DemoReport:
                 report.decisions[-1]["deployed_as"] = e["model"]
         elif kind == "sat_out":
             report.sat_out += [SatOut(e["job"], c, why) for c, why in e["gateways"].items()]
-        elif kind == "traffic":
-            report.traffic_by_step[e["phase"]] = report.traffic_by_step.get(e["phase"], 0) + int(e["bytes"])
-        elif kind in ("idle", "done") and "traffic" in e:
-            report.traffic_bytes = e["traffic"]["sent_bytes"] + e["traffic"]["received_bytes"]
     for name, (metrics, windows) in _centralized(demo, demo.algorithms).items():
         report.scorings.append(Scoring("end of the run", name, metrics["accuracy"], metrics["macro_f1"], windows))
     report.live_windows, report.live_agreement, report.live_max_probability_diff = _live_vs_offline(demo)
@@ -360,6 +397,7 @@ def build_report(demo: Demo) -> DemoReport:
         report.raw_sensor_bytes += sum(f.nbytes for f in frames)
         report.raw_samples += sum(f.shape[0] for f in frames)
         report.raw_channels = max([report.raw_channels, *(f.shape[1] for f in frames)])
+    report.server = ServerFacts.read(demo.server, demo.training.schedule)
     report.raw_feature_bytes = sum(e["windows"] for e in report.per_gateway.values()) * demo.n_features * 4
     killed = [c for c, g in demo.gateways.items() if g.restarts]
     if killed:

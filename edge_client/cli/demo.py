@@ -18,23 +18,28 @@ a wheelchair's sensor link would (serial framing -> filtering -> resampling -> w
 features -> labelled store). The first 40% of each session is labelled (as when a carer
 annotates the first minutes); labels for the next 20% arrive later in the stream.
 
-An aggregator process trains FedSCS-XGB and FedForest over the fleet with the private defaults:
-each gateway sends counts and histograms of its labelled windows, masked under secure
-aggregation, so the aggregator decodes only the fleet's sums; no raw data leaves a gateway.
-Secure aggregation needs at least 3 gateways: with --subjects 1 or 2 the demo trains on the
-gateways' histograms sent unmasked, and says so. Each model is scored on every gateway's
-held-out windows (the last 25% of its labelled windows; scores are reported per gateway) against
-gateways learning alone (the local-only baseline) and chance (the majority-class rate, always
-guessing the most common held-out activity). The better model is deployed, signed, only if it
-beats both; otherwise nothing is deployed and the gateways keep recording without a model.
-Gateways with a model recognise their live stream. Midway one gateway is killed and restarted.
-The later labels trigger a retraining, held to a retrained baseline and deployed only if it
-also does not score below the deployed model re-scored on the new held-out windows.
+The aggregator is `wheelfed server`, started by the demo on a free port with its registry in
+the run directory; the demo prints its dashboard URL (with the operator token after #token=)
+and drives everything through its REST API. The server trains FedSCS-XGB and FedForest over
+the fleet with the private defaults: each gateway sends counts and histograms of its labelled
+windows, masked under secure aggregation, so the aggregator decodes only the fleet's sums; no
+raw data leaves a gateway. Secure aggregation needs at least 3 gateways: with --subjects 1 or 2
+the demo trains on the gateways' histograms sent unmasked, and says so. Each model is scored on
+every gateway's held-out windows (the last 25% of its labelled windows; scores are reported per
+gateway) against gateways learning alone (the local-only baseline, one job per gateway) and
+chance (the majority-class rate, always guessing the most common held-out activity). The demo
+deploys the better model, signed, only if it beats both; otherwise nothing is deployed and the
+gateways keep recording without a model. Gateways with a model recognise their live stream.
+One gateway is killed and restarted. A retraining schedule on the server fires once the carers'
+later labels have added enough labelled windows fleet-wide; the server retrains (FedSCS-XGB
+continues from the deployed model) and rolls the new version out -- a canary gateway first --
+only if it does not score below the deployed model on the same held-out windows.
 
 The summary compares federated, local-only and centralized training, says on which held-out
-windows each score was taken, why each model was or was not deployed, which gateways sat out a
-step and why, and where the bytes went. Exit status 0 when the run completed and every
-deployment reached every gateway (also when nothing was deployed), 1 otherwise.
+windows each score was taken, why each model was or was not deployed (the server's promotion
+decision for the retraining), which gateways sat out a step and why, and what the server ran
+(jobs, schedule, promotions). Exit status 0 when the run completed and every deployment reached
+every gateway (also when nothing was deployed), 1 otherwise.
 """
 
 
@@ -89,7 +94,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trees", type=positive_int, default=30, help="FedForest trees")
     p.add_argument("--algorithm", choices=("both", "fedscs-xgb", "fedforest"), default="both",
                    help="train both and deploy the better, or one")
-    p.add_argument("--keep-running", action="store_true", help="keep the fleet running after the summary")
+    p.add_argument("--keep-running", action="store_true",
+                   help="keep the fleet and the server (its dashboard) running after the summary")
     p.add_argument("--no-kill", action="store_true", help="do not kill and restart a gateway midway")
     p.add_argument("--broker", choices=("auto", "mosquitto", "embedded"), default="auto", help="which MQTT broker")
     p.add_argument("--run-dir", help="keep recordings, stores, models and logs here (default: a temporary dir)")

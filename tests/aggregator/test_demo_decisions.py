@@ -1,16 +1,17 @@
 """The fleet demo's decisions and explanations, as pure functions of measured counts
-(``aggregator.demo.decisions``): deploy or not, why a model was re-scored on other windows, who
-sat out and why, secure aggregation by fleet size, and the bytes in context."""
+(``aggregator.demo.decisions``): deploy or not, the server's promotion decision told beside the
+demo's bars, why a model was re-scored on other windows, who sat out a server job and why, and
+secure aggregation by fleet size."""
 
 from __future__ import annotations
 
 import pytest
 
 from aggregator.demo.decisions import (
-    RoundFacts,
     Score,
-    bytes_explanation,
+    class_counts,
     decide_deployment,
+    promotion_decision,
     rescoring_note,
     sat_out_reasons,
     secure_aggregation_plan,
@@ -80,18 +81,6 @@ def test_a_tie_with_a_bar_does_not_beat_it() -> None:
     assert decision.deploy is None
 
 
-def test_retraining_must_also_not_score_below_the_deployed_model_rescored() -> None:
-    local = score({"a": 100}, {"a": 50})
-    deployed = score({"a": 100}, {"a": 90})
-    worse = decide_deployment("retraining", {"fedforest (retrained)": score({"a": 100}, {"a": 85})},
-                              local_only=local, deployed=("activity:v1", deployed))
-    assert worse.deploy is None and "activity:v1" in worse.reason and "keep" in worse.reason
-    assert worse.deployed_rescored == pytest.approx(0.9)
-    equal = decide_deployment("retraining", {"fedforest (retrained)": score({"a": 100}, {"a": 90})},
-                              local_only=local, deployed=("activity:v1", deployed))
-    assert equal.deploy == "fedforest (retrained)"
-
-
 def test_the_bars_are_compared_on_the_gateways_both_were_scored_on() -> None:
     # gw "b" sat out the local-only baseline: the comparison uses "a"'s windows only
     local = score({"a": 10}, {"a": 9})
@@ -107,6 +96,53 @@ def test_failed_trainings_are_named_and_never_deployed() -> None:
     assert decision.deploy is None
     assert "fedscs-xgb: training failed (secure aggregation needs at least 3 clients)" in decision.reason
     assert decision.failures == {"fedscs-xgb": "secure aggregation needs at least 3 clients"}
+
+
+# -- the server's promotion decision ----------------------------------------------------------------
+
+
+def promotion(decision: str, candidate: float | None, baseline: float | None, detail: str = "d") -> dict:
+    return {"job_id": "job-1", "model_id": "activity", "candidate": 3, "baseline": 1 if baseline is not None else None,
+            "metric": "accuracy", "candidate_value": candidate, "baseline_value": baseline, "threshold": 0.0,
+            "decision": decision, "detail": detail}
+
+
+def test_a_rolled_out_promotion_is_the_deployment_with_the_demos_bars_beside_it() -> None:
+    candidate = score({"a": 60, "b": 40}, {"a": 48, "b": 32})  # 0.8
+    local = score({"a": 60, "b": 40}, {"a": 30, "b": 20})  # 0.5
+    d = promotion_decision("retraining", "fedforest (retrained)", candidate,
+                           promotion("rolled-out", 0.8, 0.75, "canary a then b"), local_only=local,
+                           deployed="activity:v1")
+    assert d.deploy == "fedforest (retrained)" and d.kept == ""
+    assert d.deployed_rescored == pytest.approx(0.75) and d.local_only == pytest.approx(0.5) and d.windows == 100
+    assert d.chance == pytest.approx(10 / 30)
+    assert "vs activity:v1 re-scored on the same windows 0.750, threshold 0" in d.reason
+    assert "rolled-out -- canary a then b" in d.reason and "0.800 on 100 windows beats" in d.reason
+
+
+def test_the_server_may_roll_out_what_does_not_beat_the_bars_and_the_decision_says_so() -> None:
+    candidate = score({"a": 100}, {"a": 30})  # 0.3, below chance 1/3 and the local-only 0.4
+    d = promotion_decision("retraining", "x (retrained)", candidate, promotion("rolled-out", 0.3, None,
+                                                                                "no baseline to compare with"),
+                           local_only=score({"a": 100}, {"a": 40}))
+    assert d.deploy == "x (retrained)" and d.deployed_rescored is None
+    assert "no deployed model to compare with" in d.reason and "does NOT beat" in d.reason
+
+
+def test_a_rejected_or_halted_promotion_deploys_nothing_and_the_gateways_keep_theirs() -> None:
+    candidate = score({"a": 100}, {"a": 70})
+    local = score({"a": 100}, {"a": 40})
+    for decision in ("rejected", "halted"):
+        d = promotion_decision("retraining", "x (retrained)", candidate, promotion(decision, 0.7, 0.9),
+                               local_only=local, deployed="activity:v2")
+        assert d.deploy is None and d.kept == "activity:v2"
+        assert d.reason.startswith("no model deployed: the server's promotion rule") and "keep activity:v2" in d.reason
+
+
+def test_a_failed_scheduled_job_is_no_deployment_and_says_why() -> None:
+    d = promotion_decision("retraining", "x (retrained)", None, None, local_only=score({"a": 1}, {"a": 1}),
+                           failures={"x (retrained)": "2 gateways online; the job needs 3"})
+    assert d.deploy is None and "x (retrained): 2 gateways online; the job needs 3" in d.reason
 
 
 # -- re-scoring ---------------------------------------------------------------------------------------
@@ -134,24 +170,32 @@ def test_rescoring_note_without_a_measured_overlap_and_with_a_gateway_missing() 
 # -- who sat out ---------------------------------------------------------------------------------------
 
 
-def test_sat_out_reasons_name_errors_timeouts_offline_and_left_out() -> None:
-    clients = ["a", "b", "c", "d"]
-    rounds = [RoundFacts(selected=("a", "b", "c", "d"), answered=("a", "d"),
-                         errors={"b": "no_data: no labelled windows of feature set 'x' in the store"},
-                         timed_out=("c",)),
-              RoundFacts(selected=("a", "d"), answered=("a",), errors={}, timed_out=("d",))]
-    reasons = sat_out_reasons(clients, rounds, offline={"c"})
-    assert "a" not in reasons
-    assert reasons["b"] == "refused (no_data: no labelled windows of feature set 'x' in the store); " \
-                           "left out of 1 later round"
-    assert reasons["c"].startswith("did not answer by the deadline (offline)")
-    assert reasons["d"] == "did not answer by the deadline in 1 of 2 rounds"
+def job(state="completed", participants=("a", "b", "c"), rounds=(), left_out=None) -> dict:
+    return {"state": state, "participants": list(participants),
+            "rounds": [{"step": k + 1, "selected": sel, "answered": ans} for k, (sel, ans) in enumerate(rounds)],
+            "evaluation": {"left_out": left_out or {}}}
 
 
-def test_sat_out_reasons_count_rejected_replies() -> None:
-    rounds = [RoundFacts(selected=("a", "b"), answered=("a", "b"))]
-    assert sat_out_reasons(["a", "b"], rounds, rejected={"b": 2}) == \
-        {"b": "2 replies rejected by the aggregator (they did not fit the job)"}
+def test_sat_out_reasons_name_who_the_survey_and_the_scoring_left_out() -> None:
+    reasons = sat_out_reasons(job(participants=("a", "c"), left_out={"c": "no held-out windows"}), ["a", "b", "c"])
+    assert reasons == {"b": "left out of the job by the feature-set survey (no answer, or another feature set)",
+                       "c": "left out of the held-out scoring: no held-out windows"}
+
+
+def test_sat_out_reasons_count_the_rounds_fewer_gateways_answered_without_naming_anyone() -> None:
+    reasons = sat_out_reasons(job(rounds=[(3, 3), (3, 2), (3, 3)]), ["a", "b", "c"])
+    assert list(reasons) == ["(unnamed)"]
+    assert reasons["(unnamed)"].startswith("not every gateway answered in 1 of 3 rounds (round 2: 2 of 3;")
+
+
+def test_no_sat_out_when_everyone_answered_every_round_and_a_failed_job_names_no_survey() -> None:
+    assert sat_out_reasons(job(rounds=[(3, 3), (3, 3)]), ["a", "b", "c"]) == {}
+    assert sat_out_reasons(job(state="failed", participants=()), ["a", "b"]) == {}
+
+
+def test_class_counts_are_the_confusion_matrix_row_sums() -> None:
+    assert class_counts({"confusion": [[5, 1], [2, 7]]}) == [6, 9]
+    assert class_counts({}) == []
 
 
 # -- secure aggregation by fleet size ------------------------------------------------------------------
@@ -161,23 +205,3 @@ def test_secure_aggregation_needs_three_gateways() -> None:
     assert secure_aggregation_plan(3).on and secure_aggregation_plan(10).on
     two = secure_aggregation_plan(2)
     assert not two.on and "at least 3 gateways" in two.reason and "unmasked" in two.reason
-
-
-# -- bytes in context ------------------------------------------------------------------------------------
-
-
-def test_bytes_explanation_says_what_the_multiple_is_of_and_where_the_bytes_went() -> None:
-    phases = {"training fedscs-xgb": 300_000_000, "training fedforest": 50_000_000,
-              "local-only baseline": 4_000_000, "held-out scoring": 1_000_000, "deploying activity:v1": 500_000}
-    lines = bytes_explanation(phases, total=360_000_000, raw_sensor_bytes=1_800_000, raw_samples=75_000,
-                              channels=6, gateways=3, secure=True)
-    text = "\n".join(lines)
-    assert "200.0x the raw sensor data" in text
-    assert "75,000 samples x 6 channels" in text
-    assert "training fedscs-xgb: 300.0 MB (83%)" in text
-    assert "deploying activity:v1: 0.5 MB = 167 kB per gateway" in text
-    assert "every node x feature x bin" in text and "masked" in text
-    assert "other (status messages" in text
-    plain = "\n".join(bytes_explanation(phases, total=360_000_000, raw_sensor_bytes=1_800_000, raw_samples=75_000,
-                                        channels=6, gateways=2, secure=False))
-    assert "masked" not in plain and "in the clear" in plain

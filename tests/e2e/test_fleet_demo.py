@@ -1,11 +1,15 @@
 """The README's first command, shortened: ``wheelfed demo`` with three gateways, fast replay; and
-with two, below secure aggregation's minimum fleet."""
+with two, below secure aggregation's minimum fleet. The demo drives ``wheelfed server`` through
+its REST API: the test opens the dashboard URL the demo prints while the demo runs."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -13,19 +17,46 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
+DASHBOARD = re.compile(r"dashboard (http://127\.0\.0\.1:\d+)/#token=([\w-]+) ")
 
-def _demo(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict[str, Any], str]:
+
+def _fetch(url: str, token: str | None = None) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as response:
+        return response.status, response.read()
+
+
+def _demo(tmp_path: Path, *args: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Run the demo; while it runs, open the dashboard and the API at the URL it printed."""
     run_dir = tmp_path / "run"
     report_path = tmp_path / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", "demo", "--speed", "60", "--rounds", "4",
-                           "--trees", "10", "--run-dir", str(run_dir), "--report", str(report_path), *args],
-                          capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "demo", "--speed", "60", "--rounds", "4",
+                             "--trees", "10", "--run-dir", str(run_dir), "--report", str(report_path), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, seen = [], {}
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if not seen and (match := DASHBOARD.search(line)):
+                url, token = match.groups()
+                status, page = _fetch(url + "/")
+                seen = {"url": url, "dashboard": (status, b"<html" in page.lower()),
+                        "health": json.loads(_fetch(url + "/api/health", token)[1]),
+                        "gateways": json.loads(_fetch(url + "/api/gateways", token)[1])}
+                try:
+                    _fetch(url + "/api/jobs")
+                except urllib.error.HTTPError as exc:
+                    seen["jobs_without_token"] = exc.code
+        proc.wait(900)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(lines)
     assert proc.returncode == 0, out
     # nothing left running
     leftover = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", leftover.stdout
-    return proc, json.loads(report_path.read_text()), out
+    return out, json.loads(report_path.read_text()), seen
 
 
 def _assert_honest(report: dict[str, Any], stdout: str) -> None:
@@ -45,14 +76,29 @@ def _assert_honest(report: dict[str, Any], stdout: str) -> None:
             assert s["note"] in stdout
     # one decision per training step, with its reason; a deployed model beat both bars on the same windows
     assert [d["step"] for d in report["decisions"]] == ["first training", "retraining"], report["decisions"]
+    first, retraining = report["decisions"]
     for d in report["decisions"]:
         assert d["reason"] in stdout and d["chance_rule"] == "majority-class rate"
-        if d.get("deployed_as"):
-            accuracy = d["candidates"][d["deploy"]]
-            assert accuracy > d["local_only"] and accuracy > d["chance"], d
-            assert d["deployed_rescored"] is None or accuracy >= d["deployed_rescored"], d
-        else:
+        if not d.get("deployed_as"):
             assert d["deploy"] is None and d["reason"].startswith("no model deployed"), d
+    if first.get("deployed_as"):  # the demo's rule: above both bars on the same windows
+        accuracy = first["candidates"][first["deploy"]]
+        assert accuracy > first["local_only"] and accuracy > first["chance"], first
+    # the retraining is the server's: one schedule, fired once, its job and promotion decision
+    server = report["server"]
+    assert server["schedule"]["min_new_windows"] >= 1
+    [fired] = [j for j in server["jobs"] if j["schedule_id"] == server["schedule"]["schedule_id"]]
+    assert fired["state"] == "completed", fired
+    [promotion] = [p for p in server["promotions"] if p["job_id"] == fired["job_id"]]
+    assert retraining["reason"].startswith(("the server's promotion rule", "no model deployed: the server's"))
+    assert promotion["detail"] in retraining["reason"] and f"schedule {server['schedule']['schedule_id']}" in stdout
+    assert bool(retraining.get("deployed_as")) == (promotion["decision"] == "rolled-out"), (retraining, promotion)
+    if promotion["baseline_value"] is not None:  # threshold 0: not below the deployed model on the same windows
+        assert (promotion["candidate_value"] >= promotion["baseline_value"]) == (promotion["decision"] != "rejected")
+    # every job went through the API (GET /api/jobs): both algorithms, each gateway's local-only
+    # model in each step, and the schedule's retraining
+    assert len(server["jobs"]) == 2 + 2 * report["gateways"] + 1, server["jobs"]
+    assert all(j["state"] == "completed" for j in server["jobs"]), server["jobs"]
     assert report["succeeded"]
     if report["deployed"]:
         # every gateway runs the last deployed model; live predictions equal offline ones
@@ -60,34 +106,40 @@ def _assert_honest(report: dict[str, Any], stdout: str) -> None:
         assert all(g["predictions"] > 0 for g in report["per_gateway"].values()), report["per_gateway"]
         assert report["live_windows"] > 0 and report["live_agreement"] == 1.0
         assert report["live_max_probability_diff"] < 1e-6
-    # the bytes in context: of what the multiple is, by step, and why
-    assert "x the raw sensor data (" in stdout and "samples x 6 channels as recorded" in stdout
-    assert any(k.startswith("training ") for k in report["traffic_by_step"]), report["traffic_by_step"]
-    assert sum(report["traffic_by_step"].values()) <= report["traffic_bytes"]
-    assert "why private training costs more than the data" in stdout
+    # the raw data in context: how much never left the gateways
+    assert "samples x 6 channels as recorded" in stdout and "never left the gateways" in stdout
     assert "gateways that sat out:" in stdout
 
 
+def _assert_server_seen(seen: dict[str, Any], report: dict[str, Any]) -> None:
+    """The dashboard URL the demo printed answered while it ran, with the token it printed."""
+    assert seen["dashboard"] == (200, True), seen
+    assert seen["health"]["status"] == "ok" and seen["health"]["broker_connected"], seen
+    assert seen.get("jobs_without_token") == 401, seen  # the API asks for the operator token
+    assert report["server"]["url"] == seen["url"]
+
+
 def test_fleet_demo_end_to_end(tmp_path: Path) -> None:
-    proc, report, out = _demo(tmp_path, "--subjects", "3")
+    out, report, seen = _demo(tmp_path, "--subjects", "3")
     assert report["gateways"] == 3
-    _assert_honest(report, proc.stdout)
+    _assert_honest(report, out)
+    _assert_server_seen(seen, report)
     # three gateways: secure aggregation on, and the summary says what it did not hide
-    assert report["privacy"]["secure_aggregation"] and "secure aggregation OFF" not in proc.stdout
-    assert "held-out scoring is per gateway, in the clear" in proc.stdout
+    assert report["privacy"]["secure_aggregation"] and "secure aggregation OFF" not in out
+    assert "held-out scoring is per gateway, in the clear" in out
     # the retraining with the later labels deploys on these recordings (the first labelled
     # minutes alone do not beat always guessing the most common held-out activity)
     assert report["decisions"][-1].get("deployed_as"), report["decisions"]
     # the killed gateway rejoined and took part in the next training; nobody sat out
     assert report["killed"] and report["killed_rejoined"], out
-    assert report["sat_out"] == [] and "gateways that sat out: none" in proc.stdout
+    assert report["sat_out"] == [] and "gateways that sat out: none" in out
 
 
 def test_fleet_demo_with_two_gateways_trains_without_secure_aggregation_and_says_so(tmp_path: Path) -> None:
-    proc, report, out = _demo(tmp_path, "--subjects", "2", "--no-kill")
+    out, report, seen = _demo(tmp_path, "--subjects", "2", "--no-kill")
     assert report["gateways"] == 2 and not report["killed"]
-    _assert_honest(report, proc.stdout)
+    _assert_honest(report, out)
+    _assert_server_seen(seen, report)
     assert not report["privacy"]["secure_aggregation"]
-    assert "NOTE: secure aggregation needs at least 3 gateways" in proc.stdout
-    assert "privacy: secure aggregation OFF" in proc.stdout
-    assert "dense and masked" not in proc.stdout and "in the clear (no secure aggregation)" in proc.stdout
+    assert "NOTE: secure aggregation needs at least 3 gateways" in out
+    assert "privacy: secure aggregation OFF" in out

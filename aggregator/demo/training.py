@@ -1,0 +1,290 @@
+"""The demo's training, deployment and retraining, driven through the server's REST API.
+
+The server (``wheelfed server``, started by :mod:`aggregator.demo.service`) runs every job: it
+surveys the gateways' feature sets, trains, registers the model and scores it by federated
+evaluation on the participants' held-out windows. The demo reads the jobs back and turns them
+into the events its live view and summary tell (``phase``, ``progress``, ``evaluation``,
+``sat_out``, ``decision``, ``deployed``):
+
+* **first training** -- one job per algorithm over the whole fleet, then the local-only baseline
+  as one FedForest job per gateway (``clients=[gateway]``, registered as ``local-<gateway>``);
+  the demo's rule (``decisions.decide_deployment``) picks the model to deploy, if any, and the
+  demo deploys it with ``POST /api/models/{id}/{version}/deploy``;
+* **retraining** -- a schedule (``POST /api/schedules``) that fires once the fleet has at least
+  ``min_new_windows`` new labelled windows; the server trains (continuing the boosting from the
+  deployed FedSCS-XGB model), scores the candidate and the deployed version on the same held-out
+  windows, and decides by its promotion rule (threshold 0: deployed only if it does not score
+  below) with a staged rollout: a canary share of the gateways first, then the rest. The demo
+  reads the decision from ``/api/promotions`` and the rollout from ``/api/deployments``, and
+  scores the retrained local-only baseline for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .decisions import DeploymentDecision, Score, class_counts, decide_deployment, promotion_decision, sat_out_reasons
+from .service import DemoServer
+
+__all__ = ["FIRST_TRAINING", "MODEL_ID", "RETRAINING", "SCHEDULE_ID", "XGB_BINS", "ApiTraining", "TrainingPlan"]
+
+MODEL_ID = "activity"
+SCHEDULE_ID = "retrain-on-new-labels"
+
+#: FedSCS-XGB's bins in the demo (its histograms are the demo's largest messages).
+XGB_BINS = 64
+
+#: The demo's two training steps, as its events and summary name them.
+FIRST_TRAINING, RETRAINING = "first training", "retraining"
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """What the demo trains: algorithms and their sizes, the fleet's fixed class vocabulary (so
+    a retrained model continues the deployed one even when a gateway labels an activity nobody
+    had labelled before), and whether secure aggregation is on (``decisions.secure_aggregation_plan``)."""
+
+    gateways: list[str]
+    algorithms: list[str]
+    classes: list[str]
+    secure_aggregation: bool
+    rounds: int = 10
+    retrain_rounds: int = 5
+    trees: int = 30
+    seed: int = 0
+    canary_share: float = 0.25
+
+    def config(self, algorithm: str, *, continuing: bool = False) -> dict[str, Any]:
+        """The algorithm's parameters as the API takes them (``continuing``: boosting on from
+        the deployed model, so fewer rounds)."""
+        if algorithm == "fedscs-xgb":
+            # 64 bins: a quarter of 256's bytes in every histogram round (dense under secure
+            # aggregation), and max_bin 64..512 makes no measurable difference on these recordings
+            return {"n_rounds": self.retrain_rounds if continuing else self.rounds, "max_depth": 4,
+                    "n_bins": XGB_BINS, "classes": self.classes, "secure_aggregation": self.secure_aggregation}
+        return {"n_trees": self.trees, "max_depth": 8, "n_bins": 32, "min_samples_leaf": 3, "classes": self.classes,
+                "secure_aggregation": self.secure_aggregation}
+
+    def local_config(self) -> dict[str, Any]:
+        """A gateway alone: the FedForest of its own windows (``baselines.LocalLearning``'s
+        settings). A sum over one gateway is that gateway's own statistics, so secure
+        aggregation could hide nothing and is off."""
+        return {**self.config("fedforest"), "secure_aggregation": False, "client_splits": False}
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """The model the gateways run: what retraining continues and re-scores, and on which
+    held-out windows (per gateway) it was scored when it was deployed."""
+
+    algorithm: str
+    version: int
+    first_windows: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{MODEL_ID}:v{self.version}"
+
+
+class ApiTraining:
+    """The demo's side of the server: jobs started, followed and told as events (module docstring)."""
+
+    def __init__(self, server: DemoServer, plan: TrainingPlan, emit: Callable[[dict[str, Any]], None],
+                 stopped: Callable[[], bool]) -> None:
+        self.server, self.plan, self._emit, self._stopped = server, plan, emit, stopped
+        self.deployed: Deployed | None = None
+        self.schedule: dict[str, Any] = {}  # the retraining schedule as the server stored it
+        self.scores: dict[str, tuple[str, int, Score]] = {}  # name -> algorithm, version, score (first training)
+
+    def emit(self, event: str, **data: Any) -> None:
+        self._emit({"event": event, "t": time.time(), **data})
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def start_job(self, algorithm: str, config: dict[str, Any], *, clients: list[str] | None = None,
+                  model_id: str = MODEL_ID) -> str:
+        clients = clients or self.plan.gateways
+        job = self.server.post("/api/jobs", {"algorithm": algorithm, "model_id": model_id, "config": config,
+                                             "clients": clients, "min_gateways": len(clients),
+                                             "seed": self.plan.seed})
+        return job["job_id"]
+
+    def follow(self, job_id: str, name: str, timeout_s: float = 1800.0) -> dict[str, Any]:
+        """Poll the job until it ends, each new round told as a ``progress`` event; its sat-out
+        gateways told as a ``sat_out`` event. The final record (``state``: completed or failed)."""
+        deadline = time.monotonic() + timeout_s
+        shown = 0
+        while True:
+            job = self.server.get(f"/api/jobs/{job_id}")
+            for r in job["rounds"][shown:]:
+                self.emit("progress", job=name, job_id=job_id, algorithm=job["algorithm"], step=r["step"],
+                          total=r["total"], answered=r["answered"], selected=r["selected"], metrics=r["metrics"],
+                          elapsed_s=r["elapsed_s"])
+            shown = len(job["rounds"])
+            if job["state"] in ("completed", "failed", "cancelled"):
+                break
+            if self._stopped():
+                raise KeyboardInterrupt
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for the server's job {name} ({job_id})")
+            time.sleep(0.5)
+        reasons = sat_out_reasons(job, job["rules"].get("clients") or self.plan.gateways)
+        if reasons:
+            self.emit("sat_out", job=name, rounds=len(job["rounds"]), gateways=reasons)
+        return job
+
+    def run_job(self, name: str, algorithm: str, config: dict[str, Any], *, clients: list[str] | None = None,
+                model_id: str = MODEL_ID) -> dict[str, Any]:
+        return self.follow(self.start_job(algorithm, config, clients=clients, model_id=model_id), name)
+
+    def _scored(self, name: str, job: dict[str, Any], step: str, failures: dict[str, str]) -> Score | None:
+        """The job's held-out scoring as an ``evaluation`` event and a :class:`Score`; None (and
+        the reason in ``failures``) when the job or its scoring failed."""
+        evaluation = job.get("evaluation") or {}
+        if job["state"] != "completed" or "metrics" not in evaluation:
+            why = job.get("error") or evaluation.get("failed") or evaluation.get("skipped") or job["state"]
+            failures[name] = why if job["state"] != "completed" else f"held-out scoring failed: {why}"
+            self.emit("training_failed", model=name, message=failures[name])
+            return None
+        counts = class_counts(evaluation)
+        self.emit("evaluation", model=name, label=job["result"], step=step, metrics=evaluation["metrics"],
+                  per_client=evaluation["per_client"], class_counts=counts)
+        return Score.from_metrics(evaluation["per_client"], counts)
+
+    def local_only(self, step: str) -> Score:
+        """Every gateway alone, each scored on its own held-out windows: the baseline a federated
+        model must beat to be deployed (one server job per gateway)."""
+        self.emit("phase", name=f"training the local-only baseline, every gateway alone ({step})")
+        per_client: dict[str, dict[str, float]] = {}
+        for client in self.plan.gateways:
+            job = self.run_job(f"local-only {client} ({step})", "fedforest", self.plan.local_config(),
+                               clients=[client], model_id=f"local-{client}")
+            scored = (job.get("evaluation") or {}).get("per_client", {})
+            if job["state"] == "completed" and client in scored:
+                per_client[client] = scored[client]
+        self.emit("evaluation", model="local-only", step=step, per_client=per_client, metrics={})
+        return Score.from_metrics(per_client)
+
+    # -- the first training ----------------------------------------------------------------
+
+    def first_training(self) -> DeploymentDecision:
+        """Every algorithm over the fleet, the local-only baseline, the demo's decision, and the
+        deployment of the winner (if any) through the API."""
+        scores: dict[str, Score] = {}
+        failures: dict[str, str] = {}
+        for algorithm in self.plan.algorithms:
+            self.emit("phase", name=f"training {algorithm} ({FIRST_TRAINING})")
+            job = self.run_job(algorithm, algorithm, self.plan.config(algorithm))
+            score = self._scored(algorithm, job, FIRST_TRAINING, failures)
+            if score is not None:
+                scores[algorithm] = score
+                self.scores[algorithm] = (algorithm, int(job["result"].rpartition(":v")[2]), score)
+        local = self.local_only(FIRST_TRAINING)
+        decision = decide_deployment(FIRST_TRAINING, scores, local_only=local, failures=failures)
+        self.emit("decision", **asdict(decision))
+        if decision.deploy is not None:
+            algorithm, version, score = self.scores[decision.deploy]
+            self._deploy(algorithm, version, score)
+        return decision
+
+    def _deploy(self, algorithm: str, version: int, score: Score) -> None:
+        label = f"{MODEL_ID}:v{version}"
+        self.emit("phase", name=f"deploying {label} ({algorithm}): POST /api/models/{MODEL_ID}/{version}/deploy")
+        result = self.server.post(f"/api/models/{MODEL_ID}/{version}/deploy", {"clients": self.plan.gateways})
+        self.deployed = Deployed(algorithm, version, dict(score.windows))
+        self.emit("deployed", model=label, algorithm=algorithm, version=version, accuracy=score.accuracy,
+                  windows=score.n, active=result["active"], rejected=result["rejected"], pending=result["pending"])
+
+    # -- the retraining ----------------------------------------------------------------------
+
+    def retraining_algorithm(self) -> tuple[str, dict[str, Any]]:
+        """The deployed model's algorithm (FedSCS-XGB continues boosting from it: fewer rounds);
+        with none deployed, the first training's best-scoring algorithm, trained afresh."""
+        if self.deployed is not None:
+            algorithm = self.deployed.algorithm
+            return algorithm, self.plan.config(algorithm, continuing=algorithm == "fedscs-xgb")
+        ranked = sorted(self.scores.values(), key=lambda s: -s[2].accuracy if not math.isnan(s[2].accuracy) else 0)
+        algorithm = ranked[0][0] if ranked else self.plan.algorithms[0]
+        return algorithm, self.plan.config(algorithm)
+
+    def add_schedule(self, min_new_windows: int) -> dict[str, Any]:
+        """The retraining schedule: once ``min_new_windows`` labelled windows were added
+        fleet-wide; promoted unless it scores below the deployed version (threshold 0)."""
+        algorithm, config = self.retraining_algorithm()
+        self.schedule = schedule = self.server.post("/api/schedules", {
+            "schedule_id": SCHEDULE_ID, "model_id": MODEL_ID, "algorithm": algorithm, "config": config,
+            "min_new_windows": min_new_windows, "threshold": 0.0, "canary_share": self.plan.canary_share})
+        self.emit("note", text=f"schedule {SCHEDULE_ID} (POST /api/schedules): the server retrains {algorithm} once "
+                               f"the fleet has >= {min_new_windows} new labelled windows (it has "
+                               f"{schedule['last_windows']} now), and deploys the result only if it does not "
+                               f"score below the deployed model, canary gateways ({self.plan.canary_share:.0%}) "
+                               "first")
+        return schedule
+
+    def remove_schedule(self) -> None:
+        """``DELETE /api/schedules/{id}``: the demo shows one scheduled retraining; left in place,
+        the schedule would fire again on the labels that arrive while the sessions play out."""
+        self.server.call("DELETE", f"/api/schedules/{SCHEDULE_ID}")
+        self.emit("note", text=f"schedule {SCHEDULE_ID} deleted (DELETE /api/schedules/{SCHEDULE_ID}): the demo shows "
+                               "one scheduled retraining; a clinic keeps its schedules")
+
+    def scheduled_job(self) -> dict[str, Any] | None:
+        """The job the schedule started, once it has."""
+        jobs = self.server.get("/api/jobs?limit=1000")
+        return next((j for j in jobs if j["schedule_id"] == SCHEDULE_ID), None)
+
+    def retraining(self, job_id: str) -> DeploymentDecision:
+        """Follow the scheduled job to its promotion decision, re-score the deployed version
+        (the server did, on the candidate's held-out windows), score the retrained local-only
+        baseline, and tell the server's decision with the demo's bars beside it."""
+        first = self.server.get(f"/api/jobs/{job_id}")
+        name = f"{first['algorithm']} (retrained)"
+        self.emit("phase", name=f"training {name}: the schedule's job {job_id}")
+        job = self.follow(job_id, name)
+        failures: dict[str, str] = {}
+        candidate = self._scored(name, job, RETRAINING, failures)
+        promotion = next((p for p in self.server.get(f"/api/promotions?model_id={MODEL_ID}")
+                          if p["job_id"] == job_id), None)
+        if candidate is not None and promotion is not None and promotion["baseline"] is not None:
+            self._tell_rescored(promotion, candidate)
+        local = self.local_only(RETRAINING)
+        deployed = self.deployed.label if self.deployed is not None else ""
+        decision = promotion_decision(RETRAINING, name, candidate, promotion, local_only=local, deployed=deployed,
+                                      failures=failures)
+        self.emit("decision", **asdict(decision))
+        if decision.deploy is not None:
+            self._rolled_out(job["algorithm"], promotion["candidate"], candidate)
+        return decision
+
+    def _tell_rescored(self, promotion: dict[str, Any], candidate: Score) -> None:
+        """The deployed version as the server's promotion re-scored it: on the candidate's
+        held-out windows (the same job), pooled accuracy only (that is what the record keeps)."""
+        label = f"{MODEL_ID}:v{promotion['baseline']}"
+        deployed = self.deployed if self.deployed is not None and self.deployed.label == label else None
+        name = f"{label} ({deployed.algorithm if deployed else 'deployed'}, deployed), re-scored"
+        accuracy = promotion["baseline_value"]
+        per_client = {c: {"n": float(n)} for c, n in candidate.windows.items()}
+        self.emit("evaluation", model=name, label=label, step=RETRAINING, rescored=label,
+                  metrics={"accuracy": accuracy, "n": float(candidate.n)}, per_client=per_client,
+                  class_counts=list(candidate.class_counts),
+                  first_windows=dict(deployed.first_windows) if deployed else {})
+
+    def _rolled_out(self, algorithm: str, version: int, score: Score) -> None:
+        """The staged rollout as the registry recorded it (``/api/deployments``)."""
+        rows = self.server.get(f"/api/deployments?model_id={MODEL_ID}&limit=1000")
+        mine = {}
+        for row in rows:  # newest first: each gateway's latest state for this version
+            if row["version"] == version:
+                mine.setdefault(row["client"], row)
+        active = sorted(c for c, r in mine.items() if r["state"] == "active")
+        rejected = {c: r["detail"] for c, r in mine.items() if r["state"] == "rejected"}
+        pending = sorted(c for c in self.plan.gateways if c not in mine or mine[c]["state"] == "pending")
+        label = f"{MODEL_ID}:v{version}"
+        self.deployed = Deployed(algorithm, version, dict(score.windows))
+        self.emit("deployed", model=label, algorithm=algorithm, version=version, accuracy=score.accuracy,
+                  windows=score.n, active=active, rejected=rejected, pending=pending)
+
