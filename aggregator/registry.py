@@ -45,7 +45,7 @@ __all__ = ["Deployment", "HEAD_REVISION", "JobRecord", "ModelRecord", "Promotion
 
 #: The newest Alembic revision (``aggregator/server/migrations/versions``); a database already
 #: there is opened without loading the migration scripts.
-HEAD_REVISION = "0002"
+HEAD_REVISION = "0003"
 #: Key of the PostgreSQL advisory lock that serialises the registry's writers.
 _PG_WRITE_LOCK = 0x77_66_65_64  # "wfed"
 
@@ -135,7 +135,11 @@ class RoundRecord:
 class ScheduleRecord:
     """Retrain ``model_id`` with ``algorithm``/``config`` every ``every_s`` seconds, at ``cron``
     times, or once ``min_new_windows`` labelled windows were added fleet-wide since the last run;
-    promote if validation regresses by at most ``threshold``; deploy to ``canary_share`` first."""
+    promote if validation regresses by at most ``threshold``; deploy to ``canary_share`` first.
+    With ``canary_windows`` > 0 the canary is also judged live: each canary gateway must report
+    that many live predictions of the candidate within ``canary_observe_s`` seconds, and their
+    mean confidence may fall at most ``canary_max_drop`` below the version's before it
+    (``policy.judge_live``)."""
 
     schedule_id: str
     model_id: str
@@ -150,12 +154,17 @@ class ScheduleRecord:
     last_run: float
     last_windows: int
     created: float
+    canary_windows: int = 0
+    canary_observe_s: float = 900.0
+    canary_max_drop: float = 0.05
 
 
 @dataclass(frozen=True)
 class PromotionRecord:
     """A promotion decision and its numbers: the candidate's and the baseline's federated
-    validation ``metric``, the allowed regression ``threshold``, and what was decided."""
+    validation ``metric``, the allowed regression ``threshold``, what was decided, and
+    ``canary``: the canary's live check if one ran (per gateway its live predictions of the
+    candidate and their mean confidence against the version's before; ``{}`` if none ran)."""
 
     id: int
     job_id: str
@@ -169,6 +178,7 @@ class PromotionRecord:
     decision: str  # "promoted" | "rejected" | "halted" | "rolled-out"
     detail: str
     created: float
+    canary: dict = field(default_factory=dict)
 
 
 def registry_url(path: str | Path) -> str:
@@ -205,16 +215,18 @@ def _tables():
                          sa.Column("every_s", sa.Float), text("cron"), sa.Column("min_new_windows", sa.Integer),
                          sa.Column("threshold", sa.Float), sa.Column("canary_share", sa.Float),
                          sa.Column("enabled", sa.Boolean), sa.Column("last_run", sa.Float),
-                         sa.Column("last_windows", sa.Integer), sa.Column("created", sa.Float))
+                         sa.Column("last_windows", sa.Integer), sa.Column("created", sa.Float),
+                         sa.Column("canary_windows", sa.Integer), sa.Column("canary_observe_s", sa.Float),
+                         sa.Column("canary_max_drop", sa.Float))
     promotions = sa.Table("promotions", md, sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                           text("job_id"), text("model_id"), sa.Column("candidate", sa.Integer),
                           sa.Column("baseline", sa.Integer), text("metric"), sa.Column("candidate_value", sa.Float),
                           sa.Column("baseline_value", sa.Float), sa.Column("threshold", sa.Float), text("decision"),
-                          text("detail"), sa.Column("created", sa.Float))
+                          text("detail"), sa.Column("created", sa.Float), text("canary"))
     return models, deployments, gateways, jobs, rounds, schedules, promotions
 
 
-_JSON_FIELDS = {"config", "rules", "participants", "evaluation", "metrics", "classes"}
+_JSON_FIELDS = {"config", "rules", "participants", "evaluation", "metrics", "classes", "canary"}
 
 
 def _decode(row: Mapping[str, Any], cls: type) -> Any:
@@ -546,7 +558,8 @@ class Registry:
     def add_promotion(self, **values: Any) -> PromotionRecord:
         t = self._promotions
         with self._tx() as c:
-            key = c.execute(t.insert().values(created=time.time(), **values)).inserted_primary_key[0]
+            key = c.execute(t.insert().values(**_encode({"canary": {}, **values}), created=time.time())
+                            ).inserted_primary_key[0]
         return _decode(self._read(t.select().where(t.c.id == key))[0], PromotionRecord)
 
     def promotions(self, model_id: str | None = None) -> list[PromotionRecord]:

@@ -77,6 +77,11 @@ class ScheduleIn(BaseModel):
     min_new_windows: int | None = Field(None, ge=1, le=10**9)
     threshold: float = Field(0.01, ge=0, le=1e6, description="allowed regression of the validation metric")
     canary_share: float = Field(0.25, gt=0, le=1)
+    canary_windows: int = Field(0, ge=0, le=1000, description="live predictions of the candidate each canary "
+                                "gateway must report before the rest get it (0: no live check)")
+    canary_observe_s: float = Field(900.0, gt=0, le=86_400, description="how long to wait for them, seconds")
+    canary_max_drop: float = Field(0.05, ge=0, le=1, description="how far their mean confidence may fall below "
+                                   "that of as many predictions of the version the canary ran before")
     enabled: bool = True
 
 
@@ -304,7 +309,8 @@ def create_app(server: Server) -> FastAPI:
         now = time.time()
         record = ScheduleRecord(body.schedule_id, body.model_id, body.algorithm, body.config, body.every_s,
                                 body.cron, body.min_new_windows, body.threshold, body.canary_share, body.enabled,
-                                now, server.tracker.labelled_total(), now)
+                                now, server.tracker.labelled_total(), now, canary_windows=body.canary_windows,
+                                canary_observe_s=body.canary_observe_s, canary_max_drop=body.canary_max_drop)
         return asdict(server.registry.add_schedule(record))
 
     @app.delete("/api/schedules/{schedule_id}", status_code=204, dependencies=[operate])

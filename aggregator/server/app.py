@@ -22,7 +22,7 @@ from ..jobs import JobSettings
 from ..registry import Registry
 from ..rounds import RoundEngine
 from .config import ServerConfig
-from .service import FleetTracker, JobRunner, Scheduler
+from .service import FleetTracker, JobRunner, LiveMonitor, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +63,10 @@ class Server:
         layout = TopicLayout()
         self.engine = RoundEngine(transport, layout)
         self.tracker = FleetTracker(transport, layout, self.registry)
+        self.live = LiveMonitor(transport, layout)
         settings = JobSettings(deadline_s=cfg.deadline_s, min_fraction=cfg.min_fraction)
         self.runner = JobRunner(self.registry, self.engine, self.tracker, settings=settings,
-                                signing_key=self.signing_key)
+                                signing_key=self.signing_key, live=self.live)
         self.scheduler = Scheduler(self.registry, self.runner, self.tracker, cfg.schedule_tick_s)
         self.runner.start()
         self.scheduler.start()

@@ -1,5 +1,6 @@
 """The server's decisions as pure functions: when a schedule is due, whether a retrained version
-is promoted, which gateways are the canary and whether the canary halts a rollout.
+is promoted, which gateways are the canary and whether the canary halts a rollout -- on its
+held-out score (``judge``) and on its live predictions (``judge_live``).
 
 Kept free of I/O so that each rule is tested on its numbers alone (tests/server/test_policy.py);
 ``aggregator.server.service`` feeds them what the fleet and the registry say.
@@ -11,7 +12,10 @@ import math
 import time
 from dataclasses import dataclass
 
-__all__ = ["CronSpec", "Verdict", "canary_of", "is_due", "judge", "metric_for"]
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = ["CronSpec", "LiveCheck", "Verdict", "canary_of", "is_due", "judge", "judge_live", "metric_for"]
 
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day", 1, 31), ("month", 1, 12), ("weekday", 0, 6))
 #: How far back a cron schedule looks for a missed time (a server down for a week runs it once).
@@ -156,3 +160,63 @@ def canary_of(gateways: list[str], share: float) -> list[str]:
         raise ValueError(f"canary_share must lie in (0, 1], got {share}")
     ordered = sorted(gateways)
     return ordered[:max(1, math.ceil(share * len(ordered)))] if ordered else []
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    """The live check of one canary gateway: ``windows`` live predictions of the candidate were
+    judged, with mean confidence ``after``; ``before`` is the mean confidence of as many of the
+    gateway's newest predictions with the version it ran before (``None``: it reported too few),
+    ``drop = before - after``; ``halt`` whether this gateway halts the rollout, and why."""
+
+    gateway: str
+    windows: int
+    before: float | None
+    after: float | None
+    drop: float | None
+    halt: bool
+    reason: str
+
+
+def judge_live(gateway: str, before: ArrayLike, after: ArrayLike, *, min_windows: int,
+               max_drop: float) -> LiveCheck:
+    """Halt unless the canary ``gateway`` reported at least ``min_windows`` live predictions of
+    the candidate (``after``: their confidences, the predicted class's probability, oldest
+    first) and the mean confidence of the first ``min_windows`` of them is at most ``max_drop``
+    below that of the newest ``min_windows`` predictions of the version it ran before
+    (``before``, oldest first). With fewer than ``min_windows`` of those there is nothing to
+    compare with, and the candidate passes on its count alone.
+
+    Confidence needs no labels, so it is there minutes after the deployment; it falls when the
+    live windows lie far from what the model was trained on, and an overconfident model that
+    is wrong passes it -- which is why the canary is also judged on its held-out score.
+
+    Examples
+    --------
+    >>> check = judge_live("gw-1", [0.9, 0.8, 0.9, 0.8], [0.6, 0.7, 0.9], min_windows=2, max_drop=0.1)
+    >>> check.halt, round(check.drop, 4)
+    (True, 0.2)
+    >>> check.reason
+    'gw-1: live mean confidence 0.65 over 2 windows vs 0.85 before: dropped by 0.2 > 0.1'
+    >>> judge_live("gw-2", [], [0.6], min_windows=2, max_drop=0.1).reason
+    'gw-2: 1 live prediction of the candidate, fewer than the 2 the check needs'
+    """
+    if min_windows < 1:
+        raise ValueError(f"min_windows must be >= 1, got {min_windows}")
+    before, after = np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64)
+    mean_before = float(before[-min_windows:].mean()) if before.size >= min_windows else None
+    if after.size < min_windows:
+        return LiveCheck(gateway, int(after.size), mean_before, None, None, True,
+                         f"{gateway}: {after.size} live prediction{'s' if after.size != 1 else ''} of the candidate, "
+                         f"fewer than the {min_windows} the check needs")
+    mean_after = float(after[:min_windows].mean())
+    if mean_before is None:
+        return LiveCheck(gateway, min_windows, None, mean_after, None, False,
+                         f"{gateway}: live mean confidence {mean_after:.3g} over {min_windows} windows; no live "
+                         f"baseline ({before.size} predictions of the version before)")
+    drop = mean_before - mean_after
+    halt = drop > max_drop
+    return LiveCheck(gateway, min_windows, mean_before, mean_after, drop, halt,
+                     f"{gateway}: live mean confidence {mean_after:.3g} over {min_windows} windows vs "
+                     f"{mean_before:.3g} before: {'dropped' if drop > 0 else 'rose'} by {abs(drop):.3g}"
+                     f"{' > ' if halt else ' <= ' if drop > 0 else ', limit '}{max_drop:g}")

@@ -22,9 +22,18 @@ in the range, and the job needs ``min_gateways`` of those that remain.
 A job started by a schedule then faces the promotion rule (``policy.judge``): candidate and the
 version the fleet runs are scored on the same held-out windows; within the threshold, and with a
 signing key, the candidate goes to the canary share of the participants first and then to the
-rest unless the canary halts it -- a gateway of the canary refused it, or the canary's own
-held-out score regressed beyond the threshold -- in which case the canary is rolled back. Every
-decision is stored with its numbers (``Registry.add_promotion``).
+rest unless the canary halts it -- a gateway of the canary refused it, the canary's own
+held-out score regressed beyond the threshold, or (a schedule with ``canary_windows``) its live
+metrics regressed -- in which case the canary is rolled back. Every decision is stored with its
+numbers (``Registry.add_promotion``).
+
+The live metrics are the canary's live predictions (``PredictionBatch``, which every gateway
+publishes to the aggregator as it recognises its stream; :class:`LiveMonitor` keeps their
+confidences per gateway and model version). After the canary activated the candidate, the
+server waits up to ``canary_observe_s`` seconds for ``canary_windows`` live predictions of it
+from every canary gateway, then compares their mean confidence with that of the gateway's
+newest as many predictions of the version it ran before (``policy.judge_live``): too few
+predictions, or a drop beyond ``canary_max_drop``, halts the rollout.
 
 :class:`Scheduler` looks at the schedules every ``schedule_tick_s`` seconds (``policy.is_due``).
 """
@@ -37,10 +46,15 @@ import queue
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, fields, replace
+from collections import deque
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+import numpy as np
+
 from shared.model import TreeEnsemble
+from shared.protocol.envelope import Message
+from shared.protocol.messages.deployment import PredictionBatch
 from shared.protocol.messages.fleet_sums import TimeRange
 from shared.protocol.topics import TopicLayout
 from shared.transport.base import Transport
@@ -51,11 +65,11 @@ from ..fleet_status import GatewayRow, fold_statuses
 from ..jobs import Checkpoint, FederatedJob, JobSettings, RoundProgress, TrainingError
 from ..registry import JobRecord, Registry, RegistryError, ScheduleRecord
 from ..rounds import QuorumNotReached, RoundEngine
-from .policy import canary_of, is_due, judge, metric_for
+from .policy import LiveCheck, canary_of, is_due, judge, judge_live, metric_for
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ALGORITHMS", "FleetTracker", "JobRequest", "JobRunner", "Scheduler", "build_algorithm"]
+__all__ = ["ALGORITHMS", "FleetTracker", "JobRequest", "JobRunner", "LiveMonitor", "Scheduler", "build_algorithm"]
 
 
 def _algorithms() -> dict[str, type]:
@@ -200,6 +214,61 @@ class FleetTracker:
                                           timeout_s)
 
 
+class LiveMonitor:
+    """The confidence of every gateway's live predictions, per gateway and model version.
+
+    Gateways publish their live predictions to the aggregator (``PredictionBatch`` on their
+    outbox: per window the predicted class's probability); the monitor keeps the newest
+    ``keep`` confidences of the two model versions each gateway reported last, which is what
+    the canary's live check compares (see the module docstring). A batch whose sender is not
+    the gateway of its topic is ignored.
+    """
+
+    def __init__(self, transport: Transport, layout: TopicLayout, *, keep: int = 1000) -> None:
+        self._layout, self.keep = layout, keep
+        self._seen: dict[str, dict[str, deque[float]]] = {}
+        self._changed = threading.Condition()
+        transport.subscribe(layout.all_outboxes, self._on_message)
+
+    def _on_message(self, topic: str, message: Message) -> None:
+        body = message.body
+        gateway = self._layout.client_of(topic)
+        if not isinstance(body, PredictionBatch) or gateway is None or gateway != message.envelope.sender:
+            return
+        label = f"{body.model_id}:v{body.model_version}"
+        with self._changed:
+            versions = self._seen.setdefault(gateway, {})
+            kept = versions.pop(label, None) or deque(maxlen=self.keep)
+            kept.extend(body.probability.astype(np.float64).tolist())
+            versions[label] = kept  # the most recently reported version last
+            while len(versions) > 2:
+                del versions[next(iter(versions))]
+            self._changed.notify_all()
+
+    def confidences(self, gateway: str, label: str) -> np.ndarray:
+        """The kept confidences of ``gateway``'s live predictions with ``label``, oldest first."""
+        with self._changed:
+            return np.array(self._seen.get(gateway, {}).get(label, ()), dtype=np.float64)
+
+    def forget(self, gateways: list[str], label: str) -> None:
+        """Drop what ``gateways`` reported with ``label`` (before it is deployed to them again)."""
+        with self._changed:
+            for gateway in gateways:
+                self._seen.get(gateway, {}).pop(label, None)
+
+    def wait(self, gateways: list[str], label: str, n: int, timeout_s: float, stop: threading.Event) -> bool:
+        """Wait until each of ``gateways`` reported ``n`` predictions with ``label``; False at
+        the timeout or when ``stop`` is set."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while not all(len(self._seen.get(g, {}).get(label, ())) >= n for g in gateways):
+                left = deadline - time.monotonic()
+                if left <= 0 or stop.is_set():
+                    return False
+                self._changed.wait(min(left, 0.25))
+            return True
+
+
 class JobCancelled(Exception):
     """The job was cancelled (through the API) while it ran."""
 
@@ -208,8 +277,9 @@ class JobRunner:
     """Runs queued jobs one after another on a thread of its own (see the module docstring)."""
 
     def __init__(self, registry: Registry, engine: RoundEngine, tracker: FleetTracker, *,
-                 settings: JobSettings, signing_key=None, presence_wait_s: float = 30.0) -> None:
-        self.registry, self.engine, self.tracker = registry, engine, tracker
+                 settings: JobSettings, signing_key=None, presence_wait_s: float = 30.0,
+                 live: LiveMonitor | None = None) -> None:
+        self.registry, self.engine, self.tracker, self.live = registry, engine, tracker, live
         self.settings, self.signing_key, self.presence_wait_s = settings, signing_key, presence_wait_s
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._stop = threading.Event()
@@ -432,6 +502,11 @@ class JobRunner:
 
         gateways = list(fed.clients)
         canary = canary_of(gateways, schedule.canary_share)
+        running = self.registry.running()
+        previous = {g: running[g].label for g in canary if g in running}
+        label = f"{job.model_id}:v{version}"
+        if self.live is not None:
+            self.live.forget(canary, label)
         first = deploy(self.engine, self.registry, self.signing_key, job.model_id, version, canary,
                        deadline_s=self.settings.deadline_s)
         halt = f"canary refused it: {first.rejected}" if first.rejected else ""
@@ -442,17 +517,50 @@ class JobRunner:
             check = judge(metric, higher, candidate, before.get("metrics", {}).get(metric), schedule.threshold)
             if not check.promote:
                 halt = f"canary {', '.join(canary)}: {check.reason}"
+        live: dict[str, Any] = {}
+        if not halt and schedule.canary_windows > 0:
+            live = self._watch_canary(canary, label, previous, model, schedule)
+            halted = [c["reason"] for c in live.get("gateways", {}).values() if c["halt"]]
+            halt = "; ".join(halted) or live.get("halt", "")
+        live_text = "".join(f"; {c['reason']}" for c in live.get("gateways", {}).values() if not c["halt"])
+        if "skipped" in live:
+            live_text += f"; no live check: {live['skipped']}"
         if halt:
             rollback(self.engine, self.registry, self.signing_key, first.active, reason="canary regression",
                      deadline_s=self.settings.deadline_s)
-            self.registry.add_promotion(**numbers, decision="halted", detail=f"{reason}; {halt}")
+            self.registry.add_promotion(**numbers, decision="halted", detail=f"{reason}; {halt}", canary=live)
             return
         rest = [g for g in gateways if g not in canary]
         if rest:
             deploy(self.engine, self.registry, self.signing_key, job.model_id, version, rest,
                    deadline_s=self.settings.deadline_s)
-        self.registry.add_promotion(**numbers, decision="rolled-out",
-                                    detail=f"{reason}; canary {', '.join(canary)} then {', '.join(rest) or 'none'}")
+        self.registry.add_promotion(**numbers, decision="rolled-out", canary=live,
+                                    detail=f"{reason}{live_text}; canary {', '.join(canary)} then "
+                                           f"{', '.join(rest) or 'none'}")
+
+    def _watch_canary(self, canary: list[str], label: str, previous: dict[str, str], model: TreeEnsemble,
+                      schedule: ScheduleRecord) -> dict[str, Any]:
+        """The canary's live check (module docstring) as JSON for the promotion record: the rule's
+        numbers, and per canary gateway its ``LiveCheck``; ``halt`` says why it could not run."""
+        rule = {"metric": "live mean confidence", "windows": schedule.canary_windows,
+                "observe_s": schedule.canary_observe_s, "max_drop": schedule.canary_max_drop}
+        if not model.is_classifier:  # a regressor's live predictions carry no confidence
+            return {**rule, "skipped": "a regressor's live predictions have no confidence"}
+        if self.live is None:
+            return {**rule, "halt": "the server does not follow live predictions"}
+        started = time.monotonic()
+        self.live.wait(canary, label, schedule.canary_windows, schedule.canary_observe_s, self._stop)
+        observed = round(time.monotonic() - started, 3)
+        if self._stop.is_set():
+            return {**rule, "observed_s": observed, "halt": "the live observation was interrupted (server stopping "
+                                                            "or job cancelled)"}
+        checks: dict[str, LiveCheck] = {}
+        for gateway in canary:
+            before = self.live.confidences(gateway, previous[gateway]) if gateway in previous else np.zeros(0)
+            checks[gateway] = judge_live(gateway, before, self.live.confidences(gateway, label),
+                                         min_windows=schedule.canary_windows, max_drop=schedule.canary_max_drop)
+        return {**rule, "observed_s": observed, "gateways": {g: {**asdict(c), "before_model": previous.get(g)}
+                                                             for g, c in checks.items()}}
 
 
 def _finite(metrics: dict[str, float]) -> dict[str, float | None]:

@@ -7,7 +7,7 @@ import calendar
 
 import pytest
 
-from aggregator.server.policy import CronSpec, canary_of, is_due, judge, metric_for
+from aggregator.server.policy import CronSpec, canary_of, is_due, judge, judge_live, metric_for
 
 
 def utc(text: str) -> float:
@@ -61,3 +61,21 @@ def test_canary_is_the_first_share_of_gateways_in_id_order() -> None:
     assert canary_of(fleet, 1.0) == sorted(fleet)
     with pytest.raises(ValueError, match="canary_share"):
         canary_of(fleet, 0.0)
+
+
+def test_the_live_check_compares_as_many_windows_before_and_after() -> None:
+    before = [0.2] * 10 + [0.9] * 4  # only the newest 4 of the version before count
+    after = [0.8, 0.8, 0.9, 0.9, 0.1]  # only the first 4 of the candidate count
+    check = judge_live("gw-1", before, after, min_windows=4, max_drop=0.06)
+    assert not check.halt and check.windows == 4
+    assert check.before == pytest.approx(0.9) and check.after == pytest.approx(0.85)
+    assert check.drop == pytest.approx(0.05) and "dropped by 0.05 <= 0.06" in check.reason
+    assert judge_live("gw-1", before, after, min_windows=4, max_drop=0.04).halt
+    risen = judge_live("gw-1", [0.5] * 4, [0.7] * 4, min_windows=4, max_drop=0.0)
+    assert not risen.halt and "rose by 0.2, limit 0" in risen.reason
+    fresh = judge_live("gw-2", [0.9] * 3, [0.3] * 4, min_windows=4, max_drop=0.0)  # no baseline: the count decides
+    assert not fresh.halt and fresh.before is None and "no live baseline (3 predictions" in fresh.reason
+    short = judge_live("gw-3", [0.9] * 4, [0.9] * 3, min_windows=4, max_drop=0.5)
+    assert short.halt and short.before == pytest.approx(0.9) and short.after is None
+    with pytest.raises(ValueError, match="min_windows must be >= 1"):
+        judge_live("gw-1", [], [], min_windows=0, max_drop=0.1)

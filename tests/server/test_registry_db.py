@@ -153,3 +153,37 @@ def test_head_revision_is_the_migration_scripts_head() -> None:
 def test_an_unreachable_database_is_one_clear_error() -> None:
     with pytest.raises(RegistryError, match=r"postgresql\+psycopg://wf:\*\*\*@127.0.0.1:1/x is not a usable"):
         Registry("postgresql+psycopg://wf:secret@127.0.0.1:1/x")
+
+
+def test_a_registry_at_revision_0002_gains_the_canary_columns_and_keeps_its_rows(registry_url: str) -> None:
+    """Revision 0003: a schedule stored before it gets the defaults that keep its behaviour (no
+    live check); a promotion stored before it has no live numbers."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    engine = sa.create_engine(registry_url if "://" in registry_url else f"sqlite:///{registry_url}")
+    with engine.begin() as connection:
+        config = Config()
+        config.set_main_option("script_location", str(Path(aggregator.__file__).parent / "server" / "migrations"))
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0002")
+        connection.exec_driver_sql(
+            "INSERT INTO schedules (schedule_id, model_id, algorithm, config, every_s, cron, min_new_windows, "
+            "threshold, canary_share, enabled, last_run, last_windows, created) "
+            "VALUES ('nightly', 'act', 'fedforest', '{}', 60.0, '', NULL, 0.01, 0.25, TRUE, 0.0, 0, 1.0)")
+        connection.exec_driver_sql(
+            "INSERT INTO promotions (job_id, model_id, candidate, baseline, metric, candidate_value, baseline_value, "
+            "threshold, decision, detail, created) "
+            "VALUES ('job-a', 'act', 2, 1, 'accuracy', 0.8, 0.9, 0.05, 'rejected', 'regressed', 2.0)")
+    engine.dispose()
+    with Registry(registry_url) as registry:
+        schedule = registry.schedule("nightly")
+        assert (schedule.every_s, schedule.threshold, schedule.canary_share) == (60.0, 0.01, 0.25)
+        assert (schedule.canary_windows, schedule.canary_observe_s, schedule.canary_max_drop) == (0, 900.0, 0.05)
+        [old] = registry.promotions()
+        assert (old.decision, old.detail, old.canary) == ("rejected", "regressed", {})
+        new = registry.add_promotion(job_id="job-b", model_id="act", candidate=3, baseline=1, metric="accuracy",
+                                     candidate_value=0.9, baseline_value=0.9, threshold=0.05, decision="halted",
+                                     detail="gw-1: dropped", canary={"gateways": {"gw-1": {"before": 0.9}}})
+        assert registry.promotions()[0] == new and new.canary == {"gateways": {"gw-1": {"before": 0.9}}}

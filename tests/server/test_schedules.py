@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -16,7 +17,8 @@ import aggregator.deployment
 from aggregator.algorithms import FedForest, FedSCSXGB
 from aggregator.deployment import DeploymentResult
 from aggregator.server.api import create_app
-from shared.protocol.messages.deployment import ModelStatus
+from shared.protocol.envelope import Message
+from shared.protocol.messages.deployment import ModelStatus, PredictionBatch
 from tests.server.fleet_memory import announce, fleet_data, running_server, wait_job
 
 GATEWAYS = ["gw-1", "gw-2", "gw-3", "gw-4"]
@@ -24,16 +26,21 @@ FOREST = {"n_trees": 5, "max_depth": 4, "n_bins": 16}
 
 
 class Pushes:
-    """Stand-ins for ``deploy``/``rollback`` that record who was asked and answer ``active``."""
+    """Stand-ins for ``deploy``/``rollback`` that record who was asked and answer ``active``;
+    ``on_deploy(model_id, version, clients)`` runs after each deployment (the gateways' live
+    predictions with the new version)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, on_deploy=None) -> None:
         self.deployed: list[list[str]] = []
         self.rolled_back: list[list[str]] = []
+        self.on_deploy = on_deploy
         monkeypatch.setattr(aggregator.deployment, "deploy", self.deploy)
         monkeypatch.setattr(aggregator.deployment, "rollback", self.rollback)
 
     def deploy(self, _engine, registry, _key, model_id, version, clients, *, deadline_s):
         self.deployed.append(list(clients))
+        if self.on_deploy is not None:
+            self.on_deploy(model_id, version, clients)
         for client in clients:
             registry.set_deployment(model_id, version, client, "active")
         answers = {c: ModelStatus("active", model_id, version) for c in clients}
@@ -128,3 +135,53 @@ def test_a_version_that_holds_on_the_canary_goes_to_the_rest(tmp_path, monkeypat
         assert decision.decision == "rolled-out" and decision.candidate_value == decision.baseline_value
         assert pushes.deployed == [["gw-1", "gw-2"], ["gw-3", "gw-4"]] and pushes.rolled_back == []
         assert {d.label for d in server.registry.running().values()} == {"act:v2"}
+
+
+def live_predictions(sim, gateway: str, label: str, confidence: float, n: int) -> None:
+    """``n`` live predictions of ``label`` by ``gateway``, each with ``confidence``, as its live
+    predictor publishes them."""
+    model_id, _, version = label.rpartition(":v")
+    batch = PredictionBatch(model_id, int(version), ("push", "rest"), np.arange(n, dtype=np.int64) * 10**6,
+                            np.zeros(n, np.int16), np.full(n, confidence, np.float32), np.ones(n, np.float32))
+    transport = sim.transports[gateway]
+    transport.publish(transport.layout.outbox(gateway), Message.create(batch, sender=gateway))
+
+
+@pytest.mark.parametrize("after, n_after, decision, detail", [
+    (0.6, 25, "halted", "gw-1: live mean confidence 0.6 over 20 windows vs 0.9 before: dropped by 0.3 > 0.1"),
+    (0.6, 5, "halted", "gw-1: 5 live predictions of the candidate, fewer than the 20 the check needs"),
+    (0.85, 25, "rolled-out", "gw-1: live mean confidence 0.85 over 20 windows vs 0.9 before: dropped by 0.05 <= 0.1"),
+])
+def test_the_canary_is_judged_on_its_live_predictions(tmp_path, monkeypatch, after, n_after, decision,
+                                                      detail) -> None:
+    clients = fleet_data()
+
+    def predict_live(model_id, version, gateways):  # the canary recognises its stream with the candidate
+        if gateways == ["gw-1"]:
+            live_predictions(sim, "gw-1", f"{model_id}:v{version}", after, n_after)
+
+    pushes = Pushes(monkeypatch, on_deploy=predict_live)
+    with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
+        server.runner.signing_key = "key"
+        announce(sim, {g: 90 for g in GATEWAYS})
+        baseline(server, aggregator.simulate(FedForest(**FOREST), clients))
+        live_predictions(sim, "gw-1", "act:v1", 0.5, 30)  # older ones: only the newest 20 count
+        live_predictions(sim, "gw-1", "act:v1", 0.9, 20)
+        api = TestClient(create_app(server))
+        assert api.post("/api/schedules", json={
+            "schedule_id": "s", "model_id": "act", "algorithm": "fedforest", "every_s": 1e-3, "threshold": 1.0,
+            "canary_share": 0.25, "canary_windows": 20, "canary_observe_s": 2.0, "canary_max_drop": 0.1,
+            "config": FOREST}).status_code == 201
+        run_due(server)
+        [shown] = api.get("/api/promotions").json()
+        assert shown["decision"] == decision and detail in shown["detail"], shown
+        live = shown["canary"]
+        assert (live["metric"], live["windows"], live["max_drop"]) == ("live mean confidence", 20, 0.1)
+        check = live["gateways"]["gw-1"]
+        assert check["before_model"] == "act:v1" and check["before"] == pytest.approx(0.9, abs=1e-6)
+        if n_after >= 20:
+            assert check["after"] == pytest.approx(after, abs=1e-6) and check["windows"] == 20
+        if decision == "halted":
+            assert pushes.deployed == [["gw-1"]] and pushes.rolled_back == [["gw-1"]]
+        else:
+            assert pushes.deployed == [["gw-1"], ["gw-2", "gw-3", "gw-4"]] and pushes.rolled_back == []

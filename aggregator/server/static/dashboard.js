@@ -128,7 +128,8 @@ async function refresh() {
     fill("schedules", schedules, (s) => [s.schedule_id, s.model_id,
       [s.every_s ? "every " + s.every_s + " s" : "", s.cron ? "cron " + s.cron : "",
        s.min_new_windows ? "≥ " + s.min_new_windows + " new windows" : ""].filter(Boolean).join(", "),
-      s.threshold, s.canary_share, s.last_run ? age(now - s.last_run) : null]);
+      s.threshold, s.canary_share + (s.canary_windows ? ", live: " + s.canary_windows + " windows, drop ≤ " +
+        s.canary_max_drop : ""), s.last_run ? age(now - s.last_run) : null]);
     fill("promotions", promotions, (p) => [p.model_id + ":v" + p.candidate,
       p.baseline === null ? null : p.model_id + ":v" + p.baseline, p.metric, p.decision, p.detail]);
     const jobId = selectedJob || (jobs[0] && jobs[0].job_id);
