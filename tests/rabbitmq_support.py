@@ -103,6 +103,7 @@ class RabbitNode:
     amqp_port: int
     dist_port: int
     directory: Path
+    mqtt_tls_port: int = 0  # 0: no TLS listener
 
 
 def _port_open(port: int) -> bool:
@@ -153,7 +154,8 @@ class RabbitMQCluster:
 
     protocol = 4
 
-    def __init__(self, run_dir: str | Path, users: list[BrokerUser], *, n_nodes: int = 1) -> None:
+    def __init__(self, run_dir: str | Path, users: list[BrokerUser], *, n_nodes: int = 1,
+                 tls_cert_dir: str | Path | None = None) -> None:
         if not rabbitmq_available():
             raise FileNotFoundError("rabbitmq-server is not installed: `apt-get install -y --no-install-recommends "
                                     "rabbitmq-server` (the test command installs it)")
@@ -164,8 +166,10 @@ class RabbitMQCluster:
         self.home = self.run_dir / "home"
         self.epmd_port = find_free_port()
         tag = secrets.token_hex(3)
+        self.tls_cert_dir = Path(tls_cert_dir).resolve() if tls_cert_dir else None
         self.nodes = [RabbitNode(f"wf{tag}n{i}@localhost", find_free_port(), find_free_port(), find_free_port(),
-                                 self.run_dir / f"node{i}") for i in range(1, n_nodes + 1)]
+                                 self.run_dir / f"node{i}", find_free_port() if tls_cert_dir else 0)
+                      for i in range(1, n_nodes + 1)]
         self._epmd: subprocess.Popen | None = None
         self._servers: list[subprocess.Popen] = []
 
@@ -218,7 +222,8 @@ class RabbitMQCluster:
             (node.directory / "enabled_plugins").write_text("[rabbitmq_mqtt].\n")
             (node.directory / "rabbitmq-env.conf").write_text("")
             (node.directory / "rabbitmq.conf").write_text(render_config(
-                node, definitions_file=defs if i == 0 else None, seed=self.nodes[0] if i else None))
+                node, definitions_file=defs if i == 0 else None, seed=self.nodes[0] if i else None,
+                tls_cert_dir=self.tls_cert_dir))
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, timeout_s: float = 120.0) -> "RabbitMQCluster":
@@ -304,9 +309,12 @@ class RabbitMQCluster:
         self.stop()
 
 
-def render_config(node: RabbitNode, *, definitions_file: Path | None, seed: RabbitNode | None) -> str:
+def render_config(node: RabbitNode, *, definitions_file: Path | None, seed: RabbitNode | None,
+                  tls_cert_dir: Path | None = None) -> str:
     """A node's ``rabbitmq.conf``: the settings of ``deploy/cloud/brokers/rabbitmq/rabbitmq.conf``
-    with loopback listeners on the node's ports and its files under the test's directory."""
+    with loopback listeners on the node's ports and its files under the test's directory; with
+    ``tls_cert_dir`` (``deploy/certs``' layout) also its mutual-TLS listener and certificate
+    login, beside the password listener."""
     lines = [
         f"listeners.tcp.default = 127.0.0.1:{node.amqp_port}",
         f"mqtt.listeners.tcp.default = 127.0.0.1:{node.mqtt_port}",
@@ -321,6 +329,19 @@ def render_config(node: RabbitNode, *, definitions_file: Path | None, seed: Rabb
         "log.console = false",
         "log.file.level = info",
     ]
+    if tls_cert_dir is not None:
+        lines += [
+            f"mqtt.listeners.ssl.default = 127.0.0.1:{node.mqtt_tls_port}",
+            f"ssl_options.cacertfile = {tls_cert_dir / 'ca.crt'}",
+            f"ssl_options.certfile = {tls_cert_dir / 'broker.crt'}",
+            f"ssl_options.keyfile = {tls_cert_dir / 'broker.key'}",
+            "ssl_options.verify = verify_peer",
+            "ssl_options.fail_if_no_peer_cert = true",
+            "ssl_options.versions.1 = tlsv1.3",
+            # the certificate's CN is the username (mosquitto: use_identity_as_username)
+            "mqtt.ssl_cert_login = true",
+            "ssl_cert_login_from = common_name",
+        ]
     if definitions_file is not None:
         lines.append(f"load_definitions = {definitions_file}")
     if seed is not None:

@@ -1,7 +1,9 @@
 """The fleet on one RabbitMQ node (its MQTT plugin, MQTT 3.1.1): FedSCS-XGB and FedForest, both in
 their private defaults, trained by four gateway processes give the simulation's model bit for bit
 -- the tests of ``tests/e2e``, imported unchanged (``fleet`` comes from ``conftest.py``); and a
-gateway can neither read another's inbox nor take its session, as under the mosquitto ACL.
+gateway can neither read another's inbox nor take its session, as under the mosquitto ACL; and
+on the mutual-TLS listener a gateway logs in with its certificate alone (CN = username), as with
+``deploy/cloud/brokers/rabbitmq/rabbitmq.conf``.
 ``test_rabbitmq_cluster.py`` runs them, and more, on a two-node cluster."""
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from shared.protocol.topics import TopicLayout
+from aggregator.fleet import Presence
+from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
+from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
 from tests.brokers.conftest import forget_sessions, running_rabbitmq
 from tests.e2e.fleet_support import PASSWORDS
 from tests.e2e.test_fedforest_mqtt import test_private_forest_over_mqtt_equals_the_simulation  # noqa: F401
@@ -24,7 +28,7 @@ pytestmark = [pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def rabbitmq(tmp_path_factory):
-    yield from running_rabbitmq(tmp_path_factory, n_nodes=1)
+    yield from running_rabbitmq(tmp_path_factory, n_nodes=1, tls=True)
 
 
 def subscription_outcome(port: int, user: str, client_id: str, topic_filter: str) -> str:
@@ -68,3 +72,28 @@ def test_a_gateway_can_neither_read_another_gateways_inbox_nor_take_its_session(
     assert subscription_outcome(port, "gw-1", "gw-1", layout.inbox("gw-2")) == "closed"
     assert subscription_outcome(port, "gw-1", "gw-2", layout.inbox("gw-1")) == "closed"
     assert subscription_outcome(port, "gw-2", "gw-2", layout.inbox("gw-2")) == "granted"
+
+
+def test_a_gateway_logs_in_with_its_certificate_alone(rabbitmq: RabbitMQCluster) -> None:
+    """Certificate login (``mqtt.ssl_cert_login``, CN = username, from ``deploy/certs``): gw-1
+    connects over TLS 1.3 without a password and its status, published under gw-1's rights,
+    reaches the aggregator on the password listener; without a client certificate the TLS
+    handshake is refused."""
+    forget_sessions(rabbitmq)
+    certs = rabbitmq.tls_cert_dir
+    port = rabbitmq.node_of("gw-1").mqtt_tls_port
+    agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=rabbitmq.port_for(AGGREGATOR_ID), username=AGGREGATOR_ID,
+                                                  password=PASSWORDS[AGGREGATOR_ID], protocol=4), presence=False)
+    agg.connect()
+    presence = Presence(agg, TopicLayout())
+    tls = TlsConfig(str(certs / "ca.crt"), str(certs / "gw-1.crt"), str(certs / "gw-1.key"))
+    gw = MqttTransport("gw-1", MqttConfig(port=port, protocol=4, tls=tls))
+    try:
+        gw.connect()
+        presence.wait(["gw-1"], online=True, timeout_s=10)
+        anonymous = MqttTransport("gw-1", MqttConfig(port=port, protocol=4, tls=TlsConfig(str(certs / "ca.crt"))))
+        with pytest.raises(ConnectionError):
+            anonymous.connect(timeout_s=2)
+    finally:
+        gw.close()
+        agg.close()
