@@ -205,7 +205,7 @@ class FleetSummer:
         except SecureAggregationError as exc:
             raise TrainingError(f"round {round_no}: the fleet sum cannot be unmasked: {exc}") from exc
         if summed is not None:
-            np.add(total, summed, out=total)  # uint64 wraps mod 2^64
+            np.add(total, summed.astype(np.uint64), out=total)  # wraps mod 2^64; widen keeps the low bits
         if dropped:
             log.warning("clients dropped out of a secure sum", extra={"job": self.job.job_id, "round": round_no,
                                                                     "clients": dropped})

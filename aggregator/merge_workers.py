@@ -10,11 +10,12 @@ sender == outbox); a reply holding a fleet-sum vector (a body with a
 :class:`~shared.protocol.messages.secure_aggregation.MaskedVector`: ``fleet_sum``,
 ``fedscs_xgb.histogram_reply``, ``fedforest.histogram_reply``) goes into a running partial sum
 per job, round, type and vector shape, and everything else (errors, key exchanges, unmasking
-shares, chunks of large messages, which a shared subscription scatters over the workers) is
-forwarded to the leader byte for byte under ``<prefix>/merged/``. A partial is published
-(:class:`MergePartial`) when it holds ``max_batch`` replies or ``linger_s`` after its first:
-the sum, and each reply without its vector (its envelope, its bookkeeping fields such as
-``n_trees``, its sealed shares). The leader admits a partial whole -- every reply answers this
+shares) is forwarded to the leader byte for byte under ``<prefix>/merged/``; so are the chunks
+of messages larger than one payload, which a shared subscription scatters over the workers,
+each wrapped (:class:`MergeChunk`) so that the leader reassembles them per gateway. A partial
+is published (:class:`MergePartial`) when it holds ``max_batch`` replies, would no longer fit
+in one payload, or ``linger_s`` after its first reply: the sum, and each reply without its
+vector (its envelope, its bookkeeping fields such as ``n_trees``, its sealed shares). The leader admits a partial whole -- every reply answers this
 round's request and is new, the vector length and word width are the round's, the algorithm's
 ``check`` passes -- adds its sum, and hands the replies to the round as if they had come
 directly (:meth:`~aggregator.rounds.RoundEngine.deliver_batch`);
@@ -22,8 +23,10 @@ directly (:meth:`~aggregator.rounds.RoundEngine.deliver_batch`);
 
 **The same model bit for bit.** Every vector summed here is a fixed-point integer vector (the
 histogram protocol quantises on the gateway; plain or masked, ``FleetSummer`` sums in the ring
-of integers mod 2^64). Addition there is associative and commutative, so any split of the
-replies into partials, summed in any order, gives exactly the one-process sum -- no float is
+of integers mod 2^64; narrower words are sums mod 2^16 or 2^32, whose low bits are all the sum
+keeps, so partials stay in the replies' word width). Addition there is associative and
+commutative, so any split of the replies into partials, summed in any order, gives exactly the
+one-process sum -- no float is
 ever added, so no order-independent float summation (or sorting of per-client vectors) is
 needed. Under secure aggregation a partial sum is still masked (each client's self-mask is
 removed only from the complete sum, at unmasking); the leader unmasks as before, adding the
@@ -45,10 +48,11 @@ has arrived, so what a dead worker took with it is exactly what the leader asks 
 What the leader still does per reply: decode a small stub, route it, and -- under secure
 aggregation -- expand each survivor's self-mask (AES-CTR over the vector), which needs the
 seeds only the unmasking reveals. Replies larger than one MQTT payload (256 KiB by default) are
-chunked and reach the leader whole through the forwarding path, so they are summed there.
+chunked and reassembled by the leader, so they are summed there, as in one process.
 
 Broker accounts: each worker needs read access to ``<prefix>/c/+/out`` and write access to
-``<prefix>/merged/#`` and ``<prefix>/merge/#`` (besides its own status topic); see
+``<prefix>/merged/#`` and ``<prefix>/merge/#`` (besides its own status topic), and may
+publish payloads ``PAYLOAD_HEADROOM`` bytes over the gateways' limit; see
 :func:`worker_acl`.
 """
 
@@ -72,9 +76,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 
-from shared.protocol.chunking import Chunk
+from shared.protocol.chunking import Chunk, Reassembler
 from shared.protocol.envelope import Message, decode_message, encode_message, message_type
-from shared.protocol.errors import DecodeError
+from shared.protocol.errors import ChunkError, DecodeError
 from shared.protocol.messages import Status
 from shared.protocol.messages.secure_aggregation import MaskedVector
 from shared.protocol.schema import ArraySpec
@@ -86,7 +90,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MergeLeader", "MergePartial", "MergeSettings", "MergeWorker", "MergeWorkerProcesses",
+__all__ = ["MergeChunk", "MergeLeader", "MergePartial", "MergeSettings", "MergeWorker", "MergeWorkerProcesses",
            "SharedSubscriptionTransport", "SumExpectation", "MergedSum", "deploy_dir_with_workers", "merged_layout",
            "partials_topic", "worker_acl"]
 
@@ -94,6 +98,9 @@ __all__ = ["MergeLeader", "MergePartial", "MergeSettings", "MergeWorker", "Merge
 WORKER_PREFIX = "merge-"
 #: The shared subscription's group name.
 DEFAULT_GROUP = "wheelfed-merge"
+#: Bytes a worker's payload may exceed the gateways' ``max_payload``: a forwarded chunk's wrapper
+#: and a one-reply partial's envelope (far below mosquitto's ``max_packet_size``).
+PAYLOAD_HEADROOM = 16 * 1024
 
 
 def merged_layout(layout: TopicLayout) -> TopicLayout:
@@ -104,6 +111,11 @@ def merged_layout(layout: TopicLayout) -> TopicLayout:
 def partials_topic(layout: TopicLayout) -> str:
     """Where workers publish their partial sums."""
     return f"{layout.prefix}/merge/partials"
+
+
+def chunks_topic(layout: TopicLayout) -> str:
+    """Where workers forward the chunks of large messages (wrapped: :class:`MergeChunk`)."""
+    return f"{layout.prefix}/merge/chunks"
 
 
 def worker_acl(worker_ids: Sequence[str], layout: TopicLayout | None = None) -> str:
@@ -130,21 +142,25 @@ def deploy_dir_with_workers(target: str | os.PathLike, worker_ids: Sequence[str]
 @message_type("merge.partial")
 @dataclass(frozen=True)
 class MergePartial:
-    """A worker's sum over some replies of one round: ``total`` (uint64, mod 2^64) of their
-    vectors of ``length`` words of ``word_bits``, and each reply encoded without its vector."""
+    """A worker's sum over some replies of one round: ``total``, the sum of their vectors in
+    their word width (mod 2^16, 2^32 or 2^64), and each reply encoded without its vector."""
 
-    length: int
-    word_bits: int
-    total: Annotated[np.ndarray, ArraySpec(("uint64",), ndim=1)]
+    total: Annotated[np.ndarray, ArraySpec(("uint16", "uint32", "uint64"), ndim=1)]
     stubs: tuple[bytes, ...]
 
     def __post_init__(self) -> None:
-        if self.word_bits not in (16, 32, 64):
-            raise ValueError("word_bits must be 16, 32 or 64")
-        if self.total.shape != (self.length,):
-            raise ValueError(f"total has shape {self.total.shape}, length is {self.length}")
         if not self.stubs:
             raise ValueError("a partial covers at least one reply")
+
+
+@message_type("merge.chunk")
+@dataclass(frozen=True)
+class MergeChunk:
+    """One chunk (``payload``, the encoded ``chunk`` message) that ``client`` published on its
+    outbox, forwarded by a worker; the leader reassembles it with the client's other chunks."""
+
+    client: str
+    payload: bytes
 
 
 def _vector_field(body: object) -> str | None:
@@ -162,7 +178,7 @@ def split_vector(message: Message) -> tuple[Message, np.ndarray] | None:
     if name is None:
         return None
     vector: MaskedVector = getattr(message.body, name)
-    empty = MaskedVector(vector.values[:0], dict(vector.shares))
+    empty = MaskedVector(vector.values[:0].copy(), dict(vector.shares))
     return Message(message.envelope, dataclasses.replace(message.body, **{name: empty})), vector.values
 
 
@@ -226,6 +242,11 @@ class _Batch:
     clients: set[str]
     started: float
 
+    @property
+    def size(self) -> int:
+        """Bytes of its encoding, but for the envelope and CBOR headers."""
+        return self.total.nbytes + sum(len(s) for s in self.stubs)
+
 
 @dataclass
 class WorkerStats:
@@ -250,9 +271,12 @@ class MergeWorker:
         self.forward = merged_layout(self.layout)
         self.settings = settings or MergeSettings()
         self.stats = WorkerStats()
+        #: A partial holding more than this would be chunked, and chunks are the leader's to check.
+        self.max_partial = config.max_payload
         # session expiry 0: a dead worker's session (and its share of the subscription) ends with it
-        self.transport = SharedSubscriptionTransport(worker_id, dataclasses.replace(config, session_expiry_s=0),
-                                                     group=group, on_payload=self.on_payload, layout=self.layout)
+        own = dataclasses.replace(config, session_expiry_s=0, max_payload=config.max_payload + PAYLOAD_HEADROOM)
+        self.transport = SharedSubscriptionTransport(worker_id, own, group=group, on_payload=self.on_payload,
+                                                     layout=self.layout)
         self._lock = threading.Lock()
         self._batches: dict[_BatchKey, _Batch] = {}
         self._stop = threading.Event()
@@ -283,9 +307,11 @@ class MergeWorker:
             log.warning("rejected message", extra={"topic": topic, "reason": type(exc).__name__})
             return
         if isinstance(message.body, Chunk):  # its siblings went to other workers: the leader reassembles
-            self._forward(client, payload)
+            self._publish_to(chunks_topic(self.layout), MergeChunk(client, payload), message.envelope.job,
+                             message.envelope.round)
+            self.stats.forwarded += 1
             return
-        if message.sender != client:
+        if message.sender.startswith(WORKER_PREFIX) or message.sender != client:
             self.stats.rejected += 1
             log.warning("reply sender does not match its topic", extra={"topic": topic, "sender": message.sender})
             return
@@ -294,25 +320,29 @@ class MergeWorker:
             self._forward(client, payload)
             return
         stub, values = split
+        encoded = encode_message(stub)
         env = message.envelope
         key = _BatchKey(env.job, env.round, env.type, values.dtype.str, values.shape[0])
-        full = None
+        ready = []
         with self._lock:
             batch = self._batches.get(key)
-            if batch is None:
-                batch = self._batches[key] = _Batch(values.astype(np.uint64), [], set(), time.monotonic())
-            elif client in batch.clients:
+            if batch is not None and client in batch.clients:
                 self.stats.duplicates += 1
                 return
+            if batch is not None and batch.size + len(encoded) > self.max_partial:
+                ready.append(self._batches.pop(key))
+                batch = None
+            if batch is None:
+                batch = self._batches[key] = _Batch(values.copy(), [], set(), time.monotonic())
             else:
-                np.add(batch.total, values, out=batch.total)  # uint64 wraps mod 2^64
+                np.add(batch.total, values, out=batch.total)  # wraps mod 2^word_bits
             batch.clients.add(client)
-            batch.stubs.append(encode_message(stub))
+            batch.stubs.append(encoded)
             self.stats.summed += 1
             if len(batch.stubs) >= self.settings.max_batch:
-                full = self._batches.pop(key)
-        if full is not None:
-            self._publish(key, full)
+                ready.append(self._batches.pop(key))
+        for done in ready:
+            self._publish(key, done)
 
     def flush(self, *, force: bool = False) -> None:
         """Publish the partials older than ``linger_s`` (all with ``force``)."""
@@ -328,13 +358,15 @@ class MergeWorker:
             self.flush()
 
     def _publish(self, key: _BatchKey, batch: _Batch) -> None:
-        body = MergePartial(key.length, np.dtype(key.dtype).itemsize * 8, batch.total, tuple(batch.stubs))
-        message = Message.create(body, sender=self.transport.client_id, job=key.job, round=key.round)
+        self._publish_to(partials_topic(self.layout), MergePartial(batch.total, tuple(batch.stubs)), key.job, key.round)
+        self.stats.partials += 1
+
+    def _publish_to(self, topic: str, body: object, job: str, round_no: int) -> None:
+        message = Message.create(body, sender=self.transport.client_id, job=job, round=round_no)
         try:
-            self.transport.publish(partials_topic(self.layout), message)
-            self.stats.partials += 1
+            self.transport.publish(topic, message)
         except ConnectionError as exc:  # the leader re-asks these clients when it sees us go
-            log.warning("partial not sent", extra={"job": key.job, "round": key.round, "error": str(exc)})
+            log.warning("not sent to the leader", extra={"job": job, "round": round_no, "error": str(exc)})
 
     def _forward(self, client: str, payload: bytes) -> None:
         self.transport.send_payloads(self.forward.outbox(client), [payload])
@@ -401,8 +433,11 @@ class MergeLeader:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         transport = engine.transport
+        # the gateways' chunks, reassembled per gateway as the transport would (same limits)
+        self._reassembler = Reassembler(limits=transport.limits)
         transport.subscribe(self.forward.all_outboxes, self._on_forwarded)
         transport.subscribe(partials_topic(self.layout), self._on_partial)
+        transport.subscribe(chunks_topic(self.layout), self._on_chunk)
         transport.subscribe(self.layout.all_statuses, self._on_status)
 
     # -- FleetSummer's interface
@@ -445,18 +480,39 @@ class MergeLeader:
 
     def _on_forwarded(self, topic: str, message: Message) -> None:
         client = self.forward.client_of(topic)
-        if client is None:
-            return
+        if client is not None:
+            self._route(client, message)
+
+    def _route(self, client: str, message: Message) -> None:
+        """A gateway's message that no worker summed: a fleet-sum reply reassembled here is a
+        partial of one; anything else goes to the round engine as if read from the outbox."""
         split = split_vector(message)
-        if split is None:
+        if split is None or message.sender != client:
             self.engine.deliver(self.layout.outbox(client), message)
             return
-        stub, values = split  # a chunked fleet-sum reply, reassembled here: a partial of one
-        if stub.sender != client:
-            self.engine.misrouted += 1
+        stub, values = split
+        self._admit(stub.envelope.job, stub.envelope.round, [stub], values.copy())
+
+    def _on_chunk(self, topic: str, message: Message) -> None:
+        body = message.body
+        if not isinstance(body, MergeChunk) or not message.sender.startswith(self.worker_prefix):
             return
-        self._admit(stub.envelope.job, stub.envelope.round, [stub], values.astype(np.uint64), values.shape[0],
-                    values.dtype.itemsize * 8)
+        limits = self.engine.transport.limits
+        try:
+            chunk = decode_message(body.payload, limits=limits)
+            if not isinstance(chunk.body, Chunk):
+                raise ChunkError(f"a forwarded chunk of {body.client!r} holds a {chunk.type!r} message")
+            whole = self._reassembler.add(chunk, sender=body.client)  # accounted to the gateway
+            if whole is None:
+                return
+            inner = decode_message(whole, limits=limits)
+            if inner.sender != chunk.sender:
+                raise ChunkError(f"chunks from {chunk.sender!r} carried a message from {inner.sender!r}")
+        except DecodeError as exc:
+            log.warning("rejected a forwarded chunk", extra={"client": body.client, "reason": type(exc).__name__,
+                                                            "detail": str(exc)[:200]})
+            return
+        self._route(body.client, inner)
 
     def _on_partial(self, topic: str, message: Message) -> None:
         body = message.body
@@ -473,10 +529,12 @@ class MergeLeader:
                 or any(s.envelope.job != env.job or s.envelope.round != env.round for s in stubs)):
             log.warning("rejected an inconsistent merge partial", extra={"worker": message.sender})
             return
-        self._admit(env.job, env.round, stubs, body.total, body.length, body.word_bits)
+        self._admit(env.job, env.round, stubs, body.total)
 
-    def _admit(self, job: str, round_no: int, stubs: list[Message], total: np.ndarray, length: int,
-               word_bits: int) -> None:
+    def _admit(self, job: str, round_no: int, stubs: list[Message], total: np.ndarray) -> None:
+        """Hand ``stubs`` to their round with ``total``, the sum of their vectors, all or none."""
+        length, word_bits = total.shape[0], total.dtype.itemsize * 8
+
         def judge(fresh: list[Message]) -> set[str]:
             with self._lock:
                 merged = self._sums.get((job, round_no))

@@ -84,8 +84,9 @@ def test_a_worker_sums_exactly_and_forwards_each_reply_without_its_vector(monkey
     assert forwarded == [(TopicLayout(prefix="wheelfed/v1/merged").outbox("gw-2"), error)]
     bodies = [m.body for m in published]
     assert [len(b.stubs) for b in bodies] == [3, 3, 1] and all(isinstance(b, MergePartial) for b in bodies)
-    total = ring_sum([b.total for b in bodies])
-    np.testing.assert_array_equal(total, ring_sum([v.astype(np.uint64) for v in vectors.values()]))
+    assert all(b.total.dtype == np.uint32 for b in bodies)  # sums mod 2^32: the words' width
+    total = ring_sum([b.total.astype(np.uint64) for b in bodies]).astype(np.uint32)
+    np.testing.assert_array_equal(total, ring_sum([v.astype(np.uint64) for v in vectors.values()]).astype(np.uint32))
     stubs = [decode_message(s) for b in bodies for s in b.stubs]
     assert sorted(s.sender for s in stubs) == sorted(vectors)
     for stub in stubs:
@@ -93,7 +94,13 @@ def test_a_worker_sums_exactly_and_forwards_each_reply_without_its_vector(monkey
         assert stub.body.sums.values.shape == (0,) and stub.body.sums.values.dtype == np.uint32
         assert stub.body.sums.shares == replies[stub.sender].body.sums.shares
     assert (worker.stats.summed, worker.stats.duplicates, worker.stats.rejected) == (7, 1, 1)
-    assert split_vector(Message.create(MergePartial(1, 64, np.zeros(1, np.uint64), (b"x",)), sender="m")) is None
+    assert split_vector(Message.create(MergePartial(np.zeros(1, np.uint64), (b"x",)), sender="m")) is None
+    # a chunk of a large reply is forwarded whole, wrapped, for the leader to reassemble per gateway
+    big = Message.create(FleetSumReply(MaskedVector(np.arange(40_000, dtype=np.uint64))), sender="gw-3")
+    chunk = worker.transport.encode_payloads(big)[0]
+    published.clear()
+    worker.on_payload(layout.outbox("gw-3"), chunk)
+    assert [(m.type, m.body.client, m.body.payload) for m in published] == [("merge.chunk", "gw-3", chunk)]
 
 
 # -- against mosquitto ----------------------------------------------------------------------------
