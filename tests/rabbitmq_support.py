@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import dataclasses
 import json
 import os
+import random
 import re
 import secrets
 import shutil
@@ -42,7 +44,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
 from aggregator.broker import BrokerUser, find_free_port
-from aggregator.broker.mosquitto import die_with_parent
+from aggregator.broker.mosquitto import die_with_parent, port_free
 from shared.protocol.topics import AGGREGATOR_ID
 
 #: Debian's scripts; the ``/usr/sbin`` wrappers would switch to user ``rabbitmq`` and drop our
@@ -106,6 +108,25 @@ class RabbitNode:
     mqtt_tls_port: int = 0  # 0: no TLS listener
 
 
+def unused_port() -> int:
+    """A free loopback port below the kernel's ephemeral range. A node binds its ports seconds
+    after they are chosen; a port from that range (``find_free_port``) may meanwhile become the
+    local end of any outgoing connection on the machine."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randrange(20000, low) if low > 20001 else find_free_port()
+        if port_free("127.0.0.1", port):
+            return port
+    return find_free_port()
+
+
+class PortTaken(RuntimeError):
+    """A node could not bind a port chosen for it (another program took it in the meantime)."""
+
+
 def _port_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2):
@@ -164,14 +185,17 @@ class RabbitMQCluster:
         self.run_dir = Path(run_dir).resolve()
         self.users = list(users)
         self.home = self.run_dir / "home"
-        self.epmd_port = find_free_port()
+        self.epmd_port = unused_port()
         tag = secrets.token_hex(3)
         self.tls_cert_dir = Path(tls_cert_dir).resolve() if tls_cert_dir else None
-        self.nodes = [RabbitNode(f"wf{tag}n{i}@localhost", find_free_port(), find_free_port(), find_free_port(),
-                                 self.run_dir / f"node{i}", find_free_port() if tls_cert_dir else 0)
+        self.nodes = [self._with_new_ports(RabbitNode(f"wf{tag}n{i}@localhost", 0, 0, 0, self.run_dir / f"node{i}"))
                       for i in range(1, n_nodes + 1)]
         self._epmd: subprocess.Popen | None = None
         self._servers: list[subprocess.Popen] = []
+
+    def _with_new_ports(self, node: RabbitNode) -> RabbitNode:
+        return dataclasses.replace(node, mqtt_port=unused_port(), amqp_port=unused_port(), dist_port=unused_port(),
+                                   mqtt_tls_port=unused_port() if self.tls_cert_dir else 0)
 
     # -- placement --------------------------------------------------------------------------
     def node_of(self, client_id: str) -> RabbitNode:
@@ -221,9 +245,13 @@ class RabbitMQCluster:
             node.directory.mkdir(mode=0o700, exist_ok=True)
             (node.directory / "enabled_plugins").write_text("[rabbitmq_mqtt].\n")
             (node.directory / "rabbitmq-env.conf").write_text("")
-            (node.directory / "rabbitmq.conf").write_text(render_config(
-                node, definitions_file=defs if i == 0 else None, seed=self.nodes[0] if i else None,
-                tls_cert_dir=self.tls_cert_dir))
+            self._write_config(i)
+
+    def _write_config(self, i: int) -> None:
+        node = self.nodes[i]
+        (node.directory / "rabbitmq.conf").write_text(render_config(
+            node, definitions_file=self.run_dir / "definitions.json" if i == 0 else None,
+            seed=self.nodes[0] if i else None, tls_cert_dir=self.tls_cert_dir))
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, timeout_s: float = 120.0) -> "RabbitMQCluster":
@@ -234,8 +262,16 @@ class RabbitMQCluster:
             self._epmd = subprocess.Popen(["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                           start_new_session=True, preexec_fn=die_with_parent())
-            for node in self.nodes:
-                self._start_node(node, timeout_s)
+            for i in range(len(self.nodes)):
+                for attempt in range(3):
+                    try:
+                        self._start_node(self.nodes[i], timeout_s)
+                        break
+                    except PortTaken:
+                        if attempt == 2:
+                            raise
+                        self.nodes[i] = self._with_new_ports(self.nodes[i])
+                        self._write_config(i)
             if len(self.nodes) > 1:
                 running = self.running_nodes()
                 if sorted(running) != sorted(n.name for n in self.nodes):
@@ -246,7 +282,9 @@ class RabbitMQCluster:
         return self
 
     def _start_node(self, node: RabbitNode, timeout_s: float) -> None:
-        stdout = open(node.directory / "stdout.log", "ab")
+        stdout_path = node.directory / "stdout.log"
+        offset = stdout_path.stat().st_size if stdout_path.exists() else 0
+        stdout = open(stdout_path, "ab")
         server = subprocess.Popen([str(RABBITMQ_BIN / "rabbitmq-server")], env=self._env(node), stdout=stdout,
                                   stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
         stdout.close()
@@ -256,6 +294,10 @@ class RabbitMQCluster:
         answer = "no MQTT listener"
         while answer != "Success":
             if server.poll() is not None:
+                with open(stdout_path, "rb") as out:
+                    out.seek(offset)
+                    if b"eaddrinuse" in out.read():
+                        raise PortTaken(f"RabbitMQ node {node.name}: a port was taken before it could bind it")
                 raise RuntimeError(f"RabbitMQ node {node.name} exited with {server.returncode}:\n{self.log_tail(node)}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"RabbitMQ node {node.name} did not accept {first.name}'s MQTT login on port "
