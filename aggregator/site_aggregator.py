@@ -1,14 +1,14 @@
 """Site aggregators: a clinic's gateways answer the cloud through one process that pre-sums them.
 
-**Topology.** The clinic runs its own broker (mosquitto with the unchanged
-``deploy/mosquitto`` config) on its LAN; its gateways connect there exactly as they would to
-the cloud's broker (same topic layout, same ACL, no new setting). The site aggregator connects to that local broker as its
-``aggregator`` and to the cloud's broker as its own account (``site_id``), which the cloud's
+**Topology.** The clinic runs its own broker (mosquitto with the unchanged ``deploy/mosquitto``
+config) on its LAN; its gateways connect there exactly as they would to the cloud's broker (same
+topic layout, same ACL, no new setting). The site aggregator connects to that local broker as
+its ``aggregator`` and to the cloud's broker as its own account (``site_id``), which the cloud's
 ACL confines to its members' topics (:func:`site_acl`). A local broker rather than a topic
 prefix on the cloud's broker, because then the per-gateway traffic stays on the clinic's LAN and
 only the site's replies cross the WAN, the gateways need no reconfiguration beyond the broker
-address, their broker passwords never leave the clinic, and the clinic's side keeps running
-when the uplink does not (the same code runs against one broker with two prefixes:
+address, their broker passwords never leave the clinic, and the clinic's side keeps running when
+the uplink does not (the same code runs against one broker with two prefixes:
 ``SiteConfig.upstream_layout`` / ``downstream_layout``).
 
 For every request the cloud addresses to a member (its inbox on the cloud's broker), the site
@@ -42,14 +42,14 @@ unchanged. (A batch the engine cannot take whole because a member's reply had ar
 is asked again member by member, and the site, its round closed, relays their cached replies
 one by one; a batch for a round the cloud closed is late, like any late reply.)
 
-**Why the model is the same bit for bit.** The site adds only :class:`MaskedVector` words,
-which are integers mod 2^w (w = 16, 32 or 64: fixed-point statistics and counts, masked or
-not). Addition mod 2^w is associative and
-commutative, so any grouping and order of the members' vectors gives the same fleet sum,
-bit for bit; the cloud's uint64 sum of narrower words differs only above bit w, which
-``widen`` drops. No float is ever added at the site: float-valued replies (the paper protocols'
-sketches, atoms and summaries) are not vectors of this kind and are relayed unchanged, so the
-cloud's float arithmetic meets the same operands in the same order as in a flat fleet.
+**Why the model is the same bit for bit.** The site adds only :class:`MaskedVector` words, which
+are integers mod 2^w (w = 16, 32 or 64: fixed-point statistics and counts, masked or not).
+Addition mod 2^w is associative and commutative, so any grouping and order of the members'
+vectors gives the same fleet sum, bit for bit; the cloud's uint64 sum of narrower words differs
+only above bit w, which ``widen`` drops. No float is ever added at the site: float-valued
+replies (the paper protocols' sketches, atoms and summaries) are not vectors of this kind and
+are relayed unchanged, so the cloud's float arithmetic meets the same operands in the same order
+as in a flat fleet.
 
 The cloud's per-reply checks (``FleetSummer.ask``: vector length and word width, then the
 algorithm's check, e.g. the tree count of a FedSCS-XGB reply) read a reply's non-vector fields
@@ -57,16 +57,18 @@ and its vector's shape only -- equal within a group by construction -- so a grou
 or rejected as a whole, as its sum must be.
 
 **Secure aggregation.** Masked vectors are uniform words of the ring, and the pairwise masks
-cancel only in the sum of *all* the cloud's survivors: a site's partial sum is still masked (its members' masks with
-gateways of other sites remain, and every self-mask does). That is fine -- the cloud's sum of
+cancel only in the sum of *all* the cloud's survivors: a site's partial sum is still masked
+(its members' masks with gateways of other sites remain, and every self-mask does). That is fine -- the cloud's sum of
 the site sums and relayed vectors is the sum of every survivor's masked vector, which the
 unmasking round (``secagg.unmask``, relayed unchanged) turns into the fleet total as before.
 Key setup and unmasking stay per gateway: the site relays them unchanged and cannot open the
 sealed bundles it forwards (they are encrypted to the members' neighbours). A member the site
 reports silent is a dropout for the cloud, whose masks are removed as for any dropout.
 
-**What the cloud learns.** No more than from a flat fleet, and in plain mode less: everything the cloud receives from a
-site is a function of the replies the members would have sent it directly. Each group's sum
+**What the cloud learns.** No more than from a flat fleet, and in plain mode less: everything
+the cloud receives from a site is a function of the replies the members would have sent it
+directly, and each member's vector of a round is in exactly one place -- one group's sum, or
+its own relayed reply. Each group's sum
 replaces its members' vectors (for a group of two or more, the cloud no longer sees any one
 member's vector in plain mode; under secure aggregation it saw only the fleet total anyway);
 the non-vector fields it receives once per group are identical for all the group's members;
@@ -506,12 +508,13 @@ class SiteAwareTransport:
 
     Wraps a connected transport; everything but :meth:`subscribe`/:meth:`unsubscribe` (and the
     ``audit`` hook) is the wrapped transport's. Site messages (:class:`SiteReplies`), arriving
-    through any subscription, go once to the round engine :meth:`attach`-ed to it -- each sum as one batch of its members' replies,
-    taken whole or not at all (``RoundEngine.deliver_batch``: a round cannot close between two
-    members of a sum), each silent member as an error reply -- and to no subscribed handler.
-    A site message naming a gateway that is not that site's member, or arriving on any other
-    topic, is refused (logged, counted in ``refused``): the site speaks only for its members,
-    as the broker's ACL lets it. :func:`site_aware_engine` makes both.
+    through any subscription, go once to the round engine :meth:`attach`-ed to it -- each sum as
+    one batch of its members' replies, taken whole or not at all (``RoundEngine.deliver_batch``:
+    a round cannot close between two members of a sum), each silent member as an error reply --
+    and to no subscribed handler. A site message naming a gateway that is not that site's
+    member, or arriving on any other topic, is refused (logged, counted in ``refused``): the
+    site speaks only for its members, as the broker's ACL lets it. :func:`site_aware_engine`
+    makes both.
 
     ``sites``: site id -> its members.
 
