@@ -8,7 +8,7 @@ wait for the gateways' answers (up to the round deadline), like ``wheelfed model
 Bad input is a 4xx with a ``detail`` line naming the problem: 422 for a value FastAPI or the
 algorithm refuses (``config: fedscs-xgb has no parameter n_trees``), 404 for an unknown model,
 job or schedule, 409 for a request the state does not allow (cancelling a finished job, deploying
-without a signing key). With tokens configured, reading needs a read or operator token
+without a signing key, deploying a gateway's own model to another gateway). With tokens configured, reading needs a read or operator token
 (``Authorization: Bearer TOKEN``), changing anything an operator token.
 """
 
@@ -45,9 +45,10 @@ Version = Annotated[int, PathParameter(ge=1, le=MAX_VERSION)]
 
 
 class JobIn(BaseModel):
-    """A training job: what to train and the participation rules."""
+    """A training job: what to train and the participation rules. A FedGA-Tree job registers one
+    model per participant, MODEL_ID.GATEWAY, deployable to that gateway only."""
 
-    algorithm: Literal["fedscs-xgb", "fedforest"] = "fedscs-xgb"
+    algorithm: Literal["fedscs-xgb", "fedforest", "fedga-tree"] = "fedscs-xgb"
     model_id: str = Field(pattern=ID_PATTERN, description="the registered model's name")
     config: dict[str, Any] = Field(default_factory=dict, description="the algorithm's parameters, e.g. n_rounds")
     clients: list[str] | None = Field(None, min_length=1, description="gateway ids (default: every online one)")
@@ -258,9 +259,12 @@ def create_app(server: Server) -> FastAPI:
     def deploy_model(model_id: str, version: Version, body: DeployIn) -> dict[str, Any]:
         from ..deployment import deploy
 
-        server.registry.record(model_id, version)
+        record = server.registry.record(model_id, version)
         key = _signing_key(server)
-        clients = _gateway_ids(body.clients) or server.tracker.online()
+        clients = _gateway_ids(body.clients) or ([record.target] if record.target else server.tracker.online())
+        if record.target and clients != [record.target]:
+            raise HTTPException(409, f"{record.label} is {record.target}'s own model: it deploys to {record.target} "
+                                     f"only, not to {', '.join(clients)}")
         if not clients:
             raise HTTPException(409, "no gateway is online to deploy to")
         result = deploy(server.engine, server.registry, key, model_id, version, clients,

@@ -73,12 +73,14 @@ __all__ = ["ALGORITHMS", "FleetTracker", "JobRequest", "JobRunner", "LiveMonitor
 
 
 def _algorithms() -> dict[str, type]:
-    from ..algorithms import FedForest, FedSCSXGB
+    from ..algorithms import FedForest, FedGATree, FedSCSXGB
 
-    return {"fedscs-xgb": FedSCSXGB, "fedforest": FedForest}
+    return {"fedscs-xgb": FedSCSXGB, "fedforest": FedForest, "fedga-tree": FedGATree}
 
 
-ALGORITHMS = ("fedscs-xgb", "fedforest")
+ALGORITHMS = ("fedscs-xgb", "fedforest", "fedga-tree")
+#: Algorithms that end with one model per gateway (``{client: model}``), not one for the fleet.
+PERSONAL = ("fedga-tree",)
 #: Configuration fields a job may not set through the API (objects, not JSON values).
 _NOT_CONFIGURABLE = {"init_model", "edges", "feature_set_version"}
 
@@ -106,8 +108,15 @@ def build_algorithm(name: str, config: dict[str, Any], *, init_model: TreeEnsemb
 
 
 def total_steps(algorithm) -> int:
-    """Steps a job of ``algorithm`` reports: boosting rounds, or a forest's levels."""
-    return int(getattr(algorithm, "n_rounds", 0) or getattr(algorithm, "max_depth", 0))
+    """Steps a job of ``algorithm`` reports: boosting rounds, a forest's levels, or generations."""
+    return int(getattr(algorithm, "n_rounds", 0) or getattr(algorithm, "max_depth", 0)
+               or getattr(algorithm, "generations", 0))
+
+
+def personal_model_id(model_id: str, gateway: str) -> str:
+    """The registry id of ``gateway``'s own model from a job registered as ``model_id``
+    (``aggregator.algorithms.fedga_tree.register_models`` names them so too)."""
+    return f"{model_id}.{gateway}"
 
 
 @dataclass(frozen=True)
@@ -442,7 +451,10 @@ class JobRunner:
         self.registry.complete_round(job_id, base + p.step, max(total, base + p.total), p.selected, p.answered,
                                      dict(p.metrics), p.elapsed_s, model)
 
-    def _finish(self, job: JobRecord, model: TreeEnsemble, fed: FederatedJob) -> None:
+    def _finish(self, job: JobRecord, model: TreeEnsemble | dict[str, TreeEnsemble], fed: FederatedJob) -> None:
+        if isinstance(model, dict):
+            self._finish_personal(job, model, fed)
+            return
         record = self.registry.add(job.model_id, model, config=job.config, parent=job.init_model, job_id=job.job_id)
         evaluation = self._evaluate(fed, model)
         if "metrics" in evaluation:
@@ -453,6 +465,28 @@ class JobRunner:
             self._promote(job, record.version, model, fed, evaluation, schedule)
         self.registry.update_job(job.job_id, state="completed")
         log.info("job completed", extra={"job": job.job_id, "model": record.label})
+
+    def _finish_personal(self, job: JobRecord, models: dict[str, TreeEnsemble], fed: FederatedJob) -> None:
+        """A job that ends with one model per gateway (FedGA-Tree): each is registered as
+        ``MODEL_ID.GATEWAY`` for that gateway alone (``target``: a deploy signs it for that gateway
+        and refuses any other), and scored on that gateway's held-out windows only."""
+        if not models:
+            raise TrainingError("no gateway returned its model")
+        labels, per_client, skipped = {}, {}, {}
+        for gateway, model in sorted(models.items()):
+            record = self.registry.add(personal_model_id(job.model_id, gateway), model, target=gateway,
+                                       config=job.config, job_id=job.job_id)
+            labels[gateway] = record.label
+            evaluation = self._evaluate(fed, model, [gateway])
+            if "metrics" in evaluation:
+                self.registry.set_metrics(record.model_id, record.version, evaluation["metrics"])
+                per_client[gateway] = evaluation["metrics"]
+            else:
+                skipped[gateway] = evaluation.get("skipped") or evaluation.get("failed", "")
+        evaluation = {"models": labels, "per_client": per_client, **({"skipped": skipped} if skipped else {})}
+        self.registry.update_job(job.job_id, result=", ".join(labels.values()), evaluation=evaluation,
+                                 state="completed")
+        log.info("job completed", extra={"job": job.job_id, "models": list(labels.values())})
 
     def _evaluate(self, fed: FederatedJob, model: TreeEnsemble, clients: list[str] | None = None) -> dict:
         """Federated evaluation on the held-out windows as JSON: pooled metrics, per gateway,
