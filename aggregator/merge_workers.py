@@ -378,7 +378,8 @@ class MergeWorker:
 @dataclass(frozen=True)
 class SumExpectation:
     """What a fleet-sum round accepts: reply types, vector ``length`` and ``word_bits``, and the
-    algorithm's ``check(client, reply) -> reason | None`` (as :meth:`FleetSummer.ask` takes)."""
+    algorithm's ``check(client, reply) -> reason | None`` (as
+    :meth:`~aggregator.fleet_sums.FleetSummer.ask` takes it)."""
 
     types: tuple[type, ...]
     length: int

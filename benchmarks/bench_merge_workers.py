@@ -11,8 +11,10 @@ rounds, depth 3, 64 bins) in its private default (secure aggregation) and with
 
 - ``job s``: wall time of the job; ``sum rounds s``: the summed rounds' time (requests out to
   the sum complete: ``fleet_counts``, ``grid_counts``, ``fedscs_xgb.histograms``), total;
-- ``leader CPU s``: this process's CPU time during the job (decoding, merging, unmasking,
-  growing), ``workers CPU s``: the workers' together (from /proc).
+- ``leader CPU s``: this process's CPU time during the job (receiving, merging, unmasking,
+  growing trees); ``leader receive CPU s``: of it, the aggregator connection's network and
+  dispatch threads (reading, decoding, routing and -- with workers -- adding the partials):
+  the merge work that workers take over; ``workers CPU s``: the workers' together (from /proc).
 
 The load average (1 min) before and after each job is printed: the machine is shared, so the
 numbers are what they were on it then. Every model is compared with the flat one bit for bit.
@@ -26,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +59,7 @@ class Run:
     job_s: float
     sum_s: float
     leader_cpu_s: float
+    receive_cpu_s: float
     workers_cpu_s: float
     load_before: float
     load_after: float
@@ -64,7 +68,21 @@ class Run:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return cpu_seconds_path(Path(f"/proc/{pid}/stat"))
+
+
+def receive_threads_cpu(client_id: str) -> float:
+    """CPU seconds of this process's MQTT threads of ``client_id`` (paho's network loop and the
+    transport's dispatch thread), from /proc/self/task."""
+    total = 0.0
+    for thread in threading.enumerate():
+        if client_id in thread.name and ("paho" in thread.name or "dispatch" in thread.name):
+            total += cpu_seconds_path(Path(f"/proc/self/task/{thread.native_id}/stat"))
+    return total
+
+
+def cpu_seconds_path(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -91,11 +109,12 @@ def one_job(port: int, secret: str, ids: list[str], n_workers: int, secure: bool
             workers.start()
             engine.merged.wait_workers(n_workers, timeout_s=120)
         load_before = load1()
-        cpu0, wall0 = time.process_time(), time.monotonic()
+        cpu0, wall0, recv0 = time.process_time(), time.monotonic(), receive_threads_cpu(AGGREGATOR_ID)
         w0 = sum(cpu_seconds(p.pid) for p in workers.processes.values()) if workers else 0.0
         model, job = train_on_fleet(algorithm, agg, clients=ids, discover_s=60, engine=engine,
                                     settings=JobSettings(deadline_s=300))
         wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
+        receive = receive_threads_cpu(AGGREGATOR_ID) - recv0
         w1 = sum(cpu_seconds(p.pid) for p in workers.processes.values()) if workers else 0.0
     finally:
         if workers is not None:
@@ -103,7 +122,7 @@ def one_job(port: int, secret: str, ids: list[str], n_workers: int, secure: bool
         agg.close()
     flat.setdefault(secure, model)
     sum_s = sum(r.elapsed_s for r in job.results if r.request_type in SUM_ROUNDS)
-    return Run(n_workers, secure, wall, sum_s, cpu, w1 - w0, load_before, load1(), same_model(model, flat[secure]))
+    return Run(n_workers, secure, wall, sum_s, cpu, receive, w1 - w0, load_before, load1(), same_model(model, flat[secure]))
 
 
 def main() -> int:
@@ -155,12 +174,15 @@ def main() -> int:
             speedup = med(lambda r: r.sum_s, base) / med(lambda r: r.sum_s)
             rows.append(["secure" if secure else "plain", "alone" if n == 0 else str(n), str(len(mine)),
                          f"{med(lambda r: r.job_s):.2f}", f"{med(lambda r: r.sum_s):.2f}", f"{speedup:.2f}",
-                         f"{med(lambda r: r.leader_cpu_s):.2f}", f"{med(lambda r: r.workers_cpu_s):.2f}",
+                         f"{med(lambda r: r.leader_cpu_s):.2f}", f"{med(lambda r: r.receive_cpu_s):.2f}",
+                         f"{med(lambda r: r.receive_cpu_s, base) / med(lambda r: r.receive_cpu_s):.2f}",
+                         f"{med(lambda r: r.workers_cpu_s):.2f}",
                          f"{min(r.load_before for r in mine):.1f}-{max(r.load_after for r in mine):.1f}",
                          "yes" if all(r.same_model for r in mine) else "NO"])
     print(f"{args.gateways} simulated gateways in {args.processes} processes; medians over {args.repeats} jobs")
     print(markdown_table(["sums", "workers", "jobs", "job s", "sum rounds s", "speed-up (sum rounds)",
-                          "leader CPU s", "workers CPU s", "load avg (1 min)", "flat model"], rows))
+                          "leader CPU s", "leader receive CPU s", "receive CPU alone / this",
+                          "workers CPU s", "load avg (1 min)", "flat model"], rows))
     return 0 if all(r.same_model for r in runs) else 1
 
 

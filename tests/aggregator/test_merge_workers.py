@@ -31,11 +31,12 @@ from edge_client.participant import Participant
 from edge_client.training_data import ClientData
 from shared.model import TreeEnsemble
 from shared.protocol.envelope import Message, decode_message, encode_message
-from shared.protocol.messages import ErrorReply
+from shared.protocol.messages import ErrorReply, Ping, Pong
 from shared.protocol.messages.fleet_sums import FleetSumReply
 from shared.protocol.messages.secure_aggregation import MaskedVector
 from shared.protocol.topics import TopicLayout
 from shared.secure_aggregation import ring_sum
+from shared.transport.memory import MemoryBroker, MemoryTransport
 from shared.transport.mqtt import MqttConfig, MqttTransport
 
 SECRET = "merge-test"
@@ -101,6 +102,50 @@ def test_a_worker_sums_exactly_and_forwards_each_reply_without_its_vector(monkey
     published.clear()
     worker.on_payload(layout.outbox("gw-3"), chunk)
     assert [(m.type, m.body.client, m.body.payload) for m in published] == [("merge.chunk", "gw-3", chunk)]
+
+
+# -- the engine admits a worker's batch whole, or asks its clients again ---------------------------
+
+def test_a_batch_is_delivered_whole_or_its_clients_are_asked_again() -> None:
+    """A batch holding a client the round already has is refused whole (else that client would
+    be counted twice in the sum) and its new clients are asked again with the same request; so
+    is a batch the judge refuses; the round ends with every client once."""
+    broker = MemoryBroker()
+    engine = RoundEngine(MemoryTransport(broker, "aggregator"))
+    clients = ["gw-1", "gw-2", "gw-3"]
+    inbox: dict[str, list[Message]] = {c: [] for c in clients}
+    for c in clients:
+        MemoryTransport(broker, c).subscribe(TopicLayout().inbox(c), lambda _t, m, c=c: inbox[c].append(m))
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(engine.run_round("j", 1, Ping(b"x"), clients,
+                                                                            deadline_s=10)))
+    thread.start()
+    while not all(inbox.values()):
+        time.sleep(0.01)
+    reply = {c: inbox[c][0].reply(Pong(b"x"), sender=c) for c in clients}
+    judged: list[list[str]] = []
+
+    def judge(verdict: set[str]):
+        return lambda fresh: judged.append(sorted(m.sender for m in fresh)) or verdict
+
+    def asked(n: int) -> bool:
+        deadline = time.monotonic() + 5
+        while len(inbox["gw-3"]) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(inbox["gw-3"]) == n
+
+    assert engine.deliver_batch("j", 1, [reply["gw-1"], reply["gw-2"]], judge(set()))
+    assert not engine.deliver_batch("j", 1, [reply["gw-2"], reply["gw-3"]], judge(set()))  # gw-2 again
+    assert asked(2)
+    assert not engine.deliver_batch("j", 1, [reply["gw-3"]], judge({"gw-3"}))
+    assert asked(3)
+    assert {m.envelope.msg_id for m in inbox["gw-3"]} == {inbox["gw-3"][0].envelope.msg_id}  # the same request
+    assert len(inbox["gw-1"]) == len(inbox["gw-2"]) == 1
+    assert engine.deliver_batch("j", 1, [reply["gw-3"]], judge(set()))
+    thread.join(5)
+    assert judged == [["gw-1", "gw-2"], ["gw-3"], ["gw-3"]]  # the batch with a duplicate is not judged
+    assert result[0].answered == clients and result[0].duplicates == 1
+    assert not engine.deliver_batch("j", 1, [reply["gw-1"]], judge(set())) and engine.late_replies == 1
 
 
 # -- against mosquitto ----------------------------------------------------------------------------
