@@ -8,6 +8,8 @@ The same over real mosquitto: tests/e2e/test_site_aggregator.py."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ from edge_client.participant import Participant
 from edge_client.training_data import ClientData
 from shared.model.ensemble import TreeEnsemble
 from shared.protocol.envelope import Message, encode_message
+from shared.protocol.messages import Ping
 from shared.protocol.messages.fleet_sums import FleetSumReply
 from shared.protocol.messages.secure_aggregation import MaskedVector
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
@@ -259,3 +262,69 @@ def test_cli_usage_errors_are_one_line(capsys) -> None:
     assert capsys.readouterr().err.strip() == (f"site aggregator: upstream: could not connect to MQTT broker "
                                                f"127.0.0.1:{port}: connection refused (is the broker running on "
                                                "that port?)")
+
+
+class _Cloud:
+    """A cloud engine reading site-a's replies, and site-a's end of the cloud broker (it sees
+    the requests to gw-1 and gw-2 and publishes what the test says)."""
+
+    def __init__(self) -> None:
+        broker = MemoryBroker(enforce_acl=False)
+        self.engine = site_aware_engine(MemoryTransport(broker, AGGREGATOR_ID, presence=False),
+                                        {"site-a": ["gw-1", "gw-2"]})
+        self.site = MemoryTransport(broker, "site-a", presence=False)
+        self.requests: list[tuple[str, Message]] = []  # (member, request) as they arrive, re-sends too
+        for member in ("gw-1", "gw-2"):
+            self.site.subscribe(TopicLayout().inbox(member),
+                                lambda _t, m, member=member: self.requests.append((member, m)))
+        self.result = None
+
+    def request(self, member: str) -> Message:
+        return next(m for c, m in self.requests if c == member)
+
+    def open_round(self) -> threading.Thread:
+        def run() -> None:
+            self.result = self.engine.run_round("j", 1, Ping(), ["gw-1", "gw-2"], deadline_s=3.0, min_replies=0)
+        thread = threading.Thread(target=run)
+        thread.start()
+        for _ in range(200):
+            if len(self.requests) == 2:
+                break
+            time.sleep(0.01)
+        return thread
+
+    def site_sum(self) -> Message:
+        template = encode_message(Message.create(FleetSumReply(MaskedVector(np.zeros(0, np.uint64))), sender="site-a"))
+        members = tuple(SiteMember(m, self.request(m).envelope.msg_id, f"rep-{m}") for m in ("gw-1", "gw-2"))
+        part = SiteSum(template, np.array([3, 4], np.uint64), members)
+        return Message.create(SiteReplies("ping", (part,)), sender="site-a", job="j", round=1)
+
+
+def test_a_site_sum_is_taken_whole_by_the_cloud() -> None:
+    cloud = _Cloud()
+    thread = cloud.open_round()
+    message = cloud.site_sum()
+    cloud.site.publish(TopicLayout().outbox("site-a"), message)
+    cloud.site.publish(TopicLayout().outbox("site-a"), message)  # a QoS 1 copy: handled once
+    thread.join()
+    replies = cloud.result.replies
+    assert sorted(replies) == ["gw-1", "gw-2"] and cloud.result.duplicates == 0
+    np.testing.assert_array_equal(replies["gw-1"].body.sums.values, [3, 4])
+    np.testing.assert_array_equal(replies["gw-2"].body.sums.values, [0, 0])
+    assert cloud.engine.late_replies == 0
+
+
+def test_a_site_sum_with_a_member_answered_already_is_not_taken_and_the_rest_are_asked_again() -> None:
+    """gw-1's reply reached the cloud on its own; a sum holding gw-1 again must not be added
+    (gw-1 would count twice): none of it is taken, and gw-2 is asked again."""
+    cloud = _Cloud()
+    thread = cloud.open_round()
+    gw1_request = cloud.request("gw-1")
+    cloud.site.publish(TopicLayout().outbox("gw-1"), gw1_request.reply(
+        FleetSumReply(MaskedVector(np.array([1, 1], np.uint64))), sender="gw-1"))
+    cloud.site.publish(TopicLayout().outbox("site-a"), cloud.site_sum())
+    thread.join()
+    assert sorted(cloud.result.replies) == ["gw-1"] and cloud.result.timed_out == ["gw-2"]
+    np.testing.assert_array_equal(cloud.result.replies["gw-1"].body.sums.values, [1, 1])
+    assert [c for c, _ in cloud.requests].count("gw-2") >= 2  # asked again (same request id)
+    assert {m.envelope.msg_id for c, m in cloud.requests if c == "gw-2"} == {cloud.request("gw-2").envelope.msg_id}
