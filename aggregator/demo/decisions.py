@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["CHANCE_RULE", "DeploymentDecision", "Score", "SecureAggregationPlan", "class_counts", "decide_deployment",
-           "gateways_phrase", "promotion_decision", "rescoring_note", "sat_out_reasons", "secure_aggregation_plan"]
+__all__ = ["CHANCE_RULE", "DeploymentDecision", "Score", "SecureAggregationPlan", "bytes_explanation", "class_counts",
+           "decide_deployment", "gateways_phrase", "promotion_decision", "rescoring_note", "sat_out_reasons",
+           "secure_aggregation_plan"]
 
 #: What "chance" means in the demo's deployment rule (see the module docstring).
 CHANCE_RULE = "majority-class rate"
@@ -249,3 +250,30 @@ def secure_aggregation_plan(n_gateways: int) -> SecureAggregationPlan:
                                             "demo trains on the gateways' histograms sent unmasked, in the clear")
     return SecureAggregationPlan(True, f"secure aggregation over {n_gateways} gateways: the aggregator decodes only "
                                        "the fleet's sums")
+
+
+def bytes_explanation(phases: Mapping[str, int], *, total: int, raw_sensor_bytes: int, raw_samples: int,
+                      channels: int, gateways: int, secure: bool) -> list[str]:
+    """The aggregator's bytes in context: the multiple of the raw samples, where the bytes went
+    (``phases``: bytes the aggregator sent and received during each step, its transport's
+    counters read before and after the step), and why private training costs more than the data
+    it learns from."""
+    ratio = total / raw_sensor_bytes if raw_sensor_bytes else math.nan
+    lines = [f"bytes through the aggregator (sent + received): {total / 1e6:.1f} MB = {ratio:.1f}x the raw sensor "
+             f"data ({raw_sensor_bytes / 1e6:.1f} MB: {raw_samples:,} samples x {channels} channels as recorded, "
+             "every gateway's whole session), which never left the gateways; by step:"]
+    for name, value in phases.items():
+        if name.startswith("deploying"):
+            lines.append(f"  {name}: {value / 1e6:.1f} MB = {value / max(gateways, 1) / 1e3:.0f} kB per gateway "
+                         "(the signed model each gateway downloads)")
+        else:
+            lines.append(f"  {name}: {value / 1e6:.1f} MB ({value / total:.0%})" if total else f"  {name}: 0 MB")
+    other = max(total - sum(phases.values()), 0)
+    lines.append(f"  other (status messages, waiting between steps): {other / 1e6:.1f} MB")
+    how = ("dense and masked (secure aggregation cannot skip an empty bin without revealing it), plus the key set-up "
+           "and unmasking rounds" if secure else "in the clear (no secure aggregation)")
+    lines.append("why private training costs more than the data: at every depth level of every boosting round "
+                 "(FedSCS-XGB) and every forest level (FedForest) each gateway sends its histogram of every node x "
+                 f"feature x bin (FedForest: the features sampled per node), {how}; the sensor samples themselves "
+                 "are never sent")
+    return lines

@@ -7,7 +7,8 @@ with the facts a reader needs not to be misled (``Scoring``, ``SatOut``, the dec
   majority-class rate), and of centralized training on the pooled data (computed here, for the
   report only: the orchestrator can read every store, the aggregator cannot);
 * each deployment decision and its reason, and which gateways sat out which step and why;
-* the raw sensor samples and the feature matrix, which never left the gateways;
+* bytes the server exchanged over MQTT, by step (from its ``/metrics``, when it exports them),
+  vs the raw sensor samples and the feature matrix, which never left the gateways;
 * what the server did: its jobs, the retraining schedule and when it fired, its promotion
   decision and rollout (read back from its REST API);
 * live predictions (stored by the gateways) vs offline predictions of the same windows by the
@@ -167,6 +168,8 @@ class DemoReport:
     privacy: dict[str, Any] = field(default_factory=dict)  # the jobs' settings, as the server's algorithm resolves them
     secure_aggregation_note: str = ""
     server: ServerFacts = field(default_factory=lambda: ServerFacts())
+    traffic_bytes: int = 0  # the server's MQTT bytes over the run (0: it does not export them)
+    traffic_by_step: dict[str, int] = field(default_factory=dict)
     raw_sensor_bytes: int = 0
     raw_samples: int = 0
     raw_channels: int = 0
@@ -223,10 +226,21 @@ class DemoReport:
         else:
             out.write("gateways that sat out: none (every gateway answered every round of every training and "
                       "scoring)\n")
-        out.write(f"raw sensor data: {self.raw_sensor_bytes / 1e6:.1f} MB ({self.raw_samples:,} samples x "
-                  f"{self.raw_channels} channels as recorded, every gateway's whole session) and the windows' feature "
-                  f"matrix ({self.raw_feature_bytes / 1e6:.1f} MB as float32) never left the gateways; the bytes the "
-                  "server exchanged are not broken down here (its API does not report its MQTT traffic)\n")
+        if self.traffic_bytes:
+            from .decisions import bytes_explanation
+
+            for line in bytes_explanation(self.traffic_by_step, total=self.traffic_bytes,
+                                          raw_sensor_bytes=self.raw_sensor_bytes, raw_samples=self.raw_samples,
+                                          channels=self.raw_channels, gateways=self.gateways,
+                                          secure=bool(self.privacy.get("secure_aggregation"))):
+                out.write(line + "\n")
+            out.write(f"(the windows' feature matrix would be {self.raw_feature_bytes / 1e6:.1f} MB as float32)\n")
+        else:
+            out.write(f"raw sensor data: {self.raw_sensor_bytes / 1e6:.1f} MB ({self.raw_samples:,} samples x "
+                      f"{self.raw_channels} channels as recorded, every gateway's whole session) and the windows' "
+                      f"feature matrix ({self.raw_feature_bytes / 1e6:.1f} MB as float32) never left the gateways; "
+                      "the bytes the server exchanged are not broken down here (its /metrics has no "
+                      "wheelfed_mqtt_bytes_total)\n")
         for line in self.server.lines():
             out.write(line + "\n")
         out.write(f"privacy: {privacy_line(self.privacy, self.secure_aggregation_note)}\n")
@@ -385,6 +399,8 @@ def build_report(demo: Demo) -> DemoReport:
                 report.decisions[-1]["deployed_as"] = e["model"]
         elif kind == "sat_out":
             report.sat_out += [SatOut(e["job"], c, why) for c, why in e["gateways"].items()]
+        elif kind == "traffic":
+            report.traffic_by_step[e["phase"]] = report.traffic_by_step.get(e["phase"], 0) + int(e["bytes"])
     for name, (metrics, windows) in _centralized(demo, demo.algorithms).items():
         report.scorings.append(Scoring("end of the run", name, metrics["accuracy"], metrics["macro_f1"], windows))
     report.live_windows, report.live_agreement, report.live_max_probability_diff = _live_vs_offline(demo)
@@ -398,6 +414,7 @@ def build_report(demo: Demo) -> DemoReport:
         report.raw_samples += sum(f.shape[0] for f in frames)
         report.raw_channels = max([report.raw_channels, *(f.shape[1] for f in frames)])
     report.server = ServerFacts.read(demo.server, demo.training.schedule)
+    report.traffic_bytes = demo.training.traffic() or 0
     report.raw_feature_bytes = sum(e["windows"] for e in report.per_gateway.values()) * demo.n_features * 4
     killed = [c for c, g in demo.gateways.items() if g.restarts]
     if killed:

@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .decisions import DeploymentDecision, Score, class_counts, decide_deployment, promotion_decision, sat_out_reasons
 from .service import DemoServer
 
-__all__ = ["FIRST_TRAINING", "MODEL_ID", "RETRAINING", "SCHEDULE_ID", "XGB_BINS", "ApiTraining", "TrainingPlan"]
+__all__ = ["FIRST_TRAINING", "MODEL_ID", "RETRAINING", "SCHEDULE_ID", "TRAFFIC_METRIC", "XGB_BINS", "ApiTraining",
+           "TrainingPlan", "mqtt_bytes"]
 
 MODEL_ID = "activity"
 SCHEDULE_ID = "retrain-on-new-labels"
@@ -40,6 +42,25 @@ XGB_BINS = 64
 
 #: The demo's two training steps, as its events and summary name them.
 FIRST_TRAINING, RETRAINING = "first training", "retraining"
+
+#: The server's MQTT traffic counter in ``/metrics`` (labels ``direction="sent"|"received"``).
+TRAFFIC_METRIC = "wheelfed_mqtt_bytes_total"
+
+
+def mqtt_bytes(metrics: str) -> int | None:
+    """Bytes the server sent plus received over MQTT, summed over the ``TRAFFIC_METRIC`` lines
+    of its Prometheus text; None when it exports no such line.
+
+    Examples
+    --------
+    >>> mqtt_bytes('wheelfed_mqtt_bytes_total{direction="sent"} 120\\nwheelfed_mqtt_bytes_total{direction="received"} 80')
+    200
+    >>> mqtt_bytes("wheelfed_jobs_total 3") is None
+    True
+    """
+    values = [float(line.rpartition(" ")[2]) for line in metrics.splitlines()
+              if line.startswith(TRAFFIC_METRIC + "{") or line.startswith(TRAFFIC_METRIC + " ")]
+    return int(sum(values)) if values else None
 
 
 @dataclass(frozen=True)
@@ -98,10 +119,28 @@ class ApiTraining:
         self.server, self.plan, self._emit, self._stopped = server, plan, emit, stopped
         self.deployed: Deployed | None = None
         self.schedule: dict[str, Any] = {}  # the retraining schedule as the server stored it
+        self._since_schedule: int | None = None  # the server's MQTT bytes when the schedule was created
         self.scores: dict[str, tuple[str, int, Score]] = {}  # name -> algorithm, version, score (first training)
 
     def emit(self, event: str, **data: Any) -> None:
         self._emit({"event": event, "t": time.time(), **data})
+
+    def traffic(self) -> int | None:
+        """The server's MQTT bytes so far (sent + received), from ``/metrics``; None when the
+        server does not export them (the summary then says so)."""
+        return mqtt_bytes(self.server.get("/metrics").decode())
+
+    @contextmanager
+    def measured(self, phase: str, since: int | None = None) -> Iterator[None]:
+        """The server's MQTT bytes while the block ran (or since ``since``), as a ``traffic``
+        event. Jobs run one at a time, so a step's bytes are the counter's growth over it."""
+        before = self.traffic() if since is None else since
+        try:
+            yield
+        finally:
+            after = self.traffic()
+            if before is not None and after is not None:
+                self.emit("traffic", phase=phase, bytes=after - before)
 
     # -- jobs ------------------------------------------------------------------------------
 
@@ -160,12 +199,13 @@ class ApiTraining:
         model must beat to be deployed (one server job per gateway)."""
         self.emit("phase", name=f"training the local-only baseline, every gateway alone ({step})")
         per_client: dict[str, dict[str, float]] = {}
-        for client in self.plan.gateways:
-            job = self.run_job(f"local-only {client} ({step})", "fedforest", self.plan.local_config(),
-                               clients=[client], model_id=f"local-{client}")
-            scored = (job.get("evaluation") or {}).get("per_client", {})
-            if job["state"] == "completed" and client in scored:
-                per_client[client] = scored[client]
+        with self.measured(f"local-only baseline, {step} (training and scoring)"):
+            for client in self.plan.gateways:
+                job = self.run_job(f"local-only {client} ({step})", "fedforest", self.plan.local_config(),
+                                   clients=[client], model_id=f"local-{client}")
+                scored = (job.get("evaluation") or {}).get("per_client", {})
+                if job["state"] == "completed" and client in scored:
+                    per_client[client] = scored[client]
         self.emit("evaluation", model="local-only", step=step, per_client=per_client, metrics={})
         return Score.from_metrics(per_client)
 
@@ -178,7 +218,8 @@ class ApiTraining:
         failures: dict[str, str] = {}
         for algorithm in self.plan.algorithms:
             self.emit("phase", name=f"training {algorithm} ({FIRST_TRAINING})")
-            job = self.run_job(algorithm, algorithm, self.plan.config(algorithm))
+            with self.measured(f"training {algorithm} (and its held-out scoring)"):
+                job = self.run_job(algorithm, algorithm, self.plan.config(algorithm))
             score = self._scored(algorithm, job, FIRST_TRAINING, failures)
             if score is not None:
                 scores[algorithm] = score
@@ -194,7 +235,8 @@ class ApiTraining:
     def _deploy(self, algorithm: str, version: int, score: Score) -> None:
         label = f"{MODEL_ID}:v{version}"
         self.emit("phase", name=f"deploying {label} ({algorithm}): POST /api/models/{MODEL_ID}/{version}/deploy")
-        result = self.server.post(f"/api/models/{MODEL_ID}/{version}/deploy", {"clients": self.plan.gateways})
+        with self.measured(f"deploying {label}"):
+            result = self.server.post(f"/api/models/{MODEL_ID}/{version}/deploy", {"clients": self.plan.gateways})
         self.deployed = Deployed(algorithm, version, dict(score.windows))
         self.emit("deployed", model=label, algorithm=algorithm, version=version, accuracy=score.accuracy,
                   windows=score.n, active=result["active"], rejected=result["rejected"], pending=result["pending"])
@@ -215,6 +257,7 @@ class ApiTraining:
         """The retraining schedule: once ``min_new_windows`` labelled windows were added
         fleet-wide; promoted unless it scores below the deployed version (threshold 0)."""
         algorithm, config = self.retraining_algorithm()
+        self._since_schedule = self.traffic()
         self.schedule = schedule = self.server.post("/api/schedules", {
             "schedule_id": SCHEDULE_ID, "model_id": MODEL_ID, "algorithm": algorithm, "config": config,
             "min_new_windows": min_new_windows, "threshold": 0.0, "canary_share": self.plan.canary_share})
@@ -244,7 +287,9 @@ class ApiTraining:
         first = self.server.get(f"/api/jobs/{job_id}")
         name = f"{first['algorithm']} (retrained)"
         self.emit("phase", name=f"training {name}: the schedule's job {job_id}")
-        job = self.follow(job_id, name)
+        phase = f"training {name}: the schedule's job (training, scoring, rollout; from the schedule's creation)"
+        with self.measured(phase, since=self._since_schedule):
+            job = self.follow(job_id, name)
         failures: dict[str, str] = {}
         candidate = self._scored(name, job, RETRAINING, failures)
         promotion = next((p for p in self.server.get(f"/api/promotions?model_id={MODEL_ID}")

@@ -1,7 +1,7 @@
 """The fleet demo's decisions and explanations, as pure functions of measured counts
 (``aggregator.demo.decisions``): deploy or not, the server's promotion decision told beside the
-demo's bars, why a model was re-scored on other windows, who sat out a server job and why, and
-secure aggregation by fleet size."""
+demo's bars, why a model was re-scored on other windows, who sat out a server job and why,
+secure aggregation by fleet size, and the bytes in context."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from aggregator.demo.decisions import (
     Score,
+    bytes_explanation,
     class_counts,
     decide_deployment,
     promotion_decision,
@@ -205,3 +206,23 @@ def test_secure_aggregation_needs_three_gateways() -> None:
     assert secure_aggregation_plan(3).on and secure_aggregation_plan(10).on
     two = secure_aggregation_plan(2)
     assert not two.on and "at least 3 gateways" in two.reason and "unmasked" in two.reason
+
+
+# -- bytes in context ------------------------------------------------------------------------------------
+
+
+def test_bytes_explanation_says_what_the_multiple_is_of_and_where_the_bytes_went() -> None:
+    phases = {"training fedscs-xgb": 300_000_000, "training fedforest": 50_000_000,
+              "local-only baseline": 4_000_000, "held-out scoring": 1_000_000, "deploying activity:v1": 500_000}
+    lines = bytes_explanation(phases, total=360_000_000, raw_sensor_bytes=1_800_000, raw_samples=75_000,
+                              channels=6, gateways=3, secure=True)
+    text = "\n".join(lines)
+    assert "200.0x the raw sensor data" in text
+    assert "75,000 samples x 6 channels" in text
+    assert "training fedscs-xgb: 300.0 MB (83%)" in text
+    assert "deploying activity:v1: 0.5 MB = 167 kB per gateway" in text
+    assert "every node x feature x bin" in text and "masked" in text
+    assert "other (status messages" in text
+    plain = "\n".join(bytes_explanation(phases, total=360_000_000, raw_sensor_bytes=1_800_000, raw_samples=75_000,
+                                        channels=6, gateways=2, secure=False))
+    assert "masked" not in plain and "in the clear" in plain

@@ -1,12 +1,12 @@
 """The demo's training plan as the server takes it (``aggregator.demo.training``): the configs it
 sends through the API are ones the server's own ``build_algorithm`` accepts, with the privacy
-settings the summary reports."""
+settings the summary reports, and each step measured on the server's traffic counter."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from aggregator.demo.training import XGB_BINS, TrainingPlan
+from aggregator.demo.training import XGB_BINS, ApiTraining, TrainingPlan
 from aggregator.server.service import build_algorithm
 
 
@@ -37,3 +37,39 @@ def test_privacy_settings_as_the_server_resolves_them() -> None:
     on = build_algorithm("fedscs-xgb", plan(True).config("fedscs-xgb"))
     assert (on.protocol, bool(on.secure_aggregation), on.min_crowd) == ("histogram", True, 5)
     assert not build_algorithm("fedscs-xgb", plan(False).config("fedscs-xgb")).secure_aggregation
+
+
+class _Metrics:
+    """A server whose /metrics counter grows by 1000 bytes per read (or is absent)."""
+
+    def __init__(self, exported: bool) -> None:
+        self.exported, self.sent = exported, 0
+
+    def get(self, path: str) -> bytes:
+        assert path == "/metrics"
+        self.sent += 1000
+        lines = ["wheelfed_jobs_total 1"]
+        if self.exported:
+            lines += [f'wheelfed_mqtt_bytes_total{{direction="sent"}} {self.sent}',
+                      'wheelfed_mqtt_bytes_total{direction="received"} 7']
+        return "\n".join(lines).encode()
+
+
+def test_a_step_is_measured_as_the_growth_of_the_servers_traffic_counter() -> None:
+    events: list[dict] = []
+    training = ApiTraining(_Metrics(exported=True), plan(), events.append, lambda: False)
+    with training.measured("training x"):
+        pass
+    [event] = events
+    assert (event["event"], event["phase"], event["bytes"]) == ("traffic", "training x", 1000)
+    with training.measured("since", since=0):
+        pass
+    assert events[-1]["bytes"] == 3000 + 7  # the counter read once more, plus the received bytes
+
+
+def test_no_traffic_event_when_the_server_does_not_export_its_bytes() -> None:
+    events: list[dict] = []
+    training = ApiTraining(_Metrics(exported=False), plan(), events.append, lambda: False)
+    with training.measured("training x"):
+        pass
+    assert events == [] and training.traffic() is None

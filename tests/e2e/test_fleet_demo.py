@@ -106,8 +106,15 @@ def _assert_honest(report: dict[str, Any], stdout: str) -> None:
         assert all(g["predictions"] > 0 for g in report["per_gateway"].values()), report["per_gateway"]
         assert report["live_windows"] > 0 and report["live_agreement"] == 1.0
         assert report["live_max_probability_diff"] < 1e-6
-    # the raw data in context: how much never left the gateways
+    # the raw data in context: how much never left the gateways; the server's bytes by step when
+    # its /metrics exports them (wheelfed_mqtt_bytes_total), else the summary says it cannot
     assert "samples x 6 channels as recorded" in stdout and "never left the gateways" in stdout
+    if report["traffic_bytes"]:
+        assert "x the raw sensor data (" in stdout and "why private training costs more than the data" in stdout
+        assert any(k.startswith("training ") for k in report["traffic_by_step"]), report["traffic_by_step"]
+        assert 0 < sum(report["traffic_by_step"].values()) <= report["traffic_bytes"]
+    else:
+        assert report["traffic_by_step"] == {} and "its /metrics has no wheelfed_mqtt_bytes_total" in stdout
     assert "gateways that sat out:" in stdout
 
 
