@@ -51,7 +51,7 @@ def connect_packet(user: BrokerUser, will_topic: str, keepalive_s: int = 600) ->
     """CONNECT: MQTT 3.1.1, username + password, retained QoS 1 will, clean_session=0."""
     flags = 0x80 | 0x40 | 0x20 | 0x08 | 0x04  # username, password, will retain, will QoS 1, will
     variable = _string("MQTT") + bytes([4, flags]) + struct.pack("!H", keepalive_s)
-    payload = _string(user.name) + _string(will_topic) + _string(b"offline") + _string(user.name) + _string(user.password)
+    payload = b"".join(_string(field) for field in (user.name, will_topic, b"offline", user.name, user.password))
     return _packet(0x10, variable + payload)
 
 
@@ -140,7 +140,8 @@ def main() -> None:
     parser.add_argument("--counts", type=int, nargs="+", default=[1000, 2000], help="connections after each step")
     parser.add_argument("--brokers", nargs="+", choices=("rabbitmq", "mosquitto"), default=["rabbitmq", "mosquitto"])
     args = parser.parse_args()
-    users = [BrokerUser(AGGREGATOR_ID, "agg-pw")] + [BrokerUser(f"gw-{i:05d}", f"pw-{i}") for i in range(max(args.counts))]
+    gateways = [BrokerUser(f"gw-{i:05d}", f"pw-{i}") for i in range(max(args.counts))]
+    users = [BrokerUser(AGGREGATOR_ID, "agg-pw"), *gateways]
     steps: list[Step] = []
     with tempfile.TemporaryDirectory(prefix="wf-broker-memory-") as tmp:
         if "rabbitmq" in args.brokers:

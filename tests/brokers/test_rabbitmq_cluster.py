@@ -34,7 +34,7 @@ from shared.protocol.messages.deployment import PredictionBatch
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.signing import SigningKey
 from shared.transport.mqtt import MqttConfig, MqttTransport
-from tests.brokers.conftest import forget_sessions, running_rabbitmq
+from tests.brokers.broker_support import forget_sessions, running_rabbitmq
 from tests.e2e.fleet_support import PASSWORDS
 from tests.e2e.test_fedforest_mqtt import test_private_forest_over_mqtt_equals_the_simulation  # noqa: F401
 from tests.e2e.test_fedscs_xgb_mqtt import (  # noqa: F401
@@ -62,7 +62,8 @@ def aggregator_connection(broker: RabbitMQCluster) -> MqttTransport:
     return agg
 
 
-def test_a_model_pushed_through_rabbitmq_predicts_live_on_the_gateway(rabbitmq: RabbitMQCluster, tmp_path: Path) -> None:
+def test_a_model_pushed_through_rabbitmq_predicts_live_on_the_gateway(rabbitmq: RabbitMQCluster,
+                                                                      tmp_path: Path) -> None:
     """As ``tests/e2e/test_model_push.py`` (whose gateway helpers it uses): trained on a real
     recording, signed, pushed from the aggregator's node to gw-1 on the other node,
     activated; the replayed recording is recognised live, the predictions reach the aggregator,

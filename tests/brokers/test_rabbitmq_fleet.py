@@ -17,7 +17,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from aggregator.fleet import Presence
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
-from tests.brokers.conftest import forget_sessions, running_rabbitmq
+from tests.brokers.broker_support import forget_sessions, running_rabbitmq
 from tests.e2e.fleet_support import PASSWORDS
 from tests.e2e.test_fedforest_mqtt import test_private_forest_over_mqtt_equals_the_simulation  # noqa: F401
 from tests.e2e.test_fedscs_xgb_mqtt import test_mqtt_training_with_gateway_processes_equals_the_simulation  # noqa: F401
@@ -39,7 +39,7 @@ def subscription_outcome(port: int, user: str, client_id: str, topic_filter: str
     client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False,
                          protocol=MQTTProtocolVersion.MQTTv311, reconnect_on_failure=False)
     client.username_pw_set(user, PASSWORDS[user])
-    client.on_connect = lambda c, _u, _f, reason, _p: c.subscribe(topic_filter, qos=1) if not reason.is_failure else None
+    client.on_connect = lambda c, _u, _f, reason, _p: None if reason.is_failure else c.subscribe(topic_filter, qos=1)
 
     def on_subscribe(_c, _u, _mid, codes, _p) -> None:
         outcome.append("granted" if not codes[0].is_failure else "refused")

@@ -112,8 +112,9 @@ def start_fleet(tmp_path: Path, *gateway_args: str, broker: FleetBroker | None =
             broker = _OneListener(stack.enter_context(mosquitto).port)
         processes = _GatewaysOnNodes(broker, tmp_path)
         port = broker.port_for(AGGREGATOR_ID)
-        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=port, username="aggregator", password=PASSWORDS["aggregator"],
-                                                      protocol=broker.protocol), presence=False)
+        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=port, username="aggregator",
+                                                      password=PASSWORDS["aggregator"], protocol=broker.protocol),
+                            presence=False)
         agg.connect()
         presence = Presence(agg, TopicLayout())
         try:
