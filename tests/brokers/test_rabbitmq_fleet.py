@@ -9,6 +9,7 @@ on the mutual-TLS listener a gateway logs in with its certificate alone (CN = us
 from __future__ import annotations
 
 import threading
+import time
 
 import paho.mqtt.client as paho
 import pytest
@@ -72,6 +73,30 @@ def test_a_gateway_can_neither_read_another_gateways_inbox_nor_take_its_session(
     assert subscription_outcome(port, "gw-1", "gw-1", layout.inbox("gw-2")) == "closed"
     assert subscription_outcome(port, "gw-1", "gw-2", layout.inbox("gw-1")) == "closed"
     assert subscription_outcome(port, "gw-2", "gw-2", layout.inbox("gw-2")) == "granted"
+
+
+def test_another_user_taking_a_gateways_client_id_disconnects_it(rabbitmq: RabbitMQCluster) -> None:
+    """What RabbitMQ does not prevent (documented in deploy/cloud/brokers/rabbitmq/README.md):
+    client ids are unique in the cluster whoever logs in with them, so gw-1 connecting as client id
+    gw-2 closes gw-2's connection (mosquitto's ``use_username_as_clientid`` makes it gw-1's own)."""
+    forget_sessions(rabbitmq)
+    gw2 = MqttTransport("gw-2", MqttConfig(port=rabbitmq.port_for("gw-2"), username="gw-2",
+                                           password=PASSWORDS["gw-2"], protocol=4, reconnect_min_s=60,
+                                           reconnect_max_s=60))
+    gw2.connect()
+    try:
+        intruder = paho.Client(CallbackAPIVersion.VERSION2, client_id="gw-2", protocol=MQTTProtocolVersion.MQTTv311)
+        intruder.username_pw_set("gw-1", PASSWORDS["gw-1"])
+        intruder.connect("127.0.0.1", rabbitmq.port_for("gw-1"), keepalive=10)
+        intruder.loop_start()
+        deadline = time.monotonic() + 10
+        while gw2.is_connected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not gw2.is_connected
+        intruder.disconnect()
+        intruder.loop_stop()
+    finally:
+        gw2.close()
 
 
 def test_a_gateway_logs_in_with_its_certificate_alone(rabbitmq: RabbitMQCluster) -> None:
