@@ -118,6 +118,7 @@ class Demo:
         self.sat_out: dict[str, str] = {}  # gateway -> why it sat out the latest step it missed (live view)
         # per training step: each gateway's held-out windows as (session, end) when the step started
         self.held_out: dict[str, dict[str, frozenset[tuple[str, int]]]] = {}
+        self._labels_in_since: float | None = None  # when every stream had delivered its later labels
         self.started = time.monotonic()
 
     # -- setup -----------------------------------------------------------------------------------
@@ -269,6 +270,21 @@ class Demo:
         return all(c in rows and rows[c]["online"] and rows[c]["labelled"] == store_snapshot(
             self.run_dir / f"{c}.db").labelled for c in self.gateways)
 
+    def _schedule_fired(self, schedule: dict[str, Any]) -> dict[str, Any] | None:
+        """The schedule's job once it started; a RuntimeError when every stream has delivered its
+        later labels and the schedule still has not fired 30 s on (too few new labelled windows)."""
+        job = self.training.scheduled_job()
+        if job is not None or not all(g.pace.held or g.replay_done for g in self.gateways.values()):
+            self._labels_in_since = None
+            return job
+        if self._labels_in_since is None:
+            self._labels_in_since = time.monotonic()
+        elif time.monotonic() - self._labels_in_since > 30:
+            now = sum(row["labelled"] or 0 for row in self.server.get("/api/gateways"))
+            raise RuntimeError(f"the later labels added {now - schedule['last_windows']} labelled windows fleet-wide, "
+                               f"fewer than the {schedule['min_new_windows']} the retraining schedule waits for")
+        return None
+
     def _settle(self, what: str) -> None:
         self.wait_until(lambda: all(g.pace.held or g.replay_done for g in self.gateways.values()), 900, what)
         self.wait_until(self._stores_settled, 120, "the gateways to store their windows")
@@ -293,11 +309,11 @@ class Demo:
         self.wait_until(self._server_sees_stores, 120, "every gateway back online at the server")
         labelled = sum(store_snapshot(self.run_dir / f"{c}.db").labelled for c in self.gateways)
         expected = labelled * cfg.later_fraction / cfg.labelled_fraction
-        self.training.add_schedule(max(1, math.ceil(cfg.retrain_after * expected)))
+        schedule = self.training.add_schedule(max(1, math.ceil(cfg.retrain_after * expected)))
         for gw in self.gateways.values():
             gw.pace.set(speed=cfg.speed, limit_s=gw.session.later_labels_end_s)
         self.say("the carers' later labels arrive in the streams")
-        job = self.wait_until(self.training.scheduled_job, 900, "the retraining schedule to fire")
+        job = self.wait_until(lambda: self._schedule_fired(schedule), 900, "the retraining schedule to fire")
         for gw in self.gateways.values():  # the same windows for every scoring of this step
             gw.pace.set(limit_s=self._position_s(gw) + 1.0)
         self.say(f"the schedule fired (job {job['job_id']}); the streams are held while the step runs")
