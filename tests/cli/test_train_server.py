@@ -44,8 +44,30 @@ class Setup:
     stores: dict[str, Path]
 
     def cli(self, *args: str, token: str | None = OPERATOR, timeout: float = 120.0) -> CliRun:
-        env = {"WHEELFED_SERVER": self.server.url, **({"WHEELFED_TOKEN": token} if token else {})}
-        return wheelfed(*args, cwd=self.folder, env=env, timeout=timeout)
+        """``wheelfed ARGS`` as a process, the server and ``token`` in its environment."""
+        return wheelfed(*args, cwd=self.folder, env=self._env(token), timeout=timeout)
+
+    def main(self, capsys: pytest.CaptureFixture, *args: str, token: str | None = OPERATOR,
+             server: bool = True) -> CliRun:
+        """The same in this process (``edge_client.cli.main``): a process start costs seconds on
+        a busy machine; what is tested -- the requests, the answers, the one line -- is the same."""
+        from edge_client.cli import main
+
+        with pytest.MonkeyPatch.context() as patch:
+            for name in ("WHEELFED_SERVER", "WHEELFED_TOKEN"):
+                patch.delenv(name, raising=False)
+            for name, value in (self._env(token) if server else {}).items():
+                patch.setenv(name, value)
+            patch.chdir(self.folder)
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's usage errors
+                code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return CliRun(code, captured.out, captured.err)
+
+    def _env(self, token: str | None) -> dict[str, str]:
+        return {"WHEELFED_SERVER": self.server.url, **({"WHEELFED_TOKEN": token} if token else {})}
 
 
 @pytest.fixture(scope="module")
@@ -111,25 +133,25 @@ def test_train_submits_the_job_follows_its_rounds_and_downloads_the_simulated_mo
     assert downloaded == simulated
 
 
-def test_model_actions_read_and_deploy_through_the_server(setup: Setup, trained: CliRun) -> None:
+def test_model_actions_read_and_deploy_through_the_server(setup: Setup, trained: CliRun, capsys) -> None:
     assert trained.code == 0, trained.stderr
-    listed = setup.cli("model", "list", token=READER)
+    listed = setup.cli("model", "list", token=READER)  # a process, as an operator runs it; the rest in-process
     assert listed.code == 0 and any(line.startswith("act:v1 ") and "fedscs_xgb" in line
                                     for line in listed.stdout.splitlines()), listed
-    shown = setup.cli("model", "show", "act", token=READER)
+    shown = setup.main(capsys, "model", "show", "act", token=READER)
     assert shown.code == 0 and shown.stdout.startswith("act:v1: fedscs_xgb boosted model, 9 trees"), shown
     assert "classes: lie, push, sit" in shown.stdout and "held-out metrics" in shown.stdout
-    exported = setup.cli("model", "export", "act:v1", "-o", "exported.json", token=READER)
+    exported = setup.main(capsys, "model", "export", "act:v1", "-o", "exported.json", token=READER)
     assert exported.code == 0, exported.stderr
     server_bytes = _get(setup.server, "/api/models/act/1/download", raw=True)
     assert TreeEnsemble.from_json((setup.folder / "exported.json").read_text()) == TreeEnsemble.from_cbor(server_bytes)
-    compared = setup.cli("model", "compare", "act:v1", "act:v1", token=READER)
+    compared = setup.main(capsys, "model", "compare", "act:v1", "act:v1", token=READER)
     assert compared.code == 0 and "accuracy" in compared.stdout and "+0" in compared.stdout, compared
 
-    deployed = setup.cli("model", "deploy", "act:v1", "--clients", "gw-1,gw-2")
+    deployed = setup.main(capsys, "model", "deploy", "act:v1", "--clients", "gw-1,gw-2")
     assert deployed.code == 0, deployed.stderr
     assert deployed.stdout.splitlines()[0] == "act:v1: active on gw-1, gw-2"
-    row = next(line for line in setup.cli("model", "list", token=READER).stdout.splitlines()
+    row = next(line for line in setup.main(capsys, "model", "list", token=READER).stdout.splitlines()
                if line.startswith("act:v1 "))
     assert "gw-1=active" in row and "gw-2=active" in row and "gw-3" not in row
 
@@ -155,40 +177,47 @@ def test_ctrl_c_cancels_the_job_on_the_server(setup: Setup) -> None:
     assert not [m for m in _get(setup.server, "/api/models") if m["model_id"] == "long"]
 
 
-def test_each_failure_is_one_line_with_the_cli_s_exit_code(setup: Setup, trained: CliRun) -> None:
-    train = ("train", "--model-id", "x", "--rounds", "1")
-    assert_one_line_failure(setup.cli(*train, token=None), RUNTIME, "needs a bearer token",
-                            "this needs an operator token", "WHEELFED_TOKEN", "--token-file")
-    assert_one_line_failure(setup.cli(*train, token=READER), RUNTIME, "refused the token",
-                            "this needs an operator token", "this token may not change anything")
-    assert_one_line_failure(setup.cli("model", "list", token=None), RUNTIME, "needs a bearer token",
-                            "this needs a read or operator token")
-    assert_one_line_failure(setup.cli("model", "deploy", "act:v1", "--clients", "gw-1", token=READER), RUNTIME,
-                            "refused the token", "this needs an operator token")
-    # the token from a file, never the command line
+def test_each_failure_is_one_line_with_the_cli_s_exit_code(setup: Setup, trained: CliRun, capsys) -> None:
+    assert trained.code == 0, trained.stderr
     (setup.folder / "token").write_text(READER + "\n")
-    assert setup.cli("model", "list", "--token-file", "token", token=None).code == 0
-    # a value the server refuses (422): a usage error, the server's reason
-    assert_one_line_failure(setup.cli("train", "--algorithm", "fedforest", "--init-version", "act:v1"), USAGE,
-                            "the server refused the request", "fedforest cannot continue from a model")
-    assert_one_line_failure(setup.cli("train", "--since", "yesterday"), USAGE, "the server refused the request",
-                            "since: 'yesterday' is neither Unix seconds nor an ISO-8601 time")
-    # a job the server cannot run: it fails there, and the command says why
-    assert_one_line_failure(setup.cli("train", "--min-gateways", "99"), RUNTIME, "failed on the server",
-                            "the job needs 99")
-    # an unknown model (404), with the server's message
-    assert_one_line_failure(setup.cli("model", "show", "nope:v3", token=READER), RUNTIME, "nope")
-    # options of a local run, refused before anything is sent
-    assert_one_line_failure(setup.cli("train", "--registry", "r.db"), USAGE, "--registry is for a local run")
-    assert_one_line_failure(setup.cli("train", "--algorithm", "fedga-tree"), USAGE, "fedga-tree runs without a server")
-    assert_one_line_failure(setup.cli("model", "register", "act.cbor", "--model-id", "x"), USAGE,
-                            "model register works on a registry file")
     key = str(setup.folder.parent / "aggregator.key")
-    assert_one_line_failure(setup.cli("model", "deploy", "act:v1", "--key", key), USAGE,
-                            "--key is for a local registry", "the server signs with its own key")
-    assert_one_line_failure(wheelfed("train", "-o", "m.cbor", "--min-gateways", "3", cwd=setup.folder), USAGE,
-                            "--min-gateways is a participation rule of a server job")
-    # no server listening
     nowhere = f"http://127.0.0.1:{find_free_port()}"
-    run = wheelfed("train", "--server", nowhere, "--rounds", "1", cwd=setup.folder)
-    assert_one_line_failure(run, RUNTIME, f"cannot reach the server at {nowhere}: connection refused")
+    train = ("train", "--model-id", "x", "--rounds", "1")
+    # (command, token, exit code, fragments of the one line)
+    cases = [
+        (train, None, RUNTIME, ("needs a bearer token", "this needs an operator token", "WHEELFED_TOKEN",
+                                "--token-file")),
+        (train, READER, RUNTIME, ("refused the token", "this needs an operator token",
+                                  "this token may not change anything")),
+        (("model", "list"), None, RUNTIME, ("needs a bearer token", "this needs a read or operator token")),
+        (("model", "deploy", "act:v1", "--clients", "gw-1"), READER, RUNTIME,
+         ("refused the token", "this needs an operator token")),
+        # a value the server refuses (422): a usage error, with the server's reason
+        (("train", "--algorithm", "fedforest", "--init-version", "act:v1"), OPERATOR, USAGE,
+         ("the server refused the request", "fedforest cannot continue from a model")),
+        (("train", "--since", "yesterday"), OPERATOR, USAGE,
+         ("the server refused the request", "since: 'yesterday' is neither Unix seconds nor an ISO-8601 time")),
+        # a job the server cannot run: it fails there, and the command says why
+        (("train", "--min-gateways", "99"), OPERATOR, RUNTIME, ("failed on the server", "the job needs 99")),
+        # an unknown model (404), with the server's message
+        (("model", "show", "nope:v3"), READER, RUNTIME, ("nope",)),
+        # options of a local run, refused before anything is sent
+        (("train", "--registry", "r.db"), OPERATOR, USAGE, ("--registry is for a local run",)),
+        (("train", "--algorithm", "fedga-tree"), OPERATOR, USAGE, ("fedga-tree runs without a server",)),
+        (("model", "register", "act.cbor", "--model-id", "x"), OPERATOR, USAGE,
+         ("model register works on a registry file",)),
+        (("model", "deploy", "act:v1", "--key", key), OPERATOR, USAGE,
+         ("--key is for a local registry", "the server signs with its own key")),
+    ]
+    local = [  # no server configured
+        (("train", "-o", "m.cbor", "--min-gateways", "3"), USAGE,
+         ("--min-gateways is a participation rule of a server job",)),
+        (("train", "--server", nowhere, "--rounds", "1"), RUNTIME,
+         (f"cannot reach the server at {nowhere}: connection refused",)),
+    ]
+    for args, token, code, fragments in cases:
+        assert_one_line_failure(setup.main(capsys, *args, token=token), code, *fragments)
+    for args, code, fragments in local:
+        assert_one_line_failure(setup.main(capsys, *args, server=False), code, *fragments)
+    # the token from a file, never the command line
+    assert setup.main(capsys, "model", "list", "--token-file", "token", token=None).code == 0
