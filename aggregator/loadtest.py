@@ -152,7 +152,6 @@ class MultiplexedTransport(MqttTransport):
     def __init__(self, client_id: str, config: MqttConfig, mux: Multiplexer) -> None:
         self._mux = mux  # before super().__init__, which builds the paho client
         super().__init__(client_id, config)
-        mux.transports.append(self)
         self._next_reconnect = 0.0
 
     def _make_client(self):
@@ -182,6 +181,7 @@ class MultiplexedTransport(MqttTransport):
         else:
             self._client.connect(cfg.host, cfg.port, cfg.keepalive_s)
         self._drop_wakeup_pair()
+        self._mux.transports.append(self)  # ticked from now on (reconnect needs a first connect)
         if wait and not self.wait_connected(timeout_s):
             raise ConnectionError(f"{self.client_id} not connected within {timeout_s} s: {self._connect_error}")
 
@@ -279,7 +279,11 @@ def simulated_fleet(gateways: int, processes: int | None = None, *, online_timeo
                     env={**os.environ, SECRET_ENV: secret}, stdout=subprocess.DEVNULL, start_new_session=True,
                     preexec_fn=die_with_parent()))
             try:
-                presence.wait(ids, online=True, timeout_s=online_timeout_s)
+                missing = presence.missing(ids, online_timeout_s)
+                if missing:
+                    raise TimeoutError(f"{len(missing)} of {gateways} simulated gateways were not online after "
+                                       f"{online_timeout_s:.0f} s (first: {', '.join(missing[:5])}); the host "
+                                       "processes' stderr says why")
                 online_s = time.monotonic() - started
                 presence.close()
                 progress(f"{gateways} gateways online in {processes} processes after {online_s:.1f} s")
@@ -437,6 +441,7 @@ class LoadRun:
     job_s: float
     timings: tuple[RoundTiming, ...]
     aggregator_cpu_s: float
+    aggregator_start_mb: float  # its resident memory before the job (earlier jobs' leftovers included)
     aggregator_peak_mb: float
     broker_cpu_s: float
     broker_peak_mb: float
@@ -469,14 +474,18 @@ class LoadRun:
         return sum(t.bytes_down for t in self.timings) / self.gateways
 
 
-def run_load(config: LoadConfig, *, progress: Callable[[str], None] = print) -> list[LoadRun]:
-    """Start the fleet once and train each of ``config.algorithms`` on it, measured."""
+def run_load(config: LoadConfig, *, progress: Callable[[str], None] = print,
+             on_run: Callable[[LoadRun], None] | None = None) -> list[LoadRun]:
+    """Start the fleet once and train each of ``config.algorithms`` on it, measured;
+    ``on_run`` hears each run as soon as it is done (a long benchmark saves it)."""
     runs = []
     with simulated_fleet(config.gateways, config.processes, progress=progress) as fleet:
         engine = TimedRoundEngine(fleet.agg)
         for name in config.algorithms:
             runs.append(_measured_job(name, fleet, engine, config))
             run = runs[-1]
+            if on_run is not None:
+                on_run(run)
             progress(f"{name}: {run.job_s:.1f} s, {len(run.timings)} rounds, aggregator {run.aggregator_cpu_s:.1f} "
                      f"CPU s / {run.aggregator_peak_mb:.0f} MB, broker {run.broker_peak_mb:.0f} MB, "
                      f"timed out {run.timed_out}")
@@ -487,6 +496,7 @@ def _measured_job(name: str, fleet: SimulatedFleet, engine: TimedRoundEngine, co
     broker, hosts = fleet.broker.process.pid, [p.pid for p in fleet.hosts]
     for pid in ("self", broker):
         reset_peak_rss(pid)
+    start_mb = rss_mb()
     load = [os.getloadavg()[0]]
     sampling = threading.Event()
 
@@ -511,7 +521,7 @@ def _measured_job(name: str, fleet: SimulatedFleet, engine: TimedRoundEngine, co
     return LoadRun(
         algorithm=name, gateways=len(fleet.ids), processes=len(hosts), online_s=fleet.online_s, job_s=job_s,
         timings=tuple(engine.timings),
-        aggregator_cpu_s=cpu_seconds() - cpu[0], aggregator_peak_mb=peak_rss_mb(),
+        aggregator_cpu_s=cpu_seconds() - cpu[0], aggregator_start_mb=start_mb, aggregator_peak_mb=peak_rss_mb(),
         broker_cpu_s=cpu_seconds(broker) - cpu[1], broker_peak_mb=peak_rss_mb(broker),
         hosts_cpu_s=sum(cpu_seconds(p) for p in hosts) - cpu[2], hosts_rss_mb=sum(rss_mb(p) for p in hosts),
         load_average=(load[0], load[-1], max(load)),
