@@ -36,7 +36,7 @@ from aggregator.site_aggregator import (
 from edge_client.participant import Participant
 from edge_client.training_data import ClientData
 from shared.model.ensemble import TreeEnsemble
-from shared.protocol.envelope import Message, encode_message
+from shared.protocol.envelope import Message, decode_message, encode_message
 from shared.protocol.messages import Ping
 from shared.protocol.messages.fleet_sums import FleetSumReply
 from shared.protocol.messages.secure_aggregation import MaskedVector
@@ -328,3 +328,20 @@ def test_a_site_sum_with_a_member_answered_already_is_not_taken_and_the_rest_are
     np.testing.assert_array_equal(cloud.result.replies["gw-1"].body.sums.values, [1, 1])
     assert [c for c, _ in cloud.requests].count("gw-2") >= 2  # asked again (same request id)
     assert {m.envelope.msg_id for c, m in cloud.requests if c == "gw-2"} == {cloud.request("gw-2").envelope.msg_id}
+
+
+def site_examples() -> list[SiteReplies]:
+    """A valid site message (a sum of two members with sealed bundles, a silent member): the
+    protocol fuzzer's seed for ``site.replies`` (tests/shared/protocol/test_fuzz.py)."""
+    template = encode_message(Message.create(FleetSumReply(MaskedVector(np.zeros(0, np.uint32))), sender="site-a"))
+    part = SiteSum(template, np.array([5, 7], np.uint32),
+                   (SiteMember("gw-1", "req-1", "rep-1", {"gw-2": b"\x01" * 67}), SiteMember("gw-2", "req-2", "rep-2")))
+    return [SiteReplies("grid_counts", (part,), (SiteMember("gw-3", "req-3"),), 2.5)]
+
+
+def test_the_site_message_example_round_trips() -> None:
+    (body,) = site_examples()
+    message = Message.create(body, sender="site-a", job="j", round=2)
+    decoded = decode_message(encode_message(message)).body
+    assert decoded.silent == body.silent and decoded.sums[0].members == body.sums[0].members
+    np.testing.assert_array_equal(decoded.sums[0].total, body.sums[0].total)
