@@ -194,7 +194,9 @@ def fedga_tree_examples() -> list[object]:
 def valid_bodies() -> dict[str, object]:
     """One valid body per registered type: the fuzzer breaks one field at a time from these."""
     from shared.protocol.chunking import Chunk
+    from aggregator.merge_workers import MergeChunk, MergePartial
     from shared.protocol.messages import Ack, Describe, ErrorReply, Pong
+    from tests.aggregator.test_site_aggregator import site_examples
     from tests.aggregator.test_vertical_forest_messages import vertical_forest_examples
     from tests.shared.protocol.test_envelope import ArrayBody
 
@@ -203,7 +205,8 @@ def valid_bodies() -> dict[str, object]:
         Ack("n"), Describe(), ErrorReply("c", "m", "ping"), ModelAnnouncement("m", 1, "x", "fs", bytes(32), 9),
         Chunk("t", 0, 1, 1, bytes(32), b"x"), ArrayBody(np.zeros(3, np.float32), [1], {"a": 1.0}, "n"),
         *fedscs_xgb_examples(), *fedforest_examples(), *private_examples(), *evaluation_examples(), *deployment_examples(),
-        *vertical_forest_examples(), *fedga_tree_examples(),
+        *vertical_forest_examples(), *fedga_tree_examples(), *site_examples(),
+        MergePartial(np.arange(3, dtype=np.uint32), (b"stub",)), MergeChunk("gw-1", b"chunk"),
     ]
     return {type_name: body for body in examples for type_name, cls in registered_message_types().items() if type(body) is cls}
 
