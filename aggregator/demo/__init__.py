@@ -1,2 +1,2 @@
-"""``wheelfed demo``: the fleet on real recorded sessions (orchestrator, aggregator process,
-terminal view, summary report)."""
+"""``wheelfed demo``: the fleet on real recorded sessions (orchestrator, ``wheelfed server`` as
+its aggregator driven through the REST API, terminal view, summary report)."""

@@ -264,7 +264,7 @@ def _f(value: float) -> str:
 
 def privacy_line(privacy: dict[str, Any], secure_note: str) -> str:
     """What the demo's trainings and scorings revealed to the aggregator, from the settings the
-    aggregator process reported (not the algorithms' defaults)."""
+    server's algorithm resolves for the demo's jobs (not the algorithms' defaults)."""
     scoring = ("held-out scoring is per gateway, in the clear (each gateway's confusion counts); the local-only "
                "baseline runs one job per gateway, whose sums are that gateway's own (a research comparison; "
                "PRIVACY.md)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -61,14 +62,27 @@ def _demo(args: argparse.Namespace) -> int:
                         broker=args.broker, run_dir=Path(args.run_dir) if args.run_dir else None,
                         report_path=args.report)
     print(DEMO_HELP.splitlines()[0] + f" ({config.subjects} gateways; details: wheelfed demo --help)\n", flush=True)
+    # SIGTERM stops the demo as Ctrl-C does: the server first, while the gateways still answer its
+    # round (it stops at the round's end), then the gateways and the broker
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         report = run_demo(config)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("\ninterrupted: everything the demo started has been stopped", file=sys.stderr)
-        return 130
+        return 128 + (signal.SIGTERM if isinstance(exc, _Terminated) else signal.SIGINT)
     except (TimeoutError, RuntimeError) as exc:
         raise CliError(f"{exc} (logs in the run directory; --run-dir keeps them)") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0 if report.succeeded else 1
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is."""
+
+
+def _terminated(_signum: int, _frame: object) -> None:
+    raise _Terminated
 
 
 def _smoke(args: argparse.Namespace) -> int:
