@@ -29,7 +29,7 @@ from shared import __version__
 
 from ..registry import RegistryError, ScheduleRecord
 from .policy import CronSpec
-from .service import JobRequest
+from .service import LIVE_KEEP, JobRequest
 
 if TYPE_CHECKING:
     from .app import Server
@@ -78,7 +78,7 @@ class ScheduleIn(BaseModel):
     min_new_windows: int | None = Field(None, ge=1, le=10**9)
     threshold: float = Field(0.01, ge=0, le=1e6, description="allowed regression of the validation metric")
     canary_share: float = Field(0.25, gt=0, le=1)
-    canary_windows: int = Field(0, ge=0, le=1000, description="live predictions of the candidate each canary "
+    canary_windows: int = Field(0, ge=0, le=LIVE_KEEP, description="live predictions of the candidate each canary "
                                 "gateway must report before the rest get it (0: no live check)")
     canary_observe_s: float = Field(900.0, gt=0, le=86_400, description="how long to wait for them, seconds")
     canary_max_drop: float = Field(0.05, ge=0, le=1, description="how far their mean confidence may fall below "

@@ -223,6 +223,10 @@ class FleetTracker:
                                           timeout_s)
 
 
+#: Live confidences kept per gateway and model version: the most a canary check may ask for.
+LIVE_KEEP = 1000
+
+
 class LiveMonitor:
     """The confidence of every gateway's live predictions, per gateway and model version.
 
@@ -233,7 +237,7 @@ class LiveMonitor:
     the gateway of its topic is ignored.
     """
 
-    def __init__(self, transport: Transport, layout: TopicLayout, *, keep: int = 1000) -> None:
+    def __init__(self, transport: Transport, layout: TopicLayout, *, keep: int = LIVE_KEEP) -> None:
         self._layout, self.keep = layout, keep
         self._seen: dict[str, dict[str, deque[float]]] = {}
         self._changed = threading.Condition()

@@ -19,36 +19,42 @@ from shared.protocol.messages.fleet_sums import TimeRange
 from tests.server.fleet_memory import LABELS, announce, running_server, wait_job
 
 CONFIG = {"n_rounds": 3, "max_depth": 2, "n_bins": 16}
+FS = "wheelfed-tifex-2+abc"
 DAY_US = 86_400 * 10**6
 T0 = 1_793_491_200  # 2026-11-01T00:00:00Z
 SINCE, UNTIL = T0 + 3 * 86_400, T0 + 7 * 86_400  # days 3..6 of ten
 
 
 def timed_fleet(seed: int = 0) -> tuple[list[ClientData], list[ClientData]]:
-    """Four gateways with 120 windows each spread over ten days (gw-4's mostly before day 3),
-    and the same gateways holding only their windows that start in [SINCE, UNTIL)."""
+    """Five gateways with 120 windows each spread over ten days (gw-4's and gw-5's mostly before
+    day 3),
+    and the same gateways holding only their windows that start in [SINCE, UNTIL). They store
+    feature set ``FS``, as gateways do -- the survey first learns that version, then asks each
+    gateway again whether it meets the job's rules for it -- except gw-1 and gw-5, whose
+    unversioned data fit any job (they meet the rules, or not, in the survey's first request)."""
     rng = np.random.default_rng(seed)
     full, inside = [], []
-    for k in range(4):
+    for k in range(5):
         client, n = f"gw-{k + 1}", 120
+        version = "" if client in ("gw-1", "gw-5") else FS
         X = rng.normal(size=(n, 4))
         y = LABELS[(X[:, 0] + 0.8 * X[:, 2] + 0.3 * X[:, 1] * X[:, 3] > 0).astype(int)]
-        days = rng.uniform(0, 3.2, n) if client == "gw-4" else rng.uniform(0, 10, n)
+        days = rng.uniform(0, 3.2, n) if client in ("gw-4", "gw-5") else rng.uniform(0, 10, n)
         start = T0 * 10**6 + (days * DAY_US).astype(np.int64)  # held-out windows spread over the days too
         cut = int(0.75 * n)
-        full.append(ClientData(client, X[:cut], y[:cut], X_test=X[cut:], y_test=y[cut:], start_us=start[:cut],
-                               start_us_test=start[cut:]))
+        full.append(ClientData(client, X[:cut], y[:cut], feature_set_version=version, X_test=X[cut:], y_test=y[cut:],
+                               start_us=start[:cut], start_us_test=start[cut:]))
         train = TimeRange(SINCE * 10**6, UNTIL * 10**6).contains(start[:cut])
         test = TimeRange(SINCE * 10**6, UNTIL * 10**6).contains(start[cut:])
-        inside.append(ClientData(client, X[:cut][train], y[:cut][train], X_test=X[cut:][test],
-                                 y_test=y[cut:][test]))
+        inside.append(ClientData(client, X[:cut][train], y[:cut][train], feature_set_version=version,
+                                 X_test=X[cut:][test], y_test=y[cut:][test]))
     return full, inside
 
 
 def test_a_job_trains_on_exactly_the_windows_in_its_time_range(registry_url: str) -> None:
     full, inside = timed_fleet()
     in_range = {c.client_id: c.X.shape[0] + c.X_test.shape[0] for c in inside}
-    assert in_range["gw-4"] < 30 <= min(in_range[g] for g in ("gw-1", "gw-2", "gw-3"))
+    assert max(in_range["gw-4"], in_range["gw-5"]) < 30 <= min(in_range[g] for g in ("gw-1", "gw-2", "gw-3"))
     with running_server(registry_url, full) as (sim, server):
         announce(sim, {c.client_id: 120 for c in full})  # in total every gateway has enough
         api = TestClient(create_app(server))
@@ -58,10 +64,10 @@ def test_a_job_trains_on_exactly_the_windows_in_its_time_range(registry_url: str
         job = wait_job(server, started.json()["job_id"])
         assert job.state == "completed", job.error
         assert (job.rules["since"], job.rules["until"]) == (SINCE, UNTIL)
-        assert job.participants == ["gw-1", "gw-2", "gw-3"]  # gw-4 has too few windows in the range
+        assert job.participants == ["gw-1", "gw-2", "gw-3"] and job.feature_set == FS  # gw-4, gw-5: too few in it
         model = TreeEnsemble.from_cbor(api.get("/api/models/act/1/download").content)
-        assert model == aggregator.simulate(FedSCSXGB(**CONFIG), inside[:3])
-        assert model != aggregator.simulate(FedSCSXGB(**CONFIG), full[:3])  # the range made a difference
+        assert model == aggregator.simulate(FedSCSXGB(**CONFIG, feature_set_version=FS), inside[:3])
+        assert model != aggregator.simulate(FedSCSXGB(**CONFIG, feature_set_version=FS), full[:3])  # the range made a difference
         X = np.vstack([c.X_test for c in inside[:3]])
         y = np.concatenate([c.y_test for c in inside[:3]])
         assert "metrics" in job.evaluation, job.evaluation
@@ -74,10 +80,11 @@ def test_a_job_trains_on_exactly_the_windows_in_its_time_range(registry_url: str
         failed = wait_job(server, all_four.json()["job_id"])
         assert failed.state == "failed"
         assert "the job needs 4" in failed.error and "gw-4: too_few_labelled_windows" in failed.error
+        assert "gw-5: too_few_labelled_windows: fewer than 30 labelled windows in the job's time range" in failed.error
 
         whole = api.post("/api/jobs", json={"model_id": "act", "config": CONFIG, "clients": ["gw-1", "gw-2", "gw-3"]})
         assert wait_job(server, whole.json()["job_id"]).state == "completed"
-        assert server.registry.model("act", 2)[1] == aggregator.simulate(FedSCSXGB(**CONFIG), full[:3])
+        assert server.registry.model("act", 2)[1] == aggregator.simulate(FedSCSXGB(**CONFIG, feature_set_version=FS), full[:3])
 
 
 def test_a_gateway_snapshots_only_the_windows_that_start_in_the_range(tmp_path) -> None:
