@@ -8,8 +8,9 @@ wait for the gateways' answers (up to the round deadline), like ``wheelfed model
 Bad input is a 4xx with a ``detail`` line naming the problem: 422 for a value FastAPI or the
 algorithm refuses (``config: fedscs-xgb has no parameter n_trees``), 404 for an unknown model,
 job or schedule, 409 for a request the state does not allow (cancelling a finished job, deploying
-without a signing key, deploying a gateway's own model to another gateway). With tokens configured, reading needs a read or operator token
-(``Authorization: Bearer TOKEN``), changing anything an operator token.
+without a signing key, deploying a gateway's own model to another gateway). With tokens
+configured, reading needs a read or operator token (``Authorization: Bearer TOKEN``), changing
+anything an operator token.
 """
 
 from __future__ import annotations

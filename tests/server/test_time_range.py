@@ -20,6 +20,7 @@ from tests.server.fleet_memory import LABELS, announce, running_server, wait_job
 
 CONFIG = {"n_rounds": 3, "max_depth": 2, "n_bins": 16}
 FS = "wheelfed-tifex-2+abc"
+XGB = FedSCSXGB(**CONFIG, feature_set_version=FS)
 DAY_US = 86_400 * 10**6
 T0 = 1_793_491_200  # 2026-11-01T00:00:00Z
 SINCE, UNTIL = T0 + 3 * 86_400, T0 + 7 * 86_400  # days 3..6 of ten
@@ -66,8 +67,8 @@ def test_a_job_trains_on_exactly_the_windows_in_its_time_range(registry_url: str
         assert (job.rules["since"], job.rules["until"]) == (SINCE, UNTIL)
         assert job.participants == ["gw-1", "gw-2", "gw-3"] and job.feature_set == FS  # gw-4, gw-5: too few in it
         model = TreeEnsemble.from_cbor(api.get("/api/models/act/1/download").content)
-        assert model == aggregator.simulate(FedSCSXGB(**CONFIG, feature_set_version=FS), inside[:3])
-        assert model != aggregator.simulate(FedSCSXGB(**CONFIG, feature_set_version=FS), full[:3])  # the range made a difference
+        assert model == aggregator.simulate(XGB, inside[:3])
+        assert model != aggregator.simulate(XGB, full[:3])  # the range made a difference
         X = np.vstack([c.X_test for c in inside[:3]])
         y = np.concatenate([c.y_test for c in inside[:3]])
         assert "metrics" in job.evaluation, job.evaluation
@@ -84,7 +85,7 @@ def test_a_job_trains_on_exactly_the_windows_in_its_time_range(registry_url: str
 
         whole = api.post("/api/jobs", json={"model_id": "act", "config": CONFIG, "clients": ["gw-1", "gw-2", "gw-3"]})
         assert wait_job(server, whole.json()["job_id"]).state == "completed"
-        assert server.registry.model("act", 2)[1] == aggregator.simulate(FedSCSXGB(**CONFIG, feature_set_version=FS), full[:3])
+        assert server.registry.model("act", 2)[1] == aggregator.simulate(XGB, full[:3])
 
 
 def test_a_gateway_snapshots_only_the_windows_that_start_in_the_range(tmp_path) -> None:
