@@ -17,8 +17,8 @@ Load: ``--gateways`` real ``wheelfed gateway`` processes with 160 labelled windo
 end-to-end tests' stores), a fresh SQLite registry, one job ``POST /api/jobs`` (FedSCS-XGB,
 10 rounds, depth 4, 64 bins, secure aggregation on: the defaults a server job runs with) from
 submission to ``completed`` (federated evaluation included). The server's CPU seconds are its
-process's user + system time over that span (``psutil``), its RSS is sampled every 0.2 s; peak RSS
-over its whole life is the kernel's ``VmHWM``. ``GET /api/gateways`` is timed during the job too.
+process's user + system time over that span (``/proc/PID/stat``), its RSS (``VmRSS``) is sampled
+every 0.2 s; peak RSS over its whole life is the kernel's ``VmHWM``. ``GET /api/gateways`` is timed during the job too.
 
 Every process shares the machine: the numbers include the client, mosquitto and the gateways
 competing for the same cores; the load average is printed with them.
@@ -166,17 +166,22 @@ def load_average() -> str:
     return " / ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
-def peak_rss_kb(pid: int) -> int:
+def memory_bytes(pid: int, field: str) -> int:
+    """``VmRSS`` (now) or ``VmHWM`` (peak over the process's life) from ``/proc/PID/status``."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} for process {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (``/proc/PID/stat`` fields 14 and 15, in clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def under_load(args, folder: Path) -> tuple[list[list[str]], list[str]]:
     """The server's CPU and memory over one job with ``args.gateways`` gateway processes."""
-    import psutil
-
     from aggregator.broker import BrokerUser, MosquittoBroker
     from aggregator.fleet import GatewayProcesses
     from tests.e2e.fleet_support import fill_store
@@ -206,9 +211,9 @@ def under_load(args, folder: Path) -> tuple[list[list[str]], list[str]]:
                 time.sleep(1)
             log(f"all {len(gateways)} online after {time.perf_counter() - started:.0f} s")
             time.sleep(2)
-            proc = psutil.Process(server.process.pid)
-            idle_rss = proc.memory_info().rss
-            cpu_before = proc.cpu_times()
+            pid = server.process.pid
+            idle_rss = memory_bytes(pid, "VmRSS")
+            cpu_before = cpu_seconds(pid)
             load_before = load_average()
             config = {"n_rounds": 10, "max_depth": 4, "n_bins": 64}
             t0 = time.perf_counter()
@@ -222,16 +227,15 @@ def under_load(args, folder: Path) -> tuple[list[list[str]], list[str]]:
                 elapsed, _, data = client.request("GET", "/api/gateways?offset=0&limit=100")
                 during.append(elapsed)
                 job = client.get(f"/api/jobs/{job_id}")
-                peak = max(peak, proc.memory_info().rss)
+                peak = max(peak, memory_bytes(pid, "VmRSS"))
                 if job["state"] in ("completed", "failed", "cancelled"):
                     break
                 time.sleep(0.2)
             wall = time.perf_counter() - t0
-            cpu_after = proc.cpu_times()
+            cpu = cpu_seconds(pid) - cpu_before
             if job["state"] != "completed":
                 raise RuntimeError(f"the job ended {job['state']}: {job['error']}")
-            cpu = (cpu_after.user - cpu_before.user) + (cpu_after.system - cpu_before.system)
-            hwm = peak_rss_kb(proc.pid) * 1024
+            hwm = memory_bytes(pid, "VmHWM")
             load_after = load_average()
             client.close()
         finally:
