@@ -113,7 +113,12 @@ def needed_replies(n_selected: int, *, min_replies: int | None, min_fraction: fl
 
 
 class RoundEngine:
-    """Runs rounds over a transport; thread-safe (rounds of different jobs may overlap)."""
+    """Runs rounds over a transport; thread-safe (rounds of different jobs may overlap).
+
+    With ``merge_workers=True`` the replies come through merge workers (``self.merged``, see
+    the module docstring); the transport's broker session must then not hold a subscription to
+    the gateways' outboxes from an earlier run, or every reply reaches this process too.
+    """
 
     #: How often the waiting round checks for reconnections and returning clients.
     RESEND_CHECK_S = 0.25
