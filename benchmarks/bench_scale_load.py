@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_scale_load.py                          # 200 gateways, both algorithms
     nice -n 5 .venv/bin/python benchmarks/bench_scale_load.py --gateways 1000 5000
     .venv/bin/python benchmarks/bench_scale_load.py --gateways 500 --algorithms fedforest --json out.json
+    .venv/bin/python benchmarks/bench_scale_load.py --from-json scale_1000.json scale_5000.json   # reprint
 
 For every gateway count: mosquitto with the deploy/ config, the simulated gateways
 (``aggregator.loadtest``: each its own MQTT connection and broker account and the real client
@@ -25,7 +26,7 @@ import sys
 import _common  # noqa: F401  (puts the repo root on sys.path)
 from _common import markdown_table, print_machine
 
-from aggregator.loadtest import LOAD_ALGORITHMS, LoadConfig, LoadRun, run_load
+from aggregator.loadtest import LOAD_ALGORITHMS, LoadConfig, LoadRun, RoundTiming, run_load
 
 
 def summary_rows(runs: list[LoadRun]) -> list[list[str]]:
@@ -60,6 +61,13 @@ def as_json(run: LoadRun) -> dict:
     return out
 
 
+def from_json(run: dict) -> LoadRun:
+    """A run written by ``--json`` (without its model)."""
+    fields = {k: v for k, v in run.items() if k not in ("phases", "timings")}
+    fields["load_average"] = tuple(fields["load_average"])
+    return LoadRun(**fields, timings=tuple(RoundTiming(**t) for t in run["timings"]), model=None)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gateways", type=int, nargs="+", default=[200], help="fleet sizes (default: 200)")
@@ -68,7 +76,18 @@ def main() -> int:
                         help="host processes per fleet (default: one per 1,000 gateways, at least 2)")
     parser.add_argument("--deadline", type=float, default=900.0, help="round deadline in seconds (default: 900)")
     parser.add_argument("--json", help="also write every run, with its rounds, to this JSON file")
+    parser.add_argument("--from-json", nargs="+", metavar="FILE",
+                        help="print the tables of runs saved with --json instead of running")
     args = parser.parse_args()
+    if args.from_json:
+        runs = []
+        for path in args.from_json:
+            with open(path) as saved:
+                runs += [from_json(r) for r in json.load(saved)]
+        print(markdown_table(SUMMARY_HEADERS, summary_rows(runs)))
+        print()
+        print(markdown_table(PHASE_HEADERS, phase_rows(runs)))
+        return 0
     for n in args.gateways:
         if n < 3:
             parser.error(f"--gateways: each fleet needs at least 3 gateways (secure aggregation), got {n}")
