@@ -80,7 +80,7 @@ from shared.protocol.chunking import Chunk, Reassembler
 from shared.protocol.envelope import Message, decode_message, encode_message, message_type
 from shared.protocol.errors import ChunkError, DecodeError
 from shared.protocol.messages import Status
-from shared.protocol.messages.secure_aggregation import MaskedVector
+from shared.protocol.messages.secure_aggregation import MaskedVector, masked_vector_field
 from shared.protocol.schema import ArraySpec
 from shared.protocol.topics import TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport
@@ -163,18 +163,10 @@ class MergeChunk:
     payload: bytes
 
 
-def _vector_field(body: object) -> str | None:
-    """The name of the body's (one) MaskedVector field: the vector a fleet sum adds up."""
-    if not dataclasses.is_dataclass(body):
-        return None
-    names = [f.name for f in dataclasses.fields(body) if isinstance(getattr(body, f.name), MaskedVector)]
-    return names[0] if len(names) == 1 else None
-
-
 def split_vector(message: Message) -> tuple[Message, np.ndarray] | None:
     """``(stub, values)``: the reply with its vector's values emptied (same dtype, shares kept),
     and the values; None for a message that holds no fleet-sum vector."""
-    name = _vector_field(message.body)
+    name = masked_vector_field(message.body)
     if name is None:
         return None
     vector: MaskedVector = getattr(message.body, name)

@@ -97,7 +97,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -116,7 +116,7 @@ from shared.protocol.envelope import (
 )
 from shared.protocol.errors import DecodeError
 from shared.protocol.messages import ErrorReply, Status
-from shared.protocol.messages.secure_aggregation import MAX_BLOB, MaskedVector, narrow
+from shared.protocol.messages.secure_aggregation import MAX_BLOB, MaskedVector, masked_vector_field, narrow
 from shared.protocol.schema import ArraySpec, to_wire
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.secure_aggregation import ring_sum
@@ -128,7 +128,7 @@ from .rounds import RoundEngine
 log = logging.getLogger(__name__)
 
 __all__ = ["MemberReplies", "SiteAggregator", "SiteAwareTransport", "SiteConfig", "SiteMember", "SiteReplies",
-           "SiteStats", "SiteSum", "main", "site_acl", "site_aware_engine", "vector_field"]
+           "SiteStats", "SiteSum", "main", "site_acl", "site_aware_engine"]
 
 #: Rounds the site remembers as closed (a re-sent request of one is forwarded, its reply relayed).
 CLOSED_ROUNDS = 4096
@@ -186,25 +186,6 @@ class SiteReplies:
         clients = [m.client for s in self.sums for m in s.members] + [m.client for m in self.silent]
         if len(set(clients)) != len(clients):
             raise ValueError("a member appears twice in one site message")
-
-
-def vector_field(body: object) -> str | None:
-    """The name of the reply's fleet-sum vector (its one :class:`MaskedVector` field), or None
-    when the reply is not additive.
-
-    >>> from aggregator.site_aggregator import vector_field
-    >>> from shared.protocol.messages import ErrorReply
-    >>> from shared.protocol.messages.fleet_sums import FleetSumReply
-    >>> from shared.protocol.messages.secure_aggregation import MaskedVector
-    >>> vector_field(FleetSumReply(MaskedVector(np.zeros(3, np.uint32))))
-    'sums'
-    >>> vector_field(ErrorReply("resync", "keys lost")) is None
-    True
-    """
-    if not dataclasses.is_dataclass(body) or isinstance(body, (type, ErrorReply)):
-        return None
-    names = [f.name for f in dataclasses.fields(body) if isinstance(getattr(body, f.name), MaskedVector)]
-    return names[0] if len(names) == 1 else None
 
 
 @dataclass(frozen=True)
@@ -387,7 +368,7 @@ class SiteAggregator:
                     return  # a redelivered reply (QoS 1): the first one counts
                 state.answered.add(member)
                 state.last_activity = time.monotonic()
-                if vector_field(message.body) is not None:
+                if masked_vector_field(message.body) is not None:
                     state.held[member] = message
                     relay = False
                 if self._complete(state):
@@ -465,7 +446,7 @@ class SiteAggregator:
     @staticmethod
     def _stub(body: object) -> object:
         """The reply without its vector's words and shares: what a group's members share."""
-        name = vector_field(body)
+        name = masked_vector_field(body)
         vector: MaskedVector = getattr(body, name)
         return dataclasses.replace(body, **{name: MaskedVector(vector.values[:0])})
 
@@ -475,13 +456,13 @@ class SiteAggregator:
         groups: dict[tuple[Any, ...], list[Message]] = {}
         for member in sorted(held):
             message = held[member]
-            values = getattr(message.body, vector_field(message.body)).values
+            values = getattr(message.body, masked_vector_field(message.body)).values
             key = (message.type, values.dtype.str, values.shape[0], dumps_value(to_wire(self._stub(message.body))))
             groups.setdefault(key, []).append(message)
         return list(groups.values())
 
     def _sum(self, group: list[Message]) -> SiteSum:
-        name = vector_field(group[0].body)
+        name = masked_vector_field(group[0].body)
         vectors = [getattr(m.body, name) for m in group]
         word_bits = vectors[0].values.dtype.itemsize * 8
         total = narrow(ring_sum([v.values.astype(np.uint64) for v in vectors]), word_bits)
@@ -626,7 +607,7 @@ class SiteAwareTransport:
                 self.refused += 1
                 log.warning("refused a site sum with an invalid template", extra={"site": site, "error": str(exc)})
                 continue
-            name = vector_field(template)
+            name = masked_vector_field(template)
             if name is None:
                 self.refused += 1
                 log.warning("refused a site sum of a reply type that is not additive", extra={"site": site})

@@ -21,6 +21,7 @@ reply's vector is the plain one.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -159,6 +160,24 @@ class MaskedVector:
 
     def __post_init__(self) -> None:
         _blobs("shares", self.shares)
+
+
+def masked_vector_field(body: object) -> str | None:
+    """The name of a reply body's fleet-sum vector (its one :class:`MaskedVector` field), or None
+    when the reply is not additive: what a site aggregator or a merge worker may add up.
+
+    >>> import numpy as np
+    >>> from shared.protocol.messages import ErrorReply
+    >>> from shared.protocol.messages.fleet_sums import FleetSumReply
+    >>> masked_vector_field(FleetSumReply(MaskedVector(np.zeros(3, np.uint32))))
+    'sums'
+    >>> masked_vector_field(ErrorReply("resync", "keys lost")) is None
+    True
+    """
+    if not dataclasses.is_dataclass(body) or isinstance(body, type):
+        return None
+    names = [f.name for f in dataclasses.fields(body) if isinstance(getattr(body, f.name), MaskedVector)]
+    return names[0] if len(names) == 1 else None
 
 
 @message_type("secagg.unmask")
