@@ -22,7 +22,7 @@ from typing import TextIO
 __all__ = ["ProgressDisplay", "clock", "unit_of"]
 
 #: What one step of each algorithm is, for "4/10 boosting rounds".
-UNITS = {"fedscs_xgb": "boosting rounds", "fedforest": "levels"}
+UNITS = {"fedscs_xgb": "boosting rounds", "fedforest": "levels", "fedga_tree": "generations"}
 
 
 def unit_of(algorithm: str) -> str:

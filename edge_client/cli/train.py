@@ -394,9 +394,6 @@ def job_config(algorithm) -> dict[str, Any]:
 
 def _server_job(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The configured algorithm (checked here, as a local run checks it) and the job to submit."""
-    if args.algorithm == "fedga-tree":
-        raise UsageError("fedga-tree runs without a server (one tree per gateway): the server's jobs train "
-                         "fedscs-xgb or fedforest")
     for option, why in LOCAL_ONLY.items():
         if getattr(args, option) is not None:
             raise UsageError(f"--{option.replace('_', '-')} is for a local run: {why}")
@@ -478,6 +475,9 @@ def _run_on_server(args: argparse.Namespace, client: ServerClient) -> int:
         print(f"wheelfed train: interrupted: job {job_id} cancelled on the server after {job['completed']} of "
               f"{job['total']} {unit}; the server registered no model", file=sys.stderr, flush=True)
         return 128 + signals.received
+    if args.algorithm == "fedga-tree":
+        _personal_result(args, client, job, unit)
+        return 0
     label = job["result"]
     model_id, _, version = label.rpartition(":v")
     record = client.get(f"/api/models/{model_id}/{version}")
@@ -496,6 +496,29 @@ def _run_on_server(args: argparse.Namespace, client: ServerClient) -> int:
               "registered", file=sys.stderr, flush=True)
         return 128 + signals.received
     return 0
+
+
+def _personal_result(args: argparse.Namespace, client: ServerClient, job: dict[str, Any], unit: str) -> None:
+    """A FedGA-Tree job's trees, one per gateway, as the server registered them
+    (``MODEL_ID.GATEWAY``, each deployable to its own gateway only): with ``-o`` each is
+    downloaded to its gateway's file (``gateway_file``), as a local run writes them."""
+    from shared.model import TreeEnsemble
+
+    evaluation = job["evaluation"]
+    for gateway, label in sorted(evaluation.get("models", {}).items()):
+        model_id, _, version = label.rpartition(":v")
+        where = f"{label} on {client.url}"
+        if args.output:
+            path = gateway_file(args.output, gateway)
+            _write(path, TreeEnsemble.from_cbor(client.download(f"/api/models/{model_id}/{version}/download")))
+            where = f"{path} and {where}"
+        metrics = evaluation.get("per_client", {}).get(gateway)
+        held_out = f"; held-out (its own windows): {_metrics_text(metrics)}" if metrics else ""
+        print(f"{gateway}: its own tree -> {where}{held_out}", flush=True)
+    for gateway, why in evaluation.get("skipped", {}).items():
+        print(f"warning: {gateway}'s tree not evaluated: {why}", file=sys.stderr, flush=True)
+    print(f"job {job['job_id']}: {job['completed']} {unit}, one tree per gateway, each deployable to its own gateway "
+          f"only; participants {', '.join(job['participants'])}", flush=True)
 
 
 def add(sub: argparse._SubParsersAction) -> None:

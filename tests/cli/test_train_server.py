@@ -203,7 +203,6 @@ def test_each_failure_is_one_line_with_the_cli_s_exit_code(setup: Setup, trained
         (("model", "show", "nope:v3"), READER, RUNTIME, ("nope",)),
         # options of a local run, refused before anything is sent
         (("train", "--registry", "r.db"), OPERATOR, USAGE, ("--registry is for a local run",)),
-        (("train", "--algorithm", "fedga-tree"), OPERATOR, USAGE, ("fedga-tree runs without a server",)),
         (("model", "register", "act.cbor", "--model-id", "x"), OPERATOR, USAGE,
          ("model register works on a registry file",)),
         (("model", "deploy", "act:v1", "--key", key), OPERATOR, USAGE,
@@ -221,3 +220,25 @@ def test_each_failure_is_one_line_with_the_cli_s_exit_code(setup: Setup, trained
         assert_one_line_failure(setup.main(capsys, *args, server=False), code, *fragments)
     # the token from a file, never the command line
     assert setup.main(capsys, "model", "list", "--token-file", "token", token=None).code == 0
+
+
+def test_train_fedga_tree_through_the_server_downloads_each_gateway_s_simulated_tree(setup: Setup) -> None:
+    """A FedGA-Tree job on the server: one tree per gateway, registered as MODEL_ID.GATEWAY, each
+    downloaded to its gateway's file and equal to the simulation's tree for that gateway."""
+    from aggregator.algorithms import FedGATree
+
+    run = setup.cli("train", "--algorithm", "fedga-tree", "--model-id", "own", "--generations", "3", "--max-depth",
+                    "4", "--seed", "2", "-o", "trees.cbor")
+    assert run.code == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines if line.startswith("fedga_tree ")] == \
+        [f"fedga_tree {g}/3" for g in range(1, 4)], run.stdout
+    assert lines[-1].endswith("3 generations, one tree per gateway, each deployable to its own gateway only; "
+                              "participants gw-1, gw-2, gw-3, gw-4"), lines[-1]
+    simulated = aggregator.simulate(FedGATree(generations=3, d_max=4, feature_set_version=FEATURE_SET),
+                                    client_data(setup.stores, 0.2), seed=2)
+    for gateway in GATEWAYS:
+        line = next(line for line in lines if line.startswith(f"{gateway}: its own tree -> "))
+        assert f"trees.{gateway}.cbor and own.{gateway}:v1 on {setup.server.url}; held-out" in line, line
+        assert TreeEnsemble.from_cbor((setup.folder / f"trees.{gateway}.cbor").read_bytes()) == simulated[gateway]
+        assert _get(setup.server, f"/api/models/own.{gateway}/1")["target"] == gateway
