@@ -186,8 +186,12 @@ def create_app(server: Server) -> FastAPI:
                  "# TYPE wheelfed_jobs gauge"]
         for state in ("queued", "running", "completed", "failed", "cancelled"):
             lines.append(f'wheelfed_jobs{{state="{state}"}} {jobs.get(state, 0)}')
+        traffic = server.transport.stats
         lines += ["# TYPE wheelfed_broker_connected gauge",
-                  f"wheelfed_broker_connected {int(server.broker_connected)}"]
+                  f"wheelfed_broker_connected {int(server.broker_connected)}",
+                  "# TYPE wheelfed_mqtt_bytes_total counter",
+                  f'wheelfed_mqtt_bytes_total{{direction="sent"}} {traffic.sent_bytes}',
+                  f'wheelfed_mqtt_bytes_total{{direction="received"}} {traffic.received_bytes}']
         return "\n".join(lines) + "\n"
 
     # -- fleet -----------------------------------------------------------------------------
