@@ -15,6 +15,12 @@ bar when the held-out activities are unbalanced (they are: each gateway holds ou
 its labelled minutes, often one or two exercises). A tie does not beat a bar. The retraining is
 the server's: its promotion rule decides (``promotion_decision`` tells that decision with the
 same bars beside it).
+
+The third contender (after the first training): FedGA-Tree, one small tree per gateway evolved
+with the fleet's help. The gateways the chosen federated model serves worst are those where it
+does not beat the gateway's own local-only model (``worst_served``); on each of them the
+gateway's FedGA tree replaces the fleet's model only if it beats that model on the gateway's
+same held-out windows (``decide_personal_trees``), and it goes to that gateway alone.
 """
 
 from __future__ import annotations
@@ -24,9 +30,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CHANCE_RULE", "DeploymentDecision", "Score", "SecureAggregationPlan", "bytes_explanation", "class_counts",
-           "decide_deployment", "gateways_phrase", "promotion_decision", "rescoring_note", "sat_out_reasons",
-           "secure_aggregation_plan"]
+__all__ = ["CHANCE_RULE", "DeploymentDecision", "PersonalDecision", "PersonalTree", "Score", "SecureAggregationPlan",
+           "bytes_explanation", "class_counts", "decide_deployment", "decide_personal_trees", "gateways_phrase",
+           "promotion_decision", "rescoring_note", "sat_out_reasons", "secure_aggregation_plan", "worst_served"]
 
 #: What "chance" means in the demo's deployment rule (see the module docstring).
 CHANCE_RULE = "majority-class rate"
@@ -173,6 +179,98 @@ def promotion_decision(step: str, name: str, candidate: Score | None, promotion:
     return DeploymentDecision(step, name if rolled_out else None, reason, {name: candidate.accuracy}, failures,
                               local_only=bars.local_only, chance=bars.chance, deployed_rescored=baseline,
                               windows=bars.windows, kept="" if rolled_out else deployed)
+
+
+@dataclass(frozen=True)
+class PersonalTree:
+    """A gateway's own FedGA-Tree model as its job registered and scored it: the registry label
+    (``MODEL_ID.GATEWAY:vN``), its accuracy on that gateway's held-out windows and how many
+    windows that was, and its decision nodes (the point of FedGA-Tree: a tree a clinician reads)."""
+
+    label: str
+    accuracy: float
+    windows: int
+    decision_nodes: int
+
+
+@dataclass(frozen=True)
+class PersonalDecision:
+    """The third contender on one gateway: the federated model, the gateway's local-only model
+    and its FedGA tree, each on that gateway's held-out windows; whether the gateway is one the
+    federated model serves worst, and whether its tree is deployed there (``reason``: why)."""
+
+    gateway: str
+    federated: float
+    local_only: float
+    windows: int
+    worst_served: bool
+    deploy: bool
+    reason: str
+    tree: str = ""
+    tree_accuracy: float = math.nan
+    tree_windows: int = 0
+    decision_nodes: int = 0
+
+
+def worst_served(federated: Score, local_only: Score) -> list[str]:
+    """The gateways the federated model serves worst: those where it does not beat the
+    gateway's own local-only model on the same held-out windows (a tie does not beat a bar),
+    the largest shortfall first. A gateway without both scores on equal windows is not judged;
+    one where the federated model is right on every held-out window is served as well as it
+    can be (nothing could beat it there).
+
+    Examples
+    --------
+    >>> fed = Score({"a": 10, "b": 10, "c": 10, "d": 10}, {"a": 9, "b": 5, "c": 6, "d": 10})
+    >>> own = Score({"a": 10, "b": 10, "c": 10, "d": 10}, {"a": 8, "b": 8, "c": 6, "d": 10})
+    >>> worst_served(fed, own)
+    ['b', 'c']
+    """
+    gaps = {g: (federated.correct[g] - local_only.correct[g]) / n for g, n in federated.windows.items()
+            if n and local_only.windows.get(g) == n and federated.correct[g] < n}
+    return sorted((g for g, gap in gaps.items() if gap <= 0), key=lambda g: (gaps[g], g))
+
+
+def decide_personal_trees(federated_name: str, federated: Score, local_only: Score,
+                          trees: Mapping[str, PersonalTree], *, failure: str = "") -> list[PersonalDecision]:
+    """Per gateway: federated vs local-only vs its FedGA tree; the tree is deployed to its own
+    gateway when the gateway is one the federated model serves worst (:func:`worst_served`) and
+    the tree beats the federated model there, on the same held-out windows. ``failure``: why
+    there are no trees (the FedGA job failed), said for the gateways that needed one."""
+    worst = set(worst_served(federated, local_only))
+    out = []
+    for gateway, n in sorted(federated.windows.items()):
+        fed, own = federated.accuracy_on([gateway])[0], local_only.accuracy_on([gateway])[0]
+        tree = trees.get(gateway)
+        facts = dict(gateway=gateway, federated=fed, local_only=own, windows=n, worst_served=gateway in worst)
+        if tree is not None:
+            facts.update(tree=tree.label, tree_accuracy=tree.accuracy, tree_windows=tree.windows,
+                         decision_nodes=tree.decision_nodes)
+        versus = f"{federated_name} {fed:.3f}, its local-only model {own:.3f}"
+        if gateway not in worst:
+            if local_only.windows.get(gateway) != n:
+                why = f"not judged: no local-only score on the same {n} held-out windows ({versus})"
+            elif federated.correct[gateway] == n:
+                why = f"the federated model is right on all {n} of its held-out windows ({versus})"
+            else:
+                why = f"not among the gateways the federated model serves worst ({versus} on its {n} held-out windows)"
+            out.append(PersonalDecision(**facts, deploy=False, reason=f"keeps the fleet's model: {why}"))
+        elif tree is None:
+            why = failure or "the FedGA job registered no scored tree for it"
+            out.append(PersonalDecision(**facts, deploy=False, reason=f"served worst ({versus}), no FedGA tree: {why}"))
+        elif tree.windows != n:
+            out.append(PersonalDecision(**facts, deploy=False, reason=(
+                f"served worst ({versus}), {tree.label} not deployed: scored on {tree.windows} held-out windows, "
+                f"the federated model on {n}: not comparable")))
+        elif tree.accuracy > fed:
+            out.append(PersonalDecision(**facts, deploy=True, reason=(
+                f"served worst ({versus}); {tree.label} ({tree.decision_nodes} decision nodes) {tree.accuracy:.3f} "
+                f"beats {federated_name} on the same {n} held-out windows: deployed to {gateway} alone")))
+        else:
+            out.append(PersonalDecision(**facts, deploy=False, reason=(
+                f"served worst ({versus}); {tree.label} ({tree.decision_nodes} decision nodes) {tree.accuracy:.3f} "
+                f"does not beat {federated_name} on the same {n} held-out windows: not deployed")))
+    return out
 
 
 def gateways_phrase(n: int) -> str:

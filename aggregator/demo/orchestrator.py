@@ -16,6 +16,9 @@ The timeline:
    of its labelled part). The demo deploys the better federated model if it beats the local-only
    baseline and chance (``decisions``); every gateway then switches to live recognition.
    Otherwise nothing is deployed and the gateways keep recording without a model.
+   The third contender: one FedGA-Tree job over the fleet gives every gateway its own small
+   tree; on the gateways the chosen federated model serves worst (it does not beat their
+   local-only model), a tree that beats the federated model there is deployed to its gateway.
 3. One gateway is killed and restarted: it loads its stored model (if any) and comes back. The
    demo adds a retraining schedule to the server: once the fleet has ``retrain_after`` of the
    new labelled windows the carers' later labels should bring (in proportion to the first).
@@ -58,7 +61,7 @@ from ..broker import BrokerUser
 from ..broker.mosquitto import die_with_parent
 from ..fleet import PASSWORD_ENV
 from ..smoke import start_broker
-from .decisions import rescoring_note, secure_aggregation_plan
+from .decisions import PersonalDecision, rescoring_note, secure_aggregation_plan
 from .report import DemoReport, build_report, held_out_keys, store_snapshot
 from .service import ApiError, DemoServer
 from .sessions import Session, prepare_sessions
@@ -77,6 +80,8 @@ class DemoConfig:
     retrain_rounds: int = 5
     trees: int = 30
     algorithm: Literal["both", "fedscs-xgb", "fedforest"] = "both"
+    #: FedGA-Tree generations of the third contender (0: none); Table II's G is 100.
+    fedga_generations: int = 20
     labelled_fraction: float = 0.4
     later_fraction: float = 0.2
     holdout_fraction: float = 0.25
@@ -192,7 +197,8 @@ class Demo:
                  f"dashboard {self.server.dashboard_url} (the #token=... part logs the browser in as the operator; "
                  f"API {self.server.url}/docs with 'Authorization: Bearer {self.server.token}')")
         self.plan = TrainingPlan(sorted(self.gateways), self.algorithms, self.classes, self.secure_plan.on,
-                                 rounds=cfg.rounds, retrain_rounds=cfg.retrain_rounds, trees=cfg.trees)
+                                 rounds=cfg.rounds, retrain_rounds=cfg.retrain_rounds, trees=cfg.trees,
+                                 fedga_generations=cfg.fedga_generations)
         self.training = ApiTraining(self.server, self.plan, self.record, self.stop_event.is_set)
         self.record({"event": "ready", "privacy": self._privacy(), "t": time.time()})
         threading.Thread(target=self._poll_gateways, daemon=True, name="server-gateways").start()
@@ -252,6 +258,12 @@ class Demo:
         else:
             self.say("no model deployed: the gateways keep recording their streams, without live recognition")
 
+    def _after_personal(self, decisions: list[PersonalDecision]) -> None:
+        """The third contender's outcome on the gateways the federated model serves worst."""
+        for d in decisions:
+            if d.worst_served:
+                self.say(f"{d.gateway}: {d.reason}")
+
     # -- the timeline ----------------------------------------------------------------------------
 
     def wait_until(self, condition, timeout_s: float, what: str) -> Any:
@@ -303,7 +315,9 @@ class Demo:
         self._settle("the labelled part of the sessions")
         self._measure_held_out(FIRST_TRAINING)
         self.sat_out.clear()
-        self._after_decision(self.training.first_training())
+        first = self.training.first_training()
+        self._after_decision(first)
+        self._after_personal(self.training.personal_trees(first))
         if cfg.kill_gateway:
             self._kill_and_restart(sorted(self.gateways)[len(self.gateways) // 2])
         self.wait_until(self._server_sees_stores, 120, "every gateway back online at the server")

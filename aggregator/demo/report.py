@@ -13,7 +13,9 @@ with the facts a reader needs not to be misled (``Scoring``, ``SatOut``, the dec
   decision and rollout (read back from its REST API);
 * live predictions (stored by the gateways) vs offline predictions of the same windows by the
   same registered model;
-* whether every gateway ran the deployed model and the killed gateway rejoined.
+* the third contender: every gateway's FedGA tree (accuracy on its own held-out windows, decision
+  nodes) beside the federated and local-only models there, and where it was deployed and why;
+* whether every gateway ran the model last deployed to it and the killed gateway rejoined.
 """
 
 from __future__ import annotations
@@ -115,22 +117,26 @@ class SatOut:
 @dataclass
 class ServerFacts:
     """What the server did, as its REST API tells it at the end of the run: its URL, the jobs it
-    ran, the retraining schedule the demo created and the jobs it started, the server's
-    promotion decisions, the model versions it registered."""
+    ran (with their held-out scoring), the retraining schedule the demo created and the jobs it
+    started, the server's promotion decisions, the model versions it registered, every gateway's
+    deployment states."""
 
     url: str = ""
-    jobs: list[dict[str, Any]] = field(default_factory=list)  # job_id, algorithm, model_id, state, schedule_id, result
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # job_id, algorithm, ..., evaluation (as the API has them)
     schedule: dict[str, Any] = field(default_factory=dict)  # as created (POST /api/schedules)
     promotions: list[dict[str, Any]] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
+    deployments: list[dict[str, Any]] = field(default_factory=list)  # model_id, version, client, state, detail
 
     @classmethod
     def read(cls, server, schedule: dict[str, Any]) -> ServerFacts:
         """From a running :class:`aggregator.demo.service.DemoServer`."""
-        keep = ("job_id", "algorithm", "model_id", "state", "schedule_id", "result", "participants", "error")
+        keep = ("job_id", "algorithm", "model_id", "state", "schedule_id", "result", "participants", "error",
+                "evaluation")
         jobs = [{k: j[k] for k in keep} for j in server.get("/api/jobs?limit=1000")]
         return cls(server.url, jobs, dict(schedule), server.get("/api/promotions"),
-                   [m["label"] for m in server.get("/api/models?limit=1000")])
+                   [m["label"] for m in server.get("/api/models?limit=1000")],
+                   server.get("/api/deployments?limit=1000"))
 
     @property
     def fired(self) -> list[dict[str, Any]]:
@@ -179,36 +185,38 @@ class DemoReport:
     live_max_probability_diff: float = float("nan")
     killed: str = ""
     killed_rejoined: bool = False
-    all_received_model: bool = False  # a model was deployed and every gateway runs the last one
+    #: the FedGA-Tree step: job_id, settings (as the server's algorithm resolves them), federated (the
+    #: label of the model it is compared with)
+    personal_job: dict[str, Any] = field(default_factory=dict)
+    personal: list[dict[str, Any]] = field(default_factory=list)  # decisions.PersonalDecision, per gateway
+    personal_deployed: dict[str, str] = field(default_factory=dict)  # gateway -> its FedGA tree, deployed
+    all_received_model: bool = False  # a model was deployed and every gateway runs the one last deployed to it
     succeeded: bool = False  # every deployment reached every gateway, or nothing was deployed by decision
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def print(self, out: TextIO) -> None:
-        def row(cells: list[str]) -> str:
-            return "| " + " | ".join(cells) + " |"
-
         out.write("\n=== WheelFed fleet demo: summary ===\n\n")
         out.write(f"{self.gateways} gateways (real seglearn sessions, labelled only at the start), "
                   f"broker {self.broker}, {self.elapsed_s:.0f} s in all\n\n")
         out.write(f"Every score is on held-out windows: the last {self.holdout_fraction:.0%} of each gateway's "
                   "labelled windows when the step ran. Chance is the majority-class rate (always guessing the most "
                   "common held-out activity).\n\n")
-        out.write(row(["model", "step", "held-out windows", "accuracy (pooled)", "macro-F1 (pooled)",
+        out.write(_row(["model", "step", "held-out windows", "accuracy (pooled)", "macro-F1 (pooled)",
                        "accuracy (mean over gateways)", "chance"]) + "\n")
-        out.write(row(["---", "---", "---:", "---:", "---:", "---:", "---:"]) + "\n")
+        out.write(_row(["---", "---", "---:", "---:", "---:", "---:", "---:"]) + "\n")
         for sc in self.scorings:
             per = list(sc.accuracy_per_gateway.values())
-            out.write(row([sc.model, sc.step, str(sc.windows), _f(sc.accuracy), _f(sc.macro_f1),
+            out.write(_row([sc.model, sc.step, str(sc.windows), _f(sc.accuracy), _f(sc.macro_f1),
                            _f(float(np.mean(per))) if per else "-", _f(sc.majority_rate)]) + "\n")
         out.write("\n")
-        out.write(row(["gateway", "windows", "labelled", "held-out windows (per step)", "live predictions",
+        out.write(_row(["gateway", "windows", "labelled", "held-out windows (per step)", "live predictions",
                        "local-only acc.", "federated acc. (first training)", "model"]) + "\n")
-        out.write(row(["---", "---:", "---:", "---:", "---:", "---:", "---:", "---"]) + "\n")
+        out.write(_row(["---", "---:", "---:", "---:", "---:", "---:", "---:", "---"]) + "\n")
         for client, g in self.per_gateway.items():
             held = " / ".join(str(n) for n in g.get("held_out", {}).values()) or "-"
-            out.write(row([client, str(g.get("windows", 0)), str(g.get("labelled", 0)), held,
+            out.write(_row([client, str(g.get("windows", 0)), str(g.get("labelled", 0)), held,
                            str(g.get("predictions", 0)), _f(self.local_only.get(client, float("nan"))),
                            _f(g.get("federated_accuracy", float("nan"))), str(g.get("model") or "-")]) + "\n")
         out.write("\ndecisions (first training: the demo deploys only above the local-only baseline and chance; "
@@ -219,6 +227,8 @@ class DemoReport:
         for sc in self.scorings:
             if sc.note:
                 out.write(f"  {sc.model}: {sc.note}\n")
+        for line in self.personal_lines():
+            out.write(line + "\n")
         if self.sat_out:
             out.write("gateways that sat out:\n")
             for s in self.sat_out:
@@ -253,9 +263,45 @@ class DemoReport:
             out.write(f"{self.killed} was killed and restarted: "
                       f"{'rejoined and trained in the next round' if self.killed_rejoined else 'did NOT rejoin'}\n")
         if self.deployed:
-            out.write(f"every gateway received the deployed model: {'yes' if self.all_received_model else 'NO'}\n")
+            received = "yes" if self.all_received_model else "NO"
+            out.write(f"every gateway runs the model last deployed to it: {received}\n")
         else:
             out.write("no model was deployed (see the decisions): the gateways ran without one\n")
+
+
+    def personal_lines(self) -> list[str]:
+        """The third contender per gateway: FedGA tree vs the federated and local-only models,
+        each on that gateway's held-out windows, and what was deployed where."""
+        if not self.personal_job:
+            return []
+        job = self.personal_job
+        st = job["settings"]
+        lines = [f"\nthird contender: FedGA-Tree (job {job['job_id']}, every gateway taking part: {st['generations']} "
+                 f"generations -- the paper's Table II uses 100 --, population {st['population_size']}, epsilon "
+                 f"{st['epsilon']}, depth range {st['d_min']}..{st['d_max']}), every gateway its own tree, vs "
+                 f"{job['federated']} and the gateway's local-only model, on that gateway's held-out windows "
+                 f"(the job took {job['elapsed_s']:.0f} s):",
+                 _row(["gateway", "held-out windows", "federated acc.", "local-only acc.", "FedGA tree acc.",
+                      "FedGA decision nodes", "served worst", "FedGA tree deployed"]),
+                 _row(["---", "---:", "---:", "---:", "---:", "---:", "---", "---"])]
+        for d in self.personal:
+            lines.append(_row([d["gateway"], str(d["windows"]), _f(d["federated"]), _f(d["local_only"]),
+                              _f(d["tree_accuracy"]), str(d["decision_nodes"]) if d["tree"] else "-",
+                              "yes" if d["worst_served"] else "no", d["tree"] if d["deploy"] else "no"]))
+        lines += [f"  {d['gateway']}: {d['reason']}" for d in self.personal if d["worst_served"]]
+        if not any(d["worst_served"] for d in self.personal):
+            lines.append("  the federated model beats every gateway's local-only model there: no gateway needs its "
+                         "own tree")
+        for gateway, tree in self.personal_deployed.items():
+            running = self.per_gateway.get(gateway, {}).get("model") or "-"
+            lines.append(f"  {gateway} runs {running} at the end" + (
+                "" if running == tree else f" (not {tree}: a later fleet-wide rollout replaced it)"))
+        return lines
+
+
+def _row(cells: list[str]) -> str:
+    """A Markdown table row."""
+    return "| " + " | ".join(cells) + " |"
 
 
 def _f(value: float) -> str:
@@ -365,6 +411,8 @@ def build_report(demo: Demo) -> DemoReport:
                         holdout_fraction=demo.config.holdout_fraction,
                         secure_aggregation_note="" if demo.secure_plan.on else demo.secure_plan.reason)
     events = list(demo.events)
+    expected: dict[str, str] = {}  # gateway -> the model last deployed to it
+    personal_active = True  # every FedGA tree deployed was activated on its gateway
     for e in events:
         kind = e.get("event")
         if kind == "ready":
@@ -397,8 +445,16 @@ def build_report(demo: Demo) -> DemoReport:
                                    f"{e['windows']} windows)")
             if report.decisions:
                 report.decisions[-1]["deployed_as"] = e["model"]
+            expected = dict.fromkeys(demo.gateways, e["model"])
         elif kind == "sat_out":
             report.sat_out += [SatOut(e["job"], c, why) for c, why in e["gateways"].items()]
+        elif kind == "personal":
+            report.personal_job = {k: e[k] for k in ("job_id", "settings", "federated", "elapsed_s")}
+            report.personal = e["decisions"]
+        elif kind == "personal_deployed":
+            report.personal_deployed[e["gateway"]] = e["model"]
+            expected[e["gateway"]] = e["model"]
+            personal_active &= e["gateway"] in e["active"]
         elif kind == "traffic":
             report.traffic_by_step[e["phase"]] = report.traffic_by_step.get(e["phase"], 0) + int(e["bytes"])
     for name, (metrics, windows) in _centralized(demo, demo.algorithms).items():
@@ -422,10 +478,9 @@ def build_report(demo: Demo) -> DemoReport:
         retrain_steps = [e for e in events if e.get("event") == "progress" and
                          str(e.get("job", "")).endswith("(retrained)")]
         report.killed_rejoined = bool(retrain_steps) and all(e["answered"] == report.gateways for e in retrain_steps)
-    final = demo.deployed_label()
-    report.all_received_model = bool(final) and all(
-        demo.gateway_status.get(c, {}).get("model") == final for c in demo.gateways)
-    report.succeeded = report.all_received_model or not report.deployed
+    report.all_received_model = bool(demo.deployed_label()) and all(
+        demo.gateway_status.get(c, {}).get("model") == expected.get(c) for c in demo.gateways)
+    report.succeeded = (report.all_received_model or not report.deployed) and personal_active
     report.elapsed_s = time.monotonic() - demo.started
     return report
 

@@ -10,6 +10,11 @@ into the events its live view and summary tell (``phase``, ``progress``, ``evalu
   as one FedForest job per gateway (``clients=[gateway]``, registered as ``local-<gateway>``);
   the demo's rule (``decisions.decide_deployment``) picks the model to deploy, if any, and the
   demo deploys it with ``POST /api/models/{id}/{version}/deploy``;
+* **FedGA-Tree, the third contender** -- one ``fedga-tree`` job over the fleet (every gateway
+  takes part: the genetic algorithm needs the fleet's fitness votes); the server registers each
+  gateway's tree as ``activity.<gateway>`` and scores it on that gateway's held-out windows; on
+  the gateways the chosen federated model serves worst, a tree that beats it there is deployed
+  to its own gateway (``decisions.decide_personal_trees``);
 * **retraining** -- a schedule (``POST /api/schedules``) that fires once the fleet has at least
   ``min_new_windows`` new labelled windows; the server trains (continuing the boosting from the
   deployed FedSCS-XGB model), scores the candidate and the deployed version on the same held-out
@@ -28,17 +33,21 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .decisions import DeploymentDecision, Score, class_counts, decide_deployment, promotion_decision, sat_out_reasons
+from .decisions import (DeploymentDecision, PersonalDecision, PersonalTree, Score, class_counts, decide_deployment,
+                        decide_personal_trees, promotion_decision, sat_out_reasons)
 from .service import DemoServer
 
-__all__ = ["FIRST_TRAINING", "MODEL_ID", "RETRAINING", "SCHEDULE_ID", "TRAFFIC_METRIC", "XGB_BINS", "ApiTraining",
-           "TrainingPlan", "mqtt_bytes"]
+__all__ = ["FEDGA", "FIRST_TRAINING", "MODEL_ID", "RETRAINING", "SCHEDULE_ID", "TRAFFIC_METRIC", "XGB_BINS",
+           "ApiTraining", "TrainingPlan", "mqtt_bytes"]
 
 MODEL_ID = "activity"
 SCHEDULE_ID = "retrain-on-new-labels"
 
 #: FedSCS-XGB's bins in the demo (its histograms are the demo's largest messages).
 XGB_BINS = 64
+
+#: The third contender's algorithm (``POST /api/jobs``), one tree per gateway.
+FEDGA = "fedga-tree"
 
 #: The demo's two training steps, as its events and summary name them.
 FIRST_TRAINING, RETRAINING = "first training", "retraining"
@@ -78,6 +87,10 @@ class TrainingPlan:
     trees: int = 30
     seed: int = 0
     canary_share: float = 0.25
+    #: FedGA-Tree generations (0: no third contender). Table II's G is 100; the demo runs fewer
+    #: so the step stays within seconds, and keeps Table II's other settings (P = 20, epsilon =
+    #: 1, depth range 2..15, r = 0.8).
+    fedga_generations: int = 20
 
     def config(self, algorithm: str, *, continuing: bool = False) -> dict[str, Any]:
         """The algorithm's parameters as the API takes them (``continuing``: boosting on from
@@ -89,6 +102,10 @@ class TrainingPlan:
                     "n_bins": XGB_BINS, "classes": self.classes, "secure_aggregation": self.secure_aggregation}
         return {"n_trees": self.trees, "max_depth": 8, "n_bins": 32, "min_samples_leaf": 3, "classes": self.classes,
                 "secure_aggregation": self.secure_aggregation}
+
+    def fedga_config(self) -> dict[str, Any]:
+        """FedGA-Tree's parameters: ``fedga_generations``, everything else Table II's defaults."""
+        return {"generations": self.fedga_generations}
 
     def local_config(self) -> dict[str, Any]:
         """A gateway alone: the FedForest of its own windows (``baselines.LocalLearning``'s
@@ -121,6 +138,7 @@ class ApiTraining:
         self.schedule: dict[str, Any] = {}  # the retraining schedule as the server stored it
         self._since_schedule: int | None = None  # the server's MQTT bytes when the schedule was created
         self.scores: dict[str, tuple[str, int, Score]] = {}  # name -> algorithm, version, score (first training)
+        self.local_first: Score | None = None  # the local-only baseline of the first training
 
     def emit(self, event: str, **data: Any) -> None:
         self._emit({"event": event, "t": time.time(), **data})
@@ -224,7 +242,7 @@ class ApiTraining:
             if score is not None:
                 scores[algorithm] = score
                 self.scores[algorithm] = (algorithm, int(job["result"].rpartition(":v")[2]), score)
-        local = self.local_only(FIRST_TRAINING)
+        local = self.local_first = self.local_only(FIRST_TRAINING)
         decision = decide_deployment(FIRST_TRAINING, scores, local_only=local, failures=failures)
         self.emit("decision", **asdict(decision))
         if decision.deploy is not None:
@@ -240,6 +258,66 @@ class ApiTraining:
         self.deployed = Deployed(algorithm, version, dict(score.windows))
         self.emit("deployed", model=label, algorithm=algorithm, version=version, accuracy=score.accuracy,
                   windows=score.n, active=result["active"], rejected=result["rejected"], pending=result["pending"])
+
+    # -- the third contender -------------------------------------------------------------
+
+    def personal_trees(self, decision: DeploymentDecision) -> list[PersonalDecision]:
+        """One FedGA-Tree job over the fleet; per gateway, the chosen federated model (the one
+        deployed, else the best-scoring one) vs the gateway's local-only model vs its FedGA tree;
+        the trees that win on the worst-served gateways deployed, each to its own gateway."""
+        if not self.plan.fedga_generations or not self.scores or self.local_first is None:
+            return []
+        name = decision.deploy or max(self.scores, key=lambda n: (not math.isnan(self.scores[n][2].accuracy),
+                                                                   self.scores[n][2].accuracy))
+        algorithm, version, federated = self.scores[name]
+        label = f"{MODEL_ID}:v{version} ({algorithm}, {'deployed' if decision.deploy else 'the best, not deployed'})"
+        generations = self.plan.fedga_generations
+        self.emit("phase", name=f"training {FEDGA}: every gateway's own tree, evolved with the fleet's help "
+                                f"({generations} generations)")
+        started = time.monotonic()
+        with self.measured(f"training {FEDGA} (every gateway's own tree, and its held-out scoring)"):
+            job = self.run_job(FEDGA, FEDGA, self.plan.fedga_config())
+        elapsed_s = time.monotonic() - started
+        evaluation = job.get("evaluation") or {}
+        trees: dict[str, PersonalTree] = {}
+        for gateway, tree_label in (evaluation.get("models") or {}).items() if job["state"] == "completed" else ():
+            metrics = (evaluation.get("per_client") or {}).get(gateway)
+            if metrics is not None:
+                trees[gateway] = PersonalTree(tree_label, metrics["accuracy"], int(metrics["n"]),
+                                              self._decision_nodes(tree_label))
+        failure = "" if job["state"] == "completed" else f"the {FEDGA} job {job['state']}: {job.get('error') or ''}"
+        decisions = decide_personal_trees(label, federated, self.local_first, trees, failure=failure)
+        self.emit("personal", job_id=job["job_id"], federated=label, settings=self.fedga_settings(),
+                  elapsed_s=elapsed_s, decisions=[asdict(d) for d in decisions])
+        for d in decisions:
+            if d.deploy:
+                self._deploy_personal(d)
+        return decisions
+
+    def fedga_settings(self) -> dict[str, Any]:
+        """The FedGA-Tree job's settings as the server's algorithm resolves ``fedga_config``."""
+        from aggregator.server.service import build_algorithm
+
+        ga = build_algorithm(FEDGA, self.plan.fedga_config())
+        return {"generations": ga.generations, "population_size": ga.size, "epsilon": ga.epsilon,
+                "d_min": ga.d_min, "d_max": ga.d_max}
+
+    def _decision_nodes(self, label: str) -> int:
+        """The decision nodes of a registered single-tree model (downloaded through the API)."""
+        from shared.model import TreeEnsemble
+
+        model_id, _, version = label.rpartition(":v")
+        model = TreeEnsemble.from_cbor(self.server.get(f"/api/models/{model_id}/{version}/download"))
+        return int(sum((tree.feature >= 0).sum() for tree in model.trees))
+
+    def _deploy_personal(self, decision: PersonalDecision) -> None:
+        model_id, _, version = decision.tree.rpartition(":v")
+        self.emit("phase", name=f"deploying {decision.tree} to {decision.gateway} alone: "
+                                f"POST /api/models/{model_id}/{version}/deploy")
+        with self.measured(f"{decision.tree} to {decision.gateway} alone (the signed tree it downloads)"):
+            result = self.server.post(f"/api/models/{model_id}/{version}/deploy", {"clients": [decision.gateway]})
+        self.emit("personal_deployed", model=decision.tree, gateway=decision.gateway, active=result["active"],
+                  rejected=result["rejected"], pending=result["pending"])
 
     # -- the retraining ----------------------------------------------------------------------
 

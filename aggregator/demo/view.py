@@ -66,6 +66,10 @@ def describe(event: dict[str, Any]) -> str | None:
         return (f"aggregator: {event['model']} active on {len(event['active'])} gateways"
                 f"{', rejected by ' + str(event['rejected']) if event['rejected'] else ''}"
                 f"{', no answer from ' + ', '.join(event['pending']) if event.get('pending') else ''}")
+    if kind == "personal_deployed":
+        state = "active" if event["gateway"] in event["active"] else \
+            f"NOT active (rejected: {event['rejected'] or '-'}, no answer: {', '.join(event['pending']) or '-'})"
+        return f"aggregator: {event['model']} {state} on {event['gateway']} alone"
     if kind in ("error", "replay_error"):
         return f"ERROR {event.get('client', '')}: {event.get('message')}"
     return None

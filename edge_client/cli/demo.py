@@ -30,7 +30,11 @@ every gateway's held-out windows (the last 25% of its labelled windows; scores a
 gateway) against gateways learning alone (the local-only baseline, one job per gateway) and
 chance (the majority-class rate, always guessing the most common held-out activity). The demo
 deploys the better model, signed, only if it beats both; otherwise nothing is deployed and the
-gateways keep recording without a model. Gateways with a model recognise their live stream.
+gateways keep recording without a model. A third contender: FedGA-Tree gives every gateway its
+own small tree, evolved with the fleet's help (a gateway sends noisy counts, depths, tree shapes
+without thresholds, and fitness scores, never its windows); on the gateways the federated model
+serves worst (it does not beat their local-only model), a tree that beats the federated model
+there is deployed to that gateway alone. Gateways with a model recognise their live stream.
 One gateway is killed and restarted. A retraining schedule on the server fires once the carers'
 later labels have added enough labelled windows fleet-wide; the server retrains (FedSCS-XGB
 continues from the deployed model) and rolls the new version out -- a canary gateway first --
@@ -58,7 +62,8 @@ def _demo(args: argparse.Namespace) -> int:
     from aggregator.demo.orchestrator import DemoConfig, run_demo
 
     config = DemoConfig(subjects=args.subjects, speed=args.speed, rounds=args.rounds, trees=args.trees,
-                        algorithm=args.algorithm, kill_gateway=not args.no_kill, keep_running=args.keep_running,
+                        algorithm=args.algorithm, fedga_generations=args.fedga_generations,
+                        kill_gateway=not args.no_kill, keep_running=args.keep_running,
                         broker=args.broker, run_dir=Path(args.run_dir) if args.run_dir else None,
                         report_path=args.report)
     print(DEMO_HELP.splitlines()[0] + f" ({config.subjects} gateways; details: wheelfed demo --help)\n", flush=True)
@@ -108,6 +113,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trees", type=positive_int, default=30, help="FedForest trees")
     p.add_argument("--algorithm", choices=("both", "fedscs-xgb", "fedforest"), default="both",
                    help="train both and deploy the better, or one")
+    p.add_argument("--fedga-generations", type=int_at_least(0), default=20,
+                   help="FedGA-Tree generations of the third contender, every gateway's own tree (0: skip it; "
+                        "the paper's Table II uses 100)")
     p.add_argument("--keep-running", action="store_true",
                    help="keep the fleet and the server (its dashboard) running after the summary")
     p.add_argument("--no-kill", action="store_true", help="do not kill and restart a gateway midway")

@@ -1,21 +1,25 @@
 """The fleet demo's decisions and explanations, as pure functions of measured counts
 (``aggregator.demo.decisions``): deploy or not, the server's promotion decision told beside the
 demo's bars, why a model was re-scored on other windows, who sat out a server job and why,
-secure aggregation by fleet size, and the bytes in context."""
+secure aggregation by fleet size, the bytes in context, and the third contender (FedGA-Tree) on
+the gateways the federated model serves worst."""
 
 from __future__ import annotations
 
 import pytest
 
 from aggregator.demo.decisions import (
+    PersonalTree,
     Score,
     bytes_explanation,
     class_counts,
     decide_deployment,
+    decide_personal_trees,
     promotion_decision,
     rescoring_note,
     sat_out_reasons,
     secure_aggregation_plan,
+    worst_served,
 )
 
 
@@ -226,3 +230,54 @@ def test_bytes_explanation_says_what_the_multiple_is_of_and_where_the_bytes_went
     plain = "\n".join(bytes_explanation(phases, total=360_000_000, raw_sensor_bytes=1_800_000, raw_samples=75_000,
                                         channels=6, gateways=2, secure=False))
     assert "masked" not in plain and "in the clear" in plain
+
+
+# -- the third contender: FedGA-Tree on the gateways the federated model serves worst ----------------
+
+FLEET = {"a": 20, "b": 20, "c": 20, "d": 20}
+
+
+def test_worst_served_are_the_gateways_where_the_federated_model_does_not_beat_their_own_model() -> None:
+    federated = score(FLEET, {"a": 18, "b": 9, "c": 12, "d": 14})
+    own = score(FLEET, {"a": 15, "b": 16, "c": 12, "d": 15})
+    # b: 7 windows short, d: 1 short, c: a tie (a tie does not beat a bar); a is served well
+    assert worst_served(federated, own) == ["b", "d", "c"]
+    # a gateway whose local-only model was scored on other windows (or not at all) is not judged
+    assert worst_served(federated, score({"a": 20, "b": 19, "c": 20}, {"a": 15, "b": 16, "c": 12})) == ["c"]
+    # nor one the federated model gets all right (a tie with a perfect local-only model)
+    perfect = score(FLEET, {"a": 20, "b": 9, "c": 12, "d": 14})
+    assert worst_served(perfect, score(FLEET, {"a": 20, "b": 16, "c": 12, "d": 15})) == ["b", "d", "c"]
+    [a] = [d for d in decide_personal_trees("m:v1", perfect, score(FLEET, {"a": 20, "b": 0, "c": 0, "d": 0}), {})
+           if d.gateway == "a"]
+    assert not a.worst_served and a.reason == ("keeps the fleet's model: the federated model is right on all 20 of its "
+                                               "held-out windows (m:v1 1.000, its local-only model 1.000)")
+
+
+def test_a_fedga_tree_is_deployed_only_on_a_worst_served_gateway_and_only_if_it_beats_the_federated_model() -> None:
+    federated = score(FLEET, {"a": 18, "b": 9, "c": 12, "d": 14})
+    own = score(FLEET, {"a": 15, "b": 16, "c": 12, "d": 15})
+    trees = {"a": PersonalTree("m.a:v1", 0.95, 20, 3),  # beats everything, but a is served well
+             "b": PersonalTree("m.b:v1", 10 / 20, 20, 5),  # beats the federated 9/20 on b
+             "c": PersonalTree("m.c:v1", 12 / 20, 20, 4),  # ties the federated 12/20: not deployed
+             "d": PersonalTree("m.d:v1", 0.9, 19, 2)}  # other windows than the federated score: not comparable
+    decisions = {d.gateway: d for d in decide_personal_trees("m:v1 (fedforest)", federated, own, trees)}
+    assert {g: d.deploy for g, d in decisions.items()} == {"a": False, "b": True, "c": False, "d": False}
+    assert {g: d.worst_served for g, d in decisions.items()} == {"a": False, "b": True, "c": True, "d": True}
+    b = decisions["b"]
+    assert (b.federated, b.local_only, b.tree_accuracy, b.windows, b.decision_nodes) == (9 / 20, 16 / 20, 0.5, 20, 5)
+    assert b.reason == ("served worst (m:v1 (fedforest) 0.450, its local-only model 0.800); m.b:v1 (5 decision nodes) "
+                        "0.500 beats m:v1 (fedforest) on the same 20 held-out windows: deployed to b alone")
+    assert decisions["a"].reason.startswith("keeps the fleet's model: not among the gateways the federated model "
+                                            "serves worst (m:v1 (fedforest) 0.900, its local-only model 0.750")
+    assert decisions["c"].reason.endswith("m.c:v1 (4 decision nodes) 0.600 does not beat m:v1 (fedforest) on the "
+                                          "same 20 held-out windows: not deployed")
+    assert "scored on 19 held-out windows, the federated model on 20: not comparable" in decisions["d"].reason
+
+
+def test_without_trees_the_worst_served_gateways_are_told_why() -> None:
+    federated = score({"a": 10, "b": 10}, {"a": 9, "b": 3})
+    own = score({"a": 10, "b": 10}, {"a": 5, "b": 6})
+    [a, b] = decide_personal_trees("m:v1", federated, own, {}, failure="the fedga-tree job failed: timeout")
+    assert not a.deploy and not a.worst_served and a.tree == ""
+    assert not b.deploy and b.reason == "served worst (m:v1 0.300, its local-only model 0.600), no FedGA tree: " \
+                                        "the fedga-tree job failed: timeout"

@@ -73,3 +73,10 @@ def test_no_traffic_event_when_the_server_does_not_export_its_bytes() -> None:
     with training.measured("training x"):
         pass
     assert events == [] and training.traffic() is None
+
+
+def test_the_fedga_contender_keeps_table_ii_but_the_generations() -> None:
+    ga = build_algorithm("fedga-tree", plan().fedga_config())
+    assert (ga.generations, ga.size, ga.epsilon, ga.d_min, ga.d_max, ga.train_ratio) == (20, 20, 1.0, 2, 15, 0.8)
+    settings = ApiTraining(None, plan(), lambda e: None, lambda: False).fedga_settings()
+    assert settings == {"generations": 20, "population_size": 20, "epsilon": 1.0, "d_min": 2, "d_max": 15}

@@ -96,8 +96,8 @@ def _assert_honest(report: dict[str, Any], stdout: str) -> None:
     if promotion["baseline_value"] is not None:  # threshold 0: not below the deployed model on the same windows
         assert (promotion["candidate_value"] >= promotion["baseline_value"]) == (promotion["decision"] != "rejected")
     # every job went through the API (GET /api/jobs): both algorithms, each gateway's local-only
-    # model in each step, and the schedule's retraining
-    assert len(server["jobs"]) == 2 + 2 * report["gateways"] + 1, server["jobs"]
+    # model in each step, the FedGA-Tree job, and the schedule's retraining
+    assert len(server["jobs"]) == 2 + 2 * report["gateways"] + 1 + 1, server["jobs"]
     assert all(j["state"] == "completed" for j in server["jobs"]), server["jobs"]
     assert report["succeeded"]
     if report["deployed"]:
@@ -118,6 +118,53 @@ def _assert_honest(report: dict[str, Any], stdout: str) -> None:
     assert "gateways that sat out:" in stdout
 
 
+def _assert_third_contender(report: dict[str, Any], stdout: str, run_dir: Path) -> None:
+    """FedGA-Tree after the first training: one server job over the fleet, one registered tree per
+    gateway; the summary's numbers are the API's (the jobs' per-gateway held-out scoring) and
+    the registry's (decision nodes); a tree is deployed only on a worst-served gateway it serves
+    better than the federated model, and only to that gateway."""
+    from aggregator.registry import Registry
+
+    gateways = sorted(f"gw-{i + 1:02d}" for i in range(report["gateways"]))
+    jobs = report["server"]["jobs"]
+    [ga] = [j for j in jobs if j["algorithm"] == "fedga-tree"]
+    assert ga["state"] == "completed" and sorted(ga["participants"]) == gateways, ga
+    assert ga["job_id"] == report["personal_job"]["job_id"]
+    trees = ga["evaluation"]["models"]
+    assert trees == {g: f"activity.{g}:v1" for g in gateways}
+    assert set(trees.values()) <= set(report["server"]["models"])
+    assert report["personal_job"]["settings"]["generations"] == 20
+    assert "Table II uses 100" in stdout
+    federated_label = report["personal_job"]["federated"].split(" ")[0]
+    [federated] = [j for j in jobs if j["result"] == federated_label]
+    personal = {d["gateway"]: d for d in report["personal"]}
+    assert sorted(personal) == gateways
+    deployments = report["server"]["deployments"]
+    with Registry(run_dir / "registry.db") as registry:
+        for g, d in personal.items():
+            scored = ga["evaluation"]["per_client"][g]
+            [local] = [j for j in jobs if j["result"] == f"local-{g}:v1"]  # the first training's
+            assert d["tree"] == trees[g] and d["tree_accuracy"] == scored["accuracy"]
+            assert d["tree_windows"] == scored["n"] == d["windows"] == federated["evaluation"]["per_client"][g]["n"]
+            assert d["federated"] == pytest.approx(federated["evaluation"]["per_client"][g]["accuracy"], abs=1e-12)
+            assert d["local_only"] == pytest.approx(local["evaluation"]["per_client"][g]["accuracy"], abs=1e-12)
+            model = registry.model(f"activity.{g}", 1)[1]
+            assert d["decision_nodes"] == int((model.trees[0].feature >= 0).sum())
+            assert d["worst_served"] == (d["federated"] <= d["local_only"] and d["federated"] < 1)
+            assert d["deploy"] == (d["worst_served"] and d["tree_accuracy"] > d["federated"])
+            served = "yes" if d["worst_served"] else "no"
+            assert (f"| {g} | {d['windows']} | {d['federated']:.3f} | {d['local_only']:.3f} | "
+                    f"{d['tree_accuracy']:.3f} | {d['decision_nodes']} | {served} | "
+                    f"{d['tree'] if d['deploy'] else 'no'} |") in stdout
+            if d["worst_served"]:
+                assert f"  {g}: {d['reason']}" in stdout
+            # a tree goes to its own gateway only, and only when deployed by the rule
+            rows = [r for r in deployments if r["model_id"] == f"activity.{g}"]
+            assert all(r["client"] == g for r in rows), rows
+            assert any(r["state"] == "active" for r in rows) == d["deploy"], (d, rows)
+    assert report["personal_deployed"] == {g: d["tree"] for g, d in personal.items() if d["deploy"]}
+
+
 def _assert_server_seen(seen: dict[str, Any], report: dict[str, Any]) -> None:
     """The dashboard URL the demo printed answered while it ran, with the token it printed."""
     assert seen["dashboard"] == (200, True), seen
@@ -130,6 +177,7 @@ def test_fleet_demo_end_to_end(tmp_path: Path) -> None:
     out, report, seen = _demo(tmp_path, "--subjects", "3")
     assert report["gateways"] == 3
     _assert_honest(report, out)
+    _assert_third_contender(report, out, tmp_path / "run")
     _assert_server_seen(seen, report)
     # three gateways: secure aggregation on, and the summary says what it did not hide
     assert report["privacy"]["secure_aggregation"] and "secure aggregation OFF" not in out
@@ -146,6 +194,7 @@ def test_fleet_demo_with_two_gateways_trains_without_secure_aggregation_and_says
     out, report, seen = _demo(tmp_path, "--subjects", "2", "--no-kill")
     assert report["gateways"] == 2 and not report["killed"]
     _assert_honest(report, out)
+    _assert_third_contender(report, out, tmp_path / "run")
     _assert_server_seen(seen, report)
     assert not report["privacy"]["secure_aggregation"]
     assert "NOTE: secure aggregation needs at least 3 gateways" in out
