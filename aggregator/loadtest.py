@@ -160,6 +160,7 @@ class MultiplexedTransport(MqttTransport):
         client.on_socket_close = self._mux.closed
         client.on_socket_register_write = self._mux.want_write
         client.on_socket_unregister_write = self._mux.written
+        client.loop_start = self._join_multiplexer  # no network thread of its own
         return client
 
     def _dispatch_loop(self) -> None:
@@ -168,22 +169,13 @@ class MultiplexedTransport(MqttTransport):
     def _on_message(self, _client, _userdata, msg) -> None:
         self._mux.inbound.put((self, msg.topic, bytes(msg.payload), msg.mid, msg.qos))
 
-    def connect(self, *, wait: bool = False, timeout_s: float = 10.0) -> None:
-        """Open the connection (CONNECT sent); the broker's answer arrives on the network thread."""
-        cfg = self.config
-        if cfg.protocol == 5:
-            from paho.mqtt.packettypes import PacketTypes
-            from paho.mqtt.properties import Properties
-
-            props = Properties(PacketTypes.CONNECT)
-            props.SessionExpiryInterval = cfg.session_expiry_s
-            self._client.connect(cfg.host, cfg.port, cfg.keepalive_s, clean_start=False, properties=props)
-        else:
-            self._client.connect(cfg.host, cfg.port, cfg.keepalive_s)
+    def _join_multiplexer(self) -> None:
+        """Stands in for paho's ``loop_start`` (``MqttTransport.connect`` calls it after
+        ``connect_async``): open the connection now, CONNECT sent; the broker's answer arrives on
+        the multiplexer's network thread, which ticks this transport from now on."""
+        self._client.reconnect()
         self._drop_wakeup_pair()
-        self._mux.transports.append(self)  # ticked from now on (reconnect needs a first connect)
-        if wait and not self.wait_connected(timeout_s):
-            raise ConnectionError(f"{self.client_id} not connected within {timeout_s} s: {self._connect_error}")
+        self._mux.transports.append(self)
 
     def _drop_wakeup_pair(self) -> None:
         # paho opens a socket pair per connection to wake its own loop thread; nothing reads it
@@ -217,7 +209,7 @@ def host(port: int, ids: list[str], secret: str) -> None:
         transport = MultiplexedTransport(client_id, MqttConfig(port=port, username=client_id,
                                                                password=password(secret, client_id)), mux)
         Participant(transport, ClientData(client_id, *windows(client_id))).start()
-        transport.connect()
+        transport.connect(wait=False)
     print(f"hosting {len(ids)} gateways", flush=True)
     stop.wait()  # exits without a clean disconnect: the broker publishes every gateway's will
 
