@@ -80,3 +80,60 @@ def test_the_fedga_contender_keeps_table_ii_but_the_generations() -> None:
     assert (ga.generations, ga.size, ga.epsilon, ga.d_min, ga.d_max, ga.train_ratio) == (20, 20, 1.0, 2, 15, 0.8)
     settings = ApiTraining(None, plan(), lambda e: None, lambda: False).fedga_settings()
     assert settings == {"generations": 20, "population_size": 20, "epsilon": 1.0, "d_min": 2, "d_max": 15}
+
+
+class _FedGAServer:
+    """The server's answers to the demo's FedGA-Tree step: one completed job with a tree per
+    gateway (gw-02's beats the federated model there), its download, and a deploy that records
+    its body."""
+
+    def __init__(self, tree: bytes) -> None:
+        self.tree, self.posts = tree, []
+
+    def get(self, path: str):
+        if path == "/metrics":
+            return b""
+        if path.endswith("/download"):
+            return self.tree
+        assert path == "/api/jobs/j-ga", path
+        return {"job_id": "j-ga", "algorithm": "fedga-tree", "state": "completed", "rounds": [], "rules": {},
+                "participants": ["gw-01", "gw-02", "gw-03"], "evaluation": {
+                    "models": {g: f"activity.{g}:v1" for g in ("gw-01", "gw-02", "gw-03")},
+                    "per_client": {"gw-01": {"n": 10.0, "accuracy": 0.5}, "gw-02": {"n": 10.0, "accuracy": 0.6},
+                                   "gw-03": {"n": 10.0, "accuracy": 0.9}}}}
+
+    def post(self, path: str, body):
+        self.posts.append((path, body))
+        if path == "/api/jobs":
+            return {"job_id": "j-ga"}
+        return {"active": body["clients"], "rejected": {}, "pending": []}
+
+
+def test_the_fedga_step_deploys_a_winning_tree_to_its_own_gateway_only() -> None:
+    import numpy as np
+
+    import aggregator
+    from aggregator.algorithms import FedGATree
+    from aggregator.demo.decisions import DeploymentDecision, Score
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 3))
+    tree = aggregator.simulate(FedGATree(generations=1, d_max=3), [(X, (X[:, 0] > 0).astype(int))])["client-000"]
+    server, events = _FedGAServer(tree.to_cbor()), []
+    training = ApiTraining(server, plan(), events.append, lambda: False)
+    windows = {"gw-01": 10, "gw-02": 10, "gw-03": 10}
+    training.scores = {"fedforest": ("fedforest", 2, Score(windows, {"gw-01": 9, "gw-02": 5, "gw-03": 8}))}
+    training.local_first = Score(windows, {"gw-01": 4, "gw-02": 7, "gw-03": 8})  # gw-02, gw-03 served worst
+    decisions = training.personal_trees(DeploymentDecision("first training", "fedforest", "because"))
+    assert [(d.gateway, d.worst_served, d.deploy) for d in decisions] == [
+        ("gw-01", False, False), ("gw-02", True, True), ("gw-03", True, True)]
+    assert {d.decision_nodes for d in decisions} == {int((tree.trees[0].feature >= 0).sum())}
+    job, *deploys = server.posts
+    assert job == ("/api/jobs", {"algorithm": "fedga-tree", "model_id": "activity", "config": {"generations": 20},
+                                 "clients": ["gw-01", "gw-02", "gw-03"], "min_gateways": 3, "seed": 0})
+    assert deploys == [("/api/models/activity.gw-02/1/deploy", {"clients": ["gw-02"]}),
+                       ("/api/models/activity.gw-03/1/deploy", {"clients": ["gw-03"]})]
+    [told] = [e for e in events if e["event"] == "personal"]
+    assert told["federated"] == "activity:v2 (fedforest, deployed)" and told["settings"]["generations"] == 20
+    assert [(e["gateway"], e["model"]) for e in events if e["event"] == "personal_deployed"] == [
+        ("gw-02", "activity.gw-02:v1"), ("gw-03", "activity.gw-03:v1")]
