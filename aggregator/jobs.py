@@ -20,7 +20,9 @@ that model (``report(progress, model=...)``, kept as a :class:`Checkpoint`), and
 ``aggregator.fleet`` turns the failure into :class:`TrainingFailed` carrying it, so the rounds
 already paid for are saved. A long-running server hears of each step together with its
 checkpoint (``on_step``) and stores both in one transaction, so that a job whose server died
-resumes from exactly the last step it shows as completed.
+resumes from exactly the last step it shows as completed. An algorithm whose steps do not form a
+model (FedForest: a level of half-grown trees) reports its own resumable state instead
+(``report(progress, state=...)``: bytes it can continue from).
 """
 
 from __future__ import annotations
@@ -84,10 +86,21 @@ class RoundProgress:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """The model of a job's last completed step (built on demand: ``model()``) and that step."""
+    """A job's last completed step: the model it grew (built on demand: ``model()``; None for an
+    algorithm whose steps form no model) and the bytes the algorithm resumes from (``state()``;
+    None: the model's CBOR)."""
 
-    model: Callable[[], Any]
+    model: Callable[[], Any] | None
     progress: RoundProgress
+    state: Callable[[], bytes] | None = None
+
+    def resume_state(self) -> bytes:
+        """What a resumed job continues from: the algorithm's own state, else the model's CBOR."""
+        if self.state is not None:
+            return self.state()
+        if self.model is None:
+            raise TrainingError("a checkpoint needs a model or a state")
+        return self.model().to_cbor()
 
 
 class TrainingFailed(TrainingError):
@@ -162,19 +175,22 @@ class FederatedJob:
         log.warning("reply rejected", extra={"job": self.job_id, "round": self.rounds, "client": client,
                                              "reason": reason})
 
-    def report(self, progress: RoundProgress, *, model: Callable[[], Any] | None = None) -> None:
+    def report(self, progress: RoundProgress, *, model: Callable[[], Any] | None = None,
+               state: Callable[[], bytes] | None = None) -> None:
         """Record that the step ``progress`` completed; ``model()``, if given, builds what it grew
-        (kept as ``checkpoint``). The progress callback, then ``on_step`` with the step and its
-        checkpoint (None when the algorithm keeps none), hear of it -- together, so that whoever
-        stores them never shows a completed step without its model."""
+        (kept as ``checkpoint``); ``state()``, if given, the bytes the algorithm resumes from
+        after this step. The progress callback, then ``on_step`` with the step and its
+        checkpoint (None when the algorithm keeps neither), hear of it -- together, so that
+        whoever stores them never shows a completed step without what it resumes from."""
         log.info("progress", extra={"job": progress.job, "algorithm": progress.algorithm, "step": progress.step,
                                     "total": progress.total, "answered": progress.answered, **progress.metrics})
+        point = Checkpoint(model, progress, state) if model is not None or state is not None else None
         if model is not None:
-            self.checkpoint = Checkpoint(model, progress)
+            self.checkpoint = point
         if self._progress is not None:
             self._progress(progress)
         if self._on_step is not None:
-            self._on_step(progress, self.checkpoint if model is not None else None)
+            self._on_step(progress, point)
 
     def stop_here(self, progress: RoundProgress) -> bool:
         """Whether the algorithm should stop after the step it just reported: a stop was asked

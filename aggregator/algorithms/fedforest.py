@@ -38,11 +38,17 @@ No split leaves a child with fewer than ``min_crowd`` windows fleet-wide.
 Determinism: per-tree client subsets come from ``default_rng(seed)``, each node's feature
 subsample from ``default_rng([seed, tree, node])``, each client's bootstrap from (seed, tree,
 client index); replies are summed in client-id order; gains equal up to rounding noise are ties.
+
+Resuming: every completed level is reported with the server's state (``ForestState``: the split
+decisions, the frontier and every pooled summary), which a server stores with the level; a job
+restarted with it (``FedForest(resume_state=...)``) grows the next level on, and ends with the
+forest an uninterrupted run grows (the draws above depend on nothing a crash loses).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -54,6 +60,8 @@ from shared.differential_privacy import ZCDPAccountant
 from shared.model import Tree, TreeBuilder, TreeEnsemble
 from shared.model.inputs import CLIENT_FEATURE
 from shared.node_statistics import top_per_node
+from shared.protocol.codec import dumps_value, loads_value
+from shared.protocol.errors import DecodeError
 from shared.protocol.messages.fedforest import (
     ForestHistogramReply,
     ForestHistogramRequest,
@@ -90,7 +98,9 @@ from .forest_candidates import (
 )
 from .forest_growth import child_shift, choose_splits, is_pure, leaf_value, n_sampled_features, node_count
 
-__all__ = ["FedForest", "ForestResult"]
+__all__ = ["FedForest", "ForestResult", "ForestState"]
+
+log = logging.getLogger(__name__)
 
 #: The private protocol's fixed point assumes no bootstrap multiplicity exceeds this: n draws
 #: with replacement from n rows give one row 17 copies with probability ~1e-15, and a gateway
@@ -116,6 +126,10 @@ class FedForest:
     need per-client statistics). ``dp_noise_multiplier``: differential privacy as for
     ``FedSCSXGB`` (off by default; histogram protocol with secure aggregation, classification,
     ``bootstrap=False`` so that one window weighs 1 in every tree).
+    ``resume_state``: the ``ForestState`` bytes of a completed level (what a server stores with
+    it); the job continues after that level, or starts over (logged) when the fleet no longer
+    fits them. Jobs with differential privacy report no state (the budget already spent is not
+    in it) and start over.
     """
 
     n_trees: int = 50
@@ -146,6 +160,7 @@ class FedForest:
     min_crowd: int = 5
     dp_noise_multiplier: float | None = None
     dp_delta: float = 1e-5
+    resume_state: bytes | None = field(default=None, compare=False, repr=False)
 
     name: ClassVar[str] = "fedforest"
 
@@ -225,6 +240,70 @@ class LevelCounts:
     candidates: int  # candidate thresholds evaluated
 
 
+@dataclass(frozen=True, eq=False)
+class ForestState:
+    """What the server holds after level ``levels_done - 1``: enough to grow the next level on,
+    stored as CBOR (``shared.protocol.codec``) with the level it follows.
+
+    ``fleet`` describes the fleet the state was grown on (clients, features, classes, sample
+    count, candidate edges); a resumed job compares it with its own fleet description and
+    starts over if they differ (the data changed). ``decisions`` are every level's splits (the
+    trees are rebuilt by replaying them; one table per level); ``frontier_*`` the open nodes (``frontier_known``: 0
+    where AvgImp has no summary yet); ``known_*`` every pooled summary the model's leaves take
+    their values from; ``distinct_*`` the private protocol's window counts per node (the crowd
+    rule).
+
+    The state holds only what the server already learnt (fleet-level sums and its own
+    decisions). A resumed attempt runs with gateways that know nothing of the job yet: the
+    first level request hands each of them the decisions of every completed level at once, as
+    it does for a gateway that missed levels, so they learn the same split decisions as in an
+    uninterrupted run, and the rounds after it ask for exactly what that run asks for.
+    """
+
+    levels_done: int
+    fleet: dict
+    decisions: tuple[SplitDecisions, ...]  # one per completed level
+    frontier_tree: np.ndarray
+    frontier_node: np.ndarray
+    frontier_known: np.ndarray
+    frontier_summary: np.ndarray
+    frontier_shift: np.ndarray
+    known_tree: np.ndarray
+    known_node: np.ndarray
+    known_summary: np.ndarray
+    known_shift: np.ndarray
+    importance: np.ndarray
+    root_weight: np.ndarray
+    root_gains: np.ndarray
+    level_counts: np.ndarray  # (levels, 4): level, nodes, pairs, candidates
+    distinct_tree: np.ndarray
+    distinct_node: np.ndarray
+    distinct_count: np.ndarray
+
+    VERSION: ClassVar[int] = 1
+
+    def to_cbor(self) -> bytes:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "decisions"}
+        return dumps_value({"version": self.VERSION, **values,
+                            "decisions": [{f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
+                                          for d in self.decisions]})
+
+    @classmethod
+    def from_cbor(cls, data: bytes) -> ForestState:
+        """The state in ``data``; ``ValueError`` if it is not one this version wrote."""
+        try:
+            values = loads_value(data, max_bytes=len(data))
+        except DecodeError as exc:
+            raise ValueError(f"not a forest state: {exc}") from None
+        if not isinstance(values, dict) or values.pop("version", None) != cls.VERSION:
+            raise ValueError(f"not a version-{cls.VERSION} forest state")
+        try:
+            values["decisions"] = tuple(SplitDecisions(**d) for d in values["decisions"])
+            return cls(**values)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a forest state: {exc}") from None
+
+
 @dataclass
 class _Node:
     """A node of the frontier. ``summary`` (pooled; None until known) is centred on ``shift``
@@ -267,10 +346,6 @@ class _Training:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.crit = config.split_criterion
-        self.known: dict[str, int] = {}  # client -> last level whose decisions it applied
-        self.decisions: list[SplitDecisions] = []  # one per decided level
-        self.levels: list[LevelCounts] = []
-        self.children_of: dict[tuple[int, int], tuple[int, int]] = {}
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -279,6 +354,7 @@ class _Training:
         fleet = describe_fleet(self.job, cfg.feature_set_version, regression=cfg.regression, classes=cfg.classes)
         self._set_fleet(fleet.clients, fleet.n_features, fleet.feature_names, fleet.classes, fleet.model_classes)
         self.root_shift = fleet.target_sum / fleet.total_samples if cfg.regression and fleet.total_samples else 0.0
+        self.total_samples = fleet.total_samples
         if self.categorical.size and self.categorical.max() >= self.d:
             raise TrainingError(f"categorical feature {int(self.categorical.max())} does not exist ({self.d} features)")
         if cfg.thresholds is not None:
@@ -336,6 +412,7 @@ class _Training:
         self.edge_offsets = np.concatenate([[0], np.cumsum([e.size for e in self.edges])]).astype(np.int64)
         self.edge_values = np.concatenate(self.edges) if self.edges else np.zeros(0, np.float32)
         self.root_shift = fleet.target_sum / fleet.total_samples if cfg.regression else 0.0
+        self.total_samples = fleet.total_samples
         if cfg.regression:
             # Clients sum w * (y - shift) and w * (y - shift)^2 with node means as shifts, so every
             # term is bounded by the targets' spread, not their size: |y - shift| <= range(y) <=
@@ -354,7 +431,6 @@ class _Training:
             # (with the grid counts' headroom, private_fleet); DP noise needs 32 bits on top
             self.frac_bits, self.value_bound = 0, 1.0
             self.word_bits = 32 if self.noise else word_bits_for(2 * fleet.total_samples + 64)
-        self.distinct_of: dict[tuple[int, int], int] = {}
 
     def _task(self, client: str) -> ForestTask:
         cfg = self.config
@@ -371,14 +447,9 @@ class _Training:
         cfg = self.config
         private = cfg.protocol == "histogram"
         self._setup_private() if private else self._setup()
-        self.builders = [TreeBuilder(np.zeros(1 if cfg.regression else self.S)) for _ in range(cfg.n_trees)]
-        self.summary_of: dict[tuple[int, int], _Known] = {}
-        self.root_weight = np.zeros(cfg.n_trees)
-        self.importance = np.zeros(self.d + 1)
-        self.root_gains: list[float] = []
         self.depth = cfg.max_depth
-        frontier = [_Node(t, 0, 0, shift=self.root_shift) for t in range(cfg.n_trees)]
-        for level in range(cfg.max_depth + 1):
+        start, frontier = self._resumed() if cfg.resume_state is not None else (0, self._fresh())
+        for level in range(start, cfg.max_depth + 1):
             if not frontier:
                 break
             started = time.monotonic()
@@ -386,12 +457,120 @@ class _Training:
             progress = RoundProgress(self.job.job_id, cfg.name, level + 1, cfg.max_depth + 1, len(self.clients),
                                      self._answered, {"nodes": float(self._n_active), "splits": float(self._n_splits)},
                                      time.monotonic() - started)
-            self.job.report(progress)
+            if cfg.dp_noise_multiplier:  # the budget spent is not in the state: no resuming
+                self.job.report(progress)
+            else:
+                self.job.report(progress, state=lambda: self._state(level + 1, frontier).to_cbor())
             if frontier and self.job.stop_here(progress):
                 self._cut(level + 1, frontier)
                 break
         return ForestResult(self._model(), self._normalised_importance(), float(max(self.root_gains, default=0.0)),
                             self.levels)
+
+    # -- state for resuming ----------------------------------------------------------------------
+
+    def _fresh(self) -> list[_Node]:
+        """Start at the roots: empty trees, nothing known; the first level's frontier."""
+        cfg = self.config
+        self.builders = [TreeBuilder(np.zeros(1 if cfg.regression else self.S)) for _ in range(cfg.n_trees)]
+        self.summary_of: dict[tuple[int, int], _Known] = {}
+        self.root_weight = np.zeros(cfg.n_trees)
+        self.importance = np.zeros(self.d + 1)
+        self.root_gains: list[float] = []
+        self.known: dict[str, int] = {}  # client -> last level whose decisions it applied
+        self.decisions: list[SplitDecisions] = []  # one per decided level
+        self.levels: list[LevelCounts] = []
+        self.children_of: dict[tuple[int, int], tuple[int, int]] = {}
+        if self.config.protocol == "histogram":
+            self.distinct_of: dict[tuple[int, int], int] = {}
+        return [_Node(t, 0, 0, shift=self.root_shift) for t in range(cfg.n_trees)]
+
+    def _fleet(self) -> dict:
+        """The fleet as this job's setup described it: what a stored state must have been grown on."""
+        if self.config.protocol == "histogram":
+            edges, offsets = self.edge_values.astype(np.float64), self.edge_offsets
+        elif self.fixed is not None:
+            edges = np.concatenate(self.fixed) if self.fixed else np.zeros(0)
+            offsets = np.concatenate([[0], np.cumsum([f.size for f in self.fixed])]).astype(np.int64)
+        else:
+            edges, offsets = np.zeros(0), np.zeros(1, np.int64)
+        return {"clients": list(self.clients), "n_features": int(self.d), "feature_names": list(self.feature_names),
+                "classes": [str(c) for c in self.classes], "model_classes": [str(c) for c in self.model_classes],
+                "total_samples": int(self.total_samples), "root_shift": float(self.root_shift),
+                "edges": np.asarray(edges, np.float64), "edge_offsets": np.asarray(offsets, np.int64)}
+
+    def _state(self, levels_done: int, frontier: list[_Node]) -> ForestState:
+        S = self.S
+        known = sorted(self.summary_of.items())
+        distinct = sorted(getattr(self, "distinct_of", {}).items())
+        ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+        rows = lambda values: np.array(values, dtype=np.float64).reshape(-1, S)  # noqa: E731
+        return ForestState(
+            levels_done=levels_done, fleet=self._fleet(), decisions=tuple(self.decisions),
+            frontier_tree=ints([n.tree for n in frontier]), frontier_node=ints([n.node for n in frontier]),
+            frontier_known=np.array([n.summary is not None for n in frontier], dtype=np.uint8),
+            frontier_summary=rows([np.zeros(S) if n.summary is None else n.summary for n in frontier]),
+            frontier_shift=np.array([n.shift for n in frontier], dtype=np.float64),
+            known_tree=ints([k[0] for k, _ in known]), known_node=ints([k[1] for k, _ in known]),
+            known_summary=rows([v.summary for _, v in known]),
+            known_shift=np.array([v.shift for _, v in known], dtype=np.float64),
+            importance=self.importance.copy(), root_weight=self.root_weight.copy(),
+            root_gains=np.array(self.root_gains, dtype=np.float64),
+            level_counts=ints([[c.level, c.nodes, c.pairs, c.candidates] for c in self.levels]).reshape(-1, 4),
+            distinct_tree=ints([k[0] for k, _ in distinct]), distinct_node=ints([k[1] for k, _ in distinct]),
+            distinct_count=ints([v for _, v in distinct]))
+
+    def _resumed(self) -> tuple[int, list[_Node]]:
+        """The first level to grow and its frontier from ``config.resume_state``, or level 0 from
+        the roots (logged) when the state does not fit this job's fleet."""
+        try:
+            state = ForestState.from_cbor(self.config.resume_state)
+        except ValueError as exc:
+            reason = str(exc)
+        else:
+            reason = self._unfit(state)
+        if reason is None and self.config.dp_noise_multiplier:
+            reason = "differential privacy: the budget spent is not in the stored state"
+        if reason is not None:
+            log.warning("not resuming the forest: starting over from the first level",
+                        extra={"job": self.job.job_id, "reason": reason})
+            return 0, self._fresh()
+        self._fresh()
+        self.decisions = list(state.decisions)
+        for decided in self.decisions:  # the trees, split for split in the order they grew
+            for i in range(decided.level.shape[0]):
+                t, node = int(decided.tree[i]), int(decided.node[i])
+                lo, hi = decided.category_offsets[i], decided.category_offsets[i + 1]
+                ids = self.builders[t].split(node, int(decided.feature[i]), float(decided.threshold[i]),
+                                             default_left=bool(decided.nan_left[i]),
+                                             categories=decided.categories[lo:hi].tolist()
+                                             if decided.categorical[i] else None)
+                if ids != (int(decided.left[i]), int(decided.right[i])):
+                    raise TrainingError(f"a stored split of tree {t} node {node} does not rebuild (children {ids})")
+                self.children_of[(t, node)] = ids
+        self.summary_of = {(int(t), int(n)): _Known(state.known_summary[i], float(state.known_shift[i]))
+                           for i, (t, n) in enumerate(zip(state.known_tree, state.known_node))}
+        self.importance, self.root_weight = state.importance.copy(), state.root_weight.copy()
+        self.root_gains = state.root_gains.tolist()
+        self.levels = [LevelCounts(*map(int, row)) for row in state.level_counts]
+        if self.config.protocol == "histogram":
+            self.distinct_of = {(int(t), int(n)): int(c) for t, n, c in
+                                zip(state.distinct_tree, state.distinct_node, state.distinct_count)}
+        frontier = [_Node(int(t), int(n), state.levels_done, state.frontier_summary[i] if state.frontier_known[i]
+                          else None, shift=float(state.frontier_shift[i]))
+                    for i, (t, n) in enumerate(zip(state.frontier_tree, state.frontier_node))]
+        log.info("resuming the forest", extra={"job": self.job.job_id, "from_level": state.levels_done})
+        return state.levels_done, frontier
+
+    def _unfit(self, state: ForestState) -> str | None:
+        """Why ``state`` cannot continue this job (None: it can)."""
+        if dumps_value(state.fleet) != dumps_value(self._fleet()):
+            changed = [k for k, v in self._fleet().items() if dumps_value(state.fleet.get(k)) != dumps_value(v)]
+            return f"the fleet changed since the stored level ({', '.join(changed)})"
+        if state.root_weight.shape != (self.config.n_trees,) or state.importance.shape != (self.d + 1,) or \
+                state.known_summary.shape[1:] != (self.S,) or not 0 < state.levels_done <= self.config.max_depth + 1:
+            return "the stored state does not fit the job's settings"
+        return None
 
     def _level(self, level: int, frontier: list[_Node]) -> list[_Node]:
         cfg = self.config

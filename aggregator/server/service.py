@@ -5,14 +5,17 @@ arrives and stores the row in the registry, so the API answers from memory and a
 server knows the gateways it saw before.
 
 :class:`JobRunner` runs jobs one at a time on the server's one round engine, on its own thread.
-Every completed round is stored with its metrics and, for an algorithm whose completed rounds
-form a model (FedSCS-XGB), with that model, in one transaction (``FederatedJob(on_step=...)``,
-``Registry.complete_round``): the API never shows a round as completed whose model a restarted
-server would not find. A job found ``running`` when the server starts -- it was
-killed, or stopped mid-job -- resumes from its newest stored model: rounds after it are dropped
-and grown again, none is applied twice, and continuing the boosting from that model gives the
-model an uninterrupted run gives (tests/server/test_resume.py). An algorithm that stores no
-model per round (FedForest) starts again from its first round. Each attempt runs under its own
+Every completed round is stored with its metrics and what the job resumes from after it -- for
+an algorithm whose completed rounds form a model (FedSCS-XGB), that model; for FedForest, its
+state after the level (``ForestState``) -- in one transaction (``FederatedJob(on_step=...)``,
+``Registry.complete_round``): the API never shows a round as completed whose checkpoint a
+restarted server would not find. A job found ``running`` when the server starts -- it was
+killed, or stopped mid-job -- resumes from its newest checkpoint: rounds after it are dropped
+and grown again, none is applied twice, and continuing the boosting from that model, or the
+forest from that level, gives the model an uninterrupted run gives (tests/server/test_resume.py,
+test_resume_state.py). A forest whose fleet no longer fits its state (the data changed) starts
+over from its first level, its rounds replacing the stored ones; an algorithm that stores
+nothing per round (FedGA-Tree) starts again from its first round. Each attempt runs under its own
 protocol job id (``JOB-aN``), since gateways keep per-job state. After training the model is
 registered and scored by federated evaluation on the participants' held-out windows. A job with
 a data time range (``JobRequest.since``/``until``) sends it with its survey; the gateways filter
@@ -82,12 +85,19 @@ ALGORITHMS = ("fedscs-xgb", "fedforest", "fedga-tree")
 #: Algorithms that end with one model per gateway (``{client: model}``), not one for the fleet.
 PERSONAL = ("fedga-tree",)
 #: Configuration fields a job may not set through the API (objects, not JSON values).
-_NOT_CONFIGURABLE = {"init_model", "edges", "feature_set_version"}
+_NOT_CONFIGURABLE = {"init_model", "edges", "feature_set_version", "resume_state"}
+
+
+def resumes_itself(name: str) -> bool:
+    """Whether algorithm ``name`` resumes from a state of its own (``resume_state``: the bytes it
+    reported with its last step), rather than from the model of its completed rounds."""
+    return "resume_state" in {f.name for f in fields(_algorithms()[name])}
 
 
 def build_algorithm(name: str, config: dict[str, Any], *, init_model: TreeEnsemble | None = None,
-                    feature_set: str = ""):
-    """The configured server half of ``name``; a ``ValueError`` names a bad parameter."""
+                    feature_set: str = "", resume_state: bytes | None = None):
+    """The configured server half of ``name`` (continuing from ``resume_state``, see
+    ``resumes_itself``); a ``ValueError`` names a bad parameter."""
     classes = _algorithms()
     if name not in classes:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}")
@@ -101,6 +111,10 @@ def build_algorithm(name: str, config: dict[str, Any], *, init_model: TreeEnsemb
         if "init_model" not in {f.name for f in fields(cls)}:
             raise ValueError(f"{name} cannot continue from a model")
         extra["init_model"] = init_model
+    if resume_state is not None:
+        if not resumes_itself(name):
+            raise ValueError(f"{name} does not resume from a state of its own")
+        extra["resume_state"] = resume_state
     try:
         return cls(**config, **extra)
     except TypeError as exc:
@@ -397,15 +411,20 @@ class JobRunner:
         resumed = self.registry.last_checkpoint(job_id)
         base = resumed.step if resumed is not None else 0
         self.registry.discard_rounds_after(job_id, base)
+        # An algorithm with a state of its own is handed it and reports its steps as numbered
+        # from the job's start; one resumed from its model counts them from the model on.
+        own_state = resumed.checkpoint if resumed is not None and resumes_itself(job.algorithm) else None
+        offset = 0 if own_state is not None else base
         init = None
-        if resumed is not None:
+        if resumed is not None and own_state is None:
             init = TreeEnsemble.from_cbor(resumed.checkpoint)
         elif job.init_model:
             model_id, _, version = job.init_model.rpartition(":v")
             init = self.registry.model(model_id, int(version))[1]
         config = dict(job.config)
-        finished = base > 0 and base >= job.total  # every round is stored: its model is the result
-        if base and not finished:
+        # every boosting round is stored: its model is the result
+        finished = own_state is None and base > 0 and base >= job.total
+        if base and own_state is None and not finished:
             config["n_rounds"] = job.total - base
         attempt = job.attempt + 1
         protocol_id = f"{job_id}-a{attempt}"
@@ -431,11 +450,12 @@ class JobRunner:
                                     f"needs {job.rules.get('min_gateways', 1)}; left out: {why}")
             self.registry.update_job(job_id, participants=list(choice.clients), feature_set=choice.version)
             fed = FederatedJob(self.engine, choice.clients, job_id=protocol_id, settings=self.settings,
-                               stop=self._stop, on_step=lambda p, c: self._round_done(job_id, base, job.total, p, c))
+                               stop=self._stop, on_step=lambda p, c: self._round_done(job_id, offset, job.total, p, c))
             if finished:
                 model = init
             else:
-                algorithm = build_algorithm(job.algorithm, config, init_model=init, feature_set=choice.version)
+                algorithm = build_algorithm(job.algorithm, config, init_model=init, feature_set=choice.version,
+                                            resume_state=own_state)
                 model = algorithm.fit(fed, seed=int(job.rules.get("seed", 0)))
             if self._stop.is_set() and fed.stopped is not None:
                 if job_id in self._cancelled:
@@ -450,10 +470,17 @@ class JobRunner:
             self.registry.update_job(job_id, state="failed", error=str(exc))
             log.warning("job failed", extra={"job": job_id, "error": str(exc)})
 
-    def _round_done(self, job_id: str, base: int, total: int, p: RoundProgress, checkpoint: Checkpoint | None) -> None:
-        model = checkpoint.model().to_cbor() if checkpoint is not None else None
-        self.registry.complete_round(job_id, base + p.step, max(total, base + p.total), p.selected, p.answered,
-                                     dict(p.metrics), p.elapsed_s, model)
+    def _round_done(self, job_id: str, offset: int, total: int, p: RoundProgress,
+                    checkpoint: Checkpoint | None) -> None:
+        """Store step ``offset + p.step`` with its checkpoint. A step at or before the stored ones
+        comes from an algorithm that could not use its stored state and started over: it
+        replaces them (the registry otherwise refuses a step twice)."""
+        step = offset + p.step
+        if step <= self.registry.job(job_id).completed:
+            self.registry.discard_rounds_after(job_id, step - 1)
+        state = checkpoint.resume_state() if checkpoint is not None else None
+        self.registry.complete_round(job_id, step, max(total, offset + p.total), p.selected, p.answered,
+                                     dict(p.metrics), p.elapsed_s, state)
 
     def _finish(self, job: JobRecord, model: TreeEnsemble | dict[str, TreeEnsemble], fed: FederatedJob) -> None:
         if isinstance(model, dict):
