@@ -220,10 +220,12 @@ class RoundEngine:
                     state.done.wait(min(remaining, self.RESEND_CHECK_S))
                 now_epoch = self.transport.connection_epoch
                 reconnected, epoch = now_epoch != epoch, now_epoch
-                unanswered = [c for c in result.selected if c not in result.replies and c not in result.errors]
                 now_set = state.resend_now
-                candidates = unanswered if reconnected else [c for c in unanswered
-                                                             if c in state.resend_to or c in now_set]
+                # Only the clients named for a re-send are looked at (every client only after a
+                # reconnection): this runs on every reply, and a scan of all the round's clients
+                # here made a round quadratic in the fleet (35 % of the aggregator's CPU at 3,000).
+                named = result.selected if reconnected else sorted(state.resend_to | now_set)
+                candidates = [c for c in named if c not in result.replies and c not in result.errors]
                 state.resend_to.clear()
                 state.resend_now = set()
                 now = time.monotonic()
