@@ -98,6 +98,22 @@ def test_a_round_shows_as_completed_only_with_its_model_stored(tmp_path, monkeyp
         assert TreeEnsemble.from_cbor(model) == aggregator.simulate(FedSCSXGB(**{**CONFIG, "n_rounds": step}), clients)
 
 
+def resume_forest(tmp_path, monkeypatch, clients, config: dict, state: bytes):
+    """A FedForest job crashed after level 2 with ``state``, resumed over ``clients``: the
+    finished job, the steps the resumed attempt stored, and the registered model."""
+    path = str(tmp_path / "r.db")
+    with Registry(path) as registry:
+        crashed_job(registry, "job-forest", 2, state, algorithm="fedforest", config=config,
+                    total=config["max_depth"])
+    stored = recorded_rounds(monkeypatch)
+    with running_server(path, clients) as (_sim, server):
+        done = wait_job(server, "job-forest")
+        assert done.state == "completed", done.error
+        assert [r.step for r in server.registry.rounds("job-forest")] == list(range(1, done.completed + 1))
+        model = server.registry.model("act", int(done.result.split(":v")[1]))[1]
+    return done, stored, model
+
+
 @pytest.mark.parametrize("protocol", ["histogram", "sketches"])
 def test_a_forest_resumes_from_its_stored_level(tmp_path, monkeypatch, protocol) -> None:
     """Crashed after level 2 of 4: the resumed job grows levels 3 and 4 only (fresh gateways
@@ -108,18 +124,11 @@ def test_a_forest_resumes_from_its_stored_level(tmp_path, monkeypatch, protocol)
     straight = aggregator.simulate(FedForest(**config), clients)
     states = forest_states(config, clients)
     assert sorted(states) == [1, 2, 3, 4]
-    path = str(tmp_path / "r.db")
-    with Registry(path) as registry:
-        crashed_job(registry, "job-forest", 2, states[2], algorithm="fedforest", config=config,
-                    total=FOREST["max_depth"])
-    stored = recorded_rounds(monkeypatch)
-    with running_server(path, clients) as (_sim, server):
-        done = wait_job(server, "job-forest")
-        assert (done.state, done.attempt, done.completed) == ("completed", 2, 4), done.error
-        assert [step for step, _ in stored] == [3, 4]  # no level lost, none grown twice
-        assert all(state is not None for _, state in stored)  # each level stored with its state
-        assert [r.step for r in server.registry.rounds("job-forest")] == [1, 2, 3, 4]
-        assert_same_model(server.registry.model("act", int(done.result.split(":v")[1]))[1], straight)
+    done, stored, model = resume_forest(tmp_path, monkeypatch, clients, config, states[2])
+    assert (done.attempt, done.completed) == (2, 4)
+    assert [step for step, _ in stored] == [3, 4]  # no level lost, none grown twice
+    assert all(state is not None for _, state in stored)  # each level stored with its state
+    assert_same_model(model, straight)
 
 
 def test_a_forest_whose_data_changed_starts_over(tmp_path, monkeypatch, caplog) -> None:
@@ -129,17 +138,9 @@ def test_a_forest_whose_data_changed_starts_over(tmp_path, monkeypatch, caplog) 
     clients = fleet_data(n_clients=3)
     straight = aggregator.simulate(FedForest(**FOREST), clients)
     other = forest_states(FOREST, fleet_data(n_clients=3, seed=7))
-    path = str(tmp_path / "r.db")
-    with Registry(path) as registry:
-        crashed_job(registry, "job-forest", 2, other[2], algorithm="fedforest", config=FOREST,
-                    total=FOREST["max_depth"])
-    stored = recorded_rounds(monkeypatch)
-    with running_server(path, clients) as (_sim, server):
-        done = wait_job(server, "job-forest")
-        assert (done.state, done.completed) == ("completed", 4), done.error
-        assert [step for step, _ in stored] == [1, 2, 3, 4]
-        assert [r.step for r in server.registry.rounds("job-forest")] == [1, 2, 3, 4]
-        assert_same_model(server.registry.model("act", int(done.result.split(":v")[1]))[1], straight)
+    done, stored, model = resume_forest(tmp_path, monkeypatch, clients, FOREST, other[2])
+    assert done.completed == 4
+    assert [step for step, _ in stored] == [1, 2, 3, 4]
+    assert_same_model(model, straight)
     assert any("starting over" in r.getMessage() and "fleet changed" in getattr(r, "reason", "")
-               and "edges" in r.reason
-               for r in caplog.records)
+               and "edges" in r.reason for r in caplog.records)
