@@ -254,6 +254,13 @@ class DemoReport:
         for line in self.server.lines():
             out.write(line + "\n")
         out.write(f"privacy: {privacy_line(self.privacy, self.secure_aggregation_note)}\n")
+        if self.personal_job:
+            out.write(f"privacy of FedGA-Tree: each gateway sent the aggregator, in the clear, its sample count with "
+                      f"Laplace noise (epsilon {self.personal_job['settings']['epsilon']}), its cross-validated depth, "
+                      "its local tree's shape without thresholds or leaf values, and its fitness of every candidate "
+                      "shape per generation; the thresholds and leaf values fitted to its windows stayed on the "
+                      "gateway until the end, when it sent its one chosen tree (the model the server registers for "
+                      "it)\n")
         if self.live_windows:
             out.write(f"live recognition: {self.live_windows} windows; live == offline prediction on "
                       f"{self.live_agreement:.1%} (max probability difference {self.live_max_probability_diff:.1e})\n")
