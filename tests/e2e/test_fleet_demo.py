@@ -163,6 +163,8 @@ def _assert_third_contender(report: dict[str, Any], stdout: str, run_dir: Path) 
             assert all(r["client"] == g for r in rows), rows
             assert any(r["state"] == "active" for r in rows) == d["deploy"], (d, rows)
     assert report["personal_deployed"] == {g: d["tree"] for g, d in personal.items() if d["deploy"]}
+    assert "privacy of FedGA-Tree: each gateway sent the aggregator, in the clear, its sample count with Laplace " \
+           "noise (epsilon 1.0)" in stdout
 
 
 def _assert_server_seen(seen: dict[str, Any], report: dict[str, Any]) -> None:
