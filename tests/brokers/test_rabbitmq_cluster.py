@@ -29,7 +29,6 @@ from edge_client.store import WindowRecord, WindowStore
 from edge_client.training_data import ClientData
 from firmware_bridge.importers import seglearn_watch
 from firmware_bridge.recording import Recording
-from shared.model import model_inputs
 from shared.protocol.messages.deployment import PredictionBatch
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.signing import SigningKey
@@ -41,7 +40,8 @@ from tests.e2e.test_fedscs_xgb_mqtt import (  # noqa: F401
     test_mqtt_training_with_gateway_processes_equals_the_simulation,
     test_private_training_goes_on_when_a_gateway_is_killed,
 )
-from tests.e2e.test_model_push import replay_into_gateway, start_gateway, stop
+from tests.e2e.test_model_push import (assert_live_equals_offline, replay_into_gateway, start_gateway, stop,
+                                       wait_for_live_predictions)
 from tests.rabbitmq_support import RabbitMQCluster
 
 pytestmark = [pytest.mark.slow]
@@ -107,24 +107,13 @@ def test_a_model_pushed_through_rabbitmq_predicts_live_on_the_gateway(rabbitmq: 
         stop(gateway)
         out = replay_into_gateway(tmp_path, recording, port, password, len(batch.X), *MQTT_3_1_1)
         assert "model=activity:v1" in out
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and sum(len(b.predicted) for b in received) < len(batch.X) - 2:
-            time.sleep(0.2)
-        with lock:
-            assert sum(len(b.predicted) for b in received) >= len(batch.X) - 2
-            assert {b.model_version for b in received} == {1}
+        wait_for_live_predictions(received, lock, len(batch.X), 1)
     finally:
         if gateway is not None:
             gateway.kill()
         agg.close()
 
-    with WindowStore(tmp_path / "gw-1.db") as store:
-        live = store.predictions(recording.metadata.session_id)
-        windows = store.query(fsv, labelled_only=False)
-    rows = {int(e): i for i, e in enumerate(windows.meta.end_us)}
-    offline = model.predict_proba(model_inputs(model, windows.X[[rows[p.end_us] for p in live]].astype(np.float32)))
-    np.testing.assert_allclose(np.array([p.probabilities for p in live]), offline, rtol=0, atol=1e-6)
-    assert len(live) >= len(batch.X) - 2
+    assert_live_equals_offline(tmp_path / "gw-1.db", recording.metadata.session_id, fsv, model, len(batch.X))
 
 
 def retained_seen(port: int, *topic_filters: str, wait_s: float = 1.5) -> list[list[str]]:

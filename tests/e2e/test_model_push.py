@@ -82,6 +82,31 @@ def replay_into_gateway(tmp: Path, recording: Recording, port: int | None, passw
         os.close(master)
 
 
+def wait_for_live_predictions(received: list, lock: threading.Lock, n_windows: int, version: int) -> None:
+    """The gateway's prediction batches reach the aggregator: all but the last two windows
+    (cut off by the stop), all of them made by model ``version``."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and sum(len(b.predicted) for b in received) < n_windows - 2:
+        time.sleep(0.2)
+    with lock:
+        assert sum(len(b.predicted) for b in received) >= n_windows - 2
+        assert {b.model_version for b in received} == {version}
+
+
+def assert_live_equals_offline(store_path: Path, session_id: str, fsv: str, model, n_windows: int) -> list:
+    """The predictions the gateway stored live equal ``model``'s offline predictions of the same
+    windows (probabilities to 1e-6, labels exactly); returns them."""
+    with WindowStore(store_path) as store:
+        live = store.predictions(session_id)
+        windows = store.query(fsv, labelled_only=False)
+    rows = {int(e): i for i, e in enumerate(windows.meta.end_us)}
+    offline = model.predict_proba(model_inputs(model, windows.X[[rows[p.end_us] for p in live]].astype(np.float32)))
+    np.testing.assert_allclose(np.array([p.probabilities for p in live]), offline, rtol=0, atol=1e-6)
+    assert [p.label for p in live] == [str(c) for c in np.asarray(model.classes)[offline.argmax(axis=1)]]
+    assert len(live) >= n_windows - 2
+    return live
+
+
 def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_path: Path) -> None:
     if not mosquitto_available():
         pytest.fail("mosquitto is not installed: the test command installs it")
@@ -189,26 +214,13 @@ def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_pa
             # live recognition with the broker: predictions published and stored
             out = replay_into_gateway(tmp_path, recording, broker.port, passwords["gw-1"], len(batch.X))
             assert "model=activity:v1" in out
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and sum(len(b.predicted) for b in received) < len(batch.X) - 2:
-                time.sleep(0.2)
-            with lock:
-                assert sum(len(b.predicted) for b in received) >= len(batch.X) - 2
-                assert {b.model_version for b in received} == {1}
+            wait_for_live_predictions(received, lock, len(batch.X), 1)
         finally:
             gateway.kill()
             agg.close()
 
     # the live predictions equal offline predictions of the same model on the same windows
-    with WindowStore(tmp_path / "gw-1.db") as store:
-        live = store.predictions(recording.metadata.session_id)
-        windows = store.query(fsv, labelled_only=False)
-    rows = {int(e): i for i, e in enumerate(windows.meta.end_us)}
-    idx = np.array([rows[p.end_us] for p in live])
-    offline = v1.predict_proba(model_inputs(v1, windows.X[idx].astype(np.float32)))
-    np.testing.assert_allclose(np.array([p.probabilities for p in live]), offline, rtol=0, atol=1e-6)
-    assert [p.label for p in live] == [str(c) for c in np.asarray(v1.classes)[offline.argmax(axis=1)]]
-    assert len(live) >= len(batch.X) - 2
+    live = assert_live_equals_offline(tmp_path / "gw-1.db", recording.metadata.session_id, fsv, v1, len(batch.X))
 
     # restart with no broker at all: the stored model is loaded; predictions and alerts go on
     label = live[0].label
