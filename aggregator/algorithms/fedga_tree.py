@@ -312,10 +312,12 @@ class FedGATree:
 
 
 def register_models(registry: Registry, model_id: str, models: dict[str, TreeEnsemble], *,
-                    metrics: dict[str, dict] | None = None) -> dict[str, ModelRecord]:
+                    metrics: dict[str, dict] | None = None, config: dict | None = None,
+                    job_id: str = "") -> dict[str, ModelRecord]:
     """Record each client's tree as its own registry entry ``{model_id}.{client}`` targeted at
     that gateway (``Registry.add(..., target=client)``), so that a deploy signs it for that
-    gateway only. Returns the records by client."""
+    gateway only; ``config`` and ``job_id`` are recorded with each (the server's jobs). Returns
+    the records by client."""
     return {client: registry.add(f"{model_id}.{client}", model, target=client,
-                                 metrics=(metrics or {}).get(client))
+                                 metrics=(metrics or {}).get(client), config=config, job_id=job_id)
             for client, model in sorted(models.items())}

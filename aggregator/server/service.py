@@ -127,12 +127,6 @@ def total_steps(algorithm) -> int:
                or getattr(algorithm, "generations", 0))
 
 
-def personal_model_id(model_id: str, gateway: str) -> str:
-    """The registry id of ``gateway``'s own model from a job registered as ``model_id``
-    (``aggregator.algorithms.fedga_tree.register_models`` names them so too)."""
-    return f"{model_id}.{gateway}"
-
-
 @dataclass(frozen=True)
 class JobRequest:
     """What to train: ``algorithm`` with ``config`` (its parameters) registered as ``model_id``,
@@ -503,12 +497,13 @@ class JobRunner:
         and refuses any other), and scored on that gateway's held-out windows only."""
         if not models:
             raise TrainingError("no gateway returned its model")
+        from ..algorithms.fedga_tree import register_models
+
         labels, per_client, skipped = {}, {}, {}
-        for gateway, model in sorted(models.items()):
-            record = self.registry.add(personal_model_id(job.model_id, gateway), model, target=gateway,
-                                       config=job.config, job_id=job.job_id)
+        records = register_models(self.registry, job.model_id, models, config=job.config, job_id=job.job_id)
+        for gateway, record in records.items():
             labels[gateway] = record.label
-            evaluation = self._evaluate(fed, model, [gateway])
+            evaluation = self._evaluate(fed, models[gateway], [gateway])
             if "metrics" in evaluation:
                 self.registry.set_metrics(record.model_id, record.version, evaluation["metrics"])
                 per_client[gateway] = evaluation["metrics"]
