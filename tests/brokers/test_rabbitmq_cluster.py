@@ -13,7 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
@@ -24,10 +23,7 @@ from aggregator.deployment import deploy
 from aggregator.fleet import Presence
 from aggregator.registry import Registry
 from aggregator.rounds import RoundEngine
-from edge_client.processing import extract_recording
 from edge_client.store import WindowRecord, WindowStore
-from edge_client.training_data import ClientData
-from firmware_bridge.importers import seglearn_watch
 from firmware_bridge.recording import Recording
 from shared.protocol.messages.deployment import PredictionBatch
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
@@ -40,8 +36,8 @@ from tests.e2e.test_fedscs_xgb_mqtt import (  # noqa: F401
     test_mqtt_training_with_gateway_processes_equals_the_simulation,
     test_private_training_goes_on_when_a_gateway_is_killed,
 )
-from tests.e2e.test_model_push import (assert_live_equals_offline, replay_into_gateway, start_gateway, stop,
-                                       wait_for_live_predictions)
+from tests.e2e.test_model_push import (assert_live_equals_offline, recording_and_clients, replay_into_gateway,
+                                       start_gateway, stop, wait_for_live_predictions)
 from tests.rabbitmq_support import RabbitMQCluster
 
 pytestmark = [pytest.mark.slow]
@@ -70,15 +66,11 @@ def test_a_model_pushed_through_rabbitmq_predicts_live_on_the_gateway(rabbitmq: 
     and they equal the same model's offline predictions of the same windows."""
     assert rabbitmq.node_of("gw-1") != rabbitmq.node_of(AGGREGATOR_ID)
     forget_sessions(rabbitmq)
-    recording_path = seglearn_watch.import_all(tmp_path / "rec")[0]
+    recording_path, batch, clients = recording_and_clients(tmp_path)
     recording = Recording.load(recording_path)
-    batch, _ = extract_recording(recording_path)
     fsv = batch.feature_set_version
-    labelled = np.array([y is not None for y in batch.labels])
-    X, y = batch.X[labelled], np.array([str(v) for v in batch.labels[labelled]])
-    half = len(y) // 2
     model = aggregator.simulate(FedSCSXGB(n_rounds=3, n_bins=32, feature_set_version=fsv, secure_aggregation=False),
-                                [ClientData("a", X[:half], y[:half]), ClientData("b", X[half:], y[half:])])
+                                clients)
     key = SigningKey.generate()
     key.verify_key.save(tmp_path / "aggregator.pub")
     registry = Registry(tmp_path / "registry.db")

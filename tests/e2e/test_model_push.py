@@ -82,6 +82,17 @@ def replay_into_gateway(tmp: Path, recording: Recording, port: int | None, passw
         os.close(master)
 
 
+def recording_and_clients(tmp: Path) -> tuple[Path, object, list[ClientData]]:
+    """A bundled real recording's file, its extracted windows, and its labelled windows split
+    between two simulated clients (what the pushed models are trained on)."""
+    recording_path = seglearn_watch.import_all(tmp / "rec")[0]
+    batch, _ = extract_recording(recording_path)
+    labelled = np.array([y is not None for y in batch.labels])
+    X, y = batch.X[labelled], np.array([str(v) for v in batch.labels[labelled]])
+    half = len(y) // 2
+    return recording_path, batch, [ClientData("a", X[:half], y[:half]), ClientData("b", X[half:], y[half:])]
+
+
 def wait_for_live_predictions(received: list, lock: threading.Lock, n_windows: int, version: int) -> None:
     """The gateway's prediction batches reach the aggregator: all but the last two windows
     (cut off by the stop), all of them made by model ``version``."""
@@ -110,14 +121,9 @@ def assert_live_equals_offline(store_path: Path, session_id: str, fsv: str, mode
 def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_path: Path) -> None:
     if not mosquitto_available():
         pytest.fail("mosquitto is not installed: the test command installs it")
-    recording_path = seglearn_watch.import_all(tmp_path / "rec")[0]
+    recording_path, batch, clients = recording_and_clients(tmp_path)
     recording = Recording.load(recording_path)
-    batch, _ = extract_recording(recording_path)
     fsv = batch.feature_set_version
-    labelled = np.array([y is not None for y in batch.labels])
-    X, y = batch.X[labelled], np.array([str(v) for v in batch.labels[labelled]])
-    half = len(y) // 2
-    clients = [ClientData("a", X[:half], y[:half]), ClientData("b", X[half:], y[half:])]
     v1 = aggregator.simulate(FedSCSXGB(n_rounds=3, n_bins=32, feature_set_version=fsv, secure_aggregation=False), clients)
     v2 = aggregator.simulate(FedSCSXGB(n_rounds=4, n_bins=32, feature_set_version=fsv, secure_aggregation=False), clients)
     foreign = aggregator.simulate(FedSCSXGB(n_rounds=1, n_bins=32, feature_set_version="another-sensor-layout",
