@@ -39,4 +39,4 @@ CLIENT_HALVES: tuple[type[ClientHalf], ...] = (
     VerticalForestClient,
 )
 
-__all__ = ["CLIENT_HALVES", "ClientHalf", "FedForestClient", "FedSCSXGBClient"]
+__all__ = ["CLIENT_HALVES", "ClientHalf", "FedForestClient", "FedGATreeClient", "FedSCSXGBClient", "VerticalForestClient"]
