@@ -14,6 +14,8 @@ equals ``DecisionTreeClassifier``/``Regressor`` (tested):
 * the gain is the weighted impurity decrease ``w_node / w_root * (i(node) - w_l/w_node i(left)
   - w_r/w_node i(right))`` -- the quantity ``min_impurity_decrease`` is compared with; entropy
   in bits; bootstrap multiplicities are weights, ``min_samples_leaf`` counts distinct rows;
+  impurities are ``shared.splitting.impurity`` of ``shared.node_statistics`` summaries, the
+  regression targets centred on each node's mean (:func:`node_terms`);
 * ties: gains within ``TIE_TOLERANCE`` (relative) of the best are equal, and the first in
   (feature, threshold) order wins -- so that summing in another order cannot change a tree.
 """
@@ -25,8 +27,11 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["EPSILON", "FEATURE_THRESHOLD", "TIE_TOLERANCE", "LocalSplits", "best_local_splits", "impurity",
-           "is_tie_or_better", "leaf_values", "node_statistics", "target_terms"]
+from .node_statistics import node_summaries, summary_terms
+from .splitting import impurity
+
+__all__ = ["EPSILON", "FEATURE_THRESHOLD", "TIE_TOLERANCE", "LocalSplits", "best_local_splits", "is_tie_or_better",
+           "leaf_values", "node_terms"]
 
 FEATURE_THRESHOLD = 1e-7
 TIE_TOLERANCE = 1e-10
@@ -41,48 +46,39 @@ def is_tie_or_better(gain: np.ndarray, best: np.ndarray) -> np.ndarray:
     return gain >= best - TIE_TOLERANCE * np.maximum(1.0, np.abs(best))
 
 
-def target_terms(y: np.ndarray, n_classes: int) -> np.ndarray:
-    """Per row the additive terms of a node's statistics: one-hot class (classification,
-    ``n_classes`` > 0; y are class ids) or ``[1, y, y^2]`` (regression)."""
-    if n_classes:
-        return np.eye(n_classes)[np.asarray(y, dtype=np.int64)]
-    y = np.asarray(y, dtype=np.float64)
-    return np.column_stack([np.ones_like(y), y, y * y])
-
-
 def _weight(stats: np.ndarray, criterion: Criterion) -> np.ndarray:
     return stats[..., 0] if criterion == "mse" else stats.sum(axis=-1)
 
 
-def impurity(stats: np.ndarray, criterion: Criterion) -> np.ndarray:
-    """Impurity of nodes from their statistics (last axis: class weights or ``[w, wy, wy^2]``)."""
-    w = _weight(stats, criterion)
-    safe = np.where(w > 0, w, 1.0)
-    if criterion == "mse":
-        mean = stats[..., 1] / safe
-        return np.where(w > 0, stats[..., 2] / safe - mean * mean, 0.0)
-    p = stats / safe[..., None]
-    if criterion == "gini":
-        return np.where(w > 0, 1.0 - (p * p).sum(axis=-1), 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logs = np.where(p > 0, np.log2(np.where(p > 0, p, 1.0)), 0.0)
-    return np.where(w > 0, -(p * logs).sum(axis=-1), 0.0)
+def node_terms(y: np.ndarray, node_pos: np.ndarray, weight: np.ndarray, n_classes: int, n_nodes: int) -> np.ndarray:
+    """Per entry (a row of node ``node_pos``) its summary terms (``shared.node_statistics.summary_terms``):
+    one-hot classes, or for regression ``[1, y - m, (y - m)^2]`` with ``m`` the weighted mean of
+    the entry's node.
+
+    Why centred: the variance is ``sum y^2 / n - mean^2``, which loses ``log10(mean^2 / var)``
+    digits -- all of them for targets of spread 1 around 1e7. Centring each node on its own mean
+    (FedForest's clients shift by the node's mean likewise) keeps the sums near 0, so the gains
+    equal a two-pass computation to rounding. The shift cancels in every gain; leaf values are
+    computed from uncentred terms (:func:`leaf_values`).
+    """
+    y = np.asarray(y)
+    if n_classes:
+        return summary_terms(y, n_classes)
+    y = y.astype(np.float64)
+    w = np.bincount(node_pos, weights=weight, minlength=n_nodes)
+    shift = np.bincount(node_pos, weights=weight * y, minlength=n_nodes) / np.where(w > 0, w, 1.0)
+    return summary_terms(y - shift[node_pos], 0)
 
 
-def node_statistics(node_pos: np.ndarray, weight: np.ndarray, terms: np.ndarray, n_nodes: int) -> np.ndarray:
-    """Weighted sums of ``terms`` per node position: ``(n_nodes, S)``."""
-    out = np.zeros((n_nodes, terms.shape[1]))
-    np.add.at(out, node_pos, terms * weight[:, None])
-    return out
-
-
-def leaf_values(stats: np.ndarray, criterion: Criterion) -> np.ndarray:
-    """Leaf predictions: class distribution (rows sum to 1) or the weighted mean (one column)."""
-    w = _weight(stats, criterion)
-    safe = np.where(w > 0, w, 1.0)
-    if criterion == "mse":
-        return (stats[:, 1] / safe)[:, None]
-    return stats / safe[:, None]
+def leaf_values(y: np.ndarray, node_pos: np.ndarray, weight: np.ndarray, n_classes: int, n_nodes: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Leaf predictions and cover (weighted rows) of nodes from their entries: the weighted class
+    distribution (rows sum to 1) or the weighted mean (one column)."""
+    stats = node_summaries(node_pos, weight, summary_terms(np.asarray(y), n_classes), n_nodes)
+    cover = stats[:, 0] if not n_classes else stats.sum(axis=1)
+    safe = np.where(cover > 0, cover, 1.0)
+    values = (stats[:, 1] / safe)[:, None] if not n_classes else stats / safe[:, None]
+    return values, cover
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,19 +133,20 @@ def _feature_best(x, node, w, terms, node_stats, node_rows, root_weight, criteri
 
 
 def best_local_splits(X: np.ndarray, rows: np.ndarray, node_pos: np.ndarray, weight: np.ndarray,
-                      terms: np.ndarray, node_features: np.ndarray, root_weight: np.ndarray, *,
+                      y: np.ndarray, n_classes: int, node_features: np.ndarray, root_weight: np.ndarray, *,
                       criterion: Criterion, min_samples_split: int, min_samples_leaf: int) -> LocalSplits:
     """Each open node's best split over this party's sampled features.
 
     ``rows``/``node_pos``/``weight``: one entry per (node, row with a positive multiplicity);
-    ``terms``: per row, from :func:`target_terms`;
+    ``y``: per row the class id (``n_classes`` > 0) or the target (``n_classes`` 0);
     ``node_features`` ``(n_nodes, d)`` bool: the features sampled for each node (the party's
     own share of the master's draw); ``root_weight``: the weighted size of each node's tree.
     Nodes too small for ``min_samples_split``/``2 * min_samples_leaf``, or pure, get no split --
     every party decides this alike, from the same rows and labels.
     """
     n_nodes = node_features.shape[0]
-    stats = node_statistics(node_pos, weight, terms[rows], n_nodes)
+    terms = node_terms(np.asarray(y)[rows], node_pos, weight, n_classes, n_nodes)
+    stats = node_summaries(node_pos, weight, terms, n_nodes)
     n_rows = np.bincount(node_pos, minlength=n_nodes)
     splittable = ((n_rows >= min_samples_split) & (n_rows >= 2 * min_samples_leaf)
                   & (impurity(stats, criterion) > EPSILON))
@@ -160,7 +157,7 @@ def best_local_splits(X: np.ndarray, rows: np.ndarray, node_pos: np.ndarray, wei
     features = np.flatnonzero(node_features[splittable].any(axis=0)) if splittable.any() else np.zeros(0, np.int64)
     for j in features.tolist():
         keep = node_features[node_pos, j] & splittable[node_pos]
-        g, t = _feature_best(X[rows[keep], j], node_pos[keep], weight[keep], terms[rows[keep]], stats, n_rows,
+        g, t = _feature_best(X[rows[keep], j], node_pos[keep], weight[keep], terms[keep], stats, n_rows,
                              root_weight, criterion, min_samples_leaf, n_nodes)
         gains.append(g)
         thresholds.append(t)

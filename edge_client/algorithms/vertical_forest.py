@@ -75,7 +75,7 @@ from shared.signing import BadSignature, VerifyKey
 from shared.vertical_alignment import aligned_order, snap_starts, window_digests
 from shared.vertical_manifest import partial_digest, verify_manifest
 from shared.vertical_party_key import PartyKey, SealError, read_party_key
-from shared.vertical_splits import best_local_splits, leaf_values, node_statistics, target_terms
+from shared.vertical_splits import best_local_splits, leaf_values
 from shared.vertical_trees import MAX_DEPTH, PartialTree, owned_directions, reachable_leaves
 
 from ..dispatcher import Dispatcher, RequestRejected
@@ -158,7 +158,7 @@ class _PartyJob:
     task: VerticalTask | None = None
     X: np.ndarray | None = None
     own_labels: np.ndarray | None = None  # label holder: class ids / targets of the aligned rows
-    terms: np.ndarray | None = None
+    labels: np.ndarray | None = None  # every party, once opened: class ids / targets of the aligned rows
     weight: np.ndarray | None = None  # (n_trees, n) bootstrap multiplicities
     node: np.ndarray | None = None  # (n_trees, n) heap id of each row's node, -1: not drawn
     root_weight: np.ndarray | None = None
@@ -463,8 +463,7 @@ class VerticalForestClient:
                                   dtype=np.int64)
             else:
                 labels = np.asarray(w.y[rows], dtype=np.float64)
-            state.own_labels = labels
-            state.terms = target_terms(labels, body.task.n_classes)
+            state.own_labels = state.labels = labels
             sealed = self._key().seal(labels.tobytes(), associated=labels_context(message.envelope.job))
         return VerticalSetupReply(int(rows.size), sealed)
 
@@ -472,7 +471,7 @@ class VerticalForestClient:
         body: VerticalLevelRequest = message.body
         state = self._job(message)
         task = state.task
-        if state.terms is None:  # a party without labels: the label holder's copy, relayed sealed
+        if state.labels is None:  # a party without labels: the label holder's copy, relayed sealed
             if not body.sealed_labels:
                 raise RequestRejected("bad_request", "the first level must carry the sealed labels")
             try:
@@ -483,7 +482,7 @@ class VerticalForestClient:
             if labels.size != state.X.shape[0] or (task.n_classes and (labels.min(initial=0) < 0 or
                                                                        labels.max(initial=0) >= task.n_classes)):
                 raise RequestRejected("bad_labels", "the labels do not fit this party's windows")
-            state.terms = target_terms(labels, task.n_classes)
+            state.labels = labels
         self._apply(message, state, body.partitions, body.level)
         n_nodes = body.node_id.shape[0]
         trees, rows, counts = self._rows_at(state, body.node_tree, body.node_id)
@@ -493,7 +492,8 @@ class VerticalForestClient:
         if body.features.size and body.features.max() >= state.X.shape[1]:
             raise RequestRejected("bad_request", f"feature {int(body.features.max())} does not exist here")
         wanted[per_node, body.features] = True
-        local = best_local_splits(state.X, rows, node_pos, state.weight[trees, rows], state.terms, wanted,
+        local = best_local_splits(state.X, rows, node_pos, state.weight[trees, rows], state.labels,
+                                  task.n_classes, wanted,
                                   state.root_weight[body.node_tree], criterion=task.criterion,
                                   min_samples_split=task.min_samples_split, min_samples_leaf=task.min_samples_leaf)
         state.level, state.open_tree, state.open_node = body.level, body.node_tree, body.node_id
@@ -535,12 +535,10 @@ class VerticalForestClient:
             t, r = np.nonzero(state.node >= 0)
             keys = _pack_key(t, state.node[t, r])
             unique, inverse = np.unique(keys, return_inverse=True)
-            stats = node_statistics(inverse, state.weight[t, r], state.terms[r], unique.size)
-            crit = state.task.criterion
-            cover = stats[:, 0] if crit == "mse" else stats.sum(axis=1)
+            values, cover = leaf_values(state.labels[r], inverse, state.weight[t, r], state.task.n_classes,
+                                        unique.size)
             leaf_tree = unique >> (MAX_DEPTH + 2)
-            reply = VerticalFinishReply(leaf_tree, unique - (leaf_tree << (MAX_DEPTH + 2)), leaf_values(stats, crit),
-                                        cover, digest)
+            reply = VerticalFinishReply(leaf_tree, unique - (leaf_tree << (MAX_DEPTH + 2)), values, cover, digest)
         self.forests[message.envelope.job] = forest
         while len(self.forests) > self.max_jobs:
             self.forests.popitem(last=False)

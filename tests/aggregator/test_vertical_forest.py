@@ -145,6 +145,20 @@ def _data(n=240, d=7, seed=0, task="classification", n_classes=3):
     return X, np.digitize(score, np.quantile(score, np.linspace(0, 1, n_classes + 1)[1:-1]))
 
 
+@pytest.mark.parametrize("offset", [1e5, 1e7, 1e9])
+def test_regression_trees_equal_the_reference_when_the_targets_are_far_from_zero(offset):
+    """Targets of spread ~1 around a large mean: sums of y^2 would lose every digit of the
+    variance (gain) at 1e7; the party centres each node's targets on the node's mean, so the
+    trees stay the two-pass reference's."""
+    X, y = _data(task="regression", seed=4)
+    y = y + offset
+    cfg = VerticalFederatedForest(n_trees=3, max_depth=5, task="regression", min_samples_leaf=2)
+    model = simulate(cfg, _parties(_split(X, (3, 4)), y, holder=1), seed=3)
+    for t in range(cfg.n_trees):
+        _assert_same_tree(_federated_tree(model, t), _reference_tree(X, y, cfg, 3, t, 0))
+    assert sum(len(m.split_nodes) for m in model.trees) > 10
+
+
 def _split(X, widths):
     edges = np.concatenate([[0], np.cumsum(widths)])
     return [X[:, a:b] for a, b in zip(edges[:-1], edges[1:])]
