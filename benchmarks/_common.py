@@ -47,6 +47,12 @@ def machine_info(extra: dict[str, str] | None = None) -> list[str]:
     return [f"- {key}: {value}" for key, value in info.items()]
 
 
+def description(doc: str | None) -> str:
+    """A script's ``--help`` description: the first paragraph of its module docstring, its lines
+    joined, so that it ends where the author ended the sentence rather than at a line break."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
 def print_machine(title: str, command: str, extra: dict[str, str] | None = None) -> None:
     print(f"## {title}\n")
     print(f"command: `{command}`\n")

@@ -37,7 +37,7 @@ import _common  # noqa: F401  (puts the repo root on sys.path)
 import cbor2
 import numpy as np
 
-from _common import markdown_table, median, print_machine
+from _common import description, markdown_table, median, print_machine
 from shared.protocol.chunking import Reassembler, split_payload
 from shared.protocol.envelope import Message, decode_message, encode_message, message_type
 from shared.protocol.limits import DEFAULT_MAX_PAYLOAD
@@ -119,7 +119,7 @@ class Checks:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="3 repeats instead of 15 (smoke run)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per operation (default 15, quick 3)")
     parser.add_argument("--mb", type=float, default=10.0, help="array size in MB of 10^6 bytes (default 10)")

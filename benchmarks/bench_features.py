@@ -22,7 +22,7 @@ import warnings
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
 
-from _common import markdown_table, median, print_machine
+from _common import description, markdown_table, median, print_machine
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -103,7 +103,7 @@ def rate(fn, n_windows: int, repeats: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="fewer tsfresh windows and repeats (smoke check)")
     args = parser.parse_args()
     logging.getLogger("tsfresh").setLevel(logging.ERROR)

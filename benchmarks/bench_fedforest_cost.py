@@ -57,7 +57,7 @@ from collections.abc import Mapping
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
-from _common import markdown_table, median, print_machine
+from _common import description, markdown_table, median, print_machine
 from _fedforest_common import Block, client_data, log
 
 from aggregator.algorithms.fedforest import LevelCounts
@@ -134,7 +134,7 @@ def predicted(variant: str, lv: LevelCounts, S: int) -> tuple[float, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="10 trees instead of 50")
     args = parser.parse_args()
     T = 10 if args.quick else 50

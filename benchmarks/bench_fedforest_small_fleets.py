@@ -36,7 +36,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
-from _common import markdown_table, print_machine
+from _common import description, markdown_table, print_machine
 from _fedforest_common import log, mean_std
 from bench_fedforest_tabular import DATASETS, K, dirichlet_partition, load, strata, test_split
 
@@ -87,7 +87,7 @@ def _cell(args: tuple) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--seeds", type=int, default=10, help="split seeds 0..N-1 (default 10)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated names of VARIANTS")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")

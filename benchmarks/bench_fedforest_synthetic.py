@@ -81,7 +81,7 @@ from dataclasses import replace
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
-from _common import markdown_table, print_machine
+from _common import description, markdown_table, print_machine
 from _fedforest_common import (
     Block,
     client_data,
@@ -275,7 +275,7 @@ def _cell(args: tuple) -> dict:
 
 # --- main -----------------------------------------------------------------------------------------
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="3 seeds, 10 trees, F.1.1 with gamma in {0, 5} only")
     parser.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 20; --quick 3)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")

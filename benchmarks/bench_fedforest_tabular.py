@@ -50,7 +50,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
-from _common import markdown_table, print_machine
+from _common import description, markdown_table, print_machine
 from _fedforest_common import Block, client_data, log, mean_std
 
 K = 20
@@ -192,7 +192,7 @@ def _cell(args: tuple) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="2 seeds")
     parser.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 10; --quick 2)")
     parser.add_argument("--trees", type=int, default=50, help="trees per forest (default 50, the paper's)")

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
-from _common import markdown_table, print_machine
+from _common import description, markdown_table, print_machine
 
 CLASSIFICATION = ("make_classification", "hastie_10_2", "gaussian_quantiles", "moons")
 REGRESSION = ("friedman1", "make_regression")
@@ -214,7 +214,7 @@ def recording_cases(seeds: int, generations: int) -> list[Case]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--generations", type=int, default=100, help="G (Table II: 100)")
     parser.add_argument("--splits", type=int, default=10, help="train/test splits per generated dataset")
     parser.add_argument("--grid-splits", type=int, default=10, help="splits per N/c setting")

@@ -29,11 +29,11 @@ from pathlib import Path
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import bench_seglearn_accuracy as seglearn
 import numpy as np
-from _common import markdown_table, print_machine
+from _common import description, markdown_table, print_machine
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--rounds", type=int, default=10, help="boosting rounds (default 10)")
     args = parser.parse_args()
 

@@ -57,7 +57,7 @@ from pathlib import Path
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import bench_seglearn_accuracy as seglearn
 import numpy as np
-from _common import markdown_table, median, print_machine
+from _common import description, markdown_table, median, print_machine
 
 GOAL_PP = 0.5
 SANITY_PP = 3.0
@@ -328,7 +328,7 @@ def fmt_bytes(n: float) -> str:
 
 # --- main ----------------------------------------------------------------------------------------
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="B in {64, 256}, 10 rounds only, subject tail only")
     parser.add_argument("--seeds", type=int, help="repeats (seeds 0..N-1) of the B=256 10-round run for the "
                                                    "wall-time median and the seed-determinism check (default 3; --quick 2)")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import bench_seglearn_accuracy as seglearn
-from _common import markdown_table, median, print_machine
+from _common import description, markdown_table, median, print_machine
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
@@ -66,7 +66,7 @@ def timed_run(run, label: str):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     from aggregator.algorithms import FedForest, FedSCSXGB

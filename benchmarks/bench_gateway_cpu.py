@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
-from _common import markdown_table, print_machine
+from _common import description, markdown_table, print_machine
 from _gateway_run import CLK_TCK, Gateway, Reader, Replayer, Sampler, gateway_failures, wait_windows
 
 GOAL_PERCENT = 2.0
@@ -86,7 +86,7 @@ def profile_batch(recording_path: Path, top: int = 15) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="20 s replay, 5 s warm-up")
     parser.add_argument("--seconds", type=float, help="recording length replayed (default 60; --quick 20)")
     parser.add_argument("--warmup", type=float,

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
-from _common import markdown_table, print_machine
+from _common import description, markdown_table, print_machine
 from _gateway_run import Gateway, Replayer, Sampler, gateway_failures, stored_position, wait_windows
 
 GOAL_MB = 80.0
@@ -56,7 +56,7 @@ def mb(kb: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="10 minutes of recording instead of 60")
     parser.add_argument("--minutes", type=float, help="recording length (default 60; --quick 10)")
     parser.add_argument("--speed", type=float, default=60.0, help="replay speed (default 60 = a minute per hour)")

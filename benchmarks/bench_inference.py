@@ -19,7 +19,7 @@ import time
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
 
-from _common import median, print_machine
+from _common import description, median, print_machine
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -41,7 +41,7 @@ def timed_rate(fn, n_rows: int, min_time_s: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="shorter timing (smoke check)")
     args = parser.parse_args()
     import sklearn

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
-from _common import markdown_table, median, percentile, print_machine
+from _common import description, markdown_table, median, percentile, print_machine
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--speed", type=float, default=20.0)
     args = parser.parse_args()
     import aggregator

@@ -40,7 +40,7 @@ import _common  # noqa: F401  (puts the repo root on sys.path)
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 
-from _common import markdown_table, median, percentile, print_machine
+from _common import description, markdown_table, median, percentile, print_machine
 from aggregator.broker import BrokerUser, MosquittoBroker
 from aggregator.rounds import RoundEngine
 from edge_client.dispatcher import Dispatcher
@@ -259,7 +259,7 @@ def measure(broker: MosquittoBroker, counts: dict[str, int], warmup: int, gap_s:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="40 / 10 round trips, 5 warm-up (smoke run)")
     parser.add_argument("--n-small", type=int, default=None, help="1 KB round trips (default 200)")
     parser.add_argument("--n-large", type=int, default=None, help="1 MB round trips (default 50)")

@@ -90,7 +90,7 @@ import _common  # noqa: F401  (puts the repo root on sys.path)
 import bench_fedforest_tabular as tabular
 import bench_seglearn_accuracy as seglearn
 import numpy as np
-from _common import REPO_ROOT, markdown_table, print_machine
+from _common import REPO_ROOT, description, markdown_table, print_machine
 
 sys.path.insert(0, str(REPO_ROOT / "tests" / "aggregator"))
 import test_privacy_attacks as attacks  # noqa: E402  (the tests' attacks, imported, not copied)
@@ -547,7 +547,7 @@ def raw_imu_bytes() -> np.ndarray:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="a fast smoke: 2 seeds, small sizes")
     parser.add_argument("--seeds", type=int, help="split seeds 0..N-1 (default 10; --quick 2)")
     parser.add_argument("--hist-seeds", type=int,

@@ -27,7 +27,7 @@ import _common  # noqa: F401  (puts the repo root on sys.path)
 import bench_privacy as bp
 import bench_seglearn_accuracy as seglearn
 import numpy as np
-from _common import markdown_table, print_machine
+from _common import description, markdown_table, print_machine
 
 SETTINGS: dict[str, dict] = {
     "FedForest, default (min_crowd=5)": {"forest": True},
@@ -65,7 +65,7 @@ def run(args: tuple[str, int, int]) -> tuple[str, int, float, float, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="2 seeds, 3 rounds")
     parser.add_argument("--seeds", type=int, help="split seeds 0..N-1 (default 10)")
     parser.add_argument("--jobs", type=int, default=2)

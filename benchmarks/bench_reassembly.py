@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
-from _common import markdown_table, print_machine
+from _common import description, markdown_table, print_machine
 
 from shared.protocol.chunking import Chunk, Reassembler
 from shared.protocol.envelope import Message
@@ -102,7 +102,7 @@ def per_chunk_seconds(make: Callable[[], object], open_transfers: int, repeats: 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="3 repeats instead of 9")
     parser.add_argument("--repeats", type=int, help="timed repeats per cell (default 9; --quick 3)")
     args = parser.parse_args()

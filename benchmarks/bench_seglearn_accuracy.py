@@ -44,7 +44,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
-from _common import markdown_table, print_machine
+from _common import description, markdown_table, print_machine
 
 XGB_PARAMS = {"objective": "multi:softprob", "tree_method": "hist", "max_depth": 4, "eta": 0.2, "lambda": 1.0,
               "gamma": 0.1, "seed": 0, "verbosity": 0}
@@ -172,7 +172,7 @@ def pm(values: list[float]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="3 forest seeds instead of 10")
     parser.add_argument("--seeds", type=int, help="forest seeds (default 10; --quick 3)")
     args = parser.parse_args()

@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import markdown_table, percentile, print_machine  # also puts the repo root on sys.path
+from _common import description, markdown_table, percentile, print_machine  # also puts the repo root on sys.path
 
 TOKEN = "bench-read-token"
 OPERATOR = "bench-operator-token"
@@ -253,7 +253,7 @@ def under_load(args, folder: Path) -> tuple[list[list[str]], list[str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="100 gateways rows, 120 versions, 50 requests, 10 "
                                                              "gateway processes")
     parser.add_argument("--skip-postgres", action="store_true", help="SQLite only")

@@ -37,7 +37,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import _common  # noqa: E402,F401  (puts the repo root on sys.path)
 import numpy as np  # noqa: E402
-from _common import markdown_table, median, print_machine  # noqa: E402
+from _common import description, markdown_table, median, print_machine  # noqa: E402
 
 N_CLASSES, N_FEATURES, N_CLIENTS, ROWS_PER_CLIENT = 7, 40, 6, 1000
 
@@ -76,7 +76,7 @@ def fmt(seconds: float) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="short timing loops (smoke check)")
     parser.add_argument("--repeats", type=int, default=None, help="timing rounds (default 9; 3 with --quick)")
     parser.add_argument("--no-peers", action="store_true", help="only the numpy and TFLite engines")

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
-from _common import markdown_table, mean_sd, print_machine
+from _common import description, markdown_table, mean_sd, print_machine
 
 TREES = 10
 DEPTH = 8
@@ -211,7 +211,7 @@ def prediction_time(quick: bool) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="4 runs, 2 seeds, a smaller timing grid")
     parser.add_argument("--runs", type=int, help="Table 1 runs per data set and split (default 40; --quick 4)")
     parser.add_argument("--seeds", type=int, help="forest seeds on the recordings (default 10; --quick 2)")
