@@ -73,7 +73,7 @@ from shared.vertical_trees import MAX_DEPTH, intersect_leaves, leaves_of
 from ..jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
 from ..rounds import QuorumNotReached
 from .forest_growth import n_sampled_features
-from .vertical_forest_model import MasterTree, VerticalForestModel
+from .vertical_forest_model import MasterTree, VerticalForestMetadata, VerticalForestModel
 
 __all__ = ["VerticalFederatedForest", "VerticalPrediction", "VerticalTraining", "choose_owners", "deploy_to_parties",
            "draw_features", "draw_rows", "parties_for_simulation", "predict_on_parties"]
@@ -209,7 +209,7 @@ def predict_on_parties(job: FederatedJob, model: VerticalForestModel, *, hop_us:
         VerticalAlignReply)
     keep, report = intersect_digests(parties, [replies[p].digests for p in parties],
                                      [replies[p].off_grid for p in parties])
-    model_job = str(model.metadata["job"])
+    model_job = model.metadata.job
     if method == "one_round":
         positions = _one_round(job, model, parties, keep, report.common, model_job)
     else:
@@ -233,8 +233,8 @@ def deploy_to_parties(job: FederatedJob, model: VerticalForestModel, signing_key
     if len(model.party_digests) != len(parties):
         raise ValueError("the model carries no digests of the parties' partial trees (trained before deployment "
                          "existed?): train it again")
-    manifest = sign_manifest(signing_key, model_id=model_id, version=version, job=str(model.metadata["job"]),
-                             parties=parties, label_holder=str(model.metadata["label_holder"]), task=model.task,
+    manifest = sign_manifest(signing_key, model_id=model_id, version=version, job=model.metadata.job,
+                             parties=parties, label_holder=model.metadata.label_holder, task=model.task,
                              classes=model.classes, forest_digest=forest_digest(model.trees, model.n_features),
                              party_digests=model.party_digests)
     _, missing, why = ask_all(job, VerticalDeploy(manifest), parties, Ack)
@@ -527,6 +527,7 @@ class VerticalTraining:
                                 tr.cover) for tr in trees]
         return VerticalForestModel(
             tuple(trees), cfg.task, classes, tuple(self.parties), tuple(self.n_features), None, integer,
-            {"algorithm": cfg.name, "job": self.job.job_id, "n_trees": cfg.n_trees, "max_depth": depth,
-             "criterion": self.crit, "label_holder": self.label_holder, "hop_us": cfg.hop_us,
-             "tolerance_us": cfg.tolerance_us, "feature_set_version": cfg.feature_set_version}, self.alignment)
+            VerticalForestMetadata(job=self.job.job_id, label_holder=self.label_holder, n_trees=cfg.n_trees,
+                                   max_depth=depth, criterion=self.crit, hop_us=cfg.hop_us,
+                                   tolerance_us=cfg.tolerance_us, feature_set_version=cfg.feature_set_version),
+            self.alignment)

@@ -2,7 +2,8 @@
 partial trees; prediction in one round (Alg. 3-4) or node by node (the classical protocol).
 
 The master's tree (:class:`MasterTree`) knows every split's owner and the encoded feature id
-(the party's column number, offset by the widths of the parties before it), and the leaf values
+(the owner's code of the column, ``shared.vertical_splits.feature_codes`` -- a permutation keyed
+by the party key and the job -- offset by the widths of the parties before it), and the leaf values
 the label holder computed -- never a threshold. Thresholds live only in the owners'
 ``shared.vertical_trees.PartialTree``s. A :class:`VerticalForestModel` returned by
 ``aggregator.simulate`` carries both, because the simulation holds every party; ``predict``
@@ -13,7 +14,7 @@ then plays the parties' part (each block through its own partial trees) and the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Literal
 
 import numpy as np
@@ -27,7 +28,39 @@ from shared.vertical_alignment import AlignmentReport
 from shared.vertical_manifest import forest_digest, verify_manifest
 from shared.vertical_trees import PartialTree, classical_leaves, intersect_leaves, owned_directions, reachable_leaves
 
-__all__ = ["MasterTree", "VerticalForestModel"]
+__all__ = ["MasterTree", "VerticalForestMetadata", "VerticalForestModel"]
+
+
+@dataclass(frozen=True)
+class VerticalForestMetadata:
+    """How a model was trained: the training ``job`` (whose partial trees the parties keep, and
+    whose id keys their feature codes), the ``label_holder``, the settings that shaped the trees
+    (``max_depth`` is the depth grown) and the window grid a prediction must align on
+    (``hop_us``, ``tolerance_us``, ``feature_set_version``)."""
+
+    job: str
+    label_holder: str
+    n_trees: int = 0
+    max_depth: int = 0
+    criterion: str = ""
+    hop_us: int = 0
+    tolerance_us: int = 0
+    feature_set_version: str = ""
+    algorithm: str = "vertical_forest"
+
+    def settings(self) -> dict[str, str | int]:
+        """Everything but ``job`` and ``label_holder`` (which the signed manifest carries): the
+        model file's ``metadata`` map."""
+        return {k: v for k, v in asdict(self).items() if k not in ("job", "label_holder")}
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, object], *, job: str, label_holder: str) -> VerticalForestMetadata:
+        """The inverse of :meth:`settings` (unknown keys ignored, missing ones default: files
+        written before a field existed still load)."""
+        known = {f.name: f.type for f in fields(cls)}
+        kept = {k: v for k, v in settings.items() if k in known and k not in ("job", "label_holder")
+                and isinstance(v, str if known[k] == "str" else int) and not isinstance(v, bool)}
+        return cls(job=job, label_holder=label_holder, **kept)
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,7 +108,7 @@ class VerticalForestModel:
     n_features: tuple[int, ...]
     partial: tuple[tuple[PartialTree, ...], ...] | None = None
     integer_labels: bool = False
-    metadata: dict[str, object] = field(default_factory=dict)
+    metadata: VerticalForestMetadata = VerticalForestMetadata("", "")
     alignment: AlignmentReport | None = None
     party_digests: tuple[bytes, ...] = ()
     manifest: VerticalManifest | None = None
@@ -87,10 +120,8 @@ class VerticalForestModel:
         -- no partial tree, no threshold. Read back with :meth:`from_bytes`."""
         if self.manifest is None:
             raise ValueError("only a deployed model (with its signed manifest) is written: deploy it first")
-        settings = {k: v for k, v in self.metadata.items() if isinstance(v, (str, int)) and k not in ("job",
-                                                                                                 "label_holder")}
         return dumps_value({"manifest": to_wire(self.manifest), "n_features": list(self.n_features),
-                            "integer_labels": self.integer_labels, "metadata": settings,
+                            "integer_labels": self.integer_labels, "metadata": self.metadata.settings(),
                             "trees": [{f.name: getattr(t, f.name) for f in fields(MasterTree)} for t in self.trees]})
 
     @classmethod
@@ -103,7 +134,7 @@ class VerticalForestModel:
             trees = tuple(MasterTree(**{f.name: np.asarray(t[f.name]) for f in fields(MasterTree)})
                           for t in raw["trees"])
             n_features = tuple(int(d) for d in raw["n_features"])
-            settings = {str(k): v for k, v in dict(raw["metadata"]).items() if isinstance(v, (str, int))}
+            settings = {str(k): v for k, v in dict(raw["metadata"]).items()}
         except (DecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a vertical forest model file ({str(exc)[:200]})") from None
         verify_manifest(manifest, trusted_keys)
@@ -111,7 +142,8 @@ class VerticalForestModel:
             raise ValueError("the model file's trees do not match its signed manifest (altered after signing)")
         return cls(trees, manifest.task, manifest.classes, manifest.parties, n_features, None,
                    bool(raw.get("integer_labels", False)),
-                   {**settings, "job": manifest.job, "label_holder": manifest.label_holder},
+                   VerticalForestMetadata.from_settings(settings, job=manifest.job,
+                                                        label_holder=manifest.label_holder),
                    None, manifest.party_digests, manifest)
 
     # -- checks ------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ Per job the party keeps its aligned rows, the master's bootstrap draws, the labe
 the label holder's sealed copy), the node every row sits in per tree, and its partial trees:
 the structure of every split and the feature and threshold of the splits it owns. What it sends
 (PRIVACY.md has the full table): digests of its window ids, its number of features, per open
-node its best gain and the column number of that feature, and -- for the splits it won -- the
+node its best gain and the id of that feature under this job's keyed permutation of its columns
+(``shared.vertical_splits.feature_codes``; the real column stays in its partial tree), and -- for the splits it won -- the
 node's rows left/right, sealed for the other parties. Never a feature value, a threshold or a
 feature name. The partial trees are kept only when the job finishes (``vertical_forest.finish``);
 a job that fails or is aborted leaves nothing. At the finish every party reports the SHA-256 of
@@ -75,7 +76,7 @@ from shared.signing import BadSignature, VerifyKey
 from shared.vertical_alignment import aligned_order, snap_starts, window_digests
 from shared.vertical_manifest import partial_digest, verify_manifest
 from shared.vertical_party_key import PartyKey, SealError, read_party_key
-from shared.vertical_splits import best_local_splits, leaf_values
+from shared.vertical_splits import best_local_splits, feature_codes, leaf_values
 from shared.vertical_trees import MAX_DEPTH, PartialTree, owned_directions, reachable_leaves
 
 from ..dispatcher import Dispatcher, RequestRejected
@@ -157,6 +158,8 @@ class _PartyJob:
     classes: tuple[str, ...]
     task: VerticalTask | None = None
     X: np.ndarray | None = None
+    codes: np.ndarray | None = None  # codes[column]: the id the master knows the column by (``feature_codes``)
+    columns: np.ndarray | None = None  # columns[code]: the inverse
     own_labels: np.ndarray | None = None  # label holder: class ids / targets of the aligned rows
     labels: np.ndarray | None = None  # every party, once opened: class ids / targets of the aligned rows
     weight: np.ndarray | None = None  # (n_trees, n) bootstrap multiplicities
@@ -452,6 +455,8 @@ class VerticalForestClient:
         rows = rows[aligned_order([w.sessions[i] for i in rows.tolist()], w.start_us[rows])]
         state.task = body.task
         state.X = w.X[rows]
+        state.codes = feature_codes(self._key(), message.envelope.job, body.task.party, state.X.shape[1])
+        state.columns = np.argsort(state.codes)
         state.weight = body.bootstrap.astype(np.float64)
         state.node = np.where(state.weight > 0, 0, -1).astype(np.int64)
         state.root_weight = state.weight.sum(axis=1)
@@ -491,7 +496,7 @@ class VerticalForestClient:
         per_node = np.repeat(np.arange(n_nodes), np.diff(body.feature_offsets))
         if body.features.size and body.features.max() >= state.X.shape[1]:
             raise RequestRejected("bad_request", f"feature {int(body.features.max())} does not exist here")
-        wanted[per_node, body.features] = True
+        wanted[per_node, state.columns[body.features]] = True
         local = best_local_splits(state.X, rows, node_pos, state.weight[trees, rows], state.labels,
                                   task.n_classes, wanted,
                                   state.root_weight[body.node_tree], criterion=task.criterion,
@@ -499,7 +504,8 @@ class VerticalForestClient:
         state.level, state.open_tree, state.open_node = body.level, body.node_tree, body.node_id
         state.best_feature, state.best_threshold = local.feature, local.threshold
         has = np.isfinite(local.gain)
-        return VerticalLevelReply(has.astype(np.uint8), np.where(has, local.gain, 0.0), local.feature)
+        return VerticalLevelReply(has.astype(np.uint8), np.where(has, local.gain, 0.0),
+                                  np.where(has, state.codes[np.maximum(local.feature, 0)], -1))
 
     def on_partition(self, message: Message) -> VerticalPartitionReply:
         body: VerticalPartitionRequest = message.body

@@ -133,10 +133,9 @@ def _predict(args: argparse.Namespace) -> int:
             job = FederatedJob(engine, parties, job_id=f"vertical-predict-{uuid.uuid4().hex[:12]}",
                                settings=JobSettings(deadline_s=args.deadline))
             try:
-                result = predict_on_parties(job, model, hop_us=int(model.metadata.get("hop_us", 0)),
-                                            tolerance_us=int(model.metadata.get("tolerance_us", 0)),
-                                            feature_set_version=str(model.metadata.get("feature_set_version", "")),
-                                            live=True)
+                result = predict_on_parties(job, model, hop_us=model.metadata.hop_us,
+                                            tolerance_us=model.metadata.tolerance_us,
+                                            feature_set_version=model.metadata.feature_set_version, live=True)
             except (TrainingError, QuorumNotReached) as exc:
                 raise CliError(str(exc)) from None
             print(f"{label}: predicted {result.alignment.line()}; stored on {', '.join(parties)}", flush=True)

@@ -28,8 +28,24 @@ from aggregator.algorithms.vertical_forest import (
 from aggregator.jobs import JobSettings, TrainingError
 from aggregator.simulate import Simulation
 from shared.protocol.topics import TopicLayout
+from shared.vertical_party_key import PartyKey
+from shared.vertical_splits import feature_codes
 
 EPS = float(np.finfo(np.float64).eps)
+KEY = bytes(range(32))  # the simulated parties' key: the test reads their feature codes with it
+
+
+def _simulate(cfg: VerticalFederatedForest, parties, seed: int = 0, key: bytes = KEY):
+    """``simulate`` with a party key the test knows."""
+    return cfg.run_in(Simulation(parties_for_simulation(parties, party_key=key)), seed=seed)
+
+
+def _decoder(model, key: bytes = KEY) -> np.ndarray:
+    """Encoded feature id (what the master knows) -> column of the joined data: each party's codes
+    (``feature_codes``, keyed by the party key and the job) inverted and offset."""
+    offsets = np.concatenate([[0], np.cumsum(model.n_features)])
+    return np.concatenate([offsets[i] + np.argsort(feature_codes(PartyKey.from_secret(key), model.metadata.job, i, d))
+                           for i, d in enumerate(model.n_features)]).astype(np.int64)
 
 
 # -- the independent reference: brute-force CART on the joined data --------------------------------
@@ -45,8 +61,10 @@ def _impurity(y: np.ndarray, w: np.ndarray, criterion: str, n_classes: int) -> f
     return float(-np.sum(p * np.log2(p)))
 
 
-def _reference_tree(X, y, cfg: VerticalFederatedForest, seed: int, t: int, n_classes: int) -> dict:
-    """heap id -> ("split", feature, threshold) or ("leaf", value vector)."""
+def _reference_tree(X, y, cfg: VerticalFederatedForest, seed: int, t: int, n_classes: int, decode: np.ndarray
+                    ) -> dict:
+    """heap id -> ("split", feature, threshold) or ("leaf", value vector). The master's feature draws
+    are of encoded ids: ``decode`` turns them into the joined data's columns."""
     crit = cfg.split_criterion
     n, d = X.shape
     k = cfg.n_drawn(d)
@@ -68,7 +86,7 @@ def _reference_tree(X, y, cfg: VerticalFederatedForest, seed: int, t: int, n_cla
             return leaf(node, rows)
         w_node = w[rows].sum()
         candidates = []
-        for f in draw_features(seed, t, node, d, k).tolist():
+        for f in np.sort(decode[draw_features(seed, t, node, d, k)]).tolist():
             xs = X[rows, f]
             values = np.unique(xs)
             for a, b in zip(values[:-1], values[1:]):
@@ -111,16 +129,18 @@ def _reference_predict(trees: list[dict], X: np.ndarray) -> np.ndarray:
     return total / len(trees)
 
 
-def _federated_tree(model, t: int) -> dict:
-    """The same dict from the master's tree and the owners' partial trees."""
+def _federated_tree(model, t: int, decode: np.ndarray) -> dict:
+    """The same dict from the master's tree and the owners' partial trees (the master's encoded
+    feature ids decoded: the owner's partial tree must hold that column)."""
     tree = model.trees[t]
     offsets = np.concatenate([[0], np.cumsum(model.n_features)])
     out: dict[int, tuple] = {}
     for node, owner, feature in zip(tree.split_nodes.tolist(), tree.owner.tolist(), tree.feature.tolist()):
         partial = model.partial[owner][t]
         at = int(np.searchsorted(partial.split_nodes, node))
-        assert partial.owned[at] and partial.feature[at] == feature - offsets[owner]
-        out[node] = ("split", feature, float(partial.threshold[at]))
+        column = int(decode[feature])
+        assert partial.owned[at] and partial.feature[at] == column - offsets[owner]
+        out[node] = ("split", column, float(partial.threshold[at]))
     for leaf, value in zip(tree.leaves.tolist(), tree.values):
         out[leaf] = ("leaf", value)
     return out
@@ -153,9 +173,10 @@ def test_regression_trees_equal_the_reference_when_the_targets_are_far_from_zero
     X, y = _data(task="regression", seed=4)
     y = y + offset
     cfg = VerticalFederatedForest(n_trees=3, max_depth=5, task="regression", min_samples_leaf=2)
-    model = simulate(cfg, _parties(_split(X, (3, 4)), y, holder=1), seed=3)
+    model = _simulate(cfg, _parties(_split(X, (3, 4)), y, holder=1), seed=3)
+    decode = _decoder(model)
     for t in range(cfg.n_trees):
-        _assert_same_tree(_federated_tree(model, t), _reference_tree(X, y, cfg, 3, t, 0))
+        _assert_same_tree(_federated_tree(model, t, decode), _reference_tree(X, y, cfg, 3, t, 0, decode))
     assert sum(len(m.split_nodes) for m in model.trees) > 10
 
 
@@ -184,12 +205,13 @@ def test_trees_equal_a_centralized_reference_grown_with_the_same_draws(task, cri
     X, y = _data(task=task, seed=len(widths))
     cfg = VerticalFederatedForest(task=task, criterion=criterion, **kwargs)
     blocks = _split(X, widths)
-    model = simulate(cfg, _parties(blocks, y, holder), seed=7)
-    assert model.metadata["label_holder"] == f"party-{holder:03d}"
+    model = _simulate(cfg, _parties(blocks, y, holder), seed=7)
+    assert model.metadata.label_holder == f"party-{holder:03d}"
     n_classes = 0 if task == "regression" else 3
-    ref = [_reference_tree(X, y, cfg, 7, t, n_classes) for t in range(cfg.n_trees)]
+    decode = _decoder(model)
+    ref = [_reference_tree(X, y, cfg, 7, t, n_classes, decode) for t in range(cfg.n_trees)]
     for t in range(cfg.n_trees):
-        _assert_same_tree(_federated_tree(model, t), ref[t])
+        _assert_same_tree(_federated_tree(model, t, decode), ref[t])
     assert sum(len(m.split_nodes) for m in model.trees) > 10 * cfg.n_trees // 3  # trees worth comparing
     X_test, _ = _data(n=150, task=task, seed=99)
     expected = _reference_predict(ref, X_test)
@@ -220,8 +242,9 @@ def test_one_tree_on_all_rows_and_features_equals_scikit_learn(task, criterion):
     kwargs = dict(max_depth=5, min_samples_leaf=4, min_samples_split=9)
     cfg = VerticalFederatedForest(n_trees=1, bootstrap=False, max_features=None, task=task, criterion=criterion,
                                   **kwargs)
-    model = simulate(cfg, _parties(_split(X, (3, 2, 2)), y, holder=1))
-    fed = {node: value[:1] if value[0] == "leaf" else value for node, value in _federated_tree(model, 0).items()}
+    model = _simulate(cfg, _parties(_split(X, (3, 2, 2)), y, holder=1))
+    fed = {node: value[:1] if value[0] == "leaf" else value
+           for node, value in _federated_tree(model, 0, _decoder(model)).items()}
     # scikit-learn breaks exact ties between features by its random feature order (random_state),
     # we by the lower feature: one of its orders must give our tree exactly
     for state in range(10):
@@ -238,6 +261,34 @@ def test_one_tree_on_all_rows_and_features_equals_scikit_learn(task, criterion):
     else:
         np.testing.assert_allclose(model.predict_proba(blocks), est.predict_proba(X_test), atol=1e-12)
         np.testing.assert_array_equal(model.predict(blocks), est.predict(X_test))
+
+
+def test_the_master_sees_feature_ids_keyed_by_the_party_key_and_the_job_and_the_model_is_unchanged():
+    """The master's feature ids are each party's columns permuted under the party key and the
+    job (``feature_codes``): another key gives other ids to the same splits, the same forest."""
+    X, y = _data(n=200, seed=12)
+    X = np.column_stack([X, X[:, :2] * 0.5 + 1.0])  # 9 columns: wide enough for permutations to differ
+    blocks = _split(X, (4, 5))
+    cfg = VerticalFederatedForest(n_trees=3, max_depth=4, max_features=None)
+    one = _simulate(cfg, _parties(blocks, y), seed=5, key=KEY)
+    other = _simulate(cfg, _parties(blocks, y), seed=5, key=b"another person's key, 32 bytes!")
+    ids = [np.concatenate([t.feature for t in m.trees]) for m in (one, other)]
+    assert ids[0].size > 5 and (ids[0] != ids[1]).any()  # the master's ids depend on the key ...
+    columns = [_decoder(one)[ids[0]], _decoder(other, b"another person's key, 32 bytes!")[ids[1]]]
+    np.testing.assert_array_equal(columns[0], columns[1])  # ... the columns they stand for do not
+    assert (ids[0] != columns[0]).any()  # the ids are not the column numbers
+    for a, b in zip(one.trees, other.trees):
+        np.testing.assert_array_equal(a.split_nodes, b.split_nodes)
+        np.testing.assert_array_equal(a.owner, b.owner)
+        np.testing.assert_array_equal(a.values, b.values)
+    X_test, _ = _data(n=100, seed=13)
+    test = _split(np.column_stack([X_test, X_test[:, :2] * 0.5 + 1.0]), (4, 5))
+    np.testing.assert_array_equal(one.predict_proba(test), other.predict_proba(test))
+    # and in another job under the same key the same columns get other ids
+    again = cfg.run_in(Simulation(parties_for_simulation(_parties(blocks, y), party_key=KEY)), seed=5,
+                       job_id="another-job")
+    assert (np.concatenate([t.feature for t in again.trees]) != ids[0]).any()
+    np.testing.assert_array_equal(_decoder(again)[np.concatenate([t.feature for t in again.trees])], columns[0])
 
 
 # -- one-round prediction ------------------------------------------------------------------------------

@@ -177,8 +177,8 @@ def test_the_model_file_keeps_the_alignment_grid_and_a_wrong_label_holder_fails_
     gridded = config.run_in(sim, seed=2, job_id="grid")
     deployed = deploy_to_parties(_job(sim, "deploy"), gridded, SIGNER, model_id="vf-grid", version=1)
     back = VerticalForestModel.from_bytes(deployed.to_bytes(), SIGNER.verify_key)
-    assert (back.metadata["hop_us"], back.metadata["tolerance_us"]) == (HOP, HOP // 4)
-    assert back.metadata["job"] == "grid" and back.metadata["label_holder"] == "gw-a"
+    assert (back.metadata.hop_us, back.metadata.tolerance_us) == (HOP, HOP // 4)
+    assert back.metadata.job == "grid" and back.metadata.label_holder == "gw-a"
     with pytest.raises(TrainingError, match="the labels are on gw-a, not on gw-b"):
         dataclasses.replace(config, label_holder="gw-b").run_in(sim, seed=2, job_id="wrong-holder")
     assert all("wrong-holder" not in _half(sim, p).forests and not _half(sim, p).jobs for p in PARTIES)

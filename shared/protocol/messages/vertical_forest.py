@@ -11,7 +11,8 @@ A job runs
 3. per tree level, for all trees at once, ``vertical_forest.level``: the sealed partitions of the
    previous level's splits (relayed from their owners), the open nodes and this party's own
    sampled features for each -- the reply is the party's best gain per node, and the encoded id
-   of the feature (its column number at that party), never the threshold; then
+   of the feature (a permutation of its columns keyed by the party key and the job,
+   ``shared.vertical_splits.feature_codes``), never the threshold; then
    ``vertical_forest.partition`` to the owners of the winning splits only: the node's samples
    left/right, packed bits sealed under the parties' key;
 4. ``vertical_forest.finish``: the last partitions; every party keeps its partial trees, the
@@ -163,7 +164,7 @@ class SealedPartition:
 class VerticalLevelRequest:
     """Apply ``partitions`` (the previous level's splits), then find your best split of every open
     node ``(node_tree[i], node_id[i])`` over your features ``features[feature_offsets[i]:
-    feature_offsets[i+1]]`` (your column numbers; empty: none of yours was drawn).
+    feature_offsets[i+1]]`` (your encoded feature ids; empty: none of yours was drawn).
     ``sealed_labels``: the label holder's sealed labels, relayed with the first level."""
 
     task: VerticalTask
