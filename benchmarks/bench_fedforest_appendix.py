@@ -71,20 +71,22 @@ OUTCOME_SETTINGS = ("homogeneous", "covariate shift", "outcome shift")
 # --- methods ------------------------------------------------------------------------------------
 def methods(n_trees: int, regression: bool, max_features, K: int, with_h: bool = False,
             names: tuple[str, ...] | None = None) -> dict:
+    """The section's method configs by table row name; ``with_h`` adds the X,H variants (the
+    client index as a feature), which only make sense when every test row belongs to a client."""
     from aggregator.algorithms import FedForest
     from aggregator.baselines import FederatedHistogram, LocalEnsembling, LocalLearning
 
     task = "regression" if regression else "classification"
     base = FedForest(protocol="sketches", n_trees=n_trees, max_depth=8, n_bins=32, task=task, min_samples_leaf=5,
                      max_features=max_features)
-    out = {"Quantiles X": base}
-    if with_h and K > 1:
-        out["Quantiles X,H"] = replace(base, client_splits=True)
-    out |= {"AvgImp X": replace(base, evaluation="avgimp", top_l=3),
-            "Fed. Histogram": FederatedHistogram(n_trees=n_trees, max_depth=8, n_bins=32, task=task,
-                                                 min_samples_leaf=5, max_features=max_features),
-            "Local Ensembling": LocalEnsembling(base, trees_per_client=max(1, n_trees // K)),
-            "Local Learning": LocalLearning(base)}
+    avgimp = replace(base, evaluation="avgimp", top_l=3)
+    h = with_h and K > 1
+    out = {"Quantiles X": base, **({"Quantiles X,H": replace(base, client_splits=True)} if h else {}),
+           "AvgImp X": avgimp, **({"AvgImp X,H": replace(avgimp, client_splits=True)} if h else {}),
+           "Fed. Histogram": FederatedHistogram(n_trees=n_trees, max_depth=8, n_bins=32, task=task,
+                                                min_samples_leaf=5, max_features=max_features),
+           "Local Ensembling": LocalEnsembling(base, trees_per_client=max(1, n_trees // K)),
+           "Local Learning": LocalLearning(base)}
     return {k: v for k, v in out.items() if names is None or k in names}
 
 
@@ -123,12 +125,6 @@ def run_methods(blocks: list[Block], configs: dict, *, seed: int, kind: str, n_t
     return out
 
 
-def split_rows(client_id: str, X: np.ndarray, y: np.ndarray, rng) -> Block:
-    order = rng.permutation(y.shape[0])
-    n_test = round(0.3 * y.shape[0])
-    return Block(client_id, X[order[n_test:]], y[order[n_test:]], X[order[:n_test]], y[order[:n_test]])
-
-
 # --- the sections' cells ------------------------------------------------------------------------
 def tabular_cell(dataset: str, alpha: float, seed: int, n_trees: int) -> dict:
     X, y, regression = tabular.load(dataset, seed)
@@ -154,10 +150,12 @@ def overlap_cell(gamma: float, seed: int, n_trees: int) -> dict:
     for k in (1, 2):
         X = rng.normal((-1.0) ** k * gamma, 1.5, size=(150, 5))
         y = X[:, 0] + rng.normal(0.0, 1.0, size=150)
-        blocks.append(split_rows(f"client-{k:02d}", X, y, rng))
-    configs = methods(n_trees, True, None, 2, names=("Quantiles X", "AvgImp X", "Fed. Histogram"))
+        blocks.append(synthetic._split(f"client-{k:02d}", X, y, rng))
+    configs = methods(n_trees, True, None, 2, with_h=True,
+                      names=("Quantiles X", "Quantiles X,H", "AvgImp X", "AvgImp X,H", "Fed. Histogram"))
     return {"key": gamma, "seed": seed,
-            "score": run_methods(blocks, configs, seed=seed, kind="mse", n_trees=n_trees, max_features=None)}
+            "score": run_methods(blocks, configs, seed=seed, kind="mse", n_trees=n_trees, max_features=None,
+                                 rf_with_h=True)}
 
 
 def outliers_cell(fraction: float, seed: int, n_trees: int) -> dict:
@@ -168,9 +166,12 @@ def outliers_cell(fraction: float, seed: int, n_trees: int) -> dict:
         hit = rng.permutation(X.shape[0])[: round(fraction * X.shape[0])]
         X[hit] *= 1000.0
         blocks.append(Block(b.client_id, X, b.y, b.X_test, b.y_test))
-    configs = methods(n_trees, True, 1 / 3, synthetic.K)
+    configs = methods(n_trees, True, 1 / 3, synthetic.K, with_h=True,
+                      names=("Quantiles X", "Quantiles X,H", "AvgImp X", "Fed. Histogram", "Local Ensembling",
+                             "Local Learning"))
     return {"key": fraction, "seed": seed,
-            "score": run_methods(blocks, configs, seed=seed, kind="mse", n_trees=n_trees, max_features=1 / 3)}
+            "score": run_methods(blocks, configs, seed=seed, kind="mse", n_trees=n_trees, max_features=1 / 3,
+                                 rf_with_h=True)}
 
 
 def fragmentation_cell(K: int, seed: int, n_trees: int) -> dict:
@@ -181,12 +182,15 @@ def fragmentation_cell(K: int, seed: int, n_trees: int) -> dict:
     rng = np.random.default_rng([17, K, seed])
     train, test = tabular.test_split(y, False, rng)
     parts = np.array_split(rng.permutation(train), K)
-    blocks = [Block(f"client-{k:03d}", X[p], y[p], X[test] if k == 0 else X[:0], y[test] if k == 0 else y[:0])
-              for k, p in enumerate(parts)]
-    configs = methods(n_trees, False, "auto", K)
+    # the test rows are dealt at random to the K clients too, so each belongs to one (for X,H)
+    test_parts = np.array_split(rng.permutation(test), K)
+    blocks = [Block(f"client-{k:03d}", X[p], y[p], X[t], y[t]) for k, (p, t) in enumerate(zip(parts, test_parts))]
+    configs = methods(n_trees, False, "auto", K, with_h=True,
+                      names=("Quantiles X", "Quantiles X,H", "AvgImp X", "Fed. Histogram", "Local Ensembling",
+                             "Local Learning"))
     return {"key": K, "seed": seed,
             "score": run_methods(blocks, configs, seed=seed, kind="balanced_accuracy", n_trees=n_trees,
-                                 max_features="sqrt")}
+                                 max_features="sqrt", rf_with_h=K > 1)}
 
 
 def outcome_cell(setting: str, seed: int, n_trees: int) -> dict:
@@ -249,7 +253,7 @@ def outcome_table(cells: list[dict]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--sections", default=",".join(SECTIONS),
                         help="comma-separated subset of " + ", ".join(SECTIONS))
     parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 (default 10)")
