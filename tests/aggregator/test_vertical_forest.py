@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
@@ -25,8 +27,13 @@ from aggregator.algorithms.vertical_forest import (
     draw_rows,
     parties_for_simulation,
 )
-from aggregator.jobs import JobSettings, TrainingError
+from aggregator.algorithms.vertical_forest import predict_on_parties
+from aggregator.jobs import FederatedJob, JobSettings, TrainingError
 from aggregator.simulate import Simulation
+from edge_client.training_data import PartyData
+from shared.protocol.codec import dumps_value
+from shared.protocol.schema import to_wire
+from shared.signing import SigningKey
 from shared.protocol.topics import TopicLayout
 from shared.vertical_party_key import PartyKey
 from shared.vertical_splits import feature_codes
@@ -330,37 +337,131 @@ def _bytes(value) -> list[bytes]:
     return []
 
 
-def test_no_party_receives_another_partys_values_or_thresholds_and_the_master_sees_none():
-    X, y = _data(n=200, task="regression", seed=5)
-    widths = (3, 2, 2)
+@dataclass(frozen=True, eq=False)
+class _NamedParty(PartyData):
+    """A party whose data source names its features, as a gateway's store does."""
+
+    feature_names: tuple[str, ...] = ()
+
+
+def _wire(body) -> bytes:
+    return dumps_value(to_wire(body))
+
+
+def _at_node(leaf: np.ndarray, node: int) -> np.ndarray:
+    """Whether heap node ``node`` lies on the path to each of the heap ids ``leaf``."""
+    a = leaf.copy()
+    while (a > node).any():
+        a = np.where(a > node, (a - 1) // 2, a)
+    return a == node
+
+
+def _expected_partition(model, blocks, seed, bootstrap, part) -> bytes:
+    """The packed bits the owner must seal: per node (request order), its rows (ascending, drawn
+    in the tree's bootstrap), 1 where the owner's split sends them left."""
+    positions = model.leaf_positions(blocks)
+    n = blocks[0].shape[0]
+    bits = []
+    for t, v in zip(part.tree.tolist(), part.node.tolist()):
+        tree = model.partial[part.owner][t]
+        at = int(np.searchsorted(tree.split_nodes, v))
+        rows = np.flatnonzero((draw_rows(seed, t, n, bootstrap) > 0) & _at_node(model.trees[t].leaves[positions[:, t]], v))
+        bits.append(blocks[part.owner][rows, tree.feature[at]] <= tree.threshold[at])
+    return np.packbits(np.concatenate(bits)).tobytes()
+
+
+@pytest.mark.parametrize("task", ["regression", "classification"])
+def test_no_party_receives_another_partys_values_or_thresholds_and_the_master_sees_none(task, tmp_path):
+    """Every message of training, one-round and classical prediction, the shared result and the
+    deployment, as each party and the master receive it: no other party's feature value,
+    threshold or feature name; each party is asked exactly its own share of the drawn features;
+    every sealed blob opens (with the party key) to exactly the labels or a split's packed bits."""
+    from aggregator.algorithms.vertical_forest import deploy_to_parties
+    from edge_client.algorithms.vertical_forest import PartySetup, labels_context, partition_context
+
+    X, y = _data(n=200, task=task, seed=5)
+    widths, holder, seed = (3, 2, 2), 2, 1
     blocks = _split(X, widths)
-    sim = Simulation(parties_for_simulation(_parties(blocks, y, holder=2)))
+    sensors = ("ecg", "wrist", "chair")
+    names = [tuple(f"{sensors[i]}.channel_{j}_mean" for j in range(w)) for i, w in enumerate(widths)]
+    parties = [_NamedParty(f"party-{i:03d}", b, y if i == holder else None, party_key=KEY, feature_names=names[i])
+               for i, b in enumerate(blocks)]
+    sim = Simulation(parties)
     received: dict[str, list] = {c: [] for c in sim.transports}
     layout = TopicLayout()
     for client, transport in sim.transports.items():
         transport.subscribe(layout.inbox(client), lambda topic, message, c=client: received[c].append(message))
     # leaf values are the model the master keeps: a leaf of one window would be that window's
     # target (PRIVACY.md), hence min_samples_leaf
-    model = VerticalFederatedForest(n_trees=4, max_depth=6, task="regression", min_samples_leaf=5).run_in(sim, seed=1)
+    cfg = VerticalFederatedForest(n_trees=4, max_depth=6, task=task, min_samples_leaf=5)
+    model = cfg.run_in(sim, seed=seed, job_id="train-1")
+    job = lambda name: FederatedJob(sim.engine, list(model.parties), job_id=name, settings=JobSettings(deadline_s=5))
+    predict_on_parties(job("predict-1"), model)
+    predict_on_parties(job("predict-2"), model, method="classical")
+    signer = SigningKey(bytes(range(32)))
+    for p in model.parties:
+        sim.participants[p].halves["vertical_forest"].configure(PartySetup(p, tmp_path / p, (signer.verify_key,)))
+    deploy_to_parties(job("deploy-1"), model, signer, model_id="vf", version=1)
+    seen_types = {m.type for messages in received.values() for m in messages}
+    assert {"vertical_forest.level", "vertical_forest.partition", "vertical_forest.finish", "vertical_forest.route",
+            "vertical_forest.directions", "vertical_forest.result", "vertical_forest.deploy"} <= seen_types
+
+    key = PartyKey.from_secret(KEY)
     thresholds = [np.concatenate([p.threshold[p.owned] for p in forest]) for forest in model.partial]
-    assert all(t.size for t in thresholds)  # every party owns splits: the check below has teeth
+    assert all(t.size for t in thresholds)  # every party owns splits: the checks below have teeth
+    labels = (y.astype(np.float64) if task == "regression" else y.astype(np.int64)).tobytes()
+    d, offsets = sum(widths), np.concatenate([[0], np.cumsum(widths)])
+    k = cfg.n_drawn(d)
+    opened = {"labels": 0, "partitions": 0}
+    relayed: set[bytes] = set()
     for i, party in enumerate(model.parties):
-        assert received[party], party
-        numbers = np.concatenate([a for m in received[party] for a in _numbers(m.body)])
-        raw = b"".join(b for m in received[party] for b in _bytes(m.body))
+        messages = received[party]
+        numbers = np.concatenate([a for m in messages for a in _numbers(m.body)])
+        raw = b"".join(_wire(m.body) for m in messages)
         for j in range(len(blocks)):
-            if j == i:
-                continue
-            secret = np.concatenate([blocks[j].ravel(), thresholds[j]])
-            assert not np.isin(numbers, secret).any(), (party, j)
-            assert not any(v.tobytes() in raw for v in secret[:50]), (party, j)
-    # the label holder's targets never travel in the clear to anyone, nor to the master
-    for party in model.parties:
-        numbers = np.concatenate([a for m in received[party] for a in _numbers(m.body)])
-        assert not np.isin(numbers, y).any()
-    seen = [a for replies in sim.server_view().values() for r in replies for a in _numbers(r.body)]
-    seen = np.concatenate(seen)
-    assert not np.isin(seen, np.concatenate([X.ravel(), y, *thresholds])).any()
+            if j != i:
+                secret = np.concatenate([blocks[j].ravel(), thresholds[j]])
+                assert not np.isin(numbers, secret).any(), (party, j)
+                assert not any(v.tobytes() in raw for v in secret[:50]), (party, j)
+        # no feature name travels at all: neither another party's nor its own
+        assert not any(name.encode() in raw for own in names for name in own), party
+        if task == "regression":  # the targets never travel in the clear (class ids are small ints anyway)
+            assert not np.isin(numbers, y).any()
+        for m in messages:
+            body = m.body
+            if m.type == "vertical_forest.level":
+                for row in range(body.node_id.size):  # exactly this party's share of the master's draw
+                    drawn = draw_features(seed, int(body.node_tree[row]), int(body.node_id[row]), d, k)
+                    share = drawn[(drawn >= offsets[i]) & (drawn < offsets[i + 1])] - offsets[i]
+                    got = body.features[body.feature_offsets[row]:body.feature_offsets[row + 1]]
+                    np.testing.assert_array_equal(np.sort(got), share)
+                if body.sealed_labels:
+                    assert i != holder
+                    assert key.open(body.sealed_labels, associated=labels_context(m.envelope.job)) == labels
+                    opened["labels"] += 1
+            if m.type in ("vertical_forest.level", "vertical_forest.finish"):
+                for part in body.partitions:
+                    plain = key.open(part.sealed, associated=partition_context(m.envelope.job, body.level - 1,
+                                                                                part.owner))
+                    assert plain == _expected_partition(model, blocks, seed, cfg.bootstrap, part)
+                    opened["partitions"] += 1
+            allowed = {part.sealed for part in getattr(body, "partitions", ())} | {getattr(body, "sealed_labels", b"")}
+            if m.type == "vertical_forest.deploy":  # fingerprints and the signature
+                allowed |= {body.manifest.forest_digest, body.manifest.signature, *body.manifest.party_digests}
+            assert set(_bytes(body)) <= allowed, m.type  # no other byte string reaches a party
+            relayed |= {part.sealed for part in getattr(body, "partitions", ())}
+    assert opened["labels"] == len(blocks) - 1 and opened["partitions"] > 10
+    # the master: no feature value, threshold, label or name in anything it received
+    view = [r for replies in sim.server_view().values() for r in replies]
+    seen = np.concatenate([a for r in view for a in _numbers(r.body)])
+    assert not np.isin(seen, np.concatenate([X.ravel(), *thresholds] + ([y] if task == "regression" else []))).any()
+    raw = b"".join(_wire(r.body) for r in view)
+    assert not any(name.encode() in raw for own in names for name in own)
+    for r in view:  # the sealed replies are the labels and the partitions opened above, nothing else
+        if r.type == "vertical_forest.setup_reply" and r.body.sealed_labels:
+            assert key.open(r.body.sealed_labels, associated=labels_context(r.job)) == labels
+        if r.type == "vertical_forest.partition_reply":
+            assert r.body.sealed in relayed
 
 
 # -- failures and bad input -------------------------------------------------------------------------
