@@ -7,13 +7,17 @@ method of a cell sees the same data (paired).
         fragmentation,outcome] [--seeds 10] [--trees 20] [--jobs 2] [--cache cells.jsonl] [--quick]
 
 Shared settings (the paper's, except the tree count): max_depth 8, min_samples_leaf 5, bootstrap,
-B = 32 candidates; T = ``--trees`` (default 20, the paper uses 50: 20 keeps the five sections
-within about an hour on the shared 2-core machine; every method gets the same T). Federated
-methods run the real server and client halves through ``aggregator.simulate.Simulation``:
+B = 32 candidates; T = ``--trees`` (default 20, the paper uses 50; every method gets the same T.
+On 2 cores, one seed's cell at T = 50 took 6 s (F.1.2) to 61 s (F.3): all five sections at T = 50
+and 10 seeds are ~2 core-hours). Federated methods run the real server and client halves through
+``aggregator.simulate.Simulation``:
 
 * Quantiles X: ``FedForest(protocol="sketches", evaluation="exact")``; Quantiles X,H: the same
-  with ``client_splits=True`` (the client index H as a feature, Fisher-ordered per node);
-* AvgImp X: ``evaluation="avgimp", top_l=3``; Federated Histogram: ``FederatedHistogram``
+  with ``client_splits=True`` (the client index H as a feature, Fisher-ordered per node), in the
+  sections whose test rows each belong to a client (F.1.2, F.3, Table 3, F.4); Centralized RF
+  X,H beside it, with H Fisher-encoded by the clients' training target means;
+* AvgImp X: ``evaluation="avgimp", top_l=3`` (AvgImp X,H in F.1.2, as the paper's Table 6);
+  Federated Histogram: ``FederatedHistogram``
   (fixed-width bins on the fleet's min/max);
 * Local Learning: ``LocalLearning`` (each client's own forest, scored on the whole test set,
   mean over clients); Local Ensembling: ``LocalEnsembling`` (T // K trees per client, >= 1);
@@ -25,6 +29,9 @@ Sections:
   K = 20 clients by Dirichlet label skew, alpha in {0.1, 1, 10}) on its three datasets plus
   iris (scikit-learn), ``make_classification`` (1,000 x 20, 3 classes, generated per seed) and
   ``make_friedman1`` (1,000 x 10 regression, generated per seed). R^2 or balanced accuracy.
+  No X,H methods: the test set is drawn from the whole dataset before the Dirichlet deal, so its
+  rows belong to no client (the paper's App. B does not say how it tests, and its Table 2 has no
+  X,H column).
 * ``overlap`` (F.1.2): K = 2 clients, n_k = 150, d = 5, X ~ N((-1)^k gamma 1, 1.5^2 I),
   Y = X_1 + eps, eps ~ N(0, 1); gamma in {0, 1, 2.5, 5}; every feature per split (as F.1.1);
   held-out 30 % of each client; test MSE (irreducible 1).
@@ -33,8 +40,9 @@ Sections:
   every client's training rows has its feature vector multiplied by 1,000; clean test rows; MSE.
 * ``fragmentation`` (Table 3): the paper's Banknote Authentication data is not shipped with
   scikit-learn, so a generated stand-in of its shape: ``make_classification(1,372 x 4, 2
-  classes, 4 informative)`` per seed; 30 % stratified test set; the rest dealt at random into K
-  equal clients, K in {1, 2, 5, 10, 20, 50, 100}; balanced accuracy; sqrt(d) features per split.
+  classes, 4 informative)`` per seed; 30 % stratified test set; the training rows and, apart,
+  the test rows dealt at random into K equal clients, K in {1, 2, 5, 10, 20, 50, 100} (so every
+  test row belongs to a client, for X,H); balanced accuracy; sqrt(d) features per split.
 * ``outcome`` (F.4): §5 homogeneous, covariate-shift and outcome-shift data; the outcome test
   compares the held-out R^2 of Quantiles X,H and Quantiles X (paired per seed; the paper's
   "significant gain" read as a mean gain above two standard errors), beside the covariate-shift
@@ -57,7 +65,7 @@ import _common  # noqa: F401  (puts the repo root on sys.path)
 import bench_fedforest_synthetic as synthetic
 import bench_fedforest_tabular as tabular
 import numpy as np
-from _common import markdown_table, print_machine
+from _common import description, markdown_table, print_machine
 from _fedforest_common import Block, client_data, fisher_codes, log, mean_std, model_output, pooled
 
 SECTIONS = ("tabular", "overlap", "outliers", "fragmentation", "outcome")
@@ -134,7 +142,7 @@ def tabular_cell(dataset: str, alpha: float, seed: int, n_trees: int) -> dict:
     labels = tabular.strata(ytr, regression, np.quantile(ytr, np.linspace(0, 1, tabular.N_QUANTILE_BINS + 1)[1:-1])
                             if regression else None)
     parts = tabular.dirichlet_partition(labels, alpha, rng)
-    # test rows carry no client: the X,H forest predicts them through client 0's H (documented)
+    # the test rows belong to no client (hence no X,H methods here); client 0 carries them for scoring
     blocks = [Block(f"client-{k:02d}", Xtr[p], ytr[p], Xte if k == 0 else Xte[:0], yte if k == 0 else yte[:0])
               for k, p in enumerate(parts)]
     kind = "r2" if regression else "balanced_accuracy"
@@ -253,7 +261,7 @@ def outcome_table(cells: list[dict]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--sections", default=",".join(SECTIONS),
                         help="comma-separated subset of " + ", ".join(SECTIONS))
     parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 (default 10)")

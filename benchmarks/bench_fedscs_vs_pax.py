@@ -12,8 +12,9 @@ of its windows at a seeded random position is held out (``series_block``), train
 overlap a test window in time are dropped (checked: none left), so the 50 % window overlap
 cannot leak -- the paper's protocol mixes windows at random (its hash split), which this does
 not reproduce on purpose: with 50 % overlap a random window-level split puts the neighbours of
-test windows into the training set and inflates accuracy (by 1-2 pp on this set with
-centralized xgboost and RF). Seeds 0..N-1; every method sees the same split.
+test windows into the training set and inflates accuracy (1-2 pp on this set with
+centralized xgboost and RF, per the project's design brief). Seeds 0..N-1; every method sees
+the same split.
 
 Methods, all with the paper's settings (max_depth 4, eta 0.2, lambda 1, gamma 0.1 taken as
 XGBoost's ``min_split_loss`` as ``FedSCSXGB`` does, min_child_weight 1, softmax):
@@ -56,7 +57,7 @@ from pathlib import Path
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import bench_seglearn_accuracy as seglearn
 import numpy as np
-from _common import markdown_table, mean_sd, print_machine
+from _common import description, markdown_table, mean_sd, print_machine
 
 PARAMS = {"max_depth": 4, "learning_rate": 0.2, "reg_lambda": 1.0, "gamma": 0.1, "min_child_weight": 1.0}
 ROUNDS = (10, 100)
@@ -320,7 +321,7 @@ def _cell(args: tuple) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--seeds", type=int, default=10, help="split seeds 0..N-1 (default 10)")
     parser.add_argument("--bins", default="64,128,256,512", help="bin counts B (default 64,128,256,512)")
     parser.add_argument("--pax-bins", help="bin counts for PAX (default: --bins); its cells run after all others")
