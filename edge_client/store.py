@@ -93,7 +93,7 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,7 +103,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FEATURE_DTYPE = np.dtype("<f8")
 
 #: Upgrade steps: ``MIGRATIONS[v](conn)`` turns a version-v database into version v+1. It runs
@@ -132,8 +132,14 @@ _LIVE_SCHEMA: tuple[str, ...] = (
         message TEXT NOT NULL,
         inserted_at REAL NOT NULL)""",
 )
+#: v3 adds ``prediction_marks``: per name (a vertical model id) the start of the last window it
+#: predicted, written in the same transaction as those predictions (``add_predictions``).
+_MARKS_SCHEMA: tuple[str, ...] = (
+    "CREATE TABLE prediction_marks (name TEXT PRIMARY KEY, until_us INTEGER NOT NULL)",
+)
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: lambda c: [c.execute(statement) for statement in _LIVE_SCHEMA] and None,
+    2: lambda c: [c.execute(statement) for statement in _MARKS_SCHEMA] and None,
 }
 
 _BUSY_TIMEOUT_S = 10.0
@@ -332,6 +338,37 @@ class PredictionRecord:
     probabilities: np.ndarray
     latency_ms: float
     window_id: int | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class PredictionBatch:
+    """Predictions of many windows by one model, column by column (rows aligned): the windows'
+    sessions, ends and row ids, the predicted labels with their probability, all class
+    probabilities ``(n, K)`` (stored as float32) and one inference latency for the batch."""
+
+    model: str
+    session_ids: Sequence[str]
+    end_us: np.ndarray
+    window_ids: np.ndarray
+    labels: Sequence[str]
+    probability: np.ndarray
+    probabilities: np.ndarray
+    latency_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        n = len(self.session_ids)
+        if not (len(self.labels) == n and np.shape(self.end_us) == np.shape(self.window_ids)
+                == np.shape(self.probability) == (n,) and np.ndim(self.probabilities) == 2
+                and np.shape(self.probabilities)[0] == n):
+            raise ValueError(f"a prediction batch needs {n} of every column (probabilities (n, K))")
+
+
+@dataclass(frozen=True)
+class PredictionMark:
+    """How far a named predictor got: the start of the last window it predicted."""
+
+    name: str
+    until_us: int
 
 
 @dataclass(frozen=True)
@@ -546,6 +583,43 @@ class WindowStore:
                       (p.window_id, p.session_id, int(p.end_us), p.model, p.label, float(p.probability),
                        np.asarray(p.probabilities, dtype="<f4").tobytes(), float(p.latency_ms), self._clock()))
 
+    def add_predictions(self, batch: PredictionBatch, mark: PredictionMark | None = None) -> None:
+        """Store a batch of predictions and move ``mark`` (never backwards) in one transaction:
+        a failure part-way keeps neither, so whoever re-predicts from the mark stores every
+        window once -- one transaction per window would keep some and repeat them.
+
+        Examples
+        --------
+        >>> import tempfile, numpy as np
+        >>> with WindowStore(tempfile.mkdtemp() + "/w.db") as store:
+        ...     store.add_predictions(PredictionBatch("m:v1", ["s1", "s1"], np.array([4, 6]), np.array([1, 2]),
+        ...                                           ["sit", "push"], np.array([0.9, 0.6]),
+        ...                                           np.array([[0.9, 0.1], [0.4, 0.6]])), PredictionMark("m", 2))
+        ...     [p.label for p in store.predictions()], store.prediction_mark("m")
+        (['sit', 'push'], 2)
+        """
+        blobs = np.ascontiguousarray(batch.probabilities, dtype="<f4")
+        now = self._clock()
+        rows = zip(np.asarray(batch.window_ids, dtype=np.int64).tolist(), list(batch.session_ids),
+                   np.asarray(batch.end_us, dtype=np.int64).tolist(), [batch.model] * len(batch.labels),
+                   [str(v) for v in batch.labels], np.asarray(batch.probability, dtype=np.float64).tolist(),
+                   [row.tobytes() for row in blobs], [float(batch.latency_ms)] * len(batch.labels),
+                   [now] * len(batch.labels))
+        with self._write() as c:
+            c.executemany("""INSERT INTO predictions (window_id, session_id, end_us, model, label, probability,
+                                                      probabilities, latency_ms, inserted_at)
+                             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""", rows)
+            if mark is not None:
+                c.execute("""INSERT INTO prediction_marks (name, until_us) VALUES (?, ?)
+                             ON CONFLICT (name) DO UPDATE SET until_us = max(until_us, excluded.until_us)""",
+                          (mark.name, int(mark.until_us)))
+
+    def prediction_mark(self, name: str) -> int | None:
+        """The mark ``add_predictions`` last moved for ``name`` (None: never)."""
+        with self._read() as c:
+            row = c.execute("SELECT until_us FROM prediction_marks WHERE name = ?", (name,)).fetchone()
+        return None if row is None else int(row[0])
+
     def predictions(self, session_id: str | None = None) -> list[PredictionRecord]:
         """Stored predictions in time order (of one session, or all)."""
         where, params = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
@@ -624,7 +698,7 @@ class WindowStore:
         with self._write() as c:
             tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not tables:
-                for statement in _SCHEMA + _LIVE_SCHEMA:
+                for statement in _SCHEMA + _LIVE_SCHEMA + _MARKS_SCHEMA:
                     c.execute(statement)
                 c.execute("INSERT INTO schema_version VALUES (?)", (SCHEMA_VERSION,))
                 log.info("window store created", extra={"path": str(self.path), "schema_version": SCHEMA_VERSION})

@@ -25,8 +25,10 @@ reachable leaves; ``vertical_forest.directions`` answers the classical protocol'
 questions; ``vertical_forest.result`` brings the master's prediction back to every party.
 A *live* prediction (``live_model`` in the alignment request) offers the windows of the party's
 store that started after the last window that model predicted there, labelled or not; the
-result is stored as predictions (``WindowStore.add_prediction``, model ``<id>:v<version>``) and
-moves that mark. A window another party lacks at that run is not predicted later.
+result is stored as predictions (model ``<id>:v<version>``) together with that mark, in one
+transaction (``WindowStore.add_predictions``). A window another party lacks at that run is not
+predicted later; nor is one whose result a party failed to store after another party stored it
+(that party's mark moved).
 
 The party's data source must offer ``party_windows(feature_set_version)``
 (``edge_client.training_data.PartyData`` / ``StoreTrainingData``); the key is the source's
@@ -82,7 +84,7 @@ from shared.vertical_trees import MAX_DEPTH, PartialTree, owned_directions, reac
 from ..dispatcher import Dispatcher, RequestRejected
 from ..models import _write_atomically
 from ..secure_aggregation import SecureAggregationClient
-from ..store import PredictionRecord, WindowStore
+from ..store import PredictionBatch, PredictionMark, WindowStore
 from ..training_data import JobSnapshots, NoTrainingData, PartyWindows, label_strings
 
 log = logging.getLogger(__name__)
@@ -266,6 +268,7 @@ class VerticalForestClient:
                                                      "the digest the signed manifest names for it")
 
     def _write_record(self) -> None:
+        # predicted_until_us: marks from before the store kept them (read, never moved)
         record = {"versions": dict(sorted(self._accepted.items())),
                   "predicted_until_us": dict(sorted(self._predicted_until.items()))}
         _write_atomically(self.setup.model_dir / DEPLOYED_DIR / RECORD, (json.dumps(record, indent=1) + "\n").encode())
@@ -440,7 +443,9 @@ class VerticalForestClient:
                 raise RequestRejected("feature_set_mismatch", f"the job names no feature set and this gateway stores "
                                                               f"{len(held)}", held)
             version = held[0]
-        since = self._predicted_until.get(body.live_model)
+        since = store.prediction_mark(body.live_model)
+        if since is None:  # a gateway whose mark is still in the record file (before the store kept it)
+            since = self._predicted_until.get(body.live_model)
         X, _, meta = store.query(version, None if since is None else since + 1, labelled_only=False)
         return (PartyWindows(X, None, tuple(meta.session_ids), meta.start_us),
                 _LiveWindows(deployed, meta.ids, meta.end_us, meta.start_us))
@@ -612,25 +617,22 @@ class VerticalForestClient:
     def _store_live(self, state: _PartyJob, body: VerticalResult) -> None:
         """A live prediction's result as predictions of the store's windows (classification: the
         most probable class with its probability; regression: the mean as the label), and the
-        model's mark moved to the last window predicted."""
+        model's mark moved to the last window predicted -- one store transaction
+        (``WindowStore.add_predictions``), so a failure keeps neither and the next run predicts
+        those windows again, once."""
         live, rows = state.live, state.predicted
         if live.model.manifest.classes != body.classes:
             raise RequestRejected("bad_request", "the result's classes are not the deployed model's")
         if rows is None or not rows.size:
             return
-        store, label = self.setup.store, live.model.label
         best = np.argmax(body.values, axis=1)
         names = (np.asarray(body.classes)[best] if body.classes else
-                 np.array([f"{v:.6g}" for v in body.values[:, 0].tolist()]))
+                 np.char.mod("%.6g", body.values[:, 0]))
         probability = body.values[np.arange(rows.size), best] if body.classes else np.ones(rows.size)
-        for i, row in enumerate(rows.tolist()):
-            store.add_prediction(PredictionRecord(state.windows.sessions[row], int(live.end_us[row]), label,
-                                                  str(names[i]), float(probability[i]),
-                                                  body.values[i].astype(np.float32), 0.0, int(live.ids[row])))
-        model_id = live.model.manifest.model_id
-        self._predicted_until[model_id] = max(self._predicted_until.get(model_id, -1),
-                                              int(live.start_us[rows].max()))
-        self._write_record()
+        self.setup.store.add_predictions(
+            PredictionBatch(live.model.label, [state.windows.sessions[row] for row in rows.tolist()], live.end_us[rows],
+                            live.ids[rows], names.tolist(), probability, body.values),
+            PredictionMark(live.model.manifest.model_id, int(live.start_us[rows].max())))
 
     def _partial_forest(self, state: _PartyJob) -> tuple[PartialTree, ...]:
         trees = []

@@ -182,3 +182,25 @@ def test_the_model_file_keeps_the_alignment_grid_and_a_wrong_label_holder_fails_
     with pytest.raises(TrainingError, match="the labels are on gw-a, not on gw-b"):
         dataclasses.replace(config, label_holder="gw-b").run_in(sim, seed=2, job_id="wrong-holder")
     assert all("wrong-holder" not in _half(sim, p).forests and not _half(sim, p).jobs for p in PARTIES)
+
+
+def test_a_live_result_failing_part_way_through_storing_leaves_nothing_and_the_rerun_stores_each_window_once(fleet):
+    """Storing a live result fails after 50 of 120 predictions on every party (an injected SQLite
+    error): the predictions and the model's mark are one transaction, so nothing is kept, and
+    the next run predicts the same windows again -- each stored exactly once, none lost."""
+    sim, model, stores, X, key, tmp = fleet
+    deployed = deploy_to_parties(_job(sim, "deploy"), model, SIGNER, model_id="vf", version=1)
+    for p in PARTIES:
+        stores[p]._writer.execute("""CREATE TEMP TRIGGER fail_after_50 BEFORE INSERT ON predictions
+            WHEN (SELECT count(*) FROM predictions) >= 50 BEGIN SELECT RAISE(ABORT, 'injected'); END""")
+    with pytest.raises(TrainingError, match="sharing the prediction"):
+        predict_on_parties(_job(sim, "live-1"), deployed, live=True)
+    for p in PARTIES:
+        assert stores[p].predictions() == []
+        stores[p]._writer.execute("DROP TRIGGER temp.fail_after_50")
+    assert predict_on_parties(_job(sim, "live-2"), deployed, live=True).alignment.common == 120
+    for p in PARTIES:
+        got = stores[p].predictions()
+        assert len(got) == 120 and len({r.window_id for r in got}) == 120
+        np.testing.assert_array_equal([r.label for r in got], model.predict([X[:120, :2], X[:120, 2:]]))
+    assert predict_on_parties(_job(sim, "live-3"), deployed, live=True).alignment.common == 0
