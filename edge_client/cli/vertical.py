@@ -87,7 +87,10 @@ def _train(args: argparse.Namespace) -> int:
         raise UsageError(f"--tolerance-ms {args.tolerance_ms:g} must be at most half of --hop-ms ({args.hop_ms:g})")
     try:
         config = VerticalFederatedForest(n_trees=args.trees, max_depth=args.max_depth,
+                                         min_samples_split=args.min_samples_split,
                                          min_samples_leaf=args.min_samples_leaf,
+                                         min_impurity_decrease=args.min_impurity_decrease,
+                                         bootstrap=not args.no_bootstrap,
                                          max_features=args.max_features or "default", task=args.task,
                                          criterion=args.criterion, hop_us=round(args.hop_ms * 1000),
                                          tolerance_us=round(args.tolerance_ms * 1000), label_holder=args.label_holder,
@@ -169,7 +172,10 @@ def add(sub: argparse._SubParsersAction) -> None:
                                  "--model-id activity-vf -o activity-vf.vfm --trees 6 --max-depth 5 "
                                  "--hop-ms 2000 --tolerance-ms 250",
                                  "wheelfed vertical train --parties gw-acc,gw-ecg --label-holder gw-acc "
-                                 "--model-id activity-vf --version 2 -o activity-vf-2.vfm --key aggregator.key"])
+                                 "--model-id activity-vf --version 2 -o activity-vf-2.vfm --key aggregator.key",
+                                 "wheelfed vertical train --parties gw-acc,gw-ecg --label-holder gw-acc "
+                                 "--model-id activity-vf -o activity-vf.vfm --min-samples-split 20 "
+                                 "--min-impurity-decrease 0.001 --no-bootstrap"])
     p.add_argument("--parties", type=gateway_ids, required=True,
                    help="comma-separated gateway ids of one person, each online, in feature-block order")
     p.add_argument("--label-holder", type=gateway_id, required=True, help="the party whose windows are labelled")
@@ -181,7 +187,13 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--key", type=signing_key, default=DEFAULT_KEY, help="the signing key (wheelfed keygen)")
     p.add_argument("--trees", type=positive_int, default=10, help="number of trees")
     p.add_argument("--max-depth", type=int_at_least(0), default=8, help="tree depth (at most 40)")
+    p.add_argument("--min-samples-split", type=int_at_least(2), default=2,
+                   help="a node with fewer windows is a leaf")
     p.add_argument("--min-samples-leaf", type=positive_int, default=5, help="smallest leaf (windows)")
+    p.add_argument("--min-impurity-decrease", type=non_negative_float, default=0.0,
+                   help="a split must decrease the weighted impurity by at least this (scikit-learn's meaning)")
+    p.add_argument("--no-bootstrap", action="store_true",
+                   help="every tree on every aligned window once (default: a bootstrap sample per tree)")
     p.add_argument("--max-features", type=max_features, help="features drawn per node: sqrt, log2, a count or a fraction (default: "
                                           "sqrt for classification, all for regression)")
     p.add_argument("--task", choices=("classification", "regression"), default="classification", help="what to fit")
