@@ -9,20 +9,23 @@ what ``aggregator.simulate`` runs): the configuration dataclasses ``FedSCSXGB`` 
 stay the engine, these classes only translate names and keep the fitted model
 (``model_``, a ``shared.model.TreeEnsemble``).
 
-They follow scikit-learn's estimator contract without importing scikit-learn: ``__init__`` stores
-its arguments unchanged (values are checked by ``fit``, each mistake one ``ValueError`` naming the
-parameter), ``get_params``/``set_params`` list and set exactly the constructor's parameters, so
-``sklearn.base.clone`` copies an estimator, and fitted attributes end in ``_``.
+They follow scikit-learn's estimator contract without importing scikit-learn (a development
+dependency only; ``__sklearn_tags__`` imports it when scikit-learn itself asks): ``__init__``
+stores its arguments unchanged, ``fit`` checks them (each mistake one ``InvalidParameterError``
+naming the parameter), ``get_params``/``set_params`` list and set exactly the constructor's
+parameters, so ``sklearn.base.clone`` copies an estimator, ``sklearn.base.is_classifier`` and
+the scorers of ``sklearn.metrics.get_scorer`` recognise it, and fitted attributes end in ``_``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import numbers
 import re
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -33,16 +36,31 @@ from .algorithms import FedForest, FedSCSXGB
 from .jobs import FederatedJob, JobSettings
 from .simulate import Simulation
 
-__all__ = ["FedForestClassifier", "FedForestRegressor", "FedSCSXGBClassifier", "FedSCSXGBRegressor"]
+if TYPE_CHECKING:
+    from sklearn.utils import Tags
+
+__all__ = ["FedForestClassifier", "FedForestRegressor", "FedSCSXGBClassifier", "FedSCSXGBRegressor",
+           "InvalidParameterError"]
 
 #: Seconds a simulated client may take to answer one request (generous: masking on 2 cores).
 DEADLINE_S = 30.0
+
+
+class InvalidParameterError(ValueError, TypeError):
+    """A constructor parameter holds a value it does not accept (raised by ``fit``).
+
+    Both a ``ValueError`` and a ``TypeError``, as scikit-learn's own ``InvalidParameterError``
+    is: a value of the wrong type and a value out of range are the same mistake to the caller,
+    so code catching either exception catches it.
+    """
 
 
 class _FederatedEstimator:
     """The scikit-learn contract shared by the four estimators (parameters, fitting, prediction)."""
 
     _is_classifier: ClassVar[bool]
+    #: What each constructor parameter accepts (checked by ``fit``, in name order).
+    _accepts: ClassVar[dict[str, _Accepts]]
     model_: TreeEnsemble
 
     # -- parameters (scikit-learn semantics) ------------------------------------------------------
@@ -54,12 +72,34 @@ class _FederatedEstimator:
         return sorted(name for name, p in signature.parameters.items() if p.kind == p.KEYWORD_ONLY)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor's parameters and their current values (``deep`` is accepted for
-        scikit-learn's sake: no parameter is itself an estimator)."""
+        """The constructor's parameters and their current values.
+
+        Parameters
+        ----------
+        deep : bool, default=True
+            Accepted for scikit-learn's sake: no parameter is itself an estimator, so the
+            answer is the same either way.
+
+        Returns
+        -------
+        dict
+            Parameter name to value, for every keyword of the constructor.
+        """
         return {name: getattr(self, name) for name in self._get_param_names()}
 
     def set_params(self, **params: Any) -> _FederatedEstimator:
-        """Set constructor parameters by name; returns the estimator. Values are checked by ``fit``."""
+        """Set constructor parameters by name (values are checked by ``fit``, as in scikit-learn).
+
+        Parameters
+        ----------
+        **params : dict
+            Parameter name to new value; every name must be a constructor keyword.
+
+        Returns
+        -------
+        self
+            The estimator, for chaining.
+        """
         valid = self._get_param_names()
         for name, value in params.items():
             if name not in valid:
@@ -72,23 +112,55 @@ class _FederatedEstimator:
         changed = [f"{n}={v!r}" for n, v in self.get_params().items() if not _same(v, defaults.get(n))]
         return f"{type(self).__name__}({', '.join(changed)})"
 
+    def __sklearn_tags__(self) -> Tags:
+        """scikit-learn's description of the estimator (scikit-learn >= 1.6 reads it in
+        ``is_classifier``, ``is_regressor``, the scorers and ``check_estimator``; older versions
+        read ``_estimator_type``). Imported here: only scikit-learn calls this, so the module
+        works without scikit-learn installed. ``X`` may hold NaN (missing values)."""
+        from sklearn.utils import ClassifierTags, InputTags, RegressorTags, Tags, TargetTags
+
+        classifier = self._is_classifier
+        return Tags(estimator_type="classifier" if classifier else "regressor",
+                    target_tags=TargetTags(required=True),
+                    classifier_tags=ClassifierTags() if classifier else None,
+                    regressor_tags=None if classifier else RegressorTags(),
+                    input_tags=InputTags(allow_nan=True))
+
+    def _checked_params(self) -> dict[str, Any]:
+        """Every parameter checked against ``_accepts`` and converted to the plain Python value
+        the engine takes (``np.int64(3)`` -> ``3``); the first bad one raises
+        ``InvalidParameterError`` naming it."""
+        return {name: self._accepts[name].check(name, value) for name, value in self.get_params().items()}
+
     # -- fitting ----------------------------------------------------------------------------------
 
-    def _config(self, labels: np.ndarray) -> FedSCSXGB | FedForest:
+    def _config(self, params: dict[str, Any], fleet: _Fleet) -> FedSCSXGB | FedForest:
         raise NotImplementedError
 
     def _train(self, config: Any, job: FederatedJob, seed: int) -> tuple[TreeEnsemble, np.ndarray]:
         raise NotImplementedError
 
     def fit(self, clients: Sequence[Any]) -> _FederatedEstimator:
-        """Train over the fleet ``clients``: a list of ``(X, y)`` pairs or ``ClientData``, one per
-        gateway (``X`` 2-D with the same columns everywhere, NaN for missing values). Returns
-        ``self``."""
-        labels = _labels_of(clients)
-        if self._is_classifier and np.unique(labels).size < 2:
-            raise ValueError(f"the clients' labels hold {np.unique(labels).size} class; a classifier needs 2 or more")
-        config = self._config(labels)
-        seed = _seed(self.random_state)
+        """Train over the fleet, one entry per gateway.
+
+        Parameters
+        ----------
+        clients : sequence of (X, y) pairs or ClientData
+            One per gateway: ``X`` 2-D with the same columns everywhere (NaN for a missing
+            value), ``y`` its labels or targets; or ``edge_client.training_data.ClientData``.
+
+        Returns
+        -------
+        self
+            The fitted estimator.
+        """
+        params = self._checked_params()
+        fleet = _fleet(clients)
+        if self._is_classifier and np.unique(fleet.labels).size < 2:
+            raise ValueError(f"the clients' labels hold {np.unique(fleet.labels).size} class; "
+                             "a classifier needs 2 or more")
+        config = self._config(params, fleet)
+        seed = _seed(params["random_state"])
         sim = Simulation(clients)
         job = FederatedJob(sim.engine, list(sim.transports), job_id=f"{type(self).__name__}-{seed}",
                            settings=JobSettings(deadline_s=DEADLINE_S))
@@ -114,33 +186,173 @@ class _FederatedEstimator:
         return rows
 
     def predict(self, X: ArrayLike) -> np.ndarray:
-        """Class labels (classifiers, from ``classes_``) or values (regressors), one per row of ``X``."""
+        """Predict every row of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features_in_)
+            The windows' features, NaN for a missing value.
+
+        Returns
+        -------
+        ndarray of shape (n_rows,)
+            Class labels (classifiers, from ``classes_``) or values (regressors).
+        """
         return self._fitted().predict(self._rows(X))
 
 
 class _ClassifierMixin:
     _is_classifier: ClassVar[bool] = True
-    _estimator_type: ClassVar[str] = "classifier"  # scikit-learn's marker (stratified CV, scorers)
+    # scikit-learn < 1.6 reads the kind here (is_classifier, scorers); 1.6+ reads __sklearn_tags__
+    _estimator_type: ClassVar[str] = "classifier"
 
     def score(self, X: ArrayLike, y: ArrayLike) -> float:
-        """Mean accuracy on ``X`` against ``y`` (scikit-learn's classifier score)."""
+        """Mean accuracy of the predictions (scikit-learn's classifier score).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features_in_)
+            The windows' features.
+        y : array-like of shape (n_rows,)
+            Their true labels.
+
+        Returns
+        -------
+        float
+            The share of rows predicted right.
+        """
         return float(np.mean(self.predict(X) == np.asarray(y)))  # type: ignore[attr-defined]
 
     def predict_proba(self, X: ArrayLike) -> np.ndarray:
-        """Class probabilities ``(n_rows, n_classes)``, columns in the order of ``classes_``."""
+        """Class probabilities of every row of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features_in_)
+            The windows' features, NaN for a missing value.
+
+        Returns
+        -------
+        ndarray of shape (n_rows, n_classes)
+            Columns in the order of ``classes_``; every row sums to 1.
+        """
         return self._fitted().predict_proba(self._rows(X))  # type: ignore[attr-defined]
 
 
 class _RegressorMixin:
     _is_classifier: ClassVar[bool] = False
+    # scikit-learn < 1.6 reads the kind here (is_regressor, scorers); 1.6+ reads __sklearn_tags__
     _estimator_type: ClassVar[str] = "regressor"
 
     def score(self, X: ArrayLike, y: ArrayLike) -> float:
-        """R² of the predictions on ``X`` against ``y`` (scikit-learn's regressor score)."""
+        """R² of the predictions (scikit-learn's regressor score).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_rows, n_features_in_)
+            The windows' features.
+        y : array-like of shape (n_rows,)
+            Their true targets.
+
+        Returns
+        -------
+        float
+            1 minus the residual sum of squares over the total sum of squares (0 for a constant
+            ``y``).
+        """
         target = np.asarray(y, dtype=np.float64)
         residual = np.sum((target - self.predict(X)) ** 2)  # type: ignore[attr-defined]
         total = np.sum((target - target.mean()) ** 2)
         return float(1.0 - residual / total) if total > 0 else 0.0
+
+
+# --- what the parameters accept --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Accepts:
+    """What one constructor parameter accepts: ``convert`` returns the value as the engine takes
+    it (a plain ``int``, ``float``, ``bool`` or ``str``) or ``None`` for a value it rejects (a
+    parameter that accepts ``None`` says so with ``none_ok``); ``wording`` ends the error message
+    "<name> must be <wording>, got <value>"."""
+
+    wording: str
+    convert: Callable[[Any], Any]
+    none_ok: bool = False
+
+    def check(self, name: str, value: Any) -> Any:
+        if value is None and self.none_ok:
+            return None
+        converted = None if value is None else self.convert(value)
+        if converted is None:
+            raise InvalidParameterError(f"{name} must be {self.wording}, got {_shown(value)}")
+        return converted
+
+    def or_none(self) -> _Accepts:
+        return _Accepts(f"{self.wording} or None", self.convert, none_ok=True)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    """A finite real number, not a bool (NaN and infinities are nobody's setting here)."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and (isinstance(value, numbers.Integral) or math.isfinite(value)))
+
+
+def _integer(low: int, high: int | None = None) -> _Accepts:
+    def convert(value: Any) -> int | None:
+        return int(value) if _is_int(value) and low <= value and (high is None or value <= high) else None
+
+    return _Accepts(f"an int >= {low}" if high is None else f"an int in {low}..{high}", convert)
+
+
+def _number(low: float, *, low_open: bool = False, high: float | None = None) -> _Accepts:
+    """A finite number ``>= low`` (``> low`` when ``low_open``), at most ``high``."""
+    def convert(value: Any) -> float | None:
+        above = _is_real(value) and (value > low if low_open else value >= low)
+        return float(value) if above and (high is None or value <= high) else None
+
+    if high is not None:
+        return _Accepts(f"a number in {'(' if low_open else '['}{low:g}, {high:g}]", convert)
+    return _Accepts(f"a finite number {'>' if low_open else '>='} {low:g}", convert)
+
+
+def _one_of(*choices: str) -> _Accepts:
+    return _Accepts(f"one of {', '.join(repr(c) for c in choices)}",
+                    lambda value: value if isinstance(value, str) and value in choices else None)
+
+
+def _choices(config: type, name: str) -> _Accepts:
+    """The choices of a configuration's ``Literal`` field (so the two cannot drift apart)."""
+    return _one_of(*get_args(inspect.get_annotations(config, eval_str=True)[name]))
+
+
+def _convert_max_features(value: Any) -> str | int | float | None:
+    """scikit-learn's ``max_features``: "sqrt", "log2", a count of features, or a fraction of
+    them (``1`` is one feature, ``1.0`` all of them; ``None`` is handled by ``none_ok``)."""
+    if isinstance(value, str):
+        return value if value in ("sqrt", "log2") else None
+    if _is_int(value):
+        return int(value) if value >= 1 else None
+    return float(value) if _is_real(value) and 0.0 < value <= 1.0 else None
+
+
+_BOOLEAN = _Accepts("a bool", lambda value: bool(value) if isinstance(value, (bool, np.bool_)) else None)
+
+#: The parameters every estimator has.
+_COMMON_ACCEPTS = {
+    "n_estimators": _integer(1),
+    "max_depth": _integer(1),
+    "max_bin": _integer(2, 65_535),
+    "random_state": _integer(0).or_none(),
+    "secure_aggregation": _BOOLEAN.or_none(),
+    "min_crowd": _integer(0),
+    "client_fraction": _number(0.0, low_open=True, high=1.0),
+    "dp_noise_multiplier": _number(0.0, low_open=True).or_none(),
+}
 
 
 # --- FedSCS-XGB ------------------------------------------------------------------------------------
@@ -148,6 +360,16 @@ class _RegressorMixin:
 
 class _FedSCSXGBBase(_FederatedEstimator):
     _objective: ClassVar[str]
+    _accepts = {
+        **_COMMON_ACCEPTS,
+        "learning_rate": _number(0.0),
+        "gamma": _number(0.0).or_none(),
+        "min_split_loss": _number(0.0).or_none(),
+        "reg_lambda": _number(0.0),
+        "min_child_weight": _number(0.0),
+        "multi_strategy": _choices(FedSCSXGB, "multi_strategy"),
+        "protocol": _choices(FedSCSXGB, "protocol"),
+    }
 
     def __init__(
         self,
@@ -156,7 +378,8 @@ class _FedSCSXGBBase(_FederatedEstimator):
         max_depth: int = 4,
         learning_rate: float = 0.2,
         max_bin: int = 256,
-        gamma: float = 0.1,
+        gamma: float | None = None,
+        min_split_loss: float | None = None,
         reg_lambda: float = 1.0,
         min_child_weight: float = 1.0,
         multi_strategy: str = "one_output_per_tree",
@@ -169,18 +392,19 @@ class _FedSCSXGBBase(_FederatedEstimator):
     ) -> None:
         _store(self, locals())
 
-    def _config(self, labels: np.ndarray) -> FedSCSXGB:
+    def _config(self, params: dict[str, Any], fleet: _Fleet) -> FedSCSXGB:
         objective = self._objective
-        if objective == "softmax" and np.unique(labels).size == 2:
+        if objective == "softmax" and np.unique(fleet.labels).size == 2:
             objective = "logistic"  # xgboost's XGBClassifier: binary:logistic for two classes
-        for name in ("protocol", "multi_strategy"):
-            _check_choice(name, getattr(self, name), FedSCSXGB)
-        return _build(FedSCSXGB, _FEDSCS_NAMES, n_rounds=self.n_estimators, max_depth=self.max_depth,
-                      learning_rate=self.learning_rate, n_bins=self.max_bin, gamma=self.gamma,
-                      reg_lambda=self.reg_lambda, min_child_weight=self.min_child_weight,
-                      multi_strategy=self.multi_strategy, objective=objective, protocol=self.protocol,
-                      secure_aggregation=self.secure_aggregation, min_crowd=self.min_crowd,
-                      client_fraction=self.client_fraction, dp_noise_multiplier=self.dp_noise_multiplier)
+        gamma = _split_loss(params["gamma"], params["min_split_loss"])
+        return _build(FedSCSXGB, _FEDSCS_NAMES, n_rounds=params["n_estimators"], max_depth=params["max_depth"],
+                      learning_rate=params["learning_rate"], n_bins=params["max_bin"],
+                      reg_lambda=params["reg_lambda"], min_child_weight=params["min_child_weight"],
+                      multi_strategy=params["multi_strategy"], objective=objective, protocol=params["protocol"],
+                      secure_aggregation=params["secure_aggregation"], min_crowd=params["min_crowd"],
+                      client_fraction=params["client_fraction"],
+                      dp_noise_multiplier=params["dp_noise_multiplier"],
+                      **({} if gamma is None else {"gamma": gamma}))
 
     def _train(self, config: FedSCSXGB, job: FederatedJob, seed: int) -> tuple[TreeEnsemble, np.ndarray]:
         result = config.fit_with_diagnostics(job, seed=seed)
@@ -193,14 +417,21 @@ _FEDSCS_PARAMETERS = """\
     n_estimators : int, default=10
         Boosting rounds (xgboost's ``n_estimators``; ``FedSCSXGB.n_rounds``).
     max_depth : int, default=4
-        Depth of every tree (the paper's experiment: 4).
+        Depth of every tree (the paper's experiment: 4), at least 1 (xgboost's 0, no limit, is
+        not offered).
     learning_rate : float, default=0.2
         Shrinkage ``eta`` of every leaf.
     max_bin : int, default=256
-        Bins per feature (xgboost's ``max_bin``; the edges are fleet-wide quantiles).
-    gamma : float, default=0.1
-        xgboost's ``gamma``/``min_split_loss``: a node splits only if its loss change is at least
-        this. The same number gives xgboost's trees; the paper's Eq. 1 penalty is half of it.
+        Bins per feature, 2 to 65535 (xgboost's ``max_bin``; the edges are fleet-wide quantiles).
+    gamma : float or None, default=None
+        xgboost's ``gamma``: a node splits only if its loss change (xgboost's, the bracket of the
+        paper's Eq. 1 without its 1/2) is at least this, so the same number grows xgboost's trees;
+        Eq. 1 subtracts half of it. ``None``: ``min_split_loss``, or 0.1 (the paper's γ) when
+        that is ``None`` too.
+    min_split_loss : float or None, default=None
+        xgboost's native name of ``gamma`` (its scikit-learn wrapper passes it on as a keyword):
+        give either name. Both with different numbers is an error here, where xgboost silently
+        lets ``min_split_loss`` win.
     reg_lambda : float, default=1.0
         L2 penalty on leaf weights.
     min_child_weight : float, default=1.0
@@ -260,8 +491,9 @@ class FedSCSXGBClassifier(_ClassifierMixin, _FedSCSXGBBase):
     (2, 3)
     >>> bool((model.predict(clients[0][0]) == clients[0][1]).mean() > 0.7)
     True
-    >>> model.get_params()["gamma"]
-    0.1
+    >>> same = FedSCSXGBClassifier(n_estimators=5, max_depth=3, max_bin=32, min_split_loss=0.1).fit(clients)
+    >>> same.model_ == model.model_  # min_split_loss is gamma's other name; both None: 0.1
+    True
     """
 
     _objective = "softmax"
@@ -296,18 +528,30 @@ class FedSCSXGBRegressor(_RegressorMixin, _FedSCSXGBBase):
 
 class _FedForestBase(_FederatedEstimator):
     _task: ClassVar[str]
+    _accepts = {
+        **_COMMON_ACCEPTS,
+        "max_features": _Accepts("'sqrt', 'log2', an int >= 1, a float in (0, 1] or None", _convert_max_features,
+                                 none_ok=True),
+        "min_samples_split": _integer(2),
+        "min_samples_leaf": _integer(1),
+        "min_impurity_decrease": _number(0.0),
+        "bootstrap": _BOOLEAN,
+        "protocol": _choices(FedForest, "protocol"),
+    }
 
-    def _forest_config(self, **fields: Any) -> FedForest:
+    def _forest_config(self, params: dict[str, Any], fleet: _Fleet, **fields: Any) -> FedForest:
         """The ``FedForest`` of these settings: the common parameters plus the task's."""
-        _check_choice("protocol", self.protocol, FedForest)
-        return _build(FedForest, _FEDFOREST_NAMES, n_trees=self.n_estimators, max_depth=self.max_depth,
-                      n_bins=self.max_bin,
-                      task=self._task, max_features=_max_features(self.max_features),
-                      min_samples_split=self.min_samples_split, min_samples_leaf=self.min_samples_leaf,
-                      min_impurity_decrease=self.min_impurity_decrease, bootstrap=self.bootstrap,
-                      protocol=self.protocol, secure_aggregation=self.secure_aggregation,
-                      min_crowd=self.min_crowd, client_fraction=self.client_fraction,
-                      dp_noise_multiplier=self.dp_noise_multiplier, **fields)
+        max_features = params["max_features"]
+        if isinstance(max_features, int) and max_features > fleet.n_features:
+            raise InvalidParameterError(f"max_features must be at most the {fleet.n_features} features of X, "
+                                        f"got {max_features}")
+        return _build(FedForest, _FEDFOREST_NAMES, n_trees=params["n_estimators"], max_depth=params["max_depth"],
+                      n_bins=params["max_bin"], task=self._task, max_features=max_features,
+                      min_samples_split=params["min_samples_split"], min_samples_leaf=params["min_samples_leaf"],
+                      min_impurity_decrease=params["min_impurity_decrease"], bootstrap=params["bootstrap"],
+                      protocol=params["protocol"], secure_aggregation=params["secure_aggregation"],
+                      min_crowd=params["min_crowd"], client_fraction=params["client_fraction"],
+                      dp_noise_multiplier=params["dp_noise_multiplier"], **fields)
 
     def _train(self, config: FedForest, job: FederatedJob, seed: int) -> tuple[TreeEnsemble, np.ndarray]:
         result = config.fit_with_diagnostics(job, seed=seed)
@@ -318,16 +562,19 @@ _FEDFOREST_PARAMETERS = """\
     n_estimators : int, default=50
         Trees (the paper's experiments: 50; ``FedForest.n_trees``).
     max_depth : int, default=8
-        Depth of every tree (the paper's: 8).
+        Depth of every tree (the paper's: 8). Unlike scikit-learn's, not ``None``: every level
+        costs the fleet its own rounds of messages.
     max_bin : int, default=32
-        Candidate thresholds per feature (bins of the fleet-wide edges).
+        Candidate thresholds per feature (bins of the fleet-wide edges), 2 to 65535.
     max_features : {"sqrt", "log2"}, int, float or None, default={default_features}
-        Features drawn per node, scikit-learn's values: ``"sqrt"``, ``"log2"``, a count, a
-        fraction of the features, or ``None`` for all.
+        Features drawn per node, scikit-learn's values: ``"sqrt"``, ``"log2"``, a count (at most
+        the number of features), a fraction in (0, 1] of the features (at least one), or
+        ``None`` for all.
     min_samples_split : int, default=2
-        Fewest windows a node needs to be split.
+        Fewest windows a node needs to be split (an int >= 2; scikit-learn's fractions are not
+        offered).
     min_samples_leaf : int, default=1
-        Fewest windows of a leaf (the paper's experiments: 5).
+        Fewest windows of a leaf (the paper's experiments: 5; an int >= 1).
     min_impurity_decrease : float, default=0.0
         A split must decrease the weighted impurity by at least this.
     bootstrap : bool, default=True
@@ -388,6 +635,7 @@ class FedForestClassifier(_ClassifierMixin, _FedForestBase):
     """
 
     _task = "classification"
+    _accepts = {**_FedForestBase._accepts, "criterion": _one_of("gini", "entropy")}
 
     def __init__(
         self,
@@ -410,10 +658,8 @@ class FedForestClassifier(_ClassifierMixin, _FedForestBase):
     ) -> None:
         _store(self, locals())
 
-    def _config(self, labels: np.ndarray) -> FedForest:
-        if self.criterion not in ("gini", "entropy"):
-            raise ValueError(f"criterion must be 'gini' or 'entropy', got {self.criterion!r}")
-        return self._forest_config(criterion=self.criterion)
+    def _config(self, params: dict[str, Any], fleet: _Fleet) -> FedForest:
+        return self._forest_config(params, fleet, criterion=params["criterion"])
 
 
 class FedForestRegressor(_RegressorMixin, _FedForestBase):
@@ -460,8 +706,8 @@ class FedForestRegressor(_RegressorMixin, _FedForestBase):
     ) -> None:
         _store(self, locals())
 
-    def _config(self, labels: np.ndarray) -> FedForest:
-        return self._forest_config()
+    def _config(self, params: dict[str, Any], fleet: _Fleet) -> FedForest:
+        return self._forest_config(params, fleet)
 
 
 # --- helpers ---------------------------------------------------------------------------------------
@@ -477,47 +723,56 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _labels_of(clients: Sequence[Any]) -> np.ndarray:
-    """Every client's targets, concatenated (a clear error for a malformed fleet)."""
+def _shown(value: Any) -> str:
+    """``value`` for a one-line error message: arrays by shape, anything else by a short repr."""
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {value.shape}"
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fleet:
+    """What ``fit`` needs to know of the fleet before training: all the labels (the classes,
+    and the classifier's objective) and the number of features (``max_features``' bound)."""
+
+    labels: np.ndarray
+    n_features: int
+
+
+def _fleet(clients: Sequence[Any]) -> _Fleet:
+    """The fleet's labels and feature count (a clear error for a malformed fleet)."""
     if isinstance(clients, (str, bytes)) or not isinstance(clients, Sequence) or not clients:
         raise ValueError("clients must be a non-empty list of (X, y) pairs or ClientData, one per gateway")
-    labels = []
+    labels, widths = [], set()
     for k, client in enumerate(clients):
-        if hasattr(client, "y"):
-            labels.append(np.asarray(client.y).ravel())
+        if hasattr(client, "X") and hasattr(client, "y"):
+            X, y = client.X, client.y
         elif isinstance(client, (tuple, list)) and len(client) == 2:
-            labels.append(np.asarray(client[1]).ravel())
+            X, y = client
         else:
             raise ValueError(f"clients[{k}] must be an (X, y) pair or a ClientData, got {type(client).__name__}")
-    return np.concatenate(labels)
+        shape = np.shape(X)
+        if len(shape) != 2:
+            raise ValueError(f"clients[{k}]'s X must be 2-D (rows, features), got shape {shape}")
+        widths.add(shape[1])
+        labels.append(np.asarray(y).ravel())
+    if len(widths) > 1:
+        raise ValueError(f"every client's X must have the same columns, got {sorted(widths)} columns")
+    return _Fleet(np.concatenate(labels), widths.pop())
 
 
 def _seed(random_state: int | None) -> int:
     """scikit-learn's ``random_state``: an int seeds the run; ``None`` draws a fresh seed."""
-    if random_state is None:
-        return int(np.random.default_rng().integers(2**31))
-    if isinstance(random_state, bool) or not isinstance(random_state, numbers.Integral) or random_state < 0:
-        raise ValueError(f"random_state must be an int >= 0 or None, got {random_state!r}")
-    return int(random_state)
+    return int(np.random.default_rng().integers(2**31)) if random_state is None else random_state
 
 
-def _max_features(value: Any) -> str | int | float | None:
-    """scikit-learn's accepted ``max_features`` (FedForest itself knows a few more spellings)."""
-    if value is None or value in ("sqrt", "log2"):
-        return value
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1:
-        return int(value)
-    if isinstance(value, numbers.Real) and not isinstance(value, bool) and 0.0 < value <= 1.0:
-        return float(value)
-    raise ValueError(f"max_features must be 'sqrt', 'log2', an int >= 1, a float in (0, 1] or None, got {value!r}")
-
-
-def _check_choice(name: str, value: Any, config: type) -> None:
-    """A ``Literal`` field's value is one of its choices (one clear line, before the engine)."""
-    hint = inspect.get_annotations(config, eval_str=True)[name]
-    choices = getattr(hint, "__args__", ())
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+def _split_loss(gamma: float | None, min_split_loss: float | None) -> float | None:
+    """The one number of ``gamma`` and its alias ``min_split_loss`` (``None``: neither given)."""
+    if gamma is not None and min_split_loss is not None and gamma != min_split_loss:
+        raise InvalidParameterError(f"gamma and min_split_loss are one parameter (xgboost's two names), got "
+                                    f"gamma={gamma!r} and min_split_loss={min_split_loss!r}: give one")
+    return min_split_loss if gamma is None else gamma
 
 
 #: Configuration field -> estimator parameter, where the names differ (for error messages).
@@ -527,8 +782,9 @@ _FEDFOREST_NAMES = {"n_trees": "n_estimators", "n_bins": "max_bin"}
 
 def _build(config: type, names: dict[str, str], **values: Any) -> Any:
     """``config(**values)`` by field name. A field the configuration lacks is this module's bug
-    (``TypeError``); a value it rejects is the user's: its one-line ``ValueError``, with the
-    estimator's parameter names."""
+    (``TypeError``); a value it rejects is the user's (settings that do not go together, such
+    as secure aggregation with the paper's protocol): its one line, with the estimator's
+    parameter names."""
     known = {f.name for f in dataclasses.fields(config)}
     missing = sorted(set(values) - known)
     if missing:
@@ -539,4 +795,4 @@ def _build(config: type, names: dict[str, str], **values: Any) -> Any:
         message = str(exc)
         for field, parameter in names.items():
             message = re.sub(rf"\b{field}\b", parameter, message)
-        raise ValueError(message) from None
+        raise InvalidParameterError(message) from None

@@ -6,17 +6,36 @@ Oracles:
 * ``feature_importances_`` of FedSCS-XGB is xgboost's "gain" importance of the same trees (trained
   with xgboost's cuts, the trees are xgboost's, and so must the importances be);
 * ``sklearn.base.clone`` copies every estimator (parameters identical, unfitted), and
-  ``get_params``/``set_params`` follow scikit-learn's semantics.
+  ``get_params``/``set_params`` follow scikit-learn's semantics;
+* scikit-learn itself recognises them: ``is_classifier``/``is_regressor``, its scorers equal the
+  metric of ``predict``/``predict_proba``, and its ``check_estimator`` checks that need no
+  ``fit(X, y)`` pass;
+* ``min_split_loss`` is ``gamma``'s other name: the same number gives the engine's trees;
+* every constructor parameter rejects a value of no kind it takes with one line naming it, and
+  takes numpy scalars as the plain numbers they are (the same model).
 """
 
 from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import aggregator
 from aggregator.algorithms import FedForest, FedSCSXGB
-from aggregator.estimators import FedForestClassifier, FedForestRegressor, FedSCSXGBClassifier, FedSCSXGBRegressor
+from aggregator.estimators import (
+    FedForestClassifier,
+    FedForestRegressor,
+    FedSCSXGBClassifier,
+    FedSCSXGBRegressor,
+    InvalidParameterError,
+)
 from aggregator.jobs import FederatedJob, JobSettings
 from aggregator.simulate import Simulation
 from edge_client.training_data import ClientData
@@ -142,10 +161,33 @@ def test_max_features_takes_scikit_learn_s_values(value) -> None:
     assert model.model_ == want
 
 
+def test_numpy_scalars_are_the_plain_numbers_they_hold() -> None:
+    """The engine's configurations take plain ints and bools; the estimators convert numpy's."""
+    numpy_typed = FedForestClassifier(n_estimators=np.int64(2), max_depth=np.int32(3), max_features=np.float64(0.5),
+                                      min_samples_leaf=np.int64(2), bootstrap=np.bool_(False),
+                                      min_impurity_decrease=np.float32(0.0), random_state=np.int64(3))
+    plain = FedForestClassifier(n_estimators=2, max_depth=3, max_features=0.5, min_samples_leaf=2, bootstrap=False,
+                                random_state=3)
+    assert numpy_typed.fit(fleet(5)).model_ == plain.fit(fleet(5)).model_
+
+
 @pytest.mark.parametrize(("cls", "params", "message"), [
     (FedForestClassifier, {"max_features": "auto"}, "max_features must be"),
     (FedForestClassifier, {"max_features": 0}, "max_features must be"),
     (FedForestRegressor, {"max_features": 1.5}, "max_features must be"),
+    (FedForestClassifier, {"max_features": np.array([1, 2])}, "max_features must be .*an array of shape \\(2,\\)"),
+    (FedForestClassifier, {"max_features": 5}, "max_features must be at most the 4 features of X, got 5"),
+    (FedForestClassifier, {"max_features": np.nan}, "max_features must be"),
+    (FedForestClassifier, {"max_depth": None}, "max_depth must be an int >= 1, got None"),
+    (FedForestClassifier, {"min_samples_split": 0.5}, "min_samples_split must be an int >= 2"),
+    (FedForestClassifier, {"bootstrap": "yes"}, "bootstrap must be a bool, got 'yes'"),
+    (FedForestRegressor, {"protocol": "sketches", "secure_aggregation": True}, "secure aggregation sums histograms"),
+    (FedSCSXGBRegressor, {"learning_rate": np.inf}, "learning_rate must be a finite number >= 0, got inf"),
+    (FedSCSXGBRegressor, {"reg_lambda": np.nan}, "reg_lambda must be a finite number >= 0, got nan"),
+    (FedSCSXGBClassifier, {"client_fraction": 0}, r"client_fraction must be a number in \(0, 1\], got 0"),
+    (FedSCSXGBClassifier, {"gamma": 0.1, "min_split_loss": 0.2}, "gamma and min_split_loss are one parameter"),
+    (FedSCSXGBClassifier, {"min_split_loss": -1.0}, "min_split_loss must be a finite number >= 0 or None"),
+    (FedSCSXGBClassifier, {"n_estimators": 2.0}, "n_estimators must be an int >= 1, got 2.0"),
     (FedForestClassifier, {"criterion": "mse"}, "criterion must be"),
     (FedForestClassifier, {"protocol": "atoms"}, "protocol must be one of 'histogram', 'sketches'"),
     (FedForestClassifier, {"n_estimators": 0}, "n_estimators must be"),
@@ -157,9 +199,29 @@ def test_max_features_takes_scikit_learn_s_values(value) -> None:
 ])
 def test_bad_parameters_are_one_line_errors_at_fit(cls, params, message) -> None:
     estimator = cls(**params)  # scikit-learn checks at fit, not in __init__
-    with pytest.raises(ValueError, match=message) as info:
-        estimator.fit(fleet(6, regression=cls is FedForestRegressor))
+    with pytest.raises(InvalidParameterError, match=message) as info:
+        estimator.fit(fleet(6, regression=cls in (FedForestRegressor, FedSCSXGBRegressor)))
     assert "\n" not in str(info.value)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)  # as scikit-learn's
+
+
+#: Values no parameter takes: NaN, negative, infinite, of the wrong type.
+NO_PARAMETER_S_VALUES = [np.nan, -1, np.inf, "x", np.array([1.0, 2.0]), object(), [1], True]
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_every_parameter_rejects_what_it_does_not_take_in_one_line(cls) -> None:
+    """Each constructor keyword, set alone to a value it cannot take, stops ``fit`` before any
+    training with one line that starts with its name (``True`` only where a bool is meant)."""
+    clients = fleet(6, regression="Regressor" in cls.__name__)
+    for name in cls().get_params():
+        for value in NO_PARAMETER_S_VALUES:
+            if value is True and name in ("secure_aggregation", "bootstrap"):
+                continue
+            with pytest.raises(InvalidParameterError) as info:
+                cls(**{name: value}).fit(clients)
+            message = str(info.value)
+            assert message.startswith(f"{name} must be ") and "\n" not in message and len(message) < 160, message
 
 
 def test_bad_fleets_and_inputs_are_clear_errors() -> None:
@@ -186,3 +248,125 @@ def test_the_docstring_examples_run() -> None:
 
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted >= 20
+
+
+# --- gamma and min_split_loss ----------------------------------------------------------------------
+
+
+def test_min_split_loss_is_gamma_s_other_name() -> None:
+    """xgboost's two names of one number: either (or both, equal) gives the engine's trees for
+    ``FedSCSXGB(gamma=...)``; neither gives the engine's default; the number does matter."""
+    clients = fleet(8)
+    settings = {"n_estimators": 3, "max_depth": 4, "max_bin": 16}
+    engine = {"n_rounds": 3, "max_depth": 4, "n_bins": 16}
+
+    def model(**params):
+        return FedSCSXGBClassifier(**settings, **params).fit(clients).model_
+
+    pruned = model(min_split_loss=1.5)
+    assert pruned == model(gamma=1.5) == model(gamma=1.5, min_split_loss=1.5)
+    assert pruned == aggregator.simulate(FedSCSXGB(**engine, gamma=1.5), clients)
+    assert pruned != model(min_split_loss=0.0)
+    assert model() == aggregator.simulate(FedSCSXGB(**engine), clients)
+
+
+# --- scikit-learn recognises them ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_scikit_learn_s_estimator_checks_that_need_no_fit(cls) -> None:
+    """scikit-learn >= 1.6 asks ``__sklearn_tags__`` what an estimator is (``_estimator_type``
+    alone made ``is_classifier`` raise). Its ``check_estimator`` checks that do not call
+    ``fit(X, y)`` (ours takes a fleet) run as scikit-learn runs them."""
+    base = pytest.importorskip("sklearn.base")
+    checks = pytest.importorskip("sklearn.utils.estimator_checks")
+    from sklearn.utils import get_tags
+
+    estimator = cls(n_estimators=3)
+    classifier = "Classifier" in cls.__name__
+    assert base.is_classifier(estimator) is classifier and base.is_regressor(estimator) is not classifier
+    tags = get_tags(estimator)
+    assert tags.estimator_type == ("classifier" if classifier else "regressor") and tags.input_tags.allow_nan
+    for check in (checks.check_valid_tag_types, checks.check_estimator_tags_renamed, checks.check_mixin_order,
+                  checks.check_estimator_cloneable, checks.check_estimator_repr,
+                  checks.check_no_attributes_set_in_init, checks.check_parameters_default_constructible,
+                  checks.check_get_params_invariance, checks.check_do_not_raise_errors_in_init_or_set_params):
+        check(cls.__name__, estimator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scikit-learn warns when set_params validates (it must not)
+        checks.check_set_params(cls.__name__, estimator)
+    params = estimator.get_params()
+    assert estimator.set_params(**params) is estimator and estimator.get_params() == params
+
+
+@pytest.mark.parametrize(("cls", "scorers"), [
+    (FedSCSXGBClassifier, ("accuracy", "neg_log_loss", "f1_macro")),
+    (FedForestClassifier, ("accuracy", "neg_log_loss", "f1_macro")),
+    (FedSCSXGBRegressor, ("r2", "neg_mean_squared_error")),
+    (FedForestRegressor, ("r2", "neg_mean_squared_error")),
+])
+def test_scikit_learn_s_scorers_score_the_predictions(cls, scorers) -> None:
+    """``get_scorer(name)(estimator, X, y)`` is the metric of ``predict`` (``predict_proba`` for
+    log loss) on the same rows; accuracy and R² are also the estimator's ``score``.
+    (``cross_val_score`` does not apply: ``fit`` takes a fleet, not ``X, y``.)"""
+    pytest.importorskip("sklearn")
+    from sklearn import metrics
+
+    regression = "Regressor" in cls.__name__
+    clients = fleet(9, regression=regression)
+    estimator = cls(n_estimators=3, max_depth=3, max_bin=16).fit(clients)
+    X, y = clients[1]
+    prediction = estimator.predict(X)
+    want = {"accuracy": lambda: metrics.accuracy_score(y, prediction),
+            "f1_macro": lambda: metrics.f1_score(y, prediction, average="macro"),
+            "neg_log_loss": lambda: -metrics.log_loss(y, estimator.predict_proba(X), labels=estimator.classes_),
+            "r2": lambda: metrics.r2_score(y, prediction),
+            "neg_mean_squared_error": lambda: -metrics.mean_squared_error(y, prediction)}
+    for name in scorers:
+        assert metrics.get_scorer(name)(estimator, X, y) == pytest.approx(want[name](), abs=1e-12), name
+    assert estimator.score(X, y) == pytest.approx(want[scorers[0]](), abs=1e-12)
+
+
+def test_the_estimators_work_without_scikit_learn() -> None:
+    """scikit-learn is a development dependency: importing, fitting and predicting must not need
+    it (only ``__sklearn_tags__``, which scikit-learn alone calls, imports it)."""
+    program = """
+import sys
+sys.modules["sklearn"] = None  # import sklearn now raises ImportError
+import numpy as np
+from aggregator.estimators import FedForestClassifier
+rng = np.random.default_rng(0)
+clients = [(rng.normal(size=(40, 3)), rng.integers(0, 2, 40)) for _ in range(3)]
+model = FedForestClassifier(n_estimators=2, max_depth=2).fit(clients)
+assert model.predict(clients[0][0]).shape == (40,) and model.get_params()["n_estimators"] == 2
+try:
+    model.__sklearn_tags__()
+except ImportError:
+    print("fitted without scikit-learn")
+"""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", program], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "fitted without scikit-learn", done.stderr[-2000:]
+
+
+# --- docstrings ------------------------------------------------------------------------------------
+
+
+def documented_parameters(obj) -> list[str]:
+    """The names in the numpydoc ``Parameters`` section of ``obj``'s docstring."""
+    doc = inspect.getdoc(obj) or ""
+    section = re.search(r"^Parameters\n-+\n(.*?)(?:^\w[\w ]*\n-+\n|\Z)", doc, re.M | re.S)
+    return re.findall(r"^(\*{0,2}\w+) :", section.group(1), re.M) if section else []
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_every_public_parameter_is_documented(cls) -> None:
+    assert sorted(documented_parameters(cls)) == sorted(cls().get_params())
+    for name in ("fit", "predict", "predict_proba", "score", "get_params", "set_params"):
+        method = getattr(cls, name, None)
+        if method is None:
+            continue
+        stars = {inspect.Parameter.VAR_KEYWORD: "**", inspect.Parameter.VAR_POSITIONAL: "*"}
+        want = [stars.get(p.kind, "") + p.name for p in inspect.signature(method).parameters.values()
+                if p.name != "self"]
+        assert documented_parameters(method) == want, name
