@@ -239,7 +239,11 @@ def deploy_to_parties(job: FederatedJob, model: VerticalForestModel, signing_key
                              party_digests=model.party_digests)
     _, missing, why = ask_all(job, VerticalDeploy(manifest), parties, Ack)
     if missing:
-        raise TrainingError(f"deploying {model_id} v{version}: party {', '.join(missing)} did not keep it ({why})")
+        kept = [p for p in parties if p not in missing]
+        state = (f"{', '.join(kept)} now hold{'s' if len(kept) == 1 else ''} {model_id} v{version}" if kept
+                 else f"no party holds {model_id} v{version}")
+        raise TrainingError(f"deploying {model_id} v{version}: party {', '.join(missing)} did not keep it ({why}); "
+                            f"{state}, so deploying again needs a version above {version}")
     return dataclasses.replace(model, manifest=manifest)
 
 

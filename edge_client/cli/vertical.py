@@ -75,7 +75,7 @@ def _connect(args: argparse.Namespace, parties: list[str]):
 
 def _train(args: argparse.Namespace) -> int:
     from aggregator.algorithms.vertical_forest import VerticalFederatedForest, deploy_to_parties
-    from aggregator.jobs import FederatedJob, JobSettings, TrainingError
+    from aggregator.jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
     from aggregator.rounds import QuorumNotReached
 
     parties = args.parties
@@ -101,13 +101,18 @@ def _train(args: argparse.Namespace) -> int:
           f"{args.host}:{args.port}", flush=True)
     transport, engine = _connect(args, parties)
     settings = JobSettings(deadline_s=args.deadline)
+
+    def progress(p: RoundProgress) -> None:
+        print(f"level {p.step}/{p.total}: {int(p.metrics.get('splits', 0))} splits ({p.elapsed_s:.1f} s)", flush=True)
+
     try:
-        model = config.fit(FederatedJob(engine, parties, settings=settings), seed=args.seed)
+        model = config.fit(FederatedJob(engine, parties, settings=settings, progress=progress), seed=args.seed)
         print(model.alignment.line(), flush=True)
         model = deploy_to_parties(FederatedJob(engine, parties, settings=settings), model, args.key,
                                   model_id=args.model_id, version=args.version)
     except (TrainingError, QuorumNotReached) as exc:
-        raise CliError(str(exc)) from None
+        rerun = " (wheelfed vertical train ... --version N)" if str(exc).startswith("deploying") else ""
+        raise CliError(f"{exc}{rerun}") from None
     finally:
         transport.close()
     args.output.write_bytes(model.to_bytes())
