@@ -89,7 +89,23 @@ def is_due(now: float, last_run: float, *, every_s: float | None = None, cron: s
            min_new_windows: int | None = None, labelled_now: int = 0, labelled_then: int = 0) -> bool:
     """Whether a schedule runs now: ``every_s`` seconds have passed since ``last_run``, a cron
     time fell in (``last_run``, ``now``], or ``min_new_windows`` labelled windows were added
-    fleet-wide since (``labelled_now - labelled_then``). Any trigger that is set suffices."""
+    fleet-wide since (``labelled_now - labelled_then``). Any trigger that is set suffices.
+
+    A ``last_run`` later than ``now`` means the wall clock was set back since (NTP correcting a
+    clock that ran ahead): how long ago the run was is unknown, so a time trigger is due at once
+    -- waiting for the clock to reach ``last_run`` again would freeze the schedule for as long
+    as the clock was ahead. The run stores the new ``now``, so this happens once.
+
+    Examples
+    --------
+    >>> t = 1795658400.0  # 2026-11-26 02:00 UTC
+    >>> is_due(t + 3600, t, every_s=3600), is_due(t + 60, t, every_s=3600)
+    (True, False)
+    >>> is_due(t, t + 365 * 86400, every_s=3600, cron="0 * * * *")  # ran with the clock a year ahead
+    True
+    """
+    if (every_s is not None or cron) and last_run > now:
+        return True
     if every_s is not None and now - last_run >= every_s:
         return True
     if min_new_windows is not None and labelled_now - labelled_then >= min_new_windows:

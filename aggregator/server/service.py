@@ -630,12 +630,27 @@ def _finite(metrics: dict[str, float]) -> dict[str, float | None]:
 
 class Scheduler:
     """Starts a schedule's job when it is due (``policy.is_due``), continuing boosting from the
-    version the fleet runs where the algorithm can."""
+    version the fleet runs where the algorithm can.
+
+    The wall clock can be stepped (NTP correcting a clock that ran ahead or behind, a board
+    without a battery clock): a schedule this process started is timed from that start on the
+    monotonic clock (its ``last_run`` is re-based onto the wall clock as it reads now), so a
+    step neither delays nor hastens an ``every_s`` interval, and cron times are those of the
+    clock as it reads after the step. A ``last_run`` from before a restart that lies ahead of
+    the clock makes the schedule due at once (``is_due``). Each step is logged once.
+    """
+
+    #: How far the wall clock may move against the monotonic clock between two ticks before it
+    #: counts as stepped (NTP slewing moves it by at most 0.5 ms per second).
+    CLOCK_STEP_S = 1.0
 
     def __init__(self, registry: Registry, runner: JobRunner, tracker: FleetTracker, tick_s: float) -> None:
         self.registry, self.runner, self.tracker, self.tick_s = registry, runner, tracker, tick_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="wheelfed-schedules", daemon=True)
+        # per schedule started by this process: (its stored last_run, the monotonic time then)
+        self._started: dict[str, tuple[float, float]] = {}
+        self._offset: float | None = None  # wall minus monotonic clock at the last tick
 
     def start(self) -> None:
         self._thread.start()
@@ -647,25 +662,50 @@ class Scheduler:
     def _loop(self) -> None:
         while not self._stop.wait(self.tick_s):
             try:
-                self.tick(time.time())
+                self.tick(time.time(), time.monotonic())
             except Exception:
                 log.exception("schedule check failed")
 
-    def tick(self, now: float) -> list[JobRecord]:
-        """Start every due schedule's job (one at a time per schedule); the jobs started."""
+    def tick(self, now: float, monotonic: float | None = None) -> list[JobRecord]:
+        """Start every due schedule's job (one at a time per schedule); the jobs started.
+
+        ``now`` is the wall clock, ``monotonic`` the monotonic clock at the same moment
+        (``time.monotonic()`` when not given)."""
+        monotonic = time.monotonic() if monotonic is None else monotonic
+        self._note_clock_step(now, monotonic)
         busy = {j.schedule_id for state in ("queued", "running") for j in self.registry.jobs(state=state)}
         labelled = self.tracker.labelled_total()
         started = []
         for schedule in self.registry.schedules():
             if not schedule.enabled or schedule.schedule_id in busy:
                 continue
-            if not is_due(now, schedule.last_run, every_s=schedule.every_s, cron=schedule.cron,
+            last_run = self._last_run(schedule, now, monotonic)
+            if not is_due(now, last_run, every_s=schedule.every_s, cron=schedule.cron,
                           min_new_windows=schedule.min_new_windows, labelled_now=labelled,
                           labelled_then=schedule.last_windows):
                 continue
+            if last_run > now:
+                log.warning("a schedule last ran at %s, after the clock's now (%s): the clock was set back; "
+                            "running it now", _iso(last_run), _iso(now), extra={"schedule": schedule.schedule_id})
             started.append(self.runner.submit(self._request(schedule), schedule_id=schedule.schedule_id))
             self.registry.update_schedule(schedule.schedule_id, last_run=now, last_windows=labelled)
+            self._started[schedule.schedule_id] = (now, monotonic)
         return started
+
+    def _last_run(self, schedule: ScheduleRecord, now: float, monotonic: float) -> float:
+        """``schedule.last_run`` on the wall clock as it reads ``now``: for a run this process
+        started, ``now`` minus the monotonic time since; otherwise as stored."""
+        started = self._started.get(schedule.schedule_id)
+        if started is None or started[0] != schedule.last_run:
+            return schedule.last_run
+        return now - (monotonic - started[1])
+
+    def _note_clock_step(self, now: float, monotonic: float) -> None:
+        offset = now - monotonic
+        if self._offset is not None and abs(offset - self._offset) > self.CLOCK_STEP_S:
+            log.warning("the wall clock stepped by %+.0f s; schedules this server started keep their "
+                        "intervals on the monotonic clock", offset - self._offset)
+        self._offset = offset
 
     def _request(self, schedule: ScheduleRecord) -> JobRequest:
         request = JobRequest(schedule.algorithm, schedule.model_id, dict(schedule.config))

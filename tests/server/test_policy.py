@@ -41,6 +41,14 @@ def test_a_schedule_is_due_by_interval_by_cron_or_by_new_labelled_windows() -> N
     assert not is_due(t + 10**6, t)  # no trigger set: never
 
 
+def test_a_last_run_ahead_of_the_clock_is_due_at_once() -> None:
+    """Ran with the clock a year ahead, then NTP set it back: before, both said "not due" for a year."""
+    t, year = utc("2026-11-26 02:10"), 365 * 86_400
+    assert is_due(t + 2 * 86_400, t + year, every_s=3600)
+    assert is_due(t + 2 * 86_400, t + year, cron="0 * * * *")
+    assert not is_due(t, t + year, min_new_windows=50, labelled_now=120, labelled_then=100)  # no time trigger
+
+
 def test_promotion_rule_records_its_numbers() -> None:
     metric, higher = metric_for(classifier=True)
     assert (metric, higher) == ("accuracy", True) and metric_for(False) == ("rmse", False)
