@@ -28,8 +28,11 @@ Every round needs every party: a party that does not answer fails the job (``Tra
 naming it); the master returns no model and tells the others to drop their state.
 
 Draws are reproducible from the seed (rows: ``default_rng([seed, 0, tree])``; features:
-``default_rng([seed, 1, tree, node])``), so a centralized forest grown with the same draws on
-the joined data is the oracle (tests/aggregator/test_vertical_forest.py).
+``default_rng([seed, 1, tree, node])``). The feature draws are of codes, which each party maps
+to its columns with a permutation keyed by the party key and the job id
+(``shared.vertical_splits.feature_codes``): the same seed, party key and job id give the same
+forest, and a centralized forest grown with the same draws (decoded) on the joined data is the
+oracle (tests/aggregator/test_vertical_forest.py).
 """
 
 from __future__ import annotations
@@ -147,9 +150,18 @@ def abort_parties(job: FederatedJob, parties: Sequence[str], reason: str) -> Non
         pass
 
 
-def ask_all(job: FederatedJob, request: object, clients: Sequence[str], expect: type
-            ) -> tuple[dict[str, Any], list[str], str]:
-    """One round to ``clients``: the replies, the clients without one, and one line of why."""
+@dataclass(frozen=True)
+class RoundAnswers:
+    """One round's outcome: the ``replies`` by client, the clients ``missing`` a reply, and
+    ``why`` in one line (each missing client's refusal, or no answer before the deadline)."""
+
+    replies: dict[str, Any]
+    missing: list[str]
+    why: str
+
+
+def ask_all(job: FederatedJob, request: object, clients: Sequence[str], expect: type) -> RoundAnswers:
+    """One round to ``clients``, every answer kept (a round that misses some does not raise)."""
     try:
         replies = job.ask(request, clients, expect)
     except QuorumNotReached as exc:
@@ -158,7 +170,7 @@ def ask_all(job: FederatedJob, request: object, clients: Sequence[str], expect: 
         failures = {}
     missing = [c for c in clients if c not in replies]
     why = "; ".join(f"{c}: {failures.get(c, 'no answer before the deadline')}" for c in missing)
-    return replies, missing, why
+    return RoundAnswers(replies, missing, why)
 
 
 def ask_every_party(job: FederatedJob, parties: Sequence[str], what: str, request: object, expect: type,
@@ -166,12 +178,12 @@ def ask_every_party(job: FederatedJob, parties: Sequence[str], what: str, reques
     """A round every asked party must answer (a vertical job needs every party's features):
     otherwise the job fails -- the others are told to drop it and nothing is kept."""
     clients = list(parties if clients is None else clients)
-    replies, missing, why = ask_all(job, request, clients, expect)
-    if missing:
-        abort_parties(job, parties, f"{what}: {why}")
-        raise TrainingError(f"vertical forest job {job.job_id} failed at {what}: party {', '.join(missing)} did "
-                            f"not answer ({why}); every party is needed, no model was saved")
-    return {c: getattr(replies[c], "body", replies[c]) for c in clients}
+    answers = ask_all(job, request, clients, expect)
+    if answers.missing:
+        abort_parties(job, parties, f"{what}: {answers.why}")
+        raise TrainingError(f"vertical forest job {job.job_id} failed at {what}: party {', '.join(answers.missing)} "
+                            f"did not answer ({answers.why}); every party is needed, no model was saved")
+    return {c: getattr(answers.replies[c], "body", answers.replies[c]) for c in clients}
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,7 +249,8 @@ def deploy_to_parties(job: FederatedJob, model: VerticalForestModel, signing_key
                              parties=parties, label_holder=model.metadata.label_holder, task=model.task,
                              classes=model.classes, forest_digest=forest_digest(model.trees, model.n_features),
                              party_digests=model.party_digests)
-    _, missing, why = ask_all(job, VerticalDeploy(manifest), parties, Ack)
+    answers = ask_all(job, VerticalDeploy(manifest), parties, Ack)
+    missing, why = answers.missing, answers.why
     if missing:
         kept = [p for p in parties if p not in missing]
         state = (f"{', '.join(kept)} now hold{'s' if len(kept) == 1 else ''} {model_id} v{version}" if kept
@@ -392,6 +405,16 @@ class VerticalFederatedForest:
         return dataclasses.replace(model, partial=partial)
 
 
+@dataclass(frozen=True)
+class WonSplit:
+    """A node's winning split as the master knows it: the ``owner`` (party position), the encoded
+    ``feature`` (offset by the widths of the parties before the owner) and the ``gain``."""
+
+    owner: int
+    feature: int
+    gain: float
+
+
 class VerticalTraining:
     """One training job on the master (the state between rounds)."""
 
@@ -458,7 +481,7 @@ class VerticalTraining:
         sealed_labels = setup[self.label_holder].sealed_labels
         d = int(self.offsets[-1])
         k = cfg.n_drawn(d)
-        splits: dict[tuple[int, int], tuple[int, int, float]] = {}  # (tree, node) -> (owner, feature, gain)
+        splits: dict[tuple[int, int], WonSplit] = {}  # by (tree, node)
         frontier = [(t, 0) for t in range(cfg.n_trees)] if cfg.max_depth > 0 else []
         partitions: tuple[SealedPartition, ...] = ()
         level = 0
@@ -487,7 +510,7 @@ class VerticalTraining:
             for i in winners.tolist():
                 o = int(owner[i])
                 local = int(replies[self.parties[o]].feature[i])
-                splits[frontier[i]] = (o, int(self.offsets[o]) + local, float(gain[i, o]))
+                splits[frontier[i]] = WonSplit(o, int(self.offsets[o]) + local, float(gain[i, o]))
             owners = sorted(set(owner[winners].tolist()))
             asked = {self.parties[o]: VerticalPartitionRequest(self._task(o), level, tree[owner == o], node[owner == o])
                      for o in owners}
@@ -505,7 +528,7 @@ class VerticalTraining:
         model = self._model(splits, finish[self.label_holder], level)
         return dataclasses.replace(model, party_digests=tuple(finish[p].digest for p in self.parties))
 
-    def _model(self, splits: dict[tuple[int, int], tuple[int, int, float]], leaves: VerticalFinishReply,
+    def _model(self, splits: dict[tuple[int, int], WonSplit], leaves: VerticalFinishReply,
                depth: int) -> VerticalForestModel:
         cfg = self.config
         trees = []
@@ -519,9 +542,10 @@ class VerticalTraining:
             got = leaves.leaf_node[mine][order]
             if got.shape != leaf_ids.shape or (got != leaf_ids).any() or leaves.values.shape[1] != width:
                 raise TrainingError(f"the label holder's leaves of tree {t} do not match the tree the master grew")
-            trees.append(MasterTree(split_nodes, np.array([splits[(t, v)][0] for v in nodes], dtype=np.int64),
-                                    np.array([splits[(t, v)][1] for v in nodes], dtype=np.int64),
-                                    np.array([splits[(t, v)][2] for v in nodes], dtype=np.float64),
+            won = [splits[(t, v)] for v in nodes]
+            trees.append(MasterTree(split_nodes, np.array([s.owner for s in won], dtype=np.int64),
+                                    np.array([s.feature for s in won], dtype=np.int64),
+                                    np.array([s.gain for s in won], dtype=np.float64),
                                     leaf_ids, leaves.values[mine][order], leaves.cover[mine][order]))
         integer = bool(self.classes) and all(c.lstrip("-").isdigit() for c in self.classes)
         classes = tuple(sorted(self.classes, key=int)) if integer else self.classes

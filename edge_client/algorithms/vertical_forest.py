@@ -151,6 +151,24 @@ class _LiveWindows:
     start_us: np.ndarray  # as stored (not snapped): the mark of what was predicted
 
 
+@dataclass(frozen=True)
+class OwnSplit:
+    """A split this party won: its real ``feature`` column and the ``threshold`` (left: ``<=``)."""
+
+    feature: int
+    threshold: float
+
+
+@dataclass(frozen=True, eq=False)
+class NodeRows:
+    """The entries of some nodes, node after node, rows ascending: each entry's ``tree`` and
+    ``row``, and ``count`` rows per node."""
+
+    tree: np.ndarray
+    row: np.ndarray
+    count: np.ndarray
+
+
 @dataclass
 class _PartyJob:
     """One job's state on one party."""
@@ -172,7 +190,7 @@ class _PartyJob:
     open_node: np.ndarray | None = None
     best_feature: np.ndarray | None = None
     best_threshold: np.ndarray | None = None
-    splits: dict[tuple[int, int], tuple[int, float]] = field(default_factory=dict)  # (tree, node) -> own split
+    splits: dict[tuple[int, int], OwnSplit] = field(default_factory=dict)  # by (tree, node): the splits it won
     structure: list[tuple[int, int]] = field(default_factory=list)  # every (tree, node) that split
     applied_level: int = -1
     live: _LiveWindows | None = None
@@ -350,13 +368,11 @@ class VerticalForestClient:
         self._jobs.move_to_end(message.envelope.job)  # the oldest idle job goes first
         return state
 
-    def _rows_at(self, state: _PartyJob, tree: np.ndarray, node: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                                                                           np.ndarray]:
-        """The (tree, row) entries of nodes ``(tree[i], node[i])``, node after node, rows ascending:
-        entry trees, entry rows and the number of rows of each node."""
+    def _rows_at(self, state: _PartyJob, tree: np.ndarray, node: np.ndarray) -> NodeRows:
+        """The (tree, row) entries of nodes ``(tree[i], node[i])`` (rows with a positive draw)."""
         if not np.size(node):
             empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, empty
+            return NodeRows(empty, empty, empty)
         t_all, r_all = np.nonzero(state.node >= 0)
         keys = _pack_key(t_all, state.node[t_all, r_all])
         order = np.lexsort((r_all, keys))
@@ -366,7 +382,7 @@ class VerticalForestClient:
         hi = np.searchsorted(keys, want, "right")
         counts = hi - lo
         idx = np.repeat(lo - np.r_[0, np.cumsum(counts)[:-1]], counts) + np.arange(counts.sum())
-        return t_all[idx], r_all[idx], counts
+        return NodeRows(t_all[idx], r_all[idx], counts)
 
     def _apply(self, message: Message, state: _PartyJob, partitions: tuple[SealedPartition, ...],
                level: int) -> None:
@@ -380,7 +396,8 @@ class VerticalForestClient:
                                                                           part.owner))
             except SealError as exc:
                 raise RequestRejected("bad_partition", str(exc)) from None
-            trees, rows, counts = self._rows_at(state, part.tree, part.node)
+            at = self._rows_at(state, part.tree, part.node)
+            trees, rows, counts = at.tree, at.row, at.count
             if len(bits) != (int(counts.sum()) + 7) // 8:
                 raise RequestRejected("bad_partition", "a partition does not cover its nodes' rows")
             go_left = np.unpackbits(np.frombuffer(bits, dtype=np.uint8), count=int(counts.sum())).astype(bool)
@@ -468,9 +485,11 @@ class VerticalForestClient:
         sealed = b""
         if w.y is not None:
             if body.task.task == "classification":
-                lookup = {c: i for i, c in enumerate(state.classes)}
-                labels = np.array([lookup[v] for v in label_strings(w.y[rows])[0].astype(str).tolist()],
-                                  dtype=np.int64)
+                names = label_strings(w.y[rows])[0].astype(str)
+                classes = np.asarray(state.classes, dtype=str)  # sorted at alignment
+                labels = np.searchsorted(classes, names).astype(np.int64)
+                if names.size and (not classes.size or (classes[np.minimum(labels, classes.size - 1)] != names).any()):
+                    raise RequestRejected("bad_data", "a window's label is not among the classes offered at alignment")
             else:
                 labels = np.asarray(w.y[rows], dtype=np.float64)
             state.own_labels = state.labels = labels
@@ -495,7 +514,8 @@ class VerticalForestClient:
             state.labels = labels
         self._apply(message, state, body.partitions, body.level)
         n_nodes = body.node_id.shape[0]
-        trees, rows, counts = self._rows_at(state, body.node_tree, body.node_id)
+        at_nodes = self._rows_at(state, body.node_tree, body.node_id)
+        trees, rows, counts = at_nodes.tree, at_nodes.row, at_nodes.count
         node_pos = np.repeat(np.arange(n_nodes), counts)
         wanted = np.zeros((n_nodes, state.X.shape[1]), dtype=bool)
         per_node = np.repeat(np.arange(n_nodes), np.diff(body.feature_offsets))
@@ -524,12 +544,13 @@ class VerticalForestClient:
             raise RequestRejected("bad_request", "partition asked for a node that is not open") from None
         if (state.best_feature[at] < 0).any():
             raise RequestRejected("bad_request", "partition asked for a node where this party has no split")
-        trees, rows, counts = self._rows_at(state, body.node_tree, body.node_id)
+        at_nodes = self._rows_at(state, body.node_tree, body.node_id)
+        trees, rows, counts = at_nodes.tree, at_nodes.row, at_nodes.count
         feature = np.repeat(state.best_feature[at], counts)
         threshold = np.repeat(state.best_threshold[at], counts)
         go_left = state.X[rows, feature] <= threshold
         for t, n, i in zip(body.node_tree.tolist(), body.node_id.tolist(), at.tolist()):
-            state.splits[(t, n)] = (int(state.best_feature[i]), float(state.best_threshold[i]))
+            state.splits[(t, n)] = OwnSplit(int(state.best_feature[i]), float(state.best_threshold[i]))
         bits = np.packbits(go_left).tobytes()
         return VerticalPartitionReply(self._key().seal(bits, associated=partition_context(
             message.envelope.job, body.level, state.task.party)))
@@ -640,6 +661,6 @@ class VerticalForestClient:
             nodes = np.array(sorted(n for tt, n in state.structure if tt == t), dtype=np.int64)
             own = [state.splits.get((t, n)) for n in nodes.tolist()]
             trees.append(PartialTree(nodes, np.array([o is not None for o in own], dtype=bool),
-                                     np.array([o[0] if o else -1 for o in own], dtype=np.int64),
-                                     np.array([o[1] if o else np.nan for o in own], dtype=np.float64)))
+                                     np.array([o.feature if o else -1 for o in own], dtype=np.int64),
+                                     np.array([o.threshold if o else np.nan for o in own], dtype=np.float64)))
         return tuple(trees)

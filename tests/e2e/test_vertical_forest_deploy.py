@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from aggregator.algorithms.vertical_forest import VerticalFederatedForest
+from aggregator.algorithms.vertical_forest_model import VerticalForestModel
 from aggregator.broker import BrokerUser, MosquittoBroker, mosquitto_available
 from aggregator.fleet import GatewayProcesses, Presence
 from aggregator.simulate import Simulation
@@ -24,6 +25,7 @@ from edge_client.store import WindowRecord, WindowStore
 from edge_client.training_data import PartyData, StoreTrainingData
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport
+from shared.signing import load_verify_key
 from shared.vertical_party_key import read_party_key
 from tests.cli.cli_support import REPO
 
@@ -131,7 +133,11 @@ def test_train_deploy_restart_and_live_prediction_reach_every_party(tmp_path):
             w = StoreTrainingData(store).party_windows("")
         parties.append(PartyData(g, w.X, w.y, party_key=key, sessions=w.sessions, start_us=w.start_us))
     config = VerticalFederatedForest(n_trees=6, max_depth=5, min_samples_leaf=5, hop_us=HOP, tolerance_us=250_000)
-    simulated = config.run_in(Simulation(parties), seed=0)  # the command's defaults: min leaf 5, seed 0
+    # the command's defaults (min leaf 5, seed 0) and its job id: the parties' feature codes, hence
+    # which columns the master's draws name, are keyed by the job
+    job = VerticalForestModel.from_bytes((tmp_path / "activity-vf.vfm").read_bytes(),
+                                         load_verify_key(tmp_path / "aggregator.pub")).metadata.job
+    simulated = config.run_in(Simulation(parties), seed=0, job_id=job)
     X, _ = _data()
     common = np.array([i for i in range(N) if i not in ECG_MISSES])
     expected = simulated.predict([X[common][:, cols] for _, cols, _ in PARTIES.values()])

@@ -87,7 +87,7 @@ def test_vertical_forest_over_mosquitto_equals_the_simulation(tmp_path, monkeypa
             processes.stop_all()
             agg.close()
     sim = Simulation(_simulated_parties(stores, key))
-    simulated = config.run_in(sim, seed=3)
+    simulated = config.run_in(sim, seed=3, job_id=model.metadata.job)  # the job keys the feature codes
     assert model.alignment == simulated.alignment and model.alignment.common == 147
     assert model.alignment.missing == (3, 0, 3)
     for a, b in zip(model.trees, simulated.trees):
