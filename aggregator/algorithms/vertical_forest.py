@@ -38,6 +38,7 @@ oracle (tests/aggregator/test_vertical_forest.py).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -389,10 +390,13 @@ class VerticalFederatedForest:
                  progress: Callable[[RoundProgress], None] | None = None,
                  settings: JobSettings | None = None) -> VerticalForestModel:
         """``aggregator.simulate`` for vertical parties: ``(X_block, y)`` pairs, y from exactly
-        one party; returns the model with every party's partial trees (see :meth:`run_in`)."""
+        one party; returns the model with every party's partial trees (see :meth:`run_in`).
+        The simulated parties' key is derived from ``seed`` (the feature codes depend on it), so
+        the same seed grows the same forest."""
         from ..simulate import Simulation
 
-        return self.run_in(Simulation(parties_for_simulation(parties)), seed=seed, progress=progress,
+        key = hashlib.sha256(f"wheelfed simulated vertical parties {seed}".encode()).digest()
+        return self.run_in(Simulation(parties_for_simulation(parties, party_key=key)), seed=seed, progress=progress,
                            settings=settings)
 
     def run_in(self, simulation: Any, *, seed: int = 0, progress: Callable[[RoundProgress], None] | None = None,

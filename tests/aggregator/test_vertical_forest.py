@@ -296,6 +296,9 @@ def test_the_master_sees_feature_ids_keyed_by_the_party_key_and_the_job_and_the_
                        job_id="another-job")
     assert (np.concatenate([t.feature for t in again.trees]) != ids[0]).any()
     np.testing.assert_array_equal(_decoder(again)[np.concatenate([t.feature for t in again.trees])], columns[0])
+    # simulate() derives its parties' key from the seed: the same seed, the same forest
+    twice = [simulate(cfg, _parties(blocks, y), seed=5) for _ in range(2)]
+    np.testing.assert_array_equal(*(np.concatenate([t.feature for t in m.trees]) for m in twice))
 
 
 # -- one-round prediction ------------------------------------------------------------------------------
