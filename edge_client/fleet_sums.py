@@ -1,6 +1,7 @@
 """The client side of a private job's opening (``shared.protocol.messages.fleet_sums``): the
-data's shape, the count/target vector and the grid counts, each an integer vector for a fleet
-sum (masked by the participant when the request is secure)."""
+data's shape, the count/target vector and the grid counts (of the features, and of a regression
+target when asked), each an integer vector for a fleet sum (masked by the participant when the
+request is secure)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 from shared.differential_privacy import noise_share
 from shared.protocol.messages.fleet_sums import (
     TARGET_BOUND,
+    TARGET_RANGE,
     NoiseShare,
     DataShape,
     FleetCountsRequest,
@@ -42,29 +44,35 @@ def data_shape(data: LabelledData, *, labels: bool) -> DataShape:
 
 
 def _targets(data: LabelledData) -> np.ndarray:
-    y = np.asarray(data.y, dtype=np.float64)
+    try:
+        y = np.asarray(data.y, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise RequestRejected("bad_data", "regression targets must be numbers") from None
     if not np.isfinite(y).all():
         raise RequestRejected("bad_data", "regression targets must be finite")
-    if y.size and np.abs(y).max() >= TARGET_BOUND:
-        raise RequestRejected("bad_data", f"private regression needs targets below {TARGET_BOUND:.0f} in "
-                                          "magnitude; rescale them")
     return y
 
 
 def count_vector(data: LabelledData, request: FleetCountsRequest) -> np.ndarray:
-    """``[n, per-class counts]`` or ``[n, Σ round(y·2^f), Σ round(y²)]`` as int64."""
+    """``[n, per-class counts]`` or, with ``d = y - shift``, ``[n, Σ round(d·2^f), Σ round(d²)]``
+    as int64 (refused with ``TARGET_RANGE`` when some ``|d|`` reaches ``TARGET_BOUND``: the sums
+    could overflow; the message names no value)."""
     if request.regression:
-        y = _targets(data)
-        return np.array([y.size, int(np.rint(np.ldexp(y, request.frac_bits)).astype(np.int64).sum()),
-                         int(np.rint(y * y).astype(np.int64).sum())], dtype=np.int64)
+        d = _targets(data) - request.shift
+        if d.size and np.abs(d).max() >= TARGET_BOUND:
+            raise RequestRejected(TARGET_RANGE, f"private regression needs targets within 2**20 ({TARGET_BOUND:.0f})"
+                                                " of the fleet median")
+        return np.array([d.size, int(np.rint(np.ldexp(d, request.frac_bits)).astype(np.int64).sum()),
+                         int(np.rint(d * d).astype(np.int64).sum())], dtype=np.int64)
     ids = class_ids(data.y, request.classes)
     ids = ids[ids >= 0]
     return np.concatenate([[ids.size], np.bincount(ids, minlength=len(request.classes))]).astype(np.int64)
 
 
 def grid_vector(data: LabelledData, request: GridCountsRequest) -> np.ndarray:
-    """Counts of the snapshot's values in the request's grid buckets (int64)."""
-    columns = data.X
+    """Counts of the snapshot's values in the request's grid buckets (int64); with
+    ``request.target`` the regression target is the last column."""
+    columns = np.column_stack([data.X, _targets(data)]) if request.target else data.X
     try:
         plan = GridPlan.from_arrays({"feature": request.feature, "prefix": request.prefix, "bits": request.bits,
                                      "step": request.step}, n_features=columns.shape[1])

@@ -72,7 +72,6 @@ from shared.protocol.messages.fedforest import (
     ForestTask,
     SplitDecisions,
 )
-from shared.protocol.messages.fleet_sums import TARGET_FRAC_BITS
 from shared.protocol.messages.secure_aggregation import word_bits_for
 from shared.splitting import impurity, pooled_gain
 
@@ -411,19 +410,17 @@ class _Training:
         self.edges = [np.asarray(e, dtype=np.float32) for e in edges]
         self.edge_offsets = np.concatenate([[0], np.cumsum([e.size for e in self.edges])]).astype(np.int64)
         self.edge_values = np.concatenate(self.edges) if self.edges else np.zeros(0, np.float32)
-        self.root_shift = fleet.target_sum / fleet.total_samples if cfg.regression else 0.0
+        self.root_shift = fleet.target_mean if cfg.regression else 0.0
         self.total_samples = fleet.total_samples
         if cfg.regression:
             # Clients sum w * (y - shift) and w * (y - shift)^2 with node means as shifts, so every
             # term is bounded by the targets' spread, not their size: |y - shift| <= range(y) <=
-            # 2 sqrt(V), so (y - shift)^2 <= 4 V, with V = sum (y - mean)^2 and w <=
-            # MAX_BOOTSTRAP_WEIGHT. V from the opening's sums plus their rounding (whole units for
-            # y^2: n/2; 2**-TARGET_FRAC_BITS for y: 2 |mean| n 2**-TARGET_FRAC_BITS): its size, not
-            # the offset's, sets the fixed point, so an offset leaves the precision alone.
+            # 2 sqrt(V), so (y - shift)^2 <= 4 V, with V = sum (y - mean)^2 (``target_spread``:
+            # from the opening's sums around the fleet median, plus their rounding) and w <=
+            # MAX_BOOTSTRAP_WEIGHT. The spread, not the offset, sets the fixed point, so an offset
+            # leaves the precision alone.
             n = fleet.total_samples
-            spread = fleet.target_sum_squares - fleet.target_sum ** 2 / n
-            spread = max(spread, 0.0) + n * (1.0 + abs(self.root_shift) * 2.0 ** (1 - TARGET_FRAC_BITS))
-            bound = 4.0 * max(spread, 1.0)
+            bound = 4.0 * max(fleet.target_spread, 1.0)
             self.frac_bits = frac_bits_for(MAX_BOOTSTRAP_WEIGHT * n, bound)
             self.value_bound = MAX_BOOTSTRAP_WEIGHT * bound
             self.word_bits = 64

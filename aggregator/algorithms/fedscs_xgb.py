@@ -101,6 +101,22 @@ def base_score_stats(objective: str, fleet: FleetData | PrivateFleet) -> np.ndar
     return fleet.label_counts.astype(np.float64)
 
 
+def gradient_bound(fleet: PrivateFleet, base_score: float) -> float:
+    """The bound on squared-error gradients ``prediction - y`` for the fixed point: 4 times the
+    reach of the targets from the base score, ``sqrt(V) + |mean - base_score|`` (``V``: the
+    fleet's ``target_spread``; every ``|y - mean| <= sqrt(V)``), and at least 4. The factor leaves
+    room for predictions that move away from the base score. A spread, not the targets' offset,
+    so the same data with ``y + c`` get the same fixed point (issue 14, finding 1).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> gradient_bound(SimpleNamespace(target_spread=100.0, target_mean=1e9), 1e9)
+    40.0
+    """
+    return 4.0 * max(float(np.sqrt(fleet.target_spread)) + abs(fleet.target_mean - base_score), 1.0)
+
+
 def pack_edges(edges: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature float32 edges as (values, offsets) for ``XgbAtomRequest``."""
     offsets = np.concatenate([[0], np.cumsum([e.shape[0] for e in edges])]).astype(np.int64)
@@ -365,7 +381,7 @@ class _Training(BoostedTrees):
                 raise TrainingError(f"{len(cfg.edges)} fixed edge arrays for {self.n_features} features")
             edges = [validate_edges(e, feature=j) for j, e in enumerate(cfg.edges)]
         self.private = fleet
-        bound = 1.0 if cfg.objective != "squared_error" else 4.0 * max(np.sqrt(fleet.target_sum_squares), 1.0)
+        bound = 1.0 if cfg.objective != "squared_error" else gradient_bound(fleet, float(self.base_score[0]))
         self.frac_bits = frac_bits_for(fleet.total_samples, bound)
         if self.noise:  # room for the noise in int64; it dwarfs the finer bits anyway
             self.frac_bits = min(self.frac_bits, DP_FRAC_BITS)

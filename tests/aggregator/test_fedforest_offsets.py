@@ -5,7 +5,9 @@ default directions, leaf values shifted by exactly ``c`` (up to float64 rounding
 for c in {0, 1e3, 1e5, 1e6, 1e9}, in both protocols; and the forest's test MSE stays within a
 small factor of scikit-learn's ``RandomForestRegressor`` at every offset (which is itself offset
 invariant). Before the fix the impurity was ``Q/n - mean^2`` of raw sums and the purity test
-and split threshold were ``1e-11 * mean(y^2)``: at c = 1e6 only the roots survived.
+and split threshold were ``1e-11 * mean(y^2)``: at c = 1e6 only the roots survived. The private
+protocol's opening summed raw targets in fixed point and refused |y| >= 2**20; it now sums them
+around a fleet shift read off the target's grid counts, so only the spread is bounded.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from sklearn.ensemble import RandomForestRegressor
 
 import aggregator
 from aggregator.algorithms import FedForest
-from aggregator.rounds import QuorumNotReached
+from aggregator.estimators import FedForestRegressor
 from edge_client.training_data import ClientData
 from shared.model import TreeEnsemble
 
 OFFSETS = (0.0, 1e3, 1e5, 1e6, 1e9)
-#: The private protocol's opening sums targets in fixed point and needs |y| < 2**20 (TARGET_BOUND).
-PRIVATE_OFFSETS = (0.0, 1e3, 1e5, 1e6)
+#: The private protocol's opening sums ``y - shift`` (the fleet shift from the target's grid counts).
+PRIVATE_OFFSETS = OFFSETS
 
 
 def regression_clients(c: float, seed: int = 0, n_clients: int = 4, n: int = 80, d: int = 4):
@@ -74,10 +76,34 @@ def test_offset_targets_grow_the_same_forest_shifted_by_the_offset(protocol: str
         assert mse == pytest.approx(base_mse, rel=1e-6, abs=1e-9)
 
 
-def test_private_protocol_names_the_target_range_for_too_large_offsets() -> None:
-    clients, _, _ = regression_clients(1e9)
-    with pytest.raises(QuorumNotReached, match="targets below 1048576"):
-        aggregator.simulate(FedForest(task="regression", n_trees=1, max_depth=2), clients, seed=0)
+def spread_clients(spread: float) -> list[ClientData]:
+    """Four gateways whose targets (around 1.7e9, like Unix timestamps) span ``spread``."""
+    rng = np.random.default_rng(5)
+    out = []
+    for k in range(4):
+        X = rng.normal(size=(60, 3))
+        y = 1.7e9 + spread * rng.uniform(size=60)
+        y[:2] = 1.7e9, 1.7e9 + spread  # every gateway holds both ends
+        out.append(ClientData(f"gw-{k}", X, y))
+    return out
+
+
+@pytest.mark.parametrize("fit", [
+    lambda clients: aggregator.simulate(FedForest(task="regression", n_trees=1, max_depth=2), clients, seed=0),
+    lambda clients: FedForestRegressor(n_estimators=1, max_depth=2).fit(clients),
+], ids=["simulate", "estimator"])
+def test_private_protocol_refuses_a_target_spread_beyond_the_bound_in_one_line(fit) -> None:
+    with pytest.raises(ValueError, match=r"2\*\*20") as info:
+        fit(spread_clients(3e6))
+    assert "\n" not in str(info.value) and len(str(info.value)) < 300, str(info.value)
+
+
+def test_private_protocol_trains_on_timestamps_within_the_bound() -> None:
+    """Targets near 1.7e9 spread over 1e5 (a day of timestamps) train; the forest predicts in range."""
+    clients = spread_clients(1e5)
+    model = FedForestRegressor(n_estimators=2, max_depth=3, random_state=0).fit(clients)
+    prediction = model.predict(clients[0].X)
+    assert np.all((prediction >= 1.7e9) & (prediction <= 1.7e9 + 1e5))
 
 
 @pytest.mark.parametrize("protocol,offsets", [("sketches", OFFSETS), ("histogram", PRIVATE_OFFSETS)])

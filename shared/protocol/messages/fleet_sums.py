@@ -6,11 +6,17 @@ minimum and maximum -- two actual values per feature). A private job opens inste
 1. ``data_shape`` -> ``data_shape_reply``: the number of features, their names and the set of
    labels the client holds (no counts; empty when the job fixes its classes);
 2. ``fleet_counts`` -> ``fleet_sum``: one vector per client -- its sample count, its count per
-   class (or its target sum, fixed point) -- that secure aggregation adds up;
+   class (or its target sums around the job's ``shift``, fixed point) -- that secure aggregation
+   adds up;
 3. ``grid_counts`` -> ``fleet_sum`` (a few rounds): per feature, how many of the client's
    values fall in each bucket of a hierarchical float32 grid (``shared.sketches.grid``); the
    server reads bin edges and candidate thresholds off the summed counts and refines the
    buckets where the quantiles lie.
+
+A regression job runs the grid rounds before ``fleet_counts``, with the target as one more
+column: the fleet median read off its summed counts becomes the ``shift`` of ``fleet_counts``,
+so that the fixed-point target sums are bounded by the targets' spread, not their size
+(timestamps near 1.7e9 sum as well as values near 0).
 """
 
 from __future__ import annotations
@@ -28,8 +34,11 @@ _INTS = ArraySpec(("uint8", "int32", "int64", "uint32"), ndim=1)
 
 #: Fixed point of regression targets in ``fleet_counts`` (Σy); Σy² is summed in whole units.
 TARGET_FRAC_BITS = 16
-#: Private regression needs targets below this magnitude, so that fleet sums cannot overflow.
+#: Private regression needs targets within this distance of the job's shift (the fleet median),
+#: so that the fleet's target sums cannot overflow.
 TARGET_BOUND = float(1 << 20)
+#: ``ErrorReply`` code of a gateway whose targets lie ``TARGET_BOUND`` or further from the shift.
+TARGET_RANGE = "target_range"
 
 
 @dataclass(frozen=True)
@@ -119,8 +128,11 @@ class DataShape:
 @dataclass(frozen=True)
 class FleetCountsRequest:
     """Sum vector ``[n, count of classes[0], ..., count of classes[K-1]]`` (classification) or
-    ``[n, Σy, Σy²]`` (regression: Σ round(y * 2**frac_bits), Σ round(y²); targets must stay
-    below ``TARGET_BOUND`` in magnitude)."""
+    ``[n, Σ(y - shift), Σ(y - shift)²]`` (regression: Σ round((y - shift) * 2**frac_bits),
+    Σ round((y - shift)²); every target must lie within ``TARGET_BOUND`` of ``shift``, else the
+    gateway answers ``TARGET_RANGE``). ``shift`` (the fleet's target median, 0 for
+    classification and for senders that predate it) keeps the sums bounded by the targets'
+    spread whatever their offset."""
 
     feature_set_version: str
     regression: bool
@@ -128,10 +140,13 @@ class FleetCountsRequest:
     frac_bits: int = 0
     secure: SecureRound | None = None
     noise: NoiseShare | None = None
+    shift: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.frac_bits <= 60:
             raise ValueError("frac_bits must lie in 0..60")
+        if not np.isfinite(self.shift):
+            raise ValueError("shift must be finite")
 
     @property
     def length(self) -> int:
@@ -147,7 +162,9 @@ class FleetCountsRequest:
 @dataclass(frozen=True)
 class GridCountsRequest:
     """Count the snapshot's values in the grid buckets of ``shared.sketches.grid.GridPlan``
-    (its arrays)."""
+    (its arrays). ``target``: the regression target is one more column, after the features (the
+    plan has ``n_features + 1`` columns), so that the server reads the fleet's target quantiles
+    off the sums as it reads the features'."""
 
     feature_set_version: str
     feature: Annotated[np.ndarray, _INTS]
@@ -157,6 +174,7 @@ class GridCountsRequest:
     secure: SecureRound | None = None
     noise: NoiseShare | None = None
     word_bits: int = 32  # the narrowest ring word holding the fleet's counts
+    target: bool = False
 
     def __post_init__(self) -> None:
         if self.word_bits not in (16, 32, 64):

@@ -143,8 +143,11 @@ def private_examples() -> list[object]:
     return [
         s.DataShapeRequest("fs-1", True, s.TimeRange(10, 20), 5), s.DataShape(2, ("x", "y"), ("a", "b"), False),
         s.FleetCountsRequest("fs-1", False, ("a", "b"), 0, a.SecureRound(("gw-2",))),
+        s.FleetCountsRequest("fs-1", True, (), 16, a.SecureRound(("gw-2",)), shift=1.7e9),
         s.GridCountsRequest("fs-1", np.array([0], np.int32), np.array([0], np.uint32), np.array([0], np.uint8),
                             np.array([8], np.uint8)),
+        s.GridCountsRequest("fs-1", np.array([0, 1], np.int32), np.array([0, 0], np.uint32),
+                            np.array([0, 0], np.uint8), np.array([8, 8], np.uint8), word_bits=16, target=True),
         s.FleetSumReply(vector),
         a.SecAggKeysRequest(), a.SecAggPublicKeys(keys),
         a.SecAggJoinRequest({"gw-1": keys, "gw-2": keys}, ("gw-2",), 1), a.SecAggConfirmations({"gw-2": b"c"}),
