@@ -97,7 +97,7 @@ from .forest_candidates import (
 )
 from .forest_growth import child_shift, choose_splits, is_pure, leaf_value, n_sampled_features, node_count
 
-__all__ = ["FedForest", "ForestResult", "ForestState"]
+__all__ = ["FedForest", "ForestResult", "ForestState", "forest_importance"]
 
 log = logging.getLogger(__name__)
 
@@ -216,10 +216,31 @@ class FedForest:
         return _Training(self, job, seed).run()
 
 
+def forest_importance(per_tree: np.ndarray) -> np.ndarray:
+    """scikit-learn's ``RandomForest*.feature_importances_`` from each tree's summed weighted
+    impurity decreases per feature (``per_tree``, shape ``(n_trees, n_features)``): every tree's
+    row normalised to sum to 1, the mean over the trees that split, normalised again (zeros when
+    no tree splits). Per tree, so that every tree weighs the same whatever its root's weight and
+    impurity (a bootstrap draw or a client sample with a larger root would otherwise count more).
+
+    Examples
+    --------
+    >>> forest_importance(np.array([[3.0, 1.0], [0.0, 0.0], [0.0, 10.0]])).tolist()
+    [0.375, 0.625]
+    """
+    totals = per_tree.sum(axis=1)
+    split = totals > 0
+    if not split.any():
+        return np.zeros(per_tree.shape[1])
+    mean = (per_tree[split] / totals[split, None]).mean(axis=0)
+    return mean / mean.sum()
+
+
 @dataclass(frozen=True, eq=False)
 class ForestResult:
     """The forest plus what the server learnt growing it: per-feature impurity importance
-    (weighted decrease summed over splits, normalised; the client indicator last when used),
+    (scikit-learn's: per tree the weighted decrease summed over splits and normalised, averaged
+    over the trees, :func:`forest_importance`; the client indicator last when used),
     the largest root split gain relative to the root impurity (§F.4's statistic), and the
     number of nodes, pairs and candidates per level."""
 
@@ -271,7 +292,7 @@ class ForestState:
     known_node: np.ndarray
     known_summary: np.ndarray
     known_shift: np.ndarray
-    importance: np.ndarray
+    importance: np.ndarray  # (n_trees, n_features + 1): per tree, the weighted impurity decreases
     root_weight: np.ndarray
     root_gains: np.ndarray
     level_counts: np.ndarray  # (levels, 4): level, nodes, pairs, candidates
@@ -279,7 +300,7 @@ class ForestState:
     distinct_node: np.ndarray
     distinct_count: np.ndarray
 
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2  # 2: importance per tree (version 1 summed them over the trees)
 
     def to_cbor(self) -> bytes:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "decisions"}
@@ -472,7 +493,7 @@ class _Training:
         self.builders = [TreeBuilder(np.zeros(1 if cfg.regression else self.S)) for _ in range(cfg.n_trees)]
         self.summary_of: dict[tuple[int, int], _Known] = {}
         self.root_weight = np.zeros(cfg.n_trees)
-        self.importance = np.zeros(self.d + 1)
+        self.importance = np.zeros((cfg.n_trees, self.d + 1))  # per tree: weighted impurity decrease
         self.root_gains: list[float] = []
         self.known: dict[str, int] = {}  # client -> last level whose decisions it applied
         self.decisions: list[SplitDecisions] = []  # one per decided level
@@ -564,7 +585,8 @@ class _Training:
         if dumps_value(state.fleet) != dumps_value(self._fleet()):
             changed = [k for k, v in self._fleet().items() if dumps_value(state.fleet.get(k)) != dumps_value(v)]
             return f"the fleet changed since the stored level ({', '.join(changed)})"
-        if state.root_weight.shape != (self.config.n_trees,) or state.importance.shape != (self.d + 1,) or \
+        n_trees = self.config.n_trees
+        if state.root_weight.shape != (n_trees,) or state.importance.shape != (n_trees, self.d + 1) or \
                 state.known_summary.shape[1:] != (self.S,) or not 0 < state.levels_done <= self.config.max_depth + 1:
             return "the stored state does not fit the job's settings"
         return None
@@ -889,7 +911,7 @@ class _Training:
                 categories=None if cats is None else cats.tolist())
             child_ids.append((lid, rid))
             self.children_of[(node.tree, node.node)] = (lid, rid)
-            self.importance[feature] += node_count(node.summary, self.crit) * best_gain[i]
+            self.importance[node.tree, feature] += node_count(node.summary, self.crit) * best_gain[i]
             if level == 0:
                 root_impurity = float(impurity(node.summary, self.crit))
                 self.root_gains.append(best_gain[i] / root_impurity if root_impurity > 0 else 0.0)
@@ -951,6 +973,4 @@ class _Training:
         )
 
     def _normalised_importance(self) -> np.ndarray:
-        imp = self.importance if self.config.client_splits else self.importance[: self.d]
-        total = imp.sum()
-        return imp / total if total > 0 else imp
+        return forest_importance(self.importance if self.config.client_splits else self.importance[:, : self.d])
