@@ -63,7 +63,10 @@ class FleetBroker(Protocol):
 
 
 @dataclass(frozen=True)
-class _OneListener:
+class Listener:
+    """One port for every client: a mosquitto's, or that of a proxy in front of it
+    (``tests/e2e/mqtt_fault_proxy.py``)."""
+
     port: int
     protocol: int = 5
 
@@ -97,6 +100,12 @@ class Fleet:
         self.presence.wait([gateway], online=True, timeout_s=60)
 
 
+def fleet_mosquitto(run_dir: Path, extra_passwords: dict[str, str] | None = None) -> MosquittoBroker:
+    """A mosquitto (not started) with the users of ``PASSWORDS`` and ``extra_passwords``."""
+    users = {**PASSWORDS, **(extra_passwords or {})}
+    return MosquittoBroker(run_dir, users=[BrokerUser(n, p) for n, p in users.items()])
+
+
 @contextmanager
 def start_fleet(tmp_path: Path, *gateway_args: str, broker: FleetBroker | None = None) -> Iterator[Fleet]:
     """Mosquitto (or the running ``broker``), an aggregator connection and one gateway process
@@ -108,8 +117,7 @@ def start_fleet(tmp_path: Path, *gateway_args: str, broker: FleetBroker | None =
         fill_store(path, i)
     with ExitStack() as stack:
         if broker is None:
-            mosquitto = MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in PASSWORDS.items()])
-            broker = _OneListener(stack.enter_context(mosquitto).port)
+            broker = Listener(stack.enter_context(fleet_mosquitto(tmp_path / "broker")).port)
         processes = _GatewaysOnNodes(broker, tmp_path)
         port = broker.port_for(AGGREGATOR_ID)
         agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=port, username="aggregator",

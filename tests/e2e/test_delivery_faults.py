@@ -1,0 +1,132 @@
+"""Duplicated, delayed and reordered MQTT deliveries between real processes (issue 13).
+
+``MqttFaultProxy`` sits between mosquitto and every client -- the aggregator's connection and
+four ``wheelfed gateway`` processes -- and duplicates (at once, or late) and delays QoS 1
+PUBLISH packets in both directions, so requests reach gateways twice, replies reach the
+aggregator twice, late copies arrive after their round closed, and replies of different
+gateways overtake each other. Oracles: a private FedSCS-XGB job and a private FedForest job
+end with exactly the model of ``aggregator.simulate`` on the same data and seed (a sum applied
+twice, or a reply of the wrong round, would change it), every round heard all four gateways,
+no reply was rejected, and the duplicates really reached the round engine (counted once, or
+discarded as late). The proxy itself is checked first: nothing lost, one topic's order kept,
+every injected copy's acknowledgement kept from the other side.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import aggregator
+from aggregator.algorithms import FedForest, FedSCSXGB
+from aggregator.fleet import train_on_fleet
+from aggregator.jobs import FederatedJob, JobSettings
+from aggregator.rounds import RoundEngine
+from shared.protocol.envelope import Message
+from shared.protocol.messages import Status
+from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
+from shared.transport.mqtt import MqttConfig, MqttTransport
+from tests.e2e.fleet_support import FEATURE_SET, GATEWAYS, PASSWORDS, Fleet, Listener, client_data, fleet_mosquitto, \
+    start_fleet
+from tests.e2e.mqtt_fault_proxy import Faults, MqttFaultProxy
+
+pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
+
+LAYOUT = TopicLayout()
+FAULTS = Faults(duplicate=0.3, delay=0.3, delay_s=0.15, late_s=0.4, seed=13)
+
+
+def connect(port: int, user: str, presence: bool = True) -> MqttTransport:
+    transport = MqttTransport(user, MqttConfig(port=port, username=user, password=PASSWORDS[user]), presence=presence)
+    transport.connect()
+    return transport
+
+
+def assert_both_ways_faulted(proxy: MqttFaultProxy) -> None:
+    """Copies and delays happened in both directions, and packets overtook held ones."""
+    stats = proxy.stats
+    for direction in ("to_broker", "to_client"):
+        assert stats.total("duplicated", direction) > 0 and stats.total("delayed", direction) > 0, stats
+    assert stats.total("overtook") > 0, stats
+
+
+def test_the_proxy_loses_nothing_keeps_each_topics_order_and_hides_its_copies_acks(tmp_path: Path) -> None:
+    """300 messages from two gateways on two topics each: every one arrives, first copies in
+    publication order per topic, some topics overtaking others; every copy was acknowledged by
+    its receiver and that acknowledgement dropped (``acks_dropped == duplicated``): a second
+    PUBACK for a packet id would acknowledge whatever its sender sent next under that id."""
+    with fleet_mosquitto(tmp_path / "broker") as mosquitto, MqttFaultProxy(mosquitto.port, FAULTS) as proxy:
+        agg = connect(proxy.port, AGGREGATOR_ID, presence=False)
+        received: list[tuple[str, str]] = []
+        agg.subscribe(LAYOUT.all_outboxes, lambda topic, m: received.append((topic, m.envelope.msg_id)))
+        agg.subscribe(LAYOUT.all_statuses, lambda topic, m: received.append((topic, m.envelope.msg_id)))
+        gateways = {g: connect(proxy.port, g) for g in ("gw-1", "gw-2")}
+        time.sleep(0.5)
+        received.clear()  # the presence of connecting
+        sent: dict[str, list[str]] = {}
+        for i in range(300):
+            gateway = ("gw-1", "gw-2")[i % 2]
+            topic = (LAYOUT.outbox, LAYOUT.status)[(i // 2) % 2](gateway)
+            message = Message.create(Status(online=True), sender=gateway)
+            sent.setdefault(topic, []).append(message.envelope.msg_id)
+            gateways[gateway].publish(topic, message)
+        assert all(g.flush(30) for g in gateways.values())
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len({m for _, m in received}) < 300:
+            time.sleep(0.1)
+        time.sleep(FAULTS.late_s * 1.5)  # the last late copies, and their acknowledgements
+        for topic, ids in sent.items():
+            firsts = list(dict.fromkeys(m for t, m in received if t == topic))
+            assert firsts == ids, topic
+        assert len(received) > 300  # copies arrived too
+        stats = proxy.stats
+        assert_both_ways_faulted(proxy)
+        assert stats.acks_dropped == stats.duplicated, stats
+        for transport in (*gateways.values(), agg):
+            transport.close()
+
+
+@contextmanager
+def fleet_behind_proxy(tmp_path: Path) -> Iterator[tuple[Fleet, MqttFaultProxy]]:
+    """Four gateway processes and the aggregator, all connected through the fault proxy."""
+    with fleet_mosquitto(tmp_path / "broker") as mosquitto, MqttFaultProxy(mosquitto.port, FAULTS) as proxy:
+        with start_fleet(tmp_path, broker=Listener(proxy.port)) as fleet:
+            yield fleet, proxy
+
+
+def assert_every_round_whole_and_duplicates_counted_once(job: FederatedJob, engine: RoundEngine) -> None:
+    assert not job.rejected  # no reply of the wrong round, and no tree count off by a step applied twice
+    assert all(sorted(r.replies) == GATEWAYS and not r.errors and not r.timed_out for r in job.results)
+    # duplicated replies reached the engine: counted once within their round, or discarded as late
+    assert sum(r.duplicates for r in job.results) + engine.late_replies > 0
+
+
+def test_private_fedscs_xgb_with_duplicated_and_reordered_deliveries_equals_the_simulation(tmp_path: Path) -> None:
+    config = FedSCSXGB(n_rounds=3, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
+    with fleet_behind_proxy(tmp_path) as (fleet, proxy):
+        engine = RoundEngine(fleet.agg)
+        model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=5, engine=engine,
+                                    settings=JobSettings(deadline_s=60))
+        assert_both_ways_faulted(proxy)
+        for gateway in GATEWAYS:  # every gateway got requests twice, and sent replies twice
+            assert proxy.stats.total("duplicated", "to_client", gateway) > 0
+            assert proxy.stats.total("duplicated", "to_broker", gateway) > 0
+    assert config.secure_aggregation and model.n_trees == 9
+    assert model == aggregator.simulate(config, client_data(fleet.stores), seed=5)
+    assert_every_round_whole_and_duplicates_counted_once(job, engine)
+
+
+def test_private_fedforest_with_duplicated_and_reordered_deliveries_equals_the_simulation(tmp_path: Path) -> None:
+    config = FedForest(n_trees=3, max_depth=4, n_bins=16, feature_set_version=FEATURE_SET)
+    with fleet_behind_proxy(tmp_path) as (fleet, proxy):
+        engine = RoundEngine(fleet.agg)
+        model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=4, engine=engine,
+                                    settings=JobSettings(deadline_s=60))
+        assert_both_ways_faulted(proxy)
+    assert config.secure_aggregation and model.n_trees == 3
+    assert model == aggregator.simulate(config, client_data(fleet.stores), seed=4)
+    assert_every_round_whole_and_duplicates_counted_once(job, engine)
