@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -34,30 +32,3 @@ def mosquitto(tmp_path: Path) -> Iterator[MosquittoBroker]:
     broker = MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in PASSWORDS.items()])
     with broker:
         yield broker
-
-
-@pytest.fixture
-def tls_certs(tmp_path: Path) -> Callable[[str], tuple[str, str]]:
-    """A throwaway CA + broker certificate; returns a function issuing client certs by CN."""
-    if shutil.which("openssl") is None:
-        pytest.fail("openssl is not installed")
-    d = tmp_path / "certs"
-    d.mkdir()
-
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d)
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=wheelfed-test-ca",
-        "-keyout", "ca.key", "-out", "ca.crt")
-
-    def issue(cn: str, name: str, san: str | None = None) -> tuple[str, str]:
-        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}", "-keyout", f"{name}.key", "-out", f"{name}.csr")
-        ext = d / f"{name}.ext"
-        ext.write_text(f"subjectAltName={san}\n" if san else "basicConstraints=CA:FALSE\n")
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-days", "2", "-out", f"{name}.crt", "-extfile", str(ext))
-        return str(d / f"{name}.crt"), str(d / f"{name}.key")
-
-    issue("localhost", "broker", san="IP:127.0.0.1,DNS:localhost")
-    issue.dir = d  # type: ignore[attr-defined]
-    return issue

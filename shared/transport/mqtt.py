@@ -4,6 +4,10 @@
   and is counted in ``denied``), v3.1.1 supported (``protocol=4``).
 - Persistent sessions (v5: clean_start=False + SessionExpiryInterval; v3.1.1: clean_session=False)
   so requests published while a gateway is offline reach it when it reconnects.
+- ``connect()`` returns once the broker acknowledged the subscriptions made before it (SUBACK),
+  not at CONNACK: a request another client sends right after would otherwise beat the
+  subscription and be dropped by the broker (nobody subscribed yet).
+- TLS 1.3 at least (``TlsConfig``); the deploy/ broker listeners take nothing older.
 - paho's network thread reconnects with backoff and re-sends unacknowledged QoS 1 messages;
   publishes made while disconnected are queued by paho and go out after reconnecting.
 - Presence: a retained ``Status(online=True)`` on connect and a retained ``Status(online=False)``
@@ -21,7 +25,9 @@ import logging
 import queue
 import socket
 import ssl
+import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -43,11 +49,25 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TlsConfig:
-    """Client-certificate TLS; under ``use_identity_as_username`` the CN is the client id."""
+    """Client-certificate TLS; under ``use_identity_as_username`` the CN is the client id.
+
+    The client speaks TLS 1.3 only (as the deploy/ broker does): under 1.2 its certificate,
+    which names the gateway, crosses the network in clear, and a server offering only 1.2 is
+    a downgrade."""
 
     ca_file: str
     cert_file: str | None = None
     key_file: str | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """The client's SSL context: verifies the broker against ``ca_file`` and its host name,
+        presents ``cert_file`` when given, TLS 1.3 or nothing."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and host name checks
+        context.minimum_version = ssl.TLSVersion.TLSv1_3
+        context.load_verify_locations(self.ca_file)
+        if self.cert_file is not None:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
 
 
 @dataclass(frozen=True)
@@ -90,6 +110,8 @@ class MqttTransport(Transport):
         self._connected = threading.Event()
         self._answered = threading.Event()  # the broker answered a CONNECT (accepted or refused)
         self._connect_error: str | None = None
+        self._last_failure: str | None = None  # why the newest connection attempt failed (socket, TLS)
+        self._subacks_due: set[int] = set()  # mids of this connection's initial subscriptions not acknowledged
         self._pending_mids: set[int] = set()
         self._acked_early: set[int] = set()
         self._pending_lock = threading.Condition()
@@ -112,8 +134,7 @@ class MqttTransport(Transport):
         if cfg.username is not None:
             client.username_pw_set(cfg.username, cfg.password)
         if cfg.tls is not None:
-            client.tls_set(ca_certs=cfg.tls.ca_file, certfile=cfg.tls.cert_file, keyfile=cfg.tls.key_file,
-                           cert_reqs=ssl.CERT_REQUIRED, tls_version=ssl.PROTOCOL_TLS_CLIENT)
+            client.tls_set_context(cfg.tls.context())
         client.reconnect_delay_set(cfg.reconnect_min_s, cfg.reconnect_max_s)
         client.manual_ack_set(True)
         client.max_queued_messages_set(0)  # unlimited: nothing a caller published is dropped locally
@@ -122,15 +143,25 @@ class MqttTransport(Transport):
             client.will_set(self.layout.status(self.client_id), will, qos=1, retain=True)
         client.on_socket_open = _disable_nagle
         client.on_connect = self._on_connect
+        client.on_connect_fail = self._on_connect_fail
+        client.on_subscribe = self._on_subscribe
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
         client.on_publish = self._on_publish
         return client
 
     def connect(self, *, wait: bool = True, timeout_s: float = 10.0) -> None:
-        """Start the network thread; with ``wait``, block until the broker accepted us.
+        """Start the network thread; with ``wait``, block until the broker accepted us and
+        acknowledged the subscriptions made so far (within ``timeout_s`` in all), so that a
+        request sent to us from now on is delivered.
 
         Without ``wait`` (a gateway starting offline) the thread keeps retrying in the background.
+
+        Raises
+        ------
+        ConnectionError
+            With ``wait``: the broker is unreachable, refused us, or did not answer (or did not
+            acknowledge the subscriptions) within ``timeout_s``; the reason is in the message.
         """
         cfg = self.config
         if wait:
@@ -142,8 +173,19 @@ class MqttTransport(Transport):
         else:
             self._client.connect_async(cfg.host, cfg.port, cfg.keepalive_s)
         self._client.loop_start()
-        if wait and not (self._answered.wait(timeout_s) and self.wait_connected(0.05)):
-            detail = self._connect_error or "no answer"
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout_s
+        detail = None
+        if not (self._answered.wait(timeout_s) and self.wait_connected(0.05)):
+            detail = self._connect_error or (f"no answer ({self._last_failure})" if self._last_failure else "no answer")
+        else:
+            with self._pending_lock:
+                if not self._pending_lock.wait_for(lambda: not self._subacks_due,
+                                                   max(0.0, deadline - time.monotonic())):
+                    n = len(self._subacks_due)
+                    detail = f"no SUBACK for {n} subscription{'s' if n != 1 else ''}"
+        if detail is not None:
             self.close()
             raise ConnectionError(f"could not connect to MQTT broker {cfg.host}:{cfg.port} as {self.client_id!r}: {detail}")
 
@@ -166,14 +208,31 @@ class MqttTransport(Transport):
             self._answered.set()
             return
         log.info("connected to broker", extra={"client": self.client_id, "session_present": flags.session_present})
-        for topic_filter in self._filters:
-            client.subscribe(topic_filter, qos=1)
+        # SUBACKs are handled on this (the network) thread, after this callback: none is missed
+        sent = [client.subscribe(topic_filter, qos=1) for topic_filter in self._filters]
+        mids = {mid for rc, mid in sent if rc == MQTTErrorCode.MQTT_ERR_SUCCESS}
+        with self._pending_lock:
+            self._subacks_due = mids
+            self._pending_lock.notify_all()
         if self.presence:
             status = encode_message(Message.create(self.online_status(), sender=self.client_id))
             self._publish_payload(self.layout.status(self.client_id), status, True)
         self.connections += 1  # last: a new epoch means subscriptions and presence are in place
         self._connected.set()
         self._answered.set()
+
+    def _on_connect_fail(self, _client, _userdata) -> None:
+        # paho calls this inside its ``except OSError`` around the attempt: the error is at hand
+        error = sys.exc_info()[1]
+        self._last_failure = f"{type(error).__name__}: {error}" if error is not None else None
+
+    def _on_subscribe(self, _client, _userdata, mid, reason_codes, _props) -> None:
+        refused = [str(code) for code in reason_codes if code.is_failure]
+        if refused:
+            log.warning("broker refused a subscription", extra={"client": self.client_id, "reason": ", ".join(refused)})
+        with self._pending_lock:
+            self._subacks_due.discard(mid)
+            self._pending_lock.notify_all()
 
     def _on_disconnect(self, _client, _userdata, _flags, reason_code, _props) -> None:
         self._connected.clear()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -11,6 +13,8 @@ import time
 from typing import Callable
 
 import pytest
+from paho.mqtt.client import SUBSCRIBE
+from paho.mqtt.enums import MQTTErrorCode
 
 from aggregator.broker import MosquittoBroker
 from aggregator.rounds import RoundEngine
@@ -22,6 +26,7 @@ from shared.protocol.messages import ModelAnnouncement, Ping, Pong, Status
 from shared.protocol.topics import TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport, TlsConfig
 from tests.conftest import PASSWORDS
+from tests.deploy.certs_support import certificate_dir
 
 pytestmark = pytest.mark.mosquitto
 LAYOUT = TopicLayout()
@@ -203,32 +208,128 @@ def test_payload_limit_is_enforced_before_publish(mosquitto: MosquittoBroker) ->
     assert agg.flush(5)
 
 
-def test_tls_client_certificate_cn_is_the_identity(tmp_path, tls_certs) -> None:
-    agg_cert = tls_certs("aggregator", "aggregator")
-    gw_cert = tls_certs("gw-1", "gw-1")
-    ca = str(tls_certs.dir / "ca.crt")
-    with MosquittoBroker(tmp_path / "tls-broker", tls_cert_dir=tls_certs.dir) as broker:
-        def tls_transport(name: str, cert: tuple[str, str]) -> MqttTransport:
-            t = MqttTransport(name, MqttConfig(port=broker.port, tls=TlsConfig(ca, *cert)))
-            t.connect()
+def test_tls_client_certificate_cn_is_the_identity(tmp_path) -> None:
+    certs = certificate_dir(tmp_path / "certs", "gw-1")
+    ca = str(certs / "ca.crt")
+    with MosquittoBroker(tmp_path / "tls-broker", tls_cert_dir=certs) as broker:
+        def tls_transport(name: str, cn: str | None) -> MqttTransport:
+            tls = TlsConfig(ca, str(certs / f"{cn}.crt"), str(certs / f"{cn}.key")) if cn else TlsConfig(ca)
+            t = MqttTransport(name, MqttConfig(host="localhost", port=broker.port, tls=tls))
+            _OPEN.append(t)
             return t
 
-        agg = tls_transport("aggregator", agg_cert)
+        agg = tls_transport("aggregator", "aggregator")
+        agg.connect()
         engine = RoundEngine(agg)
-        d = Dispatcher(tls_transport("gw-1", gw_cert))
+        d = Dispatcher(tls_transport("gw-1", "gw-1"))
         d.register(Ping, lambda m: Pong(m.body.payload))
         d.start()
-        time.sleep(0.2)
+        d.transport.connect()  # returns once its inbox subscription is acknowledged: no sleep needed
         assert engine.run_round("job", 1, Ping(b"tls"), ["gw-1"], deadline_s=10).answered == ["gw-1"]
         # the CN confines it like a username: no publishing as gw-2
         d.transport.publish(LAYOUT.outbox("gw-2"), Message.create(Pong(), sender="gw-2"))
         assert wait_until(lambda: d.transport.denied == 1)
         # no certificate, no connection
-        bare = MqttTransport("gw-2", MqttConfig(port=broker.port, tls=TlsConfig(ca)))
         with pytest.raises(ConnectionError):
-            bare.connect(timeout_s=2)
-        d.transport.close()
-        agg.close()
+            tls_transport("gw-2", None).connect(timeout_s=2)
+
+
+def test_the_client_refuses_a_tls_1_2_server(tmp_path) -> None:
+    """The broker takes TLS 1.3 only; the client must too, or a server (or a man in the middle)
+    offering 1.2 gets the gateway's certificate -- its name -- in clear."""
+    certs = certificate_dir(tmp_path / "certs", "gw-1")
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.maximum_version = ssl.TLSVersion.TLSv1_2
+    server.load_cert_chain(certs / "broker.crt", certs / "broker.key")
+    handshakes: list[str] = []
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(0.2)
+
+        def serve() -> None:
+            while not done.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                with conn:
+                    try:
+                        with server.wrap_socket(conn, server_side=True) as tls:
+                            handshakes.append(tls.version())
+                    except (ssl.SSLError, OSError) as exc:
+                        handshakes.append(type(exc).__name__)
+
+        done = threading.Event()
+        thread = threading.Thread(target=serve)
+        thread.start()
+        try:
+            tls = TlsConfig(str(certs / "ca.crt"), str(certs / "gw-1.crt"), str(certs / "gw-1.key"))
+            client = MqttTransport("gw-1", MqttConfig(host="localhost", port=listener.getsockname()[1], tls=tls))
+            with pytest.raises(ConnectionError, match="TLSV1_ALERT_PROTOCOL_VERSION|UNSUPPORTED_PROTOCOL|version"):
+                client.connect(timeout_s=2)
+        finally:
+            done.set()
+            thread.join()
+    assert handshakes and "TLSv1.2" not in handshakes, handshakes
+
+
+class DelayedSubscribe:
+    """Holds every SUBSCRIBE a paho client queues for ``delay_s`` -- a broker slow to take it --
+    while CONNECT, PUBLISH and the rest go out at once."""
+
+    def __init__(self, transport: MqttTransport, delay_s: float) -> None:
+        client = transport._client
+        real = client._packet_queue  # paho's one way onto the socket
+
+        def queue(command, packet, mid, qos, *args):
+            if command & 0xF0 == SUBSCRIBE:
+                later = threading.Timer(delay_s, real, (command, packet, mid, qos, *args))
+                later.daemon = True
+                later.start()
+                return MQTTErrorCode.MQTT_ERR_SUCCESS
+            return real(command, packet, mid, qos, *args)
+
+        client._packet_queue = queue
+
+
+def echo_gateway(broker: MosquittoBroker, **kw) -> Dispatcher:
+    """gw-1 answering pings, without presence, not connected, with no session kept after it closes."""
+    d = Dispatcher(transport(broker, "gw-1", connect=False, presence=False, session_expiry_s=0, **kw))
+    d.register(Ping, lambda m: Pong(m.body.payload))
+    d.start()
+    return d
+
+
+def test_connect_returns_only_once_the_subscriptions_are_acknowledged(mosquitto: MosquittoBroker) -> None:
+    agg = transport(mosquitto, "aggregator")
+    replies: list[Message] = []
+    agg.subscribe(LAYOUT.outbox("gw-1"), lambda _t, m: replies.append(m))
+    gw = echo_gateway(mosquitto)
+    DelayedSubscribe(gw.transport, 0.5)
+    gw.transport.connect(timeout_s=5)
+    agg.publish(LAYOUT.inbox("gw-1"), Message.create(Ping(b"right away"), sender="aggregator"))
+    # before: connect returned at CONNACK and the broker dropped the request (nobody subscribed yet)
+    assert wait_until(lambda: len(replies) == 1, timeout_s=3), "the request beat the subscription"
+    gw.transport.close(timeout_s=1)
+
+    slow = echo_gateway(mosquitto)
+    DelayedSubscribe(slow.transport, 3.0)
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match=r"no SUBACK for \d+ subscriptions"):
+        slow.transport.connect(timeout_s=1)
+    assert time.monotonic() - started < 2.5  # the same timeout covers CONNACK and SUBACKs
+
+
+def test_a_request_sent_right_after_connect_is_answered_every_time(mosquitto: MosquittoBroker) -> None:
+    agg = transport(mosquitto, "aggregator")
+    replies: list[bytes] = []
+    agg.subscribe(LAYOUT.outbox("gw-1"), lambda _t, m: replies.append(m.body.payload))
+    for loop in range(50):  # a fresh session each time: nothing is queued for gw-1 while it is away
+        gw = echo_gateway(mosquitto)
+        gw.transport.connect()
+        agg.publish(LAYOUT.inbox("gw-1"), Message.create(Ping(b"%d" % loop), sender="aggregator"))
+        assert wait_until(lambda: b"%d" % loop in replies, timeout_s=5), f"loop {loop}: the request was lost"
+        gw.transport.close(timeout_s=1)
+        _OPEN.remove(gw.transport)
 
 
 def test_nagle_is_off_on_both_ends(mosquitto: MosquittoBroker) -> None:
