@@ -6,9 +6,9 @@ the label holder's sealed copy), the node every row sits in per tree, and its pa
 the structure of every split and the feature and threshold of the splits it owns. What it sends
 (PRIVACY.md has the full table): digests of its window ids, its number of features, per open
 node its best gain and the id of that feature under this job's keyed permutation of its columns
-(``shared.vertical_splits.feature_codes``; the real column stays in its partial tree), and -- for the splits it won -- the
-node's rows left/right, sealed for the other parties. Never a feature value, a threshold or a
-feature name. The partial trees are kept only when the job finishes (``vertical_forest.finish``);
+(``shared.vertical_splits.feature_codes``; the real column stays in its partial tree), and --
+for the splits it won -- the node's rows left/right, sealed for the other parties. Never a
+feature value, a threshold or a feature name. The partial trees are kept only when the job finishes (``vertical_forest.finish``);
 a job that fails or is aborted leaves nothing. At the finish every party reports the SHA-256 of
 its partial trees; until a deployment they live in memory only.
 
@@ -545,7 +545,7 @@ class VerticalForestClient:
         if (state.best_feature[at] < 0).any():
             raise RequestRejected("bad_request", "partition asked for a node where this party has no split")
         at_nodes = self._rows_at(state, body.node_tree, body.node_id)
-        trees, rows, counts = at_nodes.tree, at_nodes.row, at_nodes.count
+        rows, counts = at_nodes.row, at_nodes.count
         feature = np.repeat(state.best_feature[at], counts)
         threshold = np.repeat(state.best_threshold[at], counts)
         go_left = state.X[rows, feature] <= threshold

@@ -368,7 +368,8 @@ def _expected_partition(model, blocks, seed, bootstrap, part) -> bytes:
     for t, v in zip(part.tree.tolist(), part.node.tolist()):
         tree = model.partial[part.owner][t]
         at = int(np.searchsorted(tree.split_nodes, v))
-        rows = np.flatnonzero((draw_rows(seed, t, n, bootstrap) > 0) & _at_node(model.trees[t].leaves[positions[:, t]], v))
+        leaf = model.trees[t].leaves[positions[:, t]]
+        rows = np.flatnonzero((draw_rows(seed, t, n, bootstrap) > 0) & _at_node(leaf, v))
         bits.append(blocks[part.owner][rows, tree.feature[at]] <= tree.threshold[at])
     return np.packbits(np.concatenate(bits)).tobytes()
 

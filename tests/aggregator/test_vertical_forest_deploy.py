@@ -116,8 +116,8 @@ def test_a_party_refuses_a_foreign_signature_a_downgrade_and_a_wrong_digest(flee
 def test_a_refusal_by_one_party_says_what_the_others_now_hold_and_that_a_rerun_needs_a_higher_version(fleet):
     sim, model, stores, X, key, tmp = fleet
     _half(sim, "gw-b").configure(PartySetup("gw-b", tmp / "gw-b-models", ()))  # no --trust: it cannot verify
-    with pytest.raises(TrainingError, match=r"^deploying vf v1: party gw-b did not keep it \(gw-b: .*no_trusted_key.*\); "
-                                            r"gw-a now holds vf v1, so deploying again needs a version above 1$"):
+    with pytest.raises(TrainingError, match=r"^deploying vf v1: party gw-b did not keep it \(gw-b: .*no_trusted_key"
+                                            r".*\); gw-a now holds vf v1, so deploying again needs a version above 1$"):
         deploy_to_parties(_job(sim, "d-1"), model, SIGNER, model_id="vf", version=1)
     assert _half(sim, "gw-a").deployed["vf"].manifest.version == 1 and "vf" not in _half(sim, "gw-b").deployed
     with pytest.raises(TrainingError, match="no party holds vf v2, so deploying again needs a version above 2"):

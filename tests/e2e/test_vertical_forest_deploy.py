@@ -10,6 +10,9 @@ prediction of the same windows (the simulation is exact: tests/e2e/test_vertical
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 import subprocess
 import sys
 
@@ -83,7 +86,21 @@ def _wheelfed(cwd, port, line):
     return proc.stdout
 
 
-def test_train_deploy_restart_and_live_prediction_reach_every_party(tmp_path):
+@dataclass(frozen=True)
+class PersonGateways:
+    """One person's gateways over a running mosquitto: the broker port, the gateway processes,
+    the aggregator's presence view and each gateway's ``wheelfed gateway`` arguments."""
+
+    port: int
+    processes: GatewayProcesses
+    presence: Presence
+    gateway_args: dict[str, tuple[str, ...]]
+
+
+@contextmanager
+def person_gateways(tmp_path) -> Iterator[PersonGateways]:
+    """Stores filled (``_fill``), a broker, the aggregator's and the person's keys made with the
+    commands; the gateways are not started. Everything is stopped at the end."""
     if not mosquitto_available():
         pytest.fail("mosquitto is not installed: the test command installs it")
     stores = {g: tmp_path / f"{g}.db" for g in PARTIES}
@@ -99,7 +116,17 @@ def test_train_deploy_restart_and_live_prediction_reach_every_party(tmp_path):
         agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=port, username="aggregator",
                                                       password=PASSWORDS["aggregator"]), presence=False)
         agg.connect()
-        presence = Presence(agg, TopicLayout())
+        try:
+            yield PersonGateways(port, processes, Presence(agg, TopicLayout()), gateway_args)
+        finally:
+            processes.stop_all()
+            agg.close()
+
+
+def test_train_deploy_restart_and_live_prediction_reach_every_party(tmp_path):
+    stores = {g: tmp_path / f"{g}.db" for g in PARTIES}
+    with person_gateways(tmp_path) as person:
+        port, processes, presence, gateway_args = person.port, person.processes, person.presence, person.gateway_args
 
         def restart(g):
             processes.kill(g)
@@ -107,23 +134,19 @@ def test_train_deploy_restart_and_live_prediction_reach_every_party(tmp_path):
             processes.start(g, *gateway_args[g])
             presence.wait([g], online=True, timeout_s=60)
 
-        try:
-            for g in PARTIES:
-                processes.start(g, *gateway_args[g])
-            presence.wait(list(PARTIES), online=True, timeout_s=60)
-            trained = _wheelfed(tmp_path, port, TRAIN)
-            assert "147 windows aligned" in trained and "deployed to gw-acc, gw-ecg, gw-gyro" in trained, trained
-            for g in PARTIES:
-                assert (tmp_path / f"{g}-models" / "vertical" / "activity-vf.cbor").is_file()
-            restart("gw-ecg")  # its partial trees now come from its model directory only
-            first = _wheelfed(tmp_path, port, PREDICT)
-            assert "activity-vf:v1: predicted 167 windows aligned" in first, first
-            restart("gw-gyro")  # what it predicted is remembered across a restart too
-            second = _wheelfed(tmp_path, port, PREDICT)
-            assert "predicted 0 windows aligned" in second, second
-        finally:
-            processes.stop_all()
-            agg.close()
+        for g in PARTIES:
+            processes.start(g, *gateway_args[g])
+        presence.wait(list(PARTIES), online=True, timeout_s=60)
+        trained = _wheelfed(tmp_path, port, TRAIN)
+        assert "147 windows aligned" in trained and "deployed to gw-acc, gw-ecg, gw-gyro" in trained, trained
+        for g in PARTIES:
+            assert (tmp_path / f"{g}-models" / "vertical" / "activity-vf.cbor").is_file()
+        restart("gw-ecg")  # its partial trees now come from its model directory only
+        first = _wheelfed(tmp_path, port, PREDICT)
+        assert "activity-vf:v1: predicted 167 windows aligned" in first, first
+        restart("gw-gyro")  # what it predicted is remembered across a restart too
+        second = _wheelfed(tmp_path, port, PREDICT)
+        assert "predicted 0 windows aligned" in second, second
 
     # the oracle: the same forest grown in the simulation, predicting the same windows
     key = read_party_key(tmp_path / "person.key")
