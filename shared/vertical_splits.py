@@ -34,7 +34,7 @@ from .splitting import impurity
 from .vertical_party_key import PartyKey
 
 __all__ = ["EPSILON", "FEATURE_THRESHOLD", "TIE_TOLERANCE", "LocalSplits", "best_local_splits", "feature_codes",
-           "is_tie_or_better", "leaf_values", "node_terms"]
+           "is_tie_or_better", "Leaves", "leaf_values", "node_terms"]
 
 FEATURE_THRESHOLD = 1e-7
 TIE_TOLERANCE = 1e-10
@@ -100,15 +100,21 @@ def node_terms(y: np.ndarray, node_pos: np.ndarray, weight: np.ndarray, n_classe
     return summary_terms(y - shift[node_pos], 0)
 
 
-def leaf_values(y: np.ndarray, node_pos: np.ndarray, weight: np.ndarray, n_classes: int, n_nodes: int
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """Leaf predictions and cover (weighted rows) of nodes from their entries: the weighted class
-    distribution (rows sum to 1) or the weighted mean (one column)."""
+@dataclass(frozen=True, eq=False)
+class Leaves:
+    """Leaf ``values`` ``(n, K)`` -- the weighted class distribution (rows sum to 1) or the
+    weighted mean (one column) -- and ``cover``, the weighted rows of each leaf."""
+
+    values: np.ndarray
+    cover: np.ndarray
+
+
+def leaf_values(y: np.ndarray, node_pos: np.ndarray, weight: np.ndarray, n_classes: int, n_nodes: int) -> Leaves:
+    """The leaves of nodes ``0..n_nodes-1`` from their entries (row labels ``y``, node, weight)."""
     stats = node_summaries(node_pos, weight, summary_terms(np.asarray(y), n_classes), n_nodes)
     cover = stats[:, 0] if not n_classes else stats.sum(axis=1)
     safe = np.where(cover > 0, cover, 1.0)
-    values = (stats[:, 1] / safe)[:, None] if not n_classes else stats / safe[:, None]
-    return values, cover
+    return Leaves((stats[:, 1] / safe)[:, None] if not n_classes else stats / safe[:, None], cover)
 
 
 @dataclass(frozen=True, eq=False)

@@ -567,10 +567,10 @@ class VerticalForestClient:
             t, r = np.nonzero(state.node >= 0)
             keys = _pack_key(t, state.node[t, r])
             unique, inverse = np.unique(keys, return_inverse=True)
-            values, cover = leaf_values(state.labels[r], inverse, state.weight[t, r], state.task.n_classes,
-                                        unique.size)
+            leaves = leaf_values(state.labels[r], inverse, state.weight[t, r], state.task.n_classes, unique.size)
             leaf_tree = unique >> (MAX_DEPTH + 2)
-            reply = VerticalFinishReply(leaf_tree, unique - (leaf_tree << (MAX_DEPTH + 2)), values, cover, digest)
+            reply = VerticalFinishReply(leaf_tree, unique - (leaf_tree << (MAX_DEPTH + 2)), leaves.values,
+                                        leaves.cover, digest)
         self.forests[message.envelope.job] = forest
         while len(self.forests) > self.max_jobs:
             self.forests.popitem(last=False)
