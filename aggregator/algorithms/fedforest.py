@@ -52,7 +52,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -97,7 +97,7 @@ from .forest_candidates import (
 )
 from .forest_growth import child_shift, choose_splits, is_pure, leaf_value, n_sampled_features, node_count
 
-__all__ = ["FedForest", "ForestResult", "ForestState", "forest_importance"]
+__all__ = ["FedForest", "ForestFleet", "ForestResult", "ForestState", "forest_importance"]
 
 log = logging.getLogger(__name__)
 
@@ -261,12 +261,47 @@ class LevelCounts:
 
 
 @dataclass(frozen=True, eq=False)
+class ForestFleet:
+    """The fleet a forest is grown on, as the job's setup described it: what a stored
+    :class:`ForestState` must have been grown on to be resumed. Classes are kept as strings
+    (the model's may be ints); ``edges`` are the job's candidate edges of every feature, one after
+    the other (float64; empty when the sketches choose them), ``edge_offsets`` where each
+    feature's start (int64, ``n_features + 1`` entries, or ``[0]``)."""
+
+    clients: tuple[str, ...]
+    n_features: int
+    feature_names: tuple[str, ...]
+    classes: tuple[str, ...]
+    model_classes: tuple[str, ...]
+    total_samples: int
+    root_shift: float
+    edges: np.ndarray
+    edge_offsets: np.ndarray
+
+    def to_dict(self) -> dict[str, Any]:
+        """The CBOR form (lists for the tuples), as ``ForestState.to_cbor`` stores it."""
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ForestFleet:
+        """Inverse of :meth:`to_dict` (``KeyError``/``TypeError`` for another layout)."""
+        tuples = {name: tuple(values[name]) for name in ("clients", "feature_names", "classes", "model_classes")}
+        return cls(**{**values, **tuples})
+
+    def differences(self, other: ForestFleet) -> list[str]:
+        """The fields in which ``other`` describes another fleet (compared as stored)."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return [name for name in mine if dumps_value(mine[name]) != dumps_value(theirs[name])]
+
+
+@dataclass(frozen=True, eq=False)
 class ForestState:
     """What the server holds after level ``levels_done - 1``: enough to grow the next level on,
     stored as CBOR (``shared.protocol.codec``) with the level it follows.
 
-    ``fleet`` describes the fleet the state was grown on (clients, features, classes, sample
-    count, candidate edges); a resumed job compares it with its own fleet description and
+    ``fleet`` (:class:`ForestFleet`) describes the fleet the state was grown on (clients,
+    features, classes, sample count, candidate edges); a resumed job compares it with its own and
     starts over if they differ (the data changed). ``decisions`` are every level's splits (the
     trees are rebuilt by replaying them; one table per level); ``frontier_*`` the open nodes (``frontier_known``: 0
     where AvgImp has no summary yet); ``known_*`` every pooled summary the model's leaves take
@@ -281,7 +316,7 @@ class ForestState:
     """
 
     levels_done: int
-    fleet: dict
+    fleet: ForestFleet
     decisions: tuple[SplitDecisions, ...]  # one per completed level
     frontier_tree: np.ndarray
     frontier_node: np.ndarray
@@ -304,6 +339,7 @@ class ForestState:
 
     def to_cbor(self) -> bytes:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "decisions"}
+        values["fleet"] = self.fleet.to_dict()
         return dumps_value({"version": self.VERSION, **values,
                             "decisions": [{f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
                                           for d in self.decisions]})
@@ -319,6 +355,7 @@ class ForestState:
             raise ValueError(f"not a version-{cls.VERSION} forest state")
         try:
             values["decisions"] = tuple(SplitDecisions(**d) for d in values["decisions"])
+            values["fleet"] = ForestFleet.from_dict(values["fleet"])
             return cls(**values)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a forest state: {exc}") from None
@@ -503,7 +540,7 @@ class _Training:
             self.distinct_of: dict[tuple[int, int], int] = {}
         return [_Node(t, 0, 0, shift=self.root_shift) for t in range(cfg.n_trees)]
 
-    def _fleet(self) -> dict:
+    def _fleet(self) -> ForestFleet:
         """The fleet as this job's setup described it: what a stored state must have been grown on."""
         if self.config.protocol == "histogram":
             edges, offsets = self.edge_values.astype(np.float64), self.edge_offsets
@@ -512,10 +549,11 @@ class _Training:
             offsets = np.concatenate([[0], np.cumsum([f.size for f in self.fixed])]).astype(np.int64)
         else:
             edges, offsets = np.zeros(0), np.zeros(1, np.int64)
-        return {"clients": list(self.clients), "n_features": int(self.d), "feature_names": list(self.feature_names),
-                "classes": [str(c) for c in self.classes], "model_classes": [str(c) for c in self.model_classes],
-                "total_samples": int(self.total_samples), "root_shift": float(self.root_shift),
-                "edges": np.asarray(edges, np.float64), "edge_offsets": np.asarray(offsets, np.int64)}
+        return ForestFleet(clients=tuple(self.clients), n_features=int(self.d), feature_names=tuple(self.feature_names),
+                           classes=tuple(str(c) for c in self.classes),
+                           model_classes=tuple(str(c) for c in self.model_classes),
+                           total_samples=int(self.total_samples), root_shift=float(self.root_shift),
+                           edges=np.asarray(edges, np.float64), edge_offsets=np.asarray(offsets, np.int64))
 
     def _state(self, levels_done: int, frontier: list[_Node]) -> ForestState:
         S = self.S
@@ -582,8 +620,8 @@ class _Training:
 
     def _unfit(self, state: ForestState) -> str | None:
         """Why ``state`` cannot continue this job (None: it can)."""
-        if dumps_value(state.fleet) != dumps_value(self._fleet()):
-            changed = [k for k, v in self._fleet().items() if dumps_value(state.fleet.get(k)) != dumps_value(v)]
+        changed = state.fleet.differences(self._fleet())
+        if changed:
             return f"the fleet changed since the stored level ({', '.join(changed)})"
         n_trees = self.config.n_trees
         if state.root_weight.shape != (n_trees,) or state.importance.shape != (n_trees, self.d + 1) or \
@@ -809,8 +847,10 @@ class _Training:
 
     def _sketches(self, replies: dict[str, ForestLevelReply]) -> PairSketches:
         """The level replies' quantile sketches, stacked (client-id order)."""
-        rows = [(r.pairs, r.points, r.pair_weight) for r in replies.values()]
-        return PairSketches(*(np.concatenate([row[i] for row in rows]) for i in range(3)))
+        stacked = list(replies.values())
+        return PairSketches(pair=np.concatenate([r.pairs for r in stacked]),
+                            points=np.concatenate([r.points for r in stacked]),
+                            weight=np.concatenate([r.pair_weight for r in stacked]))
 
     def _centred_in_gaps(self, cands: Candidates, best: np.ndarray, pair_node: np.ndarray, pair_feature: np.ndarray,
                          replies: dict[str, ForestLevelReply]) -> Candidates:
