@@ -110,16 +110,30 @@ def test_a_full_disk_at_every_phase_is_one_clear_error_and_loses_nothing_acknowl
     assert phases == {"open", "insert", "label"}, phases
 
 
-def test_sigkill_while_the_disk_fills_loses_no_reported_window(tmp_path: Path) -> None:
+def _labels_allowed(i: int, acked: list[tuple[int, int, str]], unsure: list[tuple[int, int, str]]) -> set[str | None]:
+    """The labels window ``i`` may carry: as the acknowledged annotations say, with or without
+    each annotation whose ``label_range`` a kill may have cut short (stored, but not reported)."""
+    w = crash.window(i)
+    near = [a for a in unsure if a[0] < w.end_us and w.start_us < a[1]]
+    return {_expected_label(i, acked + [a for k, a in enumerate(near) if mask >> k & 1])
+            for mask in range(1 << len(near))}
+
+
+def test_sigkill_while_the_disk_fills_loses_no_reported_window_or_label(tmp_path: Path) -> None:
     rng = random.Random(20261126)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with SmallDisk(tmp_path / "disk", 512 * KIB) as disk:
-        db, progress = disk.path / "w.db", tmp_path / "progress"
+    with SmallDisk(tmp_path / "disk", 2048 * KIB) as disk:
+        db, progress, labels = disk.path / "w.db", tmp_path / "progress", tmp_path / "labels"
         first, full = 0, 0
+        windows: list[int] = []
+        acked: list[tuple[int, int, str]] = []  # annotations whose label_range returned
+        unsure: list[tuple[int, int, str]] = []  # annotations in flight when the writer died
         for run in range(5):
             progress.write_text("")
+            labels.write_text("")
             child = subprocess.Popen([sys.executable, "-m", "tests.edge_client.store_crash_writer", str(db),
-                                      str(progress), str(first)], cwd=ROOT, env=env, stderr=subprocess.PIPE)
+                                      str(progress), str(first), str(labels)], cwd=ROOT, env=env,
+                                     stderr=subprocess.PIPE)
             deadline = time.monotonic() + 30
             while not progress.read_text() and child.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.005)  # writing (a loaded machine takes a while to start Python)
@@ -134,13 +148,23 @@ def test_sigkill_while_the_disk_fills_loses_no_reported_window(tmp_path: Path) -
                 assert "StoreFull" in err and "disk is full" in err, err
                 full += 1
             reported = [int(x) for x in progress.read_text().split()]
+            labelled = [int(x) for x in labels.read_text().split()]
+            windows += reported
+            acked += [crash.annotation(i) for i in labelled]
+            if reported and reported[-1] % 25 == 24 and reported[-1] not in labelled:
+                unsure.append(crash.annotation(reported[-1]))  # died in or right after label_range
             disk.resize(disk.size + 64 * KIB)  # room for the check's own WAL, then fill up again
             with WindowStore(db) as store:  # no retention: every reported window must be there
-                stored = {int(s) for s in store.query(crash.FEATURE_SET, labelled_only=False).meta.start_us}
-            assert {crash.window(i).start_us for i in reported} <= stored
+                result = store.query(crash.FEATURE_SET, labelled_only=False)
+            stored = {int(s): (row, label) for row, (s, label) in enumerate(zip(result.meta.start_us, result.y))}
+            for i in windows:  # every reported window, bit for bit, labelled as the reported labels say
+                row, label = stored[crash.window(i).start_us]
+                assert np.array_equal(result.X[row], crash.window(i).features)
+                assert label in _labels_allowed(i, acked, unsure), (i, label, run)
             first = (reported[-1] + 1) if reported else first
         _assert_sound(db)
     assert full >= 1  # the last writer, at least, ran into the full disk
+    assert len(acked) >= 8 and sum(label is not None for _, label in stored.values()) >= 150, (len(acked), full)
 
 
 def _frames():
