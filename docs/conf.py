@@ -46,7 +46,9 @@ myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence", "deflist"]
 # BENCHMARKS.md and PRIVACY.md are included as they are written by every issue; a heading that
 # skips a level there (## then ####) is style, not a broken document, and must not fail the build.
-suppress_warnings = ["myst.header"]
+# The README's console blocks mix commands with their output, which Pygments' console lexer may
+# not tokenise; it then highlights them plainly, which is no reason to fail the build either.
+suppress_warnings = ["myst.header", "misc.highlighting_failure"]
 
 # The docstrings are numpydoc (Parameters / Returns / Examples sections).
 napoleon_google_docstring = False
@@ -62,6 +64,20 @@ autoclass_content = "class"
 wheelfed_api_exclude = {
     # Alembic's env.py runs a migration when imported; the revisions are data, not API.
     "aggregator.server.migrations": "Alembic's migration environment runs on import",
+}
+
+# The repository's Markdown files that a page of the site includes (repository path -> page).
+# The pages link to these files where they lie in the repository, so that the links work when
+# the Markdown is read there; the build points those links at the including pages instead
+# (docs/_ext/wheelfed_api.py), and the link check of tests/docs/test_docs.py reads this table.
+wheelfed_site_pages = {
+    "README.md": "readme",
+    "PRIVACY.md": "privacy",
+    "RELIABILITY.md": "reliability",
+    "BENCHMARKS.md": "benchmarks",
+    "SCALING.md": "scaling",
+    "deploy/README.md": "deploy",
+    "edge_client/features/FEATURES.md": "features",
 }
 
 # Docstrings to show verbatim while they are not valid reStructuredText (key: the exact object,

@@ -16,8 +16,11 @@ so a new formatting mistake anywhere else still fails the ``-W`` build.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
+import re
 import sys
+from pathlib import Path
 
 from docutils import nodes
 from sphinx.application import Sphinx
@@ -82,6 +85,11 @@ class WheelFedMessageTypes(SphinxDirective):
 
         for info in pkgutil.iter_modules(messages.__path__):
             importlib.import_module(f"{messages.__name__}.{info.name}")
+        # Message types registered outside the messages package: the chunk wrapper, and the
+        # aggregator's own (a site's pre-summed replies, a merge worker's partials and forwarded
+        # chunks). Imported here so that the table never depends on what autodoc read first.
+        for module in MESSAGE_MODULES:
+            importlib.import_module(module)
         rows = sorted(registered_message_types().items(), key=lambda item: (item[1].__module__, item[0]))
         lines = [".. list-table::", "   :header-rows: 1", "   :widths: 25 30 45", "",
                  "   * - ``type``", "     - body", "     - module"]
@@ -89,6 +97,10 @@ class WheelFedMessageTypes(SphinxDirective):
             lines += [f"   * - ``{name}``", f"     - :py:class:`~{cls.__module__}.{cls.__qualname__}`",
                       f"     - :py:mod:`{cls.__module__}`"]
         return self.parse_text_to_nodes("\n".join(lines))
+
+
+#: Modules outside ``shared.protocol.messages`` that register message types.
+MESSAGE_MODULES = ("shared.protocol.chunking", "aggregator.site_aggregator", "aggregator.merge_workers")
 
 
 class WheelFedSettings(SphinxDirective):
@@ -183,14 +195,62 @@ def _examples_in_module(app: Sphinx, what: str, name: str, obj: object, options:
     lines[:] = out + ["", f".. testsetup:: {group}", "", f"   {setup_code}", ""]
 
 
+# A Markdown link to a page: ``](path.md#anchor)`` or ``.rst`` (the path without its anchor in group 2).
+_MARKDOWN_LINK = re.compile(r"(\]\(\s*<?)([^)\s>#]+\.(?:md|rst))(#[^)\s>]*)?")
+
+
+def site_link(app: Sphinx, target: str, written_in: Path, docname: str) -> str | None:
+    """The link, from page ``docname``, to the site page that shows repository file ``target``
+    (a path relative to ``written_in``, the file the link is written in), or None when the
+    target is neither a page of the site nor a repository file the site includes.
+
+    The pages link to the repository's files as they lie in the repository (``../SCALING.md``,
+    ``../../deploy/README.md#...``), so that the links also work when the Markdown is read
+    there; Sphinx knows only the pages under ``docs/``, and ``wheelfed_site_pages`` says which
+    page includes which file."""
+    srcdir = Path(app.srcdir).resolve()
+    path = (written_in.parent / target).resolve()
+    if path.is_relative_to(srcdir):
+        page = path
+    else:
+        name = app.config.wheelfed_site_pages.get(path.relative_to(srcdir.parent).as_posix()
+                                                    if path.is_relative_to(srcdir.parent) else "")
+        if name is None:
+            return None
+        page = srcdir / f"{name}.md"
+    return Path(os.path.relpath(page, (srcdir / docname).parent)).as_posix()
+
+
+def _rewrite_links(app: Sphinx, text: str, written_in: Path, docname: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        link = site_link(app, match.group(2), written_in, docname)
+        return match.group(0) if link is None else f"{match.group(1)}{link}{match.group(3) or ''}"
+
+    return _MARKDOWN_LINK.sub(replace, text)
+
+
+def _page_links(app: Sphinx, docname: str, source: list[str]) -> None:
+    """``source-read``: a page's links to repository files the site includes go to their pages."""
+    source[0] = _rewrite_links(app, source[0], Path(app.env.doc2path(docname)), docname)
+
+
+def _included_links(app: Sphinx, relative_path: Path, parent_docname: str, content: list[str]) -> None:
+    """``include-read``: an included file's links (relative to where the file lies) go to the
+    pages of the site, relative to the page that includes it."""
+    content[0] = _rewrite_links(app, content[0], Path(app.srcdir) / relative_path, app.env.docname)
+
+
 def setup(app: Sphinx) -> dict[str, object]:
     app.add_config_value("wheelfed_api_exclude", {}, "env")
     app.add_config_value("wheelfed_api_verbatim", {}, "env")
+    app.add_config_value("wheelfed_site_pages", {}, "env")
     app.add_directive("wheelfed-modules", WheelFedModules)
     app.add_directive("wheelfed-message-types", WheelFedMessageTypes)
     app.add_directive("wheelfed-settings", WheelFedSettings)
     app.connect("autodoc-process-docstring", _verbatim, priority=600)
     app.connect("autodoc-process-docstring", _examples_in_module, priority=700)
+    app.connect("source-read", _page_links)
+    app.connect("include-read", _included_links)
     app.connect("env-before-read-docs", _init_packages)
     app.connect("env-merge-info", _merge)
     app.connect("env-check-consistency", _check_coverage)

@@ -5,16 +5,25 @@
   not run, fails here);
 * every ``{py:...}`` reference in the pages names an object that the build documented (Sphinx
   itself stays silent about unresolved Python references unless nitpicky);
-* a link check of ``docs/**/*.md`` and README.md, standard library only: every relative link
-  leads to a file of the repository, and every ``#anchor`` to a heading of the target Markdown
-  file (GitHub's and MyST's heading slugs), so the links work both on the built site and when
-  the files are read in the repository. Links to other sites are not fetched.
+* a link check of ``docs/**/*.md``, README.md and every repository Markdown file the site
+  includes (``wheelfed_site_pages`` in ``docs/conf.py``: PRIVACY.md, SCALING.md,
+  deploy/README.md, ...), standard library only: every relative link leads to a file of the
+  repository, and every ``#anchor`` to a heading of the target Markdown file (GitHub's and MyST's
+  heading slugs), so the links work both on the built site and when the files are read in the
+  repository. Links to other sites are not fetched;
+* the doctest build ran every example: as many as ``doctest.DocTestFinder`` finds in the
+  documented objects of the packages, plus those of the pages' ``{doctest}`` blocks, so an
+  example that the build skips (a docstring autodoc does not render, a ``+SKIP``) fails.
 """
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import os
+import pkgutil
 import re
+import runpy
 import subprocess
 import sys
 import unicodedata
@@ -117,14 +126,34 @@ def broken_links(files: list[Path], root: Path) -> list[str]:
     return problems
 
 
+def docs_config() -> dict:
+    """The names ``docs/conf.py`` defines (it imports ``shared`` for the version, nothing else)."""
+    return runpy.run_path(str(DOCS / "conf.py"))
+
+
 def markdown_files() -> list[Path]:
-    return sorted([ROOT / "README.md", *DOCS.rglob("*.md")])
+    """The pages, README.md and the repository's Markdown files that the site includes."""
+    included = [ROOT / path for path in docs_config()["wheelfed_site_pages"]]
+    return sorted({ROOT / "README.md", *included, *DOCS.rglob("*.md")})
 
 
 def test_no_broken_internal_link_in_docs_and_readme() -> None:
     files = markdown_files()
+    assert {ROOT / "deploy" / "README.md", ROOT / "SCALING.md", ROOT / "PRIVACY.md"} <= set(files)
     assert len(files) > 10 and sum(len(links(f)) for f in files) > 30, "the checker found too little to check"
     assert broken_links(files, ROOT) == []
+
+
+def test_every_file_the_site_includes_has_its_page() -> None:
+    """``wheelfed_site_pages`` (which the build uses to point links at the pages) says which page
+    includes which repository file; each page must include exactly that file."""
+    pages = docs_config()["wheelfed_site_pages"]
+    assert "deploy/README.md" in pages and "README.md" in pages
+    for path, page in pages.items():
+        assert (ROOT / path).exists(), path
+        source = (DOCS / f"{page}.md").read_text(encoding="utf-8")
+        included = re.findall(r"^```\{include\}\s+(\S+)", source, re.M)
+        assert [(DOCS / target).resolve() for target in included] == [(ROOT / path).resolve()], page
 
 
 def test_the_readme_links_only_inside_the_repository_and_to_the_docs() -> None:
@@ -226,15 +255,67 @@ def test_every_python_reference_in_the_pages_resolves(built: Path) -> None:
     assert missing == []
 
 
+def api_modules(excluded: dict[str, str]) -> list[str]:
+    """Every module of the four packages but the excluded ones and ``__main__`` entry points:
+    what the API reference documents (walked here, not with the build's own extension)."""
+    found, pending = [], ["shared", "firmware_bridge", "edge_client", "aggregator"]
+    while pending:
+        package = pending.pop()
+        found.append(package)
+        for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+            name = f"{package}.{info.name}"
+            if info.name == "__main__" or any(name == e or name.startswith(e + ".") for e in excluded):
+                continue
+            (pending if info.ispkg else found).append(name)
+    return found
+
+
+def expected_examples() -> dict[str, int]:
+    """Examples per source, counted as ``doctest`` counts them (one per ``>>>`` statement): the
+    docstrings of every public object of every documented module (``doctest.DocTestFinder``,
+    which like autodoc takes only what the module itself defines), and the pages' ``{doctest}``
+    blocks."""
+    config = docs_config()
+    counts: dict[str, int] = {}
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    for name in api_modules(config["wheelfed_api_exclude"]):
+        for test in finder.find(importlib.import_module(name), name):
+            own = test.name[len(name):].split(".")
+            if test.examples and test.name not in config["wheelfed_api_verbatim"] \
+                    and not any(part.startswith("_") for part in own):
+                counts[test.name] = len(test.examples)
+    parser = doctest.DocTestParser()
+    for page in sorted(DOCS.rglob("*.md")):
+        for block in re.findall(r"^```\{doctest\}[^\n]*\n(.*?)^```", page.read_text(encoding="utf-8"), re.M | re.S):
+            key = str(page.relative_to(ROOT))
+            counts[key] = counts.get(key, 0) + len(parser.get_examples(block))
+    return counts
+
+
 @pytest.mark.slow
 def test_every_example_runs(built: Path) -> None:
     result = _sphinx("doctest", built, built / "doctrees")
     report = (built / "doctest" / "output.txt").read_text(encoding="utf-8") \
         if (built / "doctest" / "output.txt").exists() else ""
     assert result.returncode == 0, f"sphinx-build -b doctest failed:\n{report[-6000:]}\n{result.stderr[-3000:]}"
-    tests = re.search(r"^\s*(\d+) tests?$", report, re.M)
-    assert tests and int(tests.group(1)) >= 50, f"too few examples ran:\n{report[-2000:]}"
     assert re.search(r"^\s*0 failures in tests$", report, re.M), report[-3000:]
+    ran = re.search(r"^\s*(\d+) tests?$", report, re.M)
+    expected = expected_examples()
+    assert sum(expected.values()) >= 200 and any(key.startswith("docs/") for key in expected)
+    # Per module too, so that a failure names where the examples went missing.
+    ran_per_group: dict[str, int] = {}
+    for n, group in re.findall(r"^\s*(\d+) tests? in (\S+)$", report, re.M):
+        if group != "default":
+            ran_per_group[group] = ran_per_group.get(group, 0) + int(n)
+    per_module: dict[str, int] = {}
+    for name, count in expected.items():
+        if not name.startswith("docs/"):
+            module = max((m for m in ran_per_group if name == m or name.startswith(m + ".")), key=len, default=name)
+            per_module[module] = per_module.get(module, 0) + count
+    missing = {m: (n, ran_per_group.get(m, 0)) for m, n in per_module.items() if ran_per_group.get(m, 0) != n}
+    assert ran and int(ran.group(1)) == sum(expected.values()), (
+        f"the doctest build ran {ran and ran.group(1)} examples, the sources hold {sum(expected.values())}; "
+        f"(expected, ran) per module where they differ: {missing}")
 
 
 def test_every_test_and_file_the_pages_name_exists() -> None:
