@@ -18,6 +18,7 @@ from edge_client.store import WindowRecord, WindowStore
 from edge_client.training_data import ClientData, StoreTrainingData
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport
+from tests.e2e.mqtt_fault_proxy import Faults, MqttFaultProxy
 
 FEATURE_SET = "e2e-fs-1"
 GATEWAYS = [f"gw-{i}" for i in range(1, 5)]
@@ -135,3 +136,13 @@ def start_fleet(tmp_path: Path, *gateway_args: str, broker: FleetBroker | None =
             agg.close()
 
 
+
+
+@contextmanager
+def start_fleet_behind_proxy(tmp_path: Path, faults: Faults = Faults(), *gateway_args: str
+                             ) -> Iterator[tuple[Fleet, MqttFaultProxy]]:
+    """``start_fleet`` with the aggregator and every gateway connected through an
+    ``MqttFaultProxy`` applying ``faults`` (none by default: then only its ``tap`` acts)."""
+    with fleet_mosquitto(tmp_path / "broker") as mosquitto, MqttFaultProxy(mosquitto.port, faults) as proxy:
+        with start_fleet(tmp_path, *gateway_args, broker=Listener(proxy.port)) as fleet:
+            yield fleet, proxy

@@ -111,24 +111,30 @@ def _remaining_length(read: Callable[[int], bytes]) -> tuple[int, bytes]:
     raise ValueError("malformed remaining length")
 
 
-def _connect_client_id(body: bytes) -> str:
-    """The client identifier of a CONNECT packet's ``body`` (after the fixed header)."""
+def _after_properties(body: bytes, pos: int) -> int:
+    """Where an MQTT 5 property block starting at ``pos`` (a variable byte integer length, then
+    the properties) ends."""
+    length, shift = 0, 0
+    while True:
+        byte = body[pos]
+        pos += 1
+        length += (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return pos + length
+
+
+def _connect_fields(body: bytes) -> tuple[str, int]:
+    """The client identifier and protocol level (4 = 3.1.1, 5) of a CONNECT packet's ``body``
+    (after the fixed header)."""
     name_len = int.from_bytes(body[0:2], "big")
     pos = 2 + name_len
     level = body[pos]
     pos += 1 + 1 + 2  # level, flags, keep-alive
-    if level == 5:  # properties: a variable byte integer length, then the properties
-        length, shift = 0, 0
-        while True:
-            byte = body[pos]
-            pos += 1
-            length += (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        pos += length
+    if level == 5:
+        pos = _after_properties(body, pos)
     id_len = int.from_bytes(body[pos:pos + 2], "big")
-    return body[pos + 2:pos + 2 + id_len].decode("utf-8", "replace")
+    return body[pos + 2:pos + 2 + id_len].decode("utf-8", "replace"), level
 
 
 class _Outbound:
@@ -202,6 +208,7 @@ class _Link:
         self.proxy, self.client, self.broker = proxy, client, broker
         self.closed = False
         self.client_id = ""
+        self.level = 4  # the MQTT protocol level of the CONNECT
         self.rng: dict[Direction, random.Random] = {}
         self.lock = threading.Lock()
         # per direction of the PUBLISH: packet id -> whether each one written was an injected copy
@@ -259,7 +266,7 @@ class _Link:
                 raw = first + encoded + body
                 kind = first[0] >> 4
                 if kind == CONNECT and direction == "to_broker":
-                    self.identify(_connect_client_id(body))
+                    self.identify(*_connect_fields(body))
                 if direction == "to_client":
                     self.ready.wait(10)
                 if kind == PUBACK and self.acked_copy(opposite, int.from_bytes(body[:2], "big")):
@@ -272,11 +279,11 @@ class _Link:
         except (EOFError, OSError, ValueError, IndexError):
             out.drain()  # what was read reaches the other side, then the link closes
 
-    def identify(self, client_id: str) -> None:
+    def identify(self, client_id: str, level: int) -> None:
         with self.proxy.lock:
             number = self.proxy.stats.connections[client_id]
             self.proxy.stats.connections[client_id] += 1
-        self.client_id = client_id
+        self.client_id, self.level = client_id, level
         seed = self.proxy.faults.seed
         self.rng = {d: random.Random(f"{seed}/{client_id}/{number}/{d}") for d in ("to_broker", "to_client")}
         self.ready.set()
@@ -294,6 +301,8 @@ class _Link:
         tap = self.proxy.tap
         if tap is not None:
             start = 2 + topic_len + (2 if qos else 0)
+            if self.level == 5:
+                start = _after_properties(body, start)
             if not tap(Publish(direction, self.client_id, topic, body[start:], qos)):
                 self.count("tapped", direction)
                 if packet_id is not None:  # its sender gets the PUBACK it waits for, as if delivered

@@ -15,8 +15,6 @@ every injected copy's acknowledgement kept from the other side.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,8 +28,8 @@ from shared.protocol.envelope import Message
 from shared.protocol.messages import Status
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport
-from tests.e2e.fleet_support import FEATURE_SET, GATEWAYS, PASSWORDS, Fleet, Listener, client_data, fleet_mosquitto, \
-    start_fleet
+from tests.e2e.fleet_support import FEATURE_SET, GATEWAYS, PASSWORDS, client_data, fleet_mosquitto, \
+    start_fleet_behind_proxy
 from tests.e2e.mqtt_fault_proxy import Faults, MqttFaultProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
@@ -90,14 +88,6 @@ def test_the_proxy_loses_nothing_keeps_each_topics_order_and_hides_its_copies_ac
             transport.close()
 
 
-@contextmanager
-def fleet_behind_proxy(tmp_path: Path) -> Iterator[tuple[Fleet, MqttFaultProxy]]:
-    """Four gateway processes and the aggregator, all connected through the fault proxy."""
-    with fleet_mosquitto(tmp_path / "broker") as mosquitto, MqttFaultProxy(mosquitto.port, FAULTS) as proxy:
-        with start_fleet(tmp_path, broker=Listener(proxy.port)) as fleet:
-            yield fleet, proxy
-
-
 def assert_every_round_whole_and_duplicates_counted_once(job: FederatedJob, engine: RoundEngine) -> None:
     assert not job.rejected  # no reply of the wrong round, and no tree count off by a step applied twice
     assert all(sorted(r.replies) == GATEWAYS and not r.errors and not r.timed_out for r in job.results)
@@ -107,7 +97,7 @@ def assert_every_round_whole_and_duplicates_counted_once(job: FederatedJob, engi
 
 def test_private_fedscs_xgb_with_duplicated_and_reordered_deliveries_equals_the_simulation(tmp_path: Path) -> None:
     config = FedSCSXGB(n_rounds=3, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
-    with fleet_behind_proxy(tmp_path) as (fleet, proxy):
+    with start_fleet_behind_proxy(tmp_path, FAULTS) as (fleet, proxy):
         engine = RoundEngine(fleet.agg)
         model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=5, engine=engine,
                                     settings=JobSettings(deadline_s=60))
@@ -122,7 +112,7 @@ def test_private_fedscs_xgb_with_duplicated_and_reordered_deliveries_equals_the_
 
 def test_private_fedforest_with_duplicated_and_reordered_deliveries_equals_the_simulation(tmp_path: Path) -> None:
     config = FedForest(n_trees=3, max_depth=4, n_bins=16, feature_set_version=FEATURE_SET)
-    with fleet_behind_proxy(tmp_path) as (fleet, proxy):
+    with start_fleet_behind_proxy(tmp_path, FAULTS) as (fleet, proxy):
         engine = RoundEngine(fleet.agg)
         model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=4, engine=engine,
                                     settings=JobSettings(deadline_s=60))
