@@ -78,8 +78,8 @@ class GatewayProcess:
         return code
 
 
-def gateway_on_a_new_pty(cwd: Path, *args: str, link: Path | None = None,
-                         tries: int = 3) -> tuple[GatewayProcess, int, str]:
+def gateway_on_a_new_pty(cwd: Path, *args: str, link: Path | None = None, tries: int = 3,
+                         env: dict[str, str] | None = None) -> tuple[GatewayProcess, int, str]:
     """A gateway (``args`` must include ``--stats-every``) reading a new pty, through the stable
     name ``link`` if given; returns it with the pty's master fd and slave path once ``link=up``.
 
@@ -92,7 +92,7 @@ def gateway_on_a_new_pty(cwd: Path, *args: str, link: Path | None = None,
         if link is not None:
             link.unlink(missing_ok=True)
             os.symlink(slave, link)
-        gateway = GatewayProcess(cwd, *args, "--serial", str(link or slave))
+        gateway = GatewayProcess(cwd, *args, "--serial", str(link or slave), env=env)
         if gateway.wait_for(lambda: gateway.stats().get("link") == "up"):
             return gateway, master, slave
         gateway.stop()
@@ -200,25 +200,40 @@ def test_a_device_that_vanishes_is_one_warning_then_the_status_says_gone_and_it_
 
 
 @pytest.mark.mosquitto
+@pytest.mark.parametrize("serial", [False, True], ids=["no-serial", "serial-gone-too"])
 @pytest.mark.parametrize("broker_at_start", [True, False], ids=["broker-went-away", "broker-never-there"])
-def test_sigterm_without_a_broker_stops_the_gateway_promptly(tmp_path: Path, mosquitto, broker_at_start) -> None:
+def test_sigterm_without_a_broker_stops_the_gateway_promptly(tmp_path: Path, mosquitto, broker_at_start,
+                                                             serial) -> None:
     """The broker vanished (a demo's broker killed first, a cloud outage) or never answered:
     SIGTERM must still stop the gateway at once -- its offline message cannot be delivered, and
-    it must not wait for it."""
+    it must not wait for it. With ``serial``, its sensor's pty is closed as well (the demo's
+    replay killed with the broker): the read thread, reopening a device that is gone, must not
+    hold the exit up either."""
     if not broker_at_start:
         mosquitto.stop(kill=True)
-    gateway = GatewayProcess(tmp_path, "--client-id", "gw-1", "--port", str(mosquitto.port), "--store",
-                             str(tmp_path / "gw-1.db"), "--stats-every", "0.2",
-                             env={"WHEELFED_MQTT_PASSWORD": PASSWORDS["gw-1"]})
+    args = ("--client-id", "gw-1", "--port", str(mosquitto.port), "--store", str(tmp_path / "gw-1.db"),
+            "--stats-every", "0.2")
+    env = {"WHEELFED_MQTT_PASSWORD": PASSWORDS["gw-1"]}
+    master = None
+    if serial:
+        gateway, master, _ = gateway_on_a_new_pty(tmp_path, *args, env=env)
+    else:
+        gateway = GatewayProcess(tmp_path, *args, env=env)
     try:
         if broker_at_start:
             assert gateway.wait_for(lambda: gateway.stats().get("broker") == "connected"), gateway.err
             mosquitto.stop(kill=True)
         assert gateway.wait_for(lambda: gateway.stats().get("broker") == "offline"), gateway.err
+        if serial:
+            os.close(master)  # the pty is gone
+            master = None
+            assert gateway.wait_for(lambda: gateway.stats().get("link") not in (None, "up")), gateway.out[-1:]
         started = time.monotonic()
         gateway.proc.send_signal(signal.SIGTERM)
         code = gateway.proc.wait(30)
         took = time.monotonic() - started
     finally:
         gateway.stop()
+        if master is not None:
+            os.close(master)
     assert code == 0 and took < 3.0, (code, took, gateway.err[-5:])
