@@ -191,7 +191,7 @@ def ask_every_party(job: FederatedJob, parties: Sequence[str], what: str, reques
 class VerticalPrediction:
     """A one-round prediction over the parties: ``values`` (windows, K) -- class probabilities or
     the regression mean -- ``predictions`` and which windows were predicted (``alignment``; the
-    rows are the common windows in ``(session, start)`` order)."""
+    rows are the common windows in start order)."""
 
     values: np.ndarray
     predictions: np.ndarray

@@ -75,7 +75,7 @@ from shared.protocol.messages.vertical_forest import (
     VerticalTask,
 )
 from shared.signing import BadSignature, VerifyKey
-from shared.vertical_alignment import aligned_order, snap_starts, window_digests
+from shared.vertical_alignment import snap_starts, start_digests, start_order
 from shared.vertical_manifest import partial_digest, verify_manifest
 from shared.vertical_party_key import PartyKey, SealError, read_party_key
 from shared.vertical_splits import best_local_splits, feature_codes, leaf_values
@@ -195,6 +195,20 @@ class _PartyJob:
     applied_level: int = -1
     live: _LiveWindows | None = None
     predicted: np.ndarray | None = None  # prediction: rows of ``windows`` in aligned order
+
+
+# -- window identity: the only places the party reads a window's id -----------------------------------
+# A window's id for alignment is its (snapped) start on the sensors' common clock under the
+# person's key -- not its session, which each gateway names itself (shared.vertical_alignment).
+
+def _window_digests(id_key: bytes, windows: PartyWindows, rows: np.ndarray) -> np.ndarray:
+    """The keyed digests of windows ``rows`` (what the master aligns on)."""
+    return start_digests(id_key, windows.start_us[rows])
+
+
+def _in_aligned_order(windows: PartyWindows, rows: np.ndarray) -> np.ndarray:
+    """``rows`` in the job's row order, the order every party agrees on (``start_order``)."""
+    return rows[start_order(windows.start_us[rows])]
 
 
 def _pack_key(tree: np.ndarray, node: np.ndarray) -> np.ndarray:
@@ -437,7 +451,7 @@ class VerticalForestClient:
         if not np.isfinite(windows.X[offered]).all():
             raise RequestRejected("bad_data", "vertical jobs need finite feature values (missing values are not "
                                               "supported yet)")
-        digests = window_digests(key.id_key, [windows.sessions[i] for i in offered.tolist()], starts[offered])
+        digests = _window_digests(key.id_key, windows, offered)
         self._jobs[message.envelope.job] = _PartyJob(windows, offered, classes, live=live)
         while len(self._jobs) > self.max_jobs:
             self._jobs.popitem(last=False)
@@ -474,7 +488,7 @@ class VerticalForestClient:
             raise RequestRejected("bad_request", "keep names windows this party did not offer")
         rows = state.offered[body.keep]
         w = state.windows
-        rows = rows[aligned_order([w.sessions[i] for i in rows.tolist()], w.start_us[rows])]
+        rows = _in_aligned_order(w, rows)
         state.task = body.task
         state.X = w.X[rows]
         state.codes = feature_codes(self._key(), message.envelope.job, body.task.party, state.X.shape[1])
@@ -592,7 +606,7 @@ class VerticalForestClient:
         if state.X is None or state.X.shape[0] != keep.size:
             rows = state.offered[keep]
             w = state.windows
-            state.predicted = rows[aligned_order([w.sessions[i] for i in rows.tolist()], w.start_us[rows])]
+            state.predicted = _in_aligned_order(w, rows)
             state.X = w.X[state.predicted]
         return state.X
 

@@ -118,7 +118,7 @@ class VerticalAlignReply:
 @dataclass(frozen=True)
 class VerticalSetupRequest:
     """``keep``: positions (ascending) of your digests that every party holds -- the job's rows,
-    in ``(session, start)`` order; ``bootstrap`` (n_trees, n_rows): the master's row draws
+    in start order; ``bootstrap`` (n_trees, n_rows): the master's row draws
     (multiplicities)."""
 
     task: VerticalTask
@@ -262,7 +262,7 @@ class VerticalAbort:
 @dataclass(frozen=True)
 class VerticalRouteRequest:
     """One-round prediction (Alg. 3): route your windows ``keep`` (positions of the digests you
-    sent in this job's alignment, ascending; rows in ``(session, start)`` order) through your
+    sent in this job's alignment, ascending; rows in start order) through your
     partial trees of the model trained by job ``model_job``."""
 
     model_job: str
