@@ -19,6 +19,9 @@ second PUBACK for an id the sender may already have reused would acknowledge the
 message. So the proxy remembers, per direction and packet id, which of the PUBLISH packets it
 wrote were its own copies, and drops exactly their PUBACKs (receivers acknowledge QoS 1 in the
 order they receive: mosquitto at once, ``MqttTransport`` after its FIFO of handlers).
+mosquitto (2.0.11) itself does not always keep one topic's order towards a subscriber whose
+acknowledgements lag behind its inflight window (seen in these tests): what the proxy keeps is
+the order of each hop it carries.
 
 The decisions for a connection come from a ``random.Random`` seeded with (seed, client id,
 connection number of that client id, direction) and the packet's position in its stream; the
@@ -90,6 +93,18 @@ class ProxyStats:
 
 
 @dataclass(frozen=True)
+class Written:
+    """A PUBLISH the proxy wrote: on the connection of ``client_id``, ``direction``, ``topic``,
+    the ``recv_seq``-th packet read on that side (a copy: ``injected``)."""
+
+    client_id: str
+    direction: Direction
+    topic: str
+    recv_seq: int
+    injected: bool
+
+
+@dataclass(frozen=True)
 class _Packet:
     raw: bytes
     kind: int
@@ -97,6 +112,7 @@ class _Packet:
     publish: bool = False  # a QoS 1 PUBLISH: its PUBACK is accounted
     packet_id: int | None = None
     injected: bool = False
+    topic: str = ""
 
 
 def _remaining_length(read: Callable[[int], bytes]) -> tuple[int, bytes]:
@@ -195,6 +211,9 @@ class _Outbound:
                 if packet.publish:  # before the write: its PUBACK may come back at once
                     self.link.sent(self.direction, packet.packet_id, packet.injected)
                 self.sock.sendall(packet.raw)
+                if packet.kind == PUBLISH:
+                    self.link.proxy.written.append(Written(self.link.client_id, self.direction, packet.topic,
+                                                           packet.recv_seq, packet.injected))
         except OSError:
             pass
         finally:
@@ -277,6 +296,8 @@ class _Link:
                     continue
                 self.publish(direction, out, first[0], raw, body, seq)
         except (EOFError, OSError, ValueError, IndexError):
+            pass  # end of file, a reset, or bytes that are not MQTT
+        finally:  # (a tap's exception still shows in the test run)
             out.drain()  # what was read reaches the other side, then the link closes
 
     def identify(self, client_id: str, level: int) -> None:
@@ -316,12 +337,12 @@ class _Link:
         if faulty and delay < faults.delay:
             release = now + faults.delay_s * (0.25 + 0.75 * how_long)
             self.count("delayed", direction)
-        release = out.put(_Packet(raw, PUBLISH, seq, qos == 1, packet_id), release, topic)
+        release = out.put(_Packet(raw, PUBLISH, seq, qos == 1, packet_id, topic=topic), release, topic)
         if faulty and dup < faults.duplicate:
             copy = bytes([raw[0] | 0x08]) + raw[1:]  # DUP flag: "this may have been sent before"
             is_late = late < 0.5
             at = (release + faults.late_s * (0.2 + late)) if is_late else release
-            out.put(_Packet(copy, PUBLISH, seq, True, packet_id, injected=True), at, topic, ordered=not is_late)
+            out.put(_Packet(copy, PUBLISH, seq, True, packet_id, True, topic), at, topic, ordered=not is_late)
             self.count("duplicated", direction)
 
     def close(self) -> None:
@@ -347,7 +368,8 @@ class MqttFaultProxy:
 
     ``tap(publish) -> bool`` is called for every PUBLISH (in the reading thread of its
     direction) and drops it by returning False; the dropped packet's sender still gets its
-    PUBACK, as if the broker had taken it. ``stats`` counts what was done.
+    PUBACK, as if the broker had taken it. ``stats`` counts what was done; ``written`` lists
+    every PUBLISH written, in order.
 
     Examples
     --------
@@ -361,6 +383,8 @@ class MqttFaultProxy:
         self.faults = faults
         self.tap = tap
         self.stats = ProxyStats()
+        #: Every PUBLISH written, in order (what the proxy's own checks compare with what it read).
+        self.written: list[Written] = []
         self.lock = threading.Lock()
         self._links: list[_Link] = []
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -8,8 +8,8 @@ gateways overtake each other. Oracles: a private FedSCS-XGB job and a private Fe
 end with exactly the model of ``aggregator.simulate`` on the same data and seed (a sum applied
 twice, or a reply of the wrong round, would change it), every round heard all four gateways,
 no reply was rejected, and the duplicates really reached the round engine (counted once, or
-discarded as late). The proxy itself is checked first: nothing lost, one topic's order kept,
-every injected copy's acknowledgement kept from the other side.
+discarded as late). The proxy itself is checked first: nothing lost, one topic's order kept on
+each hop, every injected copy's acknowledgement kept from the other side.
 """
 
 from __future__ import annotations
@@ -53,35 +53,43 @@ def assert_both_ways_faulted(proxy: MqttFaultProxy) -> None:
 
 
 def test_the_proxy_loses_nothing_keeps_each_topics_order_and_hides_its_copies_acks(tmp_path: Path) -> None:
-    """300 messages from two gateways on two topics each: every one arrives, first copies in
-    publication order per topic, some topics overtaking others; every copy was acknowledged by
-    its receiver and that acknowledgement dropped (``acks_dropped == duplicated``): a second
+    """300 messages from two gateways on two topics each: every one reaches the aggregator,
+    copies too; on every hop the proxy wrote each topic's packets in the order it read them and
+    each copy after its original, and some packets overtook others; every copy was acknowledged
+    by its receiver and that acknowledgement dropped (``acks_dropped == duplicated``): a second
     PUBACK for a packet id would acknowledge whatever its sender sent next under that id."""
     with fleet_mosquitto(tmp_path / "broker") as mosquitto, MqttFaultProxy(mosquitto.port, FAULTS) as proxy:
         agg = connect(proxy.port, AGGREGATOR_ID, presence=False)
-        received: list[tuple[str, str]] = []
-        agg.subscribe(LAYOUT.all_outboxes, lambda topic, m: received.append((topic, m.envelope.msg_id)))
-        agg.subscribe(LAYOUT.all_statuses, lambda topic, m: received.append((topic, m.envelope.msg_id)))
+        received: list[str] = []
+        agg.subscribe(LAYOUT.all_outboxes, lambda _topic, m: received.append(m.envelope.msg_id))
+        agg.subscribe(LAYOUT.all_statuses, lambda _topic, m: received.append(m.envelope.msg_id))
         gateways = {g: connect(proxy.port, g) for g in ("gw-1", "gw-2")}
-        time.sleep(0.5)
-        received.clear()  # the presence of connecting
-        sent: dict[str, list[str]] = {}
+        sent = []
         for i in range(300):
             gateway = ("gw-1", "gw-2")[i % 2]
             topic = (LAYOUT.outbox, LAYOUT.status)[(i // 2) % 2](gateway)
             message = Message.create(Status(online=True), sender=gateway)
-            sent.setdefault(topic, []).append(message.envelope.msg_id)
+            sent.append(message.envelope.msg_id)
             gateways[gateway].publish(topic, message)
         assert all(g.flush(30) for g in gateways.values())
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and len({m for _, m in received}) < 300:
+        while time.monotonic() < deadline and not set(sent) <= set(received):
             time.sleep(0.1)
         time.sleep(FAULTS.late_s * 1.5)  # the last late copies, and their acknowledgements
-        for topic, ids in sent.items():
-            firsts = list(dict.fromkeys(m for t, m in received if t == topic))
-            assert firsts == ids, topic
-        assert len(received) > 300  # copies arrived too
+        assert set(sent) <= set(received) and len(received) > len(set(received))
+        streams: dict[tuple, list[int]] = {}
+        written: set[tuple] = set()
+        for w in proxy.written:
+            stream = (w.client_id, w.direction)
+            if w.injected:
+                assert (*stream, w.recv_seq) in written  # a copy follows its original
+            else:
+                streams.setdefault((*stream, w.topic), []).append(w.recv_seq)
+                written.add((*stream, w.recv_seq))
+        assert all(seqs == sorted(seqs) for seqs in streams.values())
         stats = proxy.stats
+        for stream, n in stats.publishes.items():  # every PUBLISH read was written
+            assert sum(len(s) for k, s in streams.items() if k[:2] == stream) == n, stream
         assert_both_ways_faulted(proxy)
         assert stats.acks_dropped == stats.duplicated, stats
         for transport in (*gateways.values(), agg):
@@ -95,28 +103,20 @@ def assert_every_round_whole_and_duplicates_counted_once(job: FederatedJob, engi
     assert sum(r.duplicates for r in job.results) + engine.late_replies > 0
 
 
-def test_private_fedscs_xgb_with_duplicated_and_reordered_deliveries_equals_the_simulation(tmp_path: Path) -> None:
-    config = FedSCSXGB(n_rounds=3, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
+@pytest.mark.parametrize("config, seed", [
+    (FedSCSXGB(n_rounds=3, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET), 5),
+    (FedForest(n_trees=3, max_depth=4, n_bins=16, feature_set_version=FEATURE_SET), 4),
+], ids=["fedscs_xgb", "fedforest"])
+def test_a_private_job_with_duplicated_and_reordered_deliveries_equals_the_simulation(tmp_path: Path, config,
+                                                                                      seed: int) -> None:
     with start_fleet_behind_proxy(tmp_path, FAULTS) as (fleet, proxy):
         engine = RoundEngine(fleet.agg)
-        model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=5, engine=engine,
+        model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=seed, engine=engine,
                                     settings=JobSettings(deadline_s=60))
         assert_both_ways_faulted(proxy)
         for gateway in GATEWAYS:  # every gateway got requests twice, and sent replies twice
             assert proxy.stats.total("duplicated", "to_client", gateway) > 0
             assert proxy.stats.total("duplicated", "to_broker", gateway) > 0
-    assert config.secure_aggregation and model.n_trees == 9
-    assert model == aggregator.simulate(config, client_data(fleet.stores), seed=5)
-    assert_every_round_whole_and_duplicates_counted_once(job, engine)
-
-
-def test_private_fedforest_with_duplicated_and_reordered_deliveries_equals_the_simulation(tmp_path: Path) -> None:
-    config = FedForest(n_trees=3, max_depth=4, n_bins=16, feature_set_version=FEATURE_SET)
-    with start_fleet_behind_proxy(tmp_path, FAULTS) as (fleet, proxy):
-        engine = RoundEngine(fleet.agg)
-        model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=4, engine=engine,
-                                    settings=JobSettings(deadline_s=60))
-        assert_both_ways_faulted(proxy)
-    assert config.secure_aggregation and model.n_trees == 3
-    assert model == aggregator.simulate(config, client_data(fleet.stores), seed=4)
+    assert config.secure_aggregation
+    assert model == aggregator.simulate(config, client_data(fleet.stores), seed=seed)
     assert_every_round_whole_and_duplicates_counted_once(job, engine)
