@@ -22,12 +22,16 @@ import argparse
 import os
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from edge_client.cli.arguments import (add_subcommand, existing_file, gateway_id, gateway_ids, int_at_least, model_id,
                                        non_negative_float, output_file, positive_float, positive_int)
 from edge_client.cli.connection import add_broker_options, aggregator_transport
 from edge_client.cli.errors import CliError, UsageError
 from edge_client.cli.models import DEFAULT_KEY, signing_key
+
+if TYPE_CHECKING:
+    from aggregator.algorithms.vertical_forest import VerticalFederatedForest
 
 MODEL_SUFFIX = ".vfm"
 
@@ -73,10 +77,10 @@ def _connect(args: argparse.Namespace, parties: list[str]):
     return transport, engine
 
 
-def _train(args: argparse.Namespace) -> int:
-    from aggregator.algorithms.vertical_forest import VerticalFederatedForest, deploy_to_parties
-    from aggregator.jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
-    from aggregator.rounds import QuorumNotReached
+def training_config(args: argparse.Namespace) -> VerticalFederatedForest:
+    """The ``VerticalFederatedForest`` that ``wheelfed vertical train``'s arguments ask for (a bad
+    combination is a ``UsageError``, one line)."""
+    from aggregator.algorithms.vertical_forest import VerticalFederatedForest
 
     parties = args.parties
     if len(set(parties)) != len(parties):
@@ -97,6 +101,16 @@ def _train(args: argparse.Namespace) -> int:
                                          feature_set_version=args.feature_set or "")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    return config
+
+
+def _train(args: argparse.Namespace) -> int:
+    from aggregator.algorithms.vertical_forest import deploy_to_parties
+    from aggregator.jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
+    from aggregator.rounds import QuorumNotReached
+
+    parties = args.parties
+    config = training_config(args)
     print(f"training vertical_forest on {', '.join(parties)} (labels on {args.label_holder}) via "
           f"{args.host}:{args.port}", flush=True)
     transport, engine = _connect(args, parties)
