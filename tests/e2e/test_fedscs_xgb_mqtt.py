@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import aggregator
@@ -34,7 +33,7 @@ from tests.e2e.mqtt_fault_proxy import Faults, Publish
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
 #: The simulations' round deadline: only the vanished gateway ever waits for it.
-SIM_DEADLINE_S = 1.5
+SIM_DEADLINE_S = 2.0
 
 
 def restart_in_simulation(sim: Simulation, client: str) -> None:
