@@ -158,7 +158,9 @@ class ClientData:
 @dataclass(frozen=True, eq=False)
 class PartyWindows:
     """A vertical party's windows: its features ``X``, the labels ``y`` (None: this party does not
-    hold the labels) and each window's identity (``sessions``, ``start_us``)."""
+    hold the labels), each window's start (``start_us``: on the sensors' common clock, the id that
+    aligns it with the person's other gateways) and its session (``sessions``: where it is stored,
+    which differs between gateways)."""
 
     X: np.ndarray
     y: np.ndarray | None

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DIGEST_BYTES", "AlignmentReport", "SnappedStarts", "aligned_order", "intersect_digests",
-           "snap_starts", "start_digests", "start_order", "window_digests"]
+__all__ = ["DIGEST_BYTES", "AlignmentReport", "SnappedStarts", "intersect_digests",
+           "snap_starts", "start_digests", "start_order"]
 
 DIGEST_BYTES = 16  # truncated HMAC-SHA256: 128 bits, collision-free at any fleet's window counts
 _ID_DOMAIN = b"wheelfed/vertical/window-start|"  # the id's format, bound into every digest
@@ -113,23 +113,6 @@ def start_order(starts: np.ndarray) -> np.ndarray:
     [1, 2, 0]
     """
     return np.argsort(np.asarray(starts, dtype=np.int64), kind="stable")
-
-
-def window_digests(id_key: bytes, sessions: Sequence[str], starts: np.ndarray) -> np.ndarray:
-    """Superseded by :func:`start_digests` (issue 16: sessions differ between a person's
-    gateways); kept only until ``edge_client.algorithms.vertical_forest`` calls that instead."""
-    out = np.zeros((len(sessions), DIGEST_BYTES), dtype=np.uint8)
-    for i, (session, start) in enumerate(zip(sessions, np.asarray(starts).tolist())):
-        mac = hmac.new(id_key, f"{session}|{int(start)}".encode(), hashlib.sha256).digest()
-        out[i] = np.frombuffer(mac[:DIGEST_BYTES], dtype=np.uint8)
-    return out
-
-
-def aligned_order(sessions: Sequence[str], starts: np.ndarray) -> np.ndarray:
-    """Superseded by :func:`start_order`; kept only until
-    ``edge_client.algorithms.vertical_forest`` calls that instead."""
-    session_codes = np.unique(np.asarray(list(sessions), dtype=object).astype(str), return_inverse=True)[1]
-    return np.lexsort((np.asarray(starts, dtype=np.int64), session_codes))
 
 
 @dataclass(frozen=True)

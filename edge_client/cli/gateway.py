@@ -263,7 +263,8 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="sensor link: device path, pty path or pyserial URL (default: none, no sensors)")
     p.add_argument("--baud", type=positive_int, help=f"serial baud rate (default: {defaults.baud})")
     p.add_argument("--store", type=store_file, help="window store (SQLite); default CLIENT_ID-windows.db")
-    p.add_argument("--session", help="session id for the stored windows (default: client id + start time)")
+    p.add_argument("--session", help="session id for the stored windows (default: client id + start time; vertical "
+                        "jobs match windows by start time, so a person's gateways need no common session)")
     p.add_argument("--max-windows", type=positive_int, help="retention: keep at most this many windows")
     p.add_argument("--max-age-days", type=positive_float, help="retention: drop windows stored longer ago")
     p.add_argument("--holdout-fraction", type=holdout_share,
@@ -274,8 +275,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trust", action="append", type=existing_file, metavar="PUBKEY",
                    help="the aggregator's public key file (wheelfed keygen); repeat during a key rotation")
     p.add_argument("--party-key-file", type=existing_file, metavar="FILE",
-                   help="vertical jobs: the hex key this person's gateways share (wheelfed vertical keygen); the "
-                        "aggregator never sees it (default: $WHEELFED_PARTY_KEY_FILE)")
+                   help="vertical jobs: the hex key this person's gateways share (wheelfed vertical keygen; one "
+                        "key per person, on each of its gateways): windows are matched by their start time "
+                        "under it; the aggregator never sees it (default: $WHEELFED_PARTY_KEY_FILE)")
     p.add_argument("--engine", choices=config.ENGINES,
                    help=f"inference engine (default: {defaults.engine}: TFLite when installed and faster)")
     p.add_argument("--alerts", type=alert_rules_file,
