@@ -101,6 +101,35 @@ class Fleet:
         self.presence.wait([gateway], online=True, timeout_s=60)
 
 
+@dataclass
+class GatewaysOnMosquitto:
+    """A running mosquitto, gateway processes to start on it, the aggregator's connection and its
+    view of who is online (``gateways_on_mosquitto``)."""
+
+    port: int
+    processes: GatewayProcesses
+    agg: MqttTransport
+    presence: Presence
+
+
+@contextmanager
+def gateways_on_mosquitto(tmp_path: Path, passwords: dict[str, str]) -> Iterator[GatewaysOnMosquitto]:
+    """Mosquitto with the users of ``passwords`` (``"aggregator"`` among them) and the aggregator
+    connected; the test starts its gateways. Gateways and connection are stopped at the end."""
+    if not mosquitto_available():
+        pytest.fail("mosquitto is not installed: the test command installs it")
+    with MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in passwords.items()]) as broker:
+        processes = GatewayProcesses(broker.port, 5, passwords, tmp_path)
+        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username="aggregator",
+                                                      password=passwords["aggregator"]), presence=False)
+        agg.connect()
+        try:
+            yield GatewaysOnMosquitto(broker.port, processes, agg, Presence(agg, TopicLayout()))
+        finally:
+            processes.stop_all()
+            agg.close()
+
+
 def fleet_mosquitto(run_dir: Path, extra_passwords: dict[str, str] | None = None) -> MosquittoBroker:
     """A mosquitto (not started) with the users of ``PASSWORDS`` and ``extra_passwords``."""
     users = {**PASSWORDS, **(extra_passwords or {})}

@@ -19,8 +19,6 @@ import numpy as np
 import pytest
 
 from aggregator.algorithms.vertical_forest import VerticalFederatedForest, parties_for_simulation
-from aggregator.broker import BrokerUser, MosquittoBroker, mosquitto_available
-from aggregator.fleet import GatewayProcesses, Presence
 from aggregator.jobs import FederatedJob, JobSettings
 from aggregator.rounds import RoundEngine
 from aggregator.simulate import Simulation
@@ -32,9 +30,8 @@ from firmware_bridge.importers import seglearn_watch
 from firmware_bridge.importers.writing import write_recording
 from firmware_bridge.recording import Recording, RecordingMetadata
 from firmware_bridge.replay import open_pty, replay
-from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
-from shared.transport.mqtt import MqttConfig, MqttTransport
 from shared.vertical_party_key import new_party_key
+from tests.e2e.fleet_support import gateways_on_mosquitto
 
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
@@ -99,8 +96,6 @@ def _stored(path: Path):
 
 
 def test_gateways_with_default_sessions_a_restart_and_a_clock_offset_align_and_train_exactly(tmp_path, monkeypatch):
-    if not mosquitto_available():
-        pytest.fail("mosquitto is not installed: the test command installs it")
     key, key_file = new_party_key(), tmp_path / "person.key"
     key_file.write_text(key.hex())
     monkeypatch.setenv(PARTY_KEY_ENV, str(key_file))  # inherited by the gateway processes
@@ -109,16 +104,10 @@ def test_gateways_with_default_sessions_a_restart_and_a_clock_offset_align_and_t
     ptys = {g: open_pty() for g in GATEWAYS}
     config = VerticalFederatedForest(n_trees=6, max_depth=5, min_samples_leaf=2, hop_us=HOP_US,
                                      tolerance_us=TOLERANCE_US)
-    broker = MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in PASSWORDS.items()])
-    with broker:
-        processes = GatewayProcesses(broker.port, 5, PASSWORDS, tmp_path)
-        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username="aggregator",
-                                                      password=PASSWORDS["aggregator"]), presence=False)
-        agg.connect()
-        presence = Presence(agg, TopicLayout())
+    with gateways_on_mosquitto(tmp_path, PASSWORDS) as fleet:
         try:
             for g in GATEWAYS:  # no --session: each gateway names its own
-                processes.start(g, "--store", str(stores[g]), "--serial", ptys[g][1])
+                fleet.processes.start(g, "--store", str(stores[g]), "--serial", ptys[g][1])
             stats = {}
             threads = [threading.Thread(target=lambda g=g: stats.__setitem__(
                 g, replay(Recording.load(recordings[g]), ptys[g][0], speed=0, wait_for_reader_s=30)))
@@ -129,12 +118,10 @@ def test_gateways_with_default_sessions_a_restart_and_a_clock_offset_align_and_t
                 t.join(90)
             assert all(stats[g].completed for g in GATEWAYS), stats
             _wait_until_stored(stores)
-            presence.wait(list(GATEWAYS), online=True, timeout_s=60)
-            model = config.fit(FederatedJob(RoundEngine(agg), list(GATEWAYS), settings=JobSettings(deadline_s=60)),
-                               seed=3)
+            fleet.presence.wait(list(GATEWAYS), online=True, timeout_s=60)
+            model = config.fit(FederatedJob(RoundEngine(fleet.agg), list(GATEWAYS),
+                                            settings=JobSettings(deadline_s=60)), seed=3)
         finally:
-            processes.stop_all()
-            agg.close()
             for master, _ in ptys.values():
                 os.close(master)
 

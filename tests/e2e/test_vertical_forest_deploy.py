@@ -21,16 +21,14 @@ import pytest
 
 from aggregator.algorithms.vertical_forest import VerticalFederatedForest
 from aggregator.algorithms.vertical_forest_model import VerticalForestModel
-from aggregator.broker import BrokerUser, MosquittoBroker, mosquitto_available
 from aggregator.fleet import GatewayProcesses, Presence
 from aggregator.simulate import Simulation
 from edge_client.store import WindowRecord, WindowStore
 from edge_client.training_data import PartyData, StoreTrainingData
-from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
-from shared.transport.mqtt import MqttConfig, MqttTransport
 from shared.signing import load_verify_key
 from shared.vertical_party_key import read_party_key
 from tests.cli.cli_support import REPO
+from tests.e2e.fleet_support import gateways_on_mosquitto
 
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
@@ -101,26 +99,14 @@ class PersonGateways:
 def person_gateways(tmp_path) -> Iterator[PersonGateways]:
     """Stores filled (``_fill``), a broker, the aggregator's and the person's keys made with the
     commands; the gateways are not started. Everything is stopped at the end."""
-    if not mosquitto_available():
-        pytest.fail("mosquitto is not installed: the test command installs it")
     stores = {g: tmp_path / f"{g}.db" for g in PARTIES}
     _fill(stores)
-    broker = MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in PASSWORDS.items()])
-    with broker:
-        port = broker.port
-        _wheelfed(tmp_path, port, "keygen -o aggregator.key")
-        _wheelfed(tmp_path, port, "vertical keygen -o person.key")
+    with gateways_on_mosquitto(tmp_path, PASSWORDS) as fleet:
+        _wheelfed(tmp_path, fleet.port, "keygen -o aggregator.key")
+        _wheelfed(tmp_path, fleet.port, "vertical keygen -o person.key")
         gateway_args = {g: ("--store", str(stores[g]), "--party-key-file", str(tmp_path / "person.key"),
                             "--trust", str(tmp_path / "aggregator.pub")) for g in PARTIES}
-        processes = GatewayProcesses(port, 5, PASSWORDS, tmp_path)
-        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=port, username="aggregator",
-                                                      password=PASSWORDS["aggregator"]), presence=False)
-        agg.connect()
-        try:
-            yield PersonGateways(port, processes, Presence(agg, TopicLayout()), gateway_args)
-        finally:
-            processes.stop_all()
-            agg.close()
+        yield PersonGateways(fleet.port, fleet.processes, fleet.presence, gateway_args)
 
 
 def test_train_deploy_restart_and_live_prediction_reach_every_party(tmp_path):

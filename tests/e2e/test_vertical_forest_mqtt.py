@@ -10,17 +10,14 @@ import numpy as np
 import pytest
 
 from aggregator.algorithms.vertical_forest import VerticalFederatedForest, predict_on_parties
-from aggregator.broker import BrokerUser, MosquittoBroker, mosquitto_available
-from aggregator.fleet import GatewayProcesses, Presence
 from aggregator.jobs import FederatedJob, JobSettings
 from aggregator.rounds import RoundEngine
 from aggregator.simulate import Simulation
 from edge_client.algorithms.vertical_forest import PARTY_KEY_ENV
 from edge_client.store import WindowRecord, WindowStore
 from edge_client.training_data import PartyData, StoreTrainingData
-from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
-from shared.transport.mqtt import MqttConfig, MqttTransport
 from shared.vertical_party_key import new_party_key
+from tests.e2e.fleet_support import gateways_on_mosquitto
 
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
@@ -58,8 +55,6 @@ def _simulated_parties(stores, key):
 
 
 def test_vertical_forest_over_mosquitto_equals_the_simulation(tmp_path, monkeypatch):
-    if not mosquitto_available():
-        pytest.fail("mosquitto is not installed: the test command installs it")
     key = new_party_key()
     key_file = tmp_path / "party.key"
     key_file.write_text(key.hex())
@@ -67,25 +62,15 @@ def test_vertical_forest_over_mosquitto_equals_the_simulation(tmp_path, monkeypa
     stores = {g: tmp_path / f"{g}.db" for g in PARTIES}
     _fill(stores)
     config = VerticalFederatedForest(n_trees=6, max_depth=5, min_samples_leaf=2, hop_us=HOP, tolerance_us=TOL)
-    broker = MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in PASSWORDS.items()])
-    with broker:
-        processes = GatewayProcesses(broker.port, 5, PASSWORDS, tmp_path)
-        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username="aggregator",
-                                                      password=PASSWORDS["aggregator"]), presence=False)
-        agg.connect()
-        presence = Presence(agg, TopicLayout())
-        try:
-            for g in PARTIES:
-                processes.start(g, "--store", str(stores[g]))
-            presence.wait(list(PARTIES), online=True, timeout_s=60)
-            engine = RoundEngine(agg)
-            settings = JobSettings(deadline_s=60)
-            model = config.fit(FederatedJob(engine, list(PARTIES), settings=settings), seed=3)
-            live = predict_on_parties(FederatedJob(engine, list(PARTIES), settings=settings), model,
-                                      hop_us=HOP, tolerance_us=TOL)
-        finally:
-            processes.stop_all()
-            agg.close()
+    with gateways_on_mosquitto(tmp_path, PASSWORDS) as fleet:
+        for g in PARTIES:
+            fleet.processes.start(g, "--store", str(stores[g]))
+        fleet.presence.wait(list(PARTIES), online=True, timeout_s=60)
+        engine = RoundEngine(fleet.agg)
+        settings = JobSettings(deadline_s=60)
+        model = config.fit(FederatedJob(engine, list(PARTIES), settings=settings), seed=3)
+        live = predict_on_parties(FederatedJob(engine, list(PARTIES), settings=settings), model,
+                                  hop_us=HOP, tolerance_us=TOL)
     sim = Simulation(_simulated_parties(stores, key))
     simulated = config.run_in(sim, seed=3, job_id=model.metadata.job)  # the job keys the feature codes
     assert model.alignment == simulated.alignment and model.alignment.common == 147
