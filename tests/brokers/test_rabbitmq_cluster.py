@@ -33,8 +33,8 @@ from tests.brokers.broker_support import forget_sessions, running_rabbitmq
 from tests.e2e.fleet_support import PASSWORDS
 from tests.e2e.test_fedforest_mqtt import test_private_forest_over_mqtt_equals_the_simulation  # noqa: F401
 from tests.e2e.test_fedscs_xgb_mqtt import (  # noqa: F401
+    test_a_gateway_killed_mid_training_is_dropped_and_rejoins,
     test_mqtt_training_with_gateway_processes_equals_the_simulation,
-    test_private_training_goes_on_when_a_gateway_is_killed,
 )
 from tests.e2e.test_model_push import (assert_live_equals_offline, recording_and_clients, replay_into_gateway,
                                        start_gateway, stop, wait_for_live_predictions)
