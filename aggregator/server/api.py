@@ -30,7 +30,7 @@ from shared import __version__
 
 from ..registry import RegistryError, ScheduleRecord
 from .policy import CronSpec
-from .service import LIVE_KEEP, JobRequest
+from .service import ALGORITHMS, FLEET_ALGORITHMS, LIVE_KEEP, JobRequest
 
 if TYPE_CHECKING:
     from .app import Server
@@ -49,7 +49,7 @@ class JobIn(BaseModel):
     """A training job: what to train and the participation rules. A FedGA-Tree job registers one
     model per participant, MODEL_ID.GATEWAY, deployable to that gateway only."""
 
-    algorithm: Literal["fedscs-xgb", "fedforest", "fedga-tree"] = "fedscs-xgb"
+    algorithm: Literal[ALGORITHMS] = "fedscs-xgb"  # type: ignore[valid-type]
     model_id: str = Field(pattern=ID_PATTERN, description="the registered model's name")
     config: dict[str, Any] = Field(default_factory=dict, description="the algorithm's parameters, e.g. n_rounds")
     clients: list[str] | None = Field(None, min_length=1, description="gateway ids (default: every online one)")
@@ -72,7 +72,7 @@ class ScheduleIn(BaseModel):
 
     schedule_id: str = Field(pattern=ID_PATTERN)
     model_id: str = Field(pattern=ID_PATTERN)
-    algorithm: Literal["fedscs-xgb", "fedforest"] = "fedscs-xgb"
+    algorithm: Literal[FLEET_ALGORITHMS] = "fedscs-xgb"  # type: ignore[valid-type]
     config: dict[str, Any] = Field(default_factory=dict)
     every_s: float | None = Field(None, gt=0, le=10**9)
     cron: str = Field("", max_length=100, description="five fields, UTC: minute hour day month weekday")

@@ -72,18 +72,38 @@ from .policy import LiveCheck, canary_of, is_due, judge, judge_live, metric_for
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ALGORITHMS", "FleetTracker", "JobRequest", "JobRunner", "LiveMonitor", "Scheduler", "build_algorithm"]
+__all__ = ["ALGORITHMS", "FLEET_ALGORITHMS", "SERVER_ALGORITHMS", "FleetTracker", "JobRequest", "JobRunner",
+           "LiveMonitor", "Scheduler", "ServerAlgorithm", "build_algorithm"]
+
+
+@dataclass(frozen=True)
+class ServerAlgorithm:
+    """An algorithm a server job can train: its API name, its configuration class in
+    ``aggregator.algorithms`` (by name: that package is imported only when a job is built) and
+    whether a job ends with one model per gateway (``{client: model}``) rather than one for the
+    fleet -- such jobs register MODEL_ID.GATEWAY models and no schedule retrains them."""
+
+    name: str
+    config_class: str
+    personal: bool = False
+
+
+#: Every algorithm of the server, one line each: the API's choices, schedules and job building
+#: all read this table.
+SERVER_ALGORITHMS = (
+    ServerAlgorithm("fedscs-xgb", "FedSCSXGB"),
+    ServerAlgorithm("fedforest", "FedForest"),
+    ServerAlgorithm("fedga-tree", "FedGATree", personal=True),
+)
+ALGORITHMS = tuple(a.name for a in SERVER_ALGORITHMS)
+#: Algorithms a schedule may retrain (one model for the fleet).
+FLEET_ALGORITHMS = tuple(a.name for a in SERVER_ALGORITHMS if not a.personal)
 
 
 def _algorithms() -> dict[str, type]:
-    from ..algorithms import FedForest, FedGATree, FedSCSXGB
+    from .. import algorithms
 
-    return {"fedscs-xgb": FedSCSXGB, "fedforest": FedForest, "fedga-tree": FedGATree}
-
-
-ALGORITHMS = ("fedscs-xgb", "fedforest", "fedga-tree")
-#: Algorithms that end with one model per gateway (``{client: model}``), not one for the fleet.
-PERSONAL = ("fedga-tree",)
+    return {a.name: getattr(algorithms, a.config_class) for a in SERVER_ALGORITHMS}
 #: Configuration fields a job may not set through the API (objects, not JSON values).
 _NOT_CONFIGURABLE = {"init_model", "edges", "feature_set_version", "resume_state"}
 
