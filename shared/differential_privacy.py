@@ -1,79 +1,93 @@
-"""Differential privacy on released fleet sums: distributed Gaussian noise and a zCDP accountant.
+"""Distributed differential privacy: the gateway's half (pure functions, numpy only).
 
-Every gateway adds ``round(N(0, sigma² / m))`` (in the fixed-point units of each cell) to its
-vector before masking, where ``m`` is the number of gateways asked for the sum; the fleet sum
-then carries ``N(0, sigma²)`` noise (plus rounding) and the aggregator never decodes a sum
-without it -- secure aggregation hides the individual shares. A release whose L2 sensitivity to
-adding or removing one window is ``Delta`` costs ``rho = Delta² / (2 sigma_eff²)`` in zero-
-concentrated DP (Bun & Steinke 2016), where ``sigma_eff² = sigma² * answered / m`` (the shares of
-gateways that dropped out are missing); releases compose by adding ``rho``, and ``(epsilon,
-delta)``-DP follows from ``epsilon = rho + 2 sqrt(rho ln(1/delta))``.
+Every released fleet sum is an integer vector. Each of the ``m`` gateways asked for it adds
+Skellam noise of variance ``mu / m`` to every cell (the difference of two Poisson draws,
+:func:`skellam_share`) before secure aggregation masks the vector, so that the sum the aggregator
+decodes carries exactly ``Skellam(mu)`` noise -- Skellam is closed under summation (Agarwal,
+Kairouz, Liu, NeurIPS 2021) -- and nobody ever sees a sum without it. Real-valued statistics
+(gradients, Hessians) are first put on the integer lattice of step ``1 / scale`` by
+:func:`stochastic_round` (unbiased; Shi et al., NeurIPS 2022) after :func:`clip_norm`, so that one
+window's contribution has a public L2 and L1 bound: the sensitivities the accountant
+(``aggregator.privacy``) needs. ``docs/privacy.md`` has the argument.
 
-Shares are rounded stochastically to the fixed-point grid, so the decoded noise is a sum of
-rounded Gaussians: its variance is at least ``sigma²``, and the accounting treats it as the
-Gaussian it approximates -- close when each share spans many grid units (G and H in fixed point),
-an approximation for count cells with shares of about one unit (Kairouz et al. 2021 analyse
-the distributed discrete Gaussian exactly; not implemented here).
-
-Post-processing is free: noisy counts are clipped at 0 and children rescaled to their parent's
-count (:func:`consistent_children`) without further cost.
+Post-processing is free: noisy counts are clipped at 0 and children made to add up to their
+parent (:func:`consistent_children`) at no further privacy cost.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["ZCDPAccountant", "consistent_children", "epsilon_from_rho", "noise_share"]
+__all__ = ["clip_norm", "consistent_children", "lattice_norm_bound", "skellam_share", "stochastic_round"]
 
 
-def noise_share(scales: ArrayLike, sigma: float, shares: int, rng: np.random.Generator | None = None) -> np.ndarray:
-    """One gateway's share of the noise: ``N(0, (sigma * scale)² / shares)`` per cell, rounded
-    *stochastically* to an integer (up with probability equal to the fraction), as int64;
-    ``scales`` are the cells' fixed-point factors (``2**frac_bits``, or 1 for counts). Stochastic
-    rounding is unbiased and never shrinks the variance -- rounding to the nearest integer would
-    erase shares smaller than half a unit (counts with little noise per gateway)."""
-    if not (sigma >= 0 and math.isfinite(sigma)) or shares < 1:
-        raise ValueError(f"sigma must be finite and >= 0 and shares >= 1, got {sigma}, {shares}")
-    scale = np.asarray(scales, dtype=np.float64)
+def skellam_share(shape: int | tuple[int, ...], mu: float, shares: int,
+                  rng: np.random.Generator | None = None) -> np.ndarray:
+    """One gateway's share of ``Skellam(mu)`` noise: ``Poisson(mu / 2m) - Poisson(mu / 2m)`` per
+    cell as int64, ``m = shares``. The shares of ``m`` gateways add up to ``Skellam(mu)``
+    (variance ``mu``) exactly.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> total = sum(skellam_share(100_000, 400.0, 4, rng) for _ in range(4))
+    >>> round(float(total.var()) / 400, 1), total.dtype.name
+    (1.0, 'int64')
+    """
+    if not (math.isfinite(mu) and mu >= 0) or shares < 1:
+        raise ValueError(f"mu must be finite and >= 0 and shares >= 1, got {mu}, {shares}")
     rng = rng or np.random.default_rng()
-    x = rng.normal(0.0, 1.0, scale.shape) * (sigma / math.sqrt(shares)) * scale
+    lam = mu / (2.0 * shares)
+    return rng.poisson(lam, shape).astype(np.int64) - rng.poisson(lam, shape).astype(np.int64)
+
+
+def stochastic_round(values: ArrayLike, scale: float, rng: np.random.Generator | None = None) -> np.ndarray:
+    """``values * scale`` rounded to an integer at random, up with probability equal to the
+    fraction (unbiased: the expectation is ``values * scale``), as int64.
+
+    Examples
+    --------
+    >>> q = stochastic_round(np.full(100_000, 0.3), 4, np.random.default_rng(1))
+    >>> sorted(set(q.tolist())), round(float(q.mean()), 2)
+    ([1, 2], 1.2)
+    """
+    x = np.asarray(values, dtype=np.float64) * scale
+    if not np.isfinite(x).all():
+        raise ValueError("cannot round non-finite values")
+    rng = rng or np.random.default_rng()
     low = np.floor(x)
-    return (low + (rng.random(scale.shape) < x - low)).astype(np.int64)
+    return (low + (rng.random(x.shape) < x - low)).astype(np.int64)
 
 
-def epsilon_from_rho(rho: float, delta: float) -> float:
-    """``(epsilon, delta)``-DP of a ``rho``-zCDP mechanism (Bun & Steinke 2016, Prop. 1.3)."""
-    if rho < 0 or not 0 < delta < 1:
-        raise ValueError("rho must be >= 0 and delta in (0, 1)")
-    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+def clip_norm(rows: ArrayLike, max_norm: float) -> np.ndarray:
+    """Each row scaled down to L2 norm ``<= max_norm`` (rows already within it are unchanged).
+
+    Examples
+    --------
+    >>> clip_norm(np.array([[3.0, 4.0], [0.3, 0.4]]), 1.0)
+    array([[0.6, 0.8],
+           [0.3, 0.4]])
+    """
+    r = np.asarray(rows, dtype=np.float64)
+    norms = np.sqrt((r * r).sum(axis=-1, keepdims=True))
+    return r * np.minimum(1.0, max_norm / np.maximum(norms, 1e-300))
 
 
-@dataclass
-class ZCDPAccountant:
-    """Adds up the zCDP cost of a training's releases."""
+def lattice_norm_bound(max_norm: float, scale: float, dims: int) -> tuple[float, float]:
+    """Public (L2, L1) bounds on ``stochastic_round(v, scale)`` for any ``v`` with ``||v||_2 <=
+    max_norm`` in ``dims`` dimensions: each coordinate moves by less than 1, so the L2 norm is at
+    most ``scale * max_norm + sqrt(dims)`` and the L1 norm at most ``scale * max_norm * sqrt(dims)
+    + dims``.
 
-    delta: float = 1e-5
-    rho: float = 0.0
-    releases: int = 0
-    by_kind: dict[str, float] = field(default_factory=dict)
-
-    def spend(self, kind: str, sensitivity: float, sigma: float, answered: int, asked: int) -> float:
-        """Account one release; returns its ``rho``."""
-        if sigma <= 0 or answered < 1 or asked < answered:
-            raise ValueError("a release needs sigma > 0 and 1 <= answered <= asked")
-        cost = sensitivity ** 2 / (2.0 * sigma ** 2 * answered / asked)
-        self.rho += cost
-        self.releases += 1
-        self.by_kind[kind] = self.by_kind.get(kind, 0.0) + cost
-        return cost
-
-    @property
-    def epsilon(self) -> float:
-        return epsilon_from_rho(self.rho, self.delta)
+    Examples
+    --------
+    >>> lattice_norm_bound(1.0, 64, 4)
+    (66.0, 132.0)
+    """
+    return scale * max_norm + math.sqrt(dims), scale * max_norm * math.sqrt(dims) + dims
 
 
 def consistent_children(noisy: ArrayLike, parents: ArrayLike, offsets: ArrayLike) -> np.ndarray:
