@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.differential_privacy import noise_share
+from shared.differential_privacy import skellam_share
 from shared.protocol.messages.fleet_sums import (
     TARGET_BOUND,
     TARGET_RANGE,
@@ -24,12 +24,12 @@ from .training_data import LabelledData, class_ids, label_strings
 __all__ = ["count_vector", "data_shape", "grid_vector", "with_noise"]
 
 
-def with_noise(vector: np.ndarray, noise: NoiseShare | None, scales: np.ndarray | float = 1.0) -> np.ndarray:
-    """``vector`` (int64) plus this gateway's share of the DP noise, if the request asks for it
-    (``scales``: each cell's fixed-point factor)."""
+def with_noise(vector: np.ndarray, noise: NoiseShare | None, rng: np.random.Generator | None = None) -> np.ndarray:
+    """``vector`` (int64) scaled and plus this gateway's share of the DP noise, if the request
+    asks for it (``NoiseShare``)."""
     if noise is None:
         return vector
-    return vector + noise_share(np.broadcast_to(scales, vector.shape), noise.sigma, noise.shares)
+    return vector * noise.scale + skellam_share(vector.shape, noise.mu, noise.shares, rng)
 
 
 def data_shape(data: LabelledData, *, labels: bool) -> DataShape:

@@ -18,6 +18,7 @@ from shared.protocol.messages.fedscs_xgb import ModelDelta
 
 from ..jobs import TrainingError
 from .fleet_data import FleetData
+from .levelwise_growth import RoundTree
 
 
 class BoostedTrees:
@@ -28,6 +29,8 @@ class BoostedTrees:
         self.tree_output: list[int] = []  # per tree: the output it adds to, -1 for a vector leaf
         self.known: dict[str, int] = {}  # trees each gateway's margins include (from its last reply)
         self._deltas: dict[tuple[int, int], bytes] = {}  # most gateways need the same delta: encode it once
+        self.loss_changes: list[np.ndarray] = []  # per tree, XGBoost's loss change of each split (NaN: unknown)
+        self.vector_leaves = False  # one tree with a leaf vector per round, instead of one tree per output
 
     def set_objective(self, objective: str, fleet: FleetData | Any, who: str = "clients") -> None:
         """Features, classes and the objective from the fleet's opening; a class count the
@@ -66,3 +69,35 @@ class BoostedTrees:
             feature_names=self.feature_names, tree_output=np.array(self.tree_output[:n_trees], dtype=np.int32),
             base_score=base_score, feature_set_version=feature_set_version, classes=self.model_classes,
             metadata=metadata)
+
+    def continue_from(self, model: TreeEnsemble, multi_strategy: str) -> None:
+        """Start from ``model``'s trees and base score (periodic retraining); a model that does not
+        fit the job fails it in one line."""
+        if model.kind != "boosted" or model.n_outputs != self.n_outputs or model.n_features != self.n_features:
+            raise TrainingError(f"init_model ({model.kind}, {model.n_outputs} outputs, {model.n_features} features)"
+                                f" does not fit this job ({self.n_outputs} outputs, {self.n_features} features)")
+        if model.link != self.objective.link or (self.model_classes and tuple(model.classes) != self.model_classes):
+            raise TrainingError(f"init_model predicts {list(model.classes)} with link {model.link!r}; the job has "
+                                f"classes {list(self.model_classes)} and link {self.objective.link!r}")
+        if model.n_trees and bool((model.tree_output == -1).all() and self.n_outputs > 1) != self.vector_leaves:
+            raise TrainingError(f"init_model's trees do not follow multi_strategy={multi_strategy!r}")
+        self.base_score = np.asarray(model.base_score, dtype=np.float64)
+        self.trees = list(model.trees)
+        self.tree_output = [int(k) for k in model.tree_output]
+        self.loss_changes = [np.full(tree.n_nodes, np.nan) for tree in model.trees]
+
+    def add_round(self, trees: list[RoundTree]) -> None:
+        """A boosting round's trees: tree ``k`` adds to output ``k``, a vector-leaf tree to all (-1)."""
+        for k, grown in enumerate(trees):
+            self.trees.append(grown.tree)
+            self.loss_changes.append(grown.loss_change)
+            self.tree_output.append(-1 if self.vector_leaves else k if self.n_outputs > 1 else 0)
+        self._deltas.clear()
+
+    def check_trees(self, client: str, n_trees: int) -> str | None:
+        """Why a reply whose margins include ``n_trees`` trees is stale, or None (a stale client
+        gets the whole model next time)."""
+        if n_trees != len(self.trees):
+            self.known.pop(client, None)
+            return f"margins include {n_trees} trees, the model has {len(self.trees)}"
+        return None

@@ -46,7 +46,6 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from shared.atoms import merge_atoms
-from shared.differential_privacy import ZCDPAccountant
 from shared.model import TreeEnsemble
 from shared.protocol.messages.fedscs_xgb import (
     LOSS_FRAC_BITS,
@@ -67,6 +66,7 @@ from shared.sketches import (
     validate_edges,
     ddsketches_from_columns,
     merge_edges_columns,
+    pack_edges,
     summaries_from_arrays,
 )
 from shared.protocol.schema import to_wire
@@ -77,13 +77,13 @@ from .boosted_trees import BoostedTrees
 from .fleet_data import FleetData, describe_fleet
 from .histogram_growth import GrowthParams, grow_trees
 from .levelwise_growth import RoundTree, decode, grow_round_with_gains
+from .fedscs_xgb_private import PrivateBoosting, ReleasePlan
 from .private_fleet import (
-    NoiseBudget,
     PrivateFleet,
     check_privacy_settings,
     describe_fleet_privately,
-    dp_metadata,
     frac_bits_for,
+    warn_if_not_private,
 )
 
 __all__ = ["BoostingResult", "FedSCSXGB"]
@@ -117,13 +117,6 @@ def gradient_bound(fleet: PrivateFleet, base_score: float) -> float:
     return 4.0 * max(float(np.sqrt(fleet.target_spread)) + abs(fleet.target_mean - base_score), 1.0)
 
 
-def pack_edges(edges: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Per-feature float32 edges as (values, offsets) for ``XgbAtomRequest``."""
-    offsets = np.concatenate([[0], np.cumsum([e.shape[0] for e in edges])]).astype(np.int64)
-    values = np.concatenate(edges).astype(np.float32) if edges else np.zeros(0, np.float32)
-    return values, offsets
-
-
 def check_atoms(reply: XgbAtomReply, edges: list[np.ndarray], n_outputs: int) -> str | None:
     """Why an atom reply does not fit the round's edges, or None if it does."""
     d = len(edges)
@@ -139,8 +132,10 @@ def check_atoms(reply: XgbAtomReply, edges: list[np.ndarray], n_outputs: int) ->
     return None
 
 
-#: Fixed-point fraction bits of G and H under differential privacy (the noise needs the room).
-DP_FRAC_BITS = 32
+#: Bins per feature of the private protocol (coarse: fewer cells, each with more windows than noise).
+PRIVATE_BINS = 16
+#: Bins per feature of the other protocols.
+DEFAULT_BINS = 256
 #: How often one boosting round is grown again after a client dropped out mid-round.
 MAX_COHORT_RESTARTS = 3
 
@@ -178,18 +173,23 @@ class FedSCSXGB:
     ``ddsketch_alpha``, features standardised by the fleet's mean and std when
     ``standardize``). ``client_fraction``: share of the clients sampled per round.
     ``classes``: fix the label vocabulary instead of taking the union of the clients' labels.
-    ``protocol``: ``"histogram"`` (private: fleet-summed histograms per depth level) or
-    ``"atoms"`` (the paper's; reveals per-window vectors). ``secure_aggregation``: mask the
-    histogram protocol's vectors so the server decodes only fleet sums (default: on for
-    ``"histogram"``; needs at least 3 clients; ``secagg_degree``: SecAgg+ neighbourhood size,
-    default O(log n)). ``min_crowd``: in the histogram protocol,
-    no split leaves a child with fewer windows fleet-wide (so no node sum covers fewer). The
-    histogram protocol reads its edges once per job off fleet-summed counts (``sketch`` and
-    ``summary_size`` are the atom protocol's).
-    ``dp_noise_multiplier``: differential privacy (off by default; histogram protocol with secure
-    aggregation, classification): every released sum carries Gaussian noise of this many times
-    its L2 sensitivity to one window, added in shares by the gateways; the model's metadata
-    reports the ``(epsilon, dp_delta)`` spent (zCDP accounting, ``shared.differential_privacy``).
+    ``protocol``: ``"private"`` (the default for classification: differential privacy, below),
+    ``"histogram"`` (secure sums of exact histograms per depth level, without differential
+    privacy; the default for regression) or ``"atoms"`` (the paper's; reveals per-window vectors).
+    Both non-DP protocols log a one-line warning. ``secure_aggregation``: mask the vectors so the
+    server decodes only fleet sums (default: on except for ``"atoms"``; needs at least 3 clients;
+    ``secagg_degree``: SecAgg+ neighbourhood size, default O(log n)). ``min_crowd``: in the
+    histogram protocol, no split leaves a child with fewer windows fleet-wide. The histogram
+    protocol reads its edges once per job off fleet-summed counts (``sketch`` and
+    ``summary_size`` are the atom protocol's). ``n_bins``: default 16 in the private protocol,
+    256 otherwise.
+
+    The private protocol spends ``dp_epsilon`` per window and training (``(dp_epsilon,
+    dp_delta)``-DP for adding or removing one window, accounted by ``aggregator.privacy``): one
+    vector-leaf tree per round (softmax), split on ``dp_features`` features drawn per round from
+    the public ``seed``, leaf weights clipped to ``dp_leaf_clip`` before shrinkage, the budget
+    shared between the opening, the splits and the leaves by ``release_plan``. The model's
+    metadata reports what was spent (``dp_epsilon``, ``dp_delta``, ``dp_rho``, ``dp_xi``).
     ``edges``: fixed float32 bin edges per feature; skips the sketch phase (Lemma 1's premise,
     and the oracle tests' way to compare with pooled training on the same bins).
     ``multi_strategy``: softmax's trees, XGBoost's names: ``"one_output_per_tree"`` (one tree per
@@ -199,7 +199,7 @@ class FedSCSXGB:
 
     n_rounds: int = 10
     max_depth: int = 4
-    n_bins: int = 256
+    n_bins: int | None = None
     learning_rate: float = 0.2
     reg_lambda: float = 1.0
     gamma: float = 0.1
@@ -213,13 +213,16 @@ class FedSCSXGB:
     client_fraction: float = 1.0
     feature_set_version: str = ""
     classes: tuple[str, ...] | None = None
-    protocol: Literal["histogram", "atoms"] = "histogram"
-    multi_strategy: Literal["one_output_per_tree", "multi_output_tree"] = "one_output_per_tree"
-    secure_aggregation: bool | None = None  # None: on for the histogram protocol
+    protocol: Literal["private", "histogram", "atoms"] | None = None  # None: private, histogram for regression
+    multi_strategy: Literal["one_output_per_tree", "multi_output_tree"] | None = None
+    secure_aggregation: bool | None = None  # None: on unless protocol="atoms"
     secagg_degree: int | None = None
     min_crowd: int = 5
-    dp_noise_multiplier: float | None = None
-    dp_delta: float = 1e-5
+    dp_epsilon: float = 8.0
+    dp_delta: float = 1e-6
+    dp_features: int = 16
+    dp_leaf_clip: float = 1.0
+    release_plan: ReleasePlan = ReleasePlan()
     edges: tuple[np.ndarray, ...] | None = field(default=None, compare=False)
     init_model: TreeEnsemble | None = field(default=None, compare=False)
 
@@ -228,15 +231,31 @@ class FedSCSXGB:
     def __post_init__(self) -> None:
         if not (isinstance(self.n_rounds, int) and self.n_rounds >= 0):
             raise ValueError(f"n_rounds must be an int >= 0, got {self.n_rounds!r}")
-        if not (isinstance(self.n_bins, int) and 2 <= self.n_bins <= 65_535):
+        if self.n_bins is not None and not (isinstance(self.n_bins, int) and 2 <= self.n_bins <= 65_535):
             raise ValueError(f"n_bins must be an int in 2..65535, got {self.n_bins!r}")
         if not 0 < self.client_fraction <= 1:
             raise ValueError(f"client_fraction must lie in (0, 1], got {self.client_fraction}")
         if self.summary_size is not None and not 1 <= self.summary_size <= 1 << 16:
             raise ValueError(f"summary_size must lie in 1..65536, got {self.summary_size}")
-        check_privacy_settings(self, paper="atoms", dp_possible=self.objective != "squared_error",
-                               dp_requirement="a classification objective (each gateway adds a share of the noise)")
+        check_privacy_settings(self, paper="atoms", dp_possible=self.objective != "squared_error")
+        if self.multi_strategy is None:
+            object.__setattr__(self, "multi_strategy", "multi_output_tree" if self.protocol == "private"
+                               else "one_output_per_tree")
+        if self.protocol == "private" and self.multi_strategy != "multi_output_tree" and self.objective == "softmax":
+            raise ValueError("the private protocol grows one vector-leaf tree per round (multi_strategy="
+                             "'multi_output_tree'): one tree per class would divide the privacy budget by the classes")
+        if self.protocol == "private" and self.init_model is None and self.edges is not None:
+            raise ValueError("fixed edges are not available in the private protocol (its edges are noisy fleet sums)")
+        if not (isinstance(self.dp_features, int) and self.dp_features >= 1):
+            raise ValueError(f"dp_features must be an int >= 1, got {self.dp_features!r}")
+        if not (isinstance(self.dp_leaf_clip, (int, float)) and 0 < self.dp_leaf_clip < 1e6):
+            raise ValueError(f"dp_leaf_clip must be a number in (0, 1e6), got {self.dp_leaf_clip!r}")
         self.growth  # validates the tree settings
+
+    @property
+    def bins(self) -> int:
+        """Bins per feature: ``n_bins``, else the protocol's default."""
+        return self.n_bins or (PRIVATE_BINS if self.protocol == "private" else DEFAULT_BINS)
 
     @property
     def growth(self) -> GrowthParams:
@@ -244,17 +263,45 @@ class FedSCSXGB:
                             min_child_weight=self.min_child_weight, learning_rate=self.learning_rate,
                             multi_strategy=self.multi_strategy)
 
+    def job_classes(self) -> tuple[str, ...] | None:
+        """``classes``, or when continuing a classifier, the classes of ``init_model``.
+
+        Labels keep appearing in a fleet (a carer annotates a new activity); boosting can only
+        continue over the outputs the model has, so its classes are kept and windows with other
+        labels sit this job out (a model trained afresh learns them).
+        """
+        init = self.init_model
+        if self.classes is not None or init is None or self.objective == "squared_error" or not init.classes:
+            return self.classes
+        return tuple(str(c) for c in init.classes)
+
+    def task(self, n_features: int, base_score: np.ndarray, classes: tuple[str, ...]) -> XgbTask:
+        """The settings every request repeats."""
+        return XgbTask(self.objective, self.feature_set_version, n_features, base_score, classes, self.multi_strategy)
+
+    def model_metadata(self, n_rounds: int) -> dict[str, Any]:
+        """What a model of ``n_rounds`` boosting rounds records of its training."""
+        return {"algorithm": self.name, "objective": self.objective, "n_rounds": n_rounds,
+                "multi_strategy": self.multi_strategy, "max_depth": self.max_depth, "n_bins": self.bins,
+                "learning_rate": self.learning_rate, "reg_lambda": self.reg_lambda, "gamma": self.gamma,
+                "sketch": self.sketch, "protocol": self.protocol, "secure_aggregation": int(self.secure_aggregation),
+                "min_crowd": self.min_crowd}
+
     def fit(self, job: FederatedJob, *, seed: int = 0) -> TreeEnsemble:
         """Train over ``job``'s clients; returns the boosted ensemble (``init_model``'s trees first).
 
         Stopped early (``job.stop_here``), it returns the boosting rounds completed so far: each
         round only adds trees, so they are the very model ``n_rounds`` = that many would give.
         """
-        return _Training(self, job, seed).run()
+        return self._training(job, seed).run()
+
+    def _training(self, job: FederatedJob, seed: int) -> _Training | PrivateBoosting:
+        warn_if_not_private(self, "atoms", log)
+        return PrivateBoosting(self, job, seed) if self.protocol == "private" else _Training(self, job, seed)
 
     def fit_with_diagnostics(self, job: FederatedJob, *, seed: int = 0) -> BoostingResult:
         """:meth:`fit`, plus the loss change of every split the server chose."""
-        training = _Training(self, job, seed)
+        training = self._training(job, seed)
         model = training.run()
         return BoostingResult(model, tuple(training.loss_changes[: model.n_trees]))
 
@@ -288,7 +335,6 @@ class _Training(BoostedTrees):
         self.config = config
         self.job = job
         self.rng = np.random.default_rng(seed)
-        self.loss_changes: list[np.ndarray] = []  # per tree, XGBoost's loss change of each split
 
     # -- phases --------------------------------------------------------------------------------
 
@@ -298,7 +344,7 @@ class _Training(BoostedTrees):
         cfg = self.config
         self.clients = list(self._setup().clients)
         if cfg.init_model is not None:
-            self._continue_from(cfg.init_model)
+            self.continue_from(cfg.init_model, cfg.multi_strategy)
         if cfg.edges is not None:
             if len(cfg.edges) != self.n_features:
                 raise TrainingError(f"{len(cfg.edges)} fixed edge arrays for {self.n_features} features")
@@ -314,11 +360,10 @@ class _Training(BoostedTrees):
             else:
                 edges = self.fixed_edges
             atoms = self._ask(selected, lambda c: self._atom_request(c, edges), XgbAtomReply,
-                              lambda c, r: check_atoms(r, edges, self.n_outputs) or self._check_trees(c, r.n_trees))
+                              lambda c, r: check_atoms(r, edges, self.n_outputs) or self.check_trees(c, r.n_trees))
             if not atoms:
                 raise TrainingError(f"round {t}: no usable atom replies from {selected}")
             self._grow(atoms, edges)
-            self._deltas.clear()
             n = sum(r.n_samples for r in atoms.values())
             loss = sum(r.loss_sum for r in atoms.values()) / max(n, 1)
             if cfg.objective == "squared_error":
@@ -333,23 +378,11 @@ class _Training(BoostedTrees):
     def _setup(self) -> FleetData:
         cfg = self.config
         regression = cfg.objective == "squared_error"
-        fleet = describe_fleet(self.job, cfg.feature_set_version, regression=regression, classes=self._job_classes())
+        fleet = describe_fleet(self.job, cfg.feature_set_version, regression=regression, classes=self.config.job_classes())
         self._set_fleet(fleet)
         self.standardizations = [Standardization.from_moments(fleet.moments[:, j]) if cfg.standardize
                                  else Standardization() for j in range(self.n_features)]
         return fleet
-
-    def _job_classes(self) -> tuple[str, ...] | None:
-        """``classes``, or when continuing a classifier, the classes of ``init_model``.
-
-        Labels keep appearing in a fleet (a carer annotates a new activity); boosting can only
-        continue over the outputs the model has, so its classes are kept and windows with other
-        labels sit this job out (a model trained afresh learns them).
-        """
-        cfg, init = self.config, self.config.init_model
-        if cfg.classes is not None or init is None or cfg.objective == "squared_error" or not init.classes:
-            return cfg.classes
-        return tuple(str(c) for c in init.classes)
 
     def _set_fleet(self, fleet: FleetData | PrivateFleet) -> None:
         cfg = self.config
@@ -364,17 +397,15 @@ class _Training(BoostedTrees):
         cfg = self.config
         summer = FleetSummer(self.job, secure=cfg.secure_aggregation, degree=cfg.secagg_degree)
         summer.start(self.job.clients)
-        self.noise = (NoiseBudget(cfg.dp_noise_multiplier, ZCDPAccountant(cfg.dp_delta))
-                      if cfg.dp_noise_multiplier else None)
         fleet = describe_fleet_privately(self.job, summer, cfg.feature_set_version,
-                                         regression=cfg.objective == "squared_error", n_bins=cfg.n_bins,
-                                         classes=self._job_classes(), noise=self.noise)
+                                         regression=cfg.objective == "squared_error", n_bins=cfg.bins,
+                                         classes=cfg.job_classes())
         self._set_fleet(fleet)
         if fleet.total_samples < max(cfg.min_crowd, 1):
             raise TrainingError(f"the fleet holds {fleet.total_samples} samples, fewer than the minimum crowd "
                                 f"({cfg.min_crowd})")
         if cfg.init_model is not None:
-            self._continue_from(cfg.init_model)
+            self.continue_from(cfg.init_model, cfg.multi_strategy)
         edges = list(fleet.edges)
         if cfg.edges is not None:
             if len(cfg.edges) != self.n_features:
@@ -383,22 +414,18 @@ class _Training(BoostedTrees):
         self.private = fleet
         bound = 1.0 if cfg.objective != "squared_error" else gradient_bound(fleet, float(self.base_score[0]))
         self.frac_bits = frac_bits_for(fleet.total_samples, bound)
-        if self.noise:  # room for the noise in int64; it dwarfs the finer bits anyway
-            self.frac_bits = min(self.frac_bits, DP_FRAC_BITS)
         self.gradient_bound = float(bound)
         self.edge_values, self.edge_offsets = pack_edges(edges)
         self.fleet_edges = edges
         for t in range(1, cfg.n_rounds + 1):
             started = time.monotonic()
             selected = self._sample_from(list(summer.active))
-            self._add_round(self._grow_round(summer, selected, t))
-            self._deltas.clear()
+            self.add_round(self._grow_round(summer, selected, t))
             n = self._round_stats.samples
             loss = self._round_stats.loss_sum / max(n, 1.0)
             if cfg.objective == "squared_error":
                 loss = float(np.sqrt(loss))
-            metrics = ({"epsilon": self.noise.accountant.epsilon} if self.noise
-                       else {"train_loss": loss, "samples": float(n)})
+            metrics = {"train_loss": loss, "samples": float(n)}
             progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected),
                                      self._round_stats.contributors, metrics,
                                      time.monotonic() - started)
@@ -430,25 +457,19 @@ class _Training(BoostedTrees):
         """One depth level: the cohort's summed (G, H, count) histograms of the requested nodes."""
         first = self._round_stats is None
         selected = self._cohort
-        # One window sits in one node per tree: m values |g| <= 1, m values h <= 1 and a count of 1
-        # in each of d features (m = 1, or the classes for vector leaves).
         stats = 2 * self.task.node_columns + 1
-        sensitivity = float(np.sqrt(stats * np.unique(node_tree).size * self.n_features))
-        share = self.noise.share(sensitivity, len(selected)) if self.noise else None
         requests = {c: XgbHistogramRequest(self.task, self._delta(c), self.edge_values, self.edge_offsets, splits,
                                            node_tree, node_id, self.frac_bits, self.gradient_bound,
-                                           with_loss=first and not self.noise, secure=summer.secure_round(c, selected),
-                                           noise=share) for c in selected}
+                                           with_loss=first, secure=summer.secure_round(c, selected))
+                    for c in selected}
         length = next(iter(requests.values())).length
         result = summer.ask(requests, XgbHistogramReply, lambda r: r.sums, length,
-                            check=lambda c, r: self._check_trees(c, r.n_trees))
+                            check=lambda c, r: self.check_trees(c, r.n_trees))
         for client in selected:
             if client in result.contributors:
                 self.known[client] = result.replies[client].n_trees
             else:
                 self.known.pop(client, None)
-        if self.noise:
-            self.noise.spend("histograms", sensitivity, len(result.contributors), len(selected))
         if first:
             self._cohort = list(result.contributors)
         elif list(result.contributors) != self._cohort:
@@ -456,26 +477,11 @@ class _Training(BoostedTrees):
         vector = result.total.view(np.int64)
         if first:
             self._round_stats = _RoundStats(len(result.contributors))
-            if not self.noise:
-                self._round_stats.loss_sum = float(decode(vector[-2], LOSS_FRAC_BITS))
-                self._round_stats.samples = float(vector[-1])
-                vector = vector[:-2]
+            self._round_stats.loss_sum = float(decode(vector[-2], LOSS_FRAC_BITS))
+            self._round_stats.samples = float(vector[-1])
+            vector = vector[:-2]
         S = int(np.diff(self.edge_offsets).max(initial=0)) + 2
         return vector.reshape(node_tree.shape[0], stats, self.n_features, S)
-
-    def _continue_from(self, model: TreeEnsemble) -> None:
-        if model.kind != "boosted" or model.n_outputs != self.n_outputs or model.n_features != self.n_features:
-            raise TrainingError(f"init_model ({model.kind}, {model.n_outputs} outputs, {model.n_features} features)"
-                                f" does not fit this job ({self.n_outputs} outputs, {self.n_features} features)")
-        if model.link != self.objective.link or (self.model_classes and tuple(model.classes) != self.model_classes):
-            raise TrainingError(f"init_model predicts {list(model.classes)} with link {model.link!r}; the job has "
-                                f"classes {list(self.model_classes)} and link {self.objective.link!r}")
-        if model.n_trees and bool((model.tree_output == -1).all() and self.n_outputs > 1) != self.vector_leaves:
-            raise TrainingError(f"init_model's trees do not follow multi_strategy={self.config.multi_strategy!r}")
-        self.base_score = np.asarray(model.base_score, dtype=np.float64)
-        self.trees = list(model.trees)
-        self.tree_output = [int(k) for k in model.tree_output]
-        self.loss_changes = [np.full(tree.n_nodes, np.nan) for tree in model.trees]
 
     def _sample(self) -> list[str]:
         return self._sample_from(self.clients)
@@ -490,12 +496,11 @@ class _Training(BoostedTrees):
 
     @property
     def task(self) -> XgbTask:
-        return XgbTask(self.config.objective, self.config.feature_set_version, self.n_features,
-                       self.base_score, self.classes, self.config.multi_strategy)
+        return self.config.task(self.n_features, self.base_score, self.classes)
 
     def _sketch_request(self, client: str) -> XgbSketchRequest:
         cfg = self.config
-        size = cfg.summary_size or cfg.n_bins
+        size = cfg.summary_size or cfg.bins
         if cfg.sketch == "summary":
             return XgbSketchRequest(self.task, self._delta(client), "summary", summary_size=size)
         return XgbSketchRequest(self.task, self._delta(client), "ddsketch", summary_size=size,
@@ -532,12 +537,6 @@ class _Training(BoostedTrees):
                 self.known[client] = reply.n_trees
         return out
 
-    def _check_trees(self, client: str, n_trees: int) -> str | None:
-        if n_trees != len(self.trees):
-            self.known.pop(client, None)  # resend the whole model next time
-            return f"margins include {n_trees} trees, the model has {len(self.trees)}"
-        return None
-
     def _check_sketch(self, client: str, reply: XgbSketchReply) -> str | None:
         wanted = "summary" if self.config.sketch == "summary" else "ddsketch"
         part = getattr(reply, wanted)
@@ -546,11 +545,11 @@ class _Training(BoostedTrees):
         rows = part.points.shape[0] if wanted == "summary" else part.zero_weight.shape[0]
         if rows != self.n_features:
             return f"{rows} sketches for {self.n_features} features"
-        return self._check_trees(client, reply.n_trees)
+        return self.check_trees(client, reply.n_trees)
 
     def _edges(self, sketches: dict[str, XgbSketchReply]) -> list[np.ndarray]:
         """B bin edges per feature from the clients' sketches (client-id order)."""
-        B = self.config.n_bins
+        B = self.config.bins
         try:
             if self.config.sketch == "summary":
                 per_client = [summaries_from_arrays(to_wire(r.summary)) for r in sketches.values()]
@@ -566,28 +565,12 @@ class _Training(BoostedTrees):
         keys, G, H, W = merge_atoms(keys, np.concatenate([r.grad for r in atoms.values()]),
                                     np.concatenate([r.hess for r in atoms.values()]),
                                     np.concatenate([r.counts for r in atoms.values()]))
-        self._add_round([RoundTree(g.tree, g.loss_change) for g in grow_trees(keys, G, H, W, edges,
+        self.add_round([RoundTree(g.tree, g.loss_change) for g in grow_trees(keys, G, H, W, edges,
                                                                                 self.config.growth)])
-
-    def _add_round(self, trees: list[RoundTree]) -> None:
-        """A boosting round's trees: tree ``k`` adds to output ``k``, a vector-leaf tree to all (-1)."""
-        for k, grown in enumerate(trees):
-            self.trees.append(grown.tree)
-            self.loss_changes.append(grown.loss_change)
-            self.tree_output.append(-1 if self.vector_leaves else k if self.n_outputs > 1 else 0)
 
     # -- the model -----------------------------------------------------------------------------
 
     def model(self, n_trees: int | None = None) -> TreeEnsemble:
         """The ensemble of the first ``n_trees`` trees (all): a checkpoint names its round's count."""
-        cfg = self.config
-        n_grown = len(self.trees[:n_trees])
-        return self.boosted_model(
-            n_trees, self.base_score, cfg.feature_set_version,
-            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": n_grown // self.trees_per_round,
-                      "multi_strategy": cfg.multi_strategy,
-                      "max_depth": cfg.max_depth, "n_bins": cfg.n_bins, "learning_rate": cfg.learning_rate,
-                      "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "sketch": cfg.sketch,
-                      "protocol": cfg.protocol, "secure_aggregation": int(cfg.secure_aggregation),
-                      "min_crowd": cfg.min_crowd, **dp_metadata(getattr(self, "noise", None))},
-        )
+        return self.boosted_model(n_trees, self.base_score, self.config.feature_set_version,
+                                  metadata=self.config.model_metadata(len(self.trees[:n_trees]) // self.trees_per_round))

@@ -21,12 +21,13 @@ when the job's :class:`~aggregator.fleet_sums.FleetSummer` is secure), except th
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from shared.differential_privacy import ZCDPAccountant, consistent_children
+from shared.differential_privacy import consistent_children
 from shared.protocol.messages.fleet_sums import (
     TARGET_BOUND,
     TARGET_FRAC_BITS,
@@ -42,15 +43,22 @@ from shared.protocol.messages.secure_aggregation import word_bits_for
 from shared.sketches import GridPlan, GridRefinement, SketchError
 
 from ..fleet_sums import FleetSummer
+from ..privacy import PrivacyBudget, skellam_release
 from ..jobs import FederatedJob, TrainingError
 from ..rounds import QuorumNotReached
 from .fleet_data import fleet_vocabulary, keep_majority_width
 
-__all__ = ["NoiseBudget", "PrivateFleet", "TargetRangeError", "check_privacy_settings", "describe_fleet_privately",
-           "dp_metadata", "frac_bits_for"]
+__all__ = ["OPENING_GRID_ROUNDS", "PrivateFleet", "TargetRangeError", "check_privacy_settings",
+           "describe_fleet_privately", "frac_bits_for", "opening_releases"]
 
 #: How often the grid rounds start over after a client dropped out of them.
 MAX_GRID_RESTARTS = 3
+#: Grid rounds of a differentially private opening (each costs one release): the first reads
+#: every feature's sign and exponent, the next two 4 bits of mantissa each where the quantiles lie
+#: (edges to within 1/256 of an octave).
+OPENING_GRID_ROUNDS = 3
+#: Lattice steps per window of a differentially private opening's counts (``NoiseShare.scale``).
+COUNT_SCALE = 64
 #: Headroom of a fixed-point sum: every sum stays below 2**SUM_BITS in magnitude.
 SUM_BITS = 61
 
@@ -74,55 +82,52 @@ class TargetRangeError(TrainingError, ValueError):
                          "median, and these spread further: rescale them (e.g. other units)")
 
 
-@dataclass
-class NoiseBudget:
-    """Differential privacy of a private job: every release gets Gaussian noise of standard
-    deviation ``multiplier`` times its L2 sensitivity, and the ``accountant`` adds up the cost."""
-
-    multiplier: float
-    accountant: ZCDPAccountant
-
-    def share(self, sensitivity: float, asked: int) -> NoiseShare:
-        return NoiseShare(self.multiplier * sensitivity, asked)
-
-    def spend(self, kind: str, sensitivity: float, answered: int, asked: int) -> None:
-        self.accountant.spend(kind, sensitivity, self.multiplier * sensitivity, answered, asked)
+def opening_releases() -> int:
+    """Releases of a differentially private opening: the fleet counts and the grid rounds."""
+    return 1 + OPENING_GRID_ROUNDS
 
 
-def check_privacy_settings(config, *, paper: str, dp_requirement: str, dp_possible: bool) -> None:
-    """Validate (and resolve) the privacy settings both algorithms' configurations share:
-    ``protocol`` ("histogram" or the paper's ``paper``), ``secure_aggregation`` (``None``: on
-    for the histogram protocol), ``min_crowd``, ``dp_noise_multiplier``/``dp_delta`` (possible
-    when ``dp_possible``; ``dp_requirement`` says what else DP needs) and ``client_fraction``."""
-    if config.protocol not in ("histogram", paper):
-        raise ValueError(f"protocol must be 'histogram' or {paper!r}, got {config.protocol!r}")
+def check_privacy_settings(config, *, paper: str, dp_possible: bool) -> None:
+    """Validate (and resolve) the privacy settings the algorithms' configurations share:
+    ``protocol`` (``None``: "private" when ``dp_possible``, else "histogram"; or the paper's
+    ``paper``), ``secure_aggregation`` (``None``: on unless the paper's protocol; the private
+    protocol needs it), ``min_crowd``, ``dp_epsilon``/``dp_delta`` and ``client_fraction``."""
+    if config.protocol is None:
+        object.__setattr__(config, "protocol", "private" if dp_possible else "histogram")
+    if config.protocol not in ("private", "histogram", paper):
+        raise ValueError(f"protocol must be 'private', 'histogram' or {paper!r}, got {config.protocol!r}")
+    if config.protocol == "private" and not dp_possible:
+        raise ValueError("the private protocol (differential privacy) trains classifiers; for regression choose "
+                         "protocol='histogram' (secure sums without differential privacy)")
     if config.secure_aggregation is None:
-        object.__setattr__(config, "secure_aggregation", config.protocol == "histogram")
-    if config.secure_aggregation and config.protocol != "histogram":
+        object.__setattr__(config, "secure_aggregation", config.protocol != paper)
+    if config.secure_aggregation and config.protocol == paper:
         raise ValueError(f"secure aggregation sums histograms: protocol={paper!r} sends per-client data that "
                          "cannot be summed; it needs secure_aggregation=False")
+    if config.protocol == "private" and not config.secure_aggregation:
+        raise ValueError("the private protocol adds its noise in shares under secure aggregation: without it the "
+                         "server would see each gateway's lightly noised vector")
     if not (isinstance(config.min_crowd, int) and config.min_crowd >= 0):
         raise ValueError(f"min_crowd must be an int >= 0, got {config.min_crowd!r}")
-    if config.dp_noise_multiplier is not None:
-        if not (config.dp_noise_multiplier > 0 and np.isfinite(config.dp_noise_multiplier)):
-            raise ValueError(f"dp_noise_multiplier must be > 0, got {config.dp_noise_multiplier!r}")
-        if not (config.secure_aggregation and dp_possible):
-            raise ValueError(f"differential privacy needs the histogram protocol with secure aggregation, "
-                             f"{dp_requirement}")
-        if not 0 < config.dp_delta < 1:
-            raise ValueError(f"dp_delta must lie in (0, 1), got {config.dp_delta!r}")
+    if not (isinstance(config.dp_epsilon, (int, float)) and 0 < config.dp_epsilon <= 1000
+            and np.isfinite(config.dp_epsilon)):
+        raise ValueError(f"dp_epsilon must be a number in (0, 1000], got {config.dp_epsilon!r}")
+    if not (isinstance(config.dp_delta, float) and 0 < config.dp_delta < 1e-3):
+        raise ValueError(f"dp_delta must be a float in (0, 1e-3), got {config.dp_delta!r}")
     if config.secure_aggregation and config.client_fraction < 1:
         raise ValueError("secure aggregation with client_fraction < 1 would release sums over changing cohorts "
                          "of clients, whose differences isolate clients: use client_fraction=1")
 
 
-def dp_metadata(noise: NoiseBudget | None) -> dict[str, float]:
-    """What a model records of the differential privacy its training spent (nothing without)."""
-    if noise is None:
-        return {}
-    acc = noise.accountant
-    return {"dp_noise_multiplier": noise.multiplier, "dp_epsilon": acc.epsilon, "dp_delta": acc.delta,
-            "dp_rho": acc.rho, "dp_releases": acc.releases}
+def warn_if_not_private(config, paper: str, log: logging.Logger) -> None:
+    """One line when a job runs without differential privacy (chosen for research or
+    reproduction): what the aggregator can then learn."""
+    if config.protocol == paper:
+        log.warning(f"protocol={paper!r} (the paper's, for reproduction) reveals per-window data to the aggregator; "
+                    "the default protocol='private' does not")
+    elif config.protocol == "histogram":
+        log.warning("protocol='histogram' (secure sums without differential privacy): sums over few windows, "
+                    "such as single-window histogram cells, reveal those windows to the aggregator")
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,12 +180,13 @@ class PrivateFleet:
 
 def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set_version: str, *,
                              regression: bool, n_bins: int, classes: tuple[str, ...] | None = None,
-                             noise: NoiseBudget | None = None) -> PrivateFleet:
+                             budget: PrivacyBudget | None = None) -> PrivateFleet:
     """Run the private opening over ``summer.active`` clients (see the module docstring).
-    With ``noise`` every sum is released with Gaussian noise (classification only): one window
-    changes ``n`` and one class count by 1 (sensitivity sqrt 2), one grid cell per feature and
-    round by 1 (sqrt d). Regression learns the target's grid counts too (one more column; the
-    shift is read off them)."""
+    With ``budget`` every sum is released with distributed Skellam noise from its ``"opening"``
+    share (classification only): one window changes ``n`` and one class count by 1 (L2
+    sensitivity sqrt 2), one grid cell per feature and round by 1 (sqrt d), in at most
+    ``OPENING_GRID_ROUNDS`` grid rounds. Regression learns the target's grid counts too (one more
+    column; the shift is read off them)."""
     shapes = job.ask(DataShapeRequest(feature_set_version, labels=classes is None and not regression),
                      list(summer.active), DataShape)
     if not shapes:
@@ -196,7 +202,8 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
     def fleet_counts(shift: float) -> np.ndarray:
         """The summed ``fleet_counts`` vector (int64) of ``summer.active``."""
         asked = len(summer.active)
-        share = noise.share(np.sqrt(2.0), asked) if noise else None
+        mu = budget.mu("opening", np.sqrt(2.0) * COUNT_SCALE) if budget else 0.0
+        share = NoiseShare(mu, asked, COUNT_SCALE) if budget else None
         requests = {c: FleetCountsRequest(feature_set_version, regression, vocabulary, TARGET_FRAC_BITS, secure(c),
                                           share, shift) for c in summer.active}
         example = next(iter(requests.values()))
@@ -208,13 +215,14 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
                 raise TargetRangeError() from None
             raise
         sums = result.total.view(np.int64)
-        if noise:
-            noise.spend("fleet_counts", np.sqrt(2.0), len(result.contributors), asked)
-            sums = np.clip(sums, 0, None)
+        if budget:
+            budget.spend(skellam_release("opening", np.sqrt(2.0) * COUNT_SCALE, 2.0 * COUNT_SCALE, mu,
+                                         answered=len(result.contributors), asked=asked))
+            sums = np.clip(np.rint(sums / COUNT_SCALE).astype(np.int64), 0, None)
         return sums
 
     if regression:  # the target's grid first: its fleet median is the shift of the sums
-        refinement = _grid_edges(summer, feature_set_version, d + 1, n_bins, noise, total=None, target=True)
+        refinement = _grid_edges(summer, feature_set_version, d + 1, n_bins, budget, total=None, target=True)
         edges = refinement.edges(include_min_point=True)
         shift = target_shift(edges.pop())
         sums = fleet_counts(shift)
@@ -225,7 +233,7 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
     if total == 0:
         raise TrainingError("the fleet holds no labelled samples")
     if not regression:
-        refinement = _grid_edges(summer, feature_set_version, d, n_bins, noise, total=total)
+        refinement = _grid_edges(summer, feature_set_version, d, n_bins, budget, total=total)
         edges = refinement.edges(include_min_point=True)
     return PrivateFleet(
         clients=tuple(summer.active), n_features=d,
@@ -266,13 +274,13 @@ def target_shift(edges: np.ndarray) -> float:
 
 
 def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: int,
-                noise: NoiseBudget | None, *, total: int | None, target: bool = False) -> GridRefinement:
+                budget: PrivacyBudget | None, *, total: int | None, target: bool = False) -> GridRefinement:
     """The grid rounds over ``d`` columns (``target``: the last is the regression target);
     refinement needs the same clients in every round, so a client dropping out restarts them
     with the rest (at most ``MAX_GRID_RESTARTS`` times). Noisy counts are clipped and made
     consistent with their parents (post-processing)."""
     for _ in range(MAX_GRID_RESTARTS + 1):
-        refinement = GridRefinement(d, n_bins)
+        refinement = GridRefinement(d, n_bins, max_rounds=OPENING_GRID_ROUNDS if budget else None)
         plan: GridPlan | None = refinement.first_plan()
         cohort = summer.active
         while plan is not None and summer.active == cohort:
@@ -280,14 +288,17 @@ def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: i
             # a cell counts at most a column's windows: the fleet's (``total``, else the largest
             # column total of the first round); DP noise needs 32 bits of headroom
             known = total if total is not None else (int(refinement.totals.max()) if refinement.rounds else None)
-            bits = 32 if noise or known is None else word_bits_for(2 * known + 64)
-            share = noise.share(np.sqrt(d), len(cohort)) if noise else None
+            bits = 32 if budget or known is None else word_bits_for(2 * known + 64)
+            mu = budget.mu("opening", np.sqrt(d) * COUNT_SCALE) if budget else 0.0
+            share = NoiseShare(mu, len(cohort), COUNT_SCALE) if budget else None
             requests = {c: GridCountsRequest(feature_set_version, **arrays, secure=summer.secure_round(c, cohort),
                                              noise=share, word_bits=bits, target=target) for c in cohort}
             result = summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells, word_bits=bits)
             counts = result.total.view(np.int64)
-            if noise:
-                noise.spend("grid_counts", np.sqrt(d), len(result.contributors), len(cohort))
+            if budget:
+                budget.spend(skellam_release("opening", np.sqrt(d) * COUNT_SCALE, float(d) * COUNT_SCALE, mu,
+                                             answered=len(result.contributors), asked=len(cohort)))
+                counts = np.rint(counts / COUNT_SCALE).astype(np.int64)
                 parents = refinement.parent_counts
                 counts = (np.clip(counts, 0, None) if parents is None
                           else consistent_children(counts, parents, plan.offsets))

@@ -64,11 +64,11 @@ from shared.protocol.messages.fedscs_xgb import (
     XgbTask,
 )
 from shared.protocol.schema import to_wire
-from shared.sketches import SketchError, finalize_edges, merge_edges_columns, summaries_from_arrays
+from shared.sketches import SketchError, finalize_edges, merge_edges_columns, pack_edges, summaries_from_arrays
 from shared.sketches.weighted import exact_weighted_quantiles
 
 from ..algorithms.boosted_trees import BoostedTrees
-from ..algorithms.fedscs_xgb import base_score_stats, pack_edges
+from ..algorithms.fedscs_xgb import base_score_stats
 from ..algorithms.fleet_data import FleetData, describe_fleet
 from ..algorithms.histogram_growth import GrowthParams
 from ..algorithms.levelwise_growth import decode, grow_round

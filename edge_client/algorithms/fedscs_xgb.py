@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.atoms import merge_atoms
+from shared.differential_privacy import clip_norm, skellam_share, stochastic_round
 from shared.histograms import histogram_slots, node_histograms, quantize, route_round
 from shared.model import TreeEnsemble
 from shared.objectives import Objective, objective_named
@@ -42,6 +43,8 @@ from shared.protocol.messages.fedscs_xgb import (
     XgbAtomRequest,
     XgbHistogramReply,
     XgbHistogramRequest,
+    XgbPrivateLeavesRequest,
+    XgbPrivateLevelRequest,
     XgbSketchReply,
     XgbSketchRequest,
     XgbTask,
@@ -165,11 +168,16 @@ class FedSCSXGBClient:
         self.secure = secure or SecureAggregationClient("local")
         self.max_jobs = max_jobs
         self._jobs: OrderedDict[str, _JobState] = OrderedDict()
+        #: Draws the private protocol's stochastic rounding and noise shares (OS entropy; tests
+        #: seed it to compare runs draw for draw).
+        self.noise_rng = np.random.default_rng()
 
     def register(self, dispatcher: Dispatcher) -> None:
         dispatcher.register(XgbSketchRequest, self.on_sketch)
         dispatcher.register(XgbAtomRequest, self.on_atoms)
         dispatcher.register(XgbHistogramRequest, self.on_histograms)
+        dispatcher.register(XgbPrivateLevelRequest, self.on_private_level)
+        dispatcher.register(XgbPrivateLeavesRequest, self.on_private_leaves)
 
     def _state(self, job: str, task: XgbTask) -> _JobState:
         """The job's state, created from a fresh snapshot if this client has none (restart)."""
@@ -240,3 +248,54 @@ class FedSCSXGBClient:
             parts.append(np.array([loss[0], state.target.shape[0]], dtype=np.int64))
         return XgbHistogramReply(state.n_trees, self.secure.protect(message, np.concatenate(parts), body.secure,
                                                                     body.word_bits))
+
+    # -- the private protocol --------------------------------------------------------------------
+
+    def _private_positions(self, message: Message, body: XgbPrivateLevelRequest | XgbPrivateLeavesRequest
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Margins updated, then the lattice statistics of every window (G and H clipped and
+        rounded: ``(n, m)`` each), its slot in each round feature and its node after the splits."""
+        state = self._state(message.envelope.job, body.task)
+        state.apply(body.model)
+        if body.round.features.max() >= state.X.shape[1]:
+            raise RequestRejected("bad_request", "a round feature is not a column of this job")
+        g, h = state.gradients()
+        lattice = body.lattice
+        qg = stochastic_round(clip_norm(g, lattice.grad_bound), lattice.scale, self.noise_rng)
+        qh = stochastic_round(clip_norm(h, lattice.hess_bound), lattice.scale, self.noise_rng)
+        edges = body.round.edges()
+        n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
+        slots = histogram_slots(bin_ids(state.X[:, body.round.features], edges), n_edges)
+        s = body.splits
+        column = np.searchsorted(body.round.features, s.feature)
+        position = route_round(slots, body.round.slots - 1, 1, np.zeros_like(s.tree), s.node, column, s.bin,
+                               s.default_left, s.left, s.right)
+        return qg, qh, slots, position
+
+    def _release(self, message: Message, vector: np.ndarray,
+                 body: XgbPrivateLevelRequest | XgbPrivateLeavesRequest) -> XgbHistogramReply:
+        noisy = vector + skellam_share(vector.shape, body.noise.mu, body.noise.shares, self.noise_rng)
+        state = self._jobs[message.envelope.job]
+        return XgbHistogramReply(state.n_trees, self.secure.protect(message, noisy, body.secure, body.word_bits))
+
+    def on_private_level(self, message: Message) -> XgbHistogramReply:
+        """One depth level of the private protocol: the requested nodes' lattice histograms over
+        the round's features, plus this gateway's share of the noise, masked."""
+        body: XgbPrivateLevelRequest = message.body
+        qg, qh, slots, position = self._private_positions(message, body)
+        nodes = np.zeros_like(body.node_id)
+        hist = node_histograms(slots, body.round.slots, position, nodes, body.node_id, qg, qh, vector_leaves=True)
+        hist[:, -1] *= body.lattice.scale  # a window counts ``scale`` on the lattice
+        return self._release(message, hist.ravel(), body)
+
+    def on_private_leaves(self, message: Message) -> XgbHistogramReply:
+        """The private protocol's leaf sums: per requested leaf, the lattice G and H of its
+        windows, plus this gateway's share of the noise, masked."""
+        body: XgbPrivateLeavesRequest = message.body
+        qg, qh, _, position = self._private_positions(message, body)
+        leaf = np.searchsorted(body.leaves, position[0])
+        inside = (leaf < body.leaves.shape[0]) & (body.leaves[np.minimum(leaf, body.leaves.shape[0] - 1)] == position[0])
+        m = qg.shape[1]
+        sums = np.zeros((body.leaves.shape[0], 2 * m), dtype=np.int64)
+        np.add.at(sums, leaf[inside], np.concatenate([qg, qh], axis=1)[inside])
+        return self._release(message, sums.ravel(), body)

@@ -31,7 +31,7 @@ Everything is pure numpy; only numpy/scipy/stdlib are imported (gateway-safe).
 
 from .accuracy import exact_edges, rank_error, target_rank_errors
 from .ddsketch import DDSketch, ddsketch_edges, ddsketches_from_columns, ddsketches_to_columns, merge_all
-from .edges import bin_dtype, bin_ids, finalize_edges, missing_bin_id, validate_edges
+from .edges import bin_dtype, bin_ids, finalize_edges, missing_bin_id, pack_edges, validate_edges
 from .errors import SketchError
 from .grid import (
     GridPlan,
@@ -88,6 +88,7 @@ __all__ = [
     "summarize",
     "summarize_columns",
     "target_rank_errors",
+    "pack_edges",
     "validate_edges",
     "weighted_cdf",
     "weighted_moments",

@@ -106,3 +106,18 @@ def bin_ids(X: ArrayLike, edges: ArrayLike | Sequence[ArrayLike]) -> np.ndarray:
         ids[np.isnan(column)] = missing_bin_id(e)
         out[:, j] = ids
     return out[:, 0] if data.ndim == 1 else out
+
+
+def pack_edges(edges: Sequence[ArrayLike]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature float32 edges as ``(values, offsets)`` for the wire: feature ``j``'s edges are
+    ``values[offsets[j]:offsets[j + 1]]``.
+
+    Examples
+    --------
+    >>> values, offsets = pack_edges([np.array([1.0, 2.0]), np.array([], np.float32), np.array([5.0])])
+    >>> values.tolist(), offsets.tolist()
+    ([1.0, 2.0, 5.0], [0, 2, 2, 3])
+    """
+    offsets = np.concatenate([[0], np.cumsum([np.shape(e)[0] for e in edges])]).astype(np.int64)
+    values = np.concatenate([np.asarray(e, np.float32) for e in edges]) if len(edges) else np.zeros(0, np.float32)
+    return values.astype(np.float32), offsets

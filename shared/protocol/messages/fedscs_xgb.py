@@ -362,3 +362,119 @@ class XgbHistogramReply:
     def __post_init__(self) -> None:
         if self.n_trees < 0:
             raise ValueError("n_trees must be >= 0")
+
+
+@dataclass(frozen=True)
+class PrivateLattice:
+    """How a private release puts one window's statistics on integers (public, in every
+    request): the gradient vector is clipped to L2 norm ``grad_bound``, the Hessian vector to
+    ``hess_bound``, both are multiplied by ``scale`` and rounded stochastically, and a window
+    counts ``scale``. The aggregator derives the release's sensitivity from these bounds alone."""
+
+    scale: int
+    grad_bound: float
+    hess_bound: float
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.scale <= 1 << 16:
+            raise ValueError("scale must lie in 1..65536")
+        for name in ("grad_bound", "hess_bound"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and 0 < value <= 1e6):
+                raise ValueError(f"{name} must be finite and in (0, 1e6]")
+
+
+@dataclass(frozen=True)
+class PrivateRoundFeatures:
+    """The round's tree may split only on ``features`` (ascending; drawn by the server from a
+    public seed): their float32 edges, feature ``features[i]``'s being
+    ``edge_values[edge_offsets[i]:edge_offsets[i+1]]``."""
+
+    features: Annotated[np.ndarray, ArraySpec(("int32", "int64"), ndim=1)]
+    edge_values: Annotated[np.ndarray, ArraySpec(("float32",), ndim=1, finite=True)]
+    edge_offsets: Annotated[np.ndarray, ArraySpec(("int64",), ndim=1)]
+
+    def __post_init__(self) -> None:
+        k = self.features.shape[0]
+        if k < 1 or (np.diff(self.features) <= 0).any() or self.features.min() < 0:
+            raise ValueError("features must be distinct, ascending and >= 0")
+        offsets = self.edge_offsets
+        _length("edge_offsets", offsets, k + 1)
+        if offsets[0] != 0 or offsets[-1] != self.edge_values.shape[0] or (np.diff(offsets) < 0).any():
+            raise ValueError("edge_offsets must rise from 0 to the number of edge values")
+
+    def edges(self) -> list[np.ndarray]:
+        o = self.edge_offsets
+        return [self.edge_values[o[i] : o[i + 1]] for i in range(self.features.shape[0])]
+
+    @property
+    def slots(self) -> int:
+        """Histogram slots per feature: every bin of the feature with the most edges, then missing."""
+        return int(np.diff(self.edge_offsets).max(initial=0)) + 2
+
+
+@message_type("fedscs_xgb.private_level")
+@dataclass(frozen=True)
+class XgbPrivateLevelRequest:
+    """One depth level of the private protocol: update margins with ``model``, route the windows
+    through ``splits`` (their ``feature`` is a column of the job, one of ``round.features``), and
+    sum, for each requested node, per round feature and slot, the lattice statistics of
+    :class:`PrivateLattice` -- ``G_0..G_{m-1}, H_0..H_{m-1}, count`` -- then add this gateway's
+    share of the ``noise``. The vector is (nodes, 2m + 1, features, slots) in ``word_bits`` ring
+    words, masked when ``secure`` says so."""
+
+    task: XgbTask
+    model: ModelDelta
+    round: PrivateRoundFeatures
+    splits: RoundSplits
+    node_id: Annotated[np.ndarray, ArraySpec(("int32", "int64"), ndim=1)]
+    lattice: PrivateLattice
+    noise: NoiseShare
+    secure: SecureRound | None = None
+    word_bits: int = 32
+
+    def __post_init__(self) -> None:
+        if not self.node_id.shape[0]:
+            raise ValueError("a level request names at least one node")
+        if self.word_bits not in (32, 64):
+            raise ValueError("word_bits must be 32 or 64")
+        if self.splits.feature.size and not np.isin(self.splits.feature, self.round.features).all():
+            raise ValueError("a split's feature is not one of the round's features")
+
+    @property
+    def stats(self) -> int:
+        return 2 * self.task.node_columns + 1
+
+    @property
+    def length(self) -> int:
+        return self.node_id.shape[0] * self.stats * self.round.features.shape[0] * self.round.slots
+
+
+@message_type("fedscs_xgb.private_leaves")
+@dataclass(frozen=True)
+class XgbPrivateLeavesRequest:
+    """The round's tree is grown: per leaf in ``leaves``, the lattice sums ``G_0..G_{m-1},
+    H_0..H_{m-1}`` of the windows that end in it, plus this gateway's share of the ``noise``
+    (a vector (leaves, 2m))."""
+
+    task: XgbTask
+    model: ModelDelta
+    round: PrivateRoundFeatures
+    splits: RoundSplits
+    leaves: Annotated[np.ndarray, ArraySpec(("int32", "int64"), ndim=1)]
+    lattice: PrivateLattice
+    noise: NoiseShare
+    secure: SecureRound | None = None
+    word_bits: int = 32
+
+    def __post_init__(self) -> None:
+        if not self.leaves.shape[0]:
+            raise ValueError("a leaves request names at least one leaf")
+        if self.word_bits not in (32, 64):
+            raise ValueError("word_bits must be 32 or 64")
+        if self.splits.feature.size and not np.isin(self.splits.feature, self.round.features).all():
+            raise ValueError("a split's feature is not one of the round's features")
+
+    @property
+    def length(self) -> int:
+        return self.leaves.shape[0] * 2 * self.task.node_columns

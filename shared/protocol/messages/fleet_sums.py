@@ -43,16 +43,21 @@ TARGET_RANGE = "target_range"
 
 @dataclass(frozen=True)
 class NoiseShare:
-    """Differential privacy: add ``round(N(0, (sigma * scale)² / shares))`` to every cell of the
-    vector (``scale``: the cell's fixed-point factor), so that the fleet sum of ``shares``
-    gateways carries ``N(0, sigma²)`` (``shared.differential_privacy``)."""
+    """Distributed differential privacy: multiply the integer vector by ``scale`` and add
+    ``Skellam(mu / shares)`` to every cell, so that the fleet sum of ``shares`` gateways carries
+    ``Skellam(mu)`` (``shared.differential_privacy.skellam_share``). The scale makes the noise
+    fine next to one window's contribution, which keeps the Skellam mechanism close to the
+    Gaussian (its extra cost shrinks as ``1 / scale``)."""
 
-    sigma: float
+    mu: float
     shares: int
+    scale: int = 1
 
     def __post_init__(self) -> None:
-        if not (np.isfinite(self.sigma) and self.sigma > 0) or self.shares < 1:
-            raise ValueError("noise needs sigma > 0 and shares >= 1")
+        if not (np.isfinite(self.mu) and self.mu > 0) or self.shares < 1:
+            raise ValueError("noise needs mu > 0 and shares >= 1")
+        if not 1 <= self.scale <= 1 << 16:
+            raise ValueError("scale must lie in 1..65536")
 
 
 @dataclass(frozen=True)
