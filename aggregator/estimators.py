@@ -327,7 +327,12 @@ def _one_of(*choices: str) -> _Accepts:
 
 def _choices(config: type, name: str) -> _Accepts:
     """The choices of a configuration's ``Literal`` field (so the two cannot drift apart)."""
-    return _one_of(*get_args(inspect.get_annotations(config, eval_str=True)[name]))
+    annotation = inspect.get_annotations(config, eval_str=True)[name]
+    literals = [a for a in get_args(annotation) if a is not type(None)]
+    if all(isinstance(a, str) for a in literals):
+        return _one_of(*literals)
+    accepts = _one_of(*(c for literal in literals for c in get_args(literal)))
+    return accepts.or_none() if type(None) in get_args(annotation) else accepts
 
 
 def _convert_max_features(value: Any) -> str | int | float | None:
@@ -351,7 +356,8 @@ _COMMON_ACCEPTS = {
     "secure_aggregation": _BOOLEAN.or_none(),
     "min_crowd": _integer(0),
     "client_fraction": _number(0.0, low_open=True, high=1.0),
-    "dp_noise_multiplier": _number(0.0, low_open=True).or_none(),
+    "dp_epsilon": _number(0.0, low_open=True, high=1000.0),
+    "dp_delta": _number(0.0, low_open=True, high=1e-3),
 }
 
 
@@ -369,6 +375,7 @@ class _FedSCSXGBBase(_FederatedEstimator):
         "min_child_weight": _number(0.0),
         "multi_strategy": _choices(FedSCSXGB, "multi_strategy"),
         "protocol": _choices(FedSCSXGB, "protocol"),
+        "max_bin": _integer(2, 65_535).or_none(),
     }
 
     def __init__(
@@ -377,18 +384,19 @@ class _FedSCSXGBBase(_FederatedEstimator):
         n_estimators: int = 10,
         max_depth: int = 4,
         learning_rate: float = 0.2,
-        max_bin: int = 256,
+        max_bin: int | None = None,
         gamma: float | None = None,
         min_split_loss: float | None = None,
         reg_lambda: float = 1.0,
         min_child_weight: float = 1.0,
-        multi_strategy: str = "one_output_per_tree",
+        multi_strategy: str | None = None,
         random_state: int | None = 0,
-        protocol: str = "histogram",
+        protocol: str | None = None,
         secure_aggregation: bool | None = None,
         min_crowd: int = 5,
         client_fraction: float = 1.0,
-        dp_noise_multiplier: float | None = None,
+        dp_epsilon: float = FedSCSXGB.dp_epsilon,
+        dp_delta: float = FedSCSXGB.dp_delta,
     ) -> None:
         _store(self, locals())
 
@@ -402,9 +410,8 @@ class _FedSCSXGBBase(_FederatedEstimator):
                       reg_lambda=params["reg_lambda"], min_child_weight=params["min_child_weight"],
                       multi_strategy=params["multi_strategy"], objective=objective, protocol=params["protocol"],
                       secure_aggregation=params["secure_aggregation"], min_crowd=params["min_crowd"],
-                      client_fraction=params["client_fraction"],
-                      dp_noise_multiplier=params["dp_noise_multiplier"],
-                      **({} if gamma is None else {"gamma": gamma}))
+                      client_fraction=params["client_fraction"], dp_epsilon=params["dp_epsilon"],
+                      dp_delta=params["dp_delta"], **({} if gamma is None else {"gamma": gamma}))
 
     def _train(self, config: FedSCSXGB, job: FederatedJob, seed: int) -> tuple[TreeEnsemble, np.ndarray]:
         result = config.fit_with_diagnostics(job, seed=seed)
@@ -421,8 +428,9 @@ _FEDSCS_PARAMETERS = """\
         not offered).
     learning_rate : float, default=0.2
         Shrinkage ``eta`` of every leaf.
-    max_bin : int, default=256
-        Bins per feature, 2 to 65535 (xgboost's ``max_bin``; the edges are fleet-wide quantiles).
+    max_bin : int or None, default=None
+        Bins per feature, 2 to 65535 (xgboost's ``max_bin``; the edges are fleet-wide quantiles);
+        ``None``: 8 in the private protocol, 256 otherwise.
     gamma : float or None, default=None
         xgboost's ``gamma``: a node splits only if its loss change (xgboost's, the bracket of the
         paper's Eq. 1 without its 1/2) is at least this, so the same number grows xgboost's trees;
@@ -436,24 +444,31 @@ _FEDSCS_PARAMETERS = """\
         L2 penalty on leaf weights.
     min_child_weight : float, default=1.0
         Smallest Hessian sum of a child (xgboost's meaning).
-    multi_strategy : {"one_output_per_tree", "multi_output_tree"}, default="one_output_per_tree"
+    multi_strategy : {"one_output_per_tree", "multi_output_tree"} or None, default=None
         Multiclass trees (xgboost's names): one tree per class per round, or one tree per round with
-        one leaf weight per class (the paper's). Ignored with one output.
+        one leaf weight per class (the paper's). Ignored with one output. ``None``:
+        ``"multi_output_tree"`` in the private protocol (which needs it), else
+        ``"one_output_per_tree"``.
     random_state : int or None, default=0
         Seed of the client sampling (``client_fraction``); ``None`` draws one.
-    protocol : {"histogram", "atoms"}, default="histogram"
-        ``"histogram"``: the server learns only fleet sums; ``"atoms"``: the paper's protocol,
-        which reveals every window's quantised features and gradients (for reproduction).
+    protocol : {"private", "histogram", "atoms"} or None, default=None
+        ``"private"`` (``None`` for a classifier): differential privacy with the noise added by
+        the gateways under secure aggregation; ``"histogram"`` (``None`` for a regressor): secure
+        sums of exact histograms, without differential privacy; ``"atoms"``: the paper's
+        protocol, which reveals every window's quantised features and gradients (for
+        reproduction). The last two log a one-line warning.
     secure_aggregation : bool or None, default=None
         Mask every gateway's vector so the server decodes only the fleet's sum (``None``: on
-        for the histogram protocol; needs 3 or more clients).
+        except for the atom protocol; needs 3 or more clients).
     min_crowd : int, default=5
         No split leaves a child with fewer windows fleet-wide (histogram protocol).
     client_fraction : float, default=1.0
         Share of the clients sampled per round (atom protocol).
-    dp_noise_multiplier : float or None, default=None
-        Differential privacy on the released sums (classification, histogram protocol with
-        secure aggregation); ``None``: off.
+    dp_epsilon : float, default=8.0
+        The private protocol's budget per window and training (``(dp_epsilon, dp_delta)``-DP
+        for adding or removing one window).
+    dp_delta : float, default=1e-6
+        The private protocol's delta.
 
     Attributes
     ----------
@@ -484,14 +499,18 @@ class FedSCSXGBClassifier(_ClassifierMixin, _FedSCSXGBBase):
     >>> for gateway in range(3):
     ...     X = rng.normal(size=(80, 4))
     ...     clients.append((X, np.digitize(X[:, 0] + X[:, 1], [-0.5, 0.5])))
-    >>> model = FedSCSXGBClassifier(n_estimators=5, max_depth=3, max_bin=32).fit(clients)
+    >>> private = FedSCSXGBClassifier(n_estimators=5, max_depth=3, dp_epsilon=4.0).fit(clients)
+    >>> bool(private.model_.metadata["dp_epsilon"] <= 4.0)  # the budget it spent per window
+    True
+    >>> model = FedSCSXGBClassifier(n_estimators=5, max_depth=3, max_bin=32, protocol="histogram").fit(clients)
     >>> model.classes_
     array([0, 1, 2])
     >>> model.predict_proba(clients[0][0][:2]).shape
     (2, 3)
     >>> bool((model.predict(clients[0][0]) == clients[0][1]).mean() > 0.7)
     True
-    >>> same = FedSCSXGBClassifier(n_estimators=5, max_depth=3, max_bin=32, min_split_loss=0.1).fit(clients)
+    >>> same = FedSCSXGBClassifier(n_estimators=5, max_depth=3, max_bin=32, protocol="histogram",
+    ...                            min_split_loss=0.1).fit(clients)
     >>> same.model_ == model.model_  # min_split_loss is gamma's other name; both None: 0.1
     True
     """
@@ -537,6 +556,7 @@ class _FedForestBase(_FederatedEstimator):
         "min_impurity_decrease": _number(0.0),
         "bootstrap": _BOOLEAN,
         "protocol": _choices(FedForest, "protocol"),
+        "dp_noise_multiplier": _number(0.0, low_open=True).or_none(),
     }
 
     def _forest_config(self, params: dict[str, Any], fleet: _Fleet, **fields: Any) -> FedForest:

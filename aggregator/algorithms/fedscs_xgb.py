@@ -133,7 +133,7 @@ def check_atoms(reply: XgbAtomReply, edges: list[np.ndarray], n_outputs: int) ->
 
 
 #: Bins per feature of the private protocol (coarse: fewer cells, each with more windows than noise).
-PRIVATE_BINS = 16
+PRIVATE_BINS = 8
 #: Bins per feature of the other protocols.
 DEFAULT_BINS = 256
 #: How often one boosting round is grown again after a client dropped out mid-round.
@@ -181,7 +181,7 @@ class FedSCSXGB:
     ``secagg_degree``: SecAgg+ neighbourhood size, default O(log n)). ``min_crowd``: in the
     histogram protocol, no split leaves a child with fewer windows fleet-wide. The histogram
     protocol reads its edges once per job off fleet-summed counts (``sketch`` and
-    ``summary_size`` are the atom protocol's). ``n_bins``: default 16 in the private protocol,
+    ``summary_size`` are the atom protocol's). ``n_bins``: default 8 in the private protocol,
     256 otherwise.
 
     The private protocol spends ``dp_epsilon`` per window and training (``(dp_epsilon,
@@ -220,7 +220,7 @@ class FedSCSXGB:
     min_crowd: int = 5
     dp_epsilon: float = 8.0
     dp_delta: float = 1e-6
-    dp_features: int = 16
+    dp_features: int = 8
     dp_leaf_clip: float = 1.0
     release_plan: ReleasePlan = ReleasePlan()
     edges: tuple[np.ndarray, ...] | None = field(default=None, compare=False)

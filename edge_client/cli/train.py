@@ -64,7 +64,7 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
         given = [name for name, on in (("--init-model", init_model is not None),
                                        ("--paper-protocol", args.paper_protocol),
                                        ("--client-splits", args.client_splits),
-                                       ("--dp-noise-multiplier", args.dp_noise_multiplier is not None),
+                                       ("--no-dp", args.no_dp), ("--dp-epsilon", args.dp_epsilon is not None),
                                        ("--no-secure-aggregation", args.no_secure_aggregation)) if on]
         if given:
             raise UsageError(f"{given[0]} does not apply to fedga-tree: its gateways send fitness scores only, "
@@ -75,23 +75,26 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
     if args.algorithm == "fedforest":
         if init_model is not None:
             raise UsageError("--init-model continues boosting; it does not apply to fedforest")
-        if args.dp_noise_multiplier is not None:
-            raise UsageError("--dp-noise-multiplier is implemented for fedscs-xgb only")
         if args.client_splits and not args.paper_protocol:
             raise UsageError("--client-splits needs per-gateway statistics: add --paper-protocol")
-        if args.multi_strategy != "one_output_per_tree":
+        if args.multi_strategy is not None:
             raise UsageError("--multi-strategy is a fedscs-xgb option: a forest's leaves already hold every class")
         return FedForest(n_trees=args.trees, max_depth=args.max_depth or 8, n_bins=args.bins or 32,
                          min_samples_leaf=args.min_samples_leaf, client_splits=args.client_splits,
                          client_fraction=args.client_fraction, feature_set_version=feature_set,
-                         protocol="sketches" if args.paper_protocol else "histogram", **privacy)
-    return FedSCSXGB(n_rounds=args.rounds, max_depth=args.max_depth or 4, n_bins=args.bins or 256,
+                         protocol="sketches" if args.paper_protocol else _private_protocol(args), **privacy)
+    return FedSCSXGB(n_rounds=args.rounds, max_depth=args.max_depth or 4, n_bins=args.bins,
                      learning_rate=args.learning_rate, reg_lambda=args.reg_lambda, gamma=args.gamma,
                      sketch=args.sketch, client_fraction=args.client_fraction,
                      feature_set_version=feature_set, init_model=init_model,
-                     protocol="atoms" if args.paper_protocol else "histogram",
-                     dp_noise_multiplier=args.dp_noise_multiplier, multi_strategy=args.multi_strategy,
-                     **privacy)
+                     protocol="atoms" if args.paper_protocol else _private_protocol(args),
+                     multi_strategy=args.multi_strategy, **privacy)
+
+
+def _private_protocol(args: argparse.Namespace) -> str | None:
+    """``"histogram"`` (secure sums without differential privacy) when asked for, else the
+    algorithm's default (differential privacy for classification)."""
+    return "histogram" if args.no_dp or args.no_secure_aggregation else None
 
 
 def model_version(text: str) -> ModelRef:
@@ -357,6 +360,10 @@ def _configured(args: argparse.Namespace, feature_set: str, init_model):
               "to the aggregator; secure aggregation does not apply (see PRIVACY.md)", file=sys.stderr, flush=True)
     privacy = dict(min_crowd=args.min_crowd,
                    secure_aggregation=not (args.no_secure_aggregation or args.paper_protocol))
+    if args.dp_epsilon is not None:
+        privacy["dp_epsilon"] = args.dp_epsilon
+    if args.dp_delta is not None:
+        privacy["dp_delta"] = args.dp_delta
     try:
         return _training_algorithm(args, feature_set, init_model, privacy)
     except ValueError as exc:
@@ -577,7 +584,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", choices=("classification", "regression"),
                    help="fedga-tree: classification (fitness F1) or regression (MSE) (default: classification)")
     p.add_argument("--bins", type=int_at_least(2),
-                   help="bins / candidates per feature (default: 256 fedscs-xgb, 32 fedforest)")
+                   help="bins / candidates per feature (default: fedscs-xgb 8 with differential privacy, else 256; "
+                        "fedforest 32)")
     p.add_argument("--min-samples-leaf", type=positive_int, default=5, help="fedforest: smallest leaf")
     p.add_argument("--client-splits", action="store_true", help="fedforest: also split on the gateway (H)")
     p.add_argument("--evaluate", action="store_true",
@@ -588,9 +596,9 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gamma", type=non_negative_float, default=0.1,
                    help="minimum loss change to split: xgboost's gamma/min_split_loss (Eq. 1's penalty is half)")
     p.add_argument("--multi-strategy", choices=("one_output_per_tree", "multi_output_tree"),
-                   default="one_output_per_tree",
-                   help="fedscs-xgb with 3+ classes: one tree per class per round (xgboost's default), or one "
-                        "tree with a leaf vector per round (the paper's; fewer bytes per round)")
+                   help="fedscs-xgb with 3+ classes: one tree per class per round (xgboost's default without "
+                        "differential privacy), or one tree with a leaf vector per round (the paper's; the private "
+                        "default)")
     p.add_argument("--sketch", choices=("summary", "ddsketch"), default="summary",
                    help="fedscs-xgb with --paper-protocol: the per-gateway sketch")
     p.add_argument("--paper-protocol", action="store_true",
@@ -600,9 +608,12 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="send the histogram protocol's sums in the clear (the aggregator then sees each gateway's)")
     p.add_argument("--min-crowd", type=non_negative_int, default=5,
                    help="no split leaves fewer windows than this fleet-wide (histogram protocol)")
-    p.add_argument("--dp-noise-multiplier", type=positive_float,
-                   help="fedscs-xgb: differential privacy, Gaussian noise of this many times each sum's "
-                        "sensitivity (epsilon reported; off by default)")
+    p.add_argument("--dp-epsilon", type=positive_float,
+                   help="differential privacy budget per window of this training (default: the algorithm's, "
+                        "see PRIVACY.md); the gateways add the noise under secure aggregation")
+    p.add_argument("--dp-delta", type=positive_float, help="differential privacy delta (default 1e-6)")
+    p.add_argument("--no-dp", action="store_true",
+                   help="secure sums without differential privacy (research): single-window sums reveal windows")
     p.add_argument("--client-fraction", type=fraction, default=1.0, help="share of gateways sampled per round")
     p.add_argument("--feature-set", help="feature set version to train on (default: the one most online gateways "
                                          "store, asked of them)")
