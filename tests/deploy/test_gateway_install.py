@@ -15,6 +15,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -116,8 +117,17 @@ def test_install_script_refuses_bad_options_in_one_line(tmp_path: Path, args: tu
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) runs the script as nobody")
 def test_without_prefix_it_needs_root() -> None:
     if os.getuid() == 0:
-        run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(INSTALL)],
-                             capture_output=True, text=True, timeout=60)
+        # nobody may not be able to read the checkout (a clone in root's 0700 home): run a copy
+        # of the script from a folder anyone can read, with that folder as the working directory
+        with tempfile.TemporaryDirectory() as folder:
+            os.chmod(folder, 0o755)
+            script = Path(folder) / "deploy" / "gateway" / "install.sh"
+            script.parent.mkdir(parents=True)
+            shutil.copy(INSTALL, script)
+            for path in (script.parent.parent, script.parent, script):
+                path.chmod(0o755)
+            run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash",
+                                  str(script)], capture_output=True, text=True, timeout=60, cwd=folder)
     else:
         run = install(timeout=60)
     assert run.returncode == 2 and run.stderr == (
@@ -226,8 +236,10 @@ def test_install_check_push_replay_predict_upgrade_uninstall(tmp_path: Path) -> 
         reader.start()
         try:
             presence.wait(["gw-1"], online=True, timeout_s=60)
-            started = [line for line in lines if line.startswith("gateway gw-1: session ")]
-            assert started, lines
+            deadline = time.monotonic() + 30  # the session line may follow the retained status
+            while not (started := [line for line in lines if line.startswith("gateway gw-1: session ")]):
+                assert time.monotonic() < deadline and gateway.poll() is None, lines
+                time.sleep(0.05)
             session = started[0].split()[3].rstrip(",")  # client id + start time, as a service runs it
             result = deploy(RoundEngine(agg), registry, key, "activity", 1, ["gw-1"])
             assert result.active == ["gw-1"], result
