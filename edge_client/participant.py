@@ -6,6 +6,8 @@ from arrays), so a simulated client runs exactly the code a gateway runs.
 
 from __future__ import annotations
 
+import numpy as np
+
 from shared.protocol.envelope import Message
 from shared.protocol.messages import DataSummary, DataSummaryRequest
 from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply
@@ -48,11 +50,21 @@ class Participant:
         self.dispatcher.register(GridCountsRequest, self.on_grid_counts)
         self.secure = SecureAggregationClient(transport.client_id)
         self.secure.register(self.dispatcher)
+        #: Draws the noise shares of private openings (OS entropy; :meth:`seed_noise` for tests).
+        self.noise_rng = np.random.default_rng()
         self.halves: dict[str, ClientHalf] = {}
         for half_type in halves:
             half = half_type(self.snapshots, self.secure)
             half.register(self.dispatcher)
             self.halves[half.capability] = half
+
+    def seed_noise(self, seed: int) -> None:
+        """Draw every noise share and stochastic rounding of this participant from ``seed``
+        (tests compare runs draw for draw; a gateway keeps drawing from OS entropy)."""
+        self.noise_rng = np.random.default_rng([seed, 0])
+        for i, half in enumerate(self.halves.values(), start=1):
+            if hasattr(half, "noise_rng"):
+                half.noise_rng = np.random.default_rng([seed, i])
 
     @property
     def capabilities(self) -> tuple[str, ...]:
@@ -86,12 +98,14 @@ class Participant:
 
     def on_fleet_counts(self, message: Message) -> FleetSumReply:
         body: FleetCountsRequest = message.body
-        vector = with_noise(count_vector(self._data(message, body.feature_set_version), body), body.noise)
+        vector = with_noise(count_vector(self._data(message, body.feature_set_version), body), body.noise,
+                            self.noise_rng)
         return FleetSumReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_grid_counts(self, message: Message) -> FleetSumReply:
         body: GridCountsRequest = message.body
-        vector = with_noise(grid_vector(self._data(message, body.feature_set_version), body), body.noise)
+        vector = with_noise(grid_vector(self._data(message, body.feature_set_version), body), body.noise,
+                            self.noise_rng)
         return FleetSumReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_evaluate(self, message: Message) -> EvaluationReply:
