@@ -127,7 +127,8 @@ class PrivateBoosting(BoostedTrees):
         self.split_l2, self.split_l1 = _cell_bounds(self.lattice, m, with_count=True)
         self.leaf_l2, self.leaf_l1 = _cell_bounds(self.lattice, m, with_count=False)
         # every |sum| stays below the fleet's windows times the scale, plus the noise's tail
-        self.windows = float(fleet.total_samples) + 10.0 * math.sqrt(self.budget.mu("opening", math.sqrt(2.0)))
+        self.windows = float(fleet.total_samples) + 10.0 * math.sqrt(
+            self.budget.mu("opening", math.sqrt(2.0) * LATTICE_SCALE, 2.0 * LATTICE_SCALE)) / LATTICE_SCALE
         for t in range(1, cfg.n_rounds + 1):
             started = time.monotonic()
             self._cohort = tuple(summer.active)
@@ -155,7 +156,8 @@ class PrivateBoosting(BoostedTrees):
     def _min_count(self, round_: PrivateRoundFeatures) -> float:
         """A few noise standard deviations of a candidate child's count (a cumulative sum over
         up to half the slots of one feature), in windows."""
-        sigma = math.sqrt(self.budget.mu("splits", self.split_l2 * math.sqrt(round_.features.shape[0])))
+        k = round_.features.shape[0]
+        sigma = math.sqrt(self.budget.mu("splits", self.split_l2 * math.sqrt(k), self.split_l1 * k))
         return MIN_COUNT_SIGMAS * sigma * math.sqrt(round_.slots / 2) / self.lattice.scale
 
     def _word_bits(self, mu: float) -> int:
@@ -165,7 +167,7 @@ class PrivateBoosting(BoostedTrees):
         """One release: every cohort gateway's request from ``build(client, noise, secure,
         word_bits)``, the noisy fleet sum in natural units, and its cost accounted."""
         cohort = list(summer.active)
-        mu = self.budget.mu(kind, l2)
+        mu = self.budget.mu(kind, l2, l1)
         bits = self._word_bits(mu)
         requests = {c: build(c, NoiseShare(mu, len(cohort)), summer.secure_round(c, cohort), bits) for c in cohort}
         length = next(iter(requests.values())).length

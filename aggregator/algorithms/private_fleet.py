@@ -202,7 +202,7 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
     def fleet_counts(shift: float) -> np.ndarray:
         """The summed ``fleet_counts`` vector (int64) of ``summer.active``."""
         asked = len(summer.active)
-        mu = budget.mu("opening", np.sqrt(2.0) * COUNT_SCALE) if budget else 0.0
+        mu = budget.mu("opening", np.sqrt(2.0) * COUNT_SCALE, 2.0 * COUNT_SCALE) if budget else 0.0
         share = NoiseShare(mu, asked, COUNT_SCALE) if budget else None
         requests = {c: FleetCountsRequest(feature_set_version, regression, vocabulary, TARGET_FRAC_BITS, secure(c),
                                           share, shift) for c in summer.active}
@@ -289,7 +289,7 @@ def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: i
             # column total of the first round); DP noise needs 32 bits of headroom
             known = total if total is not None else (int(refinement.totals.max()) if refinement.rounds else None)
             bits = 32 if budget or known is None else word_bits_for(2 * known + 64)
-            mu = budget.mu("opening", np.sqrt(d) * COUNT_SCALE) if budget else 0.0
+            mu = budget.mu("opening", np.sqrt(d) * COUNT_SCALE, float(d) * COUNT_SCALE) if budget else 0.0
             share = NoiseShare(mu, len(cohort), COUNT_SCALE) if budget else None
             requests = {c: GridCountsRequest(feature_set_version, **arrays, secure=summer.secure_round(c, cohort),
                                              noise=share, word_bits=bits, target=target) for c in cohort}

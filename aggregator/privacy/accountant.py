@@ -8,7 +8,8 @@ Kairouz, Liu 2021, the Skellam mechanism's RDP bound, taking its alpha-free term
 compose by adding ``rho`` and ``xi``; Google's ``dp-accounting`` (its RDP accountant, which takes
 ``ZCDpEvent``) converts the total to ``(epsilon, delta)``. A training is given ``epsilon`` and
 ``delta`` and shares ``rho`` between kinds of release (opening, splits, leaves):
-:meth:`PrivacyBudget.mu` is the noise one release of a kind needs.
+:meth:`PrivacyBudget.mu` is the noise one release of a kind needs, charging its ``xi`` as if it
+were ``rho`` (safe: Renyi divergences of order ``alpha >= 1`` grow by ``xi + alpha rho``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,6 @@ import dp_accounting
 from dp_accounting.rdp import RdpAccountant
 
 __all__ = ["PrivacyBudget", "PrivacySpent", "Release", "epsilon_of", "rho_for_epsilon", "skellam_release"]
-
-#: Share of a training's rho held back for the ``xi`` terms of its releases (they are tiny:
-#: ``mu`` is large next to ``l1``); a training that would still overshoot is an error, not a leak.
-XI_MARGIN = 0.02
-
 
 @dataclass(frozen=True)
 class Release:
@@ -118,7 +114,7 @@ class PrivacyBudget:
     Examples
     --------
     >>> b = PrivacyBudget(1.0, 1e-6, shares={"splits": 0.5, "leaves": 0.5}, releases={"splits": 4, "leaves": 1})
-    >>> mu = b.mu("leaves", l2=1.0)
+    >>> mu = b.mu("leaves", l2=1.0, l1=1.0)
     >>> b.spend(skellam_release("leaves", 1.0, 1.0, mu))
     >>> b.spent().epsilon < 1.0
     True
@@ -137,12 +133,13 @@ class PrivacyBudget:
             raise ValueError(f"the shares must be > 0 and add up to 1, got {self.shares}")
         if any(n < 1 for n in self.releases.values()):
             raise ValueError("every kind of release needs a count >= 1")
-        self.rho = rho_for_epsilon(self.epsilon, self.delta) * (1.0 - XI_MARGIN)
+        self.rho = rho_for_epsilon(self.epsilon, self.delta)
 
-    def mu(self, kind: str, l2: float) -> float:
-        """The Skellam variance one release of ``kind`` with L2 sensitivity ``l2`` needs."""
+    def mu(self, kind: str, l2: float, l1: float) -> float:
+        """The Skellam variance one release of ``kind`` with L2/L1 sensitivity ``l2``/``l1``
+        needs: its ``rho + xi`` is the kind's share of the budget over its releases."""
         per_release = self.rho * self.shares[kind] / self.releases[kind]
-        return l2 * l2 / (2.0 * per_release)
+        return (l2 * l2 / 2.0 + 0.75 * l1) / per_release
 
     def spend(self, release: Release) -> None:
         self.spent_releases.append(release)
