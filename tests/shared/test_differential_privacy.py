@@ -71,7 +71,7 @@ def test_conversions_invert_each_other_and_match_the_zcdp_bound() -> None:
 def test_budget_shares_rho_between_kinds_and_spends_at_most_the_target() -> None:
     budget = PrivacyBudget(2.0, 1e-6, shares={"a": 0.25, "b": 0.75}, releases={"a": 1, "b": 3})
     for kind, n, l2 in (("a", 1, 3.0), ("b", 3, 1.0)):
-        mu = budget.mu(kind, l2)
+        mu = budget.mu(kind, l2, l2)
         for _ in range(n):
             budget.spend(skellam_release(kind, l2, l2, mu))
     spent = budget.spent()
