@@ -19,7 +19,10 @@ has to record the gateway's answer -- no row has to be rewritten to stay consist
 The server's tables: ``gateways`` (each gateway's newest folded status), ``jobs`` (algorithm,
 configuration, participation rules, state, participants, errors), ``job_rounds`` (per completed
 round: progress, metrics and the model grown so far -- what a restarted server resumes from),
-``schedules`` and ``promotions`` (each promotion decision with its numbers).
+``schedules`` and ``promotions`` (each promotion decision with its numbers), and
+``privacy_ledger``: per attempt of a private job, what it spent per window on which gateways and
+window start times (``aggregator.privacy.ledger``), entered when the attempt starts and settled
+when it ends.
 
 Writes are serialised: SQLite transactions start ``BEGIN IMMEDIATE`` (one writer at a time;
 other processes' readers are not blocked in WAL mode, while one ``Registry`` object answers its
@@ -36,16 +39,19 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from shared.model import TreeEnsemble
+
+if TYPE_CHECKING:
+    from .privacy.ledger import LedgerEntry
 
 __all__ = ["Deployment", "HEAD_REVISION", "JobRecord", "ModelRecord", "PromotionRecord", "Registry",
            "RegistryError", "RoundRecord", "ScheduleRecord", "registry_url"]
 
 #: The newest Alembic revision (``aggregator/server/migrations/versions``); a database already
 #: there is opened without loading the migration scripts.
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 #: Key of the PostgreSQL advisory lock that serialises the registry's writers.
 _PG_WRITE_LOCK = 0x77_66_65_64  # "wfed"
 
@@ -157,6 +163,7 @@ class ScheduleRecord:
     canary_windows: int = 0
     canary_observe_s: float = 900.0
     canary_max_drop: float = 0.05
+    note: str = ""  # why its last due run did not start ("" when it did)
 
 
 @dataclass(frozen=True)
@@ -217,13 +224,17 @@ def _tables():
                          sa.Column("enabled", sa.Boolean), sa.Column("last_run", sa.Float),
                          sa.Column("last_windows", sa.Integer), sa.Column("created", sa.Float),
                          sa.Column("canary_windows", sa.Integer), sa.Column("canary_observe_s", sa.Float),
-                         sa.Column("canary_max_drop", sa.Float))
+                         sa.Column("canary_max_drop", sa.Float), text("note"))
     promotions = sa.Table("promotions", md, sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                           text("job_id"), text("model_id"), sa.Column("candidate", sa.Integer),
                           sa.Column("baseline", sa.Integer), text("metric"), sa.Column("candidate_value", sa.Float),
                           sa.Column("baseline_value", sa.Float), sa.Column("threshold", sa.Float), text("decision"),
                           text("detail"), sa.Column("created", sa.Float), text("canary"))
-    return models, deployments, gateways, jobs, rounds, schedules, promotions
+    ledger = sa.Table("privacy_ledger", md, text("job_id"), sa.Column("attempt", sa.Integer), text("gateways"),
+                      sa.Column("since_us", sa.BigInteger), sa.Column("until_us", sa.BigInteger),
+                      *(sa.Column(c, sa.Float) for c in ("rho", "xi", "delta", "epsilon")), text("basis"),
+                      text("model"), sa.Column("created", sa.Float))
+    return models, deployments, gateways, jobs, rounds, schedules, promotions, ledger
 
 
 _JSON_FIELDS = {"config", "rules", "participants", "evaluation", "metrics", "classes", "canary"}
@@ -252,7 +263,7 @@ class Registry:
         self.path = Path(path) if "://" not in str(path) else None
         self._lock = threading.RLock()
         (self._models, self._deployments, self._gateways, self._jobs, self._rounds, self._schedules,
-         self._promotions) = _tables()
+         self._promotions, self._ledger) = _tables()
         try:
             self._engine = sa.create_engine(self.url, **self._engine_options())
         except (sa.exc.ArgumentError, ImportError) as exc:
@@ -568,6 +579,32 @@ class Registry:
         if model_id:
             query = query.where(t.c.model_id == model_id)
         return [_decode(r, PromotionRecord) for r in self._read(query)]
+
+    # -- the privacy ledger ------------------------------------------------------------------
+
+    def add_privacy(self, entry: LedgerEntry) -> None:
+        """Enter one attempt of a private job (a second entry for the same attempt is refused)."""
+        with self._tx() as c:
+            c.execute(self._ledger.insert().values(**{**asdict(entry), "gateways": json.dumps(list(entry.gateways)),
+                                                      "created": entry.created or time.time()}))
+
+    def settle_privacy(self, job_id: str, attempt: int, **values: Any) -> None:
+        """Set columns of an attempt's entry (``until_us``, ``rho``, ``basis``, ``gateways``...)."""
+        if "gateways" in values:
+            values["gateways"] = json.dumps(list(values["gateways"]))
+        t = self._ledger
+        with self._tx() as c:
+            c.execute(t.update().where(t.c.job_id == job_id, t.c.attempt == attempt).values(**values))
+
+    def privacy_ledger(self, job_id: str | None = None) -> list[LedgerEntry]:
+        """Every entry (of ``job_id`` if given), oldest first."""
+        from .privacy.ledger import LedgerEntry
+
+        t = self._ledger
+        query = t.select().order_by(t.c.created, t.c.job_id, t.c.attempt)
+        if job_id is not None:
+            query = query.where(t.c.job_id == job_id)
+        return [LedgerEntry(**{**row, "gateways": tuple(json.loads(row["gateways"]))}) for row in self._read(query)]
 
     def close(self) -> None:
         with self._lock:

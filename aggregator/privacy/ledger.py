@@ -15,10 +15,12 @@ and how much a new job could still spend there; :func:`check_job` decides whethe
 keeps every window it covers within the cap, and if not, says in one line what is left and from
 when new windows have the full budget (:class:`BudgetExceeded`).
 
-The entries are what the server records (``aggregator.server.service``): a running private
-job's attempt is entered with its planned spending and an open range, and settled when it ends
--- with what its model's metadata says it spent (``dp_rho``, ``dp_xi``), or with its plan when
-it ended without a model (failed, cancelled, interrupted: its releases were made all the same).
+The entries are what the server records (``aggregator.server.service``): a private job's attempt
+is entered when it starts with its planned spending (``basis`` ``"running"``; without a range its
+``until_us`` is open: it may use every window to come) and settled when it ends -- with what its
+model's metadata says it spent (``"spent"``: ``dp_rho``, ``dp_xi``), or with its plan when it
+ended without a model (``"planned"``: failed, cancelled or cut short, its releases were made all
+the same).
 """
 
 from __future__ import annotations
@@ -32,18 +34,42 @@ import numpy as np
 
 from .accountant import epsilon_of, rho_for_epsilon
 
-__all__ = ["BudgetExceeded", "GatewayBudget", "LedgerEntry", "PlannedJob", "Segment", "budget_of", "check_job",
-           "gateway_segments", "iso_us", "rho_room"]
+__all__ = ["BudgetExceeded", "GatewayBudget", "LedgerEntry", "PlannedJob", "PrivacyCap", "Segment", "budget_of",
+           "check_job", "gateway_segments", "iso_us", "rho_room"]
 
 #: Stand-ins for an open bound (``since_us``/``until_us`` None) on the int64 time axis.
 _LOW, _HIGH = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 
 @dataclass(frozen=True)
+class PrivacyCap:
+    """The most ``epsilon`` (at ``delta``) any window may spend over its lifetime, every job that
+    used it together (the server's ``privacy_epsilon_cap`` and ``privacy_delta``).
+
+    Examples
+    --------
+    >>> PrivacyCap(0.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: privacy_epsilon_cap must be a number > 0, got 0.0
+    """
+
+    epsilon: float = 10.0
+    delta: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.epsilon, int | float) and 0 < self.epsilon < float("inf")):
+            raise ValueError(f"privacy_epsilon_cap must be a number > 0, got {self.epsilon!r}")
+        if not (isinstance(self.delta, float) and 0 < self.delta < 1e-3):
+            raise ValueError(f"privacy_delta must be a float in (0, 1e-3), got {self.delta!r}")
+
+
+@dataclass(frozen=True)
 class LedgerEntry:
     """One attempt of a private job: what it spent per window on ``gateways`` x ``[since_us,
-    until_us)``. ``basis`` is ``"spent"`` (its model's metadata) or ``"planned"`` (its plan: it is
-    running, or ended without a model). ``epsilon`` is the job's own, at its ``delta``."""
+    until_us)``. ``basis`` is ``"running"`` (its plan, while it runs), ``"spent"`` (its model's
+    metadata) or ``"planned"`` (its plan: it ended without a model). ``epsilon`` is the job's own,
+    at its ``delta``."""
 
     job_id: str
     attempt: int
@@ -264,6 +290,7 @@ job since=2026-11-26T02:30:00Z
         when = (f"every window to come is held by the running job {', '.join(runner)}: new windows have budget from "
                 "when it ends")
     else:
+        start = -(-start // 1_000_000) * 1_000_000  # to the second after, as the suggestion is written
         when = f"windows starting at or after {iso_us(start)} have the full budget: give the job since={iso_us(start)}"
     until_text = "now on" if segment.until_us is None else iso_us(segment.until_us)
     raise BudgetExceeded(f"refused: a job of epsilon {job.epsilon:g} (delta {job.delta:g}) would take {gateway}'s "

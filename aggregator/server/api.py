@@ -8,7 +8,9 @@ wait for the gateways' answers (up to the round deadline), like ``wheelfed model
 Bad input is a 4xx with a ``detail`` line naming the problem: 422 for a value FastAPI or the
 algorithm refuses (``config: fedscs-xgb has no parameter n_trees``), 404 for an unknown model,
 job or schedule, 409 for a request the state does not allow (cancelling a finished job, deploying
-without a signing key, deploying a gateway's own model to another gateway). With tokens
+without a signing key, deploying a gateway's own model to another gateway, a private job that
+would take a window past the privacy cap). ``/api/privacy`` shows the privacy ledger: per gateway
+the lifetime epsilon of its most-used window and what is left under the cap. With tokens
 configured, reading needs a read or operator token (``Authorization: Bearer TOKEN``), changing
 anything an operator token.
 """
@@ -28,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from shared import __version__
 
+from ..privacy.ledger import BudgetExceeded
 from ..registry import RegistryError, ScheduleRecord
 from .policy import CronSpec
 from .service import ALGORITHMS, FLEET_ALGORITHMS, LIVE_KEEP, JobRequest
@@ -93,6 +96,60 @@ class DeployIn(BaseModel):
 
 class RollbackIn(BaseModel):
     clients: list[str] = Field(min_length=1)
+
+
+class SegmentOut(BaseModel):
+    """Windows of one gateway starting in ``[since_us, until_us)`` (null: open), all covered by the
+    same private jobs: their lifetime zCDP ``rho``, ``xi`` and ``epsilon`` at the ledger's delta."""
+
+    since_us: int | None
+    until_us: int | None
+    rho: float
+    xi: float
+    epsilon: float
+    jobs: int
+
+
+class GatewayBudgetOut(BaseModel):
+    """One gateway's privacy budget: the lifetime epsilon of its most-used window, the most
+    epsilon a new job may still spend there, from when its windows are untouched (null: all are,
+    or a job still runs on it) and the jobs still running on it."""
+
+    gateway: str
+    spent_epsilon: float
+    remaining_epsilon: float
+    fresh_since_us: int | None
+    running: list[str]
+    segments: list[SegmentOut]
+
+
+class LedgerEntryOut(BaseModel):
+    """One attempt of a private job: what it spent per window (``rho``, ``xi``; its own
+    ``epsilon`` at its ``delta``) on ``gateways`` x window starts in ``[since_us, until_us)``;
+    ``basis``: running, spent (its model's metadata) or planned (ended without a model)."""
+
+    job_id: str
+    attempt: int
+    model: str
+    gateways: list[str]
+    since_us: int | None
+    until_us: int | None
+    rho: float
+    xi: float
+    delta: float
+    epsilon: float
+    basis: Literal["running", "spent", "planned"]
+    created: float
+
+
+class PrivacyOut(BaseModel):
+    """The privacy ledger: the cap (lifetime epsilon per window, at ``delta``), per gateway its
+    budget, and every entry."""
+
+    epsilon_cap: float
+    delta: float
+    gateways: list[GatewayBudgetOut]
+    entries: list[LedgerEntryOut]
 
 
 def _gateway_ids(clients: list[str] | None) -> list[str] | None:
@@ -219,7 +276,10 @@ def create_app(server: Server) -> FastAPI:
         request = JobRequest(body.algorithm, body.model_id, body.config, _gateway_ids(body.clients),
                              body.min_gateways, body.min_labelled, body.init_model, body.seed,
                              since=_instant("since", body.since), until=_instant("until", body.until))
-        return asdict(server.runner.submit(request))
+        try:
+            return asdict(server.runner.submit(request))
+        except BudgetExceeded as exc:
+            raise HTTPException(409, str(exc)) from None
 
     @app.get("/api/jobs/{job_id}", dependencies=[read])
     def job(job_id: str) -> dict[str, Any]:
@@ -251,7 +311,8 @@ def create_app(server: Server) -> FastAPI:
         record = server.registry.record(model_id, version)
         running = [d.client for d in server.registry.running().values()
                    if (d.model_id, d.version) == (model_id, version)]
-        return {**asdict(record), "label": record.label, "running_on": sorted(running)}
+        spent = [asdict(e) for e in server.registry.privacy_ledger(record.job_id)] if record.job_id else []
+        return {**asdict(record), "label": record.label, "running_on": sorted(running), "privacy": spent}
 
     @app.get("/api/models/{model_id}/{version}/download", dependencies=[read],
              response_class=Response, responses={200: {"content": {"application/cbor": {}}}})
@@ -294,6 +355,14 @@ def create_app(server: Server) -> FastAPI:
     @app.get("/api/promotions", dependencies=[read])
     def promotions(model_id: str | None = None) -> list[dict[str, Any]]:
         return [asdict(p) for p in server.registry.promotions(model_id)]
+
+    # -- privacy -------------------------------------------------------------------------
+    @app.get("/api/privacy", dependencies=[read], response_model=PrivacyOut)
+    def privacy() -> PrivacyOut:
+        cap = server.runner.privacy_cap
+        return PrivacyOut(epsilon_cap=cap.epsilon, delta=cap.delta,
+                          gateways=[GatewayBudgetOut(**asdict(b)) for b in server.runner.privacy_budgets()],
+                          entries=[LedgerEntryOut(**asdict(e)) for e in server.registry.privacy_ledger()])
 
     # -- schedules -------------------------------------------------------------------------
     @app.get("/api/schedules", dependencies=[read])

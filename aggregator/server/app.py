@@ -66,7 +66,7 @@ class Server:
         self.live = LiveMonitor(transport, layout)
         settings = JobSettings(deadline_s=cfg.deadline_s, min_fraction=cfg.min_fraction)
         self.runner = JobRunner(self.registry, self.engine, self.tracker, settings=settings,
-                                signing_key=self.signing_key, live=self.live)
+                                signing_key=self.signing_key, live=self.live, privacy_cap=cfg.privacy_cap())
         self.scheduler = Scheduler(self.registry, self.runner, self.tracker, cfg.schedule_tick_s)
         self.runner.start()
         self.scheduler.start()

@@ -59,6 +59,11 @@ class ServerConfig:
     #: deploy. With no token configured the API is open (bind it to loopback only).
     read_tokens: tuple[str, ...] = field(default_factory=tuple)
     operator_tokens: tuple[str, ...] = field(default_factory=tuple)
+    #: The most epsilon (at ``privacy_delta``) any window may spend over its lifetime, every
+    #: private job that used it together (``aggregator.privacy.ledger``): a job that would take a
+    #: window past it is refused.
+    privacy_epsilon_cap: float = 10.0
+    privacy_delta: float = 1e-6
 
     def __post_init__(self) -> None:
         if self.mqtt_port is None:
@@ -75,6 +80,13 @@ class ServerConfig:
             raise ValueError(f"min_fraction must lie in (0, 1], got {self.min_fraction}")
         if (self.tls_cert or self.tls_key) and not self.tls_ca:
             raise ValueError("tls_cert/tls_key need tls_ca")
+        self.privacy_cap()  # validates the cap
+
+    def privacy_cap(self):
+        """The privacy cap these settings describe (``aggregator.privacy.ledger.PrivacyCap``)."""
+        from ..privacy.ledger import PrivacyCap
+
+        return PrivacyCap(self.privacy_epsilon_cap, self.privacy_delta)
 
     @classmethod
     def load(cls, path: str | Path | None = None, *, environ: Mapping[str, str] | None = None,

@@ -22,6 +22,17 @@ a data time range (``JobRequest.since``/``until``) sends it with its survey; the
 their own windows for the job (training and held-out alike) and refuse below ``min_labelled``
 in the range, and the job needs ``min_gateways`` of those that remain.
 
+A private job (its algorithm's ``protocol`` is ``"private"``) is checked against the privacy cap
+(``PrivacyCap``: the most epsilon any window may spend over its lifetime) when it is submitted --
+with every private job queued or starting counted as planned -- and again when an attempt starts; one
+over the cap is refused with the ledger's one line (``aggregator.privacy.ledger.check_job``). An
+attempt is entered in the ledger when it starts (its plan, on every window to come) and settled
+when it ends: with what its model's metadata says it spent (``dp_rho``, ``dp_xi``) on the
+participants' windows up to then, or with its plan when it ended without a model (its releases
+were made all the same). An attempt cut short by a stopped server stays open until the next
+attempt starts. A schedule whose job the cap refuses is skipped: one logged line, and its
+``note`` says why until a later run starts.
+
 A job started by a schedule then faces the promotion rule (``policy.judge``): candidate and the
 version the fleet runs are scored on the same held-out windows; within the threshold, and with a
 signing key, the candidate goes to the canary share of the participants first and then to the
@@ -66,6 +77,7 @@ from ..evaluation import Evaluation, NoHeldOutData, evaluate_federated
 from ..feature_sets import survey_feature_sets
 from ..fleet_status import GatewayRow, fold_statuses
 from ..jobs import Checkpoint, FederatedJob, JobSettings, RoundProgress, TrainingError
+from ..privacy.ledger import GatewayBudget, LedgerEntry, PlannedJob, PrivacyCap, budget_of, check_job
 from ..registry import JobRecord, Registry, RegistryError, ScheduleRecord
 from ..rounds import QuorumNotReached, RoundEngine
 from .policy import LiveCheck, canary_of, is_due, judge, judge_live, metric_for
@@ -73,7 +85,7 @@ from .policy import LiveCheck, canary_of, is_due, judge, judge_live, metric_for
 log = logging.getLogger(__name__)
 
 __all__ = ["ALGORITHMS", "FLEET_ALGORITHMS", "SERVER_ALGORITHMS", "FleetTracker", "JobRequest", "JobRunner",
-           "LiveMonitor", "Scheduler", "ServerAlgorithm", "build_algorithm"]
+           "LiveMonitor", "Scheduler", "ServerAlgorithm", "build_algorithm", "planned_privacy"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,14 @@ def build_algorithm(name: str, config: dict[str, Any], *, init_model: TreeEnsemb
         raise ValueError(f"config: {exc}") from None
 
 
+def planned_privacy(algorithm) -> tuple[float, float] | None:
+    """``(dp_epsilon, dp_delta)`` a job of the configured ``algorithm`` plans to spend per window,
+    or None when it trains without differential privacy."""
+    if getattr(algorithm, "protocol", None) != "private":
+        return None
+    return float(algorithm.dp_epsilon), float(algorithm.dp_delta)
+
+
 def total_steps(algorithm) -> int:
     """Steps a job of ``algorithm`` reports: boosting rounds, a forest's levels, or generations."""
     return int(getattr(algorithm, "n_rounds", 0) or getattr(algorithm, "max_depth", 0)
@@ -192,13 +212,16 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
+def _us(t: float | None) -> int | None:
+    return None if t is None else round(t * 1e6)
+
+
 def time_range(rules: dict[str, Any]) -> TimeRange | None:
     """The job's data time range as the gateways take it (microseconds), or None for all data."""
     since, until = rules.get("since"), rules.get("until")
     if since is None and until is None:
         return None
-    to_us = lambda t: None if t is None else round(t * 1e6)  # noqa: E731
-    return TimeRange(to_us(since), to_us(until))
+    return TimeRange(_us(since), _us(until))
 
 
 class FleetTracker:
@@ -319,8 +342,10 @@ class JobRunner:
 
     def __init__(self, registry: Registry, engine: RoundEngine, tracker: FleetTracker, *,
                  settings: JobSettings, signing_key=None, presence_wait_s: float = 30.0,
-                 live: LiveMonitor | None = None) -> None:
+                 live: LiveMonitor | None = None, privacy_cap: PrivacyCap = PrivacyCap()) -> None:
         self.registry, self.engine, self.tracker, self.live = registry, engine, tracker, live
+        self.privacy_cap = privacy_cap
+        self._submitting = threading.Lock()  # a submission's privacy check and its queueing, one at a time
         self.settings, self.signing_key, self.presence_wait_s = settings, signing_key, presence_wait_s
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._stop = threading.Event()
@@ -358,11 +383,80 @@ class JobRunner:
                 raise ValueError(f"{request.algorithm} cannot continue from a model (init_model)")
             self.registry.record(model_id, int(version))
         job_id = f"job-{uuid.uuid4().hex[:12]}"
-        record = self.registry.add_job(job_id, request.algorithm, request.config, model_id=request.model_id,
-                                       total=total_steps(algorithm), rules=request.rules(),
-                                       init_model=request.init_model, schedule_id=schedule_id)
+        plan = planned_privacy(algorithm)
+        with self._submitting:
+            if plan is not None:
+                self.check_privacy(PlannedJob(None if request.clients is None else tuple(request.clients),
+                                              _us(request.since), _us(request.until), *plan))
+            record = self.registry.add_job(job_id, request.algorithm, request.config, model_id=request.model_id,
+                                           total=total_steps(algorithm), rules=request.rules(),
+                                           init_model=request.init_model, schedule_id=schedule_id)
         self._queue.put(job_id)
         return record
+
+    # -- the privacy ledger ------------------------------------------------------------------
+
+    def _pending_plans(self, entries: list[LedgerEntry]) -> list[LedgerEntry]:
+        """The private jobs queued, or running but not entered yet, as open entries of their plan."""
+        entered = {e.job_id for e in entries if e.basis == "running"}
+        out = []
+        for job in self.registry.jobs(state="queued") + self.registry.jobs(state="running"):
+            plan = planned_privacy(build_algorithm(job.algorithm, job.config))
+            if plan is not None and job.job_id not in entered:
+                clients = job.rules.get("clients")
+                out.append(LedgerEntry(job.job_id, 0, tuple(clients) if clients else tuple(self._known_gateways()),
+                                       _us(job.rules.get("since")), _us(job.rules.get("until")),
+                                       PlannedJob(None, None, None, *plan).rho, 0.0, plan[1], plan[0], "running"))
+        return out
+
+    def _known_gateways(self) -> list[str]:
+        return [row.gateway for row in self.tracker.snapshot()]
+
+    def check_privacy(self, job: PlannedJob, *, job_id: str = "") -> None:
+        """Raise ``BudgetExceeded`` if ``job`` would take a window past the cap, the ledger and
+        the private jobs queued or starting (other than ``job_id``) counted."""
+        cap = self.privacy_cap
+        entries = self.registry.privacy_ledger()
+        pending = [e for e in self._pending_plans(entries) if e.job_id != job_id]
+        check_job(entries + pending, job, self._known_gateways(), cap.epsilon, cap.delta)
+
+    def privacy_budgets(self) -> list[GatewayBudget]:
+        """Per gateway (known or in the ledger) its most-used window and what is left there."""
+        cap = self.privacy_cap
+        return budget_of(self.registry.privacy_ledger(), self._known_gateways(), cap.epsilon, cap.delta)
+
+    def _enter_privacy(self, job: JobRecord, attempt: int, clients: list[str]) -> None:
+        """For a private job: settle an earlier attempt a stopped server left running (with its
+        plan), check the cap again (a ``BudgetExceeded`` fails the job) and enter this attempt."""
+        plan = planned_privacy(build_algorithm(job.algorithm, job.config))
+        if plan is None:
+            return
+        self._settle_privacy(job)
+        since, until = _us(job.rules.get("since")), _us(job.rules.get("until"))
+        planned = PlannedJob(tuple(clients), since, until, *plan)
+        with self._submitting:
+            self.check_privacy(planned, job_id=job.job_id)
+            self.registry.add_privacy(LedgerEntry(job.job_id, attempt, tuple(clients), since, until, planned.rho, 0.0,
+                                                  plan[1], plan[0], "running", created=time.time()))
+
+    def _settle_privacy(self, job: JobRecord, *, model: TreeEnsemble | None = None, label: str = "",
+                        gateways: list[str] | None = None) -> None:
+        """Settle ``job``'s running entry: on its participants' windows up to now (or its range's
+        end), with what ``model``'s metadata says it spent, else with its plan."""
+        until = job.rules.get("until")
+        for entry in self.registry.privacy_ledger(job.job_id):
+            if entry.basis != "running":
+                continue
+            values: dict[str, Any] = {"until_us": _us(until if until is not None else time.time()),
+                                      "basis": "planned"}
+            if gateways:
+                values["gateways"] = gateways
+            meta = model.metadata if model is not None else {}
+            if "dp_rho" in meta:
+                values.update(rho=float(meta["dp_rho"]), xi=float(meta.get("dp_xi", 0.0)),
+                              delta=float(meta["dp_delta"]), epsilon=float(meta["dp_epsilon"]), basis="spent",
+                              model=label)
+            self.registry.settle_privacy(job.job_id, entry.attempt, **values)
 
     def cancel(self, job_id: str) -> JobRecord:
         job = self.registry.job(job_id)
@@ -390,6 +484,7 @@ class JobRunner:
             except Exception as exc:  # a bug must not end the server: the job records it
                 log.exception("job failed unexpectedly", extra={"job": job_id})
                 self.registry.update_job(job_id, state="failed", error=f"{type(exc).__name__}: {exc}")
+                self._settle_privacy(self.registry.job(job_id))
             finally:
                 with self._lock:
                     self._current = None
@@ -420,6 +515,10 @@ class JobRunner:
         if job.state not in ("queued", "running"):
             return
         if job.result:  # the server stopped after registering the model: the job is done
+            if ":v" in job.result:
+                model_id, _, version = job.result.rpartition(":v")
+                record, model = self.registry.model(model_id, int(version))
+                self._settle_privacy(job, model=model, label=record.label, gateways=list(job.participants))
             self.registry.update_job(job_id, state="completed")
             return
         resumed = self.registry.last_checkpoint(job_id)
@@ -447,6 +546,7 @@ class JobRunner:
             if job.participants:
                 self.tracker.wait_online(clients, self.presence_wait_s)
             self.registry.update_job(job_id, state="running", attempt=attempt, participants=clients)
+            self._enter_privacy(job, attempt, clients)
             log.info("job starting", extra={"job": job_id, "attempt": attempt, "from_round": base,
                                             "clients": clients})
             window = time_range(job.rules)
@@ -478,10 +578,12 @@ class JobRunner:
             self._finish(job, model, fed)
         except JobCancelled:
             self.registry.update_job(job_id, state="cancelled", error="cancelled while running")
+            self._settle_privacy(job)
         except (TrainingError, QuorumNotReached, RegistryError, ValueError) as exc:
             if self._shutting_down:
                 return
             self.registry.update_job(job_id, state="failed", error=str(exc))
+            self._settle_privacy(job)
             log.warning("job failed", extra={"job": job_id, "error": str(exc)})
 
     def _round_done(self, job_id: str, offset: int, total: int, p: RoundProgress,
@@ -501,6 +603,7 @@ class JobRunner:
             self._finish_personal(job, model, fed)
             return
         record = self.registry.add(job.model_id, model, config=job.config, parent=job.init_model, job_id=job.job_id)
+        self._settle_privacy(job, model=model, label=record.label, gateways=list(fed.clients))
         evaluation = self._evaluate(fed, model)
         if "metrics" in evaluation:
             self.registry.set_metrics(record.model_id, record.version, evaluation["metrics"])
@@ -707,8 +810,13 @@ class Scheduler:
             if last_run > now:
                 log.warning("a schedule last ran at %s, after the clock's now (%s): the clock was set back; "
                             "running it now", _iso(last_run), _iso(now), extra={"schedule": schedule.schedule_id})
-            started.append(self.runner.submit(self._request(schedule), schedule_id=schedule.schedule_id))
-            self.registry.update_schedule(schedule.schedule_id, last_run=now, last_windows=labelled)
+            try:
+                started.append(self.runner.submit(self._request(schedule), schedule_id=schedule.schedule_id))
+                note = ""
+            except (ValueError, RegistryError) as exc:  # the privacy cap, or a schedule gone stale
+                note = f"{_iso(now)}: skipped -- {exc}"
+                log.warning("schedule %s skipped: %s", schedule.schedule_id, exc, extra={"schedule": schedule.schedule_id})
+            self.registry.update_schedule(schedule.schedule_id, last_run=now, last_windows=labelled, note=note)
             self._started[schedule.schedule_id] = (now, monotonic)
         return started
 

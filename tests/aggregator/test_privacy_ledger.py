@@ -118,7 +118,7 @@ def test_the_refusal_is_one_line_with_what_is_left_and_when_windows_have_budget(
 
 def test_a_running_job_holds_every_window_to_come() -> None:
     rho = rho_for_epsilon(8.0, DELTA)
-    running = LedgerEntry("job-r", 1, ("gw-1",), None, None, rho, 0.0, DELTA, 8.0, "planned")
+    running = LedgerEntry("job-r", 1, ("gw-1",), None, None, rho, 0.0, DELTA, 8.0, "running")
     with pytest.raises(BudgetExceeded, match="held by the running job job-r"):
         check_job([running], PlannedJob(("gw-1",), T0, None, 8.0, DELTA), [], 10.0, DELTA)
     [budget] = budget_of([running], [], 10.0, DELTA)
