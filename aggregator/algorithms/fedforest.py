@@ -56,7 +56,6 @@ from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
-from shared.differential_privacy import ZCDPAccountant
 from shared.model import Tree, TreeBuilder, TreeEnsemble
 from shared.model.inputs import CLIENT_FEATURE
 from shared.node_statistics import top_per_node
@@ -79,7 +78,7 @@ from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
 from .levelwise_growth import decode
-from .private_fleet import NoiseBudget, check_privacy_settings, describe_fleet_privately, dp_metadata, frac_bits_for
+from .private_fleet import check_privacy_settings, describe_fleet_privately, frac_bits_for
 from .forest_candidates import (
     CATEGORY,
     CLIENT,
@@ -158,7 +157,8 @@ class FedForest:
     secagg_degree: int | None = None
     min_crowd: int = 5
     dp_noise_multiplier: float | None = None
-    dp_delta: float = 1e-5
+    dp_delta: float = 1e-6
+    dp_epsilon: float = 8.0
     resume_state: bytes | None = field(default=None, compare=False, repr=False)
 
     name: ClassVar[str] = "fedforest"
@@ -179,8 +179,9 @@ class FedForest:
             raise ValueError("predicting the client from X cannot also split on the client")
         if self.criterion is not None and (self.criterion == "mse") != self.regression:
             raise ValueError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
-        check_privacy_settings(self, paper="sketches", dp_possible=not (self.regression or self.bootstrap),
-                               dp_requirement="classification and bootstrap=False (one window weighs 1 in every tree)")
+        if self.dp_noise_multiplier is not None:
+            raise ValueError("dp_noise_multiplier is gone: differential privacy is being moved to a private protocol")
+        check_privacy_settings(self, paper="sketches", dp_possible=False)
         if self.protocol == "histogram":
             unsupported = [name for name, on in (("client_splits", self.client_splits),
                                                  ("categorical_features", bool(self.categorical_features)),
@@ -452,10 +453,9 @@ class _Training:
         cfg = self.config
         self.summer = FleetSummer(self.job, secure=cfg.secure_aggregation, degree=cfg.secagg_degree)
         self.summer.start(self.job.clients)
-        self.noise = (NoiseBudget(cfg.dp_noise_multiplier, ZCDPAccountant(cfg.dp_delta))
-                      if cfg.dp_noise_multiplier else None)
+        self.noise = None
         fleet = describe_fleet_privately(self.job, self.summer, cfg.feature_set_version, regression=cfg.regression,
-                                         n_bins=cfg.n_bins, classes=cfg.classes, noise=self.noise)
+                                         n_bins=cfg.n_bins, classes=cfg.classes)
         self._set_fleet(fleet.clients, fleet.n_features, fleet.feature_names, fleet.classes, fleet.model_classes)
         edges = fleet.edges
         if cfg.thresholds is not None:
@@ -1007,7 +1007,7 @@ class _Training:
                       "criterion": self.crit, "evaluation": cfg.evaluation, "candidates": cfg.candidates,
                       "client_splits": int(cfg.client_splits), "target": cfg.target, "protocol": cfg.protocol,
                       "secure_aggregation": int(cfg.secure_aggregation), "min_crowd": cfg.min_crowd,
-                      **dp_metadata(getattr(self, "noise", None)),
+
                       # the index -> client map of H inputs and client targets; no other model names clients
                       **({"clients": ",".join(self.clients)} if cfg.client_splits or cfg.target == "client" else {})},
         )
