@@ -368,7 +368,7 @@ class _FedSCSXGBBase(_FederatedEstimator):
     _objective: ClassVar[str]
     _accepts = {
         **_COMMON_ACCEPTS,
-        "learning_rate": _number(0.0),
+        "learning_rate": _number(0.0).or_none(),
         "gamma": _number(0.0).or_none(),
         "min_split_loss": _number(0.0).or_none(),
         "reg_lambda": _number(0.0),
@@ -383,7 +383,7 @@ class _FedSCSXGBBase(_FederatedEstimator):
         *,
         n_estimators: int = 10,
         max_depth: int = 4,
-        learning_rate: float = 0.2,
+        learning_rate: float | None = None,
         max_bin: int | None = None,
         gamma: float | None = None,
         min_split_loss: float | None = None,
@@ -426,8 +426,9 @@ _FEDSCS_PARAMETERS = """\
     max_depth : int, default=4
         Depth of every tree (the paper's experiment: 4), at least 1 (xgboost's 0, no limit, is
         not offered).
-    learning_rate : float, default=0.2
-        Shrinkage ``eta`` of every leaf.
+    learning_rate : float or None, default=None
+        Shrinkage ``eta`` of every leaf; ``None``: 0.5 in the private protocol, else 0.2 (the
+        paper's).
     max_bin : int or None, default=None
         Bins per feature, 2 to 65535 (xgboost's ``max_bin``; the edges are fleet-wide quantiles);
         ``None``: 8 in the private protocol, 256 otherwise.

@@ -134,6 +134,9 @@ def check_atoms(reply: XgbAtomReply, edges: list[np.ndarray], n_outputs: int) ->
 
 #: Bins per feature of the private protocol (coarse: fewer cells, each with more windows than noise).
 PRIVATE_BINS = 8
+#: Shrinkage of the private protocol: fewer, stronger steps spend the budget on fewer trees' worth
+#: of noise (measured on the bundled recordings at epsilon 8: 0.59 against 0.53 at 0.2).
+PRIVATE_LEARNING_RATE = 0.5
 #: Bins per feature of the other protocols.
 DEFAULT_BINS = 256
 #: How often one boosting round is grown again after a client dropped out mid-round.
@@ -182,7 +185,7 @@ class FedSCSXGB:
     histogram protocol, no split leaves a child with fewer windows fleet-wide. The histogram
     protocol reads its edges once per job off fleet-summed counts (``sketch`` and
     ``summary_size`` are the atom protocol's). ``n_bins``: default 8 in the private protocol,
-    256 otherwise.
+    256 otherwise. ``learning_rate``: default 0.2 (the paper's), 0.5 in the private protocol.
 
     The private protocol spends ``dp_epsilon`` per window and training (``(dp_epsilon,
     dp_delta)``-DP for adding or removing one window, accounted by ``aggregator.privacy``): one
@@ -200,7 +203,7 @@ class FedSCSXGB:
     n_rounds: int = 10
     max_depth: int = 4
     n_bins: int | None = None
-    learning_rate: float = 0.2
+    learning_rate: float | None = None  # None: 0.2 (the paper's), 0.5 in the private protocol
     reg_lambda: float = 1.0
     gamma: float = 0.1
     min_child_weight: float = 1.0
@@ -238,6 +241,8 @@ class FedSCSXGB:
         if self.summary_size is not None and not 1 <= self.summary_size <= 1 << 16:
             raise ValueError(f"summary_size must lie in 1..65536, got {self.summary_size}")
         check_privacy_settings(self, paper="atoms", dp_possible=self.objective != "squared_error")
+        if self.learning_rate is None:
+            object.__setattr__(self, "learning_rate", PRIVATE_LEARNING_RATE if self.protocol == "private" else 0.2)
         if self.multi_strategy is None:
             object.__setattr__(self, "multi_strategy", "multi_output_tree" if self.protocol == "private"
                                else "one_output_per_tree")

@@ -591,7 +591,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--evaluate", action="store_true",
                    help="after saving the model, score it on the gateways' held-out windows (gateways started with "
                         "--holdout-fraction); if it cannot be scored a warning says why and the model stays saved")
-    p.add_argument("--learning-rate", type=positive_float, default=0.2, help="fedscs-xgb: shrinkage (eta)")
+    p.add_argument("--learning-rate", type=positive_float,
+                   help="fedscs-xgb: shrinkage (eta; default 0.5 with differential privacy, else 0.2)")
     p.add_argument("--reg-lambda", type=non_negative_float, default=1.0, help="fedscs-xgb: L2 on leaf weights")
     p.add_argument("--gamma", type=non_negative_float, default=0.1,
                    help="minimum loss change to split: xgboost's gamma/min_split_loss (Eq. 1's penalty is half)")
