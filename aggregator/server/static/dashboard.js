@@ -44,6 +44,19 @@ function stateCell(online) {
 
 function fmt(x) { return typeof x === "number" ? x.toFixed(3) : x; }
 
+function isoUs(us) { return new Date(us / 1000).toISOString().replace(/\.\d+Z$/, "Z"); }
+
+// The privacy ledger: per gateway the lifetime epsilon of its most-used window and what is left.
+function showPrivacy(privacy) {
+  document.getElementById("privacy-cap").textContent = "cap: ε " + privacy.epsilon_cap + " per window over its " +
+    "lifetime (δ " + privacy.delta + "), every private job that used it together; " + privacy.entries.length +
+    " ledger entries";
+  fill("privacy", privacy.gateways, (g) => [g.gateway, g.spent_epsilon.toFixed(2), g.remaining_epsilon.toFixed(2),
+    privacy.entries.filter((e) => e.gateways.includes(g.gateway)).length,
+    g.running.length ? "running: " + g.running.join(", ")
+      : g.fresh_since_us === null ? "the beginning" : isoUs(g.fresh_since_us)]);
+}
+
 const SVG = "http://www.w3.org/2000/svg";
 function svgNode(name, attrs, text) {
   const node = document.createElementNS(SVG, name);
@@ -112,9 +125,10 @@ async function showEvaluation(model) {
 async function refresh() {
   try {
     const now = Date.now() / 1000;
-    const [gateways, jobs, models, deployments, schedules, promotions] = await Promise.all([
+    const [gateways, jobs, models, deployments, schedules, promotions, privacy] = await Promise.all([
       api("/api/gateways"), api("/api/jobs"), api("/api/models"), api("/api/deployments?limit=50"),
-      api("/api/schedules"), api("/api/promotions")]);
+      api("/api/schedules"), api("/api/promotions"), api("/api/privacy")]);
+    showPrivacy(privacy);
     fill("fleet", gateways, (g) => [g.gateway, stateCell(g.online), age(now - g.last_seen), g.model,
       g.windows === null ? null : g.labelled + " / " + g.windows,
       g.labels ? Object.entries(g.labels).map(([k, v]) => k + "=" + v).join(" ") : null,
@@ -129,7 +143,7 @@ async function refresh() {
       [s.every_s ? "every " + s.every_s + " s" : "", s.cron ? "cron " + s.cron : "",
        s.min_new_windows ? "≥ " + s.min_new_windows + " new windows" : ""].filter(Boolean).join(", "),
       s.threshold, s.canary_share + (s.canary_windows ? ", live: " + s.canary_windows + " windows, drop ≤ " +
-        s.canary_max_drop : ""), s.last_run ? age(now - s.last_run) : null]);
+        s.canary_max_drop : ""), s.last_run ? age(now - s.last_run) : null, s.note]);
     fill("promotions", promotions, (p) => [p.model_id + ":v" + p.candidate,
       p.baseline === null ? null : p.model_id + ":v" + p.baseline, p.metric, p.decision, p.detail]);
     const jobId = selectedJob || (jobs[0] && jobs[0].job_id);
