@@ -8,7 +8,7 @@ Kairouz, Liu, NeurIPS 2021) -- and nobody ever sees a sum without it. Real-value
 (gradients, Hessians) are first put on the integer lattice of step ``1 / scale`` by
 :func:`stochastic_round` (unbiased; Shi et al., NeurIPS 2022) after :func:`clip_norm`, so that one
 window's contribution has a public L2 and L1 bound: the sensitivities the accountant
-(``aggregator.privacy``) needs. ``docs/privacy.md`` has the argument.
+(``aggregator.privacy``) needs. ``docs/differential_privacy.md`` has the argument.
 
 Post-processing is free: noisy counts are clipped at 0 and children made to add up to their
 parent (:func:`consistent_children`) at no further privacy cost.

@@ -15,7 +15,7 @@ Softmax grows one vector-leaf tree per round (``multi_output_tree``): a window's
 has L2 norm at most sqrt 2 whatever the number of classes, so the budget is not divided by them.
 The gateways clip and stochastically round G and H onto the lattice of :data:`LATTICE_SCALE`
 steps, add their share of Skellam noise and mask the vector (secure aggregation); the
-sensitivity of every release follows from these public bounds. ``docs/privacy.md`` has the
+sensitivity of every release follows from these public bounds. ``docs/differential_privacy.md`` has the
 argument and PRIVACY.md what each party learns.
 """
 
