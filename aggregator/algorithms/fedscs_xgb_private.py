@@ -49,7 +49,7 @@ from ..jobs import FederatedJob, RoundProgress, TrainingError
 from ..privacy import PrivacyBudget, skellam_release
 from .boosted_trees import BoostedTrees
 from .private_fleet import PrivateFleet, describe_fleet_privately, opening_releases
-from .private_growth import PrivateGrowth, grow_private_tree
+from .private_growth import PrivateGrowth, grow_private_tree, level_violation
 
 __all__ = ["LATTICE_SCALE", "PrivateBoosting", "ReleasePlan", "round_features"]
 
@@ -188,7 +188,13 @@ class PrivateBoosting(BoostedTrees):
         sums = self._sum(summer, "splits", self.split_l2 * math.sqrt(k), self.split_l1 * k,
                          lambda c, noise, secure, bits: XgbPrivateLevelRequest(
                              self.task, self._delta(c), round_, splits, node_ids, self.lattice, noise, secure, bits))
-        return sums.reshape(node_ids.shape[0], 2 * self.n_outputs + 1, k, round_.slots)
+        hist = sums.reshape(node_ids.shape[0], 2 * self.n_outputs + 1, k, round_.slots)
+        sigma = math.sqrt(self.budget.mu("splits", self.split_l2 * math.sqrt(k), self.split_l1 * k)) / self.lattice.scale
+        violation = level_violation(hist, sigma, self.lattice.grad_bound, self.lattice.hess_bound, self.lattice.scale)
+        if violation is not None:
+            raise TrainingError(f"the fleet's level sums break the protocol's bounds ({violation}): a gateway sent "
+                                "values outside the private protocol's clipping; the job stops")
+        return hist
 
     def _leaves(self, summer: FleetSummer, round_: PrivateRoundFeatures, splits: RoundSplits,
                 leaves: np.ndarray) -> np.ndarray:

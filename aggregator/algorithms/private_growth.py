@@ -33,7 +33,11 @@ from shared.protocol.messages.fedscs_xgb import RoundSplits
 from .histogram_growth import GrowthParams, best_splits, split_sides, vector_leaf_weights
 from .levelwise_growth import RoundTree
 
-__all__ = ["FetchLeaves", "FetchLevel", "PrivateGrowth", "consistent_histograms", "grow_private_tree"]
+__all__ = ["FetchLeaves", "FetchLevel", "PrivateGrowth", "consistent_histograms", "grow_private_tree",
+           "level_violation"]
+
+#: Noise standard deviations beyond which a decoded cell cannot be noise (false alarm < 1e-14).
+TAIL_SIGMAS = 8.0
 
 #: ``fetch_level(splits, node_ids) -> (R, 2m + 1, k, S)`` float sums of the requested nodes.
 FetchLevel = Callable[[RoundSplits, np.ndarray], np.ndarray]
@@ -70,6 +74,39 @@ def consistent_histograms(hist: np.ndarray) -> np.ndarray:
     totals = h.sum(axis=-1, keepdims=True)
     mean = totals.mean(axis=-2, keepdims=True)
     return h + (mean - totals) / h.shape[-1]
+
+
+def level_violation(hist: np.ndarray, sigma: float, grad_bound: float, hess_bound: float, scale: int) -> str | None:
+    """What a decoded level release ``(R, 2m + 1, k, S)`` (natural units, noise deviation
+    ``sigma`` per cell) shows that honest gateways cannot produce, or None: a count below 0, a G
+    beyond ``grad_bound`` per window, an H below 0 or beyond ``hess_bound`` per window -- each by
+    more than ``TAIL_SIGMAS`` noise deviations (a window's lattice values move by less than
+    ``1 / scale`` each).
+
+    Examples
+    --------
+    >>> h = np.zeros((1, 3, 1, 2)); h[0, 2] = 10.0; h[0, 0] = 5.0  # 10 windows, G = 5
+    >>> level_violation(h, 1.0, 1.0, 0.25, 64) is None
+    True
+    >>> h[0, 0] = 500.0
+    >>> level_violation(h, 1.0, 1.0, 0.25, 64)
+    'a G sum of 500 over about 10 windows (each |g| <= 1)'
+    """
+    m = (hist.shape[1] - 1) // 2
+    tail = TAIL_SIGMAS * sigma
+    count = hist[:, -1]
+    windows = np.maximum(count, 0.0)[:, None] + tail
+    g, h = hist[:, :m], hist[:, m : 2 * m]
+    if (count < -tail).any():
+        return f"a window count of {float(count.min()):.4g}"
+    over = np.abs(g) - ((grad_bound + 1.0 / scale) * windows + tail)
+    if (over > 0).any():
+        at = np.unravel_index(np.argmax(over), over.shape)
+        return (f"a G sum of {float(g[at]):.4g} over about {float(count[at[0], at[2], at[3]]):.4g} windows "
+                f"(each |g| <= {grad_bound:.4g})")
+    if (h < -tail).any() or (h - ((hess_bound + 1.0 / scale) * windows + tail) > 0).any():
+        return f"an H sum outside [0, {hess_bound:.4g}] per window"
+    return None
 
 
 @dataclass(eq=False)

@@ -192,3 +192,20 @@ def test_protocol_defaults_private_for_classifiers_and_histogram_for_regression(
     assert regression.protocol == "histogram" and regression.bins == 256
     assert FedSCSXGB(protocol="histogram").multi_strategy == "one_output_per_tree"
     assert math.isfinite(FedSCSXGB().dp_epsilon)
+
+
+def test_a_gateway_that_inflates_its_gradients_stops_the_job_in_one_line() -> None:
+    from aggregator.jobs import TrainingError
+
+    sim = Simulation(fleet())
+    half = sim.participants["gw-1"].halves["fedscs_xgb"]
+    honest = half._private_positions
+
+    def lying(message, body):
+        qg, qh, slots, position = honest(message, body)
+        return qg * 1000, qh, slots, position
+
+    half._private_positions = lying
+    with pytest.raises(TrainingError, match="G sum") as info:
+        sim.run(FedSCSXGB(n_rounds=3, max_depth=3, dp_epsilon=4.0))
+    assert "\n" not in str(info.value)
