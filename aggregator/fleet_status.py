@@ -12,12 +12,17 @@ stored and labelled, and in ``detail`` the labelled windows per label, the featu
 gateway produces, the serial link's state (gateways with a sensor link), the inference engine,
 predictions and alerts so far, the last predicted label and the last model error. An offline
 status carries none of that (the last will is composed when the gateway connects), so an
-offline row has its time and nothing else -- unknown, not zero. ``seen`` is the envelope time
+offline row has its time and nothing else -- unknown, not zero. A count in ``detail`` that is
+not a decimal number up to ``MAX_WINDOW_COUNT`` is unknown too. ``seen`` is the envelope time
 of the newest status, on the gateway's clock; for a last will that is when the gateway
 connected, not when it vanished.
 
 The gateway's id comes from the topic, not from the envelope's sender: the broker's ACL lets a
 gateway publish on its own status topic only, while the sender field is whatever it wrote.
+
+With a server, ``wheelfed fleet`` adds each gateway's privacy budget from ``/api/privacy``
+(:class:`PrivacyCell`, :func:`privacy_cells`): the lifetime epsilon of its most-used window and
+the most a new private job may still spend there, under the server's cap.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from dataclasses import asdict, dataclass
 
 from shared.protocol.envelope import Message
 from shared.protocol.messages import Status
+from shared.protocol.messages.generic import MAX_WINDOW_COUNT
 from shared.protocol.topics import TopicLayout
 
-__all__ = ["GatewayRow", "fold_statuses", "format_age"]
+__all__ = ["GatewayRow", "PrivacyCell", "fold_statuses", "format_age", "privacy_cells"]
 
 
 @dataclass(frozen=True)
@@ -94,9 +100,10 @@ def _label_counts(value: str | None) -> dict[str, int] | None:
     counts = {}
     for item in filter(None, value.split(",")):
         label, _, n = item.rpartition("=")
-        if not label or not n.isdecimal():
+        count = _count(n)
+        if not label or count is None:
             return None
-        counts[label] = int(n)
+        counts[label] = count
     return counts
 
 
@@ -106,11 +113,55 @@ def _text(value: str | None) -> str | None:
 
 
 def _count(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdecimal() else None
+    """A count the gateway wrote as decimal digits (at most :data:`MAX_WINDOW_COUNT`); None if
+    absent, garbled or absurd -- never an exception, whatever the text's length."""
+    if value is None or not value.isdecimal() or len(value) > _COUNT_DIGITS:
+        return None
+    count = int(value)
+    return count if count <= MAX_WINDOW_COUNT else None
+
+
+_COUNT_DIGITS = len(str(MAX_WINDOW_COUNT))
 
 
 def _natural(gateway: str) -> list[object]:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", gateway)]
+
+
+@dataclass(frozen=True)
+class PrivacyCell:
+    """One gateway's privacy budget as the server's ``/api/privacy`` gives it."""
+
+    spent_epsilon: float  # lifetime epsilon of its most-used window
+    remaining_epsilon: float  # the most a new private job may still spend there
+    running: tuple[str, ...]  # private jobs running on it (they hold every window to come)
+
+    def text(self) -> str:
+        """``5.91/7.39`` (spent/left), ``+running`` while a private job runs there.
+
+        Examples
+        --------
+        >>> PrivacyCell(5.912, 7.391, ()).text()
+        '5.91/7.39'
+        """
+        return f"{self.spent_epsilon:.2f}/{self.remaining_epsilon:.2f}" + ("+running" if self.running else "")
+
+
+def privacy_cells(privacy: dict) -> tuple[str, dict[str, PrivacyCell]]:
+    """``/api/privacy``'s answer as the line that states the cap and one cell per gateway.
+
+    Examples
+    --------
+    >>> line, cells = privacy_cells({"epsilon_cap": 10.0, "delta": 1e-6, "gateways": [
+    ...     {"gateway": "gw-1", "spent_epsilon": 4.0, "remaining_epsilon": 8.75, "running": []}]})
+    >>> cells["gw-1"].text()
+    '4.00/8.75'
+    """
+    line = (f"privacy: cap epsilon {privacy['epsilon_cap']:g} per window over its lifetime (delta "
+            f"{privacy['delta']:g}); EPSILON is the most-used window's lifetime epsilon / the most a new private "
+            "job may still spend there")
+    return line, {g["gateway"]: PrivacyCell(float(g["spent_epsilon"]), float(g["remaining_epsilon"]),
+                                            tuple(g["running"])) for g in privacy["gateways"]}
 
 
 def format_age(seconds: float) -> str:

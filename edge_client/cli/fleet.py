@@ -2,7 +2,8 @@
 
 Connects as the aggregator, listens to the retained status topics for ``--wait`` seconds and
 prints what ``aggregator.fleet_status`` folds them into; it sends the gateways nothing, so it is
-safe to run at any time, even during a training job.
+safe to run at any time, even during a training job. With a server (``--server`` or
+``$WHEELFED_SERVER``) it adds each gateway's privacy budget from the server's ``/api/privacy``.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import argparse
 import json
 import threading
 import time
+from dataclasses import asdict
 
 from edge_client.cli.arguments import add_subcommand, positive_float
 from edge_client.cli.connection import add_broker_options, aggregator_transport
+from edge_client.cli.server_client import add_server_options, server_client
 
 COLUMNS = ("GATEWAY", "STATE", "SEEN", "MODEL", "LABELLED/WINDOWS", "LINK", "PREDICTED", "ALERTS", "LAST", "ENGINE")
 
@@ -40,6 +43,14 @@ def _collect(args: argparse.Namespace) -> list:
         return fold_statuses(received, layout)
 
 
+def _privacy(args: argparse.Namespace):
+    """The cap's line and per gateway its ``PrivacyCell``, from the configured server; None without one."""
+    from aggregator.fleet_status import privacy_cells
+
+    client = server_client(args)
+    return None if client is None else privacy_cells(client.get("/api/privacy"))
+
+
 def _cells(row, now: float) -> tuple[str, ...]:
     from aggregator.fleet_status import format_age
 
@@ -54,10 +65,13 @@ def _cells(row, now: float) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    privacy = _privacy(args)
     rows = _collect(args)
     now = time.time()
+    cells = privacy[1] if privacy else {}
     if args.json:
-        print(json.dumps([row.to_json(now) for row in rows], indent=1))
+        print(json.dumps([{**row.to_json(now), **({"privacy": asdict(cells[row.gateway])} if row.gateway in cells
+                                                 else {})} for row in rows], indent=1))
         return 0
     where = f"{args.host}:{args.port}"
     if not rows:
@@ -66,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     online = sum(row.online for row in rows)
     print(f"{len(rows)} gateway{'s' if len(rows) != 1 else ''} on {where}, {online} online")
-    table = [COLUMNS, *(_cells(row, now) for row in rows)]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS))]
+    columns = COLUMNS + (("EPSILON",) if privacy else ())
+    table = [columns, *(_cells(row, now) + ((cells[row.gateway].text() if row.gateway in cells else "-",)
+                                             if privacy else ()) for row in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
     for row in rows:
@@ -76,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{row.gateway}: labelled windows {labels}; feature set {row.feature_set or '-'}")
         if row.model_error:
             print(f"{row.gateway}: model refused: {row.model_error}")
+    if privacy:
+        print(privacy[0])
     return 0
 
 
@@ -87,12 +105,17 @@ def add(sub: argparse._SubParsersAction) -> None:
                                    "gateways nothing.\n\n"
                                    "SEEN is when a gateway last sent its status (every --publish-every seconds "
                                    "while\nonline); for one that vanished without stopping, the broker's last "
-                                   "will dates from\nwhen it connected.",
-                       examples=["wheelfed fleet", "wheelfed fleet --json --wait 5"])
+                                   "will dates from\nwhen it connected.\n\n"
+                                   "With --server (or $WHEELFED_SERVER), EPSILON is each gateway's privacy budget "
+                                   "from the server:\nthe lifetime epsilon of its most-used window / the most a "
+                                   "new private job may still\nspend there under the server's cap.",
+                       examples=["wheelfed fleet", "wheelfed fleet --json --wait 5",
+                                 "wheelfed fleet --server http://127.0.0.1:8080"])
     p.add_argument("--json", action="store_true",
                    help="one JSON list of rows (null: the status did not say; always so for offline gateways)")
     p.add_argument("--wait", type=positive_float, default=2.0,
                    help="seconds to collect the retained status messages")
     add_broker_options(p, username_help="broker user name (default: aggregator); password from "
                                         "$WHEELFED_MQTT_PASSWORD")
+    add_server_options(p)
     p.set_defaults(func=run)

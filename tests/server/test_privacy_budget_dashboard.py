@@ -6,6 +6,8 @@ schedule's note when the cap made it skip. The server is the in-process one of t
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -22,25 +24,43 @@ pytestmark = pytest.mark.slow
 T0 = 1_795_000_000_000_000
 
 
-def test_the_dashboard_shows_each_gateways_spent_and_remaining_budget(tmp_path, browser) -> None:  # noqa: F811
+@contextmanager
+def serving(server) -> Iterator[str]:
+    """``server``'s API and dashboard under uvicorn on a free loopback port; its base URL."""
     import uvicorn
+
+    sock = bind("127.0.0.1", 0)
+    web = uvicorn.Server(uvicorn.Config(create_app(server), log_config=None, log_level="warning"))
+    thread = threading.Thread(target=web.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    wait_until(lambda: web.started, 30.0, "uvicorn")
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        web.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def two_jobs(registry) -> None:
+    """job-a on gw-1 and gw-2, job-b on gw-1, each epsilon 4 on the windows before T0."""
+    rho = rho_for_epsilon(4.0, 1e-6)
+    for job, gateways in (("job-a", ("gw-1", "gw-2")), ("job-b", ("gw-1",))):
+        registry.add_privacy(LedgerEntry(job, 1, gateways, None, T0, rho, 0.0, 1e-6, 4.0, "spent"))
+
+
+def test_the_dashboard_shows_each_gateways_spent_and_remaining_budget(tmp_path, browser) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
 
     clients = fleet_data(n_clients=3)
     with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
         announce(sim, {c.client_id: 90 for c in clients})
-        rho = rho_for_epsilon(4.0, 1e-6)
-        for job, gateways in (("job-a", ("gw-1", "gw-2")), ("job-b", ("gw-1",))):
-            server.registry.add_privacy(LedgerEntry(job, 1, gateways, None, T0, rho, 0.0, 1e-6, 4.0, "spent"))
+        two_jobs(server.registry)
         server.registry.add_schedule(ScheduleRecord("nightly", "act", "fedscs-xgb", {}, 60.0, "", None, 0.01, 0.25,
                                                     True, 1.0, 0, 1.0, note="skipped -- refused: the cap"))
         expected = {b.gateway: b for b in server.runner.privacy_budgets()}
-        sock = bind("127.0.0.1", 0)
-        web = uvicorn.Server(uvicorn.Config(create_app(server), log_level="warning"))
-        thread = threading.Thread(target=web.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        try:
-            browser.get(f"http://127.0.0.1:{sock.getsockname()[1]}/")
+        with serving(server) as url:
+            browser.get(url + "/")
 
             def privacy_rows():
                 rows = browser.find_elements(By.CSS_SELECTOR, "#privacy tbody tr")
@@ -60,7 +80,3 @@ def test_the_dashboard_shows_each_gateways_spent_and_remaining_budget(tmp_path, 
             assert "skipped -- refused: the cap" in browser.find_element(By.CSS_SELECTOR, "#schedules tbody").text
             browser.save_screenshot(str(tmp_path / "privacy.png"))
             assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
-        finally:
-            web.should_exit = True
-            thread.join(10)
-            sock.close()
