@@ -11,6 +11,8 @@ with the facts a reader needs not to be misled (``Scoring``, ``SatOut``, the dec
   vs the raw sensor samples and the feature matrix, which never left the gateways;
 * what the server did: its jobs, the retraining schedule and when it fired, its promotion
   decision and rollout (read back from its REST API);
+* the privacy budget: what each private training spent per window, and what the server's ledger
+  says is spent and left under its cap (``/api/privacy``, :class:`PrivacyFacts`);
 * live predictions (stored by the gateways) vs offline predictions of the same windows by the
   same registered model;
 * the third contender: every gateway's FedGA tree (accuracy on its own held-out windows, decision
@@ -32,8 +34,8 @@ from firmware_bridge.frames import SampleFrame
 if TYPE_CHECKING:
     from .orchestrator import Demo
 
-__all__ = ["DemoReport", "SatOut", "Scoring", "ServerFacts", "StoreSnapshot", "build_report", "held_out_keys", "privacy_line",
-           "store_snapshot"]
+__all__ = ["DemoReport", "PrivacyFacts", "SatOut", "Scoring", "ServerFacts", "SpentJob", "StoreSnapshot", "build_report",
+           "held_out_keys", "privacy_line", "store_snapshot"]
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,63 @@ class SatOut:
     reason: str
 
 
+@dataclass(frozen=True)
+class SpentJob:
+    """One private training's entry in the server's ledger: its own epsilon per window (at its
+    delta), and whether that is what its model spent or, without a model, its plan."""
+
+    job_id: str
+    model: str
+    epsilon: float
+    basis: str  # "spent" | "planned" | "running"
+
+
+@dataclass(frozen=True)
+class PrivacyFacts:
+    """The server's privacy ledger at the end of the run (``GET /api/privacy``): the cap, each
+    private training, the most-used window's lifetime epsilon and where, and the least a new
+    private job may still spend on some gateway's most-used window, and where."""
+
+    epsilon_cap: float = 0.0
+    delta: float = 0.0
+    jobs: tuple[SpentJob, ...] = ()
+    spent_epsilon: float = 0.0
+    spent_gateway: str = ""
+    remaining_epsilon: float = 0.0
+    remaining_gateway: str = ""
+
+    @classmethod
+    def from_api(cls, privacy: dict[str, Any]) -> PrivacyFacts:
+        """From ``/api/privacy``'s answer.
+
+        Examples
+        --------
+        >>> facts = PrivacyFacts.from_api({"epsilon_cap": 10.0, "delta": 1e-6, "entries": [], "gateways": [
+        ...     {"gateway": "gw-1", "spent_epsilon": 0.0, "remaining_epsilon": 10.0}]})
+        >>> facts.lines()
+        ['privacy budget: no private training spent anything (cap: epsilon 10 per window over its lifetime, delta 1e-06)']
+        """
+        gateways = privacy["gateways"]
+        worst = max(gateways, key=lambda g: g["spent_epsilon"], default=None)
+        least = min(gateways, key=lambda g: g["remaining_epsilon"], default=None)
+        return cls(float(privacy["epsilon_cap"]), float(privacy["delta"]),
+                   tuple(SpentJob(e["job_id"], e["model"], float(e["epsilon"]), e["basis"]) for e in privacy["entries"]),
+                   float(worst["spent_epsilon"]) if worst else 0.0, worst["gateway"] if worst else "",
+                   float(least["remaining_epsilon"]) if least else float(privacy["epsilon_cap"]),
+                   least["gateway"] if least else "")
+
+    def lines(self) -> list[str]:
+        cap = f"epsilon {self.epsilon_cap:g} per window over its lifetime, delta {self.delta:g}"
+        if not self.jobs:
+            return [f"privacy budget: no private training spent anything (cap: {cap})"]
+        each = ", ".join(f"{j.epsilon:.3g} ({j.model or j.job_id}{'' if j.basis == 'spent' else ', ' + j.basis})"
+                         for j in self.jobs)
+        return [f"privacy budget: the private trainings spent epsilon {each} per window they used; composed, the "
+                f"most-used window ({self.spent_gateway}) is at epsilon {self.spent_epsilon:.3g} of the cap ({cap}); a "
+                f"new private job may still spend epsilon {self.remaining_epsilon:.3g} on {self.remaining_gateway}'s "
+                "most-used window (the least left), and windows recorded from now on have the full budget"]
+
+
 @dataclass
 class ServerFacts:
     """What the server did, as its REST API tells it at the end of the run: its URL, the jobs it
@@ -127,6 +186,7 @@ class ServerFacts:
     promotions: list[dict[str, Any]] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
     deployments: list[dict[str, Any]] = field(default_factory=list)  # model_id, version, client, state, detail
+    privacy: PrivacyFacts = field(default_factory=PrivacyFacts)
 
     @classmethod
     def read(cls, server, schedule: dict[str, Any]) -> ServerFacts:
@@ -136,7 +196,7 @@ class ServerFacts:
         jobs = [{k: j[k] for k in keep} for j in server.get("/api/jobs?limit=1000")]
         return cls(server.url, jobs, dict(schedule), server.get("/api/promotions"),
                    [m["label"] for m in server.get("/api/models?limit=1000")],
-                   server.get("/api/deployments?limit=1000"))
+                   server.get("/api/deployments?limit=1000"), PrivacyFacts.from_api(server.get("/api/privacy")))
 
     @property
     def fired(self) -> list[dict[str, Any]]:
@@ -156,7 +216,7 @@ class ServerFacts:
                        f"labelled windows fleet-wide (it had {s['last_windows']} at its creation); {fired}")
         for p in self.promotions:
             out.append(f"promotion of {p['model_id']}:v{p['candidate']} (server): {p['decision']} -- {p['detail']}")
-        return out
+        return out + self.privacy.lines()
 
 
 @dataclass
@@ -321,7 +381,8 @@ def privacy_line(privacy: dict[str, Any], secure_note: str) -> str:
     scoring = ("held-out scoring is per gateway, in the clear (each gateway's confusion counts); the local-only "
                "baseline runs one job per gateway, whose sums are that gateway's own (a research comparison; "
                "PRIVACY.md)")
-    crowd = f"{privacy.get('protocol', '?')} protocol, minimum crowd {privacy.get('min_crowd', '?')} windows"
+    crowd = ("private protocol: differential privacy, the budget below" if privacy.get("protocol") == "private" else
+             f"{privacy.get('protocol', '?')} protocol, minimum crowd {privacy.get('min_crowd', '?')} windows")
     if not privacy.get("secure_aggregation"):
         return f"secure aggregation OFF -- {secure_note or 'disabled'}: the aggregator saw each gateway's " \
                f"histograms ({crowd}); {scoring}"

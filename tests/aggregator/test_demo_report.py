@@ -30,3 +30,23 @@ def test_the_summary_shows_the_three_contenders_per_gateway_and_where_a_tree_run
     assert lines[-1] == ("  gw-02 runs activity:v3 at the end (not activity.gw-02:v1: a later fleet-wide rollout "
                          "replaced it)")
     assert DemoReport().personal_lines() == []  # no FedGA step (--fedga-generations 0)
+
+
+def test_the_summary_tells_the_privacy_budget_from_the_servers_ledger() -> None:
+    from aggregator.demo.report import PrivacyFacts, ServerFacts, privacy_line
+
+    answer = {"epsilon_cap": 10.0, "delta": 1e-6,
+              "entries": [{"job_id": "job-1", "model": "activity:v1", "epsilon": 7.91, "basis": "spent"},
+                          {"job_id": "job-2", "model": "", "epsilon": 2.0, "basis": "planned"}],
+              "gateways": [{"gateway": "gw-01", "spent_epsilon": 8.9, "remaining_epsilon": 3.2},
+                           {"gateway": "gw-02", "spent_epsilon": 7.91, "remaining_epsilon": 4.4}]}
+    facts = PrivacyFacts.from_api(answer)
+    assert (facts.spent_gateway, facts.remaining_gateway) == ("gw-01", "gw-01")
+    [line] = facts.lines()
+    assert line == ("privacy budget: the private trainings spent epsilon 7.91 (activity:v1), 2 (job-2, planned) per "
+                    "window they used; composed, the most-used window (gw-01) is at epsilon 8.9 of the cap (epsilon 10 "
+                    "per window over its lifetime, delta 1e-06); a new private job may still spend epsilon 3.2 on "
+                    "gw-01's most-used window (the least left), and windows recorded from now on have the full budget")
+    assert ServerFacts(url="http://x", privacy=facts).lines()[-1] == line
+    assert "private protocol: differential privacy" in privacy_line({"protocol": "private", "secure_aggregation": True},
+                                                                    "")
