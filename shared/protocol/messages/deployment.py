@@ -83,7 +83,8 @@ class ModelStatus:
 @dataclass(frozen=True)
 class PredictionBatch:
     """Live predictions since the last batch: per window its end time, the predicted class
-    index (into ``classes``), its probability and the model latency."""
+    index (into ``classes``), its probability (in [0, 1]; a batch with another is refused at
+    decode) and the model latency."""
 
     model_id: str
     model_version: int
@@ -100,6 +101,8 @@ class PredictionBatch:
                 raise ValueError(f"{name} must have one entry per window ({n})")
         if n and (self.predicted.min() < 0 or self.predicted.max() >= max(len(self.classes), 1)):
             raise ValueError("predicted class index out of range")
+        if n and not (self.probability.min() >= 0 and self.probability.max() <= 1):
+            raise ValueError("probability must lie in [0, 1]")
 
 
 @message_type("alert")

@@ -15,6 +15,10 @@ from ..schema import ArraySpec
 
 _F64_1D = ArraySpec(("float64",), ndim=1, finite=True)
 
+#: The most windows a gateway's status may count: 10**9 windows of a 2 s step are 63 years of
+#: recording, so a larger count is a lie (or a fault), not data.
+MAX_WINDOW_COUNT = 10**9
+
 
 @message_type("hello")
 @dataclass(frozen=True)
@@ -36,13 +40,32 @@ class Describe:
 @message_type("status")
 @dataclass(frozen=True)
 class Status:
-    """Presence and health; published retained (and as the MQTT last will with online=False)."""
+    """Presence and health; published retained (and as the MQTT last will with online=False).
+
+    ``n_windows`` windows stored, ``n_labelled`` of them labelled: each between 0 and
+    :data:`MAX_WINDOW_COUNT`, and no more labelled than stored (a status saying otherwise is
+    refused at decode).
+
+    Examples
+    --------
+    >>> Status(online=True, n_windows=10, n_labelled=4).n_labelled
+    4
+    >>> Status(online=True, n_windows=10, n_labelled=-5)
+    Traceback (most recent call last):
+    ValueError: n_labelled must lie in [0, n_windows=10], got -5
+    """
 
     online: bool
     active_model: str = ""
     n_windows: int = 0
     n_labelled: int = 0
     detail: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.n_windows <= MAX_WINDOW_COUNT:
+            raise ValueError(f"n_windows must lie in [0, {MAX_WINDOW_COUNT}], got {self.n_windows}")
+        if not 0 <= self.n_labelled <= self.n_windows:
+            raise ValueError(f"n_labelled must lie in [0, n_windows={self.n_windows}], got {self.n_labelled}")
 
 
 @message_type("error")
