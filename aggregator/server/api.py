@@ -12,26 +12,30 @@ without a signing key, deploying a gateway's own model to another gateway, a pri
 would take a window past the privacy cap). ``/api/privacy`` shows the privacy ledger: per gateway
 the lifetime epsilon of its most-used window and what is left under the cap. With tokens
 configured, reading needs a read or operator token (``Authorization: Bearer TOKEN``), changing
-anything an operator token.
+anything an operator token; that, the ``Host`` allow-list and the body-size limit are checked
+before a route runs or a body is read (:mod:`aggregator.server.guards`): 400 for a host not
+allowed, 401 with ``WWW-Authenticate`` for a missing or unknown token, 403 for a read token
+that tries to change something, 413 for a body over ``max_request_bytes``.
 """
 
 from __future__ import annotations
 
-import hmac
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParameter
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field
 
 from shared import __version__
 
 from ..privacy.ledger import BudgetExceeded
 from ..registry import RegistryError, ScheduleRecord
+from .guards import install_guards
 from .policy import CronSpec
 from .service import ALGORITHMS, FLEET_ALGORITHMS, LIVE_KEEP, JobRequest
 
@@ -194,19 +198,10 @@ def create_app(server: Server) -> FastAPI:
     app = FastAPI(title="WheelFed server", version=__version__,
                   description="Fleet, training jobs, models, deployments and retraining schedules.")
 
-    def authorised(role: Literal["read", "operator"]):
-        def check(authorization: str | None = Header(None, include_in_schema=False)) -> None:
-            if not (config.read_tokens or config.operator_tokens):
-                return
-            token = authorization[7:].strip() if authorization and authorization.startswith("Bearer ") else ""
-            allowed = config.operator_tokens + (config.read_tokens if role == "read" else ())
-            if not token:
-                raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
-            if not any(hmac.compare_digest(token, t) for t in allowed):
-                raise HTTPException(403, f"this token may not {'read' if role == 'read' else 'change'} anything")
-        return Depends(check)
-
-    read, operate = authorised("read"), authorised("operator")
+    install_guards(app, config)  # Host allow-list, tokens and body size, before any body is read
+    # the roles as the OpenAPI document shows them; aggregator.server.guards checks them
+    read = Depends(HTTPBearer(scheme_name="read", auto_error=False, description="a read or operator token"))
+    operate = Depends(HTTPBearer(scheme_name="operator", auto_error=False, description="an operator token"))
 
     @app.exception_handler(RegistryError)
     async def _missing(_request: Request, exc: RegistryError) -> JSONResponse:
@@ -248,7 +243,12 @@ def create_app(server: Server) -> FastAPI:
                   f"wheelfed_broker_connected {int(server.broker_connected)}",
                   "# TYPE wheelfed_mqtt_bytes_total counter",
                   f'wheelfed_mqtt_bytes_total{{direction="sent"}} {traffic.sent_bytes}',
-                  f'wheelfed_mqtt_bytes_total{{direction="received"}} {traffic.received_bytes}']
+                  f'wheelfed_mqtt_bytes_total{{direction="received"}} {traffic.received_bytes}',
+                  "# TYPE wheelfed_rejected_messages_total counter"]
+        lines += [f'wheelfed_rejected_messages_total{{reason="{r}"}} {n}' for r, n in sorted(traffic.rejected.items())]
+        lines.append("# TYPE wheelfed_gateway_faults_total counter")
+        lines += [f'wheelfed_gateway_faults_total{{kind="{k}"}} {n}'
+                  for k, n in sorted(server.tracker.faults.counts.items())]
         return "\n".join(lines) + "\n"
 
     # -- fleet -----------------------------------------------------------------------------

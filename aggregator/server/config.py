@@ -25,9 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENV_PREFIX", "ServerConfig"]
+from .gateway_input import MAX_WINDOWS_PER_S
+
+__all__ = ["ENV_PREFIX", "LOOPBACK_HOSTS", "ServerConfig"]
 
 ENV_PREFIX = "WHEELFED_"
+#: The names a browser on the server's machine uses for it (a ``Host`` header keeps an IPv6
+#: literal's brackets).
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,15 @@ class ServerConfig:
     #: window past it is refused.
     privacy_epsilon_cap: float = 10.0
     privacy_delta: float = 1e-6
+    #: ``Host`` header names the HTTP API answers (besides ``listen`` when it is a specific
+    #: address; ``"*"``: any, ``"*.example.org"``: a domain's): others get a 400, which keeps web
+    #: pages from reaching a loopback API through a name of their own (DNS rebinding).
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    #: The largest request body the API reads, in bytes (larger: 413, before it is read).
+    max_request_bytes: int = 1024 * 1024
+    #: The most windows per second a gateway's reported counts are credited with
+    #: (``aggregator.server.gateway_input``).
+    max_windows_per_s: float = MAX_WINDOWS_PER_S
 
     def __post_init__(self) -> None:
         if self.mqtt_port is None:
@@ -81,6 +95,12 @@ class ServerConfig:
         if (self.tls_cert or self.tls_key) and not self.tls_ca:
             raise ValueError("tls_cert/tls_key need tls_ca")
         self.privacy_cap()  # validates the cap
+        if not self.allowed_hosts:
+            raise ValueError("allowed_hosts must name at least one host (\"*\": any)")
+        if not 0 < self.max_request_bytes <= 2**31 - 1:
+            raise ValueError(f"max_request_bytes must lie in [1, 2**31 - 1], got {self.max_request_bytes}")
+        if not 0 < self.max_windows_per_s <= 1e6:
+            raise ValueError(f"max_windows_per_s must lie in (0, 1e6], got {self.max_windows_per_s}")
 
     def privacy_cap(self):
         """The privacy cap these settings describe (``aggregator.privacy.ledger.PrivacyCap``)."""

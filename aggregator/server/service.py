@@ -80,6 +80,7 @@ from ..jobs import Checkpoint, FederatedJob, JobSettings, RoundProgress, Trainin
 from ..privacy.ledger import GatewayBudget, LedgerEntry, PlannedJob, PrivacyCap, budget_of, check_job
 from ..registry import JobRecord, Registry, RegistryError, ScheduleRecord
 from ..rounds import QuorumNotReached, RoundEngine
+from .gateway_input import MAX_WINDOWS_PER_S, Credit, FaultLog, credit_counts
 from .policy import LiveCheck, canary_of, is_due, judge, judge_live, metric_for
 
 log = logging.getLogger(__name__)
@@ -225,26 +226,42 @@ def time_range(rules: dict[str, Any]) -> TimeRange | None:
 
 
 class FleetTracker:
-    """Every gateway's newest status (``GatewayRow``), kept in memory and in the registry."""
+    """Every gateway's newest status (``GatewayRow``), kept in memory and in the registry.
 
-    def __init__(self, transport: Transport, layout: TopicLayout, registry: Registry) -> None:
-        self._layout, self._registry = layout, registry
+    A row's ``windows`` and ``labelled`` are the counts the server credits
+    (``gateway_input.credit_counts``: they grow no faster than ``window_rate`` windows per
+    second), not the status's own; a status the tracker cannot read is counted in ``faults``.
+    """
+
+    def __init__(self, transport: Transport, layout: TopicLayout, registry: Registry, *,
+                 window_rate: float = MAX_WINDOWS_PER_S) -> None:
+        self._layout, self._registry, self._rate = layout, registry, window_rate
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self.faults = FaultLog(log)
         self.rows: dict[str, GatewayRow] = {row.gateway: row for row in registry.gateways()}
-        # labelled windows per gateway as last reported (an offline status reports none)
-        self._labelled = {row.gateway: row.labelled for row in self.rows.values() if row.labelled is not None}
+        # credited windows per gateway, kept while it is offline (an offline status reports none);
+        # a gateway stored without counts is credited from zero, from now
+        now = time.monotonic()
+        self._credit = {row.gateway: Credit(row.windows or 0, row.labelled or 0, now) for row in self.rows.values()}
         transport.subscribe(layout.all_statuses, self._on_status)
 
     def _on_status(self, topic: str, message) -> None:
-        rows = fold_statuses([(topic, message)], self._layout)
+        try:
+            rows = fold_statuses([(topic, message)], self._layout)
+        except Exception as exc:  # counted and logged once per kind, never a traceback per message
+            self.faults.note(f"status:{type(exc).__name__}", str(exc), topic=topic)
+            return
         if not rows:
             return
         row = rows[0]
         with self._changed:
+            if row.windows is not None and row.labelled is not None:
+                credit = credit_counts(self._credit.get(row.gateway), row.windows, row.labelled, time.monotonic(),
+                                       self._rate)
+                self._credit[row.gateway] = credit
+                row = replace(row, windows=credit.windows, labelled=credit.labelled)
             self.rows[row.gateway] = row
-            if row.labelled is not None:
-                self._labelled[row.gateway] = row.labelled
             self._changed.notify_all()
         try:
             self._registry.save_gateways([row])
@@ -261,12 +278,14 @@ class FleetTracker:
 
     def labelled(self, gateway: str) -> int:
         with self._lock:
-            return self._labelled.get(gateway, 0)
+            credit = self._credit.get(gateway)
+            return 0 if credit is None else credit.labelled
 
     def labelled_total(self) -> int:
-        """Labelled windows fleet-wide, each gateway as it last reported (online or not)."""
+        """Labelled windows fleet-wide, each gateway's as credited from its last status (online
+        or not)."""
         with self._lock:
-            return sum(self._labelled.values())
+            return sum(c.labelled for c in self._credit.values())
 
     def wait_online(self, gateways: list[str], timeout_s: float) -> bool:
         with self._changed:

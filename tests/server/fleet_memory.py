@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from aggregator.server.app import Server
-from aggregator.server.config import ServerConfig
+from aggregator.server.config import LOOPBACK_HOSTS, ServerConfig
 from aggregator.simulate import Simulation
 from edge_client.training_data import ClientData
 from shared.protocol.envelope import Message
@@ -45,6 +45,12 @@ def announce(sim: Simulation, labelled: dict[str, int]) -> None:
 
 @contextmanager
 def running_server(registry: str, clients: list[ClientData], **settings) -> Iterator[tuple[Simulation, Server]]:
+    """A started server on ``clients``' memory fleet; ``settings`` are ``ServerConfig``'s. The API
+    also answers Starlette's test client, whose requests name the host ``testserver``; the
+    memory gateways announce windows they never recorded in real time (``announce``), so
+    their counts are credited at up to a million windows per second unless a test says less."""
+    settings.setdefault("allowed_hosts", (*LOOPBACK_HOSTS, "testserver"))
+    settings.setdefault("max_windows_per_s", 1e6)
     sim = Simulation(clients)
     server = Server(ServerConfig(registry=registry, deadline_s=10.0, schedule_tick_s=3600.0, **settings))
     server.start(transport=sim.server)

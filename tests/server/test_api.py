@@ -112,7 +112,8 @@ def test_tokens_and_roles(tmp_path) -> None:
                         operator_tokens=("o-token",)) as (_sim, server):
         api = TestClient(create_app(server))
         assert api.get("/api/jobs").status_code == 401
-        assert api.get("/api/jobs", headers={"Authorization": "Bearer wrong"}).status_code == 403
+        unknown = api.get("/api/jobs", headers={"Authorization": "Bearer wrong"})
+        assert unknown.status_code == 401 and unknown.headers["WWW-Authenticate"].startswith("Bearer")
         assert api.get("/api/jobs", headers={"Authorization": "Bearer r-token"}).status_code == 200
         body = {"schedule_id": "s", "model_id": "act", "every_s": 60}
         assert api.post("/api/schedules", json=body, headers={"Authorization": "Bearer r-token"}).status_code == 403
