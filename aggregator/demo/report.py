@@ -430,9 +430,11 @@ def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, tuple[dict[str,
     out = {}
     for name in algorithms:
         # one "client" holding everything: nothing to hide from the aggregator, nothing to mask
-        config = (FedSCSXGB(n_rounds=cfg.rounds, max_depth=4, n_bins=XGB_BINS, secure_aggregation=False)
+        config = (FedSCSXGB(n_rounds=cfg.rounds, max_depth=4, n_bins=XGB_BINS, protocol="histogram",
+                            secure_aggregation=False)
                   if name == "fedscs-xgb" else
-                  FedForest(n_trees=cfg.trees, max_depth=8, n_bins=32, min_samples_leaf=3, secure_aggregation=False))
+                  FedForest(n_trees=cfg.trees, max_depth=8, n_bins=32, min_samples_leaf=3, protocol="histogram",
+                            secure_aggregation=False))
         model = aggregator.simulate(config, [(X, y)])
         predicted = np.array([str(v) for v in model.predict(model_inputs(model, Xt.astype(np.float32)))])
         out[f"{name}, centralized on the pooled data, all labels (report only)"] = (_scores(yt, predicted), len(yt))
