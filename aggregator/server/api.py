@@ -29,13 +29,14 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParameter
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, WithJsonSchema
 
 from shared import __version__
 
 from ..privacy.ledger import BudgetExceeded
 from ..registry import RegistryError, ScheduleRecord
 from .guards import install_guards
+from .job_bounds import check_config, config_schema
 from .policy import CronSpec
 from .service import ALGORITHMS, FLEET_ALGORITHMS, LIVE_KEEP, JobRequest
 
@@ -50,6 +51,11 @@ Page = tuple[int, int]
 #: Versions are stored as 32-bit integers on every database; a larger number is a 422, not a 500.
 MAX_VERSION = 2**31 - 1
 Version = Annotated[int, PathParameter(ge=1, le=MAX_VERSION)]
+#: An algorithm's settings, each in its bounds (``job_bounds``; shown in the OpenAPI schema).
+Settings = Annotated[dict[str, Any], AfterValidator(check_config), WithJsonSchema(
+    {"type": "object", **config_schema()})]
+#: The most gateways a request may name (as many as min_gateways may ask for).
+MAX_GATEWAYS = 100_000
 
 
 class JobIn(BaseModel):
@@ -58,9 +64,10 @@ class JobIn(BaseModel):
 
     algorithm: Literal[ALGORITHMS] = "fedscs-xgb"  # type: ignore[valid-type]
     model_id: str = Field(pattern=ID_PATTERN, description="the registered model's name")
-    config: dict[str, Any] = Field(default_factory=dict, description="the algorithm's parameters, e.g. n_rounds")
-    clients: list[str] | None = Field(None, min_length=1, description="gateway ids (default: every online one)")
-    min_gateways: int = Field(1, ge=1, le=100_000)
+    config: Settings = Field(default_factory=dict, description="the algorithm's parameters, e.g. n_rounds")
+    clients: list[str] | None = Field(None, min_length=1, max_length=MAX_GATEWAYS,
+                                      description="gateway ids (default: every online one)")
+    min_gateways: int = Field(1, ge=1, le=MAX_GATEWAYS)
     min_labelled: int = Field(0, ge=0, le=10**9, description="labelled windows each participant needs")
     init_model: str = Field("", max_length=80, description="MODEL_ID:vN to continue boosting from")
     seed: int = Field(0, ge=0, le=2**32 - 1)
@@ -80,7 +87,7 @@ class ScheduleIn(BaseModel):
     schedule_id: str = Field(pattern=ID_PATTERN)
     model_id: str = Field(pattern=ID_PATTERN)
     algorithm: Literal[FLEET_ALGORITHMS] = "fedscs-xgb"  # type: ignore[valid-type]
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: Settings = Field(default_factory=dict)
     every_s: float | None = Field(None, gt=0, le=10**9)
     cron: str = Field("", max_length=100, description="five fields, UTC: minute hour day month weekday")
     min_new_windows: int | None = Field(None, ge=1, le=10**9)
@@ -95,11 +102,12 @@ class ScheduleIn(BaseModel):
 
 
 class DeployIn(BaseModel):
-    clients: list[str] | None = Field(None, min_length=1, description="default: every online gateway")
+    clients: list[str] | None = Field(None, min_length=1, max_length=MAX_GATEWAYS,
+                                      description="default: every online gateway")
 
 
 class RollbackIn(BaseModel):
-    clients: list[str] = Field(min_length=1)
+    clients: list[str] = Field(min_length=1, max_length=MAX_GATEWAYS)
 
 
 class SegmentOut(BaseModel):

@@ -142,10 +142,6 @@ def _too_large(limit: int) -> Refusal:
     return Refusal(413, f"the request body exceeds the server's limit of {limit} bytes")
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 class RequestGate:
     """ASGI middleware: token and body-size checks from the headers, before the app reads the
     body; a streamed body is cut off with a 413 once it passes ``max_body`` bytes."""
@@ -164,28 +160,34 @@ class RequestGate:
         if refusal is not None:
             await refusal.response()(scope, receive, send)
             return
-        received, started = 0, False
+        received, started, cut_off = 0, False, False
 
         async def counted_receive() -> Message:
-            nonlocal received
+            nonlocal received, cut_off
+            if cut_off:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body:
-                    raise _BodyTooLarge
+                if received > self.max_body:  # answer 413 now; the app sees the client gone
+                    cut_off = True
+                    if not started:
+                        await _too_large(self.max_body).response()(scope, receive, send)
+                    return {"type": "http.disconnect"}
             return message
 
         async def watched_send(message: Message) -> None:
             nonlocal started
+            if cut_off:
+                return  # the 413 was the answer
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
             await self.app(scope, counted_receive, watched_send)
-        except _BodyTooLarge:
-            if started:
+        except Exception:
+            if not cut_off:
                 raise
-            await _too_large(self.max_body).response()(scope, receive, send)
 
 
 def trusted_hosts(allowed: tuple[str, ...], listen: str) -> tuple[str, ...]:

@@ -80,8 +80,8 @@ def test_lying_counts_neither_start_scheduled_jobs_nor_reach_the_fleet_total(tmp
         assert server.transport.stats.rejected["SchemaError"] == 3  # 2e9 and 3e9 > MAX_WINDOW_COUNT, and -5
         # what two gateways could have recorded since the server started, at one window a second
         bound = 2 * (time.monotonic() - started + 1)
-        metrics = api.get("/metrics").text
-        total = int(next(line for line in metrics.splitlines() if line.startswith("wheelfed_labelled_windows ")).split()[1])
+        metrics = api.get("/metrics").text.splitlines()
+        [total] = [int(line.split()[1]) for line in metrics if line.startswith("wheelfed_labelled_windows ")]
         assert 0 <= total == server.tracker.labelled_total() <= bound
         [gw1, _] = api.get("/api/gateways").json()
         assert 0 <= gw1["labelled"] <= gw1["windows"] <= bound
