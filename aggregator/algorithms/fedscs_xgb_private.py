@@ -126,9 +126,9 @@ class PrivateBoosting(BoostedTrees):
         m = self.n_outputs
         self.split_l2, self.split_l1 = _cell_bounds(self.lattice, m, with_count=True)
         self.leaf_l2, self.leaf_l1 = _cell_bounds(self.lattice, m, with_count=False)
-        # every |sum| stays below the fleet's windows times the scale, plus the noise's tail
-        self.windows = float(fleet.total_samples) + 10.0 * math.sqrt(
-            self.budget.mu("opening", math.sqrt(2.0) * LATTICE_SCALE, 2.0 * LATTICE_SCALE)) / LATTICE_SCALE
+        # every |sum| stays below the fleet's windows times the scale, plus the noise's tail: the
+        # noisy count, doubled, and a margin far beyond its noise
+        self.windows = 2.0 * fleet.total_samples + 10_000.0
         for t in range(1, cfg.n_rounds + 1):
             started = time.monotonic()
             self._cohort = tuple(summer.active)
@@ -161,13 +161,14 @@ class PrivateBoosting(BoostedTrees):
         return MIN_COUNT_SIGMAS * sigma * math.sqrt(round_.slots / 2) / self.lattice.scale
 
     def _word_bits(self, mu: float) -> int:
-        return max(32, word_bits_for(2.0 * (self.windows * self.lattice.scale * 2 + 10.0 * math.sqrt(mu))))
+        return max(32, word_bits_for(2.0 * (self.windows * self.lattice.scale + 10.0 * math.sqrt(mu))))
 
     def _sum(self, summer: FleetSummer, kind: str, l2: float, l1: float, build) -> np.ndarray:
         """One release: every cohort gateway's request from ``build(client, noise, secure,
         word_bits)``, the noisy fleet sum in natural units, and its cost accounted."""
         cohort = list(summer.active)
         mu = self.budget.mu(kind, l2, l1)
+        self._mu = mu
         bits = self._word_bits(mu)
         requests = {c: build(c, NoiseShare(mu, len(cohort)), summer.secure_round(c, cohort), bits) for c in cohort}
         length = next(iter(requests.values())).length
@@ -189,7 +190,7 @@ class PrivateBoosting(BoostedTrees):
                          lambda c, noise, secure, bits: XgbPrivateLevelRequest(
                              self.task, self._delta(c), round_, splits, node_ids, self.lattice, noise, secure, bits))
         hist = sums.reshape(node_ids.shape[0], 2 * self.n_outputs + 1, k, round_.slots)
-        sigma = math.sqrt(self.budget.mu("splits", self.split_l2 * math.sqrt(k), self.split_l1 * k)) / self.lattice.scale
+        sigma = math.sqrt(self._mu) / self.lattice.scale
         violation = level_violation(hist, sigma, self.lattice.grad_bound, self.lattice.hess_bound, self.lattice.scale)
         if violation is not None:
             raise TrainingError(f"the fleet's level sums break the protocol's bounds ({violation}): a gateway sent "

@@ -136,10 +136,17 @@ class PrivacyBudget:
         self.rho = rho_for_epsilon(self.epsilon, self.delta)
 
     def mu(self, kind: str, l2: float, l1: float) -> float:
-        """The Skellam variance one release of ``kind`` with L2/L1 sensitivity ``l2``/``l1``
-        needs: its ``rho + xi`` is the kind's share of the budget over its releases."""
-        per_release = self.rho * self.shares[kind] / self.releases[kind]
-        return (l2 * l2 / 2.0 + 0.75 * l1) / per_release
+        """The Skellam variance the next release of ``kind`` with L2/L1 sensitivity ``l2``/``l1``
+        needs: its ``rho + xi`` is what is left of the kind's share over the releases of that
+        kind still to come, so a release that was not made (a node too small to split) leaves
+        its budget to the next ones. Choosing each release's noise from earlier outputs with the
+        total fixed is sound for zCDP (a Renyi filter, Feldman and Zrnic 2021)."""
+        made = [r for r in self.spent_releases if r.kind == kind]
+        left = self.releases[kind] - len(made)
+        if left < 1:
+            raise ValueError(f"the training planned {self.releases[kind]} {kind} releases and makes more")
+        remaining = self.rho * self.shares[kind] - sum(r.rho + r.xi for r in made)
+        return (l2 * l2 / 2.0 + 0.75 * l1) / max(remaining / left, 1e-300)
 
     def spend(self, release: Release) -> None:
         self.spent_releases.append(release)
