@@ -136,3 +136,17 @@ def test_every_bounded_setting_is_in_the_openapi_schema(server) -> None:
         assert {n: (p["minimum"], p["maximum"]) for n, p in shown.items()} == \
             {n: (b.low, b.high) for n, b in SETTING_BOUNDS.items()}
     assert schemas["JobIn"]["properties"]["clients"]["anyOf"][0]["maxItems"] == 100_000
+
+
+def test_the_edge_settings_come_from_the_environment_and_are_checked() -> None:
+    from aggregator.server.config import LOOPBACK_HOSTS, ServerConfig
+
+    assert ServerConfig().allowed_hosts == LOOPBACK_HOSTS == ("localhost", "127.0.0.1", "[::1]")
+    config = ServerConfig.load(environ={"WHEELFED_ALLOWED_HOSTS": "wheelfed.clinic.lan, 10.0.0.5",
+                                        "WHEELFED_MAX_REQUEST_BYTES": "4096", "WHEELFED_MAX_WINDOWS_PER_S": "2.5"})
+    assert (config.allowed_hosts, config.max_request_bytes, config.max_windows_per_s) == \
+        (("wheelfed.clinic.lan", "10.0.0.5"), 4096, 2.5)
+    for bad, named in (({"allowed_hosts": ()}, "allowed_hosts"), ({"max_request_bytes": 0}, "max_request_bytes"),
+                       ({"max_windows_per_s": -1.0}, "max_windows_per_s")):
+        with pytest.raises(ValueError, match=named):
+            ServerConfig(**bad)
