@@ -1,0 +1,89 @@
+"""Bytes each gateway sends in one private FedSCS-XGB training, and each lever's share of the saving.
+
+The bundled recordings (10 gateways, 204 features, 7 classes), ``FedSCSXGB(n_rounds=10,
+max_depth=4, gamma=0.1)`` through ``aggregator.simulate``: the private default, then the same
+with one lever undone at a time (all 204 features per round instead of 8; 256 bins instead of
+8), and optionally (``--with-histogram``) the non-DP histogram protocol at 256 bins, the former
+default. Sibling subtraction and 32-bit words are not settings: their share is computed from the
+cells the default sends (every non-root level would send both children; every word would take
+8 bytes). Each row also gives the held-out accuracy of one run (the tail of each subject's
+recording) -- the accuracy benchmark with 10 split seeds is ``bench_dp_accuracy.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _common  # noqa: F401  (puts the repo root on sys.path)
+import bench_seglearn_accuracy as seglearn
+import numpy as np
+from _common import description, markdown_table, print_machine
+
+
+def load_fleet():
+    from edge_client.training_data import ClientData
+    from firmware_bridge.importers import seglearn_watch
+
+    classes = [str(c) for c in seglearn_watch.load_dataset()["y_labels"]]
+    with tempfile.TemporaryDirectory(prefix="wheelfed-bench-bytes-") as tmp:
+        subjects, _ = seglearn.load_subjects(Path(tmp), classes)
+    splits = [seglearn.subject_tail(s) for s in subjects]
+    clients = [ClientData(f"subject-{i:02d}", s.X[p.train].astype(np.float32), s.y[p.train])
+               for i, (s, p) in enumerate(zip(subjects, splits))]
+    Xte = np.vstack([s.X[p.test] for s, p in zip(subjects, splits)]).astype(np.float32)
+    yte = np.concatenate([s.y[p.test] for s, p in zip(subjects, splits)])
+    return clients, Xte, yte
+
+
+def run(clients, Xte, yte, **settings) -> tuple[float, float, float, dict]:
+    """(MB per gateway, accuracy, seconds, model metadata) of one training."""
+    from aggregator.algorithms import FedSCSXGB
+    from aggregator.simulate import Simulation
+
+    sim = Simulation(clients, record_bodies=False)
+    started = time.perf_counter()
+    model = sim.run(FedSCSXGB(n_rounds=10, max_depth=4, gamma=0.1, **settings))
+    seconds = time.perf_counter() - started
+    accuracy = float(np.mean(model.predict(Xte) == yte))
+    return sim.client_bytes() / len(clients) / 1e6, accuracy, seconds, dict(model.metadata)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=description(__doc__))
+    parser.add_argument("--with-histogram", action="store_true",
+                        help="also run the non-DP histogram protocol at 256 bins (about a minute, several GB)")
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)  # the non-DP rows' one-line warnings
+    print_machine("Private FedSCS-XGB: bytes per gateway per training, by lever",
+                  " ".join(["python", "benchmarks/bench_private_bytes.py", *sys.argv[1:]]))
+    clients, Xte, yte = load_fleet()
+    rows, default_mb = [], None
+    variants = [("private default (8 features per round, 8 bins)", {}),
+                ("all 204 features per round", {"dp_features": 204}),
+                ("256 bins", {"n_bins": 256})]
+    if args.with_histogram:
+        variants.append(("histogram protocol, no DP, 256 bins (the former default)",
+                         {"protocol": "histogram", "n_bins": 256, "learning_rate": 0.2}))
+    for name, settings in variants:
+        mb, accuracy, seconds, meta = run(clients, Xte, yte, **settings)
+        default_mb = default_mb or mb
+        eps = f"{meta['dp_epsilon']:.2f}" if "dp_epsilon" in meta else "none"
+        rows.append([name, f"{mb:.3f}", f"{mb / default_mb:.1f}x", f"{accuracy:.3f}", eps, f"{seconds:.1f}"])
+    print(markdown_table(["configuration", "MB sent per gateway", "vs default", "accuracy (1 run)", "epsilon spent",
+                          "seconds"], rows))
+    print()
+    print("Levers that are not settings (computed from the default's cells): sibling subtraction -- every level "
+          "below the root would send both children, 1 + 2 + 4 + 8 = 15 node histograms per tree of depth 4 instead "
+          "of 1 + 1 + 2 + 4 = 8 (1.9x the level bytes); 32-bit ring words -- 64-bit words would double every "
+          "vector (2x).")
+    print(f"\npeak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
