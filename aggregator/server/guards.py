@@ -114,7 +114,7 @@ def token_refusal(role: Role | None, authorization: str | None, tokens: Tokens) 
     if granted is None:
         return Refusal(401, "this bearer token is not known", (("WWW-Authenticate", 'Bearer error="invalid_token"'),))
     if role == "operator" and granted != "operator":
-        return Refusal(403, "this token may read, not change anything")
+        return Refusal(403, "this token may not change anything")
     return None
 
 
