@@ -72,9 +72,12 @@ class Tokens:
         'operator'
         >>> Tokens(read=("r",), operator=("o",)).role_of("x") is None
         True
+        >>> Tokens(read=("r",)).role_of("caf\xe9") is None
+        True
         """
-        operator = any([hmac.compare_digest(token, t) for t in self.operator])
-        read = any([hmac.compare_digest(token, t) for t in self.read])
+        given = token.encode()  # as bytes: compare_digest refuses non-ASCII text
+        operator = any([hmac.compare_digest(given, t.encode()) for t in self.operator])
+        read = any([hmac.compare_digest(given, t.encode()) for t in self.read])
         return "operator" if operator else "read" if read else None
 
 

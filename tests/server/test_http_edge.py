@@ -79,6 +79,7 @@ def test_a_request_without_a_valid_token_is_refused_before_its_body_is_read(serv
     body = json.dumps({"model_id": "act", "config": {"pad": "x" * 100}, "clients": ["gw-1"] * (9 * MIB // 8)}).encode()
     chunks = [body[i:i + 64 * 1024] for i in range(0, len(body), 64 * 1024)]
     for headers, status in (({}, 401), ({"authorization": "Bearer nope"}, 401),
+                            ({"authorization": "Bearer caf\u00e9"}, 401),  # non-ASCII: was a 500
                             ({"authorization": "Bearer r-token"}, 403)):
         got, answer, pulled = call(app, "POST", "/api/jobs", {"content-type": "application/json", **headers}, chunks)
         assert (got, pulled) == (status, 0), headers
