@@ -196,7 +196,7 @@ class ServerFacts:
         jobs = [{k: j[k] for k in keep} for j in server.get("/api/jobs?limit=1000")]
         return cls(server.url, jobs, dict(schedule), server.get("/api/promotions"),
                    [m["label"] for m in server.get("/api/models?limit=1000")],
-                   server.get("/api/deployments?limit=1000"), PrivacyFacts.from_api(server.get("/api/privacy")))
+                   server.get("/api/deployments?limit=1000"), PrivacyFacts.from_api(server.get("/api/privacy?detail=true")))
 
     @property
     def fired(self) -> list[dict[str, Any]]:

@@ -108,14 +108,14 @@ class PlannedJob:
 
 @dataclass(frozen=True)
 class Segment:
-    """Windows of one gateway starting in ``[since_us, until_us)`` (None: open), all covered by
-    the same entries: their lifetime ``rho``, ``xi`` and ``epsilon`` (at the ledger's delta)."""
+    """Windows of one gateway starting in ``[since_us, until_us)`` (None: open), all covered by the
+    same ``jobs`` entries: their lifetime zCDP ``rho`` and ``xi`` (their epsilon is
+    ``epsilon_of(rho, xi, delta)``)."""
 
     since_us: int | None
     until_us: int | None
     rho: float
     xi: float
-    epsilon: float
     jobs: int
 
 
@@ -124,14 +124,15 @@ class GatewayBudget:
     """One gateway's budget: its most-used window's lifetime ``spent_epsilon``, the largest
     ``epsilon`` a new job (at the ledger's delta) could still spend there (``remaining_epsilon``),
     the time from which its windows are untouched (``fresh_since_us``; None: all are, or a job
-    still runs on it), the jobs still running on it (``running``: until they end, every window to come is covered) and its
-    segments."""
+    still runs on it), the jobs still running on it (``running``: until they end, every window to
+    come is covered), how many entries cover some of its windows (``jobs``) and its segments."""
 
     gateway: str
     spent_epsilon: float
     remaining_epsilon: float
     fresh_since_us: int | None
     running: tuple[str, ...]
+    jobs: int
     segments: tuple[Segment, ...]
 
 
@@ -161,7 +162,84 @@ def _epsilon(rho: float, xi: float, delta: float) -> float:
     return epsilon_of(rho, xi, delta)
 
 
-def gateway_segments(entries: Sequence[LedgerEntry], gateway: str, delta: float) -> tuple[Segment, ...]:
+@lru_cache(maxsize=256)
+def _rho_cap(cap: float, delta: float) -> float:
+    """The largest ``rho`` whose ``rho``-zCDP stays within ``cap`` at ``delta``."""
+    return rho_for_epsilon(cap, delta)
+
+
+@dataclass(frozen=True)
+class _Spending:
+    """One gateway's covered segments as arrays (start, end: int64 with open ends as
+    ``_LOW``/``_HIGH``; rho, xi; entries covering)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    rho: np.ndarray
+    xi: np.ndarray
+    jobs: np.ndarray
+
+    @classmethod
+    def of(cls, mine: Sequence[LedgerEntry]) -> _Spending:
+        """The spending of the windows ``mine`` (one gateway's entries) cover. A segment's is the
+        sum over the entries begun at or before its start less those ended by then: prefix sums
+        over the entries sorted by start and by end, looked up at every cut (``searchsorted``),
+        so a long ledger costs ``O(n log n)`` per gateway."""
+        if not mine:
+            empty = np.zeros(0)
+            return cls(empty.astype(np.int64), empty.astype(np.int64), empty, empty, empty.astype(np.int64))
+        since, until = _bounds((e.since_us for e in mine), _LOW), _bounds((e.until_us for e in mine), _HIGH)
+        values = np.array([[e.rho, e.xi] for e in mine])
+        cuts = np.unique(np.concatenate([since, until]))
+        starts, ends = cuts[:-1], cuts[1:]
+        begun, ended = np.argsort(since, kind="stable"), np.argsort(until, kind="stable")
+        n_begun = np.searchsorted(since[begun], starts, side="right")
+        n_ended = np.searchsorted(until[ended], starts, side="right")
+        prefix = lambda order: np.vstack([np.zeros((1, 2)), np.cumsum(values[order], axis=0)])  # noqa: E731
+        spent = prefix(begun)[n_begun] - prefix(ended)[n_ended]
+        jobs = n_begun - n_ended
+        used = jobs > 0
+        spent = np.maximum(spent[used], 0.0)  # a difference of prefix sums may round below 0
+        return cls(starts[used], ends[used], spent[:, 0], spent[:, 1], jobs[used])
+
+
+def _by_gateway(entries: Sequence[LedgerEntry]) -> dict[str, list[LedgerEntry]]:
+    out: dict[str, list[LedgerEntry]] = {}
+    for e in entries:
+        for g in e.gateways:
+            out.setdefault(g, []).append(e)
+    return out
+
+
+def _segments(sp: _Spending) -> tuple[Segment, ...]:
+    bound = lambda t, open_value: None if t == open_value else int(t)  # noqa: E731
+    return tuple(Segment(bound(s, _LOW), bound(u, _HIGH), float(r), float(x), int(n))
+                 for s, u, r, x, n in zip(sp.starts, sp.ends, sp.rho, sp.xi, sp.jobs))
+
+
+def _front(rho: np.ndarray, xi: np.ndarray) -> np.ndarray:
+    """Indices of the Pareto-maximal ``(rho, xi)`` pairs: epsilon grows with both, so the largest
+    epsilon and the least room are among them (one pair when every ``xi`` is 0)."""
+    if rho.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((-xi, -rho))
+    seen = np.maximum.accumulate(np.concatenate([[-np.inf], xi[order][:-1]]))
+    return order[xi[order] > seen]
+
+
+def _over(rho: np.ndarray, xi: np.ndarray, cap: float, delta: float) -> np.ndarray:
+    """Which ``(rho, xi)`` pairs exceed ``cap`` at ``delta`` (the same answers as calling
+    :func:`epsilon_of` on each). ``xi + alpha rho <= alpha (rho + xi)`` at every order ``alpha >= 1``,
+    so ``rho + xi <= rho_cap`` is within the cap; only pairs near the boundary are converted."""
+    limit = _rho_cap(cap, delta)
+    over = rho > limit * (1 + 2e-6)
+    unsure = ~over & (rho + xi > limit)
+    for i in np.flatnonzero(unsure):
+        over[i] = _epsilon(float(rho[i]), float(xi[i]), delta) > cap
+    return over
+
+
+def gateway_segments(entries: Sequence[LedgerEntry], gateway: str) -> tuple[Segment, ...]:
     """The piecewise-constant lifetime spending of ``gateway``'s windows over their start time:
     the segments covered by at least one entry, in time order.
 
@@ -169,28 +247,17 @@ def gateway_segments(entries: Sequence[LedgerEntry], gateway: str, delta: float)
     --------
     >>> a = LedgerEntry("j1", 1, ("gw-1",), None, 100, 0.5, 0.0, 1e-6, 0.0, "spent")
     >>> b = LedgerEntry("j2", 1, ("gw-1", "gw-2"), 50, 200, 0.25, 0.0, 1e-6, 0.0, "spent")
-    >>> [(s.since_us, s.until_us, s.rho, s.jobs) for s in gateway_segments([a, b], "gw-1", 1e-6)]
+    >>> [(s.since_us, s.until_us, s.rho, s.jobs) for s in gateway_segments([a, b], "gw-1")]
     [(None, 50, 0.5, 1), (50, 100, 0.75, 2), (100, 200, 0.25, 1)]
     """
-    mine = [e for e in entries if gateway in e.gateways]
-    if not mine:
-        return ()
-    since, until = _bounds((e.since_us for e in mine), _LOW), _bounds((e.until_us for e in mine), _HIGH)
-    cuts = np.unique(np.concatenate([since, until]))
-    starts, ends = cuts[:-1], cuts[1:]
-    cover = (since[None, :] <= starts[:, None]) & (starts[:, None] < until[None, :])  # segments x entries
-    rho = cover @ np.array([e.rho for e in mine])
-    xi = cover @ np.array([e.xi for e in mine])
-    jobs = cover.sum(axis=1)
-    bound = lambda t, open_value: None if t == open_value else int(t)  # noqa: E731
-    return tuple(Segment(bound(s, _LOW), bound(u, _HIGH), float(r), float(x), _epsilon(float(r), float(x), delta),
-                         int(n)) for s, u, r, x, n in zip(starts, ends, rho, xi, jobs) if n)
+    return _segments(_Spending.of([e for e in entries if gateway in e.gateways]))
 
 
 @lru_cache(maxsize=4096)
 def rho_room(rho: float, xi: float, cap: float, delta: float) -> float:
     """The most ``rho`` a window that spent ``(xi, rho)`` may still take without its lifetime
-    ``epsilon`` (at ``delta``) passing ``cap``: bisection on :func:`epsilon_of`, to a relative 1e-6.
+    ``epsilon`` (at ``delta``) passing ``cap``: bisection on :func:`epsilon_of` between
+    ``rho_cap - rho - xi`` (within the cap, see ``_over``) and ``rho_cap - rho``, to 1e-6 of ``rho_cap``.
 
     Examples
     --------
@@ -198,10 +265,11 @@ def rho_room(rho: float, xi: float, cap: float, delta: float) -> float:
     >>> abs(r - rho_for_epsilon(1.0, 1e-6)) < 1e-6 * r
     True
     """
-    if _epsilon(rho, xi, delta) >= cap:
-        return 0.0
-    low, high = 0.0, rho_for_epsilon(cap, delta)  # epsilon_of(rho + r, xi) >= epsilon_of(r, 0)
-    while high - low > 1e-6 * high:
+    limit = _rho_cap(cap, delta)
+    low, high = max(0.0, limit - rho - xi), max(0.0, limit - rho)
+    if xi == 0.0 or high == 0.0:
+        return high
+    while high - low > 1e-6 * limit:
         mid = (low + high) / 2
         if _epsilon(rho + mid, xi, delta) <= cap:
             low = mid
@@ -215,10 +283,10 @@ def _remaining(rho: float, xi: float, cap: float, delta: float) -> float:
     return _epsilon(rho_room(rho, xi, cap, delta), 0.0, delta)
 
 
-def budget_of(entries: Sequence[LedgerEntry], gateways: Iterable[str], cap: float,
-              delta: float) -> list[GatewayBudget]:
+def budget_of(entries: Sequence[LedgerEntry], gateways: Iterable[str], cap: float, delta: float, *,
+              segments: bool = True) -> list[GatewayBudget]:
     """Per gateway (those given and those in ``entries``, in order): its most-used window and
-    what is left there, under ``cap`` at ``delta``.
+    what is left there, under ``cap`` at ``delta`` (with its segments unless ``segments`` is False).
 
     Examples
     --------
@@ -226,15 +294,17 @@ def budget_of(entries: Sequence[LedgerEntry], gateways: Iterable[str], cap: floa
     >>> [(b.gateway, round(b.spent_epsilon, 3), b.fresh_since_us) for b in budget_of([e], ["gw-2"], 10.0, 1e-6)]
     [('gw-1', 4.0, 100), ('gw-2', 0.0, None)]
     """
-    names = sorted(set(gateways) | {g for e in entries for g in e.gateways})
+    index = _by_gateway(entries)
     out = []
-    for gateway in names:
-        segments = gateway_segments(entries, gateway, delta)
-        worst = max(segments, key=lambda s: s.epsilon, default=None)
-        rho, xi = (worst.rho, worst.xi) if worst else (0.0, 0.0)
-        running = tuple(sorted({e.job_id for e in entries if e.open and gateway in e.gateways}))
-        out.append(GatewayBudget(gateway, worst.epsilon if worst else 0.0, _remaining(rho, xi, cap, delta),
-                                 segments[-1].until_us if segments else None, running, segments))
+    for gateway in sorted(set(gateways) | set(index)):
+        mine = index.get(gateway, [])
+        sp = _Spending.of(mine)
+        front = [(float(sp.rho[i]), float(sp.xi[i])) for i in _front(sp.rho, sp.xi)] or [(0.0, 0.0)]
+        running = tuple(sorted({e.job_id for e in mine if e.open}))
+        fresh = None if not sp.ends.size or sp.ends[-1] == _HIGH else int(sp.ends[-1])
+        out.append(GatewayBudget(gateway, max(_epsilon(r, x, delta) for r, x in front),
+                                 min(_remaining(r, x, cap, delta) for r, x in front), fresh, running, len(mine),
+                                 _segments(sp) if segments else ()))
     return out
 
 
@@ -262,27 +332,31 @@ job since=2026-11-26T02:30:00Z
         raise BudgetExceeded(f"refused: a job of epsilon {job.epsilon:g} (delta {job.delta:g}) is epsilon {lone:.4g} "
                              f"at the ledger's delta {delta:g}, above the cap of {cap:g} on its own: lower its "
                              "dp_epsilon")
-    scope = sorted(set(job.gateways) if job.gateways is not None else
-                   set(known) | {g for e in entries for g in e.gateways})
+    index = _by_gateway(entries)
+    scope = sorted(set(job.gateways) if job.gateways is not None else set(known) | set(index))
     since = _LOW if job.since_us is None else job.since_us
     until = _HIGH if job.until_us is None else job.until_us
-    over: list[tuple[str, Segment, float]] = []  # gateway, segment, epsilon with the job
-    left: list[tuple[float, str]] = []  # per covered segment: what a job may still spend there, gateway
+    worst: tuple[float, str, int, int] | None = None  # epsilon with the job, gateway, segment's bounds
+    left: list[tuple[float, str]] = []  # per gateway: the least a job may still spend on a covered window
     fresh: list[int] = []  # per gateway with a window over the cap: from when its windows would pass
     for gateway in scope:
-        segments = gateway_segments(entries, gateway, delta)
-        hit = [(s, _epsilon(s.rho + rho, s.xi, delta)) for s in segments
-               if (_LOW if s.since_us is None else s.since_us) < until
-               and (_HIGH if s.until_us is None else s.until_us) > since]
-        left += [(_remaining(s.rho, s.xi, cap, delta), gateway) for s, _ in hit]
-        failing = [(s, eps) for s, eps in hit if eps > cap]
-        if failing:
-            over += [(gateway, s, eps) for s, eps in failing]
-            last = failing[-1][0].until_us
-            fresh.append(_HIGH if last is None else last)
-    if not over:
+        sp = _Spending.of(index.get(gateway, []))
+        hit = (sp.starts < until) & (sp.ends > since)
+        if not hit.any():
+            continue
+        r, x = sp.rho[hit], sp.xi[hit]
+        left.append((min(_remaining(float(r[i]), float(x[i]), cap, delta) for i in _front(r, x)), gateway))
+        over = _over(r + rho, x, cap, delta)
+        if not over.any():
+            continue
+        fresh.append(int(sp.ends[hit][over][-1]))
+        for i in _front(r[over] + rho, x[over]):
+            eps = _epsilon(float(r[over][i] + rho), float(x[over][i]), delta)
+            if worst is None or eps > worst[0]:
+                worst = (eps, gateway, int(sp.starts[hit][over][i]), int(sp.ends[hit][over][i]))
+    if worst is None:
         return
-    gateway, segment, eps = max(over, key=lambda o: (o[2], o[0]))
+    eps, gateway, seg_since, seg_until = worst
     least, least_gateway = min(left)
     start = max(fresh)
     if start == _HIGH:
@@ -292,9 +366,9 @@ job since=2026-11-26T02:30:00Z
     else:
         start = -(-start // 1_000_000) * 1_000_000  # to the second after, as the suggestion is written
         when = f"windows starting at or after {iso_us(start)} have the full budget: give the job since={iso_us(start)}"
-    until_text = "now on" if segment.until_us is None else iso_us(segment.until_us)
+    since_text = iso_us(None if seg_since == _LOW else seg_since)
+    until_text = "now on" if seg_until == _HIGH else iso_us(seg_until)
     raise BudgetExceeded(f"refused: a job of epsilon {job.epsilon:g} (delta {job.delta:g}) would take {gateway}'s "
-                         f"windows from {iso_us(segment.since_us)} to {until_text} to epsilon {eps:.4g} over their "
+                         f"windows from {since_text} to {until_text} to epsilon {eps:.4g} over their "
                          f"lifetime, above the cap of {cap:g} (delta {delta:g}); left there: epsilon "
                          f"{least:.4g} ({least_gateway}); {when}")
-

@@ -112,26 +112,27 @@ class RollbackIn(BaseModel):
 
 class SegmentOut(BaseModel):
     """Windows of one gateway starting in ``[since_us, until_us)`` (null: open), all covered by the
-    same private jobs: their lifetime zCDP ``rho``, ``xi`` and ``epsilon`` at the ledger's delta."""
+    same ``jobs`` private jobs: their lifetime zCDP ``rho`` and ``xi``."""
 
     since_us: int | None
     until_us: int | None
     rho: float
     xi: float
-    epsilon: float
     jobs: int
 
 
 class GatewayBudgetOut(BaseModel):
     """One gateway's privacy budget: the lifetime epsilon of its most-used window, the most
     epsilon a new job may still spend there, from when its windows are untouched (null: all are,
-    or a job still runs on it) and the jobs still running on it."""
+    or a job still runs on it), the jobs still running on it, how many ledger entries cover some
+    of its windows, and (``detail``) its segments."""
 
     gateway: str
     spent_epsilon: float
     remaining_epsilon: float
     fresh_since_us: int | None
     running: list[str]
+    jobs: int
     segments: list[SegmentOut]
 
 
@@ -156,7 +157,7 @@ class LedgerEntryOut(BaseModel):
 
 class PrivacyOut(BaseModel):
     """The privacy ledger: the cap (lifetime epsilon per window, at ``delta``), per gateway its
-    budget, and every entry."""
+    budget, and (``detail``) every entry and every gateway's segments."""
 
     epsilon_cap: float
     delta: float
@@ -366,11 +367,14 @@ def create_app(server: Server) -> FastAPI:
 
     # -- privacy -------------------------------------------------------------------------
     @app.get("/api/privacy", dependencies=[read], response_model=PrivacyOut)
-    def privacy() -> PrivacyOut:
+    def privacy(detail: bool = Query(False, description="add every ledger entry and every gateway's segments "
+                                                        "(a long ledger makes this large)")) -> PrivacyOut:
         cap = server.runner.privacy_cap
+        budgets = server.runner.privacy_budgets(segments=detail)
+        entries = server.registry.privacy_ledger() if detail else []
         return PrivacyOut(epsilon_cap=cap.epsilon, delta=cap.delta,
-                          gateways=[GatewayBudgetOut(**asdict(b)) for b in server.runner.privacy_budgets()],
-                          entries=[LedgerEntryOut(**asdict(e)) for e in server.registry.privacy_ledger()])
+                          gateways=[GatewayBudgetOut(**asdict(b)) for b in budgets],
+                          entries=[LedgerEntryOut(**asdict(e)) for e in entries])
 
     # -- schedules -------------------------------------------------------------------------
     @app.get("/api/schedules", dependencies=[read])

@@ -439,10 +439,11 @@ class JobRunner:
         pending = [e for e in self._pending_plans(entries) if e.job_id != job_id]
         check_job(entries + pending, job, self._known_gateways(), cap.epsilon, cap.delta)
 
-    def privacy_budgets(self) -> list[GatewayBudget]:
+    def privacy_budgets(self, *, segments: bool = True) -> list[GatewayBudget]:
         """Per gateway (known or in the ledger) its most-used window and what is left there."""
         cap = self.privacy_cap
-        return budget_of(self.registry.privacy_ledger(), self._known_gateways(), cap.epsilon, cap.delta)
+        return budget_of(self.registry.privacy_ledger(), self._known_gateways(), cap.epsilon, cap.delta,
+                         segments=segments)
 
     def _enter_privacy(self, job: JobRecord, attempt: int, clients: list[str]) -> None:
         """For a private job: settle an earlier attempt a stopped server left running (with its
@@ -502,8 +503,8 @@ class JobRunner:
                 self._run(job_id)
             except Exception as exc:  # a bug must not end the server: the job records it
                 log.exception("job failed unexpectedly", extra={"job": job_id})
-                self.registry.update_job(job_id, state="failed", error=f"{type(exc).__name__}: {exc}")
                 self._settle_privacy(self.registry.job(job_id))
+                self.registry.update_job(job_id, state="failed", error=f"{type(exc).__name__}: {exc}")
             finally:
                 with self._lock:
                     self._current = None
@@ -596,13 +597,13 @@ class JobRunner:
                 return  # shutting down: the job stays running and resumes from its stored rounds
             self._finish(job, model, fed)
         except JobCancelled:
+            self._settle_privacy(job)  # before the state: who sees the job ended sees its ledger settled
             self.registry.update_job(job_id, state="cancelled", error="cancelled while running")
-            self._settle_privacy(job)
         except (TrainingError, QuorumNotReached, RegistryError, ValueError) as exc:
             if self._shutting_down:
                 return
-            self.registry.update_job(job_id, state="failed", error=str(exc))
             self._settle_privacy(job)
+            self.registry.update_job(job_id, state="failed", error=str(exc))
             log.warning("job failed", extra={"job": job_id, "error": str(exc)})
 
     def _round_done(self, job_id: str, offset: int, total: int, p: RoundProgress,

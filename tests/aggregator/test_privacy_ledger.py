@@ -45,20 +45,36 @@ def test_overlapping_jobs_compose_to_epsilon_of_their_summed_rho_and_xi() -> Non
         gateways = tuple(sorted(rng.choice(["gw-1", "gw-2", "gw-3"], size=rng.integers(1, 4), replace=False)))
         entries.append(entry(f"job-{k}", gateways, since, until, float(rng.uniform(0.01, 0.3)),
                              float(rng.uniform(0, 0.01))))
+    budgets = {b.gateway: b for b in budget_of(entries, [], 10.0, DELTA)}
     for gateway in ("gw-1", "gw-2", "gw-3"):
-        segments = gateway_segments(entries, gateway, DELTA)
+        segments = gateway_segments(entries, gateway)
         assert segments, gateway
+        epsilons = []
         for s in segments:
             probes = [t for t in ((s.since_us if s.since_us is not None else T0 - 100 * DAY),
                                   (s.until_us - 1 if s.until_us is not None else T0 + 400 * DAY))]
             for t in probes:
                 rho, xi = brute_force(entries, gateway, t)
                 assert s.rho == pytest.approx(rho, rel=1e-12) and s.xi == pytest.approx(xi, rel=1e-12)
-                assert s.epsilon == pytest.approx(epsilon_of(rho, xi, DELTA), rel=1e-9)
+                epsilons.append(epsilon_of(rho, xi, DELTA))
+        # the most-used window's epsilon is dp-accounting's of its summed rho and xi
+        assert budgets[gateway].spent_epsilon == pytest.approx(max(epsilons), rel=1e-9)
         # between the segments nothing covers a window (the gaps are untouched)
         for a, b in zip(segments, segments[1:]):
             if a.until_us != b.since_us:
                 assert brute_force(entries, gateway, a.until_us) == (0, 0)
+
+
+def test_the_fast_cap_test_gives_dp_accountings_answers_near_the_boundary() -> None:
+    """``_over`` decides most pairs by the bound rho + xi <= rho_cap; near the cap it must still
+    say exactly what ``epsilon_of`` says."""
+    limit = rho_for_epsilon(10.0, DELTA)
+    rng = np.random.default_rng(7)
+    rho = limit * rng.uniform(0.97, 1.01, 300)
+    xi = np.where(rng.random(300) < 0.5, 0.0, limit * rng.uniform(0, 0.03, 300))
+    expected = np.array([epsilon_of(r, x, DELTA) > 10.0 for r, x in zip(rho, xi)])
+    assert expected.any() and not expected.all()
+    assert np.array_equal(ledger_module._over(rho, xi, 10.0, DELTA), expected)
 
 
 def test_two_jobs_on_the_same_windows_spend_the_composition_not_the_sum_of_epsilons() -> None:
@@ -122,7 +138,7 @@ def test_a_running_job_holds_every_window_to_come() -> None:
     with pytest.raises(BudgetExceeded, match="held by the running job job-r"):
         check_job([running], PlannedJob(("gw-1",), T0, None, 8.0, DELTA), [], 10.0, DELTA)
     [budget] = budget_of([running], [], 10.0, DELTA)
-    assert budget.running == ("job-r",) and budget.segments[-1].until_us is None
+    assert budget.running == ("job-r",) and budget.segments[-1].until_us is None and budget.fresh_since_us is None
 
 
 def test_a_job_over_the_cap_on_its_own_is_refused() -> None:

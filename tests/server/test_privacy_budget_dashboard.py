@@ -76,7 +76,7 @@ def test_the_dashboard_shows_each_gateways_spent_and_remaining_budget(tmp_path, 
             assert rows["gw-1"][4] == iso_us(T0) == "2026-11-18T11:06:40Z" and rows["gw-3"][4] == "the beginning"
             assert float(rows["gw-1"][1]) > float(rows["gw-2"][1]) > 4.0 - 0.01  # two jobs compose above one
             cap = browser.find_element(By.ID, "privacy-cap").text
-            assert cap.startswith("cap: ε 10 per window over its lifetime (δ 0.000001)") and "2 ledger entries" in cap
+            assert cap == "cap: ε 10 per window over its lifetime (δ 0.000001), every private job that used it together"
             assert "skipped -- refused: the cap" in browser.find_element(By.CSS_SELECTOR, "#schedules tbody").text
             browser.save_screenshot(str(tmp_path / "privacy.png"))
             assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

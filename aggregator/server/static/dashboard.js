@@ -49,10 +49,9 @@ function isoUs(us) { return new Date(us / 1000).toISOString().replace(/\.\d+Z$/,
 // The privacy ledger: per gateway the lifetime epsilon of its most-used window and what is left.
 function showPrivacy(privacy) {
   document.getElementById("privacy-cap").textContent = "cap: ε " + privacy.epsilon_cap + " per window over its " +
-    "lifetime (δ " + privacy.delta + "), every private job that used it together; " + privacy.entries.length +
-    " ledger entries";
+    "lifetime (δ " + privacy.delta + "), every private job that used it together";
   fill("privacy", privacy.gateways, (g) => [g.gateway, g.spent_epsilon.toFixed(2), g.remaining_epsilon.toFixed(2),
-    privacy.entries.filter((e) => e.gateways.includes(g.gateway)).length,
+    g.jobs,
     g.running.length ? "running: " + g.running.join(", ")
       : g.fresh_since_us === null ? "the beginning" : isoUs(g.fresh_since_us)]);
 }
