@@ -320,8 +320,8 @@ def create_app(server: Server) -> FastAPI:
         record = server.registry.record(model_id, version)
         running = [d.client for d in server.registry.running().values()
                    if (d.model_id, d.version) == (model_id, version)]
-        spent = [asdict(e) for e in server.registry.privacy_ledger(record.job_id)] if record.job_id else []
-        return {**asdict(record), "label": record.label, "running_on": sorted(running), "privacy": spent}
+        return {**asdict(record), "label": record.label, "running_on": sorted(running),
+                "privacy": _model_privacy(server, record.job_id)}
 
     @app.get("/api/models/{model_id}/{version}/download", dependencies=[read],
              response_class=Response, responses={200: {"content": {"application/cbor": {}}}})
@@ -409,6 +409,18 @@ def create_app(server: Server) -> FastAPI:
         return Response(status_code=204)
 
     return app
+
+
+def _model_privacy(server: Server, job_id: str) -> dict[str, Any]:
+    """What the job that made a model spent (its ledger entries: nothing for a model trained
+    without differential privacy) and the least a new private job may still spend on the most-used
+    window of one of its gateways, and which."""
+    spent = server.registry.privacy_ledger(job_id) if job_id else []
+    gateways = {g for e in spent for g in e.gateways}
+    budgets = [b for b in server.runner.privacy_budgets(segments=False) if b.gateway in gateways]
+    least = min(budgets, key=lambda b: b.remaining_epsilon, default=None)
+    return {"spent": [asdict(e) for e in spent], "remaining_epsilon": least.remaining_epsilon if least else None,
+            "remaining_gateway": least.gateway if least else None}
 
 
 def _signing_key(server: Server):

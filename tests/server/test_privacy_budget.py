@@ -59,7 +59,9 @@ def test_a_private_job_is_entered_shown_and_a_second_one_on_its_windows_refused(
             assert g["fresh_since_us"] == entry.until_us and g["running"] == [] and g["jobs"] == 1
             assert g["segments"] == [{"since_us": None, "until_us": entry.until_us, "rho": entry.rho, "xi": entry.xi,
                                       "jobs": 1}]
-        assert api.get("/api/models/act/1").json()["privacy"][0]["epsilon"] == meta["dp_epsilon"]
+        shown_model = api.get("/api/models/act/1").json()["privacy"]
+        assert shown_model["spent"][0]["epsilon"] == meta["dp_epsilon"]
+        assert shown_model["remaining_epsilon"] == shown["gateways"][0]["remaining_epsilon"]
 
         again = api.post("/api/jobs", json={"model_id": "act", "config": PRIVATE})
         assert again.status_code == 409
