@@ -106,7 +106,7 @@ def gradient_bound(fleet: PrivateFleet, base_score: float) -> float:
     reach of the targets from the base score, ``sqrt(V) + |mean - base_score|`` (``V``: the
     fleet's ``target_spread``; every ``|y - mean| <= sqrt(V)``), and at least 4. The factor leaves
     room for predictions that move away from the base score. A spread, not the targets' offset,
-    so the same data with ``y + c`` get the same fixed point (issue 14, finding 1).
+    so the same data with ``y + c`` get the same fixed point.
 
     Examples
     --------

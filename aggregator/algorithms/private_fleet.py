@@ -11,7 +11,7 @@ data looks like and the bin edges, from fleet sums only (``shared.protocol.messa
 
 Regression runs the grid rounds first, with the target as one more column, and takes the
 fleet median off its counts as the ``shift`` of ``fleet_counts``: the clients sum ``y - shift``,
-so the fixed point is bounded by the targets' spread, not their offset (issue 14, finding 1),
+so the fixed point is bounded by the targets' spread, not their offset,
 and a job whose targets spread beyond ``TARGET_BOUND`` is refused in one line
 (:class:`TargetRangeError`).
 

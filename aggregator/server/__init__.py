@@ -1,4 +1,4 @@
-"""``wheelfed server``: the long-running aggregator service (issue 15).
+"""``wheelfed server``: the long-running aggregator service.
 
 ``config`` (settings from a TOML file and ``WHEELFED_*`` variables), ``service`` (the broker
 connection, the fleet tracker, the job runner, the scheduler), ``api`` (the FastAPI app and its

@@ -16,7 +16,7 @@ A job opens with ``data_shape`` (feature count, names, label set -- no counts), 
    candidate that scores best on its own data and sends that tree back as a WheelFed model, so
    that the aggregator can register it and sign it for that gateway only.
 
-Everything before ``finish`` is coarse by construction (PRIVACY.md, "FedGA-Tree (issue 17)").
+Everything before ``finish`` is coarse by construction (PRIVACY.md, "FedGA-Tree").
 """
 
 from __future__ import annotations
