@@ -280,7 +280,10 @@ def create_app(server: Server) -> FastAPI:
              state: Literal["queued", "running", "completed", "failed", "cancelled"] | None = None) -> list[dict]:
         return [asdict(j) for j in server.registry.jobs(state=state, offset=page[0], limit=page[1])]
 
-    @app.post("/api/jobs", status_code=201, dependencies=[operate])
+    @app.post("/api/jobs", status_code=201, dependencies=[operate],
+              responses={409: {"description": "a private job that would take a window past the privacy cap; "
+                                              "detail: the one-line refusal (what is left, and the since from "
+                                              "which windows have the full budget)"}})
     def start_job(body: JobIn) -> dict[str, Any]:
         request = JobRequest(body.algorithm, body.model_id, body.config, _gateway_ids(body.clients),
                              body.min_gateways, body.min_labelled, body.init_model, body.seed,

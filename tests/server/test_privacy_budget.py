@@ -143,6 +143,7 @@ def test_the_privacy_route_needs_a_read_token_and_is_typed_in_openapi(tmp_path) 
     parts = document["components"]["schemas"]
     assert {"epsilon_cap", "delta", "gateways", "entries"} <= set(parts["PrivacyOut"]["properties"])
     assert {"spent_epsilon", "remaining_epsilon", "fresh_since_us"} <= set(parts["GatewayBudgetOut"]["properties"])
+    assert "privacy cap" in document["paths"]["/api/jobs"]["post"]["responses"]["409"]["description"]
 
 
 def test_the_cap_setting_is_checked() -> None:
