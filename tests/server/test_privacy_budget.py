@@ -194,3 +194,36 @@ def test_a_registry_at_revision_0003_gains_the_ledger_and_keeps_its_schedules(re
     assert HEAD_REVISION == "0004"
     with Registry(registry_url) as registry:
         assert registry.schedule("nightly").note == "" and registry.privacy_ledger() == []
+
+
+@pytest.mark.parametrize("cap, state", [(100.0, "completed"), (10.0, "failed")])
+def test_an_attempt_cut_short_by_a_stopped_server_keeps_its_plan(tmp_path, cap, state) -> None:
+    """The server stops mid-job (the job stays running) and a new one resumes it: the first
+    attempt's releases were made, so it is settled with its plan before the second is entered --
+    under the default cap two attempts of epsilon 7 do not fit, and the resume is refused."""
+    from aggregator.server.service import JobRunner
+
+    clients = fleet_data(n_clients=3)
+    with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
+        announce(sim, {c.client_id: 90 for c in clients})
+        api = TestClient(create_app(server))
+        job = api.post("/api/jobs", json={"model_id": "act", "config": {**PRIVATE, "n_rounds": 40}}).json()
+        while server.registry.job(job["job_id"]).completed < 1:
+            time.sleep(0.01)
+        server.runner.stop()
+        assert server.registry.job(job["job_id"]).state == "running"
+        [first] = server.registry.privacy_ledger()
+        assert (first.attempt, first.basis, first.until_us) == (1, "running", None)
+        stopped = time.time()
+        server.runner = JobRunner(server.registry, server.engine, server.tracker, settings=server.runner.settings,
+                                  privacy_cap=PrivacyCap(cap))
+        server.runner.start()
+        ended = wait_job(server, job["job_id"])
+        assert ended.state == state, ended.error
+        entries = server.registry.privacy_ledger()
+        assert (entries[0].attempt, entries[0].basis) == (1, "planned") and entries[0].until_us >= stopped * 1e6
+        assert entries[0].rho == rho_for_epsilon(7.0, 1e-6)
+        if state == "completed":
+            assert [(e.attempt, e.basis) for e in entries] == [(1, "planned"), (2, "spent")]
+        else:
+            assert len(entries) == 1 and ended.error.startswith("refused: a job of epsilon 7")
