@@ -8,8 +8,10 @@ A window is identified by its gateway and its start time; its lifetime spending 
 ``epsilon`` at the ledger's ``delta`` by :func:`aggregator.privacy.epsilon_of`.
 
 Per gateway the spending is piecewise constant in the start time: :func:`gateway_segments` cuts
-the time axis at every entry's bounds and sums the covering entries per segment (one
-segments-by-entries coverage matrix). :func:`budget_of` gives per gateway the most-used window
+the time axis at every entry's bounds and sums the covering entries per segment (prefix sums over
+the entries sorted by start and by end). The epsilon of a sum is only asked of dp-accounting
+where it decides something: the Pareto-maximal ``(rho, xi)`` pairs (the most-used window, the
+least room) and pairs near the cap. :func:`budget_of` gives per gateway the most-used window
 and how much a new job could still spend there; :func:`check_job` decides whether a proposed job
 (its gateways, its range, its planned ``epsilon`` at its ``delta``, i.e. ``rho_for_epsilon``)
 keeps every window it covers within the cap, and if not, says in one line what is left and from
