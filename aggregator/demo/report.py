@@ -381,7 +381,7 @@ def privacy_line(privacy: dict[str, Any], secure_note: str) -> str:
     scoring = ("held-out scoring is per gateway, in the clear (each gateway's confusion counts); the local-only "
                "baseline runs one job per gateway, whose sums are that gateway's own (a research comparison; "
                "PRIVACY.md)")
-    crowd = ("private protocol: differential privacy, the budget below" if privacy.get("protocol") == "private" else
+    crowd = ("private protocol: differential privacy, its budget above" if privacy.get("protocol") == "private" else
              f"{privacy.get('protocol', '?')} protocol, minimum crowd {privacy.get('min_crowd', '?')} windows")
     if not privacy.get("secure_aggregation"):
         return f"secure aggregation OFF -- {secure_note or 'disabled'}: the aggregator saw each gateway's " \
