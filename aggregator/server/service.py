@@ -458,6 +458,8 @@ class JobRunner:
             self.check_privacy(planned, job_id=job.job_id)
             self.registry.add_privacy(LedgerEntry(job.job_id, attempt, tuple(clients), since, until, planned.rho, 0.0,
                                                   plan[1], plan[0], "running", created=time.time()))
+        log.info("privacy ledger: job %s attempt %d entered (plan: epsilon %g at delta %g on %s)", job.job_id, attempt,
+                 plan[0], plan[1], ", ".join(clients), extra={"job": job.job_id})
 
     def _settle_privacy(self, job: JobRecord, *, model: TreeEnsemble | None = None, label: str = "",
                         gateways: list[str] | None = None) -> None:
@@ -477,6 +479,9 @@ class JobRunner:
                               delta=float(meta["dp_delta"]), epsilon=float(meta["dp_epsilon"]), basis="spent",
                               model=label)
             self.registry.settle_privacy(job.job_id, entry.attempt, **values)
+            log.info("privacy ledger: job %s attempt %d settled (%s, epsilon %.4g at delta %g)", job.job_id,
+                     entry.attempt, values["basis"], values.get("epsilon", entry.epsilon),
+                     values.get("delta", entry.delta), extra={"job": job.job_id})
 
     def cancel(self, job_id: str) -> JobRecord:
         job = self.registry.job(job_id)
