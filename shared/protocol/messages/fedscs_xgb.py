@@ -468,8 +468,8 @@ class XgbPrivateLeavesRequest:
     word_bits: int = 32
 
     def __post_init__(self) -> None:
-        if not self.leaves.shape[0]:
-            raise ValueError("a leaves request names at least one leaf")
+        if not self.leaves.shape[0] or (np.diff(self.leaves) <= 0).any() or self.leaves.min() < 0:
+            raise ValueError("a leaves request names at least one leaf, ascending and distinct")
         if self.word_bits not in (32, 64):
             raise ValueError("word_bits must be 32 or 64")
         if self.splits.feature.size and not np.isin(self.splits.feature, self.round.features).all():

@@ -140,6 +140,8 @@ def private_examples() -> list[object]:
     xgb_task = m.XgbTask("softmax", "fs-1", 2, np.zeros(3), ("a", "b", "c"))
     forest_task = f.ForestTask("classification", "gini", "fs-1", 3, 2, 0, np.array([0, 1]), 7, True, ("a", "b"))
     splits = f.SplitDecisions(z, z, z, z, np.zeros(0), np.zeros(0, np.uint8), z, z, np.zeros(1, np.int64), z)
+    private_round = m.PrivateRoundFeatures(np.array([0, 1]), np.array([0.5, 1.5], np.float32), np.array([0, 1, 2]))
+    lattice = m.PrivateLattice(64, 1.4142, 1.0)
     return [
         s.DataShapeRequest("fs-1", True, s.TimeRange(10, 20), 5), s.DataShape(2, ("x", "y"), ("a", "b"), False),
         s.FleetCountsRequest("fs-1", False, ("a", "b"), 0, a.SecureRound(("gw-2",))),
@@ -157,6 +159,10 @@ def private_examples() -> list[object]:
         m.XgbHistogramRequest(xgb_task, m.ModelDelta(), np.array([0.5, 1.5], np.float32), np.array([0, 1, 2]),
                               m.RoundSplits.empty(), np.array([0, 1]), np.array([0, 0]), 40, 1.0, True),
         m.XgbHistogramReply(0, vector),
+        m.XgbPrivateLevelRequest(xgb_task, m.ModelDelta(), private_round, m.RoundSplits.empty(), np.array([0]),
+                                 lattice, s.NoiseShare(1e6, 4, 64), a.SecureRound(("gw-2",))),
+        m.XgbPrivateLeavesRequest(xgb_task, m.ModelDelta(), private_round, m.RoundSplits.empty(), np.array([0]),
+                                  lattice, s.NoiseShare(1e6, 4)),
         f.ForestHistogramRequest(forest_task, 0, splits, np.array([0]), np.array([0]), np.array([0, 2]),
                                  np.array([0, 2]), np.array([0.5, 1.5], np.float32), np.array([0, 1, 1, 2])),
         f.ForestHistogramReply(vector),
