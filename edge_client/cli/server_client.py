@@ -9,7 +9,8 @@ broker and a local registry file.
 Every failure is one line (``CliError``/``UsageError``, printed by ``main``):
 
 * the server cannot be reached (refused, no answer, not a WheelFed server): exit 1;
-* 401 (no token) and 403 (a read-only token for a change): exit 1, naming the role the request
+* 401 (no token, or one the server does not know) and 403 (a read-only token for a change): exit 1,
+  naming the role the request
   needs -- reading needs a read or operator token, starting, cancelling, deploying and rolling
   back an operator token;
 * 422 -- the server refused a value the command line gave: exit 2, as a bad option is locally;
@@ -189,7 +190,9 @@ class ServerClient:
 
     def _refused(self, method: str, code: int, detail: str) -> ServerRefused:
         role = "a read or operator token" if method == "GET" else "an operator token"
-        if code == 401:
+        if code == 401 and self._token:
+            text = f"the server at {self.url} refused the token: this needs {role} ({detail or 'unknown token'})"
+        elif code == 401:
             text = (f"the server at {self.url} needs a bearer token: this needs {role} (put it in "
                     f"${TOKEN_VARIABLE} or in a file given as --token-file)")
         elif code == 403:
