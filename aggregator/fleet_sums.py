@@ -8,6 +8,12 @@ is two rounds: the algorithm's request (clients answer with masked vectors) and 
 (the survivors' shares that remove the masks). Either way the result is the same ``uint64``
 vector -- sums mod 2^64 of the same integers -- so masked == unmasked bit for bit.
 
+Memory: each vector is added to its sum's running total as its reply arrives
+(:class:`RunningSum`, called by the round engine on the transport's thread), and the reply is
+kept without it; under secure aggregation the masks are removed from that total, never from a
+client's vector. So the server holds one full-length vector per open sum (plus, while it
+unmasks, one expanded mask at a time), whatever the number of clients.
+
 Dropouts: a client that does not deliver its masked vector is *dropped* for that sum (the
 survivors' pair seeds with it, which are per round, are reconstructed from shares); it takes
 part in the next sum as usual. A client that drops between masking and unmasking stays in the
@@ -21,6 +27,7 @@ are over the integers mod 2^64 the total is the same bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +47,7 @@ from shared.protocol.messages.secure_aggregation import (
     SecAggUnmaskRequest,
     SecureRound,
     PublicKeyPair,
+    masked_vector_field,
     widen,
 )
 from shared.secure_aggregation import (
@@ -49,14 +57,13 @@ from shared.secure_aggregation import (
     SecAggServer,
     SecureAggregationError,
     UnmaskShares,
-    ring_sum,
 )
 
 from .jobs import FederatedJob, TrainingError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FleetSum", "FleetSummer"]
+__all__ = ["FleetSum", "FleetSummer", "RunningSum", "without_vector"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,6 +74,70 @@ class FleetSum:
     total: np.ndarray
     contributors: tuple[str, ...]
     replies: dict[str, Any] = field(default_factory=dict)
+
+
+def without_vector(body: Any) -> tuple[Any, np.ndarray] | None:
+    """``(stub, values)``: a reply body with its fleet-sum vector's values emptied (same dtype,
+    shares kept), and the values; None for a body that holds no fleet-sum vector.
+
+    >>> from shared.protocol.messages.fleet_sums import FleetSumReply
+    >>> stub, values = without_vector(FleetSumReply(MaskedVector(np.arange(3, dtype=np.uint32))))
+    >>> stub.sums.values.shape, values.tolist()
+    ((0,), [0, 1, 2])
+    """
+    name = masked_vector_field(body)
+    if name is None:
+        return None
+    vector: MaskedVector = getattr(body, name)
+    empty = MaskedVector(vector.values[:0].copy(), dict(vector.shares))
+    return dataclasses.replace(body, **{name: empty}), vector.values
+
+
+@dataclass
+class RunningSum:
+    """An open sum in one process: :meth:`take` checks each reply as it arrives, adds its vector
+    to ``total`` (uint64, mod 2^64; masked vectors add the same way, their masks cancel at
+    unmasking) and hands back the reply without the vector, so the server holds one vector per
+    open sum, not one per client. ``rejected``: the clients whose reply failed a check, with why.
+
+    >>> from shared.protocol.messages.fleet_sums import FleetSumReply
+    >>> running = RunningSum(3, 32, lambda r: r.sums)
+    >>> for client, values in [("a", [1, 2, 3]), ("b", [4, 5, 2**32 - 1])]:
+    ...     kept = running.take(client, FleetSumReply(MaskedVector(np.array(values, np.uint32))))
+    >>> running.total.tolist(), running.contributors, kept.sums.values.shape
+    ([5, 7, 4294967298], ['a', 'b'], (0,))
+    """
+
+    length: int
+    word_bits: int
+    vector: Callable[[Any], MaskedVector]
+    check: Callable[[str, Any], str | None] | None = None
+    total: np.ndarray = field(init=False)
+    contributors: list[str] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.total = np.zeros(self.length, np.uint64)
+
+    def reason(self, client: str, reply: Any) -> str | None:
+        """Why ``client``'s reply cannot be added (None: it can)."""
+        values = self.vector(reply).values
+        if values.shape[0] != self.length:
+            return f"a vector of {values.shape[0]} entries, the round needs {self.length}"
+        if values.dtype.itemsize * 8 != self.word_bits:
+            return f"{values.dtype.itemsize * 8}-bit words, the round needs {self.word_bits}"
+        return self.check(client, reply) if self.check else None
+
+    def take(self, client: str, reply: Any) -> Any:
+        """Add ``client``'s reply to the sum (or record why not); the reply without its vector."""
+        reason = self.reason(client, reply)
+        if reason:
+            self.rejected[client] = reason
+        else:
+            np.add(self.total, self.vector(reply).values.astype(np.uint64, copy=False), out=self.total)
+            self.contributors.append(client)
+        split = without_vector(reply)
+        return reply if split is None else split[0]
 
 
 class FleetSummer:
@@ -126,71 +197,44 @@ class FleetSummer:
         replies (``check(client, reply) -> reason | None``; a rejected reply counts as a
         dropout), and return the sum of the accepted clients' vectors of ``length`` entries
         (``word_bits``: their words' width; the total comes back as uint64 words whose int64
-        view is the signed sum)."""
-        if getattr(self.job.engine, "merged", None) is not None:
-            return self._ask_merged(requests, expect, vector, length, check, word_bits)
+        view is the signed sum). Each vector is added to the sum as its reply arrives and the
+        reply is kept without it (:class:`RunningSum`): the server holds one running total per
+        open sum, whatever the number of clients."""
         selected = sorted(requests)
         round_no = self.job.rounds + 1
-        replies = self.job.ask(dict(requests), selected, expect)
-        accepted: dict[str, Any] = {}
-        for client, reply in replies.items():
-            v = vector(reply)
-            if v.values.shape[0] != length:
-                reason = f"a vector of {v.values.shape[0]} entries, the round needs {length}"
-            elif v.values.dtype.itemsize * 8 != word_bits:
-                reason = f"{v.values.dtype.itemsize * 8}-bit words, the round needs {word_bits}"
-            else:
-                reason = check(client, reply) if check else None
-            if reason:
-                self.job.reject(client, reason)
-            else:
-                accepted[client] = reply
-        if not accepted:
-            raise TrainingError(f"round {round_no}: no usable replies from {selected}")
-        if not self.secure:
-            total = ring_sum([vector(accepted[c]).values.astype(np.uint64) for c in sorted(accepted)])
-            return FleetSum(widen(total, word_bits), tuple(sorted(accepted)), accepted)
-        result = self._unmask(round_no, selected, accepted, vector, length)
-        return FleetSum(widen(result.total, word_bits), result.contributors, result.replies)
+        merged = getattr(self.job.engine, "merged", None)
+        if merged is not None:  # the merge workers add the vectors up; the replies come without them
+            from .merge_workers import SumExpectation
 
-    def _ask_merged(self, requests: Mapping[str, Any], expect: type, vector: Callable[[Any], MaskedVector],
-                    length: int, check: Callable[[str, Any], str | None] | None, word_bits: int) -> FleetSum:
-        """:meth:`ask` when merge workers add the vectors up: the replies come without them."""
-        from .merge_workers import SumExpectation
-
-        merged = self.job.engine.merged
-        selected = sorted(requests)
-        round_no = self.job.rounds + 1
-        merged.open_sum(self.job.job_id, round_no, SumExpectation((expect,), length, word_bits, check))
-        try:
-            replies = self.job.ask(dict(requests), selected, expect)
-        finally:
-            collected = merged.close_sum(self.job.job_id, round_no)
+            merged.open_sum(self.job.job_id, round_no, SumExpectation((expect,), length, word_bits, check))
+            try:
+                replies = self.job.ask(dict(requests), selected, expect)
+            finally:
+                collected = merged.close_sum(self.job.job_id, round_no)
+        else:
+            collected = RunningSum(length, word_bits, vector, check)
+            replies = self.job.ask(dict(requests), selected, expect, fold=collected.take)
         for client in sorted(collected.rejected):
             self.job.reject(client, collected.rejected[client])
         accepted = {c: r for c, r in replies.items() if c not in collected.rejected}
         if not accepted:
             raise TrainingError(f"round {round_no}: no usable replies from {selected}")
-        if sorted(accepted) != sorted(collected.contributors):  # deliver_batch keeps them in step
-            raise TrainingError(f"round {round_no}: the merge workers' sum covers {sorted(collected.contributors)}, "
+        if sorted(accepted) != sorted(collected.contributors):  # the engine files what the sum took in
+            raise TrainingError(f"round {round_no}: the sum covers {sorted(collected.contributors)}, "
                                 f"the replies are from {sorted(accepted)}")
         if not self.secure:
             return FleetSum(widen(collected.total, word_bits), tuple(sorted(accepted)), accepted)
-        result = self._unmask(round_no, selected, accepted, vector, length, summed=collected.total)
+        result = self._unmask(round_no, selected, accepted, vector, length, collected.total)
         return FleetSum(widen(result.total, word_bits), result.contributors, result.replies)
 
     def _unmask(self, round_no: int, selected: list[str], accepted: dict[str, Any],
-                vector: Callable[[Any], MaskedVector], length: int, summed: np.ndarray | None = None) -> FleetSum:
-        """Unmask the sum of ``accepted``'s masked vectors; with ``summed`` (the merge workers'
-        sum of them; the replies' own vectors are empty) the server removes the masks from
-        zeros and adds ``summed``: the same total mod 2^64."""
+                vector: Callable[[Any], MaskedVector], length: int, summed: np.ndarray) -> FleetSum:
+        """Unmask ``summed``, the sum of ``accepted``'s masked vectors (the replies' own vectors
+        are empty by now): the server removes the masks from zeros and adds ``summed``, the same
+        total mod 2^64 as removing them from the sum of the vectors."""
         label = f"{self.job.job_id}/{round_no}"
-        if summed is None:
-            masked = {c: MaskedInput(vector(r).values.astype(np.uint64), dict(vector(r).shares))
-                      for c, r in accepted.items()}
-        else:
-            zeros = np.broadcast_to(np.zeros(1, np.uint64), (length,))  # no memory per client
-            masked = {c: MaskedInput(zeros, dict(vector(r).shares)) for c, r in accepted.items()}
+        zeros = np.broadcast_to(np.zeros(1, np.uint64), (length,))  # no memory per client
+        masked = {c: MaskedInput(zeros, dict(vector(r).shares)) for c, r in accepted.items()}
         dropped = [c for c in selected if c not in accepted]
         try:
             plans = self.server.unmask_request(label.encode(), masked, selected)
@@ -204,8 +248,7 @@ class FleetSummer:
             total = self.server.aggregate(label.encode(), masked, shares, length)
         except SecureAggregationError as exc:
             raise TrainingError(f"round {round_no}: the fleet sum cannot be unmasked: {exc}") from exc
-        if summed is not None:
-            np.add(total, summed.astype(np.uint64), out=total)  # wraps mod 2^64; widen keeps the low bits
+        np.add(total, summed.astype(np.uint64, copy=False), out=total)  # wraps mod 2^64; widen keeps the low bits
         if dropped:
             log.warning("clients dropped out of a secure sum", extra={"job": self.job.job_id, "round": round_no,
                                                                     "clients": dropped})

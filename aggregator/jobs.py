@@ -148,14 +148,17 @@ class FederatedJob:
         self.rejected: dict[str, int] = {}
         self.results: list[RoundResult] = []  # per round: who answered what (envelopes, errors, timeouts)
 
-    def ask(self, request: object | Mapping[str, object], clients: Sequence[str], expect: type) -> dict[str, Any]:
+    def ask(self, request: object | Mapping[str, object], clients: Sequence[str], expect: type, *,
+            fold: Callable[[str, Any], Any] | None = None) -> dict[str, Any]:
         """Send ``request`` (one body, or one per client) to ``clients``; the valid reply bodies,
-        keyed and ordered by client id. Raises ``QuorumNotReached`` below the job's quorum."""
+        keyed and ordered by client id. Raises ``QuorumNotReached`` below the job's quorum.
+        ``fold(client, body)`` takes each reply in as it arrives and returns the body kept
+        (:meth:`~aggregator.rounds.RoundEngine.run_round`)."""
         self.rounds += 1
         try:
             result = self.engine.run_round(self.job_id, self.rounds, request, sorted(clients),
                                            deadline_s=self.settings.deadline_s,
-                                           min_fraction=self.settings.min_fraction, expect=expect)
+                                           min_fraction=self.settings.min_fraction, expect=expect, fold=fold)
         except QuorumNotReached as exc:
             self.results.append(exc.result.without_bodies())  # who failed and why stays inspectable
             raise

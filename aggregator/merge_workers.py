@@ -80,10 +80,11 @@ from shared.protocol.chunking import Chunk, Reassembler
 from shared.protocol.envelope import Message, decode_message, encode_message, message_type
 from shared.protocol.errors import ChunkError, DecodeError
 from shared.protocol.messages import Status
-from shared.protocol.messages.secure_aggregation import MaskedVector, masked_vector_field
 from shared.protocol.schema import ArraySpec
 from shared.protocol.topics import TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport
+
+from .fleet_sums import without_vector
 
 if TYPE_CHECKING:
     from .rounds import RoundEngine
@@ -166,12 +167,11 @@ class MergeChunk:
 def split_vector(message: Message) -> tuple[Message, np.ndarray] | None:
     """``(stub, values)``: the reply with its vector's values emptied (same dtype, shares kept),
     and the values; None for a message that holds no fleet-sum vector."""
-    name = masked_vector_field(message.body)
-    if name is None:
+    split = without_vector(message.body)
+    if split is None:
         return None
-    vector: MaskedVector = getattr(message.body, name)
-    empty = MaskedVector(vector.values[:0].copy(), dict(vector.shares))
-    return Message(message.envelope, dataclasses.replace(message.body, **{name: empty})), vector.values
+    stub, values = split
+    return Message(message.envelope, stub), values
 
 
 # -- the worker ------------------------------------------------------------------------------------

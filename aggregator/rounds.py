@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from shared.protocol.envelope import Message
 from shared.protocol.messages import ErrorReply, Status
@@ -99,6 +99,7 @@ class _OpenRound:
     resend_to: set[str] = field(default_factory=set)  # clients that came back online
     resend_now: set[str] = field(default_factory=set)  # clients whose reply was lost on the server's side
     last_resent: dict[str, float] = field(default_factory=dict)
+    fold: Callable[[str, Any], Any] | None = None  # takes each reply's body in as it is filed
 
 
 def needed_replies(n_selected: int, *, min_replies: int | None, min_fraction: float) -> int:
@@ -158,12 +159,16 @@ class RoundEngine:
         min_replies: int | None = None,
         min_fraction: float = 1.0,
         expect: type | tuple[type, ...] | None = None,
+        fold: Callable[[str, Any], Any] | None = None,
     ) -> RoundResult:
         """Send ``request`` (one body for all, or a body per client) and collect the replies.
 
         Returns when every selected client answered (reply or error) or at the deadline with at
         least the needed replies (``min_replies``, else ``min_fraction`` of the clients); raises
         ``QuorumNotReached`` otherwise. ``expect`` restricts the accepted reply body types.
+        ``fold(client, body)``, if given, takes each valid reply in as it arrives (once per
+        client, under the engine's lock, on the transport's thread) and returns the body the round
+        keeps -- e.g. the reply without its vector once the vector is added to a running sum.
         """
         if self.transport.in_handler:
             raise RuntimeError("run_round called from a message handler: its replies would arrive on this "
@@ -184,6 +189,7 @@ class RoundEngine:
             {c: m.envelope.msg_id for c, m in messages.items()},
             expected,
             threading.Condition(self._lock),
+            fold=fold,
         )
         key = (job, round_no)
         with self._lock:
@@ -345,4 +351,6 @@ class RoundEngine:
                 "unexpected_reply", f"expected {[t.__name__ for t in state.expect]}, got {message.type!r}",
                 result.request_type)
         else:
+            if state.fold is not None:
+                message = Message(env, state.fold(env.sender, message.body))
             result.replies[env.sender] = message

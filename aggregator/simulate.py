@@ -50,14 +50,16 @@ class Simulation:
 
     Keep one to run several jobs over the same fleet (e.g. training then retraining), or to
     drop and reconnect clients between rounds (``transports[client_id].drop()``).
+    ``record_bodies=True`` keeps every body the server receives, for :meth:`server_view`.
     """
 
-    def __init__(self, clients: Sequence[Any], *, max_payload: int | None = None, record_bodies: bool = True) -> None:
+    def __init__(self, clients: Sequence[Any], *, max_payload: int | None = None, record_bodies: bool = False) -> None:
         self.clients = as_client_data(clients)
         self.broker = MemoryBroker()
         options = {} if max_payload is None else {"max_payload": max_payload}
         self.server = MemoryTransport(self.broker, AGGREGATOR_ID, presence=False, **options)
-        # record_bodies=False keeps only sizes (benchmarks: a private job's bodies are GBs)
+        # record_bodies=True keeps every body the server received, for server_view() (the privacy
+        # tests); otherwise only sizes are kept (a job's bodies can be gigabytes)
         self.engine = RoundEngine(self.server, audit=AuditTrail(keep_bodies=record_bodies))
         self.transports: dict[str, MemoryTransport] = {}
         self.participants: dict[str, Participant] = {}
@@ -76,7 +78,10 @@ class Simulation:
 
     def server_view(self) -> dict[str, list[Received]]:
         """Every message the server received, per client, in order, with its decoded body: all
-        that the aggregator learns (the privacy tests read this, never internals)."""
+        that the aggregator learns (the privacy tests read this, never internals). Needs
+        ``Simulation(..., record_bodies=True)``."""
+        if not self.engine.audit.keep_bodies:
+            raise RuntimeError("this simulation keeps no bodies: make it with Simulation(..., record_bodies=True)")
         return self.engine.audit.view()
 
     def client_bytes(self) -> int:

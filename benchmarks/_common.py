@@ -128,7 +128,7 @@ def direct_job(clients, *, job_id: str = "direct"):
                                     XgbAtomRequest: half.on_atoms, XgbHistogramRequest: half.on_histograms}
 
     class DirectJob(FederatedJob):
-        def ask(self, request, clients, expect):
+        def ask(self, request, clients, expect, *, fold=None):
             self.rounds += 1
             replies = {}
             for client in sorted(clients):
@@ -136,7 +136,7 @@ def direct_job(clients, *, job_id: str = "direct"):
                 message = Message.create(body, sender=AGGREGATOR_ID, job=self.job_id, round=self.rounds)
                 reply = routes[client][type(body)](message)
                 if isinstance(reply, expect):
-                    replies[client] = reply
+                    replies[client] = reply if fold is None else fold(client, reply)
             return replies
 
     return DirectJob(None, sorted(routes), job_id=job_id)

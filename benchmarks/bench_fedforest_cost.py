@@ -105,9 +105,9 @@ def metered_run(blocks: list[Block], config, seed: int = 0):
             super().__init__(*a, **kw)
             self.records: list[tuple] = []
 
-        def ask(self, request, clients, expect):
+        def ask(self, request, clients, expect, **options):
             c0, s0 = sim.client_bytes(), sim.server.stats.sent_bytes
-            out = super().ask(request, clients, expect)
+            out = super().ask(request, clients, expect, **options)
             first = next(iter(request.values())) if isinstance(request, Mapping) else request
             self.records.append((getattr(first, "level", None), expect.__name__, sim.client_bytes() - c0,
                                  sim.server.stats.sent_bytes - s0))

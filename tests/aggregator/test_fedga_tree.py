@@ -220,7 +220,7 @@ def floats_in(value) -> list[float]:
 
 def test_the_server_sees_no_threshold_leaf_value_feature_value_or_exact_count() -> None:
     clients = make_clients(4, seed=1)
-    sim = Simulation(clients)
+    sim = Simulation(clients, record_bodies=True)
     result = FedGATree(generations=4, d_max=6).run(
         FederatedJob(sim.engine, list(sim.transports), job_id="privacy", settings=JobSettings(deadline_s=30)), seed=2)
     secret = set()
@@ -288,7 +288,7 @@ def test_one_client_without_noise_is_at_least_as_fit_as_its_own_cv_cart_tree() -
 
 def test_partial_participation_and_late_joiners() -> None:
     clients = make_clients(8, n=200, seed=3)
-    sim = Simulation(clients)
+    sim = Simulation(clients, record_bodies=True)
     result = FedGATree(generations=6, d_max=5, active_fraction=0.25).run(
         FederatedJob(sim.engine, list(sim.transports), job_id="partial"), seed=4)
     assert all(len(a) == 2 for a in result.answered)

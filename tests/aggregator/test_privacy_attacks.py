@@ -40,7 +40,7 @@ def fleet(seed: int = 0, n_clients: int = 6, n: int = 120, d: int = 4) -> list[C
 
 
 def run(clients, algorithm) -> dict:
-    sim = Simulation(clients)
+    sim = Simulation(clients, record_bodies=True)
     sim.run(algorithm)
     return sim.server_view()
 
@@ -111,7 +111,7 @@ def histogram_label_recovery(view, clients, reply_type: str, n_slots_of) -> floa
 def test_atoms_leak_labels_and_raw_values_the_histogram_default_does_not() -> None:
     clients = fleet()
     # (d) the paper's atom protocol: the attacks succeed
-    sim = Simulation(clients)
+    sim = Simulation(clients, record_bodies=True)
     edges: dict[str, list[np.ndarray]] = {}
     for cid, participant in sim.participants.items():
         handler = participant.dispatcher._handlers[XgbAtomRequest]
@@ -200,7 +200,7 @@ def _class_counts(clients, secure: bool) -> tuple[np.ndarray, dict]:
     from aggregator.jobs import FederatedJob, JobSettings
     from shared.protocol.messages.fleet_sums import FleetCountsRequest, FleetSumReply
 
-    sim = Simulation(clients)
+    sim = Simulation(clients, record_bodies=True)
     job = FederatedJob(sim.engine, list(sim.transports), job_id="counts", settings=JobSettings(deadline_s=5))
     summer = FleetSummer(job, secure=secure)
     summer.start(job.clients)

@@ -96,7 +96,7 @@ def replies_of(sim: Simulation, client: str, reply_type: str) -> int:
 def test_fedscs_xgb_survives_a_client_dropping_mid_job() -> None:
     """gw-3 answers its first two histogram requests, then vanishes: the secure sums go on
     with the others (its pair seeds of those rounds are reconstructed), and the model trains."""
-    sim = Simulation(make_clients(4, n_clients=5))
+    sim = Simulation(make_clients(4, n_clients=5), record_bodies=True)
     vanish_after(sim, "gw-3", XgbHistogramRequest, 2)
     model = sim.run(xgb(secure_aggregation=True), settings=JobSettings(deadline_s=0.5, min_fraction=0.5))
     assert model.n_trees == 9
@@ -164,7 +164,7 @@ def test_fedforest_minimum_crowd_bounds_every_leaf(crowd: int) -> None:
 def test_fedforest_survives_a_client_dropping_between_levels() -> None:
     """gw-2 answers two levels, then vanishes: the forest is grown by the rest, every node's
     sums re-read from each level's histograms."""
-    sim = Simulation(make_clients(11, n_clients=5))
+    sim = Simulation(make_clients(11, n_clients=5), record_bodies=True)
     vanish_after(sim, "gw-2", ForestHistogramRequest, 2)
     model = sim.run(forest(n_trees=3, max_depth=5), settings=JobSettings(deadline_s=0.5, min_fraction=0.5))
     assert model.n_trees == 3 and max(t.n_nodes for t in model.trees) > 7

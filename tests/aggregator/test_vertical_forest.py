@@ -390,7 +390,7 @@ def test_no_party_receives_another_partys_values_or_thresholds_and_the_master_se
     names = [tuple(f"{sensors[i]}.channel_{j}_mean" for j in range(w)) for i, w in enumerate(widths)]
     parties = [_NamedParty(f"party-{i:03d}", b, y if i == holder else None, party_key=KEY, feature_names=names[i])
                for i, b in enumerate(blocks)]
-    sim = Simulation(parties)
+    sim = Simulation(parties, record_bodies=True)
     received: dict[str, list] = {c: [] for c in sim.transports}
     layout = TopicLayout()
     for client, transport in sim.transports.items():

@@ -151,7 +151,7 @@ def test_parties_with_their_own_sessions_restarts_and_offsets_train_the_forest_o
     assert not set.intersection(*(set(p.sessions) for p in parties))  # no session name in common
     assert [p.client_id for p in parties] == sorted(p.client_id for p in parties)  # the master's order
     cfg = VerticalFederatedForest(n_trees=4, max_depth=5, hop_us=HOP, tolerance_us=TOL)
-    sim = Simulation(parties)
+    sim = Simulation(parties, record_bodies=True)
     model = cfg.run_in(sim, seed=3)
     report = model.alignment
     assert report.common == n - 6
