@@ -109,8 +109,12 @@ class SecureAggregationClient:
         state = self._state(message.envelope.job)
         with _refusals():
             shares = state.unmask(body.label.encode(), body.survivors, body.dropped, body.shares)
+        if shares.complaints:
+            log.warning("neighbours' share bundles did not open or match their digests",
+                        extra={"job": message.envelope.job, "label": body.label, "clients": list(shares.complaints)})
         return SecAggUnmaskReply(self_mask=dict(shares.self_mask),
-                                 pair_seeds={v: dict(by_peer) for v, by_peer in shares.pair_seeds.items()})
+                                 pair_seeds={v: dict(by_peer) for v, by_peer in shares.pair_seeds.items()},
+                                 complaints=shares.complaints)
 
 
 @contextmanager

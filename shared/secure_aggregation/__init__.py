@@ -38,7 +38,7 @@ which gateways importing this package must therefore have installed.
 from .bundle import ShareBundle, sealed_bundle_size
 from .contexts import MAX_LABEL_BYTES, share_x
 from .encryption import SEAL_OVERHEAD, open_sealed, seal
-from .errors import SecureAggregationError
+from .errors import MaliciousGateway, SecureAggregationError
 from .fixed_point import (
     MAX_ENCODED_MAGNITUDE,
     decode_counts,
@@ -52,7 +52,7 @@ from .graph import default_degree, default_threshold, neighbourhoods
 from .keys import PUBLIC_KEY_BYTES, ClientKeyPairs, PublicKeys, agree, derive_key
 from .masks import expand_mask, pairwise_mask
 from .messages import MaskedInput, UnmaskRequest, UnmaskShares
-from .protocol import SEED_BYTES, SecAggClient, SecAggConfig, SecAggServer
+from .protocol import SEED_BYTES, SecAggClient, SecAggConfig, SecAggServer, SecureSum
 from .shamir import PRIME, SHARE_BYTES, combine_shares, split_secret
 
 __all__ = [
@@ -64,11 +64,13 @@ __all__ = [
     "SEED_BYTES",
     "SHARE_BYTES",
     "ClientKeyPairs",
+    "MaliciousGateway",
     "MaskedInput",
     "PublicKeys",
     "SecAggClient",
     "SecAggConfig",
     "SecAggServer",
+    "SecureSum",
     "SecureAggregationError",
     "ShareBundle",
     "UnmaskRequest",

@@ -10,19 +10,39 @@ Wire form (big-endian, fixed-width shares)::
 
     self_mask share (66 bytes) || { len(id) (1 byte) || id (UTF-8) || pair-seed share (66 bytes) } ...
 
-i.e. ``66 + sum(67 + len(id))`` bytes, sealed into 28 more (``sealed_bundle_size``).
+i.e. ``66 + sum(67 + len(id))`` bytes, sealed into 28 more.
+
+Commitments: the holder of a bundle cannot alter a share undetected when it reveals it. With the
+sealed bundle the dealer sends, in the clear, a 16-byte digest of each share it holds
+(``share_digest``: SHA-256 bound to job, label, dealer, holder and the share's slot), so the
+server can check every share revealed to it, and the holder can check the shares it was given
+before revealing them (a dealer cannot frame an honest holder with shares that do not match).
+The digests hide the shares: each is a hash of a uniformly random 521-bit field element, bound
+to a seed of 256 random bits. Wire form of what the dealer addresses to one holder (a
+*committed bundle*, ``CommittedBundle``)::
+
+    n (2 bytes) || n digests (16 bytes each: self-mask share, then pair-seed shares by peer id) || sealed bundle
+
+so ``sealed_bundle_size`` is ``2 + 16 (1 + k) + 28 + 66 + sum(67 + len(id))`` for k peers.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from .contexts import share_commitment_context
 from .encryption import SEAL_OVERHEAD
 from .errors import SecureAggregationError
 from .shamir import SHARE_BYTES
 
-__all__ = ["MAX_ID_BYTES", "ShareBundle", "sealed_bundle_size"]
+__all__ = ["DIGEST_BYTES", "MAX_ID_BYTES", "CommittedBundle", "ShareBundle", "sealed_bundle_size", "share_digest"]
+
+#: Bytes of a share's commitment (a truncated SHA-256: 128-bit second-preimage resistance).
+DIGEST_BYTES = 16
+_COUNT_BYTES = 2
 
 #: Longest client id (UTF-8 bytes) a bundle can name.
 MAX_ID_BYTES = 255
@@ -38,8 +58,65 @@ def _encoded_id(client: object) -> bytes:
 
 
 def sealed_bundle_size(peers: Iterable[str]) -> int:
-    """Bytes of a sealed bundle of a gateway whose taking-part neighbours are ``peers``."""
-    return SEAL_OVERHEAD + SHARE_BYTES + sum(1 + len(_encoded_id(p)) + SHARE_BYTES for p in peers)
+    """Bytes of a committed, sealed bundle of a gateway whose taking-part neighbours are ``peers``.
+
+    >>> sealed_bundle_size(["gw-1", "gw-2"])
+    286
+    """
+    peers = list(peers)
+    digests = _COUNT_BYTES + DIGEST_BYTES * (1 + len(peers))
+    return digests + SEAL_OVERHEAD + SHARE_BYTES + sum(1 + len(_encoded_id(p)) + SHARE_BYTES for p in peers)
+
+
+def share_digest(job: bytes, label: bytes, dealer: str, holder: str, peer: str | None, share: bytes) -> bytes:
+    """The commitment to one share: ``peer`` None for the dealer's self-mask seed, else its pair seed with ``peer``.
+
+    >>> len(share_digest(b"job", b"round-1", "gw-1", "gw-2", None, bytes(66)))
+    16
+    """
+    context = share_commitment_context(job, label, dealer, holder, peer)
+    return hashlib.sha256(context + share).digest()[:DIGEST_BYTES]
+
+
+@dataclass(frozen=True)
+class CommittedBundle:
+    """What a dealer addresses to one holder: the digests of its shares and the sealed bundle.
+
+    ``digests``: the self-mask share's digest, then one per pair-seed share in peer-id order.
+    """
+
+    digests: tuple[bytes, ...]
+    sealed: bytes
+
+    def to_bytes(self) -> bytes:
+        return len(self.digests).to_bytes(_COUNT_BYTES, "big") + b"".join(self.digests) + self.sealed
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CommittedBundle:
+        """Parse; SecureAggregationError if the digests are missing or truncated."""
+        data = bytes(data)
+        if len(data) < _COUNT_BYTES:
+            raise SecureAggregationError("a committed bundle is too short to hold its digest count")
+        count = int.from_bytes(data[:_COUNT_BYTES], "big")
+        end = _COUNT_BYTES + count * DIGEST_BYTES
+        if count == 0 or len(data) < end + SEAL_OVERHEAD:
+            raise SecureAggregationError("a committed bundle's digests are missing or truncated")
+        digests = tuple(data[i : i + DIGEST_BYTES] for i in range(_COUNT_BYTES, end, DIGEST_BYTES))
+        return cls(digests=digests, sealed=data[end:])
+
+    def digest_of(self, peer: str | None, peers: Iterable[str]) -> bytes | None:
+        """The digest of the share of slot ``peer`` (None: self-mask) among the dealer's sorted ``peers``."""
+        order = sorted(peers)
+        if len(order) + 1 != len(self.digests) or (peer is not None and peer not in order):
+            return None
+        return self.digests[0 if peer is None else 1 + order.index(peer)]
+
+    def matches(
+        self, job: bytes, label: bytes, dealer: str, holder: str, peer: str | None, share: bytes, peers: Iterable[str]
+    ) -> bool:
+        """Whether ``share`` is the one the dealer committed to for ``holder`` in slot ``peer``."""
+        digest = self.digest_of(peer, peers)
+        return digest is not None and hmac.compare_digest(digest, share_digest(job, label, dealer, holder, peer, share))
 
 
 @dataclass(frozen=True)

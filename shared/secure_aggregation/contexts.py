@@ -34,6 +34,7 @@ __all__ = [
     "pair_secret_info",
     "pair_seed_info",
     "self_mask_info",
+    "share_commitment_context",
     "share_x",
 ]
 
@@ -83,6 +84,13 @@ def pair_mask_info(job: bytes, label: bytes) -> bytes:
 def bundle_associated_data(job: bytes, label: bytes, sender: str, receiver: str) -> bytes:
     """Associated data of a sealed share bundle: binds it to job, label, sender and receiver."""
     return _context(b"share-bundle", job, label, sender.encode("utf-8"), receiver.encode("utf-8"))
+
+
+def share_commitment_context(job: bytes, label: bytes, dealer: str, holder: str, peer: str | None) -> bytes:
+    """Prefix hashed with a share into its commitment: its job, label, dealer, holder and slot
+    (``peer`` None: the self-mask seed's share; a peer id: the share of the pair seed with it)."""
+    slot = b"self" if peer is None else b"pair" + peer.encode("utf-8")
+    return _context(b"share-commitment", job, label, dealer.encode("utf-8"), holder.encode("utf-8"), slot)
 
 
 def key_confirmation_info(job: bytes) -> bytes:

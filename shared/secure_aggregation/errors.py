@@ -12,3 +12,15 @@ from __future__ import annotations
 
 class SecureAggregationError(ValueError):
     """A protocol rule was broken (sizes, rosters, dropouts, shares); the message says which."""
+
+
+class MaliciousGateway(SecureAggregationError):
+    """Gateways broke the protocol in a way attributable to them; ``culprits``: client id -> reason.
+
+    >>> str(MaliciousGateway({"gw-3": "revealed a share that does not match its commitment"}))
+    'gw-3 revealed a share that does not match its commitment'
+    """
+
+    def __init__(self, culprits: dict[str, str]) -> None:
+        self.culprits = dict(sorted(culprits.items()))
+        super().__init__("; ".join(f"{client} {reason}" for client, reason in self.culprits.items()))

@@ -102,11 +102,14 @@ class UnmaskShares:
 
     ``self_mask``: surviving neighbour v -> this gateway's share of v's self-mask seed.
     ``pair_seeds``: surviving neighbour v -> {dropped peer u of v -> share of v's pair seed with u}.
+    ``complaints``: surviving neighbours whose bundle for this gateway did not open, parse or
+    match its dealer's commitments; nothing of those bundles is revealed.
     For one aggregation no client ever appears both as a key of ``self_mask`` and as a dropped peer.
     """
 
     self_mask: Mapping[str, bytes]
     pair_seeds: Mapping[str, Mapping[str, bytes]]
+    complaints: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "self_mask", _share_map(self.self_mask, "UnmaskShares.self_mask"))
@@ -115,3 +118,7 @@ class UnmaskShares:
             _check_id(survivor, "UnmaskShares.pair_seeds key")
             pair_seeds[survivor] = _share_map(by_peer, f"UnmaskShares.pair_seeds[{survivor!r}]")
         object.__setattr__(self, "pair_seeds", pair_seeds)
+        complaints = _id_tuple(self.complaints, "UnmaskShares.complaints")
+        if set(complaints) & set(self.self_mask):
+            raise SecureAggregationError("UnmaskShares reveals a self-mask share of a client it complains about")
+        object.__setattr__(self, "complaints", complaints)

@@ -47,7 +47,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .bundle import ShareBundle
+from .bundle import CommittedBundle, ShareBundle, share_digest
 from .contexts import (
     bundle_associated_data,
     check_label,
@@ -61,7 +61,7 @@ from .contexts import (
     share_x,
 )
 from .encryption import open_sealed, seal
-from .errors import SecureAggregationError
+from .errors import MaliciousGateway, SecureAggregationError
 from .fixed_point import ring_sum
 from .graph import default_degree, default_threshold, neighbourhoods
 from .keys import ClientKeyPairs, PublicKeys, agree, derive_key
@@ -69,7 +69,7 @@ from .masks import expand_mask, pairwise_mask
 from .messages import MaskedInput, UnmaskRequest, UnmaskShares
 from .shamir import combine_shares, split_secret
 
-__all__ = ["SEED_BYTES", "SecAggClient", "SecAggConfig", "SecAggServer"]
+__all__ = ["SEED_BYTES", "SecAggClient", "SecAggConfig", "SecAggServer", "SecureSum"]
 
 #: Size of a self-mask seed and of a pair seed.
 SEED_BYTES = 32
@@ -321,7 +321,10 @@ class SecAggClient:
         for holder, x in zip(taking_part, holders):
             bundle = ShareBundle(self_shares[x], {peer: shares[x] for peer, shares in seed_shares.items()})
             associated = bundle_associated_data(state.job, label, self._id, holder)
-            sealed[holder] = seal(state.cipher_keys[holder], bundle.to_bytes(), associated)
+            digests = [share_digest(state.job, label, self._id, holder, None, bundle.self_mask)]
+            digests += [share_digest(state.job, label, self._id, holder, p, bundle.pair_seeds[p]) for p in taking_part]
+            committed = CommittedBundle(tuple(digests), seal(state.cipher_keys[holder], bundle.to_bytes(), associated))
+            sealed[holder] = committed.to_bytes()
         self._masked.add(label)
         return MaskedInput(masked=masked, shares=sealed)
 
@@ -346,7 +349,9 @@ class SecAggClient:
         -------
         UnmaskShares
             The share of each surviving neighbour's self-mask seed, and the shares of its pair
-            seeds with dropped clients.
+            seeds with dropped clients. A surviving neighbour whose bundle does not open, parse
+            or match the digests it committed to is named in ``complaints`` instead: nothing of
+            its bundle is revealed (the server decides whom to blame, see ``SecAggServer.unmask_sum``).
 
         Raises
         ------
@@ -355,8 +360,8 @@ class SecAggClient:
             surviving and dropped; a survivor that is not a neighbour; a dropped client not
             adjacent to this client or any surviving neighbour; fewer than ``threshold``
             survivors counting this client (the sum would cover too few gateways); a surviving
-            neighbour's bundle missing, a bundle from a client not listed as a surviving
-            neighbour, or a bundle that does not open or parse.
+            neighbour's bundle missing, or a bundle from a client not listed as a surviving
+            neighbour.
         """
         state = self._joined()
         label = check_label(label, "label")
@@ -386,13 +391,12 @@ class SecAggClient:
             missing = sorted(surviving_neighbours - senders)
             raise SecureAggregationError(f"refused: no bundle from surviving neighbours {missing}")
 
-        bundles = {}
+        bundles, complaints = {}, []
         for sender in sorted(surviving_neighbours):
-            associated = bundle_associated_data(state.job, label, sender, self._id)
-            bundle = ShareBundle.from_bytes(open_sealed(state.cipher_keys[sender], request.shares[sender], associated))
-            if sender in bundle.pair_seeds:
-                raise SecureAggregationError(f"refused: {sender}'s bundle names a pair seed with itself")
-            bundles[sender] = bundle
+            try:
+                bundles[sender] = self._open_bundle(label, sender, request.shares[sender])
+            except SecureAggregationError:
+                complaints.append(sender)
         adjacent = set(state.neighbours).union(*(bundle.pair_seeds for bundle in bundles.values()))
         remote = sorted(gone - adjacent)
         if remote:
@@ -411,7 +415,35 @@ class SecAggClient:
         if set(self_mask) & {peer for by_peer in pair_seeds.values() for peer in by_peer}:
             raise SecureAggregationError("refused: a client would be revealed both as survivor and as dropped")
         self._unmasked.add(label)
-        return UnmaskShares(self_mask=self_mask, pair_seeds=pair_seeds)
+        return UnmaskShares(self_mask=self_mask, pair_seeds=pair_seeds, complaints=tuple(complaints))
+
+    def _open_bundle(self, label: bytes, sender: str, blob: bytes) -> ShareBundle:
+        """``sender``'s bundle for this client, checked against the digests it committed to."""
+        state = self._joined()
+        committed = CommittedBundle.from_bytes(blob)
+        associated = bundle_associated_data(state.job, label, sender, self._id)
+        bundle = ShareBundle.from_bytes(open_sealed(state.cipher_keys[sender], committed.sealed, associated))
+        if sender in bundle.pair_seeds:
+            raise SecureAggregationError(f"{sender}'s bundle names a pair seed with itself")
+        peers = tuple(bundle.pair_seeds)
+        slots = [(None, bundle.self_mask), *bundle.pair_seeds.items()]
+        if not all(committed.matches(state.job, label, sender, self._id, p, share, peers) for p, share in slots):
+            raise SecureAggregationError(f"{sender}'s bundle does not match the digests it committed to")
+        return bundle
+
+
+@dataclass(frozen=True, eq=False)
+class SecureSum:
+    """An unmasked aggregation: ``total`` (uint64, mod 2**64) of the ``contributors``' vectors.
+
+    ``culprits``: client -> what it did, for the gateways whose unmask replies were discarded
+    (a share that does not match its dealer's commitment, or shares it cannot hold); the sum is
+    the same as if those replies had never arrived.
+    """
+
+    total: np.ndarray
+    contributors: tuple[str, ...]
+    culprits: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -558,19 +590,34 @@ class SecAggServer:
         self, client: str, masked_input: MaskedInput, length: int | None = None, selected: Iterable[str] | None = None
     ) -> None:
         """Reject one malformed contribution on arrival: wrong client, length, or set of bundles
-        (exactly one per neighbour among ``selected``; all neighbours if ``selected`` is None)."""
+        (exactly one per neighbour among ``selected``; all neighbours if ``selected`` is None,
+        each carrying one digest per share it holds).
+
+        Raises
+        ------
+        MaliciousGateway
+            Naming ``client``, whose contribution is malformed: the caller leaves it out of the
+            aggregation (it is then dropped like a client that never answered).
+        SecureAggregationError
+            ``client`` is not in the job.
+        """
         roster = self._require_roster()
         if client not in roster:
             raise SecureAggregationError(f"masked input from {client!r}, which is not in the job")
         if not isinstance(masked_input, MaskedInput):
-            raise SecureAggregationError(f"{client}: expected a MaskedInput, got {type(masked_input).__name__}")
+            raise MaliciousGateway({client: f"sent a {type(masked_input).__name__}, not a MaskedInput"})
         if length is not None and masked_input.masked.size != length:
-            raise SecureAggregationError(
-                f"{client}: masked vector has length {masked_input.masked.size}, expected {length}"
-            )
+            raise MaliciousGateway({client: f"sent a masked vector of length {masked_input.masked.size}, expected {length}"})
         expected = self._neighbours[client] if selected is None else self.participants(client, selected)
         if set(masked_input.shares) != set(expected):
-            raise SecureAggregationError(f"{client}: sealed bundles must go to exactly its neighbours taking part")
+            raise MaliciousGateway({client: "did not address sealed bundles to exactly its neighbours taking part"})
+        for holder, blob in masked_input.shares.items():
+            try:
+                count = len(CommittedBundle.from_bytes(blob).digests)
+            except SecureAggregationError as exc:
+                raise MaliciousGateway({client: f"sent {holder} a malformed bundle: {exc}"}) from None
+            if count != len(expected) + 1:
+                raise MaliciousGateway({client: f"committed to {count} shares for {holder}, {len(expected) + 1} expected"})
 
     def unmask_request(
         self, label: bytes, masked: Mapping[str, MaskedInput], selected: Iterable[str] | None = None
@@ -615,8 +662,14 @@ class SecAggServer:
         if not isinstance(first, MaskedInput):
             raise SecureAggregationError(f"{first_client}: expected a MaskedInput, got {type(first).__name__}")
         length = first.masked.size
+        faults: dict[str, str] = {}
         for client, contribution in masked.items():
-            self.check_masked_input(client, contribution, length, chosen)
+            try:
+                self.check_masked_input(client, contribution, length, chosen)
+            except MaliciousGateway as exc:
+                faults.update(exc.culprits)
+        if faults:
+            raise MaliciousGateway(faults)
         survivors = set(masked)
         pending = self._pending.get(label)
         if pending is not None:
@@ -649,7 +702,31 @@ class SecAggServer:
     def aggregate(
         self, label: bytes, masked: Mapping[str, MaskedInput], shares: Mapping[str, UnmaskShares], length: int
     ) -> np.ndarray:
-        """The exact sum mod 2**64 of the survivors' vectors of ``label``.
+        """The exact sum mod 2**64 of the survivors' vectors of ``label``, or an error naming every culprit.
+
+        ``unmask_sum`` for callers that cannot leave a culprit out of their own records: any
+        culprit, even one whose reply could simply be discarded, raises ``MaliciousGateway``.
+
+        >>> SecAggServer(SecAggConfig(), ["a", "b", "c"], b"job").aggregate(b"r", {}, {}, 1)
+        Traceback (most recent call last):
+        ...
+        shared.secure_aggregation.errors.SecureAggregationError: no public keys yet: call set_public_keys first
+        """
+        result = self.unmask_sum(label, masked, shares, length)
+        if result.culprits:
+            raise MaliciousGateway(dict(result.culprits))
+        return result.total
+
+    def unmask_sum(
+        self, label: bytes, masked: Mapping[str, MaskedInput], shares: Mapping[str, UnmaskShares], length: int
+    ) -> SecureSum:
+        """The exact sum mod 2**64 of the survivors' vectors of ``label``, every revealed share checked.
+
+        Each share a reply reveals is checked against the digest its dealer committed to for
+        that holder (``CommittedBundle``); honest holders check the same digests before
+        revealing, so a share that does not match was altered by its revealer. Such a reply,
+        or one holding shares it cannot hold, is discarded whole, exactly as if it had never
+        arrived, and its sender is a culprit: the sum is that of the same survivors.
 
         Parameters
         ----------
@@ -661,13 +738,25 @@ class SecAggServer:
         length
             The vector length (checked against the inputs).
 
+        Returns
+        -------
+        SecureSum
+            The total over all survivors, and the culprits whose replies were discarded.
+
         Raises
         ------
+        MaliciousGateway
+            A survivor's self-mask cannot be rebuilt because more than ``k - threshold`` of its
+            ``k`` share holders complained that its bundle did not open or match its digests:
+            that survivor (and any discarded reply's sender) is named; its masked vector is in
+            the inputs, so no sum over the others can be given for this label (ask again
+            without it). Also raised, naming the discarded replies' senders, when a seed
+            cannot be rebuilt without their shares. The label is finished.
         SecureAggregationError
             Inputs differing from those of the unmask request, a reply from a client that was
-            not asked or holding shares it cannot hold, or a seed with fewer than ``threshold``
-            shares (too many clients dropped during unmasking: wait for more replies or give
-            up the label). The label stays pending after an error.
+            not asked, or a seed with fewer than ``threshold`` shares (too many clients dropped
+            during unmasking: wait for more replies or give up the label). The label stays
+            pending after these errors.
         """
         self._require_roster()
         label = check_label(label, "label")
@@ -688,10 +777,32 @@ class SecAggServer:
             )
             if not same:
                 raise SecureAggregationError(f"{client}'s masked input differs from the one its shares were routed for")
-        replies = self._check_replies(pending, shares)
+        replies, culprits = self._check_replies(label, pending, shares)
+        blocked = self._blocked_dealers(pending, replies)
+        if blocked:
+            del self._pending[label]
+            self._finished.add(label)
+            raise MaliciousGateway({**culprits, **blocked})
+
+        try:
+            total = self._remove_masks(label, pending, replies)
+        except SecureAggregationError:
+            if not culprits:
+                raise
+            del self._pending[label]
+            self._finished.add(label)
+            raise MaliciousGateway(culprits) from None  # their shares were needed: ask again without them
+        del self._pending[label]
+        self._finished.add(label)
+        return SecureSum(total=total, contributors=tuple(sorted(pending.inputs)), culprits=culprits)
+
+    def _remove_masks(
+        self, label: bytes, pending: _PendingAggregation, replies: Mapping[str, UnmaskShares]
+    ) -> np.ndarray:
+        """The survivors' masked vectors summed, their self-masks and their pair masks with dropped peers removed."""
         survivors = sorted(pending.inputs)
         dropped = pending.selected - set(survivors)
-
+        length = pending.length
         total = ring_sum([pending.inputs[v].masked for v in survivors])
         self_info, pair_info = self_mask_info(self._job, label), pair_mask_info(self._job, label)
         for owner in survivors:
@@ -709,31 +820,62 @@ class SecAggServer:
                 }
                 pair_seed = self._rebuild(owner, f"pair seed with dropped {peer}", found)
                 np.subtract(total, pairwise_mask(pair_seed, owner, peer, pair_info, length), out=total)
-        del self._pending[label]
-        self._finished.add(label)
         return total
 
+    def _blocked_dealers(self, pending: _PendingAggregation, replies: Mapping[str, UnmaskShares]) -> dict[str, str]:
+        """Survivors whose self-mask cannot be rebuilt because too many holders complained, with why.
+
+        Of a survivor's ``k`` share holders, more than ``k - threshold`` must complain: fewer
+        lying neighbours than that can never get an honest gateway named.
+        """
+        blocked = {}
+        for owner, contribution in pending.inputs.items():
+            holders = contribution.shares
+            found = sum(1 for w in holders if w in replies and owner in replies[w].self_mask)
+            complaints = sorted(w for w in holders if w in replies and owner in replies[w].complaints)
+            if found < self._threshold and len(complaints) > len(holders) - self._threshold:
+                blocked[owner] = f"sent bundles that did not open or match its commitments to {complaints}"
+        return blocked
+
     def _check_replies(
-        self, pending: _PendingAggregation, shares: Mapping[str, UnmaskShares]
-    ) -> dict[str, UnmaskShares]:
-        """Every reply from an asked client, holding only shares that client was given."""
-        replies = dict(shares)
-        for responder, reply in replies.items():
+        self, label: bytes, pending: _PendingAggregation, shares: Mapping[str, UnmaskShares]
+    ) -> tuple[dict[str, UnmaskShares], dict[str, str]]:
+        """The usable replies, and the culprits whose replies are discarded (with why).
+
+        A reply is usable if it holds only shares its sender was given, each matching the
+        digest its dealer committed to, and complains only about clients that sent it a bundle.
+        """
+        replies, culprits = {}, {}
+        for responder, reply in dict(shares).items():
             if responder not in pending.requests:
                 raise SecureAggregationError(f"unmask reply from {responder!r}, which was not asked")
-            if not isinstance(reply, UnmaskShares):
-                raise SecureAggregationError(f"{responder}: expected UnmaskShares, got {type(reply).__name__}")
-            request = pending.requests[responder]
-            senders = set(request.shares)
-            if set(reply.self_mask) - senders or set(reply.pair_seeds) - senders:
-                raise SecureAggregationError(f"{responder}: reply holds shares of clients that sent it no bundle")
-            dropped = set(request.dropped)
-            for owner, by_peer in reply.pair_seeds.items():
-                if set(by_peer) - dropped or set(by_peer) - set(self._neighbours[owner]):
-                    raise SecureAggregationError(
-                        f"{responder}: reply reveals pair seeds of {owner} with non-dropped peers"
-                    )
-        return replies
+            reason = self._reply_fault(label, pending, responder, reply)
+            if reason is None:
+                replies[responder] = reply
+            else:
+                culprits[responder] = reason
+        return replies, culprits
+
+    def _reply_fault(self, label: bytes, pending: _PendingAggregation, responder: str, reply: object) -> str | None:
+        """Why ``responder``'s unmask reply cannot be used (None: it can)."""
+        if not isinstance(reply, UnmaskShares):
+            return f"answered the unmask request with a {type(reply).__name__}"
+        request = pending.requests[responder]
+        senders, dropped = set(request.shares), set(request.dropped)
+        if set(reply.self_mask) - senders or set(reply.pair_seeds) - senders or set(reply.complaints) - senders:
+            return "revealed shares of, or complained about, clients that sent it no bundle"
+        for owner, by_peer in reply.pair_seeds.items():
+            if set(by_peer) - dropped or set(by_peer) - set(self._neighbours[owner]):
+                return f"revealed pair seeds of {owner} with peers that did not drop"
+        revealed = [(owner, None, share) for owner, share in reply.self_mask.items()]
+        revealed += [(owner, peer, share) for owner, by_peer in reply.pair_seeds.items() for peer, share in by_peer.items()]
+        for owner, peer, share in revealed:
+            committed = CommittedBundle.from_bytes(pending.inputs[owner].shares[responder])
+            peers = pending.inputs[owner].shares
+            if not committed.matches(self._job, label, owner, responder, peer, share, peers):
+                slot = "self-mask seed" if peer is None else f"pair seed with {peer}"
+                return f"revealed a share of {owner}'s {slot} that does not match {owner}'s commitment"
+        return None
 
     def _rebuild(self, owner: str, what: str, shares_by_holder: Mapping[str, bytes]) -> bytes:
         if len(shares_by_holder) < self._threshold:

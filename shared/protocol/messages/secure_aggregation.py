@@ -12,9 +12,10 @@ Setup, once per job (three rounds):
 Per aggregation: the algorithm's request carries a :class:`SecureRound` (which of the client's
 neighbours take part) and its reply a :class:`MaskedVector` (the statistics plus masks, uniform
 mod 2^64, and per neighbour a sealed bundle of Shamir shares of this round's self-mask seed and
-pair seeds); then ``secagg.unmask`` names the survivors and the dropped, and each survivor
-answers with its shares of the survivors' self-mask seeds and of the survivors' pair seeds with
-dropped peers -- never both for the same client. Seeds are per round: nothing revealed about a
+pair seeds, behind the digests of those shares); then ``secagg.unmask`` names the survivors and
+the dropped, and each survivor answers with its shares of the survivors' self-mask seeds and of
+the survivors' pair seeds with dropped peers -- never both for the same client -- and names the
+survivors whose bundle did not open or match its digests. Seeds are per round: nothing revealed about a
 dropped client opens any other round. Unmasked requests carry no ``SecureRound`` and the
 reply's vector is the plain one.
 """
@@ -204,15 +205,21 @@ class SecAggUnmaskRequest:
 @dataclass(frozen=True)
 class SecAggUnmaskReply:
     """This client's plain shares: of each survivor's self-mask seed (survivor -> share) and of
-    each survivor's pair seeds with dropped peers (survivor -> dropped peer -> share)."""
+    each survivor's pair seeds with dropped peers (survivor -> dropped peer -> share);
+    ``complaints``: the survivors whose sealed bundle for this client did not open or did not
+    match the digests they committed to (nothing of those bundles is revealed)."""
 
     self_mask: dict[str, bytes]
     pair_seeds: dict[str, dict[str, bytes]]
+    complaints: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         dropped = {peer for by_peer in self.pair_seeds.values() for peer in by_peer}
         if set(self.self_mask) & dropped:
             raise ValueError("never both kinds of share for the same client")
+        _distinct("complaints", self.complaints)
+        if set(self.self_mask) & set(self.complaints):
+            raise ValueError("a self-mask share of a client complained about")
         _blobs("self_mask", self.self_mask)
         for survivor, by_peer in self.pair_seeds.items():
             _blobs(f"pair_seeds[{survivor!r}]", by_peer)

@@ -29,7 +29,7 @@ def test_bundle_round_trip_and_size() -> None:
     bundle = ShareBundle(self_mask=SHARE, pair_seeds={"gw-7": b"\x02" * SHARE_BYTES, "gw-3": b"\x03" * SHARE_BYTES})
     wire = bundle.to_bytes()
     assert len(wire) == 66 + 2 * (1 + 4 + 66)
-    assert sealed_bundle_size(["gw-7", "gw-3"]) == len(wire) + 28
+    assert sealed_bundle_size(["gw-7", "gw-3"]) == 2 + 16 * 3 + len(wire) + 28  # digests, sealed bundle
     assert ShareBundle.from_bytes(wire) == bundle
     assert ShareBundle.from_bytes(SHARE) == ShareBundle(SHARE, {})
     unicode = ShareBundle(SHARE, {"passerelle-é": SHARE})

@@ -13,6 +13,7 @@ from scipy import stats
 
 from shared.secure_aggregation import (
     ClientKeyPairs,
+    MaliciousGateway,
     MaskedInput,
     PublicKeys,
     SecAggClient,
@@ -376,15 +377,6 @@ def test_client_refuses_malicious_unmask_requests(sparse_round) -> None:
     refuses("only 2 survivors .* at least 3", survivors=few, shares={survivor: honest.shares[survivor]})
     refuses("no bundle from surviving neighbours", shares={k: v for k, v in honest.shares.items() if k != survivor})
     refuses("not surviving neighbours", shares={**honest.shares, "gw-000": masked[survivor].shares[me]})
-    tampered = bytearray(honest.shares[survivor])
-    tampered[-1] ^= 1
-    refuses("does not open", shares={**honest.shares, survivor: bytes(tampered)})
-    other_receiver = next(w for w in fleet.server.neighbours[survivor] if w != me)
-    refuses("does not open", shares={**honest.shares, survivor: masked[survivor].shares[other_receiver]})
-    swapped = {v: honest.shares[v] for v in honest.shares}
-    first, second = sorted(swapped)[:2]
-    swapped[first], swapped[second] = swapped[second], swapped[first]  # bundles relabelled as another sender's
-    refuses("does not open", shares=swapped)
 
     # None of the refusals consumed the label: the honest request is still answered, once.
     reply = client.unmask(b"r", honest.survivors, honest.dropped, honest.shares)
@@ -405,14 +397,31 @@ def test_client_refuses_to_reveal_pair_seeds_with_a_client_outside_its_two_hops(
         fleet.clients[me].unmask(b"r", request.survivors, (remote,), request.shares)
 
 
-def test_bundle_of_another_label_is_refused(sparse_round) -> None:
+def _tampered(blob: bytes) -> bytes:
+    flipped = bytearray(blob)
+    flipped[-1] ^= 1
+    return bytes(flipped)
+
+
+@pytest.mark.parametrize("how", ["tampered", "for another receiver", "relabelled", "of another label"])
+def test_a_bundle_that_does_not_open_is_complained_about_and_nothing_of_it_is_revealed(sparse_round, how) -> None:
     fleet, masked = sparse_round
     requests = fleet.server.unmask_request(b"r", masked)
-    me = fleet.ids[3]
-    other = {c: fleet.clients[c].mask(b"other", np.zeros(16, np.uint64)) for c in fleet.server.neighbours[me]}
-    replayed = {v: other[v].shares[me] for v in requests[me].shares}
-    with pytest.raises(SecureAggregationError, match="does not open"):
-        fleet.clients[me].unmask(b"r", requests[me].survivors, requests[me].dropped, replayed)
+    me = next(c for c in fleet.ids if "gw-000" in fleet.server.neighbours[c])
+    honest = requests[me]
+    first, second = sorted(honest.shares)[:2]
+    if how == "tampered":
+        bad = {first: _tampered(honest.shares[first])}
+    elif how == "for another receiver":
+        bad = {first: masked[first].shares[next(w for w in fleet.server.neighbours[first] if w != me)]}
+    elif how == "relabelled":
+        bad = {first: honest.shares[second], second: honest.shares[first]}
+    else:
+        bad = {v: fleet.clients[v].mask(b"other", np.zeros(16, np.uint64)).shares[me] for v in (first, second)}
+    reply = fleet.clients[me].unmask(b"r", honest.survivors, honest.dropped, {**honest.shares, **bad})
+    assert reply.complaints == tuple(sorted(bad))
+    assert set(reply.self_mask) == set(honest.shares) - set(bad)
+    assert not set(reply.pair_seeds) & set(bad)
 
 
 def test_client_refuses_bad_setup_and_masking() -> None:
@@ -479,11 +488,19 @@ def test_server_refuses_inconsistent_rounds(sparse_round) -> None:
     owner, by_peer = next(iter(replies[liar].pair_seeds.items()))
     survivor_peer = next(v for v in server.neighbours[owner] if v in masked)
     forged = UnmaskShares(self_mask=replies[liar].self_mask, pair_seeds={owner: {survivor_peer: next(iter(by_peer.values()))}})
-    with pytest.raises(SecureAggregationError, match="non-dropped peers"):
+    # the forged reply is discarded whole, and the seeds it was needed for make the label fail naming it
+    with pytest.raises(MaliciousGateway, match=f"{liar} revealed pair seeds of {owner} with peers that did not drop"):
         server.aggregate(b"r", masked, {**replies, liar: forged}, 16)
-    server.aggregate(b"r", masked, replies, 16)
     with pytest.raises(SecureAggregationError, match="already aggregated"):
         server.unmask_request(b"r", masked)
+    with pytest.raises(SecureAggregationError, match="cannot rebuild"):  # too few replies: the label stays pending
+        server.aggregate(b"r2", *_answered_without(fleet, b"r2", liar))
+
+
+def _answered_without(fleet: Fleet, label: bytes, silent: str):
+    masked = mask_all(fleet, label, random_vectors(fleet.ids, 16), drop_before=["gw-000"])
+    replies = answer_all(fleet, label, fleet.server.unmask_request(label, masked), drop_after=[silent])
+    return masked, replies, 16
 
 
 def test_server_setup_is_validated() -> None:
