@@ -51,6 +51,7 @@ from shared.protocol.messages.secure_aggregation import (
     widen,
 )
 from shared.secure_aggregation import (
+    MaliciousGateway,
     MaskedInput,
     PublicKeys,
     SecAggConfig,
@@ -150,6 +151,7 @@ class FleetSummer:
         self.config = SecAggConfig(degree=degree, threshold=threshold)
         self.active: tuple[str, ...] = ()
         self.server: SecAggServer | None = None
+        self.expelled: set[str] = set()
 
     def start(self, clients: Sequence[str]) -> tuple[str, ...]:
         """Prepare the job's sums over ``clients``; returns those that can take part (secure:
@@ -199,8 +201,33 @@ class FleetSummer:
         (``word_bits``: their words' width; the total comes back as uint64 words whose int64
         view is the signed sum). Each vector is added to the sum as its reply arrives and the
         reply is kept without it (:class:`RunningSum`): the server holds one running total per
-        open sum, whatever the number of clients."""
+        open sum, whatever the number of clients.
+
+        A client caught breaking secure aggregation (``MaliciousGateway``: a share that does
+        not match its dealer's commitment, bundles its neighbours cannot open, bundles for
+        clients that are not its neighbours) is rejected with the reason, left out of
+        :attr:`active` and never asked again in this job; if the sum cannot be unmasked without
+        it, the others are asked again and it counts as dropped out."""
         selected = sorted(requests)
+        while True:
+            asked = {c: r for c, r in requests.items() if c not in self.expelled}
+            try:
+                return self._ask(asked, selected, expect, vector, length, check, word_bits)
+            except MaliciousGateway as exc:
+                self._expel(exc.culprits)
+
+    def _expel(self, culprits: Mapping[str, str]) -> None:
+        """Reject ``culprits`` (client -> what it did) and leave them out of the job's later sums."""
+        for client in sorted(culprits):
+            self.job.reject(client, f"secure aggregation: {culprits[client]}")
+        self.expelled.update(culprits)
+        self.active = tuple(c for c in self.active if c not in self.expelled)
+
+    def _ask(self, requests: Mapping[str, Any], selected: list[str], expect: type,
+             vector: Callable[[Any], MaskedVector], length: int, check: Callable[[str, Any], str | None] | None,
+             word_bits: int) -> FleetSum:
+        """:meth:`ask` of ``requests``' clients once; ``selected``: the clients the requests'
+        secure rounds name (those not asked count as dropped out)."""
         round_no = self.job.rounds + 1
         merged = getattr(self.job.engine, "merged", None)
         if merged is not None:  # the merge workers add the vectors up; the replies come without them
@@ -208,12 +235,12 @@ class FleetSummer:
 
             merged.open_sum(self.job.job_id, round_no, SumExpectation((expect,), length, word_bits, check))
             try:
-                replies = self.job.ask(dict(requests), selected, expect)
+                replies = self.job.ask(dict(requests), sorted(requests), expect)
             finally:
                 collected = merged.close_sum(self.job.job_id, round_no)
         else:
             collected = RunningSum(length, word_bits, vector, check)
-            replies = self.job.ask(dict(requests), selected, expect, fold=collected.take)
+            replies = self.job.ask(dict(requests), sorted(requests), expect, fold=collected.take)
         for client in sorted(collected.rejected):
             self.job.reject(client, collected.rejected[client])
         accepted = {c: r for c, r in replies.items() if c not in collected.rejected}
@@ -238,16 +265,29 @@ class FleetSummer:
         dropped = [c for c in selected if c not in accepted]
         try:
             plans = self.server.unmask_request(label.encode(), masked, selected)
+        except MaliciousGateway:
+            raise
         except SecureAggregationError as exc:
             raise TrainingError(f"round {round_no}: too many clients dropped out to unmask the sum: {exc}") from exc
         requests = {c: SecAggUnmaskRequest(label, tuple(p.survivors), tuple(p.dropped), dict(p.shares))
                     for c, p in plans.items()}
         answers = self.job.ask(requests, list(requests), SecAggUnmaskReply)
-        shares = {c: UnmaskShares(self_mask=a.self_mask, pair_seeds=a.pair_seeds) for c, a in answers.items()}
+        shares, unusable = {}, {}
+        for c, a in answers.items():
+            try:
+                shares[c] = UnmaskShares(self_mask=a.self_mask, pair_seeds=a.pair_seeds, complaints=a.complaints)
+            except SecureAggregationError as exc:
+                unusable[c] = f"sent an unusable unmask reply: {exc}"
         try:
-            total = self.server.aggregate(label.encode(), masked, shares, length)
+            result = self.server.unmask_sum(label.encode(), masked, shares, length)
+        except MaliciousGateway as exc:
+            raise MaliciousGateway({**unusable, **exc.culprits}) from None
         except SecureAggregationError as exc:
+            if unusable:
+                raise MaliciousGateway(unusable) from None
             raise TrainingError(f"round {round_no}: the fleet sum cannot be unmasked: {exc}") from exc
+        self._expel({**unusable, **result.culprits})
+        total = result.total
         np.add(total, summed.astype(np.uint64, copy=False), out=total)  # wraps mod 2^64; widen keeps the low bits
         if dropped:
             log.warning("clients dropped out of a secure sum", extra={"job": self.job.job_id, "round": round_no,

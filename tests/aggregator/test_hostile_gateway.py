@@ -1,0 +1,156 @@
+"""A gateway with valid credentials that lies during secure aggregation, end to end in simulation.
+
+Oracle: the job finishes, the liar is rejected by name (one "reply rejected" log line, and the
+job's record), and the model is bit for bit the model of a run in which the same gateway drops
+out at the same point instead (the existing dropout path): nothing the liar sends reaches a sum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from aggregator.jobs import JobSettings
+from aggregator.simulate import Simulation
+from shared.protocol.messages.secure_aggregation import SecAggUnmaskReply, SecAggUnmaskRequest, masked_vector_field
+from shared.secure_aggregation import PRIME, SHARE_BYTES, share_x
+from shared.secure_aggregation.shamir import lagrange_weights_at_zero
+from tests.aggregator.test_fedscs_xgb import make_clients
+from tests.aggregator.test_private_training import assert_identical, xgb
+
+LIAR = "gw-0"  # the smallest id: among the holders whose shares the server combines first
+SETTINGS = JobSettings(deadline_s=0.5, min_fraction=0.5)
+
+
+def lagrange_shifted(reply: SecAggUnmaskReply, request: SecAggUnmaskRequest, threshold: int) -> SecAggUnmaskReply:
+    """Each self-mask share shifted by the inverse of the liar's Lagrange weight among the holders
+    the server combines (the first ``threshold`` answering neighbours by id): the seed it rebuilds
+    is the true one plus 1, a valid-looking 32-byte seed."""
+    shifted = {}
+    for owner, share in reply.self_mask.items():
+        holders = sorted(c for c in request.survivors if c != owner)[:threshold]
+        weight = lagrange_weights_at_zero([share_x(h) for h in holders])[holders.index(LIAR)]
+        y = (int.from_bytes(share, "big") + pow(weight, -1, PRIME)) % PRIME
+        shifted[owner] = y.to_bytes(SHARE_BYTES, "big")
+    return dataclasses.replace(reply, self_mask=shifted)
+
+
+def random_shares(reply: SecAggUnmaskReply, request: SecAggUnmaskRequest, threshold: int) -> SecAggUnmaskReply:
+    rng = np.random.default_rng(0)
+    shares = {o: (int.from_bytes(rng.bytes(SHARE_BYTES), "big") % PRIME).to_bytes(SHARE_BYTES, "big")
+              for o in reply.self_mask}
+    return dataclasses.replace(reply, self_mask=shares)
+
+
+def lie_when_unmasking(sim: Simulation, tamper) -> None:
+    handlers = sim.participants[LIAR].dispatcher._handlers
+    original = handlers[SecAggUnmaskRequest]
+    handlers[SecAggUnmaskRequest] = lambda message: tamper(original(message), message.body, 3)
+
+
+def vanish_when_unmasking(sim: Simulation) -> None:
+    handlers = sim.participants[LIAR].dispatcher._handlers
+    original = handlers[SecAggUnmaskRequest]
+
+    def handler(message):
+        sim.transports[LIAR].drop()
+        return original(message)
+
+    handlers[SecAggUnmaskRequest] = handler
+
+
+def on_masked_replies(sim: Simulation, change) -> None:
+    """``change(n, body, shares)`` -> the sealed bundles the liar sends with its n-th masked vector
+    (n = 0, 1, ...); it may also drop the liar's connection instead."""
+    handlers = sim.participants[LIAR].dispatcher._handlers
+    sent = []
+
+    def wrap(original):
+        def handler(message):
+            body = original(message)
+            name = masked_vector_field(body)
+            if name is None or not getattr(body, name).shares:
+                return body
+            vector = getattr(body, name)
+            shares = change(len(sent), message.envelope, dict(vector.shares))
+            sent.append(dict(vector.shares))
+            return dataclasses.replace(body, **{name: dataclasses.replace(vector, shares=shares)})
+        return handler
+
+    for kind, original in list(handlers.items()):
+        handlers[kind] = wrap(original)
+    return sent
+
+
+def run(sim: Simulation):
+    return sim.run(xgb(secure_aggregation=True), settings=SETTINGS)
+
+
+def rejections(caplog: pytest.LogCaptureFixture) -> dict[str, str]:
+    return {r.client: r.reason for r in caplog.records if r.getMessage() == "reply rejected"}
+
+
+def fleet() -> Simulation:
+    return Simulation(make_clients(4, n_clients=5))
+
+
+@pytest.mark.parametrize(("tamper", "what"), [(lagrange_shifted, "self-mask seed that does not match"),
+                                              (random_shares, "self-mask seed that does not match")])
+def test_a_gateway_revealing_wrong_shares_is_named_and_the_model_is_that_of_its_dropping_out(
+        tamper, what, caplog: pytest.LogCaptureFixture) -> None:
+    hostile = fleet()
+    lie_when_unmasking(hostile, tamper)
+    with caplog.at_level(logging.WARNING):
+        model = run(hostile)
+    assert set(rejections(caplog)) == {LIAR}
+    assert what in rejections(caplog)[LIAR]
+    dropping = fleet()
+    vanish_when_unmasking(dropping)
+    assert_identical(model, run(dropping))
+
+
+def garbage(n, envelope, shares):
+    return {w: os.urandom(len(blob)) for w, blob in shares.items()}
+
+
+def garbage_sealed(n, envelope, shares):
+    """The digests kept, the sealed bundles random: only the holders can tell."""
+    digests = 2 + 16 * (len(shares) + 1)
+    return {w: blob[:digests] + os.urandom(len(blob) - digests) for w, blob in shares.items()}
+
+
+def made_up_neighbour(n, envelope, shares):
+    return {**shares, "gw-ghost": next(iter(shares.values()))}
+
+
+@pytest.mark.parametrize(("attack", "first", "what"), [
+    (garbage, 0, "malformed bundle"),
+    (garbage_sealed, 0, "did not open or match its commitments to ['gw-1', 'gw-2', 'gw-3', 'gw-4']"),
+    ("replayed", 1, "did not open or match its commitments"),
+    (made_up_neighbour, 0, "not address sealed bundles to exactly its neighbours"),
+])
+def test_a_gateway_sending_bad_bundles_is_named_and_the_model_is_that_of_its_dropping_out(
+        attack, first, what, caplog: pytest.LogCaptureFixture) -> None:
+    hostile = fleet()
+    if attack == "replayed":
+        sent = on_masked_replies(hostile, lambda n, envelope, shares: sent[-1] if n >= first else shares)
+    else:
+        on_masked_replies(hostile, lambda n, envelope, shares: attack(n, envelope, shares) if n >= first else shares)
+    with caplog.at_level(logging.WARNING):
+        model = run(hostile)
+    assert set(rejections(caplog)) == {LIAR}
+    assert what in rejections(caplog)[LIAR]
+
+    dropping = fleet()
+
+    def vanish(n, envelope, shares):
+        if n >= first:
+            dropping.transports[LIAR].drop()
+        return shares
+
+    on_masked_replies(dropping, vanish)
+    assert_identical(model, run(dropping))
