@@ -17,7 +17,7 @@ Flow (one key setup per training job, then any number of aggregations, each with
              gateway -> server : client.mask(label, vector, participants)          -> MaskedInput
              server -> gateway : server.unmask_request(label, masked, selected)[c] -> UnmaskRequest r
              gateway -> server : client.unmask(label, r.survivors, r.dropped, r.shares) -> UnmaskShares
-             server            : server.aggregate(label, masked, replies, length)  -> the sum (uint64)
+             server            : server.unmask_sum(label, masked, replies, length) -> SecureSum (sum, culprits)
 
 Why dropout recovery reveals *per-label pair seeds* and never a dropped gateway's mask key:
 with one key setup per job, the pairwise masks of every aggregation derive from the same
@@ -36,6 +36,13 @@ corrupting every sum (masks that do not cancel).
 Per aggregation a gateway reveals, for each client, shares of its self-mask seed (if it
 survived) or of pair seeds with it (if it dropped), never both, and answers one unmask request
 per label. Vectors are uint64 ring vectors (``fixed_point.encode_fixed`` / ``encode_counts``).
+
+Lying gateways: every share travels with its dealer's commitment (``bundle.CommittedBundle``).
+The server checks each revealed share against it and discards a reply that does not match,
+naming its sender; a holder checks its shares before revealing them, so an honest one is never
+blamed for its dealer's bad shares. A bundle that does not open or match is a complaint, not a
+refusal; a dealer that enough holders complain about is named, and as its masked vector cannot
+be unmasked the caller asks again without it (it then counts as dropped).
 """
 
 from __future__ import annotations
