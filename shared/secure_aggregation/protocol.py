@@ -614,7 +614,8 @@ class SecAggServer:
         if not isinstance(masked_input, MaskedInput):
             raise MaliciousGateway({client: f"sent a {type(masked_input).__name__}, not a MaskedInput"})
         if length is not None and masked_input.masked.size != length:
-            raise MaliciousGateway({client: f"sent a masked vector of length {masked_input.masked.size}, expected {length}"})
+            size = masked_input.masked.size
+            raise MaliciousGateway({client: f"sent a masked vector of length {size}, expected {length}"})
         expected = self._neighbours[client] if selected is None else self.participants(client, selected)
         if set(masked_input.shares) != set(expected):
             raise MaliciousGateway({client: "did not address sealed bundles to exactly its neighbours taking part"})
@@ -624,7 +625,8 @@ class SecAggServer:
             except SecureAggregationError as exc:
                 raise MaliciousGateway({client: f"sent {holder} a malformed bundle: {exc}"}) from None
             if count != len(expected) + 1:
-                raise MaliciousGateway({client: f"committed to {count} shares for {holder}, {len(expected) + 1} expected"})
+                wanted = len(expected) + 1
+                raise MaliciousGateway({client: f"committed to {count} shares for {holder}, {wanted} expected"})
 
     def unmask_request(
         self, label: bytes, masked: Mapping[str, MaskedInput], selected: Iterable[str] | None = None
@@ -875,7 +877,8 @@ class SecAggServer:
             if set(by_peer) - dropped or set(by_peer) - set(self._neighbours[owner]):
                 return f"revealed pair seeds of {owner} with peers that did not drop"
         revealed = [(owner, None, share) for owner, share in reply.self_mask.items()]
-        revealed += [(owner, peer, share) for owner, by_peer in reply.pair_seeds.items() for peer, share in by_peer.items()]
+        for owner, by_peer in reply.pair_seeds.items():
+            revealed += [(owner, peer, share) for peer, share in by_peer.items()]
         for owner, peer, share in revealed:
             committed = CommittedBundle.from_bytes(pending.inputs[owner].shares[responder])
             peers = pending.inputs[owner].shares

@@ -86,8 +86,28 @@ def on_masked_replies(sim: Simulation, change) -> None:
     return sent
 
 
-def run(sim: Simulation):
-    return sim.run(xgb(secure_aggregation=True), settings=SETTINGS)
+@dataclasses.dataclass
+class Recorded:
+    """The algorithm, keeping the job it ran (for the job's record of rejected replies)."""
+
+    algorithm: object
+    job: object = None
+
+    @property
+    def name(self) -> str:
+        return self.algorithm.name
+
+    def fit(self, job, *, seed: int = 0):
+        self.job = job
+        return self.algorithm.fit(job, seed=seed)
+
+
+def run(sim: Simulation, expect_rejected: dict[str, int] | None = None):
+    recorded = Recorded(xgb(secure_aggregation=True))
+    model = sim.run(recorded, settings=SETTINGS)
+    if expect_rejected is not None:
+        assert recorded.job.rejected == expect_rejected
+    return model
 
 
 def rejections(caplog: pytest.LogCaptureFixture) -> dict[str, str]:
@@ -105,7 +125,7 @@ def test_a_gateway_revealing_wrong_shares_is_named_and_the_model_is_that_of_its_
     hostile = fleet()
     lie_when_unmasking(hostile, tamper)
     with caplog.at_level(logging.WARNING):
-        model = run(hostile)
+        model = run(hostile, expect_rejected={LIAR: 1})
     assert set(rejections(caplog)) == {LIAR}
     assert what in rejections(caplog)[LIAR]
     dropping = fleet()
@@ -141,7 +161,7 @@ def test_a_gateway_sending_bad_bundles_is_named_and_the_model_is_that_of_its_dro
     else:
         on_masked_replies(hostile, lambda n, envelope, shares: attack(n, envelope, shares) if n >= first else shares)
     with caplog.at_level(logging.WARNING):
-        model = run(hostile)
+        model = run(hostile, expect_rejected={LIAR: 1})
     assert set(rejections(caplog)) == {LIAR}
     assert what in rejections(caplog)[LIAR]
 
