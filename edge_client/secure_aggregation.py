@@ -5,7 +5,9 @@ A job's keys live in memory only: a gateway that restarts mid-job cannot mask ag
 job (it answers ``resync``, and the server counts it as dropped in each round); the next job
 sets up fresh keys. Refusals of the protocol's safety checks (a client both surviving
 and dropped, too few survivors, a second unmasking of the same round, ...) are answered with
-``secure_aggregation`` errors and reveal nothing.
+``secure_aggregation`` errors and reveal nothing. A neighbour's share bundle that does not open
+or match the digests it committed to is not a refusal: the reply names that neighbour in
+``complaints``, reveals nothing of its bundle, and answers for the others.
 """
 
 from __future__ import annotations
