@@ -766,6 +766,23 @@ class SecAggServer:
             not asked, or a seed with fewer than ``threshold`` shares (too many clients dropped
             during unmasking: wait for more replies or give up the label). The label stays
             pending after these errors.
+
+        Examples
+        --------
+        >>> ids = ["a", "b", "c"]
+        >>> clients = {c: SecAggClient(c) for c in ids}
+        >>> server = SecAggServer(SecAggConfig(), ids, b"job")
+        >>> server.set_public_keys({c: k.public_keys() for c, k in clients.items()})
+        >>> blobs = {c: clients[c].join(server.roster_for(c), server.neighbours[c], server.threshold, b"job")
+        ...          for c in ids}
+        >>> for c, routed in server.route(blobs).items():
+        ...     clients[c].confirm_keys(routed)
+        >>> masked = {c: clients[c].mask(b"r", np.array([i + 1], np.uint64)) for i, c in enumerate(ids)}
+        >>> asked = server.unmask_request(b"r", masked)
+        >>> replies = {c: clients[c].unmask(b"r", q.survivors, q.dropped, q.shares) for c, q in asked.items()}
+        >>> result = server.unmask_sum(b"r", masked, replies, 1)
+        >>> result.total.tolist(), result.contributors, dict(result.culprits)
+        ([6], ('a', 'b', 'c'), {})
         """
         self._require_roster()
         label = check_label(label, "label")
