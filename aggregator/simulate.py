@@ -51,9 +51,13 @@ class Simulation:
     Keep one to run several jobs over the same fleet (e.g. training then retraining), or to
     drop and reconnect clients between rounds (``transports[client_id].drop()``).
     ``record_bodies=True`` keeps every body the server receives, for :meth:`server_view`.
+    ``reply_cache_bytes`` caps each simulated gateway's cache of its replies (a gateway's own
+    default is 64 MiB; in one process the caches of all the gateways add up; the latest reply
+    is always kept, so the open round's request is still answered from it).
     """
 
-    def __init__(self, clients: Sequence[Any], *, max_payload: int | None = None, record_bodies: bool = False) -> None:
+    def __init__(self, clients: Sequence[Any], *, max_payload: int | None = None, record_bodies: bool = False,
+                 reply_cache_bytes: int | None = None) -> None:
         self.clients = as_client_data(clients)
         self.broker = MemoryBroker()
         options = {} if max_payload is None else {"max_payload": max_payload}
@@ -66,6 +70,8 @@ class Simulation:
         for client in self.clients:
             transport = MemoryTransport(self.broker, client.client_id, **options)
             participant = Participant(transport, client)
+            if reply_cache_bytes is not None:
+                participant.dispatcher.remember_bytes = reply_cache_bytes
             participant.start()
             self.transports[client.client_id] = transport
             self.participants[client.client_id] = participant

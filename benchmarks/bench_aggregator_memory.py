@@ -13,6 +13,11 @@ The model is ``FedSCSXGB(n_rounds=10, max_depth=4, gamma=0.1)`` in its private d
 histogram protocol at 256 bins (``learning_rate=0.2``), and ``FedForest(n_trees=10, max_depth=4)``
 (its histogram protocol, secure sums). "data only" is the peak of a process that loads the fleet
 and starts its gateways but trains nothing: what the training adds is the difference.
+
+Every simulated gateway keeps a cache of its replies (up to 64 MiB, to answer a repeated
+request without recomputing); in one process the caches of all the gateways add up, which the
+aggregator never holds. ``--capped-caches`` adds rows with each gateway's cache capped at 1 MiB
+(``Simulation(reply_cache_bytes=...)``), closer to what the server half alone needs.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from _common import description, markdown_table, print_machine
 
 FLEETS = ("recordings", "clients64")
 MODELS = ("none", "private", "histogram256", "fedforest")
+#: The simulated gateways' reply caches in the "capped" rows (each keeps its latest reply).
+CAPPED_CACHE_BYTES = 1 << 20
 
 
 def vm_hwm_mb() -> float:
@@ -74,13 +81,13 @@ def algorithm(model: str):
     raise ValueError(f"unknown model {model!r}")
 
 
-def run_case(fleet: str, model: str) -> dict:
+def run_case(fleet: str, model: str, capped: bool = False) -> dict:
     """One case in this process: peak MB, MB sent per gateway, seconds, windows and features."""
     from aggregator.simulate import Simulation
 
     logging.disable(logging.WARNING)  # the non-DP protocols' one-line warnings
     clients = load_fleet(fleet)
-    sim = Simulation(clients)
+    sim = Simulation(clients, reply_cache_bytes=CAPPED_CACHE_BYTES if capped else None)
     started = time.perf_counter()
     if model != "none":
         sim.run(algorithm(model))
@@ -89,10 +96,10 @@ def run_case(fleet: str, model: str) -> dict:
             "windows": sum(len(c.y) for c in clients), "features": clients[0].X.shape[1]}
 
 
-def fresh(fleet: str, model: str) -> dict:
+def fresh(fleet: str, model: str, capped: bool) -> dict:
     """:func:`run_case` in a fresh interpreter (its own peak)."""
-    out = subprocess.run([sys.executable, __file__, "--case", fleet, model], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run([sys.executable, __file__, "--case", fleet, model, *(["--capped-caches"] if capped else [])],
+                         capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"case {fleet}/{model} failed: {out.stderr.strip().splitlines()[-1:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -103,21 +110,24 @@ def main() -> None:
     parser.add_argument("--case", nargs=2, metavar=("FLEET", "MODEL"), help="run one case here, print JSON")
     parser.add_argument("--fleets", nargs="+", choices=FLEETS, default=list(FLEETS))
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--capped-caches", action="store_true",
+                        help="also run each training with the gateways' reply caches capped at 1 MiB")
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(run_case(*args.case)))
+        print(json.dumps(run_case(*args.case, capped=args.capped_caches)))
         return
     print_machine("Peak resident memory of a simulated training (server, gateways and data in one process)",
                   " ".join(["python", "benchmarks/bench_aggregator_memory.py", *sys.argv[1:]]))
     rows = []
     for fleet in args.fleets:
         for model in args.models:
-            r = fresh(fleet, model)
-            rows.append([fleet, f"{r['gateways']} x {r['windows'] // r['gateways']} x {r['features']}",
-                         "data only" if model == "none" else model, f"{r['peak_mb']:.0f}",
-                         f"{r['sent_mb']:.3f}", f"{r['seconds']:.1f}"])
-    print(markdown_table(["fleet", "gateways x windows x features", "model", "peak resident MB",
-                          "MB sent per gateway", "seconds"], rows))
+            for capped in (False, True) if args.capped_caches and model != "none" else (False,):
+                r = fresh(fleet, model, capped)
+                rows.append([fleet, f"{r['gateways']} x {r['windows'] // r['gateways']} x {r['features']}",
+                             "data only" if model == "none" else model, "1 MiB" if capped else "64 MiB",
+                             f"{r['peak_mb']:.0f}", f"{r['sent_mb']:.3f}", f"{r['seconds']:.1f}"])
+    print(markdown_table(["fleet", "gateways x windows x features", "model", "gateway reply cache",
+                          "peak resident MB", "MB sent per gateway", "seconds"], rows))
 
 
 if __name__ == "__main__":
