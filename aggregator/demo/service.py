@@ -22,6 +22,10 @@ from typing import Any
 
 from aggregator.broker.mosquitto import die_with_parent
 
+#: The demo server's lifetime privacy cap per window: room for the first training and a retraining
+#: at the demo's epsilon (``training.DEMO_EPSILON``) on the same windows.
+DEMO_EPSILON_CAP = 64.0
+
 __all__ = ["ApiError", "DemoServer"]
 
 _URL = re.compile(r"dashboard (http://\S+?)/ ")
@@ -40,7 +44,8 @@ class DemoServer:
     def __init__(self, run_dir: Path, *, broker_port: int, protocol: int, password: str, token: str,
                  deadline_s: float, min_fraction: float, schedule_tick_s: float = 1.0) -> None:
         self.token = token
-        env = dict(os.environ, WHEELFED_MQTT_PASSWORD=password, WHEELFED_OPERATOR_TOKENS=token)
+        env = dict(os.environ, WHEELFED_MQTT_PASSWORD=password, WHEELFED_OPERATOR_TOKENS=token,
+                   WHEELFED_PRIVACY_EPSILON_CAP=str(DEMO_EPSILON_CAP))
         self.log_path = run_dir / "server.log"
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from aggregator.demo.training import XGB_BINS, ApiTraining, TrainingPlan
+from aggregator.demo.training import DEMO_EPSILON, ApiTraining, TrainingPlan
 from aggregator.server.service import build_algorithm
 
 
@@ -18,7 +18,7 @@ def plan(secure: bool = True) -> TrainingPlan:
 def test_the_server_builds_every_config_the_demo_sends() -> None:
     p = plan()
     xgb = build_algorithm("fedscs-xgb", p.config("fedscs-xgb"))
-    assert (xgb.n_rounds, xgb.n_bins, list(xgb.classes)) == (10, XGB_BINS, ["PEN", "ROW"])
+    assert (xgb.n_rounds, xgb.protocol, xgb.dp_epsilon, list(xgb.classes)) == (10, "private", DEMO_EPSILON, ["PEN", "ROW"])
     assert build_algorithm("fedscs-xgb", p.config("fedscs-xgb", continuing=True)).n_rounds == 5
     forest = build_algorithm("fedforest", p.config("fedforest"))
     assert (forest.n_trees, forest.max_depth, forest.secure_aggregation) == (30, 8, True)
@@ -35,8 +35,9 @@ def test_the_local_only_baseline_is_the_fleets_forest_for_one_gateway_in_the_cle
 
 def test_privacy_settings_as_the_server_resolves_them() -> None:
     on = build_algorithm("fedscs-xgb", plan(True).config("fedscs-xgb"))
-    assert (on.protocol, bool(on.secure_aggregation), on.min_crowd) == ("histogram", True, 5)
-    assert not build_algorithm("fedscs-xgb", plan(False).config("fedscs-xgb")).secure_aggregation
+    assert (on.protocol, bool(on.secure_aggregation), on.dp_epsilon) == ("private", True, DEMO_EPSILON)
+    off = build_algorithm("fedscs-xgb", plan(False).config("fedscs-xgb"))
+    assert (off.protocol, bool(off.secure_aggregation)) == ("histogram", False)
 
 
 class _Metrics:

@@ -62,8 +62,8 @@ def fleet(seed: int, *, regression: bool = False, n_classes: int = 3, n_clients:
 
 
 @pytest.mark.parametrize(("estimator", "config", "regression"), [
-    (FedSCSXGBClassifier(n_estimators=3, max_depth=3, max_bin=16, gamma=0.2, random_state=4),
-     FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, gamma=0.2), False),
+    (FedSCSXGBClassifier(n_estimators=3, max_depth=3, max_bin=16, gamma=0.2, random_state=4, protocol="histogram"),
+     FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, gamma=0.2, protocol="histogram"), False),
     (FedSCSXGBClassifier(n_estimators=2, multi_strategy="multi_output_tree", protocol="atoms", max_bin=16),
      FedSCSXGB(n_rounds=2, multi_strategy="multi_output_tree", protocol="atoms", n_bins=16), False),
     (FedSCSXGBRegressor(n_estimators=3, learning_rate=0.3, max_bin=16, secure_aggregation=False),
@@ -182,7 +182,7 @@ def test_numpy_scalars_are_the_plain_numbers_they_hold() -> None:
     (FedForestClassifier, {"min_samples_split": 0.5}, "min_samples_split must be an int >= 2"),
     (FedForestClassifier, {"bootstrap": "yes"}, "bootstrap must be a bool, got 'yes'"),
     (FedForestRegressor, {"protocol": "sketches", "secure_aggregation": True}, "secure aggregation sums histograms"),
-    (FedSCSXGBRegressor, {"learning_rate": np.inf}, "learning_rate must be a finite number >= 0, got inf"),
+    (FedSCSXGBRegressor, {"learning_rate": np.inf}, "learning_rate must be a finite number >= 0 or None, got inf"),
     (FedSCSXGBRegressor, {"reg_lambda": np.nan}, "reg_lambda must be a finite number >= 0, got nan"),
     (FedSCSXGBClassifier, {"client_fraction": 0}, r"client_fraction must be a number in \(0, 1\], got 0"),
     (FedSCSXGBClassifier, {"gamma": 0.1, "min_split_loss": 0.2}, "gamma and min_split_loss are one parameter"),
@@ -257,8 +257,8 @@ def test_min_split_loss_is_gamma_s_other_name() -> None:
     """xgboost's two names of one number: either (or both, equal) gives the engine's trees for
     ``FedSCSXGB(gamma=...)``; neither gives the engine's default; the number does matter."""
     clients = fleet(8)
-    settings = {"n_estimators": 3, "max_depth": 4, "max_bin": 16}
-    engine = {"n_rounds": 3, "max_depth": 4, "n_bins": 16}
+    settings = {"n_estimators": 3, "max_depth": 4, "max_bin": 16, "protocol": "histogram"}
+    engine = {"n_rounds": 3, "max_depth": 4, "n_bins": 16, "protocol": "histogram"}
 
     def model(**params):
         return FedSCSXGBClassifier(**settings, **params).fit(clients).model_

@@ -77,7 +77,7 @@ def test_quorum_errors_name_every_gateway_and_its_reason() -> None:
     sim = Simulation([client("gw-1", 1, "fs-a"), client("gw-2", 2, "fs-b"), client("gw-3", 3, "fs-b")])
     job = FederatedJob(sim.engine, list(sim.transports), job_id="q", settings=JobSettings(deadline_s=5))
     with pytest.raises(QuorumNotReached) as info:
-        FedSCSXGB(n_rounds=1, secure_aggregation=False, feature_set_version="fs-a").fit(job)
+        FedSCSXGB(n_rounds=1, protocol="histogram", secure_aggregation=False, feature_set_version="fs-a").fit(job)
     message = str(info.value)
     assert "1 of 3 clients answered, quorum is 3" in message
     assert "gw-2: feature_set_mismatch: no labelled windows of 'fs-a': this gateway stores fs-b" in message
@@ -138,7 +138,7 @@ def test_a_stopped_forest_is_the_forest_of_the_depth_it_reached(protocol: str) -
 
 
 def test_a_stop_during_the_last_step_changes_nothing() -> None:
-    config = FedSCSXGB(n_rounds=3, max_depth=2, n_bins=16)
+    config = FedSCSXGB(n_rounds=3, max_depth=2, n_bins=16, protocol="histogram")
     job = stopped_job(Simulation(CLIENTS), after_step=3)
     assert config.fit(job) == aggregator.simulate(config, CLIENTS) and job.stopped is None
 

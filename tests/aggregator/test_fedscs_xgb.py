@@ -466,7 +466,7 @@ def test_multi_output_tree_under_secure_aggregation_and_minimum_crowd() -> None:
     than the minimum crowd."""
     clients = make_clients(24, n_clients=4)
     X, _ = pooled(clients)
-    base = dict(n_rounds=2, max_depth=6, min_crowd=30, multi_strategy="multi_output_tree")
+    base = dict(n_rounds=2, max_depth=6, min_crowd=30, multi_strategy="multi_output_tree", protocol="histogram")
     masked = aggregator.simulate(FedSCSXGB(**base), clients)
     plain = aggregator.simulate(FedSCSXGB(**base, secure_aggregation=False), clients)
     assert masked.trees == plain.trees
@@ -494,17 +494,3 @@ def test_histogram_requests_size_their_vector_by_strategy() -> None:
         request("multi_output_tree", [1])
     binary = XgbTask("logistic", "", 2, np.zeros(1), ("a", "b"), "multi_output_tree")
     assert not binary.vector_leaves and binary.node_columns == 1  # one output: nothing to share
-
-
-def test_multi_output_tree_with_differential_privacy() -> None:
-    """The noise shares cover every class's G and H cells (the 2K + 1 statistics, sensitivity
-    sqrt((2K + 1) d) per tree): mild noise moves the model a little, the epsilon is accounted."""
-    clients = make_clients(26)
-    X, y = pooled(clients)
-    base = dict(n_rounds=3, max_depth=3, n_bins=16, multi_strategy="multi_output_tree")
-    exact = aggregator.simulate(FedSCSXGB(**base), clients)
-    noisy = aggregator.simulate(FedSCSXGB(**base, dp_noise_multiplier=0.05), clients)
-    assert noisy.n_trees == 3 and noisy.trees != exact.trees
-    assert noisy.metadata["dp_rho"] == pytest.approx(noisy.metadata["dp_releases"] / (2 * 0.05**2))
-    accuracy = lambda m: float(np.mean(m.predict(X.astype(np.float32)) == y))  # noqa: E731
-    assert accuracy(noisy) > accuracy(exact) - 0.05

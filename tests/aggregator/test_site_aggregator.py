@@ -132,7 +132,7 @@ def received(fleet: MemoryFleet, sender: str) -> list[str]:
 
 
 @pytest.mark.parametrize("algorithm", [
-    FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16),  # private: secure aggregation on
+    FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, protocol="histogram"),  # secure aggregation on
     FedForest(n_trees=4, max_depth=4, n_bins=16, secure_aggregation=False),  # private, plain sums
 ], ids=["fedscs_xgb-secure", "fedforest-plain"])
 def test_sites_give_the_flat_fleets_model_bit_for_bit(algorithm) -> None:
@@ -166,7 +166,7 @@ def test_a_silent_member_is_reported_by_its_site_and_dropped_as_in_a_flat_fleet(
     (the cloud closes each round then, not at its own deadline), and the cloud's model equals
     the flat fleet's, where gw-2 vanishes at the same step and times out."""
     data = fleet_data()
-    algorithm = FedSCSXGB(n_rounds=3, max_depth=2, n_bins=8)
+    algorithm = FedSCSXGB(n_rounds=3, max_depth=2, n_bins=8, protocol="histogram")
 
     def dropping(fleet: MemoryFleet) -> Callable:
         def on_round(progress) -> None:

@@ -11,8 +11,8 @@ import pytest
 @pytest.mark.parametrize("args, message", [
     (["--client-fraction", "0.5"], "client_fraction < 1"),
     (["--algorithm", "fedforest", "--client-splits"], "add --paper-protocol"),
-    (["--algorithm", "fedforest", "--dp-noise-multiplier", "2"], "fedscs-xgb only"),
-    (["--dp-noise-multiplier", "2", "--no-secure-aggregation"], "secure aggregation"),
+    (["--algorithm", "fedga-tree", "--dp-epsilon", "2"], "does not apply to fedga-tree"),
+    (["--multi-strategy", "one_output_per_tree"], "vector-leaf"),
     (["--min-crowd", "-1"], "--min-crowd"),
 ])
 def test_bad_privacy_options_end_in_one_line(tmp_path, args, message) -> None:
