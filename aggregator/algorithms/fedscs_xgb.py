@@ -1,6 +1,8 @@
-"""FedSCS-XGB's server half, with two protocols.
+"""FedSCS-XGB's configuration and server half.
 
-* ``protocol="histogram"`` (private): the job opens with fleet sums and the edges read off
+* ``protocol="private"`` (the default for classifiers unless secure aggregation is turned off):
+  differential privacy under secure aggregation, grown by ``fedscs_xgb_private``.
+* ``protocol="histogram"`` (secure sums without differential privacy): the job opens with fleet sums and the edges read off
   fleet-summed grid counts (``private_fleet``, once per job, count-weighted like XGBoost's
   ``hist``), then every depth level of a boosting round asks for the (G, H, count) histograms
   of the nodes to split, as fixed-point vectors summed by a ``FleetSummer`` -- under secure
@@ -176,7 +178,8 @@ class FedSCSXGB:
     ``ddsketch_alpha``, features standardised by the fleet's mean and std when
     ``standardize``). ``client_fraction``: share of the clients sampled per round.
     ``classes``: fix the label vocabulary instead of taking the union of the clients' labels.
-    ``protocol``: ``"private"`` (the default for classification: differential privacy, below),
+    ``protocol``: ``"private"`` (the default for classification unless ``secure_aggregation=False``:
+    differential privacy, below),
     ``"histogram"`` (secure sums of exact histograms per depth level, without differential
     privacy; the default for regression) or ``"atoms"`` (the paper's; reveals per-window vectors).
     Both non-DP protocols log a one-line warning. ``secure_aggregation``: mask the vectors so the

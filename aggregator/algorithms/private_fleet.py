@@ -89,11 +89,13 @@ def opening_releases() -> int:
 
 def check_privacy_settings(config, *, paper: str, dp_possible: bool) -> None:
     """Validate (and resolve) the privacy settings the algorithms' configurations share:
-    ``protocol`` (``None``: "private" when ``dp_possible``, else "histogram"; or the paper's
+    ``protocol`` (``None``: "private" when ``dp_possible`` and secure aggregation is not turned
+    off, else "histogram"; or the paper's
     ``paper``), ``secure_aggregation`` (``None``: on unless the paper's protocol; the private
     protocol needs it), ``min_crowd``, ``dp_epsilon``/``dp_delta`` and ``client_fraction``."""
-    if config.protocol is None:
-        object.__setattr__(config, "protocol", "private" if dp_possible else "histogram")
+    if config.protocol is None:  # private when it can be: a classifier, secure aggregation not turned off
+        private = dp_possible and config.secure_aggregation is not False
+        object.__setattr__(config, "protocol", "private" if private else "histogram")
     if config.protocol not in ("private", "histogram", paper):
         raise ValueError(f"protocol must be 'private', 'histogram' or {paper!r}, got {config.protocol!r}")
     if config.protocol == "private" and not dp_possible:

@@ -177,7 +177,7 @@ def test_private_training_learns_a_separable_fleet() -> None:
     ({"objective": "squared_error", "protocol": "private"}, "classifiers"),
     ({"dp_epsilon": 0.0}, "dp_epsilon"),
     ({"dp_delta": 0.5}, "dp_delta"),
-    ({"secure_aggregation": False}, "secure aggregation"),
+    ({"protocol": "private", "secure_aggregation": False}, "secure aggregation"),
     ({"dp_features": 0}, "dp_features"),
 ])
 def test_bad_private_settings_are_one_line(kwargs, message) -> None:
@@ -191,6 +191,7 @@ def test_protocol_defaults_private_for_classifiers_and_histogram_for_regression(
     regression = FedSCSXGB(objective="squared_error")
     assert regression.protocol == "histogram" and regression.bins == 256
     assert FedSCSXGB(protocol="histogram").multi_strategy == "one_output_per_tree"
+    assert FedSCSXGB(secure_aggregation=False).protocol == "histogram"  # no DP without secure aggregation
     assert math.isfinite(FedSCSXGB().dp_epsilon)
 
 
