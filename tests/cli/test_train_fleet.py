@@ -63,13 +63,14 @@ class Fleet:
     processes: GatewayProcesses
 
     def train(self, *args: str, timeout: float = 60.0):
-        return wheelfed("train", "--port", str(self.port), *args, cwd=self.folder,
+        return wheelfed("train", "--port", str(self.port), "--no-dp", *args, cwd=self.folder,
                         env={"WHEELFED_MQTT_PASSWORD": PASSWORDS["aggregator"]}, timeout=timeout)
 
     def start_training(self, *args: str) -> subprocess.Popen:
         """``wheelfed train`` in the background, stdout line-buffered, for signal tests."""
         env = {**os.environ, "PYTHONPATH": str(REPO), "WHEELFED_MQTT_PASSWORD": PASSWORDS["aggregator"]}
-        return subprocess.Popen([sys.executable, "-m", "edge_client.cli", "train", "--port", str(self.port), *args],
+        return subprocess.Popen([sys.executable, "-m", "edge_client.cli", "train", "--port", str(self.port), "--no-dp",
+                                 *args],
                                 cwd=self.folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

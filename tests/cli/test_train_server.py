@@ -106,8 +106,8 @@ def _get(server: ServerProcess, path: str, *, raw: bool = False):
 @pytest.fixture(scope="module")
 def trained(setup: Setup) -> CliRun:
     """``act:v1``, trained through the server (the other tests read, deploy and compare it)."""
-    return setup.cli("train", "--model-id", "act", "--rounds", "3", "--max-depth", "3", "--bins", "16", "-o",
-                     "act.cbor")
+    return setup.cli("train", "--model-id", "act", "--rounds", "3", "--max-depth", "3", "--bins", "16", "--no-dp",
+                     "-o", "act.cbor")
 
 
 def test_train_submits_the_job_follows_its_rounds_and_downloads_the_simulated_model(setup: Setup,
@@ -128,7 +128,7 @@ def test_train_submits_the_job_follows_its_rounds_and_downloads_the_simulated_mo
     job = _get(setup.server, f"/api/jobs/{job_id}")
     assert job["config"] == {"n_rounds": 3, "max_depth": 3, "n_bins": 16, "secure_aggregation": True}
     downloaded = TreeEnsemble.from_cbor((setup.folder / "act.cbor").read_bytes())
-    simulated = aggregator.simulate(FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, feature_set_version=FEATURE_SET),
+    simulated = aggregator.simulate(FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, protocol="histogram", feature_set_version=FEATURE_SET),
                                     client_data(setup.stores, 0.2), seed=0)
     assert downloaded == simulated
 
@@ -159,7 +159,7 @@ def test_model_actions_read_and_deploy_through_the_server(setup: Setup, trained:
 def test_ctrl_c_cancels_the_job_on_the_server(setup: Setup) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "WHEELFED_SERVER": setup.server.url, "WHEELFED_TOKEN": OPERATOR}
     proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "train", "--model-id", "long", "--rounds", "200",
-                             "--max-depth", "2", "--bins", "8"], cwd=setup.folder, env=env, stdout=subprocess.PIPE,
+                             "--max-depth", "2", "--bins", "8", "--no-dp"], cwd=setup.folder, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     first = proc.stdout.readline()
     job_id = first.rsplit(" ", 1)[1].strip()
@@ -182,7 +182,7 @@ def test_each_failure_is_one_line_with_the_cli_s_exit_code(setup: Setup, trained
     (setup.folder / "token").write_text(READER + "\n")
     key = str(setup.folder.parent / "aggregator.key")
     nowhere = f"http://127.0.0.1:{find_free_port()}"
-    train = ("train", "--model-id", "x", "--rounds", "1")
+    train = ("train", "--model-id", "x", "--rounds", "1", "--no-dp")
     # (command, token, exit code, fragments of the one line)
     cases = [
         (train, None, RUNTIME, ("needs a bearer token", "this needs an operator token", "WHEELFED_TOKEN",

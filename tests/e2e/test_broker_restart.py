@@ -53,7 +53,7 @@ def test_broker_sigkilled_mid_round_the_job_equals_the_simulation_and_a_queued_p
     fill_store(tmp_path / "gw-5.db", 5)
     spare_args = ("--store", str(tmp_path / "gw-5.db"), "--model-dir", str(tmp_path / "gw-5-models"),
                   "--trust", str(tmp_path / "aggregator.pub"))
-    config = FedSCSXGB(n_rounds=4, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
+    config = FedSCSXGB(protocol="histogram", n_rounds=4, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
     with fleet_mosquitto(tmp_path / "broker", SPARE) as mosquitto, \
             start_fleet(tmp_path, broker=Listener(mosquitto.port)) as fleet:
         answers: list[Message] = []
@@ -67,7 +67,7 @@ def test_broker_sigkilled_mid_round_the_job_equals_the_simulation_and_a_queued_p
         spare.stop_all()
         fleet.presence.wait(["gw-5"], online=False, timeout_s=30)
 
-        pushed = aggregator.simulate(FedSCSXGB(n_rounds=1, n_bins=32, feature_set_version=FEATURE_SET,
+        pushed = aggregator.simulate(FedSCSXGB(protocol="histogram", n_rounds=1, n_bins=32, feature_set_version=FEATURE_SET,
                                                secure_aggregation=False), client_data(fleet.stores))
         bundle = ModelBundle.create(pushed, model_id="activity", version=1, signing_key=key).to_bytes()
         push = Message.create(ModelPush(bundle), sender=AGGREGATOR_ID, job="deploy-before-the-crash", round=1)

@@ -46,7 +46,7 @@ def restart_in_simulation(sim: Simulation, client: str) -> None:
 
 
 def test_mqtt_training_with_gateway_processes_equals_the_simulation(fleet) -> None:
-    config = FedSCSXGB(n_rounds=4, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
+    config = FedSCSXGB(protocol="histogram", n_rounds=4, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
     model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=5, settings=JobSettings(deadline_s=60))
     simulated = aggregator.simulate(config, client_data(fleet.stores, 0.2), seed=5)
     assert model == simulated  # bit-identical: trees, leaves, base score, classes, metadata
@@ -126,12 +126,12 @@ def test_private_training_goes_on_when_a_gateway_is_killed_and_it_rejoins_the_ne
             if progress.step == 4:
                 fleet.restart("gw-4")
 
-        config = FedSCSXGB(n_rounds=6, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
+        config = FedSCSXGB(protocol="histogram", n_rounds=6, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
         model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=1,
                                     settings=JobSettings(deadline_s=4, min_fraction=0.5), progress=on_round)
         assert proxy.stats.total("tapped") == 1
         # the next job: gw-4 is back in every round
-        again = FedSCSXGB(n_rounds=2, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
+        again = FedSCSXGB(protocol="histogram", n_rounds=2, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
         next_model, next_job = train_on_fleet(again, fleet.agg, clients=GATEWAYS, seed=2,
                                               settings=JobSettings(deadline_s=60))
     assert config.secure_aggregation and model.n_trees == 18

@@ -117,7 +117,7 @@ def mqtt_fleet(tmp_path: Path, sites: dict[str, list[str]] | None, *, in_process
 
 
 def test_sites_give_the_flat_fleets_model_over_mosquitto(tmp_path: Path) -> None:
-    algorithms = [FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16),  # secure aggregation
+    algorithms = [FedSCSXGB(protocol="histogram", n_rounds=2, max_depth=3, n_bins=16),  # secure aggregation
                   FedForest(n_trees=3, max_depth=3, n_bins=16, secure_aggregation=False)]  # plain sums
     models, upstream = {}, {}
     for sites in (None, SITES):
@@ -144,7 +144,7 @@ def test_a_gateway_that_times_out_at_its_site_is_dropped_as_in_the_flat_fleet(tm
     cloud closes those rounds then, with gw-2's ``site_timeout``, instead of at its own 30 s --
     and the secure-aggregation model equals the flat fleet's, where gw-2 vanishes at the same
     step and times out at the cloud (1.5 s deadline there)."""
-    algorithm = FedSCSXGB(n_rounds=3, max_depth=2, n_bins=8)
+    algorithm = FedSCSXGB(protocol="histogram", n_rounds=3, max_depth=2, n_bins=8)
     models, jobs = {}, {}
     for sites, deadline in ((None, 1.5), (SITES, 30.0)):
         with mqtt_fleet(tmp_path / ("sites" if sites else "flat"), sites, site_deadline_s=1.0) as fleet:

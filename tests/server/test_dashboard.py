@@ -58,7 +58,8 @@ def test_the_dashboard_shows_the_fleet_and_a_jobs_curve(tmp_path, browser) -> No
                                tmp_path / "server.log")
         try:
             status, job = server.request("POST", "/api/jobs", {"model_id": "act", "config": {"n_rounds": 3,
-                                                                                            "max_depth": 2}})
+                                                                                            "max_depth": 2,
+                                                                                            "protocol": "histogram"}})
             assert status == 201, job
             server.wait_job(job["job_id"], lambda j: j["state"] == "completed")
             browser.get(server.url + "/")

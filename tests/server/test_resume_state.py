@@ -19,7 +19,7 @@ from shared.model import TreeEnsemble
 from tests.server.fleet_memory import fleet_data, running_server, wait_job
 from tests.server.test_resume import assert_same_model
 
-CONFIG = {"n_rounds": 5, "max_depth": 2, "n_bins": 16}
+CONFIG = {"n_rounds": 5, "max_depth": 2, "n_bins": 16, "protocol": "histogram"}
 GATEWAYS = ["gw-1", "gw-2", "gw-3"]
 FOREST = {"n_trees": 4, "max_depth": 4, "n_bins": 8}
 

@@ -70,7 +70,7 @@ def test_new_windows_trigger_a_retraining_that_the_rule_rejects_or_promotes(tmp_
     with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
         api = TestClient(create_app(server))
         announce(sim, {g: 50 for g in GATEWAYS})
-        strong = aggregator.simulate(FedSCSXGB(n_rounds=10, max_depth=3, n_bins=16), clients)
+        strong = aggregator.simulate(FedSCSXGB(n_rounds=10, max_depth=3, n_bins=16, protocol="histogram"), clients)
         baseline(server, strong)
         body = {"schedule_id": "stump", "model_id": "act", "algorithm": "fedforest", "min_new_windows": 40,
                 "threshold": 0.0, "config": {"n_trees": 1, "max_depth": 1, "n_bins": 16}}
@@ -88,7 +88,7 @@ def test_new_windows_trigger_a_retraining_that_the_rule_rejects_or_promotes(tmp_
         api.delete("/api/schedules/stump")
 
         more = {"schedule_id": "boost", "model_id": "act", "algorithm": "fedscs-xgb", "every_s": 1e-3,
-                "threshold": 0.05, "config": {"n_rounds": 2, "max_depth": 3, "n_bins": 16}}
+                "threshold": 0.05, "config": {"n_rounds": 2, "max_depth": 3, "n_bins": 16, "protocol": "histogram"}}
         assert api.post("/api/schedules", json=more).status_code == 201
         job = run_due(server)
         assert job.state == "completed" and job.init_model == "act:v1"  # continues from what runs

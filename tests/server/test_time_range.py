@@ -18,7 +18,7 @@ from shared.model import TreeEnsemble
 from shared.protocol.messages.fleet_sums import TimeRange
 from tests.server.fleet_memory import LABELS, announce, running_server, wait_job
 
-CONFIG = {"n_rounds": 3, "max_depth": 2, "n_bins": 16}
+CONFIG = {"n_rounds": 3, "max_depth": 2, "n_bins": 16, "protocol": "histogram"}
 FS = "wheelfed-tifex-2+abc"
 XGB = FedSCSXGB(**CONFIG, feature_set_version=FS)
 DAY_US = 86_400 * 10**6
