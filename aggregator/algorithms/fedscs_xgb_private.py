@@ -89,7 +89,7 @@ def round_features(n_features: int, usable: np.ndarray, k: int, seed: int, round
     Examples
     --------
     >>> round_features(10, np.ones(10, bool), 3, seed=0, round_no=1)
-    array([2, 7, 8])
+    array([4, 8, 9])
     """
     candidates = np.flatnonzero(np.asarray(usable, dtype=bool)[:n_features])
     rng = np.random.default_rng([seed, round_no])

@@ -106,11 +106,10 @@ def add(sub: argparse._SubParsersAction) -> None:
                                    "SEEN is when a gateway last sent its status (every --publish-every seconds "
                                    "while\nonline); for one that vanished without stopping, the broker's last "
                                    "will dates from\nwhen it connected.\n\n"
-                                   "With --server (or $WHEELFED_SERVER), EPSILON is each gateway's privacy budget "
+                                   "With --server URL (or $WHEELFED_SERVER), EPSILON is each gateway's privacy budget "
                                    "from the server:\nthe lifetime epsilon of its most-used window / the most a "
                                    "new private job may still\nspend there under the server's cap.",
-                       examples=["wheelfed fleet", "wheelfed fleet --json --wait 5",
-                                 "wheelfed fleet --server http://127.0.0.1:8080"])
+                       examples=["wheelfed fleet", "wheelfed fleet --json --wait 5"])
     p.add_argument("--json", action="store_true",
                    help="one JSON list of rows (null: the status did not say; always so for offline gateways)")
     p.add_argument("--wait", type=positive_float, default=2.0,
