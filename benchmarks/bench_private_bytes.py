@@ -7,7 +7,7 @@ with one lever undone at a time (all 204 features per round instead of 8; 256 bi
 default. Sibling subtraction and 32-bit words are not settings: their share is computed from the
 cells the default sends (every non-root level would send both children; every word would take
 8 bytes). Each row also gives the held-out accuracy of one run (the tail of each subject's
-recording) -- the accuracy benchmark with 10 split seeds is ``bench_dp_accuracy.py``.
+recording), a single run: indicative, not an accuracy comparison.
 """
 
 from __future__ import annotations
