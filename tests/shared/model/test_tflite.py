@@ -150,9 +150,9 @@ def trained_model(name: str) -> TreeEnsemble:
     from aggregator.algorithms import FedForest, FedSCSXGB
 
     if name == "fedscs-softmax7":
-        return aggregator.simulate(FedSCSXGB(n_rounds=4, max_depth=4), _clients(10, 7))
+        return aggregator.simulate(FedSCSXGB(n_rounds=4, max_depth=4, protocol="histogram"), _clients(10, 7))
     if name == "fedscs-logistic":
-        return aggregator.simulate(FedSCSXGB(n_rounds=5, max_depth=3, objective="logistic"), _clients(11, 2))
+        return aggregator.simulate(FedSCSXGB(n_rounds=5, max_depth=3, objective="logistic", protocol="histogram"), _clients(11, 2))
     if name == "fedscs-squared-error":
         return aggregator.simulate(FedSCSXGB(n_rounds=5, max_depth=3, objective="squared_error"), _clients(12, 0))
     if name == "fedforest-client-categorical":
