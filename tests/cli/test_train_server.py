@@ -126,7 +126,8 @@ def test_train_submits_the_job_follows_its_rounds_and_downloads_the_simulated_mo
                                 f"'sit'], feature set {FEATURE_SET}; job {job_id}, 3 boosting rounds"), lines[-1]
 
     job = _get(setup.server, f"/api/jobs/{job_id}")
-    assert job["config"] == {"n_rounds": 3, "max_depth": 3, "n_bins": 16, "secure_aggregation": True}
+    assert job["config"] == {"n_rounds": 3, "max_depth": 3, "n_bins": 16, "learning_rate": 0.2, "protocol": "histogram",
+                             "multi_strategy": "one_output_per_tree", "secure_aggregation": True}
     downloaded = TreeEnsemble.from_cbor((setup.folder / "act.cbor").read_bytes())
     simulated = aggregator.simulate(FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, protocol="histogram", feature_set_version=FEATURE_SET),
                                     client_data(setup.stores, 0.2), seed=0)
