@@ -20,7 +20,8 @@ sent with it (nodes, features, edges, splits, the noise's variance). From them i
    standard deviation (best effort). A group that contradicts itself (two slots of one feature,
    two nodes of one level) holds several windows and is dropped. FedForest -- in a node where
    one class's weight fills exactly one slot of every requested feature (a window alone of its
-   class there), those slots. Then (:func:`merge_records`) records of all rounds, trees and levels
+   class there), those slots, joined down the tree's paths (a node's lone window of a class is
+   its parent's when the parent has one too). Then (:func:`merge_records`) records of all rounds, trees and levels
    are merged when they agree on at least ``min_overlap`` features, contradict on none and
    their labels are compatible.
 
@@ -28,12 +29,14 @@ Scoring (:func:`score`, against the ground truth, which the attack never reads):
 that states a label and names at least ``MIN_FEATURES`` (10) features is attributed to the
 training window whose true slots agree with most of the record's; the window is **rebuilt**
 when the label is its label and at least ``MIN_AGREEMENT`` (half) of the record's slots are its
-slots. The issue that prompted this attack counted a window rebuilt when the aggregator held its
-label and its bins (a median of 146 of 204 features); this criterion asks for more than a label
-and fewer than 10 features never counts. **Label inference**: per singleton cell the attacker
-claims a label for; the share of the windows really in those cells whose label it is, against
-the fleet's majority-class share (what guessing the commonest class gets). For FedForest, whose
-exact singleton cells carry their class, label inference is scored on the records.
+slots. A label alone, or a record of fewer than 10 features, never counts.
+
+**Label inference**: the attacker labels every training window -- with the label of the record
+attributed to it (the best-agreeing one), the fleet's majority class for the others -- and the
+share it gets right is compared with the majority-class share (what labelling every window with
+the commonest class gets). Boosting's cell claims are also checked one by one
+(:func:`claim_accuracy`): of the claimed cells that really hold one window, the share whose label
+the claim states (100 % on exact sums: a count-1 cell's G is that window's own).
 
 Layouts the attack reads (:class:`BoostingLevel`, :class:`ForestLevel`) come from the requests'
 message types through :data:`BOOSTING_DECODERS` and :data:`FOREST_DECODERS`: a new request type
@@ -65,9 +68,10 @@ from shared.protocol.messages.fedscs_xgb import (
 from shared.sketches import bin_ids
 
 __all__ = [
-    "AttackScore", "BoostingLevel", "BoostingTruth", "CapturedSum", "ForestLevel", "Fragments", "Records",
-    "attack_boosting", "attack_forest", "boosting_levels", "boosting_truth", "capture_sums", "forest_levels",
-    "forest_truth", "merge_records", "score",
+    "AttackScore", "BoostingLevel", "CapturedSum", "CellCounts", "Claims", "ForestLevel", "Fragments", "Records",
+    "Truth", "attack_boosting", "attack_forest", "attack_training", "boosting_levels", "boosting_truth",
+    "bundled_fleet", "capture_sums", "claim_accuracy", "forest_levels", "forest_truth", "link_boosting",
+    "merge_records", "score", "singleton_cells",
 ]
 
 #: A record's slot for a feature it does not name.
@@ -458,13 +462,16 @@ def attack_boosting(levels: Sequence[BoostingLevel], n_features: int, *, min_ove
     return merge_records(link_boosting(fragments, n_features), min_overlap), fragments, cells
 
 
-def attack_forest(levels: Sequence[ForestLevel], n_features: int, n_classes: int, *, min_overlap: int = 3
+def attack_forest(levels: Sequence[ForestLevel], n_features: int, *, min_overlap: int = 3
                   ) -> tuple[Records, CellCounts]:
     """FedForest: per node and class whose weight fills exactly one slot of each of the node's
     features (one window alone of its class there; noisy weights: rounded), a record of that
     class and those slots. A node's lone window of a class is its parent's too when the parent
     has one as well (it sits in one of the children): such records are joined down each tree's
     paths. Then the records are merged by bins (:func:`merge_records`)."""
+    if not levels:
+        raise ValueError("no FedForest level among the captured sums")
+    n_classes = levels[0].class_weight.shape[-1]
     rows: dict[tuple[int, int, int], np.ndarray] = {}
     parent: dict[tuple[int, int], int] = {}
     nonempty = singletons = 0
@@ -517,9 +524,10 @@ def _slot_codes(X: np.ndarray, edges: Sequence[np.ndarray]) -> tuple[np.ndarray,
 
 
 @dataclass(frozen=True)
-class BoostingTruth:
+class Truth:
     """What the test knows: every training window's label and slot codes (n, d), in the order of
-    the clients (-2 for a feature no request binned), and the windows' rows per client."""
+    the clients (-2 for a feature no request binned), and the windows' rows per client (the
+    first window's index in ``offset``)."""
 
     labels: np.ndarray
     slots: np.ndarray
@@ -538,7 +546,7 @@ def _labels(clients, task_classes: tuple[str, ...]) -> tuple[np.ndarray, dict[st
     return np.concatenate(labels), X, offset
 
 
-def boosting_truth(clients, captured: Sequence[CapturedSum]) -> BoostingTruth:
+def boosting_truth(clients, captured: Sequence[CapturedSum]) -> Truth:
     """The ground truth of a boosting job (``clients``: the simulation's ``ClientData``)."""
     requests = [next(iter(c.requests.values())) for c in captured]
     requests = [r for r in requests if type(r) in BOOSTING_DECODERS]
@@ -551,10 +559,10 @@ def boosting_truth(clients, captured: Sequence[CapturedSum]) -> BoostingTruth:
         else:
             features, edges = np.arange(r.task.n_features), r.edges()
         slots[:, features] = _slot_codes(pooled[:, features], edges)[0]
-    return BoostingTruth(labels, slots, X, offset)
+    return Truth(labels, slots, X, offset)
 
 
-def forest_truth(clients, captured: Sequence[CapturedSum]) -> BoostingTruth:
+def forest_truth(clients, captured: Sequence[CapturedSum]) -> Truth:
     """The ground truth of a FedForest job: labels and slot codes under the job's edges."""
     request = next(next(iter(c.requests.values())) for c in captured
                    if type(next(iter(c.requests.values()))) in FOREST_DECODERS)
@@ -565,16 +573,33 @@ def forest_truth(clients, captured: Sequence[CapturedSum]) -> BoostingTruth:
     for j in range(pooled.shape[1]):
         slot = np.searchsorted(request.edge_values[o[j] : o[j + 1]].astype(np.float64), pooled[:, j], side="right")
         slots[:, j] = np.where(np.isnan(pooled[:, j]), MISSING, slot)
-    return BoostingTruth(labels, slots, X, offset)
+    return Truth(labels, slots, X, offset)
+
+
+@dataclass(frozen=True)
+class Claims:
+    """Label claims on singleton cells: how many cells, how many of them really hold one window
+    (``isolated``), and for how many of those the claimed label is that window's."""
+
+    cells: int = 0
+    isolated: int = 0
+    right: int = 0
+
+    @property
+    def accuracy(self) -> float:
+        """Share of the claims on real singletons that state the window's label (NaN: none)."""
+        return self.right / self.isolated if self.isolated else float("nan")
+
+    def __add__(self, other: Claims) -> Claims:
+        return Claims(self.cells + other.cells, self.isolated + other.isolated, self.right + other.right)
 
 
 def claim_accuracy(levels: Sequence[BoostingLevel], fragments: Fragments, captured: Sequence[CapturedSum],
-                   truth: BoostingTruth) -> tuple[int, float]:
-    """(claims, accuracy): the singleton cells the attacker states a label for, and the share of
-    the windows really in them (routed through the level's splits, as the gateways route) whose
-    label it is (NaN when no claimed cell holds a window)."""
+                   truth: Truth) -> Claims:
+    """The singleton cells the attacker states a label for, checked against the windows really
+    in them (routed through the level's splits, as the gateways route)."""
     claims = fragments.claims
-    right = total = 0
+    isolated = right = 0
     for i, lv in enumerate(levels):
         at = np.flatnonzero((fragments.level_index == i) & (claims >= 0))
         if not at.size:
@@ -583,13 +608,12 @@ def claim_accuracy(levels: Sequence[BoostingLevel], fragments: Fragments, captur
         order = np.argsort(keys, kind="stable")
         keys, labels = keys[order], labels[order]
         column = np.searchsorted(lv.features, fragments.feature[at])
-        slot = fragments.slot[at]
-        claim_keys = _cell_key(fragments.tree[at], fragments.node[at], column, slot, lv.features.shape[0])
+        claim_keys = _cell_key(fragments.tree[at], fragments.node[at], column, fragments.slot[at], lv.features.shape[0])
         lo, hi = np.searchsorted(keys, claim_keys, "left"), np.searchsorted(keys, claim_keys, "right")
-        for a, b, c in zip(lo.tolist(), hi.tolist(), claims[at].tolist()):
-            total += b - a
-            right += int((labels[a:b] == c).sum())
-    return int((claims >= 0).sum()), (right / total if total else float("nan"))
+        alone = hi - lo == 1
+        isolated += int(alone.sum())
+        right += int((labels[lo[alone]] == claims[at][alone]).sum())
+    return Claims(int((claims >= 0).sum()), isolated, right)
 
 
 def _cell_key(tree, node, column, slot, k: int) -> np.ndarray:
@@ -597,7 +621,7 @@ def _cell_key(tree, node, column, slot, k: int) -> np.ndarray:
     return ((np.asarray(tree, np.int64) * (1 << 20) + node) * k + column) * (1 << 20) + slot
 
 
-def _cell_keys(lv: BoostingLevel, requests: Mapping[str, Any], truth: BoostingTruth) -> tuple[np.ndarray, np.ndarray]:
+def _cell_keys(lv: BoostingLevel, requests: Mapping[str, Any], truth: Truth) -> tuple[np.ndarray, np.ndarray]:
     """Every (window, tree, feature) of the level's request: its cell key and the window's label."""
     keys, labels = [], []
     for client, request in requests.items():
@@ -625,9 +649,12 @@ def _cell_keys(lv: BoostingLevel, requests: Mapping[str, Any], truth: BoostingTr
 
 @dataclass(frozen=True)
 class AttackScore:
-    """How far the attack got (module docstring): windows, cells, rebuilt windows (with the
-    median number of features their records name), record and claim label accuracy, and the
-    majority-class share to compare them with."""
+    """How far the attack got (module docstring): windows, decoded cells, the records scored
+    (stating a label, naming >= :data:`MIN_FEATURES` features), rebuilt windows (with the
+    median number of features their records name), the records' label accuracy, the windows
+    whose label the attacker gets right when it labels every window (a record's label where one
+    is attributed to it, else the majority class), the cell claims, and the majority-class
+    share to compare with."""
 
     windows: int
     nonempty_cells: int
@@ -636,8 +663,8 @@ class AttackScore:
     rebuilt: int
     median_features: float
     record_label_accuracy: float
-    claims: int
-    claim_accuracy: float
+    labelled_right: int
+    claims: Claims
     majority: float
 
     @property
@@ -648,19 +675,34 @@ class AttackScore:
     def rebuilt_share(self) -> float:
         return self.rebuilt / self.windows
 
+    @property
+    def label_rate(self) -> float:
+        """Share of the training windows whose label the attacker states right."""
+        return self.labelled_right / self.windows
 
-def score(records: Records, truth: BoostingTruth, cells: CellCounts, *, claims: int = 0,
-          claim_accuracy: float = float("nan")) -> AttackScore:
+
+def score(records: Records, truth: Truth, cells: CellCounts, claims: Claims = Claims()) -> AttackScore:
     """Attribute every record that states a label and names >= :data:`MIN_FEATURES` features to
     the window whose slots agree most with its own (sparse one-hot products), and count the
-    windows rebuilt (module docstring)."""
+    windows rebuilt and labelled right (module docstring).
+
+    Examples
+    --------
+    >>> truth = Truth(np.array([0, 1]), np.array([[3] * 12, [5] * 12]), {}, {})
+    >>> record = Records(np.array([[5] * 10 + [0, UNKNOWN]]), np.array([[False, True]]))
+    >>> s = score(record, truth, CellCounts(0, 0))
+    >>> s.rebuilt, s.labelled_right, s.majority
+    (1, 2, 0.5)
+    """
     labels = truth.labels
     K = int(records.label_mask.shape[1])
-    majority = float(np.bincount(labels, minlength=K).max() / labels.shape[0])
+    counts = np.bincount(labels, minlength=K)
+    majority = float(counts.max() / labels.shape[0])
+    guess = np.full(labels.shape[0], int(counts.argmax()))  # windows no record names: the majority class
     eligible = np.flatnonzero((records.named >= MIN_FEATURES) & (records.label >= 0))
     if not eligible.size:
-        return AttackScore(labels.shape[0], cells.nonempty, cells.singletons, 0, 0, 0.0, float("nan"), claims,
-                           claim_accuracy, majority)
+        return AttackScore(labels.shape[0], cells.nonempty, cells.singletons, 0, 0, 0.0, float("nan"),
+                           int((guess == labels).sum()), claims, majority)
     rec = records.slots[eligible]
     codes = np.unique(np.concatenate([rec[rec != UNKNOWN], truth.slots.ravel()]))
     width = codes.shape[0]
@@ -675,12 +717,15 @@ def score(records: Records, truth: BoostingTruth, cells: CellCounts, *, claims: 
     best = agree.argmax(axis=1)
     named = records.named[eligible]
     share = agree[np.arange(best.shape[0]), best] / named
-    label_right = records.label[eligible] == labels[best]
+    stated = records.label[eligible]
+    label_right = stated == labels[best]
     rebuilt = label_right & (share >= MIN_AGREEMENT)
     windows, first = np.unique(best[rebuilt], return_index=True)
+    order = np.argsort(share, kind="stable")  # a window named by several records: the best-agreeing one's label
+    guess[best[order]] = stated[order]
     return AttackScore(labels.shape[0], cells.nonempty, cells.singletons, int(eligible.shape[0]), int(windows.shape[0]),
                        float(np.median(named[rebuilt][first])) if windows.size else 0.0,
-                       float(label_right.mean()), claims, claim_accuracy, majority)
+                       float(label_right.mean()), int((guess == labels).sum()), claims, majority)
 
 
 def bundled_fleet(folder, *, every: int = 1, windows_per_gateway: int | None = None) -> list:
@@ -699,3 +744,29 @@ def bundled_fleet(folder, *, every: int = 1, windows_per_gateway: int | None = N
         clients.append(ClientData(f"gw-{i:02d}", table.X[rows][:, ::every].astype(np.float32),
                                   np.array([str(v) for v in table.labels[rows]])))
     return clients
+
+
+def attack_training(clients, algorithm, *, seed: int = 0, noise_seed: int | None = None) -> AttackScore:
+    """Train ``algorithm`` on ``clients`` (``aggregator.simulate.Simulation``; ``noise_seed``
+    seeds the gateways' noise draws), capture the sums the aggregator decodes, attack them and
+    score the attack."""
+    from aggregator.simulate import Simulation
+
+    sim = Simulation(clients)
+    if noise_seed is not None:
+        for participant in sim.participants.values():
+            participant.seed_noise(noise_seed)
+    with capture_sums() as sums:
+        sim.run(algorithm, seed=seed)
+    n_features = int(np.asarray(clients[0].X).shape[1])
+    levels = boosting_levels(sums)
+    if levels:
+        records, fragments, cells = attack_boosting(levels, n_features)
+        truth = boosting_truth(clients, sums)
+        return score(records, truth, cells, claim_accuracy(levels, fragments, sums, truth))
+    forest = forest_levels(sums)
+    if not forest:
+        raise ValueError(f"{type(algorithm).__name__}: no sum the attack can decode was captured")
+    truth = forest_truth(clients, sums)
+    records, cells = attack_forest(forest, n_features)
+    return score(records, truth, cells)
