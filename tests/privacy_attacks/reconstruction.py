@@ -39,9 +39,11 @@ the commonest class gets). Boosting's cell claims are also checked one by one
 the claim states (100 % on exact sums: a count-1 cell's G is that window's own).
 
 Layouts the attack reads (:class:`BoostingLevel`, :class:`ForestLevel`) come from the requests'
-message types through :data:`BOOSTING_DECODERS` and :data:`FOREST_DECODERS`: a new request type
-is one decoder function and one entry. The private protocol's leaves release (per leaf G and H,
-no count) is not read: a leaf's count is its node's in the level release, which is.
+wire types through :data:`BOOSTING_DECODERS` and :data:`FOREST_DECODERS`: a new request type is
+one decoder function and one entry. Not read: FedSCS-XGB's private leaves release (per leaf G
+and H, no count; a leaf's count is its node's in the level release, which is read) and
+FedForest's private leaves release (per leaf class counts, no bins: a leaf's path bounds its
+windows' values by split thresholds, it names no slot).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from scipy import sparse
 from aggregator.fleet_sums import FleetSummer
 from edge_client.training_data import class_ids
 from shared.histograms import histogram_slots, route_round
+from shared.protocol.envelope import type_name_of
 from shared.protocol.messages.fedforest import ForestHistogramRequest
 from shared.protocol.messages.fedscs_xgb import (
     RoundSplits,
@@ -185,11 +188,19 @@ def _private_level_layout(request: XgbPrivateLevelRequest, total: np.ndarray) ->
                            math.sqrt(request.noise.mu) / scale, request.splits)
 
 
-#: Request type -> decoder of its fleet sum (add a protocol here).
-BOOSTING_DECODERS: dict[type, Callable[[Any, np.ndarray], _BoostingLayout]] = {
-    XgbHistogramRequest: _histogram_layout,
-    XgbPrivateLevelRequest: _private_level_layout,
+#: Request wire type -> decoder of its fleet sum (add a protocol here).
+BOOSTING_DECODERS: dict[str, Callable[[Any, np.ndarray], _BoostingLayout]] = {
+    "fedscs_xgb.histograms": _histogram_layout,
+    "fedscs_xgb.private_level": _private_level_layout,
 }
+
+
+def _wire_name(body: Any) -> str:
+    """A request body's message type ("" for a body that is no message)."""
+    try:
+        return type_name_of(body)
+    except TypeError:
+        return ""
 
 
 def _classes_of(task: XgbTask, node_tree: np.ndarray) -> np.ndarray:
@@ -208,7 +219,7 @@ def boosting_levels(captured: Sequence[CapturedSum]) -> list[BoostingLevel]:
     round_no, level_no, known = 0, 0, {}
     for index, item in enumerate(captured):
         request = next(iter(item.requests.values()))
-        decoder = BOOSTING_DECODERS.get(type(request))
+        decoder = BOOSTING_DECODERS.get(_wire_name(request))
         if decoder is None:
             continue
         layout = decoder(request, item.total)
@@ -283,9 +294,23 @@ def _forest_histogram_layout(request: ForestHistogramRequest, total: np.ndarray,
                        np.column_stack([s.tree, s.node, s.left, s.right]).astype(np.int64).reshape(-1, 4), index)
 
 
-#: Request type -> decoder of its fleet sum (add a protocol here).
-FOREST_DECODERS: dict[type, Callable[[Any, np.ndarray, int], ForestLevel]] = {
-    ForestHistogramRequest: _forest_histogram_layout,
+def _forest_private_root_layout(request, total: np.ndarray, index: int) -> ForestLevel:
+    """FedForest's private root release (``fedforest.dp_histograms``): per feature and slot the
+    class counts of all windows, times ``noise.scale``, Skellam noise of variance ``noise.mu``
+    per cell; one node (the root of every tree)."""
+    P, K = request.features.shape[0], len(request.task.classes)
+    counts = total.reshape(P, request.slots, K).astype(np.float64) / request.noise.scale
+    slots = np.arange(request.slots)
+    slots[-1] = MISSING
+    zeros = np.zeros(P, np.int64)
+    return ForestLevel(0, zeros, zeros, request.features.astype(np.int64), counts.sum(axis=-1), counts, slots,
+                       math.sqrt(K * request.noise.mu) / request.noise.scale, np.zeros((0, 4), np.int64), index)
+
+
+#: Request wire type -> decoder of its fleet sum (add a protocol here).
+FOREST_DECODERS: dict[str, Callable[[Any, np.ndarray, int], ForestLevel]] = {
+    "fedforest.histograms": _forest_histogram_layout,
+    "fedforest.dp_histograms": _forest_private_root_layout,
 }
 
 
@@ -294,7 +319,7 @@ def forest_levels(captured: Sequence[CapturedSum]) -> list[ForestLevel]:
     out = []
     for index, item in enumerate(captured):
         request = next(iter(item.requests.values()))
-        decoder = FOREST_DECODERS.get(type(request))
+        decoder = FOREST_DECODERS.get(_wire_name(request))
         if decoder is not None:
             out.append(decoder(request, item.total, index))
     return out
@@ -549,7 +574,7 @@ def _labels(clients, task_classes: tuple[str, ...]) -> tuple[np.ndarray, dict[st
 def boosting_truth(clients, captured: Sequence[CapturedSum]) -> Truth:
     """The ground truth of a boosting job (``clients``: the simulation's ``ClientData``)."""
     requests = [next(iter(c.requests.values())) for c in captured]
-    requests = [r for r in requests if type(r) in BOOSTING_DECODERS]
+    requests = [r for r in requests if _wire_name(r) in BOOSTING_DECODERS]
     labels, X, offset = _labels(clients, requests[0].task.classes)
     pooled = np.concatenate([X[c.client_id] for c in clients])
     slots = np.full(pooled.shape, -2, np.int64)
@@ -564,8 +589,8 @@ def boosting_truth(clients, captured: Sequence[CapturedSum]) -> Truth:
 
 def forest_truth(clients, captured: Sequence[CapturedSum]) -> Truth:
     """The ground truth of a FedForest job: labels and slot codes under the job's edges."""
-    request = next(next(iter(c.requests.values())) for c in captured
-                   if type(next(iter(c.requests.values()))) in FOREST_DECODERS)
+    request = next(r for r in (next(iter(c.requests.values())) for c in captured)
+                   if _wire_name(r) in FOREST_DECODERS)
     labels, X, offset = _labels(clients, request.task.classes)
     pooled = np.concatenate([X[c.client_id] for c in clients])
     o = request.edge_offsets
