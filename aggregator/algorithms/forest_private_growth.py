@@ -14,8 +14,9 @@ class counts, each with distributed Skellam noise; everything here is post-proce
 2. **the structure** -- :func:`random_forest` grows every tree to ``max_depth`` with random
    splits from the public ``seed``: at each node a kept feature drawn uniformly among those with
    an edge inside the node's box (the slot ranges its ancestors' splits leave it), and an edge
-   drawn uniformly inside that range. No data goes into it: which features are kept is the only
-   thing it takes from a release.
+   drawn uniformly inside that range, among the edges :func:`useful_edges` keeps (those with
+   enough noisy windows between them). No data goes into it: which features and edges are kept
+   is all it takes from a release.
 3. **the leaves release** -- per leaf of every tree, the fleet's class counts (one window adds 1
    to one class of one leaf per tree). :func:`leaf_values`: the counts clipped at 0 and shrunk
    towards the prior by ``smoothing`` noise standard deviations, ``(c + a p) / (sum c + a)``;
@@ -45,7 +46,7 @@ from shared.protocol.messages.fedforest import SplitDecisions
 from shared.splitting import impurity, pooled_gain
 
 __all__ = ["MIN_COUNT_SIGMAS", "NoisyCounts", "PrivateForest", "PrivateForestPlan", "RandomForest", "Screening",
-           "grow_private_forest", "leaf_values", "random_forest", "screen_features"]
+           "grow_private_forest", "leaf_values", "random_forest", "screen_features", "useful_edges"]
 
 #: Noise standard deviations of a candidate child's count (a sum of up to half a feature's
 #: slots) that a child must reach for its split to score a feature.
@@ -124,6 +125,35 @@ def screen_features(hist: np.ndarray, n_edges: np.ndarray, keep: int, criterion:
     n = total.sum()
     prior = total / n if n > 0 else np.full(K, 1.0 / K)
     return Screening(np.sort(order[:keep]).astype(np.int64), score, prior, float(n))
+
+
+def useful_edges(hist: np.ndarray, n_edges: np.ndarray, min_count: float) -> list[np.ndarray]:
+    """Per feature, the edges (indices into its edges, ascending) that keep at least
+    ``min_count`` noisy windows of the root release ``hist`` ``(d, S, K)`` between any two kept
+    edges and beyond the outermost: slots are grouped from the left until their count reaches
+    ``min_count``, an edge is kept after each full group, and a short last group joins the one
+    before it. Edges around ranges the fleet hardly fills (noisy bin edges placed where there
+    is no data) are dropped, so that random splits do not spend depth on them.
+
+    Examples
+    --------
+    >>> hist = np.array([[[2.0], [0.1], [5.0], [6.0], [0.0]]])  # 4 present slots, then missing
+    >>> useful_edges(hist, np.array([3]), min_count=3.0)[0].tolist()  # slots 0-2 fill one group
+    [2]
+    """
+    totals = np.asarray(hist, dtype=np.float64).sum(axis=-1)
+    out = []
+    for j, n in enumerate(np.asarray(n_edges, dtype=np.int64).tolist()):  # a loop over features
+        kept, group = [], 0.0
+        for slot in range(n + 1):
+            group += totals[j, slot]
+            if group >= min_count and slot < n:
+                kept.append(slot)
+                group = 0.0
+        if kept and group < min_count:
+            kept.pop()
+        out.append(np.array(kept, dtype=np.int64))
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,7 +267,9 @@ def grow_private_forest(plan: PrivateForestPlan, edges: Sequence[np.ndarray], se
     min_count = MIN_COUNT_SIGMAS * root.sigma * np.sqrt(S / 2)
     screening = screen_features(root.counts, n_edges, plan.keep, plan.criterion, min_count)
     K = screening.prior.shape[0]
-    forest = random_forest(edges, screening.features, plan.n_trees, plan.max_depth, K, seed)
+    slot_count = MIN_COUNT_SIGMAS * root.sigma * np.sqrt(K)  # a slot's noisy window count
+    candidates = [e[keep] for e, keep in zip(edges, useful_edges(root.counts, n_edges, slot_count))]
+    forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, K, seed)
     leaves = fetch_leaves(forest.splits, forest.leaf_tree, forest.leaf_id)
     counts = np.clip(np.asarray(leaves.counts, dtype=np.float64).reshape(-1, K), 0.0, None)
     node_counts = {(t, node): counts[i] for i, (t, node) in enumerate(zip(forest.leaf_tree.tolist(),
