@@ -52,7 +52,7 @@ from .private_fleet import describe_fleet_privately, opening_releases
 if TYPE_CHECKING:
     from .fedforest import FedForest
 
-__all__ = ["COUNT_SCALE", "PrivateForestTraining", "ReleasePlan"]
+__all__ = ["COUNT_SCALE", "PrivateForestTraining", "ReleasePlan", "release_bounds"]
 
 #: Lattice steps per window of a released count (``NoiseShare.scale``).
 COUNT_SCALE = 64
@@ -71,6 +71,19 @@ class ReleasePlan:
         return PrivacyBudget(epsilon, delta, shares={"opening": self.opening, "histograms": self.histograms,
                                                      "leaves": self.leaves},
                              releases={"opening": opening_releases(), "histograms": 1, "leaves": 1})
+
+
+def release_bounds(kind: str, n_features: int, n_trees: int) -> tuple[float, float]:
+    """The L2 and L1 norms, in lattice units, of what one window adds to a release: a count of
+    ``COUNT_SCALE`` in one cell per feature (``"histograms"``) or per tree (``"leaves"``).
+
+    Examples
+    --------
+    >>> release_bounds("leaves", n_features=204, n_trees=4)
+    (128.0, 256.0)
+    """
+    cells = {"histograms": n_features, "leaves": n_trees}[kind]
+    return COUNT_SCALE * math.sqrt(cells), COUNT_SCALE * float(cells)
 
 
 class PrivateForestTraining:
@@ -137,7 +150,7 @@ class PrivateForestTraining:
     def _histograms(self) -> NoisyCounts:
         d, K = self.fleet.n_features, len(self.fleet.classes)
         features = np.arange(d, dtype=np.int64)
-        released = self._release("histograms", COUNT_SCALE * math.sqrt(d), COUNT_SCALE * float(d),
+        released = self._release("histograms", *release_bounds("histograms", d, self.config.n_trees),
                                  lambda c, noise, secure, bits: PrivateForestHistogramRequest(
                                      self._task(c), features, self.edge_values, self.edge_offsets, noise, secure,
                                      bits))
@@ -145,8 +158,7 @@ class PrivateForestTraining:
         return NoisyCounts(released.counts.reshape(d, slots, K), released.sigma)
 
     def _leaves(self, splits: SplitDecisions, leaf_tree: np.ndarray, leaf_id: np.ndarray) -> NoisyCounts:
-        T = self.config.n_trees
-        released = self._release("leaves", COUNT_SCALE * math.sqrt(T), COUNT_SCALE * float(T),
+        released = self._release("leaves", *release_bounds("leaves", self.fleet.n_features, self.config.n_trees),
                                  lambda c, noise, secure, bits: PrivateForestLeavesRequest(
                                      self._task(c), splits, leaf_tree, leaf_id, noise, secure, bits))
         return NoisyCounts(released.counts.reshape(leaf_tree.shape[0], len(self.fleet.classes)), released.sigma)
