@@ -10,7 +10,7 @@ A level's candidates come from three places, each a function here:
 * :func:`histogram_candidates` -- the private protocol's: every edge of the fleet-wide bins,
   scored from the fleet-summed per-bin histograms.
 
-Missing values (issue 14, finding 2): a numeric candidate whose pair has missing values at the
+Missing values: a numeric candidate whose pair has missing values at the
 node is offered twice -- NaN right, and NaN left with the pair's pooled missing summary added
 to its left side (:func:`with_missing_left`) -- so the best split carries its learnt default
 direction, as xgboost does. ``rank`` orders the twins NaN right first, so equal gains keep NaN
@@ -19,7 +19,7 @@ right (the direction of a node that saw no missing value).
 Everything is collected into one :class:`Candidates` table that ``forest_growth.choose_splits``
 scores.
 
-Where a chosen split sits (issue 14, finding 7): a sketch candidate is a data value ``t`` ("x < t"
+Where a chosen split sits: a sketch candidate is a data value ``t`` ("x < t"
 goes left), so the boundary hugs the right-hand training value and a test value in the gap goes
 right. :func:`gap_midpoints` moves it to the middle of the gap, as scikit-learn does, whenever the
 clients' sketches provably hold every value of the node (each sketch's weight below its size M):

@@ -20,7 +20,7 @@ Regression summaries are centred: ``[n, sum (y - shift), sum (y - shift)^2]`` wi
 shift (its mean as the parent's split left it; the fleet mean at the roots), so the variance
 ``Q/n - mean^2`` subtracts numbers of the size of the variance, not of ``mean(y)^2``, and the
 tolerances scale with the variance (:func:`impurity_scale`): a target offset of 1e9 grows the same
-trees as no offset (issue 14, finding 1).
+trees as no offset.
 """
 
 from __future__ import annotations

@@ -413,6 +413,14 @@ class PrivateRoundFeatures:
         return int(np.diff(self.edge_offsets).max(initial=0)) + 2
 
 
+def _check_private_round(round_: PrivateRoundFeatures, splits: RoundSplits, word_bits: int) -> None:
+    """What both private requests must hold: a ring word the sums fit, splits on round features."""
+    if word_bits not in (32, 64):
+        raise ValueError("word_bits must be 32 or 64")
+    if splits.feature.size and not np.isin(splits.feature, round_.features).all():
+        raise ValueError("a split's feature is not one of the round's features")
+
+
 @message_type("fedscs_xgb.private_level")
 @dataclass(frozen=True)
 class XgbPrivateLevelRequest:
@@ -436,10 +444,7 @@ class XgbPrivateLevelRequest:
     def __post_init__(self) -> None:
         if not self.node_id.shape[0]:
             raise ValueError("a level request names at least one node")
-        if self.word_bits not in (32, 64):
-            raise ValueError("word_bits must be 32 or 64")
-        if self.splits.feature.size and not np.isin(self.splits.feature, self.round.features).all():
-            raise ValueError("a split's feature is not one of the round's features")
+        _check_private_round(self.round, self.splits, self.word_bits)
 
     @property
     def stats(self) -> int:
@@ -470,10 +475,7 @@ class XgbPrivateLeavesRequest:
     def __post_init__(self) -> None:
         if not self.leaves.shape[0] or (np.diff(self.leaves) <= 0).any() or self.leaves.min() < 0:
             raise ValueError("a leaves request names at least one leaf, ascending and distinct")
-        if self.word_bits not in (32, 64):
-            raise ValueError("word_bits must be 32 or 64")
-        if self.splits.feature.size and not np.isin(self.splits.feature, self.round.features).all():
-            raise ValueError("a split's feature is not one of the round's features")
+        _check_private_round(self.round, self.splits, self.word_bits)
 
     @property
     def length(self) -> int:
