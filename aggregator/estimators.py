@@ -557,7 +557,7 @@ class _FedForestBase(_FederatedEstimator):
         "min_impurity_decrease": _number(0.0),
         "bootstrap": _BOOLEAN,
         "protocol": _choices(FedForest, "protocol"),
-        "dp_noise_multiplier": _number(0.0, low_open=True).or_none(),
+        "max_bin": _integer(2, 65_535).or_none(),
     }
 
     def _forest_config(self, params: dict[str, Any], fleet: _Fleet, **fields: Any) -> FedForest:
@@ -572,7 +572,7 @@ class _FedForestBase(_FederatedEstimator):
                       min_impurity_decrease=params["min_impurity_decrease"], bootstrap=params["bootstrap"],
                       protocol=params["protocol"], secure_aggregation=params["secure_aggregation"],
                       min_crowd=params["min_crowd"], client_fraction=params["client_fraction"],
-                      dp_noise_multiplier=params["dp_noise_multiplier"], **fields)
+                      dp_epsilon=params["dp_epsilon"], dp_delta=params["dp_delta"], **fields)
 
     def _train(self, config: FedForest, job: FederatedJob, seed: int) -> tuple[TreeEnsemble, np.ndarray]:
         result = config.fit_with_diagnostics(job, seed=seed)
@@ -585,8 +585,9 @@ _FEDFOREST_PARAMETERS = """\
     max_depth : int, default=8
         Depth of every tree (the paper's: 8). Unlike scikit-learn's, not ``None``: every level
         costs the fleet its own rounds of messages.
-    max_bin : int, default=32
-        Candidate thresholds per feature (bins of the fleet-wide edges), 2 to 65535.
+    max_bin : int or None, default=None
+        Bins of the fleet-wide edges per feature, 2 to 65535. ``None``: 16 in the private
+        protocol, 32 otherwise.
     max_features : {"sqrt", "log2"}, int, float or None, default={default_features}
         Features drawn per node, scikit-learn's values: ``"sqrt"``, ``"log2"``, a count (at most
         the number of features), a fraction in (0, 1] of the features (at least one), or
@@ -602,18 +603,27 @@ _FEDFOREST_PARAMETERS = """\
         Every client bootstraps its own windows per tree.
     random_state : int or None, default=0
         Seed of the tree's client subsets, feature draws and bootstraps; ``None`` draws one.
-    protocol : {"histogram", "sketches"}, default="histogram"
-        ``"histogram"``: the server learns only fleet sums; ``"sketches"``: the paper's protocol,
-        which reveals client values (for reproduction).
+    protocol : {"private", "histogram", "sketches"} or None, default=None
+        ``"private"`` (``None`` resolves to it for classification unless secure aggregation is
+        turned off): differential privacy -- the server decodes two noisy fleet sums of class
+        counts (per feature and bin; per leaf), the trees split at random on the features the
+        first scores best, every window is in every tree (``bootstrap``, ``max_features``,
+        ``min_samples_*``, ``min_impurity_decrease`` and ``min_crowd`` do not apply).
+        ``"histogram"`` (``None`` resolves to it for regression): exact fleet sums per node and
+        bin under secure aggregation, no differential privacy. ``"sketches"``: the paper's
+        protocol, which reveals client values (for reproduction). Both non-private protocols log a
+        one-line warning.
     secure_aggregation : bool or None, default=None
         As for ``FedSCSXGBClassifier``.
     min_crowd : int, default=5
         No split leaves a child with fewer windows fleet-wide (histogram protocol).
     client_fraction : float, default=1.0
         Share of the clients each tree is grown on.
-    dp_noise_multiplier : float or None, default=None
-        Differential privacy on the released sums (classification, ``bootstrap=False``);
-        ``None``: off.
+    dp_epsilon : float, default=8.0
+        The private protocol's budget per window and training (``(dp_epsilon, dp_delta)``-DP
+        for adding or removing one window; the model's metadata reports what was spent).
+    dp_delta : float, default=1e-6
+        The private protocol's delta.
 
     Attributes
     ----------
@@ -623,7 +633,8 @@ _FEDFOREST_PARAMETERS = """\
         Columns of ``X``.
     feature_importances_ : ndarray of shape (n_features,)
         Impurity-based importance: the weighted impurity decrease of each feature's splits summed
-        over the forest, normalised to sum 1.
+        over the forest, normalised to sum 1 (private protocol: each kept feature's best noisy
+        root decrease, normalised; 0 for the others).
 """
 
 
@@ -664,18 +675,19 @@ class FedForestClassifier(_ClassifierMixin, _FedForestBase):
         n_estimators: int = 50,
         criterion: str = "gini",
         max_depth: int = 8,
-        max_bin: int = 32,
+        max_bin: int | None = None,
         max_features: str | int | float | None = "sqrt",
         min_samples_split: int = 2,
         min_samples_leaf: int = 1,
         min_impurity_decrease: float = 0.0,
         bootstrap: bool = True,
         random_state: int | None = 0,
-        protocol: str = "histogram",
+        protocol: str | None = None,
         secure_aggregation: bool | None = None,
         min_crowd: int = 5,
         client_fraction: float = 1.0,
-        dp_noise_multiplier: float | None = None,
+        dp_epsilon: float = FedForest.dp_epsilon,
+        dp_delta: float = FedForest.dp_delta,
     ) -> None:
         _store(self, locals())
 
@@ -712,18 +724,19 @@ class FedForestRegressor(_RegressorMixin, _FedForestBase):
         *,
         n_estimators: int = 50,
         max_depth: int = 8,
-        max_bin: int = 32,
+        max_bin: int | None = None,
         max_features: str | int | float | None = 1.0,
         min_samples_split: int = 2,
         min_samples_leaf: int = 1,
         min_impurity_decrease: float = 0.0,
         bootstrap: bool = True,
         random_state: int | None = 0,
-        protocol: str = "histogram",
+        protocol: str | None = None,
         secure_aggregation: bool | None = None,
         min_crowd: int = 5,
         client_fraction: float = 1.0,
-        dp_noise_multiplier: float | None = None,
+        dp_epsilon: float = FedForest.dp_epsilon,
+        dp_delta: float = FedForest.dp_delta,
     ) -> None:
         _store(self, locals())
 

@@ -27,13 +27,22 @@ and left counts -- the pooled counts enforce ``min_samples_leaf``; homogeneous d
 Federated Histogram baseline), fixed ``thresholds`` per feature (the oracle tests' "same
 candidates"), ``target="client"`` (predict H from X: the covariate-shift diagnostic).
 
-Private protocol (``protocol="histogram"``): the job opens with fleet sums and fleet-wide edges
-read off fleet-summed grid counts (``private_fleet``); then each level is one round: per
-(node, sampled feature) pair and per bin of the edges, the summed window counts and weighted
-summary terms (secure aggregation by default). The candidates are the edges; every gain is the
-exact pooled gain of its candidate (left summaries are the histograms' partial sums), so the
-forest equals the centralized forest grown with those candidates, bootstrap and feature draws.
-No split leaves a child with fewer than ``min_crowd`` windows fleet-wide.
+Protocols (``FedForest.protocol``):
+
+* ``"private"`` (the default for classification): differential privacy under secure
+  aggregation -- a noisy opening, one noisy release of the fleet's class counts per feature and
+  bin, trees grown by random splits on the best-scoring features, one noisy release of the
+  leaves' class counts (``fedforest_private``, ``forest_private_growth``);
+* ``"histogram"`` (secure sums without differential privacy; the default for regression, with a
+  one-line warning): the job opens with fleet sums and fleet-wide edges read off fleet-summed
+  grid counts (``private_fleet``); then each level is one round: per (node, sampled feature)
+  pair and per bin of the edges, the summed window counts and weighted summary terms (secure
+  aggregation by default). The candidates are the edges; every gain is the exact pooled gain of
+  its candidate (left summaries are the histograms' partial sums), so the forest equals the
+  centralized forest grown with those candidates, bootstrap and feature draws. No split leaves a
+  child with fewer than ``min_crowd`` windows fleet-wide;
+* ``"sketches"`` (the paper's, for reproduction, with a one-line warning): the two rounds per
+  level above, per-client summaries and quantile sketches.
 
 Determinism: per-tree client subsets come from ``default_rng(seed)``, each node's feature
 subsample from ``default_rng([seed, tree, node])``, each client's bootstrap from (seed, tree,
@@ -78,7 +87,8 @@ from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
 from .levelwise_growth import decode
-from .private_fleet import check_privacy_settings, describe_fleet_privately, frac_bits_for
+from .fedforest_private import PrivateForestTraining, ReleasePlan
+from .private_fleet import check_privacy_settings, describe_fleet_privately, frac_bits_for, warn_if_not_private
 from .forest_candidates import (
     CATEGORY,
     CLIENT,
@@ -104,7 +114,9 @@ log = logging.getLogger(__name__)
 #: with replacement from n rows give one row 17 copies with probability ~1e-15, and a gateway
 #: whose terms would exceed the bound declines the level ("value_range") instead of overflowing.
 MAX_BOOTSTRAP_WEIGHT = 16
-
+#: Bins per feature by protocol when ``n_bins`` is not set: coarse under differential privacy
+#: (fewer, fuller cells next to the noise), the paper's 32 otherwise.
+PRIVATE_BINS, DEFAULT_BINS = 16, 32
 
 
 @dataclass(frozen=True)
@@ -116,23 +128,31 @@ class FedForest:
     ``client_splits``: also split on the client indicator H (exempt from feature subsampling);
     the model then has one extra input, the client index (``model.metadata["clients"]`` lists
     the clients in index order).
-    ``protocol``: ``"histogram"`` (private: fleet-summed per-bin sums on fleet-wide edges, one
-    round per level) or ``"sketches"`` (the paper's per-client quantile sketches and summaries;
-    reveals client values). ``secure_aggregation``, ``secagg_degree``, ``min_crowd``: as for
-    ``FedSCSXGB``. The histogram protocol offers exact evaluation of the edges' candidates,
-    numeric features and the label target (no H-splits, categorical features or AvgImp: they
-    need per-client statistics). ``dp_noise_multiplier``: differential privacy as for
-    ``FedSCSXGB`` (off by default; histogram protocol with secure aggregation, classification,
-    ``bootstrap=False`` so that one window weighs 1 in every tree).
+    ``protocol`` (module docstring): ``"private"`` (the default for classification unless
+    ``secure_aggregation=False``), ``"histogram"`` (secure sums of exact per-bin sums, no
+    differential privacy; the default for regression) or ``"sketches"`` (the paper's; reveals
+    client values). Both non-DP protocols log a one-line warning. ``secure_aggregation``,
+    ``secagg_degree``, ``min_crowd``: as for ``FedSCSXGB``. The histogram protocol offers exact
+    evaluation of the edges' candidates, numeric features and the label target (no H-splits,
+    categorical features or AvgImp: they need per-client statistics). ``n_bins``: default 16 in
+    the private protocol, 32 otherwise.
+
+    The private protocol spends ``dp_epsilon`` per window and training (``(dp_epsilon,
+    dp_delta)``-DP for adding or removing one window, accounted by ``aggregator.privacy``),
+    shared between the opening, the root histograms and the leaves by ``release_plan``. Every
+    window is in every tree once (``bootstrap`` does not apply); the trees split at random, from
+    the public ``seed``, on the ``dp_features`` features (default sqrt(d)) whose noisy root
+    histograms score best (``max_features``, ``min_samples_*``, ``min_impurity_decrease`` and ``min_crowd`` do not
+    apply: no node statistics are released). The model's metadata reports what was spent
+    (``dp_epsilon``, ``dp_delta``, ``dp_rho``, ``dp_xi``).
     ``resume_state``: the ``ForestState`` bytes of a completed level (what a server stores with
     it); the job continues after that level, or starts over (logged) when the fleet no longer
-    fits them. Jobs with differential privacy report no state (the budget already spent is not
-    in it) and start over.
+    fits them. Private jobs report no state (two releases; the budget spent is not in a state).
     """
 
     n_trees: int = 50
     max_depth: int = 8
-    n_bins: int = 32
+    n_bins: int | None = None
     sketch_size: int | None = None
     task: Literal["classification", "regression"] = "classification"
     criterion: Literal["gini", "entropy", "mse"] | None = None
@@ -152,21 +172,26 @@ class FedForest:
     target: Literal["label", "client"] = "label"
     feature_set_version: str = ""
     classes: tuple[str, ...] | None = None
-    protocol: Literal["histogram", "sketches"] = "histogram"
-    secure_aggregation: bool | None = None  # None: on for the histogram protocol
+    protocol: Literal["private", "histogram", "sketches"] | None = None  # None: private, histogram for regression
+    secure_aggregation: bool | None = None  # None: on unless protocol="sketches"
     secagg_degree: int | None = None
     min_crowd: int = 5
-    dp_noise_multiplier: float | None = None
-    dp_delta: float = 1e-6
     dp_epsilon: float = 8.0
+    dp_delta: float = 1e-6
+    dp_features: int | None = None  # None: sqrt(n_features)
+    release_plan: ReleasePlan = ReleasePlan()
     resume_state: bytes | None = field(default=None, compare=False, repr=False)
 
     name: ClassVar[str] = "fedforest"
 
     def __post_init__(self) -> None:
-        for name in ("n_trees", "n_bins", "min_samples_split"):
+        for name in ("n_trees", "min_samples_split"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
+        if self.dp_features is not None and not (isinstance(self.dp_features, int) and self.dp_features >= 1):
+            raise ValueError(f"dp_features must be an int >= 1 or None, got {self.dp_features!r}")
+        if self.n_bins is not None and not (isinstance(self.n_bins, int) and 2 <= self.n_bins <= 65_535):
+            raise ValueError(f"n_bins must be an int in 2..65535, got {self.n_bins!r}")
         if not (isinstance(self.max_depth, int) and self.max_depth >= 0):
             raise ValueError(f"max_depth must be an int >= 0, got {self.max_depth!r}")
         if not 0 < self.client_fraction <= 1:
@@ -179,22 +204,28 @@ class FedForest:
             raise ValueError("predicting the client from X cannot also split on the client")
         if self.criterion is not None and (self.criterion == "mse") != self.regression:
             raise ValueError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
-        if self.dp_noise_multiplier is not None:
-            raise ValueError("dp_noise_multiplier is gone: differential privacy is being moved to a private protocol")
-        check_privacy_settings(self, paper="sketches", dp_possible=False)
-        if self.protocol == "histogram":
+        check_privacy_settings(self, paper="sketches", dp_possible=self.task == "classification"
+                               and self.target == "label")
+        if self.protocol != "sketches":
             unsupported = [name for name, on in (("client_splits", self.client_splits),
                                                  ("categorical_features", bool(self.categorical_features)),
                                                  ("evaluation='avgimp'", self.evaluation != "exact"),
                                                  ("candidates='histogram'", self.candidates != "quantiles"),
-                                                 ("target='client'", self.target != "label")) if on]
+                                                 ("target='client'", self.target != "label"),
+                                                 ("thresholds", self.protocol == "private"
+                                                  and self.thresholds is not None)) if on]
             if unsupported:
-                raise ValueError(f"protocol='histogram' does not offer {', '.join(unsupported)} (they need "
-                                 "per-client statistics); use protocol='sketches'")
+                raise ValueError(f"protocol={self.protocol!r} does not offer {', '.join(unsupported)} (they need "
+                                 "per-client statistics or exact sums); use protocol='sketches'")
 
     @property
     def regression(self) -> bool:
         return self.task == "regression" and self.target == "label"
+
+    @property
+    def bins(self) -> int:
+        """Bins per feature: ``n_bins``, else the protocol's default."""
+        return self.n_bins or (PRIVATE_BINS if self.protocol == "private" else DEFAULT_BINS)
 
     @property
     def split_criterion(self) -> str:
@@ -211,10 +242,17 @@ class FedForest:
         comes with the next level), so there is no such forest and stopping raises
         ``TrainingError`` instead of saving leaves without values.
         """
-        return _Training(self, job, seed).run().model
+        return self.fit_with_diagnostics(job, seed=seed).model
 
     def fit_with_diagnostics(self, job: FederatedJob, *, seed: int = 0) -> ForestResult:
-        return _Training(self, job, seed).run()
+        """:meth:`fit`, plus what the server learnt growing the forest (:class:`ForestResult`)."""
+        warn_if_not_private(self, "sketches", log)
+        if self.protocol != "private":
+            return _Training(self, job, seed).run()
+        model, grown = PrivateForestTraining(self, job, seed).run()
+        return ForestResult(model, grown.importance(), grown.root_gain(self.split_criterion),
+                            [LevelCounts(0, 1, int(grown.screening.score.shape[0]),
+                                         int(np.isfinite(grown.screening.score).sum()))])
 
 
 def forest_importance(per_tree: np.ndarray) -> np.ndarray:
@@ -420,7 +458,7 @@ class _Training:
                 raise TrainingError(f"{len(cfg.thresholds)} threshold arrays for {self.d} features")
             self.fixed = [np.unique(np.asarray(t, dtype=np.float64)) for t in cfg.thresholds]
         elif cfg.candidates == "histogram":
-            self.fixed = [np.linspace(lo, hi, cfg.n_bins + 1)[1:-1] if hi > lo else np.zeros(0)
+            self.fixed = [np.linspace(lo, hi, cfg.bins + 1)[1:-1] if hi > lo else np.zeros(0)
                           for lo, hi in zip(fleet.minimum, fleet.maximum)]
         else:
             self.fixed = None
@@ -453,9 +491,8 @@ class _Training:
         cfg = self.config
         self.summer = FleetSummer(self.job, secure=cfg.secure_aggregation, degree=cfg.secagg_degree)
         self.summer.start(self.job.clients)
-        self.noise = None
         fleet = describe_fleet_privately(self.job, self.summer, cfg.feature_set_version, regression=cfg.regression,
-                                         n_bins=cfg.n_bins, classes=cfg.classes)
+                                         n_bins=cfg.bins, classes=cfg.classes)
         self._set_fleet(fleet.clients, fleet.n_features, fleet.feature_names, fleet.classes, fleet.model_classes)
         edges = fleet.edges
         if cfg.thresholds is not None:
@@ -483,9 +520,9 @@ class _Training:
             self.value_bound = MAX_BOOTSTRAP_WEIGHT * bound
             self.word_bits = 64
         else:  # a tree's (bootstrap) weights add up to the fleet's windows: every cell is below that
-            # (with the grid counts' headroom, private_fleet); DP noise needs 32 bits on top
+            # (with the grid counts' headroom, private_fleet)
             self.frac_bits, self.value_bound = 0, 1.0
-            self.word_bits = 32 if self.noise else word_bits_for(2 * fleet.total_samples + 64)
+            self.word_bits = word_bits_for(2 * fleet.total_samples + 64)
 
     def _task(self, client: str) -> ForestTask:
         cfg = self.config
@@ -500,22 +537,19 @@ class _Training:
 
     def run(self) -> ForestResult:
         cfg = self.config
-        private = cfg.protocol == "histogram"
-        self._setup_private() if private else self._setup()
+        histogram = cfg.protocol == "histogram"
+        self._setup_private() if histogram else self._setup()
         self.depth = cfg.max_depth
         start, frontier = self._resumed() if cfg.resume_state is not None else (0, self._fresh())
         for level in range(start, cfg.max_depth + 1):
             if not frontier:
                 break
             started = time.monotonic()
-            frontier = self._private_level(level, frontier) if private else self._level(level, frontier)
+            frontier = self._private_level(level, frontier) if histogram else self._level(level, frontier)
             progress = RoundProgress(self.job.job_id, cfg.name, level + 1, cfg.max_depth + 1, len(self.clients),
                                      self._answered, {"nodes": float(self._n_active), "splits": float(self._n_splits)},
                                      time.monotonic() - started)
-            if cfg.dp_noise_multiplier:  # the budget spent is not in the state: no resuming
-                self.job.report(progress)
-            else:
-                self.job.report(progress, state=lambda: self._state(level + 1, frontier).to_cbor())
+            self.job.report(progress, state=lambda: self._state(level + 1, frontier).to_cbor())
             if frontier and self.job.stop_here(progress):
                 self._cut(level + 1, frontier)
                 break
@@ -585,8 +619,6 @@ class _Training:
             reason = str(exc)
         else:
             reason = self._unfit(state)
-        if reason is None and self.config.dp_noise_multiplier:
-            reason = "differential privacy: the budget spent is not in the stored state"
         if reason is not None:
             log.warning("not resuming the forest: starting over from the first level",
                         extra={"job": self.job.job_id, "reason": reason})
@@ -654,7 +686,7 @@ class _Training:
         eligible = can[pair_node] & ~np.isin(pair_feature, self.categorical)
         if cfg.top_l:
             eligible &= self._shortlist(pair_node, pair_feature, replies)
-        numeric = numeric_candidates(pair_node, pair_feature, eligible, cfg.n_bins, fixed=self.fixed,
+        numeric = numeric_candidates(pair_node, pair_feature, eligible, cfg.bins, fixed=self.fixed,
                                      sketches=None if self.fixed is not None else self._sketches(replies))
         pool = _SplitPool.empty(numeric.thresholds.shape[0], self.S, set(replies))
         if numeric.thresholds.size:
@@ -711,16 +743,10 @@ class _Training:
         node_tree = np.array([n.tree for n in frontier], dtype=np.int64)
         node_id = np.array([n.node for n in frontier], dtype=np.int64)
         active = list(self.summer.active)
-        # One window (weight 1, no bootstrap) sits in one node per tree: a 1 in the window column
-        # and in one class column of each of that node's sampled features.
-        widest = np.zeros(cfg.n_trees)
-        np.maximum.at(widest, node_tree, np.diff(offsets))
-        sensitivity = float(np.sqrt(2.0 * widest.sum()))
-        share = self.noise.share(sensitivity, len(active)) if self.noise else None
         requests = {c: ForestHistogramRequest(
             self._task(c), level, self._decisions_since(self.known.get(c, -1) + 1), node_tree, node_id, offsets,
             features, self.edge_values, self.edge_offsets, self.frac_bits, self.value_bound,
-            self.summer.secure_round(c, active), self.word_bits, share, self._shifts(frontier)) for c in active}
+            self.summer.secure_round(c, active), self.word_bits, None, self._shifts(frontier)) for c in active}
         any_request = next(iter(requests.values()))
         result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, any_request.length,
                                  word_bits=any_request.word_bits)
@@ -731,9 +757,6 @@ class _Training:
                 self.known.pop(client, None)
         self._answered = len(result.contributors)
         hist = result.total.view(np.int64).reshape(P, any_request.slots, any_request.terms)
-        if self.noise:  # noisy counts: account, then clip (post-processing)
-            self.noise.spend("histograms", sensitivity, len(result.contributors), len(active))
-            hist = np.clip(hist, 0, None)
         windows, sums = hist[..., 0], hist[..., 1:].astype(np.float64)
         if cfg.regression:
             sums[..., 1:] = decode(hist[..., 2:], self.frac_bits)
@@ -810,7 +833,7 @@ class _Training:
             out[client] = ForestLevelRequest(
                 task=self._task(client), level=level, splits=self._decisions_since(first), node_tree=node_tree,
                 node_id=node_id, feature_offsets=offsets, features=features,
-                sketch_size=cfg.sketch_size or cfg.n_bins, categorical=self.categorical,
+                sketch_size=cfg.sketch_size or cfg.bins, categorical=self.categorical,
                 n_categories=cfg.n_categories, top_l=cfg.top_l or 0, node_shift=self._shifts(frontier))
         return out
 
@@ -864,7 +887,7 @@ class _Training:
         pair_of[pair_node, pair_feature] = np.arange(pair_node.shape[0])
         threshold = cands.threshold.copy()
         threshold[chosen] = gap_midpoints(pair_of[cands.node[chosen], cands.feature[chosen]], threshold[chosen],
-                                          self._sketches(replies), self.config.sketch_size or self.config.n_bins)
+                                          self._sketches(replies), self.config.sketch_size or self.config.bins)
         return dataclasses.replace(cands, threshold=threshold)
 
     def _pooled_missing(self, replies: dict[str, ForestLevelReply], used: set[str], n_pairs: int) -> np.ndarray:
@@ -1003,7 +1026,7 @@ class _Training:
         return TreeEnsemble(
             trees=tuple(trees), kind="forest", link="identity", n_outputs=n_outputs, feature_names=names,
             feature_set_version=cfg.feature_set_version, classes=self.model_classes,
-            metadata={"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": self.depth, "n_bins": cfg.n_bins,
+            metadata={"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": self.depth, "n_bins": cfg.bins,
                       "criterion": self.crit, "evaluation": cfg.evaluation, "candidates": cfg.candidates,
                       "client_splits": int(cfg.client_splits), "target": cfg.target, "protocol": cfg.protocol,
                       "secure_aggregation": int(cfg.secure_aggregation), "min_crowd": cfg.min_crowd,

@@ -11,9 +11,15 @@ catches up by replaying them; decisions are applied at most once.
 All statistics come from ``shared.node_statistics`` (one sort per feature for all nodes of all
 trees). What leaves the gateway depends on the job's protocol (PRIVACY.md has the table):
 
-* ``histogram`` (private): per level one integer vector -- per requested (node, feature) pair
-  and bin of the fleet-wide edges, the window count and the weighted class counts (or
-  ``[n, Σy, Σy²]``) -- masked by secure aggregation unless the job turned it off;
+* ``private`` (differential privacy, the default for classification): two integer vectors of
+  class counts -- per feature and bin of the fleet-wide edges over all the gateway's windows
+  (:func:`class_histograms`), then per leaf of the forest (:func:`leaf_class_counts`) -- each
+  scaled, plus this gateway's share of Skellam noise, masked by secure aggregation; every
+  window is in every tree, once (no bootstrap);
+* ``histogram`` (secure sums without differential privacy): per level one integer vector -- per
+  requested (node, feature) pair and bin of the fleet-wide edges, the window count and the
+  weighted class counts (or ``[n, Σy, Σy²]``) -- masked by secure aggregation unless the job
+  turned it off;
 * the paper's protocol (reproduction): per-client node summaries, M+1 weighted quantiles per
   (node, feature) pair -- actual feature values of the client's windows; a node of a few
   windows reveals them exactly -- and per-client left summaries.
@@ -46,6 +52,8 @@ from shared.protocol.messages.fedforest import (
     ForestSplitReply,
     ForestSplitRequest,
     ForestTask,
+    PrivateForestHistogramRequest,
+    PrivateForestLeavesRequest,
     SplitDecisions,
 )
 from shared.splitting import pooled_gain
@@ -59,12 +67,49 @@ log = logging.getLogger(__name__)
 
 MAX_JOBS = 4
 
+__all__ = ["FedForestClient", "bootstrap_weights", "class_histograms", "leaf_class_counts"]
+
 
 def bootstrap_weights(seed: int, tree: int, client_index: int, n: int) -> np.ndarray:
     """Multiplicities of a client-stratified bootstrap: ``n`` draws with replacement from the
     client's ``n`` rows, reproducible from (job seed, tree, client index)."""
     rng = np.random.default_rng([seed, tree, client_index])
     return np.bincount(rng.integers(0, n, n), minlength=n).astype(np.float64)
+
+
+def class_histograms(X: np.ndarray, ids: np.ndarray, features: np.ndarray, edge_values: np.ndarray,
+                     edge_offsets: np.ndarray, n_classes: int, n_slots: int) -> np.ndarray:
+    """Per feature ``features[i]`` and slot of its edges (``edge_values[edge_offsets[j]:
+    edge_offsets[j+1]]``; slot ``b``: ``edges[b-1] <= x < edges[b]``, the last slot: missing) the
+    number of windows of each class ``ids`` (int64, ``(features, n_slots, n_classes)``).
+
+    Examples
+    --------
+    >>> X = np.array([[0.5], [1.5], [np.nan]])
+    >>> class_histograms(X, np.array([0, 1, 1]), np.array([0]), np.array([1.0], np.float32),
+    ...                  np.array([0, 1]), 2, 3)[0].tolist()
+    [[1, 0], [0, 1], [0, 1]]
+    """
+    onehot = np.eye(n_classes, dtype=np.int64)[ids]
+    node = np.zeros(ids.shape[0], dtype=np.int64)
+    out = np.zeros((features.shape[0], n_slots, n_classes), dtype=np.int64)
+    for i, j in enumerate(features.tolist()):
+        out[i] = pair_histograms(X[:, j], node, onehot, np.zeros(1, np.int64), 1,
+                                 edge_values[edge_offsets[j]:edge_offsets[j + 1]], n_slots)[0]
+    return out
+
+
+def leaf_class_counts(positions: np.ndarray, ids: np.ndarray, n_leaves: int, n_classes: int) -> np.ndarray:
+    """Per leaf the number of windows of each class (int64, ``(n_leaves, n_classes)``) from the
+    entries' leaf positions and class ids (one entry per window and tree).
+
+    Examples
+    --------
+    >>> leaf_class_counts(np.array([0, 1, 1]), np.array([1, 0, 0]), 2, 2).tolist()
+    [[0, 1], [2, 0]]
+    """
+    keys = positions * n_classes + ids
+    return np.bincount(keys, minlength=n_leaves * n_classes).astype(np.int64).reshape(n_leaves, n_classes)
 
 
 @dataclass
@@ -140,17 +185,21 @@ class _ForestState:
             go_left[categorical] = valid & np.isin(key, allowed)
         self.node[trees, samples] = np.where(go_left, s.left[row], s.right[row])
 
+    def positions(self, node_tree: np.ndarray, node_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every (tree, sample) entry sitting in one of the nodes ``(node_tree[i], node_id[i])``:
+        its tree, its sample row and the position ``i`` of its node."""
+        width = int(max(self.node.max(initial=0), node_id.max(initial=0))) + 1
+        lookup = np.full(self.task.n_trees * width + 1, -1, dtype=np.int64)
+        lookup[node_tree * width + node_id] = np.arange(node_id.shape[0])
+        trees, rows = np.nonzero(self.node >= 0)
+        positions = lookup[trees * width + self.node[trees, rows]]
+        keep = positions >= 0
+        return trees[keep], rows[keep], positions[keep]
+
     def prepare(self, request: ForestLevelRequest | ForestHistogramRequest) -> _Level:
         """Map every (tree, sample) entry of an active node to that node's request position, with
         its summary terms (regression: centred on the node's shift)."""
-        width = int(max(self.node.max(initial=0), request.node_id.max(initial=0))) + 1
-        lookup = np.full(self.task.n_trees * width + 1, -1, dtype=np.int64)
-        lookup[request.node_tree * width + request.node_id] = np.arange(request.node_id.shape[0])
-        trees, rows = np.nonzero(self.node >= 0)
-        keys = trees * width + self.node[trees, rows]
-        positions = lookup[keys]
-        keep = positions >= 0
-        trees, rows, positions = trees[keep], rows[keep], positions[keep]
+        trees, rows, positions = self.positions(request.node_tree, request.node_id)
         if self.n_outputs or not request.node_shift.size:
             terms = self.terms[rows]
         else:
@@ -199,11 +248,15 @@ class FedForestClient:
         self.secure = secure or SecureAggregationClient("local")
         self.max_jobs = max_jobs
         self._jobs: OrderedDict[str, _ForestState] = OrderedDict()
+        #: Draws the private protocol's noise shares (OS entropy; tests seed it through the participant).
+        self.noise_rng = np.random.default_rng()
 
     def register(self, dispatcher: Dispatcher) -> None:
         dispatcher.register(ForestLevelRequest, self.on_level)
         dispatcher.register(ForestSplitRequest, self.on_split)
         dispatcher.register(ForestHistogramRequest, self.on_histograms)
+        dispatcher.register(PrivateForestHistogramRequest, self.on_private_histograms)
+        dispatcher.register(PrivateForestLeavesRequest, self.on_private_leaves)
 
     def _state(self, job: str, task: ForestTask) -> _ForestState:
         state = self._jobs.get(job)
@@ -260,6 +313,30 @@ class FedForestClient:
             out[where] = pair_histograms(state.X[level.rows, j], level.positions, terms, pair_of_node, where.size,
                                          body.edge_values[o[j]:o[j + 1]], S)
         vector = with_noise(out.ravel(), body.noise)
+        return ForestHistogramReply(self.secure.protect(message, vector, body.secure, body.word_bits))
+
+    def on_private_histograms(self, message: Message) -> ForestHistogramReply:
+        """Private root release: class counts per feature and slot of all the job's windows,
+        scaled, plus this gateway's share of the noise, masked."""
+        body: PrivateForestHistogramRequest = message.body
+        state = self._state(message.envelope.job, body.task)
+        counts = class_histograms(state.X, state.target, body.features, body.edge_values, body.edge_offsets,
+                                  len(body.task.classes), body.slots)
+        return self._private_reply(message, counts.ravel(), body)
+
+    def on_private_leaves(self, message: Message) -> ForestHistogramReply:
+        """Private leaves release: after every split decision, class counts per leaf (each window
+        once per tree), scaled, plus this gateway's share of the noise, masked."""
+        body: PrivateForestLeavesRequest = message.body
+        state = self._state(message.envelope.job, body.task)
+        state.apply(body.splits, int(body.splits.level.min()) if body.splits.level.size else 0)
+        _, rows, positions = state.positions(body.leaf_tree, body.leaf_id)
+        counts = leaf_class_counts(positions, state.target[rows], body.leaf_tree.shape[0], len(body.task.classes))
+        return self._private_reply(message, counts.ravel(), body)
+
+    def _private_reply(self, message: Message, counts: np.ndarray,
+                       body: PrivateForestHistogramRequest | PrivateForestLeavesRequest) -> ForestHistogramReply:
+        vector = with_noise(counts, body.noise, self.noise_rng)
         return ForestHistogramReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_level(self, message: Message) -> ForestLevelReply:

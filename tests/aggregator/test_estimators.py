@@ -68,8 +68,10 @@ def fleet(seed: int, *, regression: bool = False, n_classes: int = 3, n_clients:
      FedSCSXGB(n_rounds=2, multi_strategy="multi_output_tree", protocol="atoms", n_bins=16), False),
     (FedSCSXGBRegressor(n_estimators=3, learning_rate=0.3, max_bin=16, secure_aggregation=False),
      FedSCSXGB(n_rounds=3, learning_rate=0.3, n_bins=16, objective="squared_error", secure_aggregation=False), True),
-    (FedForestClassifier(n_estimators=4, max_depth=4, criterion="entropy", min_samples_leaf=3, random_state=2),
-     FedForest(n_trees=4, max_depth=4, criterion="entropy", min_samples_leaf=3, max_features="sqrt"), False),
+    (FedForestClassifier(n_estimators=4, max_depth=4, criterion="entropy", min_samples_leaf=3, random_state=2,
+                         protocol="histogram"),
+     FedForest(n_trees=4, max_depth=4, criterion="entropy", min_samples_leaf=3, max_features="sqrt",
+               protocol="histogram"), False),
     (FedForestRegressor(n_estimators=4, max_depth=4, max_features=0.5, bootstrap=False),
      FedForest(n_trees=4, max_depth=4, max_features=0.5, bootstrap=False, task="regression"), True),
 ], ids=["xgb-classifier", "xgb-multi-output-atoms", "xgb-regressor", "forest-classifier", "forest-regressor"])
@@ -105,8 +107,8 @@ def test_two_classes_train_a_logistic_booster_like_xgbclassifier() -> None:
 def test_client_data_and_pairs_give_the_same_model() -> None:
     pairs = fleet(3)
     named = [ClientData(f"gw-{k}", X, y) for k, (X, y) in enumerate(pairs)]
-    a = FedForestClassifier(n_estimators=3, max_depth=3).fit(pairs).model_
-    b = FedForestClassifier(n_estimators=3, max_depth=3).fit(named).model_
+    a = FedForestClassifier(n_estimators=3, max_depth=3, protocol="histogram").fit(pairs).model_
+    b = FedForestClassifier(n_estimators=3, max_depth=3, protocol="histogram").fit(named).model_
     assert a == b
 
 
@@ -156,8 +158,8 @@ def test_clone_get_params_and_set_params(cls) -> None:
 
 @pytest.mark.parametrize("value", ["sqrt", "log2", None, 2, 0.5, 1.0])
 def test_max_features_takes_scikit_learn_s_values(value) -> None:
-    model = FedForestClassifier(n_estimators=2, max_depth=2, max_features=value).fit(fleet(5))
-    want = aggregator.simulate(FedForest(n_trees=2, max_depth=2, max_features=value), fleet(5))
+    model = FedForestClassifier(n_estimators=2, max_depth=2, max_features=value, protocol="histogram").fit(fleet(5))
+    want = aggregator.simulate(FedForest(n_trees=2, max_depth=2, max_features=value, protocol="histogram"), fleet(5))
     assert model.model_ == want
 
 
@@ -165,9 +167,10 @@ def test_numpy_scalars_are_the_plain_numbers_they_hold() -> None:
     """The engine's configurations take plain ints and bools; the estimators convert numpy's."""
     numpy_typed = FedForestClassifier(n_estimators=np.int64(2), max_depth=np.int32(3), max_features=np.float64(0.5),
                                       min_samples_leaf=np.int64(2), bootstrap=np.bool_(False),
-                                      min_impurity_decrease=np.float32(0.0), random_state=np.int64(3))
+                                      min_impurity_decrease=np.float32(0.0), random_state=np.int64(3),
+                                      protocol="histogram")
     plain = FedForestClassifier(n_estimators=2, max_depth=3, max_features=0.5, min_samples_leaf=2, bootstrap=False,
-                                random_state=3)
+                                random_state=3, protocol="histogram")
     assert numpy_typed.fit(fleet(5)).model_ == plain.fit(fleet(5)).model_
 
 
@@ -189,7 +192,7 @@ def test_numpy_scalars_are_the_plain_numbers_they_hold() -> None:
     (FedSCSXGBClassifier, {"min_split_loss": -1.0}, "min_split_loss must be a finite number >= 0 or None"),
     (FedSCSXGBClassifier, {"n_estimators": 2.0}, "n_estimators must be an int >= 1, got 2.0"),
     (FedForestClassifier, {"criterion": "mse"}, "criterion must be"),
-    (FedForestClassifier, {"protocol": "atoms"}, "protocol must be one of 'histogram', 'sketches'"),
+    (FedForestClassifier, {"protocol": "atoms"}, "protocol must be one of 'private', 'histogram', 'sketches'"),
     (FedForestClassifier, {"n_estimators": 0}, "n_estimators must be"),
     (FedSCSXGBClassifier, {"multi_strategy": "one_tree"}, "multi_strategy must be one of"),
     (FedSCSXGBClassifier, {"max_bin": 1}, "max_bin must be"),

@@ -2,7 +2,7 @@
 
 Oracle: for every completed level k, a job started with level k's state on a fresh fleet (new
 gateways that know nothing of the job) grows levels k+1.. only and ends with the forest an
-uninterrupted run grows, bit for bit -- private and plain protocols, classification and
+uninterrupted run grows, bit for bit -- the histogram and paper's protocols, classification and
 regression, AvgImp (open nodes without summaries) and client-indicator splits (categorical
 decisions). A state that is no forest state, or was grown on other data, starts over.
 """
@@ -22,10 +22,10 @@ from tests.server.fleet_memory import fleet_data
 from tests.server.test_resume import assert_same_model
 from tests.server.test_resume_state import forest_states
 
-BASE = {"n_trees": 3, "max_depth": 3, "n_bins": 8}
+BASE = {"n_trees": 3, "max_depth": 3, "n_bins": 8, "protocol": "histogram"}
 CONFIGS = {
-    "private": {},
-    "private-regression": {"task": "regression"},
+    "histogram": {},
+    "histogram-regression": {"task": "regression"},
     "plain-avgimp": {"protocol": "sketches", "evaluation": "avgimp"},
     "plain-client-splits": {"protocol": "sketches", "client_splits": True, "bootstrap": False},
 }

@@ -15,11 +15,19 @@ Nodes and pairs are addressed by position in the request (CSR layouts), so a rep
 positions where the client has data. These per-client sketches and summaries are the paper's
 protocol, kept for reproduction: quantile points are actual feature values of the client.
 
-The private protocol replaces both rounds with one per level, ``fedforest.histograms``: per
-requested (node, feature) pair and per bin of the job's fleet-wide edges, the sums of the
-window count, the bootstrap weight and the weighted summary terms, as one fixed-point vector
-for secure aggregation (:class:`ForestHistogramRequest`). Counts are integers (bootstrap multiplicities) and travel
-as integers; regression sums are float64.
+The histogram protocol (secure sums without differential privacy) replaces both rounds with one
+per level, ``fedforest.histograms``: per requested (node, feature) pair and per bin of the job's
+fleet-wide edges, the sums of the window count, the bootstrap weight and the weighted summary
+terms, as one fixed-point vector for secure aggregation (:class:`ForestHistogramRequest`).
+Counts are integers (bootstrap multiplicities) and travel as integers; regression sums are
+float64.
+
+The private protocol (differential privacy) asks two fleet sums after the opening, each an
+integer vector of class counts with the gateways' shares of Skellam noise added before masking:
+``fedforest.dp_histograms`` -- per feature and slot of the edges, the class counts of all the
+gateway's windows (:class:`PrivateForestHistogramRequest`) -- and ``fedforest.dp_leaves`` --
+after the forest's split decisions, per leaf the class counts (:class:`PrivateForestLeavesRequest`).
+Both are answered with :class:`ForestHistogramReply`.
 """
 
 from __future__ import annotations
@@ -346,3 +354,77 @@ class ForestHistogramRequest:
 @dataclass(frozen=True)
 class ForestHistogramReply:
     sums: MaskedVector
+
+
+def _check_edges(edge_values: np.ndarray, edge_offsets: np.ndarray, n_features: int) -> None:
+    _csr("edge_offsets", edge_offsets, edge_values.shape[0], n_features)
+
+
+def _check_private_vector(request) -> None:
+    if request.word_bits not in (32, 64):
+        raise ValueError("word_bits must be 32 or 64 (noisy sums need the headroom)")
+    if request.task.task != "classification" or request.task.target != "label" or request.task.bootstrap:
+        raise ValueError("the private protocol counts the classes of every window once (classification, "
+                         "bootstrap off)")
+    if request.task.trees.shape[0] != request.task.n_trees:
+        raise ValueError("in the private protocol every window is in every tree")
+
+
+@message_type("fedforest.dp_histograms")
+@dataclass(frozen=True)
+class PrivateForestHistogramRequest:
+    """Private protocol, the root release: for each feature ``features[i]`` and each slot of its
+    edges (slot ``b``: ``edges[b-1] <= x < edges[b]``; the last slot: missing) the number of the
+    gateway's labelled windows of each class. Layout ``(features, slots, K)``; the gateway
+    multiplies the counts by ``noise.scale``, adds its share of the noise and masks the vector.
+    One window adds ``noise.scale`` to one cell per feature."""
+
+    task: ForestTask
+    features: Annotated[np.ndarray, INT_1D]
+    edge_values: Annotated[np.ndarray, ArraySpec(("float32",), ndim=1, finite=True)]
+    edge_offsets: Annotated[np.ndarray, INT_1D]
+    noise: NoiseShare
+    secure: SecureRound | None = None
+    word_bits: int = 32
+
+    def __post_init__(self) -> None:
+        _check_private_vector(self)
+        _check_edges(self.edge_values, self.edge_offsets, self.task.n_features)
+        _positions("features", self.features, self.task.n_features)
+
+    @property
+    def slots(self) -> int:
+        return int(np.diff(self.edge_offsets).max(initial=0)) + 2
+
+    @property
+    def length(self) -> int:
+        return self.features.shape[0] * self.slots * len(self.task.classes)
+
+
+@message_type("fedforest.dp_leaves")
+@dataclass(frozen=True)
+class PrivateForestLeavesRequest:
+    """Private protocol, the leaves release: apply ``splits`` (every split of the forest, level
+    by level), then per leaf ``(leaf_tree[i], leaf_id[i])`` the number of the gateway's labelled
+    windows of each class there. Layout ``(leaves, K)``, scaled and noised as in
+    :class:`PrivateForestHistogramRequest`. Every window sits in one leaf of every tree."""
+
+    task: ForestTask
+    splits: SplitDecisions
+    leaf_tree: Annotated[np.ndarray, INT_1D]
+    leaf_id: Annotated[np.ndarray, INT_1D]
+    noise: NoiseShare
+    secure: SecureRound | None = None
+    word_bits: int = 32
+
+    def __post_init__(self) -> None:
+        _check_private_vector(self)
+        _same_length(leaf_tree=self.leaf_tree, leaf_id=self.leaf_id)
+        if self.leaf_tree.size and (self.leaf_tree.min() < 0 or self.leaf_tree.max() >= self.task.n_trees):
+            raise ValueError(f"leaf_tree must lie in 0..{self.task.n_trees - 1}")
+        if self.leaf_id.size and self.leaf_id.min() < 0:
+            raise ValueError("leaf_id must be >= 0")
+
+    @property
+    def length(self) -> int:
+        return self.leaf_tree.shape[0] * len(self.task.classes)

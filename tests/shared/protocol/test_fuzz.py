@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 
 import numpy as np
@@ -166,6 +168,11 @@ def private_examples() -> list[object]:
         f.ForestHistogramRequest(forest_task, 0, splits, np.array([0]), np.array([0]), np.array([0, 2]),
                                  np.array([0, 2]), np.array([0.5, 1.5], np.float32), np.array([0, 1, 1, 2])),
         f.ForestHistogramReply(vector),
+        f.PrivateForestHistogramRequest(dataclasses.replace(forest_task, bootstrap=False), np.array([0, 2]),
+                                        np.array([0.5, 1.5], np.float32), np.array([0, 1, 1, 2]),
+                                        s.NoiseShare(1e6, 4, 64), a.SecureRound(("gw-2",))),
+        f.PrivateForestLeavesRequest(dataclasses.replace(forest_task, bootstrap=False), splits, np.array([0, 1]),
+                                     np.array([0, 0]), s.NoiseShare(1e6, 4, 64)),
     ]
 
 

@@ -1,0 +1,176 @@
+"""FedForest's private protocol (``protocol="private"``, the default for classification): a random
+forest under distributed differential privacy, the server decoding only noisy fleet sums.
+
+A training spends a budget of ``(dp_epsilon, dp_delta)`` per window (adding or removing one
+window), shared by :class:`ReleasePlan` between three kinds of release
+(:class:`~aggregator.privacy.PrivacyBudget`):
+
+* ``opening`` -- the fleet's window and class counts and a few grid rounds for coarse bin edges
+  (``private_fleet``);
+* ``histograms`` -- one release: per feature and slot of the edges, the fleet's class counts
+  (``fedforest.dp_histograms``). One window adds one count to one cell per feature: L2
+  sensitivity ``sqrt(d)``, L1 ``d``;
+* ``leaves`` -- one release: per leaf of every tree, the fleet's class counts
+  (``fedforest.dp_leaves``). Every window is in every tree (no bootstrap) and in one leaf of
+  each: L2 sensitivity ``sqrt(n_trees)``, L1 ``n_trees``.
+
+Counts travel multiplied by :data:`COUNT_SCALE` (which keeps the Skellam mechanism close to the
+Gaussian), plus each gateway's share of the noise, in masked 32-bit ring words. Between the two
+releases the server grows the trees by random splits from the job's public seed on the
+``dp_features`` features (default sqrt(d)) the first release scores best (``forest_private_growth``); everything
+it keeps is post-processing of the releases. ``docs/differential_privacy.md`` has the accounting
+and PRIVACY.md what each party learns.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shared.model import TreeEnsemble
+from shared.protocol.messages.fedforest import (
+    ForestHistogramReply,
+    ForestTask,
+    PrivateForestHistogramRequest,
+    PrivateForestLeavesRequest,
+    SplitDecisions,
+)
+from shared.protocol.messages.fleet_sums import NoiseShare
+from shared.protocol.messages.secure_aggregation import word_bits_for
+from shared.sketches import pack_edges
+
+from ..fleet_sums import FleetSummer
+from ..jobs import FederatedJob, RoundProgress, TrainingError
+from ..privacy import PrivacyBudget, skellam_release
+from .forest_private_growth import NoisyCounts, PrivateForest, PrivateForestPlan, grow_private_forest
+from .private_fleet import describe_fleet_privately, opening_releases
+
+if TYPE_CHECKING:
+    from .fedforest import FedForest
+
+__all__ = ["COUNT_SCALE", "PrivateForestTraining", "ReleasePlan", "release_bounds"]
+
+#: Lattice steps per window of a released count (``NoiseShare.scale``).
+COUNT_SCALE = 64
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """The budget's shares of ``rho`` between the kinds of release (they add up to 1)."""
+
+    opening: float = 0.1
+    histograms: float = 0.25
+    leaves: float = 0.65
+
+    def budget(self, epsilon: float, delta: float) -> PrivacyBudget:
+        """The budget of one private forest training."""
+        return PrivacyBudget(epsilon, delta, shares={"opening": self.opening, "histograms": self.histograms,
+                                                     "leaves": self.leaves},
+                             releases={"opening": opening_releases(), "histograms": 1, "leaves": 1})
+
+
+def release_bounds(kind: str, n_features: int, n_trees: int) -> tuple[float, float]:
+    """The L2 and L1 norms, in lattice units, of what one window adds to a release: a count of
+    ``COUNT_SCALE`` in one cell per feature (``"histograms"``) or per tree (``"leaves"``).
+
+    Examples
+    --------
+    >>> release_bounds("leaves", n_features=204, n_trees=4)
+    (128.0, 256.0)
+    """
+    cells = {"histograms": n_features, "leaves": n_trees}[kind]
+    return COUNT_SCALE * math.sqrt(cells), COUNT_SCALE * float(cells)
+
+
+class PrivateForestTraining:
+    """One run of ``FedForest.fit`` with ``protocol="private"``: the server's I/O and budget."""
+
+    def __init__(self, config: FedForest, job: FederatedJob, seed: int) -> None:
+        self.config = config
+        self.job = job
+        self.seed = seed
+
+    def run(self) -> tuple[TreeEnsemble, PrivateForest]:
+        cfg = self.config
+        self.summer = FleetSummer(self.job, secure=True, degree=cfg.secagg_degree)
+        self.summer.start(self.job.clients)
+        self.budget = cfg.release_plan.budget(cfg.dp_epsilon, cfg.dp_delta)
+        fleet = describe_fleet_privately(self.job, self.summer, cfg.feature_set_version, regression=False,
+                                         n_bins=cfg.bins, classes=cfg.classes, budget=self.budget)
+        if len(fleet.classes) < 2:
+            raise TrainingError(f"classification needs at least 2 classes, the clients have {list(fleet.classes)}")
+        self.fleet = fleet
+        self.edges = [np.asarray(e, dtype=np.float32) for e in fleet.edges]
+        if not any(e.shape[0] for e in self.edges):
+            raise TrainingError("no feature has two distinct values fleet-wide: nothing to split on")
+        self.edge_values, self.edge_offsets = pack_edges(self.edges)
+        self.clients = list(fleet.clients)
+        # every cell counts at most the fleet's windows (the opening's noisy count, doubled, with
+        # a margin far beyond its noise) times the scale, plus the release's noise tail
+        self.windows = 2.0 * fleet.total_samples + 10_000.0
+        self.step = 0
+        self.keep = cfg.dp_features or max(1, math.isqrt(fleet.n_features))
+        plan = PrivateForestPlan(cfg.n_trees, cfg.max_depth, self.keep, cfg.split_criterion)
+        grown = grow_private_forest(plan, self.edges, self.seed, self._histograms, self._leaves)
+        return self._model(grown), grown
+
+    # -- releases ------------------------------------------------------------------------------
+
+    def _task(self, client: str) -> ForestTask:
+        cfg = self.config
+        return ForestTask(task="classification", criterion=cfg.split_criterion,
+                          feature_set_version=cfg.feature_set_version, n_features=self.fleet.n_features,
+                          n_trees=cfg.n_trees, client_index=self.clients.index(client),
+                          trees=np.arange(cfg.n_trees, dtype=np.int64), seed=self.seed, bootstrap=False,
+                          classes=self.fleet.classes, n_clients=len(self.clients))
+
+    def _release(self, kind: str, l2: float, l1: float, build) -> NoisyCounts:
+        """One release: every active gateway's request from ``build(client, noise, secure,
+        word_bits)``, the noisy fleet sum in windows, its cost accounted, progress reported."""
+        started = time.monotonic()
+        cohort = list(self.summer.active)
+        mu = self.budget.mu(kind, l2, l1)
+        bits = max(32, word_bits_for(2.0 * (self.windows * COUNT_SCALE + 10.0 * math.sqrt(mu))))
+        requests = {c: build(c, NoiseShare(mu, len(cohort), COUNT_SCALE), self.summer.secure_round(c, cohort), bits)
+                    for c in cohort}
+        length = next(iter(requests.values())).length
+        result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, length, word_bits=bits)
+        answered = len(result.contributors)
+        self.budget.spend(skellam_release(kind, l2, l1, mu, answered=answered, asked=len(cohort)))
+        self.step += 1
+        self.job.report(RoundProgress(self.job.job_id, self.config.name, self.step, 2, len(cohort), answered,
+                                      {"epsilon": self.budget.spent().epsilon}, time.monotonic() - started))
+        counts = result.total.view(np.int64).astype(np.float64) / COUNT_SCALE
+        return NoisyCounts(counts, math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE)
+
+    def _histograms(self) -> NoisyCounts:
+        d, K = self.fleet.n_features, len(self.fleet.classes)
+        features = np.arange(d, dtype=np.int64)
+        released = self._release("histograms", *release_bounds("histograms", d, self.config.n_trees),
+                                 lambda c, noise, secure, bits: PrivateForestHistogramRequest(
+                                     self._task(c), features, self.edge_values, self.edge_offsets, noise, secure,
+                                     bits))
+        slots = int(np.diff(self.edge_offsets).max(initial=0)) + 2
+        return NoisyCounts(released.counts.reshape(d, slots, K), released.sigma)
+
+    def _leaves(self, splits: SplitDecisions, leaf_tree: np.ndarray, leaf_id: np.ndarray) -> NoisyCounts:
+        released = self._release("leaves", *release_bounds("leaves", self.fleet.n_features, self.config.n_trees),
+                                 lambda c, noise, secure, bits: PrivateForestLeavesRequest(
+                                     self._task(c), splits, leaf_tree, leaf_id, noise, secure, bits))
+        return NoisyCounts(released.counts.reshape(leaf_tree.shape[0], len(self.fleet.classes)), released.sigma)
+
+    # -- the model -----------------------------------------------------------------------------
+
+    def _model(self, grown: PrivateForest) -> TreeEnsemble:
+        cfg = self.config
+        return TreeEnsemble(
+            trees=grown.trees, kind="forest", link="identity", n_outputs=len(self.fleet.classes),
+            feature_names=tuple(self.fleet.feature_names), feature_set_version=cfg.feature_set_version,
+            classes=self.fleet.model_classes,
+            metadata={"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": cfg.max_depth, "n_bins": cfg.bins,
+                      "criterion": cfg.split_criterion, "protocol": cfg.protocol, "secure_aggregation": 1,
+                      "dp_features": self.keep, **self.budget.spent().metadata()})

@@ -1,0 +1,286 @@
+"""FedForest's private growth: a random forest from two noisy fleet releases (pure functions).
+
+The private protocol (``fedforest_private``) releases, after the opening, only two fleet sums of
+class counts, each with distributed Skellam noise; everything here is post-processing of them
+(which costs no privacy) and of public randomness:
+
+1. **the root release** -- per feature and slot of the opening's edges, the fleet's class counts
+   (all windows; one window adds 1 to one cell per feature). :func:`screen_features` takes the
+   fleet's class totals as the mean of the features' totals, scores every feature by
+   its best impurity decrease among the edges (children of fewer than ``min_count`` noisy windows
+   are not candidates: a split into a near-empty child would be chosen for its noise) and keeps
+   the ``keep`` best: the features the trees may split on. The totals, clipped at 0, give the
+   fleet's class distribution (the leaves' prior).
+2. **the structure** -- :func:`random_forest` grows every tree to ``max_depth`` with random
+   splits from the public ``seed``: at each node a kept feature drawn uniformly among those with
+   an edge inside the node's box (the slot ranges its ancestors' splits leave it), and an edge
+   drawn uniformly inside that range, among the edges :func:`useful_edges` keeps (those with
+   enough noisy windows between them). No data goes into it: which features and edges are kept
+   is all it takes from a release.
+3. **the leaves release** -- per leaf of every tree, the fleet's class counts (one window adds 1
+   to one class of one leaf per tree). :func:`leaf_values`: the counts clipped at 0 and shrunk
+   towards the prior by ``smoothing`` noise standard deviations, ``(c + a p) / (sum c + a)``;
+   an inner node's counts are its leaves' (children add up to their parent).
+
+Why random splits below the root rather than noisy histograms per node: every window is in every
+tree, so a release of all trees' node histograms must carry noise for a window's contribution to
+each of the ``n_trees`` trees -- ``sqrt(n_trees)`` times the root release's noise for the same
+budget -- and at the budgets this protocol is meant for that noise drowns the node statistics
+(``BENCHMARKS.md``, private FedForest, has the measurements).
+
+``grow_private_forest`` runs the three steps; ``fetch_histograms()`` and ``fetch_leaves(splits,
+leaf_tree, leaf_id)`` are its only I/O and return decoded noisy counts in windows
+(:class:`NoisyCounts`). Tests pass functions that count pooled windows exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from shared.model import Tree, TreeBuilder
+from shared.protocol.messages.fedforest import SplitDecisions
+from shared.splitting import impurity, pooled_gain
+
+__all__ = ["MIN_COUNT_SIGMAS", "NoisyCounts", "PrivateForest", "PrivateForestPlan", "RandomForest", "Screening",
+           "grow_private_forest", "leaf_values", "random_forest", "screen_features", "useful_edges"]
+
+#: Noise standard deviations of a candidate child's count (a sum of up to half a feature's
+#: slots) that a child must reach for its split to score a feature.
+MIN_COUNT_SIGMAS = 2.0
+
+
+class NoisyCounts(NamedTuple):
+    """A decoded release: class counts in windows (float) and each cell's noise standard
+    deviation in windows (0: exact)."""
+
+    counts: np.ndarray
+    sigma: float
+
+
+#: ``fetch_histograms() -> (d, S, K)`` class counts per feature and slot (the last slot: missing).
+FetchHistograms = Callable[[], NoisyCounts]
+#: ``fetch_leaves(splits, leaf_tree, leaf_id) -> (L, K)`` class counts per leaf.
+FetchLeaves = Callable[[SplitDecisions, np.ndarray, np.ndarray], NoisyCounts]
+
+
+@dataclass(frozen=True)
+class PrivateForestPlan:
+    """The private forest's settings: ``n_trees`` trees of depth ``max_depth`` splitting on the
+    ``keep`` best features of the root release (scored by ``criterion``), leaves shrunk towards
+    the fleet's class distribution by ``smoothing`` noise standard deviations."""
+
+    n_trees: int
+    max_depth: int
+    keep: int
+    criterion: str = "gini"
+    smoothing: float = 0.3
+
+
+@dataclass(frozen=True, eq=False)
+class Screening:
+    """What the root release says: the kept ``features`` (ascending), every feature's ``score``
+    (its best impurity decrease; ``-inf`` without a candidate), the fleet's class distribution
+    ``prior`` and its noisy window count ``total``."""
+
+    features: np.ndarray
+    score: np.ndarray
+    prior: np.ndarray
+    total: float
+
+
+def screen_features(hist: np.ndarray, n_edges: np.ndarray, keep: int, criterion: str,
+                    min_count: float) -> Screening:
+    """Score every feature of the root release ``hist`` ``(d, S, K)`` (slot ``b < n_edges[j] + 1``:
+    present values, the last slot: missing) and keep the ``keep`` best (module docstring).
+    Candidate ``b`` sends present slots ``<= b`` left and missing values right; ties keep the
+    lower feature index.
+
+    Examples
+    --------
+    >>> hist = np.zeros((2, 3, 2))
+    >>> hist[0, 0] = [5, 0]; hist[0, 1] = [0, 5]  # feature 0 separates the classes
+    >>> hist[1, 0] = [3, 2]; hist[1, 1] = [2, 3]
+    >>> s = screen_features(hist, np.array([1, 1]), keep=1, criterion="gini", min_count=0.0)
+    >>> s.features.tolist(), s.prior.tolist()
+    ([0], [0.5, 0.5])
+    """
+    n_edges = np.asarray(n_edges, dtype=np.int64)
+    d, S, K = np.shape(hist)
+    present = np.arange(S)[None, :] <= n_edges[:, None]
+    present[:, -1] = True  # the missing slot
+    h = np.where(present[:, :, None], np.asarray(hist, dtype=np.float64), 0.0)  # slots a feature lacks hold 0
+    total = np.clip(h.sum(axis=1).mean(axis=0), 0.0, None) if d else np.zeros(K)
+    left = np.minimum(np.clip(np.cumsum(h[:, : S - 2], axis=1), 0.0, None), total)  # (d, S-2, K)
+    gain = pooled_gain(total, left, criterion)
+    n_left = left.sum(axis=-1)
+    candidate = np.arange(S - 2)[None, :] < n_edges[:, None]
+    valid = candidate & (n_left >= min_count) & (total.sum() - n_left >= min_count)
+    score = np.where(valid, gain, -np.inf).max(axis=1, initial=-np.inf)
+    usable = np.flatnonzero(n_edges > 0)
+    order = usable[np.lexsort((usable, -score[usable]))]
+    n = total.sum()
+    prior = total / n if n > 0 else np.full(K, 1.0 / K)
+    return Screening(np.sort(order[:keep]).astype(np.int64), score, prior, float(n))
+
+
+def useful_edges(hist: np.ndarray, n_edges: np.ndarray, min_count: float) -> list[np.ndarray]:
+    """Per feature, the edges (indices into its edges, ascending) that keep at least
+    ``min_count`` noisy windows of the root release ``hist`` ``(d, S, K)`` between any two kept
+    edges and beyond the outermost: slots are grouped from the left until their count reaches
+    ``min_count``, an edge is kept after each full group, and a short last group joins the one
+    before it. Edges around ranges the fleet hardly fills (noisy bin edges placed where there
+    is no data) are dropped, so that random splits do not spend depth on them.
+
+    Examples
+    --------
+    >>> hist = np.array([[[2.0], [0.1], [5.0], [6.0], [0.0]]])  # 4 present slots, then missing
+    >>> useful_edges(hist, np.array([3]), min_count=3.0)[0].tolist()  # slots 0-2 fill one group
+    [2]
+    """
+    totals = np.asarray(hist, dtype=np.float64).sum(axis=-1)
+    out = []
+    for j, n in enumerate(np.asarray(n_edges, dtype=np.int64).tolist()):  # a loop over features
+        kept, group = [], 0.0
+        for slot in range(n + 1):
+            group += totals[j, slot]
+            if group >= min_count and slot < n:
+                kept.append(slot)
+                group = 0.0
+        if kept and group < min_count:
+            kept.pop()
+        out.append(np.array(kept, dtype=np.int64))
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class RandomForest:
+    """The forest's structure: one builder per tree, every split as the gateways apply them
+    (``splits``, level order) and the leaves ``(leaf_tree[i], leaf_id[i])`` (tree order)."""
+
+    builders: list[TreeBuilder]
+    splits: SplitDecisions
+    leaf_tree: np.ndarray
+    leaf_id: np.ndarray
+
+
+def random_forest(edges: Sequence[np.ndarray], features: np.ndarray, n_trees: int, max_depth: int, n_outputs: int,
+                  seed: int) -> RandomForest:
+    """Trees grown by random splits on ``features`` (module docstring), tree ``t`` from the
+    stream ``default_rng([seed, t])``. A node where no feature has an edge inside its box is a
+    leaf. Split ``(j, b)`` sends ``x < edges[j][b]`` left and missing values right.
+
+    Examples
+    --------
+    >>> forest = random_forest([np.array([0.0, 1.0], np.float32)], np.array([0]), 2, 3, 2, seed=0)
+    >>> [b.n_nodes for b in forest.builders]  # two edges: at most two splits on the one feature
+    [5, 5]
+    """
+    n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
+    features = np.asarray(features, dtype=np.int64)
+    builders, rows, leaves = [], [], []
+    for t in range(n_trees):
+        rng = np.random.default_rng([seed, t])
+        builder = TreeBuilder(np.zeros(n_outputs))
+        frontier = [(0, np.zeros(features.size, np.int64), n_edges[features].copy())]  # node, box low, box high
+        for level in range(max_depth + 1):
+            children = []
+            for node, low, high in frontier:
+                open_ = np.flatnonzero(high > low)
+                if level == max_depth or open_.size == 0:
+                    leaves.append((t, node))
+                    continue
+                i = int(open_[rng.integers(open_.size)])
+                b = int(rng.integers(low[i], high[i]))
+                j = int(features[i])
+                left, right = builder.split(node, j, float(edges[j][b]), default_left=False)
+                rows.append((level, t, node, j, float(edges[j][b]), left, right))
+                left_high, right_low = high.copy(), low.copy()
+                left_high[i], right_low[i] = b, b + 1
+                children += [(left, low, left_high), (right, right_low, high)]
+            frontier = children
+        builders.append(builder)
+    rows.sort(key=lambda r: r[0])  # level order, trees in order within a level (a stable sort)
+    leaf_tree, leaf_id = (np.array(c, dtype=np.int64) for c in zip(*leaves)) if leaves else (np.zeros(0, np.int64),) * 2
+    return RandomForest(builders, _decisions(rows), leaf_tree, leaf_id)
+
+
+def _decisions(rows: list[tuple[int, int, int, int, float, int, int]]) -> SplitDecisions:
+    n = len(rows)
+    ints = [np.array([r[i] for r in rows], dtype=np.int64) for i in (0, 1, 2, 3, 5, 6)]
+    level, tree, node, feature, left, right = ints
+    return SplitDecisions(level=level, tree=tree, node=node, feature=feature,
+                          threshold=np.array([r[4] for r in rows], dtype=np.float64),
+                          categorical=np.zeros(n, np.uint8), left=left, right=right,
+                          category_offsets=np.zeros(n + 1, np.int64), categories=np.zeros(0, np.int64),
+                          default_left=np.zeros(n, np.uint8))
+
+
+def leaf_values(counts: np.ndarray, prior: np.ndarray, weight: float) -> np.ndarray:
+    """Class distributions of leaves from their noisy ``counts`` ``(L, K)``: clipped at 0, with
+    ``weight`` windows of the ``prior`` added, normalised; a leaf with nothing left is the prior.
+
+    Examples
+    --------
+    >>> leaf_values(np.array([[3.0, -1.0], [0.0, 0.0]]), np.array([0.5, 0.5]), 2.0).tolist()
+    [[0.8, 0.2], [0.5, 0.5]]
+    """
+    c = np.clip(np.asarray(counts, dtype=np.float64), 0.0, None) + weight * np.asarray(prior)[None, :]
+    total = c.sum(axis=1, keepdims=True)
+    return np.where(total > 0, c / np.where(total > 0, total, 1.0), np.asarray(prior)[None, :])
+
+
+@dataclass(frozen=True, eq=False)
+class PrivateForest:
+    """The grown forest: its ``trees``, the root release's :class:`Screening` and the noisy leaf
+    counts (clipped at 0) as released, per leaf of ``structure``."""
+
+    trees: tuple[Tree, ...]
+    screening: Screening
+    structure: RandomForest
+    leaf_counts: np.ndarray
+
+    def importance(self) -> np.ndarray:
+        """Per feature, its root impurity decrease from the root release, normalised over the
+        kept features (0 for the others and where no kept feature decreases it)."""
+        out = np.zeros(self.screening.score.shape[0])
+        kept = self.screening.features
+        out[kept] = np.clip(self.screening.score[kept], 0.0, None)
+        return out / out.sum() if out.sum() > 0 else out
+
+    def root_gain(self, criterion: str) -> float:
+        """The best root decrease relative to the root impurity (0 for a pure root)."""
+        root = float(impurity(self.screening.prior, criterion))
+        best = float(self.screening.score[self.screening.features].max(initial=0.0))
+        return max(best, 0.0) / root if root > 0 else 0.0
+
+
+def grow_private_forest(plan: PrivateForestPlan, edges: Sequence[np.ndarray], seed: int,
+                        fetch_histograms: FetchHistograms, fetch_leaves: FetchLeaves) -> PrivateForest:
+    """The private forest from the root release and the leaves release (module docstring)."""
+    n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
+    root = fetch_histograms()
+    S = root.counts.shape[1]
+    min_count = MIN_COUNT_SIGMAS * root.sigma * np.sqrt(S / 2)
+    screening = screen_features(root.counts, n_edges, plan.keep, plan.criterion, min_count)
+    K = screening.prior.shape[0]
+    slot_count = MIN_COUNT_SIGMAS * root.sigma * np.sqrt(K)  # a slot's noisy window count
+    candidates = [e[keep] for e, keep in zip(edges, useful_edges(root.counts, n_edges, slot_count))]
+    forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, K, seed)
+    leaves = fetch_leaves(forest.splits, forest.leaf_tree, forest.leaf_id)
+    counts = np.clip(np.asarray(leaves.counts, dtype=np.float64).reshape(-1, K), 0.0, None)
+    node_counts = {(t, node): counts[i] for i, (t, node) in enumerate(zip(forest.leaf_tree.tolist(),
+                                                                         forest.leaf_id.tolist()))}
+    s = forest.splits
+    for r in range(s.level.shape[0] - 1, -1, -1):  # deepest splits first: children add up to their parent
+        t = int(s.tree[r])
+        node_counts[(t, int(s.node[r]))] = node_counts[(t, int(s.left[r]))] + node_counts[(t, int(s.right[r]))]
+    keys = list(node_counts)
+    values = leaf_values(np.array([node_counts[k] for k in keys]).reshape(-1, K), screening.prior,
+                         plan.smoothing * leaves.sigma)
+    for (t, node), value, c in zip(keys, values, (node_counts[k] for k in keys)):
+        forest.builders[t].set_value(node, value, cover=float(c.sum()))
+    return PrivateForest(tuple(b.build() for b in forest.builders), screening, forest, counts)
