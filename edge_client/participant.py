@@ -6,6 +6,8 @@ from arrays), so a simulated client runs exactly the code a gateway runs.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from shared.protocol.envelope import Message
@@ -59,12 +61,14 @@ class Participant:
             self.halves[half.capability] = half
 
     def seed_noise(self, seed: int) -> None:
-        """Draw every noise share and stochastic rounding of this participant from ``seed``
-        (tests compare runs draw for draw; a gateway keeps drawing from OS entropy)."""
-        self.noise_rng = np.random.default_rng([seed, 0])
+        """Draw every noise share and stochastic rounding of this participant from ``seed`` and
+        its client id (tests compare runs draw for draw; gateways seeded alike still draw
+        independent noise; a gateway keeps drawing from OS entropy)."""
+        me = zlib.crc32(self.secure.client_id.encode())
+        self.noise_rng = np.random.default_rng([seed, me, 0])
         for i, half in enumerate(self.halves.values(), start=1):
             if hasattr(half, "noise_rng"):
-                half.noise_rng = np.random.default_rng([seed, i])
+                half.noise_rng = np.random.default_rng([seed, me, i])
 
     @property
     def capabilities(self) -> tuple[str, ...]:

@@ -46,7 +46,7 @@ from shared.sketches import pack_edges
 from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 from ..privacy import PrivacyBudget, skellam_release
-from .forest_private_growth import NoisyCounts, PrivateForest, PrivateForestPlan, grow_private_forest
+from .forest_private_growth import NoisyCounts, PrivateForest, PrivateForestPlan, count_violation, grow_private_forest
 from .private_fleet import describe_fleet_privately, opening_releases
 
 if TYPE_CHECKING:
@@ -155,13 +155,23 @@ class PrivateForestTraining:
                                      self._task(c), features, self.edge_values, self.edge_offsets, noise, secure,
                                      bits))
         slots = int(np.diff(self.edge_offsets).max(initial=0)) + 2
+        self._check("root histograms", released, np.repeat(np.arange(d), slots), K)
         return NoisyCounts(released.counts.reshape(d, slots, K), released.sigma)
 
     def _leaves(self, splits: SplitDecisions, leaf_tree: np.ndarray, leaf_id: np.ndarray) -> NoisyCounts:
         released = self._release("leaves", *release_bounds("leaves", self.fleet.n_features, self.config.n_trees),
                                  lambda c, noise, secure, bits: PrivateForestLeavesRequest(
                                      self._task(c), splits, leaf_tree, leaf_id, noise, secure, bits))
+        self._check("leaf counts", released, leaf_tree, len(self.fleet.classes))
         return NoisyCounts(released.counts.reshape(leaf_tree.shape[0], len(self.fleet.classes)), released.sigma)
+
+    @staticmethod
+    def _check(what: str, released: NoisyCounts, group: np.ndarray, n_classes: int) -> None:
+        """Stop the job in one line when a release breaks what honest counts make true."""
+        violation = count_violation(released.counts.reshape(-1, n_classes), group, released.sigma)
+        if violation is not None:
+            raise TrainingError(f"the fleet's {what} break the protocol's bounds ({violation}): a gateway sent "
+                                "counts no set of windows gives; the job stops")
 
     # -- the model -----------------------------------------------------------------------------
 

@@ -45,8 +45,11 @@ from shared.model import Tree, TreeBuilder
 from shared.protocol.messages.fedforest import SplitDecisions
 from shared.splitting import impurity, pooled_gain
 
+from .private_growth import TAIL_SIGMAS
+
 __all__ = ["MIN_COUNT_SIGMAS", "NoisyCounts", "PrivateForest", "PrivateForestPlan", "RandomForest", "Screening",
-           "grow_private_forest", "leaf_values", "random_forest", "screen_features", "useful_edges"]
+           "count_violation", "grow_private_forest", "leaf_values", "random_forest", "screen_features",
+           "useful_edges"]
 
 #: Noise standard deviations of a candidate child's count (a sum of up to half a feature's
 #: slots) that a child must reach for its split to score a feature.
@@ -217,6 +220,40 @@ def _decisions(rows: list[tuple[int, int, int, int, float, int, int]]) -> SplitD
                           categorical=np.zeros(n, np.uint8), left=left, right=right,
                           category_offsets=np.zeros(n + 1, np.int64), categories=np.zeros(0, np.int64),
                           default_left=np.zeros(n, np.uint8))
+
+
+def count_violation(counts: np.ndarray, group: np.ndarray, sigma: float) -> str | None:
+    """What a decoded release of class counts ``(cells, K)`` (windows, noise deviation ``sigma``
+    per cell) shows that honest gateways cannot produce, or None. Every group of cells (a
+    feature's slots in the root release, a tree's leaves in the leaves release; ``group[i]`` is
+    cell ``i``'s) counts every window once, so honest groups have the same class totals. A
+    violation: a count below 0, or a group's class total away from the median group's, each by
+    more than ``TAIL_SIGMAS`` noise deviations of the quantities compared.
+
+    Examples
+    --------
+    >>> counts = np.array([[6.0, 4.0], [4.0, 6.0], [10.0, 0.0], [0.0, 10.0], [5.0, 5.0], [5.0, 5.0]])
+    >>> group = np.array([0, 0, 1, 1, 2, 2])
+    >>> count_violation(counts, group, 0.5) is None
+    True
+    >>> counts[4, 0] = 500.0
+    >>> count_violation(counts, group, 0.5)
+    'class totals of 505 windows in one group where the others hold about 10'
+    """
+    tail = TAIL_SIGMAS * sigma
+    if (counts < -tail).any():
+        return f"a class count of {float(counts.min()):.4g} windows"
+    n_groups = int(group.max()) + 1
+    totals = np.zeros((n_groups, counts.shape[1]))
+    np.add.at(totals, group, counts)
+    cells = np.sqrt(np.bincount(group, minlength=n_groups))
+    reference = np.median(totals, axis=0)
+    over = np.abs(totals - reference) - tail * (cells[:, None] + cells.max())
+    if (over > 0).any():
+        g, k = np.unravel_index(np.argmax(over), over.shape)
+        return (f"class totals of {float(totals[g, k]):.4g} windows in one group where the others hold about "
+                f"{float(reference[k]):.4g}")
+    return None
 
 
 def leaf_values(counts: np.ndarray, prior: np.ndarray, weight: float) -> np.ndarray:

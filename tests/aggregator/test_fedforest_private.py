@@ -346,3 +346,32 @@ def test_the_default_protocol_does_not_give_away_a_lonely_window_s_label() -> No
     exact = _root_missing_cell(FedForest(n_trees=2, max_depth=2, max_features=None, protocol="histogram",
                                          bootstrap=False, min_crowd=0), _lonely_window_fleet(1), 0)
     assert exact.tolist()[:2] == [0.0, 1.0]  # the non-private protocol: the window's label, exactly
+
+
+# --- a gateway that lies ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("release", "factor"), [("on_private_histograms", 1000), ("on_private_leaves", 1000),
+                                                 ("on_private_histograms", -1000)])
+def test_a_gateway_that_inflates_or_negates_its_counts_stops_the_job_in_one_line(release: str, factor: int) -> None:
+    """Honest gateways' class totals agree between the features (and between the trees); one
+    gateway's counts scaled by 1000 (or -1000) in one release break that, and the job stops
+    with one line instead of growing a forest from them."""
+    from aggregator.jobs import TrainingError
+
+    sim = Simulation(fleet())
+    half = sim.participants["gw-1"].halves["fedforest"]
+    honest = half._private_reply
+
+    def lying(message, counts, body):
+        liar = message.body.__class__.__name__ == {"on_private_histograms": "PrivateForestHistogramRequest",
+                                                   "on_private_leaves": "PrivateForestLeavesRequest"}[release]
+        if liar:
+            counts = counts.copy()
+            counts[: counts.size // 3] *= factor
+        return honest(message, counts, body)
+
+    half._private_reply = lying
+    with pytest.raises(TrainingError, match="break the protocol's bounds") as info:
+        sim.run(FedForest(n_trees=4, max_depth=3))
+    assert "\n" not in str(info.value)
