@@ -394,7 +394,7 @@ def load_algorithm(name: str):
     from aggregator.algorithms import FedForest, FedSCSXGB
 
     configs = {"fedscs-xgb": lambda: FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16, protocol="histogram"),
-               "fedforest": lambda: FedForest(n_trees=4, max_depth=3, n_bins=16)}
+               "fedforest": lambda: FedForest(n_trees=4, max_depth=3, n_bins=16, protocol="histogram")}
     if name not in configs:
         raise ValueError(f"algorithm must be one of {sorted(configs)}, got {name!r}")
     return configs[name]()

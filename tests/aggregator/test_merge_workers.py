@@ -44,7 +44,7 @@ GATEWAYS = gateway_ids(8)
 WORKERS = [f"merge-{i}" for i in range(1, 5)]
 ALGORITHMS = {
     "fedscs_xgb": lambda: FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16, protocol="histogram"),
-    "fedforest": lambda: FedForest(n_trees=2, max_depth=3, n_bins=16),
+    "fedforest": lambda: FedForest(n_trees=2, max_depth=3, n_bins=16, protocol="histogram"),
 }
 
 

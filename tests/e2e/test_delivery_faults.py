@@ -105,7 +105,7 @@ def assert_every_round_whole_and_duplicates_counted_once(job: FederatedJob, engi
 
 @pytest.mark.parametrize("config, seed", [
     (FedSCSXGB(protocol="histogram", n_rounds=3, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET), 5),
-    (FedForest(n_trees=3, max_depth=4, n_bins=16, feature_set_version=FEATURE_SET), 4),
+    (FedForest(n_trees=3, max_depth=4, n_bins=16, feature_set_version=FEATURE_SET, protocol="histogram"), 4),
 ], ids=["fedscs_xgb", "fedforest"])
 def test_a_private_job_with_duplicated_and_reordered_deliveries_equals_the_simulation(tmp_path: Path, config,
                                                                                       seed: int) -> None:

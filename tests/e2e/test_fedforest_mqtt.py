@@ -55,7 +55,7 @@ def test_a_gateway_killed_mid_forest_rejoins_by_replaying_decisions(fleet) -> No
 
 def test_private_forest_over_mqtt_equals_the_simulation(fleet) -> None:
     """The default: histogram protocol under secure aggregation, four gateway processes."""
-    config = FedForest(n_trees=6, max_depth=5, n_bins=16, feature_set_version=FEATURE_SET)
+    config = FedForest(n_trees=6, max_depth=5, n_bins=16, feature_set_version=FEATURE_SET, protocol="histogram")
     model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=4, settings=JobSettings(deadline_s=60))
     simulated = aggregator.simulate(config, client_data(fleet.stores, 0.2), seed=4)
     assert model == simulated
@@ -70,6 +70,8 @@ def test_wheelfed_train_cli_trains_and_evaluates(fleet, tmp_path) -> None:
                            "--max-depth", "3", "--port", str(fleet.port), "--feature-set", FEATURE_SET,
                            "--evaluate", "-o", str(out)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "fedforest 1/4: 4/4 clients" in proc.stdout and "held-out: n=" in proc.stdout
+    # the private default: two releases after the opening, each answered by every gateway
+    assert "fedforest 2/2: 4/4 clients" in proc.stdout and "held-out: n=" in proc.stdout
     model = TreeEnsemble.from_json(out.read_bytes())
     assert model.kind == "forest" and model.n_trees == 5
+    assert model.metadata["protocol"] == "private" and 0 < model.metadata["dp_epsilon"] <= 8.0

@@ -1,6 +1,6 @@
 """The scale harness in CI: 100 simulated gateways (own MQTT connections and broker accounts,
 multiplexed two host processes) against one mosquitto and the aggregator, one job each of
-FedSCS-XGB and FedForest in their private defaults (``benchmarks/bench_scale_load.py --gateways
+FedSCS-XGB and FedForest on the secure histogram protocol (``benchmarks/bench_scale_load.py --gateways
 1000 5000`` is the long run). The models equal ``aggregator.simulate`` on the same gateways'
 data and seed, bit for bit; every round is in the report with its phase, time and bytes."""
 
@@ -35,7 +35,7 @@ def test_every_algorithm_trains_the_simulations_model_with_every_reply(runs) -> 
 def test_the_report_has_every_round_with_its_phase_time_and_bytes(runs) -> None:
     for run in runs:
         phases = {p.phase: p for p in run.phases}
-        # the private default: secure aggregation set up once, every sum unmasked
+        # secure aggregation set up once, every sum unmasked
         assert {"secagg.keys", "secagg.join", "secagg.confirm", "secagg.unmask"} <= set(phases), phases
         growth = "fedscs_xgb.histograms" if run.algorithm == "fedscs-xgb" else "fedforest.histograms"
         levels = 2 * 3 if run.algorithm == "fedscs-xgb" else 3  # (boosting rounds x) depth levels

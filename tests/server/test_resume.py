@@ -35,7 +35,7 @@ def assert_same_model(resumed: TreeEnsemble, straight: TreeEnsemble) -> None:
 JOBS = {"fedscs-xgb": {"algorithm": "fedscs-xgb", "model_id": "act",
                        "config": {"n_rounds": 6, "max_depth": 3, "n_bins": 16, "protocol": "histogram"}},
         "fedforest": {"algorithm": "fedforest", "model_id": "act",
-                      "config": {"n_trees": 40, "max_depth": 8, "n_bins": 16}}}
+                      "config": {"n_trees": 40, "max_depth": 8, "n_bins": 16, "protocol": "histogram"}}}
 #: The kill comes once this many rounds are stored (a forest's levels are quick: its first one).
 KILL_AFTER = {"fedscs-xgb": 2, "fedforest": 1}
 

@@ -21,7 +21,7 @@ from tests.server.test_resume import assert_same_model
 
 CONFIG = {"n_rounds": 5, "max_depth": 2, "n_bins": 16, "protocol": "histogram"}
 GATEWAYS = ["gw-1", "gw-2", "gw-3"]
-FOREST = {"n_trees": 4, "max_depth": 4, "n_bins": 8}
+FOREST = {"n_trees": 4, "max_depth": 4, "n_bins": 8, "protocol": "histogram"}
 
 
 def crashed_job(registry: Registry, job_id: str, stored: int, model, *, algorithm: str = "fedscs-xgb",

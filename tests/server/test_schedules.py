@@ -22,7 +22,7 @@ from shared.protocol.messages.deployment import ModelStatus, PredictionBatch
 from tests.server.fleet_memory import announce, fleet_data, running_server, wait_job
 
 GATEWAYS = ["gw-1", "gw-2", "gw-3", "gw-4"]
-FOREST = {"n_trees": 5, "max_depth": 4, "n_bins": 16}
+FOREST = {"n_trees": 5, "max_depth": 4, "n_bins": 16, "protocol": "histogram"}
 
 
 class Pushes:
@@ -73,7 +73,7 @@ def test_new_windows_trigger_a_retraining_that_the_rule_rejects_or_promotes(tmp_
         strong = aggregator.simulate(FedSCSXGB(n_rounds=10, max_depth=3, n_bins=16, protocol="histogram"), clients)
         baseline(server, strong)
         body = {"schedule_id": "stump", "model_id": "act", "algorithm": "fedforest", "min_new_windows": 40,
-                "threshold": 0.0, "config": {"n_trees": 1, "max_depth": 1, "n_bins": 16}}
+                "threshold": 0.0, "config": {"n_trees": 1, "max_depth": 1, "n_bins": 16, "protocol": "histogram"}}
         assert api.post("/api/schedules", json=body).status_code == 201
         assert server.scheduler.tick(time.time()) == []  # no new windows yet
         announce(sim, {g: 60 for g in GATEWAYS})  # +40 fleet-wide
