@@ -529,7 +529,7 @@ class SoakConfig:
     gateways: int = 200
     processes: int = 4
     minutes: float = 2.0
-    rounds_per_job: int = 2  # FedSCS-XGB boosting rounds per job (private default: secure aggregation)
+    rounds_per_job: int = 2  # FedSCS-XGB boosting rounds per job
     deadline_s: float = 60.0
 
 
