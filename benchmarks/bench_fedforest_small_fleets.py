@@ -1,4 +1,4 @@
-"""FedForest on a small fleet of tiny clients (issue 14, finding 7): wine's 178 rows, 30 % held
+"""FedForest on a small fleet of tiny clients: wine's 178 rows, 30 % held
 out, the rest dealt to K = 20 clients (6-7 rows each) by Dirichlet label skew, alpha in {0.1, 1,
 10}; FedForest's variants against centralized scikit-learn random forests, paired per split.
 
@@ -99,7 +99,7 @@ def main() -> int:
 
     import sklearn
 
-    print_machine("FedForest on wine over 20 tiny clients (issue 14, finding 7)",
+    print_machine("FedForest on wine over 20 tiny clients",
                   shlex.join(["python", "benchmarks/bench_fedforest_small_fleets.py", *sys.argv[1:]]),
                   {"scikit-learn": sklearn.__version__, "parallelism": f"{args.jobs} worker processes"})
     print()

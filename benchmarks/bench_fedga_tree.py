@@ -1,4 +1,4 @@
-"""FedGA-Tree (issue 17) against local trees, a centralized tree and the IBM DP tree: the paper's
+"""FedGA-Tree against local trees, a centralized tree and the IBM DP tree: the paper's
 Fig. 3/8 shape, plus N in {5, 10, 15, 30} and c in {0.25, 0.5, 1}.
 
     .venv/bin/python benchmarks/bench_fedga_tree.py [--generations G] [--splits S] [--workers W]

@@ -1,6 +1,6 @@
 """FedSCS-XGB vs PAX vs centralized xgboost on the seglearn watch set, over seeded splits: the
-FedSCS-XGB paper's Table II (accuracy and macro-F1 per client, per B) and issue 14's finding 6
-(FedSCS-XGB's accuracy gap, paired over split seeds, per B, at 10 and 100 rounds).
+FedSCS-XGB paper's Table II (accuracy and macro-F1 per client, per B) and the accuracy gap
+(FedSCS-XGB vs centralized xgboost, paired over split seeds, per B, at 10 and 100 rounds).
 
     .venv/bin/python benchmarks/bench_fedscs_vs_pax.py [--seeds 10] [--bins 64,128,256,512]
         [--pax-bins 64,...] [--workers 1] [--cache results.jsonl] [--quick]

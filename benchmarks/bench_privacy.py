@@ -1,4 +1,4 @@
-"""Privacy (issue 11): what the private protocols and secure aggregation cost, and what they stop.
+"""Privacy: what the private protocols and secure aggregation cost, and what they stop.
 
     .venv/bin/python benchmarks/bench_privacy.py [--quick] [--seeds N] [--hist-seeds N] [--jobs N]
 
@@ -46,7 +46,7 @@ Sections:
    ``include_min_point`` False and True (which one the federated edges equal is printed; every
    split threshold of the seed-0 histogram-mode models must be one of them), vs the atom
    protocol's summary edges (``merge_edges_columns`` over each client's ``summarize_columns``,
-   M = 256 as issue 11 measured it, and the M the clients really send,
+   M = 256 as the first privacy review measured it, and the M the clients really send,
    ``summary_points(256, n_k)`` = min(256, n_k // 2)), on seglearn, the tabular train sets and an
    outlier-heavy synthetic feature (1e5 rows, 99 % N(0,1), 1 % exactly 1e6, 10 clients).
 3. Label recovery on the server view (seed 0, the tests' argmin-G attack from
@@ -436,7 +436,7 @@ def rank_error_rows(sets: list[tuple[str, list]], B: int) -> tuple[list[list[str
         variants = [("histogram protocols: grid edges as the server sent them", sent),
                     ("grid_edges(pooled), include_min_point=False", grid),
                     ("grid_edges(pooled), include_min_point=True", grid_min),
-                    (f"atoms: summary, M={B} (as issue 11 measured it)",
+                    (f"atoms: summary, M={B} (as the first privacy review measured it)",
                      merge_edges_columns([summarize_columns(p, None, B) for p in parts], B))]
         if min(Ms) < B:  # what the clients really send: M capped at n_k // 2
             Mtext = f"{min(Ms)}" + (f"..{max(Ms)}" if max(Ms) > min(Ms) else "")
@@ -564,7 +564,7 @@ def main() -> int:
     from firmware_bridge.importers import seglearn_watch
 
     command = shlex.join([".venv/bin/python", "benchmarks/bench_privacy.py", *sys.argv[1:]])
-    print_machine("Privacy: protocols, secure aggregation, attacks (issue 11)", command,
+    print_machine("Privacy: protocols, secure aggregation, attacks", command,
                   {"scikit-learn": sklearn.__version__,
                    "parallelism": f"{args.jobs} worker processes for the training runs (section 1-3); "
                                   "sections 2 and 4 in the main process, alone"})
@@ -775,7 +775,7 @@ def main() -> int:
           f"their edges; 1/B = {1 / B_XGB:.5f}), max and median over the features that are not constant. The first "
           "row of each set is the edges the server actually sent in a plain histogram job on those clients "
           "(captured at a gateway); they equal the pooled oracle " + "; ".join(equal) + ". Summary M: 256 as "
-          "issue 11 measured it, and min(256, n_k // 2) as the clients send it (edge_client's summary_points: at "
+          "the first privacy review measured it, and min(256, n_k // 2) as the clients send it (edge_client's summary_points: at "
           "most half a client's rows). The last row repeats bench_fedscs_xgb's round-1 measurement "
           "(Hessian-weighted summaries and ranks, M = 256). Seed-0 histogram-mode models on seglearn, split "
           f"thresholds that are bin edges: {threshold_check}.")

@@ -74,7 +74,7 @@ def main() -> int:
     rounds = 3 if args.quick else 10
     from firmware_bridge.importers import seglearn_watch
 
-    print_machine("Privacy knobs: minimum crowd and differential privacy (issue 11)",
+    print_machine("Privacy knobs: minimum crowd and differential privacy",
                   shlex.join([".venv/bin/python", "benchmarks/bench_privacy_knobs.py", *sys.argv[1:]]), {})
     classes = [str(c) for c in seglearn_watch.load_dataset()["y_labels"]]
     with tempfile.TemporaryDirectory(prefix="wheelfed-bench-knobs-") as tmp:

@@ -1,4 +1,4 @@
-"""Per-chunk cost of ``Reassembler.add`` with many chunked transfers open (issue 3, item 4).
+"""Per-chunk cost of ``Reassembler.add`` with many chunked transfers open.
 
     .venv/bin/python benchmarks/bench_reassembly.py [--quick] [--repeats N]
 

@@ -1,4 +1,4 @@
-"""Scale: thousands of simulated gateways against one mosquitto and one aggregator (issue 18).
+"""Scale: thousands of simulated gateways against one mosquitto and one aggregator.
 
     .venv/bin/python benchmarks/bench_scale_load.py                          # 200 gateways, both algorithms
     nice -n 5 .venv/bin/python benchmarks/bench_scale_load.py --gateways 1000 5000

@@ -1,4 +1,4 @@
-"""``wheelfed server`` under load (issue 15): API latency of the fleet and model endpoints with
+"""``wheelfed server`` under load: API latency of the fleet and model endpoints with
 1,000 registered gateways and 500 model versions, on SQLite and on PostgreSQL; and the server's
 CPU and memory while a training job runs over 50 gateway processes behind mosquitto.
 
@@ -270,7 +270,7 @@ def main() -> int:
 
     folder = Path(tempfile.mkdtemp(prefix="wheelfed-bench-server-"))
     command = "nice -n 10 .venv/bin/python benchmarks/bench_server_api.py " + " ".join(sys.argv[1:])
-    print_machine("Server API latency and load (issue 15)", command.strip(),
+    print_machine("Server API latency and load", command.strip(),
                   {"load average at start (1/5/15 min)": load_average()})
     model = sample_model()
     log(f"model: {model.n_trees} trees, {len(model.to_cbor()):,} bytes CBOR")

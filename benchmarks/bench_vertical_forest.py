@@ -1,4 +1,4 @@
-"""Vertical Federated Forest (issue 16): the paper's Table 1 shape, a multi-sensor split of the
+"""Vertical Federated Forest: the paper's Table 1 shape, a multi-sensor split of the
 bundled recordings, and one-round vs classical prediction time.
 
     .venv/bin/python benchmarks/bench_vertical_forest.py [--quick] [--runs N] [--seeds N]
@@ -221,7 +221,7 @@ def main() -> int:
     import sklearn
 
     command = " ".join([".venv/bin/python", "benchmarks/bench_vertical_forest.py", *sys.argv[1:]])
-    print_machine("Vertical Federated Forest (issue 16)", command, {"scikit-learn": sklearn.__version__,
+    print_machine("Vertical Federated Forest", command, {"scikit-learn": sklearn.__version__,
                                                                    "threads": "one (scikit-learn n_jobs=None)"})
     t0, c0 = time.perf_counter(), time.process_time()
     table_one(runs)

@@ -1,5 +1,4 @@
-"""FedForest's AvgImp evaluation and its Top-L shortlist against pooled references written here
-(issue 14, finding 3).
+"""FedForest's AvgImp evaluation and its Top-L shortlist against pooled references written here.
 
 * AvgImp (the paper's approximate variant): a candidate's gain is the sample-weighted mean of
   the clients' local impurity decreases, ``sum_k n_k/n * gain_k`` (gains travel as float32). The

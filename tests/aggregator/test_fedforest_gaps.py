@@ -1,5 +1,5 @@
 """FedForest splits in the middle of the gap between training values, as scikit-learn does
-(issue 14, finding 7: on tiny clients, thresholds on the right-hand data value cost ~1 pp).
+(on tiny clients, thresholds on the right-hand data value cost ~1 pp).
 
 Oracle: tiny clients (every sketch holds all of its node's values) and enough bins for every
 gap to be a candidate: one FedForest tree (paper's protocol, no bootstrap, every feature) equals

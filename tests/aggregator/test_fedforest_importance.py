@@ -1,4 +1,4 @@
-"""FedForest's feature importances are scikit-learn's (issue 14: the estimators' ``feature_importances_``).
+"""FedForest's feature importances are scikit-learn's (the estimators' ``feature_importances_``).
 
 scikit-learn's ``RandomForest*.feature_importances_`` normalises each tree's weighted impurity
 decreases to sum to 1 and averages those over the trees; FedForest used to sum the decreases over

@@ -1,4 +1,4 @@
-"""FedForest learns where missing values go (issue 14, finding 2), xgboost-style: every numeric
+"""FedForest learns where missing values go, xgboost-style: every numeric
 split sends NaN to the side with the better pooled gain, and the model's ``default_left`` says so.
 
 Oracle: a pooled (centralized) CART written here on the joined data with its NaNs -- every

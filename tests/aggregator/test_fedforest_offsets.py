@@ -1,4 +1,4 @@
-"""FedForest regression is invariant to a constant offset of the targets (issue 14, finding 1).
+"""FedForest regression is invariant to a constant offset of the targets.
 
 Oracle: the same clients with ``y + c`` grow the same forest -- same features, thresholds and
 default directions, leaf values shifted by exactly ``c`` (up to float64 rounding of ``y + c``) --

@@ -1,4 +1,4 @@
-"""Private FedSCS-XGB regression is invariant to a constant offset of the targets (issue 14, finding 1).
+"""Private FedSCS-XGB regression is invariant to a constant offset of the targets.
 
 Oracle: the same clients with ``y + c`` boost the same trees on the private protocol with secure
 aggregation -- same features, thresholds, default directions and layout, leaf weights equal up

@@ -1,4 +1,4 @@
-"""Merge workers (issue 18): fleet-sum replies summed by worker processes on an MQTT 5 shared
+"""Merge workers: fleet-sum replies summed by worker processes on an MQTT 5 shared
 subscription give the one-process model bit for bit, and a worker SIGKILLed mid-round loses no
 reply. Real mosquitto, real worker processes, simulated gateways (``aggregator.loadtest``)."""
 

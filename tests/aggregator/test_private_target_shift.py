@@ -1,4 +1,4 @@
-"""The private opening of a regression job sums targets around a fleet shift (issue 14, finding 1).
+"""The private opening of a regression job sums targets around a fleet shift.
 
 Oracles:
 * client half: ``count_vector`` is ``[n, Σ round((y - shift) 2^16), Σ round((y - shift)²)]`` of

@@ -1,4 +1,4 @@
-"""Vertical Federated Forest (issue 16): the oracles.
+"""Vertical Federated Forest: the oracles.
 
 * lossless: with the same row and feature draws, every tree equals the tree a centralized,
   independently written CART (``_reference_forest`` below: brute force per node on the joined

@@ -1,4 +1,4 @@
-"""Deploying a vertical Federated Forest (issue 16, item 5) in the simulation: the signed
+"""Deploying a vertical Federated Forest in the simulation: the signed
 manifest, each party's stored partial trees, reload after a restart, the refusals, the master's
 model file, and live prediction whose stored results equal the model's own prediction."""
 

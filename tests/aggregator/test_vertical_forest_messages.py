@@ -1,4 +1,4 @@
-"""The vertical Federated Forest's messages (issue 16): every type round-trips the wire codec
+"""The vertical Federated Forest's messages: every type round-trips the wire codec
 bit for bit, and malformed bodies are one clear ``ValueError`` naming the field.
 ``vertical_forest_examples()`` is also the fuzzer's seed list for these types."""
 

@@ -1,4 +1,4 @@
-"""``wheelfed vertical train``'s options reach the forest's settings (issue 16 item 6)."""
+"""``wheelfed vertical train``'s options reach the forest's settings."""
 
 from __future__ import annotations
 

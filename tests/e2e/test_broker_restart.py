@@ -1,5 +1,5 @@
 """mosquitto SIGKILLed and restarted (persistence on, same port) in the middle of a private
-FedSCS-XGB job over four ``wheelfed gateway`` processes (issue 13).
+FedSCS-XGB job over four ``wheelfed gateway`` processes.
 
 The kill comes from the aggregator's own connection the moment the first reply of a histogram
 round arrives, so the broker dies with that round open and three of its replies outstanding

@@ -1,4 +1,4 @@
-"""Duplicated, delayed and reordered MQTT deliveries between real processes (issue 13).
+"""Duplicated, delayed and reordered MQTT deliveries between real processes.
 
 ``MqttFaultProxy`` sits between mosquitto and every client -- the aggregator's connection and
 four ``wheelfed gateway`` processes -- and duplicates (at once, or late) and delays QoS 1

@@ -3,7 +3,7 @@ window store: the model equals the in-memory simulation's on the same data and s
 killed mid-training is dropped from its rounds (quorum), rejoins after a restart with the whole
 model, and no reply ever reports a tree count other than the model's (no tree applied twice).
 With a gateway killed, the model equals a simulation in which the same gateway vanishes at the
-same point and comes back where the process was restarted (issue 13): the kill is made exact --
+same point and comes back where the process was restarted: the kill is made exact --
 at a step boundary, or (private) by a proxy that drops the gateway's reply of a given round and
 SIGKILLs it -- so the comparison is bit for bit. A gateway left out of a private job for the
 rest of it takes part in the next job again."""

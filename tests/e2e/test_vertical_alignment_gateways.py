@@ -1,4 +1,4 @@
-"""Vertical alignment on gateways as they really run (issue 16): three ``wheelfed gateway``
+"""Vertical alignment on gateways as they really run: three ``wheelfed gateway``
 processes of one person, each with its own client id and its DEFAULT session (client id + start
 time), are fed one seglearn subject's IMU channels through ptys and the real frame pipeline --
 the wrist gateway gets ax, ay and the labels; the chair gateway az, wx, and its sensor restarts

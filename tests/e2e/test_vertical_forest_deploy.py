@@ -1,4 +1,4 @@
-"""Vertical Federated Forest on the gateways (issue 16, item 5) over mosquitto, driven by the
+"""Vertical Federated Forest on the gateways over mosquitto, driven by the
 commands an operator types: ``wheelfed vertical keygen``, ``wheelfed gateway --party-key-file
 --trust`` for the three gateways of one person, ``wheelfed vertical train`` (trains, signs the
 manifest, every party keeps its partial trees), a gateway killed and restarted (it reloads its

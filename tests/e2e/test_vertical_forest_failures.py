@@ -1,4 +1,4 @@
-"""Vertical Federated Forest failures over real processes (issue 16): mosquitto, three
+"""Vertical Federated Forest failures over real processes: mosquitto, three
 ``wheelfed gateway`` processes of one person and ``wheelfed vertical train``.
 
 * A party's gateway SIGKILLed at level 2 of training: the command fails with one line naming

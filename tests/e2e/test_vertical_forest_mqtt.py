@@ -1,4 +1,4 @@
-"""Vertical Federated Forest over mosquitto (issue 16): one ``wheelfed gateway`` process per
+"""Vertical Federated Forest over mosquitto: one ``wheelfed gateway`` process per
 party of one person -- wrist accelerometer, wheel gyroscope, chest ECG -- each with its own
 window store and its own feature set; only the accelerometer gateway's windows are labelled;
 the gateways' clocks are offset and one missed some windows. Training and one-round prediction

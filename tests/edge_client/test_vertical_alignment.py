@@ -1,4 +1,4 @@
-"""Window alignment of vertical jobs (issue 16): keyed-hash ids of the window start (never the
+"""Window alignment of vertical jobs: keyed-hash ids of the window start (never the
 session: a person's gateways each store under their own), snapping to the window grid within a
 clock tolerance, the intersection and its report -- and a job over parties whose windows are
 stored under different sessions (each gateway's default, ``#n`` after a restart), shuffled, partly

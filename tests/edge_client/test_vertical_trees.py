@@ -1,4 +1,4 @@
-"""Proposition 1 on arbitrary partial trees (issue 16): for any tree, any division of its splits
+"""Proposition 1 on arbitrary partial trees: for any tree, any division of its splits
 among parties and any samples, intersecting the parties' reachable leaf sets (Alg. 3-4) gives
 exactly the leaf the complete tree routes each sample to -- and so does the classical protocol."""
 

@@ -1,4 +1,4 @@
-"""Schedules across steps of the aggregator's wall clock (issue 13).
+"""Schedules across steps of the aggregator's wall clock.
 
 The bug: a schedule that ran while the wall clock was a year ahead stored that time as its last
 run; once NTP set the clock back, ``every_s=3600`` and an hourly cron both said "not due" until
