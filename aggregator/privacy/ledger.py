@@ -139,7 +139,14 @@ class GatewayBudget:
 
 
 class BudgetExceeded(ValueError):
-    """A job would take a window over the cap; the message is the one line an operator reads."""
+    """A job would take a window over the cap; the message is the one line an operator reads.
+
+    ``fresh_since_us``: the start time (microseconds) from which every covered gateway's
+    windows have the full budget, when there is one -- the ``since`` the message suggests."""
+
+    def __init__(self, message: str, fresh_since_us: int | None = None) -> None:
+        super().__init__(message)
+        self.fresh_since_us = fresh_since_us
 
 
 def iso_us(t_us: int | None) -> str:
@@ -361,16 +368,18 @@ job since=2026-11-26T02:30:00Z
     eps, gateway, seg_since, seg_until = worst
     least, least_gateway = min(left)
     start = max(fresh)
+    suggested = None
     if start == _HIGH:
         runner = sorted({e.job_id for e in entries if e.open})
         when = (f"every window to come is held by the running job {', '.join(runner)}: new windows have budget from "
                 "when it ends")
     else:
-        start = -(-start // 1_000_000) * 1_000_000  # to the second after, as the suggestion is written
-        when = f"windows starting at or after {iso_us(start)} have the full budget: give the job since={iso_us(start)}"
+        suggested = -(-start // 1_000_000) * 1_000_000  # to the second after, as the suggestion is written
+        when = (f"windows starting at or after {iso_us(suggested)} have the full budget: give the job "
+                f"since={iso_us(suggested)}")
     since_text = iso_us(None if seg_since == _LOW else seg_since)
     until_text = "now on" if seg_until == _HIGH else iso_us(seg_until)
     raise BudgetExceeded(f"refused: a job of epsilon {job.epsilon:g} (delta {job.delta:g}) would take {gateway}'s "
                          f"windows from {since_text} to {until_text} to epsilon {eps:.4g} over their "
                          f"lifetime, above the cap of {cap:g} (delta {delta:g}); left there: epsilon "
-                         f"{least:.4g} ({least_gateway}); {when}")
+                         f"{least:.4g} ({least_gateway}); {when}", suggested)

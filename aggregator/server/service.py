@@ -30,8 +30,9 @@ attempt is entered in the ledger when it starts (its plan, on every window to co
 when it ends: with what its model's metadata says it spent (``dp_rho``, ``dp_xi``) on the
 participants' windows up to then, or with its plan when it ended without a model (its releases
 were made all the same). An attempt cut short by a stopped server stays open until the next
-attempt starts. A schedule whose job the cap refuses is skipped: one logged line, and its
-``note`` says why until a later run starts.
+attempt starts. A schedule whose job the cap refuses because older windows have spent their
+budget trains on the windows that have all of it (the refusal's ``since``); one refused
+otherwise is skipped: one logged line, and its ``note`` says why until a later run starts.
 
 A job started by a schedule then faces the promotion rule (``policy.judge``): candidate and the
 version the fleet runs are scored on the same held-out windows; within the threshold, and with a
@@ -77,7 +78,7 @@ from ..evaluation import Evaluation, NoHeldOutData, evaluate_federated
 from ..feature_sets import survey_feature_sets
 from ..fleet_status import GatewayRow, fold_statuses
 from ..jobs import Checkpoint, FederatedJob, JobSettings, RoundProgress, TrainingError
-from ..privacy.ledger import GatewayBudget, LedgerEntry, PlannedJob, PrivacyCap, budget_of, check_job
+from ..privacy.ledger import BudgetExceeded, GatewayBudget, LedgerEntry, PlannedJob, PrivacyCap, budget_of, check_job
 from ..registry import JobRecord, Registry, RegistryError, ScheduleRecord
 from ..rounds import QuorumNotReached, RoundEngine
 from .gateway_input import MAX_WINDOWS_PER_S, Credit, FaultLog, credit_counts
@@ -836,7 +837,7 @@ class Scheduler:
                 log.warning("a schedule last ran at %s, after the clock's now (%s): the clock was set back; "
                             "running it now", _iso(last_run), _iso(now), extra={"schedule": schedule.schedule_id})
             try:
-                started.append(self.runner.submit(self._request(schedule), schedule_id=schedule.schedule_id))
+                started.append(self._submit(schedule))
                 note = ""
             except (ValueError, RegistryError) as exc:  # the privacy cap, or a schedule gone stale
                 note = f"{_iso(now)}: skipped -- {exc}"
@@ -859,6 +860,21 @@ class Scheduler:
             log.warning("the wall clock stepped by %+.0f s; schedules this server started keep their "
                         "intervals on the monotonic clock", offset - self._offset)
         self._offset = offset
+
+    def _submit(self, schedule: ScheduleRecord) -> JobRecord:
+        """Submit ``schedule``'s job. A private job the cap refuses because older windows have
+        spent their budget trains on the windows that still have all of it (the ``since`` the
+        refusal names), if there are any; the job's survey then needs enough of them."""
+        request = self._request(schedule)
+        try:
+            return self.runner.submit(request, schedule_id=schedule.schedule_id)
+        except BudgetExceeded as exc:
+            if exc.fresh_since_us is None or request.since is not None:
+                raise
+            since = exc.fresh_since_us / 1e6
+            log.info("schedule %s: older windows have spent their privacy budget; training on the windows from %s "
+                     "on", schedule.schedule_id, _iso(since), extra={"schedule": schedule.schedule_id})
+            return self.runner.submit(replace(request, since=since), schedule_id=schedule.schedule_id)
 
     def _request(self, schedule: ScheduleRecord) -> JobRequest:
         request = JobRequest(schedule.algorithm, schedule.model_id, dict(schedule.config))

@@ -128,6 +128,30 @@ def test_a_schedule_over_the_cap_is_skipped_with_a_note(tmp_path, caplog) -> Non
         assert shown[0]["note"] == schedule.note
 
 
+def test_a_schedule_whose_windows_spent_their_budget_trains_on_the_fresh_ones(tmp_path, caplog) -> None:
+    """Retraining for a lifetime: once a private job has used the windows, the next scheduled
+    private job is not skipped but given the ``since`` from which every window has its full
+    budget (the refusal's suggestion), and says so in one log line."""
+    clients = fleet_data(n_clients=3)
+    with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
+        announce(sim, {c.client_id: 90 for c in clients})
+        api = TestClient(create_app(server))
+        first = wait_job(server, api.post("/api/jobs", json={"model_id": "act", "config": PRIVATE}).json()["job_id"])
+        assert first.state == "completed", first.error
+        [entry] = server.registry.privacy_ledger()
+        now = time.time()
+        server.registry.add_schedule(ScheduleRecord("nightly", "act", "fedscs-xgb", PRIVATE, 60.0, "", None, 0.01,
+                                                    0.25, True, 0.0, 0, now))
+        scheduler = Scheduler(server.registry, server.runner, server.tracker, 3600.0)
+        with caplog.at_level(logging.INFO, logger="aggregator.server.service"):
+            [job] = scheduler.tick(now)
+        assert job.rules["since"] * 1e6 == -(-entry.until_us // 1_000_000) * 1_000_000
+        assert server.registry.schedule("nightly").note == ""
+        assert any("older windows have spent their privacy budget; training on the windows from "
+                   f"{second_after(entry.until_us)} on" in r.getMessage() for r in caplog.records)
+        wait_job(server, job.job_id)
+
+
 def test_the_privacy_route_needs_a_read_token_and_is_typed_in_openapi(tmp_path) -> None:
     with running_server(str(tmp_path / "r.db"), fleet_data(n_clients=1), read_tokens=("r-token",)) as (_sim, server):
         api = TestClient(create_app(server))
