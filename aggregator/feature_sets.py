@@ -21,21 +21,81 @@ answered only with the versions it holds has checked neither for the version cho
 asked once more (round 0 again) for that version; those that refuse are left out with their
 reason. A gateway that does not know the range field refuses the request and is left out too:
 no gateway trains on windows outside the range.
+
+The survey also checks protocol versions. It is written in the oldest version that carries it,
+so a gateway one version behind the aggregator answers it too, and every answer's envelope says
+which version its gateway speaks. A gateway behind the aggregator whose version lacks a request
+the job will send (:func:`job_requests`: the algorithm's requests for its protocol, and secure
+aggregation's) is left out with the reason -- the version it needs and the first request it
+lacks -- instead of failing the job half-way; one that has them all trains, its requests written
+in its version (``shared.protocol.wire``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from shared.protocol.envelope import PROTOCOL_VERSION
 from shared.protocol.messages.fleet_sums import DataShape, DataShapeRequest, TimeRange
+from shared.protocol.wire import version_needed
 
 from .jobs import TrainingError
 from .rounds import RoundEngine
 
-__all__ = ["FeatureSetChoice", "choose_feature_set", "survey_feature_sets"]
+__all__ = ["FeatureSetChoice", "choose_feature_set", "job_requests", "survey_feature_sets", "version_gap"]
+
+log = logging.getLogger(__name__)
 
 MISMATCH = "feature_set_mismatch"
+
+#: The requests a fleet job sends after its survey, by algorithm name and (resolved) protocol;
+#: ``None`` stands for every protocol of the algorithm.
+JOB_REQUESTS: dict[tuple[str, str | None], tuple[str, ...]] = {
+    ("fedscs_xgb", "private"): ("fleet_counts", "grid_counts", "fedscs_xgb.private_level",
+                                "fedscs_xgb.private_leaves"),
+    ("fedscs_xgb", "histogram"): ("fleet_counts", "grid_counts", "fedscs_xgb.histograms"),
+    ("fedscs_xgb", "atoms"): ("data_summary_request", "fedscs_xgb.sketch", "fedscs_xgb.atoms"),
+    ("fedforest", "private"): ("fleet_counts", "grid_counts", "fedforest.dp_histograms", "fedforest.dp_leaves"),
+    ("fedforest", "histogram"): ("fleet_counts", "grid_counts", "fedforest.histograms"),
+    ("fedforest", "sketches"): ("data_summary_request", "fedforest.level", "fedforest.split"),
+    ("fedga_tree", None): ("fedga_tree.depth", "fedga_tree.structure", "fedga_tree.generation", "fedga_tree.finish"),
+}
+#: What a job under secure aggregation sends besides (key setup, then an unmasking per sum).
+SECURE_AGGREGATION_REQUESTS = ("secagg.join", "secagg.keys", "secagg.confirm", "secagg.unmask")
+
+
+def job_requests(algorithm: object | None) -> tuple[str, ...] | None:
+    """The message types a job of ``algorithm`` (a configuration such as ``FedForest(...)``)
+    sends to its gateways, survey and evaluation included; None when not known (then the job
+    takes only gateways of this aggregator's version)."""
+    if algorithm is None:
+        return None
+    name, protocol = getattr(algorithm, "name", ""), getattr(algorithm, "protocol", None)
+    requests = JOB_REQUESTS.get((name, protocol)) or JOB_REQUESTS.get((name, None))
+    if requests is None:
+        return None
+    if getattr(algorithm, "secure_aggregation", False):
+        requests = (*requests, *SECURE_AGGREGATION_REQUESTS)
+    return ("data_shape", *requests, "evaluate")
+
+
+def version_gap(version: int, requests: Sequence[str] | None) -> str:
+    """Why a gateway that speaks protocol ``version`` cannot serve a job sending ``requests``
+    ("" when it can: it is this aggregator's version, or every request exists in its own)."""
+    if version >= PROTOCOL_VERSION:
+        return ""
+    if requests is None:
+        return (f"protocol_version: it speaks protocol version {version}, this job needs {PROTOCOL_VERSION} "
+                "(update the gateway)")
+    lacking = [(name, why) for name in requests if (why := version_needed(name, version))]
+    if not lacking:
+        return ""
+    first, why = lacking[0]
+    more = f" and {len(lacking) - 1} more request type{'s' if len(lacking) > 2 else ''}" if len(lacking) > 1 else ""
+    return (f"protocol_version: it speaks protocol version {version}, this job needs {PROTOCOL_VERSION} "
+            f"({first}: {why}{more}; update the gateway)")
 
 
 @dataclass(frozen=True)
@@ -113,22 +173,33 @@ def choose_feature_set(held: Mapping[str, Sequence[str]], *, fits_any: Sequence[
 
 def survey_feature_sets(engine: RoundEngine, job_id: str, clients: Sequence[str], requested: str = "", *,
                         deadline_s: float, time_range: TimeRange | None = None,
-                        min_labelled: int = 0) -> FeatureSetChoice:
+                        min_labelled: int = 0, algorithm: object | None = None) -> FeatureSetChoice:
     """Ask ``clients`` which feature sets they hold (round 0 of ``job_id``; see the module
     docstring) and choose with :func:`choose_feature_set`; with ``time_range`` or
-    ``min_labelled``, the clients that do not meet them for the chosen version are left out."""
+    ``min_labelled``, the clients that do not meet them for the chosen version are left out.
+    Gateways whose protocol version lacks a request of the job (:func:`job_requests` of
+    ``algorithm``; without it, any version behind this aggregator's) are left out, each with
+    the version it needs and one log line."""
     rules = dict(time_range=time_range, min_labelled=min_labelled)
     result = engine.run_round(job_id, 0, DataShapeRequest(requested, labels=False, **rules), clients,
                               deadline_s=deadline_s, min_replies=0, expect=DataShape)
-    held: dict[str, tuple[str, ...]] = {c: (requested,) for c in result.replies} if requested else {}
-    fits_any = [] if requested else sorted(result.replies)
-    reasons = result.failures()
+    requests = job_requests(algorithm)
+    versions = getattr(engine, "peer_versions", {})
+    behind = {c: gap for c in [*result.replies, *result.errors]
+              if (gap := version_gap(versions.get(c, PROTOCOL_VERSION), requests))}
+    for client, gap in sorted(behind.items()):
+        log.warning(f"gateway {client} left out of job {job_id}: {gap}",
+                    extra={"job": job_id, "client": client, "protocol_version": versions.get(client)})
+    answered = {c: m for c, m in result.replies.items() if c not in behind}
+    held: dict[str, tuple[str, ...]] = {c: (requested,) for c in answered} if requested else {}
+    fits_any = [] if requested else sorted(answered)
+    reasons = {**result.failures(), **behind}
     for client, error in result.errors.items():
-        if error.code == MISMATCH and error.feature_sets:
+        if error.code == MISMATCH and error.feature_sets and client not in behind:
             held[client] = error.feature_sets
             del reasons[client]
     choice = choose_feature_set(held, fits_any=fits_any, left_out=reasons, requested=requested)
-    unchecked = [c for c in choice.clients if c not in result.replies]
+    unchecked = [c for c in choice.clients if c not in answered]
     if (time_range is None and not min_labelled) or not unchecked:
         return choice
     again = engine.run_round(job_id, 0, DataShapeRequest(choice.version, labels=False, **rules), unchecked,

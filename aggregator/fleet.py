@@ -176,7 +176,7 @@ def train_on_fleet(
         presence.close()
     job_id = job_id or new_job_id()
     choice = survey_feature_sets(engine, job_id, selected, algorithm.feature_set_version,
-                                 deadline_s=settings.deadline_s)
+                                 deadline_s=settings.deadline_s, algorithm=algorithm)
     log.info("training on fleet", extra={"algorithm": algorithm.name, "clients": list(choice.clients),
                                          "feature_set": choice.version, "left_out": choice.left_out})
     if on_feature_set is not None:

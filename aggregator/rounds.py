@@ -28,9 +28,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from shared.protocol.envelope import Message
+from shared.protocol.envelope import PROTOCOL_VERSION, Message
 from shared.protocol.messages import ErrorReply, Status
 from shared.protocol.topics import TopicLayout
+from shared.protocol.wire import NeedsVersion, writable_version
 from shared.transport.base import Transport
 
 from .audit import AuditTrail
@@ -138,6 +139,9 @@ class RoundEngine:
         self._lock = threading.Lock()
         self._open: dict[tuple[str, int], _OpenRound] = {}
         self._online: dict[str, bool] = {}  # last presence seen per client
+        #: The protocol version each client last wrote (its presence and replies): requests to a
+        #: client one version behind are written in its version (``shared.protocol.wire``).
+        self.peer_versions: dict[str, int] = {}
         #: The leader's side of the merge workers (``merge_workers=True``), else None.
         self.merged: MergeLeader | None = None
         if merge_workers:
@@ -179,10 +183,17 @@ class RoundEngine:
         missing = [c for c in selected if c not in bodies]
         if missing:
             raise ValueError(f"no request body for clients {missing}")
-        messages = {c: Message.create(bodies[c], sender=self.transport.client_id, job=job, round=round_no)
+        messages = {c: Message.create(bodies[c], sender=self.transport.client_id, job=job, round=round_no,
+                                      version=writable_version(bodies[c], self.peer_versions.get(c)))
                     for c in selected}
         # Encode everything first: an unencodable request must fail before any client got one.
-        payloads = {c: self.transport.encode_payloads(m) for c, m in messages.items()}
+        payloads = {}
+        for c, m in messages.items():
+            try:
+                payloads[c] = self.transport.encode_payloads(m)
+            except NeedsVersion as exc:  # the job's survey leaves such gateways out: this is a bug guard
+                raise NeedsVersion(exc.type_name, exc.needed, exc.peer_version,
+                                   f"{exc.why}; gateway {c} must be updated") from exc
         expected = (expect,) if isinstance(expect, type) else expect
         state = _OpenRound(
             RoundResult(job, round_no, messages[selected[0]].type if selected else "", selected),
@@ -257,6 +268,7 @@ class RoundEngine:
         if not isinstance(message.body, Status) or self.layout.client_of(topic) != message.sender:
             return
         with self._lock:
+            self._note_version(message.sender, message.envelope.version)
             was_online = self._online.get(message.sender)
             self._online[message.sender] = message.body.online
             if not (message.body.online and was_online is False):
@@ -265,6 +277,21 @@ class RoundEngine:
                 if message.sender in state.request_ids:
                     state.resend_to.add(message.sender)
                     state.done.notify_all()
+
+    def _note_version(self, client: str, version: int) -> None:
+        """Keep the protocol version ``client`` wrote; one log line when it is seen behind this
+        aggregator (or changes version), so that an operator knows which gateways to update.
+        The caller holds the lock."""
+        previous = self.peer_versions.get(client)
+        self.peer_versions[client] = version
+        if version != previous and version < PROTOCOL_VERSION:
+            log.warning(f"gateway {client} speaks protocol version {version}, one behind this aggregator's "
+                        f"{PROTOCOL_VERSION}: it gets version-{version} requests, and jobs that need newer "
+                        "messages leave it out (update it)",
+                        extra={"client": client, "protocol_version": version, "aggregator_protocol": PROTOCOL_VERSION})
+        elif previous is not None and version != previous:
+            log.info(f"gateway {client} now speaks protocol version {version}",
+                     extra={"client": client, "protocol_version": version})
 
     @staticmethod
     def _complete(state: _OpenRound) -> bool:
@@ -310,6 +337,7 @@ class RoundEngine:
             else:
                 redo = judge(fresh)
             for message in fresh:
+                self._note_version(message.sender, message.envelope.version)
                 if message.sender not in redo:
                     self._record(state, message)
             if redo:
@@ -333,6 +361,7 @@ class RoundEngine:
                 log.info("discarded reply of a closed or unknown round",
                          extra={"job": env.job, "round": env.round, "sender": env.sender})
                 return
+            self._note_version(env.sender, env.version)
             result = state.result
             if env.sender in result.replies or env.sender in result.errors:
                 result.duplicates += 1

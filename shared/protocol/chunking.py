@@ -22,6 +22,7 @@ from typing import Callable
 from .envelope import Message, encode_message, message_type, new_message_id
 from .errors import ChunkError, PayloadTooLarge
 from .limits import DEFAULT_LIMITS, DecodeLimits
+from .wire import first_version_for
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,10 @@ def split_payload(encoded: bytes, *, sender: str, max_payload: int, job: str = "
     """
     digest = hashlib.sha256(encoded).digest()
     transfer = new_message_id()
-    probe = Message.create(Chunk(transfer, 0, 1, len(encoded), digest, b"x"), sender=sender, job=job, round=round)
+    # Chunks are written in the oldest version that has them: every peer reads them, and the
+    # message inside keeps its own version.
+    probe = Message.create(Chunk(transfer, 0, 1, len(encoded), digest, b"x"), sender=sender, job=job, round=round,
+                           version=first_version_for("chunk"))
     piece = max_payload - len(encode_message(probe)) - _HEADER_SLACK
     if piece <= 0:
         raise PayloadTooLarge(f"max_payload {max_payload} leaves no room for chunk data next to the chunk envelope")

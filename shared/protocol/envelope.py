@@ -19,8 +19,16 @@ from .errors import SchemaError, UnknownMessageType, UnsupportedVersion
 from .limits import DEFAULT_LIMITS, DecodeLimits
 from .schema import from_wire, to_wire
 
-PROTOCOL_VERSION = 1
-SUPPORTED_VERSIONS = frozenset({PROTOCOL_VERSION})
+#: The version this build speaks. Bumped on every wire change: a message type added, removed or
+#: renamed, a field added, removed or re-typed, or the meaning of a field's bytes changed
+#: (``shared/protocol/wire.py`` fingerprints every type; ``wire_versions.json`` holds each
+#: released version's fingerprint and a test fails when they disagree). Version 2: the private
+#: protocols (``fedscs_xgb.private_*``, ``fedforest.dp_*``, Skellam noise shares) and committed
+#: secure-aggregation bundles.
+PROTOCOL_VERSION = 2
+#: What this build decodes and can write: its own version and the one before it, so that an
+#: aggregator of version N trains with gateways of N-1 and N (docs/protocol.md, "Versions").
+SUPPORTED_VERSIONS = frozenset({PROTOCOL_VERSION - 1, PROTOCOL_VERSION})
 
 #: Client ids become MQTT topic levels and broker usernames: no '/', '+', '#', no spaces.
 CLIENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -102,8 +110,14 @@ class Message:
     body: Any
 
     @classmethod
-    def create(cls, body: object, *, sender: str, job: str = "", round: int = 0, reply_to: str = "") -> "Message":
-        envelope = Envelope(type=type_name_of(body), sender=sender, job=job, round=round, reply_to=reply_to)
+    def create(cls, body: object, *, sender: str, job: str = "", round: int = 0, reply_to: str = "",
+               version: int = PROTOCOL_VERSION) -> "Message":
+        """``version``: the protocol version to write the message in (a peer's older one:
+        ``encode_message`` leaves out what that version does not know, or refuses)."""
+        if version not in SUPPORTED_VERSIONS:
+            raise ValueError(f"protocol version {version} is not one this build writes ({sorted(SUPPORTED_VERSIONS)})")
+        envelope = Envelope(type=type_name_of(body), sender=sender, job=job, round=round, reply_to=reply_to,
+                            version=version)
         return cls(envelope, body)
 
     def reply(self, body: object, *, sender: str) -> "Message":
@@ -122,8 +136,17 @@ class Message:
 
 
 def encode_message(message: Message) -> bytes:
-    """The wire form: one CBOR map (see the module docstring); arrays as RFC 8746 typed arrays."""
+    """The wire form: one CBOR map (see the module docstring); arrays as RFC 8746 typed arrays.
+
+    An envelope of an older version gets the body as that version reads it
+    (:func:`shared.protocol.wire.downgrade_body`): fields it does not know are left out when they
+    hold their defaults, and a body that needs more raises :class:`~shared.protocol.wire.NeedsVersion`."""
     env = message.envelope
+    body = to_wire(message.body)
+    if env.version != PROTOCOL_VERSION:
+        from .wire import downgrade_body
+
+        body = downgrade_body(env.type, message.body, env.version, body)
     wire = {
         "v": env.version,
         "type": env.type,
@@ -133,7 +156,7 @@ def encode_message(message: Message) -> bytes:
         "re": env.reply_to,
         "from": env.sender,
         "ts": env.ts,
-        "body": to_wire(message.body),
+        "body": body,
     }
     return dumps_value(wire)
 
@@ -158,7 +181,8 @@ def decode_message(data: bytes, *, limits: DecodeLimits = DEFAULT_LIMITS, max_by
         raise SchemaError("message", f"expected a map, got {type(raw).__name__}")
     version = raw.get("v")
     if type(version) is not int or version not in SUPPORTED_VERSIONS:
-        raise UnsupportedVersion(f"protocol version {version!r} is not supported (this build speaks {sorted(SUPPORTED_VERSIONS)})")
+        raise UnsupportedVersion(f"protocol version {version!r} is not supported (this build speaks "
+                                 f"{sorted(SUPPORTED_VERSIONS)}: update the older side)")
     fields = dict(raw)
     sender = fields.pop("from", None)
     if not isinstance(sender, str):

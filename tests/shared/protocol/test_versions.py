@@ -1,0 +1,151 @@
+"""Protocol versions: the wire cannot change without a version bump, and a peer one version
+behind gets what it reads or a refusal that names the version it needs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from shared.protocol import wire
+from shared.protocol.codec import dumps_value, loads_value
+from shared.protocol.envelope import (
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    Message,
+    decode_message,
+    encode_message,
+)
+from shared.protocol.errors import UnsupportedVersion
+from shared.protocol.messages import Status
+from shared.protocol.messages.fleet_sums import DataShapeRequest, FleetCountsRequest, NoiseShare
+from shared.protocol.messages.secure_aggregation import SecAggUnmaskRequest
+
+
+def _differences(recorded: dict, current: dict) -> list[str]:
+    out = []
+    for name in sorted(set(recorded) | set(current)):
+        if name not in recorded:
+            out.append(f"{name}: new")
+        elif name not in current:
+            out.append(f"{name}: removed")
+        elif recorded[name] != current[name]:
+            old, new = recorded[name]["fields"], current[name]["fields"]
+            fields = sorted(f for f in set(old) | set(new) if old.get(f) != new.get(f))
+            out.append(f"{name}: {', '.join(fields) or 'content revision'}")
+    return out
+
+
+def test_the_wire_matches_the_recorded_fingerprint_of_the_current_version() -> None:
+    """Fails on any change of a message type's wire fields (added, removed, re-typed, default
+    added or dropped), a new or removed type, or a content revision, unless PROTOCOL_VERSION was
+    bumped and the new version recorded (docs/protocol.md, "Versions")."""
+    history = wire.wire_history()
+    assert PROTOCOL_VERSION in history, (
+        f"protocol version {PROTOCOL_VERSION} has no recorded wire: run `python -m shared.protocol.wire`")
+    changed = _differences(history[PROTOCOL_VERSION], wire.wire_fingerprint())
+    assert not changed, (
+        f"the wire changed without a protocol version bump ({'; '.join(changed)}): bump PROTOCOL_VERSION "
+        "in shared/protocol/envelope.py, then run `python -m shared.protocol.wire` to record the new version")
+
+
+def test_the_version_before_is_recorded_and_supported() -> None:
+    history = wire.wire_history()
+    assert max(history) == PROTOCOL_VERSION
+    assert PROTOCOL_VERSION - 1 in history, "N-1 compatibility needs the previous version's wire"
+    assert SUPPORTED_VERSIONS == {PROTOCOL_VERSION - 1, PROTOCOL_VERSION}
+
+
+def test_a_field_change_changes_the_fingerprint() -> None:
+    @dataclass(frozen=True)
+    class Before:
+        a: int
+        b: str = ""
+
+    @dataclass(frozen=True)
+    class Added:
+        a: int
+        b: str = ""
+        c: float = 0.0
+
+    @dataclass(frozen=True)
+    class Retyped:
+        a: float
+        b: str = ""
+
+    @dataclass(frozen=True)
+    class NoDefault:
+        a: int
+        b: str
+
+    prints = {cls.__name__: wire.type_fingerprint(cls, "x") for cls in (Before, Added, Retyped, NoDefault)}
+    assert len({repr(p) for p in prints.values()}) == 4
+
+
+def test_recording_refuses_a_changed_wire_under_the_same_version(tmp_path, monkeypatch) -> None:
+    current = wire.wire_fingerprint()
+    current["status"] = {"fields": {**current["status"]["fields"], "battery": "float = default"}, "revision": 1}
+    monkeypatch.setattr(wire, "wire_history", lambda: {PROTOCOL_VERSION: current})
+    with pytest.raises(SystemExit, match="bump PROTOCOL_VERSION"):
+        wire.record_current()
+
+
+def test_the_previous_version_reads_an_unchanged_request_and_a_changed_one_at_its_default() -> None:
+    old = PROTOCOL_VERSION - 1
+    survey = DataShapeRequest("fs-1", labels=False)
+    assert wire.writable_version(survey) == old  # every peer reads the survey
+    message = Message.create(survey, sender="aggregator", version=old)
+    received = decode_message(encode_message(message))
+    assert received.envelope.version == old and received.body == survey
+    # fleet_counts' noise share changed shape (sigma -> mu, scale): without noise it still goes
+    plain = FleetCountsRequest("fs-1", False, classes=("a", "b"))
+    assert wire.writable_version(plain) == old
+    decode_message(encode_message(Message.create(plain, sender="aggregator", version=old)))
+    # ... with noise it needs the current version, and says so
+    noisy = dataclasses.replace(plain, noise=NoiseShare(mu=4.0, shares=3))
+    assert wire.writable_version(noisy) == PROTOCOL_VERSION
+    with pytest.raises(wire.NeedsVersion, match=f"fleet_counts needs protocol version {PROTOCOL_VERSION}.*'noise'"):
+        encode_message(Message.create(noisy, sender="aggregator", version=old))
+
+
+def test_a_type_the_previous_version_lacks_is_refused_naming_the_version() -> None:
+    from shared.protocol.messages.fedforest import PrivateForestHistogramRequest  # new in version 2
+
+    assert wire.version_needed("fedforest.dp_histograms", 1) == "fedforest.dp_histograms does not exist in protocol version 1"
+    assert wire.version_needed("secagg.unmask", 1).startswith("its content changed in protocol version 2")
+    assert wire.version_needed("data_shape", 1) == ""
+    unmask = SecAggUnmaskRequest(label="r1", survivors=("gw-1", "gw-2"), dropped=(), shares={})
+    with pytest.raises(wire.NeedsVersion, match="secagg.unmask needs protocol version 2.*the peer speaks 1"):
+        encode_message(Message.create(unmask, sender="aggregator", version=1))
+    assert "fedforest.dp_histograms" not in wire.wire_history()[1]
+    assert wire.wire_fingerprint()["fedforest.dp_histograms"] == wire.type_fingerprint(
+        PrivateForestHistogramRequest, "fedforest.dp_histograms")
+
+
+def test_a_peer_s_version_is_what_it_is_written_in() -> None:
+    survey = DataShapeRequest("fs-1")
+    assert wire.writable_version(survey, PROTOCOL_VERSION - 1) == PROTOCOL_VERSION - 1
+    assert wire.writable_version(survey, PROTOCOL_VERSION) == PROTOCOL_VERSION
+    assert wire.writable_version(survey, PROTOCOL_VERSION + 1) == PROTOCOL_VERSION  # a newer peer reads ours
+
+
+@pytest.mark.parametrize("version", [PROTOCOL_VERSION - 2, PROTOCOL_VERSION + 1])
+def test_versions_outside_n_minus_one_and_n_are_refused_with_what_this_build_speaks(version) -> None:
+    raw = loads_value(encode_message(Message.create(Status(online=True), sender="gw-1")))
+    raw["v"] = version
+    with pytest.raises(UnsupportedVersion, match=rf"protocol version {version} is not supported .*\[{PROTOCOL_VERSION - 1}, "
+                                                 rf"{PROTOCOL_VERSION}\]"):
+        decode_message(dumps_value(raw))
+    with pytest.raises(ValueError, match="not one this build writes"):
+        Message.create(Status(online=True), sender="gw-1", version=version)
+
+
+def test_chunks_are_written_in_the_oldest_version() -> None:
+    from shared.protocol.chunking import split_payload
+
+    big = encode_message(Message.create(Status(online=True, detail={"x": "y" * 5000}), sender="gw-1"))
+    chunks = split_payload(big, sender="gw-1", max_payload=1024)
+    assert {c.envelope.version for c in chunks} == {min(SUPPORTED_VERSIONS)}
+    assert np.all([decode_message(encode_message(c)).type == "chunk" for c in chunks])
