@@ -88,14 +88,14 @@ def version_gap(version: int, requests: Sequence[str] | None) -> str:
         return ""
     if requests is None:
         return (f"protocol_version: it speaks protocol version {version}, this job needs {PROTOCOL_VERSION} "
-                "(update the gateway)")
+                "-- update the gateway (the job does not say which requests it sends, so it takes only gateways "
+                "of this aggregator's version)")
     lacking = [(name, why) for name in requests if (why := version_needed(name, version))]
     if not lacking:
         return ""
-    first, why = lacking[0]
-    more = f" and {len(lacking) - 1} more request type{'s' if len(lacking) > 2 else ''}" if len(lacking) > 1 else ""
-    return (f"protocol_version: it speaks protocol version {version}, this job needs {PROTOCOL_VERSION} "
-            f"({first}: {why}{more}; update the gateway)")
+    needs = ", ".join(f"{name} ({why})" for name, why in lacking)
+    return (f"protocol_version: it speaks protocol version {version}, this job needs {PROTOCOL_VERSION}: "
+            f"{needs} -- update the gateway")
 
 
 @dataclass(frozen=True)

@@ -125,10 +125,10 @@ def _field_plan(type_name: str, version: int) -> tuple[str, ...] | str:
         return f"protocol version {version} is not one this build knows"
     old = history[version].get(type_name)
     if old is None:
-        return f"{type_name} does not exist in protocol version {version}"
+        return f"not in protocol version {version}"
     current = type_fingerprint(body_class(type_name), type_name)
     if old["revision"] != current["revision"]:
-        return f"its content changed in protocol version {current['revision']}"
+        return f"content changed in protocol version {current['revision']}"
     now = current["fields"]
     gone = sorted(set(old["fields"]) - set(now))
     if gone:

@@ -113,8 +113,8 @@ def test_the_previous_version_reads_an_unchanged_request_and_a_changed_one_at_it
 def test_a_type_the_previous_version_lacks_is_refused_naming_the_version() -> None:
     from shared.protocol.messages.fedforest import PrivateForestHistogramRequest  # new in version 2
 
-    assert wire.version_needed("fedforest.dp_histograms", 1) == "fedforest.dp_histograms does not exist in protocol version 1"
-    assert wire.version_needed("secagg.unmask", 1).startswith("its content changed in protocol version 2")
+    assert wire.version_needed("fedforest.dp_histograms", 1) == "not in protocol version 1"
+    assert wire.version_needed("secagg.unmask", 1) == "content changed in protocol version 2"
     assert wire.version_needed("data_shape", 1) == ""
     unmask = SecAggUnmaskRequest(label="r1", survivors=("gw-1", "gw-2"), dropped=(), shares={})
     with pytest.raises(wire.NeedsVersion, match="secagg.unmask needs protocol version 2.*the peer speaks 1"):
