@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from shared.protocol.envelope import PROTOCOL_VERSION, Message
+from shared.protocol.envelope import PROTOCOL_VERSION, Message, NewerVersion
 from shared.protocol.messages import ErrorReply, Status
 from shared.protocol.topics import TopicLayout
 from shared.protocol.wire import NeedsVersion, writable_version
@@ -375,6 +375,10 @@ class RoundEngine:
         env, result = message.envelope, state.result
         if isinstance(message.body, ErrorReply):
             result.errors[env.sender] = message.body
+        elif isinstance(message.body, NewerVersion):
+            result.errors[env.sender] = ErrorReply(
+                "protocol_version", f"{env.sender} writes protocol version {env.version}, newer than this "
+                f"aggregator's {PROTOCOL_VERSION}: update the aggregator first", result.request_type)
         elif state.expect is not None and not isinstance(message.body, state.expect):
             result.errors[env.sender] = ErrorReply(
                 "unexpected_reply", f"expected {[t.__name__ for t in state.expect]}, got {message.type!r}",

@@ -24,7 +24,7 @@ import logging
 from collections import OrderedDict
 from typing import Callable
 
-from shared.protocol.envelope import Message
+from shared.protocol.envelope import Message, NewerVersion
 from shared.protocol.messages import Ack, ErrorReply
 from shared.protocol.topics import TopicLayout
 from shared.transport.base import Transport
@@ -87,7 +87,13 @@ class Dispatcher:
             self.transport.send_payloads(outbox, cached)
             return
         handler = self._handlers.get(type(request.body))
-        if handler is None:
+        if isinstance(request.body, NewerVersion):  # written for a newer gateway: say which version
+            if broadcast:
+                return
+            log.warning("request of a newer protocol version refused",
+                        extra={"type": request.type, "version": request.body.version})
+            body = ErrorReply("protocol_version", request.body.refusal(self.client_id), request.type)
+        elif handler is None:
             if broadcast:
                 return  # broadcasts this gateway does not handle are not errors
             body: object = ErrorReply("unsupported", f"{self.client_id} has no handler for {request.type!r}", request.type)

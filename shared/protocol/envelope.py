@@ -4,6 +4,11 @@ Wire form: one CBOR map ``{"v", "type", "job", "round", "id", "re", "from", "ts"
 ``id`` makes rounds idempotent (receivers drop duplicates), ``re`` ties a reply to its request,
 ``job``/``round`` let the aggregator discard late replies of closed rounds. Body classes register
 under their type name with ``@message_type("name")``; decoding an unregistered type is an error.
+
+``v`` is the protocol version the message is written in: this build's or the one before (see
+``PROTOCOL_VERSION``). A message of the version after this build's decodes to its envelope with
+a :class:`NewerVersion` body, so that a gateway one version behind can refuse it naming the
+version it needs; any other version is refused at decode.
 """
 
 from __future__ import annotations
@@ -162,6 +167,24 @@ def encode_message(message: Message) -> bytes:
 
 
 @dataclass(frozen=True)
+class NewerVersion:
+    """The body of a message written in the protocol version after this build's: its envelope
+    is read (so that the receiver can answer it), its body is not. A gateway answers such a
+    request with an ``error`` of code ``protocol_version`` that names both versions; no message
+    of this kind is ever sent (it is not a registered type). Versions further ahead are refused
+    at decode like any unsupported version."""
+
+    version: int
+    type: str
+
+    def refusal(self, receiver: str) -> str:
+        """What the receiver answers: which version it speaks and which the message needs."""
+        return (f"{receiver} speaks protocol version {PROTOCOL_VERSION} (and {PROTOCOL_VERSION - 1}); this "
+                f"{self.type!r} message is version {self.version}: update {receiver} to protocol version "
+                f"{self.version}")
+
+
+@dataclass(frozen=True)
 class _WireEnvelope:
     v: int
     type: str
@@ -180,7 +203,8 @@ def decode_message(data: bytes, *, limits: DecodeLimits = DEFAULT_LIMITS, max_by
     if not isinstance(raw, dict):
         raise SchemaError("message", f"expected a map, got {type(raw).__name__}")
     version = raw.get("v")
-    if type(version) is not int or version not in SUPPORTED_VERSIONS:
+    newer = type(version) is int and version == PROTOCOL_VERSION + 1
+    if type(version) is not int or (version not in SUPPORTED_VERSIONS and not newer):
         raise UnsupportedVersion(f"protocol version {version!r} is not supported (this build speaks "
                                  f"{sorted(SUPPORTED_VERSIONS)}: update the older side)")
     fields = dict(raw)
@@ -196,7 +220,10 @@ def decode_message(data: bytes, *, limits: DecodeLimits = DEFAULT_LIMITS, max_by
         raise SchemaError("message.round", "must be >= 0")
     if not wire.id:
         raise SchemaError("message.id", "must not be empty")
-    body = from_wire(body_class(wire.type), wire.body, "body")
+    if newer:  # its body is not read: the receiver answers that it needs the newer version
+        body: Any = NewerVersion(wire.v, wire.type)
+    else:
+        body = from_wire(body_class(wire.type), wire.body, "body")
     envelope = Envelope(
         type=wire.type, sender=sender, job=wire.job, round=wire.round, msg_id=wire.id,
         reply_to=wire.re, ts=wire.ts, version=wire.v,

@@ -15,6 +15,7 @@ from shared.protocol.envelope import (
     PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
     Message,
+    NewerVersion,
     decode_message,
     encode_message,
 )
@@ -22,6 +23,7 @@ from shared.protocol.errors import UnsupportedVersion
 from shared.protocol.messages import Status
 from shared.protocol.messages.fleet_sums import DataShapeRequest, FleetCountsRequest, NoiseShare
 from shared.protocol.messages.secure_aggregation import SecAggUnmaskRequest
+from shared.protocol.topics import TopicLayout
 
 
 def _differences(recorded: dict, current: dict) -> list[str]:
@@ -131,7 +133,7 @@ def test_a_peer_s_version_is_what_it_is_written_in() -> None:
     assert wire.writable_version(survey, PROTOCOL_VERSION + 1) == PROTOCOL_VERSION  # a newer peer reads ours
 
 
-@pytest.mark.parametrize("version", [PROTOCOL_VERSION - 2, PROTOCOL_VERSION + 1])
+@pytest.mark.parametrize("version", [PROTOCOL_VERSION - 2, PROTOCOL_VERSION + 2])
 def test_versions_outside_n_minus_one_and_n_are_refused_with_what_this_build_speaks(version) -> None:
     raw = loads_value(encode_message(Message.create(Status(online=True), sender="gw-1")))
     raw["v"] = version
@@ -149,3 +151,46 @@ def test_chunks_are_written_in_the_oldest_version() -> None:
     chunks = split_payload(big, sender="gw-1", max_payload=1024)
     assert {c.envelope.version for c in chunks} == {min(SUPPORTED_VERSIONS)}
     assert np.all([decode_message(encode_message(c)).type == "chunk" for c in chunks])
+
+
+def _newer(message: Message) -> bytes:
+    raw = loads_value(encode_message(message))
+    raw["v"] = PROTOCOL_VERSION + 1
+    raw["body"] = {"a field this build does not know": 1}
+    return dumps_value(raw)
+
+
+def test_a_message_of_the_next_version_is_read_as_far_as_its_envelope() -> None:
+    received = decode_message(_newer(Message.create(DataShapeRequest("fs-1"), sender="aggregator", job="j", round=3)))
+    assert received.envelope.version == PROTOCOL_VERSION + 1 and received.envelope.job == "j"
+    assert received.body == NewerVersion(PROTOCOL_VERSION + 1, "data_shape")
+
+
+def test_a_gateway_refuses_a_request_of_the_next_version_naming_the_version_it_needs() -> None:
+    """A gateway one version behind an aggregator that sends it a newer request answers at once
+    (no timeout), and the round files the refusal as that gateway's error."""
+    from aggregator.rounds import RoundEngine
+    from edge_client.dispatcher import Dispatcher
+    from shared.protocol.messages import ErrorReply
+    from shared.transport.memory import MemoryBroker, MemoryTransport
+
+    broker = MemoryBroker()
+    gateway = MemoryTransport(broker, "gw-1")
+    Dispatcher(gateway).start()
+    agg = MemoryTransport(broker, "aggregator")
+    replies: list[Message] = []
+    agg.subscribe(TopicLayout().outbox("gw-1"), lambda topic, m: replies.append(m))
+    agg.publish_raw(TopicLayout().inbox("gw-1"), _newer(Message.create(DataShapeRequest("fs-1"), sender="aggregator")))
+    assert len(replies) == 1 and isinstance(replies[0].body, ErrorReply)
+    error = replies[0].body
+    assert error.code == "protocol_version" and error.request_type == "data_shape"
+    assert error.message == (f"gw-1 speaks protocol version {PROTOCOL_VERSION} (and {PROTOCOL_VERSION - 1}); this "
+                             f"'data_shape' message is version {PROTOCOL_VERSION + 1}: update gw-1 to protocol "
+                             f"version {PROTOCOL_VERSION + 1}")
+    # an aggregator that hears from a gateway of the next version writes to it in its own version
+    engine = RoundEngine(agg)
+    status = Message.create(Status(online=True), sender="gw-1")
+    engine._on_status(TopicLayout().status("gw-1"),
+                      Message(dataclasses.replace(status.envelope, version=PROTOCOL_VERSION + 1), status.body))
+    assert engine.peer_versions["gw-1"] == PROTOCOL_VERSION + 1
+    assert wire.writable_version(DataShapeRequest("fs-1"), engine.peer_versions["gw-1"]) == PROTOCOL_VERSION
