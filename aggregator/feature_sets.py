@@ -28,7 +28,10 @@ which version its gateway speaks. A gateway behind the aggregator whose version 
 the job will send (:func:`job_requests`: the algorithm's requests for its protocol, and secure
 aggregation's) is left out with the reason -- the version it needs and the first request it
 lacks -- instead of failing the job half-way; one that has them all trains, its requests written
-in its version (``shared.protocol.wire``).
+in its version (``shared.protocol.wire``). The survey also names the capabilities the job needs
+(:func:`job_capabilities`, the names a gateway's ``Hello`` announces) to every gateway whose
+version reads them, and a gateway that lacks one refuses (``missing_capability``, saying what
+it lacks and what it serves), so it is left out with that reason too.
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ from dataclasses import dataclass, field, replace
 
 from shared.protocol.envelope import PROTOCOL_VERSION
 from shared.protocol.messages.fleet_sums import DataShape, DataShapeRequest, TimeRange
-from shared.protocol.wire import version_needed
+from shared.protocol.wire import can_write, version_needed
 
 from .jobs import TrainingError
 from .rounds import RoundEngine
 
-__all__ = ["FeatureSetChoice", "choose_feature_set", "job_requests", "survey_feature_sets", "version_gap"]
+__all__ = ["FeatureSetChoice", "choose_feature_set", "job_capabilities", "job_requests", "survey_feature_sets",
+           "version_gap"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,15 @@ def job_requests(algorithm: object | None) -> tuple[str, ...] | None:
     if getattr(algorithm, "secure_aggregation", False):
         requests = (*requests, *SECURE_AGGREGATION_REQUESTS)
     return ("data_shape", *requests, "evaluate")
+
+
+def job_capabilities(algorithm: object | None) -> tuple[str, ...]:
+    """What a gateway must serve for a job of ``algorithm`` (``Hello.capabilities`` names): its
+    algorithm's client half and, under secure aggregation, ``secure_aggregation``."""
+    name = getattr(algorithm, "name", "")
+    if not any(key[0] == name for key in JOB_REQUESTS):
+        return ()
+    return (name, "secure_aggregation") if getattr(algorithm, "secure_aggregation", False) else (name,)
 
 
 def version_gap(version: int, requests: Sequence[str] | None) -> str:
@@ -180,11 +193,20 @@ def survey_feature_sets(engine: RoundEngine, job_id: str, clients: Sequence[str]
     Gateways whose protocol version lacks a request of the job (:func:`job_requests` of
     ``algorithm``; without it, any version behind this aggregator's) are left out, each with
     the version it needs and one log line."""
-    rules = dict(time_range=time_range, min_labelled=min_labelled)
-    result = engine.run_round(job_id, 0, DataShapeRequest(requested, labels=False, **rules), clients,
+    versions = getattr(engine, "peer_versions", {})
+    needs = job_capabilities(algorithm)
+
+    def survey(version: str, asked: Sequence[str]) -> dict[str, DataShapeRequest]:
+        # The capabilities go to every gateway known to read them; one of unknown version gets
+        # the survey every version reads (it is checked by its answer's version alone).
+        body = DataShapeRequest(version, labels=False, time_range=time_range, min_labelled=min_labelled,
+                                capabilities=needs)
+        plain = replace(body, capabilities=())
+        return {c: body if (v := versions.get(c)) is not None and can_write(body, v) else plain for c in asked}
+
+    result = engine.run_round(job_id, 0, survey(requested, clients), clients,
                               deadline_s=deadline_s, min_replies=0, expect=DataShape)
     requests = job_requests(algorithm)
-    versions = getattr(engine, "peer_versions", {})
     behind = {c: gap for c in [*result.replies, *result.errors]
               if (gap := version_gap(versions.get(c, PROTOCOL_VERSION), requests))}
     for client, gap in sorted(behind.items()):
@@ -202,7 +224,7 @@ def survey_feature_sets(engine: RoundEngine, job_id: str, clients: Sequence[str]
     unchecked = [c for c in choice.clients if c not in answered]
     if (time_range is None and not min_labelled) or not unchecked:
         return choice
-    again = engine.run_round(job_id, 0, DataShapeRequest(choice.version, labels=False, **rules), unchecked,
+    again = engine.run_round(job_id, 0, survey(choice.version, unchecked), unchecked,
                              deadline_s=deadline_s, min_replies=0, expect=DataShape)
     refused = again.failures()
     if len(refused) == len(choice.clients):

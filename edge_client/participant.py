@@ -87,10 +87,16 @@ class Participant:
     def on_data_shape(self, message: Message) -> DataShape:
         """A private job's opening: width, feature names and (unless fixed by the job) label set.
 
-        As a server job's survey it also sets the job's data rules (``DataShapeRequest``): its
-        time range, and a refusal below ``min_labelled`` labelled windows in it."""
+        As a job's survey it first refuses (``missing_capability``) when the job needs a capability
+        this participant lacks; as a server job's survey it also sets the job's data rules
+        (``DataShapeRequest``): its time range, and a refusal below ``min_labelled`` labelled
+        windows in it."""
         body: DataShapeRequest = message.body
         job = message.envelope.job
+        lacking = [c for c in body.capabilities if c not in self.capabilities]
+        if lacking:
+            raise RequestRejected("missing_capability", f"{self.secure.client_id} does not serve {', '.join(lacking)} "
+                                  f"(it serves {', '.join(self.capabilities)})")
         if body.time_range is not None:
             self.snapshots.restrict(job, body.time_range)
         shape = data_shape(self._data(message, body.feature_set_version), labels=body.labels)

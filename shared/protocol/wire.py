@@ -171,17 +171,25 @@ def writable_version(body: Any, peer_version: int | None = None) -> int:
     yet -- then the oldest supported version that carries this body, which every peer reads).
 
     A peer newer than this build gets this build's version (it reads one version back)."""
-    from .envelope import PROTOCOL_VERSION, SUPPORTED_VERSIONS, type_name_of
+    from .envelope import PROTOCOL_VERSION, SUPPORTED_VERSIONS
 
     if peer_version is not None:
         return min(peer_version, PROTOCOL_VERSION)
-    type_name = type_name_of(body)
     for version in sorted(v for v in SUPPORTED_VERSIONS if v < PROTOCOL_VERSION):
-        plan = _field_plan(type_name, version)
-        if isinstance(plan, tuple) and all(_is_default(f, getattr(body, f.name))
-                                           for f in dataclasses.fields(body) if f.name not in plan):
+        if can_write(body, version):
             return version
     return PROTOCOL_VERSION
+
+
+def can_write(body: Any, version: int) -> bool:
+    """Whether ``body`` can be written for a peer of ``version`` (what it lacks at its defaults)."""
+    from .envelope import PROTOCOL_VERSION, type_name_of
+
+    if version >= PROTOCOL_VERSION:
+        return True
+    plan = _field_plan(type_name_of(body), version)
+    return isinstance(plan, tuple) and all(_is_default(f, getattr(body, f.name))
+                                           for f in dataclasses.fields(body) if f.name not in plan)
 
 
 def _is_default(f: dataclasses.Field, value: Any) -> bool:
@@ -222,20 +230,24 @@ _HISTORY_DOC = ("The wire fingerprint of every released protocol version, writte
                 "Do not edit by hand.\n")
 
 
-def record_current(*, history_file: Path = HISTORY_FILE) -> str:
+def record_current(*, history_file: Path = HISTORY_FILE, unreleased: bool = False) -> str:
     """Write the current fingerprint as :data:`PROTOCOL_VERSION`'s entry of ``history_file``.
 
     A version already recorded with another shape is refused: that is a wire change, which
-    needs ``PROTOCOL_VERSION`` bumped first (docs/protocol.md, "Versions")."""
+    needs ``PROTOCOL_VERSION`` bumped first (docs/protocol.md, "Versions") -- unless
+    ``unreleased`` says that this version has not been released yet (no tag ``v<version>``), so
+    its wire may still change."""
     from .envelope import PROTOCOL_VERSION
 
     versions = {str(v): entry for v, entry in wire_history().items()} if history_file == HISTORY_FILE else {}
     current = wire_fingerprint()
     recorded = versions.get(str(PROTOCOL_VERSION))
-    if recorded is not None and recorded != current:
+    if recorded is not None and recorded != current and not unreleased:
         changed = sorted(t for t in set(recorded) | set(current) if recorded.get(t) != current.get(t))
         raise SystemExit(f"protocol version {PROTOCOL_VERSION} is recorded with another wire ({', '.join(changed)} "
-                         f"differ): bump PROTOCOL_VERSION in shared/protocol/envelope.py, then record again")
+                         f"differ): bump PROTOCOL_VERSION in shared/protocol/envelope.py, then record again (or, "
+                         f"if version {PROTOCOL_VERSION} has not been released -- no git tag v{PROTOCOL_VERSION} -- "
+                         "record it again with --unreleased)")
     versions[str(PROTOCOL_VERSION)] = current
     versions = dict(sorted(versions.items(), key=lambda kv: int(kv[0])))
     # JSON of strings and integers is a Python literal: the history ships as a module, no data file.
@@ -244,5 +256,7 @@ def record_current(*, history_file: Path = HISTORY_FILE) -> str:
     return f"recorded protocol version {PROTOCOL_VERSION}: {len(current)} message types in {history_file}"
 
 
-if __name__ == "__main__":  # python -m shared.protocol.wire: record the current version's wire
-    print(record_current())
+if __name__ == "__main__":  # python -m shared.protocol.wire [--unreleased]: record the current version's wire
+    import sys
+
+    print(record_current(unreleased="--unreleased" in sys.argv[1:]))

@@ -658,7 +658,8 @@ VERSIONS = {
     "feature_set_version": "str",
     "labels": "bool = default",
     "time_range": "None | {since_us: None | int = default, until_us: None | int = default} = default",
-    "min_labelled": "int = default"
+    "min_labelled": "int = default",
+    "capabilities": "tuple[str, ...] = default"
    },
    "revision": 1
   },

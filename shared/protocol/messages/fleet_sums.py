@@ -102,12 +102,18 @@ class DataShapeRequest:
     snapshots (training and held-out) to the windows starting in it, and ``min_labelled`` makes
     the client refuse (``too_few_labelled_windows``) when it holds fewer labelled windows there --
     a refusal rather than a count, so that the aggregator learns one bit, not how many.
+
+    ``capabilities`` (protocol version 2): what the job needs the client to serve (its
+    algorithm's client half, ``secure_aggregation``); a client that lacks one refuses with
+    ``missing_capability``, naming what it lacks and what it serves, so the survey leaves it out
+    before the job starts. (Capability names are those of ``Hello.capabilities``.)
     """
 
     feature_set_version: str
     labels: bool = True
     time_range: TimeRange | None = None
     min_labelled: int = 0
+    capabilities: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.min_labelled < 0:
