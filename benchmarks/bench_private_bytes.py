@@ -1,13 +1,24 @@
 """Bytes each gateway sends in one private FedSCS-XGB training, and each lever's share of the saving.
 
+    ulimit -v 4000000; nice .venv/bin/python benchmarks/bench_private_bytes.py [--levers] [--with-histogram]
+
 The bundled recordings (10 gateways, 204 features, 7 classes), ``FedSCSXGB(n_rounds=10,
 max_depth=4, gamma=0.1)`` through ``aggregator.simulate``: the private default, then the same
 with one lever undone at a time (all 204 features per round instead of 8; 256 bins instead of
 8), and optionally (``--with-histogram``) the non-DP histogram protocol at 256 bins, the former
-default. Sibling subtraction and 32-bit words are not settings: their share is computed from the
-cells the default sends (every non-root level would send both children; every word would take
-8 bytes). Each row also gives the held-out accuracy of one run (the tail of each subject's
+default. Each row also gives the held-out accuracy of one run (the tail of each subject's
 recording), a single run: indicative, not an accuracy comparison.
+
+``--levers``: the lever table instead. It starts from the non-DP histogram protocol at 256 bins
+with one tree per class and round (the former default) and applies one lever at a time,
+cumulatively, each row a measured training: one vector-leaf tree per round (multi-output), 8
+bins, the private protocol (differential privacy, 32-bit ring words sized from public bounds,
+the noisy opening, no per-round loss release) with all 204 features, then 8 features per round
+drawn from a public seed (the private default). Each step's factor is the previous row's bytes
+over its own; its share of the saving is its part of the logarithm of the total factor (the
+levers multiply, so their shares add up in log terms). Sibling subtraction is in every row (the
+histogram protocol has it too), so it is not a step: its factor is computed from the cells (a
+tree of depth 4 would fetch 15 node histograms instead of 8).
 """
 
 from __future__ import annotations
@@ -58,8 +69,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--with-histogram", action="store_true",
                         help="also run the non-DP histogram protocol at 256 bins (about a minute, several GB)")
+    parser.add_argument("--levers", action="store_true",
+                        help="the cumulative lever table from the non-DP histogram protocol at 256 bins (several GB, "
+                             "about two minutes)")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the non-DP rows' one-line warnings
+    if args.levers:
+        levers()
+        return
     print_machine("Private FedSCS-XGB: bytes per gateway per training, by lever",
                   " ".join(["python", "benchmarks/bench_private_bytes.py", *sys.argv[1:]]))
     clients, Xte, yte = load_fleet()
@@ -82,6 +99,43 @@ def main() -> None:
           "below the root would send both children, 1 + 2 + 4 + 8 = 15 node histograms per tree of depth 4 instead "
           "of 1 + 1 + 2 + 4 = 8 (1.9x the level bytes); 32-bit ring words -- 64-bit words would double every "
           "vector (2x).")
+    print(f"\npeak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+LEVERS = [
+    ("histogram protocol, no DP, 256 bins, one tree per class and round (the former default)",
+     {"protocol": "histogram", "n_bins": 256, "learning_rate": 0.2, "multi_strategy": "one_output_per_tree"}),
+    ("+ one vector-leaf tree per round (multi-output)",
+     {"protocol": "histogram", "n_bins": 256, "learning_rate": 0.2, "multi_strategy": "multi_output_tree"}),
+    ("+ 8 bins", {"protocol": "histogram", "n_bins": 8, "learning_rate": 0.2, "multi_strategy": "multi_output_tree"}),
+    ("+ private protocol (DP, 32-bit words, noisy opening), all 204 features per round",
+     {"protocol": "private", "dp_features": 204}),
+    ("+ 8 features per round from a public seed (the private default)", {}),
+]
+
+
+def levers() -> None:
+    """The cumulative lever table (module docstring)."""
+    print_machine("Private FedSCS-XGB: each lever's share of the byte saving",
+                  " ".join(["python", "benchmarks/bench_private_bytes.py", *sys.argv[1:]]))
+    clients, Xte, yte = load_fleet()
+    measured = []
+    for name, settings in LEVERS:
+        mb, accuracy, seconds, meta = run(clients, Xte, yte, **settings)
+        measured.append((name, mb, accuracy, meta))
+        print(f"  {name}: {mb:.3f} MB per gateway, {seconds:.0f} s", file=sys.stderr, flush=True)
+    total = np.log(measured[0][1] / measured[-1][1])
+    rows = []
+    for k, (name, mb, accuracy, meta) in enumerate(measured):
+        factor = measured[k - 1][1] / mb if k else 1.0
+        eps = f"{meta['dp_epsilon']:.2f}" if "dp_epsilon" in meta else "none"
+        rows.append([name, f"{mb:.3f}", "-" if not k else f"{factor:.2f}x",
+                     "-" if not k else f"{np.log(factor) / total:.0%}", f"{accuracy:.3f}", eps])
+    print(markdown_table(["configuration (cumulative)", "MB sent per gateway", "factor of this step",
+                          "share of the saving (log)", "accuracy (1 run)", "epsilon spent"], rows))
+    print(f"\ntotal: {measured[0][1]:.1f} MB -> {measured[-1][1]:.3f} MB per gateway, "
+          f"{measured[0][1] / measured[-1][1]:.0f}x. Sibling subtraction, in every row: a tree of depth 4 fetches "
+          "1 + 1 + 2 + 4 = 8 node histograms instead of 1 + 2 + 4 + 8 = 15 (1.9x on the level bytes).")
     print(f"\npeak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
