@@ -94,8 +94,10 @@ def type_fingerprint(cls: type, type_name: str) -> dict[str, Any]:
 
 def wire_fingerprint() -> dict[str, dict[str, Any]]:
     """Every message type's wire shape (importing the message modules first)."""
-    from . import chunking  # noqa: F401  (registers ``chunk``)
-    from . import messages  # noqa: F401  (registers every algorithm's bodies)
+    from . import (
+        chunking,  # noqa: F401  (registers ``chunk``)
+        messages,  # noqa: F401  (registers every algorithm's bodies)
+    )
     from .envelope import registered_message_types
 
     # The gateway <-> aggregator wire: bodies defined in this package. (Types registered elsewhere

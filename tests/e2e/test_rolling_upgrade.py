@@ -29,7 +29,12 @@ from aggregator.fleet import PASSWORD_ENV, train_on_fleet
 from aggregator.jobs import JobSettings
 from aggregator.rounds import RoundEngine
 from shared.protocol.envelope import PROTOCOL_VERSION
-from tests.e2e.fleet_support import FEATURE_SET, client_data, fill_store, gateways_on_mosquitto
+from tests.e2e.fleet_support import (
+    FEATURE_SET,
+    client_data,
+    fill_store,
+    gateways_on_mosquitto,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
@@ -61,7 +66,7 @@ def previous_release(tmp_path):
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.fail(f"the rolling-upgrade test needs this repository's git history (tag {PREVIOUS}) at {REPO}")
     tag = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"refs/tags/{PREVIOUS}"],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, check=False)
     if tag.returncode != 0:
         pytest.fail(f"git tag {PREVIOUS} (the previous protocol version's release) is missing in {REPO}: "
                     "`git fetch --tags` (or clone with tags) -- this test checks the previous release's gateway "
@@ -72,7 +77,8 @@ def previous_release(tmp_path):
     try:
         yield tree
     finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True)
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True,
+                       check=False)
 
 
 def _old_env(tree: Path, **extra: str) -> dict[str, str]:

@@ -21,7 +21,11 @@ from shared.protocol.envelope import (
 )
 from shared.protocol.errors import UnsupportedVersion
 from shared.protocol.messages import Status
-from shared.protocol.messages.fleet_sums import DataShapeRequest, FleetCountsRequest, NoiseShare
+from shared.protocol.messages.fleet_sums import (
+    DataShapeRequest,
+    FleetCountsRequest,
+    NoiseShare,
+)
 from shared.protocol.messages.secure_aggregation import SecAggUnmaskRequest
 from shared.protocol.topics import TopicLayout
 
@@ -113,7 +117,9 @@ def test_the_previous_version_reads_an_unchanged_request_and_a_changed_one_at_it
 
 
 def test_a_type_the_previous_version_lacks_is_refused_naming_the_version() -> None:
-    from shared.protocol.messages.fedforest import PrivateForestHistogramRequest  # new in version 2
+    from shared.protocol.messages.fedforest import (
+        PrivateForestHistogramRequest,  # new in version 2
+    )
 
     assert wire.version_needed("fedforest.dp_histograms", 1) == "not in protocol version 1"
     assert wire.version_needed("secagg.unmask", 1) == "content changed in protocol version 2"
