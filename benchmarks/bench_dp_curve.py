@@ -18,7 +18,7 @@ simulation (``aggregator.simulate.Simulation``: the product's client and server 
 round engine over an in-memory broker, secure aggregation on) with the demo's settings
 (``TrainingPlan.config``): FedSCS-XGB (10 rounds, depth 4) in the private default at each epsilon
 and in the non-private histogram protocol (64 bins, the demo's non-DP setting); FedForest (30
-trees, ``training.FOREST_DEPTH`` and ``FOREST_BINS``: depth 6, 16 bins; min 3 windows per leaf)
+trees, ``training.FOREST_DEPTH`` and ``FOREST_BINS``: depth 5, 16 bins; min 3 windows per leaf)
 likewise; the local-only baseline
 (the demo's ``local_config``, one job per gateway
 with that gateway alone, as the demo runs it: a forest of its own windows, scored on its own

@@ -368,10 +368,19 @@ def bytes_explanation(phases: Mapping[str, int], *, total: int, raw_sensor_bytes
             lines.append(f"  {name}: {value / 1e6:.1f} MB ({value / total:.0%})" if total else f"  {name}: 0 MB")
     other = max(total - sum(phases.values()), 0)
     lines.append(f"  other (status messages, waiting between steps): {other / 1e6:.1f} MB")
-    how = ("dense and masked (secure aggregation cannot skip an empty bin without revealing it), plus the key set-up "
-           "and unmasking rounds" if secure else "in the clear (no secure aggregation)")
-    lines.append("why private training costs more than the data: at every depth level of every boosting round "
-                 "(FedSCS-XGB) and every forest level (FedForest) each gateway sends its histogram of every node x "
-                 f"feature x bin (FedForest: the features sampled per node), {how}; the sensor samples themselves "
-                 "are never sent")
+    if secure:
+        lines.append("why private training costs more than the data: the federated trainings send masked vectors (secure "
+                     "aggregation cannot skip an empty cell without revealing it) plus key set-up and unmasking "
+                     "rounds -- private FedSCS-XGB a noisy histogram of the round's sampled features for one child "
+                     "of every sibling pair at every level of every boosting round, private FedForest one noisy "
+                     "histogram of every feature and bin and one of every tree's leaves; the local-only baseline "
+                     "sends every gateway's own histograms of every forest level in the clear, one job per gateway; "
+                     "every held-out scoring and deployment sends the model to every gateway; the sensor samples "
+                     "themselves are never sent")
+    else:
+        lines.append("why private training costs more than the data: at every depth level of every boosting round "
+                     "(FedSCS-XGB) and every forest level (FedForest) each gateway sends its histogram of every "
+                     "node x feature x bin (FedForest: the features sampled per node), in the clear (no secure "
+                     "aggregation); every held-out scoring and deployment sends the model to every gateway; the "
+                     "sensor samples themselves are never sent")
     return lines

@@ -65,7 +65,7 @@ from .decisions import PersonalDecision, rescoring_note, secure_aggregation_plan
 from .report import DemoReport, build_report, held_out_keys, store_snapshot
 from .service import ApiError, DemoServer
 from .sessions import Session, prepare_sessions
-from .training import FIRST_TRAINING, RETRAINING, ApiTraining, TrainingPlan
+from .training import FIRST_TRAINING, RETRAINING, ApiTraining, TrainingPlan, privacy_settings
 from .view import LiveView
 
 __all__ = ["DemoConfig", "run_demo"]
@@ -208,11 +208,7 @@ class Demo:
 
     def _privacy(self) -> dict[str, Any]:
         """The federated jobs' privacy settings as the server's algorithm resolves them."""
-        from aggregator.server.service import build_algorithm
-
-        xgb = build_algorithm("fedscs-xgb", self.plan.config("fedscs-xgb"))
-        return {"protocol": xgb.protocol, "secure_aggregation": bool(xgb.secure_aggregation),
-                "min_crowd": xgb.min_crowd}
+        return privacy_settings(self.plan)
 
     def _poll_gateways(self) -> None:
         """The server's view of the fleet (``/api/gateways``), once a second, for the live view."""

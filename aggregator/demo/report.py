@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .orchestrator import Demo
 
 __all__ = ["DemoReport", "PrivacyFacts", "SatOut", "Scoring", "ServerFacts", "SpentJob", "StoreSnapshot", "build_report",
-           "held_out_keys", "privacy_line", "store_snapshot"]
+           "epsilon_lines", "held_out_keys", "privacy_line", "store_snapshot"]
 
 
 @dataclass(frozen=True)
@@ -314,6 +314,8 @@ class DemoReport:
         for line in self.server.lines():
             out.write(line + "\n")
         out.write(f"privacy: {privacy_line(self.privacy, self.secure_aggregation_note)}\n")
+        for line in epsilon_lines(self.privacy):
+            out.write(line + "\n")
         if self.personal_job:
             out.write(f"privacy of FedGA-Tree: each gateway sent the aggregator, in the clear, its sample count with "
                       f"Laplace noise (epsilon {self.personal_job['settings']['epsilon']}), its cross-validated depth, "
@@ -381,12 +383,39 @@ def privacy_line(privacy: dict[str, Any], secure_note: str) -> str:
     scoring = ("held-out scoring is per gateway, in the clear (each gateway's confusion counts); the local-only "
                "baseline runs one job per gateway, whose sums are that gateway's own (a research comparison; "
                "PRIVACY.md)")
-    crowd = ("private protocol: differential privacy, its budget above" if privacy.get("protocol") == "private" else
+    crowd = (f"private protocol: {_dp_statement(privacy)}" if privacy.get("protocol") == "private" else
              f"{privacy.get('protocol', '?')} protocol, minimum crowd {privacy.get('min_crowd', '?')} windows")
     if not privacy.get("secure_aggregation"):
         return f"secure aggregation OFF -- {secure_note or 'disabled'}: the aggregator saw each gateway's " \
                f"histograms ({crowd}); {scoring}"
     return f"FedSCS-XGB and FedForest trained on fleet sums only ({crowd}, secure aggregation); {scoring}"
+
+
+def _epsilons(privacy: dict[str, Any]) -> dict[str, float]:
+    return dict(privacy.get("dp_epsilon") or {}) if privacy.get("protocol") == "private" else {}
+
+
+def _dp_statement(privacy: dict[str, Any]) -> str:
+    """The fleet jobs' differential privacy in a few words (the epsilon per window per training)."""
+    values = sorted(set(_epsilons(privacy).values()))
+    if len(values) == 1:
+        return f"differential privacy at epsilon {values[0]:g} per window per training, its budget above"
+    if values:
+        return "differential privacy at epsilon " + ", ".join(f"{e:g} ({name})" for name, e in
+                                                             _epsilons(privacy).items()) + " per window per training"
+    return "differential privacy, its budget above"
+
+
+def epsilon_lines(privacy: dict[str, Any]) -> list[str]:
+    """The summary's statement of the demo's epsilon and why (``epsilon.statement``), from the
+    epsilons the server's algorithms resolved for the demo's jobs; none without the private protocol."""
+    from .epsilon import statement
+
+    eps = _epsilons(privacy)
+    gateways = int(privacy.get("gateways", 0))
+    if len(set(eps.values())) == 1:
+        return [f"the demo's {statement(next(iter(eps.values())), gateways)}"]
+    return [f"{name}'s {statement(e, gateways)}" for name, e in eps.items()]
 
 
 def _labelled_split(path: Path, feature_set_version: str, holdout: float):
@@ -416,7 +445,7 @@ def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, tuple[dict[str,
     """Each algorithm trained on every gateway's training windows pooled, scored on every
     gateway's held-out windows as the stores hold them at the end (the retraining's split)."""
     import aggregator
-    from aggregator.demo.training import XGB_BINS
+    from aggregator.demo.training import FOREST_BINS, FOREST_DEPTH, XGB_BINS
     from aggregator.algorithms import FedForest, FedSCSXGB
     from shared.model import model_inputs
 
@@ -433,8 +462,8 @@ def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, tuple[dict[str,
         config = (FedSCSXGB(n_rounds=cfg.rounds, max_depth=4, n_bins=XGB_BINS, protocol="histogram",
                             secure_aggregation=False)
                   if name == "fedscs-xgb" else
-                  FedForest(n_trees=cfg.trees, max_depth=8, n_bins=32, min_samples_leaf=3, protocol="histogram",
-                            secure_aggregation=False))
+                  FedForest(n_trees=cfg.trees, max_depth=FOREST_DEPTH, n_bins=FOREST_BINS, min_samples_leaf=3,
+                            protocol="histogram", secure_aggregation=False))
         model = aggregator.simulate(config, [(X, y)])
         predicted = np.array([str(v) for v in model.predict(model_inputs(model, Xt.astype(np.float32)))])
         out[f"{name}, centralized on the pooled data, all labels (report only)"] = (_scores(yt, predicted), len(yt))

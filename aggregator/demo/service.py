@@ -10,6 +10,7 @@ with the standard library's HTTP client.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -22,9 +23,13 @@ from typing import Any
 
 from aggregator.broker.mosquitto import die_with_parent
 
-#: The demo server's lifetime privacy cap per window: room for the first training and a retraining
-#: at the demo's epsilon (``training.DEMO_EPSILON``) on the same windows.
-DEMO_EPSILON_CAP = 64.0
+from .epsilon import DEMO_EPSILON, lifetime_epsilon, private_trainings
+
+#: The demo server's lifetime privacy cap per window: what the demo's private trainings on its
+#: first labelled windows compose to at the demo's epsilon (``epsilon.DEMO_EPSILON``): FedSCS-XGB
+#: and FedForest in the first training, then the retraining (``epsilon.private_trainings``),
+#: rounded up to a whole epsilon. No room is left for a fourth private training on those windows.
+DEMO_EPSILON_CAP = float(math.ceil(lifetime_epsilon(DEMO_EPSILON, private_trainings(2))))
 
 __all__ = ["ApiError", "DemoServer"]
 

@@ -35,21 +35,28 @@ from typing import Any
 
 from .decisions import (DeploymentDecision, PersonalDecision, PersonalTree, Score, class_counts, decide_deployment,
                         decide_personal_trees, promotion_decision, sat_out_reasons)
+from .epsilon import DEMO_EPSILON
 from .service import DemoServer
 
-__all__ = ["FEDGA", "FIRST_TRAINING", "MODEL_ID", "RETRAINING", "SCHEDULE_ID", "TRAFFIC_METRIC", "XGB_BINS",
+__all__ = ["DEMO_EPSILON", "FEDGA", "FIRST_TRAINING", "FOREST_BINS", "FOREST_DEPTH", "MODEL_ID", "RETRAINING",
+           "SCHEDULE_ID", "TRAFFIC_METRIC", "XGB_BINS", "privacy_settings",
            "ApiTraining", "TrainingPlan", "mqtt_bytes"]
 
 MODEL_ID = "activity"
 SCHEDULE_ID = "retrain-on-new-labels"
 
-#: FedSCS-XGB's bins in the demo (its histograms are the demo's largest messages).
-#: The demo's budget per window for a private FedSCS-XGB training. With 10 gateways and about 640
-#: labelled training windows the noise of the default (8) leaves the model below the majority-class
-#: rate; 32 beats it and the local-only baseline (BENCHMARKS.md, "Differentially private
-#: FedSCS-XGB at the demo's scale"). A fleet of thousands of windows per gateway needs far less.
-DEMO_EPSILON = 32.0
+#: FedSCS-XGB's bins in the demo without secure aggregation (its histograms are the demo's largest
+#: messages there).
 XGB_BINS = 64
+#: FedForest's depth and bins in the demo (the fleet's forest and every gateway's local-only one).
+#: The private forest grows every tree to full depth by random splits, so its depth sets its size,
+#: and every held-out scoring, deployment and rollout sends the model to every gateway: at depth 5
+#: the model is 0.19 MB (depth 8: 1.45 MB), and 16 bins halve the local-only baseline's
+#: histograms, which keeps the whole demo under 60 MB through the aggregator. The price: over 20
+#: split seeds of the demo's fleet the private forest scored about 0.05 lower at depth 5 than at
+#: depth 8 and 32 bins (0.63 vs 0.68 at epsilon 32), the better of the demo's two models about
+#: 0.02 lower (BENCHMARKS.md, "The fleet demo's bytes through the aggregator").
+FOREST_DEPTH, FOREST_BINS = 5, 16
 
 #: The third contender's algorithm (``POST /api/jobs``), one tree per gateway.
 FEDGA = "fedga-tree"
@@ -103,13 +110,15 @@ class TrainingPlan:
         if algorithm == "fedscs-xgb":
             rounds = {"n_rounds": self.retrain_rounds if continuing else self.rounds, "max_depth": 4,
                       "classes": self.classes, "secure_aggregation": self.secure_aggregation}
-            if self.secure_aggregation:  # differential privacy at the demo's epsilon (DEMO_EPSILON)
+            if self.secure_aggregation:  # differential privacy at the demo's epsilon (epsilon.DEMO_EPSILON)
                 return {**rounds, "protocol": "private", "dp_epsilon": DEMO_EPSILON}
             # two gateways cannot hide from each other: plain sums without DP, on 64 bins (a quarter
             # of 256's bytes; max_bin 64..512 makes no measurable difference on these recordings)
             return {**rounds, "protocol": "histogram", "n_bins": XGB_BINS}
-        return {"n_trees": self.trees, "max_depth": 8, "n_bins": 32, "min_samples_leaf": 3, "classes": self.classes,
-                "secure_aggregation": self.secure_aggregation}
+        forest = {"n_trees": self.trees, "max_depth": FOREST_DEPTH, "n_bins": FOREST_BINS, "min_samples_leaf": 3,
+                  "classes": self.classes, "secure_aggregation": self.secure_aggregation}
+        # private (differential privacy at the demo's epsilon) with secure aggregation, else the histogram protocol
+        return {**forest, "dp_epsilon": DEMO_EPSILON} if self.secure_aggregation else forest
 
     def fedga_config(self) -> dict[str, Any]:
         """FedGA-Tree's parameters: ``fedga_generations``, everything else Table II's defaults."""
@@ -119,7 +128,22 @@ class TrainingPlan:
         """A gateway alone: the FedForest of its own windows (``baselines.LocalLearning``'s
         settings). A sum over one gateway is that gateway's own statistics, so secure
         aggregation could hide nothing and is off."""
-        return {**self.config("fedforest"), "secure_aggregation": False, "client_splits": False}
+        forest = {k: v for k, v in self.config("fedforest").items() if k != "dp_epsilon"}
+        return {**forest, "secure_aggregation": False, "client_splits": False}
+
+
+def privacy_settings(plan: TrainingPlan) -> dict[str, Any]:
+    """The fleet jobs' privacy settings as the server's algorithm resolves the plan's configs
+    (what the summary's privacy line states): protocol, secure aggregation, minimum crowd, the
+    gateways, and each algorithm's epsilon per window per training."""
+    from aggregator.server.service import build_algorithm
+
+    xgb = build_algorithm("fedscs-xgb", plan.config("fedscs-xgb"))
+    forest = build_algorithm("fedforest", plan.config("fedforest"))
+    return {"protocol": xgb.protocol, "secure_aggregation": bool(xgb.secure_aggregation), "min_crowd": xgb.min_crowd,
+            "gateways": len(plan.gateways),
+            "dp_epsilon": {"fedscs-xgb": float(xgb.dp_epsilon), "fedforest": float(forest.dp_epsilon)}
+            if xgb.protocol == "private" else {}}
 
 
 @dataclass(frozen=True)

@@ -225,7 +225,8 @@ def test_bytes_explanation_says_what_the_multiple_is_of_and_where_the_bytes_went
     assert "75,000 samples x 6 channels" in text
     assert "training fedscs-xgb: 300.0 MB (83%)" in text
     assert "deploying activity:v1: 0.5 MB = 167 kB per gateway" in text
-    assert "every node x feature x bin" in text and "masked" in text
+    assert "one child of every sibling pair" in text and "masked" in text
+    assert "every held-out scoring and deployment sends the model to every gateway" in text
     assert "other (status messages" in text
     plain = "\n".join(bytes_explanation(phases, total=360_000_000, raw_sensor_bytes=1_800_000, raw_samples=75_000,
                                         channels=6, gateways=2, secure=False))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from aggregator.demo.training import DEMO_EPSILON, ApiTraining, TrainingPlan
+from aggregator.demo.training import DEMO_EPSILON, FOREST_BINS, FOREST_DEPTH, ApiTraining, TrainingPlan
 from aggregator.server.service import build_algorithm
 
 
@@ -21,7 +21,8 @@ def test_the_server_builds_every_config_the_demo_sends() -> None:
     assert (xgb.n_rounds, xgb.protocol, xgb.dp_epsilon, list(xgb.classes)) == (10, "private", DEMO_EPSILON, ["PEN", "ROW"])
     assert build_algorithm("fedscs-xgb", p.config("fedscs-xgb", continuing=True)).n_rounds == 5
     forest = build_algorithm("fedforest", p.config("fedforest"))
-    assert (forest.n_trees, forest.max_depth, forest.secure_aggregation) == (30, 8, True)
+    assert (forest.n_trees, forest.max_depth, forest.n_bins, forest.secure_aggregation, forest.protocol,
+            forest.dp_epsilon) == (30, FOREST_DEPTH, FOREST_BINS, True, "private", DEMO_EPSILON)
 
 
 def test_the_local_only_baseline_is_the_fleets_forest_for_one_gateway_in_the_clear() -> None:
@@ -30,7 +31,10 @@ def test_the_local_only_baseline_is_the_fleets_forest_for_one_gateway_in_the_cle
     fleet = build_algorithm("fedforest", p.config("fedforest"))
     assert not local.secure_aggregation and not local.client_splits
     differing = {f.name for f in dataclasses.fields(local) if getattr(local, f.name) != getattr(fleet, f.name)}
-    assert differing == {"secure_aggregation"}  # client_splits is off in both (as in LocalLearning)
+    # client_splits is off in both (as in LocalLearning); the fleet's forest is private at the demo's epsilon, a
+    # gateway alone trains in the clear (histogram protocol: a sum over one gateway hides nothing, no epsilon)
+    assert differing == {"secure_aggregation", "protocol", "dp_epsilon"}
+    assert (local.protocol, fleet.protocol) == ("histogram", "private")
 
 
 def test_privacy_settings_as_the_server_resolves_them() -> None:
