@@ -5,12 +5,14 @@
 Runs ``wheelfed demo`` (default settings unless arguments are given) as a subprocess, samples
 the resident memory of its whole process tree (orchestrator, ``wheelfed server``, gateway
 processes, mosquitto) from /proc every 0.5 s, and prints the wall time, the peak of the summed
-RSS, the largest single process, and the demo's own summary. Goal: under 5 minutes end to end.
-Exit status: the demo's.
+RSS, the largest single process, the bytes through the aggregator by step (the server's MQTT
+traffic, sent + received, from the demo's report), and the demo's own summary. Goals: under 5
+minutes end to end, at most 60 MB through the aggregator. Exit status: the demo's.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -81,12 +83,22 @@ def main() -> int:
         wall = time.monotonic() - started
         done.set()
         sampler.join()
+        facts = json.loads(report.read_text()) if report.exists() else {}
     summary = output[output.find("=== WheelFed fleet demo: summary ==="):] if "summary ===" in output else output[-3000:]
     print(markdown_table(["demo", "exit", "wall s", "peak RSS, all processes (MB)", "largest process (MB)",
                           "under 5 min"],
                          [[" ".join(args) or "defaults", str(proc.returncode), f"{wall:.0f}", f"{peak_total / 1024:.0f}",
                            f"{peak_single / 1024:.0f}", "yes" if wall < 300 else "no"]]))
     print()
+    total = int(facts.get("traffic_bytes") or 0)
+    if total:
+        steps = dict(facts.get("traffic_by_step") or {})
+        steps["other (status messages, waiting between steps)"] = max(total - sum(steps.values()), 0)
+        print(markdown_table(["step (bytes through the aggregator, sent + received)", "MB", "share"],
+                             [[name, f"{value / 1e6:.1f}", f"{value / total:.0%}"] for name, value in steps.items()]
+                             + [["total", f"{total / 1e6:.1f}", "100%"]]))
+        print(f"\ntotal {total / 1e6:.1f} MB through the aggregator: {'within' if total <= 60e6 else 'OVER'} the 60 MB "
+              "goal\n")
     print(summary)
     return proc.returncode
 
