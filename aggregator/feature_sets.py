@@ -205,7 +205,7 @@ def survey_feature_sets(engine: RoundEngine, job_id: str, clients: Sequence[str]
         return {c: body if (v := versions.get(c)) is not None and can_write(body, v) else plain for c in asked}
 
     result = engine.run_round(job_id, 0, survey(requested, clients), clients,
-                              deadline_s=deadline_s, min_replies=0, expect=DataShape)
+                              deadline_s=deadline_s, min_replies=0, expect=DataShape, refusals_expected=True)
     requests = job_requests(algorithm)
     behind = {c: gap for c in [*result.replies, *result.errors]
               if (gap := version_gap(versions.get(c, PROTOCOL_VERSION), requests))}
@@ -225,7 +225,7 @@ def survey_feature_sets(engine: RoundEngine, job_id: str, clients: Sequence[str]
     if (time_range is None and not min_labelled) or not unchecked:
         return choice
     again = engine.run_round(job_id, 0, survey(choice.version, unchecked), unchecked,
-                             deadline_s=deadline_s, min_replies=0, expect=DataShape)
+                             deadline_s=deadline_s, min_replies=0, expect=DataShape, refusals_expected=True)
     refused = again.failures()
     if len(refused) == len(choice.clients):
         why = "; ".join(f"{c}: {reason}" for c, reason in sorted(refused.items()))

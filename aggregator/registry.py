@@ -51,7 +51,7 @@ __all__ = ["Deployment", "HEAD_REVISION", "JobRecord", "ModelRecord", "Promotion
 
 #: The newest Alembic revision (``aggregator/server/migrations/versions``); a database already
 #: there is opened without loading the migration scripts.
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 #: Key of the PostgreSQL advisory lock that serialises the registry's writers.
 _PG_WRITE_LOCK = 0x77_66_65_64  # "wfed"
 
@@ -119,6 +119,9 @@ class JobRecord:
     error: str
     created: float
     updated: float
+    #: one entry per attempt: ``{"attempt": N, "started": unix seconds, "from_step": steps already
+    #: stored when it started}`` (a resumed attempt has ``from_step`` > 0 or ``attempt`` > 1)
+    history: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,7 @@ def _tables():
                     *(sa.Column(c, sa.Integer) for c in ("total", "completed", "attempt")),
                     *(text(c) for c in ("participants", "feature_set", "init_model", "schedule_id", "result",
                                         "evaluation", "error")),
-                    sa.Column("created", sa.Float), sa.Column("updated", sa.Float))
+                    sa.Column("created", sa.Float), sa.Column("updated", sa.Float), text("history"))
     rounds = sa.Table("job_rounds", md, text("job_id"),
                       *(sa.Column(c, sa.Integer) for c in ("step", "total", "selected", "answered")),
                       text("metrics"), sa.Column("elapsed_s", sa.Float), sa.Column("checkpoint", sa.LargeBinary),
@@ -237,7 +240,7 @@ def _tables():
     return models, deployments, gateways, jobs, rounds, schedules, promotions, ledger
 
 
-_JSON_FIELDS = {"config", "rules", "participants", "evaluation", "metrics", "classes", "canary"}
+_JSON_FIELDS = {"config", "rules", "participants", "evaluation", "metrics", "classes", "canary", "history"}
 
 
 def _decode(row: Mapping[str, Any], cls: type) -> Any:
@@ -470,7 +473,7 @@ class Registry:
                 job_id=job_id, algorithm=algorithm, config=config, rules=rules or {}, model_id=model_id,
                 state="queued", total=total, completed=0, attempt=0, participants=[], feature_set="",
                 init_model=init_model, schedule_id=schedule_id, result="", evaluation={}, error="",
-                created=now, updated=now))))
+                created=now, updated=now, history=[]))))
         return self.job(job_id)
 
     def update_job(self, job_id: str, **values: Any) -> None:
@@ -502,7 +505,8 @@ class Registry:
     def complete_round(self, job_id: str, step: int, total: int, selected: int, answered: int, metrics: dict,
                        elapsed_s: float, checkpoint: bytes | None) -> None:
         """Persist round ``step`` with ``checkpoint`` (the model grown so far, CBOR, or None for an
-        algorithm that keeps none) and advance the job's ``completed`` to it, in one transaction:
+        algorithm that keeps none) and advance the job's ``completed`` to it (and its ``total`` to the
+        round's, so that the job and its rounds say the same), in one transaction:
         after a crash the job is at exactly the last round stored here, and that round's model is
         there to resume from. A step already stored
         (a resumed attempt reporting it again) is refused, so no round is applied twice."""
@@ -514,7 +518,8 @@ class Registry:
             c.execute(r.insert().values(job_id=job_id, step=step, total=total, selected=selected, answered=answered,
                                         metrics=json.dumps(metrics), elapsed_s=elapsed_s, checkpoint=checkpoint,
                                         created=time.time()))
-            c.execute(t.update().where(t.c.job_id == job_id).values(completed=step, updated=time.time()))
+            c.execute(t.update().where(t.c.job_id == job_id).values(completed=step, total=total,
+                                                                     updated=time.time()))
 
     def rounds(self, job_id: str, *, with_checkpoints: bool = False) -> list[RoundRecord]:
         r = self._rounds

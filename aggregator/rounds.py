@@ -164,6 +164,7 @@ class RoundEngine:
         min_fraction: float = 1.0,
         expect: type | tuple[type, ...] | None = None,
         fold: Callable[[str, Any], Any] | None = None,
+        refusals_expected: bool = False,
     ) -> RoundResult:
         """Send ``request`` (one body for all, or a body per client) and collect the replies.
 
@@ -218,9 +219,14 @@ class RoundEngine:
         result = state.result
         result.elapsed_s = time.monotonic() - started
         result.timed_out = [c for c in selected if c not in result.replies and c not in result.errors]
-        log.info("round closed", extra={"job": job, "round": round_no, "answered": len(result.replies),
-                                        "errors": len(result.errors), "timed_out": len(result.timed_out),
-                                        "elapsed_ms": int(result.elapsed_s * 1000)})
+        if refusals_expected:  # a survey: a refusal is an answer (its caller logs what it means)
+            log.debug("survey closed", extra={"job": job, "round": round_no, "answered": len(result.replies),
+                                              "refused": len(result.errors), "timed_out": len(result.timed_out),
+                                              "elapsed_ms": int(result.elapsed_s * 1000)})
+        else:
+            log.info("round closed", extra={"job": job, "round": round_no, "answered": len(result.replies),
+                                            "errors": len(result.errors), "timed_out": len(result.timed_out),
+                                            "elapsed_ms": int(result.elapsed_s * 1000)})
         if len(result.replies) < needed:
             raise QuorumNotReached(result, needed)
         return result

@@ -72,7 +72,7 @@ from amqtt.utils import format_client_message, gen_client_id
 
 from shared.protocol.topics import TopicLayout
 
-from .mosquitto import BrokerUser, find_free_port, require_loopback
+from .mosquitto import BrokerUser, find_free_port, is_temporary_run_dir, remove_run_dir, require_loopback
 
 log = logging.getLogger(__name__)
 
@@ -255,9 +255,12 @@ class EmbeddedBroker:
         port: int = 0,
         bind_address: str = "127.0.0.1",
         layout: TopicLayout | None = None,
+        remove_on_stop: bool | None = None,
     ) -> None:
         require_loopback(bind_address)  # it has no TLS
         self.run_dir = Path(run_dir).resolve()
+        # as MosquittoBroker: a temporary run folder goes when the broker stops cleanly
+        self.remove_on_stop = is_temporary_run_dir(self.run_dir) if remove_on_stop is None else remove_on_stop
         self.users = list(users)
         self.bind_address = bind_address
         self.port = port or find_free_port(bind_address)
@@ -360,10 +363,18 @@ class EmbeddedBroker:
             raise TimeoutError(f"embedded broker on port {self.port} did not stop within {timeout_s}s")
         self._thread = None
         log.info("embedded broker stopped", extra={"port": self.port})
+        if self.remove_on_stop and not kill and not self._restarting and self.run_dir.exists():
+            remove_run_dir(self.run_dir)
+
+    _restarting = False
 
     def restart(self, *, kill: bool = False) -> None:
         """Stop and start on the same port; sessions, queues and retained messages are lost."""
-        self.stop(kill=kill)
+        self._restarting = True
+        try:
+            self.stop(kill=kill)
+        finally:
+            self._restarting = False
         self.start()
 
     def __enter__(self) -> "EmbeddedBroker":

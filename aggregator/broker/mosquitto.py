@@ -153,6 +153,38 @@ def read_password_file(path: str | Path) -> list[BrokerUser]:
     return users
 
 
+#: The prefix of the temporary run folder ``wheelfed broker`` makes when it is given no ``--run-dir``.
+TEMPORARY_RUN_DIR_PREFIX = "wheelfed-broker-"
+
+
+def temporary_run_dir() -> Path:
+    """A new temporary run folder (mode 0700) that a broker given it removes on a clean stop."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=TEMPORARY_RUN_DIR_PREFIX))
+
+
+def is_temporary_run_dir(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` is a run folder made for one broker's life (``temporary_run_dir``, or
+    ``wheelfed broker`` without ``--run-dir``): an empty ``wheelfed-broker-*`` folder directly in
+    the system's temporary folder. A broker given one removes it -- its config, password hashes and
+    persistence -- when it stops cleanly; any other folder is kept."""
+    import tempfile
+
+    path = Path(run_dir).resolve()
+    try:
+        return (path.parent == Path(tempfile.gettempdir()).resolve() and path.name.startswith(TEMPORARY_RUN_DIR_PREFIX)
+                and path.is_dir() and not any(path.iterdir()))
+    except OSError:
+        return False
+
+
+def remove_run_dir(run_dir: Path) -> None:
+    """Remove a temporary run folder (``is_temporary_run_dir``) after a clean stop, logging it."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    log.info("removed the broker's temporary run folder %s", run_dir)
+
+
 def revocation_on(config: str, crl_file: Path) -> str:
     """The TLS config with its commented ``#crlfile`` line switched on for ``crl_file``: mosquitto
     then refuses the revoked certificates (deploy/cloud/crl.sh keeps the list). Edited here rather
@@ -178,7 +210,10 @@ class MosquittoBroker:
         tls_cert_dir: str | Path | None = None,
         crl_file: str | Path | None = None,
         deploy_dir: str | Path = DEPLOY_DIR,
+        remove_on_stop: bool | None = None,
     ) -> None:
+        """``remove_on_stop``: remove ``run_dir`` when the broker stops cleanly (not when it is
+        killed or restarted); by default only a temporary run folder (``is_temporary_run_dir``)."""
         if not mosquitto_available():
             raise FileNotFoundError(
                 "mosquitto is not installed: `apt-get install -y mosquitto` (or use the embedded broker)"
@@ -191,6 +226,7 @@ class MosquittoBroker:
         if not tls_cert_dir:
             require_loopback(bind_address)
         self.run_dir = Path(run_dir).resolve()
+        self.remove_on_stop = is_temporary_run_dir(self.run_dir) if remove_on_stop is None else remove_on_stop
         self.users = list(users)
         self.bind_address = bind_address
         self.port = port or find_free_port(bind_address)
@@ -245,7 +281,7 @@ class MosquittoBroker:
             if self.process.poll() is not None:
                 raise RuntimeError(f"mosquitto exited with {self.process.returncode}: {self.log_tail()}")
             if time.monotonic() > deadline:
-                self.stop()
+                self._halt(kill=False)  # the run folder stays: its log says why
                 raise TimeoutError(f"mosquitto did not listen on port {self.port} within {timeout_s}s: {self.log_tail()}")
             time.sleep(0.01)
         log.info("mosquitto started", extra={"port": self.port, "pid": self.process.pid})
@@ -256,7 +292,13 @@ class MosquittoBroker:
         return self.process is not None and self.process.poll() is None
 
     def stop(self, *, kill: bool = False, timeout_s: float = 10.0) -> None:
-        """Stop the broker (SIGTERM lets it save sessions; ``kill`` simulates a crash)."""
+        """Stop the broker (SIGTERM lets it save sessions; ``kill`` simulates a crash). A clean
+        stop removes the run folder when ``remove_on_stop``."""
+        self._halt(kill=kill, timeout_s=timeout_s)
+        if self.remove_on_stop and not kill and self.run_dir.exists():
+            remove_run_dir(self.run_dir)
+
+    def _halt(self, *, kill: bool, timeout_s: float = 10.0) -> None:
         if self.process is None or self.process.poll() is not None:
             return
         self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
@@ -267,7 +309,7 @@ class MosquittoBroker:
             self.process.wait()
 
     def restart(self, *, kill: bool = False) -> None:
-        self.stop(kill=kill)
+        self._halt(kill=kill)
         self.start()
 
     def log_tail(self, lines: int = 20) -> str:

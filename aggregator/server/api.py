@@ -29,7 +29,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParameter
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPBearer
-from pydantic import AfterValidator, BaseModel, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, WithJsonSchema
 
 from shared import __version__
 
@@ -50,7 +50,43 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 Page = tuple[int, int]
 #: Versions are stored as 32-bit integers on every database; a larger number is a 422, not a 500.
 MAX_VERSION = 2**31 - 1
-Version = Annotated[int, PathParameter(ge=1, le=MAX_VERSION)]
+#: A version as users write it: ``2``, ``v2`` or ``MODEL_ID:v2`` (what the CLI, the job's result
+#: and the dashboard show); read by :func:`version_number`.
+Version = Annotated[str, PathParameter(max_length=80, description="N, vN or MODEL_ID:vN, e.g. 1, v1, activity:v1",
+                                       examples=["v1", "1", "activity:v1"])]
+
+
+def version_number(model_id: str, text: str) -> int:
+    """The version number ``text`` names for ``model_id``: ``2``, ``v2`` and ``MODEL_ID:v2`` (or
+    ``MODEL_ID:2``) all name version 2; anything else is a ``ValueError`` (a 422) saying so.
+
+    >>> [version_number("activity", t) for t in ("1", "v1", "V1", "activity:v1", "activity:1")]
+    [1, 1, 1, 1, 1]
+    """
+    raw = text.strip()
+    if ":" in raw:
+        named, _, raw = raw.rpartition(":")
+        if named != model_id:
+            raise ValueError(f"version {text[:80]!r} names model {named[:64]!r}, not {model_id!r}")
+    digits = raw[1:] if raw[:1] in ("v", "V") else raw
+    if not digits.isdigit() or not 1 <= int(digits) <= MAX_VERSION:
+        raise ValueError(f"version: {text[:80]!r} is not a version of {model_id}; give N, vN or {model_id}:vN "
+                         f"(N from 1 to {MAX_VERSION}), e.g. {model_id}:v1")
+    return int(digits)
+
+
+def algorithm_name(name: str) -> str:
+    """An algorithm's name as the API, the CLI and the dashboard spell it: ``fedscs-xgb``, not the
+    wire's and the model metadata's ``fedscs_xgb``.
+
+    >>> algorithm_name("fedscs_xgb"), algorithm_name("fedforest"), algorithm_name("fedga-tree")
+    ('fedscs-xgb', 'fedforest', 'fedga-tree')
+    """
+    return name.replace("_", "-") if isinstance(name, str) else name
+
+
+#: An algorithm name as given: either spelling (``fedscs_xgb`` or ``fedscs-xgb``) is read as the API's.
+_AnySpelling = BeforeValidator(algorithm_name)
 #: An algorithm's settings, each in its bounds (``job_bounds``; shown in the OpenAPI schema).
 Settings = Annotated[dict[str, Any], AfterValidator(check_config), WithJsonSchema(
     {"type": "object", **config_schema()})]
@@ -62,7 +98,7 @@ class JobIn(BaseModel):
     """A training job: what to train and the participation rules. A FedGA-Tree job registers one
     model per participant, MODEL_ID.GATEWAY, deployable to that gateway only."""
 
-    algorithm: Literal[ALGORITHMS] = "fedscs-xgb"  # type: ignore[valid-type]
+    algorithm: Annotated[Literal[ALGORITHMS], _AnySpelling] = "fedscs-xgb"  # type: ignore[valid-type]
     model_id: str = Field(pattern=ID_PATTERN, description="the registered model's name")
     config: Settings = Field(default_factory=dict, description="the algorithm's parameters, e.g. n_rounds")
     clients: list[str] | None = Field(None, min_length=1, max_length=MAX_GATEWAYS,
@@ -86,7 +122,7 @@ class ScheduleIn(BaseModel):
 
     schedule_id: str = Field(pattern=ID_PATTERN)
     model_id: str = Field(pattern=ID_PATTERN)
-    algorithm: Literal[FLEET_ALGORITHMS] = "fedscs-xgb"  # type: ignore[valid-type]
+    algorithm: Annotated[Literal[FLEET_ALGORITHMS], _AnySpelling] = "fedscs-xgb"  # type: ignore[valid-type]
     config: Settings = Field(default_factory=dict)
     every_s: float | None = Field(None, gt=0, le=10**9)
     cron: str = Field("", max_length=100, description="five fields, UTC: minute hour day month weekday")
@@ -204,8 +240,8 @@ def _page(offset: int = Query(0, ge=0, le=10**9), limit: int = Query(100, ge=1, 
 def create_app(server: Server) -> FastAPI:
     """The FastAPI application of a started :class:`aggregator.server.app.Server`."""
     config = server.config
-    app = FastAPI(title="WheelFed server", version=__version__,
-                  description="Fleet, training jobs, models, deployments and retraining schedules.")
+    app = _application(title="WheelFed server", version=__version__,
+                       description="Fleet, training jobs, models, deployments and retraining schedules.")
 
     install_guards(app, config)  # Host allow-list, tokens and body size, before any body is read
     # the roles as the OpenAPI document shows them; aggregator.server.guards checks them
@@ -261,24 +297,32 @@ def create_app(server: Server) -> FastAPI:
         return "\n".join(lines) + "\n"
 
     # -- fleet -----------------------------------------------------------------------------
+    def gateway_json(row, now: float) -> dict[str, Any]:
+        """A gateway's row with its health: ``stale`` (online, but no status for longer than the
+        tracker's ``stale_after_s``: its counts may be out of date) and ``faults`` (statuses of it
+        the server could not read)."""
+        tracker = server.tracker
+        return {**row.to_json(now), "stale": tracker.is_stale(row, now), "stale_after_s": tracker.stale_after_s,
+                "faults": tracker.gateway_faults.get(row.gateway, 0)}
+
     @app.get("/api/gateways", dependencies=[read])
     def gateways(page: Page = Depends(_page)) -> list[dict[str, Any]]:
         offset, limit = page
         now = time.time()
-        return [row.to_json(now) for row in server.tracker.snapshot()[offset:offset + limit]]
+        return [gateway_json(row, now) for row in server.tracker.snapshot()[offset:offset + limit]]
 
     @app.get("/api/gateways/{gateway}", dependencies=[read])
     def gateway(gateway: str) -> dict[str, Any]:
         for row in server.tracker.snapshot():
             if row.gateway == gateway:
-                return row.to_json(time.time())
+                return gateway_json(row, time.time())
         raise HTTPException(404, f"no gateway {gateway!r} has announced itself")
 
     # -- jobs ------------------------------------------------------------------------------
     @app.get("/api/jobs", dependencies=[read])
     def jobs(page: Page = Depends(_page),
              state: Literal["queued", "running", "completed", "failed", "cancelled"] | None = None) -> list[dict]:
-        return [asdict(j) for j in server.registry.jobs(state=state, offset=page[0], limit=page[1])]
+        return [_job_json(j) for j in server.registry.jobs(state=state, offset=page[0], limit=page[1])]
 
     @app.post("/api/jobs", status_code=201, dependencies=[operate],
               responses={409: {"description": "a private job that would take a window past the privacy cap; "
@@ -289,54 +333,56 @@ def create_app(server: Server) -> FastAPI:
                              body.min_gateways, body.min_labelled, body.init_model, body.seed,
                              since=_instant("since", body.since), until=_instant("until", body.until))
         try:
-            return asdict(server.runner.submit(request))
+            return _job_json(server.runner.submit(request))
         except BudgetExceeded as exc:
             raise HTTPException(409, str(exc)) from None
 
     @app.get("/api/jobs/{job_id}", dependencies=[read])
     def job(job_id: str) -> dict[str, Any]:
-        return {**asdict(server.registry.job(job_id)), "rounds": [
+        return {**_job_json(server.registry.job(job_id)), "rounds": [
             {k: v for k, v in asdict(r).items() if k != "checkpoint"} for r in server.registry.rounds(job_id)]}
 
     @app.post("/api/jobs/{job_id}/cancel", dependencies=[operate])
     def cancel_job(job_id: str) -> dict[str, Any]:
         try:
-            return asdict(server.runner.cancel(job_id))
+            return _job_json(server.runner.cancel(job_id))
         except ValueError as exc:
             raise HTTPException(409, str(exc)) from None
 
     # -- models and deployments ------------------------------------------------------------
     @app.get("/api/models", dependencies=[read])
     def models(page: Page = Depends(_page)) -> list[dict[str, Any]]:
-        return [{**asdict(r), "label": r.label} for r in server.registry.list(offset=page[0], limit=page[1])]
+        return [_model_json(server, r) for r in server.registry.list(offset=page[0], limit=page[1])]
 
     @app.get("/api/models/{model_id}/compare", dependencies=[read])
-    def compare(model_id: str, a: int = Query(ge=1, le=MAX_VERSION),
-                b: int = Query(ge=1, le=MAX_VERSION)) -> dict[str, Any]:
-        first, second = server.registry.record(model_id, a), server.registry.record(model_id, b)
+    def compare(model_id: str, a: str = Query(max_length=80, description="N, vN or MODEL_ID:vN"),
+                b: str = Query(max_length=80, description="N, vN or MODEL_ID:vN")) -> dict[str, Any]:
+        first = server.registry.record(model_id, version_number(model_id, a))
+        second = server.registry.record(model_id, version_number(model_id, b))
         keys = sorted(set(first.metrics) | set(second.metrics))
         return {"a": first.label, "b": second.label,
                 "metrics": {k: {"a": first.metrics.get(k), "b": second.metrics.get(k)} for k in keys}}
 
     @app.get("/api/models/{model_id}/{version}", dependencies=[read])
     def model(model_id: str, version: Version) -> dict[str, Any]:
-        record = server.registry.record(model_id, version)
+        record = server.registry.record(model_id, version_number(model_id, version))
         running = [d.client for d in server.registry.running().values()
-                   if (d.model_id, d.version) == (model_id, version)]
-        return {**asdict(record), "label": record.label, "running_on": sorted(running),
+                   if (d.model_id, d.version) == (model_id, record.version)]
+        return {**_model_json(server, record), "running_on": sorted(running),
                 "privacy": _model_privacy(server, record.job_id)}
 
     @app.get("/api/models/{model_id}/{version}/download", dependencies=[read],
              response_class=Response, responses={200: {"content": {"application/cbor": {}}}})
     def download(model_id: str, version: Version) -> Response:
-        record, data = server.registry.model_bytes(model_id, version)
-        return Response(data, media_type="application/cbor",
-                        headers={"Content-Disposition": f'attachment; filename="{record.model_id}-v{version}.cbor"'})
+        record, data = server.registry.model_bytes(model_id, version_number(model_id, version))
+        return Response(data, media_type="application/cbor", headers={
+            "Content-Disposition": f'attachment; filename="{record.model_id}-v{record.version}.cbor"'})
 
     @app.post("/api/models/{model_id}/{version}/deploy", dependencies=[operate])
     def deploy_model(model_id: str, version: Version, body: DeployIn) -> dict[str, Any]:
         from ..deployment import deploy
 
+        version = version_number(model_id, version)
         record = server.registry.record(model_id, version)
         key = _signing_key(server)
         clients = _gateway_ids(body.clients) or ([record.target] if record.target else server.tracker.online())
@@ -412,6 +458,78 @@ def create_app(server: Server) -> FastAPI:
         return Response(status_code=204)
 
     return app
+
+
+def _application(**kwargs: Any) -> FastAPI:
+    """The FastAPI app with Swagger UI at ``/docs`` and ReDoc at ``/redoc`` whose scripts and
+    styles come from the installed ``fastapi-offline`` package (``/static-offline-docs/``), not
+    from a CDN: a clinic's network without internet shows them all the same. Without that package
+    (an install without the ``server`` extra) the two pages are left out; ``/openapi.json`` stays."""
+    try:
+        from fastapi_offline import FastAPIOffline
+    except ImportError:
+        return FastAPI(docs_url=None, redoc_url=None, **kwargs)
+    return FastAPIOffline(**kwargs)
+
+
+def _job_json(job) -> dict[str, Any]:
+    """A job as the API shows it: its record, the algorithm as users spell it, and what its
+    attempts say: ``started`` (its first attempt, Unix seconds; null while queued), ``resumes``
+    (attempts after the first), ``resumed_from`` (the step each later attempt continued after) and
+    ``duration_s`` (from its first start to its end, or to now while it runs)."""
+    data = asdict(job)
+    history = job.history or []
+    started = history[0]["started"] if history else None
+    end = time.time() if job.state == "running" else job.updated
+    data.update(algorithm=algorithm_name(job.algorithm), started=started,
+                resumes=max(len(history) - 1, 0), resumed_from=[h.get("from_step", 0) for h in history[1:]],
+                duration_s=None if started is None else round(max(end - started, 0.0), 3))
+    return data
+
+
+def held_out_summary(evaluation: dict[str, Any]) -> dict[str, Any] | None:
+    """What a model's score was measured on, from its job's evaluation: ``windows`` (held-out
+    windows scored), ``chance`` (the majority class's share of them: what always answering that
+    class scores), per gateway its accuracy and windows, and ``local_only`` (gateways learning
+    alone) when the job recorded it; None when it was not evaluated.
+
+    >>> held_out_summary({"metrics": {"accuracy": 0.8, "n": 10.0}, "confusion": [[6, 1], [1, 2]],
+    ...                   "per_client": {"gw-1": {"accuracy": 0.8, "n": 10.0}}})["chance"]
+    0.7
+    """
+    metrics = evaluation.get("metrics") if isinstance(evaluation, dict) else None
+    if not metrics:
+        return None
+    confusion = evaluation.get("confusion")
+    rows = [sum(row) for row in confusion] if confusion else []
+    windows = sum(rows) if rows else metrics.get("n")
+    chance = max(rows) / sum(rows) if rows and sum(rows) else None
+    per_gateway = {g: {"accuracy": m.get("accuracy"), "windows": m.get("n"), **({"rmse": m["rmse"]} if "rmse" in m
+                                                                              else {})}
+                   for g, m in (evaluation.get("per_client") or {}).items()}
+    local = evaluation.get("local_only")
+    if isinstance(local, dict):
+        local = local.get("accuracy")
+    return {"windows": None if windows is None else int(windows), "chance": chance, "local_only": local,
+            "per_gateway": per_gateway}
+
+
+def _model_json(server: Server, record) -> dict[str, Any]:
+    """A model version as the API shows it: its record, its label, the algorithm as users spell
+    it, and ``held_out`` (``held_out_summary`` of its job's evaluation: windows, chance, local-only,
+    per gateway). A personal model (one gateway's) is summarised from its own gateway's row."""
+    held_out = None
+    if record.job_id:
+        try:
+            evaluation = server.registry.job(record.job_id).evaluation
+        except RegistryError:
+            evaluation = {}
+        if record.target and "models" in evaluation:
+            mine = (evaluation.get("per_client") or {}).get(record.target)
+            evaluation = {"metrics": mine, "per_client": {record.target: mine}} if mine else {}
+        held_out = held_out_summary(evaluation)
+    return {**asdict(record), "algorithm": algorithm_name(record.algorithm), "label": record.label,
+            "held_out": held_out}
 
 
 def _model_privacy(server: Server, job_id: str) -> dict[str, Any]:

@@ -80,6 +80,7 @@ class Server:
         return bool(getattr(transport, "is_connected", getattr(transport, "connected", False)))
 
     def stop(self) -> None:
+        self.tracker.close()
         self.scheduler.stop()
         self.runner.stop(timeout_s=self.config.deadline_s)
         self.transport.close()

@@ -86,8 +86,8 @@ from .policy import LiveCheck, canary_of, is_due, judge, judge_live, metric_for
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ALGORITHMS", "FLEET_ALGORITHMS", "SERVER_ALGORITHMS", "FleetTracker", "JobRequest", "JobRunner",
-           "LiveMonitor", "Scheduler", "ServerAlgorithm", "build_algorithm", "planned_privacy"]
+__all__ = ["ALGORITHMS", "FLEET_ALGORITHMS", "SERVER_ALGORITHMS", "STALE_AFTER_S", "FleetTracker", "JobRequest",
+           "JobRunner", "LiveMonitor", "Scheduler", "ServerAlgorithm", "build_algorithm", "planned_privacy"]
 
 
 @dataclass(frozen=True)
@@ -164,9 +164,14 @@ def planned_privacy(algorithm) -> tuple[float, float] | None:
 
 
 def total_steps(algorithm) -> int:
-    """Steps a job of ``algorithm`` reports: boosting rounds, a forest's levels, or generations."""
-    return int(getattr(algorithm, "n_rounds", 0) or getattr(algorithm, "max_depth", 0)
-               or getattr(algorithm, "generations", 0))
+    """Steps a job of ``algorithm`` reports: generations (FedGA-Tree), boosting rounds, or a
+    forest's levels (``max_depth + 1``: the root's level to the leaves' level, as it reports them)."""
+    if getattr(algorithm, "generations", 0):
+        return int(algorithm.generations)
+    if getattr(algorithm, "n_rounds", 0):
+        return int(algorithm.n_rounds)
+    depth = int(getattr(algorithm, "max_depth", 0) or 0)
+    return depth + 1 if depth else 0
 
 
 @dataclass(frozen=True)
@@ -226,6 +231,11 @@ def time_range(rules: dict[str, Any]) -> TimeRange | None:
     return TimeRange(_us(since), _us(until))
 
 
+#: How old an online gateway's newest status may grow before it counts as stale (a running gateway
+#: refreshes it every ``--publish-every`` seconds, 10 by default).
+STALE_AFTER_S = 90.0
+
+
 class FleetTracker:
     """Every gateway's newest status (``GatewayRow``), kept in memory and in the registry.
 
@@ -235,23 +245,62 @@ class FleetTracker:
     """
 
     def __init__(self, transport: Transport, layout: TopicLayout, registry: Registry, *,
-                 window_rate: float = MAX_WINDOWS_PER_S) -> None:
+                 window_rate: float = MAX_WINDOWS_PER_S, stale_after_s: float = STALE_AFTER_S) -> None:
         self._layout, self._registry, self._rate = layout, registry, window_rate
+        self.stale_after_s = stale_after_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self.faults = FaultLog(log)
+        #: statuses that could not be read, per gateway (its topic's)
+        self.gateway_faults: dict[str, int] = {}
+        self._stale: set[str] = set()  # online gateways whose status is older than stale_after_s
+        self._closed = threading.Event()
+        self._watch = threading.Thread(target=self._watch_loop, name="wheelfed-stale", daemon=True)
         self.rows: dict[str, GatewayRow] = {row.gateway: row for row in registry.gateways()}
         # credited windows per gateway, kept while it is offline (an offline status reports none);
         # a gateway stored without counts is credited from zero, from now
         now = time.monotonic()
         self._credit = {row.gateway: Credit(row.windows or 0, row.labelled or 0, now) for row in self.rows.values()}
         transport.subscribe(layout.all_statuses, self._on_status)
+        self._watch.start()
+
+    def close(self) -> None:
+        """Stop watching for stale gateways."""
+        self._closed.set()
+
+    def _watch_loop(self) -> None:
+        while not self._closed.wait(min(5.0, max(self.stale_after_s / 4, 0.05))):
+            try:
+                self.check_stale(time.time())
+            except Exception:  # never end the watch
+                log.exception("stale check failed")
+
+    def is_stale(self, row: GatewayRow, now: float) -> bool:
+        """Whether ``row`` says online but its newest status is older than ``stale_after_s``: the
+        gateway may be gone without its last will, and its counts may be out of date."""
+        return row.online and row.age_s(now) > self.stale_after_s
+
+    def check_stale(self, now: float) -> list[str]:
+        """Log each gateway that went stale since the last check (once); the stale ones now."""
+        with self._lock:
+            stale = {g for g, row in self.rows.items() if self.is_stale(row, now)}
+            new, self._stale = sorted(stale - self._stale), stale
+            ages = {g: self.rows[g].age_s(now) for g in new}
+        for gateway in new:
+            log.warning("gateway %s went stale: online, but no status for %.0f s (expected at least every %.0f s); "
+                        "its counts may be out of date", gateway, ages[gateway], self.stale_after_s,
+                        extra={"gateway": gateway})
+        return sorted(stale)
 
     def _on_status(self, topic: str, message) -> None:
         try:
             rows = fold_statuses([(topic, message)], self._layout)
         except Exception as exc:  # counted and logged once per kind, never a traceback per message
             self.faults.note(f"status:{type(exc).__name__}", str(exc), topic=topic)
+            gateway = self._layout.client_of(topic)
+            if gateway is not None:
+                with self._lock:
+                    self.gateway_faults[gateway] = self.gateway_faults.get(gateway, 0) + 1
             return
         if not rows:
             return
@@ -263,7 +312,12 @@ class FleetTracker:
                 self._credit[row.gateway] = credit
                 row = replace(row, windows=credit.windows, labelled=credit.labelled)
             self.rows[row.gateway] = row
+            back = row.gateway in self._stale
+            self._stale.discard(row.gateway)
             self._changed.notify_all()
+        if back:
+            log.info("gateway %s reports again (%s)", row.gateway, "online" if row.online else "offline",
+                     extra={"gateway": row.gateway})
         try:
             self._registry.save_gateways([row])
         except Exception:  # the registry may be briefly unavailable; memory stays right
@@ -571,10 +625,17 @@ class JobRunner:
             clients = list(job.participants) if job.participants else self._participants(job)
             if job.participants:
                 self.tracker.wait_online(clients, self.presence_wait_s)
-            self.registry.update_job(job_id, state="running", attempt=attempt, participants=clients)
+            history = [*job.history, {"attempt": attempt, "started": time.time(), "from_step": base}]
+            self.registry.update_job(job_id, state="running", attempt=attempt, participants=clients, history=history)
             self._enter_privacy(job, attempt, clients)
-            log.info("job starting", extra={"job": job_id, "attempt": attempt, "from_round": base,
-                                            "clients": clients})
+            if attempt > 1 or base:
+                log.info("job %s resumed (attempt %d) from step %d of %d%s on %s", job_id, attempt, base, job.total,
+                         " (every step was stored: registering its model)" if finished else
+                         f": steps {base + 1} to {job.total} follow" if base else ": no step was stored, starting over",
+                         ", ".join(clients), extra={"job": job_id, "attempt": attempt, "from_round": base})
+            else:
+                log.info("job %s started: %s, %d steps, on %s", job_id, job.algorithm, job.total, ", ".join(clients),
+                         extra={"job": job_id, "attempt": attempt, "from_round": base, "clients": clients})
             window = time_range(job.rules)
             choice = survey_feature_sets(self.engine, protocol_id, clients, job.feature_set,
                                          deadline_s=self.settings.deadline_s, time_range=window,
@@ -588,6 +649,11 @@ class JobRunner:
                 why = "; ".join(f"{c}: {reason}" for c, reason in choice.left_out.items())
                 raise TrainingError(f"{len(choice.clients)} gateways can train ({', '.join(choice.clients)}); the job "
                                     f"needs {job.rules.get('min_gateways', 1)}; left out: {why}")
+            for gateway, why in sorted(choice.left_out.items()):
+                log.warning("job %s: gateway %s left out by the survey: %s", job_id, gateway, why,
+                            extra={"job": job_id, "gateway": gateway})
+            log.info("job %s: %d of %d gateways train on feature set %s (%s)", job_id, len(choice.clients),
+                     len(clients), choice.version, ", ".join(choice.clients), extra={"job": job_id})
             self.registry.update_job(job_id, participants=list(choice.clients), feature_set=choice.version)
             fed = FederatedJob(self.engine, choice.clients, job_id=protocol_id, settings=self.settings,
                                stop=self._stop, on_step=lambda p, c: self._round_done(job_id, offset, job.total, p, c))

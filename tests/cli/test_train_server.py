@@ -137,10 +137,10 @@ def test_train_submits_the_job_follows_its_rounds_and_downloads_the_simulated_mo
 def test_model_actions_read_and_deploy_through_the_server(setup: Setup, trained: CliRun, capsys) -> None:
     assert trained.code == 0, trained.stderr
     listed = setup.cli("model", "list", token=READER)  # a process, as an operator runs it; the rest in-process
-    assert listed.code == 0 and any(line.startswith("act:v1 ") and "fedscs_xgb" in line
+    assert listed.code == 0 and any(line.startswith("act:v1 ") and "fedscs-xgb" in line
                                     for line in listed.stdout.splitlines()), listed
     shown = setup.main(capsys, "model", "show", "act", token=READER)
-    assert shown.code == 0 and shown.stdout.startswith("act:v1: fedscs_xgb boosted model, 9 trees"), shown
+    assert shown.code == 0 and shown.stdout.startswith("act:v1: fedscs-xgb boosted model, 9 trees"), shown
     assert "classes: lie, push, sit" in shown.stdout and "held-out metrics" in shown.stdout
     exported = setup.main(capsys, "model", "export", "act:v1", "-o", "exported.json", token=READER)
     assert exported.code == 0, exported.stderr

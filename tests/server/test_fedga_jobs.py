@@ -38,7 +38,7 @@ def test_a_fedga_job_registers_one_model_per_gateway_deployable_to_that_gateway_
         for client in clients:
             gateway = client.client_id
             shown = listed[labels[gateway]]
-            assert shown["target"] == gateway and shown["job_id"] == job.job_id and shown["algorithm"] == "fedga_tree"
+            assert shown["target"] == gateway and shown["job_id"] == job.job_id and shown["algorithm"] == "fedga-tree"
             model = TreeEnsemble.from_cbor(api.get(f"/api/models/own.{gateway}/1/download").content)
             assert model == expected[gateway]  # the server adds nothing
             own = float(np.mean(model.predict(client.X_test) == client.y_test))  # its own held-out windows only
