@@ -65,7 +65,13 @@ from .decisions import PersonalDecision, rescoring_note, secure_aggregation_plan
 from .report import DemoReport, build_report, held_out_keys, store_snapshot
 from .service import ApiError, DemoServer
 from .sessions import Session, prepare_sessions
-from .training import FIRST_TRAINING, RETRAINING, ApiTraining, TrainingPlan, privacy_settings
+from .training import (
+    FIRST_TRAINING,
+    RETRAINING,
+    ApiTraining,
+    TrainingPlan,
+    privacy_settings,
+)
 from .view import LiveView
 
 __all__ = ["DemoConfig", "run_demo"]

@@ -445,8 +445,8 @@ def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, tuple[dict[str,
     """Each algorithm trained on every gateway's training windows pooled, scored on every
     gateway's held-out windows as the stores hold them at the end (the retraining's split)."""
     import aggregator
-    from aggregator.demo.training import FOREST_BINS, FOREST_DEPTH, XGB_BINS
     from aggregator.algorithms import FedForest, FedSCSXGB
+    from aggregator.demo.training import FOREST_BINS, FOREST_DEPTH, XGB_BINS
     from shared.model import model_inputs
 
     cfg = demo.config

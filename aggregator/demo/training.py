@@ -33,14 +33,36 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .decisions import (DeploymentDecision, PersonalDecision, PersonalTree, Score, class_counts, decide_deployment,
-                        decide_personal_trees, promotion_decision, sat_out_reasons)
+from .decisions import (
+    DeploymentDecision,
+    PersonalDecision,
+    PersonalTree,
+    Score,
+    class_counts,
+    decide_deployment,
+    decide_personal_trees,
+    promotion_decision,
+    sat_out_reasons,
+)
 from .epsilon import DEMO_EPSILON
 from .service import DemoServer
 
-__all__ = ["DEMO_EPSILON", "FEDGA", "FIRST_TRAINING", "FOREST_BINS", "FOREST_DEPTH", "MODEL_ID", "RETRAINING",
-           "SCHEDULE_ID", "TRAFFIC_METRIC", "XGB_BINS", "privacy_settings",
-           "ApiTraining", "TrainingPlan", "mqtt_bytes"]
+__all__ = [
+    "DEMO_EPSILON",
+    "FEDGA",
+    "FIRST_TRAINING",
+    "FOREST_BINS",
+    "FOREST_DEPTH",
+    "MODEL_ID",
+    "RETRAINING",
+    "SCHEDULE_ID",
+    "TRAFFIC_METRIC",
+    "XGB_BINS",
+    "ApiTraining",
+    "TrainingPlan",
+    "mqtt_bytes",
+    "privacy_settings",
+]
 
 MODEL_ID = "activity"
 SCHEDULE_ID = "retrain-on-new-labels"

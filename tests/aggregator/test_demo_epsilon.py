@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from aggregator.demo import epsilon as eps
-from aggregator.demo.epsilon import CURVE, DEMO_EPSILON, SEEDS, chosen_epsilon, lifetime_epsilon, private_trainings
+from aggregator.demo.epsilon import (
+    CURVE,
+    DEMO_EPSILON,
+    SEEDS,
+    chosen_epsilon,
+    lifetime_epsilon,
+    private_trainings,
+)
 from aggregator.demo.report import epsilon_lines, privacy_line
 from aggregator.demo.service import DEMO_EPSILON_CAP
 from aggregator.demo.training import TrainingPlan, privacy_settings
@@ -92,7 +99,7 @@ def test_the_summary_states_the_epsilon_and_why() -> None:
     beats, mean = CURVE[DEMO_EPSILON]
     assert line.startswith(f"the demo's epsilon {DEMO_EPSILON:g} per window per training (delta 1e-06)")
     assert f"by at most a factor e^{DEMO_EPSILON:g}" in line and "k windows of a person" in line
-    assert f"its fleet is tiny (10 gateways" in line
+    assert "its fleet is tiny (10 gateways" in line
     assert f"{DEMO_EPSILON:g} is the smallest epsilon at which its federated model beat the local-only baseline and " \
            f"chance on nearly every split seed ({beats} of {SEEDS}; mean accuracy {mean:.2f} vs local-only " \
            f"{eps.LOCAL_ONLY_MEAN:.2f} and chance {eps.CHANCE_MEAN:.2f}" in line

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from aggregator.demo.training import DEMO_EPSILON, FOREST_BINS, FOREST_DEPTH, ApiTraining, TrainingPlan
+from aggregator.demo.training import (
+    DEMO_EPSILON,
+    FOREST_BINS,
+    FOREST_DEPTH,
+    ApiTraining,
+    TrainingPlan,
+)
 from aggregator.server.service import build_algorithm
 
 
