@@ -106,6 +106,8 @@ def test_the_summary_states_the_epsilon_and_why() -> None:
     smaller = max(e for e in CURVE if e < DEMO_EPSILON)
     assert f"at epsilon {smaller:g}: {CURVE[smaller][0]} of {SEEDS}" in line
     assert "at fleet scale" in line and "the same noise is small relative to the sums" in line
+    assert "its fleet is tiny (this run has 3; the curve was measured on the default 10 gateways" in \
+        eps.statement(DEMO_EPSILON, 3)
 
 
 def test_an_epsilon_that_is_not_the_curves_choice_is_not_called_it() -> None:
