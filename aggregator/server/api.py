@@ -476,14 +476,17 @@ def _job_json(job) -> dict[str, Any]:
     """A job as the API shows it: its record, the algorithm as users spell it, and what its
     attempts say: ``started`` (its first attempt, Unix seconds; null while queued), ``resumes``
     (attempts after the first), ``resumed_from`` (the step each later attempt continued after) and
-    ``duration_s`` (from its first start to its end, or to now while it runs)."""
+    ``duration_s`` (from its first start to its end, or to now while it runs), and ``bytes``: the
+    MQTT bytes the aggregator sent and received while its attempts ran (null if none recorded)."""
     data = asdict(job)
     history = job.history or []
     started = history[0]["started"] if history else None
     end = time.time() if job.state == "running" else job.updated
-    data.update(algorithm=algorithm_name(job.algorithm), started=started,
-                resumes=max(len(history) - 1, 0), resumed_from=[h.get("from_step", 0) for h in history[1:]],
-                duration_s=None if started is None else round(max(end - started, 0.0), 3))
+    counted = [h for h in history if "sent_bytes" in h]
+    data.update(algorithm=algorithm_name(job.algorithm), started=started, resumes=max(job.attempt - 1, 0),
+                resumed_from=[h.get("from_step", 0) for h in history if h.get("attempt", 1) > 1],
+                duration_s=None if started is None else round(max(end - started, 0.0), 3),
+                bytes=sum(h["sent_bytes"] + h["received_bytes"] for h in counted) if counted else None)
     return data
 
 

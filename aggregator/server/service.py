@@ -621,6 +621,34 @@ class JobRunner:
             config["n_rounds"] = job.total - base
         attempt = job.attempt + 1
         protocol_id = f"{job_id}-a{attempt}"
+        traffic = self._traffic()
+        try:
+            self._attempt(job, job_id, attempt, protocol_id, base, offset, finished, init, config, own_state)
+        finally:
+            self._record_bytes(job_id, attempt, traffic)
+
+    def _traffic(self) -> tuple[int, int] | None:
+        stats = getattr(getattr(self.engine, "transport", None), "stats", None)
+        return None if stats is None else (stats.sent_bytes, stats.received_bytes)
+
+    def _record_bytes(self, job_id: str, attempt: int, before: tuple[int, int] | None) -> None:
+        """Enter the MQTT bytes the aggregator sent and received while the attempt ran (jobs run
+        one at a time, so they are the job's, with the fleet's statuses of that time) in its
+        ``history`` entry."""
+        after = self._traffic()
+        if before is None or after is None:
+            return
+        try:
+            history = list(self.registry.job(job_id).history)
+            for i, entry in enumerate(history):
+                if entry.get("attempt") == attempt:
+                    history[i] = {**entry, "sent_bytes": after[0] - before[0], "received_bytes": after[1] - before[1]}
+                    self.registry.update_job(job_id, history=history)
+        except RegistryError:
+            pass
+
+    def _attempt(self, job: JobRecord, job_id: str, attempt: int, protocol_id: str, base: int, offset: int,
+                 finished: bool, init: TreeEnsemble | None, config: dict, own_state: bytes | None) -> None:
         try:
             clients = list(job.participants) if job.participants else self._participants(job)
             if job.participants:

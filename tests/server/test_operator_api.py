@@ -75,6 +75,8 @@ def test_models_are_named_as_users_see_them_and_algorithms_spelt_once(tmp_path) 
 
         shown = api.get(f"/api/jobs/{job.job_id}").json()
         assert shown["started"] is not None and shown["duration_s"] >= 0 and shown["resumes"] == 0
+        assert shown["history"][0]["sent_bytes"] > 0 and shown["bytes"] == (shown["history"][0]["sent_bytes"]
+                                                                             + shown["history"][0]["received_bytes"])
 
 
 def test_a_forests_job_total_is_what_its_rounds_say(tmp_path) -> None:
