@@ -42,7 +42,7 @@ import numpy as np
 
 from ..privacy.accountant import epsilon_of, rho_for_epsilon
 
-__all__ = ["DPRandomTrees", "DPRandomTreesModel", "HESS_BOUND"]
+__all__ = ["HESS_BOUND", "DPRandomTrees", "DPRandomTreesModel"]
 
 #: The logistic loss's Hessian ``p (1 - p)`` lies in [0, 1/4].
 HESS_BOUND = 0.25
@@ -141,7 +141,7 @@ class DPRandomTrees:
         margins = np.zeros((X.shape[0], K))
         for t in range(self.n_trees):
             for k in range(K):
-                p = 1.0 / (1.0 + np.exp(-margins[:, k]))
+                p = 0.5 * (1.0 + np.tanh(0.5 * margins[:, k]))  # the logistic, without overflow
                 g = np.clip(p - targets[:, k], -self.grad_clip, self.grad_clip)
                 h = p * (1.0 - p)
                 slot = _leaf_of(X, feature[k, t], threshold[k, t])

@@ -1,0 +1,268 @@
+"""Accuracy at fleet scale: FedSCS-XGB's private default against the non-private histogram
+protocol and the DP-TR anchor (Maddock et al. 2022), over paired seeds.
+
+    ulimit -v 4000000; nice .venv/bin/python benchmarks/bench_dp_accuracy.py [--seeds 10] [--gateways 100]
+        [--windows 1000] [--eps 0.5,1,2,4,8] [--check]
+
+**Data.** No PyPI package ships a labelled wearable or wheelchair recording set of 100 people x
+1,000 windows, so the fleet is generated, per split seed, from the bundled real recordings that
+the synthetic chair replays on its wrist IMU (the seglearn watch set, 7 shoulder-rehab
+exercises, one session per subject): every session runs through the gateway's own feature path
+(``extract_recording``, 204 features per 2 s window), the subjects are split into training and
+held-out subjects (a quarter held out), and each of ``--gateways`` training gateways (and a fifth
+as many test gateways, from the held-out subjects only) gets ``--windows`` windows: a real window
+of a class drawn from the gateway's own class mix (Dirichlet), its features scaled by the
+gateway's own per-feature gain and shifted by its own offset (a person and a mounting), plus
+per-window jitter, all from the gateway's seed. Every window is checked unique by hashing (the
+count is printed). Test accuracy is over the held-out subjects' gateways: other people.
+
+**Rows** (the same fleet per seed; the seed also drives every training's noise and public seed):
+the private default ``FedSCSXGB(dp_epsilon=e)`` (delta 1e-6 per window and training), the
+non-private ``FedSCSXGB(protocol="histogram")``, the anchor ``DPRandomTrees`` at the same epsilons
+(the best of 25 / 100 trees per cell, as the anchor's authors tune the tree count), and the
+majority class of the test windows. Paired differences are against the histogram protocol: mean,
+sd and a 95 % t interval over seeds.
+
+**The pooled shortcut.** Running 100 gateways through the simulated secure aggregation for every
+cell is slow, so each training runs the real ``aggregator.simulate.Simulation`` over three
+*pooled* gateways, each holding a third of the fleet's gateways' windows. This is equal in
+distribution to the full fleet: every release is a fleet sum of per-window lattice values
+(stochastic rounding is per window) plus Skellam shares whose sum is ``Skellam(mu)`` however many
+gateways split it, and the opening's grid and counts are fleet sums too. ``--check`` verifies it:
+with the noise shares set to zero and rounding to nearest (no randomness left), a fleet of 12
+gateways and the same windows pooled into 3 give the same model (trees equal to 1e-9), for the
+private and the histogram protocol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import math
+import resource
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import _common  # noqa: F401  (puts the repo root on sys.path)
+import numpy as np
+from _common import description, markdown_table, print_machine
+
+EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
+ANCHOR_TREES = (25, 100)
+TEST_FRACTION = 0.25
+GAIN_SD, OFFSET_SD, JITTER_SD = 0.1, 0.2, 0.3  # per gateway (log-gain, offset) and per window, in feature sds
+CLASS_MIX_ALPHA = 2.0
+POOLS = 3
+
+
+@dataclass(frozen=True)
+class Source:
+    """The real windows per subject: features, label strings, subject ids."""
+
+    X: np.ndarray
+    y: np.ndarray
+    subject: np.ndarray
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """One seed's generated fleet: training gateways (id, X, y) and the held-out test windows."""
+
+    gateways: list[tuple[str, np.ndarray, np.ndarray]]
+    X_test: np.ndarray
+    y_test: np.ndarray
+    duplicates: int
+
+
+def load_source() -> Source:
+    """Every labelled window of every bundled session, through the gateway's feature path."""
+    from edge_client.processing import extract_recording
+    from firmware_bridge.importers import seglearn_watch
+
+    Xs, ys, subjects = [], [], []
+    with tempfile.TemporaryDirectory(prefix="wheelfed-bench-dpacc-") as tmp:
+        for i, path in enumerate(seglearn_watch.import_all(Path(tmp), shuffle_seed=7)):
+            table, _ = extract_recording(path)
+            labelled = np.array([v is not None for v in table.labels])
+            Xs.append(table.X[labelled].astype(np.float64))
+            ys.append(np.array([str(v) for v in table.labels[labelled]]))
+            subjects.append(np.full(int(labelled.sum()), i))
+    return Source(np.vstack(Xs), np.concatenate(ys), np.concatenate(subjects))
+
+
+def _gateway_windows(pool_X: np.ndarray, pool_y: np.ndarray, classes: np.ndarray, scale: np.ndarray,
+                     n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` windows of one gateway (module docstring): its class mix, gain, offset and jitter."""
+    mix = rng.dirichlet(np.full(classes.size, CLASS_MIX_ALPHA))
+    label = rng.choice(classes.size, size=n, p=mix)
+    by_class = [np.flatnonzero(pool_y == c) for c in classes]
+    rows = np.array([rng.choice(by_class[k]) for k in label])
+    gain = np.exp(GAIN_SD * rng.standard_normal(scale.size))
+    offset = OFFSET_SD * scale * rng.standard_normal(scale.size)
+    X = pool_X[rows] * gain + offset + JITTER_SD * scale * rng.standard_normal((n, scale.size))
+    return X.astype(np.float32), classes[label]
+
+
+def make_fleet(source: Source, seed: int, n_gateways: int, n_windows: int) -> Fleet:
+    """The fleet of split seed ``seed``: training gateways from three quarters of the subjects,
+    test gateways (a fifth as many) from the rest."""
+    rng = np.random.default_rng([seed, 0])
+    subjects = np.unique(source.subject)
+    held = rng.choice(subjects, size=max(1, round(TEST_FRACTION * subjects.size)), replace=False)
+    test_rows = np.isin(source.subject, held)
+    classes = np.unique(source.y)
+    scale = np.maximum(source.X[~test_rows].std(axis=0), 1e-9)
+    gateways = []
+    for g in range(n_gateways):
+        X, y = _gateway_windows(source.X[~test_rows], source.y[~test_rows], classes, scale, n_windows,
+                                np.random.default_rng([seed, 1, g]))
+        gateways.append((f"gw-{g:04d}", X, y))
+    tests = [_gateway_windows(source.X[test_rows], source.y[test_rows], classes, scale, n_windows,
+                              np.random.default_rng([seed, 2, g])) for g in range(max(1, n_gateways // 5))]
+    X_all = np.vstack([X for _, X, _ in gateways] + [X for X, _ in tests])
+    unique = len({hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in X_all})
+    return Fleet(gateways, np.vstack([X for X, _ in tests]), np.concatenate([y for _, y in tests]),
+                 X_all.shape[0] - unique)
+
+
+def pooled(gateways: list[tuple[str, np.ndarray, np.ndarray]], pools: int = POOLS) -> list:
+    """The gateways' windows in ``pools`` clients (module docstring: equal in distribution)."""
+    from edge_client.training_data import ClientData
+
+    parts = np.array_split(np.arange(len(gateways)), pools)
+    return [ClientData(f"pool-{i}", np.vstack([gateways[j][1] for j in part]),
+                       np.concatenate([gateways[j][2] for j in part])) for i, part in enumerate(parts)]
+
+
+def macro_f1(y: np.ndarray, pred: np.ndarray, classes: np.ndarray) -> float:
+    scores = []
+    for c in classes:
+        tp = np.sum((pred == c) & (y == c))
+        denom = np.sum(pred == c) + np.sum(y == c)
+        scores.append(2 * tp / denom if denom else 0.0)
+    return float(np.mean(scores))
+
+
+def run_seed(source: Source, seed: int, args: argparse.Namespace, epsilons: tuple[float, ...]) -> tuple[dict, int]:
+    """Accuracy and macro-F1 of every row on one seed's fleet."""
+    from aggregator.algorithms import FedSCSXGB
+    from aggregator.baselines.dp_random_trees import DPRandomTrees
+    from aggregator.simulate import Simulation
+
+    fleet = make_fleet(source, seed, args.gateways, args.windows)
+    classes = np.unique(fleet.y_test)
+    out = {}
+
+    def score(name: str, pred: np.ndarray) -> None:
+        pred = np.asarray(pred).astype(str)
+        out[name] = (float(np.mean(pred == fleet.y_test)), macro_f1(fleet.y_test, pred, classes))
+
+    values, counts = np.unique(fleet.y_test, return_counts=True)
+    score("majority class", np.full(fleet.y_test.size, values[np.argmax(counts)]))
+    clients = pooled(fleet.gateways)
+    rows = [("FedSCS-XGB, histogram (no DP)", FedSCSXGB(protocol="histogram"))]
+    rows += [(f"FedSCS-XGB, private, epsilon {e:g}", FedSCSXGB(dp_epsilon=e)) for e in epsilons]
+    for name, algorithm in rows:
+        started = time.perf_counter()
+        model = Simulation(clients).run(algorithm, seed=seed)
+        score(name, model.predict(fleet.X_test))
+        print(f"  seed {seed}: {name}: {out[name][0]:.3f} ({time.perf_counter() - started:.0f} s)", flush=True)
+    X = np.vstack([X for _, X, _ in fleet.gateways])
+    y = np.concatenate([y for _, _, y in fleet.gateways])
+    for e in epsilons:
+        best = max((DPRandomTrees(n_trees=t, epsilon=e).fit(X, y, seed=seed) for t in ANCHOR_TREES),
+                   key=lambda m: float(np.mean(m.predict(fleet.X_test) == fleet.y_test)))
+        score(f"DP-TR anchor, epsilon {e:g}", best.predict(fleet.X_test))
+    print(f"  seed {seed}: anchors done; {fleet.duplicates} duplicated windows of "
+          f"{len(y) + fleet.y_test.size}", flush=True)
+    return out, fleet.duplicates
+
+
+def check() -> None:
+    """The pooled shortcut equals the full fleet with every random draw removed (module docstring)."""
+    import edge_client.algorithms.fedscs_xgb as client_xgb
+    import edge_client.fleet_sums as client_sums
+    from aggregator.algorithms import FedSCSXGB
+    from aggregator.simulate import Simulation
+
+    def no_noise(shape, mu, shares, rng=None):
+        return np.zeros(shape, dtype=np.int64)
+
+    def nearest(values, scale, rng=None):
+        return np.floor(np.asarray(values, dtype=np.float64) * scale + 0.5).astype(np.int64)
+
+    client_xgb.skellam_share = client_sums.skellam_share = no_noise
+    client_xgb.stochastic_round = nearest
+    source = load_source()
+    fleet = make_fleet(source, 0, 12, 60)
+    for name, algorithm in [("private", FedSCSXGB(n_rounds=4, dp_epsilon=1.0)),
+                            ("histogram", FedSCSXGB(n_rounds=4, protocol="histogram", n_bins=32))]:
+        from edge_client.training_data import ClientData
+
+        full = Simulation([ClientData(g, X, y) for g, X, y in fleet.gateways]).run(algorithm, seed=3)
+        pool = Simulation(pooled(fleet.gateways)).run(algorithm, seed=3)
+        assert len(full.trees) == len(pool.trees) > 0
+        worst = 0.0
+        for a, b in zip(full.trees, pool.trees, strict=True):
+            np.testing.assert_array_equal(a.feature, b.feature)
+            for field in ("threshold", "value"):
+                worst = max(worst, float(np.max(np.abs(getattr(a, field) - getattr(b, field)))))
+        assert worst <= 1e-9, worst
+        np.testing.assert_array_equal(full.predict(fleet.X_test), pool.predict(fleet.X_test))
+        print(f"check {name}: 12 gateways == 3 pooled gateways, {len(full.trees)} trees, "
+              f"largest difference {worst:g}")
+
+
+def summarise(results: list[dict], reference: str) -> list[list[str]]:
+    rows = []
+    for name in results[0]:
+        acc = np.array([r[name][0] for r in results])
+        f1 = np.array([r[name][1] for r in results])
+        diff = acc - np.array([r[reference][0] for r in results])
+        sd = float(diff.std(ddof=1)) if len(results) > 1 else math.nan
+        half = 2.262 * sd / math.sqrt(len(results)) if len(results) > 1 else math.nan  # t(0.975, 9) ~ 2.26
+        rows.append([name, f"{acc.mean():.3f}", f"{acc.std(ddof=1) if len(acc) > 1 else math.nan:.3f}",
+                     f"{f1.mean():.3f}", f"{100 * diff.mean():+.1f}", f"{100 * sd:.1f}",
+                     f"[{100 * (diff.mean() - half):+.1f}, {100 * (diff.mean() + half):+.1f}]"])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=description(__doc__))
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--gateways", type=int, default=100)
+    parser.add_argument("--windows", type=int, default=1000)
+    parser.add_argument("--eps", default=",".join(f"{e:g}" for e in EPSILONS))
+    parser.add_argument("--check", action="store_true", help="verify the pooled shortcut and exit")
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)
+    if args.check:
+        check()
+        return
+    epsilons = tuple(float(e) for e in args.eps.split(","))
+    print_machine("Accuracy at fleet scale: private FedSCS-XGB vs histogram vs DP-TR",
+                  "ulimit -v 4000000; nice .venv/bin/python benchmarks/bench_dp_accuracy.py " + " ".join(sys.argv[1:]))
+    source = load_source()
+    print(f"source: {source.X.shape[0]} real windows x {source.X.shape[1]} features, "
+          f"{np.unique(source.subject).size} subjects; fleet: {args.gateways} gateways x {args.windows} windows\n")
+    results, duplicates = [], 0
+    started = time.perf_counter()
+    for seed in range(args.seeds):
+        result, dup = run_seed(source, seed, args, epsilons)
+        results.append(result)
+        duplicates += dup
+        print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", flush=True)
+    print(f"\nduplicated windows over all seeds: {duplicates}\n")
+    reference = "FedSCS-XGB, histogram (no DP)"
+    print(markdown_table(["row", "accuracy (mean)", "sd", "macro-F1", "vs histogram (pp, mean)", "sd (pp)",
+                          "95 % CI (pp)"], summarise(results, reference)))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\n{args.seeds} seeds, {time.perf_counter() - started:.0f} s, peak RSS {peak:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
