@@ -60,7 +60,9 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
@@ -80,13 +82,14 @@ from shared.protocol.messages.fedforest import (
     ForestTask,
     SplitDecisions,
 )
-from shared.protocol.messages.secure_aggregation import word_bits_for
+from shared.protocol.messages.secure_aggregation import widen, word_bits_for
 from shared.splitting import impurity, pooled_gain
 
 from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .fleet_data import FleetData, describe_fleet
 from .levelwise_growth import decode
+from .sum_checks import forest_histogram_violation, padding_mask
 from .fedforest_private import PrivateForestTraining, ReleasePlan
 from .private_fleet import check_privacy_settings, describe_fleet_privately, frac_bits_for, warn_if_not_private
 from .forest_candidates import (
@@ -253,6 +256,15 @@ class FedForest:
         return ForestResult(model, grown.importance(), grown.root_gain(self.split_criterion),
                             [LevelCounts(0, 1, int(grown.screening.score.shape[0]),
                                          int(np.isfinite(grown.screening.score).sum()))])
+
+
+def _vector_violation(values: np.ndarray, shape: tuple[int, ...], word_bits: int,
+                      in_range: Callable[[np.ndarray], str | None]) -> str | None:
+    """``in_range`` of one gateway's plain level vector, or None for a vector the sum already
+    holds without it (merge workers add it up elsewhere)."""
+    if values.shape[0] != int(np.prod(shape)):
+        return None
+    return in_range(widen(values, word_bits).view(np.int64).reshape(shape))
 
 
 def forest_importance(per_tree: np.ndarray) -> np.ndarray:
@@ -748,15 +760,27 @@ class _Training:
             features, self.edge_values, self.edge_offsets, self.frac_bits, self.value_bound,
             self.summer.secure_round(c, active), self.word_bits, None, self._shifts(frontier)) for c in active}
         any_request = next(iter(requests.values()))
+        shape = (P, any_request.slots, any_request.terms)
+        in_range = partial(forest_histogram_violation, pair_node=np.repeat(np.arange(A), np.diff(offsets)),
+                           padding=padding_mask(self.edge_offsets, features), regression=cfg.regression,
+                           max_weight=MAX_BOOTSTRAP_WEIGHT)
+        visible = not self.summer.secure  # plain sums: each gateway's vector is checked and a liar left out
         result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, any_request.length,
-                                 word_bits=any_request.word_bits)
+                                 word_bits=any_request.word_bits,
+                                 check=lambda c, r: _vector_violation(r.sums.values, shape, any_request.word_bits,
+                                                                      in_range) if visible else None)
         for client in active:
             if client in result.contributors:
                 self.known[client] = level - 1
             else:
                 self.known.pop(client, None)
         self._answered = len(result.contributors)
-        hist = result.total.view(np.int64).reshape(P, any_request.slots, any_request.terms)
+        hist = result.total.view(np.int64).reshape(shape)
+        why = in_range(hist) or self._grown_children(frontier, offsets, hist[..., 0])
+        if why:
+            raise TrainingError(f"level {level}: the fleet's histograms break a range check: {why} (in the sum of "
+                                f"{len(result.contributors)} gateways: "
+                                f"{'secure aggregation hides which' if self.summer.secure else 'none alone shows it'})")
         windows, sums = hist[..., 0], hist[..., 1:].astype(np.float64)
         if cfg.regression:
             sums[..., 1:] = decode(hist[..., 2:], self.frac_bits)
@@ -791,6 +815,16 @@ class _Training:
             self.distinct_of[(node.tree, left_id)] = int(left_windows[c])
             self.distinct_of[(node.tree, right_id)] = total - int(left_windows[c])
         return children
+
+    def _grown_children(self, frontier: list[_Node], offsets: np.ndarray, windows: np.ndarray) -> str | None:
+        """A node of ``frontier`` holding more windows than its parent's split gave it (clients only
+        ever leave a job, so a child's count never grows), or None."""
+        for i, node in enumerate(frontier):
+            known = self.distinct_of.get((node.tree, node.node))
+            if offsets[i + 1] > offsets[i] and known is not None and int(windows[offsets[i]].sum()) > known:
+                return (f"node {node.node} of tree {node.tree} holds {int(windows[offsets[i]].sum())} windows, "
+                        f"the parent split gave it {known}")
+        return None
 
     def _cut(self, depth: int, frontier: list[_Node]) -> None:
         """Stop at ``depth``: the open ``frontier`` nodes stay leaves (see ``FedForest.fit``)."""

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar, Literal
@@ -71,6 +72,7 @@ from shared.sketches import (
     pack_edges,
     summaries_from_arrays,
 )
+from shared.protocol.messages.secure_aggregation import widen
 from shared.protocol.schema import to_wire
 
 from ..fleet_sums import FleetSummer
@@ -79,6 +81,7 @@ from .boosted_trees import BoostedTrees
 from .fleet_data import FleetData, describe_fleet
 from .histogram_growth import GrowthParams, grow_trees
 from .levelwise_growth import RoundTree, decode, grow_round_with_gains
+from .sum_checks import SumViolation, atom_violation, hessian_bound, padding_mask, xgb_histogram_violation
 from .fedscs_xgb_private import PrivateBoosting, ReleasePlan
 from .private_fleet import (
     PrivateFleet,
@@ -132,6 +135,15 @@ def check_atoms(reply: XgbAtomReply, edges: list[np.ndarray], n_outputs: int) ->
     if reply.keys.shape[0] and (reply.keys.astype(np.int64) > limit).any():
         return "a bin id lies beyond its feature's missing-value id"
     return None
+
+
+def _vector_violation(values: np.ndarray, length: int, with_loss: bool, shape: tuple[int, ...],
+                      in_range: Callable[[np.ndarray], str | None]) -> str | None:
+    """``in_range`` of one gateway's plain histogram vector (its loss entries dropped), or None
+    for a vector the sum already holds without it (merge workers add it up elsewhere)."""
+    if values.shape[0] != length:
+        return None
+    return in_range(widen(values, 64).view(np.int64)[: -2 if with_loss else None].reshape(shape))
 
 
 #: Bins per feature of the private protocol (coarse: fewer cells, each with more windows than noise).
@@ -351,6 +363,7 @@ class _Training(BoostedTrees):
             return self._run_histograms()
         cfg = self.config
         self.clients = list(self._setup().clients)
+        self._atom_grad_bound = np.inf if cfg.objective == "squared_error" else 1.0
         if cfg.init_model is not None:
             self.continue_from(cfg.init_model, cfg.multi_strategy)
         if cfg.edges is not None:
@@ -368,7 +381,9 @@ class _Training(BoostedTrees):
             else:
                 edges = self.fixed_edges
             atoms = self._ask(selected, lambda c: self._atom_request(c, edges), XgbAtomReply,
-                              lambda c, r: check_atoms(r, edges, self.n_outputs) or self.check_trees(c, r.n_trees))
+                              lambda c, r: check_atoms(r, edges, self.n_outputs) or self.check_trees(c, r.n_trees)
+                              or atom_violation(r.grad, r.hess, r.counts, self._atom_grad_bound,
+                                                hessian_bound(self.objective)))
             if not atoms:
                 raise TrainingError(f"round {t}: no usable atom replies from {selected}")
             self._grow(atoms, edges)
@@ -453,7 +468,9 @@ class _Training(BoostedTrees):
             try:
                 return grow_round_with_gains(self.n_outputs, self.fleet_edges, self.config.growth,
                                              lambda s, nt, ni: self._histograms(summer, s, nt, ni),
-                                             frac_bits=self.frac_bits, min_crowd=self.config.min_crowd)
+                                             frac_bits=self.frac_bits, min_crowd=self.config.min_crowd, exact=True)
+            except SumViolation as exc:
+                raise TrainingError(f"round {t}: the fleet's histograms break a range check: {exc}") from None
             except _CohortChanged as exc:
                 cohort = exc.remaining
                 log.warning("client dropped out mid-round: the round is grown again without it",
@@ -471,8 +488,13 @@ class _Training(BoostedTrees):
                                            with_loss=first, secure=summer.secure_round(c, selected))
                     for c in selected}
         length = next(iter(requests.values())).length
+        shape = (node_tree.shape[0], stats, self.n_features, int(np.diff(self.edge_offsets).max(initial=0)) + 2)
+        in_range = partial(xgb_histogram_violation, frac_bits=self.frac_bits, grad_bound=self.gradient_bound,
+                           hess_bound=hessian_bound(self.objective), padding=padding_mask(self.edge_offsets))
+        visible = not summer.secure  # plain sums: each gateway's vector is checked and a liar left out
         result = summer.ask(requests, XgbHistogramReply, lambda r: r.sums, length,
-                            check=lambda c, r: self.check_trees(c, r.n_trees))
+                            check=lambda c, r: self.check_trees(c, r.n_trees) or (
+                                _vector_violation(r.sums.values, length, first, shape, in_range) if visible else None))
         for client in selected:
             if client in result.contributors:
                 self.known[client] = result.replies[client].n_trees
@@ -488,8 +510,11 @@ class _Training(BoostedTrees):
             self._round_stats.loss_sum = float(decode(vector[-2], LOSS_FRAC_BITS))
             self._round_stats.samples = float(vector[-1])
             vector = vector[:-2]
-        S = int(np.diff(self.edge_offsets).max(initial=0)) + 2
-        return vector.reshape(node_tree.shape[0], stats, self.n_features, S)
+        why = in_range(vector.reshape(shape))
+        if why:
+            raise SumViolation(f"{why} (in the sum of {len(result.contributors)} gateways: "
+                               f"{'secure aggregation hides which' if summer.secure else 'none alone shows it'})")
+        return vector.reshape(shape)
 
     def _sample(self) -> list[str]:
         return self._sample_from(self.clients)

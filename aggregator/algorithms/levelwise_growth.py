@@ -11,6 +11,9 @@ else off them:
   histogram, so nodes at the last level and nodes too small to split never cost a round;
 * **minimum crowd** -- a split is valid only if both children count at least ``min_crowd``
   windows fleet-wide, so every released node sum covers at least that many windows;
+* **children sum to their parent** -- with ``exact=True`` a fetched child's totals must be the
+  ones its parent's histogram gave it (:func:`~aggregator.algorithms.sum_checks.parent_total_violation`; else
+  :class:`~aggregator.algorithms.sum_checks.SumViolation`);
 * **same split rule** -- :func:`~aggregator.algorithms.histogram_growth.best_splits`, the atom
   protocol's own, so given the same sums both protocols choose the same splits.
 
@@ -36,6 +39,7 @@ from shared.protocol.messages.fedscs_xgb import RoundSplits
 from shared.splitting import check_edges, leaf_weight
 
 from .histogram_growth import GrowthParams, best_splits, vector_leaf_weights
+from .sum_checks import SumViolation, parent_total_violation
 
 __all__ = ["Fetch", "RoundTree", "grow_round", "grow_round_with_gains"]
 
@@ -94,10 +98,14 @@ def grow_round_with_gains(
     *,
     frac_bits: int,
     min_crowd: int = 0,
+    exact: bool = False,
 ) -> list[RoundTree]:
     """Grow the round's trees from the histograms ``fetch`` returns -- one per output, or one
     with ``n_outputs``-wide leaves (``params.multi_strategy="multi_output_tree"``, ``n_outputs >
-    1``) -- each with the loss changes of its splits."""
+    1``) -- each with the loss changes of its splits. ``exact``: the histograms are exact sums
+    over one cohort, so a fetched child's totals must be those its parent's histogram gave it
+    (else :class:`~aggregator.algorithms.sum_checks.SumViolation`); PAX's surrogate histograms
+    are not."""
     edges = check_edges(edges)
     n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
     n_cand = int(n_edges.max(initial=0))
@@ -121,7 +129,7 @@ def grow_round_with_gains(
             # min_child_weight; vector leaves only zero a class's weight below it)
             wanted = [n for n in frontier if n.total[-1] >= min_split
                       and (vector or decode(n.total[1], frac_bits) >= 2 * params.min_child_weight)]
-        _fill_histograms(wanted, rows, fetch)
+        _fill_histograms(wanted, rows, fetch, exact)
         for node in wanted if depth == 0 else ():
             node.total = node.hist[:, 0, :].sum(axis=1)
         for node in frontier:
@@ -163,7 +171,7 @@ def grow_round_with_gains(
     return trees
 
 
-def _fill_histograms(wanted: list[_Node], rows: list[_SplitRow], fetch: Fetch) -> None:
+def _fill_histograms(wanted: list[_Node], rows: list[_SplitRow], fetch: Fetch, exact: bool = False) -> None:
     """Give every wanted node its histogram: fetch the smaller of two wanted siblings (the left
     on a tie) and every wanted node whose sibling is not wanted; subtract for the rest."""
     wanted_ids = {id(n) for n in wanted}
@@ -181,6 +189,10 @@ def _fill_histograms(wanted: list[_Node], rows: list[_SplitRow], fetch: Fetch) -
                       np.array([n.node for n in fetched], np.int64))
         for node, hist in zip(fetched, hists):
             node.hist = np.asarray(hist, dtype=np.int64)
+        why = exact and parent_total_violation([n.hist for n in fetched],
+                                               [None if n.parent is None else n.total for n in fetched])
+        if why:
+            raise SumViolation(why)
     for node in derived:
         node.hist = node.parent.hist - node.sibling.hist
 

@@ -1,0 +1,65 @@
+"""A lying gateway in simulation: one participant's handler changed so that the vector it adds to
+a fleet sum is not its honest one (for tests and ``benchmarks/bench_poisoning.py``).
+
+:func:`lie_in_vectors` wraps a participant's handler of one request type. The liar computes its
+honest plain vector (the request with its ``secure`` field emptied: handlers are idempotent,
+a model delta is never applied twice), lets ``lie(plain, request)`` rewrite it, and adds the
+difference to the reply it would have sent. Masks add mod 2^word_bits, so under secure
+aggregation the unmasked sum then holds the lie exactly as a plain sum would: the liar masks
+correctly and only its input is false -- what secure aggregation cannot see.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from shared.protocol.messages.secure_aggregation import WORD_TYPES, masked_vector_field
+
+from .simulate import Simulation
+
+__all__ = ["Lie", "lie_in_vectors"]
+
+#: ``lie(plain int64 vector, request body) -> the int64 vector the liar claims``.
+Lie = Callable[[np.ndarray, Any], np.ndarray]
+
+
+def lie_in_vectors(sim: Simulation, client: str, request_type: type, lie: Lie) -> None:
+    """Make ``client`` of ``sim`` answer ``request_type`` with ``lie`` of its honest vector.
+
+    Parameters
+    ----------
+    sim
+        The simulation whose participant lies.
+    client
+        The liar's id.
+    request_type
+        The request whose reply carries a fleet-sum vector (e.g. ``XgbHistogramRequest``).
+    lie
+        Rewrites the liar's plain int64 vector, given the request.
+    """
+    handlers = sim.participants[client].dispatcher._handlers
+    original = handlers[request_type]
+
+    def handler(message: Any) -> Any:
+        body = message.body
+        reply = original(message)
+        name = masked_vector_field(reply)
+        if name is None:
+            return reply
+        vector = getattr(reply, name)
+        if getattr(body, "secure", None) is not None:
+            plain_reply = original(dataclasses.replace(message, body=dataclasses.replace(body, secure=None)))
+            plain_words = getattr(plain_reply, name).values
+        else:
+            plain_words = vector.values
+        unsigned, signed = WORD_TYPES[plain_words.dtype.itemsize * 8]
+        plain = plain_words.view(signed).astype(np.int64)
+        delta = (np.asarray(lie(plain.copy(), body), dtype=np.int64) - plain).astype(unsigned)
+        values = (vector.values.astype(unsigned) + delta).astype(unsigned)  # wraps mod 2^word_bits
+        return dataclasses.replace(reply, **{name: dataclasses.replace(vector, values=values)})
+
+    handlers[request_type] = handler
