@@ -62,7 +62,8 @@ class Server:
         self.transport = transport
         layout = TopicLayout()
         self.engine = RoundEngine(transport, layout)
-        self.tracker = FleetTracker(transport, layout, self.registry, window_rate=cfg.max_windows_per_s)
+        self.tracker = FleetTracker(transport, layout, self.registry, window_rate=cfg.max_windows_per_s,
+                                    new_gateway_windows=cfg.new_gateway_windows)
         self.live = LiveMonitor(transport, layout)
         settings = JobSettings(deadline_s=cfg.deadline_s, min_fraction=cfg.min_fraction)
         self.runner = JobRunner(self.registry, self.engine, self.tracker, settings=settings,

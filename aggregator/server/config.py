@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .gateway_input import MAX_WINDOWS_PER_S
+from shared.protocol.messages.generic import MAX_WINDOW_COUNT
+
+from .gateway_input import MAX_WINDOWS_PER_S, NEW_GATEWAY_WINDOWS
 
 __all__ = ["ENV_PREFIX", "LOOPBACK_HOSTS", "ServerConfig"]
 
@@ -78,6 +80,9 @@ class ServerConfig:
     #: The most windows per second a gateway's reported counts are credited with
     #: (``aggregator.server.gateway_input``).
     max_windows_per_s: float = MAX_WINDOWS_PER_S
+    #: The most windows the first status of a gateway the registry has never seen is credited
+    #: with (``aggregator.server.gateway_input``); its credit then grows at ``max_windows_per_s``.
+    new_gateway_windows: int = NEW_GATEWAY_WINDOWS
 
     def __post_init__(self) -> None:
         if self.mqtt_port is None:
@@ -101,6 +106,8 @@ class ServerConfig:
             raise ValueError(f"max_request_bytes must lie in [1, 2**31 - 1], got {self.max_request_bytes}")
         if not 0 < self.max_windows_per_s <= 1e6:
             raise ValueError(f"max_windows_per_s must lie in (0, 1e6], got {self.max_windows_per_s}")
+        if not 0 <= self.new_gateway_windows <= MAX_WINDOW_COUNT:
+            raise ValueError(f"new_gateway_windows must lie in [0, {MAX_WINDOW_COUNT}], got {self.new_gateway_windows}")
 
     def privacy_cap(self):
         """The privacy cap these settings describe (``aggregator.privacy.ledger.PrivacyCap``)."""

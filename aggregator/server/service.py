@@ -81,7 +81,7 @@ from ..jobs import Checkpoint, FederatedJob, JobSettings, RoundProgress, Trainin
 from ..privacy.ledger import BudgetExceeded, GatewayBudget, LedgerEntry, PlannedJob, PrivacyCap, budget_of, check_job
 from ..registry import JobRecord, Registry, RegistryError, ScheduleRecord
 from ..rounds import QuorumNotReached, RoundEngine
-from .gateway_input import MAX_WINDOWS_PER_S, Credit, FaultLog, credit_counts
+from .gateway_input import MAX_WINDOWS_PER_S, NEW_GATEWAY_WINDOWS, Credit, FaultLog, credit_counts
 from .policy import LiveCheck, canary_of, is_due, judge, judge_live, metric_for
 
 log = logging.getLogger(__name__)
@@ -241,12 +241,15 @@ class FleetTracker:
 
     A row's ``windows`` and ``labelled`` are the counts the server credits
     (``gateway_input.credit_counts``: they grow no faster than ``window_rate`` windows per
-    second), not the status's own; a status the tracker cannot read is counted in ``faults``.
+    second; a gateway never seen is credited at most ``new_gateway_windows`` at its first status),
+    not the status's own; a status the tracker cannot read is counted in ``faults``.
     """
 
     def __init__(self, transport: Transport, layout: TopicLayout, registry: Registry, *,
-                 window_rate: float = MAX_WINDOWS_PER_S, stale_after_s: float = STALE_AFTER_S) -> None:
+                 window_rate: float = MAX_WINDOWS_PER_S, stale_after_s: float = STALE_AFTER_S,
+                 new_gateway_windows: int = NEW_GATEWAY_WINDOWS) -> None:
         self._layout, self._registry, self._rate = layout, registry, window_rate
+        self._first_credit = new_gateway_windows
         self.stale_after_s = stale_after_s
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -308,7 +311,7 @@ class FleetTracker:
         with self._changed:
             if row.windows is not None and row.labelled is not None:
                 credit = credit_counts(self._credit.get(row.gateway), row.windows, row.labelled, time.monotonic(),
-                                       self._rate)
+                                       self._rate, self._first_credit)
                 self._credit[row.gateway] = credit
                 row = replace(row, windows=credit.windows, labelled=credit.labelled)
             self.rows[row.gateway] = row

@@ -89,7 +89,7 @@ def test_lying_counts_neither_start_scheduled_jobs_nor_reach_the_fleet_total(tmp
 
 
 def test_credited_windows_grow_with_time_and_fall_at_once() -> None:
-    first = credit_counts(None, 100, 80, now=10.0)
+    first = credit_counts(None, 100, 80, now=10.0, first=100)
     assert first == Credit(100, 80, 10.0)
     assert credit_counts(first, 10**9, 10**9, now=10.5, rate=1.0) == Credit(100, 100, 10.5)
     assert credit_counts(first, 10**9, 10**9, now=110.0, rate=1.0) == Credit(200, 200, 110.0)
@@ -102,6 +102,32 @@ def test_credited_windows_grow_with_time_and_fall_at_once() -> None:
     for k in range(1, 21):
         credit = credit_counts(credit, 0 if k % 2 else 10**9, 0 if k % 2 else 10**9, now=10.0 + k, rate=1.0)
     assert credit.windows <= 100 + 20
+
+
+def test_a_new_gateways_first_status_is_not_credited_in_full(tmp_path) -> None:
+    """A gateway id the registry has never seen says 10**9 labelled windows in its first status:
+    it is credited nothing yet (before: 10**9 at once, enough to start a scheduled job), then
+    grows like any other gateway's credit; a configured allowance caps the first credit."""
+    from fastapi.testclient import TestClient
+
+    from aggregator.server.api import create_app
+
+    assert credit_counts(None, 10**9, 10**9, now=0.0) == Credit(0, 0, 0.0)
+    assert credit_counts(None, 10**9, 10**9, now=0.0, first=500) == Credit(500, 500, 0.0)
+    assert credit_counts(None, 20, 10, now=0.0, first=500) == Credit(20, 10, 0.0)
+    started = time.monotonic()
+    with running_server(str(tmp_path / "r.db"), fleet_data(n_clients=1), max_windows_per_s=1.0) as (sim, server):
+        api = TestClient(create_app(server))
+        body = {"schedule_id": "s", "model_id": "act", "min_new_windows": 100, "config": {"n_rounds": 1}}
+        assert api.post("/api/schedules", json=body).status_code == 201
+        before = server.tracker.labelled_total()
+        deliver(sim, LAYOUT.status("gw-new"), encode_message(Message.create(
+            Status(online=True, n_windows=10**9, n_labelled=10**9), sender="gw-new")))
+        assert server.scheduler.tick(time.time()) == []
+        rows = {r.gateway: r for r in server.tracker.snapshot()}
+        assert rows["gw-new"].labelled <= time.monotonic() - started + 1
+        assert server.tracker.labelled_total() - before <= time.monotonic() - started + 1
+        assert server.registry.jobs() == []
 
 
 def test_the_audit_log_names_the_topics_publisher_not_the_claimed_sender(caplog) -> None:
