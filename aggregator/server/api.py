@@ -298,11 +298,13 @@ def create_app(server: Server) -> FastAPI:
 
     # -- fleet -----------------------------------------------------------------------------
     def gateway_json(row, now: float) -> dict[str, Any]:
-        """A gateway's row with its health: ``stale`` (online, but no status for longer than the
-        tracker's ``stale_after_s``: its counts may be out of date) and ``faults`` (statuses of it
-        the server could not read)."""
+        """A gateway's row with its health: ``silent_s`` (seconds since the server last heard from
+        it, on the server's clock), ``stale`` (online, but silent for longer than the tracker's
+        ``stale_after_s``: its counts may be out of date) and ``faults`` (statuses of it the server
+        could not read)."""
         tracker = server.tracker
-        return {**row.to_json(now), "stale": tracker.is_stale(row, now), "stale_after_s": tracker.stale_after_s,
+        return {**row.to_json(now), "silent_s": round(tracker.silent_s(row, now), 3),
+                "stale": tracker.is_stale(row, now), "stale_after_s": tracker.stale_after_s,
                 "faults": tracker.gateway_faults.get(row.gateway, 0)}
 
     @app.get("/api/gateways", dependencies=[read])

@@ -256,7 +256,8 @@ class FleetTracker:
         self.faults = FaultLog(log)
         #: statuses that could not be read, per gateway (its topic's)
         self.gateway_faults: dict[str, int] = {}
-        self._stale: set[str] = set()  # online gateways whose status is older than stale_after_s
+        self._stale: set[str] = set()  # online gateways not heard from for longer than stale_after_s
+        self._heard: dict[str, float] = {}  # the server's clock when each gateway's newest status arrived
         self._closed = threading.Event()
         self._watch = threading.Thread(target=self._watch_loop, name="wheelfed-stale", daemon=True)
         self.rows: dict[str, GatewayRow] = {row.gateway: row for row in registry.gateways()}
@@ -278,17 +279,24 @@ class FleetTracker:
             except Exception:  # never end the watch
                 log.exception("stale check failed")
 
+    def silent_s(self, row: GatewayRow, now: float) -> float:
+        """Seconds since the server last heard from ``row``'s gateway, on the server's clock (a
+        gateway's own clock may be off: a board without a battery clock); for one not heard from
+        since the server started, since its stored status's time."""
+        heard = self._heard.get(row.gateway)
+        return max(0.0, now - heard) if heard is not None else row.age_s(now)
+
     def is_stale(self, row: GatewayRow, now: float) -> bool:
-        """Whether ``row`` says online but its newest status is older than ``stale_after_s``: the
-        gateway may be gone without its last will, and its counts may be out of date."""
-        return row.online and row.age_s(now) > self.stale_after_s
+        """Whether ``row`` says online but the server has not heard from the gateway for longer than
+        ``stale_after_s``: it may be gone without its last will, and its counts may be out of date."""
+        return row.online and self.silent_s(row, now) > self.stale_after_s
 
     def check_stale(self, now: float) -> list[str]:
         """Log each gateway that went stale since the last check (once); the stale ones now."""
         with self._lock:
             stale = {g for g, row in self.rows.items() if self.is_stale(row, now)}
             new, self._stale = sorted(stale - self._stale), stale
-            ages = {g: self.rows[g].age_s(now) for g in new}
+            ages = {g: self.silent_s(self.rows[g], now) for g in new}
         for gateway in new:
             log.warning("gateway %s went stale: online, but no status for %.0f s (expected at least every %.0f s); "
                         "its counts may be out of date", gateway, ages[gateway], self.stale_after_s,
@@ -315,6 +323,7 @@ class FleetTracker:
                 self._credit[row.gateway] = credit
                 row = replace(row, windows=credit.windows, labelled=credit.labelled)
             self.rows[row.gateway] = row
+            self._heard[row.gateway] = time.time()
             back = row.gateway in self._stale
             self._stale.discard(row.gateway)
             self._changed.notify_all()

@@ -53,12 +53,12 @@ return row !== undefined;
 """
 
 
-def rows(browser, table: str) -> dict[str, list[dict]]:
-    return {r[0]["text"]: r for r in browser.execute_script(ROWS, table)}
+def rows(driver, table: str) -> dict[str, list[dict]]:
+    return {r[0]["text"]: r for r in driver.execute_script(ROWS, table)}
 
 
-def columns(browser, table: str) -> dict[str, int]:
-    return {name: i for i, name in enumerate(browser.execute_script(
+def columns(driver, table: str) -> dict[str, int]:
+    return {name: i for i, name in enumerate(driver.execute_script(
         "return Array.from(document.querySelectorAll('#' + arguments[0] + ' thead th')).map((th) => th.innerText)",
         table))}
 
@@ -87,8 +87,9 @@ def test_an_operator_reads_the_fleet_jobs_and_models_at_a_glance(tmp_path, brows
         server.registry.update_job("job-resumed", state="completed", attempt=2, history=[
             {"attempt": 1, "started": started, "from_step": 0},
             {"attempt": 2, "started": started + 60, "from_step": 1, "sent_bytes": 2000, "received_bytes": 48000}])
-        # gw-2 went quiet: its newest status is five minutes old
+        # gw-2 went quiet: the server last heard from it five minutes ago
         server.tracker.rows["gw-2"] = replace(server.tracker.rows["gw-2"], seen=time.time() - 300)
+        server.tracker._heard["gw-2"] = time.time() - 300
 
         with serving(server) as url:
             browser.set_window_size(1280, 1000)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -160,6 +161,11 @@ def test_a_gateway_that_goes_quiet_is_flagged_stale_once(tmp_path, caplog) -> No
         announce(sim, {c.client_id: 40 for c in clients})
         api = TestClient(create_app(server))
         assert [g["stale"] for g in api.get("/api/gateways").json()] == [False, False]
+        # a gateway whose clock runs ten minutes behind is not stale: silence is on the server's clock
+        server.tracker.rows["gw-1"] = replace(server.tracker.rows["gw-1"], seen=time.time() - 600)
+        assert server.tracker.check_stale(time.time()) == []
+        shown = api.get("/api/gateways/gw-1").json()
+        assert shown["age_s"] >= 600 and shown["silent_s"] < 60 and not shown["stale"]
         server.tracker.stale_after_s = 0.05
         time.sleep(0.2)
         assert server.tracker.check_stale(time.time()) == ["gw-1", "gw-2"]

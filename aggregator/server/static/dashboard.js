@@ -73,7 +73,7 @@ function units(algorithm) { return UNITS[algorithm] || ["step", "steps"]; }
 function health(g, now) {
   if (!g.online) return { level: "bad", text: "offline", detail: [] };
   const detail = [];
-  if (g.stale) detail.push("stale: no status for " + age(now - g.last_seen).replace(" ago", "") +
+  if (g.stale) detail.push("stale: no status for " + age(g.silent_s).replace(" ago", "") +
     " (counts may be out of date)");
   if (g.link && g.link !== "up") detail.push("sensor link " + g.link);
   if (g.faults) detail.push(g.faults + " unreadable status" + (g.faults > 1 ? "es" : ""));
