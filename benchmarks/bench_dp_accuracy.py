@@ -16,12 +16,15 @@ gateway's own per-feature gain and shifted by its own offset (a person and a mou
 per-window jitter, all from the gateway's seed. Every window is checked unique by hashing (the
 count is printed). Test accuracy is over the held-out subjects' gateways: other people.
 
-**Rows** (the same fleet per seed; the seed also drives every training's noise and public seed):
+**Rows** (the same fleet per seed; the seed also drives every training's noise draws, through ``Participant.seed_noise``, and its
+public seed):
 the private default ``FedSCSXGB(dp_epsilon=e)`` (delta 1e-6 per window and training), the
 non-private ``FedSCSXGB(protocol="histogram")``, the anchor ``DPRandomTrees`` at the same epsilons
 (the best of 25 / 100 trees per cell, as the anchor's authors tune the tree count), and the
 majority class of the test windows. Paired differences are against the histogram protocol: mean,
-sd and a 95 % t interval over seeds.
+sd and a 95 % t interval over seeds. The simulated trainings' scores are cached in the system's
+temporary directory (``wheelfed-bench-dp-accuracy``), keyed by seed, fleet size and the
+training's full settings, so a re-run after changing one setting trains only what changed.
 
 **The pooled shortcut.** Running 100 gateways through the simulated secure aggregation for every
 cell is slow, so each training runs the real ``aggregator.simulate.Simulation`` over three
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import math
 import resource
@@ -57,6 +61,8 @@ TEST_FRACTION = 0.25
 GAIN_SD, OFFSET_SD, JITTER_SD = 0.1, 0.2, 0.3  # per gateway (log-gain, offset) and per window, in feature sds
 CLASS_MIX_ALPHA = 2.0
 POOLS = 3
+#: Scores of the simulated trainings, keyed by seed, fleet size and the training's full settings (outside the repo).
+CACHE = Path(tempfile.gettempdir()) / "wheelfed-bench-dp-accuracy"
 
 
 @dataclass(frozen=True)
@@ -99,8 +105,9 @@ def _gateway_windows(pool_X: np.ndarray, pool_y: np.ndarray, classes: np.ndarray
     """``n`` windows of one gateway (module docstring): its class mix, gain, offset and jitter."""
     mix = rng.dirichlet(np.full(classes.size, CLASS_MIX_ALPHA))
     label = rng.choice(classes.size, size=n, p=mix)
-    by_class = [np.flatnonzero(pool_y == c) for c in classes]
-    rows = np.array([rng.choice(by_class[k]) for k in label])
+    order = np.argsort(pool_y, kind="stable")  # the pool's windows grouped by class (classes are sorted)
+    start, size = np.searchsorted(pool_y[order], classes), np.unique(pool_y, return_counts=True)[1]
+    rows = order[start[label] + (rng.random(n) * size[label]).astype(np.int64)]
     gain = np.exp(GAIN_SD * rng.standard_normal(scale.size))
     offset = OFFSET_SD * scale * rng.standard_normal(scale.size)
     X = pool_X[rows] * gain + offset + JITTER_SD * scale * rng.standard_normal((n, scale.size))
@@ -166,17 +173,32 @@ def run_seed(source: Source, seed: int, args: argparse.Namespace, epsilons: tupl
     clients = pooled(fleet.gateways)
     rows = [("FedSCS-XGB, histogram (no DP)", FedSCSXGB(protocol="histogram"))]
     rows += [(f"FedSCS-XGB, private, epsilon {e:g}", FedSCSXGB(dp_epsilon=e)) for e in epsilons]
+    cache_path = CACHE / f"seed{seed}-{args.gateways}x{args.windows}.json"
+    cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     for name, algorithm in rows:
         started = time.perf_counter()
-        model = Simulation(clients).run(algorithm, seed=seed)
-        score(name, model.predict(fleet.X_test))
+        if repr(algorithm) not in cache:
+            sim = Simulation(clients)
+            for participant in sim.participants.values():  # the noise and rounding draws, from the seed
+                participant.seed_noise(seed)
+            model = sim.run(algorithm, seed=seed)
+            pred = np.asarray(model.predict(fleet.X_test)).astype(str)
+            cache[repr(algorithm)] = [float(np.mean(pred == fleet.y_test)), macro_f1(fleet.y_test, pred, classes)]
+            cache_path.parent.mkdir(parents=True, exist_ok=True)
+            cache_path.write_text(json.dumps(cache))
+        out[name] = tuple(cache[repr(algorithm)])
         print(f"  seed {seed}: {name}: {out[name][0]:.3f} ({time.perf_counter() - started:.0f} s)", flush=True)
     X = np.vstack([X for _, X, _ in fleet.gateways])
     y = np.concatenate([y for _, _, y in fleet.gateways])
     for e in epsilons:
-        best = max((DPRandomTrees(n_trees=t, epsilon=e).fit(X, y, seed=seed) for t in ANCHOR_TREES),
-                   key=lambda m: float(np.mean(m.predict(fleet.X_test) == fleet.y_test)))
-        score(f"DP-TR anchor, epsilon {e:g}", best.predict(fleet.X_test))
+        key = f"best of {ANCHOR_TREES} trees: {DPRandomTrees(epsilon=e)!r}"
+        if key not in cache:
+            best = max((DPRandomTrees(n_trees=t, epsilon=e).fit(X, y, seed=seed) for t in ANCHOR_TREES),
+                       key=lambda m: float(np.mean(m.predict(fleet.X_test) == fleet.y_test)))
+            pred = best.predict(fleet.X_test)
+            cache[key] = [float(np.mean(pred == fleet.y_test)), macro_f1(fleet.y_test, pred, classes)]
+            cache_path.write_text(json.dumps(cache))
+        out[f"DP-TR anchor, epsilon {e:g}"] = tuple(cache[key])
     print(f"  seed {seed}: anchors done; {fleet.duplicates} duplicated windows of "
           f"{len(y) + fleet.y_test.size}", flush=True)
     return out, fleet.duplicates
@@ -218,13 +240,17 @@ def check() -> None:
 
 
 def summarise(results: list[dict], reference: str) -> list[list[str]]:
+    """Per row: mean and sd of accuracy, mean macro-F1, and the paired difference to
+    ``reference`` in percentage points (mean, sd, 95 % t interval)."""
+    from scipy.stats import t as t_dist
+
     rows = []
     for name in results[0]:
         acc = np.array([r[name][0] for r in results])
         f1 = np.array([r[name][1] for r in results])
         diff = acc - np.array([r[reference][0] for r in results])
         sd = float(diff.std(ddof=1)) if len(results) > 1 else math.nan
-        half = 2.262 * sd / math.sqrt(len(results)) if len(results) > 1 else math.nan  # t(0.975, 9) ~ 2.26
+        half = float(t_dist.ppf(0.975, len(results) - 1)) * sd / math.sqrt(len(results)) if len(results) > 1 else math.nan
         rows.append([name, f"{acc.mean():.3f}", f"{acc.std(ddof=1) if len(acc) > 1 else math.nan:.3f}",
                      f"{f1.mean():.3f}", f"{100 * diff.mean():+.1f}", f"{100 * sd:.1f}",
                      f"[{100 * (diff.mean() - half):+.1f}, {100 * (diff.mean() + half):+.1f}]"])
@@ -234,6 +260,7 @@ def summarise(results: list[dict], reference: str) -> list[list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--start", type=int, default=0, help="first seed (runs over seed ranges share the cache)")
     parser.add_argument("--gateways", type=int, default=100)
     parser.add_argument("--windows", type=int, default=1000)
     parser.add_argument("--eps", default=",".join(f"{e:g}" for e in EPSILONS))
@@ -251,7 +278,7 @@ def main() -> None:
           f"{np.unique(source.subject).size} subjects; fleet: {args.gateways} gateways x {args.windows} windows\n")
     results, duplicates = [], 0
     started = time.perf_counter()
-    for seed in range(args.seeds):
+    for seed in range(args.start, args.start + args.seeds):
         result, dup = run_seed(source, seed, args, epsilons)
         results.append(result)
         duplicates += dup
