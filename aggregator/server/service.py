@@ -669,7 +669,8 @@ class JobRunner:
             self.registry.update_job(job_id, state="running", attempt=attempt, participants=clients, history=history)
             self._enter_privacy(job, attempt, clients)
             if attempt > 1 or base:
-                log.info("job %s resumed (attempt %d) from step %d of %d%s on %s", job_id, attempt, base, job.total,
+                # a warning: shown at the CLI's default level (a stopped or killed server left it running)
+                log.warning("job %s resumed (attempt %d) from step %d of %d%s on %s", job_id, attempt, base, job.total,
                          " (every step was stored: registering its model)" if finished else
                          f": steps {base + 1} to {job.total} follow" if base else ": no step was stored, starting over",
                          ", ".join(clients), extra={"job": job_id, "attempt": attempt, "from_round": base})

@@ -126,7 +126,7 @@ def test_a_resumed_job_says_so_and_the_api_counts_its_attempts(tmp_path, caplog)
         shown = TestClient(create_app(server)).get("/api/jobs/job-k").json()
     assert shown["attempt"] == 2 and shown["resumes"] == 1 and shown["resumed_from"] == [1]
     assert shown["duration_s"] >= 60
-    lines = _messages(caplog)
+    lines = _messages(caplog, logging.WARNING)  # the CLI's default level shows it
     assert any(line.startswith("job job-k resumed (attempt 2) from step 1 of 3: steps 2 to 3 follow on gw-1, gw-2, "
                                "gw-3") for line in lines), lines
 
@@ -146,7 +146,7 @@ def test_the_survey_names_who_it_left_out_and_its_refusals_are_no_failed_round(t
         done = wait_job(server, job["job_id"])
         assert done.state == "completed" and done.participants == ["gw-1", "gw-2", "gw-3"], done.error
     lines = _messages(caplog)
-    left = [line for line in lines if "left out by the survey" in line]
+    left = [line for line in _messages(caplog, logging.WARNING) if "left out by the survey" in line]
     assert len(left) == 1 and left[0].startswith(f"job {job['job_id']}: gateway gw-4 left out by the survey: ")
     assert "fs-b" in left[0] or "feature set" in left[0], left[0]
     assert any(f"job {job['job_id']}: 3 of 4 gateways train on feature set fs-a" in line for line in lines), lines
@@ -176,7 +176,7 @@ def test_a_gateway_that_goes_quiet_is_flagged_stale_once(tmp_path, caplog) -> No
         server.tracker.stale_after_s = 60.0
         assert server.tracker.check_stale(time.time()) == []
     lines = _messages(caplog)
-    stale = [line for line in lines if "went stale" in line]
+    stale = [line for line in _messages(caplog, logging.WARNING) if "went stale" in line]
     assert sorted(line.split()[1] for line in stale) == ["gw-1", "gw-2"], stale
     assert stale[0].endswith("its counts may be out of date")
     assert "gateway gw-1 reports again (online)" in lines
