@@ -2,7 +2,7 @@
 protocol and the DP-TR anchor (Maddock et al. 2022), over paired seeds.
 
     ulimit -v 4000000; nice .venv/bin/python benchmarks/bench_dp_accuracy.py [--seeds 10] [--gateways 100]
-        [--windows 1000] [--eps 0.5,1,2,4,8] [--check]
+        [--windows 1000] [--eps 0.5,1,2,4,8] [--start 0] [--cached-only] [--check] [--levers EPSILON]
 
 **Data.** No PyPI package ships a labelled wearable or wheelchair recording set of 100 people x
 1,000 windows, so the fleet is generated, per split seed, from the bundled real recordings that
@@ -245,6 +245,32 @@ def check() -> None:
               f"largest difference {worst:g}")
 
 
+def levers(source: Source, args: argparse.Namespace, epsilon: float) -> None:
+    """The private default and one change of a setting at a time, at one epsilon, over the seeds."""
+    from aggregator.algorithms import FedSCSXGB
+    from aggregator.algorithms.fedscs_xgb_private import ReleasePlan
+    from aggregator.simulate import Simulation
+
+    variants = {"default": {}, "n_rounds 20": {"n_rounds": 20}, "max_depth 5": {"max_depth": 5},
+                "max_depth 3": {"max_depth": 3}, "n_rounds 20, max_depth 5": {"n_rounds": 20, "max_depth": 5},
+                "n_rounds 20, max_depth 6": {"n_rounds": 20, "max_depth": 6}, "dp_features 16": {"dp_features": 16},
+                "dp_features 4": {"dp_features": 4}, "n_bins 16": {"n_bins": 16}, "learning_rate 0.3": {"learning_rate": 0.3},
+                "learning_rate 0.8": {"learning_rate": 0.8},
+                "release plan 0.1 / 0.3 / 0.6": {"release_plan": ReleasePlan(0.1, 0.3, 0.6)},
+                "release plan 0.05 / 0.6 / 0.35": {"release_plan": ReleasePlan(0.05, 0.6, 0.35)}}
+    fleets = {seed: make_fleet(source, seed, args.gateways, args.windows)
+              for seed in range(args.start, args.start + args.seeds)}
+    for name, change in variants.items():
+        scores = []
+        for seed, fleet in fleets.items():
+            sim = Simulation(pooled(fleet.gateways))
+            for participant in sim.participants.values():
+                participant.seed_noise(seed)
+            model = sim.run(FedSCSXGB(dp_epsilon=epsilon, **change), seed=seed)
+            scores.append(float(np.mean(np.asarray(model.predict(fleet.X_test)).astype(str) == fleet.y_test)))
+        print(f"| {name} | {np.mean(scores):.3f} | {' '.join(f'{a:.3f}' for a in scores)} |", flush=True)
+
+
 def summarise(results: list[dict], reference: str) -> list[list[str]]:
     """Per row: mean and sd of accuracy, mean macro-F1, and the paired difference to
     ``reference`` in percentage points (mean, sd, 95 % t interval)."""
@@ -272,11 +298,16 @@ def main() -> None:
     parser.add_argument("--eps", default=",".join(f"{e:g}" for e in EPSILONS))
     parser.add_argument("--cached-only", action="store_true",
                         help="train nothing: the table over the seeds whose every score is cached")
+    parser.add_argument("--levers", type=float, metavar="EPSILON",
+                        help="the private default's settings changed one at a time at this epsilon, and exit")
     parser.add_argument("--check", action="store_true", help="verify the pooled shortcut and exit")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     if args.check:
         check()
+        return
+    if args.levers:
+        levers(load_source(), args, args.levers)
         return
     epsilons = tuple(float(e) for e in args.eps.split(","))
     print_machine("Accuracy at fleet scale: private FedSCS-XGB vs histogram vs DP-TR",
