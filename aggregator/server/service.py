@@ -680,7 +680,8 @@ class JobRunner:
             window = time_range(job.rules)
             choice = survey_feature_sets(self.engine, protocol_id, clients, job.feature_set,
                                          deadline_s=self.settings.deadline_s, time_range=window,
-                                         min_labelled=int(job.rules.get("min_labelled", 0)) if window else 0)
+                                         min_labelled=int(job.rules.get("min_labelled", 0)) if window else 0,
+                                         algorithm=build_algorithm(job.algorithm, config))
             if job.feature_set and choice.version != job.feature_set:
                 raise TrainingError(f"the participants no longer hold feature set {job.feature_set}")
             if job.participants and list(choice.clients) != list(job.participants):

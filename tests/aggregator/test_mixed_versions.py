@@ -94,3 +94,27 @@ def test_a_gateway_without_the_job_s_algorithm_is_left_out_saying_what_it_lacks(
     assert choice.clients == ("gw-1", "gw-3")
     assert choice.left_out == {"gw-2": "missing_capability: gw-2 does not serve fedforest (it serves ping, evaluate, "
                                        "secure_aggregation, fedscs_xgb, fedga_tree, vertical_forest)"}
+
+
+def test_a_server_job_trains_with_a_gateway_its_version_serves(tmp_path) -> None:
+    """``wheelfed server`` names the job's algorithm to the survey: a gateway one version behind
+    trains in a job whose requests its version has, and is left out of a private one."""
+    from fastapi.testclient import TestClient
+
+    from aggregator.server.api import create_app
+    from tests.server.fleet_memory import announce, fleet_data, running_server, wait_job
+
+    clients = fleet_data(n_clients=4)
+    with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
+        announce(sim, {c.client_id: 90 for c in clients})
+        speak_old(sim, "gw-4")
+        api = TestClient(create_app(server))
+        plain = {"n_trees": 2, "max_depth": 2, "n_bins": 8, "protocol": "histogram", "secure_aggregation": False}
+        job = wait_job(server, api.post("/api/jobs", json={"model_id": "act", "algorithm": "fedforest",
+                                                            "config": plain}).json()["job_id"])
+        assert job.state == "completed", job.error
+        assert job.participants == ["gw-1", "gw-2", "gw-3", "gw-4"]
+        private = wait_job(server, api.post("/api/jobs", json={"model_id": "dp", "algorithm": "fedforest",
+                                                                "config": {"n_trees": 2, "max_depth": 2}}).json()["job_id"])
+        assert private.state == "completed", private.error
+        assert private.participants == ["gw-1", "gw-2", "gw-3"]
