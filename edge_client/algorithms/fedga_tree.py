@@ -1,10 +1,12 @@
 """FedGA-Tree's client half (paper Alg. 1, client steps): depth by cross-validation, a noisy
 count, the local CART structure, one fitness vector per generation, the final personal tree.
 
-Everything is computed from the job's snapshot and the request, deterministically: the
-client's random draws (the r / 1-r split, the K folds, the Laplace noise) come from the job's
-seed and a hash of this gateway's id, so a request answered twice (redelivery, restart) gets
-the same answer -- the server cannot average fresh noise away by asking again.
+The client's split and folds (the r / 1-r split, the K folds) come from the job's seed and a
+hash of this gateway's id, so a request answered twice (redelivery, restart) gets the same
+answer. The Laplace noise of the window count does not: it is drawn from the operating system's
+entropy, which the server cannot regenerate, and released once per window set (``CountReleases``),
+so repeated jobs on the same windows get the same noisy count and the server cannot average
+fresh draws.
 
 What leaves the gateway before ``finish``: a depth, a noisy count, a structure without
 thresholds, two booleans (regression), and per generation one fitness per candidate. The
@@ -14,6 +16,7 @@ until ``finish`` sends the single chosen tree as this gateway's model.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -40,7 +43,7 @@ from ..secure_aggregation import SecureAggregationClient
 from ..training_data import JobSnapshots, LabelledData, class_ids
 from .fedga_cart import Grown, Samples, f1_macro, grow, mse, predict, r2, route, to_ensemble, to_strings
 
-__all__ = ["CVResult", "FedGATreeClient", "LocalGA"]
+__all__ = ["CVResult", "CountReleases", "FedGATreeClient", "LocalGA"]
 
 MAX_JOBS = 4
 
@@ -68,11 +71,69 @@ def coefficient_of_variation(values: np.ndarray, axis: int) -> np.ndarray:
         return np.where(std == 0, 0.0, std / mean)
 
 
+class CountReleases:
+    """The ε-differentially private window counts this gateway has released, one per window set.
+
+    The Laplace noise is drawn from ``rng`` (the operating system's entropy unless a test seeds
+    it) the first time a window set's count is asked for, and that noisy count is returned for
+    the same windows and ε ever after, in any job: a server that knows every job's seed cannot
+    regenerate the draw, and asking again returns no fresh draw to average. The releases live in
+    the gateway's memory; a restarted gateway draws afresh.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator, optional
+        The noise source; a fresh ``default_rng()`` (OS entropy) by default.
+    """
+
+    def __init__(self, rng: np.random.Generator | None = None) -> None:
+        self.rng = np.random.default_rng() if rng is None else rng
+        self._released: dict[bytes, float] = {}
+
+    @staticmethod
+    def window_set(X: np.ndarray, target: np.ndarray) -> bytes:
+        """SHA-256 of the windows' features and labels: the key of their release."""
+        digest = hashlib.sha256()
+        for array in (X, target):
+            array = np.ascontiguousarray(array)
+            digest.update(f"{array.dtype.str}{array.shape}".encode())
+            digest.update(array.tobytes())
+        return digest.digest()
+
+    def count(self, X: np.ndarray, target: np.ndarray, epsilon: float | None) -> float:
+        """The window count of ``(X, target)`` plus Laplace(1/``epsilon``) noise, drawn once per
+        window set and ``epsilon``; the exact count when ``epsilon`` is None.
+
+        Parameters
+        ----------
+        X : numpy.ndarray
+            The windows' features, one row each.
+        target : numpy.ndarray
+            Their labels (class ids or regression targets).
+        epsilon : float or None
+            The privacy parameter of the release; None releases the exact count.
+
+        Returns
+        -------
+        float
+            The released count.
+        """
+        n = X.shape[0]
+        if epsilon is None:
+            return float(n)
+        key = self.window_set(X, target) + np.float64(epsilon).tobytes()
+        if key not in self._released:
+            self._released[key] = float(n + self.rng.laplace(0.0, 1 / epsilon))
+        return self._released[key]
+
+
 class LocalGA:
     """One job's view of this client's data: the split, the folds, the noisy count, and the
-    fitting and scoring of structures (all deterministic in the task's seed and ``client_id``)."""
+    fitting and scoring of structures (the split and folds deterministic in the task's seed and
+    ``client_id``; the count released by ``releases``, a fresh ``CountReleases`` if None)."""
 
-    def __init__(self, task: GATask, data: LabelledData, client_id: str) -> None:
+    def __init__(self, task: GATask, data: LabelledData, client_id: str,
+                 releases: CountReleases | None = None) -> None:
         self.task = task
         self.regression = task.task == "regression"
         self.n_classes = len(task.classes)
@@ -95,8 +156,7 @@ class LocalGA:
         order = np.random.default_rng([*self.seed, 0]).permutation(n)
         self.train_rows = np.sort(order[:n_train])
         self.validation_rows = np.sort(order[n_train:]) if n_train < n else self.train_rows
-        noise = 0.0 if task.epsilon is None else np.random.default_rng([*self.seed, 1]).laplace(0.0, 1 / task.epsilon)
-        self.noisy_count = float(n + noise)
+        self.noisy_count = (releases or CountReleases()).count(X, target, task.epsilon)
         self._structures: dict[int, np.ndarray] = {}
 
     def samples(self, rows: np.ndarray) -> Samples:
@@ -173,6 +233,17 @@ class FedGATreeClient:
         self.data = data
         self.client_id = secure.client_id
         self._jobs: OrderedDict[str, LocalGA] = OrderedDict()
+        #: The noisy window counts released so far (OS entropy; ``Participant.seed_noise`` for tests).
+        self.releases = CountReleases()
+
+    @property
+    def noise_rng(self) -> np.random.Generator:
+        """The source of the count noise (``Participant.seed_noise`` replaces it)."""
+        return self.releases.rng
+
+    @noise_rng.setter
+    def noise_rng(self, rng: np.random.Generator) -> None:
+        self.releases = CountReleases(rng)
 
     def register(self, dispatcher: Dispatcher) -> None:
         dispatcher.register(GADepthRequest, self.on_depth)
@@ -185,7 +256,7 @@ class FedGATreeClient:
         state = self._jobs.get(job)
         if state is None or state.task != task:
             data = self.data.get(job, task.feature_set_version)
-            state = LocalGA(task, data, self.client_id)
+            state = LocalGA(task, data, self.client_id, self.releases)
             self._jobs[job] = state
             while len(self._jobs) > MAX_JOBS:
                 self._jobs.popitem(last=False)

@@ -12,10 +12,14 @@ Oracles:
   fitness vectors before ``finish``; no feature value, threshold or leaf value of any client.
 * One client without noise: its FedGA tree is at least as fit on its validation part as
   scikit-learn's CART at its CV-chosen depth fitted on its fitting part.
-* Determinism, partial participation, late joiners, a client lost mid-run, bad input.
+* The count's noise: a server that knows every job's seed and the gateway's id cannot regenerate
+  it, and repeated jobs on the same windows get the same released count.
+* Determinism (noise seeded as in tests), partial participation, late joiners, a client lost mid-run, bad input.
 """
 
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 import pytest
@@ -258,16 +262,47 @@ def test_the_server_sees_no_threshold_leaf_value_feature_value_or_exact_count() 
     assert len(per_generation) == 4 * 4  # one message per client per generation, never per candidate
 
 
+def seeded_simulation(clients, *, record_bodies: bool = False) -> Simulation:
+    """A simulation whose gateways draw their count noise from seeds (a gateway uses OS entropy)."""
+    sim = Simulation(clients, record_bodies=record_bodies)
+    for i, participant in enumerate(sim.participants.values()):
+        participant.seed_noise(100 + i)
+    return sim
+
+
+def test_a_server_that_knows_the_seed_cannot_regenerate_or_average_the_count_noise() -> None:
+    """The regeneration attack: the server draws Laplace noise as a gateway would from the job's
+    seed and the gateway's id and subtracts it. It does not give back the window count, and a
+    second job on the same windows (another seed) returns the very same noisy count, so there is
+    no fresh draw to average."""
+    clients = make_clients(3, n=120, seed=5)
+    sim = Simulation(clients, record_bodies=True)
+    config = FedGATree(generations=2, d_max=4)
+    for job_id, seed in (("first", 2), ("second", 3)):
+        config.run(FederatedJob(sim.engine, list(sim.transports), job_id=job_id), seed=seed)
+    view = sim.server_view()
+    for k, (client, received) in enumerate(sorted(view.items())):
+        n = clients[k][0].shape[0]
+        released = {}
+        for message in received:
+            if message.type == "fedga_tree.depth_reply":
+                released[message.job] = message.body.noisy_count
+        for job_id, seed in (("first", 2), ("second", 3)):
+            regenerated = np.random.default_rng([seed, zlib.crc32(client.encode()), 1]).laplace(0.0, 1.0)
+            assert abs(released[job_id] - regenerated - n) > 1e-6
+        assert released["first"] == released["second"]
+
+
 def test_models_are_personal_single_trees_and_deterministic() -> None:
     clients = make_clients(5, seed=2)
     config = FedGATree(generations=5, d_max=6)
-    first = aggregator.simulate(config, clients, seed=11)
-    again = aggregator.simulate(config, clients, seed=11)
+    first = seeded_simulation(clients).run(config, seed=11)
+    again = seeded_simulation(clients).run(config, seed=11)
     assert sorted(first) == [f"client-{k:03d}" for k in range(5)]
     for client, model in first.items():
         assert model.kind == "single" and model.classes == (0, 1, 2) and model.metadata["gateway"] == client
         assert model.to_cbor() == again[client].to_cbor()
-    other = aggregator.simulate(config, clients, seed=12)
+    other = seeded_simulation(clients).run(config, seed=12)
     assert any(other[c].to_cbor() != first[c].to_cbor() for c in first)
 
 
