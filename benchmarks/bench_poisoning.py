@@ -43,7 +43,7 @@ from bench_dp_curve import DEMO_SERIES_SEED, Fleet, load_fleet, pooled_accuracy
 
 #: The demo's epsilon per window and training (``aggregator.demo.epsilon.DEMO_EPSILON``).
 EPSILON = 32.0
-#: The issue's bar: one gateway in ten may cost at most this much accuracy.
+#: The bar: one gateway in ten may cost at most this much accuracy.
 BAR = 0.02
 
 Lie = Callable[[np.ndarray, Any], np.ndarray]
@@ -54,7 +54,10 @@ Lie = Callable[[np.ndarray, Any], np.ndarray]
 def xgb_view(vector: np.ndarray, body: Any) -> tuple[np.ndarray, int, np.ndarray | None]:
     """``(cells, m, count)``: a FedSCS-XGB vector's statistics with G in ``cells[:, :m]``, and
     its count row (None for the private leaves, which carry none)."""
-    from shared.protocol.messages.fedscs_xgb import XgbHistogramRequest, XgbPrivateLevelRequest
+    from shared.protocol.messages.fedscs_xgb import (
+        XgbHistogramRequest,
+        XgbPrivateLevelRequest,
+    )
 
     m = body.task.node_columns
     if isinstance(body, XgbHistogramRequest):
@@ -88,7 +91,7 @@ def xgb_scaled(factor: int) -> Lie:
 
 def xgb_counts_minus(n: int) -> Lie:
     def lie(vector, body):
-        cells, _, count = xgb_view(vector, body)
+        _, _, count = xgb_view(vector, body)
         if count is not None:
             count -= n * (body.lattice.scale if hasattr(body, "lattice") else 1)
         return vector
@@ -97,7 +100,7 @@ def xgb_counts_minus(n: int) -> Lie:
 
 def xgb_counts_times(factor: int) -> Lie:
     def lie(vector, body):
-        cells, _, count = xgb_view(vector, body)
+        _, _, count = xgb_view(vector, body)
         if count is not None:
             with np.errstate(over="ignore"):
                 count *= factor

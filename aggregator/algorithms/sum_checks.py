@@ -131,7 +131,9 @@ def xgb_histogram_violation(hist: np.ndarray, frac_bits: int, grad_bound: float,
     >>> xgb_histogram_violation(h, 4, 1.0, 0.25, pad)
     'a G sum of 750 over about 10 windows (each |g| <= 1)'
     """
-    from .private_growth import level_violation  # private_growth imports levelwise_growth, which imports this
+    from .private_growth import (
+        level_violation,  # private_growth imports levelwise_growth, which imports this
+    )
 
     hist = np.asarray(hist, dtype=np.int64)
     count = hist[:, -1]

@@ -14,8 +14,8 @@ import logging
 import numpy as np
 import pytest
 
-from aggregator.algorithms.levelwise_growth import grow_round_with_gains
 from aggregator.algorithms.histogram_growth import GrowthParams
+from aggregator.algorithms.levelwise_growth import grow_round_with_gains
 from aggregator.algorithms.sum_checks import SumViolation
 from aggregator.hostile import lie_in_vectors
 from aggregator.jobs import JobSettings, TrainingError
@@ -135,7 +135,12 @@ def test_a_child_whose_totals_differ_from_its_parent_split_is_a_violation() -> N
     X = rng.normal(size=(200, 2))
     y = (X[:, 0] > 0).astype(float)
     edges = [np.quantile(X[:, j], [0.25, 0.5, 0.75]).astype(np.float32).astype(np.float64) for j in range(2)]
-    from shared.histograms import histogram_slots, node_histograms, quantize, route_round
+    from shared.histograms import (
+        histogram_slots,
+        node_histograms,
+        quantize,
+        route_round,
+    )
     from shared.sketches import bin_ids
 
     slots = histogram_slots(bin_ids(X, edges), np.array([3, 3]))
