@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shared.histograms import quantize
+from shared.model.inference import as_float32_values
 from shared.node_statistics import (
     category_summaries,
     node_summaries,
@@ -265,7 +266,7 @@ class FedForestClient:
             if data.X.shape[1] != task.n_features:
                 raise RequestRejected("feature_mismatch", f"the job has {task.n_features} features, this client "
                                                           f"{data.X.shape[1]}")
-            X = np.asarray(data.X, dtype=np.float64)
+            X = as_float32_values(data.X)  # the split rule: features compared as float32
             if task.task == "classification" and task.target == "label":
                 target = class_ids(data.y, task.classes)
                 known = target >= 0

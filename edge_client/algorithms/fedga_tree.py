@@ -24,6 +24,7 @@ from functools import cached_property
 
 import numpy as np
 
+from shared.model.inference import as_float32_values
 from shared.protocol.envelope import Message
 from shared.protocol.messages.fedga_tree import (
     GADepthReply,
@@ -41,7 +42,18 @@ from shared.tree_encoding import check_strings
 from ..dispatcher import Dispatcher, RequestRejected
 from ..secure_aggregation import SecureAggregationClient
 from ..training_data import JobSnapshots, LabelledData, class_ids
-from .fedga_cart import Grown, Samples, f1_macro, grow, mse, predict, r2, route, to_ensemble, to_strings
+from .fedga_cart import (
+    Grown,
+    Samples,
+    f1_macro,
+    grow,
+    mse,
+    predict,
+    r2,
+    route,
+    to_ensemble,
+    to_strings,
+)
 
 __all__ = ["CVResult", "CountReleases", "FedGATreeClient", "LocalGA"]
 
@@ -138,7 +150,7 @@ class LocalGA:
         self.regression = task.task == "regression"
         self.n_classes = len(task.classes)
         self.feature_names = data.feature_names or tuple(f"f{j}" for j in range(data.X.shape[1]))
-        X = np.asarray(data.X, dtype=np.float64)
+        X = as_float32_values(data.X)  # the split rule: features compared as float32
         if self.regression:
             target = np.asarray(data.y, dtype=np.float64)
             if not np.isfinite(target).all():

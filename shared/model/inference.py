@@ -9,13 +9,18 @@ chunks that bound temporary memory).
 
 Numerics, decided here once:
 
-* Inputs are converted to float64 and compared with float64 thresholds. float32 -> float64 is
-  exact, so for float32 inputs and float32-representable thresholds the result equals
-  XGBoost's float32 ``x < split_condition`` bit for bit. XGBoost first rounds a float64 input
-  to float32; callers who need that parity for float64 data pass ``X.astype(np.float32)``.
-  Thresholds are not forced to float32: scikit-learn style float64 cut points work too.
-* Categorical membership: codes come from values that are exact non-negative integers up to
-  2**31 - 1 (anything else is not in any set, so it goes right). Each categorical node gets a
+* **The split rule: a row goes left iff ``float32(x) < threshold``.** Inputs are rounded to the
+  nearest float32 (as XGBoost and scikit-learn's trees round theirs; beyond the float32 range:
+  ±inf; NaN stays NaN) and then compared, in float64, with the stored threshold. So float64 and
+  float32 inputs of the same float32 value route alike, and a float64 value between its float32
+  rounding and a threshold goes where its float32 rounding goes -- as in XGBoost, in TFLite
+  (which computes in float32 and stores the smallest float32 ``t32 >= t``: for a float32 ``x``,
+  ``x < t`` iff ``x < t32``), and in training, whose clients bin and route their features
+  rounded to float32. Thresholds keep their float64 value: scikit-learn style cut points between
+  two float32 values work too, and export to XGBoost exactly rounded up to the next float32.
+* Categorical membership: codes come from (float32-rounded) values that are exact non-negative
+  integers up to 2**31 - 1 (anything else is not in any set, so it goes right; a code that is
+  no float32 value, such as 2**24 + 1, matches no input, as in TFLite). Each categorical node gets a
   dense boolean row of width (its largest code + 1) in one flat table; when the total would
   exceed ``DENSE_CATEGORY_BUDGET`` entries (possible with hostile or huge codes) the engine
   switches to a sorted-key binary search with the same results, so memory stays bounded.
@@ -55,6 +60,24 @@ def as_rows(X: ArrayLike) -> tuple[np.ndarray, bool]:
     elif array.ndim != 2:
         raise ValueError(f"X must be 1-D (one row) or 2-D (rows x features), got shape {array.shape}")
     return array, single
+
+
+def as_float32_values(X: ArrayLike) -> np.ndarray:
+    """``X`` rounded to the nearest float32 values, returned as float64 (values beyond the
+    float32 range become ±inf, NaN stays NaN): the inputs every split compares.
+
+    Parameters
+    ----------
+    X : array_like
+        Real values, any shape.
+
+    Returns
+    -------
+    numpy.ndarray
+        A float64 array of float32 values, of ``X``'s shape.
+    """
+    with np.errstate(over="ignore"):
+        return np.asarray(X).astype(np.float32).astype(np.float64)
 
 
 class CompiledEnsemble:
@@ -142,11 +165,12 @@ class CompiledEnsemble:
 
     # --- evaluation -------------------------------------------------------------------------------
     def rows(self, X: ArrayLike) -> tuple[np.ndarray, bool]:
-        """``X`` as a C-contiguous float64 (n_rows, n_features) array, and whether it was 1-D."""
+        """``X`` rounded to float32 (the split rule), as a C-contiguous float64 (n_rows,
+        n_features) array, and whether it was 1-D."""
         array, single = as_rows(X)
         if array.shape[1] != self.n_features:
             raise ValueError(f"X has {array.shape[1]} features per row, the model expects {self.n_features}")
-        return np.ascontiguousarray(array, dtype=np.float64), single
+        return np.ascontiguousarray(as_float32_values(array)), single
 
     def traverse(self, X: np.ndarray) -> np.ndarray:
         """Global leaf ids (n_rows, n_trees) for a float64 (n_rows, n_features) array."""

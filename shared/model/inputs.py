@@ -1,8 +1,8 @@
 """How a model wants its inputs: one rule for training-time evaluation and on-device inference.
 
-* Boosted models (FedSCS-XGB) were trained on features rounded to float32 (as XGBoost rounds its
-  input, and as their bin edges and thresholds are float32): round before predicting, or a
-  value within float32 rounding of a threshold could route differently than in training.
+* Every model compares features rounded to float32 (the engines' split rule,
+  ``shared.model.inference``): ``model_inputs`` rounds them, as training did, so the matrix it
+  returns routes alike in the numpy engine, TFLite and XGBoost.
 * Forests trained with client-indicator splits take one extra input after the features: the
   client index H, looked up in the model's ``metadata["clients"]`` (comma-separated ids). A
   client the model has never seen gets NaN (the splits' default direction).
@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .ensemble import TreeEnsemble
+from .inference import as_float32_values
 
 __all__ = ["client_index", "model_inputs", "uses_client_index"]
 
@@ -31,13 +32,11 @@ def client_index(model: TreeEnsemble, client_id: str) -> int:
 
 
 def model_inputs(model: TreeEnsemble, X: ArrayLike, index: int = -1) -> np.ndarray:
-    """``X`` (n, d) as the model's input matrix (float64): rounded to float32 for boosted
-    models, with the client column appended (``index``; -1 -> NaN) when the model uses it."""
-    data = np.asarray(X, dtype=np.float64)
+    """``X`` (n, d) as the model's input matrix (float64): rounded to float32 (the split rule),
+    with the client column appended (``index``; -1 -> NaN) when the model uses it."""
+    data = as_float32_values(X)
     if data.ndim == 1:
         data = data[None, :]
-    if model.kind == "boosted":
-        data = data.astype(np.float32).astype(np.float64)
     if uses_client_index(model):
         data = np.column_stack([data, np.full(data.shape[0], np.nan if index < 0 else float(index))])
     return data

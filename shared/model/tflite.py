@@ -36,10 +36,9 @@ SUM would add in another order (FIELD-NOTES: up to 7e-6 off for 500 trees). The 
 base score and ensemble rule come from the ensemble, embedded as CBOR in the flatbuffer's
 metadata (``wheelfed.ensemble``).
 
-Numerics — **inputs are float32**. The gateway must feed both engines the same float32
-features (``X.astype(np.float32)``; ``model_inputs`` already rounds boosted models' inputs);
-a float64 array given to ``TfliteEngine`` is rounded to float32 first, so it can route
-differently from the numpy engine on the unrounded float64 values. Thresholds are converted
+Numerics — **inputs are float32**, as in the numpy engine's split rule (``float32(x) <
+threshold``, ``shared.model.inference``): a float64 array given to ``TfliteEngine`` is rounded
+to float32 first, as the numpy engine rounds it, so both route every input alike. Thresholds are converted
 so that for float32 inputs ``x < t`` is exact: a float64 threshold ``t`` becomes the smallest
 float32 ``t32 >= t`` (then for every float32 ``x``: ``x < t  <=>  x < t32``; thresholds beyond
 the float32 range become +inf / -FLT_MAX, still exact). A split goes right iff ``x >= t32``;

@@ -33,14 +33,12 @@ What is exported, and how
   ``0``), each the float64 spelling of a float32 value, so any JSON reader (float64 then float32,
   or straight to float32 as XGBoost does) gets the same float32.
 
-  - Thresholds must be float32 values. Our engine compares float64 inputs with float64
-    thresholds, so a threshold between two float32 values would route some inputs differently
-    from XGBoost; such a model is refused (``XGBoostExportError`` naming tree and node) unless
-    ``round_thresholds=True``, which rounds the threshold *up* to the next float32 ``t'``. That
-    keeps the route of every float32 input (for a float32 ``x``: ``x < t`` iff ``x < t'``), but
-    changes predictions for float64 inputs ``x`` with ``t <= x < t'`` (the values between the
-    two thresholds) compared with our model. A threshold beyond the float32 range is refused
-    either way.
+  - Thresholds must be float32 values, or the caller must accept their rounding: a threshold
+    between two float32 values is refused (``XGBoostExportError`` naming tree and node) unless
+    ``round_thresholds=True``, which rounds it *up* to the next float32 ``t'``. Our engine's
+    split rule compares ``float32(x)`` too (``shared.model.inference``), and for a float32 ``x``
+    ``x < t`` iff ``x < t'``, so the rounded model routes every input, float32 or float64, as
+    ours does. A threshold beyond the float32 range is refused either way.
   - Leaf values, ``base_weights`` (our per-node ``value``), covers (``sum_hessian``) and base
     scores are rounded to the nearest float32, as XGBoost would on loading. A value beyond the
     float32 range is refused. XGBoost then sums margins in float32, so parity with
@@ -112,8 +110,8 @@ def to_xgboost_json(
 
     Only boosted ensembles with numeric-split trees, all with scalar or all with vector leaves,
     are exported; see the module docstring for the conventions. ``round_thresholds=True`` rounds thresholds that are not
-    float32 values up to the next float32 (same routes for float32 inputs; float64 inputs
-    between the two values may change route); otherwise such a model raises
+    float32 values up to the next float32 (the same routes for every input, under the split rule
+    of comparing ``float32(x)``); otherwise such a model raises
     ``XGBoostExportError``. ``feature_names=True`` writes the feature names into the model
     (XGBoost then requires them on every ``DMatrix``).
     """
@@ -349,8 +347,8 @@ def _f32_thresholds(
         raise XGBoostExportError(
             f"threshold {float(threshold[j])!r} is not a float32 value (neighbours {float(below[j])!r} and "
             f"{float(up[j])!r}); XGBoost compares in float32, so some inputs would take another branch. "
-            "Build the model with float32 thresholds, or pass round_thresholds=True (rounds up: same "
-            "routes for float32 inputs, may change float64 inputs between the two values)",
+            "Build the model with float32 thresholds, or pass round_thresholds=True (rounds up: the same "
+            "routes for every input, compared as float32)",
             tree=index,
             node=int(order[j]),
             field="threshold",

@@ -52,7 +52,9 @@ def fleet(n_clients: int = 4, n: int = 150, d: int = 6, seed: int = 0) -> list[C
 
 
 def pooled(clients: list[ClientData]) -> tuple[np.ndarray, np.ndarray]:
-    return np.vstack([c.X for c in clients]), np.concatenate([c.y for c in clients]).astype(int)
+    """The fleet's windows, their features rounded to float32 as the gateways compare them."""
+    X = np.vstack([c.X for c in clients]).astype(np.float32).astype(np.float64)
+    return X, np.concatenate([c.y for c in clients]).astype(int)
 
 
 def quantile_edges(X: np.ndarray, n_bins: int = 8) -> list[np.ndarray]:

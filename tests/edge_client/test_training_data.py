@@ -53,7 +53,7 @@ def test_data_summary_for_regression_and_all_missing_features() -> None:
     assert s.minimum.tolist() == [1.0, 0.0] and s.maximum.tolist() == [3.0, 0.0] and s.moments[0, 1] == 0
 
 
-def test_model_inputs_round_boosted_models_and_append_the_client() -> None:
+def test_model_inputs_round_to_float32_and_append_the_client() -> None:
     b = TreeBuilder(0.0)
     b.split(0, 0, 0.1)
     boosted = TreeEnsemble(trees=(b.build(),), kind="boosted", link="identity", n_outputs=1, feature_names=("x",))
@@ -63,5 +63,5 @@ def test_model_inputs_round_boosted_models_and_append_the_client() -> None:
     f.split(0, 1, categories=[2])
     forest = TreeEnsemble(trees=(f.build(),), kind="forest", link="identity", n_outputs=1,
                           feature_names=("x", "client"), metadata={"client_splits": 1, "clients": "a,b,c"})
-    np.testing.assert_array_equal(model_inputs(forest, X, 2), [[0.1 - 1e-12, 2.0]])
+    np.testing.assert_array_equal(model_inputs(forest, X, 2), [[np.float32(0.1), 2.0]])
     assert np.isnan(model_inputs(forest, X, -1)[0, 1])

@@ -84,9 +84,11 @@ def stump(threshold: float = 1.0, *, default_left: bool = False, categories=None
 
 
 def test_value_equal_to_threshold_goes_right() -> None:
+    """The split rule compares ``float32(x)``: a float64 value one float64 ulp below the
+    threshold rounds to it and goes right, as in XGBoost."""
     model = stump(1.0)
     X = np.array([[np.nextafter(1.0, 0.0)], [1.0], [np.nextafter(1.0, 2.0)]])
-    np.testing.assert_array_equal(model.predict(X), [-1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(model.predict(X), [1.0, 1.0, 1.0])
     one = np.float32(1.0)
     X32 = np.array([[np.nextafter(one, np.float32(0))], [one], [np.nextafter(one, np.float32(2))]])
     np.testing.assert_array_equal(model.predict(X32), [-1.0, 1.0, 1.0])
@@ -110,11 +112,18 @@ def test_categorical_membership_and_non_codes() -> None:
 
 
 def test_huge_category_code_uses_bounded_memory() -> None:
-    model = stump(categories=[3, 2**31 - 1])
+    model = stump(categories=[3, 2**30])
     engine = model._engine
     assert not engine.dense_categories
-    X = np.array([[3.0], [2.0**31 - 1], [2.0**31 - 2], [4.0]])
+    X = np.array([[3.0], [2.0**30], [2.0**30 - 64], [4.0]])
     np.testing.assert_array_equal(model.predict(X), [-1.0, -1.0, 1.0, 1.0])
+
+
+def test_category_codes_are_compared_as_float32() -> None:
+    """A code that is no float32 value matches no input (the float32 rounding of 2**31 - 1 is
+    2**31, beyond every code), as in TFLite."""
+    model = stump(categories=[3, 2**31 - 1])
+    np.testing.assert_array_equal(model.predict(np.array([[3.0], [2.0**31 - 1], [2.0**31 - 2]])), [-1.0, 1.0, 1.0])
 
 
 def test_engine_is_compiled_once_per_instance() -> None:

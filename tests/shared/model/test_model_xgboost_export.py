@@ -384,10 +384,10 @@ def test_round_thresholds_rounds_up_and_keeps_float32_routes() -> None:
     # every float32 input takes the same route as in our model, including the neighbours
     X = np.concatenate([around(thresholds), around(written), [np.nan, np.inf, -np.inf, 0.0]])[:, None]
     booster = assert_margins(model, X, booster=load(to_xgboost_json(model, round_thresholds=True)))
-    # float64 inputs between the threshold and its rounding may differ (the documented cost):
-    # -0.1 is not below -0.1 here (right), but XGBoost sees float32(-0.1) < written (left)
-    x = np.array([[-0.1]])
-    assert model.predict_margin(x)[0, 0] != booster.inplace_predict(x, predict_type="margin")[0]
+    # float64 inputs too: both compare float32(-0.1), which is below -0.1 and its rounding up (left)
+    x = np.array([[-0.1], [0.1], [1 / 3]])
+    np.testing.assert_allclose(model.predict_margin(x)[:, 0], booster.inplace_predict(x, predict_type="margin"),
+                               rtol=0, atol=1e-6)
 
 
 def test_threshold_beyond_float32_is_refused_even_when_rounding() -> None:
