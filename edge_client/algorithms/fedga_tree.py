@@ -42,18 +42,7 @@ from shared.tree_encoding import check_strings
 from ..dispatcher import Dispatcher, RequestRejected
 from ..secure_aggregation import SecureAggregationClient
 from ..training_data import JobSnapshots, LabelledData, class_ids
-from .fedga_cart import (
-    Grown,
-    Samples,
-    f1_macro,
-    grow,
-    mse,
-    predict,
-    r2,
-    route,
-    to_ensemble,
-    to_strings,
-)
+from .fedga_cart import Grown, Samples, f1_macro, grow, mse, predict, r2, route, to_ensemble, to_strings
 
 __all__ = ["CVResult", "CountReleases", "FedGATreeClient", "LocalGA"]
 

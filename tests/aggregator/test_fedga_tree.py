@@ -28,24 +28,11 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 import aggregator
 from aggregator.algorithms import FedGATree
-from aggregator.algorithms.fedga_tree import (
-    median_depth,
-    register_models,
-    weighted_fitness,
-)
+from aggregator.algorithms.fedga_tree import median_depth, register_models, weighted_fitness
 from aggregator.jobs import FederatedJob, JobSettings
 from aggregator.registry import Registry
 from aggregator.simulate import Simulation
-from edge_client.algorithms.fedga_cart import (
-    Samples,
-    f1_macro,
-    grow,
-    predict,
-    r2,
-    route,
-    to_ensemble,
-    to_strings,
-)
+from edge_client.algorithms.fedga_cart import Samples, f1_macro, grow, predict, r2, route, to_ensemble, to_strings
 from edge_client.algorithms.fedga_tree import LocalGA
 from edge_client.training_data import LabelledData
 from shared.model import TreeEnsemble
