@@ -223,6 +223,13 @@ class FleetSummer:
         self.expelled.update(culprits)
         self.active = tuple(c for c in self.active if c not in self.expelled)
 
+    def leave_out(self, clients: set[str] | frozenset[str]) -> None:
+        """Leave ``clients`` (already rejected with their reason, e.g. a vector that broke a
+        range check) out of the job's later sums, as :meth:`ask` does with a gateway caught
+        breaking secure aggregation."""
+        self.expelled.update(clients)
+        self.active = tuple(c for c in self.active if c not in self.expelled)
+
     def _ask(self, requests: Mapping[str, Any], selected: list[str], expect: type,
              vector: Callable[[Any], MaskedVector], length: int, check: Callable[[str, Any], str | None] | None,
              word_bits: int) -> FleetSum:

@@ -765,10 +765,17 @@ class _Training:
                            padding=padding_mask(self.edge_offsets, features), regression=cfg.regression,
                            max_weight=MAX_BOOTSTRAP_WEIGHT)
         visible = not self.summer.secure  # plain sums: each gateway's vector is checked and a liar left out
+        liars: set[str] = set()
+
+        def check(client: str, reply: ForestHistogramReply) -> str | None:
+            why = _vector_violation(reply.sums.values, shape, any_request.word_bits, in_range) if visible else None
+            if why:
+                liars.add(client)
+            return why
+
         result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, any_request.length,
-                                 word_bits=any_request.word_bits,
-                                 check=lambda c, r: _vector_violation(r.sums.values, shape, any_request.word_bits,
-                                                                      in_range) if visible else None)
+                                 word_bits=any_request.word_bits, check=check)
+        self.summer.leave_out(liars)
         for client in active:
             if client in result.contributors:
                 self.known[client] = level - 1

@@ -492,9 +492,16 @@ class _Training(BoostedTrees):
         in_range = partial(xgb_histogram_violation, frac_bits=self.frac_bits, grad_bound=self.gradient_bound,
                            hess_bound=hessian_bound(self.objective), padding=padding_mask(self.edge_offsets))
         visible = not summer.secure  # plain sums: each gateway's vector is checked and a liar left out
-        result = summer.ask(requests, XgbHistogramReply, lambda r: r.sums, length,
-                            check=lambda c, r: self.check_trees(c, r.n_trees) or (
-                                _vector_violation(r.sums.values, length, first, shape, in_range) if visible else None))
+        liars: set[str] = set()
+
+        def check(client: str, reply: XgbHistogramReply) -> str | None:
+            why = _vector_violation(reply.sums.values, length, first, shape, in_range) if visible else None
+            if why:
+                liars.add(client)
+            return self.check_trees(client, reply.n_trees) or why
+
+        result = summer.ask(requests, XgbHistogramReply, lambda reply: reply.sums, length, check=check)
+        summer.leave_out(liars)
         for client in selected:
             if client in result.contributors:
                 self.known[client] = result.replies[client].n_trees
