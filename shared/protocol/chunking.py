@@ -225,7 +225,11 @@ class Reassembler:
         publish on the topic it arrived on); returns the complete, hash-verified encoding or None."""
         now = self.clock()
         self._expire(now)
-        chunk: Chunk = message.body
+        chunk = message.body
+        if not isinstance(chunk, Chunk):  # e.g. a chunk of a newer protocol version, read as far as its envelope
+            self.stats.rejected += 1
+            raise ChunkError(f"a {message.envelope.type!r} message of protocol version {message.envelope.version} is "
+                             "not a chunk this build reads")
         if message.sender != sender:
             self.stats.forged += 1
             self.stats.rejected += 1

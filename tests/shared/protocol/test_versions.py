@@ -200,3 +200,18 @@ def test_a_gateway_refuses_a_request_of_the_next_version_naming_the_version_it_n
                       Message(dataclasses.replace(status.envelope, version=PROTOCOL_VERSION + 1), status.body))
     assert engine.peer_versions["gw-1"] == PROTOCOL_VERSION + 1
     assert wire.writable_version(DataShapeRequest("fs-1"), engine.peer_versions["gw-1"]) == PROTOCOL_VERSION
+
+
+def test_a_chunk_of_the_next_version_is_refused_by_the_reassembler_in_one_line() -> None:
+    """A chunk read only as far as its envelope (its body a ``NewerVersion``) is a ``ChunkError``,
+    not an AttributeError deep in the reassembler (found by the chunks fuzz target)."""
+    from shared.protocol.chunking import Reassembler, split_payload
+    from shared.protocol.errors import ChunkError
+
+    [chunk, *_] = split_payload(b"x" * 5000, sender="gw-1", max_payload=2048)
+    received = decode_message(_newer(chunk))
+    assert received.envelope.type == "chunk" and isinstance(received.body, NewerVersion)
+    reassembler = Reassembler()
+    with pytest.raises(ChunkError, match="not a chunk this build reads"):
+        reassembler.add(received, sender="gw-1")
+    assert reassembler.stats.rejected == 1
