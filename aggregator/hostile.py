@@ -21,7 +21,7 @@ from shared.protocol.messages.secure_aggregation import WORD_TYPES, masked_vecto
 
 from .simulate import Simulation
 
-__all__ = ["Lie", "lie_in_vectors"]
+__all__ = ["Lie", "Recorded", "lie_in_vectors"]
 
 #: ``lie(plain int64 vector, request body) -> the int64 vector the liar claims``.
 Lie = Callable[[np.ndarray, Any], np.ndarray]
@@ -63,3 +63,20 @@ def lie_in_vectors(sim: Simulation, client: str, request_type: type, lie: Lie) -
         return dataclasses.replace(reply, **{name: dataclasses.replace(vector, values=values)})
 
     handlers[request_type] = handler
+
+
+@dataclasses.dataclass
+class Recorded:
+    """An algorithm that keeps the job it ran, for the job's record of rejected replies (who was
+    caught lying); otherwise it trains as ``algorithm`` does."""
+
+    algorithm: Any
+    job: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.algorithm.name
+
+    def fit(self, job, *, seed: int = 0):
+        self.job = job
+        return self.algorithm.fit(job, seed=seed)

@@ -228,22 +228,6 @@ def settings(only: set[str]) -> list[tuple[Setting, list[Variant]]]:
 
 # --- one run -------------------------------------------------------------------------------------
 
-@dataclasses.dataclass
-class Recorded:
-    """The algorithm, keeping the job it ran (its record of rejected replies)."""
-
-    algorithm: Any
-    job: Any = None
-
-    @property
-    def name(self) -> str:
-        return self.algorithm.name
-
-    def fit(self, job, *, seed: int = 0):
-        self.job = job
-        return self.algorithm.fit(job, seed=seed)
-
-
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     accuracy: float | None  # None: the job stopped
@@ -280,7 +264,7 @@ def flipped(fleet: Fleet, liar: str) -> list:
 
 
 def run(fleet: Fleet, setting: Setting, variant: Variant | None, liar: str, seed: int) -> Outcome:
-    from aggregator.hostile import lie_in_vectors
+    from aggregator.hostile import Recorded, lie_in_vectors
     from aggregator.jobs import JobSettings, TrainingError
     from aggregator.simulate import Simulation
 

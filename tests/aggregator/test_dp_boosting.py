@@ -107,20 +107,23 @@ class _PlainSummer(FleetSummer):
         super().__init__(job, secure=False, degree=degree, threshold=threshold)
 
 
-def _seeded_run(monkeypatch, *, plain: bool):
+def seeded_run(monkeypatch, module, clients: list[ClientData], algorithm, *, plain: bool):
+    """``algorithm`` trained on ``clients`` with every gateway's noise seeded; with ``plain`` the
+    private protocol's ``module`` sums without secure aggregation."""
     if plain:
-        monkeypatch.setattr(private_module, "FleetSummer", _PlainSummer)
-    sim = Simulation(fleet())
+        monkeypatch.setattr(module, "FleetSummer", _PlainSummer)
+    sim = Simulation(clients)
     for i, participant in enumerate(sim.participants.values()):
         participant.seed_noise(100 + i)
-    model = sim.run(FedSCSXGB(n_rounds=3, max_depth=3, dp_epsilon=4.0))
+    model = sim.run(algorithm)
     monkeypatch.undo()
     return model
 
 
 def test_masked_equals_unmasked_given_the_same_noise_draws(monkeypatch) -> None:
-    masked = _seeded_run(monkeypatch, plain=False)
-    unmasked = _seeded_run(monkeypatch, plain=True)
+    algorithm = FedSCSXGB(n_rounds=3, max_depth=3, dp_epsilon=4.0)
+    masked = seeded_run(monkeypatch, private_module, fleet(), algorithm, plain=False)
+    unmasked = seeded_run(monkeypatch, private_module, fleet(), algorithm, plain=True)
     assert masked == unmasked
     assert masked.metadata["dp_epsilon"] == unmasked.metadata["dp_epsilon"]
     other = Simulation(fleet()).run(FedSCSXGB(n_rounds=3, max_depth=3, dp_epsilon=4.0))

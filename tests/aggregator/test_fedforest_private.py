@@ -25,7 +25,7 @@ from aggregator.algorithms.forest_private_growth import NoisyCounts, PrivateFore
 from aggregator.fleet_sums import FleetSummer
 from aggregator.simulate import Simulation
 from edge_client.algorithms.fedforest import FedForestClient, class_histograms, leaf_class_counts
-from edge_client.training_data import ClientData, class_ids
+from edge_client.training_data import ClientData
 from shared.differential_privacy import skellam_share
 from shared.protocol.envelope import Message
 from shared.protocol.messages.fedforest import (
@@ -36,6 +36,7 @@ from shared.protocol.messages.fedforest import (
 )
 from shared.protocol.messages.fleet_sums import NoiseShare
 from shared.sketches import pack_edges
+from tests.aggregator.test_dp_boosting import seeded_run
 
 CLASSES = ("0", "1", "2")
 
@@ -169,25 +170,10 @@ def test_the_gateways_vectors_without_their_noise_add_up_to_the_pooled_counts() 
 # --- secure aggregation changes nothing -------------------------------------------------------------
 
 
-class _PlainSummer(FleetSummer):
-    def __init__(self, job, *, secure: bool, degree=None, threshold=None) -> None:
-        super().__init__(job, secure=False, degree=degree, threshold=threshold)
-
-
-def _seeded_run(monkeypatch, *, plain: bool):
-    if plain:
-        monkeypatch.setattr(private_module, "FleetSummer", _PlainSummer)
-    sim = Simulation(fleet())
-    for i, participant in enumerate(sim.participants.values()):
-        participant.seed_noise(100 + i)
-    model = sim.run(FedForest(n_trees=4, max_depth=3, dp_epsilon=4.0))
-    monkeypatch.undo()
-    return model
-
-
 def test_masked_equals_unmasked_given_the_same_noise_draws(monkeypatch) -> None:
-    masked = _seeded_run(monkeypatch, plain=False)
-    unmasked = _seeded_run(monkeypatch, plain=True)
+    algorithm = FedForest(n_trees=4, max_depth=3, dp_epsilon=4.0)
+    masked = seeded_run(monkeypatch, private_module, fleet(), algorithm, plain=False)
+    unmasked = seeded_run(monkeypatch, private_module, fleet(), algorithm, plain=True)
     assert masked == unmasked
     assert masked.metadata["dp_epsilon"] == unmasked.metadata["dp_epsilon"]
     other = Simulation(fleet()).run(FedForest(n_trees=4, max_depth=3, dp_epsilon=4.0))

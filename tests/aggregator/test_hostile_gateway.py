@@ -14,6 +14,7 @@ import os
 import numpy as np
 import pytest
 
+from aggregator.hostile import Recorded
 from aggregator.jobs import JobSettings
 from aggregator.simulate import Simulation
 from shared.protocol.messages.secure_aggregation import SecAggUnmaskReply, SecAggUnmaskRequest, masked_vector_field
@@ -84,22 +85,6 @@ def on_masked_replies(sim: Simulation, change) -> None:
     for kind, original in list(handlers.items()):
         handlers[kind] = wrap(original)
     return sent
-
-
-@dataclasses.dataclass
-class Recorded:
-    """The algorithm, keeping the job it ran (for the job's record of rejected replies)."""
-
-    algorithm: object
-    job: object = None
-
-    @property
-    def name(self) -> str:
-        return self.algorithm.name
-
-    def fit(self, job, *, seed: int = 0):
-        self.job = job
-        return self.algorithm.fit(job, seed=seed)
 
 
 def run(sim: Simulation, expect_rejected: dict[str, int] | None = None):
