@@ -79,7 +79,7 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
             raise UsageError("--client-splits needs per-gateway statistics: add --paper-protocol")
         if args.multi_strategy is not None:
             raise UsageError("--multi-strategy is a fedscs-xgb option: a forest's leaves already hold every class")
-        return FedForest(n_trees=args.trees, max_depth=args.max_depth or 8, n_bins=args.bins or 32,
+        return FedForest(n_trees=args.trees, max_depth=args.max_depth or 8, n_bins=args.bins,
                          min_samples_leaf=args.min_samples_leaf, client_splits=args.client_splits,
                          client_fraction=args.client_fraction, feature_set_version=feature_set,
                          protocol="sketches" if args.paper_protocol else _private_protocol(args), **privacy)
@@ -585,7 +585,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="fedga-tree: classification (fitness F1) or regression (MSE) (default: classification)")
     p.add_argument("--bins", type=int_at_least(2),
                    help="bins / candidates per feature (default: fedscs-xgb 8 with differential privacy, else 256; "
-                        "fedforest 32)")
+                        "fedforest 16 with differential privacy, else 32)")
     p.add_argument("--min-samples-leaf", type=positive_int, default=5, help="fedforest: smallest leaf")
     p.add_argument("--client-splits", action="store_true", help="fedforest: also split on the gateway (H)")
     p.add_argument("--evaluate", action="store_true",

@@ -75,3 +75,4 @@ def test_wheelfed_train_cli_trains_and_evaluates(fleet, tmp_path) -> None:
     model = TreeEnsemble.from_json(out.read_bytes())
     assert model.kind == "forest" and model.n_trees == 5
     assert model.metadata["protocol"] == "private" and 0 < model.metadata["dp_epsilon"] <= 8.0
+    assert model.metadata["n_bins"] == 16  # the private protocol's default, not the histogram protocol's 32
