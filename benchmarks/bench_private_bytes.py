@@ -52,14 +52,15 @@ def load_fleet():
     return clients, Xte, yte
 
 
-def run(clients, Xte, yte, **settings) -> tuple[float, float, float, dict]:
-    """(MB per gateway, accuracy, seconds, model metadata) of one training."""
+def run(clients, Xte, yte, algorithm=None, **settings) -> tuple[float, float, float, dict]:
+    """(MB per gateway, accuracy, seconds, model metadata) of one training: ``algorithm``, else
+    ``FedSCSXGB(n_rounds=10, max_depth=4, gamma=0.1, **settings)``."""
     from aggregator.algorithms import FedSCSXGB
     from aggregator.simulate import Simulation
 
     sim = Simulation(clients, record_bodies=False)
     started = time.perf_counter()
-    model = sim.run(FedSCSXGB(n_rounds=10, max_depth=4, gamma=0.1, **settings))
+    model = sim.run(algorithm or FedSCSXGB(n_rounds=10, max_depth=4, gamma=0.1, **settings))
     seconds = time.perf_counter() - started
     accuracy = float(np.mean(model.predict(Xte) == yte))
     return sim.client_bytes() / len(clients) / 1e6, accuracy, seconds, dict(model.metadata)
@@ -72,10 +73,16 @@ def main() -> None:
     parser.add_argument("--levers", action="store_true",
                         help="the cumulative lever table from the non-DP histogram protocol at 256 bins (several GB, "
                              "about two minutes)")
+    parser.add_argument("--fedforest", action="store_true",
+                        help="FedForest instead: 50 trees of depth 8, the private default and the non-DP histogram "
+                             "protocol (under a minute)")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the non-DP rows' one-line warnings
     if args.levers:
         levers()
+        return
+    if args.fedforest:
+        forest()
         return
     print_machine("Private FedSCS-XGB: bytes per gateway per training, by lever",
                   " ".join(["python", "benchmarks/bench_private_bytes.py", *sys.argv[1:]]))
@@ -99,6 +106,27 @@ def main() -> None:
           "below the root would send both children, 1 + 2 + 4 + 8 = 15 node histograms per tree of depth 4 instead "
           "of 1 + 1 + 2 + 4 = 8 (1.9x the level bytes); 32-bit ring words -- 64-bit words would double every "
           "vector (2x).")
+    print(f"\npeak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+
+
+def forest() -> None:
+    """FedForest's bytes per gateway per training: 50 trees of depth 8, private default and the
+    non-DP histogram protocol."""
+    from aggregator.algorithms import FedForest
+
+    print_machine("Private FedForest: bytes per gateway per training",
+                  " ".join(["python", "benchmarks/bench_private_bytes.py", *sys.argv[1:]]))
+    clients, Xte, yte = load_fleet()
+    rows = []
+    for name, algorithm in [("private default (16 bins, epsilon 8)", FedForest(n_trees=50, max_depth=8)),
+                            ("private, epsilon 1", FedForest(n_trees=50, max_depth=8, dp_epsilon=1.0)),
+                            ("histogram protocol, no DP, 32 bins", FedForest(n_trees=50, max_depth=8,
+                                                                             protocol="histogram"))]:
+        mb, accuracy, seconds, meta = run(clients, Xte, yte, algorithm)
+        eps = f"{meta['dp_epsilon']:.2f}" if "dp_epsilon" in meta else "none"
+        rows.append([name, f"{mb:.3f}", f"{accuracy:.3f}", eps, f"{seconds:.1f}"])
+    print(markdown_table(["FedForest(n_trees=50, max_depth=8)", "MB sent per gateway", "accuracy (1 run)",
+                          "epsilon spent", "seconds"], rows))
     print(f"\npeak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
