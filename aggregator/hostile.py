@@ -21,7 +21,7 @@ from shared.protocol.messages.secure_aggregation import WORD_TYPES, masked_vecto
 
 from .simulate import Simulation
 
-__all__ = ["Lie", "Recorded", "lie_in_vectors"]
+__all__ = ["Lie", "Recorded", "change_bundles", "lie_in_vectors"]
 
 #: ``lie(plain int64 vector, request body) -> the int64 vector the liar claims``.
 Lie = Callable[[np.ndarray, Any], np.ndarray]
@@ -80,3 +80,27 @@ class Recorded:
     def fit(self, job, *, seed: int = 0):
         self.job = job
         return self.algorithm.fit(job, seed=seed)
+
+
+def change_bundles(sim: Simulation, client: str, change: Callable[[int, Any, dict], dict]) -> list[dict]:
+    """Make ``client`` of ``sim`` send ``change(n, envelope, shares)`` as the sealed share bundles
+    of its ``n``-th masked vector (n = 0, 1, ...) instead of its own; returns the honest bundles
+    it computed, in order (``change`` may also drop the client's connection)."""
+    handlers = sim.participants[client].dispatcher._handlers
+    sent: list[dict] = []
+
+    def wrap(original):
+        def handler(message):
+            body = original(message)
+            name = masked_vector_field(body)
+            if name is None or not getattr(body, name).shares:
+                return body
+            vector = getattr(body, name)
+            shares = change(len(sent), message.envelope, dict(vector.shares))
+            sent.append(dict(vector.shares))
+            return dataclasses.replace(body, **{name: dataclasses.replace(vector, shares=shares)})
+        return handler
+
+    for kind, original in list(handlers.items()):
+        handlers[kind] = wrap(original)
+    return sent

@@ -237,23 +237,9 @@ class Outcome:
 
 def garbage_shares(sim, liar: str) -> None:
     """The liar's masked vectors go out with random bytes for sealed share bundles."""
-    from shared.protocol.messages.secure_aggregation import masked_vector_field
+    from aggregator.hostile import change_bundles
 
-    handlers = sim.participants[liar].dispatcher._handlers
-
-    def wrap(original):
-        def handler(message):
-            body = original(message)
-            name = masked_vector_field(body)
-            if name is None or not getattr(body, name).shares:
-                return body
-            vector = getattr(body, name)
-            shares = {w: os.urandom(len(blob)) for w, blob in vector.shares.items()}
-            return dataclasses.replace(body, **{name: dataclasses.replace(vector, shares=shares)})
-        return handler
-
-    for kind, original in list(handlers.items()):
-        handlers[kind] = wrap(original)
+    change_bundles(sim, liar, lambda n, envelope, shares: {w: os.urandom(len(blob)) for w, blob in shares.items()})
 
 
 def flipped(fleet: Fleet, liar: str) -> list:

@@ -14,10 +14,10 @@ import os
 import numpy as np
 import pytest
 
-from aggregator.hostile import Recorded
+from aggregator.hostile import Recorded, change_bundles
 from aggregator.jobs import JobSettings
 from aggregator.simulate import Simulation
-from shared.protocol.messages.secure_aggregation import SecAggUnmaskReply, SecAggUnmaskRequest, masked_vector_field
+from shared.protocol.messages.secure_aggregation import SecAggUnmaskReply, SecAggUnmaskRequest
 from shared.secure_aggregation import PRIME, SHARE_BYTES, share_x
 from shared.secure_aggregation.shamir import lagrange_weights_at_zero
 from tests.aggregator.test_fedscs_xgb import make_clients
@@ -62,29 +62,6 @@ def vanish_when_unmasking(sim: Simulation) -> None:
         return original(message)
 
     handlers[SecAggUnmaskRequest] = handler
-
-
-def on_masked_replies(sim: Simulation, change) -> None:
-    """``change(n, body, shares)`` -> the sealed bundles the liar sends with its n-th masked vector
-    (n = 0, 1, ...); it may also drop the liar's connection instead."""
-    handlers = sim.participants[LIAR].dispatcher._handlers
-    sent = []
-
-    def wrap(original):
-        def handler(message):
-            body = original(message)
-            name = masked_vector_field(body)
-            if name is None or not getattr(body, name).shares:
-                return body
-            vector = getattr(body, name)
-            shares = change(len(sent), message.envelope, dict(vector.shares))
-            sent.append(dict(vector.shares))
-            return dataclasses.replace(body, **{name: dataclasses.replace(vector, shares=shares)})
-        return handler
-
-    for kind, original in list(handlers.items()):
-        handlers[kind] = wrap(original)
-    return sent
 
 
 def run(sim: Simulation, expect_rejected: dict[str, int] | None = None):
@@ -142,9 +119,9 @@ def test_a_gateway_sending_bad_bundles_is_named_and_the_model_is_that_of_its_dro
         attack, first, what, caplog: pytest.LogCaptureFixture) -> None:
     hostile = fleet()
     if attack == "replayed":
-        sent = on_masked_replies(hostile, lambda n, envelope, shares: sent[-1] if n >= first else shares)
+        sent = change_bundles(hostile, LIAR, lambda n, envelope, shares: sent[-1] if n >= first else shares)
     else:
-        on_masked_replies(hostile, lambda n, envelope, shares: attack(n, envelope, shares) if n >= first else shares)
+        change_bundles(hostile, LIAR, lambda n, envelope, shares: attack(n, envelope, shares) if n >= first else shares)
     with caplog.at_level(logging.WARNING):
         model = run(hostile, expect_rejected={LIAR: 1})
     assert set(rejections(caplog)) == {LIAR}
@@ -157,5 +134,5 @@ def test_a_gateway_sending_bad_bundles_is_named_and_the_model_is_that_of_its_dro
             dropping.transports[LIAR].drop()
         return shares
 
-    on_masked_replies(dropping, vanish)
+    change_bundles(dropping, LIAR, vanish)
     assert_identical(model, run(dropping))
