@@ -1,22 +1,24 @@
 """Rolling upgrades: the previous release's gateway against this aggregator, over mosquitto.
 
-The previous release is the git tag ``v<PROTOCOL_VERSION - 1>`` of this repository, checked out
-with ``git worktree add`` into the test's tmp dir (nothing is downloaded) and run as its own
-``python -m edge_client.cli gateway`` with that tree first on its path, beside gateways of this
+The previous release's gateway is its source as released -- ``edge_client``, ``shared`` and
+``firmware_bridge`` of the git tag ``v<PROTOCOL_VERSION - 1>`` -- kept beside this test in
+``releases/gateway-v<N>.tar.xz``, so a clone without tags or history runs it too (made with
+``git archive v1 edge_client shared firmware_bridge | xz -9e``; where the tag is present the
+archive is checked against it file by file). It is unpacked into the test's tmp dir and run as its
+own ``python -m edge_client.cli gateway`` with that tree first on its path, beside gateways of this
 tree. A job whose requests all exist in the old version trains with the old gateway (and equals
 the simulation of the same fleet); a job that needs this version's messages leaves it out in
 its survey, naming the version it needs -- neither fails half-way.
-
-A clone that lacks the tag fails here with what to do, rather than passing without the check
-(``git clone`` of a local path copies tags; ``git fetch --tags`` fetches them).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 from pathlib import Path
 
@@ -40,6 +42,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
 REPO = Path(__file__).resolve().parents[2]
 PREVIOUS = f"v{PROTOCOL_VERSION - 1}"
+ARCHIVE = Path(__file__).with_name("releases") / f"gateway-{PREVIOUS}.tar.xz"
+GATEWAY_PACKAGES = ("edge_client", "shared", "firmware_bridge")
 NEW_GATEWAYS = ["gw-1", "gw-2"]
 OLD = "gw-old"
 PASSWORDS = {"aggregator": "agg-pw", **{g: f"pw-{g}" for g in [*NEW_GATEWAYS, OLD]}}
@@ -60,25 +64,34 @@ _FILL_OLD_STORE = textwrap.dedent("""
 """)
 
 
-@pytest.fixture
-def previous_release(tmp_path):
-    """A worktree of the previous release's tag (removed at the end)."""
+def _git_files(tag: str) -> dict[str, bytes] | None:
+    """The released tree's gateway files from git, or None where this clone lacks the tag."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
-        pytest.fail(f"the rolling-upgrade test needs this repository's git history (tag {PREVIOUS}) at {REPO}")
-    tag = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"refs/tags/{PREVIOUS}"],
-                         capture_output=True, text=True, check=False)
-    if tag.returncode != 0:
-        pytest.fail(f"git tag {PREVIOUS} (the previous protocol version's release) is missing in {REPO}: "
-                    "`git fetch --tags` (or clone with tags) -- this test checks the previous release's gateway "
-                    "against this aggregator and must not pass without it")
+        return None
+    found = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"refs/tags/{tag}"],
+                           capture_output=True, check=False)
+    if found.returncode != 0:
+        return None
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", tag, *GATEWAY_PACKAGES],
+                         capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        return {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}
+
+
+@pytest.fixture
+def previous_release(tmp_path) -> Path:
+    """The previous release's gateway source, unpacked into the test's tmp dir."""
+    if not ARCHIVE.exists():
+        pytest.fail(f"{ARCHIVE} (the previous protocol version's gateway) is missing -- this test checks the "
+                    "previous release's gateway against this aggregator and must not pass without it")
     tree = tmp_path / PREVIOUS
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), PREVIOUS],
-                   check=True, capture_output=True)
-    try:
-        yield tree
-    finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True,
-                       check=False)
+    with tarfile.open(ARCHIVE) as archive:
+        archive.extractall(tree, filter="data")
+        packed = {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}
+    released = _git_files(PREVIOUS)
+    if released is not None:
+        assert packed == released, f"{ARCHIVE.name} differs from tag {PREVIOUS}"
+    return tree
 
 
 def _old_env(tree: Path, **extra: str) -> dict[str, str]:
