@@ -15,7 +15,8 @@ of messages larger than one payload, which a shared subscription scatters over t
 each wrapped (:class:`MergeChunk`) so that the leader reassembles them per gateway. A partial
 is published (:class:`MergePartial`) when it holds ``max_batch`` replies, would no longer fit
 in one payload, or ``linger_s`` after its first reply: the sum, and each reply without its
-vector (its envelope, its bookkeeping fields such as ``n_trees``, its sealed shares). The leader admits a partial whole -- every reply answers this
+vector (its envelope, its bookkeeping fields such as ``n_trees``, its sealed shares). The leader admits a partial
+whole -- every reply answers this
 round's request and is new, the vector length and word width are the round's, the algorithm's
 ``check`` passes -- adds its sum, and hands the replies to the round as if they had come
 directly (:meth:`~aggregator.rounds.RoundEngine.deliver_batch`);
@@ -620,8 +621,10 @@ def _sigterm_stops() -> Iterator[threading.Event]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m aggregator.merge_workers``: run one merge worker until SIGTERM / Ctrl-C."""
-    parser = argparse.ArgumentParser(prog="python -m aggregator.merge_workers",
-                                     description="Sum fleet-sum replies for the aggregator (MQTT 5 shared subscription).")
+    parser = argparse.ArgumentParser(
+        prog="python -m aggregator.merge_workers",
+        description="Sum fleet-sum replies for the aggregator (MQTT 5 shared subscription).",
+    )
     parser.add_argument("--host", default=os.environ.get("WHEELFED_MQTT_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("WHEELFED_MQTT_PORT", "1883")))
     parser.add_argument("--worker-id", default=f"{WORKER_PREFIX}1",

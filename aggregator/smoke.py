@@ -87,7 +87,9 @@ def run_smoke(config: SmokeConfig, out: TextIO = sys.stdout) -> SmokeReport:
 
         hellos = run("describe", 1, Describe(), deadline_s=15)
         versions = {c: m.body.software_version for c, m in hellos.replies.items()}
-        print(f"[3/5] describe round: {len(hellos.replies)} hellos, versions {sorted(set(versions.values()))}", file=out)
+        print(
+            f"[3/5] describe round: {len(hellos.replies)} hellos, versions {sorted(set(versions.values()))}", file=out
+        )
 
         rnd = 2
         for size in config.ping_sizes:

@@ -221,8 +221,22 @@ class Gateway:
 
     @property
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "edge_client.cli", "gateway", "--client-id", self.client_id, "--serial", self.serial,
-                "--store", str(self.store), "--no-broker", "--stats-every", "0", *self.extra_args]
+        return [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "gateway",
+            "--client-id",
+            self.client_id,
+            "--serial",
+            self.serial,
+            "--store",
+            str(self.store),
+            "--no-broker",
+            "--stats-every",
+            "0",
+            *self.extra_args,
+        ]
 
     def start(self) -> Gateway:
         self._log = open(self.log, "w")
@@ -284,7 +298,9 @@ def gateway_failures(code: int, out: str, stats: dict[str, str], replay_stats: d
         if stats.get(key) != "0":
             failures.append(f"gateway final stats {key}={stats.get(key)} (expected 0){hint}")
     if stats.get("frames") != str(replay_stats.get("frames_sent")):
-        failures.append(f"gateway decoded {stats.get('frames')} frames, the replay sent {replay_stats.get('frames_sent')}")
+        failures.append(
+            f"gateway decoded {stats.get('frames')} frames, the replay sent {replay_stats.get('frames_sent')}"
+        )
     if abs(int(stats.get("stored", -10)) - expected) > 1 or abs(stored - expected) > 1:
         failures.append(f"gateway stored {stats.get('stored')} windows (store: {stored}); batch path: {expected}")
     return failures

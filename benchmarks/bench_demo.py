@@ -84,11 +84,24 @@ def main() -> int:
         done.set()
         sampler.join()
         facts = json.loads(report.read_text()) if report.exists() else {}
-    summary = output[output.find("=== WheelFed fleet demo: summary ==="):] if "summary ===" in output else output[-3000:]
-    print(markdown_table(["demo", "exit", "wall s", "peak RSS, all processes (MB)", "largest process (MB)",
-                          "under 5 min"],
-                         [[" ".join(args) or "defaults", str(proc.returncode), f"{wall:.0f}", f"{peak_total / 1024:.0f}",
-                           f"{peak_single / 1024:.0f}", "yes" if wall < 300 else "no"]]))
+    summary = (
+        output[output.find("=== WheelFed fleet demo: summary ===") :] if "summary ===" in output else output[-3000:]
+    )
+    print(
+        markdown_table(
+            ["demo", "exit", "wall s", "peak RSS, all processes (MB)", "largest process (MB)", "under 5 min"],
+            [
+                [
+                    " ".join(args) or "defaults",
+                    str(proc.returncode),
+                    f"{wall:.0f}",
+                    f"{peak_total / 1024:.0f}",
+                    f"{peak_single / 1024:.0f}",
+                    "yes" if wall < 300 else "no",
+                ]
+            ],
+        )
+    )
     print()
     total = int(facts.get("traffic_bytes") or 0)
     if total:

@@ -16,7 +16,8 @@ gateway's own per-feature gain and shifted by its own offset (a person and a mou
 per-window jitter, all from the gateway's seed. Every window is checked unique by hashing (the
 count is printed). Test accuracy is over the held-out subjects' gateways: other people.
 
-**Rows** (the same fleet per seed; the seed also drives every training's noise draws, through ``Participant.seed_noise``, and its
+**Rows** (the same fleet per seed; the seed also drives every training's noise draws, through
+``Participant.seed_noise``, and its
 public seed):
 the private default ``FedSCSXGB(dp_epsilon=e)`` (delta 1e-6 per window and training), the
 non-private ``FedSCSXGB(protocol="histogram")``, the anchor ``DPRandomTrees`` at the same epsilons
@@ -251,13 +252,21 @@ def levers(source: Source, args: argparse.Namespace, epsilon: float) -> None:
     from aggregator.algorithms.fedscs_xgb_private import ReleasePlan
     from aggregator.simulate import Simulation
 
-    variants = {"default": {}, "n_rounds 20": {"n_rounds": 20}, "max_depth 5": {"max_depth": 5},
-                "max_depth 3": {"max_depth": 3}, "n_rounds 20, max_depth 5": {"n_rounds": 20, "max_depth": 5},
-                "n_rounds 20, max_depth 6": {"n_rounds": 20, "max_depth": 6}, "dp_features 16": {"dp_features": 16},
-                "dp_features 4": {"dp_features": 4}, "n_bins 16": {"n_bins": 16}, "learning_rate 0.3": {"learning_rate": 0.3},
-                "learning_rate 0.8": {"learning_rate": 0.8},
-                "release plan 0.1 / 0.3 / 0.6": {"release_plan": ReleasePlan(0.1, 0.3, 0.6)},
-                "release plan 0.05 / 0.6 / 0.35": {"release_plan": ReleasePlan(0.05, 0.6, 0.35)}}
+    variants = {
+        "default": {},
+        "n_rounds 20": {"n_rounds": 20},
+        "max_depth 5": {"max_depth": 5},
+        "max_depth 3": {"max_depth": 3},
+        "n_rounds 20, max_depth 5": {"n_rounds": 20, "max_depth": 5},
+        "n_rounds 20, max_depth 6": {"n_rounds": 20, "max_depth": 6},
+        "dp_features 16": {"dp_features": 16},
+        "dp_features 4": {"dp_features": 4},
+        "n_bins 16": {"n_bins": 16},
+        "learning_rate 0.3": {"learning_rate": 0.3},
+        "learning_rate 0.8": {"learning_rate": 0.8},
+        "release plan 0.1 / 0.3 / 0.6": {"release_plan": ReleasePlan(0.1, 0.3, 0.6)},
+        "release plan 0.05 / 0.6 / 0.35": {"release_plan": ReleasePlan(0.05, 0.6, 0.35)},
+    }
     fleets = {seed: make_fleet(source, seed, args.gateways, args.windows)
               for seed in range(args.start, args.start + args.seeds)}
     for name, change in variants.items():
@@ -282,7 +291,9 @@ def summarise(results: list[dict], reference: str) -> list[list[str]]:
         f1 = np.array([r[name][1] for r in results])
         diff = acc - np.array([r[reference][0] for r in results])
         sd = float(diff.std(ddof=1)) if len(results) > 1 else math.nan
-        half = float(t_dist.ppf(0.975, len(results) - 1)) * sd / math.sqrt(len(results)) if len(results) > 1 else math.nan
+        half = (
+            float(t_dist.ppf(0.975, len(results) - 1)) * sd / math.sqrt(len(results)) if len(results) > 1 else math.nan
+        )
         rows.append([name, f"{acc.mean():.3f}", f"{acc.std(ddof=1) if len(acc) > 1 else math.nan:.3f}",
                      f"{f1.mean():.3f}", f"{100 * diff.mean():+.1f}", f"{100 * sd:.1f}",
                      f"[{100 * (diff.mean() - half):+.1f}, {100 * (diff.mean() + half):+.1f}]"])

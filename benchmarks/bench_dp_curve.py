@@ -142,7 +142,9 @@ def run_seed(seed: int, epsilons, only: set[str]) -> tuple[dict[str, float], dic
         rows += [(f"FedSCS-XGB, private, epsilon {e:g}", FedSCSXGB(**xgb, protocol="private", dp_epsilon=e))
                  for e in epsilons]
     if "forest" in only:
-        rows.append((f"FedForest, histogram (no DP, {forest['n_bins']} bins)", FedForest(**forest, protocol="histogram")))
+        rows.append(
+            (f"FedForest, histogram (no DP, {forest['n_bins']} bins)", FedForest(**forest, protocol="histogram"))
+        )
         rows += [(f"FedForest, private, epsilon {e:g}", FedForest(**forest, protocol="private", dp_epsilon=e))
                  for e in epsilons]
     started = time.perf_counter()
@@ -159,9 +161,13 @@ def run_seed(seed: int, epsilons, only: set[str]) -> tuple[dict[str, float], dic
         model = sim.run(algorithm, seed=seed)
         acc[name] = pooled_accuracy(fleet, predicting(model))
         mb[name] = sim.client_bytes() / len(fleet.clients) / 1e6
-    print(f"  seed {seed}: {fleet.n_train} training / {fleet.n_test} held-out windows, {len(rows) + 1} trainings "
-          f"in {time.perf_counter() - started:.0f} s; local-only {acc['local-only (each gateway its own forest)']:.3f}, "
-          f"chance {acc['majority class (chance)']:.3f}", file=sys.stderr, flush=True)
+    print(
+        f"  seed {seed}: {fleet.n_train} training / {fleet.n_test} held-out windows, {len(rows) + 1} trainings "
+        f"in {time.perf_counter() - started:.0f} s; local-only {acc['local-only (each gateway its own forest)']:.3f}, "
+        f"chance {acc['majority class (chance)']:.3f}",
+        file=sys.stderr,
+        flush=True,
+    )
     return acc, mb, fleet
 
 

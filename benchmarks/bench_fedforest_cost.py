@@ -162,8 +162,11 @@ def main() -> int:
         d_sub = n_sampled_features("auto", D, regression)
         common = {"n_trees": T, "max_depth": DEPTH, "n_bins": B, "task": task, "min_samples_leaf": 5,
                   "max_features": "auto"}
-        variants = {"exact": FedForest(protocol="sketches", **common), "avgimp": FedForest(protocol="sketches", **common, evaluation="avgimp", top_l=3),
-                    "histogram": FederatedHistogram(**common)}
+        variants = {
+            "exact": FedForest(protocol="sketches", **common),
+            "avgimp": FedForest(protocol="sketches", **common, evaluation="avgimp", top_l=3),
+            "histogram": FederatedHistogram(**common),
+        }
         n_rows = sum(b.y.size for b in blocks)
         raw = n_rows * D * 8
         for variant, config in variants.items():

@@ -38,7 +38,7 @@ import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
 from _common import description, markdown_table, print_machine
 from _fedforest_common import log, mean_std
-from bench_fedforest_tabular import DATASETS, K, dirichlet_partition, load, strata, test_split
+from bench_fedforest_tabular import DATASETS, dirichlet_partition, load, strata, test_split
 
 ALPHAS = (0.1, 1.0, 10.0)
 #: name -> FedForest keyword arguments.

@@ -198,8 +198,15 @@ def run_cell(setting: str, seed: int, n_trees: int, check_eval: bool = False) ->
     blocks = make_blocks(setting, seed)
     Xtr, ytr, htr, Xte, yte, hte = pooled(blocks)
     max_features = MAX_FEATURES[SETTINGS[setting]["family"]]
-    base = FedForest(protocol="sketches", n_trees=n_trees, max_depth=8, n_bins=32, task="regression", min_samples_leaf=5,
-                     max_features=max_features)
+    base = FedForest(
+        protocol="sketches",
+        n_trees=n_trees,
+        max_depth=8,
+        n_bins=32,
+        task="regression",
+        min_samples_leaf=5,
+        max_features=max_features,
+    )
     configs = {
         "FedForest-Quantiles X": base,
         "FedForest-Quantiles X,H": replace(base, client_splits=True),

@@ -237,7 +237,8 @@ ACCURACY_HEADERS = ["protocol", "rounds", "B", "FedSCS-XGB sketch", "fed acc", "
 
 # --- section 2: rank error -----------------------------------------------------------------------
 def round1_weights(clients: list, n_classes: int) -> list[np.ndarray]:
-    """Per client, the round-1 sketch weights w_i = sum_k h_ik at the fleet's base score (as the clients compute them)."""
+    """Per client, the round-1 sketch weights w_i = sum_k h_ik at the fleet's base score (as the clients compute
+    them)."""
     from shared.objectives import Softmax
 
     objective = Softmax(n_classes)
@@ -330,8 +331,12 @@ def fmt_bytes(n: float) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="B in {64, 256}, 10 rounds only, subject tail only")
-    parser.add_argument("--seeds", type=int, help="repeats (seeds 0..N-1) of the B=256 10-round run for the "
-                                                   "wall-time median and the seed-determinism check (default 3; --quick 2)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        help="repeats (seeds 0..N-1) of the B=256 10-round run for the "
+        "wall-time median and the seed-determinism check (default 3; --quick 2)",
+    )
     args = parser.parse_args()
     n_seeds = max(1, args.seeds or (2 if args.quick else 3))
 
@@ -381,10 +386,13 @@ def main() -> int:
         print(f"- {p}: pooled train {dp.Xtr.shape[0]:,} / test {dp.Xte.shape[0]:,} windows; train windows per "
               f"client {min(sizes)}-{max(sizes)}")
     base = FedSCSXGB(protocol="atoms")
-    print(f"- FedSCSXGB(protocol='atoms', n_rounds, n_bins=B, max_depth={base.max_depth}, learning_rate={base.learning_rate}, "
-          f"reg_lambda={base.reg_lambda}, gamma={base.gamma}, min_child_weight={base.min_child_weight}, "
-          f"base_score={base.base_score!r}, sketch={base.sketch!r} (summary_size M = B) unless stated); "
-          f"xgboost {xgb_params(base, n_classes, 0) | {'max_bin': 'B'}}")
+    print(
+        f"- FedSCSXGB(protocol='atoms', n_rounds, n_bins=B, max_depth={base.max_depth}, "
+        f"learning_rate={base.learning_rate}, "
+        f"reg_lambda={base.reg_lambda}, gamma={base.gamma}, min_child_weight={base.min_child_weight}, "
+        f"base_score={base.base_score!r}, sketch={base.sketch!r} (summary_size M = B) unless stated); "
+        f"xgboost {xgb_params(base, n_classes, 0) | {'max_bin': 'B'}}"
+    )
     print()
 
     bins = [64, 256] if args.quick else [64, 128, 256, 512]
@@ -402,10 +410,25 @@ def main() -> int:
         results.append(compare(main_data, config, n_classes, f"summary M={B}", central=central,
                                label=f"B={B}, 10 rounds"))
     for rounds in long_rounds:
-        results.append(compare(main_data, FedSCSXGB(protocol="atoms", n_rounds=rounds, n_bins=256), n_classes, "summary M=256",
-                               label=f"B=256, {rounds} rounds"))
-    results.append(compare(main_data, FedSCSXGB(protocol="atoms", n_rounds=10, n_bins=256, sketch="ddsketch"), n_classes,
-                           "DDSketch alpha=0.01, standardised", central=central_256, label="B=256 DDSketch"))
+        results.append(
+            compare(
+                main_data,
+                FedSCSXGB(protocol="atoms", n_rounds=rounds, n_bins=256),
+                n_classes,
+                "summary M=256",
+                label=f"B=256, {rounds} rounds",
+            )
+        )
+    results.append(
+        compare(
+            main_data,
+            FedSCSXGB(protocol="atoms", n_rounds=10, n_bins=256, sketch="ddsketch"),
+            n_classes,
+            "DDSketch alpha=0.01, standardised",
+            central=central_256,
+            label="B=256 DDSketch",
+        )
+    )
     diagnostic = None
     if not args.quick:
         cuts = xgb_cuts(central_256[2], d)
@@ -469,8 +492,11 @@ def main() -> int:
     setup_client, setup_server = sim.client_bytes(), sim.server.stats.sent_bytes
     fixed_rounds = 3 if args.quick else 10  # atoms cost about the same every round
     log(f"bytes: B=256 with fixed edges (atoms only), {fixed_rounds} rounds ...")
-    fixed = run_fed(main_data, FedSCSXGB(protocol="atoms", n_rounds=fixed_rounds, n_bins=256, edges=kept_edges[(256, 256)]),
-                    label="fixed edges")
+    fixed = run_fed(
+        main_data,
+        FedSCSXGB(protocol="atoms", n_rounds=fixed_rounds, n_bins=256, edges=kept_edges[(256, 256)]),
+        label="fixed edges",
+    )
     raw32, raw64 = n * d * 4, n * d * 8
 
     def per_round(run: FedRun, rounds: int) -> tuple[float, float]:
@@ -537,12 +563,15 @@ def main() -> int:
                           "per boosting round, setup excluded (s)", f"ratio vs xgboost {os.cpu_count()} threads",
                           "ratio vs xgboost 1 thread"], rows))
     print()
-    print("Simulation total = Simulation.run (setup round included); 'setup excluded' = the mean of the rounds' "
-          "own elapsed times from the progress reports (sketch phase + atom phase + tree growth, all in one "
-          f"process). Load average (1/5/15 min) at start {'/'.join(f'{v:.2f}' for v in load_before)}, before "
-          f"the repeats {'/'.join(f'{v:.2f}' for v in load_timing)}, at the end "
-          f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores. Repeats use seeds 0..{len(reps) - 1}: with every client sampled the models must be "
-          "bit-identical (checked).")
+    print(
+        "Simulation total = Simulation.run (setup round included); 'setup excluded' = the mean of the rounds' "
+        "own elapsed times from the progress reports (sketch phase + atom phase + tree growth, all in one "
+        f"process). Load average (1/5/15 min) at start {'/'.join(f'{v:.2f}' for v in load_before)}, before "
+        f"the repeats {'/'.join(f'{v:.2f}' for v in load_timing)}, at the end "
+        f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores. Repeats use seeds "
+        f"0..{len(reps) - 1}: with every client sampled the models must be "
+        "bit-identical (checked)."
+    )
     print()
 
     print("correctness: " + ("all checks passed" if not failures else "FAILED"))

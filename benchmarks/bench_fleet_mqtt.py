@@ -82,8 +82,13 @@ def main() -> int:
     print_machine("Training over mosquitto with gateway processes vs simulation",
                   "benchmarks/bench_fleet_mqtt.py" + (" --quick" if args.quick else ""))
     xgb = FedSCSXGB(protocol="atoms", n_rounds=3 if args.quick else 10, max_depth=4, n_bins=64 if args.quick else 256)
-    forest = FedForest(protocol="sketches", n_trees=10 if args.quick else 50, max_depth=5 if args.quick else 8, n_bins=32,
-                       min_samples_leaf=5)
+    forest = FedForest(
+        protocol="sketches",
+        n_trees=10 if args.quick else 50,
+        max_depth=5 if args.quick else 8,
+        n_bins=32,
+        min_samples_leaf=5,
+    )
     failures: list[str] = []
     with tempfile.TemporaryDirectory(prefix="wheelfed-bench-fleet-") as tmp:
         tmp_path = Path(tmp)

@@ -88,8 +88,12 @@ def main() -> None:
                                  text=True, check=True)
             rows.append(json.loads(run.stdout.strip().splitlines()[-1]))
     print_machine("HTTP edge: what a refused request costs", f"benchmarks/bench_http_edge.py --mb {args.mb:g}")
-    print(markdown_table(["case", "body MiB", "HTTP status", "peak memory rise MiB", "answer s"],
-                         [[str(r[k]) for k in ("case", "body_mb", "status", "peak_rise_mb", "answer_s")] for r in rows]))
+    print(
+        markdown_table(
+            ["case", "body MiB", "HTTP status", "peak memory rise MiB", "answer s"],
+            [[str(r[k]) for k in ("case", "body_mb", "status", "peak_rise_mb", "answer_s")] for r in rows],
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -61,9 +61,12 @@ def main() -> int:
         fsv = table.feature_set_version
         models = {
             "FedSCS-XGB 10 rounds x 7 classes, depth 4": aggregator.simulate(
-                FedSCSXGB(protocol="atoms", n_rounds=10, max_depth=4, feature_set_version=fsv), clients),
+                FedSCSXGB(protocol="atoms", n_rounds=10, max_depth=4, feature_set_version=fsv), clients
+            ),
             "FedForest 50 trees, depth 8": aggregator.simulate(
-                FedForest(protocol="sketches", n_trees=50, max_depth=8, min_samples_leaf=2, feature_set_version=fsv), clients),
+                FedForest(protocol="sketches", n_trees=50, max_depth=8, min_samples_leaf=2, feature_set_version=fsv),
+                clients,
+            ),
         }
         key = SigningKey.generate()
         key.verify_key.save(tmp_path / "agg.pub")

@@ -122,7 +122,9 @@ def one_job(port: int, secret: str, ids: list[str], n_workers: int, secure: bool
         agg.close()
     flat.setdefault(secure, model)
     sum_s = sum(r.elapsed_s for r in job.results if r.request_type in SUM_ROUNDS)
-    return Run(n_workers, secure, wall, sum_s, cpu, receive, w1 - w0, load_before, load1(), same_model(model, flat[secure]))
+    return Run(
+        n_workers, secure, wall, sum_s, cpu, receive, w1 - w0, load_before, load1(), same_model(model, flat[secure])
+    )
 
 
 def main() -> int:

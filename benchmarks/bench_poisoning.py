@@ -280,9 +280,12 @@ def note(seed: int, setting: str, variant: str, outcome: Outcome, started: float
     """One progress line on stderr per run."""
     gc.collect()
     what = f"{outcome.accuracy:.3f}" if outcome.accuracy is not None else f"stopped: {outcome.reason[:100]}"
-    print(f"    seed {seed} | {setting} | {variant}: {what} rejected={list(outcome.rejected)} "
-          f"[{time.perf_counter() - started:.0f} s, {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB]",
-          file=sys.stderr, flush=True)
+    print(
+        f"    seed {seed} | {setting} | {variant}: {what} rejected={list(outcome.rejected)} "
+        f"[{time.perf_counter() - started:.0f} s, {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB]",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def applies(setting: Setting, variant: Variant) -> bool:

@@ -718,30 +718,42 @@ def main() -> int:
         print()
     view_vs_sent = [r["bytes"].sum() / r["client_bytes"] for r in ok if r["client_bytes"]]
     same_text = "; ".join(f"{d} {a}: {s}/{n}" for (d, a), (s, n) in same_models.items())
-    print("Accuracy on the pooled test set of all gateways; Δ = mode - paper's mode per seed, mean ± sd over the "
-          "seeds both ran. 'sent': encoded sizes of every message the server received from the gateway "
-          "(replies, presence, secure-aggregation keys and shares), summed over the training. 'raw': seglearn = "
-          "the subject's whole IMU recording (samples x 6 channels x 4 B); tabular = the client's train rows x d x 4 B. "
-          "'rounds' = distinct (job, round) pairs in the server view. Wall time of Simulation.run with "
-          f"{args.jobs} runs in parallel on {os.cpu_count()} cores. Secure-mode predictions identical to the plain "
-          f"histogram mode's (seeds both ran): {same_text}. Server-view bytes / the clients' transport sent bytes: "
-          f"{min(view_vs_sent):.4f}-{max(view_vs_sent):.4f} over the runs."
-          + (f" FedSCS-XGB histogram and secure on seglearn ran on seeds 0..{hist_seeds - 1} only (--hist-seeds: "
-             f"the slowest runs, ~50 MB per gateway and round at B = 256); their Δ is paired over those seeds."
-             if hist_seeds < n_seeds else ""))
+    print(
+        "Accuracy on the pooled test set of all gateways; Δ = mode - paper's mode per seed, mean ± sd over the "
+        "seeds both ran. 'sent': encoded sizes of every message the server received from the gateway "
+        "(replies, presence, secure-aggregation keys and shares), summed over the training. 'raw': seglearn = "
+        "the subject's whole IMU recording (samples x 6 channels x 4 B); tabular = the client's train rows x d x 4 B. "
+        "'rounds' = distinct (job, round) pairs in the server view. Wall time of Simulation.run with "
+        f"{args.jobs} runs in parallel on {os.cpu_count()} cores. Secure-mode predictions identical to the plain "
+        f"histogram mode's (seeds both ran): {same_text}. Server-view bytes / the clients' transport sent bytes: "
+        f"{min(view_vs_sent):.4f}-{max(view_vs_sent):.4f} over the runs."
+        + (
+            f" FedSCS-XGB histogram and secure on seglearn ran on seeds 0..{hist_seeds - 1} only (--hist-seeds: "
+            f"the slowest runs, ~50 MB per gateway and round at B = 256); their Δ is paired over those seeds."
+            if hist_seeds < n_seeds
+            else ""
+        )
+    )
     print()
 
     caches = {(d, a, m): max(r["reply_cache"] for r in ok if (r["dataset"], r["algorithm"], r["mode"]) == (d, a, m))
               for d, a, m in {(r["dataset"], r["algorithm"], r["mode"]) for r in ok}}
     worst = max(caches, key=caches.get) if caches else None
-    print(f"Memory (one plain FedSCS-XGB histogram run on seglearn, seed 0, B = {B_XGB}, in a fresh process): resident "
-          "memory above the start after each boosting round "
-          + ", ".join(fmt_bytes(v) for v in probe["after_round"]) + f", peak {fmt_bytes(probe['peak'])}; the "
-          f"{probe['gateways']} gateways' dispatchers then hold {fmt_bytes(probe['cache'])} of encoded replies "
-          f"for resending (each Dispatcher keeps at most {probe['remember']} replies"
-          + (f" and {fmt_bytes(probe['remember_bytes'])}" if probe["remember_bytes"] else "") + "). Largest reply caches at the end of "
-          + (f"a run: {worst[0]} {worst[1]} {worst[2]}, {fmt_bytes(caches[worst])} over all gateways."
-             if worst else "a run: -"))
+    print(
+        f"Memory (one plain FedSCS-XGB histogram run on seglearn, seed 0, B = {B_XGB}, in a fresh process): resident "
+        "memory above the start after each boosting round "
+        + ", ".join(fmt_bytes(v) for v in probe["after_round"])
+        + f", peak {fmt_bytes(probe['peak'])}; the "
+        f"{probe['gateways']} gateways' dispatchers then hold {fmt_bytes(probe['cache'])} of encoded replies "
+        f"for resending (each Dispatcher keeps at most {probe['remember']} replies"
+        + (f" and {fmt_bytes(probe['remember_bytes'])}" if probe["remember_bytes"] else "")
+        + "). Largest reply caches at the end of "
+        + (
+            f"a run: {worst[0]} {worst[1]} {worst[2]}, {fmt_bytes(caches[worst])} over all gateways."
+            if worst
+            else "a run: -"
+        )
+    )
     print()
 
     # -- table 2 ----------------------------------------------------------------------------------
@@ -768,17 +780,20 @@ def main() -> int:
     threshold_check = ", ".join(checks)
     print(f"### 2. Rank error alpha of the B = {B_XGB} bin edges (count weights)\n")
     print(markdown_table(["data", "pooled rows x features", "clients", "edges", "max alpha", "median alpha",
-                          "max alpha x B", f"features with alpha > 1/B", "max alpha <= 1/B", "edges (mean)"],
+                          "max alpha x B", "features with alpha > 1/B", "max alpha <= 1/B", "edges (mean)"],
                          rank_rows))
     print()
-    print(f"alpha = rank_error(edges, x, None, {B_XGB}) per feature (count weights, as the histogram protocols read "
-          f"their edges; 1/B = {1 / B_XGB:.5f}), max and median over the features that are not constant. The first "
-          "row of each set is the edges the server actually sent in a plain histogram job on those clients "
-          "(captured at a gateway); they equal the pooled oracle " + "; ".join(equal) + ". Summary M: 256 as "
-          "the first privacy review measured it, and min(256, n_k // 2) as the clients send it (edge_client's summary_points: at "
-          "most half a client's rows). The last row repeats bench_fedscs_xgb's round-1 measurement "
-          "(Hessian-weighted summaries and ranks, M = 256). Seed-0 histogram-mode models on seglearn, split "
-          f"thresholds that are bin edges: {threshold_check}.")
+    print(
+        f"alpha = rank_error(edges, x, None, {B_XGB}) per feature (count weights, as the histogram protocols read "
+        f"their edges; 1/B = {1 / B_XGB:.5f}), max and median over the features that are not constant. The first "
+        "row of each set is the edges the server actually sent in a plain histogram job on those clients "
+        "(captured at a gateway); they equal the pooled oracle " + "; ".join(equal) + ". Summary M: 256 as "
+        "the first privacy review measured it, and min(256, n_k // 2) as the clients send it (edge_client's "
+        "summary_points: at "
+        "most half a client's rows). The last row repeats bench_fedscs_xgb's round-1 measurement "
+        "(Hessian-weighted summaries and ranks, M = 256). Seed-0 histogram-mode models on seglearn, split "
+        f"thresholds that are bin edges: {threshold_check}."
+    )
     print()
 
     # -- table 3 ----------------------------------------------------------------------------------
@@ -824,14 +839,26 @@ def main() -> int:
     rows = []
     for s in secagg:
         per_gateway = s["vector_bytes"] + s["bundle_bytes"] + s["unmask_bytes"]
-        rows.append([f"{s['n']:,}", f"{s['dropped']}", f"{s['degree']} / {s['threshold']}", f"{s['length']:,}",
-                     f"{1e3 * s['setup_s'] / s['n']:.2f}", f"{1e3 * s['mask_s']:.1f}",
-                     f"{1e9 * s['mask_s'] / s['length']:.1f}", f"{1e3 * s['unmask_s']:.2f}",
-                     f"{s['server_s']:.3f}", f"{s['plain_s']:.4f}", f"{s['server_s'] / s['plain_s']:.0f}x",
-                     f"{(s['total_s'] - s['setup_s']) / s['plain_s']:.0f}x",
-                     f"{fmt_bytes(s['vector_bytes'])} + {fmt_bytes(s['bundle_bytes'])} + {fmt_bytes(s['unmask_bytes'])}",
-                     f"{per_gateway / s['vector_bytes']:.4f}", f"{s['total_s']:.1f}",
-                     "yes" if s["correct"] else "NO"])
+        rows.append(
+            [
+                f"{s['n']:,}",
+                f"{s['dropped']}",
+                f"{s['degree']} / {s['threshold']}",
+                f"{s['length']:,}",
+                f"{1e3 * s['setup_s'] / s['n']:.2f}",
+                f"{1e3 * s['mask_s']:.1f}",
+                f"{1e9 * s['mask_s'] / s['length']:.1f}",
+                f"{1e3 * s['unmask_s']:.2f}",
+                f"{s['server_s']:.3f}",
+                f"{s['plain_s']:.4f}",
+                f"{s['server_s'] / s['plain_s']:.0f}x",
+                f"{(s['total_s'] - s['setup_s']) / s['plain_s']:.0f}x",
+                f"{fmt_bytes(s['vector_bytes'])} + {fmt_bytes(s['bundle_bytes'])} + {fmt_bytes(s['unmask_bytes'])}",
+                f"{per_gateway / s['vector_bytes']:.4f}",
+                f"{s['total_s']:.1f}",
+                "yes" if s["correct"] else "NO",
+            ]
+        )
     print("### 4. Secure aggregation alone: one aggregation, 10 % dropped mid-round (pure protocol classes)\n")
     print(markdown_table(["gateways", "dropped", "degree / threshold", "L (uint64)", "key setup per gateway (ms)",
                           "mask per gateway (ms)", "mask ns per entry", "unmask reply per gateway (ms)",

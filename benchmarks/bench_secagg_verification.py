@@ -35,7 +35,9 @@ def one_run(seed: int) -> tuple[float, float, float, int]:
     dropped = set(ids[::10])
     label = f"round-{seed}".encode()
     start = time.perf_counter()
-    masked = {c: clients[c].mask(label, rng.integers(0, 2**63, LENGTH, dtype=np.uint64)) for c in ids if c not in dropped}
+    masked = {
+        c: clients[c].mask(label, rng.integers(0, 2**63, LENGTH, dtype=np.uint64)) for c in ids if c not in dropped
+    }
     mask_s = time.perf_counter() - start
     requests = server.unmask_request(label, masked)
     start = time.perf_counter()

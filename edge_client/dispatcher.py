@@ -96,7 +96,9 @@ class Dispatcher:
         elif handler is None:
             if broadcast:
                 return  # broadcasts this gateway does not handle are not errors
-            body: object = ErrorReply("unsupported", f"{self.client_id} has no handler for {request.type!r}", request.type)
+            body: object = ErrorReply(
+                "unsupported", f"{self.client_id} has no handler for {request.type!r}", request.type
+            )
         else:
             body = self._run(handler, request)
         payloads = self._encode_reply(request, body)

@@ -373,7 +373,9 @@ class FeatureTable:
             raise ValueError(f"unknown output format {path.suffix!r}: use .npz or .csv")
 
 
-def extract_recording(path: str | Path, *, config: PipelineConfig = PipelineConfig()) -> tuple[FeatureTable, ProcessingStats]:
+def extract_recording(
+    path: str | Path, *, config: PipelineConfig = PipelineConfig()
+) -> tuple[FeatureTable, ProcessingStats]:
     """Batch features of a recording through exactly the live gateway's path (in a scratch store)."""
     from firmware_bridge.recording import Recording
 

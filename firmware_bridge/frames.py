@@ -240,7 +240,9 @@ def descriptor_to_dict(descriptor: SensorDescriptor) -> dict[str, object]:
         "kind": descriptor.kind,
         "sample_rate_hz": descriptor.sample_rate_hz,
         "sample_format": descriptor.sample_format,
-        "channels": [{"name": c.name, "unit": c.unit, "scale": c.scale, "offset": c.offset} for c in descriptor.channels],
+        "channels": [
+            {"name": c.name, "unit": c.unit, "scale": c.scale, "offset": c.offset} for c in descriptor.channels
+        ],
     }
 
 
@@ -371,8 +373,12 @@ def _parse_payload(ftype: int, sensor_id: int, seq: int, timestamp_us: int, payl
         ch, dtype = payload[0], _FORMATS[payload[1]]
         n_bytes = len(payload) - 2
         if n_bytes == 0 or n_bytes % (ch * dtype.itemsize):
-            raise FrameError(f"SAMPLES payload of {n_bytes} bytes is not a whole number of {ch}-channel {dtype} samples")
-        samples = np.frombuffer(payload, dtype=dtype, offset=2).reshape(-1, ch).astype(dtype.newbyteorder("="), copy=False)
+            raise FrameError(
+                f"SAMPLES payload of {n_bytes} bytes is not a whole number of {ch}-channel {dtype} samples"
+            )
+        samples = (
+            np.frombuffer(payload, dtype=dtype, offset=2).reshape(-1, ch).astype(dtype.newbyteorder("="), copy=False)
+        )
         return SampleFrame(sensor_id, seq, timestamp_us, samples)
     if ftype == FrameType.DESCRIPTOR:
         descriptor = descriptor_from_dict(_descriptor_json(payload))
@@ -397,7 +403,10 @@ def decode_frame(raw: bytes) -> Frame:
     if len(raw) < FRAME_OVERHEAD or raw[:2] != SYNC:
         raise FrameError(f"{len(raw)} bytes do not start with a frame header")
     _, n, version, ftype, sensor_id, seq, ts = _HEADER.unpack_from(raw)
-    if version != VERSION or binascii.crc_hqx(raw[: _HEADER.size], 0xFFFF) != _HEADER_CRC.unpack_from(raw, _HEADER.size)[0]:
+    if (
+        version != VERSION
+        or binascii.crc_hqx(raw[: _HEADER.size], 0xFFFF) != _HEADER_CRC.unpack_from(raw, _HEADER.size)[0]
+    ):
         raise FrameError("frame header is corrupt or of an unknown version")
     if len(raw) != FRAME_OVERHEAD + n or zlib.crc32(raw[:-4]) != _CRC.unpack_from(raw, len(raw) - 4)[0]:
         raise FrameError(f"frame of {len(raw)} bytes fails its length or CRC-32 check")
@@ -407,7 +416,9 @@ def decode_frame(raw: bytes) -> Frame:
 def to_physical(frame: SampleFrame, descriptor: SensorDescriptor) -> np.ndarray:
     """Raw samples as float64 physical values, ``raw * scale + offset`` per channel."""
     if frame.sensor_id != descriptor.sensor_id:
-        raise ValueError(f"frame of sensor {frame.sensor_id} converted with the descriptor of sensor {descriptor.sensor_id}")
+        raise ValueError(
+            f"frame of sensor {frame.sensor_id} converted with the descriptor of sensor {descriptor.sensor_id}"
+        )
     if frame.samples.shape[1] != descriptor.n_channels or frame.sample_format != descriptor.sample_format:
         raise ValueError(
             f"sensor {descriptor.name!r} announces {descriptor.n_channels} {descriptor.sample_format} channels but the "
@@ -419,7 +430,13 @@ def to_physical(frame: SampleFrame, descriptor: SensorDescriptor) -> np.ndarray:
 
 
 def chunk_samples(
-    sensor_id: int, samples: np.ndarray, sample_rate_hz: float, frame_samples: int, *, t0_us: int = 0, first_seq: int = 0
+    sensor_id: int,
+    samples: np.ndarray,
+    sample_rate_hz: float,
+    frame_samples: int,
+    *,
+    t0_us: int = 0,
+    first_seq: int = 0,
 ) -> list[SampleFrame]:
     """Cut a raw sample array into consecutive SampleFrames, as a sensor firmware would send it.
 

@@ -167,8 +167,13 @@ def _annotation_to_json(a: Annotation) -> bytes:
 def _annotation_from_json(body: bytes) -> Annotation:
     try:
         doc = json.loads(body.decode("utf-8"))
-        return Annotation(str(doc["label"]), int(doc["start_us"]), None if doc["end_us"] is None else int(doc["end_us"]),
-                          int(doc["annotation_id"]), int(doc["source_id"]))
+        return Annotation(
+            str(doc["label"]),
+            int(doc["start_us"]),
+            None if doc["end_us"] is None else int(doc["end_us"]),
+            int(doc["annotation_id"]),
+            int(doc["source_id"]),
+        )
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise RecordingError(f"label record is invalid: {exc}") from exc
 
@@ -249,7 +254,9 @@ class RecordingWriter:
         writer._end = valid_end
         writer.sync()
         if discarded:
-            log.warning("recording tail discarded before appending", extra={"path": str(path), "discarded_bytes": discarded})
+            log.warning(
+                "recording tail discarded before appending", extra={"path": str(path), "discarded_bytes": discarded}
+            )
         return writer
 
     def _init_state(self, fsync: FsyncPolicy) -> None:
@@ -353,9 +360,13 @@ class RecordingReader:
             raise RecordingError(f"{self.path} is not a WheelFed recording (bad magic or cut before its header ended)")
         _, version, meta_len = _FILE_HEAD.unpack(head)
         if version != FORMAT_VERSION:
-            raise RecordingError(f"{self.path} is recording format version {version}; this reader knows {FORMAT_VERSION}")
+            raise RecordingError(
+                f"{self.path} is recording format version {version}; this reader knows {FORMAT_VERSION}"
+            )
         if meta_len > MAX_METADATA_BYTES:
-            raise RecordingError(f"{self.path}: metadata length {meta_len} exceeds {MAX_METADATA_BYTES}; header is corrupt")
+            raise RecordingError(
+                f"{self.path}: metadata length {meta_len} exceeds {MAX_METADATA_BYTES}; header is corrupt"
+            )
         meta = self._file.read(meta_len)
         crc = self._file.read(_CRC.size)
         if len(meta) < meta_len or len(crc) < _CRC.size:
@@ -389,7 +400,11 @@ class RecordingReader:
             if len(body) < length or len(crc) < _CRC.size or zlib.crc32(body, zlib.crc32(head)) != _CRC.unpack(crc)[0]:
                 break
             self.valid_end += _RECORD_HEAD.size + length + _CRC.size
-            yield FrameRecord(time_us, body) if kind == RecordKind.FRAME else LabelRecord(time_us, _annotation_from_json(body))
+            yield (
+                FrameRecord(time_us, body)
+                if kind == RecordKind.FRAME
+                else LabelRecord(time_us, _annotation_from_json(body))
+            )
         self.discarded_bytes = os.fstat(f.fileno()).st_size - self.valid_end
         if self.discarded_bytes:
             log.warning("recording has a damaged or truncated tail", extra={

@@ -280,9 +280,16 @@ class SerialReader:
     def stats(self) -> ReaderStats:
         with self._lock, self._cond:
             return ReaderStats(
-                link=self._decoder.stats.copy(), delivered=self._delivered, dropped=self._dropped, queued=len(self._queue),
-                opens=self._opens, open_failures=self._open_failures, disconnects=self._disconnects,
-                callback_errors=self._callback_errors, connected=self.connected, state=self.state,
+                link=self._decoder.stats.copy(),
+                delivered=self._delivered,
+                dropped=self._dropped,
+                queued=len(self._queue),
+                opens=self._opens,
+                open_failures=self._open_failures,
+                disconnects=self._disconnects,
+                callback_errors=self._callback_errors,
+                connected=self.connected,
+                state=self.state,
                 device_changes=self._device_changes,
             )
 

@@ -30,7 +30,9 @@ class KeyValueFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc = {"ts": record.created, "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
-        doc.update({k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v) for k, v in _fields(record).items()})
+        doc.update(
+            {k: v if isinstance(v, (int, float, str, bool, type(None))) else str(v) for k, v in _fields(record).items()}
+        )
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         return json.dumps(doc)

@@ -284,7 +284,9 @@ def load_signing_key(path: PathLike, *, check_permissions: bool = True) -> Signi
 def save_verify_key(key: VerifyKey | SigningKey, path: PathLike, *, overwrite: bool = False) -> None:
     """Write the public key (what gateways are provisioned with) to ``path``, mode 0644."""
     public = key.verify_key if isinstance(key, SigningKey) else key
-    text = f"# WheelFed aggregator model-verification key. key id {public.key_id}\n{_PUBLIC_LABEL} {bytes(public).hex()}\n"
+    text = (
+        f"# WheelFed aggregator model-verification key. key id {public.key_id}\n{_PUBLIC_LABEL} {bytes(public).hex()}\n"
+    )
     _write_key_file(path, text, 0o644, overwrite)
 
 

@@ -83,7 +83,9 @@ def split_gain(
     hr = np.asarray(hess_right, dtype=np.float64)
     g = gl + gr
     with np.errstate(divide="ignore", invalid="ignore"):
-        return 0.5 * (gl * gl / (hl + reg_lambda) + gr * gr / (hr + reg_lambda) - g * g / (hl + hr + reg_lambda)) - gamma
+        return (
+            0.5 * (gl * gl / (hl + reg_lambda) + gr * gr / (hr + reg_lambda) - g * g / (hl + hr + reg_lambda)) - gamma
+        )
 
 
 def leaf_weight(grad: ArrayLike, hess: ArrayLike, reg_lambda: float) -> np.ndarray:

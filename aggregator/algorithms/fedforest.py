@@ -854,8 +854,10 @@ class _Training:
 
     def _can_split(self, summary: np.ndarray) -> bool:
         """scikit-learn's rule: enough weight for ``min_samples_split`` and two leaves, not pure."""
-        return bool(node_count(summary, self.crit) >= max(self.config.min_samples_split, 2 * self.config.min_samples_leaf)
-                    and not is_pure(summary, self.crit))
+        return bool(
+            node_count(summary, self.crit) >= max(self.config.min_samples_split, 2 * self.config.min_samples_leaf)
+            and not is_pure(summary, self.crit)
+        )
 
     # -- requests and replies --------------------------------------------------------------------
 

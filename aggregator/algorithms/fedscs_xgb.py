@@ -2,7 +2,8 @@
 
 * ``protocol="private"`` (the default for classifiers unless secure aggregation is turned off):
   differential privacy under secure aggregation, grown by ``fedscs_xgb_private``.
-* ``protocol="histogram"`` (secure sums without differential privacy): the job opens with fleet sums and the edges read off
+* ``protocol="histogram"`` (secure sums without differential privacy): the job opens with fleet sums and the edges
+read off
   fleet-summed grid counts (``private_fleet``, once per job, count-weighted like XGBoost's
   ``hist``), then every depth level of a boosting round asks for the (G, H, count) histograms
   of the nodes to split, as fixed-point vectors summed by a ``FleetSummer`` -- under secure
@@ -401,7 +402,9 @@ class _Training(BoostedTrees):
     def _setup(self) -> FleetData:
         cfg = self.config
         regression = cfg.objective == "squared_error"
-        fleet = describe_fleet(self.job, cfg.feature_set_version, regression=regression, classes=self.config.job_classes())
+        fleet = describe_fleet(
+            self.job, cfg.feature_set_version, regression=regression, classes=self.config.job_classes()
+        )
         self._set_fleet(fleet)
         self.standardizations = [Standardization.from_moments(fleet.moments[:, j]) if cfg.standardize
                                  else Standardization() for j in range(self.n_features)]
@@ -612,5 +615,9 @@ class _Training(BoostedTrees):
 
     def model(self, n_trees: int | None = None) -> TreeEnsemble:
         """The ensemble of the first ``n_trees`` trees (all): a checkpoint names its round's count."""
-        return self.boosted_model(n_trees, self.base_score, self.config.feature_set_version,
-                                  metadata=self.config.model_metadata(len(self.trees[:n_trees]) // self.trees_per_round))
+        return self.boosted_model(
+            n_trees,
+            self.base_score,
+            self.config.feature_set_version,
+            metadata=self.config.model_metadata(len(self.trees[:n_trees]) // self.trees_per_round),
+        )

@@ -167,13 +167,19 @@ class _WheelFedBroker(Broker):
         # amqtt 0.12.1's Broker._initialize_client_session with the changes marked "WheelFed": the
         # client is authorised before any existing session of the same client id is touched.
         try:
-            handler, client_session = await BrokerProtocolHandler.init_from_connect(reader, writer, self.plugins_manager)
+            handler, client_session = await BrokerProtocolHandler.init_from_connect(
+                reader, writer, self.plugins_manager
+            )
         except AMQTTError as exc:
-            self.logger.warning(f"[MQTT-3.1.0-1] {format_client_message(address=remote_address, port=remote_port)}:"
-                                f" Can't read first packet as CONNECT: {exc}")
+            self.logger.warning(
+                f"[MQTT-3.1.0-1] {format_client_message(address=remote_address, port=remote_port)}:"
+                f" Can't read first packet as CONNECT: {exc}"
+            )
             raise AMQTTError(exc) from exc
         except MQTTError as exc:
-            self.logger.warning(f"Invalid connection from {format_client_message(address=remote_address, port=remote_port)}")
+            self.logger.warning(
+                f"Invalid connection from {format_client_message(address=remote_address, port=remote_port)}"
+            )
             await writer.close()
             raise MQTTError(exc) from exc
         except NoDataError as exc:
@@ -220,7 +226,9 @@ class _WheelFedBroker(Broker):
             return f"last will on forbidden topic {session.will_topic!r}"
         return None
 
-    async def _publish_retained_messages_for_subscription(self, subscription: tuple[str, int], session: Session) -> None:
+    async def _publish_retained_messages_for_subscription(
+        self, subscription: tuple[str, int], session: Session
+    ) -> None:
         # Replaces amqtt's version, which is also called on connect with every subscription filter
         # of every client in the broker and publishes without asking the topic plugins.
         topic_filter, qos = subscription

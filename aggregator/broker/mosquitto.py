@@ -282,7 +282,9 @@ class MosquittoBroker:
                 raise RuntimeError(f"mosquitto exited with {self.process.returncode}: {self.log_tail()}")
             if time.monotonic() > deadline:
                 self._halt(kill=False)  # the run folder stays: its log says why
-                raise TimeoutError(f"mosquitto did not listen on port {self.port} within {timeout_s}s: {self.log_tail()}")
+                raise TimeoutError(
+                    f"mosquitto did not listen on port {self.port} within {timeout_s}s: {self.log_tail()}"
+                )
             time.sleep(0.01)
         log.info("mosquitto started", extra={"port": self.port, "pid": self.process.pid})
         return self

@@ -171,8 +171,10 @@ def promotion_decision(step: str, name: str, candidate: Score | None, promotion:
         scored += (f" vs {deployed or 'the deployed model'} re-scored on the same windows {baseline:.3f}, "
                    f"threshold {promotion['threshold']:g}")
     verdict = "beats" if bars.passes else "does NOT beat"
-    reason = (f"the server's promotion rule ({scored}): {promotion['decision']} -- {promotion['detail']}; beside it: "
-              f"{name} {bars.accuracy:.3f} on {bars.windows} windows {verdict} {_bar_text(bars.local_only, bars.chance)}")
+    reason = (
+        f"the server's promotion rule ({scored}): {promotion['decision']} -- {promotion['detail']}; beside it: "
+        f"{name} {bars.accuracy:.3f} on {bars.windows} windows {verdict} {_bar_text(bars.local_only, bars.chance)}"
+    )
     rolled_out = promotion["decision"] == "rolled-out"
     if not rolled_out:
         reason = f"no model deployed: {reason}; {keep}"
@@ -369,14 +371,16 @@ def bytes_explanation(phases: Mapping[str, int], *, total: int, raw_sensor_bytes
     other = max(total - sum(phases.values()), 0)
     lines.append(f"  other (status messages, waiting between steps): {other / 1e6:.1f} MB")
     if secure:
-        lines.append("why private training costs more than the data: the federated trainings send masked vectors (secure "
-                     "aggregation cannot skip an empty cell without revealing it) plus key set-up and unmasking "
-                     "rounds -- private FedSCS-XGB a noisy histogram of the round's sampled features for one child "
-                     "of every sibling pair at every level of every boosting round, private FedForest one noisy "
-                     "histogram of every feature and bin and one of every tree's leaves; the local-only baseline "
-                     "sends every gateway's own histograms of every forest level in the clear, one job per gateway; "
-                     "every held-out scoring and deployment sends the model to every gateway; the sensor samples "
-                     "themselves are never sent")
+        lines.append(
+            "why private training costs more than the data: the federated trainings send masked vectors (secure "
+            "aggregation cannot skip an empty cell without revealing it) plus key set-up and unmasking "
+            "rounds -- private FedSCS-XGB a noisy histogram of the round's sampled features for one child "
+            "of every sibling pair at every level of every boosting round, private FedForest one noisy "
+            "histogram of every feature and bin and one of every tree's leaves; the local-only baseline "
+            "sends every gateway's own histograms of every forest level in the clear, one job per gateway; "
+            "every held-out scoring and deployment sends the model to every gateway; the sensor samples "
+            "themselves are never sent"
+        )
     else:
         lines.append("why private training costs more than the data: at every depth level of every boosting round "
                      "(FedSCS-XGB) and every forest level (FedForest) each gateway sends its histogram of every "

@@ -16,8 +16,18 @@ trainings on the same windows compose to (:func:`lifetime_epsilon`).
 
 from __future__ import annotations
 
-__all__ = ["ALLOWED_MISSES", "CURVE", "CURVE_GATEWAYS", "DEMO_DELTA", "DEMO_EPSILON", "SEEDS", "chosen_epsilon", "lifetime_epsilon",
-           "private_trainings", "statement"]
+__all__ = [
+    "ALLOWED_MISSES",
+    "CURVE",
+    "CURVE_GATEWAYS",
+    "DEMO_DELTA",
+    "DEMO_EPSILON",
+    "SEEDS",
+    "chosen_epsilon",
+    "lifetime_epsilon",
+    "private_trainings",
+    "statement",
+]
 
 #: Split seeds the curve was measured on (each a different series order of the recordings).
 SEEDS = 20
@@ -96,9 +106,12 @@ def statement(epsilon: float, gateways: int) -> str:
     fleet = (f"{CURVE_GATEWAYS} gateways, about {TRAINING_WINDOWS} labelled training windows" if gateways ==
              CURVE_GATEWAYS else f"this run has {gateways}; the curve was measured on the default {CURVE_GATEWAYS} "
                                  f"gateways with about {TRAINING_WINDOWS} labelled training windows")
-    return (f"{head} The demo uses it because its fleet is tiny ({fleet}): {epsilon:g} is the smallest epsilon at which its federated model beat the "
-            f"local-only baseline and chance on nearly every split seed ({beats} of {SEEDS}; mean accuracy "
-            f"{mean:.2f} vs local-only {LOCAL_ONLY_MEAN:.2f} and chance {CHANCE_MEAN:.2f}{before}; BENCHMARKS.md); "
-            f"a larger fleet sums more windows into every cell, so the same noise weighs less: at 100 gateways "
-            f"x 1,000 windows the private default scored 0.80 at epsilon 8 and 0.76 at epsilon 1, against 0.86 "
-            f"without differential privacy (BENCHMARKS.md, accuracy at fleet scale).")
+    return (
+        f"{head} The demo uses it because its fleet is tiny ({fleet}): {epsilon:g} is the smallest epsilon at which "
+        f"its federated model beat the "
+        f"local-only baseline and chance on nearly every split seed ({beats} of {SEEDS}; mean accuracy "
+        f"{mean:.2f} vs local-only {LOCAL_ONLY_MEAN:.2f} and chance {CHANCE_MEAN:.2f}{before}; BENCHMARKS.md); "
+        f"a larger fleet sums more windows into every cell, so the same noise weighs less: at 100 gateways "
+        f"x 1,000 windows the private default scored 0.80 at epsilon 8 and 0.76 at epsilon 1, against 0.86 "
+        f"without differential privacy (BENCHMARKS.md, accuracy at fleet scale)."
+    )

@@ -139,7 +139,9 @@ class Demo:
 
     def prepare(self) -> None:
         cfg = self.config
-        self.run_dir = Path(cfg.run_dir or self.stack.enter_context(tempfile.TemporaryDirectory(prefix="wheelfed-demo-")))
+        self.run_dir = Path(
+            cfg.run_dir or self.stack.enter_context(tempfile.TemporaryDirectory(prefix="wheelfed-demo-"))
+        )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.say("importing the bundled recordings (seglearn smartwatch: 10 subjects, 7 shoulder exercises)")
         self.sessions = prepare_sessions(self.run_dir / "recordings", cfg.subjects, cfg.labelled_fraction,
@@ -156,12 +158,34 @@ class Demo:
 
     def _gateway_command(self, gw: _Gateway) -> list[str]:
         s = gw.session
-        return [sys.executable, "-m", "edge_client.cli", "gateway", "--client-id", s.client_id, "--serial", gw.slave,
-                "--store", str(self.run_dir / f"{s.client_id}.db"), "--session", s.recording.metadata.session_id,
-                "--port", str(self.port), "--protocol", str(self.protocol),
-                "--holdout-fraction", str(self.config.holdout_fraction), "--trust", str(self.run_dir / "aggregator.pub"),
-                "--model-dir", str(self.run_dir / f"{s.client_id}-models"), "--publish-every", "1",
-                "--stats-every", "0"]
+        return [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "gateway",
+            "--client-id",
+            s.client_id,
+            "--serial",
+            gw.slave,
+            "--store",
+            str(self.run_dir / f"{s.client_id}.db"),
+            "--session",
+            s.recording.metadata.session_id,
+            "--port",
+            str(self.port),
+            "--protocol",
+            str(self.protocol),
+            "--holdout-fraction",
+            str(self.config.holdout_fraction),
+            "--trust",
+            str(self.run_dir / "aggregator.pub"),
+            "--model-dir",
+            str(self.run_dir / f"{s.client_id}-models"),
+            "--publish-every",
+            "1",
+            "--stats-every",
+            "0",
+        ]
 
     def start_gateway(self, gw: _Gateway) -> None:
         log = open(self.run_dir / f"{gw.session.client_id}.log", "ab")

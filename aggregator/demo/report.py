@@ -34,8 +34,20 @@ from firmware_bridge.frames import SampleFrame
 if TYPE_CHECKING:
     from .orchestrator import Demo
 
-__all__ = ["DemoReport", "PrivacyFacts", "SatOut", "Scoring", "ServerFacts", "SpentJob", "StoreSnapshot", "build_report",
-           "epsilon_lines", "held_out_keys", "privacy_line", "store_snapshot"]
+__all__ = [
+    "DemoReport",
+    "PrivacyFacts",
+    "SatOut",
+    "Scoring",
+    "ServerFacts",
+    "SpentJob",
+    "StoreSnapshot",
+    "build_report",
+    "epsilon_lines",
+    "held_out_keys",
+    "privacy_line",
+    "store_snapshot",
+]
 
 
 @dataclass(frozen=True)
@@ -149,17 +161,21 @@ class PrivacyFacts:
         --------
         >>> facts = PrivacyFacts.from_api({"epsilon_cap": 10.0, "delta": 1e-6, "entries": [], "gateways": [
         ...     {"gateway": "gw-1", "spent_epsilon": 0.0, "remaining_epsilon": 10.0}]})
-        >>> facts.lines()
-        ['privacy budget: no private training spent anything (cap: epsilon 10 per window over its lifetime, delta 1e-06)']
+        >>> print(*facts.lines())
+        privacy budget: no private training spent anything (cap: epsilon 10 per window over its lifetime, delta 1e-06)
         """
         gateways = privacy["gateways"]
         worst = max(gateways, key=lambda g: g["spent_epsilon"], default=None)
         least = min(gateways, key=lambda g: g["remaining_epsilon"], default=None)
-        return cls(float(privacy["epsilon_cap"]), float(privacy["delta"]),
-                   tuple(SpentJob(e["job_id"], e["model"], float(e["epsilon"]), e["basis"]) for e in privacy["entries"]),
-                   float(worst["spent_epsilon"]) if worst else 0.0, worst["gateway"] if worst else "",
-                   float(least["remaining_epsilon"]) if least else float(privacy["epsilon_cap"]),
-                   least["gateway"] if least else "")
+        return cls(
+            float(privacy["epsilon_cap"]),
+            float(privacy["delta"]),
+            tuple(SpentJob(e["job_id"], e["model"], float(e["epsilon"]), e["basis"]) for e in privacy["entries"]),
+            float(worst["spent_epsilon"]) if worst else 0.0,
+            worst["gateway"] if worst else "",
+            float(least["remaining_epsilon"]) if least else float(privacy["epsilon_cap"]),
+            least["gateway"] if least else "",
+        )
 
     def lines(self) -> list[str]:
         cap = f"epsilon {self.epsilon_cap:g} per window over its lifetime, delta {self.delta:g}"
@@ -194,9 +210,15 @@ class ServerFacts:
         keep = ("job_id", "algorithm", "model_id", "state", "schedule_id", "result", "participants", "error",
                 "evaluation")
         jobs = [{k: j[k] for k in keep} for j in server.get("/api/jobs?limit=1000")]
-        return cls(server.url, jobs, dict(schedule), server.get("/api/promotions"),
-                   [m["label"] for m in server.get("/api/models?limit=1000")],
-                   server.get("/api/deployments?limit=1000"), PrivacyFacts.from_api(server.get("/api/privacy?detail=true")))
+        return cls(
+            server.url,
+            jobs,
+            dict(schedule),
+            server.get("/api/promotions"),
+            [m["label"] for m in server.get("/api/models?limit=1000")],
+            server.get("/api/deployments?limit=1000"),
+            PrivacyFacts.from_api(server.get("/api/privacy?detail=true")),
+        )
 
     @property
     def fired(self) -> list[dict[str, Any]]:

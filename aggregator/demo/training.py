@@ -96,7 +96,8 @@ def mqtt_bytes(metrics: str) -> int | None:
 
     Examples
     --------
-    >>> mqtt_bytes('wheelfed_mqtt_bytes_total{direction="sent"} 120\\nwheelfed_mqtt_bytes_total{direction="received"} 80')
+    >>> sent = 'wheelfed_mqtt_bytes_total{direction="sent"} 120'
+    >>> mqtt_bytes(sent + '\\nwheelfed_mqtt_bytes_total{direction="received"} 80')
     200
     >>> mqtt_bytes("wheelfed_jobs_total 3") is None
     True

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import JSONResponse
 
-from .config import LOOPBACK_HOSTS
+from .config import LOOPBACK_HOSTS  # noqa: F401  (the doctests use it)
 
 __all__ = ["Refusal", "RequestGate", "Tokens", "body_refusal", "install_guards", "required_role",
            "token_refusal", "trusted_hosts"]

@@ -949,7 +949,9 @@ class Scheduler:
                 note = ""
             except (ValueError, RegistryError) as exc:  # the privacy cap, or a schedule gone stale
                 note = f"{_iso(now)}: skipped -- {exc}"
-                log.warning("schedule %s skipped: %s", schedule.schedule_id, exc, extra={"schedule": schedule.schedule_id})
+                log.warning(
+                    "schedule %s skipped: %s", schedule.schedule_id, exc, extra={"schedule": schedule.schedule_id}
+                )
             self.registry.update_schedule(schedule.schedule_id, last_run=now, last_windows=labelled, note=note)
             self._started[schedule.schedule_id] = (now, monotonic)
         return started

@@ -65,7 +65,13 @@ class WheelFedModules(SphinxDirective):
             if module != package:  # the package's own docstring sits under the page's title
                 title = f"``{module}``"
                 lines += [title, "-" * len(title), ""]
-            lines += [f".. automodule:: {module}", "   :members:", "   :ignore-module-all:", "   :show-inheritance:", ""]
+            lines += [
+                f".. automodule:: {module}",
+                "   :members:",
+                "   :ignore-module-all:",
+                "   :show-inheritance:",
+                "",
+            ]
         if subpackages:
             lines += ["Subpackages", "-----------", ""]
             lines += [f"* :doc:`{name}`" for name in subpackages] + [""]

@@ -392,14 +392,25 @@ class FedForestClient:
             pairs=np.concatenate(pairs)[order].astype(np.int64) if pairs else np.zeros(0, np.int64),
             points=np.concatenate(points)[order] if points else np.zeros((0, body.sketch_size + 1)),
             pair_weight=np.concatenate(weights)[order] if weights else np.zeros(0),
-            category_pairs=np.concatenate(cat_pairs)[cat_order].astype(np.int64) if cat_pairs else np.zeros(0, np.int64),
-            category_summaries=(state.wire(np.concatenate(cat_sums)[cat_order]) if cat_pairs
-                                else np.zeros((0, body.n_categories, S), np.int64 if state.integer else np.float64)),
+            category_pairs=np.concatenate(cat_pairs)[cat_order].astype(np.int64)
+            if cat_pairs
+            else np.zeros(0, np.int64),
+            category_summaries=(
+                state.wire(np.concatenate(cat_sums)[cat_order])
+                if cat_pairs
+                else np.zeros((0, body.n_categories, S), np.int64 if state.integer else np.float64)
+            ),
             local_gain=np.concatenate(gains)[order] if gains else np.zeros(0),
-            missing_pairs=(np.concatenate(missing_pairs)[missing_order].astype(np.int64) if missing_pairs
-                           else np.zeros(0, np.int64)),
-            missing_summaries=(state.wire(np.concatenate(missing_sums)[missing_order]) if missing_pairs
-                               else state.wire(np.zeros((0, S)))),
+            missing_pairs=(
+                np.concatenate(missing_pairs)[missing_order].astype(np.int64)
+                if missing_pairs
+                else np.zeros(0, np.int64)
+            ),
+            missing_summaries=(
+                state.wire(np.concatenate(missing_sums)[missing_order])
+                if missing_pairs
+                else state.wire(np.zeros((0, S)))
+            ),
         )
 
     @staticmethod

@@ -294,7 +294,9 @@ class FedSCSXGBClient:
         body: XgbPrivateLeavesRequest = message.body
         qg, qh, _, position = self._private_positions(message, body)
         leaf = np.searchsorted(body.leaves, position[0])
-        inside = (leaf < body.leaves.shape[0]) & (body.leaves[np.minimum(leaf, body.leaves.shape[0] - 1)] == position[0])
+        inside = (leaf < body.leaves.shape[0]) & (
+            body.leaves[np.minimum(leaf, body.leaves.shape[0] - 1)] == position[0]
+        )
         m = qg.shape[1]
         sums = np.zeros((body.leaves.shape[0], 2 * m), dtype=np.int64)
         np.add.at(sums, leaf[inside], np.concatenate([qg, qh], axis=1)[inside])

@@ -8,7 +8,8 @@ the structure of every split and the feature and threshold of the splits it owns
 node its best gain and the id of that feature under this job's keyed permutation of its columns
 (``shared.vertical_splits.feature_codes``; the real column stays in its partial tree), and --
 for the splits it won -- the node's rows left/right, sealed for the other parties. Never a
-feature value, a threshold or a feature name. The partial trees are kept only when the job finishes (``vertical_forest.finish``);
+feature value, a threshold or a feature name. The partial trees are kept only when the job finishes
+(``vertical_forest.finish``);
 a job that fails or is aborted leaves nothing. At the finish every party reports the SHA-256 of
 its partial trees; until a deployment they live in memory only.
 
@@ -276,9 +277,15 @@ class VerticalForestClient:
     def _read_deployed(self, data: bytes) -> DeployedForest:
         raw = loads_value(data, max_bytes=MAX_MODEL_BYTES)
         manifest = from_wire(VerticalManifest, raw["manifest"])
-        trees = tuple(PartialTree(np.asarray(t["split_nodes"], dtype=np.int64), np.asarray(t["owned"], dtype=bool),
-                                  np.asarray(t["feature"], dtype=np.int64), np.asarray(t["threshold"], dtype=np.float64))
-                      for t in raw["trees"])
+        trees = tuple(
+            PartialTree(
+                np.asarray(t["split_nodes"], dtype=np.int64),
+                np.asarray(t["owned"], dtype=bool),
+                np.asarray(t["feature"], dtype=np.int64),
+                np.asarray(t["threshold"], dtype=np.float64),
+            )
+            for t in raw["trees"]
+        )
         self._check_manifest(manifest, trees)
         return DeployedForest(manifest, trees)
 

@@ -233,8 +233,11 @@ def serve(settings: config.GatewaySettings) -> int:
     except GatewayError as exc:
         raise CliError(str(exc)) from None
     broker = f"{settings.host}:{config.broker_port(settings)}" if settings.broker else "-"
-    print(f"gateway {settings.client_id}: session {gateway.session_id}, store {store}, serial {settings.serial or '-'}, "
-          f"broker {broker}", flush=True)
+    print(
+        f"gateway {settings.client_id}: session {gateway.session_id}, store {store}, serial {settings.serial or '-'}, "
+        f"broker {broker}",
+        flush=True,
+    )
     sd_notify(f"READY=1\nSTATUS=session {gateway.session_id}, broker {broker}")
     heartbeat = Heartbeat(settings.stats_every, watchdog_interval_s())
     gateway.run(stats_every_s=heartbeat.every_s, on_stats=heartbeat if heartbeat.every_s else None)

@@ -213,8 +213,12 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="a split must decrease the weighted impurity by at least this (scikit-learn's meaning)")
     p.add_argument("--no-bootstrap", action="store_true",
                    help="every tree on every aligned window once (default: a bootstrap sample per tree)")
-    p.add_argument("--max-features", type=max_features, help="features drawn per node: sqrt, log2, a count or a fraction (default: "
-                                          "sqrt for classification, all for regression)")
+    p.add_argument(
+        "--max-features",
+        type=max_features,
+        help="features drawn per node: sqrt, log2, a count or a fraction (default: "
+        "sqrt for classification, all for regression)",
+    )
     p.add_argument("--task", choices=("classification", "regression"), default="classification", help="what to fit")
     p.add_argument("--criterion", choices=("gini", "entropy", "mse"), help="split criterion (default: gini, or mse "
                                                                            "for regression)")

@@ -148,7 +148,8 @@ def butter_lowpass_sos(order: int, cutoff_hz: float, fs_hz: float) -> np.ndarray
 
 
 def lowpass_sos(fs_hz: float, cutoff_hz: float, order: int) -> np.ndarray | None:
-    """Second-order sections of a digital Butterworth low-pass at rate ``fs_hz``, or ``None`` when ``cutoff >= fs/2``."""
+    """Second-order sections of a digital Butterworth low-pass at rate ``fs_hz``, or ``None`` when ``cutoff >=
+    fs/2``."""
     if cutoff_hz >= fs_hz / 2:
         return None
     return butter_lowpass_sos(order, cutoff_hz, fs_hz)

@@ -478,7 +478,9 @@ def _self_test_rows(model: TreeEnsemble, n_rows: int, rng: np.random.Generator) 
             if feature >= n_in:
                 continue  # the client-index column
             if tree.is_categorical[node]:
-                codes[feature].extend(int(c) for c in tree.cat_values[tree.cat_offsets[node]:tree.cat_offsets[node + 1]])
+                codes[feature].extend(
+                    int(c) for c in tree.cat_values[tree.cat_offsets[node] : tree.cat_offsets[node + 1]]
+                )
             else:
                 thresholds[feature].append(float(tree.threshold[node]))
     rows = np.zeros((n_rows, n_in), dtype=np.float32)

@@ -192,8 +192,8 @@ class _Layout:
             )
         T, D = self.n_trees, self.depth
         # Pseudo-nodes (padding below early leaves): column 0, threshold 0.
-        self.feature = [np.zeros(T << l, dtype=np.int32) for l in range(D)]  # column of the widened input
-        self.threshold = [np.zeros(T << l, dtype=np.float32) for l in range(D)]
+        self.feature = [np.zeros(T << d, dtype=np.int32) for d in range(D)]  # column of the widened input
+        self.threshold = [np.zeros(T << d, dtype=np.float32) for d in range(D)]
         self.n_blocks = 2  # 3 once a categorical split sends NaN left (it needs the raw block)
         self.codes: list[dict[int, np.ndarray]] = [{} for _ in range(D)]
         self.leaf = np.zeros(T << D, dtype=np.int32)

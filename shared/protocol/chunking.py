@@ -252,7 +252,9 @@ class Reassembler:
                 self.stats.late += 1
             return None
         if chunk.total_size > self.limits.max_message_bytes:
-            raise ChunkError(f"chunked message of {chunk.total_size} bytes exceeds the limit of {self.limits.max_message_bytes}")
+            raise ChunkError(
+                f"chunked message of {chunk.total_size} bytes exceeds the limit of {self.limits.max_message_bytes}"
+            )
         transfer = state.transfers.get(chunk.transfer) if state is not None else None
         if transfer is None:
             transfer = self._open(sender, chunk, now)
@@ -307,7 +309,9 @@ class Reassembler:
             oldest = next(iter(victim.transfers.values()))
             self._evict(oldest, "held the most of a full buffer")
             if oldest is transfer:
-                raise ChunkError(f"reassembly buffer full ({self.buffered_bytes} bytes of unfinished chunked transfers)")
+                raise ChunkError(
+                    f"reassembly buffer full ({self.buffered_bytes} bytes of unfinished chunked transfers)"
+                )
 
     def _evict(self, transfer: _Transfer, why: str) -> None:
         """Drop an open transfer to keep a budget: counted always, logged as a warning once per

@@ -56,7 +56,8 @@ def _annotation_text(hint: Any) -> str:
         specs = []
         for extra in extras:
             if dataclasses.is_dataclass(extra):
-                specs.append(f"{type(extra).__name__}({', '.join(f'{f.name}={getattr(extra, f.name)!r}' for f in dataclasses.fields(extra))})")
+                fields = ", ".join(f"{f.name}={getattr(extra, f.name)!r}" for f in dataclasses.fields(extra))
+                specs.append(f"{type(extra).__name__}({fields})")
         return f"{_annotation_text(base)}[{'; '.join(specs)}]" if specs else _annotation_text(base)
     if origin in (typing.Union, types.UnionType):
         return " | ".join(sorted(_annotation_text(a) for a in get_args(hint)))

@@ -83,7 +83,8 @@ class UnmaskRequest:
     ``survivors``: the gateway's neighbours (and itself) whose masked inputs were accepted.
     ``dropped``: clients selected for this aggregation whose inputs were not, among the
     gateway's neighbours and its surviving neighbours' neighbours (those are the pairs whose
-    seeds the gateway holds shares of). ``shares``: surviving neighbour -> the sealed bundle it addressed to this gateway.
+    seeds the gateway holds shares of). ``shares``: surviving neighbour -> the sealed bundle it addressed to this
+    gateway.
     """
 
     survivors: tuple[str, ...]

@@ -300,7 +300,9 @@ class SecAggClient:
         state = self._joined()
         label = check_label(label, "label")
         if label in self._masked:
-            raise SecureAggregationError(f"{self._id} already masked a vector for label {label!r}; labels are single-use")
+            raise SecureAggregationError(
+                f"{self._id} already masked a vector for label {label!r}; labels are single-use"
+            )
         vector = _check_ring_vector(vector, "vector")
         taking_part = state.neighbours if neighbours is None else tuple(sorted(_distinct_ids(neighbours, "neighbours")))
         unconfirmed = sorted(set(taking_part) - self._confirmed)
@@ -408,7 +410,8 @@ class SecAggClient:
         remote = sorted(gone - adjacent)
         if remote:
             raise SecureAggregationError(
-                f"refused: dropped clients {remote} are neighbours neither of {self._id} nor of its surviving neighbours"
+                f"refused: dropped clients {remote} are neighbours neither of {self._id} nor of its surviving "
+                f"neighbours"
             )
         self_mask = {sender: bundle.self_mask for sender, bundle in bundles.items()}
         pair_seeds = {}
@@ -498,7 +501,9 @@ class SecAggServer:
         degree = len(neighbours[participants[0]])
         threshold = self._config.threshold if self._config.threshold is not None else default_threshold(degree)
         if threshold > degree:
-            raise SecureAggregationError(f"threshold {threshold} exceeds the {degree} neighbours that hold a client's shares")
+            raise SecureAggregationError(
+                f"threshold {threshold} exceeds the {degree} neighbours that hold a client's shares"
+            )
         self._clients, self._neighbours, self._degree, self._threshold = participants, neighbours, degree, threshold
 
     # --- read-only views -----------------------------------------------------------------------

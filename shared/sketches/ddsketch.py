@@ -18,7 +18,8 @@ on *ranks*. A feature such as 20 ± 0.05 falls into one or two buckets of width 
 its edges collapse. ``Standardization`` fixes that: every client buckets
 ``z = (x - center) / scale`` with the *same* ``center``/``scale`` chosen by the server (e.g. the
 pooled weighted mean and standard deviation from one round of additive ``weighted_moments``,
-see ``standardization.py``), and quantiles are mapped back. Sketches with different ``alpha`` or standardisation cannot be
+see ``standardization.py``), and quantiles are mapped back. Sketches with different ``alpha`` or standardisation
+cannot be
 merged. The default rank-accurate sketch remains ``summary.py`` + ``mixture.py``.
 """
 
@@ -227,7 +228,9 @@ class DDSketch:
         pos = factor * np.exp(self.pos_keys.astype(np.float64) * log_gamma)
         zero = np.array([0.0] if self.zero_weight > 0 else [])
         values = np.concatenate([neg, zero, pos])
-        weights = np.concatenate([self.neg_weights[::-1], [self.zero_weight] if self.zero_weight > 0 else [], self.pos_weights])
+        weights = np.concatenate(
+            [self.neg_weights[::-1], [self.zero_weight] if self.zero_weight > 0 else [], self.pos_weights]
+        )
         return values, weights
 
     def quantiles(self, qs: ArrayLike) -> np.ndarray:

@@ -116,7 +116,9 @@ class Transport(ABC):
             )
         else:
             env = message.envelope
-            chunks = split_payload(encoded, sender=env.sender, max_payload=self.max_payload, job=env.job, round=env.round)
+            chunks = split_payload(
+                encoded, sender=env.sender, max_payload=self.max_payload, job=env.job, round=env.round
+            )
             payloads = [encode_message(chunk) for chunk in chunks]
         for payload in payloads:
             if len(payload) > self.max_payload:  # guards the chunk overhead estimate
@@ -185,7 +187,9 @@ class Transport(ABC):
             if isinstance(message.body, Chunk):
                 sender = verified_publisher(self.layout, topic)
                 if sender is None:
-                    raise ChunkError(f"chunk on {topic!r}, outside the topic layout: no verified sender to account it to")
+                    raise ChunkError(
+                        f"chunk on {topic!r}, outside the topic layout: no verified sender to account it to"
+                    )
                 whole = self._reassembler.add(message, sender=sender)
                 if whole is None:
                     return None
@@ -196,7 +200,9 @@ class Transport(ABC):
             return message, size
         except DecodeError as exc:
             self.stats.rejected[type(exc).__name__] += 1
-            log.warning("rejected message", extra={"topic": topic, "reason": type(exc).__name__, "detail": str(exc)[:200]})
+            log.warning(
+                "rejected message", extra={"topic": topic, "reason": type(exc).__name__, "detail": str(exc)[:200]}
+            )
             return None
         except Exception:  # a decoder bug: still a rejection, never a dead receive thread
             self.stats.rejected["InternalDecodeError"] += 1

@@ -34,7 +34,9 @@ class _Session:
 class MemoryBroker:
     """Routes payloads between ``MemoryTransport`` instances; thread-safe, re-entrant."""
 
-    def __init__(self, layout: TopicLayout | None = None, *, enforce_acl: bool = True, max_queued: int = 10_000) -> None:
+    def __init__(
+        self, layout: TopicLayout | None = None, *, enforce_acl: bool = True, max_queued: int = 10_000
+    ) -> None:
         self.layout = layout or TopicLayout()
         self.enforce_acl = enforce_acl
         self.max_queued = max_queued

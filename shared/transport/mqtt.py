@@ -117,7 +117,9 @@ class MqttTransport(Transport):
         self._pending_lock = threading.Condition()
         self._inbound: queue.Queue[tuple[str, bytes, int, int] | None] = queue.Queue()
         self._client = self._make_client()
-        self._dispatch_thread = threading.Thread(target=self._dispatch_loop, name=f"mqtt-dispatch-{client_id}", daemon=True)
+        self._dispatch_thread = threading.Thread(
+            target=self._dispatch_loop, name=f"mqtt-dispatch-{client_id}", daemon=True
+        )
         self._dispatch_thread.start()
         self._closed = False
 
@@ -125,7 +127,9 @@ class MqttTransport(Transport):
     def _make_client(self) -> paho.Client:
         cfg = self.config
         if cfg.protocol == 5:
-            client = paho.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=MQTTProtocolVersion.MQTTv5)
+            client = paho.Client(
+                CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=MQTTProtocolVersion.MQTTv5
+            )
         elif cfg.protocol == 4:
             client = paho.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=False,
                                  protocol=MQTTProtocolVersion.MQTTv311)
@@ -187,7 +191,9 @@ class MqttTransport(Transport):
                     detail = f"no SUBACK for {n} subscription{'s' if n != 1 else ''}"
         if detail is not None:
             self.close()
-            raise ConnectionError(f"could not connect to MQTT broker {cfg.host}:{cfg.port} as {self.client_id!r}: {detail}")
+            raise ConnectionError(
+                f"could not connect to MQTT broker {cfg.host}:{cfg.port} as {self.client_id!r}: {detail}"
+            )
 
     def wait_connected(self, timeout_s: float) -> bool:
         return self._connected.wait(timeout_s)
@@ -237,7 +243,9 @@ class MqttTransport(Transport):
     def _on_disconnect(self, _client, _userdata, _flags, reason_code, _props) -> None:
         self._connected.clear()
         if not self._closed:
-            log.warning("disconnected from broker; reconnecting", extra={"client": self.client_id, "reason": str(reason_code)})
+            log.warning(
+                "disconnected from broker; reconnecting", extra={"client": self.client_id, "reason": str(reason_code)}
+            )
 
     def _on_message(self, _client, _userdata, msg: paho.MQTTMessage) -> None:
         self._inbound.put((msg.topic, bytes(msg.payload), msg.mid, msg.qos))
@@ -305,8 +313,11 @@ class MqttTransport(Transport):
             return
         if self.presence and self.is_connected:
             try:
-                self.publish(self.layout.status(self.client_id), Message.create(Status(online=False), sender=self.client_id),
-                             retain=True)
+                self.publish(
+                    self.layout.status(self.client_id),
+                    Message.create(Status(online=False), sender=self.client_id),
+                    retain=True,
+                )
             except ConnectionError:
                 pass
         if self.is_connected:
@@ -327,9 +338,12 @@ def _check_reachable(host: str, port: int, timeout_s: float) -> None:
     try:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except socket.gaierror as exc:
-        raise ConnectionError(f"could not connect to MQTT broker {host}:{port}: unknown host ({exc.strerror})") from None
+        raise ConnectionError(
+            f"could not connect to MQTT broker {host}:{port}: unknown host ({exc.strerror})"
+        ) from None
     except ConnectionRefusedError:
-        raise ConnectionError(f"could not connect to MQTT broker {host}:{port}: connection refused "
-                              "(is the broker running on that port?)") from None
+        raise ConnectionError(
+            f"could not connect to MQTT broker {host}:{port}: connection refused (is the broker running on that port?)"
+        ) from None
     except OSError as exc:
         raise ConnectionError(f"could not connect to MQTT broker {host}:{port}: {exc.strerror or exc}") from None

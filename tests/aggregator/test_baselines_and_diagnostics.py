@@ -78,5 +78,7 @@ def test_covariate_shift_diagnostic_finds_the_shifted_feature() -> None:
 def test_no_covariate_shift_on_homogeneous_clients() -> None:
     sim = Simulation(fleet(0.0, seed=2))
     job = FederatedJob(sim.engine, list(sim.transports), job_id="diag", settings=JobSettings(deadline_s=30))
-    report = covariate_shift(job, forest=FedForest(protocol="sketches", n_trees=10, max_depth=2, min_samples_leaf=20, max_features=None))
+    report = covariate_shift(
+        job, forest=FedForest(protocol="sketches", n_trees=10, max_depth=2, min_samples_leaf=20, max_features=None)
+    )
     assert not report.shifted and report.auc < 0.7

@@ -23,12 +23,28 @@ def fleet(labels: tuple[str, ...], seed: int = 0) -> list[ClientData]:
 
 @pytest.mark.parametrize("secure", [True, False])
 def test_continuing_keeps_the_models_classes_and_leaves_new_labels_out(secure: bool) -> None:
-    first = aggregator.simulate(FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16, protocol="histogram", secure_aggregation=secure),
-                                fleet(("lie", "push", "sit")))
+    first = aggregator.simulate(
+        FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16, protocol="histogram", secure_aggregation=secure),
+        fleet(("lie", "push", "sit")),
+    )
     grown = fleet(("lie", "push", "sit", "tilt"), seed=1)
-    more = aggregator.simulate(FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16, protocol="histogram", secure_aggregation=secure,
-                                         init_model=first), grown)
+    more = aggregator.simulate(
+        FedSCSXGB(
+            n_rounds=2, max_depth=3, n_bins=16, protocol="histogram", secure_aggregation=secure, init_model=first
+        ),
+        grown,
+    )
     assert tuple(more.classes) == tuple(first.classes) and more.n_trees == first.n_trees + 2 * 3
-    fixed = aggregator.simulate(FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16, protocol="histogram", secure_aggregation=secure,
-                                          init_model=first, classes=("lie", "push", "sit")), grown)
+    fixed = aggregator.simulate(
+        FedSCSXGB(
+            n_rounds=2,
+            max_depth=3,
+            n_bins=16,
+            protocol="histogram",
+            secure_aggregation=secure,
+            init_model=first,
+            classes=("lie", "push", "sit"),
+        ),
+        grown,
+    )
     assert more == fixed  # continuing == naming the model's classes explicitly

@@ -24,7 +24,12 @@ def plan(secure: bool = True) -> TrainingPlan:
 def test_the_server_builds_every_config_the_demo_sends() -> None:
     p = plan()
     xgb = build_algorithm("fedscs-xgb", p.config("fedscs-xgb"))
-    assert (xgb.n_rounds, xgb.protocol, xgb.dp_epsilon, list(xgb.classes)) == (10, "private", DEMO_EPSILON, ["PEN", "ROW"])
+    assert (xgb.n_rounds, xgb.protocol, xgb.dp_epsilon, list(xgb.classes)) == (
+        10,
+        "private",
+        DEMO_EPSILON,
+        ["PEN", "ROW"],
+    )
     assert build_algorithm("fedscs-xgb", p.config("fedscs-xgb", continuing=True)).n_rounds == 5
     forest = build_algorithm("fedforest", p.config("fedforest"))
     assert (forest.n_trees, forest.max_depth, forest.n_bins, forest.secure_aggregation, forest.protocol,

@@ -72,7 +72,9 @@ def test_training_split_and_clients_without_holdout() -> None:
     no_test = ClientData("gw-9", data[0].X, data[0].y)
     sim = Simulation([*data, no_test])
     model = sim.run(FedForest(n_trees=5, max_depth=3))
-    job = FederatedJob(sim.engine, list(sim.transports), job_id="e", settings=JobSettings(deadline_s=5, min_fraction=0.5))
+    job = FederatedJob(
+        sim.engine, list(sim.transports), job_id="e", settings=JobSettings(deadline_s=5, min_fraction=0.5)
+    )
     evaluation = evaluate_federated(job, model)
     assert "gw-9" not in evaluation.per_client and job.results[-1].errors["gw-9"].code == "no_holdout_windows"
     train = evaluate_federated(job, model, split="train")

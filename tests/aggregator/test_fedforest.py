@@ -248,7 +248,7 @@ def gini_gain(parent: list[int], left: list[int]) -> Fraction:
         n = sum(c)
         return Fraction(0) if n == 0 else 1 - sum(Fraction(v, n) ** 2 for v in c)
 
-    right = [p - l for p, l in zip(parent, left)]
+    right = [p - c for p, c in zip(parent, left)]
     n, nl, nr = sum(parent), sum(left), sum(right)
     return g(parent) - Fraction(nl, n) * g(left) - Fraction(nr, n) * g(right)
 
@@ -259,7 +259,7 @@ def mse_gain(parent: tuple, left: tuple) -> Fraction:
         n, t, q = s
         return Fraction(0) if n == 0 else q / n - (t / n) ** 2
 
-    right = tuple(p - l for p, l in zip(parent, left))
+    right = tuple(p - c for p, c in zip(parent, left))
     return v(parent) - Fraction(left[0], parent[0]) * v(left) - Fraction(right[0], parent[0]) * v(right)
 
 
@@ -378,7 +378,9 @@ def test_mirrored_equal_gain_splits_go_to_the_lower_feature() -> None:
     feature 1 wins."""
     X = np.array([[0.0, 1.0], [1.0, 0.0]])
     y = np.array([-1.01, -0.209])
-    config = FedForest(protocol="sketches", task="regression", n_trees=1, max_depth=1, bootstrap=False, max_features=None)
+    config = FedForest(
+        protocol="sketches", task="regression", n_trees=1, max_depth=1, bootstrap=False, max_features=None
+    )
     tree = aggregator.simulate(config, [ClientData("solo", X, y)]).trees[0]
     assert tree.feature[0] == 0
 
@@ -457,7 +459,9 @@ def categorical_clients(seed: int, m: int, positive: set[int], noise: float, K: 
 def test_categorical_feature_is_split_on_the_right_category_set() -> None:
     m, positive = 6, {1, 3, 4}
     clients = categorical_clients(0, m, positive, noise=0.0)
-    config = FedForest(protocol="sketches", n_trees=3, max_depth=2, categorical_features=(1,), n_categories=m, max_features=None)
+    config = FedForest(
+        protocol="sketches", n_trees=3, max_depth=2, categorical_features=(1,), n_categories=m, max_features=None
+    )
     model = aggregator.simulate(config, clients, seed=0)
     for t in model.trees:
         assert t.feature[0] == 1 and t.is_categorical[0]
@@ -472,8 +476,15 @@ def test_fisher_grouping_finds_the_best_of_all_subsets_for_binary_classification
     rng = np.random.default_rng(seed)
     positive = set(rng.choice(m, size=3, replace=False).tolist())
     clients = categorical_clients(20 + seed, m, positive, noise=0.25)
-    config = FedForest(protocol="sketches", n_trees=1, max_depth=1, bootstrap=False, categorical_features=(1,), n_categories=m,
-                       max_features=None)
+    config = FedForest(
+        protocol="sketches",
+        n_trees=1,
+        max_depth=1,
+        bootstrap=False,
+        categorical_features=(1,),
+        n_categories=m,
+        max_features=None,
+    )
     model = aggregator.simulate(config, clients, seed=seed)
     X, y = pooled(clients)
     tree = model.trees[0]
@@ -562,7 +573,9 @@ def test_level_reply_with_the_wrong_number_of_columns_is_rejected_and_training_g
     tamper(sim, "gw-3", ForestLevelRequest, drop_summary_column)
     job = FederatedJob(sim.engine, list(sim.transports), job_id="rogue-level", settings=JobSettings(deadline_s=5))
     model = config.fit(job)
-    levels = len([r for r in job.results if r.replies and next(iter(r.replies.values())).type == "fedforest.level_reply"])
+    levels = len(
+        [r for r in job.results if r.replies and next(iter(r.replies.values())).type == "fedforest.level_reply"]
+    )
     assert job.rejected == {"gw-3": levels}
     honest = aggregator.simulate(config, clients[:3])
     assert_same_forest(model, honest)

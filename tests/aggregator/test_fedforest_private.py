@@ -313,8 +313,11 @@ def _root_missing_cell(algorithm: FedForest, clients: list[ClientData], noise_se
             return total.reshape(request.features.shape[0], request.slots, -1)[0, -1] / COUNT_SCALE
         if name == "ForestHistogramRequest":  # the histogram protocol: (pairs, slots, 1 + K), root level
             hist = total.reshape(request.features.shape[0], request.slots, request.terms)
-            pair = int(np.flatnonzero(request.features[request.feature_offsets[0]:request.feature_offsets[1]] == 0)[0]) \
-                if 0 in request.features[request.feature_offsets[0]:request.feature_offsets[1]] else None
+            pair = (
+                int(np.flatnonzero(request.features[request.feature_offsets[0] : request.feature_offsets[1]] == 0)[0])
+                if 0 in request.features[request.feature_offsets[0] : request.feature_offsets[1]]
+                else None
+            )
             if pair is not None:
                 return hist[pair, -1, 1:].astype(np.float64)
     raise AssertionError("no release covered feature 0's missing slot")

@@ -158,7 +158,9 @@ def test_continuing_from_a_model_equals_the_longer_run() -> None:
 
 def test_init_model_must_fit_the_job() -> None:
     clients = make_clients(3)
-    binary = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=1, objective="logistic"), make_clients(3, objective="logistic"))
+    binary = aggregator.simulate(
+        FedSCSXGB(protocol="atoms", n_rounds=1, objective="logistic"), make_clients(3, objective="logistic")
+    )
     with pytest.raises(TrainingError, match="init_model"):
         aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=1, init_model=binary), clients)
 
@@ -200,7 +202,9 @@ def test_regression_and_binary_objectives_learn() -> None:
     X, y = pooled(reg)
     with pytest.raises(TrainingError, match="regression objective"):
         aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=1), reg)  # continuous targets as class labels
-    model = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=20, learning_rate=0.3, objective="squared_error"), reg)
+    model = aggregator.simulate(
+        FedSCSXGB(protocol="atoms", n_rounds=20, learning_rate=0.3, objective="squared_error"), reg
+    )
     assert np.sqrt(np.mean((model.predict(X) - y) ** 2)) < 0.6 * y.std()
     binary = make_clients(8, objective="logistic")
     X, y = pooled(binary)
@@ -305,7 +309,8 @@ class RogueAtoms:
 def test_unusable_atom_replies_are_rejected_and_the_round_goes_on(tamper) -> None:
     clients = make_clients(12)
     X, _ = pooled(clients)
-    config = FedSCSXGB(protocol="atoms", n_rounds=3, edges=fixed_edges(X), base_score="zero")  # the prior would count gw-3
+    # base_score="zero": the prior would count gw-3
+    config = FedSCSXGB(protocol="atoms", n_rounds=3, edges=fixed_edges(X), base_score="zero")
     sim = Simulation(clients)
     RogueAtoms(tamper).install(sim, "gw-3")
     job = FederatedJob(sim.engine, list(sim.transports), job_id="rogue", settings=JobSettings(deadline_s=5))

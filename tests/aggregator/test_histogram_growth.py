@@ -100,7 +100,9 @@ def reference_tree(X: np.ndarray, edges: list[np.ndarray], G, H, W, params: Grow
     return build(list(range(n)), 0)
 
 
-def nested(tree: Tree, gains: np.ndarray | None = None, counts: np.ndarray | None = None, node: int = 0) -> dict[str, Any]:
+def nested(
+    tree: Tree, gains: np.ndarray | None = None, counts: np.ndarray | None = None, node: int = 0
+) -> dict[str, Any]:
     """A tree as the reference's nested dicts (node numbering no longer matters)."""
     out: dict[str, Any] = {"value": float(tree.value[node, 0])}
     if tree.cover is not None:
@@ -165,7 +167,10 @@ def problems(draw, *, dyadic: bool = True):
     d = draw(st.integers(1, 3))
     cell = st.one_of(st.sampled_from(GRID), st.just(math.nan))
     X = np.array(draw(st.lists(st.lists(cell, min_size=d, max_size=d), min_size=n, max_size=n)), dtype=np.float64)
-    edges = [np.array(sorted(draw(st.sets(st.sampled_from(EDGE_POOL), max_size=6))), dtype=np.float32) for _ in range(d)]
+    edges = [
+        np.array(sorted(draw(st.sets(st.sampled_from(EDGE_POOL), max_size=6))), dtype=np.float32) for _ in range(d)
+    ]
+
     def eighths(lo: int, hi: int):
         return st.integers(lo, hi).map(lambda k: k / 8.0)
 
@@ -198,7 +203,11 @@ def test_oracle_on_continuous_statistics(seed: int) -> None:
     X = rng.integers(0, 8, size=(n, d)).astype(np.float64)  # ties in x
     X[:, 2] = np.round(rng.normal(size=n), 1)
     X[rng.random(X.shape) < 0.15] = np.nan
-    edges = [np.array([0.5, 2.0, 3.0, 5.5, 6.0], np.float32), np.arange(-1, 9, dtype=np.float32), np.linspace(-2, 2, 9).astype(np.float32)]
+    edges = [
+        np.array([0.5, 2.0, 3.0, 5.5, 6.0], np.float32),
+        np.arange(-1, 9, dtype=np.float32),
+        np.linspace(-2, 2, 9).astype(np.float32),
+    ]
     margin = rng.normal(size=(n, 3))
     y = rng.integers(0, 3, n)
     g, h = Softmax(3).gradients(margin, y, rng.uniform(0.5, 2.0, n))
@@ -216,7 +225,9 @@ def grow_from_clients(X, edges, G, H, params, n_clients: int, rng) -> histogram_
     """Every client merges its samples into atoms; the server concatenates and merges by key."""
     bins = bin_ids(X, edges)
     owner = rng.integers(0, n_clients, X.shape[0])
-    parts = [merge_atoms(bins[owner == c], G[owner == c], H[owner == c]) for c in range(n_clients) if (owner == c).any()]
+    parts = [
+        merge_atoms(bins[owner == c], G[owner == c], H[owner == c]) for c in range(n_clients) if (owner == c).any()
+    ]
     keys, g, h, w = (np.concatenate([p[i] for p in parts]) for i in range(4))
     keys, g, h, w = merge_atoms(keys, g, h, w)
     return grow_tree(keys, g, h, w, edges, params)
@@ -451,7 +462,9 @@ def xgboost_case(seed: int, *, n: int = 1500, K: int = 3, nan_fraction: float = 
         (4, 1, 1.0, 0.0, 1.0, 0.3),
     ],
 )
-def test_one_round_matches_xgboost_hist(seed, max_depth, reg_lambda, min_split_loss, min_child_weight, nan_fraction) -> None:
+def test_one_round_matches_xgboost_hist(
+    seed, max_depth, reg_lambda, min_split_loss, min_child_weight, nan_fraction
+) -> None:
     from tests.shared.model.xgboost_json import booster_to_ensemble
 
     K, eta = 3, 0.2

@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,7 +68,9 @@ def test_a_worker_sums_exactly_and_forwards_each_reply_without_its_vector(monkey
     published: list[Message] = []
     forwarded: list[tuple[str, bytes]] = []
     monkeypatch.setattr(worker.transport, "publish", lambda topic, message: published.append(message))
-    monkeypatch.setattr(worker.transport, "send_payloads", lambda topic, payloads: forwarded.append((topic, payloads[0])))
+    monkeypatch.setattr(
+        worker.transport, "send_payloads", lambda topic, payloads: forwarded.append((topic, payloads[0]))
+    )
     rng = np.random.default_rng(1)
     vectors = {f"gw-{i}": rng.integers(0, 2**32, size=40, dtype=np.uint64).astype(np.uint32) for i in range(7)}
     replies = {c: Message.create(FleetSumReply(MaskedVector(v, {"n": bytes([i])})), sender=c, job="j", round=3,

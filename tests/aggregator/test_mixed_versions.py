@@ -75,10 +75,14 @@ def test_a_job_that_needs_the_new_version_leaves_the_old_gateway_out_naming_it(c
     private = FedForest(n_trees=2, max_depth=2, feature_set_version="fs-a")
     choice = survey_feature_sets(sim.engine, "job-2", list(sim.transports), "fs-a", deadline_s=5, algorithm=private)
     assert choice.clients == ("gw-1", "gw-2")
-    assert choice.left_out == {"gw-3": (
-        f"protocol_version: it speaks protocol version {OLD}, this job needs {PROTOCOL_VERSION}: "
-        f"fedforest.dp_histograms (not in protocol version {OLD}), fedforest.dp_leaves (not in protocol version {OLD}), "
-        f"secagg.unmask (content changed in protocol version {PROTOCOL_VERSION}) -- update the gateway")}
+    assert choice.left_out == {
+        "gw-3": (
+            f"protocol_version: it speaks protocol version {OLD}, this job needs {PROTOCOL_VERSION}: "
+            f"fedforest.dp_histograms (not in protocol version {OLD}), fedforest.dp_leaves (not in protocol version "
+            f"{OLD}), "
+            f"secagg.unmask (content changed in protocol version {PROTOCOL_VERSION}) -- update the gateway"
+        )
+    }
     assert any("gateway gw-3 left out of job job-2: protocol_version" in r.getMessage() for r in caplog.records)
     # without the job's algorithm the survey takes no risk: every gateway behind stays out
     unknown = survey_feature_sets(sim.engine, "job-3", list(sim.transports), "fs-a", deadline_s=5)
@@ -114,7 +118,11 @@ def test_a_server_job_trains_with_a_gateway_its_version_serves(tmp_path) -> None
                                                             "config": plain}).json()["job_id"])
         assert job.state == "completed", job.error
         assert job.participants == ["gw-1", "gw-2", "gw-3", "gw-4"]
-        private = wait_job(server, api.post("/api/jobs", json={"model_id": "dp", "algorithm": "fedforest",
-                                                                "config": {"n_trees": 2, "max_depth": 2}}).json()["job_id"])
+        private = wait_job(
+            server,
+            api.post(
+                "/api/jobs", json={"model_id": "dp", "algorithm": "fedforest", "config": {"n_trees": 2, "max_depth": 2}}
+            ).json()["job_id"],
+        )
         assert private.state == "completed", private.error
         assert private.participants == ["gw-1", "gw-2", "gw-3"]

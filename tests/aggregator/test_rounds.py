@@ -134,7 +134,9 @@ def test_error_replies_are_recorded_not_fatal(broker, engine) -> None:
     gateway(broker, "gw-empty", refuses)
     result = engine.run_round("job", 1, Ping(), ["gw-ok", "gw-broken", "gw-empty"], deadline_s=5, min_replies=1)
     assert result.answered == ["gw-ok"] and result.timed_out == []
-    assert result.errors["gw-broken"] == ErrorReply("handler_failed", "ZeroDivisionError (details in the gateway log)", "ping")
+    assert result.errors["gw-broken"] == ErrorReply(
+        "handler_failed", "ZeroDivisionError (details in the gateway log)", "ping"
+    )
     assert result.errors["gw-empty"].code == "no_data"
     assert result.elapsed_s < 1  # errors count as answers: no waiting for the deadline
 

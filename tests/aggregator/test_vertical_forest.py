@@ -399,7 +399,10 @@ def test_no_party_receives_another_partys_values_or_thresholds_and_the_master_se
     # target (PRIVACY.md), hence min_samples_leaf
     cfg = VerticalFederatedForest(n_trees=4, max_depth=6, task=task, min_samples_leaf=5)
     model = cfg.run_in(sim, seed=seed, job_id="train-1")
-    job = lambda name: FederatedJob(sim.engine, list(model.parties), job_id=name, settings=JobSettings(deadline_s=5))
+
+    def job(name):
+        return FederatedJob(sim.engine, list(model.parties), job_id=name, settings=JobSettings(deadline_s=5))
+
     predict_on_parties(job("predict-1"), model)
     predict_on_parties(job("predict-2"), model, method="classical")
     signer = SigningKey(bytes(range(32)))

@@ -83,14 +83,17 @@ def test_deploy_signs_a_manifest_each_party_checks_and_keeps_across_a_restart(fl
         assert fresh.deployed["activity-vf"].manifest == m
         assert partial_digest("train-1", fresh.deployed["activity-vf"].trees) == m.party_digests[i]
     # redeploying the same manifest is "unchanged"; the master's file round-trips and is checked
-    assert deploy_to_parties(_job(sim, "deploy-2"), model, SIGNER, model_id="activity-vf", version=2).manifest.version == 2
+    assert (
+        deploy_to_parties(_job(sim, "deploy-2"), model, SIGNER, model_id="activity-vf", version=2).manifest.version == 2
+    )
     data = deployed.to_bytes()
     back = VerticalForestModel.from_bytes(data, [SIGNER.verify_key])
     assert back.manifest == m and forest_digest(back.trees, back.n_features) == m.forest_digest
     with pytest.raises(BadSignature, match="trusts only"):
         VerticalForestModel.from_bytes(data, [OTHER.verify_key])
-    tampered = dataclasses.replace(deployed, trees=(dataclasses.replace(model.trees[0], values=model.trees[0].values * 0),
-                                                   *model.trees[1:]))
+    tampered = dataclasses.replace(
+        deployed, trees=(dataclasses.replace(model.trees[0], values=model.trees[0].values * 0), *model.trees[1:])
+    )
     tampered = dataclasses.replace(tampered, manifest=m)
     with pytest.raises(ValueError, match="do not match its signed manifest"):
         VerticalForestModel.from_bytes(tampered.to_bytes(), [SIGNER.verify_key])

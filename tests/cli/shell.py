@@ -50,8 +50,11 @@ class Background:
 def is_daemon(argv: list[str]) -> bool:
     """Commands that run until stopped (``--check`` makes the services one-shot)."""
     command = argv[0] if argv else ""
-    return ((command in ("broker", "gateway", "server") and "--check" not in argv) or (command == "replay" and "--pty" in argv)
-            or (command == "record" and "--duration" not in argv))
+    return (
+        (command in ("broker", "gateway", "server") and "--check" not in argv)
+        or (command == "replay" and "--pty" in argv)
+        or (command == "record" and "--duration" not in argv)
+    )
 
 
 def _pump(stream, sink: list[str]) -> None:

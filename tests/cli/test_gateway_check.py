@@ -173,7 +173,11 @@ password_file = "empty-password"
                        cwd=tmp_path, env={"WHEELFED_MQTT_PASSWORD": "pw"})
     finally:
         listener.close()
-    assert [p.split(":")[0] for p in problems(run)] == ["store", "serial /dev/ttyWHEELFEDNOPE", f"trust {tmp_path}/junk.pub"]
+    assert [p.split(":")[0] for p in problems(run)] == [
+        "store",
+        "serial /dev/ttyWHEELFEDNOPE",
+        f"trust {tmp_path}/junk.pub",
+    ]
 
 
 def test_free_space_and_the_tflite_engine(tmp_path: Path) -> None:
@@ -183,12 +187,23 @@ def test_free_space_and_the_tflite_engine(tmp_path: Path) -> None:
     assert report.problems[0].endswith(f"MiB free on {tmp_path} (want {2**62 / 2**20:.0f} MiB)")
     ok = check_environment(GatewaySettings("gw-1", store=tmp_path / "w.db", broker=False, engine="tflite"))
     assert ok.problems == () and "engine tflite (TFLite available)" in ok.notes  # the main venv has ai-edge-litert
-    blocked = subprocess.run([sys.executable, "-c", (
-        "import sys; sys.modules['ai_edge_litert'] = sys.modules['tflite_runtime'] = None\n"
-        "from pathlib import Path\n"
-        "from edge_client.gateway_config import GatewaySettings, check_environment\n"
-        f"r = check_environment(GatewaySettings('gw-1', store=Path({str(tmp_path / 'w.db')!r}), broker=False, "
-        "engine='tflite'))\nprint(len(r.problems), *r.problems)")], capture_output=True, text=True, cwd=REPO, check=True)
+    blocked = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys; sys.modules['ai_edge_litert'] = sys.modules['tflite_runtime'] = None\n"
+                "from pathlib import Path\n"
+                "from edge_client.gateway_config import GatewaySettings, check_environment\n"
+                f"r = check_environment(GatewaySettings('gw-1', store=Path({str(tmp_path / 'w.db')!r}), broker=False, "
+                "engine='tflite'))\nprint(len(r.problems), *r.problems)"
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
     assert blocked.stdout.startswith("1 engine tflite: the TFLite engine needs a TFLite interpreter"), blocked
 
 
@@ -248,7 +263,7 @@ enabled = false
     assert messages[1:] == ["WATCHDOG=1"] * 4
     assert 0.6 < elapsed < 3.0, elapsed  # every 0.3 s (half of 0.6 s), give or take the loop's tick
     lines = out.splitlines()
-    assert lines[0].startswith(f"gateway gw-7: session gw-7-") and lines[0].endswith(
+    assert lines[0].startswith("gateway gw-7: session gw-7-") and lines[0].endswith(
         f", store {tmp_path}/data/w.db, serial {slave}, broker -")
     assert sum(line.startswith("session=") for line in lines) >= 2  # --stats-every 0.5 beat the file's 30
     assert (tmp_path / "data" / "w.db").exists()

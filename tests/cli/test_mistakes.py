@@ -107,34 +107,88 @@ MISTAKES: list[tuple[str, int, tuple[str, ...]]] = [
     ("gateway --client-id gw-1 --max-windows 0 --no-broker", USAGE, ("--max-windows",)),
     ("gateway --client-id gw-1 --port 0", USAGE, ("--port",)),
     ("gateway --client-id gw-1 --party-key-file nope.key --no-broker", USAGE, ("no such file: nope.key",)),
-    ("gateway --client-id gw-1 --party-key-file table.csv --no-broker", RUNTIME,
-     ("--party-key-file", "table.csv: not a hex key")),
+    (
+        "gateway --client-id gw-1 --party-key-file table.csv --no-broker",
+        RUNTIME,
+        ("--party-key-file", "table.csv: not a hex key"),
+    ),
     # vertical: one person's gateways
     ("vertical", USAGE, ("ACTION",)),
     ("vertical keygen -o k.txt", USAGE, ("must end in .key",)),
     ("vertical keygen -o existing.key", RUNTIME, ("existing.key exists", "--force")),
-    ("vertical train --parties gw-a,gw-b --label-holder gw-c --model-id vf -o m.vfm --key existing.key", USAGE,
-     ("--label-holder gw-c is not one of --parties gw-a,gw-b",)),
-    ("vertical train --parties gw-a,gw-a --label-holder gw-a --model-id vf -o m.vfm --key existing.key", USAGE,
-     ("--parties names a gateway twice",)),
-    ("vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.cbor --key existing.key", USAGE,
-     ("must end in .vfm",)),
-    ("vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm", USAGE,
-     ("no signing key at aggregator.key",)),
-    ("vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key --hop-ms 2000 --tolerance-ms 1500", USAGE,
-     ("--tolerance-ms 1500 must be at most half of --hop-ms",)),
-    ("vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key --max-features lots", USAGE, ("max_features", "lots")),
-    ("vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key --min-samples-split 1", USAGE, ("--min-samples-split", "at least 2")),
-    ("vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key --min-impurity-decrease -0.1", USAGE, ("--min-impurity-decrease", "-0.1")),
-    ("vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key --no-bootstrap yes", USAGE, ("unrecognized arguments", "yes")),
-    ("vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key --trees 0", USAGE, ("--trees", "at least 1")),
-    ("vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key --port {closed}", RUNTIME, ("connection refused", "is the broker running")),
+    (
+        "vertical train --parties gw-a,gw-b --label-holder gw-c --model-id vf -o m.vfm --key existing.key",
+        USAGE,
+        ("--label-holder gw-c is not one of --parties gw-a,gw-b",),
+    ),
+    (
+        "vertical train --parties gw-a,gw-a --label-holder gw-a --model-id vf -o m.vfm --key existing.key",
+        USAGE,
+        ("--parties names a gateway twice",),
+    ),
+    (
+        "vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.cbor --key existing.key",
+        USAGE,
+        ("must end in .vfm",),
+    ),
+    (
+        "vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm",
+        USAGE,
+        ("no signing key at aggregator.key",),
+    ),
+    (
+        "vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key --hop-ms "
+        "2000 --tolerance-ms 1500",
+        USAGE,
+        ("--tolerance-ms 1500 must be at most half of --hop-ms",),
+    ),
+    (
+        "vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key "
+        "--max-features lots",
+        USAGE,
+        ("max_features", "lots"),
+    ),
+    (
+        "vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key "
+        "--min-samples-split 1",
+        USAGE,
+        ("--min-samples-split", "at least 2"),
+    ),
+    (
+        "vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key "
+        "--min-impurity-decrease -0.1",
+        USAGE,
+        ("--min-impurity-decrease", "-0.1"),
+    ),
+    (
+        "vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key "
+        "--no-bootstrap yes",
+        USAGE,
+        ("unrecognized arguments", "yes"),
+    ),
+    (
+        "vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key --trees 0",
+        USAGE,
+        ("--trees", "at least 1"),
+    ),
+    (
+        "vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key existing.key --port "
+        "{closed}",
+        RUNTIME,
+        ("connection refused", "is the broker running"),
+    ),
     ("vertical predict --model nope.vfm --trust existing.pub", USAGE, ("no such file: nope.vfm",)),
     ("vertical predict --model random.bin", USAGE, ("required", "--trust")),
-    ("vertical predict --model random.bin --trust existing.pub", USAGE,
-     ("--model random.bin", "not a vertical forest model file")),
-    ("vertical predict --model model.cbor --trust existing.pub", USAGE,
-     ("--model model.cbor", "not a vertical forest model file")),
+    (
+        "vertical predict --model random.bin --trust existing.pub",
+        USAGE,
+        ("--model random.bin", "not a vertical forest model file"),
+    ),
+    (
+        "vertical predict --model model.cbor --trust existing.pub",
+        USAGE,
+        ("--model model.cbor", "not a vertical forest model file"),
+    ),
     # demo
     ("demo --subjects 11", USAGE, ("10 subjects",)),
     ("demo --report out.txt", USAGE, ("must end in .json",)),

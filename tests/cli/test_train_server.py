@@ -129,8 +129,11 @@ def test_train_submits_the_job_follows_its_rounds_and_downloads_the_simulated_mo
     assert job["config"] == {"n_rounds": 3, "max_depth": 3, "n_bins": 16, "learning_rate": 0.2, "protocol": "histogram",
                              "multi_strategy": "one_output_per_tree", "secure_aggregation": True}
     downloaded = TreeEnsemble.from_cbor((setup.folder / "act.cbor").read_bytes())
-    simulated = aggregator.simulate(FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, protocol="histogram", feature_set_version=FEATURE_SET),
-                                    client_data(setup.stores, 0.2), seed=0)
+    simulated = aggregator.simulate(
+        FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, protocol="histogram", feature_set_version=FEATURE_SET),
+        client_data(setup.stores, 0.2),
+        seed=0,
+    )
     assert downloaded == simulated
 
 
@@ -159,9 +162,28 @@ def test_model_actions_read_and_deploy_through_the_server(setup: Setup, trained:
 
 def test_ctrl_c_cancels_the_job_on_the_server(setup: Setup) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "WHEELFED_SERVER": setup.server.url, "WHEELFED_TOKEN": OPERATOR}
-    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "train", "--model-id", "long", "--rounds", "200",
-                             "--max-depth", "2", "--bins", "8", "--no-dp"], cwd=setup.folder, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "train",
+            "--model-id",
+            "long",
+            "--rounds",
+            "200",
+            "--max-depth",
+            "2",
+            "--bins",
+            "8",
+            "--no-dp",
+        ],
+        cwd=setup.folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = proc.stdout.readline()
     job_id = first.rsplit(" ", 1)[1].strip()
     while not proc.stdout.readline().startswith("fedscs_xgb 1/200"):

@@ -67,8 +67,12 @@ def test_broker_sigkilled_mid_round_the_job_equals_the_simulation_and_a_queued_p
         spare.stop_all()
         fleet.presence.wait(["gw-5"], online=False, timeout_s=30)
 
-        pushed = aggregator.simulate(FedSCSXGB(protocol="histogram", n_rounds=1, n_bins=32, feature_set_version=FEATURE_SET,
-                                               secure_aggregation=False), client_data(fleet.stores))
+        pushed = aggregator.simulate(
+            FedSCSXGB(
+                protocol="histogram", n_rounds=1, n_bins=32, feature_set_version=FEATURE_SET, secure_aggregation=False
+            ),
+            client_data(fleet.stores),
+        )
         bundle = ModelBundle.create(pushed, model_id="activity", version=1, signing_key=key).to_bytes()
         push = Message.create(ModelPush(bundle), sender=AGGREGATOR_ID, job="deploy-before-the-crash", round=1)
         queued_at = time.time()

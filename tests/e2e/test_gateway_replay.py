@@ -43,9 +43,27 @@ def test_replayed_subject_equals_batch_features(tmp_path: Path) -> None:
     master, slave = open_pty()
     db = tmp_path / "gw.db"
     gateway = subprocess.Popen(
-        [sys.executable, "-m", "edge_client.cli", "gateway", "--client-id", "gw-1", "--serial", slave, "--store", str(db),
-         "--no-broker", "--session", recording.metadata.session_id, "--stats-every", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "gateway",
+            "--client-id",
+            "gw-1",
+            "--serial",
+            slave,
+            "--store",
+            str(db),
+            "--no-broker",
+            "--session",
+            recording.metadata.session_id,
+            "--stats-every",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         stats = replay(recording, master, speed=0, wait_for_reader_s=20)
         assert stats.completed and stats.sample_frames == len(recording.sample_frames(seglearn_watch.WATCH_SENSOR_ID))

@@ -124,8 +124,12 @@ def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_pa
     recording_path, batch, clients = recording_and_clients(tmp_path)
     recording = Recording.load(recording_path)
     fsv = batch.feature_set_version
-    v1 = aggregator.simulate(FedSCSXGB(n_rounds=3, n_bins=32, feature_set_version=fsv, secure_aggregation=False), clients)
-    v2 = aggregator.simulate(FedSCSXGB(n_rounds=4, n_bins=32, feature_set_version=fsv, secure_aggregation=False), clients)
+    v1 = aggregator.simulate(
+        FedSCSXGB(n_rounds=3, n_bins=32, feature_set_version=fsv, secure_aggregation=False), clients
+    )
+    v2 = aggregator.simulate(
+        FedSCSXGB(n_rounds=4, n_bins=32, feature_set_version=fsv, secure_aggregation=False), clients
+    )
     foreign = aggregator.simulate(FedSCSXGB(n_rounds=1, n_bins=32, feature_set_version="another-sensor-layout",
                                             secure_aggregation=False),
                                   clients)

@@ -19,8 +19,12 @@ pytestmark = pytest.mark.slow
 
 def test_replay_then_record_round_trips_a_real_ecg_session(tmp_path: Path) -> None:
     original = ecg.import_all(tmp_path / "rec")[0]  # pyhrv SampleECG, 1000 Hz, 22 s
-    replayer = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "replay", str(original), "--pty", "--speed", "0"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    replayer = subprocess.Popen(
+        [sys.executable, "-m", "edge_client.cli", "replay", str(original), "--pty", "--speed", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         line = replayer.stdout.readline()
         assert line.startswith("pty: "), line

@@ -23,15 +23,21 @@ def test_demo_smoke_run_end_to_end(broker: str) -> None:
 
 
 def test_version_and_help() -> None:
-    out = subprocess.run([sys.executable, "-m", "edge_client.cli", "--version"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "edge_client.cli", "--version"], capture_output=True, text=True, check=True
+    )
     assert out.stdout.startswith("wheelfed ")
-    helptext = subprocess.run([sys.executable, "-m", "edge_client.cli", "--help"], capture_output=True, text=True, check=True)
+    helptext = subprocess.run(
+        [sys.executable, "-m", "edge_client.cli", "--help"], capture_output=True, text=True, check=True
+    )
     for command in ("broker", "gateway", "demo", "smoke", "train", "model", "predict"):
         assert command in helptext.stdout
 
 
 def test_broker_command_requires_users() -> None:
-    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", "broker", "--port", "0"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_client.cli", "broker", "--port", "0"], capture_output=True, text=True
+    )
     assert proc.returncode != 0 and "--user NAME:PASSWORD" in proc.stderr
 
 

@@ -5,8 +5,18 @@ from __future__ import annotations
 import subprocess
 import sys
 
-GATEWAY_MODULES = ["edge_client.gateway", "edge_client.dispatcher", "edge_client.store", "edge_client.pipeline", "shared.model", "shared.transport.mqtt",
-                   "shared.transport.memory", "shared.protocol.messages", "edge_client.cli", "firmware_bridge"]
+GATEWAY_MODULES = [
+    "edge_client.gateway",
+    "edge_client.dispatcher",
+    "edge_client.store",
+    "edge_client.pipeline",
+    "shared.model",
+    "shared.transport.mqtt",
+    "shared.transport.memory",
+    "shared.protocol.messages",
+    "edge_client.cli",
+    "firmware_bridge",
+]
 FORBIDDEN = ["xgboost", "sklearn", "pandas", "amqtt", "fastapi", "aggregator"]
 
 

@@ -259,6 +259,11 @@ def test_store_problems(tmp_path: Path) -> None:
     (tmp_path / "table.csv").write_text("a,b\n")
     (tmp_path / "ok.db").write_bytes(b"SQLite format 3\x00" + bytes(100))
     assert store_problem(tmp_path / "new.db") is None and store_problem(tmp_path / "ok.db") is None
-    assert store_problem(tmp_path / "table.csv") == f"{tmp_path}/table.csv is not a window store (not an SQLite database)"
-    assert store_problem(tmp_path / "nowhere" / "w.db") == f"the folder {tmp_path}/nowhere does not exist (create it first)"
+    assert (
+        store_problem(tmp_path / "table.csv") == f"{tmp_path}/table.csv is not a window store (not an SQLite database)"
+    )
+    assert (
+        store_problem(tmp_path / "nowhere" / "w.db")
+        == f"the folder {tmp_path}/nowhere does not exist (create it first)"
+    )
     assert store_problem(tmp_path) == f"{tmp_path} is a directory; give the store's file name (e.g. gw-1.db)"

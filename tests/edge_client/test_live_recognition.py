@@ -24,10 +24,16 @@ def models():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 4))
     y = np.where(X[:, 0] > 0, "push", "rest")
-    a = aggregator.simulate(FedForest(n_trees=5, max_depth=3, secure_aggregation=False, feature_set_version=FSV), [ClientData("c", X, y)])
-    b = aggregator.simulate(FedForest(n_trees=7, max_depth=3, secure_aggregation=False, feature_set_version=FSV), [ClientData("c", X, y)])
-    other = aggregator.simulate(FedForest(n_trees=2, max_depth=2, secure_aggregation=False, feature_set_version="fs-other"),
-                                [ClientData("c", X, y)])
+    a = aggregator.simulate(
+        FedForest(n_trees=5, max_depth=3, secure_aggregation=False, feature_set_version=FSV), [ClientData("c", X, y)]
+    )
+    b = aggregator.simulate(
+        FedForest(n_trees=7, max_depth=3, secure_aggregation=False, feature_set_version=FSV), [ClientData("c", X, y)]
+    )
+    other = aggregator.simulate(
+        FedForest(n_trees=2, max_depth=2, secure_aggregation=False, feature_set_version="fs-other"),
+        [ClientData("c", X, y)],
+    )
     return a, b, other
 
 

@@ -393,7 +393,9 @@ def test_migrations_run_in_order_on_an_older_file(tmp_path: Path, monkeypatch) -
 
     current = store_module.SCHEMA_VERSION
     monkeypatch.setattr(store_module, "SCHEMA_VERSION", current + 2)
-    monkeypatch.setattr(store_module, "MIGRATIONS", {current: add_device_column, current + 1: lambda c: calls.append(2)})
+    monkeypatch.setattr(
+        store_module, "MIGRATIONS", {current: add_device_column, current + 1: lambda c: calls.append(2)}
+    )
     with WindowStore(tmp_path / "w.db") as store:
         assert store.count() == 1
     assert calls == [1, 2]

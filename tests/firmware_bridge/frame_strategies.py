@@ -10,14 +10,23 @@ import numpy as np
 from hypothesis import strategies as st
 
 from firmware_bridge.descriptors import ChannelSpec, SensorDescriptor
-from firmware_bridge.frames import Annotation, AnnotationFrame, DescriptorFrame, SampleFrame, chunk_samples, encode_frame
+from firmware_bridge.frames import (
+    Annotation,
+    AnnotationFrame,
+    DescriptorFrame,
+    SampleFrame,
+    chunk_samples,
+    encode_frame,
+)
 from firmware_bridge.recording import RecordingMetadata, RecordingWriter
 
 # 1000 Hz keeps the sample period a whole number of microseconds, so expected losses are exact.
 RATE_HZ = 1000.0
 PERIOD_US = 1000
 
-IMU = SensorDescriptor(1, "imu", "imu", RATE_HZ, tuple(ChannelSpec(c, "g", 1 / 4096) for c in ("ax", "ay", "az")), "int16")
+IMU = SensorDescriptor(
+    1, "imu", "imu", RATE_HZ, tuple(ChannelSpec(c, "g", 1 / 4096) for c in ("ax", "ay", "az")), "int16"
+)
 ECG = SensorDescriptor(2, "ecg", "ecg", RATE_HZ, (ChannelSpec("ecg", "mV"),), "float32")
 DESCRIPTORS = {d.sensor_id: d for d in (IMU, ECG)}
 
@@ -66,7 +75,9 @@ def any_frames(draw: st.DrawFn) -> SampleFrame | DescriptorFrame | AnnotationFra
     kind = draw(st.sampled_from(["samples", "descriptor", "annotation"]))
     if kind == "samples":
         ch = draw(st.integers(1, 8))
-        return SampleFrame(draw(st.integers(0, 255)), seq, ts, draw(sample_arrays(ch, draw(st.sampled_from(["int16", "float32"])))))
+        return SampleFrame(
+            draw(st.integers(0, 255)), seq, ts, draw(sample_arrays(ch, draw(st.sampled_from(["int16", "float32"]))))
+        )
     if kind == "descriptor":
         return DescriptorFrame(draw(descriptors()), seq, ts)
     return AnnotationFrame(draw(annotations()), seq, ts)

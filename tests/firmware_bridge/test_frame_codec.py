@@ -44,7 +44,9 @@ def test_samples_frame_bytes_follow_the_table() -> None:
     payload = bytes([2, 1]) + struct.pack("<4h", 1, -2, 300, -32768)
     assert raw == by_the_table(1, 7, 0x01020304, 0x1122334455667788, payload)
     floats = np.array([[1.5], [-0.25]], dtype=np.float32)
-    assert encode_frame(SampleFrame(3, 1, 2, floats)) == by_the_table(1, 3, 1, 2, bytes([1, 2]) + struct.pack("<2f", 1.5, -0.25))
+    assert encode_frame(SampleFrame(3, 1, 2, floats)) == by_the_table(
+        1, 3, 1, 2, bytes([1, 2]) + struct.pack("<2f", 1.5, -0.25)
+    )
 
 
 def test_annotation_and_descriptor_frame_bytes_follow_the_table() -> None:
@@ -100,7 +102,12 @@ def test_largest_frame_fits_exactly() -> None:
 
 def test_decode_frame_rejects_anything_but_one_whole_valid_frame() -> None:
     raw = encode_frame(SampleFrame(1, 0, 0, np.ones((4, 2), np.int16)))
-    for bad in (raw[:-1], raw + b"\x00", raw[:10] + bytes([raw[10] ^ 1]) + raw[11:], raw[:-2] + bytes([raw[-2] ^ 0x80, raw[-1]])):
+    for bad in (
+        raw[:-1],
+        raw + b"\x00",
+        raw[:10] + bytes([raw[10] ^ 1]) + raw[11:],
+        raw[:-2] + bytes([raw[-2] ^ 0x80, raw[-1]]),
+    ):
         with pytest.raises(FrameError):
             decode_frame(bad)
 
@@ -128,7 +135,9 @@ def test_crc_valid_frames_with_bad_content_are_counted_and_skipped(ftype: int, p
 
 
 def test_to_physical_applies_scale_and_offset_per_channel() -> None:
-    d = SensorDescriptor(4, "mat", "pressure", 10.0, (ChannelSpec("p0", "kPa", 0.5, -1.0), ChannelSpec("p1", "kPa", 2.0)))
+    d = SensorDescriptor(
+        4, "mat", "pressure", 10.0, (ChannelSpec("p0", "kPa", 0.5, -1.0), ChannelSpec("p1", "kPa", 2.0))
+    )
     frame = SampleFrame(4, 0, 0, np.array([[2, 3], [-4, 32767]], dtype=np.int16))
     out = to_physical(frame, d)
     assert out.dtype == np.float64

@@ -182,7 +182,10 @@ def test_a_false_header_holds_later_frames_back_at_most_max_payload_bytes() -> N
 
 def test_sequence_wraparound_is_not_a_gap_but_a_restart_is_not_a_gap_either() -> None:
     dec = FrameDecoder([IMU])
-    wrap = [SampleFrame(1, 2**32 - 1, 0, np.zeros((4, 3), np.int16)), SampleFrame(1, 0, 4000, np.zeros((4, 3), np.int16))]
+    wrap = [
+        SampleFrame(1, 2**32 - 1, 0, np.zeros((4, 3), np.int16)),
+        SampleFrame(1, 0, 4000, np.zeros((4, 3), np.int16)),
+    ]
     dec.feed(b"".join(map(encode_frame, wrap)))
     restart = SampleFrame(1, 0, 9_000_000, np.zeros((4, 3), np.int16))  # same seq again: sender rebooted
     dec.feed(encode_frame(restart))

@@ -35,12 +35,16 @@ def read_replay(rec: Recording, speed: float) -> tuple[list[Frame], float]:
     return got, wall
 
 
-def test_schedule_sends_descriptors_first_then_frames_in_recorded_order_with_labels_at_their_times(tmp_path: Path) -> None:
+def test_schedule_sends_descriptors_first_then_frames_in_recorded_order_with_labels_at_their_times(
+    tmp_path: Path,
+) -> None:
     rec = Recording.load(small_session(tmp_path / "s.wfrec"))
     plan = schedule(rec)
     assert [p.frame for p in plan[:2]] == [DescriptorFrame(IMU, 0, 1_000_000), DescriptorFrame(ECG, 0, 1_000_000)]
     body = plan[2:]
-    assert [p.frame for p in body if not (isinstance(p.frame, AnnotationFrame) and p.frame.sensor_id == 0)] == rec.frames
+    assert [
+        p.frame for p in body if not (isinstance(p.frame, AnnotationFrame) and p.frame.sensor_id == 0)
+    ] == rec.frames
     assert all(a.at_us <= b.at_us for a, b in zip(plan, plan[1:]))
     labels = [(p.at_us, p.frame.annotation.label, p.frame.annotation.end_us, p.frame.seq)
               for p in body if isinstance(p.frame, AnnotationFrame) and p.frame.sensor_id == 0]

@@ -37,7 +37,7 @@ def _chunks() -> list[bytes]:
 
 
 def _frames() -> list[bytes]:
-    from firmware_bridge.frames import AnnotationFrame, DescriptorFrame, SampleFrame, encode_frame
+    from firmware_bridge.frames import DescriptorFrame, SampleFrame, encode_frame
     from firmware_bridge.importers.synthetic_chair import chair_descriptors
 
     descriptor = chair_descriptors()[0]
@@ -133,6 +133,14 @@ username = "gw-1"
 
 
 def seed_inputs(scratch: Path) -> dict[str, list[bytes]]:
-    return {"message": _messages(), "chunks": _chunks(), "frames": _frames(), "checked_frames": _checked_frames(), "recording": _recording(scratch),
-            "checked_recording": _checked_recording(scratch),
-            "bundle": _bundle(), "alert_rules": _alert_rules(), "gateway_config": _gateway_config()}
+    return {
+        "message": _messages(),
+        "chunks": _chunks(),
+        "frames": _frames(),
+        "checked_frames": _checked_frames(),
+        "recording": _recording(scratch),
+        "checked_recording": _checked_recording(scratch),
+        "bundle": _bundle(),
+        "alert_rules": _alert_rules(),
+        "gateway_config": _gateway_config(),
+    }

@@ -464,7 +464,9 @@ def merge_records(records: Records, min_overlap: int = 3) -> Records:
                     if agree[c] < min_overlap:
                         break
                     theirs = slots[c, named]
-                    if ((theirs != UNKNOWN) & (theirs != row[named])).any() or not (masks[c] & records.label_mask[i]).any():
+                    if ((theirs != UNKNOWN) & (theirs != row[named])).any() or not (
+                        masks[c] & records.label_mask[i]
+                    ).any():
                         continue
                     target = c
                     break

@@ -88,7 +88,9 @@ def test_bad_input_is_a_4xx_naming_the_problem(tmp_path, method, path, body, sta
 def test_cancel_stops_a_running_job_at_a_round_boundary_and_keeps_no_model(tmp_path) -> None:
     with running_server(str(tmp_path / "r.db"), fleet_data(n_clients=3)) as (_sim, server):
         api = TestClient(create_app(server))
-        job = api.post("/api/jobs", json={"model_id": "act", "config": {"n_rounds": 200, "max_depth": 2, "protocol": "histogram"}}).json()
+        job = api.post(
+            "/api/jobs", json={"model_id": "act", "config": {"n_rounds": 200, "max_depth": 2, "protocol": "histogram"}}
+        ).json()
         while server.registry.job(job["job_id"]).completed < 1:
             time.sleep(0.02)
         assert api.post(f"/api/jobs/{job['job_id']}/cancel").json()["job_id"] == job["job_id"]
@@ -100,7 +102,9 @@ def test_cancel_stops_a_running_job_at_a_round_boundary_and_keeps_no_model(tmp_p
 def test_cancelling_a_finished_job_is_a_conflict(tmp_path) -> None:
     with running_server(str(tmp_path / "r.db"), fleet_data(n_clients=3)) as (_sim, server):
         api = TestClient(create_app(server))
-        job = api.post("/api/jobs", json={"model_id": "act", "config": {"n_rounds": 1, "max_depth": 1, "protocol": "histogram"}}).json()
+        job = api.post(
+            "/api/jobs", json={"model_id": "act", "config": {"n_rounds": 1, "max_depth": 1, "protocol": "histogram"}}
+        ).json()
         finished = wait_job(server, job["job_id"])
         assert finished.state == "completed", finished.error
         response = api.post(f"/api/jobs/{job['job_id']}/cancel")

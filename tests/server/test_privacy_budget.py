@@ -69,7 +69,9 @@ def test_a_private_job_is_entered_shown_and_a_second_one_on_its_windows_refused(
         assert "\n" not in line and line.startswith("refused: a job of epsilon 7 (delta 1e-06)")
         assert f"give the job since={second_after(entry.until_us)}" in line and "above the cap of 10" in line
         # a job on the windows that have the full budget is taken (and a non-private one always is)
-        later = api.post("/api/jobs", json={"model_id": "act", "config": PRIVATE, "since": second_after(entry.until_us)})
+        later = api.post(
+            "/api/jobs", json={"model_id": "act", "config": PRIVATE, "since": second_after(entry.until_us)}
+        )
         assert later.status_code == 201, later.text
         plain = api.post("/api/jobs", json={"model_id": "act", "config": {**PRIVATE, "protocol": "histogram"}})
         assert plain.status_code == 201, plain.text

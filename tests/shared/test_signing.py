@@ -176,7 +176,9 @@ def test_tampering_rejected_like_cryptography(seed: bytes, message: bytes, where
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.binary(min_size=32, max_size=32), other=st.binary(min_size=32, max_size=32), message=st.binary(max_size=64))
+@given(
+    seed=st.binary(min_size=32, max_size=32), other=st.binary(min_size=32, max_size=32), message=st.binary(max_size=64)
+)
 def test_signature_of_another_key_rejected(seed: bytes, other: bytes, message: bytes) -> None:
     if seed == other:
         return

@@ -80,7 +80,9 @@ def test_bins_agree_with_tree_routing(edge_values, x) -> None:
     present = ~np.isnan(x)
     for b, threshold in enumerate(edges[0]):
         np.testing.assert_array_equal(bins[present] <= b, x[present] < threshold)
-        tree = Tree.from_arrays(feature=[0, -1, -1], threshold=[threshold, 0, 0], left=[1, -1, -1], right=[2, -1, -1], value=[0.0, 1.0, 2.0])
+        tree = Tree.from_arrays(
+            feature=[0, -1, -1], threshold=[threshold, 0, 0], left=[1, -1, -1], right=[2, -1, -1], value=[0.0, 1.0, 2.0]
+        )
         from shared.model import TreeEnsemble
 
         model = TreeEnsemble(trees=(tree,), kind="single", link="identity", n_outputs=1, feature_names=("x",))
@@ -129,16 +131,28 @@ def test_pooled_gain_equals_direct_impurity_decrease(labels, seed) -> None:
             return direct(np.bincount(y[mask], weights=w[mask], minlength=4) / w[mask].sum())
 
         everything = np.ones(y.size, bool)
-        expected = psi(everything) - w[goes_left].sum() / w.sum() * psi(goes_left) - w[~goes_left].sum() / w.sum() * psi(~goes_left)
+        expected = (
+            psi(everything)
+            - w[goes_left].sum() / w.sum() * psi(goes_left)
+            - w[~goes_left].sum() / w.sum() * psi(~goes_left)
+        )
         got = pooled_gain(class_summary(y, 4, w), class_summary(y[goes_left], 4, w[goes_left]), criterion)
         assert got == pytest.approx(expected, abs=1e-12)
         assert got >= -1e-12
 
     def var(mask):
-        return 0.0 if not mask.any() else np.average((yr[mask] - np.average(yr[mask], weights=w[mask])) ** 2, weights=w[mask])
+        return (
+            0.0
+            if not mask.any()
+            else np.average((yr[mask] - np.average(yr[mask], weights=w[mask])) ** 2, weights=w[mask])
+        )
 
     everything = np.ones(y.size, bool)
-    expected = var(everything) - w[goes_left].sum() / w.sum() * var(goes_left) - w[~goes_left].sum() / w.sum() * var(~goes_left)
+    expected = (
+        var(everything)
+        - w[goes_left].sum() / w.sum() * var(goes_left)
+        - w[~goes_left].sum() / w.sum() * var(~goes_left)
+    )
     got = pooled_gain(reg_summary(yr, w), reg_summary(yr[goes_left], w[goes_left]), "mse")
     assert got == pytest.approx(expected, abs=1e-9)
 
@@ -164,8 +178,16 @@ def test_impurities_match_scikit_learn_nodes() -> None:
         np.testing.assert_allclose(impurity(counts, criterion), t.impurity, atol=1e-12)
         internal = t.children_left >= 0
         decrease = pooled_gain(counts[internal], counts[t.children_left[internal]], criterion)
-        n, nl, nr = (t.weighted_n_node_samples[i] for i in (internal, t.children_left[internal], t.children_right[internal]))
-        np.testing.assert_allclose(decrease, t.impurity[internal] - nl / n * t.impurity[t.children_left[internal]] - nr / n * t.impurity[t.children_right[internal]], atol=1e-12)
+        n, nl, nr = (
+            t.weighted_n_node_samples[i] for i in (internal, t.children_left[internal], t.children_right[internal])
+        )
+        np.testing.assert_allclose(
+            decrease,
+            t.impurity[internal]
+            - nl / n * t.impurity[t.children_left[internal]]
+            - nr / n * t.impurity[t.children_right[internal]],
+            atol=1e-12,
+        )
     yr = X[:, 0] * 2 + rng.normal(size=300)
     reg = tree_mod.DecisionTreeRegressor(max_depth=3, random_state=0).fit(X, yr)
     leaf_of = reg.apply(X)

@@ -16,4 +16,19 @@ from .generic import (
     Status,
 )
 
-__all__ = ["deployment", "evaluation", "fedforest", "fedscs_xgb", "Ack", "DataSummary", "DataSummaryRequest", "Describe", "ErrorReply", "Hello", "ModelAnnouncement", "Ping", "Pong", "Status"]
+__all__ = [
+    "deployment",
+    "evaluation",
+    "fedforest",
+    "fedscs_xgb",
+    "Ack",
+    "DataSummary",
+    "DataSummaryRequest",
+    "Describe",
+    "ErrorReply",
+    "Hello",
+    "ModelAnnouncement",
+    "Ping",
+    "Pong",
+    "Status",
+]

@@ -248,7 +248,11 @@ class ForestLevelReply:
         if self.missing_summaries.shape[0] != self.missing_pairs.shape[0]:
             raise ValueError(f"{self.missing_summaries.shape[0]} missing summaries for "
                              f"{self.missing_pairs.shape[0]} pairs")
-        if self.missing_summaries.size and self.missing_summaries.dtype.kind in "iu" and self.missing_summaries.min() < 0:
+        if (
+            self.missing_summaries.size
+            and self.missing_summaries.dtype.kind in "iu"
+            and self.missing_summaries.min() < 0
+        ):
             raise ValueError("class counts must be >= 0")
 
 

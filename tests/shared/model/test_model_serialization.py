@@ -28,7 +28,9 @@ from tests.shared.model.strategies import X_VALUES, ensembles
 
 WIRE_DTYPES = {np.dtype(d) for d in ("uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
                                      "float16", "float32", "float64")}
-codec_missing = importlib.util.find_spec("shared.protocol") is None or importlib.util.find_spec("shared.protocol.codec") is None
+codec_missing = (
+    importlib.util.find_spec("shared.protocol") is None or importlib.util.find_spec("shared.protocol.codec") is None
+)
 
 
 def assert_identical(a: TreeEnsemble, b: TreeEnsemble, X: np.ndarray) -> None:
@@ -97,12 +99,28 @@ def test_cbor_size_limit_and_hostile_content() -> None:
 
 def sample_model() -> TreeEnsemble:
     builder = TreeBuilder([0.0, 0.0, 0.0], root_cover=3.0)
-    builder.split(0, 0, 0.1, left_value=[0.1, 0.2, 0.7], right_value=[-0.0, 1e-300, 1.0], left_cover=1.0, right_cover=2.0)
-    builder.split(1, 1, categories=[0, 4], left_value=[1 / 3, 2 / 3, 0.0], right_value=[0.5, 0.25, 0.25], left_cover=0.5, right_cover=0.5)
+    builder.split(
+        0, 0, 0.1, left_value=[0.1, 0.2, 0.7], right_value=[-0.0, 1e-300, 1.0], left_cover=1.0, right_cover=2.0
+    )
+    builder.split(
+        1,
+        1,
+        categories=[0, 4],
+        left_value=[1 / 3, 2 / 3, 0.0],
+        right_value=[0.5, 0.25, 0.25],
+        left_cover=0.5,
+        right_cover=0.5,
+    )
     tree = builder.build()
     return TreeEnsemble(
-        trees=(tree, tree), kind="forest", link="identity", n_outputs=3, feature_names=("acc_mean", "side"),
-        feature_set_version="fs-3", classes=("rest", "push", "turn"), metadata={"round": 4, "eta": 0.1, "algo": "fedforest"},
+        trees=(tree, tree),
+        kind="forest",
+        link="identity",
+        n_outputs=3,
+        feature_names=("acc_mean", "side"),
+        feature_set_version="fs-3",
+        classes=("rest", "push", "turn"),
+        metadata={"round": 4, "eta": 0.1, "algo": "fedforest"},
     )
 
 
@@ -159,7 +177,11 @@ BAD_DICTS = {
     "tree extra key": (("trees", 0, "gain"), np.zeros(5), r"unexpected keys \['gain'\]"),
     "tree list not array": (("trees", 0, "left"), [1, 3, -1, -1, -1], "expected a int32 array, got list"),
     "tree dtype": (("trees", 0, "left"), np.array([1, 3, -1, -1, -1]), "expected a 1-D int32 array, got 1-D int64"),
-    "tree bool array": (("trees", 0, "default_left"), np.zeros(5, dtype=bool), "expected a 1-D uint8 array, got 1-D bool"),
+    "tree bool array": (
+        ("trees", 0, "default_left"),
+        np.zeros(5, dtype=bool),
+        "expected a 1-D uint8 array, got 1-D bool",
+    ),
     "tree flag 2": (("trees", 0, "default_left"), np.array([0, 2, 0, 0, 0], dtype=np.uint8), "flags must be 0 or 1"),
     "tree 2-D value flat": (("trees", 0, "value"), np.zeros(15), "expected a 2-D float64 array, got 1-D"),
     "tree float32 threshold": (("trees", 0, "threshold"), np.zeros(5, dtype=np.float32), "expected a 1-D float64"),
@@ -167,7 +189,11 @@ BAD_DICTS = {
     "tree short": (("trees", 0, "right"), np.array([2, 4, -1, -1], dtype=I32), r"shape is \(4,\), expected \(5,\)"),
     "tree nan value": (("trees", 0, "value"), np.full((5, 3), np.nan), "not finite"),
     "tree categories": (("trees", 0, "cat_values"), np.array([4, 0], dtype=I32), "sorted and unique"),
-    "tree_output dtype": (("tree_output",), np.array([-1, -1], dtype=np.int64), "field 'tree_output': expected a 1-D int32"),
+    "tree_output dtype": (
+        ("tree_output",),
+        np.array([-1, -1], dtype=np.int64),
+        "field 'tree_output': expected a 1-D int32",
+    ),
     "base_score list": (("base_score",), [0.0, 0.0, 0.0], "field 'base_score': expected a float64 array, got list"),
     "base_score shape": (("base_score",), np.zeros(2), r"expected float64 of shape \(3,\)"),
 }

@@ -94,8 +94,18 @@ MALFORMED = {
     "infinite threshold": (dict(threshold=set_at(0, np.inf)), r"threshold inf is not finite", 0, "threshold"),
     "NaN leaf value": (dict(value=set_at((3, 1), np.nan)), r"value \[6.0, nan\] is not finite", 3, "value"),
     "negative cover": (dict(cover=set_at(2, -1.0)), r"cover -1.0 must be finite and >= 0", 2, "cover"),
-    "categorical leaf": (dict(is_categorical=set_at(2, True)), r"a leaf cannot be a categorical split", 2, "is_categorical"),
-    "CSR not ending at len": (dict(cat_offsets=set_at(slice(2, None), 3)), r"must start at 0 and end at len\(cat_values\)=2", None, "cat_offsets"),
+    "categorical leaf": (
+        dict(is_categorical=set_at(2, True)),
+        r"a leaf cannot be a categorical split",
+        2,
+        "is_categorical",
+    ),
+    "CSR not ending at len": (
+        dict(cat_offsets=set_at(slice(2, None), 3)),
+        r"must start at 0 and end at len\(cat_values\)=2",
+        None,
+        "cat_offsets",
+    ),
     "CSR not starting at 0": (dict(cat_offsets=set_at(0, 1)), r"must start at 0", None, "cat_offsets"),
     "CSR decreasing": (
         dict(cat_offsets=np.array([0, 0, 2, 1, 2, 2], dtype=np.int64)),
@@ -116,7 +126,12 @@ MALFORMED = {
     "threshold length": (dict(threshold=np.zeros(4)), r"shape is \(4,\), expected \(5,\)", None, "threshold"),
     "cat_offsets length": (dict(cat_offsets=np.zeros(5, dtype=np.int64)), r"expected \(6,\)", None, "cat_offsets"),
     "feature dtype": (dict(feature=np.array([0, 1, -1, -1, -1])), r"dtype is int64, expected int32", None, "feature"),
-    "bool dtype": (dict(default_left=np.zeros(5, dtype=np.uint8)), r"dtype is uint8, expected bool", None, "default_left"),
+    "bool dtype": (
+        dict(default_left=np.zeros(5, dtype=np.uint8)),
+        r"dtype is uint8, expected bool",
+        None,
+        "default_left",
+    ),
     "no nodes": (
         dict(feature=np.zeros(0, dtype=np.int32)),
         r"at least one node",
@@ -170,7 +185,9 @@ def test_leaf_constructor() -> None:
 
 def test_builder_grows_xgboost_style_layout() -> None:
     builder = TreeBuilder([0.0, 0.0], root_cover=10.0)
-    left, right = builder.split(0, 1, 2.5, default_left=True, left_value=[1, 0], right_value=[0, 1], left_cover=4, right_cover=6)
+    left, right = builder.split(
+        0, 1, 2.5, default_left=True, left_value=[1, 0], right_value=[0, 1], left_cover=4, right_cover=6
+    )
     assert (left, right) == (1, 2)
     assert builder.split(2, 0, categories=[5, 1, 5], left_cover=2, right_cover=4) == (3, 4)
     tree = builder.build()
@@ -268,9 +285,15 @@ BOOSTED = dict(trees=(stump(), stump()), kind="boosted", n_outputs=3, feature_na
         (dict(link="softmax", classes=("x", "y")), "softmax needs n_outputs >= 2 equal to the number of classes"),
         (dict(link="sigmoid", classes=("x", "y")), "sigmoid needs n_outputs == 1 and 2 classes"),
         (dict(link="identity", classes=("x", "y", "z")), "regression"),
-        (dict(link="identity", tree_output=np.array([0, 3], dtype=np.int32)), r"tree 1, field 'tree_output': output 3 out of range"),
+        (
+            dict(link="identity", tree_output=np.array([0, 3], dtype=np.int32)),
+            r"tree 1, field 'tree_output': output 3 out of range",
+        ),
         (dict(link="identity", base_score=np.array([0.0, np.inf, 0.0])), "must be finite"),
-        (dict(link="identity", tree_output=np.array([0, -1], dtype=np.int32)), r"tree 1, field 'value': shape is \(3, 1\), expected \(3, 3\)"),
+        (
+            dict(link="identity", tree_output=np.array([0, -1], dtype=np.int32)),
+            r"tree 1, field 'value': shape is \(3, 1\), expected \(3, 3\)",
+        ),
     ],
 )
 def test_malformed_boosted_ensemble_is_refused(changes: dict, message: str) -> None:
@@ -279,7 +302,9 @@ def test_malformed_boosted_ensemble_is_refused(changes: dict, message: str) -> N
 
 
 def test_ensemble_validates_on_replace_and_normalises_numpy_labels() -> None:
-    model = TreeEnsemble(**{**BASE, "classes": np.array([3, 5, 7]), "metadata": {"n": np.int64(4), "eta": np.float32(0.5)}})
+    model = TreeEnsemble(
+        **{**BASE, "classes": np.array([3, 5, 7]), "metadata": {"n": np.int64(4), "eta": np.float32(0.5)}}
+    )
     assert model.classes == (3, 5, 7) and all(type(c) is int for c in model.classes)
     assert model.metadata == {"n": 4, "eta": 0.5} and type(model.metadata["n"]) is int
     with pytest.raises(ModelValidationError, match="exactly one tree"):

@@ -152,7 +152,9 @@ def trained_model(name: str) -> TreeEnsemble:
     if name == "fedscs-softmax7":
         return aggregator.simulate(FedSCSXGB(n_rounds=4, max_depth=4, protocol="histogram"), _clients(10, 7))
     if name == "fedscs-logistic":
-        return aggregator.simulate(FedSCSXGB(n_rounds=5, max_depth=3, objective="logistic", protocol="histogram"), _clients(11, 2))
+        return aggregator.simulate(
+            FedSCSXGB(n_rounds=5, max_depth=3, objective="logistic", protocol="histogram"), _clients(11, 2)
+        )
     if name == "fedscs-squared-error":
         return aggregator.simulate(FedSCSXGB(n_rounds=5, max_depth=3, objective="squared_error"), _clients(12, 0))
     if name == "fedforest-client-categorical":

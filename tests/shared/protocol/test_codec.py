@@ -25,7 +25,9 @@ arrays_ = st.sampled_from(WHITELIST).flatmap(
 )
 values = st.recursive(
     st.one_of(scalars, arrays_),
-    lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(st.text(max_size=8), children, max_size=4)),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4), st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -171,7 +173,9 @@ def test_typed_array_outside_tag_40_is_refused() -> None:
         loads_value(cbor2.dumps([cbor2.CBORTag(85, b"\x00" * 4)]))
 
 
-@pytest.mark.parametrize("data", [b"", b"\x1c", b"\x62\xff\xff", cbor2.dumps({"a": "hello"})[:-2], bytes.fromhex("5b7fffffffffffffff00")])
+@pytest.mark.parametrize(
+    "data", [b"", b"\x1c", b"\x62\xff\xff", cbor2.dumps({"a": "hello"})[:-2], bytes.fromhex("5b7fffffffffffffff00")]
+)
 def test_malformed_cbor(data: bytes) -> None:
     with pytest.raises(errors.MalformedCBOR):
         loads_value(data)

@@ -1,4 +1,5 @@
-"""FedSCS-XGB's message schemas (and the generic ``DataSummary`` every job opens with) reject malformed replies with an error naming the problem.
+"""FedSCS-XGB's message schemas (and the generic ``DataSummary`` every job opens with) reject malformed replies with
+an error naming the problem.
 
 Each case takes a valid encoded reply, breaks one thing at the wire level (as a buggy or hostile
 gateway could), and checks that decoding raises a ``SchemaError`` saying what is wrong -- the

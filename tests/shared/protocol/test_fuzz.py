@@ -217,14 +217,33 @@ def valid_bodies() -> dict[str, object]:
     from tests.shared.protocol.test_envelope import ArrayBody
 
     examples = [
-        Hello("0.1.0", "fs-1", 12, ("a",)), Status(online=True, detail={"k": "v"}), Ping(b"x", 0.5), Pong(b"y"),
-        Ack("n"), Describe(), ErrorReply("c", "m", "ping"), ModelAnnouncement("m", 1, "x", "fs", bytes(32), 9),
-        Chunk("t", 0, 1, 1, bytes(32), b"x"), ArrayBody(np.zeros(3, np.float32), [1], {"a": 1.0}, "n"),
-        *fedscs_xgb_examples(), *fedforest_examples(), *private_examples(), *evaluation_examples(), *deployment_examples(),
-        *vertical_forest_examples(), *fedga_tree_examples(), *site_examples(),
-        MergePartial(np.arange(3, dtype=np.uint32), (b"stub",)), MergeChunk("gw-1", b"chunk"),
+        Hello("0.1.0", "fs-1", 12, ("a",)),
+        Status(online=True, detail={"k": "v"}),
+        Ping(b"x", 0.5),
+        Pong(b"y"),
+        Ack("n"),
+        Describe(),
+        ErrorReply("c", "m", "ping"),
+        ModelAnnouncement("m", 1, "x", "fs", bytes(32), 9),
+        Chunk("t", 0, 1, 1, bytes(32), b"x"),
+        ArrayBody(np.zeros(3, np.float32), [1], {"a": 1.0}, "n"),
+        *fedscs_xgb_examples(),
+        *fedforest_examples(),
+        *private_examples(),
+        *evaluation_examples(),
+        *deployment_examples(),
+        *vertical_forest_examples(),
+        *fedga_tree_examples(),
+        *site_examples(),
+        MergePartial(np.arange(3, dtype=np.uint32), (b"stub",)),
+        MergeChunk("gw-1", b"chunk"),
     ]
-    return {type_name: body for body in examples for type_name, cls in registered_message_types().items() if type(body) is cls}
+    return {
+        type_name: body
+        for body in examples
+        for type_name, cls in registered_message_types().items()
+        if type(body) is cls
+    }
 
 
 def test_every_message_type_has_a_fuzz_seed() -> None:

@@ -143,8 +143,11 @@ def test_a_peer_s_version_is_what_it_is_written_in() -> None:
 def test_versions_outside_n_minus_one_and_n_are_refused_with_what_this_build_speaks(version) -> None:
     raw = loads_value(encode_message(Message.create(Status(online=True), sender="gw-1")))
     raw["v"] = version
-    with pytest.raises(UnsupportedVersion, match=rf"protocol version {version} is not supported .*\[{PROTOCOL_VERSION - 1}, "
-                                                 rf"{PROTOCOL_VERSION}\]"):
+    with pytest.raises(
+        UnsupportedVersion,
+        match=rf"protocol version {version} is not supported .*\[{PROTOCOL_VERSION - 1}, "
+        rf"{PROTOCOL_VERSION}\]",
+    ):
         decode_message(dumps_value(raw))
     with pytest.raises(ValueError, match="not one this build writes"):
         Message.create(Status(online=True), sender="gw-1", version=version)

@@ -86,7 +86,8 @@ def test_a_wrong_pair_seed_share_of_a_dropped_peer_is_detected() -> None:
 
 
 def with_bundles(masked: dict[str, MaskedInput], dealer: str, change) -> dict[str, MaskedInput]:
-    """``dealer``'s masked input with each committed bundle ``blob`` for holder ``w`` replaced by ``change(w, blob)``."""
+    """``dealer``'s masked input with each committed bundle ``blob`` for holder ``w`` replaced by ``change(w,
+    blob)``."""
     original = masked[dealer]
     shares = {w: change(w, blob) for w, blob in original.shares.items()}
     return {**masked, dealer: MaskedInput(original.masked, shares)}

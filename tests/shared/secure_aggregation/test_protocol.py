@@ -324,7 +324,9 @@ def test_what_one_label_reveals_does_not_unmask_another() -> None:
     fleet.server.aggregate(b"a", masked_a, replies_a, length)
     seeds_a = {}
     for owner in fleet.server.neighbours[target]:
-        revealed = {w: r.pair_seeds[owner][target] for w, r in replies_a.items() if target in r.pair_seeds.get(owner, {})}
+        revealed = {
+            w: r.pair_seeds[owner][target] for w, r in replies_a.items() if target in r.pair_seeds.get(owner, {})
+        }
         seeds_a[owner] = combine_shares({share_x(w): share for w, share in revealed.items()}, 32)
 
     masked_b = mask_all(fleet, b"b", vectors)
@@ -392,7 +394,9 @@ def test_client_refuses_to_reveal_pair_seeds_with_a_client_outside_its_two_hops(
     me = fleet.ids[0]
     request = fleet.server.unmask_request(b"r", masked)[me]
     linked = fleet.server.neighbours[me]
-    remote = next(c for c in fleet.ids if c not in {me, *linked} and all(c not in fleet.server.neighbours[v] for v in linked))
+    remote = next(
+        c for c in fleet.ids if c not in {me, *linked} and all(c not in fleet.server.neighbours[v] for v in linked)
+    )
     with pytest.raises(SecureAggregationError, match="neighbours neither"):
         fleet.clients[me].unmask(b"r", request.survivors, (remote,), request.shares)
 
@@ -487,7 +491,9 @@ def test_server_refuses_inconsistent_rounds(sparse_round) -> None:
     liar = next(c for c in replies if replies[c].pair_seeds)
     owner, by_peer = next(iter(replies[liar].pair_seeds.items()))
     survivor_peer = next(v for v in server.neighbours[owner] if v in masked)
-    forged = UnmaskShares(self_mask=replies[liar].self_mask, pair_seeds={owner: {survivor_peer: next(iter(by_peer.values()))}})
+    forged = UnmaskShares(
+        self_mask=replies[liar].self_mask, pair_seeds={owner: {survivor_peer: next(iter(by_peer.values()))}}
+    )
     # the forged reply is discarded whole, and the seeds it was needed for make the label fail naming it
     with pytest.raises(MaliciousGateway, match=f"{liar} revealed pair seeds of {owner} with peers that did not drop"):
         server.aggregate(b"r", masked, {**replies, liar: forged}, 16)

@@ -50,7 +50,11 @@ def _within_alpha_of_a_valid_quantile(answer: float, x: np.ndarray, w: np.ndarra
 
 
 @settings(max_examples=150, deadline=None)
-@given(data=weighted_data(), alpha=st.sampled_from([0.05, 0.01, 0.001]), qs=st.lists(st.floats(0, 1), min_size=1, max_size=5))
+@given(
+    data=weighted_data(),
+    alpha=st.sampled_from([0.05, 0.01, 0.001]),
+    qs=st.lists(st.floats(0, 1), min_size=1, max_size=5),
+)
 def test_relative_accuracy_at_the_correct_weighted_rank(data, alpha: float, qs: list[float]) -> None:
     x, w = data
     answers = DDSketch.from_values(x, w, alpha).quantiles(qs)
@@ -198,6 +202,8 @@ def test_empty_and_invalid() -> None:
 
 
 def test_extreme_values_stay_finite() -> None:
-    sketch = DDSketch.from_values([-np.inf, 1e300, 1.0, np.inf], alpha=0.01, standardization=Standardization(0.0, 1e-30))
+    sketch = DDSketch.from_values(
+        [-np.inf, 1e300, 1.0, np.inf], alpha=0.01, standardization=Standardization(0.0, 1e-30)
+    )
     edges = ddsketch_edges([sketch], 4)
     assert np.all(np.isfinite(edges)) and edges.dtype == np.float32

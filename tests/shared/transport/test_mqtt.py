@@ -172,7 +172,8 @@ def test_presence_status_and_last_will(mosquitto: MosquittoBroker, tmp_path) -> 
     script = (
         "import sys, time\n"
         "from shared.transport.mqtt import MqttConfig, MqttTransport\n"
-        f"t = MqttTransport('gw-3', MqttConfig(port={mosquitto.port}, username='gw-3', password='{PASSWORDS['gw-3']}'))\n"
+        f"t = MqttTransport('gw-3', MqttConfig(port={mosquitto.port}, username='gw-3', "
+        f"password='{PASSWORDS['gw-3']}'))\n"
         "t.connect(); print('up', flush=True); time.sleep(60)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=os.getcwd())
