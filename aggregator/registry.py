@@ -33,6 +33,7 @@ same, so two processes never hand out one version number twice.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -46,8 +47,8 @@ from shared.model import TreeEnsemble
 if TYPE_CHECKING:
     from .privacy.ledger import LedgerEntry
 
-__all__ = ["Deployment", "HEAD_REVISION", "JobRecord", "ModelRecord", "PromotionRecord", "Registry",
-           "RegistryError", "RoundRecord", "ScheduleRecord", "registry_url"]
+__all__ = ["Deployment", "HEAD_REVISION", "JobRecord", "JobRules", "MAX_TIME_S", "ModelRecord", "PromotionRecord",
+           "Registry", "RegistryError", "RoundRecord", "ScheduleRecord", "iso_utc", "micros", "registry_url"]
 
 #: The newest Alembic revision (``aggregator/server/migrations/versions``); a database already
 #: there is opened without loading the migration scripts.
@@ -104,7 +105,7 @@ class JobRecord:
     job_id: str
     algorithm: str
     config: dict
-    rules: dict
+    rules: JobRules
     model_id: str
     state: str
     total: int
@@ -122,6 +123,80 @@ class JobRecord:
     #: one entry per attempt: ``{"attempt": N, "started": unix seconds, "from_step": steps already
     #: stored when it started}`` (a resumed attempt has ``from_step`` > 0 or ``attempt`` > 1)
     history: list = field(default_factory=list)
+
+
+#: The last second of 9999-12-31 UTC: the latest time a job's range may name.
+MAX_TIME_S = 253_402_300_799.0
+
+
+@dataclass(frozen=True)
+class JobRules:
+    """Who takes part in a job and on which windows, as the API takes them and the registry keeps
+    them: ``clients`` (None: every online gateway), at least ``min_gateways`` of them, each with at
+    least ``min_labelled`` labelled windows; ``seed`` the training's public seed; ``since``/``until``
+    (Unix seconds, UTC; None: unbounded) the windows whose start lies in ``[since, until)``.
+
+    Examples
+    --------
+    >>> JobRules(min_gateways=3).to_json()["min_gateways"]
+    3
+    >>> JobRules.from_json({"min_gateways": 2}) == JobRules(min_gateways=2)
+    True
+    >>> JobRules(since=20.0, until=10.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: since (1970-01-01T00:00:20Z) must be before until (1970-01-01T00:00:10Z)
+    """
+
+    clients: tuple[str, ...] | None = None
+    min_gateways: int = 1
+    min_labelled: int = 0
+    seed: int = 0
+    since: float | None = None
+    until: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.min_gateways < 1 or self.min_labelled < 0:
+            raise ValueError("min_gateways must be >= 1 and min_labelled >= 0")
+        for name in ("since", "until"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and 0 <= value <= MAX_TIME_S):
+                raise ValueError(f"{name} must lie between 1970-01-01 and 9999-12-31 (Unix seconds 0 to "
+                                 f"{MAX_TIME_S:.0f}), got {value:.0f}")
+        if self.since is not None and self.until is not None and self.since >= self.until:
+            raise ValueError(f"since ({iso_utc(self.since)}) must be before until ({iso_utc(self.until)})")
+
+    @property
+    def since_us(self) -> int | None:
+        """``since`` in microseconds (the gateways' window times), or None."""
+        return micros(self.since)
+
+    @property
+    def until_us(self) -> int | None:
+        """``until`` in microseconds, or None."""
+        return micros(self.until)
+
+    def to_json(self) -> dict[str, Any]:
+        """The rules as the registry stores them (and the API shows them)."""
+        return {**asdict(self), "clients": None if self.clients is None else list(self.clients)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> JobRules:
+        """The stored rules; a rule a registry row lacks takes its default."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        if known.get("clients") is not None:
+            known["clients"] = tuple(known["clients"])
+        return cls(**known)
+
+
+def iso_utc(t: float) -> str:
+    """Unix seconds as an ISO-8601 UTC time to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def micros(t: float | None) -> int | None:
+    """Unix seconds as whole microseconds (None stays None)."""
+    return None if t is None else round(t * 1e6)
 
 
 @dataclass(frozen=True)
@@ -246,11 +321,15 @@ _JSON_FIELDS = {"config", "rules", "participants", "evaluation", "metrics", "cla
 def _decode(row: Mapping[str, Any], cls: type) -> Any:
     """A table row as ``cls``, JSON text columns parsed."""
     names = cls.__dataclass_fields__
-    return cls(**{k: json.loads(v) if k in _JSON_FIELDS else v for k, v in row.items() if k in names})
+    values = {k: json.loads(v) if k in _JSON_FIELDS else v for k, v in row.items() if k in names}
+    if "rules" in values:
+        values["rules"] = JobRules.from_json(values["rules"])
+    return cls(**values)
 
 
 def _encode(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: json.dumps(v) if k in _JSON_FIELDS else v for k, v in values.items()}
+    return {k: json.dumps(v.to_json() if isinstance(v, JobRules) else v) if k in _JSON_FIELDS else v
+            for k, v in values.items()}
 
 
 class Registry:
@@ -466,11 +545,11 @@ class Registry:
     # -- jobs --------------------------------------------------------------------------------
 
     def add_job(self, job_id: str, algorithm: str, config: dict, *, model_id: str, total: int,
-                rules: dict | None = None, init_model: str = "", schedule_id: str = "") -> JobRecord:
+                rules: JobRules | None = None, init_model: str = "", schedule_id: str = "") -> JobRecord:
         now = time.time()
         with self._tx() as c:
             c.execute(self._jobs.insert().values(**_encode(dict(
-                job_id=job_id, algorithm=algorithm, config=config, rules=rules or {}, model_id=model_id,
+                job_id=job_id, algorithm=algorithm, config=config, rules=rules or JobRules(), model_id=model_id,
                 state="queued", total=total, completed=0, attempt=0, participants=[], feature_set="",
                 init_model=init_model, schedule_id=schedule_id, result="", evaluation={}, error="",
                 created=now, updated=now, history=[]))))

@@ -34,7 +34,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, WithJson
 from shared import __version__
 
 from ..privacy.ledger import BudgetExceeded
-from ..registry import RegistryError, ScheduleRecord
+from ..registry import JobRules, RegistryError, ScheduleRecord
 from .guards import install_guards
 from .job_bounds import check_config, config_schema
 from .policy import CronSpec
@@ -331,9 +331,10 @@ def create_app(server: Server) -> FastAPI:
                                               "detail: the one-line refusal (what is left, and the since from "
                                               "which windows have the full budget)"}})
     def start_job(body: JobIn) -> dict[str, Any]:
-        request = JobRequest(body.algorithm, body.model_id, body.config, _gateway_ids(body.clients),
-                             body.min_gateways, body.min_labelled, body.init_model, body.seed,
-                             since=_instant("since", body.since), until=_instant("until", body.until))
+        clients = _gateway_ids(body.clients)
+        rules = JobRules(None if clients is None else tuple(clients), body.min_gateways, body.min_labelled, body.seed,
+                         since=_instant("since", body.since), until=_instant("until", body.until))
+        request = JobRequest(body.algorithm, body.model_id, body.config, rules, body.init_model)
         try:
             return _job_json(server.runner.submit(request))
         except BudgetExceeded as exc:

@@ -79,7 +79,7 @@ from ..feature_sets import survey_feature_sets
 from ..fleet_status import GatewayRow, fold_statuses
 from ..jobs import Checkpoint, FederatedJob, JobSettings, RoundProgress, TrainingError
 from ..privacy.ledger import BudgetExceeded, GatewayBudget, LedgerEntry, PlannedJob, PrivacyCap, budget_of, check_job
-from ..registry import JobRecord, Registry, RegistryError, ScheduleRecord
+from ..registry import JobRecord, JobRules, Registry, RegistryError, ScheduleRecord, iso_utc, micros
 from ..rounds import QuorumNotReached, RoundEngine
 from .gateway_input import MAX_WINDOWS_PER_S, NEW_GATEWAY_WINDOWS, Credit, FaultLog, credit_counts
 from .policy import LiveCheck, canary_of, is_due, judge, judge_live, metric_for
@@ -177,58 +177,25 @@ def total_steps(algorithm) -> int:
 @dataclass(frozen=True)
 class JobRequest:
     """What to train: ``algorithm`` with ``config`` (its parameters) registered as ``model_id``,
-    over ``clients`` (default: every online gateway) that pass the participation rules: at least
-    ``min_gateways`` of them, each with at least ``min_labelled`` labelled windows. ``init_model``
-    ("MODEL:vN") continues boosting from that version.
+    under ``rules`` (:class:`~aggregator.registry.JobRules`: who takes part, on which windows, with
+    which seed). ``init_model`` ("MODEL:vN") continues boosting from that version.
 
-    ``since``/``until`` (Unix seconds, UTC; ``None``: unbounded) restrict the job to the windows
-    whose start time lies in ``[since, until)``: its training and its held-out scoring, and
-    ``min_labelled`` then counts the labelled windows in the range. The gateways filter their own
-    windows (``TimeRange`` in the job's survey) and refuse below ``min_labelled``."""
+    The gateways filter their own windows to the rules' ``[since, until)`` (``TimeRange`` in the
+    job's survey; training and held-out scoring alike) and refuse below ``min_labelled``, which
+    then counts the labelled windows in the range."""
 
     algorithm: str
     model_id: str
     config: dict[str, Any] = field(default_factory=dict)
-    clients: list[str] | None = None
-    min_gateways: int = 1
-    min_labelled: int = 0
+    rules: JobRules = JobRules()
     init_model: str = ""
-    seed: int = 0
-    since: float | None = None
-    until: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("since", "until"):
-            value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and 0 <= value <= MAX_TIME_S):
-                raise ValueError(f"{name} must lie between 1970-01-01 and 9999-12-31 (Unix seconds 0 to "
-                                 f"{MAX_TIME_S:.0f}), got {value:.0f}")
-        if self.since is not None and self.until is not None and self.since >= self.until:
-            raise ValueError(f"since ({_iso(self.since)}) must be before until ({_iso(self.until)})")
-
-    def rules(self) -> dict[str, Any]:
-        return {"clients": self.clients, "min_gateways": self.min_gateways, "min_labelled": self.min_labelled,
-                "seed": self.seed, "since": self.since, "until": self.until}
 
 
-#: The last second of 9999-12-31 UTC: the latest time a job's range may name.
-MAX_TIME_S = 253_402_300_799.0
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
-def _us(t: float | None) -> int | None:
-    return None if t is None else round(t * 1e6)
-
-
-def time_range(rules: dict[str, Any]) -> TimeRange | None:
+def time_range(rules: JobRules) -> TimeRange | None:
     """The job's data time range as the gateways take it (microseconds), or None for all data."""
-    since, until = rules.get("since"), rules.get("until")
-    if since is None and until is None:
+    if rules.since is None and rules.until is None:
         return None
-    return TimeRange(_us(since), _us(until))
+    return TimeRange(rules.since_us, rules.until_us)
 
 
 #: How old an online gateway's newest status may grow before it counts as stale (a running gateway
@@ -459,8 +426,7 @@ class JobRunner:
     def submit(self, request: JobRequest, *, schedule_id: str = "") -> JobRecord:
         """Check ``request`` and queue it; the stored job record (state ``queued``)."""
         algorithm = build_algorithm(request.algorithm, request.config)
-        if request.min_gateways < 1 or request.min_labelled < 0:
-            raise ValueError("min_gateways must be >= 1 and min_labelled >= 0")
+        rules = request.rules
         if request.init_model:
             model_id, _, version = request.init_model.rpartition(":v")
             if not model_id or not version.isdigit():
@@ -472,10 +438,9 @@ class JobRunner:
         plan = planned_privacy(algorithm)
         with self._submitting:
             if plan is not None:
-                self.check_privacy(PlannedJob(None if request.clients is None else tuple(request.clients),
-                                              _us(request.since), _us(request.until), *plan))
+                self.check_privacy(PlannedJob(rules.clients, rules.since_us, rules.until_us, *plan))
             record = self.registry.add_job(job_id, request.algorithm, request.config, model_id=request.model_id,
-                                           total=total_steps(algorithm), rules=request.rules(),
+                                           total=total_steps(algorithm), rules=rules,
                                            init_model=request.init_model, schedule_id=schedule_id)
         self._queue.put(job_id)
         return record
@@ -489,9 +454,8 @@ class JobRunner:
         for job in self.registry.jobs(state="queued") + self.registry.jobs(state="running"):
             plan = planned_privacy(build_algorithm(job.algorithm, job.config))
             if plan is not None and job.job_id not in entered:
-                clients = job.rules.get("clients")
-                out.append(LedgerEntry(job.job_id, 0, tuple(clients) if clients else tuple(self._known_gateways()),
-                                       _us(job.rules.get("since")), _us(job.rules.get("until")),
+                clients = job.rules.clients or tuple(self._known_gateways())
+                out.append(LedgerEntry(job.job_id, 0, clients, job.rules.since_us, job.rules.until_us,
                                        PlannedJob(None, None, None, *plan).rho, 0.0, plan[1], plan[0], "running"))
         return out
 
@@ -519,7 +483,7 @@ class JobRunner:
         if plan is None:
             return
         self._settle_privacy(job)
-        since, until = _us(job.rules.get("since")), _us(job.rules.get("until"))
+        since, until = job.rules.since_us, job.rules.until_us
         planned = PlannedJob(tuple(clients), since, until, *plan)
         with self._submitting:
             self.check_privacy(planned, job_id=job.job_id)
@@ -532,11 +496,11 @@ class JobRunner:
                         gateways: list[str] | None = None) -> None:
         """Settle ``job``'s running entry: on its participants' windows up to now (or its range's
         end), with what ``model``'s metadata says it spent, else with its plan."""
-        until = job.rules.get("until")
+        until = job.rules.until
         for entry in self.registry.privacy_ledger(job.job_id):
             if entry.basis != "running":
                 continue
-            values: dict[str, Any] = {"until_us": _us(until if until is not None else time.time()),
+            values: dict[str, Any] = {"until_us": micros(until if until is not None else time.time()),
                                       "basis": "planned"}
             if gateways:
                 values["gateways"] = gateways
@@ -586,7 +550,7 @@ class JobRunner:
 
     def _participants(self, job: JobRecord) -> list[str]:
         rules = job.rules
-        named = rules.get("clients")
+        named = rules.clients
         if named:
             self.tracker.wait_online(named, self.presence_wait_s)
             missing = sorted(set(named) - set(self.tracker.online()))
@@ -595,11 +559,11 @@ class JobRunner:
             candidates = list(named)
         else:
             candidates = self.tracker.online()
-        eligible = [g for g in candidates if self.tracker.labelled(g) >= rules.get("min_labelled", 0)]
-        if len(eligible) < rules.get("min_gateways", 1):
-            raise TrainingError(f"{len(eligible)} gateways online with at least {rules.get('min_labelled', 0)} "
+        eligible = [g for g in candidates if self.tracker.labelled(g) >= rules.min_labelled]
+        if len(eligible) < rules.min_gateways:
+            raise TrainingError(f"{len(eligible)} gateways online with at least {rules.min_labelled} "
                                 f"labelled windows ({', '.join(eligible) or 'none'}); the job needs "
-                                f"{rules.get('min_gateways', 1)}")
+                                f"{rules.min_gateways}")
         return sorted(eligible)
 
     def _run(self, job_id: str) -> None:
@@ -680,17 +644,17 @@ class JobRunner:
             window = time_range(job.rules)
             choice = survey_feature_sets(self.engine, protocol_id, clients, job.feature_set,
                                          deadline_s=self.settings.deadline_s, time_range=window,
-                                         min_labelled=int(job.rules.get("min_labelled", 0)) if window else 0,
+                                         min_labelled=job.rules.min_labelled if window else 0,
                                          algorithm=build_algorithm(job.algorithm, config))
             if job.feature_set and choice.version != job.feature_set:
                 raise TrainingError(f"the participants no longer hold feature set {job.feature_set}")
             if job.participants and list(choice.clients) != list(job.participants):
                 raise TrainingError(f"resuming needs the job's participants {job.participants}; of them "
                                     f"{list(choice.clients)} answered ({choice.left_out})")
-            if len(choice.clients) < job.rules.get("min_gateways", 1):
+            if len(choice.clients) < job.rules.min_gateways:
                 why = "; ".join(f"{c}: {reason}" for c, reason in choice.left_out.items())
                 raise TrainingError(f"{len(choice.clients)} gateways can train ({', '.join(choice.clients)}); the job "
-                                    f"needs {job.rules.get('min_gateways', 1)}; left out: {why}")
+                                    f"needs {job.rules.min_gateways}; left out: {why}")
             for gateway, why in sorted(choice.left_out.items()):
                 log.warning("job %s: gateway %s left out by the survey: %s", job_id, gateway, why,
                             extra={"job": job_id, "gateway": gateway})
@@ -704,7 +668,7 @@ class JobRunner:
             else:
                 algorithm = build_algorithm(job.algorithm, config, init_model=init, feature_set=choice.version,
                                             resume_state=own_state)
-                model = algorithm.fit(fed, seed=int(job.rules.get("seed", 0)))
+                model = algorithm.fit(fed, seed=job.rules.seed)
             if self._stop.is_set() and fed.stopped is not None:
                 if job_id in self._cancelled:
                     raise JobCancelled
@@ -943,12 +907,12 @@ class Scheduler:
                 continue
             if last_run > now:
                 log.warning("a schedule last ran at %s, after the clock's now (%s): the clock was set back; "
-                            "running it now", _iso(last_run), _iso(now), extra={"schedule": schedule.schedule_id})
+                            "running it now", iso_utc(last_run), iso_utc(now), extra={"schedule": schedule.schedule_id})
             try:
                 started.append(self._submit(schedule))
                 note = ""
             except (ValueError, RegistryError) as exc:  # the privacy cap, or a schedule gone stale
-                note = f"{_iso(now)}: skipped -- {exc}"
+                note = f"{iso_utc(now)}: skipped -- {exc}"
                 log.warning(
                     "schedule %s skipped: %s", schedule.schedule_id, exc, extra={"schedule": schedule.schedule_id}
                 )
@@ -979,12 +943,13 @@ class Scheduler:
         try:
             return self.runner.submit(request, schedule_id=schedule.schedule_id)
         except BudgetExceeded as exc:
-            if exc.fresh_since_us is None or request.since is not None:
+            if exc.fresh_since_us is None or request.rules.since is not None:
                 raise
             since = exc.fresh_since_us / 1e6
             log.info("schedule %s: older windows have spent their privacy budget; training on the windows from %s "
-                     "on", schedule.schedule_id, _iso(since), extra={"schedule": schedule.schedule_id})
-            return self.runner.submit(replace(request, since=since), schedule_id=schedule.schedule_id)
+                     "on", schedule.schedule_id, iso_utc(since), extra={"schedule": schedule.schedule_id})
+            fresh = replace(request, rules=replace(request.rules, since=since))
+            return self.runner.submit(fresh, schedule_id=schedule.schedule_id)
 
     def _request(self, schedule: ScheduleRecord) -> JobRequest:
         request = JobRequest(schedule.algorithm, schedule.model_id, dict(schedule.config))

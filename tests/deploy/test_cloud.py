@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from aggregator.fleet_status import GatewayRow
-from aggregator.registry import Registry, ScheduleRecord
+from aggregator.registry import JobRules, Registry, ScheduleRecord
 from tests.cli.cli_support import REPO
 from tests.deploy.certs_support import certificate_dir
 from tests.deploy.test_gateway_install import need, unit_settings, verify_unit
@@ -298,7 +298,8 @@ def populate(url: str) -> None:
         registry.set_deployment("act", 2, "gw-2", "rejected", "feature set")
         registry.save_gateways([GatewayRow("gw-1", True, 5.0, "act:v1", 10, 8, "up", "ort", 3, 0, "PUSH", "",
                                            {"PUSH": 8}, "fs1")])
-        registry.add_job("job-1", "fedscs_xgb", {"n_rounds": 3}, model_id="act", total=3, rules={"min_gateways": 2})
+        registry.add_job("job-1", "fedscs_xgb", {"n_rounds": 3}, model_id="act", total=3,
+                         rules=JobRules(min_gateways=2))
         registry.update_job("job-1", state="running", participants=["gw-1", "gw-2"])
         registry.complete_round("job-1", 1, 3, 2, 2, {"loss": 0.5}, 1.25, model.to_cbor())
         registry.complete_round("job-1", 2, 3, 2, 1, {"loss": 0.25}, 1.5, None)

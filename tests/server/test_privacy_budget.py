@@ -147,7 +147,7 @@ def test_a_schedule_whose_windows_spent_their_budget_trains_on_the_fresh_ones(tm
         scheduler = Scheduler(server.registry, server.runner, server.tracker, 3600.0)
         with caplog.at_level(logging.INFO, logger="aggregator.server.service"):
             [job] = scheduler.tick(now)
-        assert job.rules["since"] * 1e6 == -(-entry.until_us // 1_000_000) * 1_000_000
+        assert job.rules.since * 1e6 == -(-entry.until_us // 1_000_000) * 1_000_000
         assert server.registry.schedule("nightly").note == ""
         assert any("older windows have spent their privacy budget; training on the windows from "
                    f"{second_after(entry.until_us)} on" in r.getMessage() for r in caplog.records)

@@ -14,7 +14,7 @@ import pytest
 import aggregator
 from aggregator.algorithms import FedForest
 from aggregator.fleet_status import GatewayRow
-from aggregator.registry import HEAD_REVISION, Registry, RegistryError, ScheduleRecord
+from aggregator.registry import HEAD_REVISION, JobRules, Registry, RegistryError, ScheduleRecord
 
 # The schema aggregator/registry.py created before the server (commit 7c2b1ad), verbatim.
 LEGACY_SCHEMA = (
@@ -78,11 +78,18 @@ def test_writers_in_parallel_never_share_a_version(registry_url: str) -> None:
         r.close()
 
 
+def test_job_rules_stored_before_a_rule_existed_take_its_default(registry_url: str) -> None:
+    with Registry(registry_url) as registry:
+        registry.add_job("job-old", "fedscs-xgb", {}, model_id="act", total=1)
+        registry.update_job("job-old", rules={"min_gateways": 3, "retired_rule": True})  # as an older server wrote it
+        assert registry.job("job-old").rules == JobRules(min_gateways=3)
+
+
 def test_jobs_rounds_gateways_schedules_and_promotions(registry_url: str) -> None:
     with Registry(registry_url) as registry:
-        job = registry.add_job("job-a", "fedscs-xgb", {"n_rounds": 3}, model_id="act", total=3,
-                               rules={"min_gateways": 2})
-        assert (job.state, job.completed, job.rules) == ("queued", 0, {"min_gateways": 2})
+        rules = JobRules(("gw-1", "gw-2"), min_gateways=2, since=10.0)
+        job = registry.add_job("job-a", "fedscs-xgb", {"n_rounds": 3}, model_id="act", total=3, rules=rules)
+        assert (job.state, job.completed, job.rules) == ("queued", 0, rules)
         registry.update_job("job-a", state="running", participants=["gw-1", "gw-2"])
         registry.complete_round("job-a", 1, 3, 2, 2, {"train_loss": 0.5}, 0.1, b"model-1")
         with pytest.raises(RegistryError, match="round 1 follows round 1"):  # never applied twice

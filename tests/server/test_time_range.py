@@ -64,7 +64,7 @@ def test_a_job_trains_on_exactly_the_windows_in_its_time_range(registry_url: str
         assert started.status_code == 201, started.text
         job = wait_job(server, started.json()["job_id"])
         assert job.state == "completed", job.error
-        assert (job.rules["since"], job.rules["until"]) == (SINCE, UNTIL)
+        assert (job.rules.since, job.rules.until) == (SINCE, UNTIL)
         assert job.participants == ["gw-1", "gw-2", "gw-3"] and job.feature_set == FS  # gw-4, gw-5: too few in it
         model = TreeEnsemble.from_cbor(api.get("/api/models/act/1/download").content)
         assert model == aggregator.simulate(XGB, inside[:3])
