@@ -13,13 +13,12 @@ per job, round, type and vector shape, and everything else (errors, key exchange
 shares) is forwarded to the leader byte for byte under ``<prefix>/merged/``; so are the chunks
 of messages larger than one payload, which a shared subscription scatters over the workers,
 each wrapped (:class:`MergeChunk`) so that the leader reassembles them per gateway. A partial
-is published (:class:`MergePartial`) when it holds ``max_batch`` replies, would no longer fit
-in one payload, or ``linger_s`` after its first reply: the sum, and each reply without its
-vector (its envelope, its bookkeeping fields such as ``n_trees``, its sealed shares). The leader admits a partial
-whole -- every reply answers this
-round's request and is new, the vector length and word width are the round's, the algorithm's
-``check`` passes -- adds its sum, and hands the replies to the round as if they had come
-directly (:meth:`~aggregator.rounds.RoundEngine.deliver_batch`);
+is published (:class:`MergePartial`) when it holds ``max_batch`` replies, would no longer fit in one
+payload, or ``linger_s`` after its first reply: the sum, and each reply without its vector (its
+envelope, its bookkeeping fields such as ``n_trees``, its sealed shares). The leader admits a
+partial whole -- every reply answers this round's request and is new, the vector length and word
+width are the round's, the algorithm's ``check`` passes -- adds its sum, and hands the replies to
+the round as if they had come directly (:meth:`~aggregator.rounds.RoundEngine.deliver_batch`);
 :class:`~aggregator.fleet_sums.FleetSummer` then uses the summed total instead of summing.
 
 **The same model bit for bit.** Every vector summed here is a fixed-point integer vector (the

@@ -17,8 +17,7 @@ per-window jitter, all from the gateway's seed. Every window is checked unique b
 count is printed). Test accuracy is over the held-out subjects' gateways: other people.
 
 **Rows** (the same fleet per seed; the seed also drives every training's noise draws, through
-``Participant.seed_noise``, and its
-public seed):
+``Participant.seed_noise``, and its public seed):
 the private default ``FedSCSXGB(dp_epsilon=e)`` (delta 1e-6 per window and training), the
 non-private ``FedSCSXGB(protocol="histogram")``, the anchor ``DPRandomTrees`` at the same epsilons
 (the best of 25 / 100 trees per cell, as the anchor's authors tune the tree count), and the

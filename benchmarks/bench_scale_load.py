@@ -7,11 +7,10 @@
 
 For every gateway count: mosquitto with the deploy/ config, the simulated gateways
 (``aggregator.loadtest``: each its own MQTT connection and broker account and the real client
-code, a thousand per host process on two threads), the aggregator in this process; then one job
-per algorithm (``aggregator.loadtest.load_algorithm``: the histogram
-protocol with secure aggregation, no differential privacy -- with a small model). Prints, per job, the time per phase
-(a phase
-is a request type; a histogram round is one depth level, each secure sum is followed by a
+code, a thousand per host process on two threads), the aggregator in this process; then one job per
+algorithm (``aggregator.loadtest.load_algorithm``: the histogram protocol with secure aggregation,
+no differential privacy -- with a small model). Prints, per job, the time per phase (a phase is a
+request type; a histogram round is one depth level, each secure sum is followed by a
 ``secagg.unmask`` round), the aggregator's, broker's and hosts' CPU seconds and memory, and the
 MQTT payload bytes per gateway in each direction.
 """

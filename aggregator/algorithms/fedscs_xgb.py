@@ -2,12 +2,11 @@
 
 * ``protocol="private"`` (the default for classifiers unless secure aggregation is turned off):
   differential privacy under secure aggregation, grown by ``fedscs_xgb_private``.
-* ``protocol="histogram"`` (secure sums without differential privacy): the job opens with fleet sums and the edges
-read off
-  fleet-summed grid counts (``private_fleet``, once per job, count-weighted like XGBoost's
-  ``hist``), then every depth level of a boosting round asks for the (G, H, count) histograms
-  of the nodes to split, as fixed-point vectors summed by a ``FleetSummer`` -- under secure
-  aggregation by default, so the server decodes only fleet sums (``levelwise_growth``).
+* ``protocol="histogram"`` (secure sums without differential privacy): the job opens with fleet sums
+  and the edges read off fleet-summed grid counts (``private_fleet``, once per job, count-weighted
+  like XGBoost's ``hist``), then every depth level of a boosting round asks for the (G, H, count)
+  histograms of the nodes to split, as fixed-point vectors summed by a ``FleetSummer`` -- under
+  secure aggregation by default, so the server decodes only fleet sums (``levelwise_growth``).
 * ``protocol="atoms"`` (the paper's Alg. 1, for reproduction): per boosting round a sketch phase
   (merged Hessian-weighted sketches -> B bin edges per feature) and an atom phase (merged atoms
   -> one depth-limited tree per class, ``histogram_growth``). It reveals every window's

@@ -6,12 +6,11 @@ the label holder's sealed copy), the node every row sits in per tree, and its pa
 the structure of every split and the feature and threshold of the splits it owns. What it sends
 (PRIVACY.md has the full table): digests of its window ids, its number of features, per open
 node its best gain and the id of that feature under this job's keyed permutation of its columns
-(``shared.vertical_splits.feature_codes``; the real column stays in its partial tree), and --
-for the splits it won -- the node's rows left/right, sealed for the other parties. Never a
-feature value, a threshold or a feature name. The partial trees are kept only when the job finishes
-(``vertical_forest.finish``);
-a job that fails or is aborted leaves nothing. At the finish every party reports the SHA-256 of
-its partial trees; until a deployment they live in memory only.
+(``shared.vertical_splits.feature_codes``; the real column stays in its partial tree), and -- for
+the splits it won -- the node's rows left/right, sealed for the other parties. Never a feature
+value, a threshold or a feature name. The partial trees are kept only when the job finishes
+(``vertical_forest.finish``); a job that fails or is aborted leaves nothing. At the finish every
+party reports the SHA-256 of its partial trees; until a deployment they live in memory only.
 
 Deployment (``vertical_forest.deploy``, on a gateway that gave :meth:`VerticalForestClient.configure`
 its model directory and trusted keys): the aggregator's signed manifest

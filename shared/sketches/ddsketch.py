@@ -17,10 +17,10 @@ Its limitation (ARCHITECTURE §5): the guarantee is on *values*, relative to the
 on *ranks*. A feature such as 20 ± 0.05 falls into one or two buckets of width ~0.4 and all
 its edges collapse. ``Standardization`` fixes that: every client buckets
 ``z = (x - center) / scale`` with the *same* ``center``/``scale`` chosen by the server (e.g. the
-pooled weighted mean and standard deviation from one round of additive ``weighted_moments``,
-see ``standardization.py``), and quantiles are mapped back. Sketches with different ``alpha`` or standardisation
-cannot be
-merged. The default rank-accurate sketch remains ``summary.py`` + ``mixture.py``.
+pooled weighted mean and standard deviation from one round of additive ``weighted_moments``, see
+``standardization.py``), and quantiles are mapped back. Sketches with different ``alpha`` or
+standardisation cannot be merged. The default rank-accurate sketch remains ``summary.py`` +
+``mixture.py``.
 """
 
 from __future__ import annotations

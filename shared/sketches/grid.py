@@ -111,9 +111,8 @@ buckets are heavy, but their children need not be; ``max_bits < 32`` bounds that
 the rank accuracy for point masses), and noise for differential privacy would go on the sums.
 
 Performance: ``grid_counts`` is one ``searchsorted`` and one ``bincount`` over the present values
-(no Python loop over samples; features in chunks of ~1M values to bound memory); the server's work per round is
-vectorised over all
-leaves, and ``edges`` loops over features only.
+(no Python loop over samples; features in chunks of ~1M values to bound memory); the server's work
+per round is vectorised over all leaves, and ``edges`` loops over features only.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ Summaries are mixed in a canonical order, so the edges are bit-identical whateve
 clients' replies arrived in. Cost: the K clients' points are laid out once as one sorted integer
 array; the inverse is a vectorised bisection over the knots, so B ranks cost
 ``O(K B log(K M))`` with no Python loop over clients (500 clients x M = 256: ~0.3 s per feature;
-evaluating every client at every knot would be quadratic in K). ``compress`` pre-merges summaries into one (a site
-aggregator
-forwarding to the cloud, ARCHITECTURE §8); each such level adds ``1/m`` to the bound.
+evaluating every client at every knot would be quadratic in K). ``compress`` pre-merges summaries
+into one (a site aggregator forwarding to the cloud, ARCHITECTURE §8); each such level adds ``1/m``
+to the bound.
 """
 
 from __future__ import annotations

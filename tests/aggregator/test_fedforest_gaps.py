@@ -5,9 +5,9 @@ Oracle: tiny clients (every sketch holds all of its node's values) and enough bi
 gap to be a candidate: one FedForest tree (paper's protocol, no bootstrap, every feature) equals
 scikit-learn's ``DecisionTreeRegressor`` on the pooled rows -- partitions, leaf values and, where
 the feature is the same, thresholds (midpoints, to 1e-12; on an exact tie between features
-scikit-learn picks by a random feature order, FedForest the lower feature). And the training partition never changes,
-proof or not (a client's
-node weight >= the sketch size: its sketch may have skipped values, the threshold stays).
+scikit-learn picks by a random feature order, FedForest the lower feature). And the training
+partition never changes, proof or not (a client's node weight >= the sketch size: its sketch may
+have skipped values, the threshold stays).
 """
 
 from __future__ import annotations
