@@ -75,7 +75,7 @@ from shared.protocol.topics import TopicLayout
 from shared.transport.base import Transport
 
 from ..evaluation import Evaluation, NoHeldOutData, evaluate_federated
-from ..feature_sets import survey_feature_sets
+from ..feature_sets import FeatureSetChoice, survey_feature_sets
 from ..fleet_status import GatewayRow, fold_statuses
 from ..jobs import Checkpoint, FederatedJob, JobSettings, RoundProgress, TrainingError
 from ..privacy.ledger import BudgetExceeded, GatewayBudget, LedgerEntry, PlannedJob, PrivacyCap, budget_of, check_job
@@ -390,6 +390,27 @@ class JobCancelled(Exception):
     """The job was cancelled (through the API) while it ran."""
 
 
+@dataclass(frozen=True)
+class AttemptPlan:
+    """Where one attempt of a job starts: ``attempt`` (1 for the first), ``base`` steps already
+    stored, ``offset`` added to the algorithm's own step numbers (0 when it resumes from a state of
+    its own), ``finished`` when every step is stored (its model is the result), ``init`` the model
+    to continue from, ``config`` the algorithm's parameters for the steps that remain and
+    ``own_state`` the algorithm's stored state."""
+
+    attempt: int
+    base: int
+    offset: int
+    finished: bool
+    init: TreeEnsemble | None
+    config: dict[str, Any]
+    own_state: bytes | None
+
+    def protocol_id(self, job_id: str) -> str:
+        """The attempt's id on the wire (a later attempt's replies never mix with an earlier's)."""
+        return f"{job_id}-a{self.attempt}"
+
+
 class JobRunner:
     """Runs queued jobs one after another on a thread of its own (see the module docstring)."""
 
@@ -577,13 +598,21 @@ class JobRunner:
                 self._settle_privacy(job, model=model, label=record.label, gateways=list(job.participants))
             self.registry.update_job(job_id, state="completed")
             return
-        resumed = self.registry.last_checkpoint(job_id)
+        plan = self._plan_attempt(job)
+        traffic = self._traffic()
+        try:
+            self._attempt(job, plan)
+        finally:
+            self._record_bytes(job_id, plan.attempt, traffic)
+
+    def _plan_attempt(self, job: JobRecord) -> AttemptPlan:
+        """Where this attempt starts: after the last stored step (its rounds after it discarded)."""
+        resumed = self.registry.last_checkpoint(job.job_id)
         base = resumed.step if resumed is not None else 0
-        self.registry.discard_rounds_after(job_id, base)
+        self.registry.discard_rounds_after(job.job_id, base)
         # An algorithm with a state of its own is handed it and reports its steps as numbered
         # from the job's start; one resumed from its model counts them from the model on.
         own_state = resumed.checkpoint if resumed is not None and resumes_itself(job.algorithm) else None
-        offset = 0 if own_state is not None else base
         init = None
         if resumed is not None and own_state is None:
             init = TreeEnsemble.from_cbor(resumed.checkpoint)
@@ -595,13 +624,8 @@ class JobRunner:
         finished = own_state is None and base > 0 and base >= job.total
         if base and own_state is None and not finished:
             config["n_rounds"] = job.total - base
-        attempt = job.attempt + 1
-        protocol_id = f"{job_id}-a{attempt}"
-        traffic = self._traffic()
-        try:
-            self._attempt(job, job_id, attempt, protocol_id, base, offset, finished, init, config, own_state)
-        finally:
-            self._record_bytes(job_id, attempt, traffic)
+        return AttemptPlan(job.attempt + 1, base, 0 if own_state is not None else base, finished, init, config,
+                           own_state)
 
     def _traffic(self) -> tuple[int, int] | None:
         stats = getattr(getattr(self.engine, "transport", None), "stats", None)
@@ -623,51 +647,19 @@ class JobRunner:
         except RegistryError:
             pass
 
-    def _attempt(self, job: JobRecord, job_id: str, attempt: int, protocol_id: str, base: int, offset: int,
-                 finished: bool, init: TreeEnsemble | None, config: dict, own_state: bytes | None) -> None:
+    def _attempt(self, job: JobRecord, plan: AttemptPlan) -> None:
+        job_id = job.job_id
         try:
-            clients = list(job.participants) if job.participants else self._participants(job)
-            if job.participants:
-                self.tracker.wait_online(clients, self.presence_wait_s)
-            history = [*job.history, {"attempt": attempt, "started": time.time(), "from_step": base}]
-            self.registry.update_job(job_id, state="running", attempt=attempt, participants=clients, history=history)
-            self._enter_privacy(job, attempt, clients)
-            if attempt > 1 or base:
-                # a warning: shown at the CLI's default level (a stopped or killed server left it running)
-                log.warning("job %s resumed (attempt %d) from step %d of %d%s on %s", job_id, attempt, base, job.total,
-                         " (every step was stored: registering its model)" if finished else
-                         f": steps {base + 1} to {job.total} follow" if base else ": no step was stored, starting over",
-                         ", ".join(clients), extra={"job": job_id, "attempt": attempt, "from_round": base})
+            clients = self._start_attempt(job, plan)
+            choice = self._survey(job, plan, clients)
+            fed = FederatedJob(self.engine, choice.clients, job_id=plan.protocol_id(job_id), settings=self.settings,
+                               stop=self._stop,
+                               on_step=lambda p, c: self._round_done(job_id, plan.offset, job.total, p, c))
+            if plan.finished:
+                model = plan.init
             else:
-                log.info("job %s started: %s, %d steps, on %s", job_id, job.algorithm, job.total, ", ".join(clients),
-                         extra={"job": job_id, "attempt": attempt, "from_round": base, "clients": clients})
-            window = time_range(job.rules)
-            choice = survey_feature_sets(self.engine, protocol_id, clients, job.feature_set,
-                                         deadline_s=self.settings.deadline_s, time_range=window,
-                                         min_labelled=job.rules.min_labelled if window else 0,
-                                         algorithm=build_algorithm(job.algorithm, config))
-            if job.feature_set and choice.version != job.feature_set:
-                raise TrainingError(f"the participants no longer hold feature set {job.feature_set}")
-            if job.participants and list(choice.clients) != list(job.participants):
-                raise TrainingError(f"resuming needs the job's participants {job.participants}; of them "
-                                    f"{list(choice.clients)} answered ({choice.left_out})")
-            if len(choice.clients) < job.rules.min_gateways:
-                why = "; ".join(f"{c}: {reason}" for c, reason in choice.left_out.items())
-                raise TrainingError(f"{len(choice.clients)} gateways can train ({', '.join(choice.clients)}); the job "
-                                    f"needs {job.rules.min_gateways}; left out: {why}")
-            for gateway, why in sorted(choice.left_out.items()):
-                log.warning("job %s: gateway %s left out by the survey: %s", job_id, gateway, why,
-                            extra={"job": job_id, "gateway": gateway})
-            log.info("job %s: %d of %d gateways train on feature set %s (%s)", job_id, len(choice.clients),
-                     len(clients), choice.version, ", ".join(choice.clients), extra={"job": job_id})
-            self.registry.update_job(job_id, participants=list(choice.clients), feature_set=choice.version)
-            fed = FederatedJob(self.engine, choice.clients, job_id=protocol_id, settings=self.settings,
-                               stop=self._stop, on_step=lambda p, c: self._round_done(job_id, offset, job.total, p, c))
-            if finished:
-                model = init
-            else:
-                algorithm = build_algorithm(job.algorithm, config, init_model=init, feature_set=choice.version,
-                                            resume_state=own_state)
+                algorithm = build_algorithm(job.algorithm, plan.config, init_model=plan.init,
+                                            feature_set=choice.version, resume_state=plan.own_state)
                 model = algorithm.fit(fed, seed=job.rules.seed)
             if self._stop.is_set() and fed.stopped is not None:
                 if job_id in self._cancelled:
@@ -683,6 +675,52 @@ class JobRunner:
             self._settle_privacy(job)
             self.registry.update_job(job_id, state="failed", error=str(exc))
             log.warning("job failed", extra={"job": job_id, "error": str(exc)})
+
+    def _start_attempt(self, job: JobRecord, plan: AttemptPlan) -> list[str]:
+        """Mark the job running with this attempt in its history, enter its privacy plan and log
+        the start (a resume at WARNING); the gateways it asks to take part."""
+        job_id, attempt, base = job.job_id, plan.attempt, plan.base
+        clients = list(job.participants) if job.participants else self._participants(job)
+        if job.participants:
+            self.tracker.wait_online(clients, self.presence_wait_s)
+        history = [*job.history, {"attempt": attempt, "started": time.time(), "from_step": base}]
+        self.registry.update_job(job_id, state="running", attempt=attempt, participants=clients, history=history)
+        self._enter_privacy(job, attempt, clients)
+        if attempt > 1 or base:
+            # a warning: shown at the CLI's default level (a stopped or killed server left it running)
+            log.warning("job %s resumed (attempt %d) from step %d of %d%s on %s", job_id, attempt, base, job.total,
+                        " (every step was stored: registering its model)" if plan.finished else
+                        f": steps {base + 1} to {job.total} follow" if base else ": no step was stored, starting over",
+                        ", ".join(clients), extra={"job": job_id, "attempt": attempt, "from_round": base})
+        else:
+            log.info("job %s started: %s, %d steps, on %s", job_id, job.algorithm, job.total, ", ".join(clients),
+                     extra={"job": job_id, "attempt": attempt, "from_round": base, "clients": clients})
+        return clients
+
+    def _survey(self, job: JobRecord, plan: AttemptPlan, clients: list[str]) -> FeatureSetChoice:
+        """The feature-set survey of ``clients`` under the job's rules; raises ``TrainingError`` when
+        too few can train (or a resumed job's participants or feature set changed)."""
+        window = time_range(job.rules)
+        choice = survey_feature_sets(self.engine, plan.protocol_id(job.job_id), clients, job.feature_set,
+                                     deadline_s=self.settings.deadline_s, time_range=window,
+                                     min_labelled=job.rules.min_labelled if window else 0,
+                                     algorithm=build_algorithm(job.algorithm, plan.config))
+        if job.feature_set and choice.version != job.feature_set:
+            raise TrainingError(f"the participants no longer hold feature set {job.feature_set}")
+        if job.participants and list(choice.clients) != list(job.participants):
+            raise TrainingError(f"resuming needs the job's participants {job.participants}; of them "
+                                f"{list(choice.clients)} answered ({choice.left_out})")
+        if len(choice.clients) < job.rules.min_gateways:
+            why = "; ".join(f"{c}: {reason}" for c, reason in choice.left_out.items())
+            raise TrainingError(f"{len(choice.clients)} gateways can train ({', '.join(choice.clients)}); the job "
+                                f"needs {job.rules.min_gateways}; left out: {why}")
+        for gateway, why in sorted(choice.left_out.items()):
+            log.warning("job %s: gateway %s left out by the survey: %s", job.job_id, gateway, why,
+                        extra={"job": job.job_id, "gateway": gateway})
+        log.info("job %s: %d of %d gateways train on feature set %s (%s)", job.job_id, len(choice.clients),
+                 len(clients), choice.version, ", ".join(choice.clients), extra={"job": job.job_id})
+        self.registry.update_job(job.job_id, participants=list(choice.clients), feature_set=choice.version)
+        return choice
 
     def _round_done(self, job_id: str, offset: int, total: int, p: RoundProgress,
                     checkpoint: Checkpoint | None) -> None:
