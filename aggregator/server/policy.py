@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["CronSpec", "LiveCheck", "Verdict", "canary_of", "is_due", "judge", "judge_live", "metric_for"]
+__all__ = ["CanaryCheck", "CronSpec", "LiveCheck", "Verdict", "canary_of", "is_due", "judge", "judge_live",
+           "metric_for"]
 
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day", 1, 31), ("month", 1, 12), ("weekday", 0, 6))
 #: How far back a cron schedule looks for a missed time (a server down for a week runs it once).
@@ -192,6 +194,56 @@ class LiveCheck:
     drop: float | None
     halt: bool
     reason: str
+    before_model: str | None = None  # the version it ran before (MODEL:vN), if any
+
+
+@dataclass(frozen=True)
+class CanaryCheck:
+    """The canary's live check as its promotion records it: the rule (``windows`` live predictions
+    per canary gateway within ``observe_s`` seconds, mean confidence at most ``max_drop`` below the
+    version's before) and what came of it: per gateway its :class:`LiveCheck` after
+    ``observed_s`` seconds; or ``skipped`` (why no check applies: a regressor passes without one)
+    or ``halt`` (why the check could not run: that halts the rollout).
+
+    Examples
+    --------
+    >>> ok = LiveCheck("gw-1", 2, 0.8, 0.79, 0.01, False, "gw-1: fine")
+    >>> check = CanaryCheck(2, 60.0, 0.05, observed_s=3.0, gateways={"gw-1": ok})
+    >>> check.halted(), check.passed()
+    ('', '; gw-1: fine')
+    >>> CanaryCheck(2, 60.0, 0.05, halt="interrupted").halted()
+    'interrupted'
+    """
+
+    windows: int
+    observe_s: float
+    max_drop: float
+    metric: str = "live mean confidence"
+    observed_s: float | None = None
+    gateways: dict[str, LiveCheck] = field(default_factory=dict)
+    skipped: str = ""
+    halt: str = ""
+
+    def halted(self) -> str:
+        """Why the rollout halts ("" if it goes on): the halting gateways' reasons, else ``halt``."""
+        return "; ".join(c.reason for c in self.gateways.values() if c.halt) or self.halt
+
+    def passed(self) -> str:
+        """What the promotion's detail adds when the check passed: each gateway's reason, and why
+        no check ran if it was skipped."""
+        text = "".join(f"; {c.reason}" for c in self.gateways.values() if not c.halt)
+        return text + (f"; no live check: {self.skipped}" if self.skipped else "")
+
+    def to_json(self) -> dict[str, Any]:
+        """The record's JSON: the rule's numbers, and only the outcome fields that apply."""
+        data: dict[str, Any] = {"metric": self.metric, "windows": self.windows, "observe_s": self.observe_s,
+                                "max_drop": self.max_drop}
+        if self.observed_s is not None:
+            data["observed_s"] = self.observed_s
+        if self.gateways:
+            data["gateways"] = {g: asdict(c) for g, c in self.gateways.items()}
+        data.update({k: v for k, v in (("skipped", self.skipped), ("halt", self.halt)) if v})
+        return data
 
 
 def judge_live(gateway: str, before: ArrayLike, after: ArrayLike, *, min_windows: int,

@@ -62,7 +62,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -82,7 +82,7 @@ from ..privacy.ledger import BudgetExceeded, GatewayBudget, LedgerEntry, Planned
 from ..registry import JobRecord, JobRules, Registry, RegistryError, ScheduleRecord, iso_utc, micros
 from ..rounds import QuorumNotReached, RoundEngine
 from .gateway_input import MAX_WINDOWS_PER_S, NEW_GATEWAY_WINDOWS, Credit, FaultLog, credit_counts
-from .policy import LiveCheck, canary_of, is_due, judge, judge_live, metric_for
+from .policy import CanaryCheck, LiveCheck, canary_of, is_due, judge, judge_live, metric_for
 
 log = logging.getLogger(__name__)
 
@@ -836,50 +836,46 @@ class JobRunner:
             check = judge(metric, higher, candidate, before.get("metrics", {}).get(metric), schedule.threshold)
             if not check.promote:
                 halt = f"canary {', '.join(canary)}: {check.reason}"
-        live: dict[str, Any] = {}
+        live: CanaryCheck | None = None
         if not halt and schedule.canary_windows > 0:
             live = self._watch_canary(canary, label, previous, model, schedule)
-            halted = [c["reason"] for c in live.get("gateways", {}).values() if c["halt"]]
-            halt = "; ".join(halted) or live.get("halt", "")
-        live_text = "".join(f"; {c['reason']}" for c in live.get("gateways", {}).values() if not c["halt"])
-        if "skipped" in live:
-            live_text += f"; no live check: {live['skipped']}"
+            halt = live.halted()
+        recorded = live.to_json() if live is not None else {}
         if halt:
             rollback(self.engine, self.registry, self.signing_key, first.active, reason="canary regression",
                      deadline_s=self.settings.deadline_s)
-            self.registry.add_promotion(**numbers, decision="halted", detail=f"{reason}; {halt}", canary=live)
+            self.registry.add_promotion(**numbers, decision="halted", detail=f"{reason}; {halt}", canary=recorded)
             return
         rest = [g for g in gateways if g not in canary]
         if rest:
             deploy(self.engine, self.registry, self.signing_key, job.model_id, version, rest,
                    deadline_s=self.settings.deadline_s)
-        self.registry.add_promotion(**numbers, decision="rolled-out", canary=live,
-                                    detail=f"{reason}{live_text}; canary {', '.join(canary)} then "
+        passed = live.passed() if live is not None else ""
+        self.registry.add_promotion(**numbers, decision="rolled-out", canary=recorded,
+                                    detail=f"{reason}{passed}; canary {', '.join(canary)} then "
                                            f"{', '.join(rest) or 'none'}")
 
     def _watch_canary(self, canary: list[str], label: str, previous: dict[str, str], model: TreeEnsemble,
-                      schedule: ScheduleRecord) -> dict[str, Any]:
-        """The canary's live check (module docstring) as JSON for the promotion record: the rule's
-        numbers, and per canary gateway its ``LiveCheck``; ``halt`` says why it could not run."""
-        rule = {"metric": "live mean confidence", "windows": schedule.canary_windows,
-                "observe_s": schedule.canary_observe_s, "max_drop": schedule.canary_max_drop}
+                      schedule: ScheduleRecord) -> CanaryCheck:
+        """The canary's live check (module docstring): per canary gateway its ``LiveCheck``."""
+        rule = CanaryCheck(schedule.canary_windows, schedule.canary_observe_s, schedule.canary_max_drop)
         if not model.is_classifier:  # a regressor's live predictions carry no confidence
-            return {**rule, "skipped": "a regressor's live predictions have no confidence"}
+            return replace(rule, skipped="a regressor's live predictions have no confidence")
         if self.live is None:
-            return {**rule, "halt": "the server does not follow live predictions"}
+            return replace(rule, halt="the server does not follow live predictions")
         started = time.monotonic()
         self.live.wait(canary, label, schedule.canary_windows, schedule.canary_observe_s, self._stop)
         observed = round(time.monotonic() - started, 3)
         if self._stop.is_set():
-            return {**rule, "observed_s": observed, "halt": "the live observation was interrupted (server stopping "
-                                                            "or job cancelled)"}
+            return replace(rule, observed_s=observed,
+                           halt="the live observation was interrupted (server stopping or job cancelled)")
         checks: dict[str, LiveCheck] = {}
         for gateway in canary:
             before = self.live.confidences(gateway, previous[gateway]) if gateway in previous else np.zeros(0)
-            checks[gateway] = judge_live(gateway, before, self.live.confidences(gateway, label),
-                                         min_windows=schedule.canary_windows, max_drop=schedule.canary_max_drop)
-        return {**rule, "observed_s": observed, "gateways": {g: {**asdict(c), "before_model": previous.get(g)}
-                                                             for g, c in checks.items()}}
+            check = judge_live(gateway, before, self.live.confidences(gateway, label),
+                               min_windows=schedule.canary_windows, max_drop=schedule.canary_max_drop)
+            checks[gateway] = replace(check, before_model=previous.get(gateway))
+        return replace(rule, observed_s=observed, gateways=checks)
 
 
 def _finite(metrics: dict[str, float]) -> dict[str, float | None]:
