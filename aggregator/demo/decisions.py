@@ -30,12 +30,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CHANCE_RULE", "DeploymentDecision", "PersonalDecision", "PersonalTree", "Score", "SecureAggregationPlan",
-           "bytes_explanation", "class_counts", "decide_deployment", "decide_personal_trees", "gateways_phrase",
-           "promotion_decision", "rescoring_note", "sat_out_reasons", "secure_aggregation_plan", "worst_served"]
+__all__ = ["CHANCE_RULE", "UNNAMED", "DeploymentDecision", "PersonalDecision", "PersonalTree", "Score",
+           "SecureAggregationPlan", "bytes_explanation", "class_counts", "decide_deployment", "decide_personal_trees",
+           "gateways_phrase", "promotion_decision", "rescoring_note", "sat_out_reasons", "secure_aggregation_plan",
+           "worst_served"]
 
 #: What "chance" means in the demo's deployment rule (see the module docstring).
 CHANCE_RULE = "majority-class rate"
+#: Who sat out rounds the server's job record counts without naming the gateways (``sat_out_reasons``).
+UNNAMED = "(unnamed)"
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ class DeploymentDecision:
 
     ``deploy``: the candidate deployed, or None; ``local_only``, ``chance`` and
     ``deployed_rescored`` are the bars the best candidate was held to, on ``windows`` held-out
-    windows; ``kept``: the model the gateways keep when nothing new is deployed ("" for none)."""
+    windows; ``kept``: the model the gateways keep when nothing new is deployed ("" for none);
+    ``deployed_as``: the registry label the deployed candidate got ("" until it is deployed)."""
 
     step: str
     deploy: str | None
@@ -95,6 +99,7 @@ class DeploymentDecision:
     deployed_rescored: float | None = None
     windows: int = 0
     kept: str = ""
+    deployed_as: str = ""
 
 
 @dataclass(frozen=True)
@@ -316,7 +321,7 @@ def sat_out_reasons(job: Mapping[str, Any], gateways: Iterable[str]) -> dict[str
     short = [r for r in rounds if r["answered"] < r["selected"]]
     if short:
         detail = ", ".join(f"round {r['step']}: {r['answered']} of {r['selected']}" for r in short)
-        out["(unnamed)"] = (f"not every gateway answered in {len(short)} of {len(rounds)} rounds ({detail}; the "
+        out[UNNAMED] = (f"not every gateway answered in {len(short)} of {len(rounds)} rounds ({detail}; the "
                             "server's job record counts the answers, it does not name who missed)")
     for client, why in ((job.get("evaluation") or {}).get("left_out") or {}).items():
         out[client] = f"left out of the held-out scoring: {why}"

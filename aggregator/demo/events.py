@@ -14,6 +14,7 @@ from typing import Any
 from .decisions import DeploymentDecision, PersonalDecision
 
 __all__ = [
+    "LOCAL_ONLY",
     "DemoEvent",
     "Evaluation",
     "FleetDeployed",
@@ -30,6 +31,9 @@ __all__ = [
     "TrainingFailed",
     "TreeDeployed",
 ]
+
+#: The model name of the local-only baseline's scoring (every gateway its own model).
+LOCAL_ONLY = "local-only"
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,11 @@ The timeline:
    (``/api/promotions`` records why). The demo holds the streams while the step runs, so the
    retrained local-only baseline it scores beside it sees the same windows; the summary says how
    the held-out windows differ from the first ones (this process reads the stores to count them).
-5. The summary: federated vs local-only vs centralized (pooled data, computed here for the
-   report only), each decision and why, who sat out which step and why, the raw samples that
-   never left the gateways, live predictions vs offline ones.
+5. The report (:mod:`aggregator.demo.report`): federated vs local-only vs centralized (pooled
+   data, computed here for the report only), each decision and why, who sat out which step and
+   why, the bytes and the raw samples that never left the gateways, live predictions vs offline
+   ones. The terminal gets a one-screen summary pointing to the server's dashboard (kept up by
+   ``keep_running``); ``report_path`` gets all of it as JSON.
 
 Everything started is stopped at the end, on Ctrl-C and on errors.
 """
@@ -49,7 +51,7 @@ import tempfile
 import threading
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -62,6 +64,7 @@ from ..broker.mosquitto import die_with_parent
 from ..fleet import PASSWORD_ENV
 from ..smoke import start_broker
 from .decisions import PersonalDecision, rescoring_note, secure_aggregation_plan
+from .events import DemoEvent, Evaluation, FleetDeployed, GatewaysSatOut, Note, Ready, ReplayFailed
 from .report import DemoReport, build_report, held_out_keys, store_snapshot
 from .service import ApiError, DemoServer
 from .sessions import Session, prepare_sessions
@@ -125,7 +128,7 @@ class Demo:
         self.out = out
         self.stack = ExitStack()
         self.stop_event = threading.Event()
-        self.events: list[dict[str, Any]] = []
+        self.events: list[DemoEvent] = []
         self.events_lock = threading.Lock()
         self.gateways: dict[str, _Gateway] = {}
         self.gateway_status: dict[str, dict[str, Any]] = {}  # latest status per gateway, as the server has it
@@ -212,7 +215,7 @@ class Demo:
             replay(gw.session.recording, gw.master_fd, gw.pace, wait_for_reader_s=60, stop_event=self.stop_event,
                    stall_timeout_s=60, progress_every_s=3600, descriptors_every_s=5.0)
         except Exception as exc:  # noqa: BLE001 - shown in the view; the demo goes on with the others
-            self.record({"event": "replay_error", "client": gw.session.client_id, "message": str(exc)})
+            self.record(ReplayFailed(gw.session.client_id, str(exc)))
         gw.replay_done = True
 
     def start_server(self) -> None:
@@ -233,7 +236,7 @@ class Demo:
                                  rounds=cfg.rounds, retrain_rounds=cfg.retrain_rounds, trees=cfg.trees,
                                  fedga_generations=cfg.fedga_generations)
         self.training = ApiTraining(self.server, self.plan, self.record, self.stop_event.is_set)
-        self.record({"event": "ready", "privacy": self._privacy(), "t": time.time()})
+        self.record(Ready(self._privacy()))
         threading.Thread(target=self._poll_gateways, daemon=True, name="server-gateways").start()
 
     def _privacy(self) -> dict[str, Any]:
@@ -251,24 +254,23 @@ class Demo:
 
     # -- events ----------------------------------------------------------------------------------
 
-    def record(self, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "evaluation" and event.get("rescored"):
-            event["note"] = self._rescoring_note(event)
+    def record(self, event: DemoEvent) -> None:
+        if isinstance(event, Evaluation) and event.rescored:
+            event = replace(event, note=self._rescoring_note(event))
         with self.events_lock:
             self.events.append(event)
-            if kind == "sat_out":
-                self.sat_out.update(event["gateways"])
+            if isinstance(event, GatewaysSatOut):
+                self.sat_out.update(event.gateways)
 
     def say(self, text: str) -> None:
-        self.record({"event": "note", "text": text, "t": time.time()})
+        self.record(Note(text))
 
-    def _rescoring_note(self, event: dict[str, Any]) -> str:
+    def _rescoring_note(self, event: Evaluation) -> str:
         """Why the deployed model's new score differs: on which windows. How many of the first
         held-out windows are still held out is counted in the stores only when those counts
         match the windows the gateways actually scored (else it is left unsaid)."""
-        first = {c: int(n) for c, n in event["first_windows"].items()}
-        now = {c: int(m.get("n", 0)) for c, m in event["per_client"].items()}
+        first = {c: int(n) for c, n in event.first_windows.items()}
+        now = {c: int(m.get("n", 0)) for c, m in event.per_client.items()}
         before, after = self.held_out.get(FIRST_TRAINING, {}), self.held_out.get(RETRAINING, {})
         measured = (all(len(before.get(c, ())) == n for c, n in first.items())
                     and all(len(after.get(c, ())) == n for c, n in now.items()))
@@ -372,9 +374,11 @@ class Demo:
         time.sleep(3.0)  # the last windows' predictions and batches
         self.gateway_status = {row["gateway"]: row for row in self.server.get("/api/gateways")}
         report = build_report(self)
-        if cfg.keep_running:
-            self.say(f"--keep-running: the fleet and the server keep running (dashboard {self.server.dashboard_url}); "
-                     "Ctrl-C stops everything")
+        self.view.stop()  # the summary is the screen's last word (a terminal's live view would redraw over it)
+        report.print(self.out)
+        if cfg.report_path:
+            Path(cfg.report_path).write_text(json.dumps(report.to_dict(), indent=1, default=str))
+        if cfg.keep_running:  # the summary says the dashboard runs on until Ctrl-C
             self.stop_event.wait()
         return report
 
@@ -390,8 +394,8 @@ class Demo:
 
     def deployed_label(self) -> str:
         """The model the aggregator deployed last ("" before the first deployment)."""
-        deployed = [e for e in self.events if e.get("event") == "deployed"]
-        return deployed[-1]["model"] if deployed else ""
+        deployed = [e for e in self.events if isinstance(e, FleetDeployed)]
+        return deployed[-1].model if deployed else ""
 
     def _position_s(self, gw: _Gateway) -> float:
         """How far a gateway's session has been stored (its newest window's end, seconds)."""
@@ -442,11 +446,7 @@ class Demo:
 def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> DemoReport:
     demo = Demo(config, out)
     try:
-        report = demo.run()
+        return demo.run()
     finally:
         demo.close()
-    report.print(out)
-    if config.report_path:
-        Path(config.report_path).write_text(json.dumps(report.to_dict(), indent=1, default=str))
-    return report
 

@@ -1,41 +1,50 @@
-"""The demo's summary: what federating bought, what it cost, and that live equals offline --
+"""The demo's report: what federating bought, what it cost, and that live equals offline --
 with the facts a reader needs not to be misled (``Scoring``, ``SatOut``, the decisions).
 
-* accuracy / macro-F1 on every gateway's held-out windows (the tail of its labelled windows when
-  the step ran) of each federated model, of the local-only models (each gateway's own), of the
-  deployed model re-scored at retraining (with how its windows differ), of chance (the
-  majority-class rate), and of centralized training on the pooled data (computed here, for the
-  report only: the orchestrator can read every store, the aggregator cannot);
-* each deployment decision and its reason, and which gateways sat out which step and why;
-* bytes the server exchanged over MQTT, by step (from its ``/metrics``, when it exports them),
-  vs the raw sensor samples and the feature matrix, which never left the gateways;
-* what the server did: its jobs, the retraining schedule and when it fired, its promotion
-  decision and rollout (read back from its REST API);
-* the privacy budget: what each private training spent per window, and what the server's ledger
-  says is spent and left under its cap (``/api/privacy``, :class:`PrivacyFacts`);
-* live predictions (stored by the gateways) vs offline predictions of the same windows by the
-  same registered model;
-* the third contender: every gateway's FedGA tree (accuracy on its own held-out windows, decision
-  nodes) beside the federated and local-only models there, and where it was deployed and why;
-* whether every gateway ran the model last deployed to it and the killed gateway rejoined.
+:func:`report_from_events` folds the run's events (:mod:`aggregator.demo.events`) into it, a
+handler per kind; :func:`build_report` adds what the demo measures at the end
+(:mod:`aggregator.demo.measurements`) and what the server's REST API says it did
+(``ServerFacts``: jobs, schedule, promotions, deployments, its privacy ledger). The terminal
+gets a one-screen summary of it (:mod:`aggregator.demo.summary`) that points to the server's
+dashboard; ``--report`` writes all of it as JSON, with the full summary text.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
-from dataclasses import asdict, dataclass, field
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from firmware_bridge.frames import SampleFrame
+from .decisions import DeploymentDecision, PersonalDecision
+from .events import (
+    LOCAL_ONLY,
+    DemoEvent,
+    Evaluation,
+    FleetDeployed,
+    GatewaysSatOut,
+    PersonalJob,
+    PersonalTrees,
+    Progress,
+    Ready,
+    StepDecided,
+    Traffic,
+    TreeDeployed,
+)
+from .summary import detail_lines, summary_lines
+from .training import END_OF_RUN, FIRST_TRAINING
 
 if TYPE_CHECKING:
     from .orchestrator import Demo
 
 __all__ = [
     "DemoReport",
+    "GatewayFacts",
     "PrivacyFacts",
     "SatOut",
     "Scoring",
@@ -43,9 +52,9 @@ __all__ = [
     "SpentJob",
     "StoreSnapshot",
     "build_report",
-    "epsilon_lines",
     "held_out_keys",
-    "privacy_line",
+    "report_from_events",
+    "scoring_of",
     "store_snapshot",
 ]
 
@@ -117,6 +126,12 @@ class Scoring:
     accuracy_per_gateway: dict[str, float] = field(default_factory=dict)
     majority_rate: float = float("nan")
     note: str = ""
+    short: str = ""  # the name on the one-screen summary ("": ``model``)
+
+    @property
+    def is_local_only(self) -> bool:
+        """The local-only baseline's scoring (every gateway its own model)."""
+        return self.model.startswith(LOCAL_ONLY)
 
 
 @dataclass(frozen=True)
@@ -242,20 +257,40 @@ class ServerFacts:
 
 
 @dataclass
+class GatewayFacts:
+    """One gateway at the end of the run: its held-out windows per step, the best federated
+    model's accuracy there in the first training (NaN: none scored), its store's counters and
+    the model it runs (as the server has it)."""
+
+    held_out: dict[str, int] = field(default_factory=dict)
+    federated_accuracy: float = math.nan
+    windows: int = 0
+    labelled: int = 0
+    predictions: int = 0
+    model: str = "-"
+
+
+@dataclass
 class DemoReport:
+    """Everything the demo measured and decided (``--report`` writes it as JSON, with the full
+    summary text as ``details``); :meth:`print` shows the one-screen summary."""
+
     gateways: int = 0
     elapsed_s: float = 0.0
     broker: str = ""
     holdout_fraction: float = 0.0
     local_only: dict[str, float] = field(default_factory=dict)  # gateway -> its own model's accuracy (first step)
     scorings: list[Scoring] = field(default_factory=list)
-    decisions: list[dict[str, Any]] = field(default_factory=list)  # decisions.DeploymentDecision, per step
+    decisions: list[DeploymentDecision] = field(default_factory=list)  # per step
     sat_out: list[SatOut] = field(default_factory=list)
-    per_gateway: dict[str, dict[str, Any]] = field(default_factory=dict)
+    per_gateway: dict[str, GatewayFacts] = field(default_factory=dict)
     deployed: list[str] = field(default_factory=list)
     privacy: dict[str, Any] = field(default_factory=dict)  # the jobs' settings, as the server's algorithm resolves them
     secure_aggregation_note: str = ""
     server: ServerFacts = field(default_factory=lambda: ServerFacts())
+    dashboard_url: str = ""  # the server's dashboard, the operator token in its #token= part
+    keep_running: bool = False  # the server (its dashboard) runs on after the summary
+    report_path: str = ""  # where --report writes this report ("" when it is not written)
     traffic_bytes: int = 0  # the server's MQTT bytes over the run (0: it does not export them)
     traffic_by_step: dict[str, int] = field(default_factory=dict)
     raw_sensor_bytes: int = 0
@@ -267,341 +302,178 @@ class DemoReport:
     live_max_probability_diff: float = float("nan")
     killed: str = ""
     killed_rejoined: bool = False
-    #: the FedGA-Tree step: job_id, settings (as the server's algorithm resolves them), federated (the
-    #: label of the model it is compared with)
-    personal_job: dict[str, Any] = field(default_factory=dict)
-    personal: list[dict[str, Any]] = field(default_factory=list)  # decisions.PersonalDecision, per gateway
+    personal_job: PersonalJob | None = None  # the FedGA-Tree step (None: not run)
+    personal: list[PersonalDecision] = field(default_factory=list)  # per gateway
     personal_deployed: dict[str, str] = field(default_factory=dict)  # gateway -> its FedGA tree, deployed
+    expected_models: dict[str, str] = field(default_factory=dict)  # gateway -> the model last deployed to it
     all_received_model: bool = False  # a model was deployed and every gateway runs the one last deployed to it
+    personal_active: bool = True  # every FedGA tree deployed was activated on its gateway
     succeeded: bool = False  # every deployment reached every gateway, or nothing was deployed by decision
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The report as JSON-ready data, with the full summary text (``details``)."""
+        return {**asdict(self), "details": detail_lines(self)}
 
     def print(self, out: TextIO) -> None:
-        out.write("\n=== WheelFed fleet demo: summary ===\n\n")
-        out.write(f"{self.gateways} gateways (real seglearn sessions, labelled only at the start), "
-                  f"broker {self.broker}, {self.elapsed_s:.0f} s in all\n\n")
-        out.write(f"Every score is on held-out windows: the last {self.holdout_fraction:.0%} of each gateway's "
-                  "labelled windows when the step ran. Chance is the majority-class rate (always guessing the most "
-                  "common held-out activity).\n\n")
-        out.write(_row(["model", "step", "held-out windows", "accuracy (pooled)", "macro-F1 (pooled)",
-                       "accuracy (mean over gateways)", "chance"]) + "\n")
-        out.write(_row(["---", "---", "---:", "---:", "---:", "---:", "---:"]) + "\n")
-        for sc in self.scorings:
-            per = list(sc.accuracy_per_gateway.values())
-            out.write(_row([sc.model, sc.step, str(sc.windows), _f(sc.accuracy), _f(sc.macro_f1),
-                           _f(float(np.mean(per))) if per else "-", _f(sc.majority_rate)]) + "\n")
-        out.write("\n")
-        out.write(_row(["gateway", "windows", "labelled", "held-out windows (per step)", "live predictions",
-                       "local-only acc.", "federated acc. (first training)", "model"]) + "\n")
-        out.write(_row(["---", "---:", "---:", "---:", "---:", "---:", "---:", "---"]) + "\n")
-        for client, g in self.per_gateway.items():
-            held = " / ".join(str(n) for n in g.get("held_out", {}).values()) or "-"
-            out.write(_row([client, str(g.get("windows", 0)), str(g.get("labelled", 0)), held,
-                           str(g.get("predictions", 0)), _f(self.local_only.get(client, float("nan"))),
-                           _f(g.get("federated_accuracy", float("nan"))), str(g.get("model") or "-")]) + "\n")
-        out.write("\ndecisions (first training: the demo deploys only above the local-only baseline and chance; "
-                  "retraining: the server's promotion rule, beside the same bars):\n")
-        for d in self.decisions:
-            outcome = f"deployed {d['deployed_as']}" if d.get("deployed_as") else "nothing deployed"
-            out.write(f"  {d['step']}: {outcome} -- {d['reason']}\n")
-        for sc in self.scorings:
-            if sc.note:
-                out.write(f"  {sc.model}: {sc.note}\n")
-        for line in self.personal_lines():
-            out.write(line + "\n")
-        if self.sat_out:
-            out.write("gateways that sat out:\n")
-            for s in self.sat_out:
-                out.write(f"  {s.job}: {s.gateway} {s.reason}\n")
-        else:
-            out.write("gateways that sat out: none (every gateway answered every round of every training and "
-                      "scoring)\n")
-        if self.traffic_bytes:
-            from .decisions import bytes_explanation
+        """The one-screen summary."""
+        out.write("\n" + "\n".join(summary_lines(self)) + "\n")
 
-            for line in bytes_explanation(self.traffic_by_step, total=self.traffic_bytes,
-                                          raw_sensor_bytes=self.raw_sensor_bytes, raw_samples=self.raw_samples,
-                                          channels=self.raw_channels, gateways=self.gateways,
-                                          secure=bool(self.privacy.get("secure_aggregation"))):
-                out.write(line + "\n")
-            out.write(f"(the windows' feature matrix would be {self.raw_feature_bytes / 1e6:.1f} MB as float32)\n")
-        else:
-            out.write(f"raw sensor data: {self.raw_sensor_bytes / 1e6:.1f} MB ({self.raw_samples:,} samples x "
-                      f"{self.raw_channels} channels as recorded, every gateway's whole session) and the windows' "
-                      f"feature matrix ({self.raw_feature_bytes / 1e6:.1f} MB as float32) never left the gateways; "
-                      "the bytes the server exchanged are not broken down here (its /metrics has no "
-                      "wheelfed_mqtt_bytes_total)\n")
-        for line in self.server.lines():
-            out.write(line + "\n")
-        out.write(f"privacy: {privacy_line(self.privacy, self.secure_aggregation_note)}\n")
-        for line in epsilon_lines(self.privacy):
-            out.write(line + "\n")
-        if self.personal_job:
-            out.write(f"privacy of FedGA-Tree: each gateway sent the aggregator, in the clear, its sample count with "
-                      f"Laplace noise (epsilon {self.personal_job['settings']['epsilon']}), its cross-validated depth, "
-                      "its local tree's shape without thresholds or leaf values, and its fitness of every candidate "
-                      "shape per generation; the thresholds and leaf values fitted to its windows stayed on the "
-                      "gateway until the end, when it sent its one chosen tree (the model the server registers for "
-                      "it)\n")
-        if self.live_windows:
-            out.write(f"live recognition: {self.live_windows} windows; live == offline prediction on "
-                      f"{self.live_agreement:.1%} (max probability difference {self.live_max_probability_diff:.1e})\n")
-        else:
-            out.write("live recognition: none (no model was deployed)\n")
-        if self.killed:
-            out.write(f"{self.killed} was killed and restarted: "
-                      f"{'rejoined and trained in the next round' if self.killed_rejoined else 'did NOT rejoin'}\n")
-        if self.deployed:
-            received = "yes" if self.all_received_model else "NO"
-            out.write(f"every gateway runs the model last deployed to it: {received}\n")
-        else:
-            out.write("no model was deployed (see the decisions): the gateways ran without one\n")
+    def settle(self, models: dict[str, str]) -> None:
+        """Whether every gateway runs the model last deployed to it (``models``: each gateway's
+        model as the server has it at the end) and so whether the run succeeded."""
+        for client, facts in self.per_gateway.items():
+            facts.model = models.get(client, "-")
+        self.all_received_model = bool(self.deployed) and all(
+            models.get(c) == self.expected_models.get(c) for c in self.per_gateway)
+        self.succeeded = (self.all_received_model or not self.deployed) and self.personal_active
 
 
-    def personal_lines(self) -> list[str]:
-        """The third contender per gateway: FedGA tree vs the federated and local-only models,
-        each on that gateway's held-out windows, and what was deployed where."""
-        if not self.personal_job:
-            return []
-        job = self.personal_job
-        st = job["settings"]
-        lines = [f"\nthird contender: FedGA-Tree (job {job['job_id']}, every gateway taking part: {st['generations']} "
-                 f"generations -- the paper's Table II uses 100 --, population {st['population_size']}, epsilon "
-                 f"{st['epsilon']}, depth range {st['d_min']}..{st['d_max']}), every gateway its own tree, vs "
-                 f"{job['federated']} and the gateway's local-only model, on that gateway's held-out windows "
-                 f"(the job took {job['elapsed_s']:.0f} s):",
-                 _row(["gateway", "held-out windows", "federated acc.", "local-only acc.", "FedGA tree acc.",
-                      "FedGA decision nodes", "served worst", "FedGA tree deployed"]),
-                 _row(["---", "---:", "---:", "---:", "---:", "---:", "---", "---"])]
-        for d in self.personal:
-            lines.append(_row([d["gateway"], str(d["windows"]), _f(d["federated"]), _f(d["local_only"]),
-                              _f(d["tree_accuracy"]), str(d["decision_nodes"]) if d["tree"] else "-",
-                              "yes" if d["worst_served"] else "no", d["tree"] if d["deploy"] else "no"]))
-        lines += [f"  {d['gateway']}: {d['reason']}" for d in self.personal if d["worst_served"]]
-        if not any(d["worst_served"] for d in self.personal):
-            lines.append("  the federated model beats every gateway's local-only model there: no gateway needs its "
-                         "own tree")
-        for gateway, tree in self.personal_deployed.items():
-            running = self.per_gateway.get(gateway, {}).get("model") or "-"
-            lines.append(f"  {gateway} runs {running} at the end" + (
-                "" if running == tree else f" (not {tree}: a later fleet-wide rollout replaced it)"))
-        return lines
+@dataclass
+class _Fold:
+    """The report being built from the events, and what the fold needs beyond it: the first
+    training step's name and the scheduled retraining's rounds (who answered each)."""
+
+    report: DemoReport
+    retrain_answered: list[int] = field(default_factory=list)
 
 
-def _row(cells: list[str]) -> str:
-    """A Markdown table row."""
-    return "| " + " | ".join(cells) + " |"
+_HANDLERS: dict[type, Callable[[_Fold, Any], None]] = {}
 
 
-def _f(value: float) -> str:
-    return "-" if value is None or np.isnan(value) else f"{value:.3f}"
+def _handles(kind: type) -> Callable[[Callable[[_Fold, Any], None]], Callable[[_Fold, Any], None]]:
+    def register(handler: Callable[[_Fold, Any], None]) -> Callable[[_Fold, Any], None]:
+        _HANDLERS[kind] = handler
+        return handler
+
+    return register
 
 
-def privacy_line(privacy: dict[str, Any], secure_note: str) -> str:
-    """What the demo's trainings and scorings revealed to the aggregator, from the settings the
-    server's algorithm resolves for the demo's jobs (not the algorithms' defaults)."""
-    scoring = ("held-out scoring is per gateway, in the clear (each gateway's confusion counts); the local-only "
-               "baseline runs one job per gateway, whose sums are that gateway's own (a research comparison; "
-               "PRIVACY.md)")
-    crowd = (f"private protocol: {_dp_statement(privacy)}" if privacy.get("protocol") == "private" else
-             f"{privacy.get('protocol', '?')} protocol, minimum crowd {privacy.get('min_crowd', '?')} windows")
-    if not privacy.get("secure_aggregation"):
-        return f"secure aggregation OFF -- {secure_note or 'disabled'}: the aggregator saw each gateway's " \
-               f"histograms ({crowd}); {scoring}"
-    return f"FedSCS-XGB and FedForest trained on fleet sums only ({crowd}, secure aggregation); {scoring}"
+@_handles(Ready)
+def _ready(fold: _Fold, e: Ready) -> None:
+    fold.report.privacy = e.privacy
 
 
-def _epsilons(privacy: dict[str, Any]) -> dict[str, float]:
-    return dict(privacy.get("dp_epsilon") or {}) if privacy.get("protocol") == "private" else {}
+@_handles(Evaluation)
+def _evaluation(fold: _Fold, e: Evaluation) -> None:
+    report = fold.report
+    report.scorings.append(scoring_of(e))
+    for client, m in e.per_client.items():
+        report.per_gateway.setdefault(client, GatewayFacts()).held_out[e.step] = int(m.get("n", 0))
+    if e.step != FIRST_TRAINING:
+        return
+    if e.model == LOCAL_ONLY:
+        report.local_only = {c: m.get("accuracy", math.nan) for c, m in e.per_client.items()}
+        return
+    for client, m in e.per_client.items():
+        facts = report.per_gateway[client]
+        best = 0.0 if math.isnan(facts.federated_accuracy) else facts.federated_accuracy
+        facts.federated_accuracy = max(best, m.get("accuracy", 0.0))
 
 
-def _dp_statement(privacy: dict[str, Any]) -> str:
-    """The fleet jobs' differential privacy in a few words (the epsilon per window per training)."""
-    values = sorted(set(_epsilons(privacy).values()))
-    if len(values) == 1:
-        return f"differential privacy at epsilon {values[0]:g} per window per training, its budget above"
-    if values:
-        return "differential privacy at epsilon " + ", ".join(f"{e:g} ({name})" for name, e in
-                                                             _epsilons(privacy).items()) + " per window per training"
-    return "differential privacy, its budget above"
+@_handles(StepDecided)
+def _decided(fold: _Fold, e: StepDecided) -> None:
+    fold.report.decisions.append(e.decision)
 
 
-def epsilon_lines(privacy: dict[str, Any]) -> list[str]:
-    """The summary's statement of the demo's epsilon and why (``epsilon.statement``), from the
-    epsilons the server's algorithms resolved for the demo's jobs; none without the private protocol."""
-    from .epsilon import statement
-
-    eps = _epsilons(privacy)
-    gateways = int(privacy.get("gateways", 0))
-    if len(set(eps.values())) == 1:
-        return [f"the demo's {statement(next(iter(eps.values())), gateways)}"]
-    return [f"{name}'s {statement(e, gateways)}" for name, e in eps.items()]
+@_handles(FleetDeployed)
+def _deployed(fold: _Fold, e: FleetDeployed) -> None:
+    report = fold.report
+    report.deployed.append(f"{e.model} ({e.algorithm}, held-out accuracy {e.accuracy:.3f} on {e.windows} windows)")
+    if report.decisions:
+        report.decisions[-1] = replace(report.decisions[-1], deployed_as=e.model)
+    report.expected_models = dict.fromkeys(report.per_gateway, e.model)
 
 
-def _labelled_split(path: Path, feature_set_version: str, holdout: float):
-    from edge_client.store import WindowStore
-    from edge_client.training_data import StoreTrainingData
-
-    with WindowStore(path) as store:
-        source = StoreTrainingData(store, holdout_fraction=holdout)
-        return source.labelled(feature_set_version), source.holdout(feature_set_version)
+@_handles(GatewaysSatOut)
+def _sat_out(fold: _Fold, e: GatewaysSatOut) -> None:
+    fold.report.sat_out += [SatOut(e.job, c, why) for c, why in e.gateways.items()]
 
 
-def _scores(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
-    """Accuracy and macro-F1 by the federated evaluation's own formulas (``metrics_of``)."""
-    from aggregator.evaluation import metrics_of
-    from shared.protocol.messages.evaluation import EvaluationReply
-
-    labels = sorted(set(y_true) | set(y_pred))
-    index = {c: k for k, c in enumerate(labels)}
-    t = np.array([index[v] for v in y_true])
-    p = np.array([index[v] for v in y_pred])
-    confusion = np.bincount(t * len(labels) + p, minlength=len(labels) ** 2).reshape(len(labels), -1)
-    metrics = metrics_of(EvaluationReply(len(t), confusion=confusion.astype(np.int64)), classifier=True)
-    return {"accuracy": metrics["accuracy"], "macro_f1": metrics["macro_f1"]}
+@_handles(PersonalTrees)
+def _personal(fold: _Fold, e: PersonalTrees) -> None:
+    fold.report.personal_job, fold.report.personal = e.job, list(e.decisions)
 
 
-def _centralized(demo: Demo, algorithms: list[str]) -> dict[str, tuple[dict[str, float], int]]:
-    """Each algorithm trained on every gateway's training windows pooled, scored on every
-    gateway's held-out windows as the stores hold them at the end (the retraining's split)."""
-    import aggregator
-    from aggregator.algorithms import FedForest, FedSCSXGB
-    from aggregator.demo.training import FOREST_BINS, FOREST_DEPTH, XGB_BINS
-    from shared.model import model_inputs
-
-    cfg = demo.config
-    splits = [_labelled_split(demo.run_dir / f"{c}.db", demo.feature_set_version, cfg.holdout_fraction)
-              for c in sorted(demo.gateways)]
-    X = np.concatenate([s[0].X for s in splits])
-    y = np.concatenate([np.array([str(v) for v in s[0].y]) for s in splits])
-    Xt = np.concatenate([s[1].X for s in splits])
-    yt = np.concatenate([np.array([str(v) for v in s[1].y]) for s in splits])
-    out = {}
-    for name in algorithms:
-        # one "client" holding everything: nothing to hide from the aggregator, nothing to mask
-        config = (FedSCSXGB(n_rounds=cfg.rounds, max_depth=4, n_bins=XGB_BINS, protocol="histogram",
-                            secure_aggregation=False)
-                  if name == "fedscs-xgb" else
-                  FedForest(n_trees=cfg.trees, max_depth=FOREST_DEPTH, n_bins=FOREST_BINS, min_samples_leaf=3,
-                            protocol="histogram", secure_aggregation=False))
-        model = aggregator.simulate(config, [(X, y)])
-        predicted = np.array([str(v) for v in model.predict(model_inputs(model, Xt.astype(np.float32)))])
-        out[f"{name}, centralized on the pooled data, all labels (report only)"] = (_scores(yt, predicted), len(yt))
-    return out
+@_handles(TreeDeployed)
+def _tree_deployed(fold: _Fold, e: TreeDeployed) -> None:
+    report = fold.report
+    report.personal_deployed[e.gateway] = report.expected_models[e.gateway] = e.model
+    report.personal_active &= e.gateway in e.active
 
 
-def _live_vs_offline(demo: Demo) -> tuple[int, float, float]:
-    from aggregator.registry import Registry
-    from edge_client.store import WindowStore
-    from shared.model import model_inputs
+@_handles(Traffic)
+def _traffic(fold: _Fold, e: Traffic) -> None:
+    fold.report.traffic_by_step[e.phase] = fold.report.traffic_by_step.get(e.phase, 0) + e.bytes
 
-    models = {}
-    with Registry(demo.run_dir / "registry.db") as registry:
-        for record in registry.list():
-            models[record.label] = registry.model(record.model_id, record.version)[1]
-    n, agree, max_diff = 0, 0, 0.0
-    for client in sorted(demo.gateways):
-        with WindowStore(demo.run_dir / f"{client}.db") as store:
-            live = store.predictions()
-            windows = store.query(demo.feature_set_version, labelled_only=False)
-        index = {(s, int(e)): i for i, (s, e) in enumerate(zip(windows.meta.session_ids, windows.meta.end_us))}
-        for label, model in models.items():
-            rows = [p for p in live if p.model == label and (p.session_id, p.end_us) in index]
-            if not rows:
-                continue
-            X = windows.X[[index[(p.session_id, p.end_us)] for p in rows]].astype(np.float32)
-            offline = model.predict_proba(model_inputs(model, X))
-            got = np.array([p.probabilities for p in rows])
-            classes = [str(c) for c in model.classes]
-            live_index = np.array([classes.index(p.label) for p in rows])
-            n += len(rows)
-            # the live label is the offline argmax (a tie within float32 storage precision counts as equal)
-            agree += int(np.sum(offline[np.arange(len(rows)), live_index] >= offline.max(axis=1) - 1e-6))
-            max_diff = max(max_diff, float(np.abs(offline - got).max()))
-    return n, agree / n if n else float("nan"), max_diff
+
+@_handles(Progress)
+def _progress(fold: _Fold, e: Progress) -> None:
+    if e.job.endswith("(retrained)"):
+        fold.retrain_answered.append(e.answered)
+
+
+def scoring_of(e: Evaluation) -> Scoring:
+    """One held-out scoring as the report keeps it (the local-only models' pooled over the
+    gateways, each its own model)."""
+    local = e.model == LOCAL_ONLY
+    pooled = _pooled(e.per_client) if local else e.metrics
+    counts = sum(e.class_counts)
+    return Scoring(e.step, "local-only (each gateway its own model)" if local else e.model,
+                   pooled.get("accuracy", math.nan), pooled.get("macro_f1", math.nan),
+                   int(sum(m.get("n", 0) for m in e.per_client.values())),
+                   {c: int(m.get("n", 0)) for c, m in e.per_client.items()},
+                   {c: m.get("accuracy", math.nan) for c, m in e.per_client.items()},
+                   max(e.class_counts) / counts if counts else math.nan, e.note)
+
+
+def report_from_events(events: Iterable[DemoEvent], gateways: Iterable[str], *, killed: str = "",
+                       **facts: Any) -> DemoReport:
+    """The report's facts that the events tell, each kind by its handler (others are the live
+    view's only): scorings, decisions, deployments, who sat out, the FedGA step, bytes by step,
+    and whether the ``killed`` gateway answered every round of the retraining. ``facts``: the
+    run's own (broker, holdout fraction, ...), as :class:`DemoReport` fields."""
+    gateways = list(gateways)
+    report = DemoReport(gateways=len(gateways), killed=killed,
+                        per_gateway={c: GatewayFacts() for c in gateways}, **facts)
+    fold = _Fold(report)
+    for event in events:
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(fold, event)
+    report.killed_rejoined = bool(killed) and bool(fold.retrain_answered) and all(
+        n == len(gateways) for n in fold.retrain_answered)
+    return report
 
 
 def build_report(demo: Demo) -> DemoReport:
-    import time
+    """The run's report: the events' facts (:func:`report_from_events`), then what this process
+    measures at the end -- centralized training on the pooled stores, live vs offline
+    predictions, the stores' counters and the raw data that never left the gateways, the
+    server's jobs and ledger and its MQTT bytes."""
+    from .measurements import centralized, live_vs_offline, raw_sensor_data
 
-    from .training import FIRST_TRAINING
-
-    report = DemoReport(gateways=len(demo.gateways), broker=demo.broker_name,
-                        holdout_fraction=demo.config.holdout_fraction,
-                        secure_aggregation_note="" if demo.secure_plan.on else demo.secure_plan.reason)
-    events = list(demo.events)
-    expected: dict[str, str] = {}  # gateway -> the model last deployed to it
-    personal_active = True  # every FedGA tree deployed was activated on its gateway
-    for e in events:
-        kind = e.get("event")
-        if kind == "ready":
-            report.privacy = e.get("privacy", {})
-        elif kind == "evaluation":
-            step, per = e["step"], e["per_client"]
-            local = e["model"] == "local-only"
-            name = "local-only (each gateway its own model)" if local else e["model"]
-            counts = e.get("class_counts") or []
-            pooled = _pooled(per) if local else e["metrics"]
-            report.scorings.append(Scoring(
-                step, name, pooled.get("accuracy", float("nan")), pooled.get("macro_f1", float("nan")),
-                int(sum(m.get("n", 0) for m in per.values())), {c: int(m.get("n", 0)) for c, m in per.items()},
-                {c: m.get("accuracy", float("nan")) for c, m in per.items()},
-                max(counts) / sum(counts) if sum(counts) else float("nan"), e.get("note", "")))
-            for client, m in per.items():
-                report.per_gateway.setdefault(client, {}).setdefault("held_out", {})[step] = int(m.get("n", 0))
-            if local:
-                if step == FIRST_TRAINING:
-                    report.local_only = {c: m.get("accuracy", float("nan")) for c, m in per.items()}
-                continue
-            if step == FIRST_TRAINING:
-                for client, m in per.items():
-                    best = report.per_gateway.setdefault(client, {})
-                    best["federated_accuracy"] = max(best.get("federated_accuracy", 0.0), m.get("accuracy", 0.0))
-        elif kind == "decision":
-            report.decisions.append({k: v for k, v in e.items() if k not in ("event", "t")})
-        elif kind == "deployed":
-            report.deployed.append(f"{e['model']} ({e['algorithm']}, held-out accuracy {e['accuracy']:.3f} on "
-                                   f"{e['windows']} windows)")
-            if report.decisions:
-                report.decisions[-1]["deployed_as"] = e["model"]
-            expected = dict.fromkeys(demo.gateways, e["model"])
-        elif kind == "sat_out":
-            report.sat_out += [SatOut(e["job"], c, why) for c, why in e["gateways"].items()]
-        elif kind == "personal":
-            report.personal_job = {k: e[k] for k in ("job_id", "settings", "federated", "elapsed_s")}
-            report.personal = e["decisions"]
-        elif kind == "personal_deployed":
-            report.personal_deployed[e["gateway"]] = e["model"]
-            expected[e["gateway"]] = e["model"]
-            personal_active &= e["gateway"] in e["active"]
-        elif kind == "traffic":
-            report.traffic_by_step[e["phase"]] = report.traffic_by_step.get(e["phase"], 0) + int(e["bytes"])
-    for name, (metrics, windows) in _centralized(demo, demo.algorithms).items():
-        report.scorings.append(Scoring("end of the run", name, metrics["accuracy"], metrics["macro_f1"], windows))
-    report.live_windows, report.live_agreement, report.live_max_probability_diff = _live_vs_offline(demo)
-    for client, gw in demo.gateways.items():
+    cfg = demo.config
+    killed = next((c for c, g in demo.gateways.items() if g.restarts), "")
+    report = report_from_events(
+        list(demo.events), demo.gateways, killed=killed, broker=demo.broker_name,
+        holdout_fraction=cfg.holdout_fraction, keep_running=cfg.keep_running,
+        secure_aggregation_note="" if demo.secure_plan.on else demo.secure_plan.reason,
+        dashboard_url=demo.server.dashboard_url, report_path=str(cfg.report_path or ""))
+    for algorithm, (metrics, windows) in centralized(demo, demo.algorithms).items():
+        report.scorings.append(Scoring(END_OF_RUN, f"{algorithm}, centralized on the pooled data, all labels (report "
+                                       "only)", metrics["accuracy"], metrics["macro_f1"], windows,
+                                       short=f"{algorithm}, centralized (report only)"))
+    report.live_windows, report.live_agreement, report.live_max_probability_diff = live_vs_offline(demo)
+    for client, facts in report.per_gateway.items():
         snap = store_snapshot(demo.run_dir / f"{client}.db")
-        entry = report.per_gateway.setdefault(client, {})
-        entry.update(windows=snap.windows, labelled=snap.labelled, predictions=snap.predictions,
-                     model=demo.gateway_status.get(client, {}).get("model", "-"))
-        frames = [f.samples for f in gw.session.recording.frames if isinstance(f, SampleFrame)]
-        report.raw_sensor_bytes += sum(f.nbytes for f in frames)
-        report.raw_samples += sum(f.shape[0] for f in frames)
-        report.raw_channels = max([report.raw_channels, *(f.shape[1] for f in frames)])
+        facts.windows, facts.labelled, facts.predictions = snap.windows, snap.labelled, snap.predictions
+    raw = [raw_sensor_data(gw.session.recording) for gw in demo.gateways.values()]
+    report.raw_sensor_bytes, report.raw_samples = sum(r[0] for r in raw), sum(r[1] for r in raw)
+    report.raw_channels = max([0, *(r[2] for r in raw)])
+    report.raw_feature_bytes = sum(f.windows for f in report.per_gateway.values()) * demo.n_features * 4
     report.server = ServerFacts.read(demo.server, demo.training.schedule)
     report.traffic_bytes = demo.training.traffic() or 0
-    report.raw_feature_bytes = sum(e["windows"] for e in report.per_gateway.values()) * demo.n_features * 4
-    killed = [c for c, g in demo.gateways.items() if g.restarts]
-    if killed:
-        report.killed = killed[0]
-        retrain_steps = [e for e in events if e.get("event") == "progress" and
-                         str(e.get("job", "")).endswith("(retrained)")]
-        report.killed_rejoined = bool(retrain_steps) and all(e["answered"] == report.gateways for e in retrain_steps)
-    report.all_received_model = bool(demo.deployed_label()) and all(
-        demo.gateway_status.get(c, {}).get("model") == expected.get(c) for c in demo.gateways)
-    report.succeeded = (report.all_received_model or not report.deployed) and personal_active
+    report.settle({c: demo.gateway_status.get(c, {}).get("model", "-") for c in demo.gateways})
     report.elapsed_s = time.monotonic() - demo.started
     return report
 

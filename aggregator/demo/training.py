@@ -3,8 +3,7 @@
 The server (``wheelfed server``, started by :mod:`aggregator.demo.service`) runs every job: it
 surveys the gateways' feature sets, trains, registers the model and scores it by federated
 evaluation on the participants' held-out windows. The demo reads the jobs back and turns them
-into the events its live view and summary tell (``phase``, ``progress``, ``evaluation``,
-``sat_out``, ``decision``, ``deployed``):
+into the events its live view and report tell (:mod:`aggregator.demo.events`):
 
 * **first training** -- one job per algorithm over the whole fleet, then the local-only baseline
   as one FedForest job per gateway (``clients=[gateway]``, registered as ``local-<gateway>``);
@@ -30,7 +29,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .decisions import (
@@ -45,10 +44,27 @@ from .decisions import (
     sat_out_reasons,
 )
 from .epsilon import DEMO_EPSILON
+from .events import (
+    LOCAL_ONLY,
+    DemoEvent,
+    Evaluation,
+    FleetDeployed,
+    GatewaysSatOut,
+    Note,
+    PersonalJob,
+    PersonalTrees,
+    Phase,
+    Progress,
+    StepDecided,
+    Traffic,
+    TrainingFailed,
+    TreeDeployed,
+)
 from .service import DemoServer
 
 __all__ = [
     "DEMO_EPSILON",
+    "END_OF_RUN",
     "FEDGA",
     "FIRST_TRAINING",
     "FOREST_BINS",
@@ -83,8 +99,9 @@ FOREST_DEPTH, FOREST_BINS = 5, 16
 #: The third contender's algorithm (``POST /api/jobs``), one tree per gateway.
 FEDGA = "fedga-tree"
 
-#: The demo's two training steps, as its events and summary name them.
-FIRST_TRAINING, RETRAINING = "first training", "retraining"
+#: The demo's two training steps, as its events and summary name them, and the report's own
+#: scoring at the end of the run (centralized training on the pooled stores).
+FIRST_TRAINING, RETRAINING, END_OF_RUN = "first training", "retraining", "end of the run"
 
 #: The server's MQTT traffic counter in ``/metrics`` (labels ``direction="sent"|"received"``).
 TRAFFIC_METRIC = "wheelfed_mqtt_bytes_total"
@@ -186,17 +203,14 @@ class Deployed:
 class ApiTraining:
     """The demo's side of the server: jobs started, followed and told as events (module docstring)."""
 
-    def __init__(self, server: DemoServer, plan: TrainingPlan, emit: Callable[[dict[str, Any]], None],
+    def __init__(self, server: DemoServer, plan: TrainingPlan, emit: Callable[[DemoEvent], None],
                  stopped: Callable[[], bool]) -> None:
-        self.server, self.plan, self._emit, self._stopped = server, plan, emit, stopped
+        self.server, self.plan, self.emit, self._stopped = server, plan, emit, stopped
         self.deployed: Deployed | None = None
         self.schedule: dict[str, Any] = {}  # the retraining schedule as the server stored it
         self._since_schedule: int | None = None  # the server's MQTT bytes when the schedule was created
         self.scores: dict[str, tuple[str, int, Score]] = {}  # name -> algorithm, version, score (first training)
         self.local_first: Score | None = None  # the local-only baseline of the first training
-
-    def emit(self, event: str, **data: Any) -> None:
-        self._emit({"event": event, "t": time.time(), **data})
 
     def traffic(self) -> int | None:
         """The server's MQTT bytes so far (sent + received), from ``/metrics``; None when the
@@ -213,7 +227,7 @@ class ApiTraining:
         finally:
             after = self.traffic()
             if before is not None and after is not None:
-                self.emit("traffic", phase=phase, bytes=after - before)
+                self.emit(Traffic(phase, after - before))
 
     # -- jobs ------------------------------------------------------------------------------
 
@@ -233,9 +247,8 @@ class ApiTraining:
         while True:
             job = self.server.get(f"/api/jobs/{job_id}")
             for r in job["rounds"][shown:]:
-                self.emit("progress", job=name, job_id=job_id, algorithm=job["algorithm"], step=r["step"],
-                          total=r["total"], answered=r["answered"], selected=r["selected"], metrics=r["metrics"],
-                          elapsed_s=r["elapsed_s"])
+                self.emit(Progress(name, job_id, job["algorithm"], r["step"], r["total"], r["answered"],
+                                   r["selected"], r["metrics"], r["elapsed_s"]))
             shown = len(job["rounds"])
             if job["state"] in ("completed", "failed", "cancelled"):
                 break
@@ -246,7 +259,7 @@ class ApiTraining:
             time.sleep(0.5)
         reasons = sat_out_reasons(job, job["rules"].get("clients") or self.plan.gateways)
         if reasons:
-            self.emit("sat_out", job=name, rounds=len(job["rounds"]), gateways=reasons)
+            self.emit(GatewaysSatOut(name, len(job["rounds"]), reasons))
         return job
 
     def run_job(self, name: str, algorithm: str, config: dict[str, Any], *, clients: list[str] | None = None,
@@ -260,17 +273,17 @@ class ApiTraining:
         if job["state"] != "completed" or "metrics" not in evaluation:
             why = job.get("error") or evaluation.get("failed") or evaluation.get("skipped") or job["state"]
             failures[name] = why if job["state"] != "completed" else f"held-out scoring failed: {why}"
-            self.emit("training_failed", model=name, message=failures[name])
+            self.emit(TrainingFailed(name, failures[name]))
             return None
         counts = class_counts(evaluation)
-        self.emit("evaluation", model=name, label=job["result"], step=step, metrics=evaluation["metrics"],
-                  per_client=evaluation["per_client"], class_counts=counts)
+        self.emit(Evaluation(name, step, evaluation["per_client"], evaluation["metrics"], job["result"],
+                             tuple(counts)))
         return Score.from_metrics(evaluation["per_client"], counts)
 
     def local_only(self, step: str) -> Score:
         """Every gateway alone, each scored on its own held-out windows: the baseline a federated
         model must beat to be deployed (one server job per gateway)."""
-        self.emit("phase", name=f"training the local-only baseline, every gateway alone ({step})")
+        self.emit(Phase(f"training the local-only baseline, every gateway alone ({step})"))
         per_client: dict[str, dict[str, float]] = {}
         with self.measured(f"local-only baseline, {step} (training and scoring)"):
             for client in self.plan.gateways:
@@ -279,7 +292,7 @@ class ApiTraining:
                 scored = (job.get("evaluation") or {}).get("per_client", {})
                 if job["state"] == "completed" and client in scored:
                     per_client[client] = scored[client]
-        self.emit("evaluation", model="local-only", step=step, per_client=per_client, metrics={})
+        self.emit(Evaluation(LOCAL_ONLY, step, per_client))
         return Score.from_metrics(per_client)
 
     # -- the first training ----------------------------------------------------------------
@@ -290,7 +303,7 @@ class ApiTraining:
         scores: dict[str, Score] = {}
         failures: dict[str, str] = {}
         for algorithm in self.plan.algorithms:
-            self.emit("phase", name=f"training {algorithm} ({FIRST_TRAINING})")
+            self.emit(Phase(f"training {algorithm} ({FIRST_TRAINING})"))
             with self.measured(f"training {algorithm} (and its held-out scoring)"):
                 job = self.run_job(algorithm, algorithm, self.plan.config(algorithm))
             score = self._scored(algorithm, job, FIRST_TRAINING, failures)
@@ -299,7 +312,7 @@ class ApiTraining:
                 self.scores[algorithm] = (algorithm, int(job["result"].rpartition(":v")[2]), score)
         local = self.local_first = self.local_only(FIRST_TRAINING)
         decision = decide_deployment(FIRST_TRAINING, scores, local_only=local, failures=failures)
-        self.emit("decision", **asdict(decision))
+        self.emit(StepDecided(decision))
         if decision.deploy is not None:
             algorithm, version, score = self.scores[decision.deploy]
             self._deploy(algorithm, version, score)
@@ -307,12 +320,12 @@ class ApiTraining:
 
     def _deploy(self, algorithm: str, version: int, score: Score) -> None:
         label = f"{MODEL_ID}:v{version}"
-        self.emit("phase", name=f"deploying {label} ({algorithm}): POST /api/models/{MODEL_ID}/{version}/deploy")
+        self.emit(Phase(f"deploying {label} ({algorithm}): POST /api/models/{MODEL_ID}/{version}/deploy"))
         with self.measured(f"deploying {label}"):
             result = self.server.post(f"/api/models/{MODEL_ID}/{version}/deploy", {"clients": self.plan.gateways})
         self.deployed = Deployed(algorithm, version, dict(score.windows))
-        self.emit("deployed", model=label, algorithm=algorithm, version=version, accuracy=score.accuracy,
-                  windows=score.n, active=result["active"], rejected=result["rejected"], pending=result["pending"])
+        self.emit(FleetDeployed(label, algorithm, version, score.accuracy, score.n, result["active"],
+                                result["rejected"], result["pending"]))
 
     # -- the third contender -------------------------------------------------------------
 
@@ -327,8 +340,8 @@ class ApiTraining:
         algorithm, version, federated = self.scores[name]
         label = f"{MODEL_ID}:v{version} ({algorithm}, {'deployed' if decision.deploy else 'the best, not deployed'})"
         generations = self.plan.fedga_generations
-        self.emit("phase", name=f"training {FEDGA}: every gateway's own tree, evolved with the fleet's help "
-                                f"({generations} generations)")
+        self.emit(Phase(f"training {FEDGA}: every gateway's own tree, evolved with the fleet's help "
+                        f"({generations} generations)"))
         started = time.monotonic()
         with self.measured(f"training {FEDGA} (every gateway's own tree, and its held-out scoring)"):
             job = self.run_job(FEDGA, FEDGA, self.plan.fedga_config())
@@ -342,8 +355,7 @@ class ApiTraining:
                                               self._decision_nodes(tree_label))
         failure = "" if job["state"] == "completed" else f"the {FEDGA} job {job['state']}: {job.get('error') or ''}"
         decisions = decide_personal_trees(label, federated, self.local_first, trees, failure=failure)
-        self.emit("personal", job_id=job["job_id"], federated=label, settings=self.fedga_settings(),
-                  elapsed_s=elapsed_s, decisions=[asdict(d) for d in decisions])
+        self.emit(PersonalTrees(PersonalJob(job["job_id"], self.fedga_settings(), label, elapsed_s), tuple(decisions)))
         for d in decisions:
             if d.deploy:
                 self._deploy_personal(d)
@@ -367,12 +379,12 @@ class ApiTraining:
 
     def _deploy_personal(self, decision: PersonalDecision) -> None:
         model_id, _, version = decision.tree.rpartition(":v")
-        self.emit("phase", name=f"deploying {decision.tree} to {decision.gateway} alone: "
-                                f"POST /api/models/{model_id}/{version}/deploy")
+        self.emit(Phase(f"deploying {decision.tree} to {decision.gateway} alone: "
+                        f"POST /api/models/{model_id}/{version}/deploy"))
         with self.measured(f"{decision.tree} to {decision.gateway} alone (the signed tree it downloads)"):
             result = self.server.post(f"/api/models/{model_id}/{version}/deploy", {"clients": [decision.gateway]})
-        self.emit("personal_deployed", model=decision.tree, gateway=decision.gateway, active=result["active"],
-                  rejected=result["rejected"], pending=result["pending"])
+        self.emit(TreeDeployed(decision.tree, decision.gateway, result["active"], result["rejected"],
+                               result["pending"]))
 
     # -- the retraining ----------------------------------------------------------------------
 
@@ -394,19 +406,18 @@ class ApiTraining:
         self.schedule = schedule = self.server.post("/api/schedules", {
             "schedule_id": SCHEDULE_ID, "model_id": MODEL_ID, "algorithm": algorithm, "config": config,
             "min_new_windows": min_new_windows, "threshold": 0.0, "canary_share": self.plan.canary_share})
-        self.emit("note", text=f"schedule {SCHEDULE_ID} (POST /api/schedules): the server retrains {algorithm} once "
-                               f"the fleet has >= {min_new_windows} new labelled windows (it has "
-                               f"{schedule['last_windows']} now), and deploys the result only if it does not "
-                               f"score below the deployed model, canary gateways ({self.plan.canary_share:.0%}) "
-                               "first")
+        self.emit(Note(f"schedule {SCHEDULE_ID} (POST /api/schedules): the server retrains {algorithm} once the "
+                       f"fleet has >= {min_new_windows} new labelled windows (it has {schedule['last_windows']} "
+                       "now), and deploys the result only if it does not score below the deployed model, canary "
+                       f"gateways ({self.plan.canary_share:.0%}) first"))
         return schedule
 
     def remove_schedule(self) -> None:
         """``DELETE /api/schedules/{id}``: the demo shows one scheduled retraining; left in place,
         the schedule would fire again on the labels that arrive while the sessions play out."""
         self.server.call("DELETE", f"/api/schedules/{SCHEDULE_ID}")
-        self.emit("note", text=f"schedule {SCHEDULE_ID} deleted (DELETE /api/schedules/{SCHEDULE_ID}): the demo shows "
-                               "one scheduled retraining; a clinic keeps its schedules")
+        self.emit(Note(f"schedule {SCHEDULE_ID} deleted (DELETE /api/schedules/{SCHEDULE_ID}): the demo shows one "
+                       "scheduled retraining; a clinic keeps its schedules"))
 
     def scheduled_job(self) -> dict[str, Any] | None:
         """The job the schedule started, once it has."""
@@ -419,7 +430,7 @@ class ApiTraining:
         baseline, and tell the server's decision with the demo's bars beside it."""
         first = self.server.get(f"/api/jobs/{job_id}")
         name = f"{first['algorithm']} (retrained)"
-        self.emit("phase", name=f"training {name}: the schedule's job {job_id}")
+        self.emit(Phase(f"training {name}: the schedule's job {job_id}"))
         phase = f"training {name}: the schedule's job (training, scoring, rollout; from the schedule's creation)"
         with self.measured(phase, since=self._since_schedule):
             job = self.follow(job_id, name)
@@ -433,7 +444,7 @@ class ApiTraining:
         deployed = self.deployed.label if self.deployed is not None else ""
         decision = promotion_decision(RETRAINING, name, candidate, promotion, local_only=local, deployed=deployed,
                                       failures=failures)
-        self.emit("decision", **asdict(decision))
+        self.emit(StepDecided(decision))
         if decision.deploy is not None:
             self._rolled_out(job["algorithm"], promotion["candidate"], candidate)
         return decision
@@ -446,10 +457,8 @@ class ApiTraining:
         name = f"{label} ({deployed.algorithm if deployed else 'deployed'}, deployed), re-scored"
         accuracy = promotion["baseline_value"]
         per_client = {c: {"n": float(n)} for c, n in candidate.windows.items()}
-        self.emit("evaluation", model=name, label=label, step=RETRAINING, rescored=label,
-                  metrics={"accuracy": accuracy, "n": float(candidate.n)}, per_client=per_client,
-                  class_counts=list(candidate.class_counts),
-                  first_windows=dict(deployed.first_windows) if deployed else {})
+        self.emit(Evaluation(name, RETRAINING, per_client, {"accuracy": accuracy, "n": float(candidate.n)}, label,
+                             candidate.class_counts, label, dict(deployed.first_windows) if deployed else {}))
 
     def _rolled_out(self, algorithm: str, version: int, score: Score) -> None:
         """The staged rollout as the registry recorded it (``/api/deployments``)."""
@@ -463,6 +472,5 @@ class ApiTraining:
         pending = sorted(c for c in self.plan.gateways if c not in mine or mine[c]["state"] == "pending")
         label = f"{MODEL_ID}:v{version}"
         self.deployed = Deployed(algorithm, version, dict(score.windows))
-        self.emit("deployed", model=label, algorithm=algorithm, version=version, accuracy=score.accuracy,
-                  windows=score.n, active=active, rejected=rejected, pending=pending)
+        self.emit(FleetDeployed(label, algorithm, version, score.accuracy, score.n, active, rejected, pending))
 

@@ -8,9 +8,24 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any, TextIO
+from functools import singledispatch
+from typing import TYPE_CHECKING, TextIO
 
 from .decisions import gateways_phrase
+from .events import (
+    LOCAL_ONLY,
+    DemoEvent,
+    Evaluation,
+    FleetDeployed,
+    GatewaysSatOut,
+    Note,
+    Phase,
+    Progress,
+    ReplayFailed,
+    StepDecided,
+    TrainingFailed,
+    TreeDeployed,
+)
 from .report import store_snapshot
 
 if TYPE_CHECKING:
@@ -26,53 +41,87 @@ def bar(fraction: float, width: int = BAR) -> str:
     return "#" * filled + "." * (width - filled)
 
 
-def describe(event: dict[str, Any]) -> str | None:
+@singledispatch
+def describe(event: DemoEvent) -> str | None:
     """The line(s) for an event worth telling (None: not on its own line)."""
-    kind = event.get("event")
-    if kind == "note":
-        return event["text"]
-    if kind == "phase":
-        return f"aggregator: {event['name']}"
-    if kind == "progress":
-        metrics = " ".join(f"{k}={v:.4g}" for k, v in event.get("metrics", {}).items())
-        return (f"  {event['job']}: {event['algorithm']} {event['step']}/{event['total']}, "
-                f"{event['answered']}/{event['selected']} gateways {metrics} ({event['elapsed_s']:.1f} s)")
-    if kind == "evaluation" and event.get("metrics"):
-        m, per = event["metrics"], event.get("per_client", {})
-        counts = event.get("class_counts") or []
-        chance = f"; chance (majority-class rate) {max(counts) / sum(counts):.3f}" if sum(counts) else ""
-        line = (f"  held-out evaluation of {event['model']}: accuracy {m.get('accuracy', float('nan')):.3f}, "
-                f"macro-F1 {m.get('macro_f1', float('nan')):.3f} on {m.get('n', 0):.0f} windows of "
-                f"{gateways_phrase(len(per))}{chance}")
-        return line + (f"\n    {event['note']}" if event.get("note") else "")
-    if kind == "evaluation":
-        per = event["per_client"]
-        if not per:
-            return "  local-only models: none could be trained"
-        accs = [m.get("accuracy", float("nan")) for m in per.values()]
-        n = sum(m.get("n", 0) for m in per.values())
-        correct = sum(round(m.get("accuracy", 0) * m.get("n", 0)) for m in per.values())
-        pooled = correct / n if n else float("nan")
-        return (f"  local-only models: accuracy {min(accs):.3f} .. {max(accs):.3f} on their own held-out windows "
-                f"({pooled:.3f} pooled over {n:.0f} windows of {gateways_phrase(len(per))})")
-    if kind == "training_failed":
-        return f"  {event['model']}: training failed -- {event['message']}"
-    if kind == "sat_out":
-        return "\n".join(f"  {event['job']}: {client} sat out -- {why}" for client, why in event["gateways"].items())
-    if kind == "decision":
-        outcome = f"deploy {event['deploy']}" if event["deploy"] else "nothing deployed"
-        return f"aggregator decides ({event['step']}): {outcome} -- {event['reason']}"
-    if kind == "deployed":
-        return (f"aggregator: {event['model']} active on {len(event['active'])} gateways"
-                f"{', rejected by ' + str(event['rejected']) if event['rejected'] else ''}"
-                f"{', no answer from ' + ', '.join(event['pending']) if event.get('pending') else ''}")
-    if kind == "personal_deployed":
-        state = "active" if event["gateway"] in event["active"] else \
-            f"NOT active (rejected: {event['rejected'] or '-'}, no answer: {', '.join(event['pending']) or '-'})"
-        return f"aggregator: {event['model']} {state} on {event['gateway']} alone"
-    if kind in ("error", "replay_error"):
-        return f"ERROR {event.get('client', '')}: {event.get('message')}"
     return None
+
+
+@describe.register
+def _note(event: Note) -> str:
+    return event.text
+
+
+@describe.register
+def _phase(event: Phase) -> str:
+    return f"aggregator: {event.name}"
+
+
+@describe.register
+def _progress(event: Progress) -> str:
+    metrics = " ".join(f"{k}={v:.4g}" for k, v in event.metrics.items())
+    return (f"  {event.job}: {event.algorithm} {event.step}/{event.total}, "
+            f"{event.answered}/{event.selected} gateways {metrics} ({event.elapsed_s:.1f} s)")
+
+
+@describe.register
+def _evaluation(event: Evaluation) -> str:
+    if event.model == LOCAL_ONLY:
+        return _local_only(event.per_client)
+    m, counts = event.metrics, event.class_counts
+    chance = f"; chance (majority-class rate) {max(counts) / sum(counts):.3f}" if sum(counts) else ""
+    line = (f"  held-out evaluation of {event.model}: accuracy {m.get('accuracy', float('nan')):.3f}, "
+            f"macro-F1 {m.get('macro_f1', float('nan')):.3f} on {m.get('n', 0):.0f} windows of "
+            f"{gateways_phrase(len(event.per_client))}{chance}")
+    return line + (f"\n    {event.note}" if event.note else "")
+
+
+def _local_only(per: dict[str, dict[str, float]]) -> str:
+    """The local-only models' range and pooled accuracy, each on its gateway's held-out windows."""
+    if not per:
+        return "  local-only models: none could be trained"
+    accs = [m.get("accuracy", float("nan")) for m in per.values()]
+    n = sum(m.get("n", 0) for m in per.values())
+    correct = sum(round(m.get("accuracy", 0) * m.get("n", 0)) for m in per.values())
+    pooled = correct / n if n else float("nan")
+    return (f"  local-only models: accuracy {min(accs):.3f} .. {max(accs):.3f} on their own held-out windows "
+            f"({pooled:.3f} pooled over {n:.0f} windows of {gateways_phrase(len(per))})")
+
+
+@describe.register
+def _training_failed(event: TrainingFailed) -> str:
+    return f"  {event.model}: training failed -- {event.message}"
+
+
+@describe.register
+def _sat_out(event: GatewaysSatOut) -> str:
+    return "\n".join(f"  {event.job}: {client} sat out -- {why}" for client, why in event.gateways.items())
+
+
+@describe.register
+def _decided(event: StepDecided) -> str:
+    d = event.decision
+    outcome = f"deploy {d.deploy}" if d.deploy else "nothing deployed"
+    return f"aggregator decides ({d.step}): {outcome} -- {d.reason}"
+
+
+@describe.register
+def _deployed(event: FleetDeployed) -> str:
+    return (f"aggregator: {event.model} active on {len(event.active)} gateways"
+            f"{', rejected by ' + str(event.rejected) if event.rejected else ''}"
+            f"{', no answer from ' + ', '.join(event.pending) if event.pending else ''}")
+
+
+@describe.register
+def _tree_deployed(event: TreeDeployed) -> str:
+    state = "active" if event.gateway in event.active else \
+        f"NOT active (rejected: {event.rejected or '-'}, no answer: {', '.join(event.pending) or '-'})"
+    return f"aggregator: {event.model} {state} on {event.gateway} alone"
+
+
+@describe.register
+def _replay_failed(event: ReplayFailed) -> str:
+    return f"ERROR {event.client}: {event.message}"
 
 
 class LiveView:

@@ -18,7 +18,7 @@ from aggregator.demo.epsilon import (
     lifetime_epsilon,
     private_trainings,
 )
-from aggregator.demo.report import epsilon_lines, privacy_line
+from aggregator.demo.summary import epsilon_lines, privacy_line
 from aggregator.demo.service import DEMO_EPSILON_CAP
 from aggregator.demo.training import TrainingPlan, privacy_settings
 from aggregator.server.service import build_algorithm
@@ -108,6 +108,16 @@ def test_the_summary_states_the_epsilon_and_why() -> None:
     assert "the same noise weighs less" in line and "0.76 at epsilon 1" in line  # the fleet-scale measurement
     assert "its fleet is tiny (this run has 3; the curve was measured on the default 10 gateways" in \
         eps.statement(DEMO_EPSILON, 3)
+
+
+def test_the_one_screen_summary_says_why_that_epsilon_in_a_sentence() -> None:
+    beats, _ = CURVE[DEMO_EPSILON]
+    smaller = max(e for e in CURVE if e < DEMO_EPSILON)
+    assert eps.reason(DEMO_EPSILON) == (
+        f"why epsilon {DEMO_EPSILON:g}: the smallest at which the demo's model beat local-only and chance on "
+        f"{beats} of {SEEDS} split seeds (at epsilon {smaller:g}: {CURVE[smaller][0]} of {SEEDS}) on its tiny fleet "
+        f"({eps.CURVE_GATEWAYS} gateways; BENCHMARKS.md)")
+    assert eps.reason(smaller).startswith(f"epsilon {smaller:g} is not the measured choice")
 
 
 def test_an_epsilon_that_is_not_the_curves_choice_is_not_called_it() -> None:

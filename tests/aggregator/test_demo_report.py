@@ -1,27 +1,145 @@
-"""The demo summary's third-contender section (``DemoReport.personal_lines``): one row per
-gateway with the three accuracies and the tree's decision nodes, the reasons for the
-worst-served gateways, and where a deployed tree still runs at the end."""
+"""The demo's report (``aggregator.demo.report``) and its text (``aggregator.demo.summary``):
+the typed events fold into the same JSON report the dict-based fold made from a recorded run,
+the terminal gets one screen that names the dashboard, and nothing the screen leaves out is
+missing from the JSON report (``details`` and the fields)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from aggregator.demo.decisions import PersonalTree, Score, decide_personal_trees
-from aggregator.demo.report import DemoReport
+from aggregator.demo.events import PersonalJob
+from aggregator.demo.report import DemoReport, GatewayFacts, PrivacyFacts, ServerFacts, report_from_events
+from aggregator.demo.summary import SCREEN_COLUMNS, SCREEN_LINES, personal_lines, privacy_line, summary_lines
+from aggregator.demo.view import describe
+from tests.aggregator import demo_events as recorded
+
+GOLDEN = Path(__file__).with_name("demo_report_golden.json")
+DASHBOARD = "http://127.0.0.1:8080/#token=abc"
+LEDGER = {"epsilon_cap": 69.0, "delta": 1e-6,
+          "entries": [{"job_id": "j-1", "model": "activity:v1", "epsilon": 31.5, "basis": "spent"},
+                      {"job_id": "j-9", "model": "activity:v3", "epsilon": 31.7, "basis": "spent"}],
+          "gateways": [{"gateway": "gw-01", "spent_epsilon": 55.1, "remaining_epsilon": 13.9}]}
 
 
-def test_the_summary_shows_the_three_contenders_per_gateway_and_where_a_tree_runs() -> None:
+def recorded_report(**facts: Any) -> DemoReport:
+    report = report_from_events(recorded.recorded(), recorded.GATEWAYS, killed=recorded.KILLED, broker="mosquitto",
+                                holdout_fraction=0.25, **facts)
+    report.settle(recorded.FINAL_MODELS)
+    return report
+
+
+def _contains(expected: Any, got: Any, where: str = "") -> None:
+    """``got`` holds everything ``expected`` does (NaN equals NaN); it may hold more keys."""
+    if isinstance(expected, dict):
+        for key, value in expected.items():
+            assert key in got, f"{where}/{key} is missing"
+            _contains(value, got[key], f"{where}/{key}")
+    elif isinstance(expected, list):
+        assert len(expected) == len(got), where
+        for i, (e, g) in enumerate(zip(expected, got)):
+            _contains(e, g, f"{where}[{i}]")
+    elif isinstance(expected, float) and math.isnan(expected):
+        assert isinstance(got, float) and math.isnan(got), where
+    else:
+        assert expected == got, (where, expected, got)
+
+
+def test_the_typed_events_make_the_report_the_dict_events_made() -> None:
+    # the golden file is the JSON report the dict-event fold built from the same recorded run
+    # (with nothing measured at the end: no stores, server or traffic counter)
+    got = json.loads(json.dumps(recorded_report().to_dict(), default=str))
+    _contains(json.loads(GOLDEN.read_text()), got)
+    assert got["decisions"][0]["deployed_as"] == "activity:v1" and got["killed_rejoined"]
+    assert got["personal_deployed"] == {"gw-02": "activity.gw-02:v1"} and not got["all_received_model"]
+
+
+def test_the_summary_fits_one_screen_and_names_the_dashboard() -> None:
+    report = recorded_report(dashboard_url=DASHBOARD, report_path="/tmp/report.json",
+                             server=ServerFacts(url="http://127.0.0.1:8080", privacy=PrivacyFacts.from_api(LEDGER)))
+    lines = summary_lines(report)
+    assert len(lines) <= SCREEN_LINES and max(map(len, lines)) <= SCREEN_COLUMNS, "\n".join(lines)
+    text = "\n".join(lines)
+    assert lines[0] == "=== WheelFed fleet demo: summary ==="
+    assert f"--keep-running keeps it up): {DASHBOARD}" in text.replace("\n  ", " ")
+    assert "full report (every table, reason and byte count): /tmp/report.json" in text
+    # each trained model's accuracy on its held-out windows, chance and local-only beside it
+    row = next(line for line in lines if line.startswith("fedscs-xgb (retrained)"))
+    assert row.split()[-5:] == ["retraining", "84", "0.798", "0.286", "0.571"]
+    assert next(line for line in lines if line.startswith("FedGA-Tree, each")).split()[-4:] == [
+        "52", "0.692", "0.308", "0.577"]
+    # the decisions, the budget and why that epsilon
+    assert "first training: deployed activity:v1 -- fedscs-xgb 0.692 vs local-only 0.596, chance 0.308" in lines
+    assert "FedGA-Tree: gw-02's own tree deployed (0.579 vs the fleet's 0.474)" in lines
+    assert "privacy: epsilon 32 per window per training (delta 1e-06; differential privacy under secure" in lines
+    assert "has spent epsilon 55.1 of the server's cap 69" in text and "  why epsilon 32: the smallest" in text
+    assert "gw-02 killed, rejoined" in text and "sat out (part of) 1 job(s): gateways the server did not name" in text
+    running = recorded_report(dashboard_url=DASHBOARD, keep_running=True)
+    assert "running until Ctrl-C" in " ".join(summary_lines(running)).replace("   ", " ")
+    assert "--report PATH writes it as JSON" in "\n".join(summary_lines(recorded_report()))
+
+
+def test_what_the_screen_leaves_out_stays_in_the_json_report() -> None:
+    report = recorded_report(dashboard_url=DASHBOARD, traffic_bytes=12_000_000, raw_sensor_bytes=1_000_000)
+    data = report.to_dict()
+    details = "\n".join(data["details"])
+    for d in report.decisions:
+        assert d.reason in details
+    assert recorded.NOTE in details
+    assert "| gw-02 | 19 | 0.474 | 0.526 | 0.579 | 3 | yes | activity.gw-02:v1 |" in details
+    assert "| local-only (each gateway its own model) | first training | 52 | 0.577 |" in details
+    assert "gateways that sat out:\n  local-only gw-02 (first training): (unnamed) not every gateway" in details
+    assert "  deploying activity:v1: 0.1 MB = 40 kB per gateway" in details
+    assert "the demo's epsilon 32 per window per training (delta 1e-06): whether any one window" in details
+    assert "privacy of FedGA-Tree: each gateway sent the aggregator" in details
+    assert data["traffic_by_step"]["deploying activity:v1"] == 120_000 and data["dashboard_url"] == DASHBOARD
+    assert "bytes per gateway: 4.0 MB through the aggregator (12.0x its raw sensor data" in "\n".join(
+        summary_lines(report))
+
+
+def test_the_summary_without_secure_aggregation_or_a_deployment_says_so() -> None:
+    report = recorded_report()
+    report.privacy = {"protocol": "histogram", "secure_aggregation": False}
+    report.secure_aggregation_note = "secure aggregation needs at least 3 gateways"
+    report.deployed, report.decisions = [], [replace(d, deploy=None, deployed_as="") for d in report.decisions]
+    text = "\n".join(summary_lines(report))
+    assert "privacy: secure aggregation OFF -- secure aggregation needs at least 3 gateways" in text
+    assert "first training: nothing deployed -- fedscs-xgb 0.692 vs local-only 0.596" in text
+    assert "at the end: no model deployed" in text
+
+
+def test_the_live_view_tells_every_event_kind_it_shows() -> None:
+    lines = {type(e).__name__: describe(e) for e in recorded.recorded()}
+    assert lines["Ready"] is None and lines["Traffic"] is None
+    assert lines["Phase"].startswith("aggregator: ") and lines["ReplayFailed"] == "ERROR gw-03: the reader went away"
+    assert lines["StepDecided"].startswith("aggregator decides (retraining): deploy fedscs-xgb (retrained) -- ")
+    assert lines["FleetDeployed"] == "aggregator: activity:v3 active on 2 gateways, no answer from gw-02"
+    assert lines["TreeDeployed"] == "aggregator: activity.gw-02:v1 active on gw-02 alone"
+    assert lines["Evaluation"].startswith("  local-only models: accuracy 0.424 .. 0.900")
+    assert lines["TrainingFailed"] == "  local-only gw-03 (retraining): training failed -- held-out scoring failed: " \
+                                      "too few windows"
+    rescored = next(e for e in recorded.recorded() if getattr(e, "rescored", ""))
+    assert describe(rescored).endswith(f"\n    {recorded.NOTE}")
+
+
+def test_the_report_shows_the_three_contenders_per_gateway_and_where_a_tree_runs() -> None:
     windows = {"gw-01": 10, "gw-02": 10}
     decisions = decide_personal_trees("activity:v1 (fedforest, deployed)", Score(windows, {"gw-01": 9, "gw-02": 5}),
                                       Score(windows, {"gw-01": 4, "gw-02": 7}),
                                       {"gw-01": PersonalTree("activity.gw-01:v1", 0.3, 10, 2),
                                        "gw-02": PersonalTree("activity.gw-02:v1", 0.6, 10, 3)})
-    report = DemoReport(personal_job={"job_id": "j-ga", "federated": "activity:v1 (fedforest, deployed)",
-                                      "elapsed_s": 1.4, "settings": {"generations": 20, "population_size": 20,
-                                                                     "epsilon": 1.0, "d_min": 2, "d_max": 15}},
-                        personal=[asdict(d) for d in decisions], personal_deployed={"gw-02": "activity.gw-02:v1"},
-                        per_gateway={"gw-02": {"model": "activity:v3"}})
-    lines = report.personal_lines()
+    report = DemoReport(personal_job=PersonalJob("j-ga", {"generations": 20, "population_size": 20, "epsilon": 1.0,
+                                                          "d_min": 2, "d_max": 15},
+                                                 "activity:v1 (fedforest, deployed)", 1.4),
+                        personal=decisions, personal_deployed={"gw-02": "activity.gw-02:v1"},
+                        per_gateway={"gw-02": GatewayFacts(model="activity:v3")})
+    lines = personal_lines(report)
     assert lines[0].startswith("\nthird contender: FedGA-Tree (job j-ga, every gateway taking part: 20 generations -- "
                                "the paper's Table II uses 100 --, population 20, epsilon 1.0, depth range 2..15)")
     assert "| gw-01 | 10 | 0.900 | 0.400 | 0.300 | 2 | no | no |" in lines
@@ -29,12 +147,10 @@ def test_the_summary_shows_the_three_contenders_per_gateway_and_where_a_tree_run
     assert f"  gw-02: {decisions[1].reason}" in lines and not any(line.startswith("  gw-01:") for line in lines)
     assert lines[-1] == ("  gw-02 runs activity:v3 at the end (not activity.gw-02:v1: a later fleet-wide rollout "
                          "replaced it)")
-    assert DemoReport().personal_lines() == []  # no FedGA step (--fedga-generations 0)
+    assert personal_lines(DemoReport()) == []  # no FedGA step (--fedga-generations 0)
 
 
-def test_the_summary_tells_the_privacy_budget_from_the_servers_ledger() -> None:
-    from aggregator.demo.report import PrivacyFacts, ServerFacts, privacy_line
-
+def test_the_report_tells_the_privacy_budget_from_the_servers_ledger() -> None:
     answer = {"epsilon_cap": 10.0, "delta": 1e-6,
               "entries": [{"job_id": "job-1", "model": "activity:v1", "epsilon": 7.91, "basis": "spent"},
                           {"job_id": "job-2", "model": "", "epsilon": 2.0, "basis": "planned"}],
@@ -50,3 +166,13 @@ def test_the_summary_tells_the_privacy_budget_from_the_servers_ledger() -> None:
     assert ServerFacts(url="http://x", privacy=facts).lines()[-1] == line
     assert "private protocol: differential privacy" in privacy_line({"protocol": "private", "secure_aggregation": True},
                                                                     "")
+
+
+@pytest.mark.parametrize("gateways", [1, 10])
+def test_the_summary_stays_on_one_screen_however_many_gateways_sat_out(gateways: int) -> None:
+    from aggregator.demo.report import SatOut
+
+    report = recorded_report(dashboard_url=DASHBOARD)
+    report.sat_out = [SatOut(f"job {j}", f"gw-{g:02d}", "no answer") for j in range(5) for g in range(gateways)]
+    lines = summary_lines(report)
+    assert len(lines) <= SCREEN_LINES and max(map(len, lines)) <= SCREEN_COLUMNS

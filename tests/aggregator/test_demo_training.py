@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from aggregator.demo.events import DemoEvent, PersonalTrees, Traffic, TreeDeployed
 from aggregator.demo.training import (
     DEMO_EPSILON,
     FOREST_BINS,
@@ -72,19 +73,19 @@ class _Metrics:
 
 
 def test_a_step_is_measured_as_the_growth_of_the_servers_traffic_counter() -> None:
-    events: list[dict] = []
+    events: list[DemoEvent] = []
     training = ApiTraining(_Metrics(exported=True), plan(), events.append, lambda: False)
     with training.measured("training x"):
         pass
     [event] = events
-    assert (event["event"], event["phase"], event["bytes"]) == ("traffic", "training x", 1000)
+    assert isinstance(event, Traffic) and (event.phase, event.bytes) == ("training x", 1000)
     with training.measured("since", since=0):
         pass
-    assert events[-1]["bytes"] == 3000 + 7  # the counter read once more, plus the received bytes
+    assert events[-1].bytes == 3000 + 7  # the counter read once more, plus the received bytes
 
 
 def test_no_traffic_event_when_the_server_does_not_export_its_bytes() -> None:
-    events: list[dict] = []
+    events: list[DemoEvent] = []
     training = ApiTraining(_Metrics(exported=False), plan(), events.append, lambda: False)
     with training.measured("training x"):
         pass
@@ -149,7 +150,8 @@ def test_the_fedga_step_deploys_a_winning_tree_to_its_own_gateway_only() -> None
                                  "clients": ["gw-01", "gw-02", "gw-03"], "min_gateways": 3, "seed": 0})
     assert deploys == [("/api/models/activity.gw-02/1/deploy", {"clients": ["gw-02"]}),
                        ("/api/models/activity.gw-03/1/deploy", {"clients": ["gw-03"]})]
-    [told] = [e for e in events if e["event"] == "personal"]
-    assert told["federated"] == "activity:v2 (fedforest, deployed)" and told["settings"]["generations"] == 20
-    assert [(e["gateway"], e["model"]) for e in events if e["event"] == "personal_deployed"] == [
+    [told] = [e for e in events if isinstance(e, PersonalTrees)]
+    assert told.job.federated == "activity:v2 (fedforest, deployed)" and told.job.settings["generations"] == 20
+    assert told.decisions == tuple(decisions)
+    assert [(e.gateway, e.model) for e in events if isinstance(e, TreeDeployed)] == [
         ("gw-02", "activity.gw-02:v1"), ("gw-03", "activity.gw-03:v1")]

@@ -1,6 +1,8 @@
 """The README's first command, shortened: ``wheelfed demo`` with three gateways, fast replay; and
 with two, below secure aggregation's minimum fleet. The demo drives ``wheelfed server`` through
-its REST API: the test opens the dashboard URL the demo prints while the demo runs."""
+its REST API: the test opens the dashboard URL the demo prints while the demo runs. The demo
+ends with a one-screen summary that names that dashboard; the full report (``--report``) holds
+every table and explanation (``details``)."""
 
 from __future__ import annotations
 
@@ -59,8 +61,25 @@ def _demo(tmp_path: Path, *args: str) -> tuple[str, dict[str, Any], dict[str, An
     return out, json.loads(report_path.read_text()), seen
 
 
+def _summary(stdout: str) -> list[str]:
+    """The demo's last screen: its summary."""
+    return stdout[stdout.index("=== WheelFed fleet demo: summary ==="):].rstrip("\n").split("\n")
+
+
+def _assert_one_screen(stdout: str, report: dict[str, Any], seen: dict[str, Any]) -> None:
+    """The summary fits one screen, names the dashboard the demo ran and where the full report is."""
+    from aggregator.demo.summary import SCREEN_COLUMNS, SCREEN_LINES
+
+    lines = _summary(stdout)
+    assert len(lines) <= SCREEN_LINES and max(map(len, lines)) <= SCREEN_COLUMNS, "\n".join(lines)
+    text = " ".join(lines)
+    assert f"{seen['url']}/#token=" in text and report["dashboard_url"].startswith(seen["url"])
+    assert f"full report (every table, reason and byte count): {report['report_path']}" in text
+    assert "privacy: " in text and ("why epsilon" in text or "secure aggregation OFF" in text)
+
+
 def _assert_honest(report: dict[str, Any], stdout: str) -> None:
-    """What the summary must say, whatever the data decided."""
+    """What the report must say, whatever the data decided (``stdout``: its full text)."""
     gateways = {f"gw-{i + 1:02d}" for i in range(report["gateways"])}
     assert "=== WheelFed fleet demo: summary ===" in stdout
     # every score says on how many held-out windows of which gateways it was taken
@@ -176,8 +195,10 @@ def _assert_server_seen(seen: dict[str, Any], report: dict[str, Any]) -> None:
 
 
 def test_fleet_demo_end_to_end(tmp_path: Path) -> None:
-    out, report, seen = _demo(tmp_path, "--subjects", "3")
+    screen, report, seen = _demo(tmp_path, "--subjects", "3")
+    out = "\n".join(report["details"])
     assert report["gateways"] == 3
+    _assert_one_screen(screen, report, seen)
     _assert_honest(report, out)
     _assert_third_contender(report, out, tmp_path / "run")
     _assert_server_seen(seen, report)
@@ -193,11 +214,13 @@ def test_fleet_demo_end_to_end(tmp_path: Path) -> None:
 
 
 def test_fleet_demo_with_two_gateways_trains_without_secure_aggregation_and_says_so(tmp_path: Path) -> None:
-    out, report, seen = _demo(tmp_path, "--subjects", "2", "--no-kill")
+    screen, report, seen = _demo(tmp_path, "--subjects", "2", "--no-kill")
+    out = "\n".join(report["details"])
     assert report["gateways"] == 2 and not report["killed"]
+    _assert_one_screen(screen, report, seen)
     _assert_honest(report, out)
     _assert_third_contender(report, out, tmp_path / "run")
     _assert_server_seen(seen, report)
     assert not report["privacy"]["secure_aggregation"]
-    assert "NOTE: secure aggregation needs at least 3 gateways" in out
-    assert "privacy: secure aggregation OFF" in out
+    assert "NOTE: secure aggregation needs at least 3 gateways" in screen
+    assert "privacy: secure aggregation OFF" in out and "privacy: secure aggregation OFF" in screen
