@@ -34,6 +34,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, WithJson
 from shared import __version__
 
 from ..privacy.ledger import BudgetExceeded
+from ..algorithm_table import user_name
 from ..registry import JobRules, RegistryError, ScheduleRecord
 from .guards import install_guards
 from .job_bounds import check_config, config_schema
@@ -75,14 +76,11 @@ def version_number(model_id: str, text: str) -> int:
     return int(digits)
 
 
-def algorithm_name(name: str) -> str:
-    """An algorithm's name as the API, the CLI and the dashboard spell it: ``fedscs-xgb``, not the
-    wire's and the model metadata's ``fedscs_xgb``.
-
-    >>> algorithm_name("fedscs_xgb"), algorithm_name("fedforest"), algorithm_name("fedga-tree")
-    ('fedscs-xgb', 'fedforest', 'fedga-tree')
-    """
-    return name.replace("_", "-") if isinstance(name, str) else name
+def algorithm_name(name: Any) -> Any:
+    """An algorithm's name as the API, the CLI and the dashboard spell it (``fedscs-xgb``, not the
+    wire's ``fedscs_xgb``; ``algorithm_table.user_name``); anything but a string is left to the
+    schema to refuse."""
+    return user_name(name) if isinstance(name, str) else name
 
 
 #: An algorithm name as given: either spelling (``fedscs_xgb`` or ``fedscs-xgb``) is read as the API's.

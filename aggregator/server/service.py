@@ -74,6 +74,7 @@ from shared.protocol.messages.fleet_sums import TimeRange
 from shared.protocol.topics import TopicLayout
 from shared.transport.base import Transport
 
+from ..algorithm_table import ALGORITHM_TABLE, algorithm_row
 from ..evaluation import Evaluation, NoHeldOutData, evaluate_federated
 from ..feature_sets import FeatureSetChoice, survey_feature_sets
 from ..fleet_status import GatewayRow, fold_statuses
@@ -86,67 +87,37 @@ from .policy import CanaryCheck, LiveCheck, canary_of, is_due, judge, judge_live
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ALGORITHMS", "FLEET_ALGORITHMS", "SERVER_ALGORITHMS", "STALE_AFTER_S", "FleetTracker", "JobRequest",
-           "JobRunner", "LiveMonitor", "Scheduler", "ServerAlgorithm", "build_algorithm", "planned_privacy"]
+__all__ = ["ALGORITHMS", "FLEET_ALGORITHMS", "STALE_AFTER_S", "FleetTracker", "JobRequest", "JobRunner", "LiveMonitor",
+           "Scheduler", "build_algorithm", "planned_privacy"]
 
 
-@dataclass(frozen=True)
-class ServerAlgorithm:
-    """An algorithm a server job can train: its API name, its configuration class in
-    ``aggregator.algorithms`` (by name: that package is imported only when a job is built) and
-    whether a job ends with one model per gateway (``{client: model}``) rather than one for the
-    fleet -- such jobs register MODEL_ID.GATEWAY models and no schedule retrains them."""
-
-    name: str
-    config_class: str
-    personal: bool = False
-
-
-#: Every algorithm of the server, one line each: the API's choices, schedules and job building
-#: all read this table.
-SERVER_ALGORITHMS = (
-    ServerAlgorithm("fedscs-xgb", "FedSCSXGB"),
-    ServerAlgorithm("fedforest", "FedForest"),
-    ServerAlgorithm("fedga-tree", "FedGATree", personal=True),
-)
-ALGORITHMS = tuple(a.name for a in SERVER_ALGORITHMS)
+#: The API's choices (every row of the algorithm table).
+ALGORITHMS = tuple(a.name for a in ALGORITHM_TABLE)
 #: Algorithms a schedule may retrain (one model for the fleet).
-FLEET_ALGORITHMS = tuple(a.name for a in SERVER_ALGORITHMS if not a.personal)
+FLEET_ALGORITHMS = tuple(a.name for a in ALGORITHM_TABLE if not a.personal)
 
 
-def _algorithms() -> dict[str, type]:
-    from .. import algorithms
-
-    return {a.name: getattr(algorithms, a.config_class) for a in SERVER_ALGORITHMS}
 #: Configuration fields a job may not set through the API (objects, not JSON values).
 _NOT_CONFIGURABLE = {"init_model", "edges", "feature_set_version", "resume_state"}
-
-
-def resumes_itself(name: str) -> bool:
-    """Whether algorithm ``name`` resumes from a state of its own (``resume_state``: the bytes it
-    reported with its last step), rather than from the model of its completed rounds."""
-    return "resume_state" in {f.name for f in fields(_algorithms()[name])}
 
 
 def build_algorithm(name: str, config: dict[str, Any], *, init_model: TreeEnsemble | None = None,
                     feature_set: str = "", resume_state: bytes | None = None):
     """The configured server half of ``name`` (continuing from ``resume_state``, see
-    ``resumes_itself``); a ``ValueError`` names a bad parameter."""
-    classes = _algorithms()
-    if name not in classes:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {name!r}")
-    cls = classes[name]
+    ``AlgorithmRow.resumes_itself``); a ``ValueError`` names a bad parameter."""
+    row = algorithm_row(name)
+    cls = row.config_type()
     known = {f.name for f in fields(cls)} - _NOT_CONFIGURABLE
     unknown = sorted(set(config) - known)
     if unknown:
         raise ValueError(f"config: {name} has no parameter {', '.join(unknown)} (it has {', '.join(sorted(known))})")
     extra: dict[str, Any] = {"feature_set_version": feature_set}
     if init_model is not None:
-        if "init_model" not in {f.name for f in fields(cls)}:
+        if not row.continues_from_model():
             raise ValueError(f"{name} cannot continue from a model")
         extra["init_model"] = init_model
     if resume_state is not None:
-        if not resumes_itself(name):
+        if not row.resumes_itself():
             raise ValueError(f"{name} does not resume from a state of its own")
         extra["resume_state"] = resume_state
     try:
@@ -161,17 +132,6 @@ def planned_privacy(algorithm) -> tuple[float, float] | None:
     if getattr(algorithm, "protocol", None) != "private":
         return None
     return float(algorithm.dp_epsilon), float(algorithm.dp_delta)
-
-
-def total_steps(algorithm) -> int:
-    """Steps a job of ``algorithm`` reports: generations (FedGA-Tree), boosting rounds, or a
-    forest's levels (``max_depth + 1``: the root's level to the leaves' level, as it reports them)."""
-    if getattr(algorithm, "generations", 0):
-        return int(algorithm.generations)
-    if getattr(algorithm, "n_rounds", 0):
-        return int(algorithm.n_rounds)
-    depth = int(getattr(algorithm, "max_depth", 0) or 0)
-    return depth + 1 if depth else 0
 
 
 @dataclass(frozen=True)
@@ -452,7 +412,7 @@ class JobRunner:
             model_id, _, version = request.init_model.rpartition(":v")
             if not model_id or not version.isdigit():
                 raise ValueError(f"init_model must be MODEL_ID:vN, got {request.init_model!r}")
-            if "init_model" not in {f.name for f in fields(type(algorithm))}:
+            if not algorithm_row(request.algorithm).continues_from_model():
                 raise ValueError(f"{request.algorithm} cannot continue from a model (init_model)")
             self.registry.record(model_id, int(version))
         job_id = f"job-{uuid.uuid4().hex[:12]}"
@@ -461,7 +421,8 @@ class JobRunner:
             if plan is not None:
                 self.check_privacy(PlannedJob(rules.clients, rules.since_us, rules.until_us, *plan))
             record = self.registry.add_job(job_id, request.algorithm, request.config, model_id=request.model_id,
-                                           total=total_steps(algorithm), rules=rules,
+                                           total=algorithm_row(request.algorithm).total_steps(algorithm),
+                                           rules=rules,
                                            init_model=request.init_model, schedule_id=schedule_id)
         self._queue.put(job_id)
         return record
@@ -612,7 +573,8 @@ class JobRunner:
         self.registry.discard_rounds_after(job.job_id, base)
         # An algorithm with a state of its own is handed it and reports its steps as numbered
         # from the job's start; one resumed from its model counts them from the model on.
-        own_state = resumed.checkpoint if resumed is not None and resumes_itself(job.algorithm) else None
+        resumes_itself = algorithm_row(job.algorithm).resumes_itself()
+        own_state = resumed.checkpoint if resumed is not None and resumes_itself else None
         init = None
         if resumed is not None and own_state is None:
             init = TreeEnsemble.from_cbor(resumed.checkpoint)
@@ -988,6 +950,6 @@ class Scheduler:
     def _request(self, schedule: ScheduleRecord) -> JobRequest:
         request = JobRequest(schedule.algorithm, schedule.model_id, dict(schedule.config))
         baseline = self.runner.baseline_version(schedule.model_id, self.tracker.online())
-        if baseline is not None and schedule.algorithm == "fedscs-xgb":
+        if baseline is not None and algorithm_row(schedule.algorithm).continues_from_model():
             request = replace(request, init_model=f"{schedule.model_id}:v{baseline}")
         return request

@@ -1,21 +1,34 @@
-"""The server's table of algorithms (``aggregator.server.service.SERVER_ALGORITHMS``) is the one
-place a new algorithm is named for ``wheelfed server``: the API offers exactly its names, schedules
-exactly the ones that end with one model for the fleet, and every entry builds its configuration."""
+"""The algorithm table (``aggregator.algorithm_table``) is the one place a new algorithm is named
+for ``wheelfed server``: the API offers exactly its names, schedules exactly the ones that end
+with one model for the fleet, and every row builds its configuration, whose ``name`` is the row's
+wire spelling."""
 
 from __future__ import annotations
 
 import pytest
 
 import aggregator.algorithms as algorithms
+from aggregator.algorithm_table import ALGORITHM_TABLE, algorithm_row
 from aggregator.server.api import JobIn, ScheduleIn
-from aggregator.server.service import ALGORITHMS, FLEET_ALGORITHMS, SERVER_ALGORITHMS, build_algorithm
+from aggregator.server.service import ALGORITHMS, FLEET_ALGORITHMS, build_algorithm
 
 
-@pytest.mark.parametrize("entry", SERVER_ALGORITHMS, ids=lambda a: a.name)
-def test_every_entry_builds_its_configuration_class(entry) -> None:
-    built = build_algorithm(entry.name, {}, feature_set="fs-1")
-    assert type(built) is getattr(algorithms, entry.config_class)
+@pytest.mark.parametrize("row", ALGORITHM_TABLE, ids=lambda a: a.name)
+def test_every_row_builds_its_configuration_class(row) -> None:
+    built = build_algorithm(row.name, {}, feature_set="fs-1")
+    assert type(built) is getattr(algorithms, row.config_class)
     assert built.feature_set_version == "fs-1"
+    assert built.name == row.wire and algorithm_row(row.wire) is row
+    assert row.total_steps(built) >= 1
+
+
+def test_steps_and_what_continues() -> None:
+    steps = {r.name: r.total_steps(build_algorithm(r.name, {"max_depth": 3} if r.name == "fedforest" else {}))
+             for r in ALGORITHM_TABLE}
+    assert steps["fedforest"] == 4  # levels 0..3
+    assert steps["fedscs-xgb"] == build_algorithm("fedscs-xgb", {}).n_rounds
+    assert [r.name for r in ALGORITHM_TABLE if r.continues_from_model()] == ["fedscs-xgb"]
+    assert [r.name for r in ALGORITHM_TABLE if r.resumes_itself()] == ["fedforest"]
 
 
 def test_the_api_offers_exactly_the_table() -> None:
