@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from aggregator.cli import fleet
 from aggregator.fleet_status import GatewayRow, PrivacyCell
-from edge_client.cli import fleet, main
+from edge_client.cli import main
 from tests.server.fleet_memory import announce, fleet_data, running_server
 from tests.server.test_privacy_budget_dashboard import serving, two_jobs
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from aggregator.jobs import RoundProgress
-from edge_client.cli.progress import ProgressDisplay, clock
+from aggregator.cli.progress import ProgressDisplay, clock
 
 
 class Clock:

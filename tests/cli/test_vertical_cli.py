@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aggregator.algorithms.vertical_forest import VerticalFederatedForest
 from edge_client.cli import build_parser
-from edge_client.cli.vertical import training_config
+from aggregator.cli.vertical import training_config
 from shared.signing import SigningKey
 
 BASE = "vertical train --parties gw-a,gw-b --label-holder gw-a --model-id vf -o m.vfm --key {key}"

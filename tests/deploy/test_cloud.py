@@ -224,7 +224,7 @@ def test_units_run_commands_the_cli_accepts(tmp_path: Path) -> None:
         argv = [a.replace("/etc/wheelfed/server.toml", str(config)).replace("/etc/wheelfed/certs", str(certs))
                 for a in argv[1:]]
         args = build_parser().parse_args(argv)
-        assert args.func.__module__ == f"edge_client.cli.{command}"
+        assert args.func.__module__ == f"aggregator.cli.{command}"
         if command == "server":
             assert args.config == config
         else:

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from aggregator.cli.server_client import ServerClient, add_server_options, server_client
 from edge_client.cli.arguments import (MODEL_ID_PATTERN, add_subcommand, existing_file, gateway_id, gateway_ids,
                                        model_id, output_file, positive_float)
 from edge_client.cli.connection import add_broker_options, aggregator_transport
 from edge_client.cli.errors import CliError, UsageError
 from edge_client.cli.model_files import load_model_file, model_file, model_file_bytes
-from edge_client.cli.server_client import ServerClient, add_server_options, server_client
 
 DEFAULT_REGISTRY = "wheelfed-registry.db"
 DEFAULT_KEY = "aggregator.key"

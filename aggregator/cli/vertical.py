@@ -24,11 +24,11 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
+from aggregator.cli.models import DEFAULT_KEY, signing_key
 from edge_client.cli.arguments import (add_subcommand, existing_file, gateway_id, gateway_ids, int_at_least, model_id,
                                        non_negative_float, output_file, positive_float, positive_int)
 from edge_client.cli.connection import add_broker_options, aggregator_transport
 from edge_client.cli.errors import CliError, UsageError
-from edge_client.cli.models import DEFAULT_KEY, signing_key
 
 if TYPE_CHECKING:
     from aggregator.algorithms.vertical_forest import VerticalFederatedForest

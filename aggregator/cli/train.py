@@ -36,14 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aggregator.cli.models import ModelRef, model_ref
+from aggregator.cli.progress import ProgressDisplay, unit_of
+from aggregator.cli.server_client import ServerClient, ServerRefused, add_server_options, server_client
 from edge_client.cli.arguments import (add_subcommand, fraction, gateway_ids, int_at_least, model_id,
                                        non_negative_float, non_negative_int, output_file, positive_float, positive_int)
 from edge_client.cli.connection import add_broker_options, aggregator_transport
 from edge_client.cli.errors import CliError, UsageError
 from edge_client.cli.model_files import load_model_file, model_file
-from edge_client.cli.models import ModelRef, model_ref
-from edge_client.cli.progress import ProgressDisplay, unit_of
-from edge_client.cli.server_client import ServerClient, ServerRefused, add_server_options, server_client
 
 if TYPE_CHECKING:  # the registry is imported when a model is registered, not to parse arguments
     from aggregator.registry import ModelRecord

@@ -14,9 +14,9 @@ import threading
 import time
 from dataclasses import asdict
 
+from aggregator.cli.server_client import add_server_options, server_client
 from edge_client.cli.arguments import add_subcommand, positive_float
 from edge_client.cli.connection import add_broker_options, aggregator_transport
-from edge_client.cli.server_client import add_server_options, server_client
 
 COLUMNS = ("GATEWAY", "STATE", "SEEN", "MODEL", "LABELLED/WINDOWS", "LINK", "PREDICTED", "ALERTS", "LAST", "ENGINE")
 
