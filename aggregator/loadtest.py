@@ -6,7 +6,7 @@ own broker account, a ``Participant`` answering every algorithm's requests from 
 windows (:func:`windows`, seeded by its id, so :func:`client_data` rebuilds the fleet's data for
 ``aggregator.simulate``) -- without the serial link, pipeline and store.
 
-``python -m aggregator.loadtest host`` runs a batch of them in one process on two threads
+``wheelfed load-test host`` runs a batch of them in one process on two threads
 (:class:`Multiplexer`: one epoll loop over all their sockets, one thread running their
 handlers) rather than two paho threads per gateway, so that thousands fit in a few processes.
 :func:`run_load` starts mosquitto, the host processes and the aggregator (this process) and
@@ -18,7 +18,6 @@ while, sampling memory after every job (``benchmarks/bench_soak.py``, ``tests/e2
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import os
@@ -267,7 +266,8 @@ def simulated_fleet(gateways: int, processes: int | None = None, *, online_timeo
             started = time.monotonic()
             for batch in np.array_split(np.array(ids), processes):
                 hosts.append(subprocess.Popen(
-                    [sys.executable, "-m", "aggregator.loadtest", "host", "--port", str(broker.port), *batch.tolist()],
+                    [sys.executable, "-m", "edge_client.cli", "load-test", "host", "--port", str(broker.port),
+                     *batch.tolist()],
                     env={**os.environ, SECRET_ENV: secret}, stdout=subprocess.DEVNULL, start_new_session=True,
                     preexec_fn=die_with_parent()))
             try:
@@ -593,18 +593,3 @@ def _one_job(algorithm, agg, engine, ids: list[str], config: SoakConfig, report:
         report.replies_expected += len(result.selected)
         report.timed_out += len(result.timed_out)
         report.errors += len(result.errors)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aggregator.loadtest")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("host", help="run simulated gateways until SIGTERM (password seed from $WHEELFED_SOAK_SECRET)")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("ids", nargs="+")
-    args = parser.parse_args(argv)
-    host(args.port, args.ids, os.environ[SECRET_ENV])
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@ through an MQTT 5 shared subscription (``$share/<group>/<prefix>/c/+/out``).
 
 The leader -- the process running the jobs, a :class:`~aggregator.rounds.RoundEngine` made with
 ``merge_workers=True`` -- sends requests as always but does not read the gateways' outboxes. The
-workers (``python -m aggregator.merge_workers --port ... --worker-id merge-1``, each its own
+workers (``wheelfed merge-worker --port ... --worker-id merge-1``, each its own
 process and broker account) share one subscription to them, so the broker hands each reply to
 one worker. A worker decodes and checks a reply as the leader would (hostile-input decoding,
 sender == outbox); a reply holding a fleet-sum vector (a body with a
@@ -58,18 +58,15 @@ publish payloads ``PAYLOAD_HEADROOM`` bytes over the gateways' limit; see
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -580,7 +577,7 @@ class MergeWorkerProcesses:
             if self.password is not None:
                 env["WHEELFED_MQTT_PASSWORD"] = self.password(worker)
             self.processes[worker] = subprocess.Popen(
-                [sys.executable, "-m", "aggregator.merge_workers", "--host", self.host, "--port", str(self.port),
+                [sys.executable, "-m", "edge_client.cli", "merge-worker", "--host", self.host, "--port", str(self.port),
                  "--worker-id", worker, "--group", self.group, "--max-batch", str(self.settings.max_batch),
                  "--linger-ms", str(self.settings.linger_s * 1000)],
                 env=env, stdout=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent())
@@ -606,55 +603,3 @@ class MergeWorkerProcesses:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextmanager
-def _sigterm_stops() -> Iterator[threading.Event]:
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        yield stop
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m aggregator.merge_workers``: run one merge worker until SIGTERM / Ctrl-C."""
-    parser = argparse.ArgumentParser(
-        prog="python -m aggregator.merge_workers",
-        description="Sum fleet-sum replies for the aggregator (MQTT 5 shared subscription).",
-    )
-    parser.add_argument("--host", default=os.environ.get("WHEELFED_MQTT_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("WHEELFED_MQTT_PORT", "1883")))
-    parser.add_argument("--worker-id", default=f"{WORKER_PREFIX}1",
-                        help=f"client id and broker user (must start with {WORKER_PREFIX!r})")
-    parser.add_argument("--group", default=DEFAULT_GROUP, help="shared subscription group")
-    parser.add_argument("--max-batch", type=int, default=MergeSettings.max_batch)
-    parser.add_argument("--linger-ms", type=float, default=MergeSettings.linger_s * 1000)
-    args = parser.parse_args(argv)
-    if not args.worker_id.startswith(WORKER_PREFIX):
-        parser.error(f"--worker-id must start with {WORKER_PREFIX!r}, got {args.worker_id!r}")
-    try:
-        settings = MergeSettings(args.max_batch, args.linger_ms / 1000)
-    except ValueError as exc:
-        parser.error(str(exc))
-    password = os.environ.get("WHEELFED_MQTT_PASSWORD")
-    config = MqttConfig(host=args.host, port=args.port, username=args.worker_id if password else None,
-                        password=password)
-    worker = MergeWorker(args.worker_id, config, group=args.group, settings=settings)
-    with _sigterm_stops() as stop:
-        try:
-            worker.start()
-        except ConnectionError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-        try:
-            stop.wait()
-        except KeyboardInterrupt:
-            pass
-    worker.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

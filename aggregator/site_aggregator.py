@@ -88,12 +88,8 @@ cloud's rounds time out for them (``QuorumNotReached`` naming each member).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
-import os
-import signal
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -128,7 +124,7 @@ from .rounds import RoundEngine
 log = logging.getLogger(__name__)
 
 __all__ = ["MemberReplies", "SiteAggregator", "SiteAwareTransport", "SiteConfig", "SiteMember", "SiteReplies",
-           "SiteStats", "SiteSum", "main", "site_acl", "site_aware_engine"]
+           "SiteStats", "SiteSum", "site_acl", "site_aware_engine"]
 
 #: Rounds the site remembers as closed (a re-sent request of one is forwarded, its reply relayed).
 CLOSED_ROUNDS = 4096
@@ -648,103 +644,3 @@ def site_aware_engine(transport: Transport, sites: Mapping[str, Sequence[str]], 
     engine = RoundEngine(wrapped, audit=audit)  # type: ignore[arg-type]  (a Transport by delegation)
     wrapped.attach(engine)
     return engine
-
-
-#: Environment variables holding the site's broker passwords (never on the command line).
-UPSTREAM_PASSWORD_ENV = "WHEELFED_SITE_UPSTREAM_PASSWORD"
-DOWNSTREAM_PASSWORD_ENV = "WHEELFED_SITE_DOWNSTREAM_PASSWORD"
-
-
-def _add_broker(parser: argparse.ArgumentParser, side: str, default_port: int, user_help: str) -> None:
-    from edge_client.cli.arguments import existing_file, port_number
-
-    parser.add_argument(f"--{side}-host", default="127.0.0.1", help=f"{side} broker host (default: %(default)s)")
-    parser.add_argument(f"--{side}-port", type=port_number, default=default_port,
-                        help=f"{side} broker port (default: %(default)s)")
-    parser.add_argument(f"--{side}-username", help=user_help)
-    parser.add_argument(f"--{side}-tls-ca", type=existing_file, help=f"CA certificate: TLS to the {side} broker")
-    parser.add_argument(f"--{side}-tls-cert", type=existing_file, help="this side's certificate (CN = its id)")
-    parser.add_argument(f"--{side}-tls-key", type=existing_file, help="this side's private key")
-
-
-def _mqtt_config(args: argparse.Namespace, side: str, username: str, password_env: str, protocol: int):
-    from shared.transport.mqtt import MqttConfig, TlsConfig
-
-    ca, cert, key = (getattr(args, f"{side}_tls_{n}") for n in ("ca", "cert", "key"))
-    if (cert or key) and not (ca and cert and key):
-        raise ValueError(f"--{side}-tls-cert and --{side}-tls-key go together, with --{side}-tls-ca")
-    tls = TlsConfig(str(ca), cert and str(cert), key and str(key)) if ca else None
-    return MqttConfig(host=getattr(args, f"{side}_host"), port=getattr(args, f"{side}_port"),
-                      username=None if tls else (getattr(args, f"{side}_username") or username),
-                      password=None if tls else os.environ.get(password_env), protocol=protocol, tls=tls)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """``python -m aggregator.site_aggregator``'s arguments."""
-    from edge_client.cli.arguments import Parser, gateway_id, gateway_ids, positive_float
-
-    parser = Parser(prog="python -m aggregator.site_aggregator",
-                    description="A clinic's site aggregator: forwards the cloud's requests to the clinic's "
-                                "gateways on the local broker and sends their fleet sums upstream pre-summed. "
-                                f"Passwords: ${UPSTREAM_PASSWORD_ENV}, ${DOWNSTREAM_PASSWORD_ENV}.",
-                    epilog="example:\n  python -m aggregator.site_aggregator --site-id site-a --members gw-1,gw-2,gw-3 "
-                           "--upstream-host cloud.example --upstream-port 1883 --downstream-port 1884")
-    parser.add_argument("--site-id", type=gateway_id, required=True, help="the site's account on the cloud's broker")
-    parser.add_argument("--members", type=gateway_ids, required=True, help="the gateways it answers for: gw-1,gw-2")
-    parser.add_argument("--deadline-s", type=positive_float, default=30.0,
-                        help="wait for members' replies this long per round; below the cloud's deadline "
-                             "(default: %(default)s)")
-    parser.add_argument("--protocol", type=int, choices=(4, 5), default=5, help="MQTT 5, or 4 = 3.1.1 (both sides)")
-    parser.add_argument("--log-level", default="WARNING", type=str.upper,
-                        choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="log level")
-    _add_broker(parser, "upstream", 1883, "username on the cloud's broker (default: the site id)")
-    _add_broker(parser, "downstream", 1883, f"username on the local broker (default: {AGGREGATOR_ID})")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None, *, stop: threading.Event | None = None) -> int:
-    """Run a site aggregator until SIGTERM/SIGINT (or ``stop``); every expected failure is one
-    line on stderr and exit code 2 (usage) or 1 (runtime)."""
-    from shared.transport.mqtt import MqttTransport
-
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    prog = "site aggregator"
-    try:
-        config = SiteConfig(args.site_id, tuple(args.members), deadline_s=args.deadline_s)
-        up_config = _mqtt_config(args, "upstream", config.site_id, UPSTREAM_PASSWORD_ENV, args.protocol)
-        down_config = _mqtt_config(args, "downstream", AGGREGATOR_ID, DOWNSTREAM_PASSWORD_ENV, args.protocol)
-    except ValueError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    stop = stop or threading.Event()
-    upstream = MqttTransport(config.site_id, up_config, layout=config.upstream_layout, presence=False)
-    downstream = MqttTransport(AGGREGATOR_ID, down_config, layout=config.downstream_layout, presence=False)
-    site = SiteAggregator(config, upstream, downstream)
-    try:
-        for name, transport in (("upstream", upstream), ("downstream", downstream)):
-            try:
-                transport.connect()
-            except ConnectionError as exc:
-                print(f"{prog}: {name}: {exc}", file=sys.stderr)
-                return 1
-        site.start()
-        print(f"site {config.site_id}: answering for {', '.join(config.members)} "
-              f"(cloud {up_config.host}:{up_config.port}, clinic {down_config.host}:{down_config.port})", flush=True)
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            stop.wait()
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-        return 0
-    finally:
-        site.close()
-        downstream.close()
-        upstream.close()
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,5 +1,6 @@
 """The aggregator's ``wheelfed`` commands: broker, fleet, train, vertical, keygen and model,
-server, demo and smoke.
+server, the helper processes past one machine (merge-worker, site-aggregator, load-test), demo
+and smoke.
 
 Each module is a group of subcommands with an ``add(subparsers)``, declared as a
 ``wheelfed.commands`` entry point in ``pyproject.toml``; ``edge_client.cli`` finds them there,

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from aggregator.algorithms import FedForest, FedSCSXGB
-from aggregator.broker.mosquitto import find_free_port
 from aggregator.jobs import FederatedJob, JobSettings
 from aggregator.rounds import QuorumNotReached, RoundEngine
 from aggregator.site_aggregator import (
@@ -29,7 +28,6 @@ from aggregator.site_aggregator import (
     SiteMember,
     SiteReplies,
     SiteSum,
-    main,
     site_acl,
     site_aware_engine,
 )
@@ -247,21 +245,6 @@ def test_a_gateway_in_two_sites_is_refused() -> None:
 def test_site_acl_confines_the_site_to_its_members() -> None:
     acl = site_acl("site-a", ["gw-1", "gw-2"])
     assert "topic read wheelfed/v1/c/gw-2/in" in acl and "gw-3" not in acl and "#" not in acl
-
-
-def test_cli_usage_errors_are_one_line(capsys) -> None:
-    with pytest.raises(SystemExit) as exit_:
-        main(["--site-id", "site-a", "--members", "gw-1,,gw-2"])
-    err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.count("\n") == 1 and "expected comma-separated gateway ids" in err
-    assert main(["--site-id", "site-a", "--members", "gw-1,site-a"]) == 2
-    assert capsys.readouterr().err.strip() == \
-        "site aggregator: members must not include the site itself ('site-a') or the aggregator"
-    port = find_free_port()
-    assert main(["--site-id", "site-a", "--members", "gw-1", "--upstream-port", str(port)]) == 1
-    assert capsys.readouterr().err.strip() == (f"site aggregator: upstream: could not connect to MQTT broker "
-                                               f"127.0.0.1:{port}: connection refused (is the broker running on "
-                                               "that port?)")
 
 
 class _Cloud:

@@ -27,6 +27,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 WALKTHROUGH = "## A fleet by hand"
 GATEWAYS = ("gw-1", "gw-2", "gw-3")
 DEVICE_PLACEHOLDERS = ("/dev/pts/3", "/dev/pts/N", "/dev/ttyUSB0")
+#: The helper processes past one machine need their own broker accounts and fleets; their tests
+#: start them as wheelfed commands.
+SCALING_COMMANDS = {
+    "merge-worker": "merge workers run in tests/aggregator/test_merge_workers.py (MergeWorkerProcesses)",
+    "site-aggregator": "site aggregators run in tests/e2e/test_site_aggregator.py",
+    "load-test": "load-test hosts run in tests/e2e/test_scale_load.py and tests/e2e/test_soak.py",
+}
 
 
 def sh_blocks(markdown: str) -> list[tuple[str, list[str]]]:
@@ -213,6 +220,8 @@ def _shell_for(walk: Walk, line: str, folder: Path) -> Shell:
 def test_every_other_readme_line_and_help_example_runs_as_written(walk: Walk, line: str, tmp_path: Path) -> None:
     if _command(line) == "demo":
         pytest.skip("the demo has its own end-to-end test (tests/e2e/test_fleet_demo.py)")
+    if _command(line) in SCALING_COMMANDS:
+        pytest.skip(SCALING_COMMANDS[_command(line)])
     shell = _shell_for(walk, line, tmp_path)
     result = _ok(shell.run(_prepare(walk, line)), line)
     if isinstance(result, Background):

@@ -26,9 +26,8 @@ from aggregator.broker.mosquitto import DEPLOY_DIR, die_with_parent
 from aggregator.fleet import train_on_fleet
 from aggregator.jobs import JobSettings, TrainingError
 from aggregator.rounds import QuorumNotReached, RoundEngine
+from aggregator.cli.scaling import DOWNSTREAM_PASSWORD_ENV, UPSTREAM_PASSWORD_ENV
 from aggregator.site_aggregator import (
-    DOWNSTREAM_PASSWORD_ENV,
-    UPSTREAM_PASSWORD_ENV,
     SiteAggregator,
     SiteConfig,
     site_acl,
@@ -161,7 +160,7 @@ def test_a_gateway_that_times_out_at_its_site_is_dropped_as_in_the_flat_fleet(tm
 
 
 def test_a_site_killed_mid_job_ends_it_with_the_usual_quorum_error(tmp_path: Path) -> None:
-    """Both sites run as ``python -m aggregator.site_aggregator``; site-b is SIGKILLed after the
+    """Both sites run as ``wheelfed site-aggregator``; site-b is SIGKILLed after the
     job's first step. Its members' presence upstream stays as it was, and the cloud's next round
     times out for them: the flat fleet's error when three gateways vanish, one line naming each."""
     with mqtt_fleet(tmp_path, SITES, in_process_sites=False) as fleet, ExitStack() as stack:
@@ -170,7 +169,8 @@ def test_a_site_killed_mid_job_ends_it_with_the_usual_quorum_error(tmp_path: Pat
             env = dict(os.environ, **{UPSTREAM_PASSWORD_ENV: password(site),
                                       DOWNSTREAM_PASSWORD_ENV: password(AGGREGATOR_ID)})
             processes[site] = subprocess.Popen(
-                [sys.executable, "-m", "aggregator.site_aggregator", "--site-id", site, "--members", ",".join(members),
+                [sys.executable, "-m", "edge_client.cli", "site-aggregator", "--site-id", site, "--members",
+                 ",".join(members),
                  "--upstream-port", str(fleet.cloud_port), "--downstream-port", str(fleet.clinic_ports[site]),
                  "--deadline-s", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 preexec_fn=die_with_parent())
