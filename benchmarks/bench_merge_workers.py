@@ -5,7 +5,7 @@
 
 Simulated gateways (``aggregator.loadtest``: own MQTT connections and broker accounts, the real
 client code) in a few host processes, one mosquitto, the leader in this process, the workers
-(``python -m aggregator.merge_workers``) as processes. For each setting, FedSCS-XGB (2 boosting
+(``wheelfed merge-worker``) as processes. For each setting, FedSCS-XGB (2 boosting
 rounds, depth 3, 64 bins) in its private default (secure aggregation) and with
 ``secure_aggregation=False``; the settings run interleaved, ``--repeats`` times. Per job:
 
@@ -146,7 +146,8 @@ def main() -> int:
         deploy = deploy_dir_with_workers(Path(scratch) / "deploy", worker_ids)
         with MosquittoBroker(Path(scratch) / "broker", users=users, deploy_dir=deploy) as broker:
             hosts = [subprocess.Popen(
-                [sys.executable, "-m", "aggregator.loadtest", "host", "--port", str(broker.port), *batch.tolist()],
+                [sys.executable, "-m", "edge_client.cli", "load-test", "host", "--port", str(broker.port),
+                 *batch.tolist()],
                 env={**os.environ, SECRET_ENV: secret}, stdout=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=die_with_parent()) for batch in np.array_split(np.array(ids), args.processes)]
             try:
