@@ -29,7 +29,7 @@ __all__ = ["SCREEN_COLUMNS", "SCREEN_LINES", "decision_line", "detail_lines", "e
 
 #: The one-screen summary's bounds.
 SCREEN_LINES, SCREEN_COLUMNS = 30, 100
-TITLE = "=== WheelFed fleet demo: summary ==="
+TITLE, DETAILS_TITLE = "=== WheelFed fleet demo: summary ===", "=== WheelFed fleet demo: full report ==="
 #: The accuracy table's columns on the screen: name, step, windows, accuracy, chance, local-only.
 _COLUMNS = (46, 14, 8, 8, 7, 10)
 _FEDGA_ROW = "FedGA-Tree, each gateway its own tree"
@@ -43,6 +43,12 @@ def _f(value: float | None) -> str:
 def _row(cells: list[str]) -> str:
     """A Markdown table row."""
     return "| " + " | ".join(cells) + " |"
+
+
+def _some(items: list[str], most: int = 4) -> str:
+    """A list in a few words: its first ``most`` items, then how many more."""
+    shown = ", ".join(items[:most])
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
 def _wrapped(text: str) -> list[str]:
@@ -119,16 +125,18 @@ def decision_line(d: DeploymentDecision) -> str:
 
 
 def _fedga_line(r: DemoReport) -> list[str]:
+    """Where a gateway's own FedGA tree replaced the fleet's model (its accuracy vs the fleet
+    model's there), and the worst-served gateways that kept the fleet's model."""
     if r.personal_job is None:
         return []
-    deployed = [f"{d.gateway}'s own tree deployed ({d.tree_accuracy:.3f} vs the fleet's {d.federated:.3f})"
-                for d in r.personal if d.deploy]
+    deployed = [f"{d.gateway} ({d.tree_accuracy:.3f} vs {d.federated:.3f})" for d in r.personal if d.deploy]
     kept = [d.gateway for d in r.personal if d.worst_served and not d.deploy]
     if not deployed and not kept:
         return _wrapped("FedGA-Tree: the federated model beats every gateway's local-only model there; no gateway "
                         "needs its own tree")
-    served = [f"{', '.join(kept)} served worst, kept the fleet's model"] if kept else []
-    return _wrapped("FedGA-Tree: " + "; ".join(deployed + served))
+    parts = ([f"own tree deployed to {_some(deployed, 3)}"] if deployed else []) + (
+        [f"served worst but kept the fleet's model: {_some(kept)}"] if kept else [])
+    return _wrapped("FedGA-Tree: " + "; ".join(parts))
 
 
 def _decisions(r: DemoReport) -> list[str]:
@@ -146,8 +154,9 @@ def _outcome(r: DemoReport) -> list[str]:
     killed = (f"{r.killed} killed, {'rejoined' if r.killed_rejoined else 'did NOT rejoin'}" if r.killed
               else "no gateway killed")
     if r.deployed:
-        running = Counter(g.model or "-" for g in r.per_gateway.values())
-        models = ", ".join(f"{m} on {n}" for m, n in running.most_common()) + " gateways"
+        running = Counter(g.model or "-" for g in r.per_gateway.values()).most_common()
+        models = _some([f"{m} on {n} gateway{'s' if n != 1 else ''}" if k == 0 else f"{m} on {n}"
+                        for k, (m, n) in enumerate(running)], 3)
         each = "each" if r.all_received_model else "NOT each"
         lines = _wrapped(f"at the end: {models}, {each} the model last deployed to it; {killed}")
     else:
@@ -156,7 +165,7 @@ def _outcome(r: DemoReport) -> list[str]:
             else "no live predictions")
     gateways = {s.gateway for s in r.sat_out}
     names = sorted(gateways - {UNNAMED}) + (["gateways the server did not name"] if UNNAMED in gateways else [])
-    sat = (f"sat out (part of) {len({s.job for s in r.sat_out})} job(s): {', '.join(names)} (the report says why)"
+    sat = (f"sat out (part of) {len({s.job for s in r.sat_out})} job(s): {_some(names)} (the report says why)"
            if r.sat_out else "no gateway sat out a step")
     return lines + _wrapped(f"{live}; {sat}")
 
@@ -195,7 +204,7 @@ def _traffic(r: DemoReport) -> list[str]:
 
 def _pointers(r: DemoReport) -> list[str]:
     """Where the rest is: the server's dashboard and the JSON report."""
-    lines = [""]
+    lines = []
     if r.dashboard_url:
         state = "running until Ctrl-C" if r.keep_running else "stopped with the demo; --keep-running keeps it up"
         lines += _wrapped(f"dashboard ({_DASHBOARD_HOLDS}; {state}): {r.dashboard_url}")
@@ -208,7 +217,7 @@ def _pointers(r: DemoReport) -> list[str]:
 
 def detail_lines(r: DemoReport) -> list[str]:
     """Every table and explanation of the report, as text."""
-    return [TITLE, "", f"{r.gateways} gateways (real seglearn sessions, labelled only at the start), broker "
+    return [DETAILS_TITLE, "", f"{r.gateways} gateways (real seglearn sessions, labelled only at the start), broker "
                        f"{r.broker}, {r.elapsed_s:.0f} s in all", "",
             f"Every score is on held-out windows: the last {r.holdout_fraction:.0%} of each gateway's labelled "
             "windows when the step ran. Chance is the majority-class rate (always guessing the most common held-out "

@@ -76,7 +76,7 @@ def test_the_summary_fits_one_screen_and_names_the_dashboard() -> None:
         "52", "0.692", "0.308", "0.577"]
     # the decisions, the budget and why that epsilon
     assert "first training: deployed activity:v1 -- fedscs-xgb 0.692 vs local-only 0.596, chance 0.308" in lines
-    assert "FedGA-Tree: gw-02's own tree deployed (0.579 vs the fleet's 0.474)" in lines
+    assert "FedGA-Tree: own tree deployed to gw-02 (0.579 vs 0.474)" in lines
     assert "privacy: epsilon 32 per window per training (delta 1e-06; differential privacy under secure" in lines
     assert "has spent epsilon 55.1 of the server's cap 69" in text and "  why epsilon 32: the smallest" in text
     assert "gw-02 killed, rejoined" in text and "sat out (part of) 1 job(s): gateways the server did not name" in text
@@ -169,10 +169,17 @@ def test_the_report_tells_the_privacy_budget_from_the_servers_ledger() -> None:
 
 
 @pytest.mark.parametrize("gateways", [1, 10])
-def test_the_summary_stays_on_one_screen_however_many_gateways_sat_out(gateways: int) -> None:
-    from aggregator.demo.report import SatOut
+def test_the_summary_stays_on_one_screen_however_many_gateways_sat_out_or_got_a_tree(gateways: int) -> None:
+    from aggregator.demo.decisions import PersonalDecision
+    from aggregator.demo.report import SatOut, Scoring
 
-    report = recorded_report(dashboard_url=DASHBOARD)
-    report.sat_out = [SatOut(f"job {j}", f"gw-{g:02d}", "no answer") for j in range(5) for g in range(gateways)]
+    report = recorded_report(dashboard_url=DASHBOARD, report_path="/tmp/a/long/path/to/the/report.json")
+    names = [f"gw-{g + 1:02d}" for g in range(gateways)]
+    report.sat_out = [SatOut(f"job {j}", name, "no answer") for j in range(5) for name in names]
+    report.personal = [PersonalDecision(name, 0.5, 0.6, 20, True, deploy=g % 2 == 0, reason="", tree=f"t.{name}:v1",
+                                        tree_accuracy=0.7, tree_windows=20) for g, name in enumerate(names)]
+    report.per_gateway = {name: GatewayFacts(model=f"t.{name}:v1") for name in names}  # every gateway its own tree
+    report.scorings += [Scoring("end of the run", f"{a}, centralized", 0.8, 0.8, 84, short=f"{a}, centralized")
+                        for a in ("fedscs-xgb", "fedforest")]
     lines = summary_lines(report)
-    assert len(lines) <= SCREEN_LINES and max(map(len, lines)) <= SCREEN_COLUMNS
+    assert len(lines) <= SCREEN_LINES and max(map(len, lines)) <= SCREEN_COLUMNS, "\n".join(lines)

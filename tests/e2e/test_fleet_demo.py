@@ -81,7 +81,7 @@ def _assert_one_screen(stdout: str, report: dict[str, Any], seen: dict[str, Any]
 def _assert_honest(report: dict[str, Any], stdout: str) -> None:
     """What the report must say, whatever the data decided (``stdout``: its full text)."""
     gateways = {f"gw-{i + 1:02d}" for i in range(report["gateways"])}
-    assert "=== WheelFed fleet demo: summary ===" in stdout
+    assert "=== WheelFed fleet demo: full report ===" in stdout
     # every score says on how many held-out windows of which gateways it was taken
     federated = [s for s in report["scorings"] if s["step"] != "end of the run"]
     assert federated
