@@ -11,8 +11,10 @@
 #   /opt/wheelfed/venv                    a venv with the edge dependencies only: numpy < 2 and
 #                                         tflite-runtime 2.14 (or ai-edge-litert), paho-mqtt, cbor2,
 #                                         pyserial, cryptography, tflite + flatbuffers (the gateway
-#                                         compiles pushed models); wheelfed from this source tree
-#                                         without dependencies: no server, dev or training packages
+#                                         compiles pushed models); wheelfed's gateway packages from
+#                                         this source tree (not the aggregator: `wheelfed --help` lists
+#                                         the gateway's commands only), without dependencies: no
+#                                         server, dev or training packages
 #   /etc/wheelfed/gateway.toml            the settings, from gateway.toml here when absent; never
 #                                         overwritten (an upgrade keeps the operator's edits)
 #   /etc/systemd/system/wheelfed-gateway.service
@@ -134,12 +136,13 @@ install_packages() {
   mapfile -t requirements < <(edge_requirements "$python")
   say "installing the edge dependencies into $VENV: ${requirements[*]}"
   "$python" -m pip install -q --disable-pip-version-check --upgrade "${requirements[@]}"
-  # A copy of the packages: building from the tree itself would leave build/ and egg-info in it.
+  # A copy of the gateway's packages (the aggregator stays out): building from the tree itself would
+  # leave build/ and egg-info in it.
   staging="$(mktemp -d)"
   # shellcheck disable=SC2064  # expand now: the trap must remove this staging folder
   trap "rm -rf '$staging'" EXIT
-  tar -C "$SOURCE" --exclude=__pycache__ -cf - pyproject.toml README.md edge_client shared firmware_bridge \
-      aggregator | tar -C "$staging" -xf -
+  tar -C "$SOURCE" --exclude=__pycache__ -cf - pyproject.toml README.md edge_client shared firmware_bridge |
+    tar -C "$staging" -xf -
   say "installing wheelfed $(sed -n 's/^__version__ = "\(.*\)"/\1/p' "$SOURCE/shared/__init__.py") (no extras)"
   "$python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall "$staging"
   "$python" -I - "$ENGINE" <<'EOF'
@@ -152,7 +155,7 @@ from shared.model.tflite import load_interpreter
 load_interpreter()  # the interpreter the engine option asked for runs with this numpy
 if sys.argv[1] == "tflite-runtime":
     assert numpy.__version__.startswith("1."), f"numpy {numpy.__version__}: tflite-runtime needs numpy < 2"
-for banned in ("xgboost", "sklearn", "pandas", "scipy", "fastapi", "sqlalchemy", "tensorflow"):
+for banned in ("aggregator", "xgboost", "sklearn", "pandas", "scipy", "fastapi", "sqlalchemy", "tensorflow"):
     try:
         __import__(banned)
     except ImportError:

@@ -1,7 +1,8 @@
 """``deploy/gateway/``: the unit passes ``systemd-analyze verify``, the script passes shellcheck,
 the udev rule names the device the config template reads; and end to end (slow), the script
 installs a gateway into a throwaway root with the Raspberry Pi profile (numpy 1.26 +
-tflite-runtime 2.14 and nothing of the server's or the trainer's), the installed
+tflite-runtime 2.14 and nothing of the server's or the trainer's, nor the aggregator package:
+``wheelfed --help`` lists the gateway's commands only), the installed
 ``wheelfed gateway --check`` passes, the installed gateway -- started as the unit starts it --
 takes a pushed model, runs it on TFLite and predicts on a replayed real recording exactly what
 the model predicts offline; an upgrade keeps the edited config, the store and the models; an
@@ -182,6 +183,12 @@ def test_install_check_push_replay_predict_upgrade_uninstall(tmp_path: Path) -> 
     assert {"wheelfed", "paho-mqtt", "cbor2", "pyserial", "cryptography", "tflite", "flatbuffers"} <= set(installed)
     assert not set(installed) & {"scipy", "xgboost", "scikit-learn", "pandas", "fastapi", "uvicorn", "sqlalchemy",
                                  "alembic", "ai-edge-litert", "tensorflow", "amqtt", "hypothesis", "pytest"}
+    # the gateway's packages and commands only: no aggregator to import, no server command listed
+    assert subprocess.run([str(python), "-c", "import aggregator"], capture_output=True, cwd="/").returncode == 1
+    helped = subprocess.run([str(wheelfed), "--help"], capture_output=True, text=True, cwd="/")
+    assert helped.returncode == 0 and helped.stderr == "", helped.stderr
+    listed = re.findall(r"^    ([a-z-]+) ", helped.stdout, re.M)
+    assert listed == ["gateway", "features", "record", "replay", "import", "predict"], helped.stdout
     verify_unit(root / "etc" / "systemd" / "system" / "wheelfed-gateway.service")
     assert (root / "etc" / "udev" / "rules.d" / "99-wheelfed-serial.rules").read_text() == RULES.read_text()
 
