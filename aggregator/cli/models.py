@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from aggregator.algorithm_table import user_name
 from aggregator.cli.server_client import ServerClient, add_server_options, server_client
 from edge_client.cli.arguments import (MODEL_ID_PATTERN, add_subcommand, existing_file, gateway_id, gateway_ids,
                                        model_id, output_file, positive_float)
@@ -245,7 +246,7 @@ def _list(args: argparse.Namespace, registry) -> None:
     for r in records:
         here = [f"{d.client}={d.state}" for d in states if (d.model_id, d.version) == (r.model_id, r.version)
                 and d.state != "replaced"]
-        rows.append((r.label, r.algorithm, r.kind, str(r.n_trees), _headline(r.metrics),
+        rows.append((r.label, user_name(r.algorithm), r.kind, str(r.n_trees), _headline(r.metrics),
                      " ".join(here) or "not deployed"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
@@ -263,8 +264,8 @@ def _format_metrics(metrics: dict) -> str:
 
 def _show(args: argparse.Namespace, registry) -> None:
     record, model = registry.model(*args.ref)
-    print(f"{record.label}: {record.algorithm} {record.kind} model, {model.n_trees} trees, {model.n_features} "
-          f"inputs; registered {time.strftime('%Y-%m-%d %H:%M', time.localtime(record.created))}")
+    print(f"{record.label}: {user_name(record.algorithm)} {record.kind} model, {model.n_trees} trees, "
+          f"{model.n_features} inputs; registered {time.strftime('%Y-%m-%d %H:%M', time.localtime(record.created))}")
     print(f"  classes: {', '.join(map(str, record.classes)) or '- (regression)'}")
     print(f"  feature set: {record.feature_set_version or '- (not recorded in the model)'}; "
           f"for {f'gateway {record.target} only' if record.target else 'the whole fleet'}")
@@ -293,7 +294,7 @@ def _register(args: argparse.Namespace, registry) -> None:
     if not args.model_id and not MODEL_ID_PATTERN.match(name):
         raise UsageError(f"the file name {name!r} is not a usable model id: add --model-id NAME")
     record = registry.add(name, load_model_file(path), target=args.target or "")
-    print(f"registered {record.label} in {registry.where} ({record.algorithm}, {record.n_trees} trees"
+    print(f"registered {record.label} in {registry.where} ({user_name(record.algorithm)}, {record.n_trees} trees"
           f"{f', for {record.target} only' if record.target else ''})")
 
 
@@ -308,7 +309,7 @@ def _export(args: argparse.Namespace, registry) -> None:
         raise CliError(f"{record.label} cannot be written as XGBoost JSON: {str(exc).splitlines()[0]}") from None
     args.output.write_bytes(data)
     use = "xgboost.Booster().load_model(FILE)" if xgboost else f"wheelfed predict RECORDING --model {args.output}"
-    print(f"wrote {record.label} ({record.algorithm}, {record.n_trees} trees) to {args.output}; {use}")
+    print(f"wrote {record.label} ({user_name(record.algorithm)}, {record.n_trees} trees) to {args.output}; {use}")
 
 
 def _connect_and_find(args: argparse.Namespace, clients: list[str] | None):
@@ -403,7 +404,8 @@ def _rollback_remote(args: argparse.Namespace, client: ServerClient) -> None:
 def _compare(args: argparse.Namespace, registry) -> None:
     """Two versions side by side: what they are and their held-out metrics, with the change."""
     first, second = registry.record(*args.first), registry.record(*args.second)
-    rows = [("", first.label, second.label, ""), ("algorithm", first.algorithm, second.algorithm, ""),
+    rows = [("", first.label, second.label, ""),
+            ("algorithm", user_name(first.algorithm), user_name(second.algorithm), ""),
             ("trees", str(first.n_trees), str(second.n_trees), ""),
             ("feature set", first.feature_set_version or "-", second.feature_set_version or "-", "")]
     for name in sorted(set(first.metrics) | set(second.metrics)):

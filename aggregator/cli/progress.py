@@ -19,14 +19,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
-__all__ = ["ProgressDisplay", "clock", "unit_of"]
+from aggregator.algorithm_table import algorithm_row
 
-#: What one step of each algorithm is, for "4/10 boosting rounds".
-UNITS = {"fedscs_xgb": "boosting rounds", "fedforest": "levels", "fedga_tree": "generations"}
+__all__ = ["ProgressDisplay", "clock", "unit_of"]
 
 
 def unit_of(algorithm: str) -> str:
-    return UNITS.get(algorithm, "steps")
+    """What one step of ``algorithm`` (either spelling) is, for "4/10 boosting rounds"; "steps"
+    for one outside the algorithm table.
+
+    Examples
+    --------
+    >>> unit_of("fedscs_xgb"), unit_of("fedforest"), unit_of("vertical_forest")
+    ('boosting rounds', 'levels', 'steps')
+    """
+    try:
+        return algorithm_row(algorithm).step_unit
+    except ValueError:
+        return "steps"
 
 
 def clock(seconds: float) -> str:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aggregator.algorithm_table import ALGORITHM_TABLE
 from aggregator.cli.models import ModelRef, model_ref
 from aggregator.cli.progress import ProgressDisplay, unit_of
 from aggregator.cli.server_client import ServerClient, ServerRefused, add_server_options, server_client
@@ -553,7 +554,7 @@ def add(sub: argparse._SubParsersAction) -> None:
                                  "wheelfed train -o more.cbor --init-model model.cbor --clients gw-1,gw-2,gw-3",
                                  "wheelfed train --algorithm fedga-tree --generations 5 -o trees.cbor --registry "
                                  "reg.db"])
-    p.add_argument("--algorithm", choices=("fedscs-xgb", "fedforest", "fedga-tree"), default="fedscs-xgb",
+    p.add_argument("--algorithm", choices=[row.name for row in ALGORITHM_TABLE], default="fedscs-xgb",
                    help="what to grow (fedga-tree: one personal tree per gateway)")
     p.add_argument("--clients", type=gateway_ids,
                    help="comma-separated gateway ids, each online (default: every gateway online)")

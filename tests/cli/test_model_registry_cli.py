@@ -73,7 +73,7 @@ def _fresh(scratch: Path, tmp_path: Path, *names: str) -> Path:
 def test_register_takes_the_file_as_its_help_says(scratch: Path, tmp_path: Path) -> None:
     work = _fresh(scratch, tmp_path, "model.json")
     run = wheelfed("model", "register", "model.json", "--registry", "reg.db", cwd=work)
-    assert run.code == 0 and "registered model:v1 in reg.db (fedscs_xgb, " in run.stdout, run
+    assert run.code == 0 and "registered model:v1 in reg.db (fedscs-xgb, " in run.stdout, run
     assert "registered model:v2" in wheelfed("model", "register", "model.json", "--registry", "reg.db", cwd=work).stdout
     assert "registered activity:v1" in wheelfed("model", "register", "model.json", "--model-id", "activity",
                                                 "--registry", "reg.db", cwd=work).stdout
@@ -120,7 +120,7 @@ def test_exported_model_predicts_what_the_registered_one_does(scratch: Path, tmp
 
     work = _fresh(scratch, tmp_path, "reg.db", "rec.wfrec")
     run = wheelfed("model", "export", "activity", "--registry", "reg.db", "-o", name, cwd=work)
-    assert run.code == 0 and "wrote activity:v1 (fedscs_xgb, " in run.stdout, run
+    assert run.code == 0 and "wrote activity:v1 (fedscs-xgb, " in run.stdout, run
     run = wheelfed("predict", "rec.wfrec", "--model", name, "-o", "p.csv", cwd=work)
     assert run.code == 0 and "accuracy on" in run.stdout, run
 

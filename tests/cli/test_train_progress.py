@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 from aggregator.jobs import RoundProgress
-from aggregator.cli.progress import ProgressDisplay, clock
+from aggregator.cli.progress import ProgressDisplay, clock, unit_of
 
 
 class Clock:
@@ -52,3 +52,9 @@ def test_a_terminal_gets_one_rewritten_line_that_never_wraps() -> None:
     narrow = io.StringIO()
     ProgressDisplay(narrow, tty=True, columns=40, now=now)(step(1))
     assert len(narrow.getvalue().removeprefix("\r").removesuffix("\x1b[K")) == 39
+
+
+def test_units_read_either_spelling_of_the_algorithm() -> None:
+    assert unit_of("fedscs_xgb") == unit_of("fedscs-xgb") == "boosting rounds"
+    assert (unit_of("fedforest"), unit_of("fedga-tree"), unit_of("vertical_forest")) == ("levels", "generations",
+                                                                                          "steps")
