@@ -72,7 +72,7 @@ def _assert_one_screen(stdout: str, report: dict[str, Any], seen: dict[str, Any]
 
     lines = _summary(stdout)
     assert len(lines) <= SCREEN_LINES and max(map(len, lines)) <= SCREEN_COLUMNS, "\n".join(lines)
-    text = " ".join(lines)
+    text = " ".join(line.strip() for line in lines)
     assert f"{seen['url']}/#token=" in text and report["dashboard_url"].startswith(seen["url"])
     assert f"full report (every table, reason and byte count): {report['report_path']}" in text
     assert "privacy: " in text and ("why epsilon" in text or "secure aggregation OFF" in text)
