@@ -7,6 +7,7 @@ same windows by the same registered model, and the raw sensor data that never le
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
     from .orchestrator import Demo
 
-__all__ = ["centralized", "live_vs_offline", "raw_sensor_data"]
+__all__ = ["RawSensorData", "centralized", "live_vs_offline", "raw_sensor_data"]
 
 
 def _labelled_split(path: Path, feature_set_version: str, holdout: float):
@@ -106,7 +107,17 @@ def live_vs_offline(demo: Demo) -> tuple[int, float, float]:
     return n, agree / n if n else float("nan"), max_diff
 
 
-def raw_sensor_data(recording: Recording) -> tuple[int, int, int]:
-    """A gateway's whole recorded session as recorded: bytes, samples and channels."""
+@dataclass(frozen=True)
+class RawSensorData:
+    """A gateway's whole recorded session as recorded (what never left it)."""
+
+    nbytes: int
+    samples: int
+    channels: int
+
+
+def raw_sensor_data(recording: Recording) -> RawSensorData:
+    """The sensor samples of a recorded session: their bytes, samples and channels."""
     frames = [f.samples for f in recording.frames if isinstance(f, SampleFrame)]
-    return sum(f.nbytes for f in frames), sum(f.shape[0] for f in frames), max([0, *(f.shape[1] for f in frames)])
+    return RawSensorData(sum(f.nbytes for f in frames), sum(f.shape[0] for f in frames),
+                         max([0, *(f.shape[1] for f in frames)]))

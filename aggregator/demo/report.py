@@ -273,7 +273,7 @@ class GatewayFacts:
 @dataclass
 class DemoReport:
     """Everything the demo measured and decided (``--report`` writes it as JSON, with the full
-    summary text as ``details``); :meth:`print` shows the one-screen summary."""
+    text as ``details``); :meth:`print` shows the one-screen summary."""
 
     gateways: int = 0
     elapsed_s: float = 0.0
@@ -311,7 +311,7 @@ class DemoReport:
     succeeded: bool = False  # every deployment reached every gateway, or nothing was deployed by decision
 
     def to_dict(self) -> dict[str, Any]:
-        """The report as JSON-ready data, with the full summary text (``details``)."""
+        """The report as JSON-ready data, with its full text (``details``: every table and explanation)."""
         return {**asdict(self), "details": detail_lines(self)}
 
     def print(self, out: TextIO) -> None:
@@ -330,17 +330,20 @@ class DemoReport:
 
 @dataclass
 class _Fold:
-    """The report being built from the events, and what the fold needs beyond it: the first
-    training step's name and the scheduled retraining's rounds (who answered each)."""
+    """The report being built from the events, and what the fold needs beyond it: how many
+    gateways answered each round of the scheduled retraining."""
 
     report: DemoReport
     retrain_answered: list[int] = field(default_factory=list)
 
 
+#: Event type -> its handler; the kinds without one are the live view's only.
 _HANDLERS: dict[type, Callable[[_Fold, Any], None]] = {}
 
 
 def _handles(kind: type) -> Callable[[Callable[[_Fold, Any], None]], Callable[[_Fold, Any], None]]:
+    """Register the decorated function as the handler of ``kind``."""
+
     def register(handler: Callable[[_Fold, Any], None]) -> Callable[[_Fold, Any], None]:
         _HANDLERS[kind] = handler
         return handler
@@ -468,8 +471,8 @@ def build_report(demo: Demo) -> DemoReport:
         snap = store_snapshot(demo.run_dir / f"{client}.db")
         facts.windows, facts.labelled, facts.predictions = snap.windows, snap.labelled, snap.predictions
     raw = [raw_sensor_data(gw.session.recording) for gw in demo.gateways.values()]
-    report.raw_sensor_bytes, report.raw_samples = sum(r[0] for r in raw), sum(r[1] for r in raw)
-    report.raw_channels = max([0, *(r[2] for r in raw)])
+    report.raw_sensor_bytes, report.raw_samples = sum(r.nbytes for r in raw), sum(r.samples for r in raw)
+    report.raw_channels = max([0, *(r.channels for r in raw)])
     report.raw_feature_bytes = sum(f.windows for f in report.per_gateway.values()) * demo.n_features * 4
     report.server = ServerFacts.read(demo.server, demo.training.schedule)
     report.traffic_bytes = demo.training.traffic() or 0

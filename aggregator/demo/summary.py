@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 __all__ = ["SCREEN_COLUMNS", "SCREEN_LINES", "decision_line", "detail_lines", "epsilon_lines", "personal_lines",
            "privacy_line", "summary_lines"]
 
-#: The one-screen summary's bounds.
-SCREEN_LINES, SCREEN_COLUMNS = 30, 100
+#: The one-screen summary's most lines ...
+SCREEN_LINES = 30
+#: ... and columns.
+SCREEN_COLUMNS = 100
 TITLE, DETAILS_TITLE = "=== WheelFed fleet demo: summary ===", "=== WheelFed fleet demo: full report ==="
 #: The accuracy table's columns on the screen: name, step, windows, accuracy, chance, local-only.
 _COLUMNS = (46, 14, 8, 8, 7, 10)
