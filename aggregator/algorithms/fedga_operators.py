@@ -144,18 +144,19 @@ class Survivors:
 def survivors(parents: Survivors, offspring: np.ndarray, offspring_fitness: np.ndarray,
               offspring_local: np.ndarray, *, size: int, elitism: bool) -> Survivors:
     """``Update`` (§III-C): parents and offspring compete, the ``size`` fittest survive
-    (offspring first on ties, then in order -- a stable sort). With ``elitism`` the clients'
-    local structures always survive, and the fittest others fill the remaining places."""
+    (offspring first on ties, then in order -- a stable sort). ``elitism`` keeps, besides them,
+    every client's local structure (each distinct one once) that did not make the cut, so the
+    population then holds up to ``size`` plus the number of local structures, and offspring
+    still compete for the ``size`` places however many clients there are."""
     strings = np.concatenate([offspring, parents.strings])
     fitness = np.concatenate([offspring_fitness, parents.fitness])
     local = np.concatenate([offspring_local, parents.local])
-    order = np.argsort(-fitness, kind="stable")
+    keep = np.argsort(-fitness, kind="stable")[:size]
     if elitism:
-        kept = np.flatnonzero(local)
-        first_local = kept[np.unique(strings[kept], axis=0, return_index=True)[1]]  # each structure once
-        rest = order[~np.isin(order, kept)][: max(size - first_local.size, 0)]
-        keep = np.concatenate([first_local, rest])
-        order = keep[np.argsort(-fitness[keep], kind="stable")]
-    else:
-        order = order[:size]
-    return Survivors(strings[order], fitness[order], local[order])
+        local_rows = {strings[i].tobytes(): i for i in np.flatnonzero(local)[::-1]}  # the first of each
+        kept_rows = {strings[i].tobytes() for i in keep}
+        missing = np.array([i for row, i in local_rows.items() if row not in kept_rows], np.int64)
+        keep = np.concatenate([keep, missing])
+        keep = keep[np.argsort(-fitness[keep], kind="stable")]
+        local = np.array([row.tobytes() in local_rows for row in strings])
+    return Survivors(strings[keep], fitness[keep], local[keep])

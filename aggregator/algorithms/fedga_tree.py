@@ -50,10 +50,22 @@ __all__ = ["FedGAResult", "FedGATree", "median_depth", "register_models", "weigh
 
 
 def median_depth(depths: list[int]) -> int:
-    """The lower median of the clients' depths (step 10; the median resists outliers, the lower
-    one keeps it an integer depth and prefers the smaller tree)."""
-    ordered = sorted(depths)
-    return int(ordered[(len(ordered) - 1) // 2])
+    """Step 10: the median of the clients' depths (it resists outliers), as an integer depth.
+
+    The median of an even number of depths is the mean of the two middle ones; when that falls
+    half-way between two depths, the deeper one is taken (a half rounds up).
+
+    Parameters
+    ----------
+    depths : list of int
+        The depths the clients' cross-validation chose.
+
+    Returns
+    -------
+    int
+        The job's depth.
+    """
+    return int(np.floor(np.median(np.asarray(depths, dtype=np.float64)) + 0.5))
 
 
 def weighted_fitness(fitness: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -200,7 +200,9 @@ def test_cross_validated_depth_is_scikit_learn_trees_scored_on_the_same_folds() 
 
 
 def test_median_and_weighted_fitness() -> None:
-    assert median_depth([7, 3, 5]) == 5 and median_depth([2, 9, 4, 6]) == 4
+    assert median_depth([7, 3, 5]) == 5 and median_depth([2, 9, 4, 6]) == 5  # the median, 5.0
+    assert median_depth([2, 3, 5, 9]) == 4 and median_depth([3, 4]) == 4  # 4.0; 3.5: a half rounds up
+    assert median_depth([6]) == 6 and median_depth([2, 2, 3, 15]) == 3  # 2.5
     fitness = np.array([[0.5, 1.0], [1.0, 0.0]])
     np.testing.assert_allclose(weighted_fitness(fitness, np.array([300.0, 100.0])), [0.625, 0.75])
     np.testing.assert_allclose(weighted_fitness(fitness, np.array([-5.0, 1.0])), [0.75, 0.5])  # floor at 1

@@ -108,5 +108,17 @@ def test_survivors_keep_the_fittest_and_under_elitism_the_local_structures() -> 
     out = survivors(parents, offspring, np.array([0.5, 0.95, 0.2]), np.zeros(3, bool), size=2, elitism=False)
     assert out.strings.ravel().tolist() == [4, 1] and out.fitness.tolist() == [0.95, 0.9]
     out = survivors(parents, offspring, np.array([0.5, 0.95, 0.2]), np.zeros(3, bool), size=2, elitism=True)
-    assert out.strings.ravel().tolist() == [4, 2]  # the local structure 2 stays despite its fitness
-    assert out.local.tolist() == [False, True]
+    assert out.strings.ravel().tolist() == [4, 1, 2]  # the 2 fittest, and the local structure 2 besides
+    assert out.local.tolist() == [False, False, True]
+
+
+def test_elitism_still_lets_offspring_in_when_the_clients_structures_outnumber_the_population() -> None:
+    # as many distinct local structures as places (a regression fleet of >= P clients)
+    parents = Survivors(np.array([[1], [2], [3]]), np.array([0.3, 0.2, 0.1]), np.ones(3, bool))
+    offspring = np.array([[7], [8]])
+    out = survivors(parents, offspring, np.array([0.9, 0.05]), np.zeros(2, bool), size=3, elitism=True)
+    assert out.strings.ravel().tolist() == [7, 1, 2, 3]  # the fitter offspring 7 survives
+    assert out.local.tolist() == [False, True, True, True]
+    again = survivors(out, np.array([[2], [9]]), np.array([0.95, 0.8]), np.zeros(2, bool), size=3, elitism=True)
+    assert again.strings.ravel().tolist() == [2, 7, 9, 1, 3]  # an offspring equal to a local one counts as local
+    assert again.local.tolist() == [True, False, False, True, True]
