@@ -1,0 +1,57 @@
+"""The FedGA-Tree benchmark's protocol (``benchmarks/bench_fedga_tree.py``): the paper's data
+preparation and client counts, on the data sets the installed wheels ship (nothing downloaded)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import bench_fedga_tree as bench  # noqa: E402
+
+
+def test_classification_features_go_into_5_quantile_bins_fitted_on_the_training_part_only() -> None:
+    rng = np.random.default_rng(0)
+    train = np.column_stack([rng.normal(size=1000), np.r_[np.zeros(990), np.ones(10)], np.zeros(1000)])
+    test = np.column_stack([rng.normal(loc=3.0, size=200), np.ones(200), np.ones(200)])
+    binned_train, binned_test = bench.discretise(train, test)
+    codes, counts = np.unique(binned_train[:, 0], return_counts=True)
+    assert codes.tolist() == [0, 1, 2, 3, 4] and (counts == 200).all()  # quantile: equal counts
+    edges = np.quantile(train[:, 0], [0.2, 0.4, 0.6, 0.8])
+    np.testing.assert_array_equal(binned_test[:, 0], np.searchsorted(edges, test[:, 0], side="right"))
+    assert binned_test[:, 0].mean() > 3.5  # the shifted test rows fall in the training part's top bins
+    # one quantile bin only (99 % zeros): 2 uniform bins instead (Appendix A)
+    assert np.unique(binned_train[:, 1]).tolist() == [0, 1] and (binned_test[:, 1] == 1).all()
+    assert (binned_train[:, 2] == 0).all()  # a constant feature stays one bin
+
+
+def test_every_data_set_loads_from_the_installed_wheels_with_the_paper_s_client_count() -> None:
+    expected = {"fair": (6366, 8, 20), "digits": (1797, 64, 5), "breast_cancer": (569, 30, 5),
+                "randhie": (20190, 9, 20), "diabetes": (442, 10, 5)}
+    for name in bench.CLASSIFICATION + bench.REGRESSION:
+        data = bench.load(name)
+        n, width, clients = expected[name]
+        assert data.X.shape == (n, width) and data.y.shape == (n,) and np.isfinite(data.X).all()
+        assert data.regression == (name in bench.REGRESSION)
+        assert bench.n_clients(n) == clients
+    assert bench.n_clients(4444) == 20 and bench.n_clients(4443) == 15  # 4,000 / 20 = 200; 3,999 / 20 < 200
+
+
+def test_a_split_keeps_a_common_test_tenth_and_deals_the_rest_to_disjoint_clients() -> None:
+    parts, test = bench.deal(1000, 20, split=3)
+    rows = np.concatenate([*parts, test])
+    assert test.size == 100 and sorted(rows.tolist()) == list(range(1000))
+    assert {p.size for p in parts} == {45}
+
+
+def test_eq_3_and_the_share_of_clients_gaining() -> None:
+    federated, local = np.array([0.6, 0.4, 0.5]), np.array([0.5, 0.5, 0.5])
+    np.testing.assert_allclose(bench.relative_change(federated, local), [20.0, -20.0, 0.0])
+    assert bench.gains(federated, local, regression=False).tolist() == [True, False, False]
+    assert bench.gains(federated, local, regression=True).tolist() == [False, True, False]
+    assert bench.wilcoxon_p(np.zeros(5)) == 1.0
+    assert bench.wilcoxon_p(np.arange(1.0, 11.0)) == pytest.approx(0.001953125)  # all 10 positive: 2 / 2^10
