@@ -9,20 +9,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
-
 from .decisions import DeploymentDecision, PersonalDecision
 
 __all__ = [
     "LOCAL_ONLY",
     "DemoEvent",
     "Evaluation",
+    "FedGASettings",
     "FleetDeployed",
     "GatewaysSatOut",
     "Note",
     "Phase",
     "PersonalJob",
     "PersonalTrees",
+    "PrivacySettings",
     "Progress",
     "Ready",
     "ReplayFailed",
@@ -51,11 +51,28 @@ class Note(DemoEvent):
 
 
 @dataclass(frozen=True)
-class Ready(DemoEvent):
-    """The server is up; the fleet jobs' privacy settings as its algorithms resolve them
-    (``training.privacy_settings``)."""
+class PrivacySettings:
+    """The fleet jobs' privacy settings as the server's algorithms resolve the demo's configs
+    (``training.privacy_settings``): protocol, secure aggregation, minimum crowd, the gateways,
+    and each algorithm's epsilon per window per training (private protocol only)."""
 
-    privacy: dict[str, Any]
+    protocol: str = ""
+    secure_aggregation: bool = False
+    min_crowd: int = 0
+    gateways: int = 0
+    dp_epsilon: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def epsilons(self) -> dict[str, float]:
+        """Algorithm -> epsilon per window per training; empty without the private protocol."""
+        return dict(self.dp_epsilon) if self.protocol == "private" else {}
+
+
+@dataclass(frozen=True)
+class Ready(DemoEvent):
+    """The server is up; the fleet jobs' privacy settings."""
+
+    privacy: PrivacySettings
 
 
 @dataclass(frozen=True)
@@ -140,12 +157,24 @@ class FleetDeployed(DemoEvent):
 
 
 @dataclass(frozen=True)
+class FedGASettings:
+    """The FedGA-Tree job's settings as the server's algorithm resolves them (Table II's names:
+    G generations, population P, epsilon of the noisy counts, depth range)."""
+
+    generations: int
+    population_size: int
+    epsilon: float
+    d_min: int
+    d_max: int
+
+
+@dataclass(frozen=True)
 class PersonalJob:
-    """The FedGA-Tree step: its job, its settings as the server's algorithm resolves them, the
-    federated model its trees are compared with, and how long the job took."""
+    """The FedGA-Tree step: its job, its settings, the federated model its trees are compared
+    with, and how long the job took."""
 
     job_id: str
-    settings: dict[str, Any]
+    settings: FedGASettings
     federated: str
     elapsed_s: float
 

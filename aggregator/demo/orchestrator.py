@@ -64,7 +64,7 @@ from ..broker.mosquitto import die_with_parent
 from ..fleet import PASSWORD_ENV
 from ..smoke import start_broker
 from .decisions import PersonalDecision, rescoring_note, secure_aggregation_plan
-from .events import DemoEvent, Evaluation, FleetDeployed, GatewaysSatOut, Note, Ready, ReplayFailed
+from .events import DemoEvent, Evaluation, FleetDeployed, GatewaysSatOut, Note, PrivacySettings, Ready, ReplayFailed
 from .report import DemoReport, build_report, held_out_keys, store_snapshot
 from .service import ApiError, DemoServer
 from .sessions import Session, prepare_sessions
@@ -239,7 +239,7 @@ class Demo:
         self.record(Ready(self._privacy()))
         threading.Thread(target=self._poll_gateways, daemon=True, name="server-gateways").start()
 
-    def _privacy(self) -> dict[str, Any]:
+    def _privacy(self) -> PrivacySettings:
         """The federated jobs' privacy settings as the server's algorithm resolves them."""
         return privacy_settings(self.plan)
 

@@ -30,6 +30,7 @@ from .events import (
     GatewaysSatOut,
     PersonalJob,
     PersonalTrees,
+    PrivacySettings,
     Progress,
     Ready,
     StepDecided,
@@ -285,7 +286,7 @@ class DemoReport:
     sat_out: list[SatOut] = field(default_factory=list)
     per_gateway: dict[str, GatewayFacts] = field(default_factory=dict)
     deployed: list[str] = field(default_factory=list)
-    privacy: dict[str, Any] = field(default_factory=dict)  # the jobs' settings, as the server's algorithm resolves them
+    privacy: PrivacySettings = field(default_factory=PrivacySettings)
     secure_aggregation_note: str = ""
     server: ServerFacts = field(default_factory=lambda: ServerFacts())
     dashboard_url: str = ""  # the server's dashboard, the operator token in its #token= part

@@ -15,13 +15,14 @@ from __future__ import annotations
 import math
 import textwrap
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .decisions import UNNAMED, DeploymentDecision, bytes_explanation
 from .epsilon import DEMO_DELTA
 from .training import FIRST_TRAINING
 
 if TYPE_CHECKING:
+    from .events import PrivacySettings
     from .report import DemoReport, Scoring
 
 __all__ = ["SCREEN_COLUMNS", "SCREEN_LINES", "decision_line", "detail_lines", "epsilon_lines", "personal_lines",
@@ -177,12 +178,12 @@ def _privacy(r: DemoReport) -> list[str]:
     from .epsilon import reason
 
     settings = r.privacy
-    if not settings.get("secure_aggregation"):
+    if not settings.secure_aggregation:
         return _wrapped(f"privacy: secure aggregation OFF -- {r.secure_aggregation_note or 'disabled'}; no "
                         "differential privacy")
-    eps = _epsilons(settings)
+    eps = settings.epsilons
     if not eps:
-        return _wrapped(f"privacy: {settings.get('protocol', '?')} protocol under secure aggregation, without "
+        return _wrapped(f"privacy: {settings.protocol} protocol under secure aggregation, without "
                         "differential privacy")
     ledger = r.server.privacy
     composed = (f"; the most-used window ({ledger.spent_gateway}) has spent epsilon {ledger.spent_epsilon:.3g} of the "
@@ -267,9 +268,9 @@ def personal_lines(r: DemoReport) -> list[str]:
         return []
     job = r.personal_job
     st = job.settings
-    lines = [f"\nthird contender: FedGA-Tree (job {job.job_id}, every gateway taking part: {st['generations']} "
-             f"generations -- the paper's Table II uses 100 --, population {st['population_size']}, epsilon "
-             f"{st['epsilon']}, depth range {st['d_min']}..{st['d_max']}), every gateway its own tree, vs "
+    lines = [f"\nthird contender: FedGA-Tree (job {job.job_id}, every gateway taking part: {st.generations} "
+             f"generations -- the paper's Table II uses 100 --, population {st.population_size}, epsilon "
+             f"{st.epsilon}, depth range {st.d_min}..{st.d_max}), every gateway its own tree, vs "
              f"{job.federated} and the gateway's local-only model, on that gateway's held-out windows "
              f"(the job took {job.elapsed_s:.0f} s):",
              _row(["gateway", "held-out windows", "federated acc.", "local-only acc.", "FedGA tree acc.",
@@ -305,7 +306,7 @@ def _bytes(r: DemoReport) -> list[str]:
                 "exchanged are not broken down here (its /metrics has no wheelfed_mqtt_bytes_total)"]
     return [*bytes_explanation(r.traffic_by_step, total=r.traffic_bytes, raw_sensor_bytes=r.raw_sensor_bytes,
                                raw_samples=r.raw_samples, channels=r.raw_channels, gateways=r.gateways,
-                               secure=bool(r.privacy.get("secure_aggregation"))),
+                               secure=r.privacy.secure_aggregation),
             f"(the windows' feature matrix would be {r.raw_feature_bytes / 1e6:.1f} MB as float32)"]
 
 
@@ -313,7 +314,7 @@ def _fedga_privacy(r: DemoReport) -> list[str]:
     if r.personal_job is None:
         return []
     return [f"privacy of FedGA-Tree: each gateway sent the aggregator, in the clear, its sample count with Laplace "
-            f"noise (epsilon {r.personal_job.settings['epsilon']}), its cross-validated depth, its local tree's shape "
+            f"noise (epsilon {r.personal_job.settings.epsilon}), its cross-validated depth, its local tree's shape "
             "without thresholds or leaf values, and its fitness of every candidate shape per generation; the "
             "thresholds and leaf values fitted to its windows stayed on the gateway until the end, when it sent its "
             "one chosen tree (the model the server registers for it)"]
@@ -336,42 +337,37 @@ def _live(r: DemoReport) -> list[str]:
 # -- privacy sentences ------------------------------------------------------------------------
 
 
-def privacy_line(privacy: dict[str, Any], secure_note: str) -> str:
+def privacy_line(privacy: PrivacySettings, secure_note: str) -> str:
     """What the demo's trainings and scorings revealed to the aggregator, from the settings the
     server's algorithm resolves for the demo's jobs (not the algorithms' defaults)."""
     scoring = ("held-out scoring is per gateway, in the clear (each gateway's confusion counts); the local-only "
                "baseline runs one job per gateway, whose sums are that gateway's own (a research comparison; "
                "PRIVACY.md)")
-    crowd = (f"private protocol: {_dp_statement(privacy)}" if privacy.get("protocol") == "private" else
-             f"{privacy.get('protocol', '?')} protocol, minimum crowd {privacy.get('min_crowd', '?')} windows")
-    if not privacy.get("secure_aggregation"):
+    crowd = (f"private protocol: {_dp_statement(privacy)}" if privacy.protocol == "private" else
+             f"{privacy.protocol} protocol, minimum crowd {privacy.min_crowd} windows")
+    if not privacy.secure_aggregation:
         return f"secure aggregation OFF -- {secure_note or 'disabled'}: the aggregator saw each gateway's " \
                f"histograms ({crowd}); {scoring}"
     return f"FedSCS-XGB and FedForest trained on fleet sums only ({crowd}, secure aggregation); {scoring}"
 
 
-def _epsilons(privacy: dict[str, Any]) -> dict[str, float]:
-    return dict(privacy.get("dp_epsilon") or {}) if privacy.get("protocol") == "private" else {}
-
-
-def _dp_statement(privacy: dict[str, Any]) -> str:
+def _dp_statement(privacy: PrivacySettings) -> str:
     """The fleet jobs' differential privacy in a few words (the epsilon per window per training)."""
-    values = sorted(set(_epsilons(privacy).values()))
+    values = sorted(set(privacy.epsilons.values()))
     if len(values) == 1:
         return f"differential privacy at epsilon {values[0]:g} per window per training, its budget above"
     if values:
         return "differential privacy at epsilon " + ", ".join(f"{e:g} ({name})" for name, e in
-                                                             _epsilons(privacy).items()) + " per window per training"
+                                                             privacy.epsilons.items()) + " per window per training"
     return "differential privacy, its budget above"
 
 
-def epsilon_lines(privacy: dict[str, Any]) -> list[str]:
+def epsilon_lines(privacy: PrivacySettings) -> list[str]:
     """The report's statement of the demo's epsilon and why (``epsilon.statement``), from the
     epsilons the server's algorithms resolved for the demo's jobs; none without the private protocol."""
     from .epsilon import statement
 
-    eps = _epsilons(privacy)
-    gateways = int(privacy.get("gateways", 0))
+    eps = privacy.epsilons
     if len(set(eps.values())) == 1:
-        return [f"the demo's {statement(next(iter(eps.values())), gateways)}"]
-    return [f"{name}'s {statement(e, gateways)}" for name, e in eps.items()]
+        return [f"the demo's {statement(next(iter(eps.values())), privacy.gateways)}"]
+    return [f"{name}'s {statement(e, privacy.gateways)}" for name, e in eps.items()]

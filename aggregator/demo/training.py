@@ -48,12 +48,14 @@ from .events import (
     LOCAL_ONLY,
     DemoEvent,
     Evaluation,
+    FedGASettings,
     FleetDeployed,
     GatewaysSatOut,
     Note,
     PersonalJob,
     PersonalTrees,
     Phase,
+    PrivacySettings,
     Progress,
     StepDecided,
     Traffic,
@@ -172,18 +174,16 @@ class TrainingPlan:
         return {**forest, "secure_aggregation": False, "client_splits": False}
 
 
-def privacy_settings(plan: TrainingPlan) -> dict[str, Any]:
+def privacy_settings(plan: TrainingPlan) -> PrivacySettings:
     """The fleet jobs' privacy settings as the server's algorithm resolves the plan's configs
-    (what the summary's privacy line states): protocol, secure aggregation, minimum crowd, the
-    gateways, and each algorithm's epsilon per window per training."""
+    (what the report's privacy lines state)."""
     from aggregator.server.service import build_algorithm
 
     xgb = build_algorithm("fedscs-xgb", plan.config("fedscs-xgb"))
     forest = build_algorithm("fedforest", plan.config("fedforest"))
-    return {"protocol": xgb.protocol, "secure_aggregation": bool(xgb.secure_aggregation), "min_crowd": xgb.min_crowd,
-            "gateways": len(plan.gateways),
-            "dp_epsilon": {"fedscs-xgb": float(xgb.dp_epsilon), "fedforest": float(forest.dp_epsilon)}
-            if xgb.protocol == "private" else {}}
+    epsilons = {"fedscs-xgb": float(xgb.dp_epsilon), "fedforest": float(forest.dp_epsilon)}
+    return PrivacySettings(xgb.protocol, bool(xgb.secure_aggregation), int(xgb.min_crowd), len(plan.gateways),
+                           epsilons if xgb.protocol == "private" else {})
 
 
 @dataclass(frozen=True)
@@ -361,13 +361,12 @@ class ApiTraining:
                 self._deploy_personal(d)
         return decisions
 
-    def fedga_settings(self) -> dict[str, Any]:
+    def fedga_settings(self) -> FedGASettings:
         """The FedGA-Tree job's settings as the server's algorithm resolves ``fedga_config``."""
         from aggregator.server.service import build_algorithm
 
         ga = build_algorithm(FEDGA, self.plan.fedga_config())
-        return {"generations": ga.generations, "population_size": ga.size, "epsilon": ga.epsilon,
-                "d_min": ga.d_min, "d_max": ga.d_max}
+        return FedGASettings(ga.generations, ga.size, ga.epsilon, ga.d_min, ga.d_max)
 
     def _decision_nodes(self, label: str) -> int:
         """The decision nodes of a registered single-tree model (downloaded through the API)."""

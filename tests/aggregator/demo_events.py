@@ -7,12 +7,14 @@ from aggregator.demo.decisions import DeploymentDecision, PersonalDecision
 from aggregator.demo.events import (
     DemoEvent,
     Evaluation,
+    FedGASettings,
     FleetDeployed,
     GatewaysSatOut,
     Note,
     PersonalJob,
     PersonalTrees,
     Phase,
+    PrivacySettings,
     Progress,
     Ready,
     ReplayFailed,
@@ -23,8 +25,7 @@ from aggregator.demo.events import (
 )
 
 GATEWAYS = ["gw-01", "gw-02", "gw-03"]
-PRIVACY = {"protocol": "private", "secure_aggregation": True, "min_crowd": 5, "gateways": 3,
-           "dp_epsilon": {"fedscs-xgb": 32.0, "fedforest": 32.0}}
+PRIVACY = PrivacySettings("private", True, 5, 3, {"fedscs-xgb": 32.0, "fedforest": 32.0})
 FIRST = {"gw-01": {"n": 21.0, "accuracy": 0.7142857142857143, "macro_f1": 0.5},
          "gw-02": {"n": 19.0, "accuracy": 0.47368421052631576, "macro_f1": 0.4},
          "gw-03": {"n": 12.0, "accuracy": 1.0, "macro_f1": 1.0}}
@@ -94,8 +95,8 @@ def recorded() -> list[DemoEvent]:
         Traffic("deploying activity:v1", 120_000, t=11.0),
         FleetDeployed("activity:v1", "fedscs-xgb", 1, 0.6923076923076923, 52, GATEWAYS, {}, [], t=11.5),
         Traffic("training fedga-tree (every gateway's own tree, and its held-out scoring)", 300_000, t=12.0),
-        PersonalTrees(PersonalJob("j-ga", {"generations": 20, "population_size": 20, "epsilon": 1.0, "d_min": 2,
-                                           "d_max": 15}, "activity:v1 (fedscs-xgb, deployed)", 3.5), personal, t=12.5),
+        PersonalTrees(PersonalJob("j-ga", FedGASettings(20, 20, 1.0, 2, 15), "activity:v1 (fedscs-xgb, deployed)", 3.5),
+                      personal, t=12.5),
         Traffic("activity.gw-02:v1 to gw-02 alone (the signed tree it downloads)", 5_000, t=13.0),
         TreeDeployed("activity.gw-02:v1", "gw-02", ["gw-02"], {}, [], t=13.5),
         Note("killing gw-02 (SIGKILL) to show a gateway that crashes mid-run", t=14.0),

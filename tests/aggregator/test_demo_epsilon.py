@@ -5,6 +5,7 @@ cap fits the demo's private trainings, and the summary states the epsilon and wh
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,7 @@ def test_both_private_algorithms_train_at_the_demo_epsilon() -> None:
         built = build_algorithm(algorithm, p.config(algorithm))
         assert (built.protocol, built.dp_epsilon, built.dp_delta) == ("private", DEMO_EPSILON, eps.DEMO_DELTA)
     assert build_algorithm("fedscs-xgb", p.config("fedscs-xgb", continuing=True)).dp_epsilon == DEMO_EPSILON
-    assert privacy_settings(p)["dp_epsilon"] == {"fedscs-xgb": DEMO_EPSILON, "fedforest": DEMO_EPSILON}
+    assert privacy_settings(p).epsilons == {"fedscs-xgb": DEMO_EPSILON, "fedforest": DEMO_EPSILON}
     local = build_algorithm("fedforest", p.local_config())  # every gateway alone: no DP, nothing in the ledger
     assert (local.protocol, local.secure_aggregation) == ("histogram", False)
 
@@ -124,7 +125,7 @@ def test_an_epsilon_that_is_not_the_curves_choice_is_not_called_it() -> None:
     other = max(e for e in CURVE if e < DEMO_EPSILON)
     assert f"not the measured choice for the demo's fleet (epsilon {DEMO_EPSILON:g})" in eps.statement(other, 10)
     assert "was not measured" in eps.statement(3.0, 10)
-    settings = {**privacy_settings(plan()), "dp_epsilon": {"fedscs-xgb": DEMO_EPSILON, "fedforest": other}}
+    settings = replace(privacy_settings(plan()), dp_epsilon={"fedscs-xgb": DEMO_EPSILON, "fedforest": other})
     xgb, forest = epsilon_lines(settings)
     assert xgb.startswith(f"fedscs-xgb's epsilon {DEMO_EPSILON:g} ") and "is the smallest epsilon" in xgb
     assert forest.startswith(f"fedforest's epsilon {other:g} ") and "not the measured choice" in forest

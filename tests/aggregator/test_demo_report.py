@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from aggregator.demo.decisions import PersonalTree, Score, decide_personal_trees
-from aggregator.demo.events import PersonalJob
+from aggregator.demo.events import FedGASettings, PersonalJob, PrivacySettings
 from aggregator.demo.report import DemoReport, GatewayFacts, PrivacyFacts, ServerFacts, report_from_events
 from aggregator.demo.summary import SCREEN_COLUMNS, SCREEN_LINES, personal_lines, privacy_line, summary_lines
 from aggregator.demo.view import describe
@@ -105,7 +105,7 @@ def test_what_the_screen_leaves_out_stays_in_the_json_report() -> None:
 
 def test_the_summary_without_secure_aggregation_or_a_deployment_says_so() -> None:
     report = recorded_report()
-    report.privacy = {"protocol": "histogram", "secure_aggregation": False}
+    report.privacy = PrivacySettings("histogram", False)
     report.secure_aggregation_note = "secure aggregation needs at least 3 gateways"
     report.deployed, report.decisions = [], [replace(d, deploy=None, deployed_as="") for d in report.decisions]
     text = "\n".join(summary_lines(report))
@@ -134,8 +134,7 @@ def test_the_report_shows_the_three_contenders_per_gateway_and_where_a_tree_runs
                                       Score(windows, {"gw-01": 4, "gw-02": 7}),
                                       {"gw-01": PersonalTree("activity.gw-01:v1", 0.3, 10, 2),
                                        "gw-02": PersonalTree("activity.gw-02:v1", 0.6, 10, 3)})
-    report = DemoReport(personal_job=PersonalJob("j-ga", {"generations": 20, "population_size": 20, "epsilon": 1.0,
-                                                          "d_min": 2, "d_max": 15},
+    report = DemoReport(personal_job=PersonalJob("j-ga", FedGASettings(20, 20, 1.0, 2, 15),
                                                  "activity:v1 (fedforest, deployed)", 1.4),
                         personal=decisions, personal_deployed={"gw-02": "activity.gw-02:v1"},
                         per_gateway={"gw-02": GatewayFacts(model="activity:v3")})
@@ -164,8 +163,7 @@ def test_the_report_tells_the_privacy_budget_from_the_servers_ledger() -> None:
                     "per window over its lifetime, delta 1e-06); a new private job may still spend epsilon 3.2 on "
                     "gw-01's most-used window (the least left), and windows recorded from now on have the full budget")
     assert ServerFacts(url="http://x", privacy=facts).lines()[-1] == line
-    assert "private protocol: differential privacy" in privacy_line({"protocol": "private", "secure_aggregation": True},
-                                                                    "")
+    assert "private protocol: differential privacy" in privacy_line(PrivacySettings("private", True), "")
 
 
 @pytest.mark.parametrize("gateways", [1, 10])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from aggregator.demo.events import DemoEvent, PersonalTrees, Traffic, TreeDeployed
+from aggregator.demo.events import DemoEvent, FedGASettings, PersonalTrees, Traffic, TreeDeployed
 from aggregator.demo.training import (
     DEMO_EPSILON,
     FOREST_BINS,
@@ -96,7 +96,7 @@ def test_the_fedga_contender_keeps_table_ii_but_the_generations() -> None:
     ga = build_algorithm("fedga-tree", plan().fedga_config())
     assert (ga.generations, ga.size, ga.epsilon, ga.d_min, ga.d_max, ga.train_ratio) == (20, 20, 1.0, 2, 15, 0.8)
     settings = ApiTraining(None, plan(), lambda e: None, lambda: False).fedga_settings()
-    assert settings == {"generations": 20, "population_size": 20, "epsilon": 1.0, "d_min": 2, "d_max": 15}
+    assert settings == FedGASettings(generations=20, population_size=20, epsilon=1.0, d_min=2, d_max=15)
 
 
 class _FedGAServer:
@@ -151,7 +151,7 @@ def test_the_fedga_step_deploys_a_winning_tree_to_its_own_gateway_only() -> None
     assert deploys == [("/api/models/activity.gw-02/1/deploy", {"clients": ["gw-02"]}),
                        ("/api/models/activity.gw-03/1/deploy", {"clients": ["gw-03"]})]
     [told] = [e for e in events if isinstance(e, PersonalTrees)]
-    assert told.job.federated == "activity:v2 (fedforest, deployed)" and told.job.settings["generations"] == 20
+    assert told.job.federated == "activity:v2 (fedforest, deployed)" and told.job.settings.generations == 20
     assert told.decisions == tuple(decisions)
     assert [(e.gateway, e.model) for e in events if isinstance(e, TreeDeployed)] == [
         ("gw-02", "activity.gw-02:v1"), ("gw-03", "activity.gw-03:v1")]
