@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shared.model import TreeEnsemble, client_index, uses_client_index
-from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply
+from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply, LocalBaselineRequest
 
 from .jobs import FederatedJob, TrainingError
 from .rounds import QuorumNotReached
 
-__all__ = ["Evaluation", "NoHeldOutData", "auc_from_histogram", "evaluate_federated", "metrics_of"]
+__all__ = ["Evaluation", "NoHeldOutData", "auc_from_histogram", "evaluate_federated", "evaluate_local_only",
+           "metrics_of"]
 
 NO_HOLDOUT = "no_holdout_windows"
 
@@ -101,7 +102,6 @@ def _sum(replies: list[EvaluationReply]) -> EvaluationReply:
 def evaluate_federated(job: FederatedJob, model: TreeEnsemble, *, split: str = "holdout", target: str = "label",
                        clients: list[str] | None = None, score_bins: int = 100) -> Evaluation:
     """Score ``model`` on every client's ``split`` ("holdout" or "train") and pool the counts.
-
     Raises :class:`NoHeldOutData` when every client refused for want of held-out windows, and
     the job's ``QuorumNotReached`` when too few answered for other reasons (named per client)."""
     selected = clients or job.clients
@@ -109,6 +109,24 @@ def evaluate_federated(job: FederatedJob, model: TreeEnsemble, *, split: str = "
     needs_index = uses_client_index(model) or target == "client"
     requests = {c: EvaluateRequest(data, model.feature_set_version, split, target,
                                    client_index(model, c) if needs_index else -1, score_bins) for c in selected}
+    return _pooled(job, requests, selected, model.is_classifier, len(model.classes))
+
+
+def evaluate_local_only(job: FederatedJob, model: TreeEnsemble, *, clients: list[str] | None = None,
+                        max_depth: int = 8, seed: int = 0, score_bins: int = 100) -> Evaluation:
+    """The local-only baseline beside ``model``: every client trains a CART on its own training
+    windows alone (``LocalBaselineRequest``: depth by cross-validation up to ``max_depth``) and
+    scores it on its held-out windows; pooled and per client as :func:`evaluate_federated`, in
+    ``model``'s classes."""
+    selected = clients or job.clients
+    classes = tuple(str(c) for c in model.classes)
+    body = LocalBaselineRequest(model.feature_set_version, classes, not model.is_classifier, max_depth,
+                                seed=seed, score_bins=score_bins)
+    return _pooled(job, dict.fromkeys(selected, body), selected, model.is_classifier, len(classes))
+
+
+def _pooled(job: FederatedJob, requests: dict, selected: list[str], classifier: bool, n_classes: int) -> Evaluation:
+    """Ask ``requests`` (each answered by an ``EvaluationReply``) and pool the usable replies."""
     try:
         replies = job.ask(requests, selected, EvaluationReply)
     except QuorumNotReached as exc:
@@ -117,11 +135,10 @@ def evaluate_federated(job: FederatedJob, model: TreeEnsemble, *, split: str = "
             raise NoHeldOutData("no held-out windows on any gateway (start gateways with --holdout-fraction 0.2)") \
                 from None
         raise
-    C = len(model.classes)
     usable = {}
     for client, reply in replies.items():
-        if model.is_classifier and reply.confusion.shape != (C, C):
-            job.reject(client, f"confusion matrix {reply.confusion.shape} for {C} classes")
+        if classifier and reply.confusion.shape != (n_classes, n_classes):
+            job.reject(client, f"confusion matrix {reply.confusion.shape} for {n_classes} classes")
             continue
         usable[client] = reply
     if not usable:
@@ -129,7 +146,7 @@ def evaluate_federated(job: FederatedJob, model: TreeEnsemble, *, split: str = "
     pooled = _sum(list(usable.values()))
     left_out = job.results[-1].failures()
     left_out.update((c, "its evaluation did not fit the model") for c in replies if c not in usable)
-    return Evaluation(metrics=metrics_of(pooled, model.is_classifier),
-                      per_client={c: metrics_of(r, model.is_classifier) for c, r in usable.items()},
-                      confusion=pooled.confusion if model.is_classifier else None,
+    return Evaluation(metrics=metrics_of(pooled, classifier),
+                      per_client={c: metrics_of(r, classifier) for c, r in usable.items()},
+                      confusion=pooled.confusion if classifier else None,
                       left_out=dict(sorted(left_out.items())))

@@ -12,7 +12,7 @@ import numpy as np
 
 from shared.protocol.envelope import Message
 from shared.protocol.messages import DataSummary, DataSummaryRequest
-from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply
+from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply, LocalBaselineRequest
 from shared.protocol.messages.fleet_sums import (
     DataShape,
     DataShapeRequest,
@@ -26,6 +26,7 @@ from .algorithms import CLIENT_HALVES, ClientHalf
 from .dispatcher import Dispatcher, RequestRejected
 from .evaluation import evaluate_model, load_model
 from .fleet_sums import count_vector, data_shape, grid_vector, with_noise
+from .local_baseline import local_baseline
 from .secure_aggregation import SecureAggregationClient
 from .training_data import JobSnapshots, LabelledData, TrainingData, data_summary
 
@@ -47,6 +48,7 @@ class Participant:
         self.dispatcher = Dispatcher(transport)
         self.dispatcher.register(DataSummaryRequest, self.on_data_summary)
         self.dispatcher.register(EvaluateRequest, self.on_evaluate)
+        self.dispatcher.register(LocalBaselineRequest, self.on_local_baseline)
         self.dispatcher.register(DataShapeRequest, self.on_data_shape)
         self.dispatcher.register(FleetCountsRequest, self.on_fleet_counts)
         self.dispatcher.register(GridCountsRequest, self.on_grid_counts)
@@ -123,6 +125,12 @@ class Participant:
         body: EvaluateRequest = message.body
         model = load_model(body.model)
         return evaluate_model(model, self._data(message, body.feature_set_version, split=body.split), body)
+
+    def on_local_baseline(self, message: Message) -> EvaluationReply:
+        """Train a CART on local training windows alone, score it on the held-out ones; counts only."""
+        body: LocalBaselineRequest = message.body
+        return local_baseline(self._data(message, body.feature_set_version),
+                              self._data(message, body.feature_set_version, split="holdout"), body)
 
     def start(self) -> None:
         """Subscribe to the inbox and fleet topics (after every handler is registered)."""

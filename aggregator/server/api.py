@@ -494,8 +494,9 @@ def _job_json(job) -> dict[str, Any]:
 def held_out_summary(evaluation: dict[str, Any]) -> dict[str, Any] | None:
     """What a model's score was measured on, from its job's evaluation: ``windows`` (held-out
     windows scored), ``chance`` (the majority class's share of them: what always answering that
-    class scores), per gateway its accuracy and windows, and ``local_only`` (gateways learning
-    alone) when the job recorded it; None when it was not evaluated.
+    class scores), per gateway its accuracy, windows and local-only accuracy, and ``local_only``
+    (the accuracy of every gateway learning alone, pooled over the same windows: the job's
+    local-only baseline) when the job recorded it; None when it was not evaluated.
 
     >>> held_out_summary({"metrics": {"accuracy": 0.8, "n": 10.0}, "confusion": [[6, 1], [1, 2]],
     ...                   "per_client": {"gw-1": {"accuracy": 0.8, "n": 10.0}}})["chance"]
@@ -508,8 +509,10 @@ def held_out_summary(evaluation: dict[str, Any]) -> dict[str, Any] | None:
     rows = [sum(row) for row in confusion] if confusion else []
     windows = sum(rows) if rows else metrics.get("n")
     chance = max(rows) / sum(rows) if rows and sum(rows) else None
+    alone = evaluation.get("local_only_per_client") or {}
     per_gateway = {g: {"accuracy": m.get("accuracy"), "windows": m.get("n"), **({"rmse": m["rmse"]} if "rmse" in m
-                                                                              else {})}
+                                                                              else {}),
+                       "local_only": (alone.get(g) or {}).get("accuracy")}
                    for g, m in (evaluation.get("per_client") or {}).items()}
     local = evaluation.get("local_only")
     if isinstance(local, dict):

@@ -83,6 +83,9 @@ class ServerConfig:
     #: The most windows the first status of a gateway the registry has never seen is credited
     #: with (``aggregator.server.gateway_input``); its credit then grows at ``max_windows_per_s``.
     new_gateway_windows: int = NEW_GATEWAY_WINDOWS
+    #: After each training, ask every participant for the local-only baseline (a CART on its own
+    #: training windows, scored on its held-out ones; PRIVACY.md says what its counts reveal).
+    local_baseline: bool = True
 
     def __post_init__(self) -> None:
         if self.mqtt_port is None:
@@ -167,11 +170,27 @@ def _typed(data: Mapping[str, Any], where: str, *, from_text: bool) -> dict[str,
                 out[name] = int(value) if from_text else _exact(value, int)
             elif kind == "float":
                 out[name] = float(value) if from_text else float(_exact(value, (int, float)))
+            elif kind == "bool":
+                out[name] = _switch(value) if from_text else _exact_bool(value)
             else:
                 out[name] = _exact(value, str)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{label}: {exc} (got {value!r})") from None
     return out
+
+
+def _switch(text: str) -> bool:
+    """An on/off setting written as text (an environment variable)."""
+    words = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+    if text.strip().lower() not in words:
+        raise ValueError("expected true or false")
+    return words[text.strip().lower()]
+
+
+def _exact_bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("expected true or false")
+    return value
 
 
 def _exact(value: Any, kind: type | tuple[type, ...]) -> Any:

@@ -75,7 +75,7 @@ from shared.protocol.topics import TopicLayout
 from shared.transport.base import Transport
 
 from ..algorithm_table import ALGORITHM_TABLE, algorithm_row
-from ..evaluation import Evaluation, NoHeldOutData, evaluate_federated
+from ..evaluation import Evaluation, NoHeldOutData, evaluate_federated, evaluate_local_only
 from ..feature_sets import FeatureSetChoice, survey_feature_sets
 from ..fleet_status import GatewayRow, fold_statuses
 from ..jobs import Checkpoint, FederatedJob, JobSettings, RoundProgress, TrainingError
@@ -376,9 +376,10 @@ class JobRunner:
 
     def __init__(self, registry: Registry, engine: RoundEngine, tracker: FleetTracker, *,
                  settings: JobSettings, signing_key=None, presence_wait_s: float = 30.0,
-                 live: LiveMonitor | None = None, privacy_cap: PrivacyCap = PrivacyCap()) -> None:
+                 live: LiveMonitor | None = None, privacy_cap: PrivacyCap = PrivacyCap(),
+                 local_baseline: bool = True) -> None:
         self.registry, self.engine, self.tracker, self.live = registry, engine, tracker, live
-        self.privacy_cap = privacy_cap
+        self.privacy_cap, self.local_baseline = privacy_cap, local_baseline
         self._submitting = threading.Lock()  # a submission's privacy check and its queueing, one at a time
         self.settings, self.signing_key, self.presence_wait_s = settings, signing_key, presence_wait_s
         self._queue: queue.Queue[str | None] = queue.Queue()
@@ -705,6 +706,8 @@ class JobRunner:
         evaluation = self._evaluate(fed, model)
         if "metrics" in evaluation:
             self.registry.set_metrics(record.model_id, record.version, evaluation["metrics"])
+            if self.local_baseline:
+                evaluation.update(self._local_only(job, fed, model))
         self.registry.update_job(job.job_id, result=record.label, evaluation=evaluation)
         if job.schedule_id:  # the job of a schedule ends with its promotion decision
             schedule = self.registry.schedule(job.schedule_id)
@@ -747,6 +750,17 @@ class JobRunner:
         return {"metrics": _finite(result.metrics), "per_client": {c: _finite(m) for c, m in result.per_client.items()},
                 "confusion": None if result.confusion is None else result.confusion.astype(int).tolist(),
                 "classes": [str(c) for c in model.classes], "left_out": result.left_out}
+
+    def _local_only(self, job: JobRecord, fed: FederatedJob, model: TreeEnsemble) -> dict[str, Any]:
+        """The local-only baseline beside a model's evaluation (``evaluate_local_only``), as JSON:
+        ``local_only`` (pooled metrics) and ``local_only_per_client``; or why there is none."""
+        try:
+            result = evaluate_local_only(fed, model, seed=job.rules.seed)
+        except (TrainingError, QuorumNotReached, ValueError) as exc:
+            log.warning("job %s: local-only baseline not measured: %s", job.job_id, exc, extra={"job": job.job_id})
+            return {"local_only_failed": str(exc)}
+        return {"local_only": _finite(result.metrics),
+                "local_only_per_client": {c: _finite(m) for c, m in result.per_client.items()}}
 
     # -- promotion and staged rollout --------------------------------------------------------
 

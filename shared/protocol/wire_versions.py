@@ -719,6 +719,18 @@ VERSIONS = {
    },
    "revision": 1
   },
+  "evaluate.local_baseline": {
+   "fields": {
+    "feature_set_version": "str",
+    "classes": "tuple[str, ...] = default",
+    "regression": "bool = default",
+    "max_depth": "int = default",
+    "cv_folds": "int = default",
+    "seed": "int = default",
+    "score_bins": "int = default"
+   },
+   "revision": 1
+  },
   "evaluation": {
    "fields": {
     "n_samples": "int",

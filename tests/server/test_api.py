@@ -14,7 +14,10 @@ import aggregator
 from aggregator.algorithms import FedSCSXGB
 from aggregator.demo.training import mqtt_bytes
 from aggregator.server.api import create_app
+from edge_client.local_baseline import local_model
+from edge_client.training_data import LabelledData
 from shared.model import TreeEnsemble
+from shared.protocol.messages.evaluation import LocalBaselineRequest
 from tests.server.fleet_memory import announce, fleet_data, running_server, wait_job
 
 CONFIG = {"n_rounds": 3, "max_depth": 2, "n_bins": 16, "protocol": "histogram"}
@@ -48,6 +51,18 @@ def test_a_job_through_the_api_is_the_simulation_and_is_evaluated(registry_url: 
         assert shown["evaluation"]["metrics"]["accuracy"] == pytest.approx(pooled, abs=1e-12)
         assert api.get("/api/models/act/1").json()["metrics"]["accuracy"] == pytest.approx(pooled, abs=1e-12)
         assert sum(map(sum, shown["evaluation"]["confusion"])) == len(y)
+        # the local-only baseline beside it: each gateway's own CART (the gateway's code, run here on
+        # its windows), scored on its held-out windows and pooled
+        right, per_gateway = 0, {}
+        for c in clients:
+            alone = local_model(LabelledData(c.X, c.y), LocalBaselineRequest("", tuple(model.classes)))
+            hits = alone.predict(c.X_test) == c.y_test
+            per_gateway[c.client_id], right = float(hits.mean()), right + int(hits.sum())
+        alone = shown["evaluation"]["local_only"]
+        assert alone["accuracy"] == pytest.approx(right / len(y), abs=1e-12) and alone["n"] == len(y)
+        held_out = api.get("/api/models/act/1").json()["held_out"]
+        assert held_out["local_only"] == alone["accuracy"]
+        assert {g: r["local_only"] for g, r in held_out["per_gateway"].items()} == pytest.approx(per_gateway, abs=1e-12)
         assert 'wheelfed_gateways{state="online"} 4' in api.get("/metrics").text
         assert 'wheelfed_jobs{state="completed"} 1' in api.get("/metrics").text
         traffic = server.transport.stats  # the job's MQTT payloads, as the demo reads them

@@ -25,6 +25,10 @@ def test_file_then_environment_then_options(tmp_path) -> None:
     assert config.operator_tokens == ("a", "b") and config.read_tokens == ("r1", "r2")
     assert config.mqtt_password == "pw" and "mqtt_password" not in config.public()
     assert ServerConfig.load(environ={}) == ServerConfig()
+    assert ServerConfig().local_baseline
+    path.write_text("local_baseline = false\n")
+    assert not ServerConfig.load(path, environ={}).local_baseline
+    assert ServerConfig.load(path, environ={"WHEELFED_LOCAL_BASELINE": "yes"}).local_baseline
 
 
 @pytest.mark.parametrize("text, env, message", [
@@ -35,6 +39,8 @@ def test_file_then_environment_then_options(tmp_path) -> None:
     ("registry = \n", {}, "not valid TOML"),
     ("", {"WHEELFED_MIN_FRACTION": "2"}, "min_fraction must lie in (0, 1]"),
     ("", {"WHEELFED_DEADLINE_S": "soon"}, "$WHEELFED_DEADLINE_S"),
+    ('local_baseline = "no"\n', {}, "local_baseline: expected true or false"),
+    ("", {"WHEELFED_LOCAL_BASELINE": "maybe"}, "$WHEELFED_LOCAL_BASELINE: expected true or false"),
 ])
 def test_a_bad_setting_is_one_line_naming_it(tmp_path, text, env, message) -> None:
     path = tmp_path / "server.toml"

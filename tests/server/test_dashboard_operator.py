@@ -79,6 +79,9 @@ def test_an_operator_reads_the_fleet_jobs_and_models_at_a_glance(tmp_path, brows
         forest = api.post("/api/jobs", json={"model_id": "forest", "algorithm": "fedforest", "config": FOREST}).json()
         forest_job = wait_job(server, forest["job_id"])
         assert forest_job.state == "completed"
+        # as a job of a server from before the local-only baseline recorded it
+        server.registry.update_job(forest_job.job_id, evaluation={
+            k: v for k, v in forest_job.evaluation.items() if not k.startswith("local_only")})
         # a job a killed server left after step 1, finished by the next one
         server.registry.add_job("job-resumed", "fedscs-xgb", XGB, model_id="act", total=3)
         for step in (1, 2, 3):
@@ -149,9 +152,11 @@ def test_an_operator_reads_the_fleet_jobs_and_models_at_a_glance(tmp_path, brows
             assert act[column["Local-only"]] == "0.700"
             accuracy = server.registry.record("act", 1).metrics["accuracy"]
             assert act[column["Held-out accuracy"]].startswith(f"{accuracy:.3f}")
-            per_gateway = act[column["Per gateway (accuracy, windows)"]]
+            per_gateway = act[column["Per gateway (accuracy, windows, alone)"]]
+            alone = server.registry.job(xgb["job_id"]).evaluation["local_only_per_client"]
             for client in clients:  # visible without a click
-                assert f"{client.client_id} " in per_gateway and f"({len(client.y_test)})" in per_gateway
+                own = f"({len(client.y_test)}, alone {alone[client.client_id]['accuracy']:.3f})"
+                assert f"{client.client_id} " in per_gateway and own in per_gateway
             assert [c["text"] for c in models["forest:v1"]][column["Local-only"]] == "not recorded"
 
             # 1,280 px: nothing scrolls sideways, every table fits its section, the last columns are in view

@@ -35,6 +35,17 @@ def _messages(caplog, level: int = logging.INFO) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno >= level]
 
 
+def test_a_server_set_not_to_ask_for_the_local_only_baseline_records_none(tmp_path) -> None:
+    clients = fleet_data(n_clients=3)
+    with running_server(str(tmp_path / "r.db"), clients, local_baseline=False) as (sim, server):
+        announce(sim, {c.client_id: 90 for c in clients})
+        api = TestClient(create_app(server))
+        job = wait_job(server, api.post("/api/jobs", json={"model_id": "act", "config": CONFIG}).json()["job_id"])
+        assert job.state == "completed" and "metrics" in job.evaluation, job.error
+        assert not any(k.startswith("local_only") for k in job.evaluation)
+        assert api.get("/api/models/act/1").json()["held_out"]["local_only"] is None
+
+
 def test_models_are_named_as_users_see_them_and_algorithms_spelt_once(tmp_path) -> None:
     clients = fleet_data(n_clients=3)
     with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
@@ -72,7 +83,8 @@ def test_models_are_named_as_users_see_them_and_algorithms_spelt_once(tmp_path) 
         assert held_out["chance"] == pytest.approx(majority, abs=1e-12)
         assert set(held_out["per_gateway"]) == {"gw-1", "gw-2", "gw-3"}
         assert [g["windows"] for g in held_out["per_gateway"].values()] == [len(c.y_test) for c in clients]
-        assert held_out["local_only"] is None  # not recorded by this job
+        alone = api.get(f"/api/jobs/{job.job_id}").json()["evaluation"]["local_only"]  # each gateway alone
+        assert 0 <= held_out["local_only"] == alone["accuracy"] <= 1 and alone["n"] == len(y)
 
         shown = api.get(f"/api/jobs/{job.job_id}").json()
         assert shown["started"] is not None and shown["duration_s"] >= 0 and shown["resumes"] == 0

@@ -228,7 +228,8 @@ function stateCell(j) {
   return cell(j.state, level);
 }
 
-// Per gateway: its accuracy on its own held-out windows, a small bar, and how many windows.
+// Per gateway: its accuracy on its own held-out windows, a small bar, how many windows, and its
+// local-only accuracy when the job recorded it.
 function perGatewayCell(heldOut) {
   const td = document.createElement("td");
   const entries = heldOut ? Object.entries(heldOut.per_gateway || {}) : [];
@@ -247,8 +248,9 @@ function perGatewayCell(heldOut) {
       svg.appendChild(svgNode("rect", { class: "bar", x: 0, y: 0, width: 40 * value, height: 8 }));
       span.appendChild(svg);
     }
+    const alone = typeof m.local_only === "number" ? ", alone " + m.local_only.toFixed(3) : "";
     span.appendChild(document.createTextNode(" " + (value === null ? "–" : value.toFixed(3)) +
-      (m.windows === null || m.windows === undefined ? "" : " (" + m.windows + ")")));
+      (m.windows === null || m.windows === undefined ? "" : " (" + m.windows + alone + ")")));
     td.appendChild(span);
   });
   return td;

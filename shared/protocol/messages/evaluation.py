@@ -74,3 +74,34 @@ class EvaluationReply:
                 raise ValueError(f"{name} must be >= 0")
         if self.n_samples < 0 or self.unknown_labels < 0:
             raise ValueError("counts must be >= 0")
+
+
+@message_type("evaluate.local_baseline")
+@dataclass(frozen=True)
+class LocalBaselineRequest:
+    """Train this gateway's own model on its training windows of ``feature_set_version`` -- a
+    CART whose depth (1 to ``max_depth``) ``cv_folds``-fold cross-validation picks, folds drawn
+    from ``seed`` -- and score it on its held-out windows; the answer is an ``EvaluationReply``
+    (counts only), as for a federated model. ``classes``: the federated model's classes, in whose
+    order the confusion matrix is counted (windows of other labels are left out of training and
+    counted as unknown); empty for a regression target."""
+
+    feature_set_version: str
+    classes: tuple[str, ...] = ()
+    regression: bool = False
+    max_depth: int = 8
+    cv_folds: int = 5
+    seed: int = 0
+    score_bins: int = 100
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_depth <= 15:
+            raise ValueError(f"max_depth must lie in 1..15, got {self.max_depth}")
+        if not 2 <= self.cv_folds <= 20:
+            raise ValueError(f"cv_folds must lie in 2..20, got {self.cv_folds}")
+        if not 2 <= self.score_bins <= 10_000:
+            raise ValueError("score_bins must lie in 2..10000")
+        if self.regression == bool(self.classes):
+            raise ValueError("a classifier's baseline needs its classes, a regressor's none")
+        if len(set(self.classes)) != len(self.classes) or len(self.classes) > 4096:
+            raise ValueError("classes must be distinct (at most 4096)")

@@ -177,10 +177,11 @@ def private_examples() -> list[object]:
 
 
 def evaluation_examples() -> list[object]:
-    from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply
+    from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply, LocalBaselineRequest
 
     return [EvaluateRequest(b"model", "fs-1", "holdout", "label", 2, 10),
-            EvaluationReply(5, np.array([[2, 1], [0, 2]]), np.zeros((2, 10, 2), np.int64), 1.5)]
+            EvaluationReply(5, np.array([[2, 1], [0, 2]]), np.zeros((2, 10, 2), np.int64), 1.5),
+            LocalBaselineRequest("fs-1", ("push", "rest"), max_depth=6, cv_folds=3, seed=4)]
 
 
 def deployment_examples() -> list[object]:
