@@ -60,6 +60,7 @@ def _wrapped(text: str) -> list[str]:
 
 
 def _columns(cells: list[str]) -> str:
+    """A row of the screen's accuracy table: name and step left-aligned, the numbers right."""
     name, *numbers = cells
     width, *widths = _COLUMNS
     step, *values = numbers
@@ -197,12 +198,13 @@ def _privacy(r: DemoReport) -> list[str]:
 
 
 def _traffic(r: DemoReport) -> list[str]:
+    """The aggregator's bytes per gateway against the raw data, or that the server does not count them."""
     if not r.traffic_bytes:
         return _wrapped(f"bytes: not measured (the server's /metrics has no wheelfed_mqtt_bytes_total); the raw "
                         f"sensor data ({r.raw_sensor_bytes / 1e6:.1f} MB) never left the gateways")
     ratio = r.traffic_bytes / r.raw_sensor_bytes if r.raw_sensor_bytes else math.nan
-    return _wrapped(f"bytes per gateway: {r.traffic_bytes / max(r.gateways, 1) / 1e6:.1f} MB through the aggregator "
-                    f"({ratio:.1f}x its raw sensor data, which never left it)")
+    return _wrapped(f"bytes per gateway: {r.traffic_bytes / max(r.gateways, 1) / 1e6:.1f} MB through the aggregator, "
+                    f"{ratio:.1f}x the raw sensor data (kept on the gateways)")
 
 
 def _pointers(r: DemoReport) -> list[str]:

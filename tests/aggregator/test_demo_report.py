@@ -99,8 +99,8 @@ def test_what_the_screen_leaves_out_stays_in_the_json_report() -> None:
     assert "the demo's epsilon 32 per window per training (delta 1e-06): whether any one window" in details
     assert "privacy of FedGA-Tree: each gateway sent the aggregator" in details
     assert data["traffic_by_step"]["deploying activity:v1"] == 120_000 and data["dashboard_url"] == DASHBOARD
-    assert "bytes per gateway: 4.0 MB through the aggregator (12.0x its raw sensor data" in "\n".join(
-        summary_lines(report))
+    assert "bytes per gateway: 4.0 MB through the aggregator, 12.0x the raw sensor data (kept on the gateways)" \
+        in summary_lines(report)
 
 
 def test_the_summary_without_secure_aggregation_or_a_deployment_says_so() -> None:
