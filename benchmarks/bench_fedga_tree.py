@@ -2,7 +2,8 @@
 installed packages, with the paper's protocol (§IV-A, Fig. 3 and 8, Eq. 3, Appendix A).
 
     ulimit -v 4000000; nice .venv/bin/python benchmarks/bench_fedga_tree.py [--splits S] [--seeds R]
-        [--generations G] [--datasets NAME ...] [--workers W] [--quick]
+        [--generations G] [--datasets NAME ...] [--workers W] [--results FILE] [--quick]
+    .venv/bin/python benchmarks/bench_fedga_tree.py --from FILE   # the tables of saved (partial) results
 
 Data (nothing is downloaded; every set is in a wheel the dev extra installs):
 
@@ -21,7 +22,9 @@ fitted on the split's training part, for every method (Appendix A: a feature lef
 gets 2 uniform bins instead). FedGA-Tree is ``aggregator.simulate(FedGATree(task), clients,
 seed)`` -- the real server and client halves over the in-memory transport, Table II's defaults
 -- run with ``--seeds`` GA seeds per split. The local tree is scikit-learn's CART on all of the
-client's training data, its depth chosen by 5-fold cross-validation in [2, 15].
+client's training data, its depth chosen by 5-fold cross-validation in [2, 15]. Classification
+also runs the paper's IBM tree (``aggregator.baselines.DPTree``: depth 6, ε = 1, candidate
+thresholds between the bins), one per split.
 
 Per client i, Eq. 3: Δ^i = (test score of its FedGA tree / test score of its local tree - 1)
 x 100, score = macro F1 (classification) or MSE (regression, where a negative Δ is better);
@@ -29,16 +32,20 @@ x 100, score = macro F1 (classification) or MSE (regression, where a negative Δ
 and gain are averaged over the GA seeds (the paper's "averaged across independent runs for each
 train/test split"); the table gives their median [IQR] and mean over the splits, and the
 paired tests: Wilcoxon's signed-rank test of the per-split Δ against 0 and of every client's
-seed-averaged FedGA score against its local score (clients of all splits).
+seed-averaged FedGA score against its local score (clients of all splits). The splits run
+interleaved across the data sets and each finished split is appended to ``--results`` as one JSON
+line, so that ``--from`` tabulates a run that was cut short.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
@@ -118,6 +125,12 @@ def discretise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndar
     return out_train, out_test
 
 
+def bin_edges(X: np.ndarray) -> list[np.ndarray]:
+    """Per column, the midpoints between its consecutive distinct (bin) values: the IBM tree's
+    candidate thresholds on discretised data."""
+    return [(u[1:] + u[:-1]) / 2 for u in (np.unique(column) for column in X.T)]
+
+
 def cv_tree(X: np.ndarray, y: np.ndarray, regression: bool, seed: int):
     """The paper's local tree: scikit-learn CART on all of ``X``, its depth chosen by 5-fold CV
     in [2, 15] (macro F1 or R² per fold, the scikit-learn-equal numpy scores of the client)."""
@@ -159,15 +172,26 @@ def gains(federated: np.ndarray, local: np.ndarray, regression: bool) -> np.ndar
 @dataclass(frozen=True)
 class SplitOutcome:
     """One split: per client its local test score and its FedGA test scores (one per GA seed),
-    and the mean decision nodes of the FedGA and local trees."""
+    (classification) the IBM tree's test score, and the mean decision nodes of the FedGA and
+    local trees."""
 
     name: str
+    split: int
     regression: bool
     local: np.ndarray  # (clients,)
     federated: np.ndarray  # (seeds, clients)
+    ibm: float | None
     nodes_federated: float
     nodes_local: float
     seconds: float
+
+    def to_json(self) -> str:
+        return json.dumps({k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in asdict(self).items()})
+
+    @classmethod
+    def from_json(cls, line: str) -> SplitOutcome:
+        fields = json.loads(line)
+        return cls(**{**fields, "local": np.array(fields["local"]), "federated": np.array(fields["federated"])})
 
     @property
     def delta(self) -> float:
@@ -179,10 +203,20 @@ class SplitOutcome:
         """Share of clients gaining, averaged over the GA seeds."""
         return float(gains(self.federated, self.local[None, :], self.regression).mean())
 
+    @property
+    def ibm_delta(self) -> float:
+        """Eq. 3's Δ of the IBM tree (one tree for every client)."""
+        return float(relative_change(np.full(self.local.shape, self.ibm), self.local).mean())
+
+    @property
+    def ibm_gain(self) -> float:
+        return float(gains(np.full(self.local.shape, self.ibm), self.local, self.regression).mean())
+
 
 def run_split(name: str, split: int, seeds: int, generations: int) -> SplitOutcome:
     import aggregator
     from aggregator.algorithms import FedGATree
+    from aggregator.baselines import DPTree
 
     started = time.perf_counter()
     data = load(name)
@@ -193,6 +227,12 @@ def run_split(name: str, split: int, seeds: int, generations: int) -> SplitOutco
         X[train_rows], X[test] = discretise(data.X[train_rows], data.X[test])
     clients = [(X[p], data.y[p]) for p in parts]
     X_test, y_test = X[test], data.y[test]
+    ibm = None
+    if not data.regression:
+        train_rows = np.concatenate(parts)
+        dp = DPTree(max_depth=6, epsilon=1.0).fit(clients, edges=bin_edges(X[train_rows]),
+                                                  classes=tuple(np.unique(data.y[train_rows]).tolist()), seed=split)
+        ibm = score(False, y_test, dp.predict(X_test))
     local_scores, local_nodes = [], []
     for k, (Xc, yc) in enumerate(clients):
         tree = cv_tree(Xc, yc, data.regression, split)
@@ -206,7 +246,7 @@ def run_split(name: str, split: int, seeds: int, generations: int) -> SplitOutco
             model = models[f"client-{k:03d}"]
             federated[seed, k] = score(data.regression, y_test, model.predict(X_test))
             fed_nodes.append(int((model.trees[0].feature >= 0).sum()))
-    return SplitOutcome(name, data.regression, np.array(local_scores), federated, float(np.mean(fed_nodes)),
+    return SplitOutcome(name, split, data.regression, np.array(local_scores), federated, ibm, float(np.mean(fed_nodes)),
                         float(np.mean(local_nodes)), time.perf_counter() - started)
 
 
@@ -236,11 +276,15 @@ def table(outcomes: list[SplitOutcome], samples: dict[str, tuple[int, int]]) -> 
                      f"{len(group)} x {group[0].federated.shape[0]}", median_iqr(deltas), f"{deltas.mean():.2f}",
                      median_iqr(shares, 0), f"{wilcoxon_p(deltas):.3g}",
                      f"{wilcoxon_p(per_client_fed - per_client_local):.3g}",
+                     *([] if group[0].regression else [median_iqr(np.array([o.ibm_delta for o in group])),
+                                                       median_iqr(100 * np.array([o.ibm_gain for o in group]), 0)]),
                      f"{np.mean([o.nodes_federated for o in group]):.1f}",
                      f"{np.mean([o.nodes_local for o in group]):.1f}",
                      f"{np.mean([o.seconds for o in group]):.0f}"])
     headers = ["data", "score", "N", "train/client", "splits x seeds", "Δ % median [IQR]", "Δ % mean",
-               "gain % median [IQR]", "p (splits' Δ)", "p (clients)", "nodes FedGA", "nodes local", "s/split"]
+               "gain % median [IQR]", "p (splits' Δ)", "p (clients)",
+               *([] if outcomes[0].regression else ["Δ IBM % median [IQR]", "IBM gain % median [IQR]"]),
+               "nodes FedGA", "nodes local", "s/split"]
     return markdown_table(headers, rows)
 
 
@@ -252,6 +296,8 @@ def main() -> int:
     parser.add_argument("--datasets", nargs="+", choices=CLASSIFICATION + REGRESSION,
                         default=list(CLASSIFICATION + REGRESSION))
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--results", type=Path, help="append each finished split here (JSON lines)")
+    parser.add_argument("--from", dest="saved", type=Path, help="print the tables of saved results and stop")
     parser.add_argument("--quick", action="store_true", help="2 splits x 1 seed, 5 generations (smoke run)")
     args = parser.parse_args()
     if args.quick:
@@ -262,22 +308,36 @@ def main() -> int:
 
     print_machine("FedGA-Tree vs local CART trees on bundled real data sets", command,
                   {"scikit-learn": sklearn.__version__, "statsmodels": statsmodels.__version__})
-    samples = {}
-    for name in args.datasets:
-        n = load(name).y.size
-        clients = n_clients(n)
-        samples[name] = (clients, (n - n // 10) // clients)
+    if args.saved:
+        outcomes = [SplitOutcome.from_json(line) for line in args.saved.read_text().splitlines() if line.strip()]
+        report(outcomes)
+        return 0
     print(f"- FedGATree defaults (Table II) except G = {args.generations}; {args.splits} splits x {args.seeds} "
           f"GA seeds per data set; {args.workers} worker processes\n", flush=True)
     started = time.perf_counter()
-    jobs = [(name, split) for name in args.datasets for split in range(args.splits)]
+    jobs = [(name, split) for split in range(args.splits) for name in args.datasets]
+    outcomes = []
     with ProcessPoolExecutor(args.workers) as pool:
         futures = [pool.submit(run_split, name, split, args.seeds, args.generations) for name, split in jobs]
-        outcomes = []
-        for (name, split), future in zip(jobs, futures):
+        for future in futures:
             outcomes.append(future.result())
-            print(f"  {name} split {split}: Δ {outcomes[-1].delta:+.2f} %, gain {100 * outcomes[-1].gain:.0f} %, "
-                  f"{outcomes[-1].seconds:.0f} s", file=sys.stderr, flush=True)
+            print(f"  {outcomes[-1].name} split {outcomes[-1].split}: Δ {outcomes[-1].delta:+.2f} %, "
+                  f"gain {100 * outcomes[-1].gain:.0f} %, {outcomes[-1].seconds:.0f} s", file=sys.stderr, flush=True)
+            if args.results:
+                with args.results.open("a") as out:
+                    out.write(outcomes[-1].to_json() + "\n")
+    report(outcomes)
+    print(f"- total {time.perf_counter() - started:.0f} s wall clock")
+    return 0
+
+
+def report(outcomes: list[SplitOutcome]) -> None:
+    """The classification and regression tables and the mean over the classification sets."""
+    samples = {}
+    for name in dict.fromkeys(o.name for o in outcomes):
+        n = load(name).y.size
+        clients = n_clients(n)
+        samples[name] = (clients, (n - n // 10) // clients)
     for kind, names in (("Classification (macro F1; Δ > 0 is better)", CLASSIFICATION),
                         ("Regression (MSE; Δ < 0 is better)", REGRESSION)):
         group = [o for o in outcomes if o.name in names]
@@ -292,8 +352,6 @@ def main() -> int:
         share = 100 * np.mean([np.mean([o.gain for o in group]) for group in by_set.values()])
         print(f"- classification, mean over data sets: Δ = {delta:+.2f} %, {share:.0f} % of clients gain "
               f"(paper, 14 sets: +5.58 %, 75 %)")
-    print(f"- total {time.perf_counter() - started:.0f} s wall clock")
-    return 0
 
 
 if __name__ == "__main__":
