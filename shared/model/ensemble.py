@@ -23,8 +23,10 @@ instance on first use.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 from functools import cached_property
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
@@ -41,9 +43,10 @@ LINKS = ("softmax", "sigmoid", "identity")
 MetadataValue = Union[str, int, float]
 ClassLabel = Union[str, int]
 _INT64 = (-(2**63), 2**63 - 1)
+_NO_METADATA: Mapping[str, MetadataValue] = MappingProxyType({})
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True, eq=False, repr=False, init=False)
 class TreeEnsemble:
     """Trees + ensemble rule + the feature contract (names and pipeline version) they expect."""
 
@@ -52,28 +55,45 @@ class TreeEnsemble:
     link: str
     n_outputs: int
     feature_names: tuple[str, ...]
-    tree_output: np.ndarray | None = None  # int32 (n_trees,); None -> all -1
-    base_score: np.ndarray | None = None  # float64 (n_outputs,); None -> zeros
-    feature_set_version: str = ""
-    classes: tuple[ClassLabel, ...] = ()
-    metadata: dict[str, MetadataValue] = field(default_factory=dict)
+    tree_output: np.ndarray  # int32 (n_trees,)
+    base_score: np.ndarray  # float64 (n_outputs,)
+    feature_set_version: str
+    classes: tuple[ClassLabel, ...]
+    metadata: dict[str, MetadataValue]
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        trees: Iterable[Tree],
+        kind: str,
+        link: str,
+        n_outputs: int,
+        feature_names: Iterable[str],
+        tree_output: ArrayLike | None = None,  # None -> all -1
+        base_score: ArrayLike | None = None,  # None -> zeros
+        feature_set_version: str = "",
+        classes: Iterable[ClassLabel] = (),
+        metadata: Mapping[str, MetadataValue] = _NO_METADATA,
+    ) -> None:
+        """Copy the fields (arrays read-only, numpy scalars as Python values), fill the defaults and
+        ``validate``."""
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen)
-        for name in ("feature_names", "classes"):
-            if isinstance(getattr(self, name), (str, bytes)):
+        for name, labels in (("feature_names", feature_names), ("classes", classes)):
+            if isinstance(labels, (str, bytes)):
                 raise ModelValidationError("must be a sequence of labels, not a single string", field=name)
-        set_("n_outputs", _plain(self.n_outputs))
-        set_("trees", tuple(self.trees))
-        set_("feature_names", tuple(_plain(name) for name in self.feature_names))
-        set_("classes", tuple(_plain(label) for label in self.classes))
-        set_("metadata", {_plain(key): _plain(value) for key, value in dict(self.metadata).items()})
-        if self.tree_output is None:
-            set_("tree_output", np.full(len(self.trees), -1, dtype=np.int32))
-        if self.base_score is None and type(self.n_outputs) is int and self.n_outputs >= 0:
-            set_("base_score", np.zeros(self.n_outputs, dtype=np.float64))
-        set_("tree_output", _readonly_copy(self.tree_output))
-        set_("base_score", _readonly_copy(self.base_score))
+        set_("kind", kind)
+        set_("link", link)
+        set_("feature_set_version", feature_set_version)
+        set_("n_outputs", _plain(n_outputs))
+        set_("trees", tuple(trees))
+        set_("feature_names", tuple(_plain(name) for name in feature_names))
+        set_("classes", tuple(_plain(label) for label in classes))
+        set_("metadata", {_plain(key): _plain(value) for key, value in dict(metadata).items()})
+        if tree_output is None:
+            tree_output = np.full(len(self.trees), -1, dtype=np.int32)
+        if base_score is None and type(self.n_outputs) is int and self.n_outputs >= 0:
+            base_score = np.zeros(self.n_outputs, dtype=np.float64)
+        set_("tree_output", _readonly_copy(tree_output))
+        set_("base_score", _readonly_copy(base_score))
         self.validate()
 
     # --- facts -----------------------------------------------------------------------------

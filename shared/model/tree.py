@@ -89,7 +89,7 @@ def node_depths(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return depth
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@dataclass(frozen=True, eq=False, repr=False, init=False)
 class Tree:
     """One tree; see the module docstring for the field meanings and routing rules."""
 
@@ -99,22 +99,49 @@ class Tree:
     right: np.ndarray
     default_left: np.ndarray
     value: np.ndarray
-    is_categorical: np.ndarray | None = None  # None -> all False
-    cat_offsets: np.ndarray | None = None  # None -> all zeros (no category sets)
-    cat_values: np.ndarray | None = None  # None -> empty
-    cover: np.ndarray | None = None  # optional, stays None
+    is_categorical: np.ndarray
+    cat_offsets: np.ndarray
+    cat_values: np.ndarray
+    cover: np.ndarray | None  # optional, stays None
 
-    def __post_init__(self) -> None:
-        n = int(np.shape(self.feature)[0]) if np.ndim(self.feature) >= 1 else 0
+    def __init__(
+        self,
+        feature: ArrayLike,
+        threshold: ArrayLike,
+        left: ArrayLike,
+        right: ArrayLike,
+        default_left: ArrayLike,
+        value: ArrayLike,
+        is_categorical: ArrayLike | None = None,  # None -> all False
+        cat_offsets: ArrayLike | None = None,  # None -> all zeros (no category sets)
+        cat_values: ArrayLike | None = None,  # None -> empty
+        cover: ArrayLike | None = None,  # optional, stays None
+    ) -> None:
+        """Copy every array read-only, filling the defaults; the fields are never None afterwards
+        except ``cover``."""
+        n = int(np.shape(feature)[0]) if np.ndim(feature) >= 1 else 0
+        given = {
+            "feature": feature,
+            "threshold": threshold,
+            "left": left,
+            "right": right,
+            "default_left": default_left,
+            "value": value,
+            "is_categorical": is_categorical,
+            "cat_offsets": cat_offsets,
+            "cat_values": cat_values,
+            "cover": cover,
+        }
         defaults = {
             "is_categorical": lambda: np.zeros(n, dtype=np.bool_),
             "cat_offsets": lambda: np.zeros(n + 1, dtype=np.int64),
             "cat_values": lambda: np.zeros(0, dtype=np.int32),
         }
         for name in FIELD_DTYPES:
-            current = getattr(self, name)
+            current = given[name]
             if current is None:
                 if name == "cover":
+                    object.__setattr__(self, name, None)
                     continue
                 current = defaults[name]()
             object.__setattr__(self, name, _readonly_copy(current))
@@ -232,7 +259,7 @@ class Tree:
         return f"Tree(n_nodes={self.n_nodes}, n_outputs={self.n_outputs}, categorical_splits={n_cat})"
 
 
-def _checked_cast(values: ArrayLike, dtype: type, name: str) -> np.ndarray:
+def _checked_cast(values: ArrayLike, dtype: type[np.integer], name: str) -> np.ndarray:
     """Convert integer-valued array-likes to ``dtype``, refusing values that would change."""
     array = np.asarray(values)
     if array.size == 0:
@@ -242,7 +269,7 @@ def _checked_cast(values: ArrayLike, dtype: type, name: str) -> np.ndarray:
     info = np.iinfo(dtype)
     if not (np.all(np.isfinite(array)) and array.min() >= info.min and array.max() <= info.max):
         raise ModelValidationError(f"values outside the {np.dtype(dtype)} range", field=name)
-    cast = array.astype(dtype)
+    cast: np.ndarray = array.astype(dtype)
     if not np.array_equal(cast, array):
         raise ModelValidationError("non-integer values", field=name)
     return cast
@@ -464,8 +491,8 @@ class TreeBuilder:
             self._cover[node] = float(cover)
 
     def build(self) -> Tree:
-        given = [c is not None for c in self._cover]
-        if any(given) and not all(given):
+        covers = [c for c in self._cover if c is not None]
+        if covers and len(covers) != len(self._cover):
             raise ModelValidationError("cover must be set for every node or for none")
         return Tree.from_arrays(
             feature=self._feature,
@@ -475,5 +502,5 @@ class TreeBuilder:
             value=np.stack(self._value),
             default_left=self._default_left,
             categories=self._categories if any(c is not None for c in self._categories) else None,
-            cover=self._cover if all(given) else None,
+            cover=covers or None,
         )

@@ -359,7 +359,8 @@ def _f32_thresholds(
 # --- model level ---------------------------------------------------------------------------------
 def _iteration_indptr(tree_info: list[int]) -> list[int]:
     """Round boundaries: a new round starts at a tree whose class the current round already has."""
-    indptr, seen = [0], set()
+    indptr = [0]
+    seen: set[int] = set()
     for position, cls in enumerate(tree_info):
         if cls in seen:
             indptr.append(position)
