@@ -24,7 +24,7 @@ class Atoms(NamedTuple):
     keys: np.ndarray
     grad: np.ndarray
     hess: np.ndarray
-    count: np.ndarray
+    count: np.ndarray  # type: ignore[assignment]  # the field shadows tuple.count, as the format names it
 
 
 def merge_atoms(bins: ArrayLike, grad: ArrayLike, hess: ArrayLike, counts: ArrayLike | None = None) -> Atoms:

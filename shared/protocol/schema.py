@@ -113,7 +113,7 @@ def check_value(path: str, hint: Any, value: Any) -> Any:
         if not isinstance(value, dict):
             raise SchemaError(path, f"expected a map, got {_type_name(value)}")
         return {k: check_value(f"{path}.{k}", value_hint, v) for k, v in value.items()}
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return from_wire(hint, value, path)
     if hint is Any:
         return value

@@ -68,7 +68,7 @@ def _annotation_text(hint: Any) -> str:
         return f"{origin.__name__}[{args}]"
     if hint is type(None):
         return "None"
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return "{" + ", ".join(f"{name}: {text}" for name, text in _fields_text(hint).items()) + "}"
     if hint is np.ndarray:
         return "ndarray"

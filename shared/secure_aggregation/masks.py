@@ -48,7 +48,7 @@ def expand_mask(seed: bytes, length: int, label: bytes) -> np.ndarray:
     encryptor = Cipher(algorithms.AES(derive_key(bytes(seed), label)), modes.CTR(_ZERO_NONCE)).encryptor()
     # update_into needs block_size - 1 spare bytes in the output: two spare uint64 give 16.
     buffer = np.empty(length + 2, dtype="<u8")
-    encryptor.update_into(bytes(8 * length), buffer.view(np.uint8))
+    encryptor.update_into(bytes(8 * length), buffer.view(np.uint8).data)
     return buffer[:length].astype(np.uint64, copy=False)
 
 

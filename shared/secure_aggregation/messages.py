@@ -12,7 +12,7 @@ decoded from the network can be rebuilt through these classes and rejected early
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import numpy as np
 
@@ -46,10 +46,10 @@ def _share_map(mapping: Mapping[str, bytes], what: str) -> dict[str, bytes]:
     return out
 
 
-def _id_tuple(values: object, what: str) -> tuple[str, ...]:
+def _id_tuple(values: Iterable[object], what: str) -> tuple[str, ...]:
     if isinstance(values, (str, bytes)):
         raise SecureAggregationError(f"{what} must be a sequence of client ids, not a single string")
-    ids = tuple(_check_id(v, what) for v in values)  # type: ignore[union-attr]
+    ids = tuple(_check_id(v, what) for v in values)
     if len(set(ids)) != len(ids):
         raise SecureAggregationError(f"{what} lists a client twice")
     return ids

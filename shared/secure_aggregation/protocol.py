@@ -898,6 +898,7 @@ class SecAggServer:
         for owner, by_peer in reply.pair_seeds.items():
             if set(by_peer) - dropped or set(by_peer) - set(self._neighbours[owner]):
                 return f"revealed pair seeds of {owner} with peers that did not drop"
+        revealed: list[tuple[str, str | None, bytes]]  # (owner, peer or None for a self-mask share, share)
         revealed = [(owner, None, share) for owner, share in reply.self_mask.items()]
         for owner, by_peer in reply.pair_seeds.items():
             revealed += [(owner, peer, share) for peer, share in by_peer.items()]

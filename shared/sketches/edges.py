@@ -18,7 +18,7 @@ Conventions (XGBoost's, shared with ``shared/model/tree.py``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -85,12 +85,14 @@ def bin_ids(X: ArrayLike, edges: ArrayLike | Sequence[ArrayLike]) -> np.ndarray:
     if data.dtype.kind not in "biuf":
         raise SketchError(f"X must hold real numbers (NaN for missing), got dtype {data.dtype}")
     if data.ndim == 1:
-        per_feature = [validate_edges(edges)]  # type: ignore[arg-type]
+        per_feature = [validate_edges(np.asarray(edges))]
         columns = data[:, None]
     elif data.ndim == 2:
         if isinstance(edges, np.ndarray) and edges.ndim == 1:
             raise SketchError("a 2-D X needs one edges array per column (a list), got a single 1-D array")
-        per_feature = [validate_edges(e, feature=j) for j, e in enumerate(edges)]  # type: ignore[union-attr]
+        if not isinstance(edges, Iterable):
+            raise TypeError(f"a 2-D X needs a sequence of edges arrays, got {type(edges).__name__}")
+        per_feature = [validate_edges(e, feature=j) for j, e in enumerate(edges)]
         if len(per_feature) != data.shape[1]:
             raise SketchError(f"X has {data.shape[1]} columns but {len(per_feature)} edge arrays were given")
         columns = data

@@ -119,7 +119,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -262,6 +262,7 @@ class GridPlan:
     prefix: np.ndarray
     bits: np.ndarray
     step: np.ndarray
+    _offsets: np.ndarray = field(init=False, repr=False)  # set by __post_init__
 
     def __post_init__(self) -> None:
         n_features = as_count(self.n_features, name="n_features", low=1, high=(1 << 31) - 1)
@@ -302,12 +303,12 @@ class GridPlan:
     @property
     def n_cells(self) -> int:
         """Length of the count vector: ``sum(2**step)``."""
-        return int(self._offsets[-1])  # type: ignore[attr-defined]
+        return int(self._offsets[-1])
 
     @property
     def offsets(self) -> np.ndarray:
         """int64 ``(n_buckets + 1,)``: bucket ``i``'s cells are ``offsets[i]:offsets[i + 1]``."""
-        return self._offsets  # type: ignore[attr-defined,no-any-return]
+        return self._offsets
 
     @property
     def low(self) -> np.ndarray:
@@ -322,7 +323,7 @@ class GridPlan:
     @property
     def cells_per_feature(self) -> np.ndarray:
         """int64 ``(n_features,)``: the cells of each feature in this plan."""
-        cells = np.diff(self._offsets)  # type: ignore[attr-defined]
+        cells = np.diff(self._offsets)
         return np.bincount(self.feature, weights=cells, minlength=self.n_features).astype(np.int64)
 
     def to_arrays(self) -> dict[str, np.ndarray]:

@@ -238,9 +238,9 @@ def batched_mixture_quantiles(points: ArrayLike, weights: ArrayLike, group: Arra
     new[1:] = (sg[1:] != sg[:-1]) | (sv[1:] != sv[:-1])
     knot_g, knot_v = sg[new], sv[new]
     knot_of = np.cumsum(new) - 1  # knot index of every sorted point
-    point_knot = np.empty(sg.size, dtype=np.int64)
-    point_knot[order] = knot_of
-    point_knot = point_knot.reshape(P.shape)
+    sorted_knot = np.empty(sg.size, dtype=np.int64)
+    sorted_knot[order] = knot_of
+    point_knot = sorted_knot.reshape(P.shape)
     lo_k, hi_k = point_knot[:, :-1], point_knot[:, 1:]
     lo_v, hi_v = P[:, :-1], P[:, 1:]
     height = np.broadcast_to((pi / M)[:, None], lo_v.shape)
