@@ -121,7 +121,7 @@ class FrameType(IntEnum):
 _TYPE_VALUES = frozenset(int(t) for t in FrameType)
 
 
-_FORMATS = {1: np.dtype("<i2"), 2: np.dtype("<f4")}
+_FORMATS: dict[int, np.dtype] = {1: np.dtype("<i2"), 2: np.dtype("<f4")}
 _FORMAT_CODES = {"int16": 1, "float32": 2}
 _FORMAT_NAMES = {np.dtype("int16"): "int16", np.dtype("float32"): "float32"}
 
@@ -279,7 +279,7 @@ def descriptor_from_dict(doc: object) -> SensorDescriptor:
         return SensorDescriptor(
             doc["sensor_id"], _string(doc["name"], "name"), _string(doc["kind"], "kind"),
             _number(doc["sample_rate_hz"], "sample_rate_hz"), channels,
-            _string(doc["sample_format"], "sample_format"),  # type: ignore[arg-type]
+            _string(doc["sample_format"], "sample_format"),  # type: ignore[arg-type]  # SensorDescriptor refuses other text
         )
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise FrameError(f"invalid sensor descriptor {doc!r:.200}: {exc}") from exc

@@ -302,24 +302,25 @@ class SerialReader:
         level = logging.INFO if state == UP else logging.WARNING
         log.log(level, message, extra={"port": self.port, **extra})
 
-    def _open(self) -> bool:
+    def _open(self) -> serial.SerialBase | None:
+        """Open and lock the port: the open port, or None when it cannot be opened (now)."""
         try:
-            self._serial = serial.serial_for_url(self.port, self.baudrate, timeout=self._read_timeout)
-            device = self._lock_port()
+            port = self._serial = serial.serial_for_url(self.port, self.baudrate, timeout=self._read_timeout)
+            device = self._lock_port(port)
         except ValueError as exc:  # unknown URL scheme or bad settings: retrying cannot help
             self.error = exc
             log.error("serial port cannot be opened: check the port URL and baud rate",
                       extra={"port": self.port, "error": str(exc)})
             self._stop.set()
             self._first_attempt.set()
-            return False
+            return None
         except (serial.SerialException, OSError) as exc:
             self._close()
             with self._lock:
                 self._open_failures += 1
             self._failed(exc)
             self._first_attempt.set()
-            return False
+            return None
         changed = self._device is not None and (self._vanished or (device is not None and device != self._device))
         self._device, self._vanished = device or self._device, False
         with self._lock:
@@ -333,7 +334,7 @@ class SerialReader:
         else:
             self._set_state(UP, "serial port open", baudrate=self.baudrate)
         self._first_attempt.set()
-        return True
+        return port
 
     def _failed(self, exc: Exception) -> None:
         """Name why the port cannot be opened: missing, held by another process, or else."""
@@ -365,10 +366,10 @@ class SerialReader:
                               "the pty ended); reopening when it comes back")
         return True
 
-    def _lock_port(self) -> _Device | None:
+    def _lock_port(self, port: serial.SerialBase) -> _Device | None:
         """Lock the open port against other readers; the identity of its device node (None for URLs)."""
         try:
-            fd = self._serial.fileno()
+            fd = port.fileno()
         except (AttributeError, io.UnsupportedOperation):
             return None  # loop://, socket://...: no device node
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: held by another process
@@ -389,13 +390,14 @@ class SerialReader:
         try:
             while not self._stop.is_set():
                 try:
-                    if self._serial is None:
-                        if not self._open():
+                    port = self._serial
+                    if port is None:
+                        port = self._open()
+                        if port is None:
                             self._stop.wait(backoff)
                             backoff = min(backoff * 2, self._backoff[1])
                             continue
                         backoff = self._backoff[0]
-                    port = self._serial
                     try:
                         data = port.read(port.in_waiting or 1)
                     except (serial.SerialException, OSError) as exc:

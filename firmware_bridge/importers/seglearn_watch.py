@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..descriptors import ChannelSpec, SensorDescriptor
-from ..frames import Annotation, chunk_samples
+from ..frames import Annotation, SampleFrame, chunk_samples
 from ..recording import RecordingMetadata
 from .writing import RECORDING_SUFFIX, package_file, write_recording
 
@@ -66,7 +66,9 @@ def import_all(out_dir: str | Path, *, dataset: dict[str, Any] | None = None,
     subjects = np.asarray(data["subject"])
     paths = []
     for subject in sorted({int(s) for s in subjects}):
-        frames, labels, series = [], [], []
+        frames: list[SampleFrame] = []
+        labels: list[Annotation] = []
+        series: list[dict[str, Any]] = []
         t0_us, seq = 0, 0
         indices = np.flatnonzero(subjects == subject)
         if shuffle_seed is not None:

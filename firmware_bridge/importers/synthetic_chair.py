@@ -161,7 +161,8 @@ def _ramp(t: np.ndarray, start: float, end: float, ramp_s: float) -> np.ndarray:
 
 def relief_schedule(duration_s: float, interval_s: float, rng: np.random.Generator) -> list[dict[str, Any]]:
     """Pressure reliefs: one per ``interval_s`` (+-20 % jitter), kind and length drawn per relief."""
-    reliefs, t = [], interval_s * rng.uniform(0.8, 1.2)
+    reliefs: list[dict[str, Any]] = []
+    t = interval_s * rng.uniform(0.8, 1.2)
     while True:
         kind = RELIEF_KINDS[int(rng.integers(len(RELIEF_KINDS)))]
         length = rng.uniform(15.0, 30.0) if kind == "push_up" else rng.uniform(60.0, 120.0)

@@ -43,10 +43,13 @@ def write_recording(
     missing = {f.sensor_id for f in frames} - set(rates)
     if missing:
         raise ValueError(f"metadata has no descriptor for sensor ids {sorted(missing)}")
-    timed_frames = (
+    # (end time, frames before labels at a tie, sending order, item)
+    timed_frames: Iterable[tuple[int, int, int, SampleFrame | Annotation]] = (
         (f.timestamp_us + round(f.samples.shape[0] * 1e6 / rates[f.sensor_id]), 0, i, f) for i, f in enumerate(frames)
     )
-    timed_labels = ((a.end_us if a.end_us is not None else a.start_us, 1, i, a) for i, a in enumerate(labels))
+    timed_labels: Iterable[tuple[int, int, int, SampleFrame | Annotation]] = (
+        (a.end_us if a.end_us is not None else a.start_us, 1, i, a) for i, a in enumerate(labels)
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(path.name + ".part")
     part.unlink(missing_ok=True)
