@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -138,7 +138,10 @@ class PrivateFleet:
 
     Regression: ``shifted_sum`` and ``shifted_sum_squares`` are the fleet's Σ(y - target_shift)
     and Σ(y - target_shift)² as the opening decoded them (fixed point: Σ(y - shift) to within
-    ``n 2**-(TARGET_FRAC_BITS+1)``, the squares to within ``n/2``); all 0 for classification.
+    ``n 2**-(TARGET_FRAC_BITS+1)``, the squares to within ``n/2``); all 0 for classification and
+    under differential privacy (then ``target_shift`` is the noisy median and ``total_samples``
+    the target column's noisy grid count). ``target_edges``: the target's bin edges read off
+    the grid rounds (ranks ``b/n_bins``; empty for classification).
     """
 
     clients: tuple[str, ...]
@@ -154,6 +157,7 @@ class PrivateFleet:
     edges: list[np.ndarray]
     grid_rounds: int
     grid_cells: int
+    target_edges: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float32))
 
     @property
     def target_mean(self) -> float:
@@ -185,10 +189,11 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
                              budget: PrivacyBudget | None = None) -> PrivateFleet:
     """Run the private opening over ``summer.active`` clients (see the module docstring).
     With ``budget`` every sum is released with distributed Skellam noise from its ``"opening"``
-    share (classification only): one window changes ``n`` and one class count by 1 (L2
-    sensitivity sqrt 2), one grid cell per feature and round by 1 (sqrt d), in at most
-    ``OPENING_GRID_ROUNDS`` grid rounds. Regression learns the target's grid counts too (one more
-    column; the shift is read off them)."""
+    share: one window changes ``n`` and one class count by 1 (L2 sensitivity sqrt 2), one grid
+    cell per feature and round by 1 (sqrt d), in at most ``OPENING_GRID_ROUNDS`` grid rounds.
+    Regression learns the target's grid counts too (one more column; the shift and
+    ``target_edges`` are read off them); with ``budget`` it releases nothing else (no target
+    sums)."""
     shapes = job.ask(DataShapeRequest(feature_set_version, labels=classes is None and not regression),
                      list(summer.active), DataShape)
     if not shapes:
@@ -223,11 +228,15 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
             sums = np.clip(np.rint(sums / COUNT_SCALE).astype(np.int64), 0, None)
         return sums
 
+    target_edges = np.empty(0, dtype=np.float32)
     if regression:  # the target's grid first: its fleet median is the shift of the sums
         refinement = _grid_edges(summer, feature_set_version, d + 1, n_bins, budget, total=None, target=True)
         edges = refinement.edges(include_min_point=True)
-        shift = target_shift(edges.pop())
-        sums = fleet_counts(shift)
+        target_edges = edges.pop()
+        shift = target_shift(target_edges)
+        # under differential privacy the target's sums are not released (their noise would need
+        # the target's range): the window count is the target column's noisy grid total
+        sums = fleet_counts(shift) if budget is None else np.array([int(refinement.totals[-1]), 0, 0])
     else:
         shift = 0.0
         sums = fleet_counts(shift)
@@ -245,7 +254,7 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
         target_shift=shift,
         shifted_sum=float(np.ldexp(float(sums[1]), -TARGET_FRAC_BITS)) if regression else 0.0,
         shifted_sum_squares=float(sums[2]) if regression else 0.0,
-        edges=edges, grid_rounds=refinement.rounds, grid_cells=refinement.cells_sent,
+        edges=edges, grid_rounds=refinement.rounds, grid_cells=refinement.cells_sent, target_edges=target_edges,
     )
 
 
