@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from tests.cli.cli_support import REPO
+from tests.edge_client.test_edge_dependencies import GATEWAY_COMMANDS
 
 GATEWAY_DIR = REPO / "deploy" / "gateway"
 INSTALL = GATEWAY_DIR / "install.sh"
@@ -188,7 +189,7 @@ def test_install_check_push_replay_predict_upgrade_uninstall(tmp_path: Path) -> 
     helped = subprocess.run([str(wheelfed), "--help"], capture_output=True, text=True, cwd="/")
     assert helped.returncode == 0 and helped.stderr == "", helped.stderr
     listed = re.findall(r"^    ([a-z-]+) ", helped.stdout, re.M)
-    assert listed == ["gateway", "features", "record", "replay", "import", "predict"], helped.stdout
+    assert listed == GATEWAY_COMMANDS, helped.stdout
     verify_unit(root / "etc" / "systemd" / "system" / "wheelfed-gateway.service")
     assert (root / "etc" / "udev" / "rules.d" / "99-wheelfed-serial.rules").read_text() == RULES.read_text()
 
