@@ -126,8 +126,9 @@ class FedGATree:
     cv_folds : int, default 5
         [K] Folds of that cross-validation.
     elitism : bool, optional
-        Keep the clients' own structures in every generation. ``None``: regression decides by
-        vote (Eq. 2, mu_star), classification does not.
+        Keep the clients' own structures in every generation, besides the P fittest (which
+        offspring still compete for). ``None``: regression decides by vote (Eq. 2, mu_star),
+        classification does not.
     full_data : bool, optional
         Fit and score on all local data (r = 1). ``None``: regression decides by vote (Eq. 1,
         phi_star and theta_star), classification uses ``train_ratio``.

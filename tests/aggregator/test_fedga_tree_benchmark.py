@@ -55,3 +55,14 @@ def test_eq_3_and_the_share_of_clients_gaining() -> None:
     assert bench.gains(federated, local, regression=True).tolist() == [False, True, False]
     assert bench.wilcoxon_p(np.zeros(5)) == 1.0
     assert bench.wilcoxon_p(np.arange(1.0, 11.0)) == pytest.approx(0.001953125)  # all 10 positive: 2 / 2^10
+
+
+def test_the_ibm_tree_s_candidates_lie_between_the_bins_and_a_split_s_record_round_trips() -> None:
+    edges = bench.bin_edges(np.array([[0.0, 2.0], [1.0, 2.0], [4.0, 2.0], [1.0, 2.0]]))
+    assert edges[0].tolist() == [0.5, 2.5] and edges[1].size == 0
+    outcome = bench.SplitOutcome("fair", 3, False, np.array([0.5, 0.4]), np.array([[0.6, 0.4], [0.5, 0.5]]), 0.45,
+                                 5.0, 7.0, 1.5)
+    again = bench.SplitOutcome.from_json(outcome.to_json())
+    assert again.split == 3 and again.federated.tolist() == outcome.federated.tolist()
+    assert again.delta == pytest.approx(((0.6 / 0.5 + 0.4 / 0.4 + 0.5 / 0.5 + 0.5 / 0.4) / 4 - 1) * 100)
+    assert again.gain == pytest.approx(0.5) and again.ibm_delta == pytest.approx(((0.9 + 1.125) / 2 - 1) * 100)
