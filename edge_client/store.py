@@ -2,84 +2,19 @@
 
 The gateway's pipeline emits a window every 2 s; the federated client halves later read them
 back as ``(X, y)``. Labels come from annotation intervals (a caregiver app, a button, or a
-replayed label track) that usually arrive *after* the windows they describe — an activity's
-annotation is only complete when it closes — and occasionally before.
+replayed label track) that usually arrive *after* the windows they describe -- an activity's
+annotation is only complete when it closes -- and occasionally before.
 
-Storage: SQLite (stdlib) in WAL mode
-    WAL lets the federated handlers read a consistent snapshot while the pipeline keeps
-    writing: readers never block the writer, the writer never blocks readers. One commit
-    appends to the ``-wal`` file instead of rewriting pages in place, which is also kinder
-    to an SD card.
+A window gets label ``L`` if and only if it lies entirely inside an annotation of its session
+labelled ``L`` and overlaps no annotation of its session with another label (intervals are
+half-open, ``[start_us, end_us)``); otherwise it stays unlabelled. The label is recomputed
+whenever a window or an overlapping annotation is added, so it does not depend on arrival order.
+A window is identified by ``(session_id, start_us, feature_set_version)``: adding it again is
+ignored. ``max_windows`` and ``max_age_s`` bound what is kept.
 
-``synchronous=NORMAL`` (not FULL)
-    In WAL mode NORMAL never corrupts the database and loses *nothing* when the process dies
-    (``kill -9``, an exception, the OOM killer): a commit is in the OS page cache the moment
-    it returns. Only on power loss or a kernel crash may the last commits since the previous
-    checkpoint roll back. FULL would fsync the WAL on every 2-second window — tens of
-    milliseconds of SD-card latency and flash wear per window — to protect a few seconds of
-    training data. The tests kill a writer with SIGKILL at random moments to show the first
-    property; power loss cannot be tested here.
-
-Feature blob: float64, little-endian (``<f8``), ``8 * n_features`` bytes
-    The features stored for training must be bit-identical to the ones computed live for
-    on-device inference: a float32 copy could land on the other side of a learned split
-    threshold, and the federated algorithms' exactness properties (federated == centralized
-    on the pooled data) are tested bit-for-bit. Explicit little-endian keeps the file
-    portable. The cost is 2x the bytes of float32; retention bounds the total. NaN and ±inf
-    are stored as they are (trees route missing values by their default direction).
-
-Labelling rule (order-independent)
-    All intervals are half-open, ``[start_us, end_us)``. A window gets label ``L`` if and only if
-
-    (1) it lies entirely inside at least one annotation of its session labelled ``L``
-        (``a.start_us <= w.start_us`` and ``w.end_us <= a.end_us``), and
-    (2) it overlaps no annotation of its session with a different label.
-
-    Otherwise it stays unlabelled: a window that straddles an activity change, or lies in two
-    overlapping annotations that disagree, or is covered only by two adjacent same-label
-    annotations without being inside either one. The label is (re)computed whenever a window
-    or an overlapping annotation is added, so the result does not depend on arrival order.
-    Annotations are kept (deduplicated) so that windows arriving after their annotation are
-    labelled on insert. There are no open-ended annotations here: call ``label_range`` when
-    the annotation closes.
-
-Duplicates
-    A window is identified by ``(session_id, start_us, feature_set_version)``; adding it again
-    (e.g. replaying the same recording twice) is ignored, so re-runs do not double-count data.
-
-Retention
-    ``max_windows`` deletes the oldest *inserted* windows beyond the bound, ``max_age_s``
-    deletes windows inserted more than that many seconds ago (``inserted_at`` is the gateway's
-    time because ``*_us`` is the recording's clock during replays). That time is wall time read
-    once when the store opens -- never earlier than the latest ``inserted_at`` already stored --
-    and carried on by the monotonic clock (``SteadyClock``): NTP stepping the wall clock (a Pi
-    has no battery clock) neither ages every window by a year at once nor keeps windows for ever,
-    and insertion times never go backwards. Both run on open,
-    on ``enforce_retention()`` and automatically every ``check_every`` inserted windows, so the
-    store may exceed ``max_windows`` by up to ``check_every - 1`` in between. Each pass costs
-    O(windows deleted): the count comes from a trigger-maintained table, the deletion walks
-    the oldest rows only. Annotations are forgotten once they can no longer label anything:
-    when they end at or before the oldest retained window of their session (windows of one
-    session are assumed to be added in time order, as the pipeline emits them), or when
-    their session has no retained windows and they are older than every retained window.
-    The file does not shrink (freed pages are reused), it stops growing.
-
-Threads
-    One writer connection, serialised by a lock (SQLite allows one writer at a time anyway);
-    every read (``query``, ``count``, ``stats``) opens its own short-lived read-only
-    connection, so any thread may read while another writes. A second process may read the
-    same file; only one process should write it: ``exclusive=True`` (the gateway) takes an
-    advisory ``flock`` on the file for the store's lifetime, so a second gateway pointed at the
-    same store refuses to start instead of mixing its sessions in. (``flock`` and SQLite's own
-    POSIX locks do not interact on Linux; the lock's descriptor is closed only after the
-    writer, because closing any descriptor of the file drops the process's POSIX locks on it.)
-
-Opening a file that is not a window store (a CSV, another application's SQLite database)
-changes nothing in it: it is recognised before the store switches the file to WAL mode.
-
-Schema
-    ``schema_version`` holds the version this file was written with; opening an older file
-    runs ``MIGRATIONS[v]`` (v -> v+1) in order inside one transaction; a newer file is refused.
+Why SQLite in WAL mode with ``synchronous=NORMAL``, float64 feature blobs, how retention runs on
+a clock NTP may step, how threads and a second process share the file, and how the schema
+migrates: ``docs/gateway.md``.
 """
 
 from __future__ import annotations

@@ -1,78 +1,12 @@
-"""Causal Butterworth low-pass with carried state, on the 20 Hz grid: the second stage of every sensor's path.
+"""Causal Butterworth low-pass with carried state, on the 20 Hz grid: the second stage of every
+sensor's path.
 
-Where it sits (a deliberate deviation from FedSCS-XGB)
-    FedSCS-XGB §III-A low-passes every channel (5th order, 5 Hz; 10 Hz for the wheel IMU) at the
-    sensor's native rate and then resamples to 20 Hz. Here the order is reversed: the polyphase
-    resampler (``resample.py``) runs first, and this Butterworth runs on its 20 Hz output.
-
-    Why: the gateway must not import SciPy (``import scipy.signal`` alone costs ~108 MB of RSS on
-    a gateway whose whole budget is 80 MB), and a recursive filter written in numpy is a Python loop
-    over time steps. At the native rates of a chair (2 x 50 Hz IMUs and a 250 Hz ECG with a filter)
-    that loop would cost more than the whole CPU budget allows; at 20 Hz it is 20 steps per second
-    per sensor — negligible (about 10 us per step for a 6-channel IMU, less than SciPy's per-call
-    overhead of ~120 us that the old native-rate ``sosfilt`` paid on every frame).
-
-    Why it is sound: both stages are linear and time-invariant, and the resampler's
-    Kaiser-windowed-sinc FIR is itself the anti-aliasing filter (at 20 Hz output: -0.1 dB at
-    8.5 Hz, -6 dB at 10 Hz, <= -55 dB from 12 Hz on). The cascade's response on the grid is
-    ``FIR(f) * H_20(f)`` instead of ``H_native(f) * FIR(f)``. What changes:
-
-    * Timing and knee, not the pass band. Both are 5th-order Butterworths with -3 dB at 5 Hz, but
-      the bilinear transform warps them differently (at 20 Hz, 5 Hz is ``fs/4`` and all five
-      zeros sit at the 10 Hz Nyquist). Magnitudes agree within 2.5 % up to 4 Hz (0.9994 / 0.980
-      at 3 / 4 Hz vs 0.9976 / 0.956 at 50 Hz); above 5 Hz the 20 Hz design is sharper (0.20 vs
-      0.35 at 6 Hz). The group delay at DC is 81 ms instead of 100 ms, so the output is ~20 ms
-      "earlier": that phase difference is most of the difference below (``|H_20 - H_50|`` = 0.12 at
-      1 Hz, 0.22-0.29 at 2-4 Hz, almost all of it phase).
-    * Aliasing (input above 10 Hz folding onto the grid; gain = FIR(f) * the filter at the alias
-      frequency): input at 10-12 Hz, in the FIR's transition band, folds to 8-10 Hz, where this
-      filter's zeros remove it: <= -101 dB (the paper's order left it at up to -36 dB, at 10 Hz,
-      with nothing after the FIR). Input above 12 Hz lost the native-rate Butterworth's attenuation
-      in front of the FIR: at worst -66 dB now (15.3 Hz folding to 4.7 Hz) vs <= -93 dB before.
-      Worst case over all inputs: 5e-4 of the amplitude now, 1.6e-2 before (50-2048 Hz sensors).
-
-    Measured on real data (``test_new_order_deviates_from_the_papers_order_as_documented``, all 140
-    seglearn watch series, 50 Hz): the RMS difference between the paper's order (SciPy ``sosfilt``
-    at 50 Hz, then the same resampler) and ours is 18 % of the channel's standard deviation
-    (median over series; at most 27 %) — the ~20 ms timing difference on the wrist's 1-4 Hz
-    motion. On the 34 window features of the 2231 windows, every feature correlates >= 0.93
-    between the two orders and all but eight >= 0.99 (the lowest: sample entropy 0.94, peak count
-    0.96, strike lengths 0.98); ``welch_power_5hz_up`` drops by about a quarter (the sharper
-    knee). Models must therefore be trained on windows from this pipeline, not the old one.
-
-Which sensors are filtered
-    Only when the cut-off lies below both the sensor's Nyquist and the grid's (10 Hz at 20 Hz):
-
-    * cut-off >= the output Nyquist (the wheel IMU's 10 Hz at 20 Hz): a Butterworth cannot place
-      its pole there; the stage is the identity and the FIR (cut-off 10 Hz) is the only low-pass.
-      The paper's 10 Hz Butterworth at 100 Hz attenuated 8-10 Hz by up to 3 dB more; that is
-      the deviation for this kind.
-    * cut-off >= the sensor's Nyquist (a 10 Hz pressure mat with the 5 Hz cut-off): the sensor
-      carries nothing above the cut-off — the stage is the identity, as it was at the native rate
-      (up-sampling 10 -> 20 Hz, the FIR cuts at 5 Hz already).
-
-Why this design
-    On the gateway the data arrive in frames, so the filter must be causal and keep its state
-    between frames. The direct-form-II-transposed cascade below processes sample after sample,
-    so any chunking gives bit-identical output (tested). Second-order sections rather than one
-    ``(b, a)`` polynomial: the sections keep their poles accurately at any cut-off/rate ratio.
-
-    The recursion is written with Python floats, one channel at a time: numpy's per-call
-    overhead (~1 us per ufunc on a (6,)-array) makes a time loop vectorised over channels slower
-    than plain float arithmetic for the 1-16 channels a sensor has. The arithmetic is
-    SciPy's ``sosfilt`` statement for statement (same operations, same order, IEEE doubles),
-    so the output equals ``scipy.signal.sosfilt`` bit for bit (tested against it).
-
-    The design (``butter_lowpass_sos``) is ``scipy.signal.butter(order, cutoff, fs=fs,
-    output='sos')`` re-done in numpy: analog prototype poles, frequency scaling with the cut-off
-    pre-warped, bilinear transform, and SciPy's "nearest" pole-zero pairing and section order
-    (tested to 1e-12 against SciPy).
-
-Start of a segment
-    The state is initialised to the steady state for the first sample (``sosfilt_zi * x0``), as if
-    the signal had been constant at ``x0`` forever: a constant signal passes with no transient
-    (a zero initial state would ring from 0 up to 1 g on every accelerometer restart). In the
-    pipeline the first sample is the segment's first 20 Hz output.
+It runs after the polyphase resampler (``resample.py``) -- the reverse of FedSCS-XGB §III-A's
+order, because a gateway can afford neither SciPy nor a recursive filter at the sensors' native
+rates -- equals ``scipy.signal.sosfilt`` bit for bit whatever the chunking, starts each segment in
+the steady state of its first sample, and is the identity where the cut-off lies at or above the
+sensor's or the grid's Nyquist. Why that order is sound and what it changes (measured on real
+recordings), and the design of the sections: ``docs/gateway.md``.
 """
 
 from __future__ import annotations
