@@ -87,6 +87,7 @@ class Dispatcher:
             self.transport.send_payloads(outbox, cached)
             return
         handler = self._handlers.get(type(request.body))
+        body: object  # the reply
         if isinstance(request.body, NewerVersion):  # written for a newer gateway: say which version
             if broadcast:
                 return
@@ -96,7 +97,7 @@ class Dispatcher:
         elif handler is None:
             if broadcast:
                 return  # broadcasts this gateway does not handle are not errors
-            body: object = ErrorReply(
+            body = ErrorReply(
                 "unsupported", f"{self.client_id} has no handler for {request.type!r}", request.type
             )
         else:

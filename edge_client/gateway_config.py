@@ -57,7 +57,7 @@ import tomllib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from edge_client.cli.arguments import (existing_file, gateway_id, holdout_share, non_negative_float, port_number,
                                        positive_float, positive_int)
@@ -128,7 +128,7 @@ class GatewaySettings:
     def resolve(cls, *layers: Mapping[str, object]) -> GatewaySettings:
         """The defaults overridden by each layer in turn (lowest precedence first); a layer maps
         field names to the values its source set (absent: not set there)."""
-        merged: dict[str, object] = {}
+        merged: dict[str, Any] = {}  # each source's parser gave its values their field's type
         for layer in layers:
             merged.update(layer)
         return cls(**merged)
@@ -319,6 +319,7 @@ def _read(data: bytes, base: Path, source: str) -> dict[str, object]:
     problems: list[str] = []
     for name, value in document.items():
         table, key = ("", name) if name not in SCHEMA or name == "" else (name, None)
+        items: Iterable[tuple[str, object]]
         if key is None:  # a table of ours
             if not isinstance(value, dict):
                 problems.append(f"{prefix}{name}: expected a table [{name}] with {', '.join(SCHEMA[name])}, "

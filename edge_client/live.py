@@ -122,7 +122,7 @@ class LivePredictor:
         sent = 0
         while self._queue:
             model_label = self._queue[0][0]
-            batch = []
+            batch: list[tuple[str, tuple[str, ...], PredictionRecord, int]] = []
             while self._queue and self._queue[0][0] == model_label and len(batch) < self.config.max_batch:
                 batch.append(self._queue.popleft())
             try:

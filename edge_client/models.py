@@ -56,7 +56,7 @@ from pathlib import Path
 from shared.model import TreeEnsemble, client_index
 from shared.model.bundle import BundleError, ModelBundle, open_bundle, verify_rollback
 from shared.protocol.errors import DecodeError
-from shared.protocol.messages.deployment import ModelRollback, ModelStatus
+from shared.protocol.messages.deployment import ModelRollback, ModelState, ModelStatus
 from shared.signing import BadSignature, VerifyKey
 
 from .engines import Engine, EnginePreference, choose_engine
@@ -134,7 +134,7 @@ class ModelManager:
     def current(self) -> InstalledModel | None:
         return self._current
 
-    def status(self, state: str, reason: str = "") -> ModelStatus:
+    def status(self, state: ModelState, reason: str = "") -> ModelStatus:
         current = self._current
         return ModelStatus(state, current.bundle.model_id if current else "", current.bundle.version if current else -1,
                            self._previous_version, reason)
@@ -266,7 +266,7 @@ class ModelManager:
         log.warning("model rolled back", extra={"model": installed.label, "reason": request.reason})
         return self.status("active", f"rolled back: {request.reason}" if request.reason else "rolled back")
 
-    def _rollback_refusal(self, request: ModelRollback) -> tuple[str, str] | None:
+    def _rollback_refusal(self, request: ModelRollback) -> tuple[ModelState, str] | None:
         """``(state, reason)`` if ``request`` must not be applied, checked from the signature to
         the models it names (the previous model itself is checked by ``rollback``)."""
         try:

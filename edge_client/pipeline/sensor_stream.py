@@ -117,7 +117,7 @@ class SensorStream:
             return update
         self.stats.samples_in += n
         self._check_clock(ts, update)
-        finite = np.isfinite(x).all(axis=1)
+        finite = np.asarray(np.isfinite(x).all(axis=1))  # one flag per sample
         bounds = [0, *(np.flatnonzero(finite[1:] != finite[:-1]) + 1).tolist(), n]
         for a, b in zip(bounds[:-1], bounds[1:]):
             if finite[a]:

@@ -65,6 +65,10 @@ class ModelRollback:
                 raise ValueError(f"{name} must be in [-1, 2**63), got {getattr(self, name)}")
 
 
+#: ``ModelStatus.state``: the outcome of a push or rollback.
+ModelState = Literal["active", "rejected", "unchanged"]
+
+
 @message_type("model_status")
 @dataclass(frozen=True)
 class ModelStatus:
@@ -72,7 +76,7 @@ class ModelStatus:
     pushed model now runs; "rejected": it failed a check named in ``reason``, the previous
     model keeps running; "unchanged": nothing to do)."""
 
-    state: Literal["active", "rejected", "unchanged"]
+    state: ModelState
     active_model_id: str = ""
     active_version: int = -1
     previous_version: int = -1
