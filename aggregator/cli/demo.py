@@ -40,10 +40,11 @@ later labels have added enough labelled windows fleet-wide; the server retrains 
 continues from the deployed model) and rolls the new version out -- a canary gateway first --
 only if it does not score below the deployed model on the same held-out windows.
 
-The summary compares federated, local-only and centralized training, says on which held-out
-windows each score was taken, why each model was or was not deployed (the server's promotion
-decision for the retraining), which gateways sat out a step and why, and what the server ran
-(jobs, schedule, promotions). Exit status 0 when the run completed and every deployment reached
+The demo ends with a one-screen summary: each model's held-out accuracy beside its window count,
+chance and local-only, the decision of each step, what every gateway runs, the privacy budget
+spent and why that epsilon, and the bytes per gateway; it points to the server's dashboard for
+the rest. --report writes the full report (every table and explanation, the server's jobs,
+schedule and promotions) as JSON. Exit status 0 when the run completed and every deployment reached
 every gateway (also when nothing was deployed), 1 otherwise.
 """
 
@@ -121,7 +122,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-kill", action="store_true", help="do not kill and restart a gateway midway")
     p.add_argument("--broker", choices=("auto", "mosquitto", "embedded"), default="auto", help="which MQTT broker")
     p.add_argument("--run-dir", help="keep recordings, stores, models and logs here (default: a temporary dir)")
-    p.add_argument("--report", type=output_file(".json", what="report"), help="also write the summary as JSON here")
+    p.add_argument("--report", type=output_file(".json", what="report"), help="write the full report (every table and explanation) as JSON here")
     p.set_defaults(func=_demo)
 
     p = add_subcommand(sub, "smoke", "the foundation smoke run: broker, round engine, gateway processes, a kill",
