@@ -122,7 +122,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-kill", action="store_true", help="do not kill and restart a gateway midway")
     p.add_argument("--broker", choices=("auto", "mosquitto", "embedded"), default="auto", help="which MQTT broker")
     p.add_argument("--run-dir", help="keep recordings, stores, models and logs here (default: a temporary dir)")
-    p.add_argument("--report", type=output_file(".json", what="report"), help="write the full report (every table and explanation) as JSON here")
+    p.add_argument("--report", type=output_file(".json", what="report"),
+                   help="write the full report (every table and explanation) as JSON here")
     p.set_defaults(func=_demo)
 
     p = add_subcommand(sub, "smoke", "the foundation smoke run: broker, round engine, gateway processes, a kill",
