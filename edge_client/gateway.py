@@ -159,7 +159,8 @@ class Gateway:
                                          holdout_fraction=config.holdout_fraction)
             self.participant = Participant(self.transport, training)
             vertical = self.participant.halves.get(VerticalForestClient.capability)
-            if vertical is not None:  # deployed partial trees live beside the models, under the same keys
+            # deployed partial trees live beside the models, under the same keys
+            if isinstance(vertical, VerticalForestClient):
                 vertical.configure(PartySetup(config.client_id, model_dir, tuple(keys), self.store,
                                               config.party_key_file))
             dispatcher = self.participant.dispatcher
@@ -211,11 +212,12 @@ class Gateway:
 
     def _publish_live(self) -> None:
         """Queued alerts and predictions to the aggregator, when connected."""
-        if self.transport is None or not self.transport.is_connected:
+        transport = self.transport
+        if transport is None or not transport.is_connected:
             return
-        outbox = self.transport.layout.outbox(self.config.client_id)
+        outbox = transport.layout.outbox(self.config.client_id)
         try:
-            self.predictor.flush(lambda body: self.transport.publish(
+            self.predictor.flush(lambda body: transport.publish(
                 outbox, Message.create(body, sender=self.config.client_id)))
         except ConnectionError:
             return  # stays queued
@@ -275,7 +277,8 @@ class Gateway:
             if refused:
                 self.shutdown()
                 raise GatewayError(f"serial port {self.config.serial_port} {refused}")
-            self._supervisor = threading.Thread(target=self._supervise, name="gateway-supervisor", daemon=True)
+            self._supervisor = threading.Thread(target=self._supervise, args=(self.serial,), name="gateway-supervisor",
+                                                daemon=True)
             self._supervisor.start()
         log.info("gateway running", extra={"client": self.config.client_id, "session": self.session_id})
 
@@ -300,13 +303,13 @@ class Gateway:
         finally:
             self.shutdown()
 
-    def _supervise(self) -> None:
+    def _supervise(self, serial: SerialReader) -> None:
         """Restart serial reader threads that died, with backoff (``SupervisionConfig``)."""
         cfg = self.config.supervision
         wait, last_restart, due = cfg.backoff_initial_s, float("-inf"), None
         while not self._supervisor_stop.wait(cfg.check_every_s):
             try:
-                dead = self.serial.dead_workers()
+                dead = serial.dead_workers()
                 now = time.monotonic()
                 if not dead:
                     due = None
@@ -317,7 +320,7 @@ class Gateway:
                     due = now + wait
                 if now < due:
                     continue
-                restarted = self.serial.restart(dead)
+                restarted = serial.restart(dead)
                 self.restarts += len(restarted)
                 log.warning("serial reader threads restarted", extra={"threads": restarted, "restarts": self.restarts,
                                                                     "backoff_s": wait})
