@@ -72,9 +72,19 @@ _LIVE_SCHEMA: tuple[str, ...] = (
 _MARKS_SCHEMA: tuple[str, ...] = (
     "CREATE TABLE prediction_marks (name TEXT PRIMARY KEY, until_us INTEGER NOT NULL)",
 )
+
+
+def _executing(statements: tuple[str, ...]) -> Callable[[sqlite3.Connection], None]:
+    """A migration step that runs ``statements`` in order."""
+    def step(conn: sqlite3.Connection) -> None:
+        for statement in statements:
+            conn.execute(statement)
+    return step
+
+
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    1: lambda c: [c.execute(statement) for statement in _LIVE_SCHEMA] and None,
-    2: lambda c: [c.execute(statement) for statement in _MARKS_SCHEMA] and None,
+    1: _executing(_LIVE_SCHEMA),
+    2: _executing(_MARKS_SCHEMA),
 }
 
 _BUSY_TIMEOUT_S = 10.0
@@ -721,7 +731,8 @@ class WindowStore:
 
 def _filters(feature_set_version: str | None, start_us: int | None, end_us: int | None, labelled_only: bool,
              session_id: str | None) -> tuple[str, dict[str, object]]:
-    clauses, params = ["1"], {}
+    clauses = ["1"]
+    params: dict[str, object] = {}
     if feature_set_version is not None:
         clauses.append("feature_set_version = :version")
         params["version"] = feature_set_version
