@@ -172,7 +172,7 @@ class SampleFrame:
             and _le_bytes(self.samples) == _le_bytes(other.samples)
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable: equality compares the samples
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,8 @@ def sign_manifest(signing_key: SigningKey, *, model_id: str, version: int, job: 
         raise TypeError(f"signing_key must be a shared.signing.SigningKey, got {type(signing_key).__name__}")
     if any(len(d) != 32 for d in party_digests):
         raise ValueError("party_digests: every party must have reported the SHA-256 of its partial trees (32 bytes)")
-    unsigned = VerticalManifest(model_id, int(version), job, tuple(parties), label_holder, task,  # type: ignore[arg-type]
+    unsigned = VerticalManifest(model_id, int(version), job, tuple(parties), label_holder,
+                                task,  # type: ignore[arg-type]  # the caller's text: checked where parties decode it
                                 tuple(classes), forest_digest, tuple(party_digests),
                                 time.time_ns() if issued_ns is None else int(issued_ns), signing_key.key_id)
     return replace(unsigned, signature=signing_key.sign(manifest_payload(unsigned)))

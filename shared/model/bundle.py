@@ -307,7 +307,7 @@ class ModelBundle:
             return NotImplemented
         return self.to_bytes() == other.to_bytes()
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable: equality compares the encoded bundles
 
     def __repr__(self) -> str:
         target = f", target={self.target!r}" if self.target else ""

@@ -313,7 +313,7 @@ class TreeEnsemble:
             and self.trees == other.trees
         )
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable: equality compares the arrays' bytes
 
     def __reduce__(self) -> tuple:
         """Pickle through the constructor: re-validated, read-only, compiled engine not carried."""

@@ -70,7 +70,7 @@ def as_count(value: object, *, name: str, low: int, high: int | None = None) -> 
     if isinstance(value, (bool, np.bool_)):
         raise SketchError(f"{name} must be an integer, got {value!r}")
     try:
-        number = operator.index(value)  # type: ignore[arg-type]
+        number = operator.index(value)  # type: ignore[arg-type]  # any object: a non-integer raises TypeError
     except TypeError:
         raise SketchError(f"{name} must be an integer, got {value!r}") from None
     if number < low or (high is not None and number > high):
@@ -82,7 +82,7 @@ def as_count(value: object, *, name: str, low: int, high: int | None = None) -> 
 def as_finite_float(value: object, name: str) -> float:
     """A finite Python float, or ``SketchError`` naming the field."""
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = float(value)  # type: ignore[arg-type]  # any object: a non-number raises TypeError or ValueError
     except (TypeError, ValueError):
         raise SketchError(f"{name} must be a real number, got {value!r}") from None
     if not math.isfinite(number):
