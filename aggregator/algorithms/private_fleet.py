@@ -233,10 +233,15 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
         refinement = _grid_edges(summer, feature_set_version, d + 1, n_bins, budget, total=None, target=True)
         edges = refinement.edges(include_min_point=True)
         target_edges = edges.pop()
-        shift = target_shift(target_edges)
         # under differential privacy the target's sums are not released (their noise would need
-        # the target's range): the window count is the target column's noisy grid total
-        sums = fleet_counts(shift) if budget is None else np.array([int(refinement.totals[-1]), 0, 0])
+        # the target's range): the window count is the target column's noisy grid total, and the
+        # range check is skipped (noise alone can put an outermost edge far out; nothing is summed)
+        if budget is None:
+            shift = target_shift(target_edges)
+            sums = fleet_counts(shift)
+        else:
+            shift = float(target_edges[target_edges.size // 2]) if target_edges.size else 0.0
+            sums = np.array([int(refinement.totals[-1]), 0, 0])
     else:
         shift = 0.0
         sums = fleet_counts(shift)
