@@ -29,12 +29,13 @@ candidates"), ``target="client"`` (predict H from X: the covariate-shift diagnos
 
 Protocols (``FedForest.protocol``):
 
-* ``"private"`` (the default for classification): differential privacy under secure
-  aggregation -- a noisy opening, one noisy release of the fleet's class counts per feature and
-  bin, trees grown by random splits on the best-scoring features, one noisy release of the
-  leaves' class counts (``fedforest_private``, ``forest_private_growth``);
-* ``"histogram"`` (secure sums without differential privacy; the default for regression, with a
-  one-line warning): the job opens with fleet sums and fleet-wide edges read off fleet-summed
+* ``"private"`` (the default): differential privacy under secure aggregation -- a noisy
+  opening, one noisy release of the fleet's class counts (regression: window counts and sums of
+  the target clipped to a public range) per feature and bin, trees grown by random splits on
+  the best-scoring features, one noisy release of the leaves' class counts (regression: counts
+  and sums) (``fedforest_private``, ``forest_private_growth``);
+* ``"histogram"`` (secure sums without differential privacy, with a one-line warning): the job
+  opens with fleet sums and fleet-wide edges read off fleet-summed
   grid counts (``private_fleet``); then each level is one round: per (node, sampled feature)
   pair and per bin of the edges, the summed window counts and weighted summary terms (secure
   aggregation by default). The candidates are the edges; every gain is the exact pooled gain of
@@ -131,10 +132,10 @@ class FedForest:
     ``client_splits``: also split on the client indicator H (exempt from feature subsampling);
     the model then has one extra input, the client index (``model.metadata["clients"]`` lists
     the clients in index order).
-    ``protocol`` (module docstring): ``"private"`` (the default for classification unless
+    ``protocol`` (module docstring): ``"private"`` (the default unless
     ``secure_aggregation=False``), ``"histogram"`` (secure sums of exact per-bin sums, no
-    differential privacy; the default for regression) or ``"sketches"`` (the paper's; reveals
-    client values). Both non-DP protocols log a one-line warning. ``secure_aggregation``,
+    differential privacy) or ``"sketches"`` (the paper's; reveals client values). Both non-DP
+    protocols log a one-line warning. ``secure_aggregation``,
     ``secagg_degree``, ``min_crowd``: as for ``FedSCSXGB``. The histogram protocol offers exact
     evaluation of the edges' candidates, numeric features and the label target (no H-splits,
     categorical features or AvgImp: they need per-client statistics). ``n_bins``: default 16 in
@@ -175,7 +176,7 @@ class FedForest:
     target: Literal["label", "client"] = "label"
     feature_set_version: str = ""
     classes: tuple[str, ...] | None = None
-    protocol: Literal["private", "histogram", "sketches"] | None = None  # None: private, histogram for regression
+    protocol: Literal["private", "histogram", "sketches"] | None = None  # None: private
     secure_aggregation: bool | None = None  # None: on unless protocol="sketches"
     secagg_degree: int | None = None
     min_crowd: int = 5
@@ -207,8 +208,7 @@ class FedForest:
             raise ValueError("predicting the client from X cannot also split on the client")
         if self.criterion is not None and (self.criterion == "mse") != self.regression:
             raise ValueError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
-        check_privacy_settings(self, paper="sketches", dp_possible=self.task == "classification"
-                               and self.target == "label")
+        check_privacy_settings(self, paper="sketches", dp_possible=True)
         if self.protocol != "sketches":
             unsupported = [name for name, on in (("client_splits", self.client_splits),
                                                  ("categorical_features", bool(self.categorical_features)),

@@ -1,18 +1,26 @@
-"""FedForest's private protocol (``protocol="private"``, the default for classification): a random
-forest under distributed differential privacy, the server decoding only noisy fleet sums.
+"""FedForest's private protocol (``protocol="private"``, the default): a random forest under
+distributed differential privacy, the server decoding only noisy fleet sums.
 
 A training spends a budget of ``(dp_epsilon, dp_delta)`` per window (adding or removing one
 window), shared by :class:`ReleasePlan` between three kinds of release
 (:class:`~aggregator.privacy.PrivacyBudget`):
 
 * ``opening`` -- the fleet's window and class counts and a few grid rounds for coarse bin edges
-  (``private_fleet``);
+  (``private_fleet``); regression: the grid rounds with the target as one more column and, in
+  place of the fleet's target sums, one release of the target's counts per octave (sensitivity
+  1) that gives the public target range (:func:`target_range`);
 * ``histograms`` -- one release: per feature and slot of the edges, the fleet's class counts
   (``fedforest.dp_histograms``). One window adds one count to one cell per feature: L2
   sensitivity ``sqrt(d)``, L1 ``d``;
 * ``leaves`` -- one release: per leaf of every tree, the fleet's class counts
   (``fedforest.dp_leaves``). Every window is in every tree (no bootstrap) and in one leaf of
   each: L2 sensitivity ``sqrt(n_trees)``, L1 ``n_trees``.
+
+Regression releases, in the same two cells, ``[windows, Σ z]`` with ``z`` the target clipped to
+the public range and scaled into ``[-1, 1]`` (``TargetClip``), on the same lattice: one window
+adds ``COUNT_SCALE`` to the count and at most ``COUNT_SCALE`` in magnitude to the sum of its
+cell, so the sensitivities are those above for two columns: ``sqrt(2 d)`` and ``2 d`` (root
+histograms), ``sqrt(2 n_trees)`` and ``2 n_trees`` (leaves), in windows.
 
 Counts travel multiplied by :data:`COUNT_SCALE` (which keeps the Skellam mechanism close to the
 Gaussian), plus each gateway's share of the noise, in masked 32-bit ring words. Between the two
@@ -38,10 +46,12 @@ from shared.protocol.messages.fedforest import (
     PrivateForestHistogramRequest,
     PrivateForestLeavesRequest,
     SplitDecisions,
+    TargetClip,
 )
 from shared.protocol.messages.fleet_sums import NoiseShare
 from shared.protocol.messages.secure_aggregation import word_bits_for
-from shared.sketches import pack_edges
+from shared.protocol.messages.fleet_sums import FleetSumReply, GridCountsRequest
+from shared.sketches import GridPlan, key_values, pack_edges
 
 from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, RoundProgress, TrainingError
@@ -52,10 +62,17 @@ from .private_fleet import describe_fleet_privately, opening_releases
 if TYPE_CHECKING:
     from .fedforest import FedForest
 
-__all__ = ["COUNT_SCALE", "PrivateForestTraining", "ReleasePlan", "release_bounds"]
+__all__ = ["COUNT_SCALE", "RANGE_BITS", "RANGE_SIGMAS", "PrivateForestTraining", "ReleasePlan", "release_bounds",
+           "target_range"]
 
 #: Lattice steps per window of a released count (``NoiseShare.scale``).
 COUNT_SCALE = 64
+#: Key bits of the target range release's cells: the sign and the exponent of the float32
+#: target, so every cell is one octave ``[2^e, 2^(e+1))`` of either sign (512 cells).
+RANGE_BITS = 9
+#: Noise standard deviations a target cell's count must exceed to count for the public range:
+#: among the 512 cells, a cell of noise alone does so with probability ~2e-5.
+RANGE_SIGMAS = 4.0
 
 
 @dataclass(frozen=True)
@@ -73,17 +90,46 @@ class ReleasePlan:
                              releases={"opening": opening_releases(), "histograms": 1, "leaves": 1})
 
 
-def release_bounds(kind: str, n_features: int, n_trees: int) -> tuple[float, float]:
+def release_bounds(kind: str, n_features: int, n_trees: int, columns: int = 1) -> tuple[float, float]:
     """The L2 and L1 norms, in lattice units, of what one window adds to a release: a count of
-    ``COUNT_SCALE`` in one cell per feature (``"histograms"``) or per tree (``"leaves"``).
+    ``COUNT_SCALE`` in one cell per feature (``"histograms"``) or per tree (``"leaves"``), in
+    each of ``columns`` columns (regression: 2, the count and ``round(z COUNT_SCALE)``).
 
     Examples
     --------
     >>> release_bounds("leaves", n_features=204, n_trees=4)
     (128.0, 256.0)
+    >>> release_bounds("leaves", n_features=204, n_trees=2, columns=2)
+    (128.0, 256.0)
     """
-    cells = {"histograms": n_features, "leaves": n_trees}[kind]
+    cells = {"histograms": n_features, "leaves": n_trees}[kind] * columns
     return COUNT_SCALE * math.sqrt(cells), COUNT_SCALE * float(cells)
+
+
+def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
+    """The public target range from the noisy counts of the target range release (one per
+    octave cell of the float32 keys, ``RANGE_BITS`` key bits, in key order): from the lowest to
+    the highest cell holding more than ``min_count`` windows (the fullest cell if none does).
+    Post-processing: outliers in near-empty octaves are clipped, not ranged over.
+
+    Examples
+    --------
+    >>> counts = np.zeros(512)
+    >>> counts[[0x100 + 126, 0x100 + 128, 0x100 + 130]] = [50.0, 80.0, 3.0]  # [0.5, 1), [2, 4), [8, 16)
+    >>> target_range(counts, min_count=10.0)
+    TargetClip(centre=2.25, half_width=1.75)
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    full = np.flatnonzero(counts > min_count)
+    if full.size == 0:
+        full = np.array([int(np.argmax(counts))])
+    shift = 32 - RANGE_BITS
+    low = float(key_values(np.array([int(full[0]) << shift], dtype=np.uint32))[0])
+    last = min((int(full[-1]) + 1) << shift, 0xFF7FFFFF)  # the next cell's first key, at most FLT_MAX's
+    high = float(key_values(np.array([last], dtype=np.uint32))[0])
+    if not (np.isfinite(low) and np.isfinite(high)):  # no mass anywhere: the keys' ends
+        return TargetClip(0.0, 1.0)
+    return TargetClip((low + high) / 2, max((high - low) / 2, 2.0 ** -20))
 
 
 class PrivateForestTraining:
@@ -99,11 +145,13 @@ class PrivateForestTraining:
         self.summer = FleetSummer(self.job, secure=True, degree=cfg.secagg_degree)
         self.summer.start(self.job.clients)
         self.budget = cfg.release_plan.budget(cfg.dp_epsilon, cfg.dp_delta)
-        fleet = describe_fleet_privately(self.job, self.summer, cfg.feature_set_version, regression=False,
+        fleet = describe_fleet_privately(self.job, self.summer, cfg.feature_set_version, regression=cfg.regression,
                                          n_bins=cfg.bins, classes=cfg.classes, budget=self.budget)
-        if len(fleet.classes) < 2:
+        if not cfg.regression and len(fleet.classes) < 2:
             raise TrainingError(f"classification needs at least 2 classes, the clients have {list(fleet.classes)}")
         self.fleet = fleet
+        self.clip = self._target_range() if cfg.regression else None
+        self.columns = 2 if cfg.regression else len(fleet.classes)
         self.edges = [np.asarray(e, dtype=np.float32) for e in fleet.edges]
         if not any(e.shape[0] for e in self.edges):
             raise TrainingError("no feature has two distinct values fleet-wide: nothing to split on")
@@ -114,15 +162,35 @@ class PrivateForestTraining:
         self.windows = 2.0 * fleet.total_samples + 10_000.0
         self.step = 0
         self.keep = cfg.dp_features or max(1, math.isqrt(fleet.n_features))
-        plan = PrivateForestPlan(cfg.n_trees, cfg.max_depth, self.keep, cfg.split_criterion)
+        plan = PrivateForestPlan(cfg.n_trees, cfg.max_depth, self.keep, cfg.split_criterion, target=self.clip)
         grown = grow_private_forest(plan, self.edges, self.seed, self._histograms, self._leaves)
         return self._model(grown), grown
 
     # -- releases ------------------------------------------------------------------------------
 
+    def _target_range(self) -> TargetClip:
+        """The target range release: the fleet's target counts per octave cell (one cell per
+        window: L2 and L1 sensitivity 1), from the opening's share -- the release a regression
+        opening under a budget leaves unmade (it sums no targets) -- and the range read off it
+        (:func:`target_range`)."""
+        cohort = list(self.summer.active)
+        d = self.fleet.n_features
+        plan = GridPlan(d + 1, feature=[d], prefix=[0], bits=[0], step=[RANGE_BITS])
+        mu = self.budget.mu("opening", COUNT_SCALE, COUNT_SCALE)
+        noise = NoiseShare(mu, len(cohort), COUNT_SCALE)
+        requests = {c: GridCountsRequest(self.config.feature_set_version, **plan.to_arrays(),
+                                         secure=self.summer.secure_round(c, cohort), noise=noise, target=True)
+                    for c in cohort}
+        result = self.summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells, word_bits=32)
+        answered = len(result.contributors)
+        self.budget.spend(skellam_release("opening", COUNT_SCALE, COUNT_SCALE, mu, answered=answered,
+                                          asked=len(cohort)))
+        sigma = math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE
+        return target_range(result.total.view(np.int64) / COUNT_SCALE, RANGE_SIGMAS * sigma)
+
     def _task(self, client: str) -> ForestTask:
         cfg = self.config
-        return ForestTask(task="classification", criterion=cfg.split_criterion,
+        return ForestTask(task=cfg.task, criterion=cfg.split_criterion,
                           feature_set_version=cfg.feature_set_version, n_features=self.fleet.n_features,
                           n_trees=cfg.n_trees, client_index=self.clients.index(client),
                           trees=np.arange(cfg.n_trees, dtype=np.int64), seed=self.seed, bootstrap=False,
@@ -147,28 +215,32 @@ class PrivateForestTraining:
         counts = result.total.view(np.int64).astype(np.float64) / COUNT_SCALE
         return NoisyCounts(counts, math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE)
 
+    def _bounds(self, kind: str) -> tuple[float, float]:
+        return release_bounds(kind, self.fleet.n_features, self.config.n_trees, 2 if self.config.regression else 1)
+
     def _histograms(self) -> NoisyCounts:
-        d, K = self.fleet.n_features, len(self.fleet.classes)
+        d, C = self.fleet.n_features, self.columns
         features = np.arange(d, dtype=np.int64)
-        released = self._release("histograms", *release_bounds("histograms", d, self.config.n_trees),
+        released = self._release("histograms", *self._bounds("histograms"),
                                  lambda c, noise, secure, bits: PrivateForestHistogramRequest(
                                      self._task(c), features, self.edge_values, self.edge_offsets, noise, secure,
-                                     bits))
+                                     bits, target_clip=self.clip))
         slots = int(np.diff(self.edge_offsets).max(initial=0)) + 2
-        self._check("root histograms", released, np.repeat(np.arange(d), slots), K)
-        return NoisyCounts(released.counts.reshape(d, slots, K), released.sigma)
+        self._check("root histograms", released, np.repeat(np.arange(d), slots))
+        return NoisyCounts(released.counts.reshape(d, slots, C), released.sigma)
 
     def _leaves(self, splits: SplitDecisions, leaf_tree: np.ndarray, leaf_id: np.ndarray) -> NoisyCounts:
-        released = self._release("leaves", *release_bounds("leaves", self.fleet.n_features, self.config.n_trees),
+        released = self._release("leaves", *self._bounds("leaves"),
                                  lambda c, noise, secure, bits: PrivateForestLeavesRequest(
-                                     self._task(c), splits, leaf_tree, leaf_id, noise, secure, bits))
-        self._check("leaf counts", released, leaf_tree, len(self.fleet.classes))
-        return NoisyCounts(released.counts.reshape(leaf_tree.shape[0], len(self.fleet.classes)), released.sigma)
+                                     self._task(c), splits, leaf_tree, leaf_id, noise, secure, bits,
+                                     target_clip=self.clip))
+        self._check("leaf counts", released, leaf_tree)
+        return NoisyCounts(released.counts.reshape(leaf_tree.shape[0], self.columns), released.sigma)
 
-    @staticmethod
-    def _check(what: str, released: NoisyCounts, group: np.ndarray, n_classes: int) -> None:
+    def _check(self, what: str, released: NoisyCounts, group: np.ndarray) -> None:
         """Stop the job in one line when a release breaks what honest counts make true."""
-        violation = count_violation(released.counts.reshape(-1, n_classes), group, released.sigma)
+        violation = count_violation(released.counts.reshape(-1, self.columns), group, released.sigma,
+                                    self.config.split_criterion)
         if violation is not None:
             raise TrainingError(f"the fleet's {what} break the protocol's bounds ({violation}): a gateway sent "
                                 "counts no set of windows gives; the job stops")
@@ -177,10 +249,12 @@ class PrivateForestTraining:
 
     def _model(self, grown: PrivateForest) -> TreeEnsemble:
         cfg = self.config
+        clip = {} if self.clip is None else {"dp_target_low": self.clip.centre - self.clip.half_width,
+                                              "dp_target_high": self.clip.centre + self.clip.half_width}
         return TreeEnsemble(
-            trees=grown.trees, kind="forest", link="identity", n_outputs=len(self.fleet.classes),
+            trees=grown.trees, kind="forest", link="identity", n_outputs=1 if cfg.regression else self.columns,
             feature_names=tuple(self.fleet.feature_names), feature_set_version=cfg.feature_set_version,
             classes=self.fleet.model_classes,
             metadata={"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": cfg.max_depth, "n_bins": cfg.bins,
                       "criterion": cfg.split_criterion, "protocol": cfg.protocol, "secure_aggregation": 1,
-                      "dp_features": self.keep, **self.budget.spent().metadata()})
+                      "dp_features": self.keep, **clip, **self.budget.spent().metadata()})

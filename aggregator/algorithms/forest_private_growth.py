@@ -2,7 +2,14 @@
 
 The private protocol (``fedforest_private``) releases, after the opening, only two fleet sums of
 class counts, each with distributed Skellam noise; everything here is post-processing of them
-(which costs no privacy) and of public randomness:
+(which costs no privacy) and of public randomness. Regression releases, per cell, ``[windows,
+Σ z]`` instead of class counts, ``z`` the target clipped to the job's public range and scaled
+into ``[-1, 1]`` (``TargetClip``); every step below reads them through the same functions, with
+``criterion="mse"``: a cell's windows are its first column rather than the sum of its columns,
+a feasible cell has ``|Σ z| <= windows``, the split score is the variance decrease of ``z``
+(``n_L n_R / n^2 (mean_L - mean_R)^2``, which reads no sum of squares), the prior is the
+fleet's mean ``z`` and a leaf's value its noisy mean shrunk towards that prior, mapped back to
+the target's units (within the public range).
 
 1. **the root release** -- per feature and slot of the opening's edges, the fleet's class counts
    (all windows; one window adds 1 to one cell per feature). :func:`screen_features` takes the
@@ -42,14 +49,14 @@ from typing import NamedTuple
 import numpy as np
 
 from shared.model import Tree, TreeBuilder
-from shared.protocol.messages.fedforest import SplitDecisions
+from shared.protocol.messages.fedforest import SplitDecisions, TargetClip
 from shared.splitting import impurity, pooled_gain
 
 from .private_growth import TAIL_SIGMAS
 
 __all__ = ["MIN_COUNT_SIGMAS", "NoisyCounts", "PrivateForest", "PrivateForestPlan", "RandomForest", "Screening",
-           "count_violation", "grow_private_forest", "leaf_values", "random_forest", "screen_features",
-           "useful_edges"]
+           "count_violation", "feasible", "grow_private_forest", "leaf_values", "random_forest", "screen_features",
+           "useful_edges", "window_counts"]
 
 #: Noise standard deviations of a candidate child's count (a sum of up to half a feature's
 #: slots) that a child must reach for its split to score a feature.
@@ -57,8 +64,8 @@ MIN_COUNT_SIGMAS = 2.0
 
 
 class NoisyCounts(NamedTuple):
-    """A decoded release: class counts in windows (float) and each cell's noise standard
-    deviation in windows (0: exact)."""
+    """A decoded release: class counts in windows (float; regression: ``[windows, Σ z]``) and
+    each cell's noise standard deviation in windows (0: exact)."""
 
     counts: np.ndarray
     sigma: float
@@ -74,20 +81,27 @@ FetchLeaves = Callable[[SplitDecisions, np.ndarray, np.ndarray], NoisyCounts]
 class PrivateForestPlan:
     """The private forest's settings: ``n_trees`` trees of depth ``max_depth`` splitting on the
     ``keep`` best features of the root release (scored by ``criterion``), leaves shrunk towards
-    the fleet's class distribution by ``smoothing`` noise standard deviations."""
+    the fleet's class distribution (regression: its mean) by ``smoothing`` noise standard
+    deviations. Regression (``criterion="mse"``) needs the job's public ``target`` range."""
 
     n_trees: int
     max_depth: int
     keep: int
     criterion: str = "gini"
     smoothing: float = 0.3
+    target: TargetClip | None = None
+
+    def __post_init__(self) -> None:
+        if (self.criterion == "mse") != (self.target is not None):
+            raise ValueError("a private forest needs a target range for criterion 'mse', and only there")
 
 
 @dataclass(frozen=True, eq=False)
 class Screening:
     """What the root release says: the kept ``features`` (ascending), every feature's ``score``
     (its best impurity decrease; ``-inf`` without a candidate), the fleet's class distribution
-    ``prior`` and its noisy window count ``total``."""
+    ``prior`` (regression: ``[1, mean z]``, the cell of one average window) and its noisy window
+    count ``total``."""
 
     features: np.ndarray
     score: np.ndarray
@@ -95,12 +109,37 @@ class Screening:
     total: float
 
 
+def window_counts(cells: np.ndarray, criterion: str) -> np.ndarray:
+    """The windows of released cells ``(..., C)``: the sum of the class counts, or the first
+    column of ``[windows, Σ z]`` (``criterion="mse"``)."""
+    cells = np.asarray(cells, dtype=np.float64)
+    return cells[..., 0] if criterion == "mse" else cells.sum(axis=-1)
+
+
+def feasible(cells: np.ndarray, criterion: str) -> np.ndarray:
+    """Released cells ``(..., C)`` made ones that windows can give (post-processing): counts
+    clipped at 0, and for ``criterion="mse"`` the sums of ``z`` within ``[-windows, windows]``.
+
+    Examples
+    --------
+    >>> feasible(np.array([[3.0, -5.0], [-1.0, 0.5]]), "mse").tolist()
+    [[3.0, -3.0], [0.0, 0.0]]
+    """
+    c = np.array(cells, dtype=np.float64)
+    if criterion != "mse":
+        return np.clip(c, 0.0, None)
+    c[..., 0] = np.clip(c[..., 0], 0.0, None)
+    c[..., 1] = np.clip(c[..., 1], -c[..., 0], c[..., 0])
+    return c
+
+
 def screen_features(hist: np.ndarray, n_edges: np.ndarray, keep: int, criterion: str,
                     min_count: float) -> Screening:
     """Score every feature of the root release ``hist`` ``(d, S, K)`` (slot ``b < n_edges[j] + 1``:
     present values, the last slot: missing) and keep the ``keep`` best (module docstring).
     Candidate ``b`` sends present slots ``<= b`` left and missing values right; ties keep the
-    lower feature index.
+    lower feature index. Regression (``criterion="mse"``, cells ``[windows, Σ z]``): the score is
+    the variance decrease of ``z``, ``(S_L^2/n_L + S_R^2/n_R - S^2/n) / n``.
 
     Examples
     --------
@@ -110,27 +149,40 @@ def screen_features(hist: np.ndarray, n_edges: np.ndarray, keep: int, criterion:
     >>> s = screen_features(hist, np.array([1, 1]), keep=1, criterion="gini", min_count=0.0)
     >>> s.features.tolist(), s.prior.tolist()
     ([0], [0.5, 0.5])
+    >>> reg = np.zeros((2, 3, 2))
+    >>> reg[0, 0] = [5, -5]; reg[0, 1] = [5, 5]  # feature 0: z = -1 left of its edge, +1 right
+    >>> reg[1, 0] = [5, 0]; reg[1, 1] = [5, 0]
+    >>> s = screen_features(reg, np.array([1, 1]), keep=1, criterion="mse", min_count=0.0)
+    >>> s.features.tolist(), s.score.tolist(), s.prior.tolist()
+    ([0], [1.0, 0.0], [1.0, 0.0])
     """
     n_edges = np.asarray(n_edges, dtype=np.int64)
     d, S, K = np.shape(hist)
     present = np.arange(S)[None, :] <= n_edges[:, None]
     present[:, -1] = True  # the missing slot
     h = np.where(present[:, :, None], np.asarray(hist, dtype=np.float64), 0.0)  # slots a feature lacks hold 0
-    total = np.clip(h.sum(axis=1).mean(axis=0), 0.0, None) if d else np.zeros(K)
-    left = np.minimum(np.clip(np.cumsum(h[:, : S - 2], axis=1), 0.0, None), total)  # (d, S-2, K)
+    total = feasible(h.sum(axis=1).mean(axis=0), criterion) if d else np.zeros(K)
+    left = feasible(np.cumsum(h[:, : S - 2], axis=1), criterion)  # (d, S-2, K)
+    if criterion == "mse":
+        left[..., 0] = np.minimum(left[..., 0], total[0])
+    else:
+        left = np.minimum(left, total)
     gain = pooled_gain(total, left, criterion)
-    n_left = left.sum(axis=-1)
+    n_left = window_counts(left, criterion)
+    n = float(window_counts(total, criterion))
     candidate = np.arange(S - 2)[None, :] < n_edges[:, None]
-    valid = candidate & (n_left >= min_count) & (total.sum() - n_left >= min_count)
+    valid = candidate & (n_left >= min_count) & (n - n_left >= min_count)
     score = np.where(valid, gain, -np.inf).max(axis=1, initial=-np.inf)
     usable = np.flatnonzero(n_edges > 0)
     order = usable[np.lexsort((usable, -score[usable]))]
-    n = total.sum()
-    prior = total / n if n > 0 else np.full(K, 1.0 / K)
-    return Screening(np.sort(order[:keep]).astype(np.int64), score, prior, float(n))
+    if n > 0:
+        prior = total / n
+    else:
+        prior = np.array([1.0, 0.0]) if criterion == "mse" else np.full(K, 1.0 / K)
+    return Screening(np.sort(order[:keep]).astype(np.int64), score, prior, n)
 
 
-def useful_edges(hist: np.ndarray, n_edges: np.ndarray, min_count: float) -> list[np.ndarray]:
+def useful_edges(hist: np.ndarray, n_edges: np.ndarray, min_count: float, criterion: str = "gini") -> list[np.ndarray]:
     """Per feature, the edges (indices into its edges, ascending) that keep at least
     ``min_count`` noisy windows of the root release ``hist`` ``(d, S, K)`` between any two kept
     edges and beyond the outermost: slots are grouped from the left until their count reaches
@@ -144,7 +196,7 @@ def useful_edges(hist: np.ndarray, n_edges: np.ndarray, min_count: float) -> lis
     >>> useful_edges(hist, np.array([3]), min_count=3.0)[0].tolist()  # slots 0-2 fill one group
     [2]
     """
-    totals = np.asarray(hist, dtype=np.float64).sum(axis=-1)
+    totals = window_counts(hist, criterion)
     out = []
     for j, n in enumerate(np.asarray(n_edges, dtype=np.int64).tolist()):  # a loop over features
         kept, group = [], 0.0
@@ -222,13 +274,16 @@ def _decisions(rows: list[tuple[int, int, int, int, float, int, int]]) -> SplitD
                           default_left=np.zeros(n, np.uint8))
 
 
-def count_violation(counts: np.ndarray, group: np.ndarray, sigma: float) -> str | None:
+def count_violation(counts: np.ndarray, group: np.ndarray, sigma: float, criterion: str = "gini") -> str | None:
     """What a decoded release of class counts ``(cells, K)`` (windows, noise deviation ``sigma``
     per cell) shows that honest gateways cannot produce, or None. Every group of cells (a
     feature's slots in the root release, a tree's leaves in the leaves release; ``group[i]`` is
     cell ``i``'s) counts every window once, so honest groups have the same class totals. A
     violation: a count below 0, or a group's class total away from the median group's, each by
-    more than ``TAIL_SIGMAS`` noise deviations of the quantities compared.
+    more than ``TAIL_SIGMAS`` noise deviations of the quantities compared. Regression
+    (``criterion="mse"``, cells ``[windows, Σ z]`` with ``|z| <= 1``): the same of the windows
+    and of the groups' totals of both columns, and a sum of ``z`` beyond its cell's windows (a
+    target outside the public range).
 
     Examples
     --------
@@ -239,10 +294,19 @@ def count_violation(counts: np.ndarray, group: np.ndarray, sigma: float) -> str 
     >>> counts[4, 0] = 500.0
     >>> count_violation(counts, group, 0.5)
     'class totals of 505 windows in one group where the others hold about 10'
+    >>> count_violation(np.array([[4.0, 40.0], [4.0, -4.0]]), np.array([0, 1]), 0.5, "mse")
+    'a target sum of 40 over 4 windows, beyond the public range'
     """
     tail = TAIL_SIGMAS * sigma
-    if (counts < -tail).any():
-        return f"a class count of {float(counts.min()):.4g} windows"
+    windows = counts[:, :1] if criterion == "mse" else counts
+    if (windows < -tail).any():
+        return f"a class count of {float(windows.min()):.4g} windows"
+    if criterion == "mse":
+        beyond = np.abs(counts[:, 1]) - counts[:, 0] - tail * np.sqrt(2.0)
+        if (beyond > 0).any():
+            i = int(np.argmax(beyond))
+            return (f"a target sum of {float(counts[i, 1]):.4g} over {float(counts[i, 0]):.4g} windows, beyond the "
+                    "public range")
     n_groups = int(group.max()) + 1
     totals = np.zeros((n_groups, counts.shape[1]))
     np.add.at(totals, group, counts)
@@ -256,24 +320,31 @@ def count_violation(counts: np.ndarray, group: np.ndarray, sigma: float) -> str 
     return None
 
 
-def leaf_values(counts: np.ndarray, prior: np.ndarray, weight: float) -> np.ndarray:
-    """Class distributions of leaves from their noisy ``counts`` ``(L, K)``: clipped at 0, with
-    ``weight`` windows of the ``prior`` added, normalised; a leaf with nothing left is the prior.
+def leaf_values(counts: np.ndarray, prior: np.ndarray, weight: float, criterion: str = "gini") -> np.ndarray:
+    """Leaf values from their noisy ``counts`` ``(L, K)`` (:func:`feasible`), with ``weight``
+    windows of the ``prior`` added: class distributions (the counts normalised), or for
+    ``criterion="mse"`` the mean ``z`` ``(L, 1)`` (``Σ z / windows``); a leaf with nothing left
+    is the prior's value.
 
     Examples
     --------
     >>> leaf_values(np.array([[3.0, -1.0], [0.0, 0.0]]), np.array([0.5, 0.5]), 2.0).tolist()
     [[0.8, 0.2], [0.5, 0.5]]
+    >>> leaf_values(np.array([[4.0, 4.0], [0.0, 0.0]]), np.array([1.0, -0.5]), 4.0, "mse").tolist()
+    [[0.25], [-0.5]]
     """
-    c = np.clip(np.asarray(counts, dtype=np.float64), 0.0, None) + weight * np.asarray(prior)[None, :]
-    total = c.sum(axis=1, keepdims=True)
-    return np.where(total > 0, c / np.where(total > 0, total, 1.0), np.asarray(prior)[None, :])
+    prior = np.asarray(prior, dtype=np.float64)
+    c = feasible(counts, criterion) + weight * prior[None, :]
+    total = window_counts(c, criterion)[:, None]
+    fallback = prior[1:] if criterion == "mse" else prior
+    sums = c[:, 1:] if criterion == "mse" else c
+    return np.where(total > 0, sums / np.where(total > 0, total, 1.0), fallback[None, :])
 
 
 @dataclass(frozen=True, eq=False)
 class PrivateForest:
     """The grown forest: its ``trees``, the root release's :class:`Screening` and the noisy leaf
-    counts (clipped at 0) as released, per leaf of ``structure``."""
+    counts (:func:`feasible`) as released, per leaf of ``structure``."""
 
     trees: tuple[Tree, ...]
     screening: Screening
@@ -289,8 +360,11 @@ class PrivateForest:
         return out / out.sum() if out.sum() > 0 else out
 
     def root_gain(self, criterion: str) -> float:
-        """The best root decrease relative to the root impurity (0 for a pure root)."""
-        root = float(impurity(self.screening.prior, criterion))
+        """The best root decrease relative to the root impurity (0 for a pure root). Regression
+        releases no sum of squares: relative to the largest variance of a ``z`` in ``[-1, 1]``
+        with the fleet's mean, ``1 - mean^2`` (a lower bound on the share explained)."""
+        prior = self.screening.prior
+        root = 1.0 - float(prior[1]) ** 2 if criterion == "mse" else float(impurity(prior, criterion))
         best = float(self.screening.score[self.screening.features].max(initial=0.0))
         return max(best, 0.0) / root if root > 0 else 0.0
 
@@ -299,16 +373,19 @@ def grow_private_forest(plan: PrivateForestPlan, edges: Sequence[np.ndarray], se
                         fetch_histograms: FetchHistograms, fetch_leaves: FetchLeaves) -> PrivateForest:
     """The private forest from the root release and the leaves release (module docstring)."""
     n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
+    crit = plan.criterion
     root = fetch_histograms()
     S = root.counts.shape[1]
     min_count = MIN_COUNT_SIGMAS * root.sigma * np.sqrt(S / 2)
-    screening = screen_features(root.counts, n_edges, plan.keep, plan.criterion, min_count)
+    screening = screen_features(root.counts, n_edges, plan.keep, crit, min_count)
     K = screening.prior.shape[0]
-    slot_count = MIN_COUNT_SIGMAS * root.sigma * np.sqrt(K)  # a slot's noisy window count
-    candidates = [e[keep] for e, keep in zip(edges, useful_edges(root.counts, n_edges, slot_count))]
-    forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, K, seed)
+    count_cells = 1 if crit == "mse" else K  # the noisy cells a slot's window count adds up
+    slot_count = MIN_COUNT_SIGMAS * root.sigma * np.sqrt(count_cells)
+    candidates = [e[keep] for e, keep in zip(edges, useful_edges(root.counts, n_edges, slot_count, crit))]
+    n_outputs = 1 if crit == "mse" else K
+    forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, n_outputs, seed)
     leaves = fetch_leaves(forest.splits, forest.leaf_tree, forest.leaf_id)
-    counts = np.clip(np.asarray(leaves.counts, dtype=np.float64).reshape(-1, K), 0.0, None)
+    counts = feasible(np.asarray(leaves.counts, dtype=np.float64).reshape(-1, K), crit)
     node_counts = {(t, node): counts[i] for i, (t, node) in enumerate(zip(forest.leaf_tree.tolist(),
                                                                          forest.leaf_id.tolist()))}
     s = forest.splits
@@ -317,7 +394,9 @@ def grow_private_forest(plan: PrivateForestPlan, edges: Sequence[np.ndarray], se
         node_counts[(t, int(s.node[r]))] = node_counts[(t, int(s.left[r]))] + node_counts[(t, int(s.right[r]))]
     keys = list(node_counts)
     values = leaf_values(np.array([node_counts[k] for k in keys]).reshape(-1, K), screening.prior,
-                         plan.smoothing * leaves.sigma)
+                         plan.smoothing * leaves.sigma, crit)
+    if plan.target is not None:  # z back to the target's units, within the public range
+        values = plan.target.centre + plan.target.half_width * values
     for (t, node), value, c in zip(keys, values, (node_counts[k] for k in keys)):
-        forest.builders[t].set_value(node, value, cover=float(c.sum()))
+        forest.builders[t].set_value(node, value, cover=float(window_counts(c, crit)))
     return PrivateForest(tuple(b.build() for b in forest.builders), screening, forest, counts)

@@ -11,11 +11,13 @@ catches up by replaying them; decisions are applied at most once.
 All statistics come from ``shared.node_statistics`` (one sort per feature for all nodes of all
 trees). What leaves the gateway depends on the job's protocol (PRIVACY.md has the table):
 
-* ``private`` (differential privacy, the default for classification): two integer vectors of
-  class counts -- per feature and bin of the fleet-wide edges over all the gateway's windows
-  (:func:`class_histograms`), then per leaf of the forest (:func:`leaf_class_counts`) -- each
-  scaled, plus this gateway's share of Skellam noise, masked by secure aggregation; every
-  window is in every tree, once (no bootstrap);
+* ``private`` (differential privacy, the default): two integer vectors of class counts -- per
+  feature and bin of the fleet-wide edges over all the gateway's windows
+  (:func:`class_histograms`), then per leaf of the forest (:func:`leaf_class_counts`) -- or,
+  for regression, of ``[windows, Σ z]`` with ``z`` the target clipped to the job's public range
+  and scaled into ``[-1, 1]`` (:func:`clipped_target`), each scaled, plus this gateway's share
+  of Skellam noise, masked by secure aggregation; every window is in every tree, once (no
+  bootstrap);
 * ``histogram`` (secure sums without differential privacy): per level one integer vector -- per
   requested (node, feature) pair and bin of the fleet-wide edges, the window count and the
   weighted class counts (or ``[n, Σy, Σy²]``) -- masked by secure aggregation unless the job
@@ -56,7 +58,9 @@ from shared.protocol.messages.fedforest import (
     PrivateForestHistogramRequest,
     PrivateForestLeavesRequest,
     SplitDecisions,
+    TargetClip,
 )
+from shared.differential_privacy import skellam_share
 from shared.splitting import pooled_gain
 
 from ..dispatcher import Dispatcher, RequestRejected
@@ -68,7 +72,8 @@ log = logging.getLogger(__name__)
 
 MAX_JOBS = 4
 
-__all__ = ["FedForestClient", "bootstrap_weights", "class_histograms", "leaf_class_counts"]
+__all__ = ["FedForestClient", "bootstrap_weights", "cell_histograms", "class_histograms", "clipped_target",
+           "leaf_class_counts", "leaf_sums", "private_terms"]
 
 
 def bootstrap_weights(seed: int, tree: int, client_index: int, n: int) -> np.ndarray:
@@ -91,13 +96,45 @@ def class_histograms(X: np.ndarray, ids: np.ndarray, features: np.ndarray, edge_
     ...                  np.array([0, 1]), 2, 3)[0].tolist()
     [[1, 0], [0, 1], [0, 1]]
     """
-    onehot = np.eye(n_classes, dtype=np.int64)[ids]
-    node = np.zeros(ids.shape[0], dtype=np.int64)
-    out = np.zeros((features.shape[0], n_slots, n_classes), dtype=np.int64)
+    return cell_histograms(X, np.eye(n_classes, dtype=np.int64)[ids], features, edge_values, edge_offsets, n_slots)
+
+
+def cell_histograms(X: np.ndarray, terms: np.ndarray, features: np.ndarray, edge_values: np.ndarray,
+                    edge_offsets: np.ndarray, n_slots: int) -> np.ndarray:
+    """:func:`class_histograms` of any per-window integer ``terms`` ``(n, C)``: per feature and
+    slot the sums of the terms of the windows there (int64, ``(features, n_slots, C)``)."""
+    node = np.zeros(terms.shape[0], dtype=np.int64)
+    out = np.zeros((features.shape[0], n_slots, terms.shape[1]), dtype=np.int64)
     for i, j in enumerate(features.tolist()):
-        out[i] = pair_histograms(X[:, j], node, onehot, np.zeros(1, np.int64), 1,
+        out[i] = pair_histograms(X[:, j], node, terms, np.zeros(1, np.int64), 1,
                                  edge_values[edge_offsets[j]:edge_offsets[j + 1]], n_slots)[0]
     return out
+
+
+def clipped_target(y: np.ndarray, clip: TargetClip, scale: int) -> np.ndarray:
+    """The regression target on the private protocol's lattice: ``round(z * scale)`` with
+    ``z = (clip(y) - centre) / half_width`` in ``[-1, 1]`` (int64; ``|value| <= scale``).
+
+    Examples
+    --------
+    >>> clipped_target(np.array([0.0, 1.5, 9.0, -9.0]), TargetClip(1.0, 2.0), 64).tolist()
+    [-32, 16, 64, -64]
+    """
+    z = (np.clip(y, clip.centre - clip.half_width, clip.centre + clip.half_width) - clip.centre) / clip.half_width
+    return np.clip(np.rint(z * scale), -scale, scale).astype(np.int64)
+
+
+def private_terms(target: np.ndarray, body: PrivateForestHistogramRequest | PrivateForestLeavesRequest) -> np.ndarray:
+    """What each window adds to its cell of a private release, in lattice units ``(n, C)``:
+    ``noise.scale`` in its class's column, or ``[noise.scale, round(z * noise.scale)]``
+    (regression, :func:`clipped_target`)."""
+    scale = body.noise.scale
+    if body.target_clip is None:
+        return np.eye(len(body.task.classes), dtype=np.int64)[target] * scale
+    if not np.isfinite(target).all():
+        raise RequestRejected("bad_data", "regression targets must be finite")
+    return np.stack([np.full(target.shape[0], scale, dtype=np.int64),
+                     clipped_target(target, body.target_clip, scale)], axis=1)
 
 
 def leaf_class_counts(positions: np.ndarray, ids: np.ndarray, n_leaves: int, n_classes: int) -> np.ndarray:
@@ -109,8 +146,15 @@ def leaf_class_counts(positions: np.ndarray, ids: np.ndarray, n_leaves: int, n_c
     >>> leaf_class_counts(np.array([0, 1, 1]), np.array([1, 0, 0]), 2, 2).tolist()
     [[0, 1], [2, 0]]
     """
-    keys = positions * n_classes + ids
-    return np.bincount(keys, minlength=n_leaves * n_classes).astype(np.int64).reshape(n_leaves, n_classes)
+    return leaf_sums(positions, np.eye(n_classes, dtype=np.int64)[ids], n_leaves)
+
+
+def leaf_sums(positions: np.ndarray, terms: np.ndarray, n_leaves: int) -> np.ndarray:
+    """:func:`leaf_class_counts` of any per-entry integer ``terms`` ``(entries, C)``: per leaf
+    their sums (int64, ``(n_leaves, C)``)."""
+    out = np.zeros((n_leaves, terms.shape[1]), dtype=np.int64)
+    np.add.at(out, positions, terms)
+    return out
 
 
 @dataclass
@@ -321,9 +365,9 @@ class FedForestClient:
         scaled, plus this gateway's share of the noise, masked."""
         body: PrivateForestHistogramRequest = message.body
         state = self._state(message.envelope.job, body.task)
-        counts = class_histograms(state.X, state.target, body.features, body.edge_values, body.edge_offsets,
-                                  len(body.task.classes), body.slots)
-        return self._private_reply(message, counts.ravel(), body)
+        sums = cell_histograms(state.X, private_terms(state.target, body), body.features, body.edge_values,
+                               body.edge_offsets, body.slots)
+        return self._private_reply(message, sums.ravel(), body)
 
     def on_private_leaves(self, message: Message) -> ForestHistogramReply:
         """Private leaves release: after every split decision, class counts per leaf (each window
@@ -332,12 +376,13 @@ class FedForestClient:
         state = self._state(message.envelope.job, body.task)
         state.apply(body.splits, int(body.splits.level.min()) if body.splits.level.size else 0)
         _, rows, positions = state.positions(body.leaf_tree, body.leaf_id)
-        counts = leaf_class_counts(positions, state.target[rows], body.leaf_tree.shape[0], len(body.task.classes))
-        return self._private_reply(message, counts.ravel(), body)
+        sums = leaf_sums(positions, private_terms(state.target[rows], body), body.leaf_tree.shape[0])
+        return self._private_reply(message, sums.ravel(), body)
 
-    def _private_reply(self, message: Message, counts: np.ndarray,
+    def _private_reply(self, message: Message, sums: np.ndarray,
                        body: PrivateForestHistogramRequest | PrivateForestLeavesRequest) -> ForestHistogramReply:
-        vector = with_noise(counts, body.noise, self.noise_rng)
+        """``sums`` (lattice units) plus this gateway's share of the noise, masked."""
+        vector = sums + skellam_share(sums.shape, body.noise.mu, body.noise.shares, self.noise_rng)
         return ForestHistogramReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_level(self, message: Message) -> ForestLevelReply:

@@ -753,7 +753,8 @@ VERSIONS = {
     "edge_offsets": "ndarray[ArraySpec(dtypes=('int32', 'int64'), ndim=1, finite=False)]",
     "noise": "{mu: float, shares: int, scale: int = default}",
     "secure": "None | {neighbours: tuple[str, ...]} = default",
-    "word_bits": "int = default"
+    "word_bits": "int = default",
+    "target_clip": "None | {centre: float, half_width: float} = default"
    },
    "revision": 1
   },
@@ -765,7 +766,8 @@ VERSIONS = {
     "leaf_id": "ndarray[ArraySpec(dtypes=('int32', 'int64'), ndim=1, finite=False)]",
     "noise": "{mu: float, shares: int, scale: int = default}",
     "secure": "None | {neighbours: tuple[str, ...]} = default",
-    "word_bits": "int = default"
+    "word_bits": "int = default",
+    "target_clip": "None | {centre: float, half_width: float} = default"
    },
    "revision": 1
   },

@@ -72,8 +72,9 @@ def fleet(seed: int, *, regression: bool = False, n_classes: int = 3, n_clients:
                          protocol="histogram"),
      FedForest(n_trees=4, max_depth=4, criterion="entropy", min_samples_leaf=3, max_features="sqrt",
                protocol="histogram"), False),
-    (FedForestRegressor(n_estimators=4, max_depth=4, max_features=0.5, bootstrap=False),
-     FedForest(n_trees=4, max_depth=4, max_features=0.5, bootstrap=False, task="regression"), True),
+    (FedForestRegressor(n_estimators=4, max_depth=4, max_features=0.5, bootstrap=False, protocol="histogram"),
+     FedForest(n_trees=4, max_depth=4, max_features=0.5, bootstrap=False, task="regression", protocol="histogram"),
+     True),
 ], ids=["xgb-classifier", "xgb-multi-output-atoms", "xgb-regressor", "forest-classifier", "forest-regressor"])
 def test_estimator_trains_the_engine_s_model(estimator, config, regression: bool) -> None:
     clients = fleet(1, regression=regression)

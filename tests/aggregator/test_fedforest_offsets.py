@@ -89,8 +89,9 @@ def spread_clients(spread: float) -> list[ClientData]:
 
 
 @pytest.mark.parametrize("fit", [
-    lambda clients: aggregator.simulate(FedForest(task="regression", n_trees=1, max_depth=2), clients, seed=0),
-    lambda clients: FedForestRegressor(n_estimators=1, max_depth=2).fit(clients),
+    lambda clients: aggregator.simulate(FedForest(task="regression", protocol="histogram", n_trees=1, max_depth=2),
+                                        clients, seed=0),
+    lambda clients: FedForestRegressor(n_estimators=1, max_depth=2, protocol="histogram").fit(clients),
 ], ids=["simulate", "estimator"])
 def test_private_protocol_refuses_a_target_spread_beyond_the_bound_in_one_line(fit) -> None:
     with pytest.raises(ValueError, match=r"2\*\*20") as info:
@@ -101,7 +102,7 @@ def test_private_protocol_refuses_a_target_spread_beyond_the_bound_in_one_line(f
 def test_private_protocol_trains_on_timestamps_within_the_bound() -> None:
     """Targets near 1.7e9 spread over 1e5 (a day of timestamps) train; the forest predicts in range."""
     clients = spread_clients(1e5)
-    model = FedForestRegressor(n_estimators=2, max_depth=3, random_state=0).fit(clients)
+    model = FedForestRegressor(n_estimators=2, max_depth=3, random_state=0, protocol="histogram").fit(clients)
     prediction = model.predict(clients[0].X)
     assert np.all((prediction >= 1.7e9) & (prediction <= 1.7e9 + 1e5))
 

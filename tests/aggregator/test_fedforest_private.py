@@ -243,7 +243,7 @@ def test_a_whole_private_forest_sends_few_bytes_per_gateway() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"task": "regression", "protocol": "private"}, "classifiers"),
+    ({"task": "regression", "protocol": "private", "secure_aggregation": False}, "secure aggregation"),
     ({"protocol": "private", "secure_aggregation": False}, "secure aggregation"),
     ({"dp_epsilon": 0.0}, "dp_epsilon"),
     ({"dp_delta": 0.5}, "dp_delta"),
@@ -258,9 +258,10 @@ def test_bad_private_settings_are_one_line(kwargs, message) -> None:
     assert "\n" not in str(info.value)
 
 
-def test_protocol_defaults_private_for_classifiers_and_histogram_for_regression(caplog) -> None:
+def test_protocol_defaults_private_for_classifiers_and_regressors(caplog) -> None:
     assert FedForest().protocol == "private" and FedForest().bins == 16
-    assert FedForest(task="regression").protocol == "histogram" and FedForest(task="regression").bins == 32
+    assert FedForest(task="regression").protocol == "private" and FedForest(task="regression").bins == 16
+    assert FedForest(task="regression", protocol="histogram").bins == 32
     assert FedForest(secure_aggregation=False).protocol == "histogram"  # no DP without secure aggregation
     with caplog.at_level(logging.WARNING):
         Simulation(fleet()).run(FedForest(n_trees=2, max_depth=2, protocol="histogram"))

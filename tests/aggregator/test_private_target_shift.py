@@ -99,7 +99,7 @@ def test_a_target_only_its_gateway_knows_is_too_far_ends_the_job_in_one_line() -
     clients[2] = ClientData("gw-2", clients[2].X, y)
     sim = Simulation(clients, record_bodies=True)
     with pytest.raises(TargetRangeError, match=r"2\*\*20") as info:
-        sim.run(FedForest(task="regression", n_trees=1, max_depth=2), seed=0)
+        sim.run(FedForest(task="regression", protocol="histogram", n_trees=1, max_depth=2), seed=0)
     assert isinstance(info.value, ValueError) and "\n" not in str(info.value) and "gw-" not in str(info.value)
     refusals = [r.body.code for r in sim.server_view()["gw-2"] if r.type == "error"]
     assert refusals == [TARGET_RANGE]  # the gateway's refusal, not the server's check of the edges

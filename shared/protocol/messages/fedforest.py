@@ -27,7 +27,9 @@ integer vector of class counts with the gateways' shares of Skellam noise added 
 ``fedforest.dp_histograms`` -- per feature and slot of the edges, the class counts of all the
 gateway's windows (:class:`PrivateForestHistogramRequest`) -- and ``fedforest.dp_leaves`` --
 after the forest's split decisions, per leaf the class counts (:class:`PrivateForestLeavesRequest`).
-Both are answered with :class:`ForestHistogramReply`.
+Both are answered with :class:`ForestHistogramReply`. For regression both carry the job's
+public :class:`TargetClip` and every cell holds ``[windows, Σ z]`` of the clipped, centred and
+scaled target instead of class counts.
 """
 
 from __future__ import annotations
@@ -364,14 +366,34 @@ def _check_edges(edge_values: np.ndarray, edge_offsets: np.ndarray, n_features: 
     _csr("edge_offsets", edge_offsets, edge_values.shape[0], n_features)
 
 
+@dataclass(frozen=True)
+class TargetClip:
+    """The private protocol's public target range for regression: a window's target ``y``
+    enters the sums as ``z = (clip(y, centre - half_width, centre + half_width) - centre) /
+    half_width``, in ``[-1, 1]``, rounded to the noise's lattice (``round(z * noise.scale)``)."""
+
+    centre: float
+    half_width: float
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.centre) and np.isfinite(self.half_width) and self.half_width > 0):
+            raise ValueError("a target clip needs a finite centre and a finite half_width > 0")
+
+
 def _check_private_vector(request) -> None:
     if request.word_bits not in (32, 64):
         raise ValueError("word_bits must be 32 or 64 (noisy sums need the headroom)")
-    if request.task.task != "classification" or request.task.target != "label" or request.task.bootstrap:
-        raise ValueError("the private protocol counts the classes of every window once (classification, "
-                         "bootstrap off)")
+    if request.task.target != "label" or request.task.bootstrap:
+        raise ValueError("the private protocol counts every window once (the label target, bootstrap off)")
+    if (request.task.task == "regression") != (request.target_clip is not None):
+        raise ValueError("the private protocol needs a target_clip for regression, and only there")
     if request.task.trees.shape[0] != request.task.n_trees:
         raise ValueError("in the private protocol every window is in every tree")
+
+
+def _private_columns(request) -> int:
+    """Columns of a private release's cells: the class counts, or ``[windows, Σ z]``."""
+    return 2 if request.target_clip is not None else len(request.task.classes)
 
 
 @message_type("fedforest.dp_histograms")
@@ -381,7 +403,10 @@ class PrivateForestHistogramRequest:
     edges (slot ``b``: ``edges[b-1] <= x < edges[b]``; the last slot: missing) the number of the
     gateway's labelled windows of each class. Layout ``(features, slots, K)``; the gateway
     multiplies the counts by ``noise.scale``, adds its share of the noise and masks the vector.
-    One window adds ``noise.scale`` to one cell per feature."""
+    One window adds ``noise.scale`` to one cell per feature. Regression (``target_clip``):
+    layout ``(features, slots, 2)``, per cell the windows times ``noise.scale`` and the sum of
+    their ``round(z * noise.scale)`` (:class:`TargetClip`), so one window adds at most
+    ``noise.scale`` to each of two cells per feature."""
 
     task: ForestTask
     features: Annotated[np.ndarray, INT_1D]
@@ -390,6 +415,7 @@ class PrivateForestHistogramRequest:
     noise: NoiseShare
     secure: SecureRound | None = None
     word_bits: int = 32
+    target_clip: TargetClip | None = None
 
     def __post_init__(self) -> None:
         _check_private_vector(self)
@@ -402,7 +428,7 @@ class PrivateForestHistogramRequest:
 
     @property
     def length(self) -> int:
-        return self.features.shape[0] * self.slots * len(self.task.classes)
+        return self.features.shape[0] * self.slots * _private_columns(self)
 
 
 @message_type("fedforest.dp_leaves")
@@ -410,8 +436,9 @@ class PrivateForestHistogramRequest:
 class PrivateForestLeavesRequest:
     """Private protocol, the leaves release: apply ``splits`` (every split of the forest, level
     by level), then per leaf ``(leaf_tree[i], leaf_id[i])`` the number of the gateway's labelled
-    windows of each class there. Layout ``(leaves, K)``, scaled and noised as in
-    :class:`PrivateForestHistogramRequest`. Every window sits in one leaf of every tree."""
+    windows of each class there. Layout ``(leaves, K)``, or ``(leaves, 2)`` for regression,
+    scaled and noised as in :class:`PrivateForestHistogramRequest`. Every window sits in one
+    leaf of every tree."""
 
     task: ForestTask
     splits: SplitDecisions
@@ -420,6 +447,7 @@ class PrivateForestLeavesRequest:
     noise: NoiseShare
     secure: SecureRound | None = None
     word_bits: int = 32
+    target_clip: TargetClip | None = None
 
     def __post_init__(self) -> None:
         _check_private_vector(self)
@@ -431,4 +459,4 @@ class PrivateForestLeavesRequest:
 
     @property
     def length(self) -> int:
-        return self.leaf_tree.shape[0] * len(self.task.classes)
+        return self.leaf_tree.shape[0] * _private_columns(self)

@@ -1,0 +1,344 @@
+"""FedForest's private protocol for regression: the oracles of the classification protocol
+(``test_fedforest_private``) for the releases of ``[windows, Σ z]``, ``z`` the target clipped to
+the job's public range and scaled into ``[-1, 1]``:
+
+* growth from exact sums equals a pooled reference (the kept features are the brute-force best
+  root variance decreases, every leaf holds the mean target of the pooled windows routed there);
+* with the gateways' noise shares zeroed, a whole simulated job grows exactly that forest;
+* masked == unmasked given the same noise draws;
+* one window moves a release by at most the sensitivity the accountant charges for;
+* a gateway whose target sums leave the public range stops the job in one line;
+* a window alone in a cell keeps its target from the server (the histogram protocol gives it
+  back exactly).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aggregator.algorithms.fedforest_private as private_module
+import edge_client.algorithms.fedforest as client_module
+import edge_client.fleet_sums as client_sums
+from aggregator.algorithms import FedForest
+from aggregator.algorithms.fedforest_private import COUNT_SCALE, RANGE_BITS, release_bounds, target_range
+from aggregator.algorithms.forest_private_growth import NoisyCounts, PrivateForestPlan, grow_private_forest
+from aggregator.fleet_sums import FleetSummer
+from aggregator.jobs import TrainingError
+from aggregator.simulate import Simulation
+from edge_client.algorithms.fedforest import FedForestClient, cell_histograms, clipped_target, leaf_sums
+from edge_client.training_data import ClientData
+from shared.differential_privacy import skellam_share
+from shared.protocol.envelope import Message
+from shared.protocol.messages.fedforest import (
+    ForestTask,
+    PrivateForestHistogramRequest,
+    PrivateForestLeavesRequest,
+    SplitDecisions,
+    TargetClip,
+)
+from shared.protocol.messages.fleet_sums import NoiseShare
+from shared.sketches import float32_keys, pack_edges
+from tests.aggregator.test_dp_boosting import seeded_run
+from tests.aggregator.test_fedforest_private import quantile_edges, route
+
+CLIP = TargetClip(1.5, 4.0)
+
+
+def fleet(n_clients: int = 4, n: int = 150, d: int = 5, seed: int = 0) -> list[ClientData]:
+    """y = 3 [x0 > 0] + x1 + noise, some values missing, clients shifted apart."""
+    rng = np.random.default_rng(seed)
+    clients = []
+    for k in range(n_clients):
+        X = rng.normal(size=(n, d)) + 0.2 * k
+        y = 3.0 * (X[:, 0] > 0) + X[:, 1] + rng.normal(0.0, 0.1, n)
+        X[rng.random(X.shape) < 0.05] = np.nan
+        clients.append(ClientData(f"gw-{k}", X, y))
+    return clients
+
+
+def pooled(clients: list[ClientData]) -> tuple[np.ndarray, np.ndarray]:
+    X = np.vstack([c.X for c in clients]).astype(np.float32).astype(np.float64)
+    return X, np.concatenate([c.y for c in clients]).astype(np.float64)
+
+
+def lattice_z(y: np.ndarray, clip: TargetClip) -> np.ndarray:
+    """The reference ``z`` on the lattice, written out independently of the gateway's code."""
+    low, high = clip.centre - clip.half_width, clip.centre + clip.half_width
+    return np.rint((np.minimum(np.maximum(y, low), high) - clip.centre) / clip.half_width * COUNT_SCALE) / COUNT_SCALE
+
+
+def exact_fetchers(X: np.ndarray, y: np.ndarray, edges: list[np.ndarray], n_trees: int, clip: TargetClip,
+                   sigma: float = 0.0):
+    """``fetch_histograms``/``fetch_leaves`` that sum the pooled windows exactly, reporting
+    ``sigma`` as the releases' noise."""
+    S = max(e.shape[0] for e in edges) + 2
+    z = lattice_z(y, clip)
+
+    def histograms() -> NoisyCounts:
+        out = np.zeros((X.shape[1], S, 2))
+        for j, e in enumerate(edges):
+            slot = np.where(np.isnan(X[:, j]), S - 1, np.searchsorted(e.astype(np.float64), X[:, j], side="right"))
+            np.add.at(out[j], (slot, 0), 1.0)
+            np.add.at(out[j], (slot, 1), z)
+        return NoisyCounts(out, sigma)
+
+    def leaves(splits: SplitDecisions, leaf_tree: np.ndarray, leaf_id: np.ndarray) -> NoisyCounts:
+        node = route(X, splits, n_trees)
+        return NoisyCounts(np.array([[np.sum(node[t] == i), z[node[t] == i].sum()] for t, i in zip(leaf_tree, leaf_id)],
+                                    dtype=np.float64), sigma)
+
+    return histograms, leaves
+
+
+def variance_decrease(x: np.ndarray, z: np.ndarray, threshold: float) -> float:
+    """The root's decrease of the variance of ``z`` by ``x < threshold`` (NaN right)."""
+    left = x < threshold
+    return float(z.var() - left.mean() * (z[left].var() if left.any() else 0.0)
+                 - (~left).mean() * (z[~left].var() if (~left).any() else 0.0))
+
+
+# --- federated == pooled with exact sums -----------------------------------------------------------
+
+
+def test_private_regression_growth_from_exact_sums_equals_the_pooled_reference() -> None:
+    X, y = pooled(fleet(d=6))
+    edges = quantile_edges(X)
+    T, keep = 5, 3
+    grown = grow_private_forest(PrivateForestPlan(T, 4, keep, "mse", target=CLIP), edges, 7,
+                                *exact_fetchers(X, y, edges, T, CLIP))
+    z = lattice_z(y, CLIP)
+    best = np.array([max(variance_decrease(X[:, j], z, float(e)) for e in edges[j]) for j in range(X.shape[1])])
+    np.testing.assert_allclose(grown.screening.score, best, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(grown.screening.features, np.sort(np.argsort(-best, kind="stable")[:keep]))
+    assert set(grown.screening.features.tolist()) >= {0, 1}  # the two features y depends on
+    np.testing.assert_allclose(grown.screening.prior, [1.0, z.mean()], rtol=0, atol=1e-12)
+    node = route(X, grown.structure.splits, T)
+    for t, tree in enumerate(grown.trees):
+        for leaf in np.flatnonzero(tree.feature < 0).tolist():
+            here = node[t] == leaf
+            want = CLIP.centre + CLIP.half_width * (z[here].mean() if here.any() else z.mean())
+            np.testing.assert_allclose(tree.value[leaf], [want], rtol=0, atol=1e-9)
+    low, high = CLIP.centre - CLIP.half_width, CLIP.centre + CLIP.half_width
+    assert all(((t.value >= low - 1e-12) & (t.value <= high + 1e-12)).all() for t in grown.trees)
+
+
+def test_with_zero_noise_shares_a_simulated_job_grows_the_forest_of_exact_pooled_sums(monkeypatch) -> None:
+    """The gateways' encoding, secure aggregation and the server's decoding change nothing: with
+    every noise share zeroed (the server still believes in its noise: its thresholds and
+    shrinkage use the budget's sigma) the model equals the forest grown from exact pooled sums
+    with the same edges, public range, seed and sigma."""
+    zero = lambda shape, mu, shares, rng=None: np.zeros(shape, dtype=np.int64)  # noqa: E731
+    monkeypatch.setattr(client_module, "skellam_share", zero)
+    monkeypatch.setattr(client_sums, "skellam_share", zero)
+    seen = {}
+    grow = private_module.grow_private_forest
+
+    def spy(plan, edges, seed, fetch_histograms, fetch_leaves):
+        def histograms():
+            seen["sigma"] = (released := fetch_histograms()).sigma
+            return released
+
+        def leaves(*args):
+            seen["leaf_sigma"] = (released := fetch_leaves(*args)).sigma
+            return released
+
+        seen.update(plan=plan, edges=edges, seed=seed)
+        return grow(plan, edges, seed, histograms, leaves)
+
+    monkeypatch.setattr(private_module, "grow_private_forest", spy)
+    clients = fleet()
+    model = Simulation(clients).run(FedForest(task="regression", n_trees=4, max_depth=4), seed=3)
+    assert model.metadata["protocol"] == "private"
+    plan, edges = seen["plan"], seen["edges"]
+    assert seen["sigma"] > 0 and plan.target is not None
+    X, y = pooled(clients)
+    hist, _ = exact_fetchers(X, y, edges, plan.n_trees, plan.target, seen["sigma"])
+    _, leaves = exact_fetchers(X, y, edges, plan.n_trees, plan.target, seen["leaf_sigma"])
+    want = grow(plan, edges, seen["seed"], hist, leaves)
+    for got, ref in zip(model.trees, want.trees):
+        np.testing.assert_array_equal(got.feature, ref.feature)
+        np.testing.assert_array_equal(got.threshold, ref.threshold)
+        np.testing.assert_allclose(got.value, ref.value, rtol=0, atol=1e-9)
+
+
+def test_the_gateways_vectors_without_their_noise_add_up_to_the_pooled_sums() -> None:
+    clients = fleet()
+    X, y = pooled(clients)
+    edges = quantile_edges(X)
+    values, offsets = pack_edges(edges)
+    T, S = 3, max(e.shape[0] for e in edges) + 2
+    forest = grow_private_forest(PrivateForestPlan(T, 3, 2, "mse", target=CLIP), edges, 1,
+                                 *exact_fetchers(X, y, edges, T, CLIP)).structure
+    noise = NoiseShare(50.0, len(clients), COUNT_SCALE)
+    totals = [0, 0]
+    for k, c in enumerate(clients):
+        task = ForestTask("regression", "mse", "", X.shape[1], T, k, np.arange(T), 0, bootstrap=False,
+                          n_clients=len(clients))
+        half = FedForestClient(c)
+        for i, body in enumerate((
+                PrivateForestHistogramRequest(task, np.arange(X.shape[1]), values, offsets, noise, target_clip=CLIP),
+                PrivateForestLeavesRequest(task, forest.splits, forest.leaf_tree, forest.leaf_id, noise,
+                                           target_clip=CLIP))):
+            half.noise_rng = np.random.default_rng([5, k, i])
+            reply = (half.on_private_histograms if i == 0 else half.on_private_leaves)(
+                Message.create(body, sender="aggregator", job="j", round=i))
+            drawn = skellam_share(body.length, noise.mu, noise.shares, np.random.default_rng([5, k, i]))
+            totals[i] = totals[i] + (reply.sums.values.astype(np.uint32).view(np.int32).astype(np.int64) - drawn)
+    want_hist, want_leaves = exact_fetchers(X, y, edges, T, CLIP)
+    np.testing.assert_allclose(totals[0].reshape(X.shape[1], S, 2) / COUNT_SCALE, want_hist().counts, atol=1e-9)
+    np.testing.assert_allclose(totals[1].reshape(-1, 2) / COUNT_SCALE,
+                               want_leaves(forest.splits, forest.leaf_tree, forest.leaf_id).counts, atol=1e-9)
+
+
+def test_masked_equals_unmasked_given_the_same_noise_draws(monkeypatch) -> None:
+    algorithm = FedForest(task="regression", n_trees=4, max_depth=3, dp_epsilon=4.0)
+    masked = seeded_run(monkeypatch, private_module, fleet(), algorithm, plain=False)
+    unmasked = seeded_run(monkeypatch, private_module, fleet(), algorithm, plain=True)
+    assert masked == unmasked
+    other = Simulation(fleet()).run(algorithm)
+    assert other != masked  # the noise is real: unseeded gateways draw other noise
+
+
+# --- the sensitivity the accountant charges for ----------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2 ** 31), st.integers(1, 6), st.integers(1, 4))
+def test_one_window_moves_a_release_by_at_most_the_charged_bound(seed: int, n_trees: int, depth: int) -> None:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(30, 5))
+    X[rng.random(X.shape) < 0.1] = np.nan
+    y = rng.normal(size=30) * rng.choice([0.1, 10.0, 1e4])  # within the range, and far beyond it
+    edges = quantile_edges(X, 4)
+    values, offsets = pack_edges(edges)
+    S = int(np.diff(offsets).max()) + 2
+    forest = grow_private_forest(PrivateForestPlan(n_trees, depth, 3, "mse", target=CLIP), edges, seed,
+                                 *exact_fetchers(X, y, edges, n_trees, CLIP)).structure
+    rest = np.arange(30) != int(rng.integers(30))
+
+    def releases(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        terms = np.stack([np.full(int(rows.sum()), COUNT_SCALE), clipped_target(y[rows], CLIP, COUNT_SCALE)], axis=1)
+        hist = cell_histograms(X[rows], terms, np.arange(5), values, offsets, S)
+        node = route(X[rows], forest.splits, n_trees)
+        lookup = {(t, i): p for p, (t, i) in enumerate(zip(forest.leaf_tree.tolist(), forest.leaf_id.tolist()))}
+        positions = np.array([lookup[(t, int(i))] for t in range(n_trees) for i in node[t]], dtype=np.int64)
+        return hist.ravel(), leaf_sums(positions, np.tile(terms, (n_trees, 1)), len(lookup)).ravel()
+
+    for kind, a, b in zip(("histograms", "leaves"), releases(np.ones(30, bool)), releases(rest)):
+        l2, l1 = release_bounds(kind, 5, n_trees, columns=2)
+        diff = (a - b).astype(np.float64)
+        assert np.sqrt((diff * diff).sum()) <= l2 + 1e-9 and np.abs(diff).sum() <= l1
+
+
+# --- the defaults, the public range --------------------------------------------------------------
+
+
+def test_regression_defaults_to_the_private_protocol_and_reports_its_range() -> None:
+    config = FedForest(task="regression", n_trees=4, max_depth=3)
+    assert config.protocol == "private" and config.bins == 16 and config.secure_aggregation
+    assert FedForest(task="regression", secure_aggregation=False).protocol == "histogram"
+    model = Simulation(fleet()).run(config)
+    meta = model.metadata
+    assert model.n_outputs == 1 and 7.0 < meta["dp_epsilon"] <= 8.0
+    assert meta["dp_target_low"] < 0.0 < 3.0 < meta["dp_target_high"] < 15.0  # about y's bulk, not its noise
+    X, y = pooled(fleet())
+    prediction = model.predict(X).ravel()
+    assert prediction.min() >= meta["dp_target_low"] and prediction.max() <= meta["dp_target_high"]
+
+
+def test_the_public_range_spans_the_full_octaves_and_clips_outliers() -> None:
+    counts = np.zeros(1 << RANGE_BITS)
+    keys = float32_keys(np.array([-3.0, 0.7, 5.0, 1e6]))[0] >> (32 - RANGE_BITS)
+    counts[keys] = [40.0, 90.0, 60.0, 2.0]  # one window at 1e6: below the noise threshold
+    clip = target_range(counts, min_count=10.0)
+    np.testing.assert_allclose([clip.centre - clip.half_width, clip.centre + clip.half_width], [-4.0, 8.0], rtol=1e-6)
+    assert target_range(np.zeros(1 << RANGE_BITS), 10.0).half_width > 0  # nothing above the noise
+
+
+# --- a gateway that lies ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("release", ["PrivateForestHistogramRequest", "PrivateForestLeavesRequest"])
+def test_a_gateway_whose_target_sums_leave_the_public_range_stops_the_job_in_one_line(release: str) -> None:
+    """One gateway multiplies its sums of z by 1000 in every cell of one release: the groups'
+    totals still agree with each other (every feature, every tree is scaled alike), but the sums
+    exceed the windows they are over -- targets beyond the public range -- and the job stops."""
+    sim = Simulation(fleet())
+    half = sim.participants["gw-1"].halves["fedforest"]
+    honest = half._private_reply
+
+    def lying(message, sums, body):
+        if type(message.body).__name__ == release:
+            sums = sums.reshape(-1, 2) * np.array([1, 1000])
+        return honest(message, sums.ravel(), body)
+
+    half._private_reply = lying
+    with pytest.raises(TrainingError, match="beyond the public range") as info:
+        sim.run(FedForest(task="regression", n_trees=4, max_depth=3))
+    assert "\n" not in str(info.value)
+
+
+# --- what the server decodes: a window alone in a cell ----------------------------------------------
+
+
+def _lonely(target: float) -> list[ClientData]:
+    """gw-0's first window is the only one without a value of feature 0 and has target ``target``."""
+    out = []
+    for c in fleet(n_clients=3, n=60, d=3, seed=1):
+        X, y = c.X.copy(), c.y.copy()
+        X[:, 0] = np.nan_to_num(X[:, 0])
+        if c.client_id == "gw-0":
+            X[0, 0], y[0] = np.nan, target
+        out.append(ClientData(c.client_id, X, y))
+    return out
+
+
+def _missing_cell(algorithm: FedForest, clients: list[ClientData], noise_seed: int) -> np.ndarray:
+    """Feature 0's missing slot at the root as the server decodes it: ``[windows, Σ]`` (Σ z of
+    the private protocol, in the target's units; Σ (y - shift) of the histogram protocol)."""
+    decoded = []
+    original = FleetSummer.ask
+
+    def ask(self, requests, *args, **kwargs):
+        result = original(self, requests, *args, **kwargs)
+        decoded.append((next(iter(requests.values())), result.total.view(np.int64).copy()))
+        return result
+
+    FleetSummer.ask = ask
+    try:
+        sim = Simulation(clients)
+        for i, participant in enumerate(sim.participants.values()):
+            participant.seed_noise(noise_seed * 10 + i)
+        sim.run(algorithm)
+    finally:
+        FleetSummer.ask = original
+    for request, total in decoded:
+        if isinstance(request, PrivateForestHistogramRequest):
+            cell = total.reshape(request.features.shape[0], request.slots, 2)[0, -1] / COUNT_SCALE
+            return np.array([cell[0], request.target_clip.centre * cell[0] + request.target_clip.half_width * cell[1]])
+        if type(request).__name__ == "ForestHistogramRequest":  # (pairs, slots, [windows, w, w y, w y^2])
+            pair = int(np.flatnonzero(request.features[: request.feature_offsets[1]] == 0)[0])
+            cell = total.reshape(request.features.shape[0], request.slots, request.terms)[pair, -1]
+            return np.array([cell[0], cell[2] / 2.0 ** request.frac_bits + request.node_shift[0] * cell[1]])
+    raise AssertionError("no release covered feature 0's missing slot")
+
+
+def test_the_default_protocol_does_not_give_away_a_lonely_window_s_target() -> None:
+    """A window alone in a cell, of target 0 or 6 (both within the public range): reading the
+    target off the decoded cell (its sum over its count) names it within 1 every time from the
+    histogram protocol's exact sums, from the private default's noisy release (dp_epsilon 1)
+    no better than a coin."""
+    hits = []
+    for trial in range(12):
+        target = 6.0 * (trial % 2)
+        n, total = _missing_cell(FedForest(task="regression", n_trees=2, max_depth=2, dp_epsilon=1.0),
+                                 _lonely(target), trial)
+        guess = 6.0 * (total / max(n, 1e-9) > 3.0)
+        hits.append(guess == target)
+    assert np.mean(hits) <= 0.85
+    n, total = _missing_cell(FedForest(task="regression", n_trees=2, max_depth=2, max_features=None,
+                                       protocol="histogram", bootstrap=False, min_crowd=0), _lonely(6.0), 0)
+    assert n == 1 and abs(total - 6.0) < 1e-6  # the non-private protocol: the window's target, exactly
