@@ -69,9 +69,9 @@ MIN_COUNT_SIGMAS = 2.0
 class ReleasePlan:
     """The budget's shares of ``rho`` between the kinds of release (they add up to 1)."""
 
-    opening: float = 0.1
-    splits: float = 0.5
-    leaves: float = 0.4
+    opening: float = 0.05
+    splits: float = 0.75
+    leaves: float = 0.2
 
     def budget(self, epsilon: float, delta: float, n_rounds: int, max_depth: int) -> PrivacyBudget:
         """The budget of a training of ``n_rounds`` trees of depth ``max_depth``."""
