@@ -191,8 +191,11 @@ def test_bad_private_settings_are_one_line(kwargs, message) -> None:
 
 def test_protocol_defaults_private_for_classifiers_and_histogram_for_regression() -> None:
     assert FedSCSXGB().protocol == "private" and FedSCSXGB().bins == 8
+    assert (FedSCSXGB().n_rounds, FedSCSXGB().max_depth) == (20, 6)  # more trees see more of the features
     regression = FedSCSXGB(objective="squared_error")
     assert regression.protocol == "histogram" and regression.bins == 256
+    assert (regression.n_rounds, regression.max_depth) == (10, 4)  # the paper's
+    assert FedSCSXGB(protocol="histogram", n_rounds=3).n_rounds == 3
     assert FedSCSXGB(protocol="histogram").multi_strategy == "one_output_per_tree"
     assert FedSCSXGB(secure_aggregation=False).protocol == "histogram"  # no DP without secure aggregation
     assert math.isfinite(FedSCSXGB().dp_epsilon)
