@@ -109,20 +109,23 @@ def release_bounds(kind: str, n_features: int, n_trees: int, columns: int = 1) -
 def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     """The public target range from the noisy counts of the target range release (one per
     octave cell of the float32 keys, ``RANGE_BITS`` key bits, in key order): from the lowest to
-    the highest cell holding more than ``min_count`` windows (the fullest cell if none does).
-    Post-processing: outliers in near-empty octaves are clipped, not ranged over.
+    the highest full cell -- the fullest cell, and every cell holding more than ``min_count``
+    windows next to a cell holding more than half that (a lone cell above the threshold is far
+    likelier noise). Post-processing: outliers in near-empty octaves are clipped, not ranged
+    over.
 
     Examples
     --------
     >>> counts = np.zeros(512)
-    >>> counts[[0x100 + 126, 0x100 + 128, 0x100 + 130]] = [50.0, 80.0, 3.0]  # [0.5, 1), [2, 4), [8, 16)
-    >>> target_range(counts, min_count=10.0)
+    >>> counts[[0x100 + 126, 0x100 + 127, 0x100 + 128, 0x100 + 130]] = [50.0, 40.0, 80.0, 3.0]
+    >>> counts[0x100 + 150] = 30.0  # alone: noise, not a target near 2**23
+    >>> target_range(counts, min_count=10.0)  # [0.5, 1), [1, 2), [2, 4); 10 in [8, 16) is clipped
     TargetClip(centre=2.25, half_width=1.75)
     """
     counts = np.asarray(counts, dtype=np.float64)
-    full = np.flatnonzero(counts > min_count)
-    if full.size == 0:
-        full = np.array([int(np.argmax(counts))])
+    half = np.pad(counts > min_count / 2, 1)
+    neighbour = half[:-2] | half[2:]
+    full = np.flatnonzero(((counts > min_count) & neighbour) | (np.arange(counts.size) == np.argmax(counts)))
     shift = 32 - RANGE_BITS
     low = float(key_values(np.array([int(full[0]) << shift], dtype=np.uint32))[0])
     last = min((int(full[-1]) + 1) << shift, 0xFF7FFFFF)  # the next cell's first key, at most FLT_MAX's
@@ -162,7 +165,8 @@ class PrivateForestTraining:
         self.windows = 2.0 * fleet.total_samples + 10_000.0
         self.step = 0
         self.keep = cfg.dp_features or max(1, math.isqrt(fleet.n_features))
-        plan = PrivateForestPlan(cfg.n_trees, cfg.max_depth, self.keep, cfg.split_criterion, target=self.clip)
+        plan = PrivateForestPlan(cfg.n_trees, cfg.max_depth, self.keep, cfg.split_criterion, target=self.clip,
+                                 best_root=cfg.regression)
         grown = grow_private_forest(plan, self.edges, self.seed, self._histograms, self._leaves)
         return self._model(grown), grown
 

@@ -82,7 +82,9 @@ class PrivateForestPlan:
     """The private forest's settings: ``n_trees`` trees of depth ``max_depth`` splitting on the
     ``keep`` best features of the root release (scored by ``criterion``), leaves shrunk towards
     the fleet's class distribution (regression: its mean) by ``smoothing`` noise standard
-    deviations. Regression (``criterion="mse"``) needs the job's public ``target`` range."""
+    deviations. Regression (``criterion="mse"``) needs the job's public ``target`` range.
+    ``best_root``: every tree's root splits at the best root split the root release scores
+    (post-processing), the levels below at random."""
 
     n_trees: int
     max_depth: int
@@ -90,6 +92,7 @@ class PrivateForestPlan:
     criterion: str = "gini"
     smoothing: float = 0.3
     target: TargetClip | None = None
+    best_root: bool = False
 
     def __post_init__(self) -> None:
         if (self.criterion == "mse") != (self.target is not None):
@@ -107,6 +110,7 @@ class Screening:
     score: np.ndarray
     prior: np.ndarray
     total: float
+    best_edge: np.ndarray | None = None  # per feature, the edge of its best split (-1: none)
 
 
 def window_counts(cells: np.ndarray, criterion: str) -> np.ndarray:
@@ -172,14 +176,16 @@ def screen_features(hist: np.ndarray, n_edges: np.ndarray, keep: int, criterion:
     n = float(window_counts(total, criterion))
     candidate = np.arange(S - 2)[None, :] < n_edges[:, None]
     valid = candidate & (n_left >= min_count) & (n - n_left >= min_count)
-    score = np.where(valid, gain, -np.inf).max(axis=1, initial=-np.inf)
+    scored = np.where(valid, gain, -np.inf)
+    score = scored.max(axis=1, initial=-np.inf)
+    best_edge = np.where(np.isfinite(score), scored.argmax(axis=1) if S > 2 else -1, -1).astype(np.int64)
     usable = np.flatnonzero(n_edges > 0)
     order = usable[np.lexsort((usable, -score[usable]))]
     if n > 0:
         prior = total / n
     else:
         prior = np.array([1.0, 0.0]) if criterion == "mse" else np.full(K, 1.0 / K)
-    return Screening(np.sort(order[:keep]).astype(np.int64), score, prior, n)
+    return Screening(np.sort(order[:keep]).astype(np.int64), score, prior, n, best_edge)
 
 
 def useful_edges(hist: np.ndarray, n_edges: np.ndarray, min_count: float, criterion: str = "gini") -> list[np.ndarray]:
@@ -223,9 +229,11 @@ class RandomForest:
 
 
 def random_forest(edges: Sequence[np.ndarray], features: np.ndarray, n_trees: int, max_depth: int, n_outputs: int,
-                  seed: int) -> RandomForest:
+                  seed: int, root: tuple[int, float] | None = None) -> RandomForest:
     """Trees grown by random splits on ``features`` (module docstring), tree ``t`` from the
-    stream ``default_rng([seed, t])``. A node where no feature has an edge inside its box is a
+    stream ``default_rng([seed, t])``; with ``root`` = (feature, threshold) every tree's root
+    splits there instead (at the nearest of the feature's edges). A node where no feature has an
+    edge inside its box is a
     leaf. Split ``(j, b)`` sends ``x < edges[j][b]`` left and missing values right.
 
     Examples
@@ -248,8 +256,12 @@ def random_forest(edges: Sequence[np.ndarray], features: np.ndarray, n_trees: in
                 if level == max_depth or open_.size == 0:
                     leaves.append((t, node))
                     continue
-                i = int(open_[rng.integers(open_.size)])
-                b = int(rng.integers(low[i], high[i]))
+                if level == 0 and root is not None and high[i_root := int(np.searchsorted(features, root[0]))] > 0:
+                    i = i_root
+                    b = min(int(np.searchsorted(edges[root[0]], root[1])), int(high[i]) - 1)
+                else:
+                    i = int(open_[rng.integers(open_.size)])
+                    b = int(rng.integers(low[i], high[i]))
                 j = int(features[i])
                 left, right = builder.split(node, j, float(edges[j][b]), default_left=False)
                 rows.append((level, t, node, j, float(edges[j][b]), left, right))
@@ -383,7 +395,12 @@ def grow_private_forest(plan: PrivateForestPlan, edges: Sequence[np.ndarray], se
     slot_count = MIN_COUNT_SIGMAS * root.sigma * np.sqrt(count_cells)
     candidates = [e[keep] for e, keep in zip(edges, useful_edges(root.counts, n_edges, slot_count, crit))]
     n_outputs = 1 if crit == "mse" else K
-    forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, n_outputs, seed)
+    root = None
+    if plan.best_root and screening.features.size and screening.best_edge is not None:
+        j = int(screening.features[np.argmax(screening.score[screening.features])])
+        if screening.best_edge[j] >= 0:
+            root = (j, float(edges[j][screening.best_edge[j]]))
+    forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, n_outputs, seed, root)
     leaves = fetch_leaves(forest.splits, forest.leaf_tree, forest.leaf_id)
     counts = feasible(np.asarray(leaves.counts, dtype=np.float64).reshape(-1, K), crit)
     node_counts = {(t, node): counts[i] for i, (t, node) in enumerate(zip(forest.leaf_tree.tolist(),

@@ -123,6 +123,12 @@ def test_private_regression_growth_from_exact_sums_equals_the_pooled_reference()
             np.testing.assert_allclose(tree.value[leaf], [want], rtol=0, atol=1e-9)
     low, high = CLIP.centre - CLIP.half_width, CLIP.centre + CLIP.half_width
     assert all(((t.value >= low - 1e-12) & (t.value <= high + 1e-12)).all() for t in grown.trees)
+    # best_root: every tree's root is the brute-force best root split, the rest as random as before
+    rooted = grow_private_forest(PrivateForestPlan(T, 4, keep, "mse", target=CLIP, best_root=True), edges, 7,
+                                 *exact_fetchers(X, y, edges, T, CLIP))
+    j = int(np.argmax(best))
+    threshold = max(edges[j], key=lambda e: variance_decrease(X[:, j], z, float(e)))
+    assert all(t.feature[0] == j and t.threshold[0] == threshold for t in rooted.trees)
 
 
 def test_with_zero_noise_shares_a_simulated_job_grows_the_forest_of_exact_pooled_sums(monkeypatch) -> None:
@@ -251,8 +257,8 @@ def test_regression_defaults_to_the_private_protocol_and_reports_its_range() -> 
 
 def test_the_public_range_spans_the_full_octaves_and_clips_outliers() -> None:
     counts = np.zeros(1 << RANGE_BITS)
-    keys = float32_keys(np.array([-3.0, 0.7, 5.0, 1e6]))[0] >> (32 - RANGE_BITS)
-    counts[keys] = [40.0, 90.0, 60.0, 2.0]  # one window at 1e6: below the noise threshold
+    keys = float32_keys(np.array([-3.0, -1.5, 0.7, 1.5, 3.0, 5.0, 1e6, 3e9]))[0] >> (32 - RANGE_BITS)
+    counts[keys] = [40.0, 30.0, 90.0, 50.0, 70.0, 60.0, 2.0, 25.0]  # 1e6: below the threshold; 3e9: alone
     clip = target_range(counts, min_count=10.0)
     np.testing.assert_allclose([clip.centre - clip.half_width, clip.centre + clip.half_width], [-4.0, 8.0], rtol=1e-6)
     assert target_range(np.zeros(1 << RANGE_BITS), 10.0).half_width > 0  # nothing above the noise
