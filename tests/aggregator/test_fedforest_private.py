@@ -24,7 +24,7 @@ from aggregator.algorithms.fedforest_private import COUNT_SCALE, release_bounds
 from aggregator.algorithms.forest_private_growth import NoisyCounts, PrivateForestPlan, grow_private_forest
 from aggregator.fleet_sums import FleetSummer
 from aggregator.simulate import Simulation
-from edge_client.algorithms.fedforest import FedForestClient, class_histograms, leaf_class_counts
+from edge_client.algorithms.fedforest import FedForestClient, cell_histograms, clipped_target, leaf_sums
 from edge_client.training_data import ClientData
 from shared.differential_privacy import skellam_share
 from shared.protocol.envelope import Message
@@ -33,6 +33,7 @@ from shared.protocol.messages.fedforest import (
     PrivateForestHistogramRequest,
     PrivateForestLeavesRequest,
     SplitDecisions,
+    TargetClip,
 )
 from shared.protocol.messages.fleet_sums import NoiseShare
 from shared.sketches import pack_edges
@@ -170,26 +171,45 @@ def test_the_gateways_vectors_without_their_noise_add_up_to_the_pooled_counts() 
 # --- secure aggregation changes nothing -------------------------------------------------------------
 
 
-def test_masked_equals_unmasked_given_the_same_noise_draws(monkeypatch) -> None:
-    algorithm = FedForest(n_trees=4, max_depth=3, dp_epsilon=4.0)
-    masked = seeded_run(monkeypatch, private_module, fleet(), algorithm, plain=False)
-    unmasked = seeded_run(monkeypatch, private_module, fleet(), algorithm, plain=True)
+def regression_fleet(n_clients: int = 4, n: int = 150, d: int = 5, seed: int = 0) -> list[ClientData]:
+    """y = 3 [x0 > 0] + x1 + noise, some values missing, clients shifted apart."""
+    rng = np.random.default_rng(seed)
+    clients = []
+    for k in range(n_clients):
+        X = rng.normal(size=(n, d)) + 0.2 * k
+        y = 3.0 * (X[:, 0] > 0) + X[:, 1] + rng.normal(0.0, 0.1, n)
+        X[rng.random(X.shape) < 0.05] = np.nan
+        clients.append(ClientData(f"gw-{k}", X, y))
+    return clients
+
+
+@pytest.mark.parametrize("task", ["classification", "regression"])
+def test_masked_equals_unmasked_given_the_same_noise_draws(monkeypatch, task: str) -> None:
+    algorithm = FedForest(task=task, n_trees=4, max_depth=3, dp_epsilon=4.0)
+    data = fleet if task == "classification" else regression_fleet
+    masked = seeded_run(monkeypatch, private_module, data(), algorithm, plain=False)
+    unmasked = seeded_run(monkeypatch, private_module, data(), algorithm, plain=True)
     assert masked == unmasked
     assert masked.metadata["dp_epsilon"] == unmasked.metadata["dp_epsilon"]
-    other = Simulation(fleet()).run(FedForest(n_trees=4, max_depth=3, dp_epsilon=4.0))
+    other = Simulation(data()).run(algorithm)
     assert other != masked  # the noise is real: unseeded gateways draw other noise
 
 
 # --- the sensitivity the accountant charges for ----------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2 ** 31), st.integers(1, 6), st.integers(1, 4))
-def test_one_window_moves_a_release_by_at_most_the_charged_bound(seed: int, n_trees: int, depth: int) -> None:
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2 ** 31), st.integers(1, 6), st.integers(1, 4), st.booleans())
+def test_one_window_moves_a_release_by_at_most_the_charged_bound(seed: int, n_trees: int, depth: int,
+                                                                 regression: bool) -> None:
+    """Classification: class counts; regression: ``[windows, round(z scale)]`` of targets within
+    the public range and far beyond it."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(30, 5))
     X[rng.random(X.shape) < 0.1] = np.nan
     y = rng.integers(0, 3, 30)
+    target = rng.normal(size=30) * rng.choice([0.1, 10.0, 1e4])
+    clip = TargetClip(1.5, 4.0)
     edges = quantile_edges(X, 4)
     values, offsets = pack_edges(edges)
     S = int(np.diff(offsets).max()) + 2
@@ -199,15 +219,16 @@ def test_one_window_moves_a_release_by_at_most_the_charged_bound(seed: int, n_tr
     rest = np.arange(30) != drop
 
     def releases(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        hist = class_histograms(X[rows], y[rows], np.arange(5), values, offsets, 3, S)
+        terms = (np.stack([np.full(int(rows.sum()), COUNT_SCALE), clipped_target(target[rows], clip, COUNT_SCALE)],
+                          axis=1) if regression else np.eye(3, dtype=np.int64)[y[rows]] * COUNT_SCALE)
+        hist = cell_histograms(X[rows], terms, np.arange(5), values, offsets, S)
         node = route(X[rows], forest.splits, n_trees)
         lookup = {(t, i): p for p, (t, i) in enumerate(zip(forest.leaf_tree.tolist(), forest.leaf_id.tolist()))}
         positions = np.array([lookup[(t, int(i))] for t in range(n_trees) for i in node[t]], dtype=np.int64)
-        leaves = leaf_class_counts(positions, np.tile(y[rows], n_trees), len(lookup), 3)
-        return hist.ravel() * COUNT_SCALE, leaves.ravel() * COUNT_SCALE
+        return hist.ravel(), leaf_sums(positions, np.tile(terms, (n_trees, 1)), len(lookup)).ravel()
 
     for kind, a, b in zip(("histograms", "leaves"), releases(np.ones(30, bool)), releases(rest)):
-        l2, l1 = release_bounds(kind, 5, n_trees)
+        l2, l1 = release_bounds(kind, 5, n_trees, columns=2 if regression else 1)
         diff = (a - b).astype(np.float64)
         assert np.sqrt((diff * diff).sum()) <= l2 + 1e-9 and np.abs(diff).sum() <= l1
 
@@ -275,23 +296,26 @@ def test_protocol_defaults_private_for_classifiers_and_regressors(caplog) -> Non
 # --- what the server decodes: a window alone in a cell ----------------------------------------------
 
 
-def _lonely_window_fleet(label: int) -> list[ClientData]:
-    """Three gateways; one window (gw-0's first) is the only one without a value of feature 0,
-    so it sits alone in that feature's missing slot: its label is ``label``."""
-    clients = fleet(n_clients=3, n=60, d=3, seed=1)
+def lonely_window(clients: list[ClientData], target) -> list[ClientData]:
+    """``clients`` where one window (gw-0's first) is the only one without a value of feature 0,
+    so it sits alone in that feature's missing slot: its label (target) is ``target``."""
     out = []
     for c in clients:
         X, y = c.X.copy(), c.y.copy()
         X[:, 0] = np.nan_to_num(X[:, 0])
         if c.client_id == "gw-0":
-            X[0, 0], y[0] = np.nan, label
+            X[0, 0], y[0] = np.nan, target
         out.append(ClientData(c.client_id, X, y))
     return out
 
 
-def _root_missing_cell(algorithm: FedForest, clients: list[ClientData], noise_seed: int) -> np.ndarray:
-    """The class counts the server decodes for feature 0's missing slot at the root (the first
-    fleet sum after the opening whose request covers feature 0's missing values)."""
+def _lonely_window_fleet(label: int) -> list[ClientData]:
+    return lonely_window(fleet(n_clients=3, n=60, d=3, seed=1), label)
+
+
+def decoded_sums(algorithm: FedForest, clients: list[ClientData], noise_seed: int) -> list[tuple[object, np.ndarray]]:
+    """Every fleet sum the server decodes training ``algorithm`` (the gateways' noise seeded by
+    ``noise_seed``): (one gateway's request, the int64 total)."""
     decoded = []
     original = FleetSummer.ask
 
@@ -308,7 +332,13 @@ def _root_missing_cell(algorithm: FedForest, clients: list[ClientData], noise_se
         sim.run(algorithm)
     finally:
         FleetSummer.ask = original
-    for request, total in decoded:
+    return decoded
+
+
+def _root_missing_cell(algorithm: FedForest, clients: list[ClientData], noise_seed: int) -> np.ndarray:
+    """The class counts the server decodes for feature 0's missing slot at the root (the first
+    fleet sum after the opening whose request covers feature 0's missing values)."""
+    for request, total in decoded_sums(algorithm, clients, noise_seed):
         name = type(request).__name__
         if name == "PrivateForestHistogramRequest":
             return total.reshape(request.features.shape[0], request.slots, -1)[0, -1] / COUNT_SCALE

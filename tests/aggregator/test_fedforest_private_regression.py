@@ -5,8 +5,8 @@ the job's public range and scaled into ``[-1, 1]``:
 * growth from exact sums equals a pooled reference (the kept features are the brute-force best
   root variance decreases, every leaf holds the mean target of the pooled windows routed there);
 * with the gateways' noise shares zeroed, a whole simulated job grows exactly that forest;
-* masked == unmasked given the same noise draws;
-* one window moves a release by at most the sensitivity the accountant charges for;
+* (masked == unmasked given the same noise draws, and one window moving a release by at most
+  the sensitivity the accountant charges for, are ``test_fedforest_private``'s, for both tasks);
 * a gateway whose target sums leave the public range stops the job in one line;
 * a window alone in a cell keeps its target from the server (the histogram protocol gives it
   back exactly).
@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import aggregator.algorithms.fedforest_private as private_module
 import edge_client.algorithms.fedforest as client_module
 import edge_client.fleet_sums as client_sums
 from aggregator.algorithms import FedForest
-from aggregator.algorithms.fedforest_private import COUNT_SCALE, RANGE_BITS, release_bounds, target_range
+from aggregator.algorithms.fedforest_private import COUNT_SCALE, RANGE_BITS, target_range
 from aggregator.algorithms.forest_private_growth import NoisyCounts, PrivateForestPlan, grow_private_forest
-from aggregator.fleet_sums import FleetSummer
 from aggregator.jobs import TrainingError
 from aggregator.simulate import Simulation
-from edge_client.algorithms.fedforest import FedForestClient, cell_histograms, clipped_target, leaf_sums
+from edge_client.algorithms.fedforest import FedForestClient
 from edge_client.training_data import ClientData
 from shared.differential_privacy import skellam_share
 from shared.protocol.envelope import Message
@@ -41,22 +38,19 @@ from shared.protocol.messages.fedforest import (
 )
 from shared.protocol.messages.fleet_sums import NoiseShare
 from shared.sketches import float32_keys, pack_edges
-from tests.aggregator.test_dp_boosting import seeded_run
-from tests.aggregator.test_fedforest_private import quantile_edges, route
+from tests.aggregator.test_fedforest_private import (
+    decoded_sums,
+    lonely_window,
+    quantile_edges,
+    regression_fleet,
+    route,
+)
 
 CLIP = TargetClip(1.5, 4.0)
 
 
 def fleet(n_clients: int = 4, n: int = 150, d: int = 5, seed: int = 0) -> list[ClientData]:
-    """y = 3 [x0 > 0] + x1 + noise, some values missing, clients shifted apart."""
-    rng = np.random.default_rng(seed)
-    clients = []
-    for k in range(n_clients):
-        X = rng.normal(size=(n, d)) + 0.2 * k
-        y = 3.0 * (X[:, 0] > 0) + X[:, 1] + rng.normal(0.0, 0.1, n)
-        X[rng.random(X.shape) < 0.05] = np.nan
-        clients.append(ClientData(f"gw-{k}", X, y))
-    return clients
+    return regression_fleet(n_clients, n, d, seed)
 
 
 def pooled(clients: list[ClientData]) -> tuple[np.ndarray, np.ndarray]:
@@ -199,46 +193,6 @@ def test_the_gateways_vectors_without_their_noise_add_up_to_the_pooled_sums() ->
                                want_leaves(forest.splits, forest.leaf_tree, forest.leaf_id).counts, atol=1e-9)
 
 
-def test_masked_equals_unmasked_given_the_same_noise_draws(monkeypatch) -> None:
-    algorithm = FedForest(task="regression", n_trees=4, max_depth=3, dp_epsilon=4.0)
-    masked = seeded_run(monkeypatch, private_module, fleet(), algorithm, plain=False)
-    unmasked = seeded_run(monkeypatch, private_module, fleet(), algorithm, plain=True)
-    assert masked == unmasked
-    other = Simulation(fleet()).run(algorithm)
-    assert other != masked  # the noise is real: unseeded gateways draw other noise
-
-
-# --- the sensitivity the accountant charges for ----------------------------------------------------
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2 ** 31), st.integers(1, 6), st.integers(1, 4))
-def test_one_window_moves_a_release_by_at_most_the_charged_bound(seed: int, n_trees: int, depth: int) -> None:
-    rng = np.random.default_rng(seed)
-    X = rng.normal(size=(30, 5))
-    X[rng.random(X.shape) < 0.1] = np.nan
-    y = rng.normal(size=30) * rng.choice([0.1, 10.0, 1e4])  # within the range, and far beyond it
-    edges = quantile_edges(X, 4)
-    values, offsets = pack_edges(edges)
-    S = int(np.diff(offsets).max()) + 2
-    forest = grow_private_forest(PrivateForestPlan(n_trees, depth, 3, "mse", target=CLIP), edges, seed,
-                                 *exact_fetchers(X, y, edges, n_trees, CLIP)).structure
-    rest = np.arange(30) != int(rng.integers(30))
-
-    def releases(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        terms = np.stack([np.full(int(rows.sum()), COUNT_SCALE), clipped_target(y[rows], CLIP, COUNT_SCALE)], axis=1)
-        hist = cell_histograms(X[rows], terms, np.arange(5), values, offsets, S)
-        node = route(X[rows], forest.splits, n_trees)
-        lookup = {(t, i): p for p, (t, i) in enumerate(zip(forest.leaf_tree.tolist(), forest.leaf_id.tolist()))}
-        positions = np.array([lookup[(t, int(i))] for t in range(n_trees) for i in node[t]], dtype=np.int64)
-        return hist.ravel(), leaf_sums(positions, np.tile(terms, (n_trees, 1)), len(lookup)).ravel()
-
-    for kind, a, b in zip(("histograms", "leaves"), releases(np.ones(30, bool)), releases(rest)):
-        l2, l1 = release_bounds(kind, 5, n_trees, columns=2)
-        diff = (a - b).astype(np.float64)
-        assert np.sqrt((diff * diff).sum()) <= l2 + 1e-9 and np.abs(diff).sum() <= l1
-
-
 # --- the defaults, the public range --------------------------------------------------------------
 
 
@@ -291,37 +245,12 @@ def test_a_gateway_whose_target_sums_leave_the_public_range_stops_the_job_in_one
 
 
 def _lonely(target: float) -> list[ClientData]:
-    """gw-0's first window is the only one without a value of feature 0 and has target ``target``."""
-    out = []
-    for c in fleet(n_clients=3, n=60, d=3, seed=1):
-        X, y = c.X.copy(), c.y.copy()
-        X[:, 0] = np.nan_to_num(X[:, 0])
-        if c.client_id == "gw-0":
-            X[0, 0], y[0] = np.nan, target
-        out.append(ClientData(c.client_id, X, y))
-    return out
+    return lonely_window(fleet(n_clients=3, n=60, d=3, seed=1), target)
 
 
 def _missing_cell(algorithm: FedForest, clients: list[ClientData], noise_seed: int) -> np.ndarray:
-    """Feature 0's missing slot at the root as the server decodes it: ``[windows, Σ]`` (Σ z of
-    the private protocol, in the target's units; Σ (y - shift) of the histogram protocol)."""
-    decoded = []
-    original = FleetSummer.ask
-
-    def ask(self, requests, *args, **kwargs):
-        result = original(self, requests, *args, **kwargs)
-        decoded.append((next(iter(requests.values())), result.total.view(np.int64).copy()))
-        return result
-
-    FleetSummer.ask = ask
-    try:
-        sim = Simulation(clients)
-        for i, participant in enumerate(sim.participants.values()):
-            participant.seed_noise(noise_seed * 10 + i)
-        sim.run(algorithm)
-    finally:
-        FleetSummer.ask = original
-    for request, total in decoded:
+    """Feature 0's missing slot at the root as the server decodes it: ``[windows, Σ y]``."""
+    for request, total in decoded_sums(algorithm, clients, noise_seed):
         if isinstance(request, PrivateForestHistogramRequest):
             cell = total.reshape(request.features.shape[0], request.slots, 2)[0, -1] / COUNT_SCALE
             return np.array([cell[0], request.target_clip.centre * cell[0] + request.target_clip.half_width * cell[1]])
