@@ -1,5 +1,7 @@
 """A lying gateway in simulation: one participant's handler changed so that the vector it adds to
-a fleet sum is not its honest one (for tests and ``benchmarks/bench_poisoning.py``).
+a fleet sum is not its honest one (for tests and ``benchmarks/bench_poisoning.py``), or so that
+it deals bad share bundles (:func:`change_bundles`) or complains about good ones
+(:func:`change_received_bundles`).
 
 :func:`lie_in_vectors` wraps a participant's handler of one request type. The liar computes its
 honest plain vector (the request with its ``secure`` field emptied: handlers are idempotent,
@@ -17,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from shared.protocol.messages.secure_aggregation import WORD_TYPES, masked_vector_field
+from shared.protocol.messages.secure_aggregation import WORD_TYPES, SecAggUnmaskRequest, masked_vector_field
 
 from .simulate import Simulation
 
-__all__ = ["Lie", "Recorded", "change_bundles", "lie_in_vectors"]
+__all__ = ["Lie", "Recorded", "change_bundles", "change_received_bundles", "lie_in_vectors"]
 
 #: ``lie(plain int64 vector, request body) -> the int64 vector the liar claims``.
 Lie = Callable[[np.ndarray, Any], np.ndarray]
@@ -104,3 +106,17 @@ def change_bundles(sim: Simulation, client: str, change: Callable[[int, Any, dic
     for kind, original in list(handlers.items()):
         handlers[kind] = wrap(original)
     return sent
+
+
+def change_received_bundles(sim: Simulation, client: str, change: Callable[[dict], dict]) -> None:
+    """Make ``client`` of ``sim`` answer each unmask request as if the sealed share bundles routed
+    to it were ``change(shares)`` (dealer -> committed bundle): given a good bundle altered, it
+    complains about that honest dealer with the evidence an honest holder would send."""
+    handlers = sim.participants[client].dispatcher._handlers
+    original = handlers[SecAggUnmaskRequest]
+
+    def handler(message: Any) -> Any:
+        body = dataclasses.replace(message.body, shares=change(dict(message.body.shares)))
+        return original(dataclasses.replace(message, body=body))
+
+    handlers[SecAggUnmaskRequest] = handler

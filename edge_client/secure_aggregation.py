@@ -7,7 +7,8 @@ sets up fresh keys. Refusals of the protocol's safety checks (a client both surv
 and dropped, too few survivors, a second unmasking of the same round, ...) are answered with
 ``secure_aggregation`` errors and reveal nothing. A neighbour's share bundle that does not open
 or match the digests it committed to is not a refusal: the reply names that neighbour in
-``complaints``, reveals nothing of its bundle, and answers for the others.
+``complaints`` with the key of that one bundle as evidence (the server opens it and names
+whoever lied), and answers for the others.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ class SecureAggregationClient:
                         extra={"job": message.envelope.job, "label": body.label, "clients": list(shares.complaints)})
         return SecAggUnmaskReply(self_mask=dict(shares.self_mask),
                                  pair_seeds={v: dict(by_peer) for v, by_peer in shares.pair_seeds.items()},
-                                 complaints=shares.complaints)
+                                 complaints=dict(shares.complaints))
 
 
 @contextmanager

@@ -1159,7 +1159,7 @@ VERSIONS = {
    "fields": {
     "self_mask": "dict[str, bytes]",
     "pair_seeds": "dict[str, dict[str, bytes]]",
-    "complaints": "tuple[str, ...] = default"
+    "complaints": "dict[str, bytes] = default"
    },
    "revision": 2
   },

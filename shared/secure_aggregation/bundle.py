@@ -24,6 +24,15 @@ to a seed of 256 random bits. Wire form of what the dealer addresses to one hold
     n (2 bytes) || n digests (16 bytes each: self-mask share, then pair-seed shares by peer id) || sealed bundle
 
 so ``sealed_bundle_size`` is ``2 + 16 (1 + k) + 28 + 66 + sum(67 + len(id))`` for k peers.
+
+Bundle keys: every bundle is sealed under its own key, ``bundle_key`` = HKDF of the pair's
+cipher key bound to job, label, dealer and holder, and its 12-byte AES-GCM nonce is a commitment
+to that key (``bundle_key_commitment``; the key seals that one blob, so the nonce is never
+reused). A holder that complains about a bundle reveals its bundle key as evidence: the server
+checks it against the nonce and opens that one bundle (``CommittedBundle.open``), exactly as
+the holder did. HKDF is one-way, so the key gives neither the pair's cipher key (the bundles of
+other labels, of the other direction, the key confirmations) nor anything of the pair secret,
+which comes from the other X25519 key pair (``keys``).
 """
 
 from __future__ import annotations
@@ -33,12 +42,22 @@ import hmac
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from .contexts import share_commitment_context
-from .encryption import SEAL_OVERHEAD
+from .contexts import bundle_associated_data, bundle_key_commitment_info, bundle_key_info, share_commitment_context
+from .encryption import NONCE_BYTES, SEAL_OVERHEAD, open_sealed, seal
 from .errors import SecureAggregationError
+from .keys import derive_key
 from .shamir import SHARE_BYTES
 
-__all__ = ["DIGEST_BYTES", "MAX_ID_BYTES", "CommittedBundle", "ShareBundle", "sealed_bundle_size", "share_digest"]
+__all__ = [
+    "DIGEST_BYTES",
+    "MAX_ID_BYTES",
+    "CommittedBundle",
+    "ShareBundle",
+    "bundle_key",
+    "bundle_key_commitment",
+    "sealed_bundle_size",
+    "share_digest",
+]
 
 #: Bytes of a share's commitment (a truncated SHA-256: 128-bit second-preimage resistance).
 DIGEST_BYTES = 16
@@ -78,6 +97,23 @@ def share_digest(job: bytes, label: bytes, dealer: str, holder: str, peer: str |
     return hashlib.sha256(context + share).digest()[:DIGEST_BYTES]
 
 
+def bundle_key(cipher_key: bytes, job: bytes, label: bytes, dealer: str, holder: str) -> bytes:
+    """The AES-GCM key of the one bundle ``dealer`` seals for ``holder`` in aggregation ``label``.
+
+    ``cipher_key``: the pair's key from ``agree`` (either end derives the same bundle key).
+    """
+    return derive_key(cipher_key, bundle_key_info(job, label, dealer, holder))
+
+
+def bundle_key_commitment(key: bytes) -> bytes:
+    """The nonce a bundle sealed under ``key`` carries: a 96-bit commitment to the key.
+
+    >>> len(bundle_key_commitment(bytes(32)))
+    12
+    """
+    return derive_key(key, bundle_key_commitment_info())[:NONCE_BYTES]
+
+
 @dataclass(frozen=True)
 class CommittedBundle:
     """What a dealer addresses to one holder: the digests of its shares and the sealed bundle.
@@ -87,6 +123,42 @@ class CommittedBundle:
 
     digests: tuple[bytes, ...]
     sealed: bytes
+
+    @classmethod
+    def seal(
+        cls, key: bytes, job: bytes, label: bytes, dealer: str, holder: str, bundle: ShareBundle
+    ) -> CommittedBundle:
+        """``bundle`` sealed under its bundle ``key`` (nonce: the key's commitment), behind its shares' digests."""
+        slots = [(None, bundle.self_mask), *sorted(bundle.pair_seeds.items())]
+        digests = [share_digest(job, label, dealer, holder, peer, share) for peer, share in slots]
+        associated = bundle_associated_data(job, label, dealer, holder)
+        return cls(tuple(digests), seal(key, bundle.to_bytes(), associated, bundle_key_commitment(key)))
+
+    def commits_to(self, key: bytes) -> bool:
+        """Whether this bundle's nonce is the commitment to ``key`` (then ``key`` is the one it was sealed under)."""
+        return hmac.compare_digest(self.sealed[:NONCE_BYTES], bundle_key_commitment(key))
+
+    def open(self, key: bytes, job: bytes, label: bytes, dealer: str, holder: str) -> ShareBundle:
+        """The bundle sealed under ``key``, checked against the digests the dealer committed to.
+
+        The holder opens it with the bundle key it derives, the server with the key a complaint
+        reveals: the same check, so both reach the same verdict.
+
+        Raises
+        ------
+        SecureAggregationError
+            It does not open or parse, names a pair seed of the dealer with itself, or a share
+            does not match its digest.
+        """
+        associated = bundle_associated_data(job, label, dealer, holder)
+        bundle = ShareBundle.from_bytes(open_sealed(key, self.sealed, associated))
+        if dealer in bundle.pair_seeds:
+            raise SecureAggregationError(f"{dealer}'s bundle names a pair seed with itself")
+        peers = tuple(bundle.pair_seeds)
+        slots = [(None, bundle.self_mask), *bundle.pair_seeds.items()]
+        if not all(self.matches(job, label, dealer, holder, p, share, peers) for p, share in slots):
+            raise SecureAggregationError(f"{dealer}'s bundle does not match the digests it committed to")
+        return bundle
 
     def to_bytes(self) -> bytes:
         return len(self.digests).to_bytes(_COUNT_BYTES, "big") + b"".join(self.digests) + self.sealed

@@ -26,6 +26,8 @@ from .errors import SecureAggregationError
 __all__ = [
     "MAX_LABEL_BYTES",
     "bundle_associated_data",
+    "bundle_key_commitment_info",
+    "bundle_key_info",
     "check_label",
     "cipher_key_info",
     "confirmation_associated_data",
@@ -84,6 +86,18 @@ def pair_mask_info(job: bytes, label: bytes) -> bytes:
 def bundle_associated_data(job: bytes, label: bytes, sender: str, receiver: str) -> bytes:
     """Associated data of a sealed share bundle: binds it to job, label, sender and receiver."""
     return _context(b"share-bundle", job, label, sender.encode("utf-8"), receiver.encode("utf-8"))
+
+
+def bundle_key_info(job: bytes, label: bytes, dealer: str, holder: str) -> bytes:
+    """AES-GCM key of one sealed share bundle, derived from the pair's cipher key: revealing it
+    (a holder's evidence for a complaint) opens that bundle only."""
+    return _context(b"bundle-key", job, label, dealer.encode("utf-8"), holder.encode("utf-8"))
+
+
+def bundle_key_commitment_info() -> bytes:
+    """A bundle key's commitment (the nonce its bundle is sealed with); the key is already bound
+    to its job, label, dealer and holder."""
+    return _context(b"bundle-key-commitment")
 
 
 def share_commitment_context(job: bytes, label: bytes, dealer: str, holder: str, peer: str | None) -> bytes:

@@ -5,9 +5,10 @@ read them, nor swap one share for another unnoticed. AES-256-GCM gives both; the
 data binds a blob to its job, label, sender and receiver, so a blob replayed into another
 aggregation or redirected to another gateway fails to open.
 
-A fresh random 96-bit nonce is drawn per blob and prefixed: a key (one per pair of gateways
-per job) seals one blob per aggregation, far below the ~2**32 messages at which random GCM
-nonces start to risk a collision.
+The 96-bit nonce is prefixed to the blob. A key confirmation's is drawn at random (its key, one
+per pair of gateways per job, seals one confirmation each way); a share bundle's is a commitment
+to its key (``bundle.bundle_key_commitment``), which is safe because every bundle key seals
+exactly one blob.
 """
 
 from __future__ import annotations
@@ -34,9 +35,15 @@ def _cipher(key: bytes) -> AESGCM:
     return AESGCM(bytes(key))
 
 
-def seal(key: bytes, plaintext: bytes, associated: bytes) -> bytes:
-    """``nonce || AES-256-GCM(key, nonce, plaintext, associated)`` with a fresh random nonce."""
-    nonce = os.urandom(NONCE_BYTES)
+def seal(key: bytes, plaintext: bytes, associated: bytes, nonce: bytes | None = None) -> bytes:
+    """``nonce || AES-256-GCM(key, nonce, plaintext, associated)``; ``None``: a fresh random nonce.
+
+    A given ``nonce`` must never be used with the same key twice (callers pass one only for a
+    key that seals a single blob)."""
+    if nonce is None:
+        nonce = os.urandom(NONCE_BYTES)
+    elif len(nonce) != NONCE_BYTES:
+        raise SecureAggregationError(f"an AES-GCM nonce is {NONCE_BYTES} bytes")
     return nonce + _cipher(key).encrypt(nonce, bytes(plaintext), bytes(associated))
 
 

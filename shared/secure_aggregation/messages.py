@@ -6,12 +6,13 @@ decoded from the network can be rebuilt through these classes and rejected early
 
 * ``MaskedInput`` (gateway -> server): the masked vector and one sealed share bundle per neighbour.
 * ``UnmaskRequest`` (server -> gateway): who survived, who dropped, and the bundles addressed to it.
-* ``UnmaskShares`` (gateway -> server): the plain shares the server needs to remove the masks.
+* ``UnmaskShares`` (gateway -> server): the plain shares the server needs to remove the masks, and
+  the complaints about bundles, each with its bundle's key as evidence.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -103,14 +104,16 @@ class UnmaskShares:
 
     ``self_mask``: surviving neighbour v -> this gateway's share of v's self-mask seed.
     ``pair_seeds``: surviving neighbour v -> {dropped peer u of v -> share of v's pair seed with u}.
-    ``complaints``: surviving neighbours whose bundle for this gateway did not open, parse or
-    match its dealer's commitments; nothing of those bundles is revealed.
-    For one aggregation no client ever appears both as a key of ``self_mask`` and as a dropped peer.
+    ``complaints``: surviving neighbour v whose bundle for this gateway did not open, parse or
+    match its commitments -> the evidence, the key of that one bundle (``bundle.bundle_key``),
+    with which the server opens it and decides who lied; none of its shares is revealed
+    otherwise. For one aggregation no client ever appears both as a key of ``self_mask`` and as
+    a dropped peer.
     """
 
     self_mask: Mapping[str, bytes]
     pair_seeds: Mapping[str, Mapping[str, bytes]]
-    complaints: tuple[str, ...] = ()
+    complaints: Mapping[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "self_mask", _share_map(self.self_mask, "UnmaskShares.self_mask"))
@@ -119,7 +122,7 @@ class UnmaskShares:
             _check_id(survivor, "UnmaskShares.pair_seeds key")
             pair_seeds[survivor] = _share_map(by_peer, f"UnmaskShares.pair_seeds[{survivor!r}]")
         object.__setattr__(self, "pair_seeds", pair_seeds)
-        complaints = _id_tuple(self.complaints, "UnmaskShares.complaints")
+        complaints = _blob_map(self.complaints, "UnmaskShares.complaints")
         if set(complaints) & set(self.self_mask):
             raise SecureAggregationError("UnmaskShares reveals a self-mask share of a client it complains about")
         object.__setattr__(self, "complaints", complaints)

@@ -41,8 +41,17 @@ Lying gateways: every share travels with its dealer's commitment (``bundle.Commi
 The server checks each revealed share against it and discards a reply that does not match,
 naming its sender; a holder checks its shares before revealing them, so an honest one is never
 blamed for its dealer's bad shares. A bundle that does not open or match is a complaint, not a
-refusal; a dealer that enough holders complain about is named, and as its masked vector cannot
-be unmasked the caller asks again without it (it then counts as dropped).
+refusal, and every complaint carries its evidence: the key of that one bundle (each bundle has
+its own, HKDF of the pair's cipher key bound to job, label, dealer and holder, and its nonce
+commits to it). If the nonce commits to the revealed key, the server opens the bundle as the
+holder did and names whoever lied, on a single complaint: the dealer if the bundle does not
+open or match its digests, else the complainer. The key opens nothing else: not the pair's
+cipher key (other labels' bundles, the other direction's, the key confirmations), not the pair
+secret (the other key pair), and the one bundle holds one Shamir share of each of the dealer's
+secrets, nothing with ``threshold >= 2``. A key the nonce does not commit to is one word
+against another (only the pair knows its key): such a dealer is named only if more than
+``k - threshold`` of its ``k`` holders dispute it. A named gateway's masked vector cannot be
+left in the sum, so the caller asks again without it (it then counts as dropped).
 """
 
 from __future__ import annotations
@@ -54,9 +63,8 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .bundle import CommittedBundle, ShareBundle, share_digest
+from .bundle import CommittedBundle, ShareBundle, bundle_key
 from .contexts import (
-    bundle_associated_data,
     check_label,
     cipher_key_info,
     confirmation_associated_data,
@@ -71,7 +79,7 @@ from .encryption import open_sealed, seal
 from .errors import MaliciousGateway, SecureAggregationError
 from .fixed_point import ring_sum
 from .graph import default_degree, default_threshold, neighbourhoods
-from .keys import ClientKeyPairs, PublicKeys, agree, derive_key
+from .keys import DERIVED_KEY_BYTES, ClientKeyPairs, PublicKeys, agree, derive_key
 from .masks import expand_mask, pairwise_mask
 from .messages import MaskedInput, UnmaskRequest, UnmaskShares
 from .shamir import combine_shares, split_secret
@@ -329,11 +337,8 @@ class SecAggClient:
         sealed = {}
         for holder, x in zip(taking_part, holders):
             bundle = ShareBundle(self_shares[x], {peer: shares[x] for peer, shares in seed_shares.items()})
-            associated = bundle_associated_data(state.job, label, self._id, holder)
-            digests = [share_digest(state.job, label, self._id, holder, None, bundle.self_mask)]
-            digests += [share_digest(state.job, label, self._id, holder, p, bundle.pair_seeds[p]) for p in taking_part]
-            committed = CommittedBundle(tuple(digests), seal(state.cipher_keys[holder], bundle.to_bytes(), associated))
-            sealed[holder] = committed.to_bytes()
+            key = bundle_key(state.cipher_keys[holder], state.job, label, self._id, holder)
+            sealed[holder] = CommittedBundle.seal(key, state.job, label, self._id, holder, bundle).to_bytes()
         self._masked.add(label)
         return MaskedInput(masked=masked, shares=sealed)
 
@@ -359,8 +364,9 @@ class SecAggClient:
         UnmaskShares
             The share of each surviving neighbour's self-mask seed, and the shares of its pair
             seeds with dropped clients. A surviving neighbour whose bundle does not open, parse
-            or match the digests it committed to is named in ``complaints`` instead: nothing of
-            its bundle is revealed (the server decides whom to blame, see ``SecAggServer.unmask_sum``).
+            or match the digests it committed to is named in ``complaints`` instead, with the key
+            of that bundle as evidence (the server opens that one bundle and decides whom to
+            blame, see ``SecAggServer.unmask_sum``).
 
         Raises
         ------
@@ -400,12 +406,14 @@ class SecAggClient:
             missing = sorted(surviving_neighbours - senders)
             raise SecureAggregationError(f"refused: no bundle from surviving neighbours {missing}")
 
-        bundles, complaints = {}, []
+        bundles, complaints = {}, {}
         for sender in sorted(surviving_neighbours):
+            key = bundle_key(state.cipher_keys[sender], state.job, label, sender, self._id)
             try:
-                bundles[sender] = self._open_bundle(label, sender, request.shares[sender])
+                committed = CommittedBundle.from_bytes(request.shares[sender])
+                bundles[sender] = committed.open(key, state.job, label, sender, self._id)
             except SecureAggregationError:
-                complaints.append(sender)
+                complaints[sender] = key
         adjacent = set(state.neighbours).union(*(bundle.pair_seeds for bundle in bundles.values()))
         remote = sorted(gone - adjacent)
         if remote:
@@ -425,21 +433,7 @@ class SecAggClient:
         if set(self_mask) & {peer for by_peer in pair_seeds.values() for peer in by_peer}:
             raise SecureAggregationError("refused: a client would be revealed both as survivor and as dropped")
         self._unmasked.add(label)
-        return UnmaskShares(self_mask=self_mask, pair_seeds=pair_seeds, complaints=tuple(complaints))
-
-    def _open_bundle(self, label: bytes, sender: str, blob: bytes) -> ShareBundle:
-        """``sender``'s bundle for this client, checked against the digests it committed to."""
-        state = self._joined()
-        committed = CommittedBundle.from_bytes(blob)
-        associated = bundle_associated_data(state.job, label, sender, self._id)
-        bundle = ShareBundle.from_bytes(open_sealed(state.cipher_keys[sender], committed.sealed, associated))
-        if sender in bundle.pair_seeds:
-            raise SecureAggregationError(f"{sender}'s bundle names a pair seed with itself")
-        peers = tuple(bundle.pair_seeds)
-        slots = [(None, bundle.self_mask), *bundle.pair_seeds.items()]
-        if not all(committed.matches(state.job, label, sender, self._id, p, share, peers) for p, share in slots):
-            raise SecureAggregationError(f"{sender}'s bundle does not match the digests it committed to")
-        return bundle
+        return UnmaskShares(self_mask=self_mask, pair_seeds=pair_seeds, complaints=complaints)
 
 
 @dataclass(frozen=True, eq=False)
@@ -760,12 +754,15 @@ class SecAggServer:
         Raises
         ------
         MaliciousGateway
-            A survivor's self-mask cannot be rebuilt because more than ``k - threshold`` of its
-            ``k`` share holders complained that its bundle did not open or match its digests:
-            that survivor (and any discarded reply's sender) is named; its masked vector is in
-            the inputs, so no sum over the others can be given for this label (ask again
-            without it). Also raised, naming the discarded replies' senders, when a seed
-            cannot be rebuilt without their shares. The label is finished.
+            A complaint decided by its evidence (the key of the bundle complained about, see
+            ``_judge_complaints``): a dealer whose bundle does not open or match its digests
+            under that key is named, or else the complainer; or a survivor's self-mask cannot be
+            rebuilt because more than ``k - threshold`` of its ``k`` share holders complained
+            with keys its bundles do not commit to. Those gateways (and any discarded reply's
+            sender) are named; their masked vectors are in the inputs, so no sum over the
+            others can be given for this label (ask again without them). Also raised, naming
+            the discarded replies' senders, when a seed cannot be rebuilt without their shares.
+            The label is finished.
         SecureAggregationError
             Inputs differing from those of the unmask request, a reply from a client that was
             not asked, or a seed with fewer than ``threshold`` shares (too many clients dropped
@@ -809,7 +806,8 @@ class SecAggServer:
             if not same:
                 raise SecureAggregationError(f"{client}'s masked input differs from the one its shares were routed for")
         replies, culprits = self._check_replies(label, pending, shares)
-        blocked = self._blocked_dealers(pending, replies)
+        liars, disputed = self._judge_complaints(label, pending, replies)
+        blocked = {**self._blocked_dealers(pending, replies, disputed), **liars}
         if blocked:
             del self._pending[label]
             self._finished.add(label)
@@ -853,17 +851,61 @@ class SecAggServer:
                 np.subtract(total, pairwise_mask(pair_seed, owner, peer, pair_info, length), out=total)
         return total
 
-    def _blocked_dealers(self, pending: _PendingAggregation, replies: Mapping[str, UnmaskShares]) -> dict[str, str]:
-        """Survivors whose self-mask cannot be rebuilt because too many holders complained, with why.
+    def _judge_complaints(
+        self, label: bytes, pending: _PendingAggregation, replies: Mapping[str, UnmaskShares]
+    ) -> tuple[dict[str, str], dict[str, list[str]]]:
+        """Decide each complaint by its evidence: the liars (with why), and the complaints no evidence decides.
 
-        Of a survivor's ``k`` share holders, more than ``k - threshold`` must complain: fewer
-        lying neighbours than that can never get an honest gateway named.
+        A complaint carries the key of the bundle complained about. If the bundle's nonce commits
+        to that key, the server opens the bundle with it, as the complaining holder did: a bundle
+        that does not open or match its digests names its dealer, a good one the complainer. A
+        key of the wrong size names the complainer (an honest holder always sends its bundle's
+        key). Any other key leaves the complaint undecided, dealer -> holders: either the dealer
+        sealed under another key than the pair's, or the holder reveals another key, and only
+        the two of them know the pair's key (``_blocked_dealers`` weighs those complaints).
+        """
+        liars: dict[str, str] = {}
+        disputed: dict[str, list[str]] = {}
+        for holder in sorted(replies):
+            for dealer, key in sorted(replies[holder].complaints.items()):
+                committed = CommittedBundle.from_bytes(pending.inputs[dealer].shares[holder])
+                if len(key) != DERIVED_KEY_BYTES:
+                    liars[holder] = f"complained about {dealer}'s share bundle without the key that sealed it"
+                elif not committed.commits_to(key):
+                    disputed.setdefault(dealer, []).append(holder)
+                elif self._bundle_opens(committed, key, label, dealer, holder):
+                    liars[holder] = (
+                        f"complained about {dealer}'s share bundle, which the key it revealed opens and which "
+                        f"matches {dealer}'s commitments"
+                    )
+                else:
+                    liars[dealer] = (
+                        f"sent {holder} a share bundle that does not open or match its commitments "
+                        f"(shown by the bundle's key, revealed by {holder})"
+                    )
+        return liars, disputed
+
+    def _bundle_opens(self, committed: CommittedBundle, key: bytes, label: bytes, dealer: str, holder: str) -> bool:
+        try:
+            committed.open(key, self._job, label, dealer, holder)
+        except SecureAggregationError:
+            return False
+        return True
+
+    def _blocked_dealers(
+        self, pending: _PendingAggregation, replies: Mapping[str, UnmaskShares], disputed: Mapping[str, list[str]]
+    ) -> dict[str, str]:
+        """Survivors whose self-mask cannot be rebuilt because too many holders dispute their key, with why.
+
+        Of a survivor's ``k`` share holders, more than ``k - threshold`` must complain with a key
+        its bundle does not commit to (``disputed``): fewer lying neighbours than that can never
+        get an honest gateway named.
         """
         blocked = {}
         for owner, contribution in pending.inputs.items():
             holders = contribution.shares
             found = sum(1 for w in holders if w in replies and owner in replies[w].self_mask)
-            complaints = sorted(w for w in holders if w in replies and owner in replies[w].complaints)
+            complaints = sorted(disputed.get(owner, []))
             if found < self._threshold and len(complaints) > len(holders) - self._threshold:
                 blocked[owner] = f"sent bundles that did not open or match its commitments to {complaints}"
         return blocked

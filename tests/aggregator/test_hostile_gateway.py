@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pytest
 
-from aggregator.hostile import Recorded, change_bundles
+from aggregator.hostile import Recorded, change_bundles, change_received_bundles
 from aggregator.jobs import JobSettings
 from aggregator.simulate import Simulation
 from shared.protocol.messages.secure_aggregation import SecAggUnmaskReply, SecAggUnmaskRequest
@@ -126,7 +126,11 @@ def test_a_gateway_sending_bad_bundles_is_named_and_the_model_is_that_of_its_dro
         model = run(hostile, expect_rejected={LIAR: 1})
     assert set(rejections(caplog)) == {LIAR}
     assert what in rejections(caplog)[LIAR]
+    assert_identical(model, run(dropping_out_when_masking(first)))
 
+
+def dropping_out_when_masking(first: int) -> Simulation:
+    """The fleet in which the liar drops out as it sends its ``first``-th masked vector."""
     dropping = fleet()
 
     def vanish(n, envelope, shares):
@@ -135,4 +139,32 @@ def test_a_gateway_sending_bad_bundles_is_named_and_the_model_is_that_of_its_dro
         return shares
 
     change_bundles(dropping, LIAR, vanish)
-    assert_identical(model, run(dropping))
+    return dropping
+
+
+def tampered(blob: bytes) -> bytes:
+    """A committed bundle with its GCM tag's last byte flipped (the nonce, its key's commitment, kept)."""
+    return blob[:-1] + bytes([blob[-1] ^ 1])
+
+
+def test_a_gateway_complaining_about_a_good_bundle_is_named_and_the_model_is_that_of_its_dropping_out(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """One false complaint about an honest dealer: the key the liar reveals opens the dealer's
+    bundle and it matches, so the liar is named, never the dealer, and the sum is asked again."""
+    hostile = fleet()
+    change_received_bundles(hostile, LIAR, lambda shares: {**shares, "gw-1": tampered(shares["gw-1"])})
+    with caplog.at_level(logging.WARNING):
+        model = run(hostile, expect_rejected={LIAR: 1})
+    assert set(rejections(caplog)) == {LIAR}
+    assert "complained about gw-1's share bundle, which the key it revealed opens" in rejections(caplog)[LIAR]
+    assert_identical(model, run(dropping_out_when_masking(0)))
+
+
+def test_a_gateway_sending_one_bad_bundle_is_named_on_one_complaint(caplog: pytest.LogCaptureFixture) -> None:
+    hostile = fleet()
+    change_bundles(hostile, LIAR, lambda n, envelope, shares: {**shares, "gw-1": tampered(shares["gw-1"])})
+    with caplog.at_level(logging.WARNING):
+        model = run(hostile, expect_rejected={LIAR: 1})
+    assert set(rejections(caplog)) == {LIAR}
+    assert "sent gw-1 a share bundle that does not open or match" in rejections(caplog)[LIAR]
+    assert_identical(model, run(dropping_out_when_masking(0)))

@@ -15,7 +15,8 @@ mod 2^64, and per neighbour a sealed bundle of Shamir shares of this round's sel
 pair seeds, behind the digests of those shares); then ``secagg.unmask`` names the survivors and
 the dropped, and each survivor answers with its shares of the survivors' self-mask seeds and of
 the survivors' pair seeds with dropped peers -- never both for the same client -- and names the
-survivors whose bundle did not open or match its digests. Seeds are per round: nothing revealed about a
+survivors whose bundle did not open or match its digests, each with that bundle's key as
+evidence. Seeds are per round: nothing revealed about a
 dropped client opens any other round. Unmasked requests carry no ``SecureRound`` and the
 reply's vector is the plain one.
 """
@@ -206,18 +207,20 @@ class SecAggUnmaskRequest:
 class SecAggUnmaskReply:
     """This client's plain shares: of each survivor's self-mask seed (survivor -> share) and of
     each survivor's pair seeds with dropped peers (survivor -> dropped peer -> share);
-    ``complaints``: the survivors whose sealed bundle for this client did not open or did not
-    match the digests they committed to (nothing of those bundles is revealed)."""
+    ``complaints``: survivor whose sealed bundle for this client did not open or did not match
+    the digests it committed to -> the key of that one bundle, the evidence with which the
+    server opens it and names whoever lied (no share of it is revealed otherwise). Empty, it
+    costs the bytes the empty list of complaints cost before."""
 
     self_mask: dict[str, bytes]
     pair_seeds: dict[str, dict[str, bytes]]
-    complaints: tuple[str, ...] = ()
+    complaints: dict[str, bytes] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         dropped = {peer for by_peer in self.pair_seeds.values() for peer in by_peer}
         if set(self.self_mask) & dropped:
             raise ValueError("never both kinds of share for the same client")
-        _distinct("complaints", self.complaints)
+        _blobs("complaints", self.complaints)
         if set(self.self_mask) & set(self.complaints):
             raise ValueError("a self-mask share of a client complained about")
         _blobs("self_mask", self.self_mask)

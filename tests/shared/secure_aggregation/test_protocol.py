@@ -423,7 +423,8 @@ def test_a_bundle_that_does_not_open_is_complained_about_and_nothing_of_it_is_re
     else:
         bad = {v: fleet.clients[v].mask(b"other", np.zeros(16, np.uint64)).shares[me] for v in (first, second)}
     reply = fleet.clients[me].unmask(b"r", honest.survivors, honest.dropped, {**honest.shares, **bad})
-    assert reply.complaints == tuple(sorted(bad))
+    assert sorted(reply.complaints) == sorted(bad)
+    assert all(len(key) == 32 for key in reply.complaints.values())  # each bundle's key, the evidence
     assert set(reply.self_mask) == set(honest.shares) - set(bad)
     assert not set(reply.pair_seeds) & set(bad)
 
