@@ -7,6 +7,12 @@ Prints a Markdown table: seconds for all gateways to mask (which now includes th
 their shares), to answer the unmask requests (which now includes checking the digests), for the
 server to unmask the sum (which now includes checking every revealed share), and the bytes one
 gateway sends beside its vector (its committed, sealed bundles). Median of 5 runs.
+
+A second table: the encoded body of one gateway's unmask reply (``secagg.unmask_reply``, CBOR)
+when it complains about nobody, and when it complains about one neighbour (given that
+neighbour's bundle with a byte of its tag flipped): the complaint's evidence is the key of that
+one bundle, and the share of that neighbour's self-mask seed is not sent. Run it on two commits
+to compare their honest replies.
 """
 
 from __future__ import annotations
@@ -17,13 +23,23 @@ import time
 import numpy as np
 
 from benchmarks._common import markdown_table, print_machine
-from shared.secure_aggregation import SecAggClient, SecAggConfig, SecAggServer
+from shared.protocol.codec import dumps_value
+from shared.protocol.messages.secure_aggregation import SecAggUnmaskReply
+from shared.protocol.schema import to_wire
+from shared.secure_aggregation import SecAggClient, SecAggConfig, SecAggServer, UnmaskShares
 
 N, LENGTH, RUNS = 100, 10**4, 5
 JOB = b"bench/secagg"
 
 
-def one_run(seed: int) -> tuple[float, float, float, int]:
+def reply_bytes(shares: UnmaskShares) -> int:
+    """Bytes of the CBOR body of the ``secagg.unmask_reply`` carrying ``shares``."""
+    reply = SecAggUnmaskReply(self_mask=dict(shares.self_mask), complaints=shares.complaints,
+                              pair_seeds={v: dict(by_peer) for v, by_peer in shares.pair_seeds.items()})
+    return len(dumps_value(to_wire(reply)))
+
+
+def one_run(seed: int) -> tuple[float, float, float, int, int, int]:
     ids = [f"gw-{i:03d}" for i in range(N)]
     clients = {c: SecAggClient(c) for c in ids}
     server = SecAggServer(SecAggConfig(), ids, JOB)
@@ -33,11 +49,10 @@ def one_run(seed: int) -> tuple[float, float, float, int]:
         clients[receiver].confirm_keys(blobs)
     rng = np.random.default_rng(seed)
     dropped = set(ids[::10])
+    vectors = {c: rng.integers(0, 2**63, LENGTH, dtype=np.uint64) for c in ids if c not in dropped}
     label = f"round-{seed}".encode()
     start = time.perf_counter()
-    masked = {
-        c: clients[c].mask(label, rng.integers(0, 2**63, LENGTH, dtype=np.uint64)) for c in ids if c not in dropped
-    }
+    masked = {c: clients[c].mask(label, vector) for c, vector in vectors.items()}
     mask_s = time.perf_counter() - start
     requests = server.unmask_request(label, masked)
     start = time.perf_counter()
@@ -46,8 +61,21 @@ def one_run(seed: int) -> tuple[float, float, float, int]:
     start = time.perf_counter()
     server.aggregate(label, masked, replies, LENGTH)
     server_s = time.perf_counter() - start
-    sent = sum(len(blob) for blob in masked[ids[1]].shares.values())
-    return mask_s, unmask_s, server_s, sent
+    holder = ids[1]
+    sent = sum(len(blob) for blob in masked[holder].shares.values())
+    return mask_s, unmask_s, server_s, sent, reply_bytes(replies[holder]), complaint_bytes(server, clients, vectors)
+
+
+def complaint_bytes(server: SecAggServer, clients: dict[str, SecAggClient], vectors: dict[str, np.ndarray]) -> int:
+    """Bytes of the unmask reply of the same holder in a second aggregation, in which the bundle
+    of its first neighbour reaches it with a byte of its tag flipped (it complains about it)."""
+    label = b"complaint"
+    masked = {c: clients[c].mask(label, vector) for c, vector in vectors.items()}
+    request = server.unmask_request(label, masked)[sorted(clients)[1]]
+    dealer = min(request.shares)
+    tampered = request.shares[dealer][:-1] + bytes([request.shares[dealer][-1] ^ 1])
+    holder = clients[sorted(clients)[1]]
+    return reply_bytes(holder.unmask(label, request.survivors, request.dropped, {**request.shares, dealer: tampered}))
 
 
 def main() -> None:
@@ -57,6 +85,10 @@ def main() -> None:
              str(runs[0][3])]]
     print(markdown_table(["gateways", "elements", "mask all (s)", "unmask answers (s)", "server unmask (s)",
                           "bundle bytes per gateway"], rows))
+    honest, complaining = runs[0][4], runs[0][5]
+    print(markdown_table(["unmask reply of one gateway", "body bytes"],
+                         [["no complaint", str(honest)], ["one complaint, with its bundle key", str(complaining)],
+                          ["difference", f"{complaining - honest:+d}"]]))
 
 
 if __name__ == "__main__":

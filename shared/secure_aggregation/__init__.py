@@ -9,9 +9,12 @@ A gateway that lies cannot corrupt a sum unnoticed. Each share is committed to b
 and a holder checks its shares before revealing them, so a share that does not match was
 altered by its revealer, who is named (``MaliciousGateway``, ``SecureSum.culprits``) and whose
 reply is discarded. A holder whose bundle does not open or match complains instead of refusing
-the whole request; a dealer is named when more than ``k - threshold`` of its ``k`` holders
-complain. A malformed contribution (bundles for clients that are not its neighbours) names its
-sender before unmasking.
+the whole request, and reveals the key of that one bundle as evidence (the bundle's nonce
+commits to it): the server opens that bundle and names, on a single complaint, the dealer if
+it does not open or match, else the complainer. A key the nonce does not commit to decides
+nothing; a dealer is then named only when more than ``k - threshold`` of its ``k`` holders
+dispute its key. A malformed contribution (bundles for clients that are not its neighbours)
+names its sender before unmasking.
 
 What the server sees, in order:
 
@@ -25,7 +28,9 @@ What the server sees, in order:
    of each share (a hash of a uniformly random field element, which hides it).
 3. After closing the round, shares revealed by the survivors: for every surviving gateway,
    ``threshold`` shares of its ``b`` (to remove its self-mask); for every dropped gateway, shares
-   of its surviving neighbours' pair seeds with it (to remove the masks it never cancelled).
+   of its surviving neighbours' pair seeds with it (to remove the masks it never cancelled);
+   for each complaint, the key of the one bundle complained about (one share of each of its
+   dealer's secrets).
    Never both kinds for the same gateway in the same aggregation: a survivor's vector stays
    behind pairwise masks that only cancel in the sum, a late "dropped" one behind its self-mask.
 
