@@ -647,8 +647,8 @@ class JobRunner:
         if job.participants:
             self.tracker.wait_online(clients, self.presence_wait_s)
         history = [*job.history, {"attempt": attempt, "started": time.time(), "from_step": base}]
+        self._enter_privacy(job, attempt, clients)  # first: who sees the job running sees its ledger entry
         self.registry.update_job(job_id, state="running", attempt=attempt, participants=clients, history=history)
-        self._enter_privacy(job, attempt, clients)
         if attempt > 1 or base:
             # a warning: shown at the CLI's default level (a stopped or killed server left it running)
             log.warning("job %s resumed (attempt %d) from step %d of %d%s on %s", job_id, attempt, base, job.total,
