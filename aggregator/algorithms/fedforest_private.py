@@ -166,7 +166,7 @@ class PrivateForestTraining:
         self.step = 0
         self.keep = cfg.dp_features or max(1, math.isqrt(fleet.n_features))
         plan = PrivateForestPlan(cfg.n_trees, cfg.max_depth, self.keep, cfg.split_criterion, target=self.clip,
-                                 best_root=cfg.regression)
+                                 best_root=cfg.regression, shrink_to_parent=cfg.regression)
         grown = grow_private_forest(plan, self.edges, self.seed, self._histograms, self._leaves)
         return self._model(grown), grown
 

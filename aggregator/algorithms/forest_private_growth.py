@@ -84,7 +84,8 @@ class PrivateForestPlan:
     the fleet's class distribution (regression: its mean) by ``smoothing`` noise standard
     deviations. Regression (``criterion="mse"``) needs the job's public ``target`` range.
     ``best_root``: every tree's root splits at the best root split the root release scores
-    (post-processing), the levels below at random."""
+    (post-processing), the levels below at random. ``shrink_to_parent``: a node is shrunk
+    towards its parent's value (top down) rather than the fleet's."""
 
     n_trees: int
     max_depth: int
@@ -93,6 +94,7 @@ class PrivateForestPlan:
     smoothing: float = 0.3
     target: TargetClip | None = None
     best_root: bool = False
+    shrink_to_parent: bool = False
 
     def __post_init__(self) -> None:
         if (self.criterion == "mse") != (self.target is not None):
@@ -410,8 +412,18 @@ def grow_private_forest(plan: PrivateForestPlan, edges: Sequence[np.ndarray], se
         t = int(s.tree[r])
         node_counts[(t, int(s.node[r]))] = node_counts[(t, int(s.left[r]))] + node_counts[(t, int(s.right[r]))]
     keys = list(node_counts)
-    values = leaf_values(np.array([node_counts[k] for k in keys]).reshape(-1, K), screening.prior,
-                         plan.smoothing * leaves.sigma, crit)
+    weight = plan.smoothing * leaves.sigma
+    if plan.shrink_to_parent:
+        value_of = {(t, 0): leaf_values(node_counts[(t, 0)][None, :], screening.prior, weight, crit)[0]
+                    for t in range(plan.n_trees) if (t, 0) in node_counts}
+        for r in range(s.level.shape[0]):  # level order: a parent's value before its children's
+            t, parent = int(s.tree[r]), value_of[(int(s.tree[r]), int(s.node[r]))]
+            prior = np.r_[1.0, parent] if crit == "mse" else parent
+            for child in (int(s.left[r]), int(s.right[r])):
+                value_of[(t, child)] = leaf_values(node_counts[(t, child)][None, :], prior, weight, crit)[0]
+        values = np.array([value_of[k] for k in keys])
+    else:
+        values = leaf_values(np.array([node_counts[k] for k in keys]).reshape(-1, K), screening.prior, weight, crit)
     if plan.target is not None:  # z back to the target's units, within the public range
         values = plan.target.centre + plan.target.half_width * values
     for (t, node), value, c in zip(keys, values, (node_counts[k] for k in keys)):

@@ -277,3 +277,26 @@ def test_the_default_protocol_does_not_give_away_a_lonely_window_s_target() -> N
     n, total = _missing_cell(FedForest(task="regression", n_trees=2, max_depth=2, max_features=None,
                                        protocol="histogram", bootstrap=False, min_crowd=0), _lonely(6.0), 0)
     assert n == 1 and abs(total - 6.0) < 1e-6  # the non-private protocol: the window's target, exactly
+
+
+def test_an_empty_leaf_takes_its_parent_s_mean_when_shrunk_to_the_parent() -> None:
+    """With noise (sigma > 0) every node is shrunk; ``shrink_to_parent`` shrinks towards the
+    parent's value, so a leaf without windows predicts its parent's (noisy) mean, not the
+    fleet's."""
+    X, y = pooled(fleet(d=3))
+    edges = quantile_edges(X)
+    hist, leaves = exact_fetchers(X, y, edges, 1, CLIP, sigma=1.0)
+
+    def emptied(splits, leaf_tree, leaf_id):
+        released = leaves(splits, leaf_tree, leaf_id)
+        released.counts[0] = 0.0  # the first leaf holds nothing
+        return released
+
+    for to_parent in (False, True):
+        plan = PrivateForestPlan(1, 3, 3, "mse", target=CLIP, shrink_to_parent=to_parent)
+        grown = grow_private_forest(plan, edges, 0, hist, emptied)
+        tree, leaf = grown.trees[0], int(grown.structure.leaf_id[0])
+        parent = int(np.flatnonzero((tree.left == leaf) | (tree.right == leaf))[0])
+        fleet_mean = CLIP.centre + CLIP.half_width * grown.screening.prior[1]
+        want = tree.value[parent, 0] if to_parent else fleet_mean
+        assert tree.value[leaf, 0] == pytest.approx(want, abs=1e-12)
