@@ -463,9 +463,9 @@ class _PendingAggregation:
 class SecAggServer:
     """The server's side: builds the job's graph, routes sealed blobs and removes the masks.
 
-    It is honest-but-curious by construction: it asks only for what the protocol needs and
+    It is honest-but-curious by construction: it asks only for what the protocol needs,
     recomputes only the masks it must remove (a self-mask per survivor, a pairwise mask per
-    pair of a survivor and a dropped neighbour).
+    pair of a survivor and a dropped neighbour) and opens only the bundles complained about.
     """
 
     def __init__(
@@ -886,6 +886,7 @@ class SecAggServer:
         return liars, disputed
 
     def _bundle_opens(self, committed: CommittedBundle, key: bytes, label: bytes, dealer: str, holder: str) -> bool:
+        """Whether ``committed`` opens under ``key`` and matches its digests (the holder's own check)."""
         try:
             committed.open(key, self._job, label, dealer, holder)
         except SecureAggregationError:
