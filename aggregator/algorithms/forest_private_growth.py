@@ -8,8 +8,10 @@ into ``[-1, 1]`` (``TargetClip``); every step below reads them through the same 
 ``criterion="mse"``: a cell's windows are its first column rather than the sum of its columns,
 a feasible cell has ``|Σ z| <= windows``, the split score is the variance decrease of ``z``
 (``n_L n_R / n^2 (mean_L - mean_R)^2``, which reads no sum of squares), the prior is the
-fleet's mean ``z`` and a leaf's value its noisy mean shrunk towards that prior, mapped back to
-the target's units (within the public range).
+fleet's mean ``z`` and a node's value its noisy mean shrunk towards its parent's (the root's
+towards the prior; ``PrivateForestPlan.shrink_to_parent``), mapped back to the target's units
+(within the public range). Regression trees also split every root at the root release's best
+split (``PrivateForestPlan.best_root``).
 
 1. **the root release** -- per feature and slot of the opening's edges, the fleet's class counts
    (all windows; one window adds 1 to one cell per feature). :func:`screen_features` takes the
