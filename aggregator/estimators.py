@@ -604,13 +604,14 @@ _FEDFOREST_PARAMETERS = """\
     random_state : int or None, default=0
         Seed of the tree's client subsets, feature draws and bootstraps; ``None`` draws one.
     protocol : {"private", "histogram", "sketches"} or None, default=None
-        ``"private"`` (``None`` resolves to it for classification unless secure aggregation is
-        turned off): differential privacy -- the server decodes two noisy fleet sums of class
-        counts (per feature and bin; per leaf), the trees split at random on the features the
-        first scores best, every window is in every tree (``bootstrap``, ``max_features``,
-        ``min_samples_*``, ``min_impurity_decrease`` and ``min_crowd`` do not apply).
-        ``"histogram"`` (``None`` resolves to it for regression): exact fleet sums per node and
-        bin under secure aggregation, no differential privacy. ``"sketches"``: the paper's
+        ``"private"`` (``None`` resolves to it unless secure aggregation is turned off):
+        differential privacy -- the server decodes two noisy fleet sums of class counts (for
+        regression: window counts and sums of the target clipped to a public range) per feature
+        and bin, then per leaf; the trees split at random on the features the first scores best,
+        every window is in every tree (``bootstrap``, ``max_features``, ``min_samples_*``,
+        ``min_impurity_decrease`` and ``min_crowd`` do not apply).
+        ``"histogram"`` (``None`` resolves to it without secure aggregation): exact fleet sums
+        per node and bin under secure aggregation, no differential privacy. ``"sketches"``: the paper's
         protocol, which reveals client values (for reproduction). Both non-private protocols log a
         one-line warning.
     secure_aggregation : bool or None, default=None
