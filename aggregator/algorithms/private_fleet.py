@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -140,8 +140,7 @@ class PrivateFleet:
     and Σ(y - target_shift)² as the opening decoded them (fixed point: Σ(y - shift) to within
     ``n 2**-(TARGET_FRAC_BITS+1)``, the squares to within ``n/2``); all 0 for classification and
     under differential privacy (then ``target_shift`` is the noisy median and ``total_samples``
-    the target column's noisy grid count). ``target_edges``: the target's bin edges read off
-    the grid rounds (ranks ``b/n_bins``; empty for classification).
+    the target column's noisy grid count).
     """
 
     clients: tuple[str, ...]
@@ -157,7 +156,6 @@ class PrivateFleet:
     edges: list[np.ndarray]
     grid_rounds: int
     grid_cells: int
-    target_edges: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float32))
 
     @property
     def target_mean(self) -> float:
@@ -191,8 +189,8 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
     With ``budget`` every sum is released with distributed Skellam noise from its ``"opening"``
     share: one window changes ``n`` and one class count by 1 (L2 sensitivity sqrt 2), one grid
     cell per feature and round by 1 (sqrt d), in at most ``OPENING_GRID_ROUNDS`` grid rounds.
-    Regression learns the target's grid counts too (one more column; the shift and
-    ``target_edges`` are read off them); with ``budget`` it releases nothing else (no target
+    Regression learns the target's grid counts too (one more column; the shift, the fleet
+    median is read off them); with ``budget`` it releases nothing else (no target
     sums)."""
     shapes = job.ask(DataShapeRequest(feature_set_version, labels=classes is None and not regression),
                      list(summer.active), DataShape)
@@ -228,7 +226,6 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
             sums = np.clip(np.rint(sums / COUNT_SCALE).astype(np.int64), 0, None)
         return sums
 
-    target_edges = np.empty(0, dtype=np.float32)
     if regression:  # the target's grid first: its fleet median is the shift of the sums
         refinement = _grid_edges(summer, feature_set_version, d + 1, n_bins, budget, total=None, target=True)
         edges = refinement.edges(include_min_point=True)
@@ -259,7 +256,7 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
         target_shift=shift,
         shifted_sum=float(np.ldexp(float(sums[1]), -TARGET_FRAC_BITS)) if regression else 0.0,
         shifted_sum_squares=float(sums[2]) if regression else 0.0,
-        edges=edges, grid_rounds=refinement.rounds, grid_cells=refinement.cells_sent, target_edges=target_edges,
+        edges=edges, grid_rounds=refinement.rounds, grid_cells=refinement.cells_sent,
     )
 
 
