@@ -190,7 +190,7 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
     share: one window changes ``n`` and one class count by 1 (L2 sensitivity sqrt 2), one grid
     cell per feature and round by 1 (sqrt d), in at most ``OPENING_GRID_ROUNDS`` grid rounds.
     Regression learns the target's grid counts too (one more column; the shift, the fleet
-    median is read off them); with ``budget`` it releases nothing else (no target
+    median, is read off them); with ``budget`` it releases nothing else (no target
     sums)."""
     shapes = job.ask(DataShapeRequest(feature_set_version, labels=classes is None and not regression),
                      list(summer.active), DataShape)
