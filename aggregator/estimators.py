@@ -376,13 +376,15 @@ class _FedSCSXGBBase(_FederatedEstimator):
         "multi_strategy": _choices(FedSCSXGB, "multi_strategy"),
         "protocol": _choices(FedSCSXGB, "protocol"),
         "max_bin": _integer(2, 65_535).or_none(),
+        "n_estimators": _integer(1).or_none(),
+        "max_depth": _integer(1).or_none(),
     }
 
     def __init__(
         self,
         *,
-        n_estimators: int = 10,
-        max_depth: int = 4,
+        n_estimators: int | None = None,
+        max_depth: int | None = None,
         learning_rate: float | None = None,
         max_bin: int | None = None,
         gamma: float | None = None,
@@ -421,11 +423,12 @@ class _FedSCSXGBBase(_FederatedEstimator):
 _FEDSCS_PARAMETERS = """\
     Parameters
     ----------
-    n_estimators : int, default=10
-        Boosting rounds (xgboost's ``n_estimators``; ``FedSCSXGB.n_rounds``).
-    max_depth : int, default=4
-        Depth of every tree (the paper's experiment: 4), at least 1 (xgboost's 0, no limit, is
-        not offered).
+    n_estimators : int or None, default=None
+        Boosting rounds (xgboost's ``n_estimators``; ``FedSCSXGB.n_rounds``); ``None``: 20 in the
+        private protocol, else 10 (the paper's).
+    max_depth : int or None, default=None
+        Depth of every tree, at least 1 (xgboost's 0, no limit, is not offered); ``None``: 6 in
+        the private protocol, else 4 (the paper's).
     learning_rate : float or None, default=None
         Shrinkage ``eta`` of every leaf; ``None``: 0.5 in the private protocol, else 0.2 (the
         paper's).

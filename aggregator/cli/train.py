@@ -84,7 +84,7 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
                          min_samples_leaf=args.min_samples_leaf, client_splits=args.client_splits,
                          client_fraction=args.client_fraction, feature_set_version=feature_set,
                          protocol="sketches" if args.paper_protocol else _private_protocol(args), **privacy)
-    return FedSCSXGB(n_rounds=args.rounds, max_depth=args.max_depth or 4, n_bins=args.bins,
+    return FedSCSXGB(n_rounds=args.rounds, max_depth=args.max_depth, n_bins=args.bins,
                      learning_rate=args.learning_rate, reg_lambda=args.reg_lambda, gamma=args.gamma,
                      sketch=args.sketch, client_fraction=args.client_fraction,
                      feature_set_version=feature_set, init_model=init_model,
@@ -572,11 +572,12 @@ def add(sub: argparse._SubParsersAction) -> None:
                    help="with --server: train only on windows starting at or after TIME (Unix seconds, or "
                         "ISO-8601 with its offset, e.g. 2026-11-01T00:00:00Z)")
     p.add_argument("--until", metavar="TIME", help="with --server: ... and before TIME")
-    p.add_argument("--rounds", type=positive_int, default=10, help="fedscs-xgb: boosting rounds")
+    p.add_argument("--rounds", type=positive_int,
+                   help="fedscs-xgb: boosting rounds (default: 20 with differential privacy, else 10)")
     p.add_argument("--trees", type=positive_int, default=50, help="fedforest: number of trees")
     p.add_argument("--max-depth", type=positive_int,
-                   help="tree depth (default: 4 fedscs-xgb, 8 fedforest; fedga-tree: the deepest a gateway may "
-                        "propose, 15)")
+                   help="tree depth (default: fedscs-xgb 6 with differential privacy, else 4; fedforest 8; "
+                        "fedga-tree: the deepest a gateway may propose, 15)")
     p.add_argument("--generations", type=non_negative_int, default=100, help="fedga-tree: generations (G)")
     p.add_argument("--population", type=int_at_least(2),
                    help="fedga-tree: population size P (default: 20 classification, 40 regression)")

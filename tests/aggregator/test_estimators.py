@@ -191,7 +191,7 @@ def test_numpy_scalars_are_the_plain_numbers_they_hold() -> None:
     (FedSCSXGBClassifier, {"client_fraction": 0}, r"client_fraction must be a number in \(0, 1\], got 0"),
     (FedSCSXGBClassifier, {"gamma": 0.1, "min_split_loss": 0.2}, "gamma and min_split_loss are one parameter"),
     (FedSCSXGBClassifier, {"min_split_loss": -1.0}, "min_split_loss must be a finite number >= 0 or None"),
-    (FedSCSXGBClassifier, {"n_estimators": 2.0}, "n_estimators must be an int >= 1, got 2.0"),
+    (FedSCSXGBClassifier, {"n_estimators": 2.0}, "n_estimators must be an int >= 1 or None, got 2.0"),
     (FedForestClassifier, {"criterion": "mse"}, "criterion must be"),
     (FedForestClassifier, {"protocol": "atoms"}, "protocol must be one of 'private', 'histogram', 'sketches'"),
     (FedForestClassifier, {"n_estimators": 0}, "n_estimators must be"),
