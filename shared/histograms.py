@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["histogram_slots", "integer_bincount", "node_histograms", "quantize", "route_round"]
+__all__ = ["dequantize", "histogram_slots", "integer_bincount", "node_histograms", "quantize", "route_round"]
 
 #: Low part of the split used by :func:`integer_bincount` (float64 sums of it stay exact).
 _LOW_BITS = 26
@@ -36,6 +36,18 @@ def quantize(values: ArrayLike, frac_bits: int, bound: float) -> np.ndarray:
     if v.size and np.abs(v).max() > bound:  # the message names no value: it may leave the gateway
         raise ValueError(f"a value exceeds the job's bound {bound:.6g}")
     return np.rint(np.ldexp(v, frac_bits)).astype(np.int64)
+
+
+def dequantize(values: ArrayLike, frac_bits: int) -> np.ndarray:
+    """Fixed-point integers (:func:`quantize`'s, or their exact sums) as the float64 values they
+    stand for: ``values * 2**-frac_bits``.
+
+    Examples
+    --------
+    >>> dequantize(quantize([0.25, -3.75], 2, bound=4.0), 2).tolist()
+    [0.25, -3.75]
+    """
+    return np.ldexp(np.asarray(values, dtype=np.float64), -frac_bits)
 
 
 def integer_bincount(keys: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:

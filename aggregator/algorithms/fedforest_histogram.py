@@ -17,6 +17,7 @@ from functools import partial
 
 import numpy as np
 
+from shared.histograms import dequantize
 from shared.protocol.messages.fedforest import (
     ForestHistogramReply,
     ForestHistogramRequest,
@@ -25,7 +26,6 @@ from shared.protocol.messages.secure_aggregation import widen, word_bits_for
 
 from ..fleet_sums import FleetSummer
 from ..jobs import TrainingError
-from .levelwise_growth import decode
 from .sum_checks import forest_histogram_violation, padding_mask
 from .private_fleet import describe_fleet_privately, frac_bits_for
 from .forest_candidates import (
@@ -141,7 +141,7 @@ class HistogramForestTraining(ForestTraining):
                                 f"{'secure aggregation hides which' if self.summer.secure else 'none alone shows it'})")
         windows, sums = hist[..., 0], hist[..., 1:].astype(np.float64)
         if cfg.regression:
-            sums[..., 1:] = decode(hist[..., 2:], self.frac_bits)
+            sums[..., 1:] = dequantize(hist[..., 2:], self.frac_bits)
         pair_node = np.repeat(np.arange(A), np.diff(offsets))
         first_pair = offsets[:-1][np.diff(offsets) > 0]
         # A node's totals: any of its pairs summed over all slots. They equal the parent split's

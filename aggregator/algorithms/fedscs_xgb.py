@@ -49,6 +49,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from shared.atoms import merge_atoms
+from shared.histograms import dequantize
 from shared.model import TreeEnsemble
 from shared.protocol.messages.fedscs_xgb import (
     LOSS_FRAC_BITS,
@@ -80,7 +81,7 @@ from ..jobs import FederatedJob, RoundProgress, TrainingError
 from .boosted_trees import BoostedTrees
 from .fleet_data import FleetData, describe_fleet
 from .histogram_growth import GrowthParams, grow_trees
-from .levelwise_growth import RoundTree, decode, grow_round_with_gains
+from .levelwise_growth import RoundTree, grow_round_with_gains
 from .sum_checks import SumViolation, atom_violation, hessian_bound, padding_mask, xgb_histogram_violation
 from .fedscs_xgb_private import PrivateBoosting, ReleasePlan
 from .private_fleet import (
@@ -529,7 +530,7 @@ class _Training(BoostedTrees):
         vector = result.total.view(np.int64)
         if first:
             self._round_stats = _RoundStats(len(result.contributors))
-            self._round_stats.loss_sum = float(decode(vector[-2], LOSS_FRAC_BITS))
+            self._round_stats.loss_sum = float(dequantize(vector[-2], LOSS_FRAC_BITS))
             self._round_stats.samples = float(vector[-1])
             vector = vector[:-2]
         why = in_range(vector.reshape(shape))

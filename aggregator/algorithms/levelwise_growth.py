@@ -35,6 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shared.model import Tree, TreeBuilder
+from shared.histograms import dequantize
 from shared.protocol.messages.fedscs_xgb import RoundSplits
 from shared.splitting import check_edges, leaf_weight
 
@@ -76,11 +77,6 @@ class RoundTree:
 
     tree: Tree
     loss_change: np.ndarray
-
-
-def decode(values: np.ndarray, frac_bits: int) -> np.ndarray:
-    """Fixed-point integers -> the float64 values they stand for."""
-    return np.ldexp(np.asarray(values, dtype=np.float64), -frac_bits)
 
 
 def grow_round(n_outputs: int, edges: Sequence[np.ndarray], params: GrowthParams, fetch: Fetch, *,
@@ -128,7 +124,7 @@ def grow_round_with_gains(
             # a split needs two children of the minimum crowd (and, one output per tree, of
             # min_child_weight; vector leaves only zero a class's weight below it)
             wanted = [n for n in frontier if n.total[-1] >= min_split
-                      and (vector or decode(n.total[1], frac_bits) >= 2 * params.min_child_weight)]
+                      and (vector or dequantize(n.total[1], frac_bits) >= 2 * params.min_child_weight)]
         _fill_histograms(wanted, rows, fetch, exact)
         for node in wanted if depth == 0 else ():
             node.total = node.hist[:, 0, :].sum(axis=1)
@@ -137,7 +133,7 @@ def grow_round_with_gains(
         if not wanted or n_cand == 0 or depth == params.max_depth:
             break
         fixed = np.stack([n.hist for n in wanted])
-        hist_g, hist_h = decode(fixed[:, :m], frac_bits), decode(fixed[:, m : 2 * m], frac_bits)
+        hist_g, hist_h = dequantize(fixed[:, :m], frac_bits), dequantize(fixed[:, m : 2 * m], frac_bits)
         if not vector:
             hist_g, hist_h = hist_g[:, 0], hist_h[:, 0]
         best = best_splits(hist_g, hist_h, fixed[:, -1].astype(np.float64), candidate, params, min_crowd=min_crowd)
@@ -163,7 +159,10 @@ def grow_round_with_gains(
     trees = []
     for k, builder in enumerate(builders):
         for node_id in range(builder.n_nodes):
-            g, h = decode(totals[(k, node_id)][:m], frac_bits), decode(totals[(k, node_id)][m : 2 * m], frac_bits)
+            g, h = (
+                dequantize(totals[(k, node_id)][:m], frac_bits),
+                dequantize(totals[(k, node_id)][m : 2 * m], frac_bits),
+            )
             weight = vector_leaf_weights(g, h, params) if vector else leaf_weight(g, h, params.reg_lambda)
             builder.set_value(node_id, params.learning_rate * weight + 0.0, cover=max(float(h.sum()), 0.0))
         loss_change = np.array([changes.get((k, node_id), np.nan) for node_id in range(builder.n_nodes)])

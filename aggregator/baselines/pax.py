@@ -52,6 +52,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
+from shared.histograms import dequantize
 from shared.model import TreeEnsemble
 from shared.protocol.messages.fedscs_xgb import (
     LOSS_FRAC_BITS,
@@ -71,7 +72,7 @@ from ..algorithms.boosted_trees import BoostedTrees
 from ..algorithms.fedscs_xgb import base_score_stats
 from ..algorithms.fleet_data import FleetData, describe_fleet
 from ..algorithms.histogram_growth import GrowthParams
-from ..algorithms.levelwise_growth import decode, grow_round
+from ..algorithms.levelwise_growth import grow_round
 from ..algorithms.private_fleet import frac_bits_for
 from ..jobs import FederatedJob, RoundProgress, TrainingError
 
@@ -322,7 +323,7 @@ class _Training(BoostedTrees):
             if vector.shape[0] != request.length:
                 raise TrainingError(f"{party} sent {vector.shape[0]} histogram entries, expected {request.length}")
             if first:
-                loss += float(decode(vector[-2], LOSS_FRAC_BITS))
+                loss += float(dequantize(vector[-2], LOSS_FRAC_BITS))
                 samples += float(vector[-1])
                 vector = vector[:-2]
             hist = vector.reshape(node_tree.shape[0], 3, self.n_features, request.slots)

@@ -56,15 +56,7 @@ from .bundle import ShareBundle, sealed_bundle_size
 from .contexts import MAX_LABEL_BYTES, share_x
 from .encryption import SEAL_OVERHEAD, open_sealed, seal
 from .errors import MaliciousGateway, SecureAggregationError
-from .fixed_point import (
-    MAX_ENCODED_MAGNITUDE,
-    decode_counts,
-    decode_fixed,
-    encode_counts,
-    encode_fixed,
-    max_frac_bits,
-    ring_sum,
-)
+from .ring import ring_sum
 from .graph import default_degree, default_threshold, neighbourhoods
 from .keys import PUBLIC_KEY_BYTES, ClientKeyPairs, PublicKeys, agree, derive_key
 from .masks import expand_mask, pairwise_mask
@@ -73,7 +65,6 @@ from .protocol import SEED_BYTES, SecAggClient, SecAggConfig, SecAggServer, Secu
 from .shamir import PRIME, SHARE_BYTES, combine_shares, split_secret
 
 __all__ = [
-    "MAX_ENCODED_MAGNITUDE",
     "MAX_LABEL_BYTES",
     "PRIME",
     "PUBLIC_KEY_BYTES",
@@ -94,15 +85,10 @@ __all__ = [
     "UnmaskShares",
     "agree",
     "combine_shares",
-    "decode_counts",
-    "decode_fixed",
     "default_degree",
     "default_threshold",
     "derive_key",
-    "encode_counts",
-    "encode_fixed",
     "expand_mask",
-    "max_frac_bits",
     "neighbourhoods",
     "open_sealed",
     "pairwise_mask",

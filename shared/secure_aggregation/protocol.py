@@ -35,7 +35,7 @@ corrupting every sum (masks that do not cancel).
 
 Per aggregation a gateway reveals, for each client, shares of its self-mask seed (if it
 survived) or of pair seeds with it (if it dropped), never both, and answers one unmask request
-per label. Vectors are uint64 ring vectors (``fixed_point.encode_fixed`` / ``encode_counts``).
+per label. Vectors are uint64 ring vectors (``ring``: fixed-point integers in two's complement).
 
 Lying gateways: every share travels with its dealer's commitment (``bundle.CommittedBundle``).
 The server checks each revealed share against it and discards a reply that does not match,
@@ -77,7 +77,7 @@ from .contexts import (
 )
 from .encryption import open_sealed, seal
 from .errors import MaliciousGateway, SecureAggregationError
-from .fixed_point import ring_sum
+from .ring import ring_sum
 from .graph import default_degree, default_threshold, neighbourhoods
 from .keys import DERIVED_KEY_BYTES, ClientKeyPairs, PublicKeys, agree, derive_key
 from .masks import expand_mask, pairwise_mask
@@ -113,7 +113,7 @@ def _distinct_ids(values: Iterable[str], what: str) -> tuple[str, ...]:
 def _check_ring_vector(vector: object, what: str) -> np.ndarray:
     if not isinstance(vector, np.ndarray) or vector.dtype != np.uint64 or vector.ndim != 1:
         raise SecureAggregationError(
-            f"{what} must be a 1-D numpy uint64 ring vector (encode it with encode_fixed or encode_counts)"
+            f"{what} must be a 1-D numpy uint64 ring vector (fixed-point integers viewed as uint64)"
         )
     return vector
 

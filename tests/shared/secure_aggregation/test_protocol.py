@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from shared.histograms import quantize
 from shared.secure_aggregation import (
     ClientKeyPairs,
     MaliciousGateway,
@@ -23,7 +24,6 @@ from shared.secure_aggregation import (
     UnmaskShares,
     combine_shares,
     derive_key,
-    encode_fixed,
     expand_mask,
     pairwise_mask,
     ring_sum,
@@ -174,7 +174,7 @@ def test_changing_one_vector_changes_the_sum_by_exactly_that_difference() -> Non
     vectors = random_vectors(fleet.ids, LENGTH, seed=2)
     first_masked = mask_all(fleet, b"a", vectors)
     first_total = _finish(fleet, b"a", first_masked)
-    delta = encode_fixed(np.random.default_rng(3).normal(size=LENGTH), 20)
+    delta = quantize(np.random.default_rng(3).normal(size=LENGTH), 20, bound=10.0).view(np.uint64)
     changed = dict(vectors)
     changed["gw-006"] = vectors["gw-006"] + delta
     second_masked = mask_all(fleet, b"b", changed)
@@ -297,7 +297,7 @@ def looks_uniform(ring: np.ndarray) -> bool:
 
 def test_a_masked_vector_looks_uniform_and_the_test_detects_unmasked_data(monkeypatch: pytest.MonkeyPatch) -> None:
     fleet = make_fleet(5)
-    vector = encode_fixed(np.random.default_rng(0).normal(size=10**5), 16)  # small values: top byte 0 or 255
+    vector = quantize(np.random.default_rng(0).normal(size=10**5), 16, bound=10.0).view(np.uint64)  # top byte 0 or 255
     assert not looks_uniform(vector)
     masked = fleet.clients["gw-000"].mask(b"r", vector).masked
     assert looks_uniform(masked)
@@ -317,7 +317,7 @@ def test_what_one_label_reveals_does_not_unmask_another() -> None:
     fleet = make_fleet(6)
     target, length = "gw-002", 10**4
     vectors = random_vectors(fleet.ids, length)
-    vectors[target] = encode_fixed(np.linspace(-1, 1, length), 10)
+    vectors[target] = quantize(np.linspace(-1, 1, length), 10, bound=1.0).view(np.uint64)
 
     masked_a = mask_all(fleet, b"a", vectors, drop_before=[target])
     replies_a = answer_all(fleet, b"a", fleet.server.unmask_request(b"a", masked_a))
