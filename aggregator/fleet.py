@@ -27,7 +27,7 @@ from shared.transport.base import Transport
 
 from .broker.mosquitto import die_with_parent
 from .feature_sets import FeatureSetChoice, survey_feature_sets
-from .jobs import FederatedJob, JobSettings, RoundProgress, TrainingError, TrainingFailed, new_job_id
+from .jobs import FederatedJob, JobSettings, StepProgress, TrainingError, TrainingFailed, new_job_id
 from .rounds import QuorumNotReached, RoundEngine
 from .simulate import Algorithm
 
@@ -150,7 +150,7 @@ def train_on_fleet(
     seed: int = 0,
     job_id: str | None = None,
     settings: JobSettings | None = None,
-    progress: Callable[[RoundProgress], None] | None = None,
+    progress: Callable[[StepProgress], None] | None = None,
     discover_s: float = 2.0,
     stop: threading.Event | None = None,
     on_feature_set: Callable[[FeatureSetChoice], None] | None = None,

@@ -6,7 +6,7 @@ run is deterministic whatever order the replies arrived in. Clients that time ou
 an error are logged and left out of that round (partial participation); a reply that is
 well-formed on the wire but does not fit the job (wrong number of features, a bin id out of
 range...) is rejected by the algorithm through :meth:`FederatedJob.reject`, with the same effect.
-Progress (one ``RoundProgress`` per boosting round / forest level) goes to the job's callback
+Progress (one ``StepProgress`` per boosting round / forest level) goes to the job's callback
 and to the log.
 
 A job can be asked to stop early (``stop``, an event set e.g. by Ctrl-C): the algorithms check
@@ -38,7 +38,7 @@ from .rounds import QuorumNotReached, RoundEngine, RoundResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Checkpoint", "FederatedJob", "JobSettings", "RoundProgress", "TrainingError", "TrainingFailed",
+__all__ = ["Checkpoint", "FederatedJob", "JobSettings", "StepProgress", "TrainingError", "TrainingFailed",
            "new_job_id"]
 
 
@@ -62,9 +62,11 @@ class JobSettings:
 
 
 @dataclass(frozen=True)
-class RoundProgress:
+class StepProgress:
     """One step of an algorithm, for progress output: ``step`` of ``total`` (e.g. boosting
-    round 3 of 10), who answered, and the algorithm's metrics (e.g. ``train_loss``)."""
+    round 3 of 10, a forest's level), who answered, and the algorithm's metrics (e.g.
+    ``train_loss``). A step may take several engine rounds (``RoundEngine``: one request and
+    its replies)."""
 
     job: str
     algorithm: str
@@ -91,7 +93,7 @@ class Checkpoint:
     None: the model's CBOR)."""
 
     model: Callable[[], Any] | None
-    progress: RoundProgress
+    progress: StepProgress
     state: Callable[[], bytes] | None = None
 
     def resume_state(self) -> bytes:
@@ -127,9 +129,9 @@ class FederatedJob:
         *,
         job_id: str | None = None,
         settings: JobSettings | None = None,
-        progress: Callable[[RoundProgress], None] | None = None,
+        progress: Callable[[StepProgress], None] | None = None,
         stop: threading.Event | None = None,
-        on_step: Callable[[RoundProgress, Checkpoint | None], None] | None = None,
+        on_step: Callable[[StepProgress, Checkpoint | None], None] | None = None,
     ) -> None:
         if not clients:
             raise TrainingError("a job needs at least one client")
@@ -141,7 +143,7 @@ class FederatedJob:
         self._stop = stop
         self._on_step = on_step
         #: The step after which the algorithm stopped on request (None: it ran to the end).
-        self.stopped: RoundProgress | None = None
+        self.stopped: StepProgress | None = None
         #: The last completed step's model, if the algorithm reports one (``report(..., model=...)``).
         self.checkpoint: Checkpoint | None = None
         self.rounds = 0
@@ -178,7 +180,7 @@ class FederatedJob:
         log.warning("reply rejected", extra={"job": self.job_id, "round": self.rounds, "client": client,
                                              "reason": reason})
 
-    def report(self, progress: RoundProgress, *, model: Callable[[], Any] | None = None,
+    def report(self, progress: StepProgress, *, model: Callable[[], Any] | None = None,
                state: Callable[[], bytes] | None = None) -> None:
         """Record that the step ``progress`` completed; ``model()``, if given, builds what it grew
         (kept as ``checkpoint``); ``state()``, if given, the bytes the algorithm resumes from
@@ -195,7 +197,7 @@ class FederatedJob:
         if self._on_step is not None:
             self._on_step(progress, point)
 
-    def stop_here(self, progress: RoundProgress) -> bool:
+    def stop_here(self, progress: StepProgress) -> bool:
         """Whether the algorithm should stop after the step it just reported: a stop was asked
         for and steps remain (a request during the last step changes nothing). Records the step
         in ``stopped``; the algorithm then returns the model grown so far."""

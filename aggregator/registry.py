@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from .privacy.ledger import LedgerEntry
 
 __all__ = ["Deployment", "HEAD_REVISION", "JobRecord", "JobRules", "MAX_TIME_S", "ModelRecord", "PromotionRecord",
-           "Registry", "RegistryError", "RoundRecord", "ScheduleRecord", "iso_utc", "micros", "registry_url"]
+           "Registry", "RegistryError", "StepRecord", "ScheduleRecord", "iso_utc", "micros", "registry_url"]
 
 #: The newest Alembic revision (``aggregator/server/migrations/versions``); a database already
 #: there is opened without loading the migration scripts.
@@ -200,9 +200,12 @@ def micros(t: float | None) -> int | None:
 
 
 @dataclass(frozen=True)
-class RoundRecord:
-    """One completed round of a job; ``checkpoint`` is the model grown so far (CBOR), if the
-    algorithm keeps one (FedSCS-XGB does after every boosting round)."""
+class StepRecord:
+    """One completed step of a job (a boosting round, a forest level, a generation: the
+    algorithm's unit, not an engine round); ``checkpoint`` is the model grown so far (CBOR), if
+    the algorithm keeps one (FedSCS-XGB does after every boosting round). Stored in the
+    ``job_rounds`` table and shown as a job's ``rounds`` by the API, names kept for the stored
+    registries and the API's users."""
 
     job_id: str
     step: int
@@ -600,19 +603,19 @@ class Registry:
             c.execute(t.update().where(t.c.job_id == job_id).values(completed=step, total=total,
                                                                      updated=time.time()))
 
-    def rounds(self, job_id: str, *, with_checkpoints: bool = False) -> list[RoundRecord]:
+    def rounds(self, job_id: str, *, with_checkpoints: bool = False) -> list[StepRecord]:
         r = self._rounds
         columns = [c for c in r.c if with_checkpoints or c.name != "checkpoint"]
         rows = self._read(self._sa.select(*columns).where(r.c.job_id == job_id).order_by(r.c.step))
-        return [_decode({"checkpoint": None, **row}, RoundRecord) for row in rows]
+        return [_decode({"checkpoint": None, **row}, StepRecord) for row in rows]
 
-    def last_checkpoint(self, job_id: str) -> RoundRecord | None:
+    def last_checkpoint(self, job_id: str) -> StepRecord | None:
         """The newest round of ``job_id`` stored with its model (what a resumed job continues
         from), or None if there is none."""
         r = self._rounds
         rows = self._read(r.select().where(r.c.job_id == job_id, r.c.checkpoint.is_not(None))
                           .order_by(r.c.step.desc()).limit(1))
-        return _decode(rows[0], RoundRecord) if rows else None
+        return _decode(rows[0], StepRecord) if rows else None
 
     def discard_rounds_after(self, job_id: str, step: int) -> None:
         """Forget the rounds after ``step`` (grown again by a resumed job) and set the job's

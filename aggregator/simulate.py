@@ -16,7 +16,7 @@ from shared.protocol.topics import AGGREGATOR_ID
 from shared.transport.memory import MemoryBroker, MemoryTransport
 
 from .audit import AuditTrail, Received
-from .jobs import FederatedJob, JobSettings, RoundProgress
+from .jobs import FederatedJob, JobSettings, StepProgress
 from .rounds import RoundEngine
 
 __all__ = ["Algorithm", "Simulation", "as_client_data", "simulate"]
@@ -77,7 +77,7 @@ class Simulation:
             self.participants[client.client_id] = participant
 
     def run(self, algorithm: Algorithm, *, seed: int = 0, job_id: str | None = None,
-            settings: JobSettings | None = None, progress: Callable[[RoundProgress], None] | None = None) -> Any:
+            settings: JobSettings | None = None, progress: Callable[[StepProgress], None] | None = None) -> Any:
         job = FederatedJob(self.engine, list(self.transports), job_id=job_id or f"sim-{algorithm.name}-{seed}",
                            settings=settings or JobSettings(deadline_s=30.0), progress=progress)
         return algorithm.fit(job, seed=seed)
@@ -96,7 +96,7 @@ class Simulation:
 
 
 def simulate(algorithm: Algorithm, clients: Sequence[Any], *, seed: int = 0,
-             progress: Callable[[RoundProgress], None] | None = None,
+             progress: Callable[[StepProgress], None] | None = None,
              settings: JobSettings | None = None) -> Any:
     """Train ``algorithm`` (e.g. ``aggregator.algorithms.FedSCSXGB(...)``) on ``clients`` — a list
     of ``(X, y)`` pairs or ``ClientData`` — over the in-memory transport; returns the model.

@@ -54,7 +54,7 @@ from shared.protocol.messages.fleet_sums import FleetSumReply, GridCountsRequest
 from shared.sketches import GridPlan, key_values, pack_edges
 
 from ..fleet_sums import FleetSummer
-from ..jobs import FederatedJob, RoundProgress, TrainingError
+from ..jobs import FederatedJob, StepProgress, TrainingError
 from ..privacy import PrivacyBudget, skellam_release
 from .forest_private_growth import NoisyCounts, PrivateForest, PrivateForestPlan, count_violation, grow_private_forest
 from .private_fleet import describe_fleet_privately, opening_releases
@@ -214,7 +214,7 @@ class PrivateForestTraining:
         answered = len(result.contributors)
         self.budget.spend(skellam_release(kind, l2, l1, mu, answered=answered, asked=len(cohort)))
         self.step += 1
-        self.job.report(RoundProgress(self.job.job_id, self.config.name, self.step, 2, len(cohort), answered,
+        self.job.report(StepProgress(self.job.job_id, self.config.name, self.step, 2, len(cohort), answered,
                                       {"epsilon": self.budget.spent().epsilon}, time.monotonic() - started))
         counts = result.total.view(np.int64).astype(np.float64) / COUNT_SCALE
         return NoisyCounts(counts, math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE)

@@ -39,7 +39,7 @@ from shared.protocol.messages.fedga_tree import (
 from shared.protocol.messages.fleet_sums import DataShape, DataShapeRequest
 from shared.tree_encoding import canonical, check_strings, string_length
 
-from ..jobs import FederatedJob, RoundProgress, TrainingError
+from ..jobs import FederatedJob, StepProgress, TrainingError
 from .fedga_operators import Survivors, initial_population, reproduce, survivors
 from .fleet_data import fleet_vocabulary, keep_majority_width
 
@@ -290,7 +290,7 @@ class FedGATree:
             elif population.strings.shape[0] == 0:
                 raise TrainingError(f"generation {generation}: no client scored the initial population")
             best.append(float(sign * population.fitness[0]))
-            progress = RoundProgress(job.job_id, self.name, generation, self.generations, len(active),
+            progress = StepProgress(job.job_id, self.name, generation, self.generations, len(active),
                                      len(fitness_rows), {"best_fitness": best[-1]}, time.monotonic() - started)
             job.report(progress)
             if generation == self.generations or job.stop_here(progress):

@@ -77,7 +77,7 @@ from shared.protocol.messages.secure_aggregation import widen
 from shared.protocol.schema import to_wire
 
 from ..fleet_sums import FleetSummer
-from ..jobs import FederatedJob, RoundProgress, TrainingError
+from ..jobs import FederatedJob, StepProgress, TrainingError
 from .boosted_trees import BoostedTrees
 from .fleet_data import FleetData, describe_fleet
 from .histogram_growth import GrowthParams, grow_trees
@@ -405,7 +405,7 @@ class _Training(BoostedTrees):
             loss = sum(r.loss_sum for r in atoms.values()) / max(n, 1)
             if cfg.objective == "squared_error":
                 loss = float(np.sqrt(loss))
-            progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected), len(atoms),
+            progress = StepProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected), len(atoms),
                                      {"train_loss": loss, "samples": float(n)}, time.monotonic() - started)
             self.job.report(progress, model=partial(self.model, len(self.trees)))
             if self.job.stop_here(progress):
@@ -465,7 +465,7 @@ class _Training(BoostedTrees):
             if cfg.objective == "squared_error":
                 loss = float(np.sqrt(loss))
             metrics = {"train_loss": loss, "samples": float(n)}
-            progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected),
+            progress = StepProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected),
                                      self._round_stats.contributors, metrics,
                                      time.monotonic() - started)
             self.job.report(progress, model=partial(self.model, len(self.trees)))

@@ -45,7 +45,7 @@ from shared.protocol.messages.secure_aggregation import word_bits_for
 from shared.sketches import pack_edges
 
 from ..fleet_sums import FleetSummer
-from ..jobs import FederatedJob, RoundProgress, TrainingError
+from ..jobs import FederatedJob, StepProgress, TrainingError
 from ..privacy import PrivacyBudget, skellam_release
 from .boosted_trees import BoostedTrees
 from .private_fleet import PrivateFleet, describe_fleet_privately, opening_releases
@@ -139,7 +139,7 @@ class PrivateBoosting(BoostedTrees):
             self.add_round([grow_private_tree(growth, m, partial(self._level, summer, round_),
                                               partial(self._leaves, summer, round_))])
             spent = self.budget.spent()
-            progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(self._cohort), self._answered,
+            progress = StepProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(self._cohort), self._answered,
                                      {"epsilon": spent.epsilon}, time.monotonic() - started)
             self.job.report(progress, model=partial(self.model, len(self.trees)))
             if self.job.stop_here(progress):

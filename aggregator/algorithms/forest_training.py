@@ -29,7 +29,7 @@ from shared.protocol.messages.fedforest import (
 )
 from shared.splitting import impurity
 
-from ..jobs import FederatedJob, RoundProgress, TrainingError
+from ..jobs import FederatedJob, StepProgress, TrainingError
 from .forest_candidates import (
     NUMERIC,
     Candidates,
@@ -266,7 +266,7 @@ class ForestTraining:
                 break
             started = time.monotonic()
             frontier = self._level(level, frontier)
-            progress = RoundProgress(self.job.job_id, cfg.name, level + 1, cfg.max_depth + 1, len(self.clients),
+            progress = StepProgress(self.job.job_id, cfg.name, level + 1, cfg.max_depth + 1, len(self.clients),
                                      self._answered, {"nodes": float(self._n_active), "splits": float(self._n_splits)},
                                      time.monotonic() - started)
             self.job.report(progress, state=lambda: self._state(level + 1, frontier).to_cbor())

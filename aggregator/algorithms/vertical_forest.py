@@ -74,7 +74,7 @@ from shared.vertical_manifest import forest_digest, sign_manifest
 from shared.vertical_splits import EPSILON, is_tie_or_better
 from shared.vertical_trees import MAX_DEPTH, intersect_leaves, leaves_of
 
-from ..jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
+from ..jobs import FederatedJob, JobSettings, StepProgress, TrainingError
 from ..rounds import QuorumNotReached
 from .forest_growth import n_sampled_features
 from .vertical_forest_model import MasterTree, VerticalForestMetadata, VerticalForestModel
@@ -387,7 +387,7 @@ class VerticalFederatedForest:
         return VerticalTraining(self, job, seed).run()
 
     def simulate(self, parties: Sequence[Any], *, seed: int = 0,
-                 progress: Callable[[RoundProgress], None] | None = None,
+                 progress: Callable[[StepProgress], None] | None = None,
                  settings: JobSettings | None = None) -> VerticalForestModel:
         """``aggregator.simulate`` for vertical parties: ``(X_block, y)`` pairs, y from exactly
         one party; returns the model with every party's partial trees (see :meth:`run_in`).
@@ -399,7 +399,7 @@ class VerticalFederatedForest:
         return self.run_in(Simulation(parties_for_simulation(parties, party_key=key)), seed=seed, progress=progress,
                            settings=settings)
 
-    def run_in(self, simulation: Any, *, seed: int = 0, progress: Callable[[RoundProgress], None] | None = None,
+    def run_in(self, simulation: Any, *, seed: int = 0, progress: Callable[[StepProgress], None] | None = None,
                settings: JobSettings | None = None, job_id: str | None = None) -> VerticalForestModel:
         """Train in an existing ``Simulation`` (whose transports a test may watch) and attach the
         simulated parties' partial trees to the master's model, as if deployed."""
@@ -524,7 +524,7 @@ class VerticalTraining:
             level += 1
             frontier = ([(int(tree[i]), 2 * int(node[i]) + c) for i in winners.tolist() for c in (1, 2)]
                         if level < cfg.max_depth else [])
-            self.job.report(RoundProgress(self.job.job_id, cfg.name, level, cfg.max_depth, len(self.parties),
+            self.job.report(StepProgress(self.job.job_id, cfg.name, level, cfg.max_depth, len(self.parties),
                                           len(self.parties), {"splits": float(winners.size)},
                                           time.monotonic() - started))
         finish = self._ask("finish", {p: VerticalFinishRequest(self._task(i), level, partitions)

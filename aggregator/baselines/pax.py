@@ -74,7 +74,7 @@ from ..algorithms.fleet_data import FleetData, describe_fleet
 from ..algorithms.histogram_growth import GrowthParams
 from ..algorithms.levelwise_growth import grow_round
 from ..algorithms.private_fleet import frac_bits_for
-from ..jobs import FederatedJob, RoundProgress, TrainingError
+from ..jobs import FederatedJob, StepProgress, TrainingError
 
 __all__ = ["PAX", "PartyGrid", "global_grid", "slot_maps", "surrogate_histogram"]
 
@@ -258,7 +258,7 @@ class _Training(BoostedTrees):
             loss = self.stats.get("loss_sum", 0.0) / max(n, 1.0)
             if cfg.objective == "squared_error":
                 loss = float(np.sqrt(loss))
-            progress = RoundProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(self.parties), len(self.parties),
+            progress = StepProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(self.parties), len(self.parties),
                                      {"train_loss": loss, "samples": n}, time.monotonic() - started)
             self.job.report(progress, model=partial(self.model, len(self.trees)))
             if self.job.stop_here(progress):

@@ -1,8 +1,8 @@
 """Training progress on the terminal: a bar with an ETA on a TTY, one line per round otherwise.
 
-A job reports one ``RoundProgress`` per boosting round or forest level. On a terminal the
+A job reports one ``StepProgress`` per boosting round or forest level. On a terminal the
 display rewrites a single line (``\\r``) -- bar, steps done of total, elapsed time, ETA, then the
-step's ``RoundProgress.detail()`` (who answered, metrics) -- cut to the terminal's width so that
+step's ``StepProgress.detail()`` (who answered, metrics) -- cut to the terminal's width so that
 it never wraps (a wrapped line cannot be rewritten); the facts that matter come first. In a log
 or a pipe every step is its own line with the same facts, because ``\\r`` there would only
 garble the file.
@@ -48,7 +48,7 @@ def clock(seconds: float) -> str:
 
 @dataclass
 class ProgressDisplay:
-    """Call it with every ``RoundProgress`` (it is the job's ``progress`` callback); ``finish``
+    """Call it with every ``StepProgress`` (it is the job's ``progress`` callback); ``finish``
     ends the rewritten line before anything else is printed.
 
     ``tty``: rewrite one line (else a line per step); ``columns``: the terminal's width (read

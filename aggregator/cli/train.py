@@ -420,7 +420,7 @@ def _follow(client: ServerClient, job_id: str, algorithm: str, display: Progress
             signals: StopSignals) -> tuple[dict[str, Any], bool]:
     """Show the job's rounds as the server stores them until it ends; on the first signal ask
     the server to cancel it. Returns the final job and whether a cancel was asked for."""
-    from aggregator.jobs import RoundProgress
+    from aggregator.jobs import StepProgress
 
     shown, announced, cancelling = 0, False, False
     while True:
@@ -439,7 +439,7 @@ def _follow(client: ServerClient, job_id: str, algorithm: str, display: Progress
                   f"({', '.join(job['participants'])})", flush=True)
         for r in job["rounds"]:
             if r["step"] > shown:
-                display(RoundProgress(job_id, algorithm, r["step"], r["total"], r["selected"], r["answered"],
+                display(StepProgress(job_id, algorithm, r["step"], r["total"], r["selected"], r["answered"],
                                       r["metrics"], r["elapsed_s"]))
                 shown = r["step"]
         if job["state"] in FINAL_STATES:

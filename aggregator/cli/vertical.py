@@ -106,7 +106,7 @@ def training_config(args: argparse.Namespace) -> VerticalFederatedForest:
 
 def _train(args: argparse.Namespace) -> int:
     from aggregator.algorithms.vertical_forest import deploy_to_parties
-    from aggregator.jobs import FederatedJob, JobSettings, RoundProgress, TrainingError
+    from aggregator.jobs import FederatedJob, JobSettings, StepProgress, TrainingError
     from aggregator.rounds import QuorumNotReached
 
     parties = args.parties
@@ -116,7 +116,7 @@ def _train(args: argparse.Namespace) -> int:
     transport, engine = _connect(args, parties)
     settings = JobSettings(deadline_s=args.deadline)
 
-    def progress(p: RoundProgress) -> None:
+    def progress(p: StepProgress) -> None:
         print(f"level {p.step}/{p.total}: {int(p.metrics.get('splits', 0))} splits ({p.elapsed_s:.1f} s)", flush=True)
 
     try:

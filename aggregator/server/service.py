@@ -78,7 +78,7 @@ from ..algorithm_table import ALGORITHM_TABLE, algorithm_row
 from ..evaluation import Evaluation, NoHeldOutData, evaluate_federated, evaluate_local_only
 from ..feature_sets import FeatureSetChoice, survey_feature_sets
 from ..fleet_status import GatewayRow, fold_statuses
-from ..jobs import Checkpoint, FederatedJob, JobSettings, RoundProgress, TrainingError
+from ..jobs import Checkpoint, FederatedJob, JobSettings, StepProgress, TrainingError
 from ..privacy.ledger import BudgetExceeded, GatewayBudget, LedgerEntry, PlannedJob, PrivacyCap, budget_of, check_job
 from ..registry import JobRecord, JobRules, Registry, RegistryError, ScheduleRecord, iso_utc, micros
 from ..rounds import QuorumNotReached, RoundEngine
@@ -685,7 +685,7 @@ class JobRunner:
         self.registry.update_job(job.job_id, participants=list(choice.clients), feature_set=choice.version)
         return choice
 
-    def _round_done(self, job_id: str, offset: int, total: int, p: RoundProgress,
+    def _round_done(self, job_id: str, offset: int, total: int, p: StepProgress,
                     checkpoint: Checkpoint | None) -> None:
         """Store step ``offset + p.step`` with its checkpoint. A step at or before the stored ones
         comes from an algorithm that could not use its stored state and started over: it

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from aggregator.jobs import RoundProgress
+from aggregator.jobs import StepProgress
 from aggregator.cli.progress import ProgressDisplay, clock, unit_of
 
 
@@ -17,8 +17,8 @@ class Clock:
         return self.t
 
 
-def step(k: int, total: int = 10, seconds: float = 2.0) -> RoundProgress:
-    return RoundProgress("job-1", "fedscs_xgb", k, total, 3, 3, {"train_loss": 0.5}, seconds)
+def step(k: int, total: int = 10, seconds: float = 2.0) -> StepProgress:
+    return StepProgress("job-1", "fedscs_xgb", k, total, 3, 3, {"train_loss": 0.5}, seconds)
 
 
 def test_clock() -> None:
