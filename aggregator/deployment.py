@@ -73,40 +73,66 @@ def _record(registry: Registry, result: DeploymentResult, pushed: tuple[str, int
         if pushed is not None and status.state == "rejected":
             registry.set_deployment(*pushed, client, "rejected", status.reason)
         if runs is not None:
-            detail = (f"kept: {pushed[0]}:v{pushed[1]} was rejected" if pushed is not None and runs != pushed
-                      else status.reason)
+            detail = (
+                f"kept: {pushed[0]}:v{pushed[1]} was rejected"
+                if pushed is not None and runs != pushed
+                else status.reason
+            )
             registry.set_deployment(*runs, client, "active", detail)
     for client in result.pending if pushed is not None else ():
         registry.set_deployment(*pushed, client, "pending", "queued by the broker until the gateway is back")
 
 
-def deploy(engine: RoundEngine, registry: Registry, signing_key: SigningKey, model_id: str, version: int | None,
-           clients: list[str], *, target: str = "", deadline_s: float = 30.0) -> DeploymentResult:
+def deploy(
+    engine: RoundEngine,
+    registry: Registry,
+    signing_key: SigningKey,
+    model_id: str,
+    version: int | None,
+    clients: list[str],
+    *,
+    target: str = "",
+    deadline_s: float = 30.0,
+) -> DeploymentResult:
     """Sign and push ``model_id`` (``version`` None: the latest) to ``clients``. A personalised
     model (``target``, by default the one it was registered for) goes to that gateway only."""
     record, model = registry.model(model_id, version)
     target = target or record.target
     if target and clients != [target]:
         raise ValueError(f"a model personalised for {target!r} goes to that gateway only, not to {clients}")
-    bundle = ModelBundle.create(model, model_id=record.model_id, version=record.version, signing_key=signing_key,
-                                target=target)
+    bundle = ModelBundle.create(
+        model, model_id=record.model_id, version=record.version, signing_key=signing_key, target=target
+    )
     data = bundle.to_bytes()
     transport = engine.transport
     if not target:
-        announcement = ModelAnnouncement(record.model_id, record.version, record.algorithm, record.feature_set_version,
-                                         bundle.sha256, len(data), record.kind, target)
-        transport.publish(engine.layout.fleet(MODELS_CHANNEL), Message.create(announcement, sender=AGGREGATOR_ID),
-                          retain=True)
-    result = _push(engine, f"deploy-{record.model_id}-v{record.version}", ModelPush(data), clients, deadline_s,
-                   record.label)
+        announcement = ModelAnnouncement(
+            record.model_id,
+            record.version,
+            record.algorithm,
+            record.feature_set_version,
+            bundle.sha256,
+            len(data),
+            record.kind,
+            target,
+        )
+        transport.publish(
+            engine.layout.fleet(MODELS_CHANNEL), Message.create(announcement, sender=AGGREGATOR_ID), retain=True
+        )
+    result = _push(
+        engine, f"deploy-{record.model_id}-v{record.version}", ModelPush(data), clients, deadline_s, record.label
+    )
     _record(registry, result, (record.model_id, record.version))
-    log.info("model deployed", extra={"model": record.label, "active": result.active, "rejected": result.rejected,
-                                      "pending": result.pending})
+    log.info(
+        "model deployed",
+        extra={"model": record.label, "active": result.active, "rejected": result.rejected, "pending": result.pending},
+    )
     return result
 
 
-def rollback_plan(registry: Registry, clients: list[str]) -> tuple[dict[str, tuple[Deployment, Deployment]],
-                                                                    dict[str, str]]:
+def rollback_plan(
+    registry: Registry, clients: list[str]
+) -> tuple[dict[str, tuple[Deployment, Deployment]], dict[str, str]]:
     """Per gateway (what it runs, its previous model) from the registry's log, and the gateways
     that cannot be asked, with why."""
     history: dict[str, list[Deployment]] = {}
@@ -121,33 +147,67 @@ def rollback_plan(registry: Registry, clients: list[str]) -> tuple[dict[str, tup
         elif rows:
             skipped[client] = f"no previous model to roll back to: the registry has seen it run only {rows[0].label}"
         else:
-            skipped[client] = ("no previous model to roll back to: the registry has no model confirmed running "
-                               "on it (deploy with this registry first)")
+            skipped[client] = (
+                "no previous model to roll back to: the registry has no model confirmed running "
+                "on it (deploy with this registry first)"
+            )
     return plans, skipped
 
 
-def rollback(engine: RoundEngine, registry: Registry, signing_key: SigningKey, clients: list[str], *,
-             reason: str = "", deadline_s: float = 30.0) -> DeploymentResult:
+def rollback(
+    engine: RoundEngine,
+    registry: Registry,
+    signing_key: SigningKey,
+    clients: list[str],
+    *,
+    reason: str = "",
+    deadline_s: float = 30.0,
+) -> DeploymentResult:
     """Ask each of ``clients`` with a signed instruction to go from the model it runs back to
     its previous one (``rollback_plan``); the registry records where each ended up."""
     plans, skipped = rollback_plan(registry, clients)
-    requests = {client: sign_rollback(signing_key, client=client, model_id=previous.model_id,
-                                      version=previous.version, replaces_model_id=runs.model_id,
-                                      replaces_version=runs.version, reason=reason)
-                for client, (runs, previous) in plans.items()}
-    result = (_push(engine, "rollback", requests, list(requests), deadline_s, "rollback") if requests
-              else DeploymentResult("rollback"))
+    requests = {
+        client: sign_rollback(
+            signing_key,
+            client=client,
+            model_id=previous.model_id,
+            version=previous.version,
+            replaces_model_id=runs.model_id,
+            replaces_version=runs.version,
+            reason=reason,
+        )
+        for client, (runs, previous) in plans.items()
+    }
+    result = (
+        _push(engine, "rollback", requests, list(requests), deadline_s, "rollback")
+        if requests
+        else DeploymentResult("rollback")
+    )
     result.skipped = skipped
     _record(registry, result)
-    log.info("model rollback", extra={"active": result.active, "rejected": result.rejected, "pending": result.pending,
-                                      "skipped": sorted(skipped)})
+    log.info(
+        "model rollback",
+        extra={
+            "active": result.active,
+            "rejected": result.rejected,
+            "pending": result.pending,
+            "skipped": sorted(skipped),
+        },
+    )
     return result
 
 
-def _push(engine: RoundEngine, job: str, body: ModelPush | dict[str, ModelRollback], clients: list[str],
-          deadline_s: float, label: str) -> DeploymentResult:
-    result = engine.run_round(f"{job}-{time.time_ns()}", 1, body, clients, deadline_s=deadline_s, min_replies=0,
-                              expect=ModelStatus)
+def _push(
+    engine: RoundEngine,
+    job: str,
+    body: ModelPush | dict[str, ModelRollback],
+    clients: list[str],
+    deadline_s: float,
+    label: str,
+) -> DeploymentResult:
+    result = engine.run_round(
+        f"{job}-{time.time_ns()}", 1, body, clients, deadline_s=deadline_s, min_replies=0, expect=ModelStatus
+    )
     out = DeploymentResult(label)
     for client, message in result.replies.items():
         out.statuses[client] = message.body

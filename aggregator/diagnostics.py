@@ -39,8 +39,14 @@ class CovariateShiftReport:
         return f"{verdict}: root gain {self.root_gain:.3f}, client AUC {self.auc:.3f}; separating features: {names}"
 
 
-def covariate_shift(job: FederatedJob, *, forest: FedForest | None = None, seed: int = 0, split: str = "train",
-                    auc_threshold: float = 0.7) -> CovariateShiftReport:
+def covariate_shift(
+    job: FederatedJob,
+    *,
+    forest: FedForest | None = None,
+    seed: int = 0,
+    split: str = "train",
+    auc_threshold: float = 0.7,
+) -> CovariateShiftReport:
     """Train the client discriminator (``forest``; default 20 trees of depth 4 that consider every
     feature at every node, so the root gain is the best any feature achieves) and score it.
 
@@ -48,8 +54,16 @@ def covariate_shift(job: FederatedJob, *, forest: FedForest | None = None, seed:
     data for it); ``"holdout"`` uses the clients' held-out windows.
     """
     base = forest or FedForest(n_trees=20, max_depth=4, min_samples_leaf=5, max_features=None)
-    result = replace(base, target="client", client_splits=False, task="classification", criterion=None,
-                     classes=None, protocol="sketches", secure_aggregation=False).fit_with_diagnostics(job, seed=seed)
+    result = replace(
+        base,
+        target="client",
+        client_splits=False,
+        task="classification",
+        criterion=None,
+        classes=None,
+        protocol="sketches",
+        secure_aggregation=False,
+    ).fit_with_diagnostics(job, seed=seed)
     evaluation = evaluate_federated(job, result.model, split=split, target="client")
     names = result.model.feature_names
     ranked = sorted(zip(names, result.importance.tolist()), key=lambda kv: -kv[1])

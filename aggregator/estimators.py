@@ -39,8 +39,13 @@ from .simulate import Simulation
 if TYPE_CHECKING:
     from sklearn.utils import Tags
 
-__all__ = ["FedForestClassifier", "FedForestRegressor", "FedSCSXGBClassifier", "FedSCSXGBRegressor",
-           "InvalidParameterError"]
+__all__ = [
+    "FedForestClassifier",
+    "FedForestRegressor",
+    "FedSCSXGBClassifier",
+    "FedSCSXGBRegressor",
+    "InvalidParameterError",
+]
 
 #: Seconds a simulated client may take to answer one request (generous: masking on 2 cores).
 DEADLINE_S = 30.0
@@ -120,11 +125,13 @@ class _FederatedEstimator:
         from sklearn.utils import ClassifierTags, InputTags, RegressorTags, Tags, TargetTags
 
         classifier = self._is_classifier
-        return Tags(estimator_type="classifier" if classifier else "regressor",
-                    target_tags=TargetTags(required=True),
-                    classifier_tags=ClassifierTags() if classifier else None,
-                    regressor_tags=None if classifier else RegressorTags(),
-                    input_tags=InputTags(allow_nan=True))
+        return Tags(
+            estimator_type="classifier" if classifier else "regressor",
+            target_tags=TargetTags(required=True),
+            classifier_tags=ClassifierTags() if classifier else None,
+            regressor_tags=None if classifier else RegressorTags(),
+            input_tags=InputTags(allow_nan=True),
+        )
 
     def _checked_params(self) -> dict[str, Any]:
         """Every parameter checked against ``_accepts`` and converted to the plain Python value
@@ -157,13 +164,18 @@ class _FederatedEstimator:
         params = self._checked_params()
         fleet = _fleet(clients)
         if self._is_classifier and np.unique(fleet.labels).size < 2:
-            raise ValueError(f"the clients' labels hold {np.unique(fleet.labels).size} class; "
-                             "a classifier needs 2 or more")
+            raise ValueError(
+                f"the clients' labels hold {np.unique(fleet.labels).size} class; a classifier needs 2 or more"
+            )
         config = self._config(params, fleet)
         seed = _seed(params["random_state"])
         sim = Simulation(clients)
-        job = FederatedJob(sim.engine, list(sim.transports), job_id=f"{type(self).__name__}-{seed}",
-                           settings=JobSettings(deadline_s=DEADLINE_S))
+        job = FederatedJob(
+            sim.engine,
+            list(sim.transports),
+            job_id=f"{type(self).__name__}-{seed}",
+            settings=JobSettings(deadline_s=DEADLINE_S),
+        )
         self.model_, self.feature_importances_ = self._train(config, job, seed)
         self.n_features_in_ = self.model_.n_features
         if self._is_classifier:
@@ -298,8 +310,11 @@ def _is_int(value: Any) -> bool:
 
 def _is_real(value: Any) -> bool:
     """A finite real number, not a bool (NaN and infinities are nobody's setting here)."""
-    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
-            and (isinstance(value, numbers.Integral) or math.isfinite(value)))
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and (isinstance(value, numbers.Integral) or math.isfinite(value))
+    )
 
 
 def _integer(low: int, high: int | None = None) -> _Accepts:
@@ -311,6 +326,7 @@ def _integer(low: int, high: int | None = None) -> _Accepts:
 
 def _number(low: float, *, low_open: bool = False, high: float | None = None) -> _Accepts:
     """A finite number ``>= low`` (``> low`` when ``low_open``), at most ``high``."""
+
     def convert(value: Any) -> float | None:
         above = _is_real(value) and (value > low if low_open else value >= low)
         return float(value) if above and (high is None or value <= high) else None
@@ -321,8 +337,10 @@ def _number(low: float, *, low_open: bool = False, high: float | None = None) ->
 
 
 def _one_of(*choices: str) -> _Accepts:
-    return _Accepts(f"one of {', '.join(repr(c) for c in choices)}",
-                    lambda value: value if isinstance(value, str) and value in choices else None)
+    return _Accepts(
+        f"one of {', '.join(repr(c) for c in choices)}",
+        lambda value: value if isinstance(value, str) and value in choices else None,
+    )
 
 
 def _choices(config: type, name: str) -> _Accepts:
@@ -407,13 +425,25 @@ class _FedSCSXGBBase(_FederatedEstimator):
         if objective == "softmax" and np.unique(fleet.labels).size == 2:
             objective = "logistic"  # xgboost's XGBClassifier: binary:logistic for two classes
         gamma = _split_loss(params["gamma"], params["min_split_loss"])
-        return _build(FedSCSXGB, _FEDSCS_NAMES, n_rounds=params["n_estimators"], max_depth=params["max_depth"],
-                      learning_rate=params["learning_rate"], n_bins=params["max_bin"],
-                      reg_lambda=params["reg_lambda"], min_child_weight=params["min_child_weight"],
-                      multi_strategy=params["multi_strategy"], objective=objective, protocol=params["protocol"],
-                      secure_aggregation=params["secure_aggregation"], min_crowd=params["min_crowd"],
-                      client_fraction=params["client_fraction"], dp_epsilon=params["dp_epsilon"],
-                      dp_delta=params["dp_delta"], **({} if gamma is None else {"gamma": gamma}))
+        return _build(
+            FedSCSXGB,
+            _FEDSCS_NAMES,
+            n_rounds=params["n_estimators"],
+            max_depth=params["max_depth"],
+            learning_rate=params["learning_rate"],
+            n_bins=params["max_bin"],
+            reg_lambda=params["reg_lambda"],
+            min_child_weight=params["min_child_weight"],
+            multi_strategy=params["multi_strategy"],
+            objective=objective,
+            protocol=params["protocol"],
+            secure_aggregation=params["secure_aggregation"],
+            min_crowd=params["min_crowd"],
+            client_fraction=params["client_fraction"],
+            dp_epsilon=params["dp_epsilon"],
+            dp_delta=params["dp_delta"],
+            **({} if gamma is None else {"gamma": gamma}),
+        )
 
     def _train(self, config: FedSCSXGB, job: FederatedJob, seed: int) -> tuple[TreeEnsemble, np.ndarray]:
         result = config.fit_with_diagnostics(job, seed=seed)
@@ -487,11 +517,14 @@ _FEDSCS_PARAMETERS = """\
 
 
 class FedSCSXGBClassifier(_ClassifierMixin, _FedSCSXGBBase):
-    __doc__ = """FedSCS-XGB classifier with xgboost's ``XGBClassifier`` parameter names.
+    __doc__ = (
+        """FedSCS-XGB classifier with xgboost's ``XGBClassifier`` parameter names.
 
     Softmax for three or more classes, logistic for two, as xgboost chooses.
 
-""" + _FEDSCS_PARAMETERS + """    classes_ : ndarray
+"""
+        + _FEDSCS_PARAMETERS
+        + """    classes_ : ndarray
         The class labels (the union of the clients' labels, sorted).
 
     Examples
@@ -518,14 +551,18 @@ class FedSCSXGBClassifier(_ClassifierMixin, _FedSCSXGBBase):
     >>> same.model_ == model.model_  # min_split_loss is gamma's other name; both None: 0.1
     True
     """
+    )
 
     _objective = "softmax"
 
 
 class FedSCSXGBRegressor(_RegressorMixin, _FedSCSXGBBase):
-    __doc__ = """FedSCS-XGB regressor (squared error) with xgboost's ``XGBRegressor`` parameter names.
+    __doc__ = (
+        """FedSCS-XGB regressor (squared error) with xgboost's ``XGBRegressor`` parameter names.
 
-""" + _FEDSCS_PARAMETERS + """
+"""
+        + _FEDSCS_PARAMETERS
+        + """
     Examples
     --------
     >>> import numpy as np
@@ -542,6 +579,7 @@ class FedSCSXGBRegressor(_RegressorMixin, _FedSCSXGBBase):
     >>> int(np.argmax(model.feature_importances_))
     0
     """
+    )
 
     _objective = "squared_error"
 
@@ -553,8 +591,9 @@ class _FedForestBase(_FederatedEstimator):
     _task: ClassVar[str]
     _accepts = {
         **_COMMON_ACCEPTS,
-        "max_features": _Accepts("'sqrt', 'log2', an int >= 1, a float in (0, 1] or None", _convert_max_features,
-                                 none_ok=True),
+        "max_features": _Accepts(
+            "'sqrt', 'log2', an int >= 1, a float in (0, 1] or None", _convert_max_features, none_ok=True
+        ),
         "min_samples_split": _integer(2),
         "min_samples_leaf": _integer(1),
         "min_impurity_decrease": _number(0.0),
@@ -567,15 +606,29 @@ class _FedForestBase(_FederatedEstimator):
         """The ``FedForest`` of these settings: the common parameters plus the task's."""
         max_features = params["max_features"]
         if isinstance(max_features, int) and max_features > fleet.n_features:
-            raise InvalidParameterError(f"max_features must be at most the {fleet.n_features} features of X, "
-                                        f"got {max_features}")
-        return _build(FedForest, _FEDFOREST_NAMES, n_trees=params["n_estimators"], max_depth=params["max_depth"],
-                      n_bins=params["max_bin"], task=self._task, max_features=max_features,
-                      min_samples_split=params["min_samples_split"], min_samples_leaf=params["min_samples_leaf"],
-                      min_impurity_decrease=params["min_impurity_decrease"], bootstrap=params["bootstrap"],
-                      protocol=params["protocol"], secure_aggregation=params["secure_aggregation"],
-                      min_crowd=params["min_crowd"], client_fraction=params["client_fraction"],
-                      dp_epsilon=params["dp_epsilon"], dp_delta=params["dp_delta"], **fields)
+            raise InvalidParameterError(
+                f"max_features must be at most the {fleet.n_features} features of X, got {max_features}"
+            )
+        return _build(
+            FedForest,
+            _FEDFOREST_NAMES,
+            n_trees=params["n_estimators"],
+            max_depth=params["max_depth"],
+            n_bins=params["max_bin"],
+            task=self._task,
+            max_features=max_features,
+            min_samples_split=params["min_samples_split"],
+            min_samples_leaf=params["min_samples_leaf"],
+            min_impurity_decrease=params["min_impurity_decrease"],
+            bootstrap=params["bootstrap"],
+            protocol=params["protocol"],
+            secure_aggregation=params["secure_aggregation"],
+            min_crowd=params["min_crowd"],
+            client_fraction=params["client_fraction"],
+            dp_epsilon=params["dp_epsilon"],
+            dp_delta=params["dp_delta"],
+            **fields,
+        )
 
     def _train(self, config: FedForest, job: FederatedJob, seed: int) -> tuple[TreeEnsemble, np.ndarray]:
         result = config.fit_with_diagnostics(job, seed=seed)
@@ -643,13 +696,16 @@ _FEDFOREST_PARAMETERS = """\
 
 
 class FedForestClassifier(_ClassifierMixin, _FedForestBase):
-    __doc__ = """FedForest classifier with scikit-learn's ``RandomForestClassifier`` parameter names.
+    __doc__ = (
+        """FedForest classifier with scikit-learn's ``RandomForestClassifier`` parameter names.
 
     Parameters
     ----------
     criterion : {"gini", "entropy"}, default="gini"
         Impurity of the splits.
-""" + _FEDFOREST_PARAMETERS.replace("{default_features}", '"sqrt"') + """    classes_ : ndarray
+"""
+        + _FEDFOREST_PARAMETERS.replace("{default_features}", '"sqrt"')
+        + """    classes_ : ndarray
         The class labels (the union of the clients' labels, sorted).
 
     Examples
@@ -669,6 +725,7 @@ class FedForestClassifier(_ClassifierMixin, _FedForestBase):
     >>> int(np.argmax(model.feature_importances_))
     0
     """
+    )
 
     _task = "classification"
     _accepts = {**_FedForestBase._accepts, "criterion": _one_of("gini", "entropy")}
@@ -700,12 +757,15 @@ class FedForestClassifier(_ClassifierMixin, _FedForestBase):
 
 
 class FedForestRegressor(_RegressorMixin, _FedForestBase):
-    __doc__ = """FedForest regressor (squared error) with scikit-learn's ``RandomForestRegressor``
+    __doc__ = (
+        """FedForest regressor (squared error) with scikit-learn's ``RandomForestRegressor``
     parameter names.
 
     Parameters
     ----------
-""" + _FEDFOREST_PARAMETERS.replace("{default_features}", "1.0") + """
+"""
+        + _FEDFOREST_PARAMETERS.replace("{default_features}", "1.0")
+        + """
     Examples
     --------
     >>> import numpy as np
@@ -720,6 +780,7 @@ class FedForestRegressor(_RegressorMixin, _FedForestBase):
     >>> bool(np.abs(model.predict(X) - y).mean() < 1.5)
     True
     """
+    )
 
     _task = "regression"
 
@@ -808,8 +869,10 @@ def _seed(random_state: int | None) -> int:
 def _split_loss(gamma: float | None, min_split_loss: float | None) -> float | None:
     """The one number of ``gamma`` and its alias ``min_split_loss`` (``None``: neither given)."""
     if gamma is not None and min_split_loss is not None and gamma != min_split_loss:
-        raise InvalidParameterError(f"gamma and min_split_loss are one parameter (xgboost's two names), got "
-                                    f"gamma={gamma!r} and min_split_loss={min_split_loss!r}: give one")
+        raise InvalidParameterError(
+            f"gamma and min_split_loss are one parameter (xgboost's two names), got "
+            f"gamma={gamma!r} and min_split_loss={min_split_loss!r}: give one"
+        )
     return min_split_loss if gamma is None else gamma
 
 

@@ -22,8 +22,14 @@ from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply
 from .jobs import FederatedJob, TrainingError
 from .rounds import QuorumNotReached
 
-__all__ = ["Evaluation", "NoHeldOutData", "auc_from_histogram", "evaluate_federated", "evaluate_local_only",
-           "metrics_of"]
+__all__ = [
+    "Evaluation",
+    "NoHeldOutData",
+    "auc_from_histogram",
+    "evaluate_federated",
+    "evaluate_local_only",
+    "metrics_of",
+]
 
 NO_HOLDOUT = "no_holdout_windows"
 
@@ -63,8 +69,13 @@ def metrics_of(reply: EvaluationReply, classifier: bool) -> dict[str, float]:
             return {"n": 0.0}
         mse = reply.squared_error_sum / n
         variance = reply.target_sum_squares / n - (reply.target_sum / n) ** 2
-        return {"n": float(n), "mse": mse, "rmse": float(np.sqrt(mse)), "mae": reply.absolute_error_sum / n,
-                "r2": 1.0 - mse / variance if variance > 0 else float("nan")}
+        return {
+            "n": float(n),
+            "mse": mse,
+            "rmse": float(np.sqrt(mse)),
+            "mae": reply.absolute_error_sum / n,
+            "r2": 1.0 - mse / variance if variance > 0 else float("nan"),
+        }
     c = reply.confusion.astype(np.float64)
     total = c.sum()
     if total == 0:
@@ -76,12 +87,18 @@ def metrics_of(reply: EvaluationReply, classifier: bool) -> dict[str, float]:
     precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
     f1 = np.divide(2 * precision * recall, precision + recall, out=np.zeros_like(tp), where=precision + recall > 0)
     scored = present | (predicted > 0)  # sklearn's macro average over labels present or predicted
-    aucs = [auc_from_histogram(reply.score_histogram[k]) for k in range(c.shape[0])] if reply.score_histogram.size \
-        else []
+    aucs = (
+        [auc_from_histogram(reply.score_histogram[k]) for k in range(c.shape[0])] if reply.score_histogram.size else []
+    )
     aucs = [a for a in aucs if np.isfinite(a)]
-    return {"n": float(total), "accuracy": float(tp.sum() / total),
-            "balanced_accuracy": float(recall[present].mean()), "macro_f1": float(f1[scored].mean()),
-            "log_loss": float(reply.log_loss_sum / total), "auc": float(np.mean(aucs)) if aucs else float("nan")}
+    return {
+        "n": float(total),
+        "accuracy": float(tp.sum() / total),
+        "balanced_accuracy": float(recall[present].mean()),
+        "macro_f1": float(f1[scored].mean()),
+        "log_loss": float(reply.log_loss_sum / total),
+        "auc": float(np.mean(aucs)) if aucs else float("nan"),
+    }
 
 
 def _sum(replies: list[EvaluationReply]) -> EvaluationReply:
@@ -99,29 +116,48 @@ def _sum(replies: list[EvaluationReply]) -> EvaluationReply:
     )
 
 
-def evaluate_federated(job: FederatedJob, model: TreeEnsemble, *, split: str = "holdout", target: str = "label",
-                       clients: list[str] | None = None, score_bins: int = 100) -> Evaluation:
+def evaluate_federated(
+    job: FederatedJob,
+    model: TreeEnsemble,
+    *,
+    split: str = "holdout",
+    target: str = "label",
+    clients: list[str] | None = None,
+    score_bins: int = 100,
+) -> Evaluation:
     """Score ``model`` on every client's ``split`` ("holdout" or "train") and pool the counts.
     Raises :class:`NoHeldOutData` when every client refused for want of held-out windows, and
     the job's ``QuorumNotReached`` when too few answered for other reasons (named per client)."""
     selected = clients or job.clients
     data = model.to_cbor()
     needs_index = uses_client_index(model) or target == "client"
-    requests = {c: EvaluateRequest(data, model.feature_set_version, split, target,
-                                   client_index(model, c) if needs_index else -1, score_bins) for c in selected}
+    requests = {
+        c: EvaluateRequest(
+            data, model.feature_set_version, split, target, client_index(model, c) if needs_index else -1, score_bins
+        )
+        for c in selected
+    }
     return _pooled(job, requests, selected, model.is_classifier, len(model.classes))
 
 
-def evaluate_local_only(job: FederatedJob, model: TreeEnsemble, *, clients: list[str] | None = None,
-                        max_depth: int = 8, seed: int = 0, score_bins: int = 100) -> Evaluation:
+def evaluate_local_only(
+    job: FederatedJob,
+    model: TreeEnsemble,
+    *,
+    clients: list[str] | None = None,
+    max_depth: int = 8,
+    seed: int = 0,
+    score_bins: int = 100,
+) -> Evaluation:
     """The local-only baseline beside ``model``: every client trains a CART on its own training
     windows alone (``LocalBaselineRequest``: depth by cross-validation up to ``max_depth``) and
     scores it on its held-out windows; pooled and per client as :func:`evaluate_federated`, in
     ``model``'s classes."""
     selected = clients or job.clients
     classes = tuple(str(c) for c in model.classes)
-    body = LocalBaselineRequest(model.feature_set_version, classes, not model.is_classifier, max_depth,
-                                seed=seed, score_bins=score_bins)
+    body = LocalBaselineRequest(
+        model.feature_set_version, classes, not model.is_classifier, max_depth, seed=seed, score_bins=score_bins
+    )
     return _pooled(job, dict.fromkeys(selected, body), selected, model.is_classifier, len(classes))
 
 
@@ -132,8 +168,9 @@ def _pooled(job: FederatedJob, requests: dict, selected: list[str], classifier: 
     except QuorumNotReached as exc:
         errors = exc.result.errors
         if not exc.result.replies and not exc.result.timed_out and all(e.code == NO_HOLDOUT for e in errors.values()):
-            raise NoHeldOutData("no held-out windows on any gateway (start gateways with --holdout-fraction 0.2)") \
-                from None
+            raise NoHeldOutData(
+                "no held-out windows on any gateway (start gateways with --holdout-fraction 0.2)"
+            ) from None
         raise
     usable = {}
     for client, reply in replies.items():
@@ -146,7 +183,9 @@ def _pooled(job: FederatedJob, requests: dict, selected: list[str], classifier: 
     pooled = _sum(list(usable.values()))
     left_out = job.results[-1].failures()
     left_out.update((c, "its evaluation did not fit the model") for c in replies if c not in usable)
-    return Evaluation(metrics=metrics_of(pooled, classifier),
-                      per_client={c: metrics_of(r, classifier) for c, r in usable.items()},
-                      confusion=pooled.confusion if classifier else None,
-                      left_out=dict(sorted(left_out.items())))
+    return Evaluation(
+        metrics=metrics_of(pooled, classifier),
+        per_client={c: metrics_of(r, classifier) for c, r in usable.items()},
+        confusion=pooled.confusion if classifier else None,
+        left_out=dict(sorted(left_out.items())),
+    )

@@ -47,8 +47,14 @@ from shared.protocol.wire import can_write, version_needed
 from .jobs import TrainingError
 from .rounds import RoundEngine
 
-__all__ = ["FeatureSetChoice", "choose_feature_set", "job_capabilities", "job_requests", "survey_feature_sets",
-           "version_gap"]
+__all__ = [
+    "FeatureSetChoice",
+    "choose_feature_set",
+    "job_capabilities",
+    "job_requests",
+    "survey_feature_sets",
+    "version_gap",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +63,7 @@ MISMATCH = "feature_set_mismatch"
 #: The requests a fleet job sends after its survey, by algorithm name and (resolved) protocol;
 #: ``None`` stands for every protocol of the algorithm.
 JOB_REQUESTS: dict[tuple[str, str | None], tuple[str, ...]] = {
-    ("fedscs_xgb", "private"): ("fleet_counts", "grid_counts", "fedscs_xgb.private_level",
-                                "fedscs_xgb.private_leaves"),
+    ("fedscs_xgb", "private"): ("fleet_counts", "grid_counts", "fedscs_xgb.private_level", "fedscs_xgb.private_leaves"),
     ("fedscs_xgb", "histogram"): ("fleet_counts", "grid_counts", "fedscs_xgb.histograms"),
     ("fedscs_xgb", "atoms"): ("data_summary_request", "fedscs_xgb.sketch", "fedscs_xgb.atoms"),
     ("fedforest", "private"): ("fleet_counts", "grid_counts", "fedforest.dp_histograms", "fedforest.dp_leaves"),
@@ -100,15 +105,19 @@ def version_gap(version: int, requests: Sequence[str] | None) -> str:
     if version >= PROTOCOL_VERSION:
         return ""
     if requests is None:
-        return (f"protocol_version: it speaks protocol version {version}, this job needs {PROTOCOL_VERSION} "
-                "-- update the gateway (the job does not say which requests it sends, so it takes only gateways "
-                "of this aggregator's version)")
+        return (
+            f"protocol_version: it speaks protocol version {version}, this job needs {PROTOCOL_VERSION} "
+            "-- update the gateway (the job does not say which requests it sends, so it takes only gateways "
+            "of this aggregator's version)"
+        )
     lacking = [(name, why) for name in requests if (why := version_needed(name, version))]
     if not lacking:
         return ""
     needs = ", ".join(f"{name} ({why})" for name, why in lacking)
-    return (f"protocol_version: it speaks protocol version {version}, this job needs {PROTOCOL_VERSION}: "
-            f"{needs} -- update the gateway")
+    return (
+        f"protocol_version: it speaks protocol version {version}, this job needs {PROTOCOL_VERSION}: "
+        f"{needs} -- update the gateway"
+    )
 
 
 @dataclass(frozen=True)
@@ -134,20 +143,28 @@ class FeatureSetChoice:
         if self.requested:
             head = f"feature set {self.version}: {who}"
         elif self.tied_with:
-            head = (f"feature set {self.version}: {who}; {', '.join(self.tied_with)} has as many gateways, the tie "
-                    "goes to the first by name (--feature-set chooses)")
+            head = (
+                f"feature set {self.version}: {who}; {', '.join(self.tied_with)} has as many gateways, the tie "
+                "goes to the first by name (--feature-set chooses)"
+            )
         else:
             head = f"feature set {self.version} (the majority's): {who}"
         return [head, *(f"  {client} left out: {why}" for client, why in self.left_out.items())]
 
 
 def _fleet_text(stored: Mapping[str, Sequence[str]]) -> str:
-    return "; ".join(f"{', '.join(clients)} store{'s' if len(clients) == 1 else ''} {version}"
-                     for version, clients in stored.items())
+    return "; ".join(
+        f"{', '.join(clients)} store{'s' if len(clients) == 1 else ''} {version}" for version, clients in stored.items()
+    )
 
 
-def choose_feature_set(held: Mapping[str, Sequence[str]], *, fits_any: Sequence[str] = (),
-                       left_out: Mapping[str, str] | None = None, requested: str = "") -> FeatureSetChoice:
+def choose_feature_set(
+    held: Mapping[str, Sequence[str]],
+    *,
+    fits_any: Sequence[str] = (),
+    left_out: Mapping[str, str] | None = None,
+    requested: str = "",
+) -> FeatureSetChoice:
     """The version to train on, from what each gateway ``held`` (client -> versions with labelled
     windows); ``fits_any``: clients with unversioned data (simulations), which fit every version;
     ``left_out``: clients already out, with their reasons. ``requested`` (the operator's) wins
@@ -163,9 +180,11 @@ def choose_feature_set(held: Mapping[str, Sequence[str]], *, fits_any: Sequence[
         if requested not in stored and not fits_any:
             fleet = _fleet_text(stored_sorted) if stored_sorted else "none stores labelled windows"
             unusable = "; ".join(f"{c}: {why}" for c, why in sorted(out.items()))
-            raise TrainingError(f"no gateway stores feature set {requested!r}: {fleet}"
-                                f"{f'; {unusable}' if unusable else ''} (omit --feature-set to train on the "
-                                "version most gateways store)")
+            raise TrainingError(
+                f"no gateway stores feature set {requested!r}: {fleet}"
+                f"{f'; {unusable}' if unusable else ''} (omit --feature-set to train on the "
+                "version most gateways store)"
+            )
         version, tied = requested, ()
     elif stored:
         most = max(len(c) for c in stored.values())
@@ -180,13 +199,27 @@ def choose_feature_set(held: Mapping[str, Sequence[str]], *, fits_any: Sequence[
     for client in sorted(held):
         if client not in takers:
             out[client] = f"{MISMATCH}: it stores {', '.join(held[client])}, not {version}"
-    return FeatureSetChoice(version=version, clients=tuple(sorted(takers)), stored=stored_sorted,
-                            left_out=dict(sorted(out.items())), tied_with=tied, requested=bool(requested))
+    return FeatureSetChoice(
+        version=version,
+        clients=tuple(sorted(takers)),
+        stored=stored_sorted,
+        left_out=dict(sorted(out.items())),
+        tied_with=tied,
+        requested=bool(requested),
+    )
 
 
-def survey_feature_sets(engine: RoundEngine, job_id: str, clients: Sequence[str], requested: str = "", *,
-                        deadline_s: float, time_range: TimeRange | None = None,
-                        min_labelled: int = 0, algorithm: object | None = None) -> FeatureSetChoice:
+def survey_feature_sets(
+    engine: RoundEngine,
+    job_id: str,
+    clients: Sequence[str],
+    requested: str = "",
+    *,
+    deadline_s: float,
+    time_range: TimeRange | None = None,
+    min_labelled: int = 0,
+    algorithm: object | None = None,
+) -> FeatureSetChoice:
     """Ask ``clients`` which feature sets they hold (round 0 of ``job_id``; see the module
     docstring) and choose with :func:`choose_feature_set`; with ``time_range`` or
     ``min_labelled``, the clients that do not meet them for the chosen version are left out.
@@ -199,19 +232,33 @@ def survey_feature_sets(engine: RoundEngine, job_id: str, clients: Sequence[str]
     def survey(version: str, asked: Sequence[str]) -> dict[str, DataShapeRequest]:
         # The capabilities go to every gateway known to read them; one of unknown version gets
         # the survey every version reads (it is checked by its answer's version alone).
-        body = DataShapeRequest(version, labels=False, time_range=time_range, min_labelled=min_labelled,
-                                capabilities=needs)
+        body = DataShapeRequest(
+            version, labels=False, time_range=time_range, min_labelled=min_labelled, capabilities=needs
+        )
         plain = replace(body, capabilities=())
         return {c: body if (v := versions.get(c)) is not None and can_write(body, v) else plain for c in asked}
 
-    result = engine.run_round(job_id, 0, survey(requested, clients), clients,
-                              deadline_s=deadline_s, min_replies=0, expect=DataShape, refusals_expected=True)
+    result = engine.run_round(
+        job_id,
+        0,
+        survey(requested, clients),
+        clients,
+        deadline_s=deadline_s,
+        min_replies=0,
+        expect=DataShape,
+        refusals_expected=True,
+    )
     requests = job_requests(algorithm)
-    behind = {c: gap for c in [*result.replies, *result.errors]
-              if (gap := version_gap(versions.get(c, PROTOCOL_VERSION), requests))}
+    behind = {
+        c: gap
+        for c in [*result.replies, *result.errors]
+        if (gap := version_gap(versions.get(c, PROTOCOL_VERSION), requests))
+    }
     for client, gap in sorted(behind.items()):
-        log.warning(f"gateway {client} left out of job {job_id}: {gap}",
-                    extra={"job": job_id, "client": client, "protocol_version": versions.get(client)})
+        log.warning(
+            f"gateway {client} left out of job {job_id}: {gap}",
+            extra={"job": job_id, "client": client, "protocol_version": versions.get(client)},
+        )
     answered = {c: m for c, m in result.replies.items() if c not in behind}
     held: dict[str, tuple[str, ...]] = {c: (requested,) for c in answered} if requested else {}
     fits_any = [] if requested else sorted(answered)
@@ -224,11 +271,22 @@ def survey_feature_sets(engine: RoundEngine, job_id: str, clients: Sequence[str]
     unchecked = [c for c in choice.clients if c not in answered]
     if (time_range is None and not min_labelled) or not unchecked:
         return choice
-    again = engine.run_round(job_id, 0, survey(choice.version, unchecked), unchecked,
-                             deadline_s=deadline_s, min_replies=0, expect=DataShape, refusals_expected=True)
+    again = engine.run_round(
+        job_id,
+        0,
+        survey(choice.version, unchecked),
+        unchecked,
+        deadline_s=deadline_s,
+        min_replies=0,
+        expect=DataShape,
+        refusals_expected=True,
+    )
     refused = again.failures()
     if len(refused) == len(choice.clients):
         why = "; ".join(f"{c}: {reason}" for c, reason in sorted(refused.items()))
         raise TrainingError(f"no gateway can train on feature set {choice.version} under the job's rules: {why}")
-    return replace(choice, clients=tuple(c for c in choice.clients if c not in refused),
-                   left_out=dict(sorted({**choice.left_out, **refused}.items())))
+    return replace(
+        choice,
+        clients=tuple(c for c in choice.clients if c not in refused),
+        left_out=dict(sorted({**choice.left_out, **refused}.items())),
+    )

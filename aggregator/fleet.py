@@ -52,9 +52,27 @@ class GatewayProcesses:
         env = dict(os.environ, **{PASSWORD_ENV: self.passwords[client_id]})
         store = [] if "--store" in extra_args else ["--store", str(self.log_dir / f"{client_id}.db")]
         self.processes[client_id] = subprocess.Popen(
-            [sys.executable, "-m", "edge_client.cli", "gateway", "--client-id", client_id, "--port", str(self.port),
-             "--protocol", str(self.protocol), *store, "--stats-every", "0", *extra_args],
-            env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent(),
+            [
+                sys.executable,
+                "-m",
+                "edge_client.cli",
+                "gateway",
+                "--client-id",
+                client_id,
+                "--port",
+                str(self.port),
+                "--protocol",
+                str(self.protocol),
+                *store,
+                "--stats-every",
+                "0",
+                *extra_args,
+            ],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         log_file.close()
 
@@ -131,8 +149,9 @@ def online_gateways(presence: Presence, clients: Sequence[str] | None, wait_s: f
         time.sleep(wait_s)
         online = presence.online_clients()
         if not online:
-            raise TrainingError(f"no gateway is online (waited {wait_s} s for presence); start gateways or "
-                                "name them with --clients")
+            raise TrainingError(
+                f"no gateway is online (waited {wait_s} s for presence); start gateways or name them with --clients"
+            )
         return online
     missing = presence.missing(clients, wait_s)
     if missing:
@@ -175,10 +194,18 @@ def train_on_fleet(
     finally:
         presence.close()
     job_id = job_id or new_job_id()
-    choice = survey_feature_sets(engine, job_id, selected, algorithm.feature_set_version,
-                                 deadline_s=settings.deadline_s, algorithm=algorithm)
-    log.info("training on fleet", extra={"algorithm": algorithm.name, "clients": list(choice.clients),
-                                         "feature_set": choice.version, "left_out": choice.left_out})
+    choice = survey_feature_sets(
+        engine, job_id, selected, algorithm.feature_set_version, deadline_s=settings.deadline_s, algorithm=algorithm
+    )
+    log.info(
+        "training on fleet",
+        extra={
+            "algorithm": algorithm.name,
+            "clients": list(choice.clients),
+            "feature_set": choice.version,
+            "left_out": choice.left_out,
+        },
+    )
     if on_feature_set is not None:
         on_feature_set(choice)
     if choice.version != algorithm.feature_set_version:

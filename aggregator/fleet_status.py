@@ -66,8 +66,13 @@ class GatewayRow:
         """The row for ``--json``: ``seen`` as ``last_seen`` plus its ``age_s``, nulls for unknowns."""
         data: dict[str, object] = asdict(self)
         seen = data.pop("seen")
-        return {"gateway": data.pop("gateway"), "online": data.pop("online"), "last_seen": seen,
-                "age_s": round(self.age_s(now), 3), **data}
+        return {
+            "gateway": data.pop("gateway"),
+            "online": data.pop("online"),
+            "last_seen": seen,
+            "age_s": round(self.age_s(now), 3),
+            **data,
+        }
 
 
 def fold_statuses(received: Iterable[tuple[str, Message]], layout: TopicLayout) -> list[GatewayRow]:
@@ -76,8 +81,12 @@ def fold_statuses(received: Iterable[tuple[str, Message]], layout: TopicLayout) 
     rows: dict[str, GatewayRow] = {}
     for topic, message in received:
         gateway = layout.client_of(topic)
-        if (gateway is None or gateway == layout.aggregator_id or topic != layout.status(gateway)
-                or not isinstance(message.body, Status)):
+        if (
+            gateway is None
+            or gateway == layout.aggregator_id
+            or topic != layout.status(gateway)
+            or not isinstance(message.body, Status)
+        ):
             continue
         rows[gateway] = _row(gateway, message.body, message.envelope.ts)
     return [rows[g] for g in sorted(rows, key=_natural)]
@@ -87,10 +96,22 @@ def _row(gateway: str, status: Status, seen: float) -> GatewayRow:
     detail = status.detail
     if not status.online:
         return GatewayRow(gateway, False, seen, None, None, None, None, None, None, None, None, "")
-    return GatewayRow(gateway, True, seen, status.active_model, status.n_windows, status.n_labelled,
-                      _text(detail.get("link")), _text(detail.get("engine")), _count(detail.get("predicted")),
-                      _count(detail.get("alerts")), _text(detail.get("last_prediction")), detail.get("model_error", ""),
-                      _label_counts(detail.get("labels")), _text(detail.get("feature_set")))
+    return GatewayRow(
+        gateway,
+        True,
+        seen,
+        status.active_model,
+        status.n_windows,
+        status.n_labelled,
+        _text(detail.get("link")),
+        _text(detail.get("engine")),
+        _count(detail.get("predicted")),
+        _count(detail.get("alerts")),
+        _text(detail.get("last_prediction")),
+        detail.get("model_error", ""),
+        _label_counts(detail.get("labels")),
+        _text(detail.get("feature_set")),
+    )
 
 
 def _label_counts(value: str | None) -> dict[str, int] | None:
@@ -157,11 +178,15 @@ def privacy_cells(privacy: dict) -> tuple[str, dict[str, PrivacyCell]]:
     >>> cells["gw-1"].text()
     '4.00/8.75'
     """
-    line = (f"privacy: cap epsilon {privacy['epsilon_cap']:g} per window over its lifetime (delta "
-            f"{privacy['delta']:g}); EPSILON is the most-used window's lifetime epsilon / the most a new private "
-            "job may still spend there")
-    return line, {g["gateway"]: PrivacyCell(float(g["spent_epsilon"]), float(g["remaining_epsilon"]),
-                                            tuple(g["running"])) for g in privacy["gateways"]}
+    line = (
+        f"privacy: cap epsilon {privacy['epsilon_cap']:g} per window over its lifetime (delta "
+        f"{privacy['delta']:g}); EPSILON is the most-used window's lifetime epsilon / the most a new private "
+        "job may still spend there"
+    )
+    return line, {
+        g["gateway"]: PrivacyCell(float(g["spent_epsilon"]), float(g["remaining_epsilon"]), tuple(g["running"]))
+        for g in privacy["gateways"]
+    }
 
 
 def format_age(seconds: float) -> str:

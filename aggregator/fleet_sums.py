@@ -144,8 +144,9 @@ class RunningSum:
 class FleetSummer:
     """Sums of the job's clients' vectors, plain or secure (see the module docstring)."""
 
-    def __init__(self, job: FederatedJob, *, secure: bool, degree: int | None = None,
-                 threshold: int | None = None) -> None:
+    def __init__(
+        self, job: FederatedJob, *, secure: bool, degree: int | None = None, threshold: int | None = None
+    ) -> None:
         self.job = job
         self.secure = secure
         self.config = SecAggConfig(degree=degree, threshold=threshold)
@@ -163,12 +164,15 @@ class FleetSummer:
         keys = self.job.ask(SecAggKeysRequest(), clients, SecAggPublicKeys)
         try:
             self.server = SecAggServer(self.config, list(keys), self.job.job_id.encode())
-            self.server.set_public_keys({c: PublicKeys(cipher=r.keys.cipher, mask=r.keys.mask)
-                                         for c, r in keys.items()})
+            self.server.set_public_keys(
+                {c: PublicKeys(cipher=r.keys.cipher, mask=r.keys.mask) for c, r in keys.items()}
+            )
         except SecureAggregationError as exc:
-            raise TrainingError(f"secure aggregation cannot start: {exc} (with fewer, one gateway's sums follow from "
-                                "the total and the other's; train on more gateways, or turn it off: "
-                                "secure_aggregation=False, wheelfed train --no-secure-aggregation)") from exc
+            raise TrainingError(
+                f"secure aggregation cannot start: {exc} (with fewer, one gateway's sums follow from "
+                "the total and the other's; train on more gateways, or turn it off: "
+                "secure_aggregation=False, wheelfed train --no-secure-aggregation)"
+            ) from exc
         neighbours = self.server.neighbours
         requests = {}
         for c in keys:
@@ -183,8 +187,10 @@ class FleetSummer:
         if missing:
             log.warning("clients left out of secure aggregation", extra={"job": self.job.job_id, "clients": missing})
         if len(self.active) < self.server.threshold + 1:
-            raise TrainingError(f"secure aggregation needs at least {self.server.threshold + 1} clients, "
-                                f"{len(self.active)} completed the key setup")
+            raise TrainingError(
+                f"secure aggregation needs at least {self.server.threshold + 1} clients, "
+                f"{len(self.active)} completed the key setup"
+            )
         return self.active
 
     def secure_round(self, client: str, selected: Sequence[str]) -> SecureRound | None:
@@ -193,8 +199,15 @@ class FleetSummer:
             return None
         return SecureRound(self.server.participants(client, selected))
 
-    def ask(self, requests: Mapping[str, Any], expect: type, vector: Callable[[Any], MaskedVector], length: int,
-            check: Callable[[str, Any], str | None] | None = None, word_bits: int = 64) -> FleetSum:
+    def ask(
+        self,
+        requests: Mapping[str, Any],
+        expect: type,
+        vector: Callable[[Any], MaskedVector],
+        length: int,
+        check: Callable[[str, Any], str | None] | None = None,
+        word_bits: int = 64,
+    ) -> FleetSum:
         """Send ``requests`` (one body per client, built with :meth:`secure_round`), check the
         replies (``check(client, reply) -> reason | None``; a rejected reply counts as a
         dropout), and return the sum of the accepted clients' vectors of ``length`` entries
@@ -230,9 +243,16 @@ class FleetSummer:
         self.expelled.update(clients)
         self.active = tuple(c for c in self.active if c not in self.expelled)
 
-    def _ask(self, requests: Mapping[str, Any], selected: list[str], expect: type,
-             vector: Callable[[Any], MaskedVector], length: int, check: Callable[[str, Any], str | None] | None,
-             word_bits: int) -> FleetSum:
+    def _ask(
+        self,
+        requests: Mapping[str, Any],
+        selected: list[str],
+        expect: type,
+        vector: Callable[[Any], MaskedVector],
+        length: int,
+        check: Callable[[str, Any], str | None] | None,
+        word_bits: int,
+    ) -> FleetSum:
         """:meth:`ask` of ``requests``' clients once; ``selected``: the clients the requests'
         secure rounds name (those not asked count as dropped out)."""
         round_no = self.job.rounds + 1
@@ -254,15 +274,24 @@ class FleetSummer:
         if not accepted:
             raise TrainingError(f"round {round_no}: no usable replies from {selected}")
         if sorted(accepted) != sorted(collected.contributors):  # the engine files what the sum took in
-            raise TrainingError(f"round {round_no}: the sum covers {sorted(collected.contributors)}, "
-                                f"the replies are from {sorted(accepted)}")
+            raise TrainingError(
+                f"round {round_no}: the sum covers {sorted(collected.contributors)}, "
+                f"the replies are from {sorted(accepted)}"
+            )
         if not self.secure:
             return FleetSum(widen(collected.total, word_bits), tuple(sorted(accepted)), accepted)
         result = self._unmask(round_no, selected, accepted, vector, length, collected.total)
         return FleetSum(widen(result.total, word_bits), result.contributors, result.replies)
 
-    def _unmask(self, round_no: int, selected: list[str], accepted: dict[str, Any],
-                vector: Callable[[Any], MaskedVector], length: int, summed: np.ndarray) -> FleetSum:
+    def _unmask(
+        self,
+        round_no: int,
+        selected: list[str],
+        accepted: dict[str, Any],
+        vector: Callable[[Any], MaskedVector],
+        length: int,
+        summed: np.ndarray,
+    ) -> FleetSum:
         """Unmask ``summed``, the sum of ``accepted``'s masked vectors (the replies' own vectors
         are empty by now): the server removes the masks from zeros and adds ``summed``, the same
         total mod 2^64 as removing them from the sum of the vectors."""
@@ -276,8 +305,10 @@ class FleetSummer:
             raise
         except SecureAggregationError as exc:
             raise TrainingError(f"round {round_no}: too many clients dropped out to unmask the sum: {exc}") from exc
-        requests = {c: SecAggUnmaskRequest(label, tuple(p.survivors), tuple(p.dropped), dict(p.shares))
-                    for c, p in plans.items()}
+        requests = {
+            c: SecAggUnmaskRequest(label, tuple(p.survivors), tuple(p.dropped), dict(p.shares))
+            for c, p in plans.items()
+        }
         answers = self.job.ask(requests, list(requests), SecAggUnmaskReply)
         shares, unusable = {}, {}
         for c, a in answers.items():
@@ -297,6 +328,8 @@ class FleetSummer:
         total = result.total
         np.add(total, summed.astype(np.uint64, copy=False), out=total)  # wraps mod 2^64; widen keeps the low bits
         if dropped:
-            log.warning("clients dropped out of a secure sum", extra={"job": self.job.job_id, "round": round_no,
-                                                                    "clients": dropped})
+            log.warning(
+                "clients dropped out of a secure sum",
+                extra={"job": self.job.job_id, "round": round_no, "clients": dropped},
+            )
         return FleetSum(total, tuple(sorted(accepted)), accepted)

@@ -101,6 +101,7 @@ def change_bundles(sim: Simulation, client: str, change: Callable[[int, Any, dic
             shares = change(len(sent), message.envelope, dict(vector.shares))
             sent.append(dict(vector.shares))
             return dataclasses.replace(body, **{name: dataclasses.replace(vector, shares=shares)})
+
         return handler
 
     for kind, original in list(handlers.items()):

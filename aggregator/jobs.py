@@ -38,8 +38,7 @@ from .rounds import QuorumNotReached, RoundEngine, RoundResult
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Checkpoint", "FederatedJob", "JobSettings", "StepProgress", "TrainingError", "TrainingFailed",
-           "new_job_id"]
+__all__ = ["Checkpoint", "FederatedJob", "JobSettings", "StepProgress", "TrainingError", "TrainingFailed", "new_job_id"]
 
 
 class TrainingError(RuntimeError):
@@ -150,45 +149,81 @@ class FederatedJob:
         self.rejected: dict[str, int] = {}
         self.results: list[RoundResult] = []  # per round: who answered what (envelopes, errors, timeouts)
 
-    def ask(self, request: object | Mapping[str, object], clients: Sequence[str], expect: type, *,
-            fold: Callable[[str, Any], Any] | None = None) -> dict[str, Any]:
+    def ask(
+        self,
+        request: object | Mapping[str, object],
+        clients: Sequence[str],
+        expect: type,
+        *,
+        fold: Callable[[str, Any], Any] | None = None,
+    ) -> dict[str, Any]:
         """Send ``request`` (one body, or one per client) to ``clients``; the valid reply bodies,
         keyed and ordered by client id. Raises ``QuorumNotReached`` below the job's quorum.
         ``fold(client, body)`` takes each reply in as it arrives and returns the body kept
         (:meth:`~aggregator.rounds.RoundEngine.run_round`)."""
         self.rounds += 1
         try:
-            result = self.engine.run_round(self.job_id, self.rounds, request, sorted(clients),
-                                           deadline_s=self.settings.deadline_s,
-                                           min_fraction=self.settings.min_fraction, expect=expect, fold=fold)
+            result = self.engine.run_round(
+                self.job_id,
+                self.rounds,
+                request,
+                sorted(clients),
+                deadline_s=self.settings.deadline_s,
+                min_fraction=self.settings.min_fraction,
+                expect=expect,
+                fold=fold,
+            )
         except QuorumNotReached as exc:
             self.results.append(exc.result.without_bodies())  # who failed and why stays inspectable
             raise
         self.results.append(result.without_bodies())  # bodies go to the algorithm, not the record
         for client, error in sorted(result.errors.items()):
-            log.warning("client left out of the round", extra={"job": self.job_id, "round": self.rounds,
-                                                               "client": client, "code": error.code,
-                                                               "error": error.message})
+            log.warning(
+                "client left out of the round",
+                extra={
+                    "job": self.job_id,
+                    "round": self.rounds,
+                    "client": client,
+                    "code": error.code,
+                    "error": error.message,
+                },
+            )
         if result.timed_out:
-            log.warning("clients timed out", extra={"job": self.job_id, "round": self.rounds,
-                                                    "clients": result.timed_out})
+            log.warning(
+                "clients timed out", extra={"job": self.job_id, "round": self.rounds, "clients": result.timed_out}
+            )
         return {c: result.replies[c].body for c in sorted(result.replies)}
 
     def reject(self, client: str, reason: str) -> None:
         """Record that ``client``'s reply was unusable; the caller leaves it out of the round."""
         self.rejected[client] = self.rejected.get(client, 0) + 1
-        log.warning("reply rejected", extra={"job": self.job_id, "round": self.rounds, "client": client,
-                                             "reason": reason})
+        log.warning(
+            "reply rejected", extra={"job": self.job_id, "round": self.rounds, "client": client, "reason": reason}
+        )
 
-    def report(self, progress: StepProgress, *, model: Callable[[], Any] | None = None,
-               state: Callable[[], bytes] | None = None) -> None:
+    def report(
+        self,
+        progress: StepProgress,
+        *,
+        model: Callable[[], Any] | None = None,
+        state: Callable[[], bytes] | None = None,
+    ) -> None:
         """Record that the step ``progress`` completed; ``model()``, if given, builds what it grew
         (kept as ``checkpoint``); ``state()``, if given, the bytes the algorithm resumes from
         after this step. The progress callback, then ``on_step`` with the step and its
         checkpoint (None when the algorithm keeps neither), hear of it -- together, so that
         whoever stores them never shows a completed step without what it resumes from."""
-        log.info("progress", extra={"job": progress.job, "algorithm": progress.algorithm, "step": progress.step,
-                                    "total": progress.total, "answered": progress.answered, **progress.metrics})
+        log.info(
+            "progress",
+            extra={
+                "job": progress.job,
+                "algorithm": progress.algorithm,
+                "step": progress.step,
+                "total": progress.total,
+                "answered": progress.answered,
+                **progress.metrics,
+            },
+        )
         point = Checkpoint(model, progress, state) if model is not None or state is not None else None
         if model is not None:
             self.checkpoint = point
@@ -204,6 +239,8 @@ class FederatedJob:
         if self._stop is None or not self._stop.is_set() or progress.step >= progress.total:
             return False
         self.stopped = progress
-        log.warning("stopping at a round boundary on request", extra={"job": self.job_id, "step": progress.step,
-                                                                      "total": progress.total})
+        log.warning(
+            "stopping at a round boundary on request",
+            extra={"job": self.job_id, "step": progress.step, "total": progress.total},
+        )
         return True

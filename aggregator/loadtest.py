@@ -77,6 +77,7 @@ def client_data(ids: Sequence[str]) -> list:
 
 # -- many gateways per process ----------------------------------------------------------------
 
+
 class Multiplexer:
     """Drives many paho clients from two threads: a network thread polling all their sockets
     (epoll; paho's external-loop API: ``loop_read``/``loop_write``/``loop_misc``) and a dispatch
@@ -126,7 +127,7 @@ class Multiplexer:
                 empty = not self.selector.get_map()
             if empty:  # epoll needs no fd, but some selectors do
                 time.sleep(self.TICK_S)
-            for key, mask in ([] if empty else self.selector.select(self.TICK_S)):
+            for key, mask in [] if empty else self.selector.select(self.TICK_S):
                 if mask & selectors.EVENT_READ:
                     key.data.loop_read()
                 if mask & selectors.EVENT_WRITE:
@@ -205,8 +206,9 @@ def host(port: int, ids: list[str], secret: str) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     mux = Multiplexer()
     for client_id in ids:
-        transport = MultiplexedTransport(client_id, MqttConfig(port=port, username=client_id,
-                                                               password=password(secret, client_id)), mux)
+        transport = MultiplexedTransport(
+            client_id, MqttConfig(port=port, username=client_id, password=password(secret, client_id)), mux
+        )
         Participant(transport, ClientData(client_id, *windows(client_id))).start()
         transport.connect(wait=False)
     print(f"hosting {len(ids)} gateways", flush=True)
@@ -215,6 +217,7 @@ def host(port: int, ids: list[str], secret: str) -> None:
 
 # -- the fleet: broker, host processes, aggregator connection ---------------------------------
 
+
 def raise_open_file_limit(needed: int) -> int:
     """Raise this process's soft limit on open files to ``needed`` (children inherit it: the
     broker holds one socket per gateway); returns the limit. Fails with one line when the hard
@@ -222,8 +225,10 @@ def raise_open_file_limit(needed: int) -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
         if hard != resource.RLIM_INFINITY and hard < needed:
-            raise OSError(f"{needed} open files are needed (one socket per simulated gateway in mosquitto), but "
-                          f"the hard limit is {hard}: raise it (ulimit -Hn, LimitNOFILE=) or simulate fewer gateways")
+            raise OSError(
+                f"{needed} open files are needed (one socket per simulated gateway in mosquitto), but "
+                f"the hard limit is {hard}: raise it (ulimit -Hn, LimitNOFILE=) or simulate fewer gateways"
+            )
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
         soft = needed
     return soft
@@ -241,8 +246,13 @@ class SimulatedFleet:
 
 
 @contextlib.contextmanager
-def simulated_fleet(gateways: int, processes: int | None = None, *, online_timeout_s: float = 300.0,
-                    progress: Callable[[str], None] = print) -> Iterator[SimulatedFleet]:
+def simulated_fleet(
+    gateways: int,
+    processes: int | None = None,
+    *,
+    online_timeout_s: float = 300.0,
+    progress: Callable[[str], None] = print,
+) -> Iterator[SimulatedFleet]:
     """Mosquitto (the deploy/ config), ``gateways`` simulated gateways in ``processes`` host
     processes (default: one per ``GATEWAYS_PER_PROCESS``, at least 2) and the aggregator's
     connection, once every gateway is online."""
@@ -254,28 +264,48 @@ def simulated_fleet(gateways: int, processes: int | None = None, *, online_timeo
     raise_open_file_limit(gateways + 1024)
     secret = os.urandom(8).hex()
     ids = gateway_ids(gateways)
-    with tempfile.TemporaryDirectory(prefix="wheelfed-load-") as scratch, \
-            MosquittoBroker(Path(scratch) / "broker", users=[BrokerUser(AGGREGATOR_ID, secret)] +
-                            [BrokerUser(c, password(secret, c)) for c in ids]) as broker:
+    with (
+        tempfile.TemporaryDirectory(prefix="wheelfed-load-") as scratch,
+        MosquittoBroker(
+            Path(scratch) / "broker",
+            users=[BrokerUser(AGGREGATOR_ID, secret)] + [BrokerUser(c, password(secret, c)) for c in ids],
+        ) as broker,
+    ):
         hosts: list[subprocess.Popen] = []
         try:
-            agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username=AGGREGATOR_ID,
-                                                          password=secret), presence=False)
+            agg = MqttTransport(
+                AGGREGATOR_ID, MqttConfig(port=broker.port, username=AGGREGATOR_ID, password=secret), presence=False
+            )
             agg.connect()
             presence = Presence(agg, TopicLayout())
             started = time.monotonic()
             for batch in np.array_split(np.array(ids), processes):
-                hosts.append(subprocess.Popen(
-                    [sys.executable, "-m", "edge_client.cli", "load-test", "host", "--port", str(broker.port),
-                     *batch.tolist()],
-                    env={**os.environ, SECRET_ENV: secret}, stdout=subprocess.DEVNULL, start_new_session=True,
-                    preexec_fn=die_with_parent()))
+                hosts.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "edge_client.cli",
+                            "load-test",
+                            "host",
+                            "--port",
+                            str(broker.port),
+                            *batch.tolist(),
+                        ],
+                        env={**os.environ, SECRET_ENV: secret},
+                        stdout=subprocess.DEVNULL,
+                        start_new_session=True,
+                        preexec_fn=die_with_parent(),
+                    )
+                )
             try:
                 missing = presence.missing(ids, online_timeout_s)
                 if missing:
-                    raise TimeoutError(f"{len(missing)} of {gateways} simulated gateways were not online after "
-                                       f"{online_timeout_s:.0f} s (first: {', '.join(missing[:5])}); the host "
-                                       "processes' stderr says why")
+                    raise TimeoutError(
+                        f"{len(missing)} of {gateways} simulated gateways were not online after "
+                        f"{online_timeout_s:.0f} s (first: {', '.join(missing[:5])}); the host "
+                        "processes' stderr says why"
+                    )
                 online_s = time.monotonic() - started
                 presence.close()
                 progress(f"{gateways} gateways online in {processes} processes after {online_s:.1f} s")
@@ -290,6 +320,7 @@ def simulated_fleet(gateways: int, processes: int | None = None, *, online_timeo
 
 
 # -- /proc readings --------------------------------------------------------------------------
+
 
 def _status_mb(pid: int | str, key: str) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -320,6 +351,7 @@ def cpu_seconds(pid: int | str = "self") -> float:
 
 
 # -- timing rounds by phase ------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RoundTiming:
@@ -356,9 +388,17 @@ class TimedRoundEngine(RoundEngine):
             raise
         finally:
             if result is not None:
-                self.timings.append(RoundTiming(result.request_type, round_no, time.monotonic() - started,
-                                                len(result.selected), len(result.replies),
-                                                stats.sent_bytes - down, stats.received_bytes - up))
+                self.timings.append(
+                    RoundTiming(
+                        result.request_type,
+                        round_no,
+                        time.monotonic() - started,
+                        len(result.selected),
+                        len(result.replies),
+                        stats.sent_bytes - down,
+                        stats.received_bytes - up,
+                    )
+                )
 
 
 @dataclass(frozen=True)
@@ -378,12 +418,21 @@ def phases(timings: Sequence[RoundTiming]) -> list[PhaseSummary]:
     groups: dict[str, list[RoundTiming]] = {}
     for t in timings:
         groups.setdefault(t.phase, []).append(t)
-    return [PhaseSummary(phase, len(ts), sum(t.seconds for t in ts), max(t.seconds for t in ts),
-                         sum(t.bytes_down / t.clients for t in ts), sum(t.bytes_up / t.clients for t in ts))
-            for phase, ts in groups.items()]
+    return [
+        PhaseSummary(
+            phase,
+            len(ts),
+            sum(t.seconds for t in ts),
+            max(t.seconds for t in ts),
+            sum(t.bytes_down / t.clients for t in ts),
+            sum(t.bytes_up / t.clients for t in ts),
+        )
+        for phase, ts in groups.items()
+    ]
 
 
 # -- one job per algorithm, measured ---------------------------------------------------------
+
 
 def load_algorithm(name: str):
     """The configurations the load run trains: the histogram protocol (secure aggregation on,
@@ -393,8 +442,10 @@ def load_algorithm(name: str):
     bins, FedForest 4 trees of depth 3 on 16 bins."""
     from aggregator.algorithms import FedForest, FedSCSXGB
 
-    configs = {"fedscs-xgb": lambda: FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16, protocol="histogram"),
-               "fedforest": lambda: FedForest(n_trees=4, max_depth=3, n_bins=16, protocol="histogram")}
+    configs = {
+        "fedscs-xgb": lambda: FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16, protocol="histogram"),
+        "fedforest": lambda: FedForest(n_trees=4, max_depth=3, n_bins=16, protocol="histogram"),
+    }
     if name not in configs:
         raise ValueError(f"algorithm must be one of {sorted(configs)}, got {name!r}")
     return configs[name]()
@@ -467,8 +518,9 @@ class LoadRun:
         return sum(t.bytes_down for t in self.timings) / self.gateways
 
 
-def run_load(config: LoadConfig, *, progress: Callable[[str], None] = print,
-             on_run: Callable[[LoadRun], None] | None = None) -> list[LoadRun]:
+def run_load(
+    config: LoadConfig, *, progress: Callable[[str], None] = print, on_run: Callable[[LoadRun], None] | None = None
+) -> list[LoadRun]:
     """Start the fleet once and train each of ``config.algorithms`` on it, measured;
     ``on_run`` hears each run as soon as it is done (a long benchmark saves it)."""
     runs = []
@@ -479,9 +531,11 @@ def run_load(config: LoadConfig, *, progress: Callable[[str], None] = print,
             run = runs[-1]
             if on_run is not None:
                 on_run(run)
-            progress(f"{name}: {run.job_s:.1f} s, {len(run.timings)} rounds, aggregator {run.aggregator_cpu_s:.1f} "
-                     f"CPU s / {run.aggregator_peak_mb:.0f} MB, broker {run.broker_peak_mb:.0f} MB, "
-                     f"timed out {run.timed_out}")
+            progress(
+                f"{name}: {run.job_s:.1f} s, {len(run.timings)} rounds, aggregator {run.aggregator_cpu_s:.1f} "
+                f"CPU s / {run.aggregator_peak_mb:.0f} MB, broker {run.broker_peak_mb:.0f} MB, "
+                f"timed out {run.timed_out}"
+            )
     return runs
 
 
@@ -503,26 +557,43 @@ def _measured_job(name: str, fleet: SimulatedFleet, engine: TimedRoundEngine, co
     cpu = (cpu_seconds(), cpu_seconds(broker), sum(cpu_seconds(p) for p in hosts))
     started = time.monotonic()
     try:
-        model, job = train_on_fleet(load_algorithm(name), fleet.agg, clients=fleet.ids, seed=config.seed,
-                                    settings=JobSettings(deadline_s=config.deadline_s), discover_s=30.0,
-                                    engine=engine)
+        model, job = train_on_fleet(
+            load_algorithm(name),
+            fleet.agg,
+            clients=fleet.ids,
+            seed=config.seed,
+            settings=JobSettings(deadline_s=config.deadline_s),
+            discover_s=30.0,
+            engine=engine,
+        )
     finally:
         sampling.set()
         sampler.join()
     job_s = time.monotonic() - started
     load.append(os.getloadavg()[0])
     return LoadRun(
-        algorithm=name, gateways=len(fleet.ids), processes=len(hosts), online_s=fleet.online_s, job_s=job_s,
+        algorithm=name,
+        gateways=len(fleet.ids),
+        processes=len(hosts),
+        online_s=fleet.online_s,
+        job_s=job_s,
         timings=tuple(engine.timings),
-        aggregator_cpu_s=cpu_seconds() - cpu[0], aggregator_start_mb=start_mb, aggregator_peak_mb=peak_rss_mb(),
-        broker_cpu_s=cpu_seconds(broker) - cpu[1], broker_peak_mb=peak_rss_mb(broker),
-        hosts_cpu_s=sum(cpu_seconds(p) for p in hosts) - cpu[2], hosts_rss_mb=sum(rss_mb(p) for p in hosts),
+        aggregator_cpu_s=cpu_seconds() - cpu[0],
+        aggregator_start_mb=start_mb,
+        aggregator_peak_mb=peak_rss_mb(),
+        broker_cpu_s=cpu_seconds(broker) - cpu[1],
+        broker_peak_mb=peak_rss_mb(broker),
+        hosts_cpu_s=sum(cpu_seconds(p) for p in hosts) - cpu[2],
+        hosts_rss_mb=sum(rss_mb(p) for p in hosts),
         load_average=(load[0], load[-1], max(load)),
-        timed_out=sum(len(r.timed_out) for r in job.results), errors=sum(len(r.errors) for r in job.results),
-        model=model)
+        timed_out=sum(len(r.timed_out) for r in job.results),
+        errors=sum(len(r.errors) for r in job.results),
+        model=model,
+    )
 
 
 # -- soak: jobs back to back -----------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class SoakConfig:
@@ -573,16 +644,24 @@ def run_soak(config: SoakConfig, *, progress=print) -> SoakReport:
             report.wall_s = time.monotonic() - started
             report.rss_mb.append(rss_mb())
             report.broker_rss_mb.append(rss_mb(fleet.broker.process.pid))
-            progress(f"job {report.jobs}: {report.boosting_rounds} rounds, {report.rounds_per_minute:.1f}/min,"
-                     f" lost replies {report.lost_replies}, aggregator {report.rss_mb[-1]:.0f} MB, "
-                     f"broker {report.broker_rss_mb[-1]:.0f} MB")
+            progress(
+                f"job {report.jobs}: {report.boosting_rounds} rounds, {report.rounds_per_minute:.1f}/min,"
+                f" lost replies {report.lost_replies}, aggregator {report.rss_mb[-1]:.0f} MB, "
+                f"broker {report.broker_rss_mb[-1]:.0f} MB"
+            )
     return report
 
 
 def _one_job(algorithm, agg, engine, ids: list[str], config: SoakConfig, report: SoakReport) -> None:
     try:
-        _, job = train_on_fleet(algorithm, agg, clients=ids, settings=JobSettings(deadline_s=config.deadline_s),
-                                discover_s=10.0, engine=engine)
+        _, job = train_on_fleet(
+            algorithm,
+            agg,
+            clients=ids,
+            settings=JobSettings(deadline_s=config.deadline_s),
+            discover_s=10.0,
+            engine=engine,
+        )
     except (TrainingError, QuorumNotReached) as exc:
         report.failed_jobs.append(str(exc)[:300])
         return

@@ -88,9 +88,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MergeChunk", "MergeLeader", "MergePartial", "MergeSettings", "MergeWorker", "MergeWorkerProcesses",
-           "SharedSubscriptionTransport", "SumExpectation", "MergedSum", "deploy_dir_with_workers", "merged_layout",
-           "partials_topic", "worker_acl"]
+__all__ = [
+    "MergeChunk",
+    "MergeLeader",
+    "MergePartial",
+    "MergeSettings",
+    "MergeWorker",
+    "MergeWorkerProcesses",
+    "SharedSubscriptionTransport",
+    "SumExpectation",
+    "MergedSum",
+    "deploy_dir_with_workers",
+    "merged_layout",
+    "partials_topic",
+    "worker_acl",
+]
 
 #: Client ids of merge workers start with this (the leader watches their presence).
 WORKER_PREFIX = "merge-"
@@ -120,12 +132,15 @@ def worker_acl(worker_ids: Sequence[str], layout: TopicLayout | None = None) -> 
     """mosquitto ``acl_file`` lines granting merge workers what they need (append to the
     deployment's ACL; the gateways' ``pattern`` lines give each its status topic)."""
     prefix = (layout or TopicLayout()).prefix
-    return "".join(f"\nuser {w}\ntopic read {prefix}/c/+/out\ntopic write {prefix}/merged/#\n"
-                   f"topic write {prefix}/merge/#\n" for w in worker_ids)
+    return "".join(
+        f"\nuser {w}\ntopic read {prefix}/c/+/out\ntopic write {prefix}/merged/#\ntopic write {prefix}/merge/#\n"
+        for w in worker_ids
+    )
 
 
-def deploy_dir_with_workers(target: str | os.PathLike, worker_ids: Sequence[str], *,
-                            deploy_dir: str | os.PathLike | None = None) -> Path:
+def deploy_dir_with_workers(
+    target: str | os.PathLike, worker_ids: Sequence[str], *, deploy_dir: str | os.PathLike | None = None
+) -> Path:
     """A copy of the deployment's ``mosquitto/`` configs under ``target`` whose ACL also lets
     ``worker_ids`` work (for ``MosquittoBroker(..., deploy_dir=...)``: tests, benchmarks)."""
     from .broker.mosquitto import DEPLOY_DIR
@@ -173,12 +188,20 @@ def split_vector(message: Message) -> tuple[Message, np.ndarray] | None:
 
 # -- the worker ------------------------------------------------------------------------------------
 
+
 class SharedSubscriptionTransport(MqttTransport):
     """An MQTT connection that subscribes through ``$share/<group>/`` and hands each received
     payload, undecoded, to ``on_payload(topic, payload)`` (acknowledged after it returns)."""
 
-    def __init__(self, client_id: str, config: MqttConfig, *, group: str,
-                 on_payload: Callable[[str, bytes], None], layout: TopicLayout | None = None) -> None:
+    def __init__(
+        self,
+        client_id: str,
+        config: MqttConfig,
+        *,
+        group: str,
+        on_payload: Callable[[str, bytes], None],
+        layout: TopicLayout | None = None,
+    ) -> None:
         if config.protocol != 5:
             raise ValueError("merge workers need MQTT 5 (protocol=5) for shared subscriptions with session expiry")
         if not group or any(ch in group for ch in "/+#"):
@@ -254,8 +277,15 @@ class WorkerStats:
 class MergeWorker:
     """One worker process's logic over its shared-subscription connection (module docstring)."""
 
-    def __init__(self, worker_id: str, config: MqttConfig, *, group: str = DEFAULT_GROUP,
-                 layout: TopicLayout | None = None, settings: MergeSettings | None = None) -> None:
+    def __init__(
+        self,
+        worker_id: str,
+        config: MqttConfig,
+        *,
+        group: str = DEFAULT_GROUP,
+        layout: TopicLayout | None = None,
+        settings: MergeSettings | None = None,
+    ) -> None:
         self.layout = layout or TopicLayout()
         self.forward = merged_layout(self.layout)
         self.settings = settings or MergeSettings()
@@ -264,8 +294,9 @@ class MergeWorker:
         self.max_partial = config.max_payload
         # session expiry 0: a dead worker's session (and its share of the subscription) ends with it
         own = dataclasses.replace(config, session_expiry_s=0, max_payload=config.max_payload + PAYLOAD_HEADROOM)
-        self.transport = SharedSubscriptionTransport(worker_id, own, group=group, on_payload=self.on_payload,
-                                                     layout=self.layout)
+        self.transport = SharedSubscriptionTransport(
+            worker_id, own, group=group, on_payload=self.on_payload, layout=self.layout
+        )
         self._lock = threading.Lock()
         self._batches: dict[_BatchKey, _Batch] = {}
         self._stop = threading.Event()
@@ -296,8 +327,9 @@ class MergeWorker:
             log.warning("rejected message", extra={"topic": topic, "reason": type(exc).__name__})
             return
         if isinstance(message.body, Chunk):  # its siblings went to other workers: the leader reassembles
-            self._publish_to(chunks_topic(self.layout), MergeChunk(client, payload), message.envelope.job,
-                             message.envelope.round)
+            self._publish_to(
+                chunks_topic(self.layout), MergeChunk(client, payload), message.envelope.job, message.envelope.round
+            )
             self.stats.forwarded += 1
             return
         if message.sender.startswith(WORKER_PREFIX) or message.sender != client:
@@ -363,6 +395,7 @@ class MergeWorker:
 
 
 # -- the leader ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class SumExpectation:
@@ -454,8 +487,12 @@ class MergeLeader:
     # -- handlers (the transport's dispatch thread)
     def _on_status(self, topic: str, message: Message) -> None:
         worker = self.layout.client_of(topic)
-        if (worker is None or not worker.startswith(self.worker_prefix) or message.sender != worker
-                or not isinstance(message.body, Status)):
+        if (
+            worker is None
+            or not worker.startswith(self.worker_prefix)
+            or message.sender != worker
+            or not isinstance(message.body, Status)
+        ):
             return
         with self._changed:
             before = self.workers.get(worker)
@@ -464,8 +501,10 @@ class MergeLeader:
         if before is not None and before != message.body.online:
             # a worker died (what it held is lost) or came back (replies may have found no worker)
             self.stats.worker_changes += 1
-            log.warning("merge worker presence changed; re-asking unanswered clients",
-                        extra={"worker": worker, "online": message.body.online})
+            log.warning(
+                "merge worker presence changed; re-asking unanswered clients",
+                extra={"worker": worker, "online": message.body.online},
+            )
             self.engine.resend_unanswered()
 
     def _on_forwarded(self, topic: str, message: Message) -> None:
@@ -499,8 +538,10 @@ class MergeLeader:
             if inner.sender != chunk.sender:
                 raise ChunkError(f"chunks from {chunk.sender!r} carried a message from {inner.sender!r}")
         except DecodeError as exc:
-            log.warning("rejected a forwarded chunk", extra={"client": body.client, "reason": type(exc).__name__,
-                                                            "detail": str(exc)[:200]})
+            log.warning(
+                "rejected a forwarded chunk",
+                extra={"client": body.client, "reason": type(exc).__name__, "detail": str(exc)[:200]},
+            )
             return
         self._route(body.client, inner)
 
@@ -515,8 +556,9 @@ class MergeLeader:
             log.warning("rejected a merge partial", extra={"worker": message.sender, "detail": str(exc)[:200]})
             return
         senders = [s.sender for s in stubs]
-        if (len(set(senders)) != len(senders)
-                or any(s.envelope.job != env.job or s.envelope.round != env.round for s in stubs)):
+        if len(set(senders)) != len(senders) or any(
+            s.envelope.job != env.job or s.envelope.round != env.round for s in stubs
+        ):
             log.warning("rejected an inconsistent merge partial", extra={"worker": message.sender})
             return
         self._admit(env.job, env.round, stubs, body.total)
@@ -532,8 +574,11 @@ class MergeLeader:
                     return set()
                 want = merged.expectation
                 wrong_type = {m.sender for m in fresh if not isinstance(m.body, want.types)}
-                reasons = {m.sender: r for m in fresh if m.sender not in wrong_type
-                           and (r := want.reason(m, length, word_bits)) is not None}
+                reasons = {
+                    m.sender: r
+                    for m in fresh
+                    if m.sender not in wrong_type and (r := want.reason(m, length, word_bits)) is not None
+                }
                 good = {m.sender for m in fresh} - wrong_type - set(reasons)
                 merged.rejected.update(reasons)
                 if good and (wrong_type or reasons):
@@ -554,13 +599,22 @@ class MergeLeader:
 
 # -- processes --------------------------------------------------------------------------------------
 
+
 class MergeWorkerProcesses:
     """``n`` worker processes (``merge-1`` .. ``merge-n``) against a broker; a context manager.
 
     ``password(worker_id)`` gives each account's password (passed in the environment)."""
 
-    def __init__(self, n: int, *, port: int, host: str = "127.0.0.1", password: Callable[[str], str] | None = None,
-                 group: str = DEFAULT_GROUP, settings: MergeSettings | None = None) -> None:
+    def __init__(
+        self,
+        n: int,
+        *,
+        port: int,
+        host: str = "127.0.0.1",
+        password: Callable[[str], str] | None = None,
+        group: str = DEFAULT_GROUP,
+        settings: MergeSettings | None = None,
+    ) -> None:
         if not (isinstance(n, int) and n >= 1):
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         self.ids = [f"{WORKER_PREFIX}{i}" for i in range(1, n + 1)]
@@ -577,10 +631,29 @@ class MergeWorkerProcesses:
             if self.password is not None:
                 env["WHEELFED_MQTT_PASSWORD"] = self.password(worker)
             self.processes[worker] = subprocess.Popen(
-                [sys.executable, "-m", "edge_client.cli", "merge-worker", "--host", self.host, "--port", str(self.port),
-                 "--worker-id", worker, "--group", self.group, "--max-batch", str(self.settings.max_batch),
-                 "--linger-ms", str(self.settings.linger_s * 1000)],
-                env=env, stdout=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent())
+                [
+                    sys.executable,
+                    "-m",
+                    "edge_client.cli",
+                    "merge-worker",
+                    "--host",
+                    self.host,
+                    "--port",
+                    str(self.port),
+                    "--worker-id",
+                    worker,
+                    "--group",
+                    self.group,
+                    "--max-batch",
+                    str(self.settings.max_batch),
+                    "--linger-ms",
+                    str(self.settings.linger_s * 1000),
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
+            )
         return self
 
     def kill(self, worker: str) -> None:

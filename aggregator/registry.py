@@ -47,8 +47,22 @@ from shared.model import TreeEnsemble
 if TYPE_CHECKING:
     from .privacy.ledger import LedgerEntry
 
-__all__ = ["Deployment", "HEAD_REVISION", "JobRecord", "JobRules", "MAX_TIME_S", "ModelRecord", "PromotionRecord",
-           "Registry", "RegistryError", "StepRecord", "ScheduleRecord", "iso_utc", "micros", "registry_url"]
+__all__ = [
+    "Deployment",
+    "HEAD_REVISION",
+    "JobRecord",
+    "JobRules",
+    "MAX_TIME_S",
+    "ModelRecord",
+    "PromotionRecord",
+    "Registry",
+    "RegistryError",
+    "StepRecord",
+    "ScheduleRecord",
+    "iso_utc",
+    "micros",
+    "registry_url",
+]
 
 #: The newest Alembic revision (``aggregator/server/migrations/versions``); a database already
 #: there is opened without loading the migration scripts.
@@ -161,8 +175,10 @@ class JobRules:
         for name in ("since", "until"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and 0 <= value <= MAX_TIME_S):
-                raise ValueError(f"{name} must lie between 1970-01-01 and 9999-12-31 (Unix seconds 0 to "
-                                 f"{MAX_TIME_S:.0f}), got {value:.0f}")
+                raise ValueError(
+                    f"{name} must lie between 1970-01-01 and 9999-12-31 (Unix seconds 0 to "
+                    f"{MAX_TIME_S:.0f}), got {value:.0f}"
+                )
         if self.since is not None and self.until is not None and self.since >= self.until:
             raise ValueError(f"since ({iso_utc(self.since)}) must be before until ({iso_utc(self.until)})")
 
@@ -282,39 +298,117 @@ def _tables():
 
     md = sa.MetaData()
     text = lambda name, **kw: sa.Column(name, sa.Text, nullable=False, **kw)  # noqa: E731
-    models = sa.Table("models", md, text("model_id"), sa.Column("version", sa.Integer), text("algorithm"),
-                      text("feature_set_version"), text("kind"), text("target"), sa.Column("n_trees", sa.Integer),
-                      text("classes"), text("metrics"), sa.Column("model", sa.LargeBinary),
-                      sa.Column("created", sa.Float), text("config"), text("parent"), text("job_id"))
-    deployments = sa.Table("deployments", md, text("model_id"), sa.Column("version", sa.Integer), text("client"),
-                           text("state"), text("detail"), sa.Column("updated", sa.Float))
-    gateways = sa.Table("gateways", md, text("gateway"), sa.Column("online", sa.Boolean),
-                        sa.Column("seen", sa.Float), text("status"), sa.Column("updated", sa.Float))
-    jobs = sa.Table("jobs", md, *(text(c) for c in ("job_id", "algorithm", "config", "rules", "model_id", "state")),
-                    *(sa.Column(c, sa.Integer) for c in ("total", "completed", "attempt")),
-                    *(text(c) for c in ("participants", "feature_set", "init_model", "schedule_id", "result",
-                                        "evaluation", "error")),
-                    sa.Column("created", sa.Float), sa.Column("updated", sa.Float), text("history"))
-    rounds = sa.Table("job_rounds", md, text("job_id"),
-                      *(sa.Column(c, sa.Integer) for c in ("step", "total", "selected", "answered")),
-                      text("metrics"), sa.Column("elapsed_s", sa.Float), sa.Column("checkpoint", sa.LargeBinary),
-                      sa.Column("created", sa.Float))
-    schedules = sa.Table("schedules", md, text("schedule_id"), text("model_id"), text("algorithm"), text("config"),
-                         sa.Column("every_s", sa.Float), text("cron"), sa.Column("min_new_windows", sa.Integer),
-                         sa.Column("threshold", sa.Float), sa.Column("canary_share", sa.Float),
-                         sa.Column("enabled", sa.Boolean), sa.Column("last_run", sa.Float),
-                         sa.Column("last_windows", sa.Integer), sa.Column("created", sa.Float),
-                         sa.Column("canary_windows", sa.Integer), sa.Column("canary_observe_s", sa.Float),
-                         sa.Column("canary_max_drop", sa.Float), text("note"))
-    promotions = sa.Table("promotions", md, sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-                          text("job_id"), text("model_id"), sa.Column("candidate", sa.Integer),
-                          sa.Column("baseline", sa.Integer), text("metric"), sa.Column("candidate_value", sa.Float),
-                          sa.Column("baseline_value", sa.Float), sa.Column("threshold", sa.Float), text("decision"),
-                          text("detail"), sa.Column("created", sa.Float), text("canary"))
-    ledger = sa.Table("privacy_ledger", md, text("job_id"), sa.Column("attempt", sa.Integer), text("gateways"),
-                      sa.Column("since_us", sa.BigInteger), sa.Column("until_us", sa.BigInteger),
-                      *(sa.Column(c, sa.Float) for c in ("rho", "xi", "delta", "epsilon")), text("basis"),
-                      text("model"), sa.Column("created", sa.Float))
+    models = sa.Table(
+        "models",
+        md,
+        text("model_id"),
+        sa.Column("version", sa.Integer),
+        text("algorithm"),
+        text("feature_set_version"),
+        text("kind"),
+        text("target"),
+        sa.Column("n_trees", sa.Integer),
+        text("classes"),
+        text("metrics"),
+        sa.Column("model", sa.LargeBinary),
+        sa.Column("created", sa.Float),
+        text("config"),
+        text("parent"),
+        text("job_id"),
+    )
+    deployments = sa.Table(
+        "deployments",
+        md,
+        text("model_id"),
+        sa.Column("version", sa.Integer),
+        text("client"),
+        text("state"),
+        text("detail"),
+        sa.Column("updated", sa.Float),
+    )
+    gateways = sa.Table(
+        "gateways",
+        md,
+        text("gateway"),
+        sa.Column("online", sa.Boolean),
+        sa.Column("seen", sa.Float),
+        text("status"),
+        sa.Column("updated", sa.Float),
+    )
+    jobs = sa.Table(
+        "jobs",
+        md,
+        *(text(c) for c in ("job_id", "algorithm", "config", "rules", "model_id", "state")),
+        *(sa.Column(c, sa.Integer) for c in ("total", "completed", "attempt")),
+        *(
+            text(c)
+            for c in ("participants", "feature_set", "init_model", "schedule_id", "result", "evaluation", "error")
+        ),
+        sa.Column("created", sa.Float),
+        sa.Column("updated", sa.Float),
+        text("history"),
+    )
+    rounds = sa.Table(
+        "job_rounds",
+        md,
+        text("job_id"),
+        *(sa.Column(c, sa.Integer) for c in ("step", "total", "selected", "answered")),
+        text("metrics"),
+        sa.Column("elapsed_s", sa.Float),
+        sa.Column("checkpoint", sa.LargeBinary),
+        sa.Column("created", sa.Float),
+    )
+    schedules = sa.Table(
+        "schedules",
+        md,
+        text("schedule_id"),
+        text("model_id"),
+        text("algorithm"),
+        text("config"),
+        sa.Column("every_s", sa.Float),
+        text("cron"),
+        sa.Column("min_new_windows", sa.Integer),
+        sa.Column("threshold", sa.Float),
+        sa.Column("canary_share", sa.Float),
+        sa.Column("enabled", sa.Boolean),
+        sa.Column("last_run", sa.Float),
+        sa.Column("last_windows", sa.Integer),
+        sa.Column("created", sa.Float),
+        sa.Column("canary_windows", sa.Integer),
+        sa.Column("canary_observe_s", sa.Float),
+        sa.Column("canary_max_drop", sa.Float),
+        text("note"),
+    )
+    promotions = sa.Table(
+        "promotions",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        text("job_id"),
+        text("model_id"),
+        sa.Column("candidate", sa.Integer),
+        sa.Column("baseline", sa.Integer),
+        text("metric"),
+        sa.Column("candidate_value", sa.Float),
+        sa.Column("baseline_value", sa.Float),
+        sa.Column("threshold", sa.Float),
+        text("decision"),
+        text("detail"),
+        sa.Column("created", sa.Float),
+        text("canary"),
+    )
+    ledger = sa.Table(
+        "privacy_ledger",
+        md,
+        text("job_id"),
+        sa.Column("attempt", sa.Integer),
+        text("gateways"),
+        sa.Column("since_us", sa.BigInteger),
+        sa.Column("until_us", sa.BigInteger),
+        *(sa.Column(c, sa.Float) for c in ("rho", "xi", "delta", "epsilon")),
+        text("basis"),
+        text("model"),
+        sa.Column("created", sa.Float),
+    )
     return models, deployments, gateways, jobs, rounds, schedules, promotions, ledger
 
 
@@ -331,8 +425,10 @@ def _decode(row: Mapping[str, Any], cls: type) -> Any:
 
 
 def _encode(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: json.dumps(v.to_json() if isinstance(v, JobRules) else v) if k in _JSON_FIELDS else v
-            for k, v in values.items()}
+    return {
+        k: json.dumps(v.to_json() if isinstance(v, JobRules) else v) if k in _JSON_FIELDS else v
+        for k, v in values.items()
+    }
 
 
 class Registry:
@@ -347,8 +443,16 @@ class Registry:
         self.url = registry_url(path)
         self.path = Path(path) if "://" not in str(path) else None
         self._lock = threading.RLock()
-        (self._models, self._deployments, self._gateways, self._jobs, self._rounds, self._schedules,
-         self._promotions, self._ledger) = _tables()
+        (
+            self._models,
+            self._deployments,
+            self._gateways,
+            self._jobs,
+            self._rounds,
+            self._schedules,
+            self._promotions,
+            self._ledger,
+        ) = _tables()
         try:
             self._engine = sa.create_engine(self.url, **self._engine_options())
         except (sa.exc.ArgumentError, ImportError) as exc:
@@ -361,8 +465,9 @@ class Registry:
         except sa.exc.DBAPIError as exc:
             self._engine.dispose()
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-            raise RegistryError(f"{self.where} is not a usable registry ({reason}); use another --registry "
-                                "path") from None
+            raise RegistryError(
+                f"{self.where} is not a usable registry ({reason}); use another --registry path"
+            ) from None
 
     @property
     def where(self) -> str:
@@ -425,28 +530,51 @@ class Registry:
 
     # -- models and deployments --------------------------------------------------------------
 
-    def add(self, model_id: str, model: TreeEnsemble, *, metrics: dict | None = None, target: str = "",
-            config: dict | None = None, parent: str = "", job_id: str = "") -> ModelRecord:
+    def add(
+        self,
+        model_id: str,
+        model: TreeEnsemble,
+        *,
+        metrics: dict | None = None,
+        target: str = "",
+        config: dict | None = None,
+        parent: str = "",
+        job_id: str = "",
+    ) -> ModelRecord:
         """Register ``model`` as the next version of ``model_id``."""
         sa, t = self._sa, self._models
         with self._tx() as c:
-            latest = c.execute(sa.select(sa.func.coalesce(sa.func.max(t.c.version), 0))
-                               .where(t.c.model_id == model_id)).scalar_one()
+            latest = c.execute(
+                sa.select(sa.func.coalesce(sa.func.max(t.c.version), 0)).where(t.c.model_id == model_id)
+            ).scalar_one()
             version = latest + 1
-            c.execute(t.insert().values(
-                model_id=model_id, version=version, algorithm=str(model.metadata.get("algorithm", model.kind)),
-                feature_set_version=model.feature_set_version, kind=model.kind, target=target, n_trees=model.n_trees,
-                classes=json.dumps(list(model.classes)),
-                metrics=json.dumps(metrics or {}), model=model.to_cbor(), created=time.time(),
-                config=json.dumps(config or {}), parent=parent, job_id=job_id))
+            c.execute(
+                t.insert().values(
+                    model_id=model_id,
+                    version=version,
+                    algorithm=str(model.metadata.get("algorithm", model.kind)),
+                    feature_set_version=model.feature_set_version,
+                    kind=model.kind,
+                    target=target,
+                    n_trees=model.n_trees,
+                    classes=json.dumps(list(model.classes)),
+                    metrics=json.dumps(metrics or {}),
+                    model=model.to_cbor(),
+                    created=time.time(),
+                    config=json.dumps(config or {}),
+                    parent=parent,
+                    job_id=job_id,
+                )
+            )
         return self.record(model_id, version)
 
     def _row(self, model_id: str, version: int | None, *, with_model: bool = False) -> Mapping[str, Any]:
         sa, t = self._sa, self._models
         columns = [c for c in t.c if with_model or c.name != "model"]
         query = sa.select(*columns).where(t.c.model_id == model_id)
-        query = query.where(t.c.version == version) if version is not None else \
-            query.order_by(t.c.version.desc()).limit(1)
+        query = (
+            query.where(t.c.version == version) if version is not None else query.order_by(t.c.version.desc()).limit(1)
+        )
         rows = self._read(query)
         if not rows:
             raise RegistryError(self._missing(model_id, version))
@@ -458,18 +586,23 @@ class Registry:
         for m, v in self._keys():
             versions.setdefault(m, []).append(v)
         if not versions:
-            return (f"{self.where} holds no models yet (wheelfed model register FILE or wheelfed train "
-                    "--registry adds one)")
+            return (
+                f"{self.where} holds no models yet (wheelfed model register FILE or wheelfed train --registry adds one)"
+            )
         if model_id in versions:
-            return (f"no version {version} of {model_id} in {self.where}; it has "
-                    f"{', '.join(f'{model_id}:v{v}' for v in versions[model_id])}")
+            return (
+                f"no version {version} of {model_id} in {self.where}; it has "
+                f"{', '.join(f'{model_id}:v{v}' for v in versions[model_id])}"
+            )
         known = ", ".join(f"{m} (v{'/v'.join(map(str, vs))})" for m, vs in versions.items())
         return f"no model {model_id!r} in {self.where}; it has {known}"
 
     def _keys(self) -> list[tuple[str, int]]:
         t = self._models
-        return [(r["model_id"], r["version"]) for r in
-                self._read(self._sa.select(t.c.model_id, t.c.version).order_by(t.c.model_id, t.c.version))]
+        return [
+            (r["model_id"], r["version"])
+            for r in self._read(self._sa.select(t.c.model_id, t.c.version).order_by(t.c.model_id, t.c.version))
+        ]
 
     def record(self, model_id: str, version: int | None = None) -> ModelRecord:
         return _decode(self._row(model_id, version), ModelRecord)
@@ -486,15 +619,20 @@ class Registry:
     def list(self, *, offset: int = 0, limit: int | None = None) -> list[ModelRecord]:
         """Every version, ordered by model id and version (a page of them with offset/limit)."""
         t = self._models
-        query = (self._sa.select(*(c for c in t.c if c.name != "model")).order_by(t.c.model_id, t.c.version)
-                 .offset(offset).limit(limit))
+        query = (
+            self._sa.select(*(c for c in t.c if c.name != "model"))
+            .order_by(t.c.model_id, t.c.version)
+            .offset(offset)
+            .limit(limit)
+        )
         return [_decode(r, ModelRecord) for r in self._read(query)]
 
     def set_metrics(self, model_id: str, version: int, metrics: dict) -> None:
         t = self._models
         with self._tx() as c:
-            c.execute(t.update().where(t.c.model_id == model_id, t.c.version == version)
-                      .values(metrics=json.dumps(metrics)))
+            c.execute(
+                t.update().where(t.c.model_id == model_id, t.c.version == version).values(metrics=json.dumps(metrics))
+            )
 
     def set_deployment(self, model_id: str, version: int, client: str, state: str, detail: str = "") -> None:
         """Record a gateway's answer; each one is stamped later than every earlier one, so the
@@ -505,14 +643,18 @@ class Registry:
             stamp = max(time.time(), float(latest) + 1e-6)
             key = (t.c.model_id == model_id) & (t.c.version == version) & (t.c.client == client)
             if c.execute(t.update().where(key).values(state=state, detail=detail, updated=stamp)).rowcount == 0:
-                c.execute(t.insert().values(model_id=model_id, version=version, client=client, state=state,
-                                            detail=detail, updated=stamp))
+                c.execute(
+                    t.insert().values(
+                        model_id=model_id, version=version, client=client, state=state, detail=detail, updated=stamp
+                    )
+                )
 
     def deployments(self, model_id: str | None = None) -> list[Deployment]:
         """Every recorded (model version, gateway) state, newest first."""
         t = self._deployments
         query = self._sa.select(t.c.model_id, t.c.version, t.c.client, t.c.state, t.c.detail).order_by(
-            t.c.updated.desc())
+            t.c.updated.desc()
+        )
         if model_id:
             query = query.where(t.c.model_id == model_id)
         return [Deployment(**r) for r in self._read(query)]
@@ -542,20 +684,53 @@ class Registry:
         from .fleet_status import GatewayRow
 
         t = self._gateways
-        return [GatewayRow(**json.loads(r["status"])) for r in self._read(self._sa.select(t.c.status)
-                                                                           .order_by(t.c.gateway))]
+        return [
+            GatewayRow(**json.loads(r["status"])) for r in self._read(self._sa.select(t.c.status).order_by(t.c.gateway))
+        ]
 
     # -- jobs --------------------------------------------------------------------------------
 
-    def add_job(self, job_id: str, algorithm: str, config: dict, *, model_id: str, total: int,
-                rules: JobRules | None = None, init_model: str = "", schedule_id: str = "") -> JobRecord:
+    def add_job(
+        self,
+        job_id: str,
+        algorithm: str,
+        config: dict,
+        *,
+        model_id: str,
+        total: int,
+        rules: JobRules | None = None,
+        init_model: str = "",
+        schedule_id: str = "",
+    ) -> JobRecord:
         now = time.time()
         with self._tx() as c:
-            c.execute(self._jobs.insert().values(**_encode(dict(
-                job_id=job_id, algorithm=algorithm, config=config, rules=rules or JobRules(), model_id=model_id,
-                state="queued", total=total, completed=0, attempt=0, participants=[], feature_set="",
-                init_model=init_model, schedule_id=schedule_id, result="", evaluation={}, error="",
-                created=now, updated=now, history=[]))))
+            c.execute(
+                self._jobs.insert().values(
+                    **_encode(
+                        dict(
+                            job_id=job_id,
+                            algorithm=algorithm,
+                            config=config,
+                            rules=rules or JobRules(),
+                            model_id=model_id,
+                            state="queued",
+                            total=total,
+                            completed=0,
+                            attempt=0,
+                            participants=[],
+                            feature_set="",
+                            init_model=init_model,
+                            schedule_id=schedule_id,
+                            result="",
+                            evaluation={},
+                            error="",
+                            created=now,
+                            updated=now,
+                            history=[],
+                        )
+                    )
+                )
+            )
         return self.job(job_id)
 
     def update_job(self, job_id: str, **values: Any) -> None:
@@ -584,8 +759,17 @@ class Registry:
         rows = self._read(sa.select(t.c.state, sa.func.count().label("n")).group_by(t.c.state))
         return {r["state"]: r["n"] for r in rows}
 
-    def complete_round(self, job_id: str, step: int, total: int, selected: int, answered: int, metrics: dict,
-                       elapsed_s: float, checkpoint: bytes | None) -> None:
+    def complete_round(
+        self,
+        job_id: str,
+        step: int,
+        total: int,
+        selected: int,
+        answered: int,
+        metrics: dict,
+        elapsed_s: float,
+        checkpoint: bytes | None,
+    ) -> None:
         """Persist round ``step`` with ``checkpoint`` (the model grown so far, CBOR, or None for an
         algorithm that keeps none) and advance the job's ``completed`` to it (and its ``total`` to the
         round's, so that the job and its rounds say the same), in one transaction:
@@ -597,11 +781,20 @@ class Registry:
             done = c.execute(self._sa.select(t.c.completed).where(t.c.job_id == job_id)).scalar_one()
             if step != done + 1:
                 raise RegistryError(f"job {job_id}: round {step} follows round {done}, not {step - 1}")
-            c.execute(r.insert().values(job_id=job_id, step=step, total=total, selected=selected, answered=answered,
-                                        metrics=json.dumps(metrics), elapsed_s=elapsed_s, checkpoint=checkpoint,
-                                        created=time.time()))
-            c.execute(t.update().where(t.c.job_id == job_id).values(completed=step, total=total,
-                                                                     updated=time.time()))
+            c.execute(
+                r.insert().values(
+                    job_id=job_id,
+                    step=step,
+                    total=total,
+                    selected=selected,
+                    answered=answered,
+                    metrics=json.dumps(metrics),
+                    elapsed_s=elapsed_s,
+                    checkpoint=checkpoint,
+                    created=time.time(),
+                )
+            )
+            c.execute(t.update().where(t.c.job_id == job_id).values(completed=step, total=total, updated=time.time()))
 
     def rounds(self, job_id: str, *, with_checkpoints: bool = False) -> list[StepRecord]:
         r = self._rounds
@@ -613,8 +806,9 @@ class Registry:
         """The newest round of ``job_id`` stored with its model (what a resumed job continues
         from), or None if there is none."""
         r = self._rounds
-        rows = self._read(r.select().where(r.c.job_id == job_id, r.c.checkpoint.is_not(None))
-                          .order_by(r.c.step.desc()).limit(1))
+        rows = self._read(
+            r.select().where(r.c.job_id == job_id, r.c.checkpoint.is_not(None)).order_by(r.c.step.desc()).limit(1)
+        )
         return _decode(rows[0], StepRecord) if rows else None
 
     def discard_rounds_after(self, job_id: str, step: int) -> None:
@@ -656,8 +850,9 @@ class Registry:
     def add_promotion(self, **values: Any) -> PromotionRecord:
         t = self._promotions
         with self._tx() as c:
-            key = c.execute(t.insert().values(**_encode({"canary": {}, **values}), created=time.time())
-                            ).inserted_primary_key[0]
+            key = c.execute(
+                t.insert().values(**_encode({"canary": {}, **values}), created=time.time())
+            ).inserted_primary_key[0]
         return _decode(self._read(t.select().where(t.c.id == key))[0], PromotionRecord)
 
     def promotions(self, model_id: str | None = None) -> list[PromotionRecord]:
@@ -672,8 +867,15 @@ class Registry:
     def add_privacy(self, entry: LedgerEntry) -> None:
         """Enter one attempt of a private job (a second entry for the same attempt is refused)."""
         with self._tx() as c:
-            c.execute(self._ledger.insert().values(**{**asdict(entry), "gateways": json.dumps(list(entry.gateways)),
-                                                      "created": entry.created or time.time()}))
+            c.execute(
+                self._ledger.insert().values(
+                    **{
+                        **asdict(entry),
+                        "gateways": json.dumps(list(entry.gateways)),
+                        "created": entry.created or time.time(),
+                    }
+                )
+            )
 
     def settle_privacy(self, job_id: str, attempt: int, **values: Any) -> None:
         """Set columns of an attempt's entry (``until_us``, ``rho``, ``basis``, ``gateways``...)."""

@@ -87,8 +87,17 @@ class RoundResult:
         """A copy whose replies keep their envelopes only: what a job keeps of a round after the
         algorithm consumed it (a private job's replies are megabytes each)."""
         light = {c: Message(m.envelope, None) for c, m in self.replies.items()}
-        return RoundResult(self.job, self.round, self.request_type, self.selected, light, dict(self.errors),
-                           list(self.timed_out), self.duplicates, self.elapsed_s)
+        return RoundResult(
+            self.job,
+            self.round,
+            self.request_type,
+            self.selected,
+            light,
+            dict(self.errors),
+            list(self.timed_out),
+            self.duplicates,
+            self.elapsed_s,
+        )
 
 
 @dataclass
@@ -127,8 +136,14 @@ class RoundEngine:
     #: Minimum time between two sends of the same request to the same client.
     RESEND_MIN_INTERVAL_S = 2.0
 
-    def __init__(self, transport: Transport, layout: TopicLayout | None = None, *,
-                 audit: AuditTrail | None = None, merge_workers: bool = False) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        layout: TopicLayout | None = None,
+        *,
+        audit: AuditTrail | None = None,
+        merge_workers: bool = False,
+    ) -> None:
         self.transport = transport
         #: Every message the server's transport decodes, logged (and kept, for simulations).
         self.audit = (audit or AuditTrail()).attach(transport)
@@ -176,25 +191,35 @@ class RoundEngine:
         keeps -- e.g. the reply without its vector once the vector is added to a running sum.
         """
         if self.transport.in_handler:
-            raise RuntimeError("run_round called from a message handler: its replies would arrive on this "
-                               "same thread and the round could only time out; run rounds from another thread")
+            raise RuntimeError(
+                "run_round called from a message handler: its replies would arrive on this "
+                "same thread and the round could only time out; run rounds from another thread"
+            )
         selected = list(dict.fromkeys(clients))
         needed = needed_replies(len(selected), min_replies=min_replies, min_fraction=min_fraction)
         bodies = request if isinstance(request, Mapping) else {c: request for c in selected}
         missing = [c for c in selected if c not in bodies]
         if missing:
             raise ValueError(f"no request body for clients {missing}")
-        messages = {c: Message.create(bodies[c], sender=self.transport.client_id, job=job, round=round_no,
-                                      version=writable_version(bodies[c], self.peer_versions.get(c)))
-                    for c in selected}
+        messages = {
+            c: Message.create(
+                bodies[c],
+                sender=self.transport.client_id,
+                job=job,
+                round=round_no,
+                version=writable_version(bodies[c], self.peer_versions.get(c)),
+            )
+            for c in selected
+        }
         # Encode everything first: an unencodable request must fail before any client got one.
         payloads = {}
         for c, m in messages.items():
             try:
                 payloads[c] = self.transport.encode_payloads(m)
             except NeedsVersion as exc:  # the job's survey leaves such gateways out: this is a bug guard
-                raise NeedsVersion(exc.type_name, exc.needed, exc.peer_version,
-                                   f"{exc.why}; gateway {c} must be updated") from exc
+                raise NeedsVersion(
+                    exc.type_name, exc.needed, exc.peer_version, f"{exc.why}; gateway {c} must be updated"
+                ) from exc
         expected = (expect,) if isinstance(expect, type) else expect
         state = _OpenRound(
             RoundResult(job, round_no, messages[selected[0]].type if selected else "", selected),
@@ -220,13 +245,29 @@ class RoundEngine:
         result.elapsed_s = time.monotonic() - started
         result.timed_out = [c for c in selected if c not in result.replies and c not in result.errors]
         if refusals_expected:  # a survey: a refusal is an answer (its caller logs what it means)
-            log.debug("survey closed", extra={"job": job, "round": round_no, "answered": len(result.replies),
-                                              "refused": len(result.errors), "timed_out": len(result.timed_out),
-                                              "elapsed_ms": int(result.elapsed_s * 1000)})
+            log.debug(
+                "survey closed",
+                extra={
+                    "job": job,
+                    "round": round_no,
+                    "answered": len(result.replies),
+                    "refused": len(result.errors),
+                    "timed_out": len(result.timed_out),
+                    "elapsed_ms": int(result.elapsed_s * 1000),
+                },
+            )
         else:
-            log.info("round closed", extra={"job": job, "round": round_no, "answered": len(result.replies),
-                                            "errors": len(result.errors), "timed_out": len(result.timed_out),
-                                            "elapsed_ms": int(result.elapsed_s * 1000)})
+            log.info(
+                "round closed",
+                extra={
+                    "job": job,
+                    "round": round_no,
+                    "answered": len(result.replies),
+                    "errors": len(result.errors),
+                    "timed_out": len(result.timed_out),
+                    "elapsed_ms": int(result.elapsed_s * 1000),
+                },
+            )
         if len(result.replies) < needed:
             raise QuorumNotReached(result, needed)
         return result
@@ -252,14 +293,19 @@ class RoundEngine:
                 state.resend_to.clear()
                 state.resend_now = set()
                 now = time.monotonic()
-                targets = [c for c in candidates
-                           if reconnected or c in now_set
-                           or now - state.last_resent.get(c, -math.inf) >= self.RESEND_MIN_INTERVAL_S]
+                targets = [
+                    c
+                    for c in candidates
+                    if reconnected
+                    or c in now_set
+                    or now - state.last_resent.get(c, -math.inf) >= self.RESEND_MIN_INTERVAL_S
+                ]
                 state.last_resent.update((c, now) for c in targets)
             if targets:
                 self.resent += len(targets)
-                log.info("re-sending round requests", extra={"job": result.job, "round": result.round,
-                                                             "clients": targets})
+                log.info(
+                    "re-sending round requests", extra={"job": result.job, "round": result.round, "clients": targets}
+                )
                 self._send(payloads, targets)
 
     def _send(self, payloads: Mapping[str, list[bytes]], clients: Sequence[str]) -> None:
@@ -291,13 +337,17 @@ class RoundEngine:
         previous = self.peer_versions.get(client)
         self.peer_versions[client] = version
         if version != previous and version < PROTOCOL_VERSION:
-            log.warning(f"gateway {client} speaks protocol version {version}, one behind this aggregator's "
-                        f"{PROTOCOL_VERSION}: it gets version-{version} requests, and jobs that need newer "
-                        "messages leave it out (update it)",
-                        extra={"client": client, "protocol_version": version, "aggregator_protocol": PROTOCOL_VERSION})
+            log.warning(
+                f"gateway {client} speaks protocol version {version}, one behind this aggregator's "
+                f"{PROTOCOL_VERSION}: it gets version-{version} requests, and jobs that need newer "
+                "messages leave it out (update it)",
+                extra={"client": client, "protocol_version": version, "aggregator_protocol": PROTOCOL_VERSION},
+            )
         elif previous is not None and version != previous:
-            log.info(f"gateway {client} now speaks protocol version {version}",
-                     extra={"client": client, "protocol_version": version})
+            log.info(
+                f"gateway {client} now speaks protocol version {version}",
+                extra={"client": client, "protocol_version": version},
+            )
 
     @staticmethod
     def _complete(state: _OpenRound) -> bool:
@@ -311,12 +361,14 @@ class RoundEngine:
         with self._lock:
             for state in self._open.values():
                 result = state.result
-                state.resend_now.update(c for c in result.selected
-                                        if c not in result.replies and c not in result.errors)
+                state.resend_now.update(
+                    c for c in result.selected if c not in result.replies and c not in result.errors
+                )
                 state.done.notify_all()
 
-    def deliver_batch(self, job: str, round_no: int, replies: Sequence[Message],
-                      judge: Callable[[list[Message]], set[str]]) -> bool:
+    def deliver_batch(
+        self, job: str, round_no: int, replies: Sequence[Message], judge: Callable[[list[Message]], set[str]]
+    ) -> bool:
         """Deliver replies of round ``round_no`` of ``job`` (from distinct clients, already checked
         against their outbox topics) all together or not at all, atomically with ``judge``.
 
@@ -331,12 +383,19 @@ class RoundEngine:
             state = self._open.get((job, round_no))
             if state is None:
                 self.late_replies += len(replies)
-                log.info("discarded a merged batch of a closed or unknown round",
-                         extra={"job": job, "round": round_no, "replies": len(replies)})
+                log.info(
+                    "discarded a merged batch of a closed or unknown round",
+                    extra={"job": job, "round": round_no, "replies": len(replies)},
+                )
                 return False
             result = state.result
-            fresh = [m for m in replies if state.request_ids.get(m.sender) == m.envelope.reply_to
-                     and m.sender not in result.replies and m.sender not in result.errors]
+            fresh = [
+                m
+                for m in replies
+                if state.request_ids.get(m.sender) == m.envelope.reply_to
+                and m.sender not in result.replies
+                and m.sender not in result.errors
+            ]
             if len(fresh) < len(replies):
                 result.duplicates += len(replies) - len(fresh)
                 redo = {m.sender for m in fresh}
@@ -347,8 +406,10 @@ class RoundEngine:
                 if message.sender not in redo:
                     self._record(state, message)
             if redo:
-                log.info("re-asking clients of a merged batch that could not be kept whole",
-                         extra={"job": job, "round": round_no, "clients": sorted(redo)})
+                log.info(
+                    "re-asking clients of a merged batch that could not be kept whole",
+                    extra={"job": job, "round": round_no, "clients": sorted(redo)},
+                )
                 state.resend_now.update(redo)
             state.done.notify_all()
             return not redo
@@ -364,8 +425,10 @@ class RoundEngine:
             state = self._open.get((env.job, env.round))
             if state is None or state.request_ids.get(env.sender) != env.reply_to:
                 self.late_replies += 1
-                log.info("discarded reply of a closed or unknown round",
-                         extra={"job": env.job, "round": env.round, "sender": env.sender})
+                log.info(
+                    "discarded reply of a closed or unknown round",
+                    extra={"job": env.job, "round": env.round, "sender": env.sender},
+                )
                 return
             self._note_version(env.sender, env.version)
             result = state.result
@@ -383,12 +446,17 @@ class RoundEngine:
             result.errors[env.sender] = message.body
         elif isinstance(message.body, NewerVersion):
             result.errors[env.sender] = ErrorReply(
-                "protocol_version", f"{env.sender} writes protocol version {env.version}, newer than this "
-                f"aggregator's {PROTOCOL_VERSION}: update the aggregator first", result.request_type)
+                "protocol_version",
+                f"{env.sender} writes protocol version {env.version}, newer than this "
+                f"aggregator's {PROTOCOL_VERSION}: update the aggregator first",
+                result.request_type,
+            )
         elif state.expect is not None and not isinstance(message.body, state.expect):
             result.errors[env.sender] = ErrorReply(
-                "unexpected_reply", f"expected {[t.__name__ for t in state.expect]}, got {message.type!r}",
-                result.request_type)
+                "unexpected_reply",
+                f"expected {[t.__name__ for t in state.expect]}, got {message.type!r}",
+                result.request_type,
+            )
         else:
             if state.fold is not None:
                 message = Message(env, state.fold(env.sender, message.body))

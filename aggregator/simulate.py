@@ -56,8 +56,14 @@ class Simulation:
     is always kept, so the open round's request is still answered from it).
     """
 
-    def __init__(self, clients: Sequence[Any], *, max_payload: int | None = None, record_bodies: bool = False,
-                 reply_cache_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        clients: Sequence[Any],
+        *,
+        max_payload: int | None = None,
+        record_bodies: bool = False,
+        reply_cache_bytes: int | None = None,
+    ) -> None:
         self.clients = as_client_data(clients)
         self.broker = MemoryBroker()
         options = {} if max_payload is None else {"max_payload": max_payload}
@@ -76,10 +82,22 @@ class Simulation:
             self.transports[client.client_id] = transport
             self.participants[client.client_id] = participant
 
-    def run(self, algorithm: Algorithm, *, seed: int = 0, job_id: str | None = None,
-            settings: JobSettings | None = None, progress: Callable[[StepProgress], None] | None = None) -> Any:
-        job = FederatedJob(self.engine, list(self.transports), job_id=job_id or f"sim-{algorithm.name}-{seed}",
-                           settings=settings or JobSettings(deadline_s=30.0), progress=progress)
+    def run(
+        self,
+        algorithm: Algorithm,
+        *,
+        seed: int = 0,
+        job_id: str | None = None,
+        settings: JobSettings | None = None,
+        progress: Callable[[StepProgress], None] | None = None,
+    ) -> Any:
+        job = FederatedJob(
+            self.engine,
+            list(self.transports),
+            job_id=job_id or f"sim-{algorithm.name}-{seed}",
+            settings=settings or JobSettings(deadline_s=30.0),
+            progress=progress,
+        )
         return algorithm.fit(job, seed=seed)
 
     def server_view(self) -> dict[str, list[Received]]:
@@ -95,9 +113,14 @@ class Simulation:
         return sum(t.stats.sent_bytes for t in self.transports.values())
 
 
-def simulate(algorithm: Algorithm, clients: Sequence[Any], *, seed: int = 0,
-             progress: Callable[[StepProgress], None] | None = None,
-             settings: JobSettings | None = None) -> Any:
+def simulate(
+    algorithm: Algorithm,
+    clients: Sequence[Any],
+    *,
+    seed: int = 0,
+    progress: Callable[[StepProgress], None] | None = None,
+    settings: JobSettings | None = None,
+) -> Any:
     """Train ``algorithm`` (e.g. ``aggregator.algorithms.FedSCSXGB(...)``) on ``clients`` — a list
     of ``(X, y)`` pairs or ``ClientData`` — over the in-memory transport; returns the model.
 

@@ -123,8 +123,18 @@ from .rounds import RoundEngine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MemberReplies", "SiteAggregator", "SiteAwareTransport", "SiteConfig", "SiteMember", "SiteReplies",
-           "SiteStats", "SiteSum", "site_acl", "site_aware_engine"]
+__all__ = [
+    "MemberReplies",
+    "SiteAggregator",
+    "SiteAwareTransport",
+    "SiteConfig",
+    "SiteMember",
+    "SiteReplies",
+    "SiteStats",
+    "SiteSum",
+    "site_acl",
+    "site_aware_engine",
+]
 
 #: Rounds the site remembers as closed (a re-sent request of one is forwarded, its reply relayed).
 CLOSED_ROUNDS = 4096
@@ -255,8 +265,11 @@ def site_acl(site_id: str, members: Sequence[str], layout: TopicLayout = TopicLa
     config = SiteConfig(site_id, tuple(members), upstream_layout=layout)
     lines = [f"user {config.site_id}", f"topic write {layout.outbox(config.site_id)}"]
     for member in config.members:
-        lines += [f"topic read {layout.inbox(member)}", f"topic write {layout.outbox(member)}",
-                  f"topic readwrite {layout.status(member)}"]
+        lines += [
+            f"topic read {layout.inbox(member)}",
+            f"topic write {layout.outbox(member)}",
+            f"topic readwrite {layout.status(member)}",
+        ]
     return "\n".join(lines)
 
 
@@ -329,8 +342,10 @@ class SiteAggregator:
     def _on_request(self, topic: str, message: Message) -> None:
         member = self.up.client_of(topic)
         if member not in self._members or message.sender != self.up.aggregator_id:
-            log.warning("ignored a request not from the cloud's aggregator to a member",
-                        extra={"topic": topic, "sender": message.sender})
+            log.warning(
+                "ignored a request not from the cloud's aggregator to a member",
+                extra={"topic": topic, "sender": message.sender},
+            )
             return
         env = message.envelope
         key = (env.job, env.round)
@@ -341,8 +356,9 @@ class SiteAggregator:
                 state = self._open.get(key)
                 now = time.monotonic()
                 if state is None:
-                    state = self._open[key] = _SiteRound(env.job, env.round, env.type,
-                                                         now + self.config.deadline_s, now)
+                    state = self._open[key] = _SiteRound(
+                        env.job, env.round, env.type, now + self.config.deadline_s, now
+                    )
                     self._schedule(state, self.config.deadline_s)
                 state.requests[member] = env.msg_id
                 state.last_activity = now
@@ -419,8 +435,11 @@ class SiteAggregator:
             self._closed[key] = None
             while len(self._closed) > CLOSED_ROUNDS:
                 self._closed.popitem(last=False)
-            silent = tuple(SiteMember(m, rid) for m, rid in sorted(state.requests.items())
-                           if m not in state.answered) if expired else ()
+            silent = (
+                tuple(SiteMember(m, rid) for m, rid in sorted(state.requests.items()) if m not in state.answered)
+                if expired
+                else ()
+            )
         sums: list[SiteSum] = []
         for group in self._groups(state.held):
             if len(group) == 1:
@@ -430,8 +449,10 @@ class SiteAggregator:
         if not sums and not silent:
             return
         if silent:
-            log.warning("members did not answer within the site's deadline",
-                        extra={"job": state.job, "round": state.round, "clients": [m.client for m in silent]})
+            log.warning(
+                "members did not answer within the site's deadline",
+                extra={"job": state.job, "round": state.round, "clients": [m.client for m in silent]},
+            )
         body = SiteReplies(state.request_type, tuple(sums), silent, self.config.deadline_s)
         reply = Message.create(body, sender=self.config.site_id, job=state.job, round=state.round)
         self.stats.summed += sum(len(s.members) for s in sums)
@@ -463,10 +484,14 @@ class SiteAggregator:
         word_bits = vectors[0].values.dtype.itemsize * 8
         total = narrow(ring_sum([v.values.astype(np.uint64) for v in vectors]), word_bits)
         first = group[0]
-        template = encode_message(Message.create(self._stub(first.body), sender=self.config.site_id,
-                                                 job=first.envelope.job, round=first.envelope.round))
-        members = tuple(SiteMember(m.sender, m.envelope.reply_to, m.envelope.msg_id, dict(v.shares))
-                        for m, v in zip(group, vectors))
+        template = encode_message(
+            Message.create(
+                self._stub(first.body), sender=self.config.site_id, job=first.envelope.job, round=first.envelope.round
+            )
+        )
+        members = tuple(
+            SiteMember(m.sender, m.envelope.reply_to, m.envelope.msg_id, dict(v.shares)) for m, v in zip(group, vectors)
+        )
         return SiteSum(template, total, members)
 
 
@@ -543,8 +568,10 @@ class SiteAwareTransport:
         if engine.transport is not self:
             raise ValueError("attach: the engine must be made on this SiteAwareTransport")
         if getattr(engine, "merged", None) is not None:
-            raise ValueError("site aggregators cannot feed an engine with merge workers yet: their sums would "
-                             "bypass the workers' total")
+            raise ValueError(
+                "site aggregators cannot feed an engine with merge workers yet: their sums would "
+                "bypass the workers' total"
+            )
         if self.engine is not None:
             raise ValueError("attach: an engine is attached already")
         self.engine = engine
@@ -577,8 +604,10 @@ class SiteAwareTransport:
         env = message.envelope
         for batch in replies.batches:
             if not self.engine.deliver_batch(env.job, env.round, batch, lambda fresh: set()):
-                log.info("a site sum was not taken whole (its round closed, or a member answered already)",
-                         extra={"site": message.sender, "job": env.job, "round": env.round})
+                log.info(
+                    "a site sum was not taken whole (its round closed, or a member answered already)",
+                    extra={"site": message.sender, "job": env.job, "round": env.round},
+                )
         for error in replies.errors:
             self.engine.deliver(self._inner.layout.outbox(error.sender), error)
 
@@ -588,11 +617,17 @@ class SiteAwareTransport:
         site = layout.client_of(topic)
         body: SiteReplies = message.body
         named = [m.client for s in body.sums for m in s.members] + [m.client for m in body.silent]
-        if (site not in self._sites or message.sender != site or topic != layout.outbox(site)
-                or any(self._site_of.get(c) != site for c in named)):
+        if (
+            site not in self._sites
+            or message.sender != site
+            or topic != layout.outbox(site)
+            or any(self._site_of.get(c) != site for c in named)
+        ):
             self.refused += 1
-            log.warning("refused a site message: not from a registered site, or naming a gateway it does not "
-                        "answer for", extra={"topic": topic, "sender": message.sender, "clients": named})
+            log.warning(
+                "refused a site message: not from a registered site, or naming a gateway it does not answer for",
+                extra={"topic": topic, "sender": message.sender, "clients": named},
+            )
             return MemberReplies()
         env = message.envelope
         batches: list[tuple[Message, ...]] = []
@@ -611,24 +646,44 @@ class SiteAwareTransport:
             zero = np.zeros_like(part.total)
             batch = []
             for i, member in enumerate(part.members):
-                reply = dataclasses.replace(template, **{name: MaskedVector(part.total if i == 0 else zero,
-                                                                            dict(member.shares))})
-                envelope = Envelope(type=type_name_of(template), sender=member.client, job=env.job, round=env.round,
-                                    msg_id=member.reply_id or new_message_id(), reply_to=member.request_id,
-                                    ts=env.ts)
+                reply = dataclasses.replace(
+                    template, **{name: MaskedVector(part.total if i == 0 else zero, dict(member.shares))}
+                )
+                envelope = Envelope(
+                    type=type_name_of(template),
+                    sender=member.client,
+                    job=env.job,
+                    round=env.round,
+                    msg_id=member.reply_id or new_message_id(),
+                    reply_to=member.request_id,
+                    ts=env.ts,
+                )
                 batch.append(Message(envelope, reply))
             batches.append(tuple(batch))
         errors = []
         for member in body.silent:
-            error = ErrorReply("site_timeout", f"no answer at site {site} within {body.deadline_s:.3g} s",
-                               body.request_type)
-            errors.append(Message(Envelope(type=type_name_of(error), sender=member.client, job=env.job,
-                                           round=env.round, reply_to=member.request_id, ts=env.ts), error))
+            error = ErrorReply(
+                "site_timeout", f"no answer at site {site} within {body.deadline_s:.3g} s", body.request_type
+            )
+            errors.append(
+                Message(
+                    Envelope(
+                        type=type_name_of(error),
+                        sender=member.client,
+                        job=env.job,
+                        round=env.round,
+                        reply_to=member.request_id,
+                        ts=env.ts,
+                    ),
+                    error,
+                )
+            )
         return MemberReplies(tuple(batches), tuple(errors))
 
 
-def site_aware_engine(transport: Transport, sites: Mapping[str, Sequence[str]], *,
-                      audit: AuditTrail | None = None) -> RoundEngine:
+def site_aware_engine(
+    transport: Transport, sites: Mapping[str, Sequence[str]], *, audit: AuditTrail | None = None
+) -> RoundEngine:
     """A round engine on ``transport`` that also reads the ``sites``' replies (site id -> its
     members) as their members': pass it, and its ``transport``, where a ``RoundEngine`` goes
     (``train_on_fleet(algorithm, engine.transport, engine=engine)``).

@@ -26,6 +26,7 @@ from .broker import BrokerUser, MosquittoBroker, mosquitto_available
 from .fleet import GatewayProcesses, Presence
 from .rounds import RoundEngine, RoundResult
 
+
 @dataclass(frozen=True)
 class SmokeConfig:
     n_gateways: int = 3
@@ -66,8 +67,10 @@ def run_smoke(config: SmokeConfig, out: TextIO = sys.stdout) -> SmokeReport:
         report = SmokeReport(broker=broker_name)
         print(f"[1/5] broker: {broker_name} on {broker.host}:{broker.port} (password auth + per-gateway ACL)", file=out)
 
-        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username=AGGREGATOR_ID,
-                                                      password=passwords[AGGREGATOR_ID], protocol=protocol))
+        agg = MqttTransport(
+            AGGREGATOR_ID,
+            MqttConfig(port=broker.port, username=AGGREGATOR_ID, password=passwords[AGGREGATOR_ID], protocol=protocol),
+        )
         presence = Presence(agg, layout)
         engine = RoundEngine(agg, layout)
         agg.connect()
@@ -94,16 +97,22 @@ def run_smoke(config: SmokeConfig, out: TextIO = sys.stdout) -> SmokeReport:
         rnd = 2
         for size in config.ping_sizes:
             result = run(f"ping {_size(size)}", rnd, Ping(secrets.token_bytes(size)), deadline_s=30)
-            print(f"      ping {_size(size):>8}: {len(result.replies)}/{len(clients)} answered in "
-                  f"{result.elapsed_s * 1000:.1f} ms", file=out)
+            print(
+                f"      ping {_size(size):>8}: {len(result.replies)}/{len(clients)} answered in "
+                f"{result.elapsed_s * 1000:.1f} ms",
+                file=out,
+            )
             rnd += 1
 
         victim = clients[-1]
         fleet.kill(victim)
         presence.wait([victim], False)
         result = run("ping after kill", rnd, Ping(b"still there?"), deadline_s=2, min_fraction=0.5)
-        print(f"[4/5] killed {victim} (SIGKILL): last will marked it offline; round closed by quorum with "
-              f"{len(result.replies)}/{len(clients)} answered, timed out: {result.timed_out}", file=out)
+        print(
+            f"[4/5] killed {victim} (SIGKILL): last will marked it offline; round closed by quorum with "
+            f"{len(result.replies)}/{len(clients)} answered, timed out: {result.timed_out}",
+            file=out,
+        )
         fleet.start(victim)
         presence.wait([victim], True)
         result = run("ping after restart", rnd + 1, Ping(b"welcome back"), deadline_s=15)
@@ -124,7 +133,13 @@ def _print_table(report: SmokeReport, out: TextIO) -> None:
     print("\n| round | request | answered | timed out | errors | elapsed |", file=out)
     print("|---|---|---|---|---|---|", file=out)
     for label, r in report.rounds:
-        print(f"| {r.round} | {label} | {len(r.replies)}/{len(r.selected)} | {', '.join(r.timed_out) or '-'} | "
-              f"{len(r.errors)} | {r.elapsed_s * 1000:.1f} ms |", file=out)
-    print(f"\naggregator sent {_size(report.bytes_sent)}, received {_size(report.bytes_received)}; "
-          f"broker: {report.broker}; total {report.elapsed_s:.1f} s", file=out)
+        print(
+            f"| {r.round} | {label} | {len(r.replies)}/{len(r.selected)} | {', '.join(r.timed_out) or '-'} | "
+            f"{len(r.errors)} | {r.elapsed_s * 1000:.1f} ms |",
+            file=out,
+        )
+    print(
+        f"\naggregator sent {_size(report.bytes_sent)}, received {_size(report.bytes_received)}; "
+        f"broker: {report.broker}; total {report.elapsed_s:.1f} s",
+        file=out,
+    )

@@ -124,8 +124,12 @@ def direct_job(clients, *, job_id: str = "direct"):
     for client in clients:
         participant = Participant(MemoryTransport(broker, client.client_id), client)  # never started
         half = participant.halves["fedscs_xgb"]
-        routes[client.client_id] = {DataSummaryRequest: participant.on_data_summary, XgbSketchRequest: half.on_sketch,
-                                    XgbAtomRequest: half.on_atoms, XgbHistogramRequest: half.on_histograms}
+        routes[client.client_id] = {
+            DataSummaryRequest: participant.on_data_summary,
+            XgbSketchRequest: half.on_sketch,
+            XgbAtomRequest: half.on_atoms,
+            XgbHistogramRequest: half.on_histograms,
+        }
 
     class DirectJob(FederatedJob):
         def ask(self, request, clients, expect, *, fold=None):

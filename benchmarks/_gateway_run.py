@@ -96,8 +96,14 @@ class Sample:
 class Sampler:
     """Samples CPU time (and optionally memory) of some processes every ``interval_s`` on a thread."""
 
-    def __init__(self, pids: dict[str, int], interval_s: float = 0.25, memory: bool = False,
-                 extra: dict[str, object] | None = None, threads_of: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        pids: dict[str, int],
+        interval_s: float = 0.25,
+        memory: bool = False,
+        extra: dict[str, object] | None = None,
+        threads_of: tuple[str, ...] = (),
+    ) -> None:
         self.pids, self.interval_s, self.memory, self.threads_of = dict(pids), interval_s, memory, threads_of
         self.samples: dict[str, list[Sample]] = {name: [] for name in pids}
         self.extra_fn = extra or {}
@@ -122,8 +128,14 @@ class Sampler:
         for name, pid in list(self.pids.items()):
             cpu = cpu_seconds(pid)
             if cpu is not None:
-                self.samples[name].append(Sample(now, cpu, memory_kb(pid) if self.memory else None,
-                                                 thread_cpu_seconds(pid) if name in self.threads_of else None))
+                self.samples[name].append(
+                    Sample(
+                        now,
+                        cpu,
+                        memory_kb(pid) if self.memory else None,
+                        thread_cpu_seconds(pid) if name in self.threads_of else None,
+                    )
+                )
         if self.extra_fn:
             self.extra.append((now, {k: fn() for k, fn in self.extra_fn.items()}))  # type: ignore[operator]
 
@@ -161,9 +173,14 @@ class Replayer:
     """``_gateway_run.py replay`` (or ``paced``: no pty, the frames go to an in-process FrameProcessor) as a child."""
 
     def __init__(self, recording: Path, speed: float, mode: str = "replay") -> None:
-        self.proc = subprocess.Popen([sys.executable, str(HERE), mode, str(recording), repr(speed)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-                                     env=_python_env())
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE), mode, str(recording), repr(speed)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT,
+            env=_python_env(),
+        )
         self.pid = self.proc.pid
         self._lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._pump, name=f"replayer-{self.pid}", daemon=True).start()
@@ -240,8 +257,9 @@ class Gateway:
 
     def start(self) -> Gateway:
         self._log = open(self.log, "w")
-        self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                     env=_python_env())
+        self.proc = subprocess.Popen(
+            self.command, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=_python_env()
+        )
         return self
 
     @property
@@ -288,8 +306,9 @@ def final_stats(output: str) -> dict[str, str]:
     return {}
 
 
-def gateway_failures(code: int, out: str, stats: dict[str, str], replay_stats: dict, stored: int, expected: int,
-                     *, hint: str = "") -> list[str]:
+def gateway_failures(
+    code: int, out: str, stats: dict[str, str], replay_stats: dict, stored: int, expected: int, *, hint: str = ""
+) -> list[str]:
     """What a gateway run got wrong: exit code, drops/CRC errors/lost samples, frames, windows."""
     failures = []
     if code != 0:
@@ -392,8 +411,10 @@ def _child_paced(recording: str, speed: float) -> int:
 
     rec = Recording.load(recording)
     plan = schedule(rec)
-    with tempfile.TemporaryDirectory(prefix="wheelfed-paced-") as scratch, \
-            WindowStore(Path(scratch) / "windows.db") as store:
+    with (
+        tempfile.TemporaryDirectory(prefix="wheelfed-paced-") as scratch,
+        WindowStore(Path(scratch) / "windows.db") as store,
+    ):
         processor = FrameProcessor(store, rec.metadata.session_id)
         t0 = time.monotonic()
         print("start", repr(t0), flush=True)

@@ -60,8 +60,10 @@ def load_fleet(name: str) -> list:
         subjects, _ = seglearn.load_subjects(Path(tmp), classes)
     splits = [seglearn.subject_tail(s) for s in subjects]
     if name == "recordings":
-        return [ClientData(f"subject-{i:02d}", s.X[p.train].astype(np.float32), s.y[p.train])
-                for i, (s, p) in enumerate(zip(subjects, splits))]
+        return [
+            ClientData(f"subject-{i:02d}", s.X[p.train].astype(np.float32), s.y[p.train])
+            for i, (s, p) in enumerate(zip(subjects, splits))
+        ]
     X = np.vstack([s.X[p.train] for s, p in zip(subjects, splits)]).astype(np.float32)
     y = np.concatenate([s.y[p.train] for s, p in zip(subjects, splits)])
     rng = np.random.default_rng(0)
@@ -91,15 +93,24 @@ def run_case(fleet: str, model: str, capped: bool = False) -> dict:
     started = time.perf_counter()
     if model != "none":
         sim.run(algorithm(model))
-    return {"peak_mb": vm_hwm_mb(), "sent_mb": sim.client_bytes() / len(clients) / 1e6,
-            "seconds": time.perf_counter() - started, "gateways": len(clients),
-            "windows": sum(len(c.y) for c in clients), "features": clients[0].X.shape[1]}
+    return {
+        "peak_mb": vm_hwm_mb(),
+        "sent_mb": sim.client_bytes() / len(clients) / 1e6,
+        "seconds": time.perf_counter() - started,
+        "gateways": len(clients),
+        "windows": sum(len(c.y) for c in clients),
+        "features": clients[0].X.shape[1],
+    }
 
 
 def fresh(fleet: str, model: str, capped: bool) -> dict:
     """:func:`run_case` in a fresh interpreter (its own peak)."""
-    out = subprocess.run([sys.executable, __file__, "--case", fleet, model, *(["--capped-caches"] if capped else [])],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, __file__, "--case", fleet, model, *(["--capped-caches"] if capped else [])],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if out.returncode != 0:
         raise SystemExit(f"case {fleet}/{model} failed: {out.stderr.strip().splitlines()[-1:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -110,24 +121,49 @@ def main() -> None:
     parser.add_argument("--case", nargs=2, metavar=("FLEET", "MODEL"), help="run one case here, print JSON")
     parser.add_argument("--fleets", nargs="+", choices=FLEETS, default=list(FLEETS))
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
-    parser.add_argument("--capped-caches", action="store_true",
-                        help="also run each training with the gateways' reply caches capped at 1 MiB")
+    parser.add_argument(
+        "--capped-caches",
+        action="store_true",
+        help="also run each training with the gateways' reply caches capped at 1 MiB",
+    )
     args = parser.parse_args()
     if args.case:
         print(json.dumps(run_case(*args.case, capped=args.capped_caches)))
         return
-    print_machine("Peak resident memory of a simulated training (server, gateways and data in one process)",
-                  " ".join(["python", "benchmarks/bench_aggregator_memory.py", *sys.argv[1:]]))
+    print_machine(
+        "Peak resident memory of a simulated training (server, gateways and data in one process)",
+        " ".join(["python", "benchmarks/bench_aggregator_memory.py", *sys.argv[1:]]),
+    )
     rows = []
     for fleet in args.fleets:
         for model in args.models:
             for capped in (False, True) if args.capped_caches and model != "none" else (False,):
                 r = fresh(fleet, model, capped)
-                rows.append([fleet, f"{r['gateways']} x {r['windows'] // r['gateways']} x {r['features']}",
-                             "data only" if model == "none" else model, "1 MiB" if capped else "64 MiB",
-                             f"{r['peak_mb']:.0f}", f"{r['sent_mb']:.3f}", f"{r['seconds']:.1f}"])
-    print(markdown_table(["fleet", "gateways x windows x features", "model", "gateway reply cache",
-                          "peak resident MB", "MB sent per gateway", "seconds"], rows))
+                rows.append(
+                    [
+                        fleet,
+                        f"{r['gateways']} x {r['windows'] // r['gateways']} x {r['features']}",
+                        "data only" if model == "none" else model,
+                        "1 MiB" if capped else "64 MiB",
+                        f"{r['peak_mb']:.0f}",
+                        f"{r['sent_mb']:.3f}",
+                        f"{r['seconds']:.1f}",
+                    ]
+                )
+    print(
+        markdown_table(
+            [
+                "fleet",
+                "gateways x windows x features",
+                "model",
+                "gateway reply cache",
+                "peak resident MB",
+                "MB sent per gateway",
+                "seconds",
+            ],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

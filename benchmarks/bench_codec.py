@@ -73,8 +73,9 @@ def _minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def run_interleaved(fns: list[Callable[[], object]], repeats: int,
-                    warmup: int = 1) -> tuple[list[list[float]], list[list[int]]]:
+def run_interleaved(
+    fns: list[Callable[[], object]], repeats: int, warmup: int = 1
+) -> tuple[list[list[float]], list[list[int]]]:
     """Seconds (and minor page faults) per call: every round calls each function once, ``warmup`` untimed rounds first.
 
     Interleaving matters on this kind of machine: 10 MB buffers come from fresh mmaps or from a
@@ -123,11 +124,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 repeats instead of 15 (smoke run)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per operation (default 15, quick 3)")
     parser.add_argument("--mb", type=float, default=10.0, help="array size in MB of 10^6 bytes (default 10)")
-    parser.add_argument("--chunk-kib", type=int, default=DEFAULT_MAX_PAYLOAD // 1024,
-                        help="MQTT payload limit for the chunked path, KiB (default 256)")
-    parser.add_argument("--steady-heap", action="store_true",
-                        help="re-run with glibc told to keep freed memory (no mmap/trim per 10 MB buffer): "
-                             "shows CPU cost without the page-fault cost of fresh buffers")
+    parser.add_argument(
+        "--chunk-kib",
+        type=int,
+        default=DEFAULT_MAX_PAYLOAD // 1024,
+        help="MQTT payload limit for the chunked path, KiB (default 256)",
+    )
+    parser.add_argument(
+        "--steady-heap",
+        action="store_true",
+        help="re-run with glibc told to keep freed memory (no mmap/trim per 10 MB buffer): "
+        "shows CPU cost without the page-fault cost of fresh buffers",
+    )
     args = parser.parse_args(argv)
     if args.steady_heap and os.environ.get("_WHEELFED_BENCH_STEADY_HEAP") != "1":
         env = dict(os.environ, _WHEELFED_BENCH_STEADY_HEAP="1", **STEADY_HEAP_ENV)
@@ -137,11 +145,20 @@ def main(argv: list[str] | None = None) -> int:
     max_payload = args.chunk_kib * 1024
     mb = n_bytes / 1e6
 
-    print_machine("bench_codec", "python " + " ".join(["benchmarks/bench_codec.py", *sys.argv[1:]]),
-                  {"array": f"float32, {n_bytes:,} bytes ({n_bytes // 4:,} elements)",
-                   "repeats": f"median of {repeats} (after 1 warm-up)", "chunk payload": f"{max_payload:,} bytes",
-                   "heap": ("steady: " + " ".join(f"{k}={v}" for k, v in STEADY_HEAP_ENV.items())
-                            if os.environ.get("_WHEELFED_BENCH_STEADY_HEAP") == "1" else "glibc defaults")})
+    print_machine(
+        "bench_codec",
+        "python " + " ".join(["benchmarks/bench_codec.py", *sys.argv[1:]]),
+        {
+            "array": f"float32, {n_bytes:,} bytes ({n_bytes // 4:,} elements)",
+            "repeats": f"median of {repeats} (after 1 warm-up)",
+            "chunk payload": f"{max_payload:,} bytes",
+            "heap": (
+                "steady: " + " ".join(f"{k}={v}" for k, v in STEADY_HEAP_ENV.items())
+                if os.environ.get("_WHEELFED_BENCH_STEADY_HEAP") == "1"
+                else "glibc defaults"
+            ),
+        },
+    )
 
     array = make_array(n_bytes)
     checks = Checks(array)
@@ -229,8 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     npy_wire = npy_encode()
     checks.array("np.load", np.load(io.BytesIO(npy_wire), allow_pickle=False))
     ops.append(("np.save to BytesIO", "encode", npy_encode, len(npy_wire)))
-    ops.append(("np.load from BytesIO", "decode", lambda: np.load(io.BytesIO(npy_wire), allow_pickle=False),
-                len(npy_wire)))
+    ops.append(
+        ("np.load from BytesIO", "decode", lambda: np.load(io.BytesIO(npy_wire), allow_pickle=False), len(npy_wire))
+    )
 
     # -- reference: the SHA-256 every chunked transfer computes once per side --------------------
     ops.append(("(reference) hashlib.sha256 of the encoding", "ref", lambda: hashlib.sha256(wf_wire).digest(), None))
@@ -247,22 +265,36 @@ def main(argv: list[str] | None = None) -> int:
             if d != direction:
                 continue
             ratio = f"{floor[d] / seconds:.2f}" if d in floor else "-"  # throughput ratio: >1 is faster
-            table.append([op, direction, f"{mb / seconds:,.0f}", f"{seconds * 1e3:.2f}", ratio,
-                          f"{flt:,.0f}", "" if wire is None else f"{wire - n_bytes:+,}"])
-    print(markdown_table(["operation", "dir", "MB/s", "ms", "x cbor2 floor", "page faults", "wire overhead (B)"],
-                         table))
+            table.append(
+                [
+                    op,
+                    direction,
+                    f"{mb / seconds:,.0f}",
+                    f"{seconds * 1e3:.2f}",
+                    ratio,
+                    f"{flt:,.0f}",
+                    "" if wire is None else f"{wire - n_bytes:+,}",
+                ]
+            )
+    print(
+        markdown_table(["operation", "dir", "MB/s", "ms", "x cbor2 floor", "page faults", "wire overhead (B)"], table)
+    )
     print()
-    print("x cbor2 floor = throughput / floor throughput of the same direction (1.00 = as fast as raw cbor2; "
-          "< 1 = slower). page faults = median minor faults per call (a fresh 10 MB buffer costs ~2,440; "
-          "on VMs each costs microseconds, see --steady-heap). wire overhead = encoded bytes - array bytes.")
+    print(
+        "x cbor2 floor = throughput / floor throughput of the same direction (1.00 = as fast as raw cbor2; "
+        "< 1 = slower). page faults = median minor faults per call (a fresh 10 MB buffer costs ~2,440; "
+        "on VMs each costs microseconds, see --steady-heap). wire overhead = encoded bytes - array bytes."
+    )
     print()
     if checks.failures:
         print("CORRECTNESS FAILURES:")
         for failure in checks.failures:
             print(f"- {failure}")
         return 1
-    print("correctness: all decoded arrays bit-identical to the original (dtype, shape, bytes incl. NaN payload, "
-          "-0.0, inf, subnormal); chunked reassembly returned the exact encoding.")
+    print(
+        "correctness: all decoded arrays bit-identical to the original (dtype, shape, bytes incl. NaN payload, "
+        "-0.0, inf, subnormal); chunked reassembly returned the exact encoding."
+    )
     return 0
 
 

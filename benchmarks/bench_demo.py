@@ -63,8 +63,14 @@ def main() -> int:
         report = Path(tmp) / "report.json"
         command = [sys.executable, "-m", "edge_client.cli", "demo", "--report", str(report), *args]
         started = time.monotonic()
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                cwd=Path(__file__).resolve().parents[1], env=dict(os.environ))
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],
+            env=dict(os.environ),
+        )
         peak_total, peak_single, samples = 0, 0, 0
         done = threading.Event()
 
@@ -107,11 +113,17 @@ def main() -> int:
     if total:
         steps = dict(facts.get("traffic_by_step") or {})
         steps["other (status messages, waiting between steps)"] = max(total - sum(steps.values()), 0)
-        print(markdown_table(["step (bytes through the aggregator, sent + received)", "MB", "share"],
-                             [[name, f"{value / 1e6:.1f}", f"{value / total:.0%}"] for name, value in steps.items()]
-                             + [["total", f"{total / 1e6:.1f}", "100%"]]))
-        print(f"\ntotal {total / 1e6:.1f} MB through the aggregator: {'within' if total <= 60e6 else 'OVER'} the 60 MB "
-              "goal\n")
+        print(
+            markdown_table(
+                ["step (bytes through the aggregator, sent + received)", "MB", "share"],
+                [[name, f"{value / 1e6:.1f}", f"{value / total:.0%}"] for name, value in steps.items()]
+                + [["total", f"{total / 1e6:.1f}", "100%"]],
+            )
+        )
+        print(
+            f"\ntotal {total / 1e6:.1f} MB through the aggregator: {'within' if total <= 60e6 else 'OVER'} the 60 MB "
+            "goal\n"
+        )
     print(summary)
     return proc.returncode
 

@@ -100,8 +100,9 @@ def load_source() -> Source:
     return Source(np.vstack(Xs), np.concatenate(ys), np.concatenate(subjects))
 
 
-def _gateway_windows(pool_X: np.ndarray, pool_y: np.ndarray, classes: np.ndarray, scale: np.ndarray,
-                     n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _gateway_windows(
+    pool_X: np.ndarray, pool_y: np.ndarray, classes: np.ndarray, scale: np.ndarray, n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """``n`` windows of one gateway (module docstring): its class mix, gain, offset and jitter."""
     mix = rng.dirichlet(np.full(classes.size, CLASS_MIX_ALPHA))
     label = rng.choice(classes.size, size=n, p=mix)
@@ -125,15 +126,21 @@ def make_fleet(source: Source, seed: int, n_gateways: int, n_windows: int) -> Fl
     scale = np.maximum(source.X[~test_rows].std(axis=0), 1e-9)
     gateways = []
     for g in range(n_gateways):
-        X, y = _gateway_windows(source.X[~test_rows], source.y[~test_rows], classes, scale, n_windows,
-                                np.random.default_rng([seed, 1, g]))
+        X, y = _gateway_windows(
+            source.X[~test_rows], source.y[~test_rows], classes, scale, n_windows, np.random.default_rng([seed, 1, g])
+        )
         gateways.append((f"gw-{g:04d}", X, y))
-    tests = [_gateway_windows(source.X[test_rows], source.y[test_rows], classes, scale, n_windows,
-                              np.random.default_rng([seed, 2, g])) for g in range(max(1, n_gateways // 5))]
+    tests = [
+        _gateway_windows(
+            source.X[test_rows], source.y[test_rows], classes, scale, n_windows, np.random.default_rng([seed, 2, g])
+        )
+        for g in range(max(1, n_gateways // 5))
+    ]
     X_all = np.vstack([X for _, X, _ in gateways] + [X for X, _ in tests])
     unique = len({hashlib.blake2b(row.tobytes(), digest_size=16).digest() for row in X_all})
-    return Fleet(gateways, np.vstack([X for X, _ in tests]), np.concatenate([y for _, y in tests]),
-                 X_all.shape[0] - unique)
+    return Fleet(
+        gateways, np.vstack([X for X, _ in tests]), np.concatenate([y for _, y in tests]), X_all.shape[0] - unique
+    )
 
 
 def pooled(gateways: list[tuple[str, np.ndarray, np.ndarray]], pools: int = POOLS) -> list:
@@ -141,8 +148,12 @@ def pooled(gateways: list[tuple[str, np.ndarray, np.ndarray]], pools: int = POOL
     from edge_client.training_data import ClientData
 
     parts = np.array_split(np.arange(len(gateways)), pools)
-    return [ClientData(f"pool-{i}", np.vstack([gateways[j][1] for j in part]),
-                       np.concatenate([gateways[j][2] for j in part])) for i, part in enumerate(parts)]
+    return [
+        ClientData(
+            f"pool-{i}", np.vstack([gateways[j][1] for j in part]), np.concatenate([gateways[j][2] for j in part])
+        )
+        for i, part in enumerate(parts)
+    ]
 
 
 def macro_f1(y: np.ndarray, pred: np.ndarray, classes: np.ndarray) -> float:
@@ -154,8 +165,9 @@ def macro_f1(y: np.ndarray, pred: np.ndarray, classes: np.ndarray) -> float:
     return float(np.mean(scores))
 
 
-def run_seed(source: Source, seed: int, args: argparse.Namespace, epsilons: tuple[float, ...]
-             ) -> tuple[dict, int] | None:
+def run_seed(
+    source: Source, seed: int, args: argparse.Namespace, epsilons: tuple[float, ...]
+) -> tuple[dict, int] | None:
     """Accuracy and macro-F1 of every row on one seed's fleet (None with ``--cached-only`` when
     a training of that seed is not in the cache)."""
     from aggregator.algorithms import FedSCSXGB
@@ -199,14 +211,18 @@ def run_seed(source: Source, seed: int, args: argparse.Namespace, epsilons: tupl
         if key not in cache:
             if args.cached_only:
                 return None
-            best = max((DPRandomTrees(n_trees=t, epsilon=e).fit(X, y, seed=seed) for t in ANCHOR_TREES),
-                       key=lambda m: float(np.mean(m.predict(fleet.X_test) == fleet.y_test)))
+            best = max(
+                (DPRandomTrees(n_trees=t, epsilon=e).fit(X, y, seed=seed) for t in ANCHOR_TREES),
+                key=lambda m: float(np.mean(m.predict(fleet.X_test) == fleet.y_test)),
+            )
             pred = best.predict(fleet.X_test)
             cache[key] = [float(np.mean(pred == fleet.y_test)), macro_f1(fleet.y_test, pred, classes)]
             cache_path.write_text(json.dumps(cache))
         out[f"DP-TR anchor, epsilon {e:g}"] = tuple(cache[key])
-    print(f"  seed {seed}: anchors done; {fleet.duplicates} duplicated windows of "
-          f"{len(y) + fleet.y_test.size}", flush=True)
+    print(
+        f"  seed {seed}: anchors done; {fleet.duplicates} duplicated windows of {len(y) + fleet.y_test.size}",
+        flush=True,
+    )
     return out, fleet.duplicates
 
 
@@ -227,8 +243,10 @@ def check() -> None:
     client_xgb.stochastic_round = nearest
     source = load_source()
     fleet = make_fleet(source, 0, 12, 60)
-    for name, algorithm in [("private", FedSCSXGB(n_rounds=4, dp_epsilon=1.0)),
-                            ("histogram", FedSCSXGB(n_rounds=4, protocol="histogram", n_bins=32))]:
+    for name, algorithm in [
+        ("private", FedSCSXGB(n_rounds=4, dp_epsilon=1.0)),
+        ("histogram", FedSCSXGB(n_rounds=4, protocol="histogram", n_bins=32)),
+    ]:
         from edge_client.training_data import ClientData
 
         full = Simulation([ClientData(g, X, y) for g, X, y in fleet.gateways]).run(algorithm, seed=3)
@@ -241,8 +259,7 @@ def check() -> None:
                 worst = max(worst, float(np.max(np.abs(getattr(a, field) - getattr(b, field)))))
         assert worst <= 1e-9, worst
         np.testing.assert_array_equal(full.predict(fleet.X_test), pool.predict(fleet.X_test))
-        print(f"check {name}: 12 gateways == 3 pooled gateways, {len(full.trees)} trees, "
-              f"largest difference {worst:g}")
+        print(f"check {name}: 12 gateways == 3 pooled gateways, {len(full.trees)} trees, largest difference {worst:g}")
 
 
 def levers(source: Source, args: argparse.Namespace, epsilon: float) -> None:
@@ -261,8 +278,10 @@ def levers(source: Source, args: argparse.Namespace, epsilon: float) -> None:
         "20 rounds, depth 6, plan 0.1 / 0.5 / 0.4": {**former, "n_rounds": 20, "max_depth": 6},
         "20 rounds, depth 6, plan 0.05 / 0.75 / 0.2 (the default)": {},
     }
-    fleets = {seed: make_fleet(source, seed, args.gateways, args.windows)
-              for seed in range(args.start, args.start + args.seeds)}
+    fleets = {
+        seed: make_fleet(source, seed, args.gateways, args.windows)
+        for seed in range(args.start, args.start + args.seeds)
+    }
     for name, change in variants.items():
         scores = []
         for seed, fleet in fleets.items():
@@ -288,9 +307,17 @@ def summarise(results: list[dict], reference: str) -> list[list[str]]:
         half = (
             float(t_dist.ppf(0.975, len(results) - 1)) * sd / math.sqrt(len(results)) if len(results) > 1 else math.nan
         )
-        rows.append([name, f"{acc.mean():.3f}", f"{acc.std(ddof=1) if len(acc) > 1 else math.nan:.3f}",
-                     f"{f1.mean():.3f}", f"{100 * diff.mean():+.1f}", f"{100 * sd:.1f}",
-                     f"[{100 * (diff.mean() - half):+.1f}, {100 * (diff.mean() + half):+.1f}]"])
+        rows.append(
+            [
+                name,
+                f"{acc.mean():.3f}",
+                f"{acc.std(ddof=1) if len(acc) > 1 else math.nan:.3f}",
+                f"{f1.mean():.3f}",
+                f"{100 * diff.mean():+.1f}",
+                f"{100 * sd:.1f}",
+                f"[{100 * (diff.mean() - half):+.1f}, {100 * (diff.mean() + half):+.1f}]",
+            ]
+        )
     return rows
 
 
@@ -301,10 +328,15 @@ def main() -> None:
     parser.add_argument("--gateways", type=int, default=100)
     parser.add_argument("--windows", type=int, default=1000)
     parser.add_argument("--eps", default=",".join(f"{e:g}" for e in EPSILONS))
-    parser.add_argument("--cached-only", action="store_true",
-                        help="train nothing: the table over the seeds whose every score is cached")
-    parser.add_argument("--levers", type=float, metavar="EPSILON",
-                        help="the private protocol's levers at this epsilon (1000: almost no noise), and exit")
+    parser.add_argument(
+        "--cached-only", action="store_true", help="train nothing: the table over the seeds whose every score is cached"
+    )
+    parser.add_argument(
+        "--levers",
+        type=float,
+        metavar="EPSILON",
+        help="the private protocol's levers at this epsilon (1000: almost no noise), and exit",
+    )
     parser.add_argument("--check", action="store_true", help="verify the pooled shortcut and exit")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
@@ -315,11 +347,15 @@ def main() -> None:
         levers(load_source(), args, args.levers)
         return
     epsilons = tuple(float(e) for e in args.eps.split(","))
-    print_machine("Accuracy at fleet scale: private FedSCS-XGB vs histogram vs DP-TR",
-                  "ulimit -v 4000000; nice .venv/bin/python benchmarks/bench_dp_accuracy.py " + " ".join(sys.argv[1:]))
+    print_machine(
+        "Accuracy at fleet scale: private FedSCS-XGB vs histogram vs DP-TR",
+        "ulimit -v 4000000; nice .venv/bin/python benchmarks/bench_dp_accuracy.py " + " ".join(sys.argv[1:]),
+    )
     source = load_source()
-    print(f"source: {source.X.shape[0]} real windows x {source.X.shape[1]} features, "
-          f"{np.unique(source.subject).size} subjects; fleet: {args.gateways} gateways x {args.windows} windows\n")
+    print(
+        f"source: {source.X.shape[0]} real windows x {source.X.shape[1]} features, "
+        f"{np.unique(source.subject).size} subjects; fleet: {args.gateways} gateways x {args.windows} windows\n"
+    )
     results, duplicates = [], 0
     started = time.perf_counter()
     for seed in range(args.start, args.start + args.seeds):
@@ -333,8 +369,12 @@ def main() -> None:
         print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", flush=True)
     print(f"\nduplicated windows over all seeds: {duplicates}\n")
     reference = "FedSCS-XGB, histogram (no DP)"
-    print(markdown_table(["row", "accuracy (mean)", "sd", "macro-F1", "vs histogram (pp, mean)", "sd (pp)",
-                          "95 % CI (pp)"], summarise(results, reference)))
+    print(
+        markdown_table(
+            ["row", "accuracy (mean)", "sd", "macro-F1", "vs histogram (pp, mean)", "sd (pp)", "95 % CI (pp)"],
+            summarise(results, reference),
+        )
+    )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\n{len(results)} seeds, {time.perf_counter() - started:.0f} s, peak RSS {peak:.0f} MB")
 

@@ -81,7 +81,7 @@ def load_fleet(seed: int) -> Fleet:
     classes = [str(c) for c in seglearn_watch.load_dataset()["y_labels"]]
     clients, tests = [], {}
     with tempfile.TemporaryDirectory(prefix="wheelfed-bench-dpcurve-") as tmp:
-        paths = seglearn_watch.import_all(Path(tmp), shuffle_seed=seed)[:cfg.subjects]
+        paths = seglearn_watch.import_all(Path(tmp), shuffle_seed=seed)[: cfg.subjects]
         for i, path in enumerate(paths):
             table, _ = extract_recording(path)
             plan = schedule(Recording.load(path))
@@ -139,14 +139,18 @@ def run_seed(seed: int, epsilons, only: set[str]) -> tuple[dict[str, float], dic
     rows = []
     if "xgb" in only:
         rows.append(("FedSCS-XGB, histogram (no DP, 64 bins)", FedSCSXGB(**xgb, protocol="histogram", n_bins=64)))
-        rows += [(f"FedSCS-XGB, private, epsilon {e:g}", FedSCSXGB(**xgb, protocol="private", dp_epsilon=e))
-                 for e in epsilons]
+        rows += [
+            (f"FedSCS-XGB, private, epsilon {e:g}", FedSCSXGB(**xgb, protocol="private", dp_epsilon=e))
+            for e in epsilons
+        ]
     if "forest" in only:
         rows.append(
             (f"FedForest, histogram (no DP, {forest['n_bins']} bins)", FedForest(**forest, protocol="histogram"))
         )
-        rows += [(f"FedForest, private, epsilon {e:g}", FedForest(**forest, protocol="private", dp_epsilon=e))
-                 for e in epsilons]
+        rows += [
+            (f"FedForest, private, epsilon {e:g}", FedForest(**forest, protocol="private", dp_epsilon=e))
+            for e in epsilons
+        ]
     started = time.perf_counter()
     models, sent = {}, 0
     for client in fleet.clients:  # the demo's local-only baseline: one job per gateway, that gateway alone
@@ -154,7 +158,8 @@ def run_seed(seed: int, epsilons, only: set[str]) -> tuple[dict[str, float], dic
         models[client.client_id] = sim.run(FedForest(**local), seed=seed)
         sent += sim.client_bytes()
     acc["local-only (each gateway its own forest)"] = pooled_accuracy(
-        fleet, lambda gateway, X: np.asarray(models[gateway].predict(X)))
+        fleet, lambda gateway, X: np.asarray(models[gateway].predict(X))
+    )
     mb["local-only (each gateway its own forest)"] = sent / len(fleet.clients) / 1e6
     for name, algorithm in rows:
         sim = Simulation(fleet.clients, record_bodies=False)
@@ -180,8 +185,10 @@ def main() -> None:
     epsilons = [float(e) for e in args.eps.split(",")]
     only = {"xgb", "forest"} if args.only == "both" else {args.only}
     logging.disable(logging.WARNING)  # the non-DP rows' one-line warnings
-    print_machine("Differential privacy at the demo's scale: the epsilon-accuracy curve",
-                  " ".join(["benchmarks/bench_dp_curve.py", *sys.argv[1:]]))
+    print_machine(
+        "Differential privacy at the demo's scale: the epsilon-accuracy curve",
+        " ".join(["benchmarks/bench_dp_curve.py", *sys.argv[1:]]),
+    )
     seeds = [DEMO_SERIES_SEED] + [s for s in range(args.seeds + 1) if s != DEMO_SERIES_SEED][: args.seeds - 1]
     started = time.perf_counter()
     accs, mbs, sizes = [], [], []
@@ -194,8 +201,9 @@ def main() -> None:
     if only == {"xgb", "forest"}:  # what the demo deploys: the better-scoring of the two, if it beats both bars
         for acc in accs:
             for e in epsilons:
-                acc[f"{BETTER}, epsilon {e:g}"] = max(acc[f"FedSCS-XGB, private, epsilon {e:g}"],
-                                                      acc[f"FedForest, private, epsilon {e:g}"])
+                acc[f"{BETTER}, epsilon {e:g}"] = max(
+                    acc[f"FedSCS-XGB, private, epsilon {e:g}"], acc[f"FedForest, private, epsilon {e:g}"]
+                )
     names = list(accs[0])
     local_key, chance_key = "local-only (each gateway its own forest)", "majority class (chance)"
     local = np.array([a[local_key] for a in accs])
@@ -206,19 +214,44 @@ def main() -> None:
         diff = values - local
         beats = int(np.sum((values > local) & (values > chance)))
         mb = [m[name] for m in mbs if name in m]
-        rows.append([name, f"{values.mean():.3f}", f"{values.std(ddof=1):.3f}", f"{values.min():.3f}",
-                     f"{diff.mean():+.3f}", f"{diff.std(ddof=1):.3f}",
-                     "-" if name in (local_key, chance_key) else f"{beats}/{len(seeds)}",
-                     f"{np.mean(mb):.3f}" if mb else "-"])
-    print(f"seeds (series orders): {', '.join(map(str, seeds))}; training / held-out windows per seed: "
-          f"{', '.join(f'{a}/{b}' for a, b in sizes)}\n")
-    print(markdown_table(["row", "accuracy mean", "sd", "min", "minus local-only, mean", "sd",
-                          "beats local-only and chance", "MB per gateway"], rows))
+        rows.append(
+            [
+                name,
+                f"{values.mean():.3f}",
+                f"{values.std(ddof=1):.3f}",
+                f"{values.min():.3f}",
+                f"{diff.mean():+.3f}",
+                f"{diff.std(ddof=1):.3f}",
+                "-" if name in (local_key, chance_key) else f"{beats}/{len(seeds)}",
+                f"{np.mean(mb):.3f}" if mb else "-",
+            ]
+        )
+    print(
+        f"seeds (series orders): {', '.join(map(str, seeds))}; training / held-out windows per seed: "
+        f"{', '.join(f'{a}/{b}' for a, b in sizes)}\n"
+    )
+    print(
+        markdown_table(
+            [
+                "row",
+                "accuracy mean",
+                "sd",
+                "min",
+                "minus local-only, mean",
+                "sd",
+                "beats local-only and chance",
+                "MB per gateway",
+            ],
+            rows,
+        )
+    )
     print()
     print("per seed (accuracy):")
     print(markdown_table(["row", *map(str, seeds)], [[n, *(f"{a[n]:.3f}" for a in accs)] for n in names]))
-    print(f"\n{time.perf_counter() - started:.0f} s in all; peak resident memory "
-          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    print(
+        f"\n{time.perf_counter() - started:.0f} s in all; peak resident memory "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -29,21 +29,43 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 FS = 20.0
 LAGS = (1, 2, 5, 10, 20)
 FC_PARAMETERS = {
-    "mean": None, "standard_deviation": None, "variance": None, "median": None, "minimum": None, "maximum": None,
-    "skewness": None, "kurtosis": None, "absolute_sum_of_changes": None, "mean_change": None,
-    "mean_abs_change": None, "longest_strike_above_mean": None, "longest_strike_below_mean": None,
-    "sample_entropy": None, "cid_ce": [{"normalize": True}],
+    "mean": None,
+    "standard_deviation": None,
+    "variance": None,
+    "median": None,
+    "minimum": None,
+    "maximum": None,
+    "skewness": None,
+    "kurtosis": None,
+    "absolute_sum_of_changes": None,
+    "mean_change": None,
+    "mean_abs_change": None,
+    "longest_strike_above_mean": None,
+    "longest_strike_below_mean": None,
+    "sample_entropy": None,
+    "cid_ce": [{"normalize": True}],
     "fft_coefficient": [{"coeff": k, "attr": "abs"} for k in range(1, 6)],
     "spkt_welch_density": [{"coeff": k} for k in range(41)],
     "autocorrelation": [{"lag": lag} for lag in LAGS],
-    "number_peaks": [{"n": 3}], "number_crossing_m": [{"m": 0}],
+    "number_peaks": [{"n": 3}],
+    "number_crossing_m": [{"m": 0}],
 }
 _DIRECT = {
-    "mean": "mean", "std": "standard_deviation", "var": "variance", "median": "median", "min": "minimum",
-    "max": "maximum", "skewness": "skewness", "kurtosis": "kurtosis", "abs_sum_of_changes": "absolute_sum_of_changes",
-    "mean_change": "mean_change", "mean_abs_change": "mean_abs_change",
-    "longest_strike_above_mean": "longest_strike_above_mean", "longest_strike_below_mean": "longest_strike_below_mean",
-    "sample_entropy": "sample_entropy", "cid_ce": "cid_ce__normalize_True",
+    "mean": "mean",
+    "std": "standard_deviation",
+    "var": "variance",
+    "median": "median",
+    "min": "minimum",
+    "max": "maximum",
+    "skewness": "skewness",
+    "kurtosis": "kurtosis",
+    "abs_sum_of_changes": "absolute_sum_of_changes",
+    "mean_change": "mean_change",
+    "mean_abs_change": "mean_abs_change",
+    "longest_strike_above_mean": "longest_strike_above_mean",
+    "longest_strike_below_mean": "longest_strike_below_mean",
+    "sample_entropy": "sample_entropy",
+    "cid_ce": "cid_ce__normalize_True",
     **{f"fft_abs_{k}": f'fft_coefficient__attr_"abs"__coeff_{k}' for k in range(1, 6)},
     **{f"autocorr_lag_{lag}": f"autocorrelation__lag_{lag}" for lag in LAGS},
     "n_peaks_support_3": "number_peaks__n_3",
@@ -65,8 +87,14 @@ def run_tsfresh(frame, n_jobs: int):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return extract_features(frame, column_id="id", column_sort="time", default_fc_parameters=FC_PARAMETERS,
-                                n_jobs=n_jobs, disable_progressbar=True)
+        return extract_features(
+            frame,
+            column_id="id",
+            column_sort="time",
+            default_fc_parameters=FC_PARAMETERS,
+            n_jobs=n_jobs,
+            disable_progressbar=True,
+        )
 
 
 def tsfresh_as_ours(table, n_channels: int, n_samples: int) -> np.ndarray:
@@ -82,13 +110,18 @@ def tsfresh_as_ours(table, n_channels: int, n_samples: int) -> np.ndarray:
         derived = {
             "welch_peak_hz": freqs[np.argmax(density, axis=1)],
             "welch_power_total": density.sum(axis=1) * FS / 80,
-            **{name: density[:, (freqs >= lo) & (freqs < hi)].sum(axis=1) * FS / 80 for name, (lo, hi) in
-               zip(["welch_power_0_1hz", "welch_power_1_3hz", "welch_power_3_5hz", "welch_power_5hz_up"], bands)},
+            **{
+                name: density[:, (freqs >= lo) & (freqs < hi)].sum(axis=1) * FS / 80
+                for name, (lo, hi) in zip(
+                    ["welch_power_0_1hz", "welch_power_1_3hz", "welch_power_3_5hz", "welch_power_5hz_up"], bands
+                )
+            },
             "zero_crossing_rate": col("number_crossing_m__m_0") / n_samples,
             "missing_fraction": np.zeros(len(table)),
         }
-        blocks.append(np.column_stack([col(_DIRECT[n]) if n in _DIRECT else derived[n]
-                                       for n in channel_feature_names()]))
+        blocks.append(
+            np.column_stack([col(_DIRECT[n]) if n in _DIRECT else derived[n] for n in channel_feature_names()])
+        )
     return np.hstack(blocks)
 
 
@@ -117,10 +150,16 @@ def main() -> int:
     n_tsfresh = 60 if args.quick else 300
     repeats = 2 if args.quick else 5
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    print_machine("Window features: WheelFed numpy vs tsfresh extract_features (6 channels x 80 samples)",
-                  "python benchmarks/bench_features.py" + (" --quick" if args.quick else ""),
-                  {"scipy": scipy.__version__, "tsfresh": tsfresh.__version__, "feature set": FEATURE_SET_VERSION,
-                   "threads": "1 (OMP_NUM_THREADS=1)"})
+    print_machine(
+        "Window features: WheelFed numpy vs tsfresh extract_features (6 channels x 80 samples)",
+        "python benchmarks/bench_features.py" + (" --quick" if args.quick else ""),
+        {
+            "scipy": scipy.__version__,
+            "tsfresh": tsfresh.__version__,
+            "feature set": FEATURE_SET_VERSION,
+            "threads": "1 (OMP_NUM_THREADS=1)",
+        },
+    )
 
     subset = windows[:n_tsfresh]
     frame = long_format(subset)
@@ -134,21 +173,28 @@ def main() -> int:
 
     single = windows[: min(500, len(windows))]
     results = [
-        ("WheelFed extract, one batch of all windows", len(windows),
-         rate(lambda: extract(windows, FS), len(windows), repeats)),
-        ("WheelFed extract, one window per call (gateway)", len(single),
-         rate(lambda: [extract(w[None], FS) for w in single], len(single), repeats)),
+        (
+            "WheelFed extract, one batch of all windows",
+            len(windows),
+            rate(lambda: extract(windows, FS), len(windows), repeats),
+        ),
+        (
+            "WheelFed extract, one window per call (gateway)",
+            len(single),
+            rate(lambda: [extract(w[None], FS) for w in single], len(single), repeats),
+        ),
         ("tsfresh extract_features, n_jobs=0", n_tsfresh, rate(lambda: run_tsfresh(frame, 0), n_tsfresh, 1)),
-        (f"tsfresh extract_features, n_jobs={cores}", n_tsfresh,
-         rate(lambda: run_tsfresh(frame, cores), n_tsfresh, 1)),
+        (f"tsfresh extract_features, n_jobs={cores}", n_tsfresh, rate(lambda: run_tsfresh(frame, cores), n_tsfresh, 1)),
     ]
     baseline = results[2][2]
     rows = [[name, f"{n:,}", f"{r:,.0f}", f"{1000 / r:.3f}", f"{r / baseline:,.1f}"] for name, n, r in results]
     print(markdown_table(["implementation", "windows", "windows/s", "ms/window", "x tsfresh (n_jobs=0)"], rows))
     print()
     goal = results[0][2] / baseline
-    print(f"goal >= 50x tsfresh: {'met' if goal >= 50 else 'NOT met'} ({goal:,.0f}x batch, "
-          f"{results[1][2] / baseline:,.0f}x one window per call)")
+    print(
+        f"goal >= 50x tsfresh: {'met' if goal >= 50 else 'NOT met'} ({goal:,.0f}x batch, "
+        f"{results[1][2] / baseline:,.0f}x one window per call)"
+    )
     return 0 if worst <= 1e-9 and goal >= 50 else 1
 
 

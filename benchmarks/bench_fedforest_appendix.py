@@ -77,24 +77,37 @@ OUTCOME_SETTINGS = ("homogeneous", "covariate shift", "outcome shift")
 
 
 # --- methods ------------------------------------------------------------------------------------
-def methods(n_trees: int, regression: bool, max_features, K: int, with_h: bool = False,
-            names: tuple[str, ...] | None = None) -> dict:
+def methods(
+    n_trees: int, regression: bool, max_features, K: int, with_h: bool = False, names: tuple[str, ...] | None = None
+) -> dict:
     """The section's method configs by table row name; ``with_h`` adds the X,H variants (the
     client index as a feature), which only make sense when every test row belongs to a client."""
     from aggregator.algorithms import FedForest
     from aggregator.baselines import FederatedHistogram, LocalEnsembling, LocalLearning
 
     task = "regression" if regression else "classification"
-    base = FedForest(protocol="sketches", n_trees=n_trees, max_depth=8, n_bins=32, task=task, min_samples_leaf=5,
-                     max_features=max_features)
+    base = FedForest(
+        protocol="sketches",
+        n_trees=n_trees,
+        max_depth=8,
+        n_bins=32,
+        task=task,
+        min_samples_leaf=5,
+        max_features=max_features,
+    )
     avgimp = replace(base, evaluation="avgimp", top_l=3)
     h = with_h and K > 1
-    out = {"Quantiles X": base, **({"Quantiles X,H": replace(base, client_splits=True)} if h else {}),
-           "AvgImp X": avgimp, **({"AvgImp X,H": replace(avgimp, client_splits=True)} if h else {}),
-           "Fed. Histogram": FederatedHistogram(n_trees=n_trees, max_depth=8, n_bins=32, task=task,
-                                                min_samples_leaf=5, max_features=max_features),
-           "Local Ensembling": LocalEnsembling(base, trees_per_client=max(1, n_trees // K)),
-           "Local Learning": LocalLearning(base)}
+    out = {
+        "Quantiles X": base,
+        **({"Quantiles X,H": replace(base, client_splits=True)} if h else {}),
+        "AvgImp X": avgimp,
+        **({"AvgImp X,H": replace(avgimp, client_splits=True)} if h else {}),
+        "Fed. Histogram": FederatedHistogram(
+            n_trees=n_trees, max_depth=8, n_bins=32, task=task, min_samples_leaf=5, max_features=max_features
+        ),
+        "Local Ensembling": LocalEnsembling(base, trees_per_client=max(1, n_trees // K)),
+        "Local Learning": LocalLearning(base),
+    }
     return {k: v for k, v in out.items() if names is None or k in names}
 
 
@@ -104,8 +117,9 @@ def metric(y_true: np.ndarray, pred: np.ndarray, kind: str) -> float:
     return tabular.score(y_true, pred, kind == "r2")
 
 
-def run_methods(blocks: list[Block], configs: dict, *, seed: int, kind: str, n_trees: int, max_features,
-                rf_with_h: bool = False) -> dict[str, float]:
+def run_methods(
+    blocks: list[Block], configs: dict, *, seed: int, kind: str, n_trees: int, max_features, rf_with_h: bool = False
+) -> dict[str, float]:
     """Every federated method through one simulation of ``blocks``, then centralized RF (X, and
     X,H with Fisher-encoded H if asked); scores on the pooled held-out rows."""
     from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
@@ -123,13 +137,17 @@ def run_methods(blocks: list[Block], configs: dict, *, seed: int, kind: str, n_t
             out[name] = metric(yte, model_output(model, blocks), kind)
     regression = kind != "balanced_accuracy"
     rf_args = dict(n_estimators=n_trees, max_depth=8, min_samples_leaf=5, bootstrap=True, random_state=seed, n_jobs=1)
-    make = (lambda: RandomForestRegressor(max_features=max_features or 1.0, **rf_args)) if regression else \
-        (lambda: RandomForestClassifier(max_features=max_features or 1.0, **rf_args))
+    make = (
+        (lambda: RandomForestRegressor(max_features=max_features or 1.0, **rf_args))
+        if regression
+        else (lambda: RandomForestClassifier(max_features=max_features or 1.0, **rf_args))
+    )
     out["Centralized RF X"] = metric(yte, make().fit(Xtr, ytr).predict(Xte), kind)
     if rf_with_h:
         codes = fisher_codes(htr, ytr, len(blocks))
-        out["Centralized RF X,H"] = metric(yte, make().fit(np.column_stack([Xtr, codes[htr]]), ytr)
-                                           .predict(np.column_stack([Xte, codes[hte]])), kind)
+        out["Centralized RF X,H"] = metric(
+            yte, make().fit(np.column_stack([Xtr, codes[htr]]), ytr).predict(np.column_stack([Xte, codes[hte]])), kind
+        )
     return out
 
 
@@ -139,17 +157,24 @@ def tabular_cell(dataset: str, alpha: float, seed: int, n_trees: int) -> dict:
     rng = np.random.default_rng([TABULAR_DATASETS.index(dataset), seed, int(alpha * 10)])
     train, test = tabular.test_split(y, regression, rng)
     Xtr, ytr, Xte, yte = X[train], y[train], X[test], y[test]
-    labels = tabular.strata(ytr, regression, np.quantile(ytr, np.linspace(0, 1, tabular.N_QUANTILE_BINS + 1)[1:-1])
-                            if regression else None)
+    labels = tabular.strata(
+        ytr, regression, np.quantile(ytr, np.linspace(0, 1, tabular.N_QUANTILE_BINS + 1)[1:-1]) if regression else None
+    )
     parts = tabular.dirichlet_partition(labels, alpha, rng)
     # the test rows belong to no client (hence no X,H methods here); client 0 carries them for scoring
-    blocks = [Block(f"client-{k:02d}", Xtr[p], ytr[p], Xte if k == 0 else Xte[:0], yte if k == 0 else yte[:0])
-              for k, p in enumerate(parts)]
+    blocks = [
+        Block(f"client-{k:02d}", Xtr[p], ytr[p], Xte if k == 0 else Xte[:0], yte if k == 0 else yte[:0])
+        for k, p in enumerate(parts)
+    ]
     kind = "r2" if regression else "balanced_accuracy"
     configs = methods(n_trees, regression, "auto", tabular.K, with_h=False)
-    return {"key": (dataset, alpha), "seed": seed,
-            "score": run_methods(blocks, configs, seed=seed, kind=kind, n_trees=n_trees,
-                                 max_features=1 / 3 if regression else "sqrt")}
+    return {
+        "key": (dataset, alpha),
+        "seed": seed,
+        "score": run_methods(
+            blocks, configs, seed=seed, kind=kind, n_trees=n_trees, max_features=1 / 3 if regression else "sqrt"
+        ),
+    }
 
 
 def overlap_cell(gamma: float, seed: int, n_trees: int) -> dict:
@@ -159,11 +184,21 @@ def overlap_cell(gamma: float, seed: int, n_trees: int) -> dict:
         X = rng.normal((-1.0) ** k * gamma, 1.5, size=(150, 5))
         y = X[:, 0] + rng.normal(0.0, 1.0, size=150)
         blocks.append(synthetic._split(f"client-{k:02d}", X, y, rng))
-    configs = methods(n_trees, True, None, 2, with_h=True,
-                      names=("Quantiles X", "Quantiles X,H", "AvgImp X", "AvgImp X,H", "Fed. Histogram"))
-    return {"key": gamma, "seed": seed,
-            "score": run_methods(blocks, configs, seed=seed, kind="mse", n_trees=n_trees, max_features=None,
-                                 rf_with_h=True)}
+    configs = methods(
+        n_trees,
+        True,
+        None,
+        2,
+        with_h=True,
+        names=("Quantiles X", "Quantiles X,H", "AvgImp X", "AvgImp X,H", "Fed. Histogram"),
+    )
+    return {
+        "key": gamma,
+        "seed": seed,
+        "score": run_methods(
+            blocks, configs, seed=seed, kind="mse", n_trees=n_trees, max_features=None, rf_with_h=True
+        ),
+    }
 
 
 def outliers_cell(fraction: float, seed: int, n_trees: int) -> dict:
@@ -174,31 +209,50 @@ def outliers_cell(fraction: float, seed: int, n_trees: int) -> dict:
         hit = rng.permutation(X.shape[0])[: round(fraction * X.shape[0])]
         X[hit] *= 1000.0
         blocks.append(Block(b.client_id, X, b.y, b.X_test, b.y_test))
-    configs = methods(n_trees, True, 1 / 3, synthetic.K, with_h=True,
-                      names=("Quantiles X", "Quantiles X,H", "AvgImp X", "Fed. Histogram", "Local Ensembling",
-                             "Local Learning"))
-    return {"key": fraction, "seed": seed,
-            "score": run_methods(blocks, configs, seed=seed, kind="mse", n_trees=n_trees, max_features=1 / 3,
-                                 rf_with_h=True)}
+    configs = methods(
+        n_trees,
+        True,
+        1 / 3,
+        synthetic.K,
+        with_h=True,
+        names=("Quantiles X", "Quantiles X,H", "AvgImp X", "Fed. Histogram", "Local Ensembling", "Local Learning"),
+    )
+    return {
+        "key": fraction,
+        "seed": seed,
+        "score": run_methods(
+            blocks, configs, seed=seed, kind="mse", n_trees=n_trees, max_features=1 / 3, rf_with_h=True
+        ),
+    }
 
 
 def fragmentation_cell(K: int, seed: int, n_trees: int) -> dict:
     from sklearn.datasets import make_classification
 
-    X, y = make_classification(n_samples=1372, n_features=4, n_informative=4, n_redundant=0, n_classes=2,
-                               random_state=seed)
+    X, y = make_classification(
+        n_samples=1372, n_features=4, n_informative=4, n_redundant=0, n_classes=2, random_state=seed
+    )
     rng = np.random.default_rng([17, K, seed])
     train, test = tabular.test_split(y, False, rng)
     parts = np.array_split(rng.permutation(train), K)
     # the test rows are dealt at random to the K clients too, so each belongs to one (for X,H)
     test_parts = np.array_split(rng.permutation(test), K)
     blocks = [Block(f"client-{k:03d}", X[p], y[p], X[t], y[t]) for k, (p, t) in enumerate(zip(parts, test_parts))]
-    configs = methods(n_trees, False, "auto", K, with_h=True,
-                      names=("Quantiles X", "Quantiles X,H", "AvgImp X", "Fed. Histogram", "Local Ensembling",
-                             "Local Learning"))
-    return {"key": K, "seed": seed,
-            "score": run_methods(blocks, configs, seed=seed, kind="balanced_accuracy", n_trees=n_trees,
-                                 max_features="sqrt", rf_with_h=K > 1)}
+    configs = methods(
+        n_trees,
+        False,
+        "auto",
+        K,
+        with_h=True,
+        names=("Quantiles X", "Quantiles X,H", "AvgImp X", "Fed. Histogram", "Local Ensembling", "Local Learning"),
+    )
+    return {
+        "key": K,
+        "seed": seed,
+        "score": run_methods(
+            blocks, configs, seed=seed, kind="balanced_accuracy", n_trees=n_trees, max_features="sqrt", rf_with_h=K > 1
+        ),
+    }
 
 
 def outcome_cell(setting: str, seed: int, n_trees: int) -> dict:
@@ -212,14 +266,20 @@ def outcome_cell(setting: str, seed: int, n_trees: int) -> dict:
     # the discriminator's target is the client: labels are not used (zeros keep the opening a classifier's)
     unlabelled = [replace(b, y=np.zeros(b.y.shape[0], int), y_test=np.zeros(b.y_test.shape[0], int)) for b in blocks]
     sim = Simulation(client_data(unlabelled, with_test=True), record_bodies=False)
-    report = covariate_shift(FederatedJob(sim.engine, list(sim.transports), job_id=f"shift-{seed}"), seed=seed,
-                             split="holdout")
+    report = covariate_shift(
+        FederatedJob(sim.engine, list(sim.transports), job_id=f"shift-{seed}"), seed=seed, split="holdout"
+    )
     score["covariate AUC"] = report.auc
     return {"key": setting, "seed": seed, "score": score}
 
 
-CELLS = {"tabular": tabular_cell, "overlap": overlap_cell, "outliers": outliers_cell,
-         "fragmentation": fragmentation_cell, "outcome": outcome_cell}
+CELLS = {
+    "tabular": tabular_cell,
+    "overlap": overlap_cell,
+    "outliers": outliers_cell,
+    "fragmentation": fragmentation_cell,
+    "outcome": outcome_cell,
+}
 
 
 def _cell(args: tuple) -> dict:
@@ -232,8 +292,9 @@ def _cell(args: tuple) -> dict:
 
 # --- tables -------------------------------------------------------------------------------------
 def values(cells: list[dict], key, method: str) -> list[float]:
-    return [c["score"][method] for c in sorted(cells, key=lambda c: c["seed"]) if c["key"] == key
-            and method in c["score"]]
+    return [
+        c["score"][method] for c in sorted(cells, key=lambda c: c["seed"]) if c["key"] == key and method in c["score"]
+    ]
 
 
 def wide_table(cells: list[dict], keys: list, label) -> str:
@@ -252,18 +313,40 @@ def outcome_table(cells: list[dict]) -> str:
         gain = xh - x
         se = gain.std(ddof=1) / np.sqrt(gain.size) if gain.size > 1 else float("nan")
         auc = values(cells, setting, "covariate AUC")
-        rows.append([setting, f"{x.size}", mean_std(x), mean_std(xh), f"{gain.mean():+.3f} ± {gain.std(ddof=1):.3f}",
-                     f"{int((gain > 0).sum())}/{gain.size}", "yes" if gain.mean() > 2 * se else "no",
-                     mean_std(auc), "yes" if np.mean(auc) >= 0.7 else "no"])
-    return markdown_table(["setting", "seeds", "R² Quantiles X", "R² Quantiles X,H", "gain X,H − X (paired)",
-                           "seeds with gain > 0", "outcome heterogeneity (gain > 2 se)", "client AUC (covariate test)",
-                           "covariate shift (AUC ≥ 0.7)"], rows)
+        rows.append(
+            [
+                setting,
+                f"{x.size}",
+                mean_std(x),
+                mean_std(xh),
+                f"{gain.mean():+.3f} ± {gain.std(ddof=1):.3f}",
+                f"{int((gain > 0).sum())}/{gain.size}",
+                "yes" if gain.mean() > 2 * se else "no",
+                mean_std(auc),
+                "yes" if np.mean(auc) >= 0.7 else "no",
+            ]
+        )
+    return markdown_table(
+        [
+            "setting",
+            "seeds",
+            "R² Quantiles X",
+            "R² Quantiles X,H",
+            "gain X,H − X (paired)",
+            "seeds with gain > 0",
+            "outcome heterogeneity (gain > 2 se)",
+            "client AUC (covariate test)",
+            "covariate shift (AUC ≥ 0.7)",
+        ],
+        rows,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=description(__doc__))
-    parser.add_argument("--sections", default=",".join(SECTIONS),
-                        help="comma-separated subset of " + ", ".join(SECTIONS))
+    parser.add_argument(
+        "--sections", default=",".join(SECTIONS), help="comma-separated subset of " + ", ".join(SECTIONS)
+    )
     parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 (default 10)")
     parser.add_argument("--trees", type=int, default=20, help="trees per forest, every method (default 20)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
@@ -279,14 +362,27 @@ def main() -> int:
     seeds, n_trees = (2, 5) if args.quick else (args.seeds, args.trees)
     datasets = args.datasets.split(",")
     alphas = [float(a) for a in args.alphas.split(",")]
-    keys = {"tabular": [(d, a) for d in datasets for a in alphas], "overlap": list(GAMMAS),
-            "outliers": list(OUTLIER_FRACTIONS), "fragmentation": list(FRAGMENTS), "outcome": list(OUTCOME_SETTINGS)}
+    keys = {
+        "tabular": [(d, a) for d in datasets for a in alphas],
+        "overlap": list(GAMMAS),
+        "outliers": list(OUTLIER_FRACTIONS),
+        "fragmentation": list(FRAGMENTS),
+        "outcome": list(OUTCOME_SETTINGS),
+    }
     if args.quick:
-        keys = {"tabular": [(datasets[0], 0.1)], "overlap": [0.0, 5.0], "outliers": [0.0, 0.2],
-                "fragmentation": [1, 10], "outcome": ["homogeneous", "outcome shift"]}
+        keys = {
+            "tabular": [(datasets[0], 0.1)],
+            "overlap": [0.0, 5.0],
+            "outliers": [0.0, 0.2],
+            "fragmentation": [1, 10],
+            "outcome": ["homogeneous", "outcome shift"],
+        }
     command = shlex.join([".venv/bin/python", "benchmarks/bench_fedforest_appendix.py", *sys.argv[1:]])
-    print_machine("FedForest appendix experiments (App. B, F.1.2, F.3, Table 3, F.4)", command,
-                  {"trees": str(n_trees), "seeds": f"0..{seeds - 1}"})
+    print_machine(
+        "FedForest appendix experiments (App. B, F.1.2, F.3, Table 3, F.4)",
+        command,
+        {"trees": str(n_trees), "seeds": f"0..{seeds - 1}"},
+    )
     jobs = [(s, k, seed, n_trees) for s in sections for k in keys[s] for seed in range(seeds)]
     cells = []
     if args.cache and args.cache.exists():  # JSON turns the tabular keys into lists
@@ -308,13 +404,19 @@ def main() -> int:
     wanted = {j[:3] for j in [(s, k, seed, n_trees) for s in sections for k in keys[s] for seed in range(seeds)]}
     cells = [c for c in cells if (c["section"], c["key"], c["seed"]) in wanted]
     by = {s: [c for c in cells if c["section"] == s] for s in sections}
-    titles = {"tabular": "App. B: score per dataset and alpha (R² for diabetes and friedman1, else balanced accuracy)",
-              "overlap": "F.1.2 overlapping supports: test MSE per shift gamma (irreducible 1)",
-              "outliers": "F.3 outliers (Table 7): test MSE per outlier fraction",
-              "fragmentation": "Table 3 fragmentation: balanced accuracy per client count K",
-              "outcome": "F.4: outcome-heterogeneity test (X,H vs X) beside the covariate-shift test"}
-    labels = {"tabular": lambda k: f"{k[0]} α={k[1]:g}", "overlap": lambda g: f"γ={g:g}",
-              "outliers": lambda f: f"{100 * f:.0f} %", "fragmentation": lambda K: f"K={K}"}
+    titles = {
+        "tabular": "App. B: score per dataset and alpha (R² for diabetes and friedman1, else balanced accuracy)",
+        "overlap": "F.1.2 overlapping supports: test MSE per shift gamma (irreducible 1)",
+        "outliers": "F.3 outliers (Table 7): test MSE per outlier fraction",
+        "fragmentation": "Table 3 fragmentation: balanced accuracy per client count K",
+        "outcome": "F.4: outcome-heterogeneity test (X,H vs X) beside the covariate-shift test",
+    }
+    labels = {
+        "tabular": lambda k: f"{k[0]} α={k[1]:g}",
+        "overlap": lambda g: f"γ={g:g}",
+        "outliers": lambda f: f"{100 * f:.0f} %",
+        "fragmentation": lambda K: f"K={K}",
+    }
     for s in sections:
         print(f"\n### {titles[s]}\n")
         if s == "outcome":

@@ -88,8 +88,10 @@ def datasets() -> dict[str, tuple[list[Block], bool]]:
         X = rng.normal(0.0, 1.0, size=(N_K, D))
         reg.append(Block(f"client-{k:02d}", X, f.predict(X) + rng.normal(0.0, 0.5, N_K), X[:0], np.zeros(0)))
     X, y = make_classification(n_samples=K * N_K, n_features=D, n_informative=10, random_state=0)
-    cls = [Block(f"client-{k + 1:02d}", X[k * N_K:(k + 1) * N_K], y[k * N_K:(k + 1) * N_K], X[:0], y[:0])
-           for k in range(K)]
+    cls = [
+        Block(f"client-{k + 1:02d}", X[k * N_K : (k + 1) * N_K], y[k * N_K : (k + 1) * N_K], X[:0], y[:0])
+        for k in range(K)
+    ]
     return {"regression": (reg, True), "classification": (cls, False)}
 
 
@@ -109,12 +111,19 @@ def metered_run(blocks: list[Block], config, seed: int = 0):
             c0, s0 = sim.client_bytes(), sim.server.stats.sent_bytes
             out = super().ask(request, clients, expect, **options)
             first = next(iter(request.values())) if isinstance(request, Mapping) else request
-            self.records.append((getattr(first, "level", None), expect.__name__, sim.client_bytes() - c0,
-                                 sim.server.stats.sent_bytes - s0))
+            self.records.append(
+                (
+                    getattr(first, "level", None),
+                    expect.__name__,
+                    sim.client_bytes() - c0,
+                    sim.server.stats.sent_bytes - s0,
+                )
+            )
             return out
 
-    job = MeteredJob(sim.engine, list(sim.transports), job_id=f"cost-{config.name}-{seed}",
-                     settings=JobSettings(deadline_s=60))
+    job = MeteredJob(
+        sim.engine, list(sim.transports), job_id=f"cost-{config.name}-{seed}", settings=JobSettings(deadline_s=60)
+    )
     c0, s0 = sim.client_bytes(), sim.server.stats.sent_bytes
     result = config.fit_with_diagnostics(job, seed=seed)
     totals = (sim.client_bytes() - c0, sim.server.stats.sent_bytes - s0)
@@ -148,8 +157,11 @@ def main() -> int:
     from aggregator.simulate import Simulation
 
     command = shlex.join(["python", "benchmarks/bench_fedforest_cost.py", *sys.argv[1:]])
-    print_machine("FedForest cost: bytes per level and per forest vs App. A, wall time vs scikit-learn", command,
-                  {"scikit-learn": sklearn.__version__})
+    print_machine(
+        "FedForest cost: bytes per level and per forest vs App. A, wall time vs scikit-learn",
+        command,
+        {"scikit-learn": sklearn.__version__},
+    )
     print(f"- K = {K} clients x n_k = {N_K} rows, d = {D}; T = {T}, max_depth {DEPTH}, B = {B}, min_samples_leaf 5")
     print()
     load_start = os.getloadavg()
@@ -160,8 +172,14 @@ def main() -> int:
         task = "regression" if regression else "classification"
         S = 3 if regression else 2
         d_sub = n_sampled_features("auto", D, regression)
-        common = {"n_trees": T, "max_depth": DEPTH, "n_bins": B, "task": task, "min_samples_leaf": 5,
-                  "max_features": "auto"}
+        common = {
+            "n_trees": T,
+            "max_depth": DEPTH,
+            "n_bins": B,
+            "task": task,
+            "min_samples_leaf": 5,
+            "max_features": "auto",
+        }
         variants = {
             "exact": FedForest(protocol="sketches", **common),
             "avgimp": FedForest(protocol="sketches", **common, evaluation="avgimp", top_l=3),
@@ -198,34 +216,73 @@ def main() -> int:
                 pred_down_sum += p_down
                 if variant == "exact" and down < p_down:
                     failures.append(f"{data_name} level {lvl}: server sent {down} B < {p_down:.0f} B of thresholds")
-                bound = 8.0 * K * T * 2 ** lvl * d_sub * B * (1 + S)
-                rows.append([f"{lvl}", f"{lv.nodes}", f"{lv.pairs}", f"{lv.candidates}",
-                             fmt_bytes(up), fmt_bytes(p_up), f"{up / p_up:.2f}" if p_up else "-",
-                             fmt_bytes(down), fmt_bytes(p_down) if p_down else "0",
-                             f"{down / p_down:.2f}" if p_down else "-", fmt_bytes(bound)])
+                bound = 8.0 * K * T * 2**lvl * d_sub * B * (1 + S)
+                rows.append(
+                    [
+                        f"{lvl}",
+                        f"{lv.nodes}",
+                        f"{lv.pairs}",
+                        f"{lv.candidates}",
+                        fmt_bytes(up),
+                        fmt_bytes(p_up),
+                        f"{up / p_up:.2f}" if p_up else "-",
+                        fmt_bytes(down),
+                        fmt_bytes(p_down) if p_down else "0",
+                        f"{down / p_down:.2f}" if p_down else "-",
+                        fmt_bytes(bound),
+                    ]
+                )
             if variant == "exact":
-                print(f"### {data_name}: FedForest-Quantiles (exact) bytes per level, T = {T}, {d_sub} features "
-                      f"per node, S = {S}\n")
-                print(markdown_table(["level", "nodes", "pairs", "candidates", "clients → server",
-                                      "App. A (measured counts)", "measured / App. A", "server → clients",
-                                      "App. A: K x candidates x 8", "measured / App. A",
-                                      f"full tree: K·T·2^ℓ·{d_sub}·B·(1+S) x 8"], rows))
+                print(
+                    f"### {data_name}: FedForest-Quantiles (exact) bytes per level, T = {T}, {d_sub} features "
+                    f"per node, S = {S}\n"
+                )
+                print(
+                    markdown_table(
+                        [
+                            "level",
+                            "nodes",
+                            "pairs",
+                            "candidates",
+                            "clients → server",
+                            "App. A (measured counts)",
+                            "measured / App. A",
+                            "server → clients",
+                            "App. A: K x candidates x 8",
+                            "measured / App. A",
+                            f"full tree: K·T·2^ℓ·{d_sub}·B·(1+S) x 8",
+                        ],
+                        rows,
+                    )
+                )
                 print()
-                print(f"Opening DataSummary round: {fmt_bytes(sum(r[2] for r in setup))} from the clients, "
-                      f"{fmt_bytes(sum(r[3] for r in setup))} from the server (excluded from the levels). "
-                      f"The last level ({DEPTH}) only collects leaf summaries. 'full tree' = App. A's per-node "
-                      f"d·B sketch + d·B·S left summaries for all 2^ℓ nodes of every tree, {d_sub} sampled features.")
+                print(
+                    f"Opening DataSummary round: {fmt_bytes(sum(r[2] for r in setup))} from the clients, "
+                    f"{fmt_bytes(sum(r[3] for r in setup))} from the server (excluded from the levels). "
+                    f"The last level ({DEPTH}) only collects leaf summaries. 'full tree' = App. A's per-node "
+                    f"d·B sketch + d·B·S left summaries for all 2^ℓ nodes of every tree, {d_sub} sampled features."
+                )
                 print()
-            literal = 8.0 * T * 2 ** DEPTH * D * B
+            literal = 8.0 * T * 2**DEPTH * D * B
             setup_up = sum(r[2] for r in setup)
             setup_down = sum(r[3] for r in setup)
-            totals_rows.append([data_name, variant, fmt_bytes(up_total - setup_up), fmt_bytes(pred_up_sum),
-                                f"{(up_total - setup_up) / pred_up_sum:.2f}", fmt_bytes(K * literal),
-                                f"{(up_total - setup_up) / (K * literal):.2f}",
-                                fmt_bytes(down_total - setup_down), fmt_bytes(pred_down_sum) if pred_down_sum else "0",
-                                fmt_bytes(K * literal), f"{(down_total - setup_down) / (K * literal):.2f}",
-                                f"{(up_total - setup_up) / raw:.0f}x",
-                                f"{len(records)}"])
+            totals_rows.append(
+                [
+                    data_name,
+                    variant,
+                    fmt_bytes(up_total - setup_up),
+                    fmt_bytes(pred_up_sum),
+                    f"{(up_total - setup_up) / pred_up_sum:.2f}",
+                    fmt_bytes(K * literal),
+                    f"{(up_total - setup_up) / (K * literal):.2f}",
+                    fmt_bytes(down_total - setup_down),
+                    fmt_bytes(pred_down_sum) if pred_down_sum else "0",
+                    fmt_bytes(K * literal),
+                    f"{(down_total - setup_down) / (K * literal):.2f}",
+                    f"{(up_total - setup_up) / raw:.0f}x",
+                    f"{len(records)}",
+                ]
+            )
 
         # -- wall time: FedForest exact vs scikit-learn, interleaved, median of 3 ----------------
         X = np.vstack([b.X for b in blocks])
@@ -241,35 +298,82 @@ def main() -> int:
             fed_s.append(time.perf_counter() - t0)
             for n_jobs, out in ((1, sk1_s), (-1, skn_s)):
                 t0 = time.perf_counter()
-                Forest(n_estimators=T, max_depth=DEPTH, min_samples_leaf=5, max_features=mf, random_state=seed,
-                       n_jobs=n_jobs).fit(X, y)
+                Forest(
+                    n_estimators=T,
+                    max_depth=DEPTH,
+                    min_samples_leaf=5,
+                    max_features=mf,
+                    random_state=seed,
+                    n_jobs=n_jobs,
+                ).fit(X, y)
                 out.append(time.perf_counter() - t0)
         fm, s1, sn = median(fed_s), median(sk1_s), median(skn_s)
-        time_rows.append([data_name, f"{fm:.2f}", f"{s1:.3f}", f"{sn:.3f}", f"{fm / s1:.0f}x", f"{fm / sn:.0f}x",
-                          ", ".join(f"{v:.1f}" for v in fed_s)])
+        time_rows.append(
+            [
+                data_name,
+                f"{fm:.2f}",
+                f"{s1:.3f}",
+                f"{sn:.3f}",
+                f"{fm / s1:.0f}x",
+                f"{fm / sn:.0f}x",
+                ", ".join(f"{v:.1f}" for v in fed_s),
+            ]
+        )
         print(f"Raw pooled {data_name} data: {n_rows} x {D} x 8 B = {fmt_bytes(raw)}.")
         print()
 
     print(f"### Totals per forest (T = {T}, depth {DEPTH}, B = {B}, K = {K}; DataSummary round excluded)\n")
-    print(markdown_table(["data", "variant", "clients → server", "App. A (measured counts)", "measured / App. A",
-                          "Table 1: K·T·2^M·d·B x 8", "measured / Table 1", "server → clients",
-                          "App. A: K x candidates x 8", "Table 1: K·T·2^M·d·B x 8", "measured / Table 1",
-                          "clients → server / raw data", "rounds"], totals_rows))
+    print(
+        markdown_table(
+            [
+                "data",
+                "variant",
+                "clients → server",
+                "App. A (measured counts)",
+                "measured / App. A",
+                "Table 1: K·T·2^M·d·B x 8",
+                "measured / Table 1",
+                "server → clients",
+                "App. A: K x candidates x 8",
+                "Table 1: K·T·2^M·d·B x 8",
+                "measured / Table 1",
+                "clients → server / raw data",
+                "rounds",
+            ],
+            totals_rows,
+        )
+    )
     print()
-    print("Table 1's closed forms are O(.) bounds evaluated with constant 1 and d = all 20 features (the paper's "
-          "2^M nodes per tree); the trees here have far fewer nodes (min_samples_leaf 5 on 2,000 rows) and each "
-          "node samples d/3 or sqrt(d) features, so the bound overstates. 'App. A (measured counts)' is the per-node "
-          "formula applied to the nodes, pairs and candidates actually requested, for all K clients.")
+    print(
+        "Table 1's closed forms are O(.) bounds evaluated with constant 1 and d = all 20 features (the paper's "
+        "2^M nodes per tree); the trees here have far fewer nodes (min_samples_leaf 5 on 2,000 rows) and each "
+        "node samples d/3 or sqrt(d) features, so the bound overstates. 'App. A (measured counts)' is the per-node "
+        "formula applied to the nodes, pairs and candidates actually requested, for all K clients."
+    )
     print()
     print("### Wall time: FedForest-Quantiles simulation vs scikit-learn fit on the pooled rows (median of 3)\n")
-    print(markdown_table(["data", "FedForest sim (s)", "sklearn n_jobs=1 (s)", "sklearn n_jobs=-1 (s)",
-                          "ratio vs n_jobs=1", "ratio vs n_jobs=-1", "FedForest runs (s)"], time_rows))
+    print(
+        markdown_table(
+            [
+                "data",
+                "FedForest sim (s)",
+                "sklearn n_jobs=1 (s)",
+                "sklearn n_jobs=-1 (s)",
+                "ratio vs n_jobs=1",
+                "ratio vs n_jobs=-1",
+                "FedForest runs (s)",
+            ],
+            time_rows,
+        )
+    )
     print()
-    print(f"Simulation = Simulation.run: the server and all {K} clients in one Python process, every message "
-          "encoded and decoded. Load average (1/5/15 min) at start "
-          f"{'/'.join(f'{v:.2f}' for v in load_start)}, at the end {'/'.join(f'{v:.2f}' for v in os.getloadavg())} "
-          f"on {os.cpu_count()} cores: other processes share the machine, so the seconds are noisy; the "
-          "repeats are interleaved so both trainers see the same load.")
+    print(
+        f"Simulation = Simulation.run: the server and all {K} clients in one Python process, every message "
+        "encoded and decoded. Load average (1/5/15 min) at start "
+        f"{'/'.join(f'{v:.2f}' for v in load_start)}, at the end {'/'.join(f'{v:.2f}' for v in os.getloadavg())} "
+        f"on {os.cpu_count()} cores: other processes share the machine, so the seconds are noisy; the "
+        "repeats are interleaved so both trainers see the same load."
+    )
     print()
     print("correctness: " + ("all checks passed" if not failures else "FAILED"))
     for failure in failures:

@@ -69,17 +69,26 @@ def run_cell(alpha: float, seed: int, variants: tuple[str, ...]) -> dict:
     sim = Simulation([ClientData(f"client-{k:02d}", Xtr[p], ytr[p]) for k, p in enumerate(parts)])
     score: dict[str, float] = {}
     seconds: dict[str, float] = {}
-    for name, rf in ((REFERENCES[0], RandomForestClassifier(random_state=seed, n_jobs=1)),
-                     (REFERENCES[1], RandomForestClassifier(n_estimators=50, max_depth=8, max_features="sqrt",
-                                                            random_state=seed, n_jobs=1))):
+    for name, rf in (
+        (REFERENCES[0], RandomForestClassifier(random_state=seed, n_jobs=1)),
+        (
+            REFERENCES[1],
+            RandomForestClassifier(n_estimators=50, max_depth=8, max_features="sqrt", random_state=seed, n_jobs=1),
+        ),
+    ):
         score[name] = float(np.mean(rf.fit(Xtr, ytr).predict(Xte) == yte))
     for name in variants:
         t0 = time.perf_counter()
         model = sim.run(FedForest(**VARIANTS[name]), seed=seed, job_id=f"{alpha}-{seed}-{name}")
         seconds[name] = time.perf_counter() - t0
         score[name] = float(np.mean(model.predict(Xte).astype(ytr.dtype) == yte))
-    return {"alpha": alpha, "seed": seed, "score": score, "seconds": seconds,
-            "rows": (min(p.size for p in parts), max(p.size for p in parts))}
+    return {
+        "alpha": alpha,
+        "seed": seed,
+        "score": score,
+        "seconds": seconds,
+        "rows": (min(p.size for p in parts), max(p.size for p in parts)),
+    }
 
 
 def _cell(args: tuple) -> dict:
@@ -99,9 +108,11 @@ def main() -> int:
 
     import sklearn
 
-    print_machine("FedForest on wine over 20 tiny clients",
-                  shlex.join(["python", "benchmarks/bench_fedforest_small_fleets.py", *sys.argv[1:]]),
-                  {"scikit-learn": sklearn.__version__, "parallelism": f"{args.jobs} worker processes"})
+    print_machine(
+        "FedForest on wine over 20 tiny clients",
+        shlex.join(["python", "benchmarks/bench_fedforest_small_fleets.py", *sys.argv[1:]]),
+        {"scikit-learn": sklearn.__version__, "parallelism": f"{args.jobs} worker processes"},
+    )
     print()
     tasks = [(a, s, variants) for a in ALPHAS for s in range(args.seeds)]
     started = time.perf_counter()
@@ -122,9 +133,12 @@ def main() -> int:
     print()
     sizes = (min(r["rows"][0] for r in results), max(r["rows"][1] for r in results))
     secs = {v: float(np.median([r["seconds"][v] for r in results])) for v in variants}
-    print(f"{len(results)} cells, {sizes[0]}-{sizes[1]} training rows per client; median FedForest fit: "
-          + ", ".join(f"{v} {s:.2f} s" for v, s in secs.items()) + f". Wall {time.perf_counter() - started:.0f} s, "
-          f"load average at the end {'/'.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores.")
+    print(
+        f"{len(results)} cells, {sizes[0]}-{sizes[1]} training rows per client; median FedForest fit: "
+        + ", ".join(f"{v} {s:.2f} s" for v, s in secs.items())
+        + f". Wall {time.perf_counter() - started:.0f} s, "
+        f"load average at the end {'/'.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores."
+    )
     return 0
 
 

@@ -108,25 +108,44 @@ SETTINGS = {
     "disjoint γ=5": {"family": "F.1.1", "gamma": 5.0},
 }
 #: Features tried per split (scikit-learn's max_features): d/3 in §5; all of them in F.1.1.
-MAX_FEATURES = {"§5": 1 / 3, "F.1.1": None
-}
+MAX_FEATURES = {"§5": 1 / 3, "F.1.1": None}
 QUICK_SETTINGS = ["homogeneous", "covariate shift", "outcome shift", "disjoint γ=0", "disjoint γ=5"]
 
-METHODS = ["FedForest-Quantiles X", "FedForest-Quantiles X,H", "FedForest-AvgImp X", "FedForest-AvgImp X,H",
-           "Federated Histogram", "Local Learning (mean over clients)", "Local Ensembling", "Centralized RF X",
-           "Centralized RF X,H (Fisher-encoded H)"]
+METHODS = [
+    "FedForest-Quantiles X",
+    "FedForest-Quantiles X,H",
+    "FedForest-AvgImp X",
+    "FedForest-AvgImp X,H",
+    "Federated Histogram",
+    "Local Learning (mean over clients)",
+    "Local Ensembling",
+    "Centralized RF X",
+    "Centralized RF X,H (Fisher-encoded H)",
+]
 
 #: Numbers the paper's text states (App. F.1.1 Table 5; §5 only gives local ensembling under covariate shift).
 PAPER = {
     ("covariate shift", "Local Ensembling"): "≈ 141.2",
-    **{(f"disjoint γ={g}", m): v for g, row in {
-        "0": ("1.22 ± 0.18", "1.22 ± 0.18", "1.22 ± 0.22", "1.22 ± 0.22", "1.22 ± 0.20", "1.22 ± 0.21"),
-        "1": ("1.26 ± 0.22", "1.26 ± 0.22", "1.20 ± 0.18", "1.20 ± 0.18", "1.19 ± 0.17", "1.19 ± 0.17"),
-        "2.5": ("5.86 ± 5.36", "5.86 ± 5.36", "1.16 ± 0.12", "1.16 ± 0.12", "1.19 ± 0.17", "1.22 ± 0.15"),
-        "5": ("19.22 ± 3.99", "19.22 ± 3.99", "1.05 ± 0.04", "1.05 ± 0.04", "1.06 ± 0.04", "1.06 ± 0.04"),
-    }.items() for m, v in zip(["FedForest-AvgImp X", "FedForest-AvgImp X,H", "FedForest-Quantiles X",
-                               "FedForest-Quantiles X,H", "Centralized RF X",
-                               "Centralized RF X,H (Fisher-encoded H)"], row)},
+    **{
+        (f"disjoint γ={g}", m): v
+        for g, row in {
+            "0": ("1.22 ± 0.18", "1.22 ± 0.18", "1.22 ± 0.22", "1.22 ± 0.22", "1.22 ± 0.20", "1.22 ± 0.21"),
+            "1": ("1.26 ± 0.22", "1.26 ± 0.22", "1.20 ± 0.18", "1.20 ± 0.18", "1.19 ± 0.17", "1.19 ± 0.17"),
+            "2.5": ("5.86 ± 5.36", "5.86 ± 5.36", "1.16 ± 0.12", "1.16 ± 0.12", "1.19 ± 0.17", "1.22 ± 0.15"),
+            "5": ("19.22 ± 3.99", "19.22 ± 3.99", "1.05 ± 0.04", "1.05 ± 0.04", "1.06 ± 0.04", "1.06 ± 0.04"),
+        }.items()
+        for m, v in zip(
+            [
+                "FedForest-AvgImp X",
+                "FedForest-AvgImp X,H",
+                "FedForest-Quantiles X",
+                "FedForest-Quantiles X,H",
+                "Centralized RF X",
+                "Centralized RF X,H (Fisher-encoded H)",
+            ],
+            row,
+        )
+    },
 }
 
 
@@ -212,8 +231,9 @@ def run_cell(setting: str, seed: int, n_trees: int, check_eval: bool = False) ->
         "FedForest-Quantiles X,H": replace(base, client_splits=True),
         "FedForest-AvgImp X": replace(base, evaluation="avgimp", top_l=3),
         "FedForest-AvgImp X,H": replace(base, evaluation="avgimp", top_l=3, client_splits=True),
-        "Federated Histogram": FederatedHistogram(n_trees=n_trees, max_depth=8, n_bins=32, task="regression",
-                                                  min_samples_leaf=5, max_features=max_features),
+        "Federated Histogram": FederatedHistogram(
+            n_trees=n_trees, max_depth=8, n_bins=32, task="regression", min_samples_leaf=5, max_features=max_features
+        ),
         "Local Learning (mean over clients)": LocalLearning(base),
         "Local Ensembling": LocalEnsembling(base),
     }
@@ -237,15 +257,23 @@ def run_cell(setting: str, seed: int, n_trees: int, check_eval: bool = False) ->
             problems.append(f"{setting} seed {seed} {name}: uses_client_index = {uses_client_index(model)}")
         mse[name] = float(np.mean((model_output(model, blocks) - yte) ** 2))
         if check_eval and name == "FedForest-Quantiles X,H":
-            job = FederatedJob(sim.engine, list(sim.transports), job_id="check-eval",
-                               settings=JobSettings(deadline_s=60))
+            job = FederatedJob(
+                sim.engine, list(sim.transports), job_id="check-eval", settings=JobSettings(deadline_s=60)
+            )
             fed = evaluate_federated(job, model, split="holdout").metrics["mse"]
             if not abs(fed - mse[name]) <= 1e-9 * max(1.0, abs(fed)):
                 problems.append(f"{setting} seed {seed}: evaluate_federated MSE {fed!r} != local {mse[name]!r}")
     for name, with_h in (("Centralized RF X", False), ("Centralized RF X,H (Fisher-encoded H)", True)):
         t0 = time.perf_counter()
-        rf = RandomForestRegressor(n_estimators=n_trees, max_depth=8, min_samples_leaf=5, max_features=max_features,
-                                   bootstrap=True, random_state=seed, n_jobs=1)
+        rf = RandomForestRegressor(
+            n_estimators=n_trees,
+            max_depth=8,
+            min_samples_leaf=5,
+            max_features=max_features,
+            bootstrap=True,
+            random_state=seed,
+            n_jobs=1,
+        )
         if with_h:
             codes = fisher_codes(htr, ytr, len(blocks))
             rf.fit(np.column_stack([Xtr, codes[htr]]), ytr)
@@ -260,8 +288,15 @@ def run_cell(setting: str, seed: int, n_trees: int, check_eval: bool = False) ->
     for name, v in mse.items():
         if not np.isfinite(v):
             problems.append(f"{setting} seed {seed} {name}: MSE {v}")
-    return {"setting": setting, "seed": seed, "mse": mse, "seconds": seconds, "problems": problems, "root_t": root_t,
-            "noise": float(np.var(yte - _truth(setting, blocks)))}
+    return {
+        "setting": setting,
+        "seed": seed,
+        "mse": mse,
+        "seconds": seconds,
+        "problems": problems,
+        "root_t": root_t,
+        "noise": float(np.var(yte - _truth(setting, blocks))),
+    }
 
 
 def _truth(setting: str, blocks: list[Block]) -> np.ndarray:
@@ -298,18 +333,26 @@ def main() -> int:
     import sklearn
 
     command = shlex.join(["python", "benchmarks/bench_fedforest_synthetic.py", *sys.argv[1:]])
-    print_machine("FedForest on the paper's synthetic settings (§5, App. F.1.1): test MSE, mean ± std over seeds",
-                  command, {"scikit-learn": sklearn.__version__,
-                            "parallelism": f"{args.jobs} worker processes, one (setting, seed) cell each; "
-                                           "scikit-learn n_jobs=1"})
+    print_machine(
+        "FedForest on the paper's synthetic settings (§5, App. F.1.1): test MSE, mean ± std over seeds",
+        command,
+        {
+            "scikit-learn": sklearn.__version__,
+            "parallelism": f"{args.jobs} worker processes, one (setting, seed) cell each; scikit-learn n_jobs=1",
+        },
+    )
     f = tree_f()
     rng = np.random.default_rng(123)
     var_f = float(np.var(f.predict(rng.normal(size=(20_000, D)))))
-    print(f"- T = {n_trees} trees, max_depth 8, min_samples_leaf 5, max_features 1/3 (§5) / all (F.1.1), B = 32, "
-          f"L = 3; "
-          f"{n_seeds} seeds (0..{n_seeds - 1}); settings: {', '.join(settings)}")
-    print(f"- f: depth-8 CART with {f.get_n_leaves()} leaves; Var f(X) for X ~ N(0, I_20) = {var_f:.3f} "
-          "(noise variance 0.25 in §5, 1 in F.1.1)")
+    print(
+        f"- T = {n_trees} trees, max_depth 8, min_samples_leaf 5, max_features 1/3 (§5) / all (F.1.1), B = 32, "
+        f"L = 3; "
+        f"{n_seeds} seeds (0..{n_seeds - 1}); settings: {', '.join(settings)}"
+    )
+    print(
+        f"- f: depth-8 CART with {f.get_n_leaves()} leaves; Var f(X) for X ~ N(0, I_20) = {var_f:.3f} "
+        "(noise variance 0.25 in §5, 1 in F.1.1)"
+    )
     print()
 
     tasks = [(s, seed, n_trees, s == "outcome shift" and seed == 0) for s in settings for seed in range(n_seeds)]
@@ -318,8 +361,10 @@ def main() -> int:
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for r in pool.map(_cell, tasks):
             results.append(r)
-            log(f"{r['setting']} seed {r['seed']}: " + ", ".join(f"{k.split(' (')[0]} {v:.3f}"
-                                                                 for k, v in r["mse"].items()))
+            log(
+                f"{r['setting']} seed {r['seed']}: "
+                + ", ".join(f"{k.split(' (')[0]} {v:.3f}" for k, v in r["mse"].items())
+            )
     wall = time.perf_counter() - started
 
     failures = [p for r in results for p in r["problems"]]
@@ -328,16 +373,20 @@ def main() -> int:
     def values(setting: str, method: str) -> list[float]:
         return [by[(setting, s)]["mse"][method] for s in range(n_seeds) if (setting, s) in by]
 
-    for family, title in (("§5", "§5: K = 10, n_k = 200 (140 train + 60 test), d = 20"),
-                          ("F.1.1", "App. F.1.1 disjoint supports: K = 2, n_k = 150 (105 + 45), d = 5")):
+    for family, title in (
+        ("§5", "§5: K = 10, n_k = 200 (140 train + 60 test), d = 20"),
+        ("F.1.1", "App. F.1.1 disjoint supports: K = 2, n_k = 150 (105 + 45), d = 5"),
+    ):
         cols = [s for s in settings if SETTINGS[s]["family"] == family]
         if not cols:
             continue
         rows = []
         for m in METHODS:
             rows.append([m] + [mean_std(values(s, m)) for s in cols])
-        rows.append(["(noise variance on the test rows)"] + [mean_std([by[(s, i)]["noise"] for i in range(n_seeds)])
-                                                             for s in cols])
+        rows.append(
+            ["(noise variance on the test rows)"]
+            + [mean_std([by[(s, i)]["noise"] for i in range(n_seeds)]) for s in cols]
+        )
         print(f"### Test MSE, {title}\n")
         print(markdown_table(["method"] + cols, rows))
         print()
@@ -346,15 +395,29 @@ def main() -> int:
             for m in METHODS:
                 if m.startswith("Local") or "X,H" in m:
                     continue
-                root_rows.append([m] + [mean_std([v for v in (by[(s, i)]["root_t"].get(m, np.nan)
-                                                            for i in range(n_seeds) if (s, i) in by)
-                                                  if np.isfinite(v)], 2) for s in cols])
-            print("Where the root split on x_1 falls: mean |threshold| over the trees whose root splits x_1 (the "
-                  "optimal split is x_1 > 0, the centre of the gap between the clients' supports at ±γ):\n")
+                root_rows.append(
+                    [m]
+                    + [
+                        mean_std(
+                            [
+                                v
+                                for v in (by[(s, i)]["root_t"].get(m, np.nan) for i in range(n_seeds) if (s, i) in by)
+                                if np.isfinite(v)
+                            ],
+                            2,
+                        )
+                        for s in cols
+                    ]
+                )
+            print(
+                "Where the root split on x_1 falls: mean |threshold| over the trees whose root splits x_1 (the "
+                "optimal split is x_1 > 0, the centre of the gap between the clients' supports at ±γ):\n"
+            )
             print(markdown_table(["method"] + cols, root_rows))
             print()
-        paper_rows = [[m] + [PAPER.get((s, m), "") for s in cols] for m in METHODS
-                      if any((s, m) in PAPER for s in cols)]
+        paper_rows = [
+            [m] + [PAPER.get((s, m), "") for s in cols] for m in METHODS if any((s, m) in PAPER for s in cols)
+        ]
         if paper_rows:
             print("Paper's numbers for the same cells (as stated in its text; T = 50):\n")
             print(markdown_table(["method"] + cols, paper_rows))
@@ -367,18 +430,22 @@ def main() -> int:
     print("### Wall time per method (one fit, in a worker process; federated = full simulation)\n")
     print(markdown_table(["method", "median per cell (s)", "total (s)"], rows))
     print()
-    print(f"Total wall time of the cells: {wall:.0f} s with {args.jobs} workers; load average at the end "
-          f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores.")
+    print(
+        f"Total wall time of the cells: {wall:.0f} s with {args.jobs} workers; load average at the end "
+        f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores."
+    )
     print()
 
     def mean(setting: str, method: str) -> float:
         return float(np.mean(values(setting, method)))
 
-    if "outcome shift" in settings and mean("outcome shift", "FedForest-Quantiles X,H") >= \
-            mean("outcome shift", "FedForest-Quantiles X"):
+    if "outcome shift" in settings and mean("outcome shift", "FedForest-Quantiles X,H") >= mean(
+        "outcome shift", "FedForest-Quantiles X"
+    ):
         failures.append("outcome shift: FedForest-Quantiles X,H does not beat Quantiles X")
-    if "covariate shift" in settings and mean("covariate shift", "FedForest-Quantiles X") > \
-            1.5 * mean("covariate shift", "Centralized RF X"):
+    if "covariate shift" in settings and mean("covariate shift", "FedForest-Quantiles X") > 1.5 * mean(
+        "covariate shift", "Centralized RF X"
+    ):
         failures.append("covariate shift: FedForest-Quantiles X is worse than 1.5 x centralized RF X")
     print("correctness: " + ("all checks passed" if not failures else "FAILED"))
     for failure in failures:

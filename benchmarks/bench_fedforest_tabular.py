@@ -72,8 +72,9 @@ def load(name: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray, bool]:
     from sklearn import datasets
 
     if name == "make_classification":
-        X, y = datasets.make_classification(n_samples=1000, n_features=20, n_informative=8, n_classes=3,
-                                            random_state=seed)
+        X, y = datasets.make_classification(
+            n_samples=1000, n_features=20, n_informative=8, n_classes=3, random_state=seed
+        )
         return X, y, False
     if name == "make_friedman1":
         X, y = datasets.make_friedman1(n_samples=1000, n_features=10, noise=1.0, random_state=seed)
@@ -143,8 +144,9 @@ def run_cell(dataset: str, alpha: float, seed: int, n_trees: int) -> dict:
     rng = np.random.default_rng([DATASETS.index(dataset), seed, int(alpha * 10)])
     train, test = test_split(y, regression, rng)
     Xtr, ytr, Xte, yte = X[train], y[train], X[test], y[test]
-    labels = strata(ytr, regression, np.quantile(ytr, np.linspace(0, 1, N_QUANTILE_BINS + 1)[1:-1])
-                    if regression else None)
+    labels = strata(
+        ytr, regression, np.quantile(ytr, np.linspace(0, 1, N_QUANTILE_BINS + 1)[1:-1]) if regression else None
+    )
     parts = dirichlet_partition(labels, alpha, rng)
     problems = []
     flat = np.sort(np.concatenate(parts))
@@ -152,14 +154,18 @@ def run_cell(dataset: str, alpha: float, seed: int, n_trees: int) -> dict:
         problems.append(f"{dataset} alpha={alpha} seed {seed}: partition does not cover the pool once")
     blocks = [Block(f"client-{k:02d}", Xtr[p], ytr[p], Xte[:0], yte[:0]) for k, p in enumerate(parts)]
     task = "regression" if regression else "classification"
-    forest = FedForest(protocol="sketches", n_trees=n_trees, max_depth=8, n_bins=32, task=task, min_samples_leaf=5,
-                       max_features="auto")  # d // 3 (regression), int(sqrt(d)) (classification)
+    forest = FedForest(
+        protocol="sketches", n_trees=n_trees, max_depth=8, n_bins=32, task=task, min_samples_leaf=5, max_features="auto"
+    )  # d // 3 (regression), int(sqrt(d)) (classification)
     sim = Simulation(client_data(blocks))
     out: dict[str, float] = {}
     seconds: dict[str, float] = {}
     known = set(np.asarray(y).astype(str).tolist())
-    for name, algo in (("FedForest", forest), ("Local Learning", LocalLearning(forest)),
-                       ("Local Ensembling", LocalEnsembling(forest))):
+    for name, algo in (
+        ("FedForest", forest),
+        ("Local Learning", LocalLearning(forest)),
+        ("Local Ensembling", LocalEnsembling(forest)),
+    ):
         t0 = time.perf_counter()
         model = sim.run(algo, seed=seed, job_id=f"{dataset}-{alpha}-{seed}-{name}")
         seconds[name] = time.perf_counter() - t0
@@ -170,11 +176,13 @@ def run_cell(dataset: str, alpha: float, seed: int, n_trees: int) -> dict:
         out[name] = float(np.mean([score(yte, p, regression) for p in preds]))
     t0 = time.perf_counter()
     if regression:
-        rf = RandomForestRegressor(n_estimators=n_trees, max_depth=8, min_samples_leaf=5, max_features=1 / 3,
-                                   random_state=seed, n_jobs=1)
+        rf = RandomForestRegressor(
+            n_estimators=n_trees, max_depth=8, min_samples_leaf=5, max_features=1 / 3, random_state=seed, n_jobs=1
+        )
     else:
-        rf = RandomForestClassifier(n_estimators=n_trees, max_depth=8, min_samples_leaf=5, max_features="sqrt",
-                                    random_state=seed, n_jobs=1)
+        rf = RandomForestClassifier(
+            n_estimators=n_trees, max_depth=8, min_samples_leaf=5, max_features="sqrt", random_state=seed, n_jobs=1
+        )
     out["Centralized RF"] = score(yte, rf.fit(Xtr, ytr).predict(Xte), regression)
     seconds["Centralized RF"] = time.perf_counter() - t0
     for k, v in out.items():
@@ -182,9 +190,18 @@ def run_cell(dataset: str, alpha: float, seed: int, n_trees: int) -> dict:
             problems.append(f"{dataset} alpha={alpha} seed {seed} {k}: score {v}")
     # heterogeneity of the partition: mean over clients of the share of its most common label
     purity = float(np.mean([np.bincount(labels[p]).max() / p.size for p in parts]))
-    return {"dataset": dataset, "alpha": alpha, "seed": seed, "score": out, "seconds": seconds,
-            "problems": problems, "purity": purity, "sizes": (min(p.size for p in parts), max(p.size for p in parts)),
-            "n_train": int(ytr.size), "n_test": int(yte.size)}
+    return {
+        "dataset": dataset,
+        "alpha": alpha,
+        "seed": seed,
+        "score": out,
+        "seconds": seconds,
+        "problems": problems,
+        "purity": purity,
+        "sizes": (min(p.size for p in parts), max(p.size for p in parts)),
+        "n_train": int(ytr.size),
+        "n_test": int(yte.size),
+    }
 
 
 def _cell(args: tuple) -> dict:
@@ -203,12 +220,19 @@ def main() -> int:
     import sklearn
 
     command = shlex.join(["python", "benchmarks/bench_fedforest_tabular.py", *sys.argv[1:]])
-    print_machine("FedForest on scikit-learn tabular data with Dirichlet label skew over 20 clients (App. B)",
-                  command, {"scikit-learn": sklearn.__version__,
-                            "parallelism": f"{args.jobs} worker processes, one (dataset, alpha, seed) cell each"})
-    print(f"- T = {args.trees}, max_depth 8, min_samples_leaf 5, max_features d/3 (regression) / sqrt(d) "
-          f"(classification), B = 32; K = {K}; alpha in {list(ALPHAS)}; seeds 0..{n_seeds - 1}; test = "
-          f"{int(TEST_FRACTION * 100)} % stratified hold-out")
+    print_machine(
+        "FedForest on scikit-learn tabular data with Dirichlet label skew over 20 clients (App. B)",
+        command,
+        {
+            "scikit-learn": sklearn.__version__,
+            "parallelism": f"{args.jobs} worker processes, one (dataset, alpha, seed) cell each",
+        },
+    )
+    print(
+        f"- T = {args.trees}, max_depth 8, min_samples_leaf 5, max_features d/3 (regression) / sqrt(d) "
+        f"(classification), B = 32; K = {K}; alpha in {list(ALPHAS)}; seeds 0..{n_seeds - 1}; test = "
+        f"{int(TEST_FRACTION * 100)} % stratified hold-out"
+    )
     print()
 
     tasks = [(d, a, s, args.trees) for d in DATASETS for a in ALPHAS for s in range(n_seeds)]
@@ -217,8 +241,10 @@ def main() -> int:
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for r in pool.map(_cell, tasks):
             results.append(r)
-            log(f"{r['dataset']} alpha={r['alpha']} seed {r['seed']}: "
-                + ", ".join(f"{k} {v:.3f}" for k, v in r["score"].items()))
+            log(
+                f"{r['dataset']} alpha={r['alpha']} seed {r['seed']}: "
+                + ", ".join(f"{k} {v:.3f}" for k, v in r["score"].items())
+            )
     wall = time.perf_counter() - started
     failures = [p for r in results for p in r["problems"]]
 
@@ -234,28 +260,62 @@ def main() -> int:
             ahead = mean["FedForest"] > mean["Local Learning"] and mean["FedForest"] > mean["Local Ensembling"]
             goal_met += within and ahead
             sizes = (min(r["sizes"][0] for r in cell), max(r["sizes"][1] for r in cell))
-            rows.append([d, "R²" if d == "diabetes" else "bal. acc.", f"{a:g}", f"{cell[0]['n_train']}",
-                         f"{sizes[0]}-{sizes[1]}", f"{np.mean([r['purity'] for r in cell]):.2f}",
-                         *(mean_std(v[m]) for m in METHODS),
-                         f"{mean['FedForest'] - mean['Centralized RF']:+.3f}", "yes" if within else "no",
-                         "yes" if ahead else "no"])
+            rows.append(
+                [
+                    d,
+                    "R²" if d == "diabetes" else "bal. acc.",
+                    f"{a:g}",
+                    f"{cell[0]['n_train']}",
+                    f"{sizes[0]}-{sizes[1]}",
+                    f"{np.mean([r['purity'] for r in cell]):.2f}",
+                    *(mean_std(v[m]) for m in METHODS),
+                    f"{mean['FedForest'] - mean['Centralized RF']:+.3f}",
+                    "yes" if within else "no",
+                    "yes" if ahead else "no",
+                ]
+            )
     print(f"### Test score, mean ± std over {n_seeds} seeds (higher is better)\n")
-    print(markdown_table(["dataset", "metric", "α", "train rows", "rows/client", "label purity",
-                          "FedForest", "Centralized RF", "Local Learning (mean over clients)", "Local Ensembling",
-                          "FF − RF", "FF within 1 sd of RF", "FF ahead of LL and LE"], rows))
+    print(
+        markdown_table(
+            [
+                "dataset",
+                "metric",
+                "α",
+                "train rows",
+                "rows/client",
+                "label purity",
+                "FedForest",
+                "Centralized RF",
+                "Local Learning (mean over clients)",
+                "Local Ensembling",
+                "FF − RF",
+                "FF within 1 sd of RF",
+                "FF ahead of LL and LE",
+            ],
+            rows,
+        )
+    )
     print()
-    print(f"Goal (within one sd of centralized RF and ahead of both local baselines) met in {goal_met} of "
-          f"{len(rows)} cells. 'label purity' = mean over clients of the share of the client's most common label "
-          "(class or target quintile): 1.0 = single-label clients. 'within 1 sd' = |mean_FF − mean_RF| <= "
-          "max(sd_FF, sd_RF).")
+    print(
+        f"Goal (within one sd of centralized RF and ahead of both local baselines) met in {goal_met} of "
+        f"{len(rows)} cells. 'label purity' = mean over clients of the share of the client's most common label "
+        "(class or target quintile): 1.0 = single-label clients. 'within 1 sd' = |mean_FF − mean_RF| <= "
+        "max(sd_FF, sd_RF)."
+    )
     print()
     secs = {m: [r["seconds"][m] for r in results] for m in METHODS}
     print("### Wall time per fit (worker process, median / total over all cells)\n")
-    print(markdown_table(["method", "median (s)", "total (s)"],
-                         [[m, f"{np.median(secs[m]):.2f}", f"{np.sum(secs[m]):.0f}"] for m in METHODS]))
+    print(
+        markdown_table(
+            ["method", "median (s)", "total (s)"],
+            [[m, f"{np.median(secs[m]):.2f}", f"{np.sum(secs[m]):.0f}"] for m in METHODS],
+        )
+    )
     print()
-    print(f"Total wall time of the cells: {wall:.0f} s with {args.jobs} workers; load average at the end "
-          f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores.")
+    print(
+        f"Total wall time of the cells: {wall:.0f} s with {args.jobs} workers; load average at the end "
+        f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores."
+    )
     print()
     print("correctness: " + ("all checks passed" if not failures else "FAILED"))
     for failure in failures:

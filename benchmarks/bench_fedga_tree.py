@@ -75,15 +75,22 @@ def load(name: str) -> Dataset:
         from statsmodels.datasets import fair
 
         data = fair.load_pandas().data
-        return Dataset(name, data.drop(columns="affairs").to_numpy(np.float64),
-                       (data["affairs"].to_numpy() > 0).astype(np.int64), False)
+        return Dataset(
+            name,
+            data.drop(columns="affairs").to_numpy(np.float64),
+            (data["affairs"].to_numpy() > 0).astype(np.int64),
+            False,
+        )
     if name == "randhie":
         from statsmodels.datasets import randhie
 
         data = randhie.load_pandas()
         return Dataset(name, data.exog.to_numpy(np.float64), data.endog.to_numpy(np.float64), True)
-    loaders = {"digits": datasets.load_digits, "breast_cancer": datasets.load_breast_cancer,
-               "diabetes": datasets.load_diabetes}
+    loaders = {
+        "digits": datasets.load_digits,
+        "breast_cancer": datasets.load_breast_cancer,
+        "diabetes": datasets.load_diabetes,
+    }
     if name not in loaders:
         raise ValueError(f"unknown dataset {name!r}")
     X, y = loaders[name](return_X_y=True)
@@ -117,11 +124,11 @@ def discretise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndar
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "bins whose width are too small ... removed"
             binner = KBinsDiscretizer(5, encode="ordinal", strategy="quantile")
-            binner.fit(train[:, j:j + 1])
+            binner.fit(train[:, j : j + 1])
             if binner.n_bins_[0] < 2:
-                binner = KBinsDiscretizer(2, encode="ordinal", strategy="uniform").fit(train[:, j:j + 1])
-        out_train[:, j] = binner.transform(train[:, j:j + 1])[:, 0]
-        out_test[:, j] = binner.transform(test[:, j:j + 1])[:, 0]
+                binner = KBinsDiscretizer(2, encode="ordinal", strategy="uniform").fit(train[:, j : j + 1])
+        out_train[:, j] = binner.transform(train[:, j : j + 1])[:, 0]
+        out_test[:, j] = binner.transform(test[:, j : j + 1])[:, 0]
     return out_train, out_test
 
 
@@ -146,8 +153,11 @@ def cv_tree(X: np.ndarray, y: np.ndarray, regression: bool, seed: int):
     for train, held in KFold(5, shuffle=True, random_state=seed).split(X):
         for j, depth in enumerate(depths):
             predicted = model(max_depth=depth, random_state=seed).fit(X[train], codes[train]).predict(X[held])
-            scores[j] += (r2(codes[held], predicted[None, :]) if regression
-                          else f1_macro(codes[held], predicted[None, :].astype(np.int64), len(classes)))[0]
+            scores[j] += (
+                r2(codes[held], predicted[None, :])
+                if regression
+                else f1_macro(codes[held], predicted[None, :].astype(np.int64), len(classes))
+            )[0]
     return model(max_depth=depths[int(np.argmax(scores))], random_state=seed).fit(X, y)
 
 
@@ -155,8 +165,11 @@ def score(regression: bool, y: np.ndarray, predicted: np.ndarray) -> float:
     """Macro F1 or MSE on the test rows."""
     from sklearn.metrics import f1_score, mean_squared_error
 
-    return float(mean_squared_error(y, predicted)) if regression else float(
-        f1_score(y, predicted, average="macro", zero_division=0))
+    return (
+        float(mean_squared_error(y, predicted))
+        if regression
+        else float(f1_score(y, predicted, average="macro", zero_division=0))
+    )
 
 
 def relative_change(federated: np.ndarray, local: np.ndarray) -> np.ndarray:
@@ -230,8 +243,9 @@ def run_split(name: str, split: int, seeds: int, generations: int) -> SplitOutco
     ibm = None
     if not data.regression:
         train_rows = np.concatenate(parts)
-        dp = DPTree(max_depth=6, epsilon=1.0).fit(clients, edges=bin_edges(X[train_rows]),
-                                                  classes=tuple(np.unique(data.y[train_rows]).tolist()), seed=split)
+        dp = DPTree(max_depth=6, epsilon=1.0).fit(
+            clients, edges=bin_edges(X[train_rows]), classes=tuple(np.unique(data.y[train_rows]).tolist()), seed=split
+        )
         ibm = score(False, y_test, dp.predict(X_test))
     local_scores, local_nodes = [], []
     for k, (Xc, yc) in enumerate(clients):
@@ -246,8 +260,17 @@ def run_split(name: str, split: int, seeds: int, generations: int) -> SplitOutco
             model = models[f"client-{k:03d}"]
             federated[seed, k] = score(data.regression, y_test, model.predict(X_test))
             fed_nodes.append(int((model.trees[0].feature >= 0).sum()))
-    return SplitOutcome(name, split, data.regression, np.array(local_scores), federated, ibm, float(np.mean(fed_nodes)),
-                        float(np.mean(local_nodes)), time.perf_counter() - started)
+    return SplitOutcome(
+        name,
+        split,
+        data.regression,
+        np.array(local_scores),
+        federated,
+        ibm,
+        float(np.mean(fed_nodes)),
+        float(np.mean(local_nodes)),
+        time.perf_counter() - started,
+    )
 
 
 def median_iqr(values: np.ndarray, digits: int = 2) -> str:
@@ -272,19 +295,47 @@ def table(outcomes: list[SplitOutcome], samples: dict[str, tuple[int, int]]) -> 
         per_client_fed = np.concatenate([o.federated.mean(axis=0) for o in group])
         per_client_local = np.concatenate([o.local for o in group])
         clients, per_client = samples[name]
-        rows.append([name, "MSE" if group[0].regression else "macro F1", str(clients), str(per_client),
-                     f"{len(group)} x {group[0].federated.shape[0]}", median_iqr(deltas), f"{deltas.mean():.2f}",
-                     median_iqr(shares, 0), f"{wilcoxon_p(deltas):.3g}",
-                     f"{wilcoxon_p(per_client_fed - per_client_local):.3g}",
-                     *([] if group[0].regression else [median_iqr(np.array([o.ibm_delta for o in group])),
-                                                       median_iqr(100 * np.array([o.ibm_gain for o in group]), 0)]),
-                     f"{np.mean([o.nodes_federated for o in group]):.1f}",
-                     f"{np.mean([o.nodes_local for o in group]):.1f}",
-                     f"{np.mean([o.seconds for o in group]):.0f}"])
-    headers = ["data", "score", "N", "train/client", "splits x seeds", "Δ % median [IQR]", "Δ % mean",
-               "gain % median [IQR]", "p (splits' Δ)", "p (clients)",
-               *([] if outcomes[0].regression else ["Δ IBM % median [IQR]", "IBM gain % median [IQR]"]),
-               "nodes FedGA", "nodes local", "s/split"]
+        rows.append(
+            [
+                name,
+                "MSE" if group[0].regression else "macro F1",
+                str(clients),
+                str(per_client),
+                f"{len(group)} x {group[0].federated.shape[0]}",
+                median_iqr(deltas),
+                f"{deltas.mean():.2f}",
+                median_iqr(shares, 0),
+                f"{wilcoxon_p(deltas):.3g}",
+                f"{wilcoxon_p(per_client_fed - per_client_local):.3g}",
+                *(
+                    []
+                    if group[0].regression
+                    else [
+                        median_iqr(np.array([o.ibm_delta for o in group])),
+                        median_iqr(100 * np.array([o.ibm_gain for o in group]), 0),
+                    ]
+                ),
+                f"{np.mean([o.nodes_federated for o in group]):.1f}",
+                f"{np.mean([o.nodes_local for o in group]):.1f}",
+                f"{np.mean([o.seconds for o in group]):.0f}",
+            ]
+        )
+    headers = [
+        "data",
+        "score",
+        "N",
+        "train/client",
+        "splits x seeds",
+        "Δ % median [IQR]",
+        "Δ % mean",
+        "gain % median [IQR]",
+        "p (splits' Δ)",
+        "p (clients)",
+        *([] if outcomes[0].regression else ["Δ IBM % median [IQR]", "IBM gain % median [IQR]"]),
+        "nodes FedGA",
+        "nodes local",
+        "s/split",
+    ]
     return markdown_table(headers, rows)
 
 
@@ -293,8 +344,9 @@ def main() -> int:
     parser.add_argument("--splits", type=int, default=10, help="train/test splits per data set (paper: 10)")
     parser.add_argument("--seeds", type=int, default=10, help="GA seeds per split (paper: 10 runs)")
     parser.add_argument("--generations", type=int, default=100, help="G (Table II: 100)")
-    parser.add_argument("--datasets", nargs="+", choices=CLASSIFICATION + REGRESSION,
-                        default=list(CLASSIFICATION + REGRESSION))
+    parser.add_argument(
+        "--datasets", nargs="+", choices=CLASSIFICATION + REGRESSION, default=list(CLASSIFICATION + REGRESSION)
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--results", type=Path, help="append each finished split here (JSON lines)")
     parser.add_argument("--from", dest="saved", type=Path, help="print the tables of saved results and stop")
@@ -306,14 +358,20 @@ def main() -> int:
     import sklearn
     import statsmodels
 
-    print_machine("FedGA-Tree vs local CART trees on bundled real data sets", command,
-                  {"scikit-learn": sklearn.__version__, "statsmodels": statsmodels.__version__})
+    print_machine(
+        "FedGA-Tree vs local CART trees on bundled real data sets",
+        command,
+        {"scikit-learn": sklearn.__version__, "statsmodels": statsmodels.__version__},
+    )
     if args.saved:
         outcomes = [SplitOutcome.from_json(line) for line in args.saved.read_text().splitlines() if line.strip()]
         report(outcomes)
         return 0
-    print(f"- FedGATree defaults (Table II) except G = {args.generations}; {args.splits} splits x {args.seeds} "
-          f"GA seeds per data set; {args.workers} worker processes\n", flush=True)
+    print(
+        f"- FedGATree defaults (Table II) except G = {args.generations}; {args.splits} splits x {args.seeds} "
+        f"GA seeds per data set; {args.workers} worker processes\n",
+        flush=True,
+    )
     started = time.perf_counter()
     jobs = [(name, split) for split in range(args.splits) for name in args.datasets]
     outcomes = []
@@ -321,8 +379,12 @@ def main() -> int:
         futures = [pool.submit(run_split, name, split, args.seeds, args.generations) for name, split in jobs]
         for future in futures:
             outcomes.append(future.result())
-            print(f"  {outcomes[-1].name} split {outcomes[-1].split}: Δ {outcomes[-1].delta:+.2f} %, "
-                  f"gain {100 * outcomes[-1].gain:.0f} %, {outcomes[-1].seconds:.0f} s", file=sys.stderr, flush=True)
+            print(
+                f"  {outcomes[-1].name} split {outcomes[-1].split}: Δ {outcomes[-1].delta:+.2f} %, "
+                f"gain {100 * outcomes[-1].gain:.0f} %, {outcomes[-1].seconds:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             if args.results:
                 with args.results.open("a") as out:
                     out.write(outcomes[-1].to_json() + "\n")
@@ -338,8 +400,10 @@ def report(outcomes: list[SplitOutcome]) -> None:
         n = load(name).y.size
         clients = n_clients(n)
         samples[name] = (clients, (n - n // 10) // clients)
-    for kind, names in (("Classification (macro F1; Δ > 0 is better)", CLASSIFICATION),
-                        ("Regression (MSE; Δ < 0 is better)", REGRESSION)):
+    for kind, names in (
+        ("Classification (macro F1; Δ > 0 is better)", CLASSIFICATION),
+        ("Regression (MSE; Δ < 0 is better)", REGRESSION),
+    ):
         group = [o for o in outcomes if o.name in names]
         if group:
             print(f"### {kind}\n")
@@ -350,8 +414,10 @@ def report(outcomes: list[SplitOutcome]) -> None:
         by_set = {name: [o for o in cls if o.name == name] for name in dict.fromkeys(o.name for o in cls)}
         delta = np.mean([np.mean([o.delta for o in group]) for group in by_set.values()])
         share = 100 * np.mean([np.mean([o.gain for o in group]) for group in by_set.values()])
-        print(f"- classification, mean over data sets: Δ = {delta:+.2f} %, {share:.0f} % of clients gain "
-              f"(paper, 14 sets: +5.58 %, 75 %)")
+        print(
+            f"- classification, mean over data sets: Δ = {delta:+.2f} %, {share:.0f} % of clients gain "
+            f"(paper, 14 sets: +5.58 %, 75 %)"
+        )
 
 
 if __name__ == "__main__":

@@ -50,12 +50,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="wheelfed-bench-multi-") as tmp:
         subjects, info = seglearn.load_subjects(Path(tmp), classes)
     splits = [seglearn.subject_tail(s) for s in subjects]
-    clients = [ClientData(f"subject-{i:02d}", s.X[p.train].astype(np.float32), s.y[p.train])
-               for i, (s, p) in enumerate(zip(subjects, splits))]
+    clients = [
+        ClientData(f"subject-{i:02d}", s.X[p.train].astype(np.float32), s.y[p.train])
+        for i, (s, p) in enumerate(zip(subjects, splits))
+    ]
     Xte = np.vstack([s.X[p.test] for s, p in zip(subjects, splits)]).astype(np.float32)
     yte = np.concatenate([s.y[p.test] for s, p in zip(subjects, splits)])
-    print(f"- data: {len(clients)} clients, {sum(c.X.shape[0] for c in clients):,} train windows x "
-          f"{clients[0].X.shape[1]} features, {len(classes)} classes\n")
+    print(
+        f"- data: {len(clients)} clients, {sum(c.X.shape[0] for c in clients):,} train windows x "
+        f"{clients[0].X.shape[1]} features, {len(classes)} classes\n"
+    )
 
     rows = []
     for strategy in ("one_output_per_tree", "multi_output_tree"):
@@ -68,12 +72,35 @@ def main() -> int:
         rounds_client = (sent[-1][0] - sent[0][0]) / max(len(sent) - 1, 1)
         rounds_server = (sent[-1][1] - sent[0][1]) / max(len(sent) - 1, 1)
         predicted = model.predict(Xte)
-        rows.append([strategy, str(model.n_trees), str(sum(t.n_nodes for t in model.trees)),
-                     f"{rounds_client / len(clients) / 1e6:.2f}", f"{rounds_server / len(clients) / 1e6:.2f}",
-                     f"{sim.client_bytes() / len(clients) / 1e6:.1f}", f"{seconds:.0f}",
-                     f"{(predicted == yte).mean():.4f}", f"{f1_score(yte, predicted, average='macro'):.4f}"])
-    print(markdown_table(["multi_strategy", "trees", "nodes", "MB/round/gateway up (rounds 2..)",
-                          "MB/round/gateway down", "MB/gateway up, whole job", "s", "accuracy", "macro-F1"], rows))
+        rows.append(
+            [
+                strategy,
+                str(model.n_trees),
+                str(sum(t.n_nodes for t in model.trees)),
+                f"{rounds_client / len(clients) / 1e6:.2f}",
+                f"{rounds_server / len(clients) / 1e6:.2f}",
+                f"{sim.client_bytes() / len(clients) / 1e6:.1f}",
+                f"{seconds:.0f}",
+                f"{(predicted == yte).mean():.4f}",
+                f"{f1_score(yte, predicted, average='macro'):.4f}",
+            ]
+        )
+    print(
+        markdown_table(
+            [
+                "multi_strategy",
+                "trees",
+                "nodes",
+                "MB/round/gateway up (rounds 2..)",
+                "MB/round/gateway down",
+                "MB/gateway up, whole job",
+                "s",
+                "accuracy",
+                "macro-F1",
+            ],
+            rows,
+        )
+    )
     print("\nPer-round bytes are the mean over rounds 2..n (round 1 also carries the job's opening).")
     return 0
 

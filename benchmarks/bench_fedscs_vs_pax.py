@@ -79,7 +79,7 @@ def series_block(s: seglearn.Subject, rng: np.random.Generator) -> seglearn.Spli
         n_test = len(idx) - int(seglearn.TRAIN_FRACTION * len(idx)) - seglearn.GAP_WINDOWS
         if n_test >= 1:
             start = int(rng.integers(0, len(idx) - n_test + 1))
-            test.append(idx[start:start + n_test])
+            test.append(idx[start : start + n_test])
     test_idx = np.sort(np.concatenate(test))
     rest = np.setdiff1d(np.arange(len(s.y)), test_idx)
     ts, te = s.start_us[test_idx][None, :], s.end_us[test_idx][None, :]
@@ -89,10 +89,20 @@ def series_block(s: seglearn.Subject, rng: np.random.Generator) -> seglearn.Spli
 
 # --- the methods ----------------------------------------------------------------------------------
 def xgb_params(n_classes: int, n_bins: int) -> dict:
-    return {"objective": "multi:softprob", "tree_method": "hist", "num_class": n_classes, "max_bin": n_bins,
-            "max_depth": PARAMS["max_depth"], "eta": PARAMS["learning_rate"], "lambda": PARAMS["reg_lambda"],
-            "gamma": PARAMS["gamma"], "min_child_weight": PARAMS["min_child_weight"], "nthread": 1, "seed": 0,
-            "verbosity": 0}
+    return {
+        "objective": "multi:softprob",
+        "tree_method": "hist",
+        "num_class": n_classes,
+        "max_bin": n_bins,
+        "max_depth": PARAMS["max_depth"],
+        "eta": PARAMS["learning_rate"],
+        "lambda": PARAMS["reg_lambda"],
+        "gamma": PARAMS["gamma"],
+        "min_child_weight": PARAMS["min_child_weight"],
+        "nthread": 1,
+        "seed": 0,
+        "verbosity": 0,
+    }
 
 
 def xgb_predictions(X, y, Xte, n_classes: int, n_bins: int) -> dict[int, np.ndarray]:
@@ -116,8 +126,10 @@ def fleet_edges(clients, n_bins: int) -> list[np.ndarray]:
     job = FederatedJob(sim.engine, list(sim.transports), job_id="edges")
     summer = FleetSummer(job, secure=False)
     summer.start(job.clients)
-    return [np.asarray(e, dtype=np.float32) for e in
-            describe_fleet_privately(job, summer, "", regression=False, n_bins=n_bins).edges]
+    return [
+        np.asarray(e, dtype=np.float32)
+        for e in describe_fleet_privately(job, summer, "", regression=False, n_bins=n_bins).edges
+    ]
 
 
 def quantise(X: np.ndarray, edges: list[np.ndarray]) -> np.ndarray:
@@ -138,8 +150,9 @@ def quantise(X: np.ndarray, edges: list[np.ndarray]) -> np.ndarray:
 def fedscs_config(n_bins: int, n_rounds: int):
     from aggregator.algorithms import FedSCSXGB
 
-    return FedSCSXGB(n_rounds=n_rounds, n_bins=n_bins, protocol="histogram", secure_aggregation=False, min_crowd=0,
-                     **PARAMS)
+    return FedSCSXGB(
+        n_rounds=n_rounds, n_bins=n_bins, protocol="histogram", secure_aggregation=False, min_crowd=0, **PARAMS
+    )
 
 
 def pax_config(n_bins: int):
@@ -172,7 +185,7 @@ def per_client_scores(fleet: Fleet, predictions: np.ndarray) -> list[list[float]
     """[[acc, macro-F1] per client, then the pooled test set]."""
     out, start = [], 0
     for _, y in fleet.tests:
-        out.append(list(seglearn.scores(y, predictions[start:start + y.shape[0]])))
+        out.append(list(seglearn.scores(y, predictions[start : start + y.shape[0]])))
         start += y.shape[0]
     y_all = np.concatenate([y for _, y in fleet.tests])
     return out + [list(seglearn.scores(y_all, predictions))]
@@ -201,8 +214,15 @@ def run_cell(subjects: list, n_classes: int, kind: str, n_bins: int, seed: int) 
     else:
         pax = pax_config(n_bins).fit(common.direct_job(fleet.clients))
         scores[f"pax {PAX_ROUNDS}"] = per_client_scores(fleet, pax.predict_proba(Xte).argmax(axis=1))
-    return {"kind": kind, "n_bins": n_bins, "seed": seed, "scores": scores, "seconds": time.perf_counter() - t0,
-            "n_test": int(Xte.shape[0]), "n_train": int(Xtr.shape[0])}
+    return {
+        "kind": kind,
+        "n_bins": n_bins,
+        "seed": seed,
+        "scores": scores,
+        "seconds": time.perf_counter() - t0,
+        "n_test": int(Xte.shape[0]),
+        "n_train": int(Xtr.shape[0]),
+    }
 
 
 # --- the checks on seed 0 -------------------------------------------------------------------------
@@ -229,20 +249,26 @@ def checks(subjects: list, n_classes: int, n_bins: int, rounds: list[int]) -> tu
         booster = xgb.train(xgb_params(n_classes, 2 * n_bins), xgb.DMatrix(quantise(Xtr, edges), label=ytr), r)
         shortcut = booster.predict(xgb.DMatrix(quantise(Xte, edges)))
         same = float((real.argmax(axis=1) == shortcut.argmax(axis=1)).mean())
-        lines.append(f"- FedSCS-XGB shortcut check (seed 0, B={n_bins}, {r} rounds): aggregator.simulate(FedSCSXGB("
-                     f"protocol='histogram', min_crowd=0)) and xgboost on the quantised windows predict the same "
-                     f"class on {100 * same:.2f} % of the {Xte.shape[0]} test windows, max |probability difference| "
-                     f"{np.abs(real - shortcut).max():.1e} (simulation {seconds:.0f} s)")
+        lines.append(
+            f"- FedSCS-XGB shortcut check (seed 0, B={n_bins}, {r} rounds): aggregator.simulate(FedSCSXGB("
+            f"protocol='histogram', min_crowd=0)) and xgboost on the quantised windows predict the same "
+            f"class on {100 * same:.2f} % of the {Xte.shape[0]} test windows, max |probability difference| "
+            f"{np.abs(real - shortcut).max():.1e} (simulation {seconds:.0f} s)"
+        )
         log(lines[-1])
         if same < 1.0:
-            failures.append(f"FedSCS-XGB shortcut ({r} rounds) differs from the simulation on "
-                            f"{100 * (1 - same):.2f} % of test windows")
+            failures.append(
+                f"FedSCS-XGB shortcut ({r} rounds) differs from the simulation on "
+                f"{100 * (1 - same):.2f} % of test windows"
+            )
     t0 = time.perf_counter()
     simulated = simulate(pax_config(n_bins), fleet.clients)
     seconds = time.perf_counter() - t0
     direct = pax_config(n_bins).fit(common.direct_job(fleet.clients))
-    lines.append(f"- PAX in-process check (seed 0, B={n_bins}): trees identical to aggregator.simulate(PAX(...)): "
-                 f"{simulated.trees == direct.trees} (simulation {seconds:.0f} s)")
+    lines.append(
+        f"- PAX in-process check (seed 0, B={n_bins}): trees identical to aggregator.simulate(PAX(...)): "
+        f"{simulated.trees == direct.trees} (simulation {seconds:.0f} s)"
+    )
     if simulated.trees != direct.trees:
         failures.append("PAX in-process run differs from the simulation")
     return lines, failures
@@ -250,8 +276,11 @@ def checks(subjects: list, n_classes: int, n_bins: int, rounds: list[int]) -> tu
 
 # --- tables ---------------------------------------------------------------------------------------
 def pp(values) -> str:
-    return f"{100 * np.mean(values):+.2f} ± {100 * np.std(values, ddof=1):.2f}" if len(values) > 1 else \
-        f"{100 * values[0]:+.2f}"
+    return (
+        f"{100 * np.mean(values):+.2f} ± {100 * np.std(values, ddof=1):.2f}"
+        if len(values) > 1
+        else f"{100 * values[0]:+.2f}"
+    )
 
 
 def scores_of(cells: list[dict], B: int, key: str) -> dict[int, list]:
@@ -276,12 +305,39 @@ def gap_table(cells: list[dict], bins: list[int]) -> str:
             fed = np.array([a for a, _ in pairs])
             cen = np.array([b for _, b in pairs])
             gap = fed - cen
-            rows.append([f"{B}", f"{r}", method, f"{len(pairs)}", mean_sd(cen[:, 0]), mean_sd(fed[:, 0]), pp(gap[:, 0]),
-                         f"{100 * gap[:, 0].min():+.2f} .. {100 * gap[:, 0].max():+.2f}",
-                         f"{int((gap[:, 0] < 0).sum())}/{int((gap[:, 0] > 0).sum())}",
-                         mean_sd(cen[:, 1]), mean_sd(fed[:, 1]), pp(gap[:, 1])])
-    return markdown_table(["B", "rounds", "method", "seeds", "central acc", "method acc", "acc gap (pp)",
-                           "gap min .. max", "seeds below / above", "central F1", "method F1", "F1 gap (pp)"], rows)
+            rows.append(
+                [
+                    f"{B}",
+                    f"{r}",
+                    method,
+                    f"{len(pairs)}",
+                    mean_sd(cen[:, 0]),
+                    mean_sd(fed[:, 0]),
+                    pp(gap[:, 0]),
+                    f"{100 * gap[:, 0].min():+.2f} .. {100 * gap[:, 0].max():+.2f}",
+                    f"{int((gap[:, 0] < 0).sum())}/{int((gap[:, 0] > 0).sum())}",
+                    mean_sd(cen[:, 1]),
+                    mean_sd(fed[:, 1]),
+                    pp(gap[:, 1]),
+                ]
+            )
+    return markdown_table(
+        [
+            "B",
+            "rounds",
+            "method",
+            "seeds",
+            "central acc",
+            "method acc",
+            "acc gap (pp)",
+            "gap min .. max",
+            "seeds below / above",
+            "central F1",
+            "method F1",
+            "F1 gap (pp)",
+        ],
+        rows,
+    )
 
 
 def table_ii(cells: list[dict], bins: list[int], names: list[str]) -> str:
@@ -309,8 +365,14 @@ def table_ii(cells: list[dict], bins: list[int], names: list[str]) -> str:
         row = ["ALL" if label == "baseline" else "", label]
         for B in bins:
             m = means[B, key]
-            row += ["-", "-"] if m is None else [f"{100 * m[:, 0].mean():.2f} ± {100 * m[:, 0].std(ddof=1):.2f}",
-                                                 f"{100 * m[:, 1].mean():.2f} ± {100 * m[:, 1].std(ddof=1):.2f}"]
+            row += (
+                ["-", "-"]
+                if m is None
+                else [
+                    f"{100 * m[:, 0].mean():.2f} ± {100 * m[:, 0].std(ddof=1):.2f}",
+                    f"{100 * m[:, 1].mean():.2f} ± {100 * m[:, 1].std(ddof=1):.2f}",
+                ]
+            )
         rows.append(row)
     return markdown_table(headers, rows)
 
@@ -327,11 +389,15 @@ def main() -> int:
     parser.add_argument("--pax-bins", help="bin counts for PAX (default: --bins); its cells run after all others")
     parser.add_argument("--workers", type=int, default=1, help="parallel processes for the (B, seed) cells")
     parser.add_argument("--cache", type=Path, help="JSON-lines file of finished cells, reused and appended")
-    parser.add_argument("--report-only", action="store_true",
-                        help="run no new cell: the checks, then the tables of the cached cells")
-    parser.add_argument("--check-rounds", default="10",
-                        help="round counts at which the FedSCS-XGB shortcut is checked against aggregator.simulate "
-                             "on seed 0 and the first B (default 10; 100 takes ~10x longer)")
+    parser.add_argument(
+        "--report-only", action="store_true", help="run no new cell: the checks, then the tables of the cached cells"
+    )
+    parser.add_argument(
+        "--check-rounds",
+        default="10",
+        help="round counts at which the FedSCS-XGB shortcut is checked against aggregator.simulate "
+        "on seed 0 and the first B (default 10; 100 takes ~10x longer)",
+    )
     parser.add_argument("--quick", action="store_true", help="2 seeds, B in {64}, no simulation checks")
     args = parser.parse_args()
     seeds = 2 if args.quick else args.seeds
@@ -351,14 +417,23 @@ def main() -> int:
     from firmware_bridge.importers import seglearn_watch
 
     command = " ".join([".venv/bin/python", "benchmarks/bench_fedscs_vs_pax.py", *sys.argv[1:]])
-    print_machine("FedSCS-XGB vs PAX vs centralized xgboost on the seglearn watch set, seeded splits", command,
-                  {"xgboost": xgboost.__version__, "scikit-learn": sklearn.__version__,
-                   "threads": "xgboost nthread=1 per cell", "workers": str(args.workers)})
+    print_machine(
+        "FedSCS-XGB vs PAX vs centralized xgboost on the seglearn watch set, seeded splits",
+        command,
+        {
+            "xgboost": xgboost.__version__,
+            "scikit-learn": sklearn.__version__,
+            "threads": "xgboost nthread=1 per cell",
+            "workers": str(args.workers),
+        },
+    )
     classes = [str(c) for c in seglearn_watch.load_dataset()["y_labels"]]
     with tempfile.TemporaryDirectory(prefix="wheelfed-bench-pax-") as tmp:
         subjects, info = seglearn.load_subjects(Path(tmp), classes)
-    print(f"- data: {len(subjects)} subjects, {info['labelled']:,} labelled windows x {info['n_features']} features, "
-          f"{len(classes)} classes; settings {PARAMS}; seeds 0..{seeds - 1}; B in {bins}")
+    print(
+        f"- data: {len(subjects)} subjects, {info['labelled']:,} labelled windows x {info['n_features']} features, "
+        f"{len(classes)} classes; settings {PARAMS}; seeds 0..{seeds - 1}; B in {bins}"
+    )
 
     cells: list[dict] = []
     if args.cache and args.cache.exists():
@@ -389,9 +464,11 @@ def main() -> int:
         mine = [c["seconds"] for c in cells if c["kind"] == kind]
         if mine:
             print(f"- {what}: {len(mine)} cells (one B, one seed), mean {np.mean(mine):.0f} s each")
-    print(f"- test windows per seed "
-          f"{min(c['n_test'] for c in cells)}..{max(c['n_test'] for c in cells)}, train "
-          f"{min(c['n_train'] for c in cells)}..{max(c['n_train'] for c in cells)}")
+    print(
+        f"- test windows per seed "
+        f"{min(c['n_test'] for c in cells)}..{max(c['n_test'] for c in cells)}, train "
+        f"{min(c['n_train'] for c in cells)}..{max(c['n_train'] for c in cells)}"
+    )
     print()
     print("### Accuracy gap to centralized xgboost, paired over split seeds (pooled test set)\n")
     print(gap_table(cells, bins))

@@ -84,12 +84,18 @@ class Pooled:
 def pooled(protocol: str, subjects: list, splits: list) -> Pooled:
     from edge_client.training_data import ClientData
 
-    clients = [ClientData(f"subject-{i:02d}", s.X[p.train].astype(np.float32), s.y[p.train])
-               for i, (s, p) in enumerate(zip(subjects, splits))]
-    return Pooled(protocol, clients,
-                  np.vstack([c.X for c in clients]), np.concatenate([c.y for c in clients]),
-                  np.vstack([s.X[p.test] for s, p in zip(subjects, splits)]).astype(np.float32),
-                  np.concatenate([s.y[p.test] for s, p in zip(subjects, splits)]))
+    clients = [
+        ClientData(f"subject-{i:02d}", s.X[p.train].astype(np.float32), s.y[p.train])
+        for i, (s, p) in enumerate(zip(subjects, splits))
+    ]
+    return Pooled(
+        protocol,
+        clients,
+        np.vstack([c.X for c in clients]),
+        np.concatenate([c.y for c in clients]),
+        np.vstack([s.X[p.test] for s, p in zip(subjects, splits)]).astype(np.float32),
+        np.concatenate([s.y[p.test] for s, p in zip(subjects, splits)]),
+    )
 
 
 # --- the two trainers ----------------------------------------------------------------------------
@@ -120,10 +126,19 @@ def run_fed(data: Pooled, config, *, seed: int = 0, label: str = "") -> FedRun:
 
 
 def xgb_params(config, n_classes: int, n_bins: int, nthread: int | None = None) -> dict:
-    params = {"objective": "multi:softprob", "tree_method": "hist", "num_class": n_classes,
-              "max_depth": config.max_depth, "eta": config.learning_rate, "lambda": config.reg_lambda,
-              "gamma": config.gamma, "min_child_weight": config.min_child_weight, "max_bin": n_bins,
-              "seed": 0, "verbosity": 0}
+    params = {
+        "objective": "multi:softprob",
+        "tree_method": "hist",
+        "num_class": n_classes,
+        "max_depth": config.max_depth,
+        "eta": config.learning_rate,
+        "lambda": config.reg_lambda,
+        "gamma": config.gamma,
+        "min_child_weight": config.min_child_weight,
+        "max_bin": n_bins,
+        "seed": 0,
+        "verbosity": 0,
+    }
     if nthread is not None:
         params["nthread"] = nthread
     return params
@@ -148,7 +163,7 @@ def xgb_proba(booster, X: np.ndarray) -> np.ndarray:
 def xgb_cuts(dtrain, d: int) -> tuple[np.ndarray, ...]:
     """xgboost's hist cuts per feature (its minimum sentinel first, then the cut values) as float32 edges."""
     ptr, values = dtrain.get_quantile_cut()
-    return tuple(np.asarray(values[ptr[j]: ptr[j + 1]], dtype=np.float32) for j in range(d))
+    return tuple(np.asarray(values[ptr[j] : ptr[j + 1]], dtype=np.float32) for j in range(d))
 
 
 def same_trees(model, booster) -> tuple[int, int, int | None]:
@@ -161,8 +176,10 @@ def same_trees(model, booster) -> tuple[int, int, int | None]:
     for t, (tree, other) in enumerate(zip(model.trees, theirs)):
         internal = np.asarray(other["left_children"]) >= 0
         a = (tree.feature[tree.left >= 0].tolist(), np.float32(tree.threshold[tree.left >= 0]).tolist())
-        b = (np.asarray(other["split_indices"])[internal].tolist(),
-             np.float32(np.asarray(other["split_conditions"])[internal]).tolist())
+        b = (
+            np.asarray(other["split_indices"])[internal].tolist(),
+            np.float32(np.asarray(other["split_conditions"])[internal]).tolist(),
+        )
         if a == b and len(model.trees) == len(theirs):
             same += 1
         elif first is None:
@@ -191,8 +208,10 @@ class Comparison:
     extra: dict = field(default_factory=dict)
 
     def scores(self) -> tuple[tuple[float, float], tuple[float, float]]:
-        return (seglearn.scores(self.yte, self.fed_proba.argmax(axis=1)),
-                seglearn.scores(self.yte, self.central_proba.argmax(axis=1)))
+        return (
+            seglearn.scores(self.yte, self.fed_proba.argmax(axis=1)),
+            seglearn.scores(self.yte, self.central_proba.argmax(axis=1)),
+        )
 
 
 def compare(data: Pooled, config, n_classes: int, sketch_label: str, *, central=None, label: str = "") -> Comparison:
@@ -205,10 +224,18 @@ def compare(data: Pooled, config, n_classes: int, sketch_label: str, *, central=
         log(f"{data.protocol}: xgboost {label} done in {central[1]:.1f} s")
     booster, central_seconds, _ = central
     return Comparison(
-        data.protocol, config.n_rounds, config.n_bins, sketch_label, fed, central_seconds,
-        fed.model.predict_proba(data.Xte), xgb_proba(booster, data.Xte),
-        mlogloss(fed.model.predict_proba(data.Xtr), data.ytr), mlogloss(xgb_proba(booster, data.Xtr), data.ytr),
-        data.yte)
+        data.protocol,
+        config.n_rounds,
+        config.n_bins,
+        sketch_label,
+        fed,
+        central_seconds,
+        fed.model.predict_proba(data.Xte),
+        xgb_proba(booster, data.Xte),
+        mlogloss(fed.model.predict_proba(data.Xtr), data.ytr),
+        mlogloss(xgb_proba(booster, data.Xtr), data.ytr),
+        data.yte,
+    )
 
 
 def accuracy_rows(results: list[Comparison], failures: list[str]) -> list[list[str]]:
@@ -217,10 +244,23 @@ def accuracy_rows(results: list[Comparison], failures: list[str]) -> list[list[s
         (fa, ff), (ca, cf) = r.scores()
         gap, f1_gap = 100 * (fa - ca), 100 * (ff - cf)
         agree = float((r.fed_proba.argmax(axis=1) == r.central_proba.argmax(axis=1)).mean())
-        rows.append([r.protocol, f"{r.rounds}", f"{r.n_bins}", r.sketch, f"{fa:.4f}", f"{ca:.4f}", f"{gap:+.2f}",
-                     f"{ff:.4f}", f"{cf:.4f}", f"{f1_gap:+.2f}", f"{100 * agree:.1f} %",
-                     f"{r.fed_train_loss:.4f} / {r.central_train_loss:.4f}",
-                     "yes" if abs(gap) <= GOAL_PP else "no"])
+        rows.append(
+            [
+                r.protocol,
+                f"{r.rounds}",
+                f"{r.n_bins}",
+                r.sketch,
+                f"{fa:.4f}",
+                f"{ca:.4f}",
+                f"{gap:+.2f}",
+                f"{ff:.4f}",
+                f"{cf:.4f}",
+                f"{f1_gap:+.2f}",
+                f"{100 * agree:.1f} %",
+                f"{r.fed_train_loss:.4f} / {r.central_train_loss:.4f}",
+                "yes" if abs(gap) <= GOAL_PP else "no",
+            ]
+        )
         what = f"{r.protocol}, B={r.n_bins}, {r.rounds} rounds, {r.sketch}"
         for name, proba in (("FedSCS-XGB", r.fed_proba), ("xgboost", r.central_proba)):
             if np.unique(proba.argmax(axis=1)).size < 2:
@@ -230,9 +270,21 @@ def accuracy_rows(results: list[Comparison], failures: list[str]) -> list[list[s
     return rows
 
 
-ACCURACY_HEADERS = ["protocol", "rounds", "B", "FedSCS-XGB sketch", "fed acc", "central acc", "gap (pp)", "fed F1",
-                    "central F1", "F1 gap (pp)", "same test prediction", "train mlogloss fed / central",
-                    f"|gap| <= {GOAL_PP} pp"]
+ACCURACY_HEADERS = [
+    "protocol",
+    "rounds",
+    "B",
+    "FedSCS-XGB sketch",
+    "fed acc",
+    "central acc",
+    "gap (pp)",
+    "fed F1",
+    "central F1",
+    "F1 gap (pp)",
+    "same test prediction",
+    "train mlogloss fed / central",
+    f"|gap| <= {GOAL_PP} pp",
+]
 
 
 # --- section 2: rank error -----------------------------------------------------------------------
@@ -251,8 +303,9 @@ def round1_weights(clients: list, n_classes: int) -> list[np.ndarray]:
     return out
 
 
-def rank_error_rows(data: Pooled, n_classes: int, bins: list[int],
-                    failures: list[str]) -> tuple[list[list[str]], dict, int]:
+def rank_error_rows(
+    data: Pooled, n_classes: int, bins: list[int], failures: list[str]
+) -> tuple[list[list[str]], dict, int]:
     """Rows of table 2, the merged round-1 summary edges by (B, M), and the number of constant features."""
     from shared.sketches import (
         DDSketch,
@@ -270,10 +323,14 @@ def rank_error_rows(data: Pooled, n_classes: int, bins: list[int],
     X = data.Xtr
     d = X.shape[1]
     moments = weighted_moments(X.astype(np.float64))  # what the clients' setup replies sum to
-    maps = {"raw": [Standardization()] * d,
-            "standardised": [Standardization.from_moments(moments[:, j]) for j in range(d)]}
-    dd = {name: [DDSketch.from_columns(c.X, wc, 0.01, m) for c, wc in zip(data.clients, weights)]
-          for name, m in maps.items()}
+    maps = {
+        "raw": [Standardization()] * d,
+        "standardised": [Standardization.from_moments(moments[:, j]) for j in range(d)],
+    }
+    dd = {
+        name: [DDSketch.from_columns(c.X, wc, 0.01, m) for c, wc in zip(data.clients, weights)]
+        for name, m in maps.items()
+    }
     rows, kept = [], {}
     # A constant feature admits no split; its alpha only says on which side of the value the edges lie.
     varying = np.flatnonzero(X.min(axis=0) < X.max(axis=0))
@@ -281,9 +338,20 @@ def rank_error_rows(data: Pooled, n_classes: int, bins: list[int],
     def row(B: int, sketch: str, size: str, bound: float | None, all_alphas: np.ndarray, n_edges: float) -> None:
         alphas = all_alphas[varying]
         worst = int(varying[np.argmax(alphas)])
-        rows.append([f"{B}", sketch, size, "-" if bound is None else f"{bound:.5f}", f"{alphas.max():.5f}",
-                     f"{np.median(alphas):.5f}", f"{alphas.max() * B:.2f}", f"{int((alphas > 1 / B).sum())}",
-                     f"{worst}", "-" if np.isnan(n_edges) else f"{n_edges:.0f}"])
+        rows.append(
+            [
+                f"{B}",
+                sketch,
+                size,
+                "-" if bound is None else f"{bound:.5f}",
+                f"{alphas.max():.5f}",
+                f"{np.median(alphas):.5f}",
+                f"{alphas.max() * B:.2f}",
+                f"{int((alphas > 1 / B).sum())}",
+                f"{worst}",
+                "-" if np.isnan(n_edges) else f"{n_edges:.0f}",
+            ]
+        )
 
     for B in bins:
         log(f"rank error: B={B}")
@@ -294,8 +362,14 @@ def rank_error_rows(data: Pooled, n_classes: int, bins: list[int],
             summaries = [summarize_columns(c.X, wc, M) for c, wc in zip(data.clients, weights)]
             edges = merge_edges_columns(summaries, B)
             alphas = np.array([rank_error(edges[j], X[:, j], w, B) for j in range(d)])
-            row(B, "summary + mixture", f"M={M}" + (" (=B)" if M == B else " (=4B)"), 1 / M, alphas,
-                np.mean([e.size for e in edges]))
+            row(
+                B,
+                "summary + mixture",
+                f"M={M}" + (" (=B)" if M == B else " (=4B)"),
+                1 / M,
+                alphas,
+                np.mean([e.size for e in edges]),
+            )
             if alphas.max() > 1 / M + 1e-9:
                 failures.append(f"summary M={M}, B={B}: rank error {alphas.max():.6f} > 1/M")
             kept[(B, M)] = tuple(edges)
@@ -348,11 +422,18 @@ def main() -> int:
     from firmware_bridge.importers import seglearn_watch
 
     command = " ".join(["python", "benchmarks/bench_fedscs_xgb.py", *sys.argv[1:]])
-    print_machine("FedSCS-XGB on the seglearn watch set: accuracy vs centralized xgboost, sketch rank error, bytes "
-                  "and time per round", command,
-                  {"scipy": scipy.__version__, "xgboost": xgboost.__version__, "scikit-learn": sklearn.__version__,
-                   "threads": f"xgboost uses all {os.cpu_count()} cores unless stated; the simulation runs in one "
-                              "process (numpy)"})
+    print_machine(
+        "FedSCS-XGB on the seglearn watch set: accuracy vs centralized xgboost, sketch rank error, bytes "
+        "and time per round",
+        command,
+        {
+            "scipy": scipy.__version__,
+            "xgboost": xgboost.__version__,
+            "scikit-learn": sklearn.__version__,
+            "threads": f"xgboost uses all {os.cpu_count()} cores unless stated; the simulation runs in one "
+            "process (numpy)",
+        },
+    )
 
     load_before = os.getloadavg()
     classes = [str(c) for c in seglearn_watch.load_dataset()["y_labels"]]
@@ -378,13 +459,17 @@ def main() -> int:
             failures.append(f"{p}: pooled train or test lacks a class")
     main_data = data["subject tail"]
     n, d = main_data.Xtr.shape
-    print(f"- data: {len(subjects)} subjects, {info['labelled']:,} labelled windows x {info['n_features']} features "
-          f"(feature set {info['feature_set_version']}), {n_classes} classes; extract_recording "
-          f"{info['extract_s']:.1f} s")
+    print(
+        f"- data: {len(subjects)} subjects, {info['labelled']:,} labelled windows x {info['n_features']} features "
+        f"(feature set {info['feature_set_version']}), {n_classes} classes; extract_recording "
+        f"{info['extract_s']:.1f} s"
+    )
     for p, dp in data.items():
         sizes = [c.X.shape[0] for c in dp.clients]
-        print(f"- {p}: pooled train {dp.Xtr.shape[0]:,} / test {dp.Xte.shape[0]:,} windows; train windows per "
-              f"client {min(sizes)}-{max(sizes)}")
+        print(
+            f"- {p}: pooled train {dp.Xtr.shape[0]:,} / test {dp.Xte.shape[0]:,} windows; train windows per "
+            f"client {min(sizes)}-{max(sizes)}"
+        )
     base = FedSCSXGB(protocol="atoms")
     print(
         f"- FedSCSXGB(protocol='atoms', n_rounds, n_bins=B, max_depth={base.max_depth}, "
@@ -407,8 +492,9 @@ def main() -> int:
         log(f"subject tail: xgboost B={B}, 10 rounds done in {central[1]:.1f} s")
         if B == 256:
             central_256 = central
-        results.append(compare(main_data, config, n_classes, f"summary M={B}", central=central,
-                               label=f"B={B}, 10 rounds"))
+        results.append(
+            compare(main_data, config, n_classes, f"summary M={B}", central=central, label=f"B={B}, 10 rounds")
+        )
     for rounds in long_rounds:
         results.append(
             compare(
@@ -432,16 +518,32 @@ def main() -> int:
     diagnostic = None
     if not args.quick:
         cuts = xgb_cuts(central_256[2], d)
-        results.append(compare(main_data, FedSCSXGB(protocol="atoms", n_rounds=10, n_bins=256, edges=cuts), n_classes,
-                               "edges = xgboost's cuts (diagnostic)", central=central_256,
-                               label="B=256, xgboost's cuts"))
-        diagnostic = (same_trees(results[-1].fed.model, central_256[0]),
-                      float(np.abs(results[-1].fed_proba - results[-1].central_proba).max()))
+        results.append(
+            compare(
+                main_data,
+                FedSCSXGB(protocol="atoms", n_rounds=10, n_bins=256, edges=cuts),
+                n_classes,
+                "edges = xgboost's cuts (diagnostic)",
+                central=central_256,
+                label="B=256, xgboost's cuts",
+            )
+        )
+        diagnostic = (
+            same_trees(results[-1].fed.model, central_256[0]),
+            float(np.abs(results[-1].fed_proba - results[-1].central_proba).max()),
+        )
     secondary: list[Comparison] = []
     if "series tail" in data:
         for B in (64, 256):
-            secondary.append(compare(data["series tail"], FedSCSXGB(protocol="atoms", n_rounds=10, n_bins=B), n_classes,
-                                     f"summary M={B}", label=f"B={B}, 10 rounds"))
+            secondary.append(
+                compare(
+                    data["series tail"],
+                    FedSCSXGB(protocol="atoms", n_rounds=10, n_bins=B),
+                    n_classes,
+                    f"summary M={B}",
+                    label=f"B={B}, 10 rounds",
+                )
+            )
 
     print("### 1. Accuracy and macro-F1: FedSCS-XGB (simulation) vs centralized xgboost (pooled train)\n")
     print(markdown_table(ACCURACY_HEADERS, accuracy_rows(results, failures)))
@@ -451,36 +553,59 @@ def main() -> int:
         print(markdown_table(ACCURACY_HEADERS, accuracy_rows(secondary, failures)))
         print()
     n_test = main_data.yte.shape[0]
-    print(f"One subject-tail test window = {100 / n_test:.2f} pp ({n_test} windows; most from exercises the "
-          "subject's own train split never saw, so small model differences move accuracy in window-sized steps). "
-          "'same test prediction': share of test windows where both models predict the same class. "
-          "'train mlogloss': on the pooled train set, after the last round. Both models deterministic: one "
-          "number each. The diagnostic row gives FedSCS-XGB xgboost's own bins (its hist cuts: count quantiles "
-          "computed once), so any remaining difference comes from tree growth, not from the sketch.")
+    print(
+        f"One subject-tail test window = {100 / n_test:.2f} pp ({n_test} windows; most from exercises the "
+        "subject's own train split never saw, so small model differences move accuracy in window-sized steps). "
+        "'same test prediction': share of test windows where both models predict the same class. "
+        "'train mlogloss': on the pooled train set, after the last round. Both models deterministic: one "
+        "number each. The diagnostic row gives FedSCS-XGB xgboost's own bins (its hist cuts: count quantiles "
+        "computed once), so any remaining difference comes from tree growth, not from the sketch."
+    )
     if diagnostic is not None:
         (same, total, first), dp = diagnostic
-        where = "" if first is None else \
-            f"; first difference in tree {first} (round {first // n_classes + 1}, class {first % n_classes})"
-        print(f"Diagnostic row: {same} of {total} trees identical to xgboost's (split features and thresholds, "
-              f"node order){where}; max |probability difference| on the test set {dp:.2g}.")
+        where = (
+            ""
+            if first is None
+            else f"; first difference in tree {first} (round {first // n_classes + 1}, class {first % n_classes})"
+        )
+        print(
+            f"Diagnostic row: {same} of {total} trees identical to xgboost's (split features and thresholds, "
+            f"node order){where}; max |probability difference| on the test set {dp:.2g}."
+        )
     print()
 
     # -- 2. rank error --------------------------------------------------------------------------
     rows, kept_edges, n_constant = rank_error_rows(main_data, n_classes, [64, 256], failures)
     print("### 2. Rank error alpha of the round-1 bin edges (Hessian-weighted, subject-tail train, 10 clients)\n")
-    print(markdown_table(["B", "sketch", "summary size", "bound 1/M", "max alpha", "median alpha",
-                          "max alpha x B (bins)", "features with alpha > 1/B", "worst feature", "edges (mean)"],
-                         rows))
+    print(
+        markdown_table(
+            [
+                "B",
+                "sketch",
+                "summary size",
+                "bound 1/M",
+                "max alpha",
+                "median alpha",
+                "max alpha x B (bins)",
+                "features with alpha > 1/B",
+                "worst feature",
+                "edges (mean)",
+            ],
+            rows,
+        )
+    )
     print()
-    print("alpha = max over targets b/B of the distance to the nearest edge's rank bracket, on the pooled "
-          "float32 features with the round-1 weights w_i = sum_k h_ik (softmax at the base score, XGBoost's "
-          f"factor-2 Hessian); max and median over the {d - n_constant} features that are not "
-          f"constant in the pooled train set ({n_constant} constant features excluded: no split "
-          "exists there). A discrete feature with a heavy tie (e.g. k/4 values, half the weight on one) gives "
-          "DDSketch a large alpha: its edges are bucket representatives within 1 % of the tied value but not on "
-          "it, so their rank brackets miss the tie. DDSketch standardisation: pooled unweighted "
-          "mean and std (what FedSCS-XGB's setup round gives the server). xgboost's hist cuts are count "
-          "quantiles built once, shown against the same Hessian-weighted ranks for scale.")
+    print(
+        "alpha = max over targets b/B of the distance to the nearest edge's rank bracket, on the pooled "
+        "float32 features with the round-1 weights w_i = sum_k h_ik (softmax at the base score, XGBoost's "
+        f"factor-2 Hessian); max and median over the {d - n_constant} features that are not "
+        f"constant in the pooled train set ({n_constant} constant features excluded: no split "
+        "exists there). A discrete feature with a heavy tie (e.g. k/4 values, half the weight on one) gives "
+        "DDSketch a large alpha: its edges are bucket representatives within 1 % of the tied value but not on "
+        "it, so their rank brackets miss the tie. DDSketch standardisation: pooled unweighted "
+        "mean and std (what FedSCS-XGB's setup round gives the server). xgboost's hist cuts are count "
+        "quantiles built once, shown against the same Hessian-weighted ranks for scale."
+    )
     print()
 
     # -- 3. bytes -------------------------------------------------------------------------------
@@ -510,26 +635,65 @@ def main() -> int:
         up, down = per_round(r.fed, r.rounds)
         sketch_part = f"{fmt_bytes(up - atoms_256)}" if r.n_bins == 256 and r.rounds == 10 else ""
         atom_part = fmt_bytes(atoms_256) if sketch_part else ""
-        rows.append([f"{r.rounds}", f"{r.n_bins}", r.sketch, fmt_bytes(up), fmt_bytes(up / len(main_data.clients)),
-                     sketch_part, atom_part, f"{up / raw32:.2f}", f"{up * r.rounds / raw32:.1f}", fmt_bytes(down)])
+        rows.append(
+            [
+                f"{r.rounds}",
+                f"{r.n_bins}",
+                r.sketch,
+                fmt_bytes(up),
+                fmt_bytes(up / len(main_data.clients)),
+                sketch_part,
+                atom_part,
+                f"{up / raw32:.2f}",
+                f"{up * r.rounds / raw32:.1f}",
+                fmt_bytes(down),
+            ]
+        )
         if up <= 0:
             failures.append(f"B={r.n_bins}, {r.rounds} rounds: no client bytes per round")
     up, down = per_round(fixed, fixed_rounds)
-    rows.append([f"{fixed_rounds}", "256", "none: edges fixed (atoms only)", fmt_bytes(up),
-                 fmt_bytes(up / len(main_data.clients)), "0", fmt_bytes(up), f"{up / raw32:.2f}",
-                 f"{up * 10 / raw32:.1f}", fmt_bytes(down)])
+    rows.append(
+        [
+            f"{fixed_rounds}",
+            "256",
+            "none: edges fixed (atoms only)",
+            fmt_bytes(up),
+            fmt_bytes(up / len(main_data.clients)),
+            "0",
+            fmt_bytes(up),
+            f"{up / raw32:.2f}",
+            f"{up * 10 / raw32:.1f}",
+            fmt_bytes(down),
+        ]
+    )
     print("### 3. Bytes per boosting round (subject tail, 10 clients)\n")
-    print(markdown_table(["rounds", "B", "sketch", "clients -> server per round", "per client per round",
-                          "of which sketch", "of which atoms", "per round / raw float32",
-                          "whole run / raw float32", "server -> clients per round"], rows))
+    print(
+        markdown_table(
+            [
+                "rounds",
+                "B",
+                "sketch",
+                "clients -> server per round",
+                "per client per round",
+                "of which sketch",
+                "of which atoms",
+                "per round / raw float32",
+                "whole run / raw float32",
+                "server -> clients per round",
+            ],
+            rows,
+        )
+    )
     print()
-    print(f"Raw pooled train matrix: {n:,} x {d} = {fmt_bytes(raw32)} as float32, {fmt_bytes(raw64)} as float64 "
-          f"(sent once, not per round). The job's opening exchange (an n_rounds=0 run: the clients' data summaries): "
-          f"{fmt_bytes(setup_client)} from the clients, subtracted above. Bytes are the encoded payloads on the "
-          "in-memory transport (same codec and chunking as MQTT, no MQTT headers). Sketch vs atoms measured at "
-          "B=256 only: atoms from a run with the round-1 merged edges fixed (same edge counts, hence the same "
-          "bin-id dtype); sketch = full run - that. 'whole run': per round x 10 rounds (x 100 for the 100-round "
-          "row). Server -> clients: requests (edges, model deltas).")
+    print(
+        f"Raw pooled train matrix: {n:,} x {d} = {fmt_bytes(raw32)} as float32, {fmt_bytes(raw64)} as float64 "
+        f"(sent once, not per round). The job's opening exchange (an n_rounds=0 run: the clients' data summaries): "
+        f"{fmt_bytes(setup_client)} from the clients, subtracted above. Bytes are the encoded payloads on the "
+        "in-memory transport (same codec and chunking as MQTT, no MQTT headers). Sketch vs atoms measured at "
+        "B=256 only: atoms from a run with the round-1 merged edges fixed (same edge counts, hence the same "
+        "bin-id dtype); sketch = full run - that. 'whole run': per round x 10 rounds (x 100 for the 100-round "
+        "row). Server -> clients: requests (edges, model deltas)."
+    )
     print()
 
     # -- 4. wall time ---------------------------------------------------------------------------
@@ -549,19 +713,51 @@ def main() -> int:
     fed_totals = [f.seconds for f, _ in reps]
     fed_rounds = [sum(f.round_seconds) / len(f.round_seconds) for f, _ in reps]
     xgb_totals = [c for _, c in reps]
-    fed_total, fed_round, xgb_total, xgb1_total = (median(v) for v in (fed_totals, fed_rounds, xgb_totals,
-                                                                       one_thread))
-    rows = [["FedSCS-XGB simulation (10 clients, one process)", f"{fed_total:.2f}", f"{fed_total / 10:.3f}",
-             f"{min(fed_totals) / 10:.3f}", f"{fed_round:.3f}", f"{fed_total / xgb_total:.0f}x",
-             f"{fed_total / xgb1_total:.0f}x"],
-            [f"xgboost.train, {os.cpu_count()} threads (DMatrix included)", f"{xgb_total:.2f}",
-             f"{xgb_total / 10:.3f}", f"{min(xgb_totals) / 10:.3f}", "", "1x", ""],
-            ["xgboost.train, 1 thread (DMatrix included)", f"{xgb1_total:.2f}", f"{xgb1_total / 10:.3f}",
-             f"{min(one_thread) / 10:.3f}", "", "", "1x"]]
+    fed_total, fed_round, xgb_total, xgb1_total = (median(v) for v in (fed_totals, fed_rounds, xgb_totals, one_thread))
+    rows = [
+        [
+            "FedSCS-XGB simulation (10 clients, one process)",
+            f"{fed_total:.2f}",
+            f"{fed_total / 10:.3f}",
+            f"{min(fed_totals) / 10:.3f}",
+            f"{fed_round:.3f}",
+            f"{fed_total / xgb_total:.0f}x",
+            f"{fed_total / xgb1_total:.0f}x",
+        ],
+        [
+            f"xgboost.train, {os.cpu_count()} threads (DMatrix included)",
+            f"{xgb_total:.2f}",
+            f"{xgb_total / 10:.3f}",
+            f"{min(xgb_totals) / 10:.3f}",
+            "",
+            "1x",
+            "",
+        ],
+        [
+            "xgboost.train, 1 thread (DMatrix included)",
+            f"{xgb1_total:.2f}",
+            f"{xgb1_total / 10:.3f}",
+            f"{min(one_thread) / 10:.3f}",
+            "",
+            "",
+            "1x",
+        ],
+    ]
     print(f"### 4. Wall time, B=256, 10 rounds, subject tail (median of {len(reps)} repeats)\n")
-    print(markdown_table(["trainer", "total (s)", "per round (s)", "per round, fastest repeat (s)",
-                          "per boosting round, setup excluded (s)", f"ratio vs xgboost {os.cpu_count()} threads",
-                          "ratio vs xgboost 1 thread"], rows))
+    print(
+        markdown_table(
+            [
+                "trainer",
+                "total (s)",
+                "per round (s)",
+                "per round, fastest repeat (s)",
+                "per boosting round, setup excluded (s)",
+                f"ratio vs xgboost {os.cpu_count()} threads",
+                "ratio vs xgboost 1 thread",
+            ],
+            rows,
+        )
+    )
     print()
     print(
         "Simulation total = Simulation.run (setup round included); 'setup excluded' = the mean of the rounds' "

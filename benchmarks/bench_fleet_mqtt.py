@@ -27,6 +27,7 @@ import _common  # noqa: F401  (puts the repo root on sys.path)
 import bench_seglearn_accuracy as seglearn
 from _common import description, markdown_table, median, print_machine
 
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -79,8 +80,10 @@ def main() -> int:
     from shared.transport.mqtt import MqttConfig, MqttTransport
 
     classes = [str(c) for c in seglearn_watch.load_dataset()["y_labels"]]
-    print_machine("Training over mosquitto with gateway processes vs simulation",
-                  "benchmarks/bench_fleet_mqtt.py" + (" --quick" if args.quick else ""))
+    print_machine(
+        "Training over mosquitto with gateway processes vs simulation",
+        "benchmarks/bench_fleet_mqtt.py" + (" --quick" if args.quick else ""),
+    )
     xgb = FedSCSXGB(protocol="atoms", n_rounds=3 if args.quick else 10, max_depth=4, n_bins=64 if args.quick else 256)
     forest = FedForest(
         protocol="sketches",
@@ -105,8 +108,11 @@ def main() -> int:
         rows = []
         with MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in passwords.items()]) as broker:
             processes = GatewayProcesses(broker.port, 5, passwords, tmp_path)
-            agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username="aggregator",
-                                                          password=passwords["aggregator"]), presence=False)
+            agg = MqttTransport(
+                AGGREGATOR_ID,
+                MqttConfig(port=broker.port, username="aggregator", password=passwords["aggregator"]),
+                presence=False,
+            )
             agg.connect()
             presence = Presence(agg, TopicLayout())
             try:
@@ -117,30 +123,65 @@ def main() -> int:
                 for algorithm, unit in ((xgb, "round"), (forest, "level")):
                     sent0, recv0 = agg.stats.sent_bytes, agg.stats.received_bytes
                     mqtt_model, _job, mqtt_total, mqtt_steps = timed_run(
-                        lambda progress: train_on_fleet(algorithm, agg, clients=list(stores), seed=0,
-                                                        settings=JobSettings(deadline_s=600), progress=progress),
-                        f"mqtt {algorithm.name}")
+                        lambda progress: train_on_fleet(
+                            algorithm,
+                            agg,
+                            clients=list(stores),
+                            seed=0,
+                            settings=JobSettings(deadline_s=600),
+                            progress=progress,
+                        ),
+                        f"mqtt {algorithm.name}",
+                    )
                     sent, recv = agg.stats.sent_bytes - sent0, agg.stats.received_bytes - recv0
                     sim = Simulation(clients)
                     sim_model, _, sim_total, sim_steps = timed_run(
                         lambda progress: (sim.run(algorithm, seed=0, progress=progress), None),
-                        f"simulation {algorithm.name}")
+                        f"simulation {algorithm.name}",
+                    )
                     equal = mqtt_model == sim_model
                     if not equal:
                         failures.append(f"{algorithm.name}: the MQTT model differs from the simulation's")
-                    rows.append([algorithm.name, unit, str(len(mqtt_steps)), f"{median(mqtt_steps):.3f}",
-                                 f"{median(sim_steps):.3f}", f"{median(mqtt_steps) / median(sim_steps):.2f}",
-                                 f"{mqtt_total:.1f}", f"{sim_total:.1f}", f"{sent / 1e6:.2f}", f"{recv / 1e6:.2f}",
-                                 "yes" if equal else "NO"])
+                    rows.append(
+                        [
+                            algorithm.name,
+                            unit,
+                            str(len(mqtt_steps)),
+                            f"{median(mqtt_steps):.3f}",
+                            f"{median(sim_steps):.3f}",
+                            f"{median(mqtt_steps) / median(sim_steps):.2f}",
+                            f"{mqtt_total:.1f}",
+                            f"{sim_total:.1f}",
+                            f"{sent / 1e6:.2f}",
+                            f"{recv / 1e6:.2f}",
+                            "yes" if equal else "NO",
+                        ]
+                    )
             finally:
                 processes.stop_all()
                 agg.close()
-        print(f"\n{len(stores)} gateway processes, {n_windows} training windows x {clients[0].X.shape[1]} features "
-              f"({n_windows * clients[0].X.shape[1] * 4 / 1e6:.2f} MB as float32)\n")
-        print(markdown_table(
-            ["algorithm", "step", "steps", "MQTT s/step (median)", "simulation s/step (median)", "MQTT / sim",
-             "MQTT total s", "simulation total s", "aggregator sent MB", "aggregator received MB",
-             "model == simulation"], rows))
+        print(
+            f"\n{len(stores)} gateway processes, {n_windows} training windows x {clients[0].X.shape[1]} features "
+            f"({n_windows * clients[0].X.shape[1] * 4 / 1e6:.2f} MB as float32)\n"
+        )
+        print(
+            markdown_table(
+                [
+                    "algorithm",
+                    "step",
+                    "steps",
+                    "MQTT s/step (median)",
+                    "simulation s/step (median)",
+                    "MQTT / sim",
+                    "MQTT total s",
+                    "simulation total s",
+                    "aggregator sent MB",
+                    "aggregator received MB",
+                    "model == simulation",
+                ],
+                rows,
+            )
+        )
     for f in failures:
         print(f"FAILED: {f}")
     return 1 if failures else 0

@@ -67,8 +67,10 @@ def profile_batch(recording_path: Path, top: int = 15) -> None:
     profiler.disable()
     stats = pstats.Stats(profiler).stats  # {(file, line, func): (cc, nc, tottime, cumtime, callers)}
     total = sum(v[2] for v in stats.values())
-    print(f"\ncProfile of extract_recording on the same recording (second call; {total:.2f} s of profiled time, "
-          "cProfile inflates many small calls):\n")
+    print(
+        f"\ncProfile of extract_recording on the same recording (second call; {total:.2f} s of profiled time, "
+        "cProfile inflates many small calls):\n"
+    )
     rows = []
     for label, (suffix, func) in STAGES.items():
         hits = [v for k, v in stats.items() if k[0].endswith(suffix) and k[2] == func]
@@ -89,8 +91,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="20 s replay, 5 s warm-up")
     parser.add_argument("--seconds", type=float, help="recording length replayed (default 60; --quick 20)")
-    parser.add_argument("--warmup", type=float,
-                        help="seconds after the replay start not measured (default 10; --quick 5)")
+    parser.add_argument(
+        "--warmup", type=float, help="seconds after the replay start not measured (default 10; --quick 5)"
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the batch path even if the goal is met")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="wheelfed-bench-cpu-") as tmp_name:
@@ -110,9 +113,16 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     from firmware_bridge.recording import Recording
 
     command = " ".join(["python", "benchmarks/bench_gateway_cpu.py", *sys.argv[1:]])
-    print_machine("Gateway CPU share: 5-sensor chair replayed in real time through a pty", command,
-                  {"scipy": scipy.__version__, "pyserial": serial.__version__, "sqlite": sqlite3.sqlite_version,
-                   "clock ticks": f"{CLK_TCK}/s (CPU time resolution {1000 / CLK_TCK:g} ms)"})
+    print_machine(
+        "Gateway CPU share: 5-sensor chair replayed in real time through a pty",
+        command,
+        {
+            "scipy": scipy.__version__,
+            "pyserial": serial.__version__,
+            "sqlite": sqlite3.sqlite_version,
+            "clock ticks": f"{CLK_TCK}/s (CPU time resolution {1000 / CLK_TCK:g} ms)",
+        },
+    )
 
     failures: list[str] = []
     recording_path = write_chair(tmp / "chair.wfrec", seconds)
@@ -124,14 +134,19 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     extract_recording(recording_path)  # timed on the second call: imports and first-call caches done
     batch_cpu = time.process_time() - t_batch
     expected = len(batch.X)
-    print(f"- recording: {seconds:g} s, sensors "
-          + ", ".join(f"{d.name} ({d.kind}, {d.n_channels} ch @ {d.sample_rate_hz:g} Hz)"
-                      for d in recording.descriptors.values())
-          + f"; {n_frames:,} sample frames ({n_frames / seconds:.1f}/s), {n_bytes:,} bytes "
-          f"({n_bytes / seconds / 1000:.2f} kB/s), {len(recording.annotations)} label intervals")
-    print(f"- batch path on the same recording (extract_recording, this process): {expected} windows x "
-          f"{len(batch.names)} features, {batch_cpu:.2f} s CPU = {100 * batch_cpu / seconds:.2f} % of a core "
-          "per recorded second (second call; includes loading and decoding the file and a scratch store)")
+    print(
+        f"- recording: {seconds:g} s, sensors "
+        + ", ".join(
+            f"{d.name} ({d.kind}, {d.n_channels} ch @ {d.sample_rate_hz:g} Hz)" for d in recording.descriptors.values()
+        )
+        + f"; {n_frames:,} sample frames ({n_frames / seconds:.1f}/s), {n_bytes:,} bytes "
+        f"({n_bytes / seconds / 1000:.2f} kB/s), {len(recording.annotations)} label intervals"
+    )
+    print(
+        f"- batch path on the same recording (extract_recording, this process): {expected} windows x "
+        f"{len(batch.names)} features, {batch_cpu:.2f} s CPU = {100 * batch_cpu / seconds:.2f} % of a core "
+        "per recorded second (second call; includes loading and decoding the file and a scratch store)"
+    )
 
     feeds = {name: Replayer(recording_path, 1.0) for name in ("gateway", "python", "cat")}
     feeds["paced"] = Replayer(recording_path, 1.0, mode="paced")
@@ -141,8 +156,13 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     try:
         gateway.start()
         readers = {kind: Reader(feeds[kind].slave, kind, tmp) for kind in ("python", "cat")}
-        pids = {"gateway": gateway.pid, "python": readers["python"].pid, "cat": readers["cat"].pid,
-                "replayer": feeds["gateway"].pid, "paced": feeds["paced"].pid}
+        pids = {
+            "gateway": gateway.pid,
+            "python": readers["python"].pid,
+            "cat": readers["cat"].pid,
+            "replayer": feeds["gateway"].pid,
+            "paced": feeds["paced"].pid,
+        }
         sampler = Sampler(pids, interval_s=0.25, threads_of=("gateway",)).start()
         for r in feeds.values():
             r.wait_started(120)
@@ -186,8 +206,10 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         "gateway idle": f"wheelfed gateway, link open, no data ({idle:g} s after the replay)",
         "python idle": "bare python reader, link open, no data (same span)",
     }
-    rows = [[labels[name], f"{cpu:.2f}", f"{wall:.1f}", f"{pct:.2f}", f"{pct / bare:.1f}" if bare > 0 else "-"]
-            for name, (cpu, wall, pct) in shares.items()]
+    rows = [
+        [labels[name], f"{cpu:.2f}", f"{wall:.1f}", f"{pct:.2f}", f"{pct / bare:.1f}" if bare > 0 else "-"]
+        for name, (cpu, wall, pct) in shares.items()
+    ]
     print()
     print(markdown_table(["process", "CPU s", "wall s", "% of one core", "x bare python reader"], rows))
     print()
@@ -198,9 +220,11 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     assert g.started is not None and g.done is not None
     per_thread, wall = sampler.thread_shares("gateway", g.started + warmup, g.done)
     tids = sorted(per_thread)
-    parts = {"serial read thread (read + decode)": per_thread[tids[-2]],
-             "delivery thread (pipeline + features + store)": per_thread[tids[-1]],
-             f"other {len(tids) - 2} threads (main, library pools)": sum(per_thread[t] for t in tids[:-2])}
+    parts = {
+        "serial read thread (read + decode)": per_thread[tids[-2]],
+        "delivery thread (pipeline + features + store)": per_thread[tids[-1]],
+        f"other {len(tids) - 2} threads (main, library pools)": sum(per_thread[t] for t in tids[:-2]),
+    }
     print("gateway by thread, steady part: " + "; ".join(f"{k} {100 * v / wall:.2f} %" for k, v in parts.items()))
     edges = [g.started + k for k in range(0, int(g.done - g.started) + 1, 10)] + [g.done]
     segments = []
@@ -211,13 +235,16 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         except RuntimeError:
             pass
     print(f"gateway % of one core per 10 s of replay (from its start, warm-up included): {', '.join(segments)}")
-    gw_stats = {k: stats.get(k) for k in ("frames", "crc_errors", "lost_samples", "dropped", "windows", "stored",
-                                          "labelled")}
+    gw_stats = {
+        k: stats.get(k) for k in ("frames", "crc_errors", "lost_samples", "dropped", "windows", "stored", "labelled")
+    }
     rs = g.stats or {}
     print(f"gateway final stats: {' '.join(f'{k}={v}' for k, v in gw_stats.items())}; exit code {code}")
-    print(f"replay: {rs.get('frames_sent')} frames ({rs.get('sample_frames')} samples, {rs.get('descriptor_frames')} "
-          f"descriptors, {rs.get('annotation_frames')} annotations), {rs.get('bytes_sent')} bytes in "
-          f"{rs.get('wall_s', 0):.1f} s, max lag behind schedule {1000 * rs.get('max_lag_s', 0):.1f} ms")
+    print(
+        f"replay: {rs.get('frames_sent')} frames ({rs.get('sample_frames')} samples, {rs.get('descriptor_frames')} "
+        f"descriptors, {rs.get('annotation_frames')} annotations), {rs.get('bytes_sent')} bytes in "
+        f"{rs.get('wall_s', 0):.1f} s, max lag behind schedule {1000 * rs.get('max_lag_s', 0):.1f} ms"
+    )
     replayers = {k: v for k, v in feeds.items() if k != "paced"}
 
     # -- correctness ------------------------------------------------------------------------------
@@ -229,18 +256,22 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         sent = (replayers[kind].stats or {}).get("bytes_sent")
         if n != sent:
             failures.append(f"bare {kind} reader read {n} bytes, its replay sent {sent}")
-    print(f"correctness: windows stored {stats.get('stored')} vs batch {expected} (+-1), bytes read by the bare "
-          f"readers {read_bytes} vs sent {rs.get('bytes_sent')}: "
-          + ("all checks passed" if not failures else "FAILED"))
+    print(
+        f"correctness: windows stored {stats.get('stored')} vs batch {expected} (+-1), bytes read by the bare "
+        f"readers {read_bytes} vs sent {rs.get('bytes_sent')}: " + ("all checks passed" if not failures else "FAILED")
+    )
     for failure in failures:
         print(f"  - {failure}")
 
     pct = shares["gateway"][2]
     if (feeds["paced"].stats or {}).get("windows") != expected:
-        failures.append(f"the paced in-process run made {(feeds['paced'].stats or {}).get('windows')} windows, "
-                        f"batch {expected}")
-    print(f"\ngoal < {GOAL_PERCENT:g} % of one core: {'met' if pct < GOAL_PERCENT else 'NOT met'} ({pct:.2f} %, "
-          f"{pct / bare:.1f}x the bare python reader's {bare:.2f} %)")
+        failures.append(
+            f"the paced in-process run made {(feeds['paced'].stats or {}).get('windows')} windows, batch {expected}"
+        )
+    print(
+        f"\ngoal < {GOAL_PERCENT:g} % of one core: {'met' if pct < GOAL_PERCENT else 'NOT met'} ({pct:.2f} %, "
+        f"{pct / bare:.1f}x the bare python reader's {bare:.2f} %)"
+    )
     if pct >= GOAL_PERCENT or args.profile:
         profile_batch(recording_path)
     return 0 if not failures and pct < GOAL_PERCENT else 1

@@ -40,8 +40,9 @@ from _gateway_run import Gateway, Replayer, Sampler, gateway_failures, stored_po
 GOAL_MB = 80.0
 FLOOR_IMPORTS = "import numpy, serial, sqlite3, paho.mqtt.client, cbor2"
 WITH_SCIPY = FLOOR_IMPORTS + ", scipy.signal"
-_SELF_STATUS = ("; print(*(l.split()[1] for l in open('/proc/self/status') "
-                "if l.split(':')[0] in ('VmHWM', 'RssAnon', 'RssFile')))")
+_SELF_STATUS = (
+    "; print(*(l.split()[1] for l in open('/proc/self/status') if l.split(':')[0] in ('VmHWM', 'RssAnon', 'RssFile')))"
+)
 
 
 def peak_of_python(code: str) -> tuple[float, float, float]:
@@ -77,8 +78,11 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     from firmware_bridge.recording import Recording
 
     command = " ".join(["python", "benchmarks/bench_gateway_memory.py", *sys.argv[1:]])
-    print_machine("Gateway peak memory: one hour of the 5-sensor chair replayed through a pty", command,
-                  {"scipy": scipy.__version__, "pyserial": serial.__version__})
+    print_machine(
+        "Gateway peak memory: one hour of the 5-sensor chair replayed through a pty",
+        command,
+        {"scipy": scipy.__version__, "pyserial": serial.__version__},
+    )
 
     recording_path = write_chair(tmp / "chair.wfrec", seconds)
     recording = Recording.load(recording_path)
@@ -88,9 +92,11 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     batch_s = time.perf_counter() - t0
     expected = len(batch.X)
     del batch, recording
-    print(f"- recording: {minutes:g} min, {n_frames:,} sample frames, {recording_path.stat().st_size / 1e6:.1f} MB; "
-          f"batch path: {expected} windows in {batch_s:.1f} s; replay speed x{args.speed:g} "
-          f"(~{seconds / args.speed:.0f} s of wall time)")
+    print(
+        f"- recording: {minutes:g} min, {n_frames:,} sample frames, {recording_path.stat().st_size / 1e6:.1f} MB; "
+        f"batch path: {expected} windows in {batch_s:.1f} s; replay speed x{args.speed:g} "
+        f"(~{seconds / args.speed:.0f} s of wall time)"
+    )
 
     floor_name = f'python -c "{FLOOR_IMPORTS}" (the floor: the gateway\'s imports)'
     peers = {
@@ -106,8 +112,9 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     sampler: Sampler | None = None
     try:
         gateway.start()
-        sampler = Sampler({"gateway": gateway.pid}, interval_s=0.5, memory=True,
-                          extra={"position": lambda: stored_position(db)}).start()
+        sampler = Sampler(
+            {"gateway": gateway.pid}, interval_s=0.5, memory=True, extra={"position": lambda: stored_position(db)}
+        ).start()
         started = replayer.wait_started(120)
         sampler.sample_now()
         at_start = next(s for s in reversed(sampler.samples["gateway"]) if s.mem_kb)
@@ -139,14 +146,20 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     rows = [row(name, *values) for name, values in peers.items()]
     rows += [
         row("wheelfed gateway after start-up (port open, no data yet; peak so far)", *gw(at_start, "VmHWM")),
-        row(f"wheelfed gateway, peak over {minutes:g} min at x{args.speed:g} and shutdown (VmHWM; anon/file at "
-            "the largest VmRSS sample)", mb(peak_kb), *gw(top, "VmRSS")[1:]),
+        row(
+            f"wheelfed gateway, peak over {minutes:g} min at x{args.speed:g} and shutdown (VmHWM; anon/file at "
+            "the largest VmRSS sample)",
+            mb(peak_kb),
+            *gw(top, "VmRSS")[1:],
+        ),
         row("wheelfed gateway, RSS after the last window (VmRSS)", *gw(end, "VmRSS")),
     ]
     print()
     print(markdown_table(["process", "peak RSS MB", "anon MB", "file-backed MB", "x floor"], rows))
-    print("\n(anon = the process's own heap and stacks; file-backed = mapped shared libraries and files, "
-          "shared with any other process mapping them)\n")
+    print(
+        "\n(anon = the process's own heap and stacks; file-backed = mapped shared libraries and files, "
+        "shared with any other process mapping them)\n"
+    )
 
     # RSS by minute of recording the gateway had processed (position = end of its latest stored window),
     # up to the SIGTERM; shutdown (flush of the last window, final stats queries) is its own row.
@@ -157,13 +170,21 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     def add_row(label: str, t: float, n_windows: int) -> None:
         s = next((s for s in samples if s.t >= t), samples[-1])
         m_kb = s.mem_kb or {}
-        by_minute.append([label, f"{s.t - started:.1f}", f"{n_windows:,}", f"{mb(m_kb['VmRSS']):.1f}",
-                          f"{mb(m_kb['VmHWM']):.1f}"])
+        by_minute.append(
+            [label, f"{s.t - started:.1f}", f"{n_windows:,}", f"{mb(m_kb['VmRSS']):.1f}", f"{mb(m_kb['VmHWM']):.1f}"]
+        )
 
     settled = []  # (minute, RSS MB) once the store's page cache has filled
     for m in range(0, int(minutes), step):
-        hit = next(((t, pos) for t, pos in running if pos["position"][1] is not None  # type: ignore[index]
-                    and pos["position"][1] >= 60 * m), None)  # type: ignore[index]
+        hit = next(
+            (
+                (t, pos)
+                for t, pos in running
+                if pos["position"][1] is not None  # type: ignore[index]
+                and pos["position"][1] >= 60 * m
+            ),
+            None,
+        )  # type: ignore[index]
         if hit is not None:
             add_row(str(m), hit[0], hit[1]["position"][0])  # type: ignore[index]
             if m >= minutes / 4:
@@ -172,35 +193,51 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     n_last, end_last = last["position"]  # type: ignore[misc]
     add_row(f"{end_last / 60:.2f} (replay over, before SIGTERM)", t_last, n_last)
     settled.append((end_last / 60, float(by_minute[-1][3])))
-    by_minute.append(["shutdown (SIGTERM: last window flushed, final stats)", "", stats.get("stored", "?"), "-",
-                      f"{mb(peak_kb):.1f}"])
+    by_minute.append(
+        [
+            "shutdown (SIGTERM: last window flushed, final stats)",
+            "",
+            stats.get("stored", "?"),
+            "-",
+            f"{mb(peak_kb):.1f}",
+        ]
+    )
     print(markdown_table(["minute of recording", "wall s", "windows stored", "RSS MB", "peak so far MB"], by_minute))
     print()
     if len(settled) >= 2:
         slope = np.polyfit([m for m, _ in settled], [r for _, r in settled], 1)[0] * 60
         values = [r for _, r in settled]
-        print(f"RSS from minute {settled[0][0]:g} to the end of the replay: {min(values):.1f} to {max(values):.1f} MB; "
-              f"least-squares trend {slope:+.2f} MB per recorded hour ({len(settled)} points)")
+        print(
+            f"RSS from minute {settled[0][0]:g} to the end of the replay: {min(values):.1f} to {max(values):.1f} MB; "
+            f"least-squares trend {slope:+.2f} MB per recorded hour ({len(settled)} points)"
+        )
     cpu, wall = sampler.share("gateway", started, replayer.done or caught_up)
     rs = replayer.stats or {}
-    print(f"gateway CPU during the x{args.speed:g} replay: {100 * cpu / wall:.0f} % of one core; replay "
-          f"{rs.get('frames_sent')} frames, {rs.get('bytes_sent')} bytes in {rs.get('wall_s', 0):.1f} s, "
-          f"max lag behind schedule {1000 * rs.get('max_lag_s', 0):.1f} ms; store caught up "
-          f"{caught_up - (replayer.done or caught_up):.1f} s after the replay ended")
-    gw_stats = {k: stats.get(k) for k in ("frames", "crc_errors", "lost_samples", "dropped", "windows", "stored",
-                                          "labelled")}
+    print(
+        f"gateway CPU during the x{args.speed:g} replay: {100 * cpu / wall:.0f} % of one core; replay "
+        f"{rs.get('frames_sent')} frames, {rs.get('bytes_sent')} bytes in {rs.get('wall_s', 0):.1f} s, "
+        f"max lag behind schedule {1000 * rs.get('max_lag_s', 0):.1f} ms; store caught up "
+        f"{caught_up - (replayer.done or caught_up):.1f} s after the replay ended"
+    )
+    gw_stats = {
+        k: stats.get(k) for k in ("frames", "crc_errors", "lost_samples", "dropped", "windows", "stored", "labelled")
+    }
     print(f"gateway final stats: {' '.join(f'{k}={v}' for k, v in gw_stats.items())}; exit code {code}")
 
     failures = gateway_failures(code, out, stats, rs, stored, expected, hint=": lower --speed")
     if not rs.get("completed"):
         failures.append(f"the replay did not complete: {rs}")
-    print(f"correctness: windows stored {stats.get('stored')} vs batch {expected} (+-1), "
-          f"dropped={stats.get('dropped')}: " + ("all checks passed" if not failures else "FAILED"))
+    print(
+        f"correctness: windows stored {stats.get('stored')} vs batch {expected} (+-1), "
+        f"dropped={stats.get('dropped')}: " + ("all checks passed" if not failures else "FAILED")
+    )
     for failure in failures:
         print(f"  - {failure}")
     peak = mb(peak_kb)
-    print(f"\ngoal < {GOAL_MB:g} MB peak RSS: {'met' if peak < GOAL_MB else 'NOT met'} ({peak:.1f} MB = the import "
-          f"floor of {floor:.1f} MB + {peak - floor:.1f} MB)")
+    print(
+        f"\ngoal < {GOAL_MB:g} MB peak RSS: {'met' if peak < GOAL_MB else 'NOT met'} ({peak:.1f} MB = the import "
+        f"floor of {floor:.1f} MB + {peak - floor:.1f} MB)"
+    )
     return 0 if not failures and peak < GOAL_MB else 1
 
 

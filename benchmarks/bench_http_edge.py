@@ -24,8 +24,11 @@ import time
 
 from _common import markdown_table, print_machine  # also puts the repo root on sys.path
 
-CASES = {"no token": [], "unknown token": ["-H", "Authorization: Bearer nope"],
-         "operator token, body over the limit": ["-H", "Authorization: Bearer op"]}
+CASES = {
+    "no token": [],
+    "unknown token": ["-H", "Authorization: Bearer nope"],
+    "operator token, body over the limit": ["-H", "Authorization: Bearer op"],
+}
 
 
 def memory_kib(field: str) -> int:
@@ -44,8 +47,9 @@ def one_case(name: str, body_path: str) -> dict:
 
     folder = tempfile.mkdtemp()
     sim = Simulation(fleet_data(n_clients=1))
-    server = Server(ServerConfig(registry=os.path.join(folder, "r.db"), operator_tokens=("op",),
-                                 schedule_tick_s=3600.0))
+    server = Server(
+        ServerConfig(registry=os.path.join(folder, "r.db"), operator_tokens=("op",), schedule_tick_s=3600.0)
+    )
     server.start(transport=sim.server)
     sock = bind("127.0.0.1", 0)
     port = sock.getsockname()[1]
@@ -59,15 +63,38 @@ def one_case(name: str, body_path: str) -> dict:
         refs.write("5")  # VmHWM starts again from the current RSS
     before = memory_kib("VmRSS")
     started = time.perf_counter()
-    answer = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
-                             "-H", "Content-Type: application/json", *CASES[name], "--data-binary", f"@{body_path}",
-                             f"http://127.0.0.1:{port}/api/jobs"], capture_output=True, text=True, check=True)
+    answer = subprocess.run(
+        [
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            *CASES[name],
+            "--data-binary",
+            f"@{body_path}",
+            f"http://127.0.0.1:{port}/api/jobs",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     elapsed = time.perf_counter() - started
     peak = memory_kib("VmHWM")
     web.should_exit = True
     server.stop()
-    return {"case": name, "body_mb": round(size / 2**20, 1), "status": answer.stdout,
-            "peak_rise_mb": round(max(0, peak - before) / 1024, 1), "answer_s": round(elapsed, 3)}
+    return {
+        "case": name,
+        "body_mb": round(size / 2**20, 1),
+        "status": answer.stdout,
+        "peak_rise_mb": round(max(0, peak - before) / 1024, 1),
+        "answer_s": round(elapsed, 3),
+    }
 
 
 def main() -> None:
@@ -84,8 +111,12 @@ def main() -> None:
         json.dump({"model_id": "act", "clients": ["gw-1"] * int(args.mb * 2**20 / 8)}, body)
         body.flush()
         for name in CASES:
-            run = subprocess.run([sys.executable, __file__, "--case", name, "--body", body.name], capture_output=True,
-                                 text=True, check=True)
+            run = subprocess.run(
+                [sys.executable, __file__, "--case", name, "--body", body.name],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             rows.append(json.loads(run.stdout.strip().splitlines()[-1]))
     print_machine("HTTP edge: what a refused request costs", f"benchmarks/bench_http_edge.py --mb {args.mb:g}")
     print(

@@ -51,15 +51,20 @@ def main() -> int:
     from tests.shared.model.test_model_oracles import sklearn_to_ensemble
     from tests.shared.model.xgboost_json import booster_to_ensemble
 
-    print_machine("Numpy inference engine vs XGBoost / scikit-learn (100 trees, depth 6)",
-                  "python benchmarks/bench_inference.py" + (" --quick" if args.quick else ""),
-                  {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__, "threads": "1"})
+    print_machine(
+        "Numpy inference engine vs XGBoost / scikit-learn (100 trees, depth 6)",
+        "python benchmarks/bench_inference.py" + (" --quick" if args.quick else ""),
+        {"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__, "threads": "1"},
+    )
     rng = np.random.default_rng(0)
     n_features = 60  # roughly one sensor's TIFEX-style feature vector
     X = rng.normal(size=(20_000, n_features)).astype(np.float32)
     y = (X[:, 0] + X[:, 1] * X[:, 2] + 0.5 * rng.normal(size=len(X)) > 0).astype(int)
-    booster = xgb.train({"objective": "binary:logistic", "max_depth": 6, "eta": 0.3, "nthread": 1,
-                         "tree_method": "hist"}, xgb.DMatrix(X, y), num_boost_round=100)
+    booster = xgb.train(
+        {"objective": "binary:logistic", "max_depth": 6, "eta": 0.3, "nthread": 1, "tree_method": "hist"},
+        xgb.DMatrix(X, y),
+        num_boost_round=100,
+    )
     boosted = booster_to_ensemble(booster)
     forest_model = RandomForestClassifier(n_estimators=100, max_depth=6, n_jobs=1, random_state=0).fit(X, y)
     forest = sklearn_to_ensemble(forest_model, "forest")

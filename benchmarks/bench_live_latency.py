@@ -46,8 +46,10 @@ def main() -> int:
     from shared.model.tflite import tflite_available
     from shared.signing import SigningKey
 
-    print_machine("Live recognition latency: window complete -> prediction (replayed recording)",
-                  f"benchmarks/bench_live_latency.py --speed {args.speed:g}")
+    print_machine(
+        "Live recognition latency: window complete -> prediction (replayed recording)",
+        f"benchmarks/bench_live_latency.py --speed {args.speed:g}",
+    )
     failures: list[str] = []
     rows = []
     with tempfile.TemporaryDirectory(prefix="wheelfed-bench-live-") as tmp:
@@ -76,11 +78,20 @@ def main() -> int:
                 run = tmp_path / f"{len(rows)}"
                 (run / "models").mkdir(parents=True)
                 (run / "models" / "active.bundle").write_bytes(
-                    ModelBundle.create(model, model_id="bench", version=1, signing_key=key).to_bytes())
+                    ModelBundle.create(model, model_id="bench", version=1, signing_key=key).to_bytes()
+                )
                 master, slave = open_pty()
-                gateway = Gateway(GatewayConfig(client_id="gw-1", store_path=run / "gw.db", serial_port=slave,
-                                                session_id="replay", model_dir=run / "models",
-                                                trusted_keys=(tmp_path / "agg.pub",), engine=engine))
+                gateway = Gateway(
+                    GatewayConfig(
+                        client_id="gw-1",
+                        store_path=run / "gw.db",
+                        serial_port=slave,
+                        session_id="replay",
+                        model_dir=run / "models",
+                        trusted_keys=(tmp_path / "agg.pub",),
+                        engine=engine,
+                    )
+                )
                 assert gateway.models.current is not None, gateway.models.last_error
                 runner = threading.Thread(target=gateway.run, daemon=True)
                 runner.start()
@@ -102,14 +113,40 @@ def main() -> int:
                 diff = float(np.abs(np.array([p.probabilities for p in live]) - offline).max())
                 if diff > 1e-6:
                     failures.append(f"{name}/{engine}: live probabilities differ from offline by {diff:.2e}")
-                rows.append([name, engine, str(len(live)), f"{median(latencies):.2f}",
-                             f"{percentile(latencies, 99):.2f}", f"{max(latencies):.2f}", f"{diff:.1e}",
-                             f"{wall:.1f}", "yes" if median(latencies) < 5.0 else "no"])
+                rows.append(
+                    [
+                        name,
+                        engine,
+                        str(len(live)),
+                        f"{median(latencies):.2f}",
+                        f"{percentile(latencies, 99):.2f}",
+                        f"{max(latencies):.2f}",
+                        f"{diff:.1e}",
+                        f"{wall:.1f}",
+                        "yes" if median(latencies) < 5.0 else "no",
+                    ]
+                )
                 print(f"{name} / {engine}: median {median(latencies):.2f} ms", file=sys.stderr, flush=True)
-    print(f"\nRecording: {recording.metadata.session_id}, {len(table.X)} windows of 4 s (hop 2 s), "
-          f"{X.shape[1]} features; replay speed {args.speed:g}x\n")
-    print(markdown_table(["model", "engine", "predictions", "median ms", "p99 ms", "max ms",
-                          "max |live - offline|", "replay wall s", "median < 5 ms"], rows))
+    print(
+        f"\nRecording: {recording.metadata.session_id}, {len(table.X)} windows of 4 s (hop 2 s), "
+        f"{X.shape[1]} features; replay speed {args.speed:g}x\n"
+    )
+    print(
+        markdown_table(
+            [
+                "model",
+                "engine",
+                "predictions",
+                "median ms",
+                "p99 ms",
+                "max ms",
+                "max |live - offline|",
+                "replay wall s",
+                "median < 5 ms",
+            ],
+            rows,
+        )
+    )
     for f in failures:
         print(f"FAILED: {f}")
     return 1 if failures else 0

@@ -91,18 +91,30 @@ def load1() -> float:
 
 
 def same_model(a, b) -> bool:
-    return a.n_trees == b.n_trees and np.array_equal(a.base_score, b.base_score) and all(
-        np.array_equal(getattr(x, n), getattr(y, n))
-        for x, y in zip(a.trees, b.trees) for n in ("feature", "threshold", "left", "right", "value"))
+    return (
+        a.n_trees == b.n_trees
+        and np.array_equal(a.base_score, b.base_score)
+        and all(
+            np.array_equal(getattr(x, n), getattr(y, n))
+            for x, y in zip(a.trees, b.trees)
+            for n in ("feature", "threshold", "left", "right", "value")
+        )
+    )
 
 
 def one_job(port: int, secret: str, ids: list[str], n_workers: int, secure: bool, flat: dict) -> Run:
     algorithm = FedSCSXGB(n_rounds=2, max_depth=3, n_bins=64, secure_aggregation=secure)
-    agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=port, username=AGGREGATOR_ID, password=secret,
-                                                  session_expiry_s=0), presence=False)
+    agg = MqttTransport(
+        AGGREGATOR_ID,
+        MqttConfig(port=port, username=AGGREGATOR_ID, password=secret, session_expiry_s=0),
+        presence=False,
+    )
     agg.connect()
-    workers = MergeWorkerProcesses(n_workers, port=port, password=lambda w: password(secret, w),
-                                   settings=MergeSettings()) if n_workers else None
+    workers = (
+        MergeWorkerProcesses(n_workers, port=port, password=lambda w: password(secret, w), settings=MergeSettings())
+        if n_workers
+        else None
+    )
     try:
         engine = RoundEngine(agg, merge_workers=workers is not None)
         if workers is not None:
@@ -111,8 +123,9 @@ def one_job(port: int, secret: str, ids: list[str], n_workers: int, secure: bool
         load_before = load1()
         cpu0, wall0, recv0 = time.process_time(), time.monotonic(), receive_threads_cpu(AGGREGATOR_ID)
         w0 = sum(cpu_seconds(p.pid) for p in workers.processes.values()) if workers else 0.0
-        model, job = train_on_fleet(algorithm, agg, clients=ids, discover_s=60, engine=engine,
-                                    settings=JobSettings(deadline_s=300))
+        model, job = train_on_fleet(
+            algorithm, agg, clients=ids, discover_s=60, engine=engine, settings=JobSettings(deadline_s=300)
+        )
         wall, cpu = time.monotonic() - wall0, time.process_time() - cpu0
         receive = receive_threads_cpu(AGGREGATOR_ID) - recv0
         w1 = sum(cpu_seconds(p.pid) for p in workers.processes.values()) if workers else 0.0
@@ -135,8 +148,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.gateways < 3 or args.processes < 1 or args.repeats < 1:
         parser.error("--gateways must be >= 3, --processes and --repeats >= 1")
-    print_machine("Merge workers: the aggregator alone and with 1, 2, 4 workers",
-                  " ".join(["python", *sys.argv]))
+    print_machine("Merge workers: the aggregator alone and with 1, 2, 4 workers", " ".join(["python", *sys.argv]))
     secret = os.urandom(8).hex()
     ids = gateway_ids(args.gateways)
     worker_ids = [f"merge-{i}" for i in range(1, max(WORKER_COUNTS) + 1)]
@@ -145,14 +157,31 @@ def main() -> int:
         users = [BrokerUser(AGGREGATOR_ID, secret)] + [BrokerUser(c, password(secret, c)) for c in ids + worker_ids]
         deploy = deploy_dir_with_workers(Path(scratch) / "deploy", worker_ids)
         with MosquittoBroker(Path(scratch) / "broker", users=users, deploy_dir=deploy) as broker:
-            hosts = [subprocess.Popen(
-                [sys.executable, "-m", "edge_client.cli", "load-test", "host", "--port", str(broker.port),
-                 *batch.tolist()],
-                env={**os.environ, SECRET_ENV: secret}, stdout=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=die_with_parent()) for batch in np.array_split(np.array(ids), args.processes)]
+            hosts = [
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "edge_client.cli",
+                        "load-test",
+                        "host",
+                        "--port",
+                        str(broker.port),
+                        *batch.tolist(),
+                    ],
+                    env={**os.environ, SECRET_ENV: secret},
+                    stdout=subprocess.DEVNULL,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent(),
+                )
+                for batch in np.array_split(np.array(ids), args.processes)
+            ]
             try:
-                watcher = MqttTransport("aggregator", MqttConfig(port=broker.port, username=AGGREGATOR_ID,
-                                                                 password=secret, session_expiry_s=0), presence=False)
+                watcher = MqttTransport(
+                    "aggregator",
+                    MqttConfig(port=broker.port, username=AGGREGATOR_ID, password=secret, session_expiry_s=0),
+                    presence=False,
+                )
                 watcher.connect()
                 Presence(watcher, TopicLayout()).wait(ids, online=True, timeout_s=300)
                 watcher.close()
@@ -175,17 +204,42 @@ def main() -> int:
             mine = [r for r in runs if r.secure == secure and r.workers == n]
             med = lambda f, rs=mine: statistics.median(f(r) for r in rs)  # noqa: E731
             speedup = med(lambda r: r.sum_s, base) / med(lambda r: r.sum_s)
-            rows.append(["secure" if secure else "plain", "alone" if n == 0 else str(n), str(len(mine)),
-                         f"{med(lambda r: r.job_s):.2f}", f"{med(lambda r: r.sum_s):.2f}", f"{speedup:.2f}",
-                         f"{med(lambda r: r.leader_cpu_s):.2f}", f"{med(lambda r: r.receive_cpu_s):.2f}",
-                         f"{med(lambda r: r.receive_cpu_s, base) / med(lambda r: r.receive_cpu_s):.2f}",
-                         f"{med(lambda r: r.workers_cpu_s):.2f}",
-                         f"{min(r.load_before for r in mine):.1f}-{max(r.load_after for r in mine):.1f}",
-                         "yes" if all(r.same_model for r in mine) else "NO"])
+            rows.append(
+                [
+                    "secure" if secure else "plain",
+                    "alone" if n == 0 else str(n),
+                    str(len(mine)),
+                    f"{med(lambda r: r.job_s):.2f}",
+                    f"{med(lambda r: r.sum_s):.2f}",
+                    f"{speedup:.2f}",
+                    f"{med(lambda r: r.leader_cpu_s):.2f}",
+                    f"{med(lambda r: r.receive_cpu_s):.2f}",
+                    f"{med(lambda r: r.receive_cpu_s, base) / med(lambda r: r.receive_cpu_s):.2f}",
+                    f"{med(lambda r: r.workers_cpu_s):.2f}",
+                    f"{min(r.load_before for r in mine):.1f}-{max(r.load_after for r in mine):.1f}",
+                    "yes" if all(r.same_model for r in mine) else "NO",
+                ]
+            )
     print(f"{args.gateways} simulated gateways in {args.processes} processes; medians over {args.repeats} jobs")
-    print(markdown_table(["sums", "workers", "jobs", "job s", "sum rounds s", "speed-up (sum rounds)",
-                          "leader CPU s", "leader receive CPU s", "receive CPU alone / this",
-                          "workers CPU s", "load avg (1 min)", "flat model"], rows))
+    print(
+        markdown_table(
+            [
+                "sums",
+                "workers",
+                "jobs",
+                "job s",
+                "sum rounds s",
+                "speed-up (sum rounds)",
+                "leader CPU s",
+                "leader receive CPU s",
+                "receive CPU alone / this",
+                "workers CPU s",
+                "load avg (1 min)",
+                "flat model",
+            ],
+            rows,
+        )
+    )
     return 0 if all(r.same_model for r in runs) else 1
 
 

@@ -53,9 +53,14 @@ LAYOUT = TopicLayout()
 SIZES = {"1 KB": 1_000, "1 MB": 1_000_000}
 REPLY_TIMEOUT_S = 10.0
 ROUND_TRIP = "round trip"
-HOPS = ("aggregator: create + encode + publish call", "request: broker -> gateway (last payload in)",
-        "gateway: dispatch queue + decode -> handler", "gateway: handler -> reply publish call",
-        "reply: broker -> aggregator (last payload in)", "aggregator: decode + round engine wake-up")
+HOPS = (
+    "aggregator: create + encode + publish call",
+    "request: broker -> gateway (last payload in)",
+    "gateway: dispatch queue + decode -> handler",
+    "gateway: handler -> reply publish call",
+    "reply: broker -> aggregator (last payload in)",
+    "aggregator: decode + round engine wake-up",
+)
 
 #: Round trip number r -> its timings in seconds (``ROUND_TRIP``, maybe hops), or None if it failed.
 RoundTrip = Callable[[int], dict[str, float] | None]
@@ -103,8 +108,9 @@ def mqtt_config(broker: MosquittoBroker, user: str) -> MqttConfig:
     return MqttConfig(host=broker.host, port=broker.port, username=user, password=PASSWORDS[user])
 
 
-def run_stack(broker: MosquittoBroker, payload: bytes, n: int, warmup: int, gap_s: float, job: str,
-              failures: list[str]) -> dict[str, list[float]]:
+def run_stack(
+    broker: MosquittoBroker, payload: bytes, n: int, warmup: int, gap_s: float, job: str, failures: list[str]
+) -> dict[str, list[float]]:
     """``ROUND_TRIP`` seconds of ``n`` rounds and, per ``HOPS`` entry, each round's time in that hop."""
     # perf_counter stamps of the current round, appended by the paho and dispatch threads
     agg_pub, gw_recv, gw_handler, gw_pub, agg_recv = stamps = [[] for _ in range(5)]
@@ -128,8 +134,10 @@ def run_stack(broker: MosquittoBroker, payload: bytes, n: int, warmup: int, gap_
         done = time.perf_counter()
         reply = result.replies.get("gw-1")
         if reply is None or not isinstance(reply.body, Pong) or reply.body.payload != payload:
-            failures.append(f"stack {job} round {r}: missing or wrong reply "
-                            f"(timed out: {result.timed_out}, errors: {result.errors})")
+            failures.append(
+                f"stack {job} round {r}: missing or wrong reply "
+                f"(timed out: {result.timed_out}, errors: {result.errors})"
+            )
             return None
         edges = (start, agg_pub[0], gw_recv[-1], gw_handler[-1], gw_pub[0], agg_recv[-1], done)
         return {ROUND_TRIP: done - start, **{hop: b - a for hop, a, b in zip(HOPS, edges, edges[1:])}}
@@ -153,8 +161,9 @@ def run_stack(broker: MosquittoBroker, payload: bytes, n: int, warmup: int, gap_
 # -- bare paho --------------------------------------------------------------------------------------
 def bare_client(broker: MosquittoBroker, user: str, topic: str, on_message: Callable) -> paho.Client:
     """A connected paho client subscribed to ``topic``, Nagle off like the transport's."""
-    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-bare-{user}",
-                         protocol=MQTTProtocolVersion.MQTTv5)
+    client = paho.Client(
+        CallbackAPIVersion.VERSION2, client_id=f"bench-bare-{user}", protocol=MQTTProtocolVersion.MQTTv5
+    )
     client.username_pw_set(user, PASSWORDS[user])
     client.on_socket_open = _disable_nagle
     client.on_message = on_message
@@ -169,8 +178,17 @@ def bare_client(broker: MosquittoBroker, user: str, topic: str, on_message: Call
     return client
 
 
-def run_bare(broker: MosquittoBroker, payload: bytes, n: int, warmup: int, gap_s: float, *, worker: bool,
-             label: str, failures: list[str]) -> dict[str, list[float]]:
+def run_bare(
+    broker: MosquittoBroker,
+    payload: bytes,
+    n: int,
+    warmup: int,
+    gap_s: float,
+    *,
+    worker: bool,
+    label: str,
+    failures: list[str],
+) -> dict[str, list[float]]:
     inbox, outbox = LAYOUT.inbox("gw-2"), LAYOUT.outbox("gw-2")
     replies: queue.Queue[bytes] = queue.Queue()
     work: queue.Queue[bytes | None] = queue.Queue()
@@ -226,8 +244,9 @@ def broker_nodelay(broker: MosquittoBroker) -> bool:
     return "set_tcp_nodelay true" in (line.strip() for line in broker.config_path.read_text().splitlines())
 
 
-def measure(broker: MosquittoBroker, counts: dict[str, int], warmup: int, gap_s: float, worker_peer: bool,
-            failures: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+def measure(
+    broker: MosquittoBroker, counts: dict[str, int], warmup: int, gap_s: float, worker_peer: bool, failures: list[str]
+) -> tuple[list[list[str]], list[list[str]]]:
     """Rows of the results table and of the 1 KB hop breakdown."""
     payloads = {size_name: os.urandom(size) for size_name, size in SIZES.items()}
     results: dict[str, list[tuple[str, list[float]]]] = {size_name: [] for size_name in SIZES}
@@ -237,13 +256,22 @@ def measure(broker: MosquittoBroker, counts: dict[str, int], warmup: int, gap_s:
     for size_name, payload in payloads.items():
         for worker in (False, True) if worker_peer else (False,):
             name = "bare paho (reply from worker thread)" if worker else "bare paho (reply in on_message)"
-            samples = run_bare(broker, payload, counts[size_name], warmup, gap_s, worker=worker,
-                               label=f"{name} {size_name}", failures=failures)
+            samples = run_bare(
+                broker,
+                payload,
+                counts[size_name],
+                warmup,
+                gap_s,
+                worker=worker,
+                label=f"{name} {size_name}",
+                failures=failures,
+            )
             results[size_name].append((name, samples.get(ROUND_TRIP, [])))
     hop_rows: list[list[str]] = []
     for size_name, payload in payloads.items():
-        samples = run_stack(broker, payload, counts[size_name], warmup, gap_s,
-                            f"bench-{size_name.replace(' ', '')}", failures)
+        samples = run_stack(
+            broker, payload, counts[size_name], warmup, gap_s, f"bench-{size_name.replace(' ', '')}", failures
+        )
         results[size_name].append(("WheelFed stack (RoundEngine + Dispatcher)", samples.get(ROUND_TRIP, [])))
         if size_name == "1 KB":
             hop_rows += [[hop, *stats_row(samples[hop])] for hop in HOPS if samples.get(hop)]
@@ -264,9 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-small", type=int, default=None, help="1 KB round trips (default 200)")
     parser.add_argument("--n-large", type=int, default=None, help="1 MB round trips (default 50)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed round trips first (default 20)")
-    parser.add_argument("--gap-ms", type=float, default=0.0,
-                        help="idle time between round trips (default 0: back to back); with a gap each round "
-                             "starts from idle threads and sockets")
+    parser.add_argument(
+        "--gap-ms",
+        type=float,
+        default=0.0,
+        help="idle time between round trips (default 0: back to back); with a gap each round "
+        "starts from idle threads and sockets",
+    )
     parser.add_argument("--no-worker-peer", action="store_true", help="skip the bare worker-thread peer")
     args = parser.parse_args(argv)
     counts = {"1 KB": args.n_small or (40 if args.quick else 200), "1 MB": args.n_large or (10 if args.quick else 50)}
@@ -275,18 +307,24 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
     mosquitto_version = subprocess.run(["mosquitto", "-h"], capture_output=True, text=True).stdout.splitlines()[:1]
     users = [BrokerUser(name, pw) for name, pw in PASSWORDS.items()]
-    with tempfile.TemporaryDirectory(prefix="wheelfed-bench-") as scratch, \
-            MosquittoBroker(Path(scratch) / "broker", users=users) as broker:
+    with (
+        tempfile.TemporaryDirectory(prefix="wheelfed-bench-") as scratch,
+        MosquittoBroker(Path(scratch) / "broker", users=users) as broker,
+    ):
         broker_fixed = broker_nodelay(broker)
         if not broker_fixed:
             failures.append("broker: the rendered deploy/ config lacks `set_tcp_nodelay true`")
-        print_machine("bench_mqtt_latency", "python " + " ".join(["benchmarks/bench_mqtt_latency.py", *argv]), {
-            "broker": (mosquitto_version or ["mosquitto ?"])[0] + ", 127.0.0.1, deploy/mosquitto/wheelfed.conf.in",
-            "TCP_NODELAY": f"broker config {'on' if broker_fixed else 'OFF'}; every client socket "
-                           "(stack and bare) checked after connecting",
-            "round trips": f"1 KB: {counts['1 KB']}, 1 MB: {counts['1 MB']}, after {warmup} warm-up each, "
-                           f"{f'{args.gap_ms:g} ms apart' if args.gap_ms else 'back to back'}",
-        })
+        print_machine(
+            "bench_mqtt_latency",
+            "python " + " ".join(["benchmarks/bench_mqtt_latency.py", *argv]),
+            {
+                "broker": (mosquitto_version or ["mosquitto ?"])[0] + ", 127.0.0.1, deploy/mosquitto/wheelfed.conf.in",
+                "TCP_NODELAY": f"broker config {'on' if broker_fixed else 'OFF'}; every client socket "
+                "(stack and bare) checked after connecting",
+                "round trips": f"1 KB: {counts['1 KB']}, 1 MB: {counts['1 MB']}, after {warmup} warm-up each, "
+                f"{f'{args.gap_ms:g} ms apart' if args.gap_ms else 'back to back'}",
+            },
+        )
         rows, hop_rows = measure(broker, counts, warmup, args.gap_ms / 1e3, not args.no_worker_peer, failures)
 
     print(markdown_table(["body", "path", "n", "median ms", "p99 ms", "x bare"], rows))
@@ -301,8 +339,10 @@ def main(argv: list[str] | None = None) -> int:
         for failure in failures[:20]:
             print(f"- {failure}")
         return 1
-    print("correctness: every reply arrived and carried the request's payload byte for byte; "
-          "Nagle was off on every socket.")
+    print(
+        "correctness: every reply arrived and carried the request's payload byte for byte; "
+        "Nagle was off on every socket."
+    )
     return 0
 
 

@@ -51,6 +51,7 @@ Lie = Callable[[np.ndarray, Any], np.ndarray]
 
 # --- where the cells are in each request's vector ------------------------------------------------
 
+
 def xgb_view(vector: np.ndarray, body: Any) -> tuple[np.ndarray, int, np.ndarray | None]:
     """``(cells, m, count)``: a FedSCS-XGB vector's statistics with G in ``cells[:, :m]``, and
     its count row (None for the private leaves, which carry none)."""
@@ -81,11 +82,13 @@ def forest_counts(vector: np.ndarray, body: Any) -> tuple[np.ndarray, int]:
 
 def xgb_scaled(factor: int) -> Lie:
     """G times ``factor`` in the ring's integers (wrapping as the liar's words would)."""
+
     def lie(vector, body):
         cells, m, _ = xgb_view(vector, body)
         with np.errstate(over="ignore"):
             cells[:, :m] *= factor
         return vector
+
     return lie
 
 
@@ -95,6 +98,7 @@ def xgb_counts_minus(n: int) -> Lie:
         if count is not None:
             count -= n * (body.lattice.scale if hasattr(body, "lattice") else 1)
         return vector
+
     return lie
 
 
@@ -105,6 +109,7 @@ def xgb_counts_times(factor: int) -> Lie:
             with np.errstate(over="ignore"):
                 count *= factor
         return vector
+
     return lie
 
 
@@ -137,6 +142,7 @@ def forest_minus(n: int) -> Lie:
         counts, unit = forest_counts(vector, body)
         counts -= n * unit
         return vector
+
     return lie
 
 
@@ -145,6 +151,7 @@ def forest_times(factor: int) -> Lie:
         counts, _ = forest_counts(vector, body)
         counts *= factor
         return vector
+
     return lie
 
 
@@ -204,29 +211,74 @@ def settings(only: set[str]) -> list[tuple[Setting, list[Variant]]]:
         return lambda classes: FedSCSXGB(n_rounds=10, max_depth=4, classes=classes, **kw)
 
     def forest(**kw):
-        return lambda classes: FedForest(n_trees=30, max_depth=5, n_bins=16, min_samples_leaf=3, classes=classes,
-                                         **kw)
+        return lambda classes: FedForest(n_trees=30, max_depth=5, n_bins=16, min_samples_leaf=3, classes=classes, **kw)
 
     out = []
     if "xgb" in only:
-        out += [(Setting("FedSCS-XGB private (epsilon 32)", xgb(protocol="private", dp_epsilon=EPSILON,
-                                                               secure_aggregation=True),
-                         (XgbPrivateLevelRequest, XgbPrivateLeavesRequest), True), XGB_VARIANTS),
-                (Setting("FedSCS-XGB histogram, secure", xgb(protocol="histogram", n_bins=64, secure_aggregation=True),
-                         (XgbHistogramRequest,), True), XGB_VARIANTS),
-                (Setting("FedSCS-XGB histogram, plain", xgb(protocol="histogram", n_bins=64, secure_aggregation=False),
-                         (XgbHistogramRequest,), False), XGB_VARIANTS)]
+        out += [
+            (
+                Setting(
+                    "FedSCS-XGB private (epsilon 32)",
+                    xgb(protocol="private", dp_epsilon=EPSILON, secure_aggregation=True),
+                    (XgbPrivateLevelRequest, XgbPrivateLeavesRequest),
+                    True,
+                ),
+                XGB_VARIANTS,
+            ),
+            (
+                Setting(
+                    "FedSCS-XGB histogram, secure",
+                    xgb(protocol="histogram", n_bins=64, secure_aggregation=True),
+                    (XgbHistogramRequest,),
+                    True,
+                ),
+                XGB_VARIANTS,
+            ),
+            (
+                Setting(
+                    "FedSCS-XGB histogram, plain",
+                    xgb(protocol="histogram", n_bins=64, secure_aggregation=False),
+                    (XgbHistogramRequest,),
+                    False,
+                ),
+                XGB_VARIANTS,
+            ),
+        ]
     if "forest" in only:
-        out += [(Setting("FedForest private (epsilon 32)", forest(dp_epsilon=EPSILON, secure_aggregation=True),
-                         (PrivateForestHistogramRequest, PrivateForestLeavesRequest), True), FOREST_VARIANTS),
-                (Setting("FedForest histogram, secure", forest(protocol="histogram", secure_aggregation=True),
-                         (ForestHistogramRequest,), True), FOREST_VARIANTS),
-                (Setting("FedForest histogram, plain", forest(protocol="histogram", secure_aggregation=False),
-                         (ForestHistogramRequest,), False), FOREST_VARIANTS)]
+        out += [
+            (
+                Setting(
+                    "FedForest private (epsilon 32)",
+                    forest(dp_epsilon=EPSILON, secure_aggregation=True),
+                    (PrivateForestHistogramRequest, PrivateForestLeavesRequest),
+                    True,
+                ),
+                FOREST_VARIANTS,
+            ),
+            (
+                Setting(
+                    "FedForest histogram, secure",
+                    forest(protocol="histogram", secure_aggregation=True),
+                    (ForestHistogramRequest,),
+                    True,
+                ),
+                FOREST_VARIANTS,
+            ),
+            (
+                Setting(
+                    "FedForest histogram, plain",
+                    forest(protocol="histogram", secure_aggregation=False),
+                    (ForestHistogramRequest,),
+                    False,
+                ),
+                FOREST_VARIANTS,
+            ),
+        ]
     return out
 
 
 # --- one run -------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
@@ -245,8 +297,9 @@ def garbage_shares(sim, liar: str) -> None:
 def flipped(fleet: Fleet, liar: str) -> list:
     classes = fleet.classes
     nxt = {c: classes[(i + 1) % len(classes)] for i, c in enumerate(classes)}
-    return [dataclasses.replace(c, y=np.array([nxt[v] for v in c.y])) if c.client_id == liar else c
-            for c in fleet.clients]
+    return [
+        dataclasses.replace(c, y=np.array([nxt[v] for v in c.y])) if c.client_id == liar else c for c in fleet.clients
+    ]
 
 
 def run(fleet: Fleet, setting: Setting, variant: Variant | None, liar: str, seed: int) -> Outcome:
@@ -336,17 +389,39 @@ def main() -> None:
         if wrong:
             parts.append(f"honest gateways named: {', '.join(wrong)}")
         honest_acc = [h.accuracy for _, h in pairs if h.accuracy is not None]
-        rows.append([setting, variant, "; ".join(parts) or "finished",
-                     f"{np.mean(honest_acc):.3f}" if honest_acc else "-",
-                     f"{np.mean(drops) * 100:+.1f}" if drops else "-",
-                     f"{max(drops) * 100:+.1f}" if drops else "-",
-                     ("yes" if max(drops) <= BAR else "no") if drops else "-"])
-    print(f"seeds (series orders): {', '.join(map(str, seeds))}; liar (the gateway with the most training "
-          f"windows) per seed: {', '.join(liars)}\n")
-    print(markdown_table(["setting", "lie", "outcome", "all-honest accuracy", "drop, mean (pp)", "drop, worst (pp)",
-                          f"worst <= {BAR * 100:.0f} pp"], rows))
-    print(f"\n{time.perf_counter() - started:.0f} s in all; peak resident memory "
-          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+        rows.append(
+            [
+                setting,
+                variant,
+                "; ".join(parts) or "finished",
+                f"{np.mean(honest_acc):.3f}" if honest_acc else "-",
+                f"{np.mean(drops) * 100:+.1f}" if drops else "-",
+                f"{max(drops) * 100:+.1f}" if drops else "-",
+                ("yes" if max(drops) <= BAR else "no") if drops else "-",
+            ]
+        )
+    print(
+        f"seeds (series orders): {', '.join(map(str, seeds))}; liar (the gateway with the most training "
+        f"windows) per seed: {', '.join(liars)}\n"
+    )
+    print(
+        markdown_table(
+            [
+                "setting",
+                "lie",
+                "outcome",
+                "all-honest accuracy",
+                "drop, mean (pp)",
+                "drop, worst (pp)",
+                f"worst <= {BAR * 100:.0f} pp",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"\n{time.perf_counter() - started:.0f} s in all; peak resident memory "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -99,12 +99,16 @@ T0 = time.perf_counter()
 B_XGB = 256
 B_FOREST = 32
 MODES = {
-    "FedSCS-XGB": (("atoms", {"protocol": "atoms", "secure_aggregation": False}),
-                   ("histogram", {"protocol": "histogram", "secure_aggregation": False}),
-                   ("secure", {"protocol": "histogram", "secure_aggregation": True})),
-    "FedForest": (("sketches", {"protocol": "sketches", "secure_aggregation": False}),
-                  ("histogram", {"protocol": "histogram", "secure_aggregation": False}),
-                  ("secure", {"protocol": "histogram", "secure_aggregation": True})),
+    "FedSCS-XGB": (
+        ("atoms", {"protocol": "atoms", "secure_aggregation": False}),
+        ("histogram", {"protocol": "histogram", "secure_aggregation": False}),
+        ("secure", {"protocol": "histogram", "secure_aggregation": True}),
+    ),
+    "FedForest": (
+        ("sketches", {"protocol": "sketches", "secure_aggregation": False}),
+        ("histogram", {"protocol": "histogram", "secure_aggregation": False}),
+        ("secure", {"protocol": "histogram", "secure_aggregation": True}),
+    ),
 }
 PAPER = {"FedSCS-XGB": "atoms", "FedForest": "sketches"}
 TABULAR = ("breast_cancer", "wine")
@@ -168,8 +172,10 @@ def seglearn_fleet(seed: int) -> Fleet:
     from edge_client.training_data import ClientData
 
     splits = [seeded_tail(s, seed, i) for i, s in enumerate(SUBJECTS)]
-    clients = [ClientData(f"subject-{i:02d}", s.X[p.train].astype(np.float32), s.y[p.train])
-               for i, (s, p) in enumerate(zip(SUBJECTS, splits))]
+    clients = [
+        ClientData(f"subject-{i:02d}", s.X[p.train].astype(np.float32), s.y[p.train])
+        for i, (s, p) in enumerate(zip(SUBJECTS, splits))
+    ]
     Xte = np.vstack([s.X[p.test] for s, p in zip(SUBJECTS, splits)]).astype(np.float32)
     yte = np.concatenate([s.y[p.test] for s, p in zip(SUBJECTS, splits)])
     overlaps = sum(seglearn.overlapping_pairs(s, p) for s, p in zip(SUBJECTS, splits))
@@ -273,8 +279,12 @@ def proc_status(field: str) -> float:
 
 def reply_cache_bytes(sim) -> int:
     """Encoded replies the gateways' dispatchers still hold for resending (all gateways)."""
-    return sum(len(p) for participant in sim.participants.values()
-               for payloads in getattr(participant.dispatcher, "_replies", {}).values() for p in payloads)
+    return sum(
+        len(p)
+        for participant in sim.participants.values()
+        for payloads in getattr(participant.dispatcher, "_replies", {}).values()
+        for p in payloads
+    )
 
 
 def memory_probe(rounds: int) -> dict:
@@ -289,27 +299,49 @@ def memory_probe(rounds: int) -> dict:
     reset_peak_rss()
     before = proc_status("VmRSS")
     after_round: list[float] = []
-    sim.run(FedSCSXGB(n_rounds=rounds, max_depth=4, learning_rate=0.2, gamma=0.1, reg_lambda=1.0, n_bins=B_XGB,
-                      protocol="histogram", secure_aggregation=False),
-            progress=lambda p: after_round.append(proc_status("VmRSS") - before))
-    return {"rounds": rounds, "after_round": after_round, "peak": proc_status("VmHWM") - before,
-            "cache": reply_cache_bytes(sim), "gateways": len(fleet.clients),
-            "remember": sim.participants[fleet.clients[0].client_id].dispatcher.remember,
-            "remember_bytes": getattr(sim.participants[fleet.clients[0].client_id].dispatcher, "remember_bytes", None)}
+    sim.run(
+        FedSCSXGB(
+            n_rounds=rounds,
+            max_depth=4,
+            learning_rate=0.2,
+            gamma=0.1,
+            reg_lambda=1.0,
+            n_bins=B_XGB,
+            protocol="histogram",
+            secure_aggregation=False,
+        ),
+        progress=lambda p: after_round.append(proc_status("VmRSS") - before),
+    )
+    return {
+        "rounds": rounds,
+        "after_round": after_round,
+        "peak": proc_status("VmHWM") - before,
+        "cache": reply_cache_bytes(sim),
+        "gateways": len(fleet.clients),
+        "remember": sim.participants[fleet.clients[0].client_id].dispatcher.remember,
+        "remember_bytes": getattr(sim.participants[fleet.clients[0].client_id].dispatcher, "remember_bytes", None),
+    }
 
 
 def make_algorithm(name: str, mode: dict, quick: bool):
     from aggregator.algorithms import FedForest, FedSCSXGB
 
     if name == "FedSCS-XGB":
-        return FedSCSXGB(n_rounds=3 if quick else 10, max_depth=4, learning_rate=0.2, gamma=0.1, reg_lambda=1.0,
-                         n_bins=B_XGB, **mode)
-    return FedForest(n_trees=10 if quick else 50, max_depth=8, n_bins=B_FOREST, min_samples_leaf=5,
-                     max_features="auto", task="classification", **mode)
+        return FedSCSXGB(
+            n_rounds=3 if quick else 10, max_depth=4, learning_rate=0.2, gamma=0.1, reg_lambda=1.0, n_bins=B_XGB, **mode
+        )
+    return FedForest(
+        n_trees=10 if quick else 50,
+        max_depth=8,
+        n_bins=B_FOREST,
+        min_samples_leaf=5,
+        max_features="auto",
+        task="classification",
+        **mode,
+    )
 
 
-def run_task(dataset: str, seed: int, algorithm: str, mode_name: str, alpha: float, quick: bool,
-             attack: bool) -> dict:
+def run_task(dataset: str, seed: int, algorithm: str, mode_name: str, alpha: float, quick: bool, attack: bool) -> dict:
     import gc
 
     out = {"dataset": dataset, "seed": seed, "algorithm": algorithm, "mode": mode_name, "error": None}
@@ -360,11 +392,19 @@ def _run(dataset: str, seed: int, algorithm: str, mode_name: str, alpha: float, 
     view = recorder.view()
     per_gateway = np.array([sum(r.size for r in view.get(c.client_id, [])) for c in fleet.clients], dtype=np.float64)
     result = {
-        "acc": acc, "bal": bal, "seconds": seconds, "pred": pred,
-        "bytes": per_gateway, "raw": fleet.raw_bytes, "client_bytes": sim.client_bytes(),
+        "acc": acc,
+        "bal": bal,
+        "seconds": seconds,
+        "pred": pred,
+        "bytes": per_gateway,
+        "raw": fleet.raw_bytes,
+        "client_bytes": sim.client_bytes(),
         "rounds": len({(r.job, r.round) for entries in view.values() for r in entries}),
         "reply_cache": reply_cache_bytes(sim),
-        "n_clients": len(fleet.clients), "n_classes": K, "overlaps": fleet.overlaps, "audit_errors": recorder.errors,
+        "n_clients": len(fleet.clients),
+        "n_classes": K,
+        "overlaps": fleet.overlaps,
+        "audit_errors": recorder.errors,
         "train_classes": int(np.unique(np.concatenate([c.y for c in fleet.clients])).size),
     }
     if attack:
@@ -377,8 +417,11 @@ def _run(dataset: str, seed: int, algorithm: str, mode_name: str, alpha: float, 
         result["majority"] = attacks.majority_share(fleet.clients) if y.min() >= 0 else float("nan")
         result["own_majority"] = float(sum(np.bincount(c.y).max() for c in fleet.clients) / y.size)
         if mode_name == "histogram":  # the model's thresholds, to check they are grid edges
-            result["splits"] = [(int(f), float(t)) for tree in model.trees
-                                for f, t in zip(tree.feature[tree.left >= 0], tree.threshold[tree.left >= 0])]
+            result["splits"] = [
+                (int(f), float(t))
+                for tree in model.trees
+                for f, t in zip(tree.feature[tree.left >= 0], tree.threshold[tree.left >= 0])
+            ]
     return result
 
 
@@ -406,8 +449,9 @@ def protocol_edges(clients: list, B: int) -> list[np.ndarray]:
 
 
 def same_edges(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return len(a) == len(b) and all(np.array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32))
-                                    for x, y in zip(a, b))
+    return len(a) == len(b) and all(
+        np.array_equal(np.asarray(x, np.float32), np.asarray(y, np.float32)) for x, y in zip(a, b)
+    )
 
 
 def rank_error_rows(sets: list[tuple[str, list]], B: int) -> tuple[list[list[str]], dict, list[str]]:
@@ -429,25 +473,46 @@ def rank_error_rows(sets: list[tuple[str, list]], B: int) -> tuple[list[list[str
         protocol[name] = sent
         grid = grid_edges(X, B)
         grid_min = grid_edges(X, B, include_min_point=True)
-        match = [flag for flag, e in (("include_min_point=False", grid), ("include_min_point=True", grid_min))
-                 if same_edges(sent, e)]
+        match = [
+            flag
+            for flag, e in (("include_min_point=False", grid), ("include_min_point=True", grid_min))
+            if same_edges(sent, e)
+        ]
         equal.append(f"{name}: {' and '.join(match) if match else 'NEITHER'}")
         Ms = [summary_points(B, p.shape[0]) for p in parts]
-        variants = [("histogram protocols: grid edges as the server sent them", sent),
-                    ("grid_edges(pooled), include_min_point=False", grid),
-                    ("grid_edges(pooled), include_min_point=True", grid_min),
-                    (f"atoms: summary, M={B} (as the first privacy review measured it)",
-                     merge_edges_columns([summarize_columns(p, None, B) for p in parts], B))]
+        variants = [
+            ("histogram protocols: grid edges as the server sent them", sent),
+            ("grid_edges(pooled), include_min_point=False", grid),
+            ("grid_edges(pooled), include_min_point=True", grid_min),
+            (
+                f"atoms: summary, M={B} (as the first privacy review measured it)",
+                merge_edges_columns([summarize_columns(p, None, B) for p in parts], B),
+            ),
+        ]
         if min(Ms) < B:  # what the clients really send: M capped at n_k // 2
             Mtext = f"{min(Ms)}" + (f"..{max(Ms)}" if max(Ms) > min(Ms) else "")
-            variants.append((f"atoms: summary, M=min({B}, n_k//2) = {Mtext} (as the clients send it)",
-                             merge_edges_columns([summarize_columns(p, None, m) for p, m in zip(parts, Ms)], B)))
+            variants.append(
+                (
+                    f"atoms: summary, M=min({B}, n_k//2) = {Mtext} (as the clients send it)",
+                    merge_edges_columns([summarize_columns(p, None, m) for p, m in zip(parts, Ms)], B),
+                )
+            )
         for label, edges in variants:
             alphas = np.array([rank_error(edges[j], X[:, j], None, B) for j in varying])
-            rows.append([name, f"{X.shape[0]:,} x {d} ({varying.size} varying)", f"{len(parts)}", label,
-                         f"{alphas.max():.5f}", f"{np.median(alphas):.5f}", f"{alphas.max() * B:.2f}",
-                         f"{int((alphas > 1 / B + 1e-12).sum())}", "yes" if alphas.max() <= 1 / B + 1e-12 else "no",
-                         f"{np.mean([edges[j].size for j in varying]):.0f}"])
+            rows.append(
+                [
+                    name,
+                    f"{X.shape[0]:,} x {d} ({varying.size} varying)",
+                    f"{len(parts)}",
+                    label,
+                    f"{alphas.max():.5f}",
+                    f"{np.median(alphas):.5f}",
+                    f"{alphas.max() * B:.2f}",
+                    f"{int((alphas > 1 / B + 1e-12).sum())}",
+                    "yes" if alphas.max() <= 1 / B + 1e-12 else "no",
+                    f"{np.mean([edges[j].size for j in varying]):.0f}",
+                ]
+            )
         log(f"rank error: {name} done (protocol run {sent_s:.1f} s)")
     return rows, protocol, equal
 
@@ -464,11 +529,18 @@ def hessian_row(name: str, clients: list, n_classes: int, B: int) -> list[str]:
     varying = np.flatnonzero(X.min(axis=0) < X.max(axis=0))
     edges = merge_edges_columns([summarize_columns(c.X, wc, B) for c, wc in zip(clients, weights)], B)
     alphas = np.array([rank_error(edges[j], X[:, j], w, B) for j in varying])
-    return [name, f"{X.shape[0]:,} x {X.shape[1]} ({varying.size} varying)", f"{len(clients)}",
-            f"summary, M={B}, round-1 Hessian weights and ranks (bench_fedscs_xgb's table 2)",
-            f"{alphas.max():.5f}", f"{np.median(alphas):.5f}", f"{alphas.max() * B:.2f}",
-            f"{int((alphas > 1 / B + 1e-12).sum())}", "yes" if alphas.max() <= 1 / B + 1e-12 else "no",
-            f"{np.mean([edges[j].size for j in varying]):.0f}"]
+    return [
+        name,
+        f"{X.shape[0]:,} x {X.shape[1]} ({varying.size} varying)",
+        f"{len(clients)}",
+        f"summary, M={B}, round-1 Hessian weights and ranks (bench_fedscs_xgb's table 2)",
+        f"{alphas.max():.5f}",
+        f"{np.median(alphas):.5f}",
+        f"{alphas.max() * B:.2f}",
+        f"{int((alphas > 1 / B + 1e-12).sum())}",
+        "yes" if alphas.max() <= 1 / B + 1e-12 else "no",
+        f"{np.mean([edges[j].size for j in varying]):.0f}",
+    ]
 
 
 # --- section 4: secure aggregation at scale ------------------------------------------------------
@@ -526,12 +598,24 @@ def secagg_cost(n: int, length: int, drop_fraction: float, seed: int = 0) -> dic
 
     bundle_bytes = np.mean([sum(len(b) for b in m.shares.values()) for m in masked.values()])
     unmask_bytes = np.mean([reply_bytes(r) for r in replies.values()])
-    return {"n": n, "dropped": len(dropped), "degree": server.degree, "threshold": server.threshold,
-            "length": length, "setup_s": setup, "setup_bytes": setup_bytes, "mask_s": float(np.mean(mask_s)),
-            "unmask_s": float(np.mean(unmask_s)), "server_s": request_s + aggregate_s, "plain_s": plain,
-            "vector_bytes": 8 * length, "bundle_bytes": float(bundle_bytes), "unmask_bytes": float(unmask_bytes),
-            "total_s": setup + float(np.sum(mask_s)) + float(np.sum(unmask_s)) + request_s + aggregate_s,
-            "correct": bool(np.array_equal(total, plain_total))}
+    return {
+        "n": n,
+        "dropped": len(dropped),
+        "degree": server.degree,
+        "threshold": server.threshold,
+        "length": length,
+        "setup_s": setup,
+        "setup_bytes": setup_bytes,
+        "mask_s": float(np.mean(mask_s)),
+        "unmask_s": float(np.mean(unmask_s)),
+        "server_s": request_s + aggregate_s,
+        "plain_s": plain,
+        "vector_bytes": 8 * length,
+        "bundle_bytes": float(bundle_bytes),
+        "unmask_bytes": float(unmask_bytes),
+        "total_s": setup + float(np.sum(mask_s)) + float(np.sum(unmask_s)) + request_s + aggregate_s,
+        "correct": bool(np.array_equal(total, plain_total)),
+    }
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -541,18 +625,28 @@ def raw_imu_bytes() -> np.ndarray:
 
     data = seglearn_watch.load_dataset()
     subjects = np.asarray(data["subject"])
-    return np.array([sum(np.asarray(data["X"][i]).shape[0] * np.asarray(data["X"][i]).shape[1] * 4
-                         for i in np.flatnonzero(subjects == s)) for s in sorted({int(v) for v in subjects})],
-                    dtype=np.float64)
+    return np.array(
+        [
+            sum(
+                np.asarray(data["X"][i]).shape[0] * np.asarray(data["X"][i]).shape[1] * 4
+                for i in np.flatnonzero(subjects == s)
+            )
+            for s in sorted({int(v) for v in subjects})
+        ],
+        dtype=np.float64,
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--quick", action="store_true", help="a fast smoke: 2 seeds, small sizes")
     parser.add_argument("--seeds", type=int, help="split seeds 0..N-1 (default 10; --quick 2)")
-    parser.add_argument("--hist-seeds", type=int,
-                        help="seeds of the two FedSCS-XGB histogram modes on seglearn (default: all; --quick 1): "
-                             "the slowest runs, 20-40 s and ~11 GB each at B=256")
+    parser.add_argument(
+        "--hist-seeds",
+        type=int,
+        help="seeds of the two FedSCS-XGB histogram modes on seglearn (default: all; --quick 1): "
+        "the slowest runs, 20-40 s and ~11 GB each at B=256",
+    )
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--alpha", type=float, default=1.0, help="Dirichlet alpha of the tabular partitions")
     args = parser.parse_args()
@@ -564,10 +658,15 @@ def main() -> int:
     from firmware_bridge.importers import seglearn_watch
 
     command = shlex.join([".venv/bin/python", "benchmarks/bench_privacy.py", *sys.argv[1:]])
-    print_machine("Privacy: protocols, secure aggregation, attacks", command,
-                  {"scikit-learn": sklearn.__version__,
-                   "parallelism": f"{args.jobs} worker processes for the training runs (section 1-3); "
-                                  "sections 2 and 4 in the main process, alone"})
+    print_machine(
+        "Privacy: protocols, secure aggregation, attacks",
+        command,
+        {
+            "scikit-learn": sklearn.__version__,
+            "parallelism": f"{args.jobs} worker processes for the training runs (section 1-3); "
+            "sections 2 and 4 in the main process, alone",
+        },
+    )
     failures: list[str] = []
 
     log("loading the seglearn recordings ...")
@@ -576,23 +675,36 @@ def main() -> int:
         subjects, info = seglearn.load_subjects(Path(tmp), classes)
     raw_imu = raw_imu_bytes()
     if len(subjects) != 10 or raw_imu.size != 10 or info["n_features"] != 204:
-        failures.append(f"seglearn: {len(subjects)} subjects, {raw_imu.size} raw sample counts, "
-                        f"{info['n_features']} features (expected 10, 10, 204)")
+        failures.append(
+            f"seglearn: {len(subjects)} subjects, {raw_imu.size} raw sample counts, "
+            f"{info['n_features']} features (expected 10, 10, 204)"
+        )
     _init_worker(subjects, raw_imu)
     log(f"loaded {len(subjects)} subjects in {time.perf_counter() - T0:.1f} s")
 
     n_rounds = 3 if args.quick else 10
     n_trees = 10 if args.quick else 50
-    print(f"- seglearn: {len(subjects)} gateways (one per subject), {info['labelled']:,} labelled windows x "
-          f"{info['n_features']} features, 7 classes; raw IMU per gateway {fmt_bytes(raw_imu.min())}-"
-          f"{fmt_bytes(raw_imu.max())} (samples x 6 channels x 4 B; {raw_imu.sum() / 24:,.0f} samples = "
-          f"{raw_imu.sum() / 24 / 50 / 60:.0f} min at 50 Hz in all)")
+    print(
+        f"- seglearn: {len(subjects)} gateways (one per subject), {info['labelled']:,} labelled windows x "
+        f"{info['n_features']} features, 7 classes; raw IMU per gateway {fmt_bytes(raw_imu.min())}-"
+        f"{fmt_bytes(raw_imu.max())} (samples x 6 channels x 4 B; {raw_imu.sum() / 24:,.0f} samples = "
+        f"{raw_imu.sum() / 24 / 50 / 60:.0f} min at 50 Hz in all)"
+    )
     print(f"- tabular: {', '.join(TABULAR)}, 20 Dirichlet clients, alpha = {args.alpha:g}, 30 % stratified test")
-    print(f"- FedSCS-XGB(n_rounds={n_rounds}, max_depth=4, learning_rate=0.2, gamma=0.1, reg_lambda=1, "
-          f"n_bins={B_XGB}, min_crowd=5); FedForest(n_trees={n_trees}, max_depth=8, n_bins={B_FOREST}, "
-          "min_samples_leaf=5, sqrt(d) features, min_crowd=5)")
-    print(f"- seeds 0..{n_seeds - 1}" + (f"; FedSCS-XGB histogram and secure on seglearn: seeds 0..{hist_seeds - 1} "
-                                        "only (REDUCED, see the text under table 1)" if hist_seeds < n_seeds else ""))
+    print(
+        f"- FedSCS-XGB(n_rounds={n_rounds}, max_depth=4, learning_rate=0.2, gamma=0.1, reg_lambda=1, "
+        f"n_bins={B_XGB}, min_crowd=5); FedForest(n_trees={n_trees}, max_depth=8, n_bins={B_FOREST}, "
+        "min_samples_leaf=5, sqrt(d) features, min_crowd=5)"
+    )
+    print(
+        f"- seeds 0..{n_seeds - 1}"
+        + (
+            f"; FedSCS-XGB histogram and secure on seglearn: seeds 0..{hist_seeds - 1} "
+            "only (REDUCED, see the text under table 1)"
+            if hist_seeds < n_seeds
+            else ""
+        )
+    )
     print()
 
     # -- section 2 first (main process, before the workers load the machine) --------------------
@@ -604,8 +716,10 @@ def main() -> int:
     from edge_client.training_data import ClientData
 
     synth_y = rng.integers(0, 2, n_synth)
-    synthetic = [ClientData(f"synth-{k}", x, yk) for k, (x, yk) in
-                 enumerate(zip(np.array_split(synth, 10), np.array_split(synth_y, 10)))]
+    synthetic = [
+        ClientData(f"synth-{k}", x, yk)
+        for k, (x, yk) in enumerate(zip(np.array_split(synth, 10), np.array_split(synth_y, 10)))
+    ]
     sets = [("seglearn (seed-0 train)", seg0.clients)]
     sets += [(f"{ds} (seed-0 train)", tab0[ds].clients) for ds in TABULAR]
     sets.append(("synthetic: 99 % N(0,1), 1 % = 1e6", synthetic))
@@ -622,6 +736,7 @@ def main() -> int:
                     seeds = hist_seeds
                 for seed in range(seeds):
                     tasks.append((dataset, seed, algorithm, mode_name, args.alpha, args.quick, seed == 0))
+
     def big(task) -> bool:  # ~80 s and ~11 GB peak each (see the memory note): one at a time
         dataset, _, algorithm, mode = task[:4]
         return dataset == "seglearn" and algorithm == "FedSCS-XGB" and mode != "atoms"
@@ -634,8 +749,14 @@ def main() -> int:
     log(f"{len(tasks)} training runs on {args.jobs} workers ({len(groups[0])} large ones one at a time) ...")
     results = []
     started = time.perf_counter()
-    pools = [ProcessPoolExecutor(max_workers=1 if len(groups) > 1 and g is groups[0] else max(1, args.jobs - 1),
-                                 initializer=_init_worker, initargs=(subjects, raw_imu)) for g in groups]
+    pools = [
+        ProcessPoolExecutor(
+            max_workers=1 if len(groups) > 1 and g is groups[0] else max(1, args.jobs - 1),
+            initializer=_init_worker,
+            initargs=(subjects, raw_imu),
+        )
+        for g in groups
+    ]
     try:
         futures = [pool.submit(run_task, *t) for pool, g in zip(pools, groups) for t in g]
         for i, future in enumerate(as_completed(futures), 1):
@@ -645,9 +766,11 @@ def main() -> int:
             if r["error"]:
                 log(f"[{i}/{len(tasks)}] {what}: FAILED\n{r['error']}")
             else:
-                log(f"[{i}/{len(tasks)}] {what}: acc {r['acc']:.4f}, {r['seconds']:.1f} s, "
+                log(
+                    f"[{i}/{len(tasks)}] {what}: acc {r['acc']:.4f}, {r['seconds']:.1f} s, "
                     f"{fmt_bytes(r['bytes'].mean())} per gateway, {r['rounds']} rounds, "
-                    f"reply caches {fmt_bytes(r['reply_cache'])}")
+                    f"reply caches {fmt_bytes(r['reply_cache'])}"
+                )
     finally:
         for pool in pools:
             pool.shutdown()
@@ -665,8 +788,9 @@ def main() -> int:
         if r["overlaps"]:
             failures.append(f"{r['dataset']} seed {r['seed']}: {r['overlaps']} test windows overlap a train window")
         if r["audit_errors"]:
-            failures.append(f"{r['dataset']} {r['algorithm']} {r['mode']} seed {r['seed']}: recorder error "
-                            f"{r['audit_errors'][0]}")
+            failures.append(
+                f"{r['dataset']} {r['algorithm']} {r['mode']} seed {r['seed']}: recorder error {r['audit_errors'][0]}"
+            )
 
     def cell(dataset, algorithm, mode):
         return {r["seed"]: r for r in ok if (r["dataset"], r["algorithm"], r["mode"]) == (dataset, algorithm, mode)}
@@ -680,8 +804,10 @@ def main() -> int:
             same = [np.array_equal(h[k]["pred"], s[k]["pred"]) for k in common]
             same_models[(dataset, algorithm)] = (sum(same), len(common))
             if not all(same):
-                failures.append(f"{dataset} {algorithm}: secure and histogram predictions differ on "
-                                f"{len(common) - sum(same)} of {len(common)} seeds")
+                failures.append(
+                    f"{dataset} {algorithm}: secure and histogram predictions differ on "
+                    f"{len(common) - sum(same)} of {len(common)} seeds"
+                )
 
     # -- table 1 ----------------------------------------------------------------------------------
     print("### 1. Accuracy, bytes, rounds, time per algorithm and mode\n")
@@ -700,21 +826,50 @@ def main() -> int:
                 per_gateway = np.mean([runs[k]["bytes"] for k in seeds], axis=0)  # (gateways,)
                 raw = runs[seeds[0]]["raw"]
                 ratio = per_gateway / raw
-                rows.append([
-                    algorithm, mode_name, f"{len(seeds)}", pm([runs[k]["acc"] for k in seeds]),
-                    "(paper's)" if mode_name == PAPER[algorithm] else
-                    (f"{np.mean(diff):+.2f} ± {np.std(diff, ddof=1):.2f}" if len(diff) > 1 else
-                     f"{diff[0]:+.2f}" if diff else "-") + f" (n={len(diff)})",
-                    pm([runs[k]["bal"] for k in seeds]), fmt_bytes(per_gateway.mean()), fmt_bytes(raw.mean()),
-                    f"{ratio.mean():.3g}x ({ratio.min():.3g}-{ratio.max():.3g})",
-                    f"{np.median([runs[k]['rounds'] for k in seeds]):.0f}",
-                    f"{np.median([runs[k]['seconds'] for k in seeds]):.1f}",
-                ])
+                rows.append(
+                    [
+                        algorithm,
+                        mode_name,
+                        f"{len(seeds)}",
+                        pm([runs[k]["acc"] for k in seeds]),
+                        "(paper's)"
+                        if mode_name == PAPER[algorithm]
+                        else (
+                            f"{np.mean(diff):+.2f} ± {np.std(diff, ddof=1):.2f}"
+                            if len(diff) > 1
+                            else f"{diff[0]:+.2f}"
+                            if diff
+                            else "-"
+                        )
+                        + f" (n={len(diff)})",
+                        pm([runs[k]["bal"] for k in seeds]),
+                        fmt_bytes(per_gateway.mean()),
+                        fmt_bytes(raw.mean()),
+                        f"{ratio.mean():.3g}x ({ratio.min():.3g}-{ratio.max():.3g})",
+                        f"{np.median([runs[k]['rounds'] for k in seeds]):.0f}",
+                        f"{np.median([runs[k]['seconds'] for k in seeds]):.1f}",
+                    ]
+                )
         n_test = ok and next((r["pred"].size for r in ok if r["dataset"] == dataset and r["seed"] == 0), 0)
         print(f"{dataset}" + (f" (seed-0 test set: {n_test} windows/rows)" if n_test else "") + ":\n")
-        print(markdown_table(["algorithm", "mode", "seeds", "accuracy", "Δ acc vs paper's mode (pp, paired)",
-                              "balanced acc.", "sent per gateway per training", "raw per gateway",
-                              "sent / raw (mean, min-max over gateways)", "rounds", "wall s (median)"], rows))
+        print(
+            markdown_table(
+                [
+                    "algorithm",
+                    "mode",
+                    "seeds",
+                    "accuracy",
+                    "Δ acc vs paper's mode (pp, paired)",
+                    "balanced acc.",
+                    "sent per gateway per training",
+                    "raw per gateway",
+                    "sent / raw (mean, min-max over gateways)",
+                    "rounds",
+                    "wall s (median)",
+                ],
+                rows,
+            )
+        )
         print()
     view_vs_sent = [r["bytes"].sum() / r["client_bytes"] for r in ok if r["client_bytes"]]
     same_text = "; ".join(f"{d} {a}: {s}/{n}" for (d, a), (s, n) in same_models.items())
@@ -736,8 +891,10 @@ def main() -> int:
     )
     print()
 
-    caches = {(d, a, m): max(r["reply_cache"] for r in ok if (r["dataset"], r["algorithm"], r["mode"]) == (d, a, m))
-              for d, a, m in {(r["dataset"], r["algorithm"], r["mode"]) for r in ok}}
+    caches = {
+        (d, a, m): max(r["reply_cache"] for r in ok if (r["dataset"], r["algorithm"], r["mode"]) == (d, a, m))
+        for d, a, m in {(r["dataset"], r["algorithm"], r["mode"]) for r in ok}
+    }
     worst = max(caches, key=caches.get) if caches else None
     print(
         f"Memory (one plain FedSCS-XGB histogram run on seglearn, seed 0, B = {B_XGB}, in a fresh process): resident "
@@ -774,14 +931,30 @@ def main() -> int:
         edge_sets = [set(e.astype(np.float32).tolist()) for e in grid]
         missing = sum(1 for f, t in r["splits"] if float(np.float32(t)) not in edge_sets[f])
         if missing:
-            failures.append(f"seglearn {algorithm} histogram seed 0: {missing} of {len(r['splits'])} thresholds "
-                            f"are not among {against}")
+            failures.append(
+                f"seglearn {algorithm} histogram seed 0: {missing} of {len(r['splits'])} thresholds "
+                f"are not among {against}"
+            )
         checks.append(f"{algorithm}: {len(r['splits']) - missing} of {len(r['splits'])} among {against}")
     threshold_check = ", ".join(checks)
     print(f"### 2. Rank error alpha of the B = {B_XGB} bin edges (count weights)\n")
-    print(markdown_table(["data", "pooled rows x features", "clients", "edges", "max alpha", "median alpha",
-                          "max alpha x B", "features with alpha > 1/B", "max alpha <= 1/B", "edges (mean)"],
-                         rank_rows))
+    print(
+        markdown_table(
+            [
+                "data",
+                "pooled rows x features",
+                "clients",
+                "edges",
+                "max alpha",
+                "median alpha",
+                "max alpha x B",
+                "features with alpha > 1/B",
+                "max alpha <= 1/B",
+                "edges (mean)",
+            ],
+            rank_rows,
+        )
+    )
     print()
     print(
         f"alpha = rank_error(edges, x, None, {B_XGB}) per feature (count weights, as the histogram protocols read "
@@ -807,20 +980,44 @@ def main() -> int:
                     continue
                 rec = r.get("recovery")
                 K = r["n_classes"]
-                rows.append([dataset, algorithm, mode_name, "-" if rec is None else f"{100 * rec:.1f} %",
-                             f"{100 * r['majority']:.1f} %", f"{100 * r['own_majority']:.1f} %", f"{100 / K:.1f} %",
-                             f"{r['raw_seen']:,}"])
+                rows.append(
+                    [
+                        dataset,
+                        algorithm,
+                        mode_name,
+                        "-" if rec is None else f"{100 * rec:.1f} %",
+                        f"{100 * r['majority']:.1f} %",
+                        f"{100 * r['own_majority']:.1f} %",
+                        f"{100 / K:.1f} %",
+                        f"{r['raw_seen']:,}",
+                    ]
+                )
     print("### 3. Label recovery (argmin-G attack) and raw values on the server view, seed 0\n")
-    print(markdown_table(["data", "algorithm", "mode", "labels recovered", "fleet majority share",
-                          "gateways' own majority share", "1/K", "raw feature values seen"], rows))
+    print(
+        markdown_table(
+            [
+                "data",
+                "algorithm",
+                "mode",
+                "labels recovered",
+                "fleet majority share",
+                "gateways' own majority share",
+                "1/K",
+                "raw feature values seen",
+            ],
+            rows,
+        )
+    )
     print()
-    print("'labels recovered': share of the train windows whose label the attack guesses (atoms: per window from "
-          "its atom; histogram modes: one guess per gateway and level-0 reply, averaged over the replies). "
-          "FedForest rows: no label attack is defined for them here (its sketch replies carry per-client label "
-          "summaries; see raw values). 'own majority': the share a per-gateway constant guess of the gateway's own "
-          "most common label reaches -- the most a per-gateway leak can give. 'raw feature values seen': distinct "
-          "raw feature values of the gateways among all floats the server decoded from them "
-          "(test_privacy_attacks.raw_values_seen).")
+    print(
+        "'labels recovered': share of the train windows whose label the attack guesses (atoms: per window from "
+        "its atom; histogram modes: one guess per gateway and level-0 reply, averaged over the replies). "
+        "FedForest rows: no label attack is defined for them here (its sketch replies carry per-client label "
+        "summaries; see raw values). 'own majority': the share a per-gateway constant guess of the gateway's own "
+        "most common label reaches -- the most a per-gateway leak can give. 'raw feature values seen': distinct "
+        "raw feature values of the gateways among all floats the server decoded from them "
+        "(test_privacy_attacks.raw_values_seen)."
+    )
     print()
 
     # -- section 4 --------------------------------------------------------------------------------
@@ -860,23 +1057,45 @@ def main() -> int:
             ]
         )
     print("### 4. Secure aggregation alone: one aggregation, 10 % dropped mid-round (pure protocol classes)\n")
-    print(markdown_table(["gateways", "dropped", "degree / threshold", "L (uint64)", "key setup per gateway (ms)",
-                          "mask per gateway (ms)", "mask ns per entry", "unmask reply per gateway (ms)",
-                          "server: unmask request + aggregate (s)", "plain numpy sum (s)", "server / plain",
-                          "all secure work / plain", "bytes per gateway: vector + bundles + reply",
-                          "/ plain vector", "total wall (s)", "sum correct"], rows))
+    print(
+        markdown_table(
+            [
+                "gateways",
+                "dropped",
+                "degree / threshold",
+                "L (uint64)",
+                "key setup per gateway (ms)",
+                "mask per gateway (ms)",
+                "mask ns per entry",
+                "unmask reply per gateway (ms)",
+                "server: unmask request + aggregate (s)",
+                "plain numpy sum (s)",
+                "server / plain",
+                "all secure work / plain",
+                "bytes per gateway: vector + bundles + reply",
+                "/ plain vector",
+                "total wall (s)",
+                "sum correct",
+            ],
+            rows,
+        )
+    )
     print()
-    print("One process, serial: 'total wall' = key setup (once per job) + every survivor's masking + every unmask "
-          "reply + the server's work. 'plain numpy sum': ring_sum of the same number of uint64 vectors (fastest of "
-          "3); 'all secure work / plain' excludes the key setup. Dropped gateways never deliver their masked "
-          "vector: the server rebuilds the survivors' pair seeds with them from shares. Bytes are payloads before "
-          "the codec (masked vector 8 L, sealed share bundles to the neighbours taking part, the unmask reply's "
-          f"shares); key setup adds {fmt_bytes(secagg[-1]['setup_bytes'])} per gateway once per job at "
-          f"{secagg[-1]['n']:,} gateways (public keys + sealed confirmations).")
+    print(
+        "One process, serial: 'total wall' = key setup (once per job) + every survivor's masking + every unmask "
+        "reply + the server's work. 'plain numpy sum': ring_sum of the same number of uint64 vectors (fastest of "
+        "3); 'all secure work / plain' excludes the key setup. Dropped gateways never deliver their masked "
+        "vector: the server rebuilds the survivors' pair seeds with them from shares. Bytes are payloads before "
+        "the codec (masked vector 8 L, sealed share bundles to the neighbours taking part, the unmask reply's "
+        f"shares); key setup adds {fmt_bytes(secagg[-1]['setup_bytes'])} per gateway once per job at "
+        f"{secagg[-1]['n']:,} gateways (public keys + sealed confirmations)."
+    )
     print()
 
-    print(f"Training runs: {len(results)} in {train_wall:.0f} s with {args.jobs} workers; load average at the end "
-          f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores.")
+    print(
+        f"Training runs: {len(results)} in {train_wall:.0f} s with {args.jobs} workers; load average at the end "
+        f"{'/'.join(f'{v:.2f}' for v in os.getloadavg())} on {os.cpu_count()} cores."
+    )
     print()
     print("correctness: " + ("all checks passed" if not failures else "FAILED"))
     for failure in failures:

@@ -53,11 +53,13 @@ def run(args: tuple[str, int, int]) -> tuple[str, int, float, float, float]:
     fleet = bp.seglearn_fleet(seed)
     options = dict(SETTINGS[name])
     if options.pop("forest", False):
-        config = FedForest(n_trees=30 if rounds > 3 else 10, max_depth=8, n_bins=32, min_samples_leaf=5,
-                           bootstrap=False, **options)
+        config = FedForest(
+            n_trees=30 if rounds > 3 else 10, max_depth=8, n_bins=32, min_samples_leaf=5, bootstrap=False, **options
+        )
     else:
-        config = FedSCSXGB(n_rounds=rounds, max_depth=4, learning_rate=0.2, gamma=0.1, reg_lambda=1.0, n_bins=64,
-                           **options)
+        config = FedSCSXGB(
+            n_rounds=rounds, max_depth=4, learning_rate=0.2, gamma=0.1, reg_lambda=1.0, n_bins=64, **options
+        )
     started = time.perf_counter()
     model = Simulation(fleet.clients, record_bodies=False).run(config, seed=seed)
     accuracy = float(np.mean(model.predict(fleet.Xte) == fleet.yte))
@@ -74,8 +76,11 @@ def main() -> int:
     rounds = 3 if args.quick else 10
     from firmware_bridge.importers import seglearn_watch
 
-    print_machine("Privacy knobs: minimum crowd and differential privacy",
-                  shlex.join([".venv/bin/python", "benchmarks/bench_privacy_knobs.py", *sys.argv[1:]]), {})
+    print_machine(
+        "Privacy knobs: minimum crowd and differential privacy",
+        shlex.join([".venv/bin/python", "benchmarks/bench_privacy_knobs.py", *sys.argv[1:]]),
+        {},
+    )
     classes = [str(c) for c in seglearn_watch.load_dataset()["y_labels"]]
     with tempfile.TemporaryDirectory(prefix="wheelfed-bench-knobs-") as tmp:
         subjects, _ = seglearn.load_subjects(Path(tmp), classes)
@@ -86,21 +91,42 @@ def main() -> int:
     with ProcessPoolExecutor(args.jobs, initializer=bp._init_worker, initargs=(subjects, raw)) as pool:
         for name, seed, accuracy, epsilon, seconds in pool.map(run, tasks):
             results[(name, seed)] = (accuracy, epsilon, seconds)
-            print(f"  {name}, seed {seed}: accuracy {accuracy:.4f}, epsilon {epsilon:.3g} ({seconds:.0f} s)",
-                  file=sys.stderr, flush=True)
-    bases = {forest: np.array([results[(name, s)][0] for s in range(n_seeds)])
-             for forest, name in ((True, "FedForest, default (min_crowd=5)"), (False, "default (min_crowd=5)"))}
+            print(
+                f"  {name}, seed {seed}: accuracy {accuracy:.4f}, epsilon {epsilon:.3g} ({seconds:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    bases = {
+        forest: np.array([results[(name, s)][0] for s in range(n_seeds)])
+        for forest, name in ((True, "FedForest, default (min_crowd=5)"), (False, "default (min_crowd=5)"))
+    }
     rows = []
     for name in SETTINGS:
         base = bases["forest" in SETTINGS[name]]
         acc = np.array([results[(name, s)][0] for s in range(n_seeds)])
         eps = np.array([results[(name, s)][1] for s in range(n_seeds)])
         secs = np.array([results[(name, s)][2] for s in range(n_seeds)])
-        rows.append([name if "forest" in SETTINGS[name] else f"FedSCS-XGB, {name}", bp.pm(acc),
-                     bp.pm(acc - base) if "default" not in name else "-",
-                     f"{eps.mean():.3g}" if eps.any() else "-", f"{secs.mean():.0f} s"])
-    print(markdown_table(["setting", f"accuracy ({n_seeds} seeds)", "paired diff. vs default",
-                          "epsilon (delta 1e-5)", "time per training"], rows))
+        rows.append(
+            [
+                name if "forest" in SETTINGS[name] else f"FedSCS-XGB, {name}",
+                bp.pm(acc),
+                bp.pm(acc - base) if "default" not in name else "-",
+                f"{eps.mean():.3g}" if eps.any() else "-",
+                f"{secs.mean():.0f} s",
+            ]
+        )
+    print(
+        markdown_table(
+            [
+                "setting",
+                f"accuracy ({n_seeds} seeds)",
+                "paired diff. vs default",
+                "epsilon (delta 1e-5)",
+                "time per training",
+            ],
+            rows,
+        )
+    )
     return 0
 
 

@@ -28,8 +28,20 @@ def ledger(n_entries: int, n_gateways: int, seed: int = 0) -> tuple[list[LedgerE
     for k in range(n_entries):
         since = T0_US + k * DAY_US // 4
         chosen = tuple(rng.choice(gateways, size=max(1, n_gateways // 2), replace=False))
-        entries.append(LedgerEntry(f"job-{k}", 1, chosen, since, since + 7 * DAY_US, float(rng.uniform(0.01, 0.05)),
-                                   float(rng.uniform(0, 1e-4)), 1e-6, 1.0, "spent"))
+        entries.append(
+            LedgerEntry(
+                f"job-{k}",
+                1,
+                chosen,
+                since,
+                since + 7 * DAY_US,
+                float(rng.uniform(0.01, 0.05)),
+                float(rng.uniform(0, 1e-4)),
+                1e-6,
+                1.0,
+                "spent",
+            )
+        )
     return entries, gateways
 
 

@@ -45,8 +45,10 @@ def load_fleet():
     with tempfile.TemporaryDirectory(prefix="wheelfed-bench-bytes-") as tmp:
         subjects, _ = seglearn.load_subjects(Path(tmp), classes)
     splits = [seglearn.subject_tail(s) for s in subjects]
-    clients = [ClientData(f"subject-{i:02d}", s.X[p.train].astype(np.float32), s.y[p.train])
-               for i, (s, p) in enumerate(zip(subjects, splits))]
+    clients = [
+        ClientData(f"subject-{i:02d}", s.X[p.train].astype(np.float32), s.y[p.train])
+        for i, (s, p) in enumerate(zip(subjects, splits))
+    ]
     Xte = np.vstack([s.X[p.test] for s, p in zip(subjects, splits)]).astype(np.float32)
     yte = np.concatenate([s.y[p.test] for s, p in zip(subjects, splits)])
     return clients, Xte, yte
@@ -68,14 +70,23 @@ def run(clients, Xte, yte, algorithm=None, **settings) -> tuple[float, float, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=description(__doc__))
-    parser.add_argument("--with-histogram", action="store_true",
-                        help="also run the non-DP histogram protocol at 256 bins (about a minute, several GB)")
-    parser.add_argument("--levers", action="store_true",
-                        help="the cumulative lever table from the non-DP histogram protocol at 256 bins (several GB, "
-                             "about two minutes)")
-    parser.add_argument("--fedforest", action="store_true",
-                        help="FedForest instead: 50 trees of depth 8, the private default and the non-DP histogram "
-                             "protocol (under a minute)")
+    parser.add_argument(
+        "--with-histogram",
+        action="store_true",
+        help="also run the non-DP histogram protocol at 256 bins (about a minute, several GB)",
+    )
+    parser.add_argument(
+        "--levers",
+        action="store_true",
+        help="the cumulative lever table from the non-DP histogram protocol at 256 bins (several GB, "
+        "about two minutes)",
+    )
+    parser.add_argument(
+        "--fedforest",
+        action="store_true",
+        help="FedForest instead: 50 trees of depth 8, the private default and the non-DP histogram "
+        "protocol (under a minute)",
+    )
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the non-DP rows' one-line warnings
     if args.levers:
@@ -84,28 +95,41 @@ def main() -> None:
     if args.fedforest:
         forest()
         return
-    print_machine("Private FedSCS-XGB: bytes per gateway per training, by lever",
-                  " ".join(["python", "benchmarks/bench_private_bytes.py", *sys.argv[1:]]))
+    print_machine(
+        "Private FedSCS-XGB: bytes per gateway per training, by lever",
+        " ".join(["python", "benchmarks/bench_private_bytes.py", *sys.argv[1:]]),
+    )
     clients, Xte, yte = load_fleet()
     rows, default_mb = [], None
-    variants = [("private default (8 features per round, 8 bins)", {}),
-                ("all 204 features per round", {"dp_features": 204}),
-                ("256 bins", {"n_bins": 256})]
+    variants = [
+        ("private default (8 features per round, 8 bins)", {}),
+        ("all 204 features per round", {"dp_features": 204}),
+        ("256 bins", {"n_bins": 256}),
+    ]
     if args.with_histogram:
-        variants.append(("histogram protocol, no DP, 256 bins (the former default)",
-                         {"protocol": "histogram", "n_bins": 256, "learning_rate": 0.2}))
+        variants.append(
+            (
+                "histogram protocol, no DP, 256 bins (the former default)",
+                {"protocol": "histogram", "n_bins": 256, "learning_rate": 0.2},
+            )
+        )
     for name, settings in variants:
         mb, accuracy, seconds, meta = run(clients, Xte, yte, **settings)
         default_mb = default_mb or mb
         eps = f"{meta['dp_epsilon']:.2f}" if "dp_epsilon" in meta else "none"
         rows.append([name, f"{mb:.3f}", f"{mb / default_mb:.1f}x", f"{accuracy:.3f}", eps, f"{seconds:.1f}"])
-    print(markdown_table(["configuration", "MB sent per gateway", "vs default", "accuracy (1 run)", "epsilon spent",
-                          "seconds"], rows))
+    print(
+        markdown_table(
+            ["configuration", "MB sent per gateway", "vs default", "accuracy (1 run)", "epsilon spent", "seconds"], rows
+        )
+    )
     print()
-    print("Levers that are not settings (computed from the default's cells): sibling subtraction -- every level "
-          "below the root would send both children, 1 + 2 + 4 + 8 = 15 node histograms per tree of depth 4 instead "
-          "of 1 + 1 + 2 + 4 = 8 (1.9x the level bytes); 32-bit ring words -- 64-bit words would double every "
-          "vector (2x).")
+    print(
+        "Levers that are not settings (computed from the default's cells): sibling subtraction -- every level "
+        "below the root would send both children, 1 + 2 + 4 + 8 = 15 node histograms per tree of depth 4 instead "
+        "of 1 + 1 + 2 + 4 = 8 (1.9x the level bytes); 32-bit ring words -- 64-bit words would double every "
+        "vector (2x)."
+    )
     print(f"\npeak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
@@ -114,38 +138,59 @@ def forest() -> None:
     non-DP histogram protocol."""
     from aggregator.algorithms import FedForest
 
-    print_machine("Private FedForest: bytes per gateway per training",
-                  " ".join(["python", "benchmarks/bench_private_bytes.py", *sys.argv[1:]]))
+    print_machine(
+        "Private FedForest: bytes per gateway per training",
+        " ".join(["python", "benchmarks/bench_private_bytes.py", *sys.argv[1:]]),
+    )
     clients, Xte, yte = load_fleet()
     rows = []
-    for name, algorithm in [("private default (16 bins, epsilon 8)", FedForest(n_trees=50, max_depth=8)),
-                            ("private, epsilon 1", FedForest(n_trees=50, max_depth=8, dp_epsilon=1.0)),
-                            ("histogram protocol, no DP, 32 bins", FedForest(n_trees=50, max_depth=8,
-                                                                             protocol="histogram"))]:
+    for name, algorithm in [
+        ("private default (16 bins, epsilon 8)", FedForest(n_trees=50, max_depth=8)),
+        ("private, epsilon 1", FedForest(n_trees=50, max_depth=8, dp_epsilon=1.0)),
+        ("histogram protocol, no DP, 32 bins", FedForest(n_trees=50, max_depth=8, protocol="histogram")),
+    ]:
         mb, accuracy, seconds, meta = run(clients, Xte, yte, algorithm)
         eps = f"{meta['dp_epsilon']:.2f}" if "dp_epsilon" in meta else "none"
         rows.append([name, f"{mb:.3f}", f"{accuracy:.3f}", eps, f"{seconds:.1f}"])
-    print(markdown_table(["FedForest(n_trees=50, max_depth=8)", "MB sent per gateway", "accuracy (1 run)",
-                          "epsilon spent", "seconds"], rows))
+    print(
+        markdown_table(
+            [
+                "FedForest(n_trees=50, max_depth=8)",
+                "MB sent per gateway",
+                "accuracy (1 run)",
+                "epsilon spent",
+                "seconds",
+            ],
+            rows,
+        )
+    )
     print(f"\npeak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
 LEVERS = [
-    ("histogram protocol, no DP, 256 bins, one tree per class and round (the former default)",
-     {"protocol": "histogram", "n_bins": 256, "learning_rate": 0.2, "multi_strategy": "one_output_per_tree"}),
-    ("+ one vector-leaf tree per round (multi-output)",
-     {"protocol": "histogram", "n_bins": 256, "learning_rate": 0.2, "multi_strategy": "multi_output_tree"}),
+    (
+        "histogram protocol, no DP, 256 bins, one tree per class and round (the former default)",
+        {"protocol": "histogram", "n_bins": 256, "learning_rate": 0.2, "multi_strategy": "one_output_per_tree"},
+    ),
+    (
+        "+ one vector-leaf tree per round (multi-output)",
+        {"protocol": "histogram", "n_bins": 256, "learning_rate": 0.2, "multi_strategy": "multi_output_tree"},
+    ),
     ("+ 8 bins", {"protocol": "histogram", "n_bins": 8, "learning_rate": 0.2, "multi_strategy": "multi_output_tree"}),
-    ("+ private protocol (DP, 32-bit words, noisy opening), all 204 features per round",
-     {"protocol": "private", "dp_features": 204}),
+    (
+        "+ private protocol (DP, 32-bit words, noisy opening), all 204 features per round",
+        {"protocol": "private", "dp_features": 204},
+    ),
     ("+ 8 features per round from a public seed (the private default)", {}),
 ]
 
 
 def levers() -> None:
     """The cumulative lever table (module docstring)."""
-    print_machine("Private FedSCS-XGB: each lever's share of the byte saving",
-                  " ".join(["python", "benchmarks/bench_private_bytes.py", *sys.argv[1:]]))
+    print_machine(
+        "Private FedSCS-XGB: each lever's share of the byte saving",
+        " ".join(["python", "benchmarks/bench_private_bytes.py", *sys.argv[1:]]),
+    )
     clients, Xte, yte = load_fleet()
     measured = []
     for name, settings in LEVERS:
@@ -157,13 +202,34 @@ def levers() -> None:
     for k, (name, mb, accuracy, meta) in enumerate(measured):
         factor = measured[k - 1][1] / mb if k else 1.0
         eps = f"{meta['dp_epsilon']:.2f}" if "dp_epsilon" in meta else "none"
-        rows.append([name, f"{mb:.3f}", "-" if not k else f"{factor:.2f}x",
-                     "-" if not k else f"{np.log(factor) / total:.0%}", f"{accuracy:.3f}", eps])
-    print(markdown_table(["configuration (cumulative)", "MB sent per gateway", "factor of this step",
-                          "share of the saving (log)", "accuracy (1 run)", "epsilon spent"], rows))
-    print(f"\ntotal: {measured[0][1]:.1f} MB -> {measured[-1][1]:.3f} MB per gateway, "
-          f"{measured[0][1] / measured[-1][1]:.0f}x. Sibling subtraction, in every row: a tree of depth 4 fetches "
-          "1 + 1 + 2 + 4 = 8 node histograms instead of 1 + 2 + 4 + 8 = 15 (1.9x on the level bytes).")
+        rows.append(
+            [
+                name,
+                f"{mb:.3f}",
+                "-" if not k else f"{factor:.2f}x",
+                "-" if not k else f"{np.log(factor) / total:.0%}",
+                f"{accuracy:.3f}",
+                eps,
+            ]
+        )
+    print(
+        markdown_table(
+            [
+                "configuration (cumulative)",
+                "MB sent per gateway",
+                "factor of this step",
+                "share of the saving (log)",
+                "accuracy (1 run)",
+                "epsilon spent",
+            ],
+            rows,
+        )
+    )
+    print(
+        f"\ntotal: {measured[0][1]:.1f} MB -> {measured[-1][1]:.3f} MB per gateway, "
+        f"{measured[0][1] / measured[-1][1]:.0f}x. Sibling subtraction, in every row: a tree of depth 4 fetches "
+        "1 + 1 + 2 + 4 = 8 node histograms instead of 1 + 2 + 4 + 8 = 15 (1.9x on the level bytes)."
+    )
     print(f"\npeak resident memory of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 

@@ -52,8 +52,11 @@ import _common  # noqa: F401  (puts the repo root on sys.path)
 
 EPSILONS = (1.0, 4.0, 8.0, 32.0)
 SCENARIOS = ["toy", "paper-homogeneous", "paper-covariate", "paper-outcome", "toy-large"]
-PAPER_SETTING = {"paper-homogeneous": "homogeneous", "paper-covariate": "covariate shift",
-                 "paper-outcome": "outcome shift"}
+PAPER_SETTING = {
+    "paper-homogeneous": "homogeneous",
+    "paper-covariate": "covariate shift",
+    "paper-outcome": "outcome shift",
+}
 
 
 def _toy(seed: int, n_clients: int, n: int):
@@ -125,17 +128,22 @@ def cell(args: tuple[str, int]) -> dict[str, float]:
     out["time private"] = (time.monotonic() - started) / len(EPSILONS)
     common = {"n_trees": s["n_trees"], "max_depth": s["max_depth"], "max_features": s["max_features"]}
     started = time.monotonic()
-    out["histogram"] = mse(Simulation(clients).run(FedForest(task="regression", protocol="histogram", **common),
-                                                   seed=seed))
+    out["histogram"] = mse(
+        Simulation(clients).run(FedForest(task="regression", protocol="histogram", **common), seed=seed)
+    )
     out["time histogram"] = time.monotonic() - started
     started = time.monotonic()
-    out["sketches"] = mse(Simulation(clients).run(FedForest(task="regression", protocol="sketches",
-                                                            secure_aggregation=False, **common), seed=seed))
+    out["sketches"] = mse(
+        Simulation(clients).run(
+            FedForest(task="regression", protocol="sketches", secure_aggregation=False, **common), seed=seed
+        )
+    )
     out["time sketches"] = time.monotonic() - started
     X = np.vstack([c.X for c in clients])
     y = np.concatenate([c.y for c in clients])
-    rf = RandomForestRegressor(n_estimators=s["n_trees"], max_depth=s["max_depth"],
-                               max_features=s["max_features"] or 1.0, random_state=seed).fit(X, y)
+    rf = RandomForestRegressor(
+        n_estimators=s["n_trees"], max_depth=s["max_depth"], max_features=s["max_features"] or 1.0, random_state=seed
+    ).fit(X, y)
     out["sklearn RF"] = float(np.mean((rf.predict(X_test) - y_test) ** 2))
     out["private, noise off"] = mse(_without_noise(lambda: Simulation(clients).run(private(8.0), seed=seed)))
     return out
@@ -155,21 +163,27 @@ def main() -> int:
     args = parser.parse_args()
     scenarios = args.scenarios.split(",")
     started = time.monotonic()
-    print(f"# FedForest regression, {args.seeds} seeds, {platform.processor() or platform.machine()} "
-          f"({os.cpu_count()} cores), python {sys.version.split()[0]}")
+    print(
+        f"# FedForest regression, {args.seeds} seeds, {platform.processor() or platform.machine()} "
+        f"({os.cpu_count()} cores), python {sys.version.split()[0]}"
+    )
     methods = [f"private ε={e:g}" for e in EPSILONS] + ["private, noise off", "histogram", "sketches", "sklearn RF"]
-    print("| scenario | " + " | ".join(methods) + " | private ε=8 / sketches | s per fit: private, histogram, "
-          "sketches |")
+    print(
+        "| scenario | " + " | ".join(methods) + " | private ε=8 / sketches | s per fit: private, histogram, sketches |"
+    )
     print("|---" * (len(methods) + 3) + "|", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:
         for sc in scenarios:  # one row as each scenario finishes
             rows = list(pool.map(cell, [(sc, seed) for seed in range(args.seeds)]))
             cells = [f"{np.mean([r[m] for r in rows]):.3f} ± {np.std([r[m] for r in rows]):.3f}" for m in methods]
             ratio = np.array([r["private ε=8"] / r["sketches"] for r in rows])
-            times = ", ".join(f"{np.mean([r['time ' + m] for r in rows]):.1f}" for m in ("private", "histogram",
-                                                                                           "sketches"))
-            print(f"| {sc} | " + " | ".join(cells) + f" | {np.mean(ratio):.2f} (max {ratio.max():.2f}) | {times} |",
-                  flush=True)
+            times = ", ".join(
+                f"{np.mean([r['time ' + m] for r in rows]):.1f}" for m in ("private", "histogram", "sketches")
+            )
+            print(
+                f"| {sc} | " + " | ".join(cells) + f" | {np.mean(ratio):.2f} (max {ratio.max():.2f}) | {times} |",
+                flush=True,
+            )
     print(f"# {time.monotonic() - started:.0f} s")
     return 0
 

@@ -48,8 +48,14 @@ class _ReferenceReassembler:
     a completed whole, which the probe never reaches: an expiry scan of every open transfer on
     every chunk, caps keyed on the claimed sender."""
 
-    def __init__(self, *, timeout_s: float = 60.0, max_buffered_bytes: int = 128 << 20,
-                 max_transfers_per_sender: int = 8, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 60.0,
+        max_buffered_bytes: int = 128 << 20,
+        max_transfers_per_sender: int = 8,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.timeout_s = timeout_s
         self.max_buffered_bytes = max_buffered_bytes
         self.max_transfers_per_sender = max_transfers_per_sender
@@ -107,10 +113,16 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, help="timed repeats per cell (default 9; --quick 3)")
     args = parser.parse_args()
     repeats = args.repeats or (3 if args.quick else 9)
-    command = "python benchmarks/bench_reassembly.py" + (" --quick" if args.quick else "") + \
-        (f" --repeats {args.repeats}" if args.repeats else "")
-    print_machine("Chunk reassembly: per-chunk cost with many transfers open", command,
-                  {"probe": f"{PROBE_CHUNKS} chunks of {PIECE} B, best of {repeats} repeats"})
+    command = (
+        "python benchmarks/bench_reassembly.py"
+        + (" --quick" if args.quick else "")
+        + (f" --repeats {args.repeats}" if args.repeats else "")
+    )
+    print_machine(
+        "Chunk reassembly: per-chunk cost with many transfers open",
+        command,
+        {"probe": f"{PROBE_CHUNKS} chunks of {PIECE} B, best of {repeats} repeats"},
+    )
     budget = {"max_buffered_bytes": 1 << 40, "max_bytes_per_sender": 1 << 30}
     rows, after = [], {}
     for n in OPEN_TRANSFERS:

@@ -38,8 +38,13 @@ def rows(seeds: int, quick: bool):
 
     rounds, trees = (3, 10) if quick else (10, 50)
     for bins in (256, 32, 16):
-        yield "FedSCS-XGB", "histogram", bins, FedSCSXGB(protocol="histogram", n_rounds=rounds, max_depth=4,
-                                                         n_bins=bins), 1
+        yield (
+            "FedSCS-XGB",
+            "histogram",
+            bins,
+            FedSCSXGB(protocol="histogram", n_rounds=rounds, max_depth=4, n_bins=bins),
+            1,
+        )
     private = FedSCSXGB(n_rounds=rounds)
     yield "FedSCS-XGB", "private (default)", private.bins, private, seeds
     for bins in (256, 32, 16):
@@ -56,8 +61,10 @@ def main() -> None:
     logging.disable(logging.WARNING)  # the non-DP protocols' one-line warnings
     from tests.privacy_attacks.reconstruction import attack_training
 
-    print_machine("Reconstruction attack on the decoded fleet sums",
-                  "benchmarks/bench_reconstruction_attack.py" + (" --quick" if args.quick else ""))
+    print_machine(
+        "Reconstruction attack on the decoded fleet sums",
+        "benchmarks/bench_reconstruction_attack.py" + (" --quick" if args.quick else ""),
+    )
     clients, _, _ = load_fleet()
     n = sum(len(c.y) for c in clients)
     print(f"fleet: {len(clients)} gateways, {n} training windows x {clients[0].X.shape[1]} features\n")
@@ -71,18 +78,45 @@ def main() -> None:
         rebuilt = sum(s.rebuilt for s in scores)
         medians = [s.median_features for s in scores if s.rebuilt]
         claims = sum((s.claims for s in scores[1:]), scores[0].claims)
-        table.append([
-            algorithm, protocol, str(bins), str(runs), f"{nonempty / runs:,.0f}",
-            f"{100 * singletons / max(nonempty, 1):.1f} %", f"{rebuilt / runs:,.0f} ({100 * rebuilt / windows:.1f} %)",
-            f"{sorted(medians)[len(medians) // 2]:.0f}" if medians else "-",
-            f"{100 * sum(s.labelled_right for s in scores) / windows:.1f} %", f"{100 * scores[0].majority:.1f} %",
-            f"{claims.cells / runs:,.0f}" if claims.cells else "-",
-            f"{claims.right:,} / {claims.isolated:,}" if claims.cells else "-", f"{seconds:.0f}"])
+        table.append(
+            [
+                algorithm,
+                protocol,
+                str(bins),
+                str(runs),
+                f"{nonempty / runs:,.0f}",
+                f"{100 * singletons / max(nonempty, 1):.1f} %",
+                f"{rebuilt / runs:,.0f} ({100 * rebuilt / windows:.1f} %)",
+                f"{sorted(medians)[len(medians) // 2]:.0f}" if medians else "-",
+                f"{100 * sum(s.labelled_right for s in scores) / windows:.1f} %",
+                f"{100 * scores[0].majority:.1f} %",
+                f"{claims.cells / runs:,.0f}" if claims.cells else "-",
+                f"{claims.right:,} / {claims.isolated:,}" if claims.cells else "-",
+                f"{seconds:.0f}",
+            ]
+        )
         print(" | ".join(table[-1]), flush=True)
     print()
-    print(markdown_table(["algorithm", "protocol", "bins", "runs", "non-empty cells", "singletons",
-                          "windows rebuilt", "median features", "label rate", "majority", "claims",
-                          "claims right / real singletons", "s per run"], table))
+    print(
+        markdown_table(
+            [
+                "algorithm",
+                "protocol",
+                "bins",
+                "runs",
+                "non-empty cells",
+                "singletons",
+                "windows rebuilt",
+                "median features",
+                "label rate",
+                "majority",
+                "claims",
+                "claims right / real singletons",
+                "s per run",
+            ],
+            table,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,11 @@ JOB = b"bench/secagg"
 
 def reply_bytes(shares: UnmaskShares) -> int:
     """Bytes of the CBOR body of the ``secagg.unmask_reply`` carrying ``shares``."""
-    reply = SecAggUnmaskReply(self_mask=dict(shares.self_mask), complaints=shares.complaints,
-                              pair_seeds={v: dict(by_peer) for v, by_peer in shares.pair_seeds.items()})
+    reply = SecAggUnmaskReply(
+        self_mask=dict(shares.self_mask),
+        complaints=shares.complaints,
+        pair_seeds={v: dict(by_peer) for v, by_peer in shares.pair_seeds.items()},
+    )
     return len(dumps_value(to_wire(reply)))
 
 
@@ -81,14 +84,31 @@ def complaint_bytes(server: SecAggServer, clients: dict[str, SecAggClient], vect
 def main() -> None:
     print_machine("Secure aggregation with every share checked", "python -m benchmarks.bench_secagg_verification")
     runs = [one_run(seed) for seed in range(RUNS)]
-    rows = [[str(N), str(LENGTH), *(f"{statistics.median(r[i] for r in runs):.3f}" for i in range(3)),
-             str(runs[0][3])]]
-    print(markdown_table(["gateways", "elements", "mask all (s)", "unmask answers (s)", "server unmask (s)",
-                          "bundle bytes per gateway"], rows))
+    rows = [[str(N), str(LENGTH), *(f"{statistics.median(r[i] for r in runs):.3f}" for i in range(3)), str(runs[0][3])]]
+    print(
+        markdown_table(
+            [
+                "gateways",
+                "elements",
+                "mask all (s)",
+                "unmask answers (s)",
+                "server unmask (s)",
+                "bundle bytes per gateway",
+            ],
+            rows,
+        )
+    )
     honest, complaining = runs[0][4], runs[0][5]
-    print(markdown_table(["unmask reply of one gateway", "body bytes"],
-                         [["no complaint", str(honest)], ["one complaint, with its bundle key", str(complaining)],
-                          ["difference", f"{complaining - honest:+d}"]]))
+    print(
+        markdown_table(
+            ["unmask reply of one gateway", "body bytes"],
+            [
+                ["no complaint", str(honest)],
+                ["one complaint, with its bundle key", str(complaining)],
+                ["difference", f"{complaining - honest:+d}"],
+            ],
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,16 @@ import _common  # noqa: F401  (puts the repo root on sys.path)
 import numpy as np
 from _common import description, markdown_table, print_machine
 
-XGB_PARAMS = {"objective": "multi:softprob", "tree_method": "hist", "max_depth": 4, "eta": 0.2, "lambda": 1.0,
-              "gamma": 0.1, "seed": 0, "verbosity": 0}
+XGB_PARAMS = {
+    "objective": "multi:softprob",
+    "tree_method": "hist",
+    "max_depth": 4,
+    "eta": 0.2,
+    "lambda": 1.0,
+    "gamma": 0.1,
+    "seed": 0,
+    "verbosity": 0,
+}
 TRAIN_FRACTION = 0.8
 GAP_WINDOWS = 1
 #: ARCHITECTURE §7: centralized anchors on its own windowing (10 split seeds).
@@ -128,11 +136,17 @@ def load_subjects(out_dir: Path, classes: list[str]) -> tuple[list[Subject], dic
         inside = (starts[None, :] <= start[:, None]) & (ends[None, :] >= end[:, None])
         if not (inside.sum(axis=1) == 1).all():
             raise RuntimeError(f"{path.name}: a labelled window is not inside exactly one label interval")
-        subjects.append(Subject(
-            name=table.session_id, X=table.X[labelled][order],
-            y=np.array([classes.index(v) for v in table.labels[labelled][order]]),
-            start_us=start, end_us=end, series=inside.argmax(axis=1),
-            side=np.array([side_of[annotations[k].start_us] for k in inside.argmax(axis=1)])))
+        subjects.append(
+            Subject(
+                name=table.session_id,
+                X=table.X[labelled][order],
+                y=np.array([classes.index(v) for v in table.labels[labelled][order]]),
+                start_us=start,
+                end_us=end,
+                series=inside.argmax(axis=1),
+                side=np.array([side_of[annotations[k].start_us] for k in inside.argmax(axis=1)]),
+            )
+        )
     info["extract_s"] = time.perf_counter() - t0
     return subjects, info
 
@@ -185,17 +199,26 @@ def main() -> int:
     from firmware_bridge.importers import seglearn_watch
 
     command = " ".join(["python", "benchmarks/bench_seglearn_accuracy.py", *sys.argv[1:]])
-    print_machine("Seglearn watch set: centralized and local-only accuracy through the gateway data path", command,
-                  {"scipy": scipy.__version__, "xgboost": xgboost.__version__, "scikit-learn": sklearn.__version__,
-                   "threads": f"xgboost and the forest use all {os.cpu_count()} cores"})
+    print_machine(
+        "Seglearn watch set: centralized and local-only accuracy through the gateway data path",
+        command,
+        {
+            "scipy": scipy.__version__,
+            "xgboost": xgboost.__version__,
+            "scikit-learn": sklearn.__version__,
+            "threads": f"xgboost and the forest use all {os.cpu_count()} cores",
+        },
+    )
 
     classes = [str(c) for c in seglearn_watch.load_dataset()["y_labels"]]
     n_classes = len(classes)
     with tempfile.TemporaryDirectory(prefix="wheelfed-bench-acc-") as tmp:
         subjects, info = load_subjects(Path(tmp), classes)
-    print(f"- data: {len(subjects)} subjects, {info['windows']:,} windows ({info['labelled']:,} labelled) x "
-          f"{info['n_features']} features, feature set {info['feature_set_version']}; import {info['import_s']:.1f} s, "
-          f"extract_recording {info['extract_s']:.1f} s")
+    print(
+        f"- data: {len(subjects)} subjects, {info['windows']:,} windows ({info['labelled']:,} labelled) x "
+        f"{info['n_features']} features, feature set {info['feature_set_version']}; import {info['import_s']:.1f} s, "
+        f"extract_recording {info['extract_s']:.1f} s"
+    )
     print(f"- classes: {', '.join(classes)}; xgboost {XGB_PARAMS}; forest seeds 0..{n_seeds - 1}")
     print()
 
@@ -217,16 +240,39 @@ def main() -> int:
         unseen = int(np.isin(s.y[a.test], missing).sum())
         seen_pairs = set(zip(s.y[a.train].tolist(), s.side[a.train].tolist()))
         new_series = sum((c, d) not in seen_pairs for c, d in zip(s.y[a.test].tolist(), s.side[a.test].tolist()))
-        rows.append([s.name, f"{len(s.y)}", f"{len(a.train)}", f"{len(a.test)}",
-                     " ".join(classes[c] for c in np.unique(s.y[a.test])),
-                     f"{unseen} ({', '.join(classes[c] for c in missing) or '-'})", f"{new_series}",
-                     f"{len(b.train)}", f"{len(b.test)}"])
-    print(markdown_table(["subject", "labelled", "subject tail: train", "test", "test classes",
-                          "test windows of a class absent from own train",
-                          "test windows of an (exercise, side) absent from own train", "series tail: train", "test"],
-                         rows))
-    print("(each series is one exercise on one arm side; the series tail tests the last 20 % of every series, so "
-          "every test series is also in train)")
+        rows.append(
+            [
+                s.name,
+                f"{len(s.y)}",
+                f"{len(a.train)}",
+                f"{len(a.test)}",
+                " ".join(classes[c] for c in np.unique(s.y[a.test])),
+                f"{unseen} ({', '.join(classes[c] for c in missing) or '-'})",
+                f"{new_series}",
+                f"{len(b.train)}",
+                f"{len(b.test)}",
+            ]
+        )
+    print(
+        markdown_table(
+            [
+                "subject",
+                "labelled",
+                "subject tail: train",
+                "test",
+                "test classes",
+                "test windows of a class absent from own train",
+                "test windows of an (exercise, side) absent from own train",
+                "series tail: train",
+                "test",
+            ],
+            rows,
+        )
+    )
+    print(
+        "(each series is one exercise on one arm side; the series tail tests the last 20 % of every series, so "
+        "every test series is also in train)"
+    )
     print()
     for p, per_subject in splits.items():
         overlaps = sum(overlapping_pairs(s, sp) for s, sp in zip(subjects, per_subject))
@@ -236,9 +282,11 @@ def main() -> int:
             failures.append(f"{p}: {overlaps} test windows overlap a train window")
         if len(np.unique(y_train)) != n_classes or len(np.unique(y_test)) != n_classes:
             failures.append(f"{p}: pooled train or test lacks a class")
-        print(f"- {p}: pooled train {len(y_train):,} / test {len(y_test):,} windows; test windows overlapping a "
-              f"train window: {overlaps}; test class counts "
-              + ", ".join(f"{classes[c]} {int((y_test == c).sum())}" for c in range(n_classes)))
+        print(
+            f"- {p}: pooled train {len(y_train):,} / test {len(y_test):,} windows; test windows overlapping a "
+            f"train window: {overlaps}; test class counts "
+            + ", ".join(f"{classes[c]} {int((y_test == c).sum())}" for c in range(n_classes))
+        )
     print()
 
     # -- determinism of xgboost -----------------------------------------------------------------
@@ -265,9 +313,17 @@ def main() -> int:
             seeds = range(n_seeds) if model == "random forest" else [0]
             central = [scores(yte, fit_predict(model, seed, Xtr, ytr, Xte, n_classes)) for seed in seeds]
             # local: per subject, averaged over seeds (forest), then spread across subjects
-            local = np.array([[scores(s.y[q.test], fit_predict(model, seed, s.X[q.train], s.y[q.train],
-                                                               s.X[q.test], n_classes)) for seed in seeds]
-                              for s, q in zip(subjects, per_subject)])  # (subjects, seeds, 2)
+            local = np.array(
+                [
+                    [
+                        scores(
+                            s.y[q.test], fit_predict(model, seed, s.X[q.train], s.y[q.train], s.X[q.test], n_classes)
+                        )
+                        for seed in seeds
+                    ]
+                    for s, q in zip(subjects, per_subject)
+                ]
+            )  # (subjects, seeds, 2)
             results.append((p, model, central, local))
     t_models = time.perf_counter() - t_models
 
@@ -277,23 +333,50 @@ def main() -> int:
         acc = [a for a, _ in central]
         f1 = [f for _, f in central]
         spread = "deterministic" if len(acc) == 1 else f"sd over {len(acc)} seeds"
-        rows.append([p, model, "centralized (pooled)", pm(acc), pm(f1), spread, f"{ref:.3f}",
-                     f"{100 * (np.mean(acc) - ref):+.1f}"])
+        rows.append(
+            [
+                p,
+                model,
+                "centralized (pooled)",
+                pm(acc),
+                pm(f1),
+                spread,
+                f"{ref:.3f}",
+                f"{100 * (np.mean(acc) - ref):+.1f}",
+            ]
+        )
         per_subject = local.mean(axis=1)  # (subjects, 2)
         seed_sd = "" if local.shape[1] == 1 else f"; seed sd {np.mean(local[:, :, 0].std(axis=1, ddof=1)):.4f}"
-        rows.append([p, model, "local-only (per subject)", pm(list(per_subject[:, 0])), pm(list(per_subject[:, 1])),
-                     f"sd over 10 subjects, acc {per_subject[:, 0].min():.3f}-{per_subject[:, 0].max():.3f}"
-                     + seed_sd, "", ""])
-    print(markdown_table(["protocol", "model", "trained on", "accuracy", "macro-F1", "spread", "§7 centralized",
-                          "ours - §7 (pp)"], rows))
+        rows.append(
+            [
+                p,
+                model,
+                "local-only (per subject)",
+                pm(list(per_subject[:, 0])),
+                pm(list(per_subject[:, 1])),
+                f"sd over 10 subjects, acc {per_subject[:, 0].min():.3f}-{per_subject[:, 0].max():.3f}" + seed_sd,
+                "",
+                "",
+            ]
+        )
+    print(
+        markdown_table(
+            ["protocol", "model", "trained on", "accuracy", "macro-F1", "spread", "§7 centralized", "ours - §7 (pp)"],
+            rows,
+        )
+    )
     print()
-    print(f"models trained in {t_models:.0f} s. Deterministic: windows and features (bit-identical live or batch), "
-          "both splits (fixed by time), xgboost (no subsampling; 10-round model trained twice: probabilities "
-          f"{'bit-identical' if deterministic else 'DIFFERENT'}). Random: the forest only (bootstrap and feature "
-          f"draws), hence mean ± sd over {n_seeds} seeds; for local-only rows the ± is the spread across subjects "
-          "(of each subject's seed mean) and 'seed sd' the mean spread across seeds.")
-    print("§7's anchors come from its own windowing (per-series windows, mean over 10 split seeds); ours are the "
-          "gateway's absolute-grid windows over whole subject sessions.")
+    print(
+        f"models trained in {t_models:.0f} s. Deterministic: windows and features (bit-identical live or batch), "
+        "both splits (fixed by time), xgboost (no subsampling; 10-round model trained twice: probabilities "
+        f"{'bit-identical' if deterministic else 'DIFFERENT'}). Random: the forest only (bootstrap and feature "
+        f"draws), hence mean ± sd over {n_seeds} seeds; for local-only rows the ± is the spread across subjects "
+        "(of each subject's seed mean) and 'seed sd' the mean spread across seeds."
+    )
+    print(
+        "§7's anchors come from its own windowing (per-series windows, mean over 10 split seeds); ours are the "
+        "gateway's absolute-grid windows over whole subject sessions."
+    )
     print()
     print("correctness: " + ("all checks passed" if not failures else "FAILED"))
     for failure in failures:

@@ -72,10 +72,27 @@ def fill_registry(url: str, n_gateways: int, n_versions: int, model) -> None:
     with Registry(url) as registry:
         for v in range(1, n_versions + 1):
             registry.add(MODEL_ID, model, metrics={"accuracy": 0.9, "f1": 0.88, "n": 120.0})
-        registry.save_gateways([GatewayRow(f"gw-{i:04d}", i % 4 != 0, now - i, f"{MODEL_ID}:v{1 + i % n_versions}",
-                                           500 + i, 400, "up", "numpy", 1000 + i, i % 3, "sit", "",
-                                           {"sit": 200, "push": 150, "lie": 50}, "wheelfed-tifex-2+abc")
-                                for i in range(n_gateways)])
+        registry.save_gateways(
+            [
+                GatewayRow(
+                    f"gw-{i:04d}",
+                    i % 4 != 0,
+                    now - i,
+                    f"{MODEL_ID}:v{1 + i % n_versions}",
+                    500 + i,
+                    400,
+                    "up",
+                    "numpy",
+                    1000 + i,
+                    i % 3,
+                    "sit",
+                    "",
+                    {"sit": 200, "push": 150, "lie": 50},
+                    "wheelfed-tifex-2+abc",
+                )
+                for i in range(n_gateways)
+            ]
+        )
 
 
 class Client:
@@ -93,8 +110,7 @@ class Client:
         if self.fresh:
             self.connection.close()
             self.connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        self.connection.request(method, path, body=None if body is None else json.dumps(body),
-                                headers=self.headers)
+        self.connection.request(method, path, body=None if body is None else json.dumps(body), headers=self.headers)
         response = self.connection.getresponse()
         data = response.read()
         return time.perf_counter() - started, response.status, data
@@ -124,13 +140,15 @@ class Client:
 
 def endpoints(n_gateways: int, n_versions: int) -> list[tuple[str, str]]:
     mid = n_versions // 2
-    return [("GET /api/gateways (first page of 100)", "/api/gateways?offset=0&limit=100"),
-            ("GET /api/gateways (last page of 100)", f"/api/gateways?offset={n_gateways - 100}&limit=100"),
-            (f"GET /api/gateways (all {n_gateways})", f"/api/gateways?offset=0&limit={n_gateways}"),
-            ("GET /api/models (first page of 100)", "/api/models?offset=0&limit=100"),
-            ("GET /api/models (last page of 100)", f"/api/models?offset={n_versions - 100}&limit=100"),
-            (f"GET /api/models/{MODEL_ID}/{mid} (one version)", f"/api/models/{MODEL_ID}/{mid}"),
-            (f"GET /api/models/{MODEL_ID}/{mid}/download", f"/api/models/{MODEL_ID}/{mid}/download")]
+    return [
+        ("GET /api/gateways (first page of 100)", "/api/gateways?offset=0&limit=100"),
+        ("GET /api/gateways (last page of 100)", f"/api/gateways?offset={n_gateways - 100}&limit=100"),
+        (f"GET /api/gateways (all {n_gateways})", f"/api/gateways?offset=0&limit={n_gateways}"),
+        ("GET /api/models (first page of 100)", "/api/models?offset=0&limit=100"),
+        ("GET /api/models (last page of 100)", f"/api/models?offset={n_versions - 100}&limit=100"),
+        (f"GET /api/models/{MODEL_ID}/{mid} (one version)", f"/api/models/{MODEL_ID}/{mid}"),
+        (f"GET /api/models/{MODEL_ID}/{mid}/download", f"/api/models/{MODEL_ID}/{mid}/download"),
+    ]
 
 
 def ms(seconds: float) -> str:
@@ -152,8 +170,17 @@ def latency(backend: str, url: str, args, model, broker, password: str, folder: 
         for name, path in endpoints(args.n_gateways, args.versions):
             seconds, size = kept.time(path, args.requests)
             new, _ = fresh.time(path, args.requests)
-            rows.append([backend, name, f"{size:,}", ms(percentile(seconds, 50)), ms(percentile(seconds, 99)),
-                         ms(percentile(new, 50)), ms(percentile(new, 99))])
+            rows.append(
+                [
+                    backend,
+                    name,
+                    f"{size:,}",
+                    ms(percentile(seconds, 50)),
+                    ms(percentile(seconds, 99)),
+                    ms(percentile(new, 50)),
+                    ms(percentile(new, 99)),
+                ]
+            )
             log(f"  {rows[-1]}")
         kept.close()
         fresh.close()
@@ -199,10 +226,18 @@ def under_load(args, folder: Path) -> tuple[list[list[str]], list[str]]:
             log(f"starting {len(gateways)} gateway processes (load average {load_average()})")
             started = time.perf_counter()
             for g in gateways:
-                processes.start(g, "--store", str(stores[g]), "--holdout-fraction", "0.2", "--model-dir",
-                                str(folder / f"{g}-models"))
-            server = ServerProcess(str(folder / "load.db"), broker.port, passwords["aggregator"],
-                                   folder / "server-load.log")
+                processes.start(
+                    g,
+                    "--store",
+                    str(stores[g]),
+                    "--holdout-fraction",
+                    "0.2",
+                    "--model-dir",
+                    str(folder / f"{g}-models"),
+                )
+            server = ServerProcess(
+                str(folder / "load.db"), broker.port, passwords["aggregator"], folder / "server-load.log"
+            )
             client = Client(server.port, OPERATOR, fresh=True)
             deadline = time.monotonic() + 900
             while sum(row["online"] for row in client.get(f"/api/gateways?limit={len(gateways)}")) < len(gateways):
@@ -217,8 +252,9 @@ def under_load(args, folder: Path) -> tuple[list[list[str]], list[str]]:
             load_before = load_average()
             config = {"n_rounds": 10, "max_depth": 4, "n_bins": 64}
             t0 = time.perf_counter()
-            _, status, data = client.request("POST", "/api/jobs", {"algorithm": "fedscs-xgb", "model_id": "load",
-                                                                   "config": config})
+            _, status, data = client.request(
+                "POST", "/api/jobs", {"algorithm": "fedscs-xgb", "model_id": "load", "config": config}
+            )
             if status != 201:
                 raise RuntimeError(f"POST /api/jobs: {status} {data!r}")
             job_id = json.loads(data)["job_id"]
@@ -243,19 +279,34 @@ def under_load(args, folder: Path) -> tuple[list[list[str]], list[str]]:
                 server.terminate()
             processes.stop_all()
     answered = f"{job['rounds'][-1]['answered']}/{job['rounds'][-1]['selected']}" if job["rounds"] else "-"
-    rows = [[str(len(gateways)), f"FedSCS-XGB {config['n_rounds']} rounds, depth {config['max_depth']}, "
-             f"B = {config['n_bins']}, secure aggregation", answered, f"{wall:.1f}", f"{cpu:.1f}",
-             f"{100 * cpu / wall:.0f}", f"{idle_rss / 2**20:.0f}", f"{peak / 2**20:.0f}", f"{hwm / 2**20:.0f}",
-             ms(percentile(during, 50)), ms(percentile(during, 99))]]
-    notes = [f"load average (1/5/15 min) before the job {load_before}, after {load_after}; "
-             f"{len(during)} GET /api/gateways requests during the job"]
+    rows = [
+        [
+            str(len(gateways)),
+            f"FedSCS-XGB {config['n_rounds']} rounds, depth {config['max_depth']}, "
+            f"B = {config['n_bins']}, secure aggregation",
+            answered,
+            f"{wall:.1f}",
+            f"{cpu:.1f}",
+            f"{100 * cpu / wall:.0f}",
+            f"{idle_rss / 2**20:.0f}",
+            f"{peak / 2**20:.0f}",
+            f"{hwm / 2**20:.0f}",
+            ms(percentile(during, 50)),
+            ms(percentile(during, 99)),
+        ]
+    ]
+    notes = [
+        f"load average (1/5/15 min) before the job {load_before}, after {load_after}; "
+        f"{len(during)} GET /api/gateways requests during the job"
+    ]
     return rows, notes
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=description(__doc__))
-    parser.add_argument("--quick", action="store_true", help="100 gateways rows, 120 versions, 50 requests, 10 "
-                                                             "gateway processes")
+    parser.add_argument(
+        "--quick", action="store_true", help="100 gateways rows, 120 versions, 50 requests, 10 gateway processes"
+    )
     parser.add_argument("--skip-postgres", action="store_true", help="SQLite only")
     parser.add_argument("--skip-load", action="store_true", help="latency only")
     parser.add_argument("--requests", type=int, default=300, help="timed requests per endpoint")
@@ -270,8 +321,9 @@ def main() -> int:
 
     folder = Path(tempfile.mkdtemp(prefix="wheelfed-bench-server-"))
     command = "nice -n 10 .venv/bin/python benchmarks/bench_server_api.py " + " ".join(sys.argv[1:])
-    print_machine("Server API latency and load", command.strip(),
-                  {"load average at start (1/5/15 min)": load_average()})
+    print_machine(
+        "Server API latency and load", command.strip(), {"load average at start (1/5/15 min)": load_average()}
+    )
     model = sample_model()
     log(f"model: {model.n_trees} trees, {len(model.to_cbor()):,} bytes CBOR")
     os.environ["WHEELFED_READ_TOKENS"] = TOKEN  # the ServerProcess inherits them: auth is on, as in a clinic
@@ -294,18 +346,47 @@ def main() -> int:
                 finally:
                     cluster.stop()
                     shutil.rmtree(pg_folder, ignore_errors=True)
-        print(f"API latency, {args.n_gateways:,} registered gateways and {args.versions} versions of one model "
-              f"({model.n_trees} trees, {len(model.to_cbor()):,} bytes CBOR); {args.requests} sequential requests "
-              "per endpoint and client kind, bearer token checked; milliseconds to the last byte:\n")
-        print(markdown_table(["registry", "endpoint", "answer bytes", "keep-alive p50", "keep-alive p99",
-                              "new connection p50", "new connection p99"], rows))
+        print(
+            f"API latency, {args.n_gateways:,} registered gateways and {args.versions} versions of one model "
+            f"({model.n_trees} trees, {len(model.to_cbor()):,} bytes CBOR); {args.requests} sequential requests "
+            "per endpoint and client kind, bearer token checked; milliseconds to the last byte:\n"
+        )
+        print(
+            markdown_table(
+                [
+                    "registry",
+                    "endpoint",
+                    "answer bytes",
+                    "keep-alive p50",
+                    "keep-alive p99",
+                    "new connection p50",
+                    "new connection p99",
+                ],
+                rows,
+            )
+        )
         print(f"\nload average after the latency runs (1/5/15 min): {load_average()}\n")
         if not args.skip_load:
             load_rows, notes = under_load(args, folder)
             print("Server process during one job (submission to completed, federated evaluation included):\n")
-            print(markdown_table(["gateway processes", "job", "answered (last round)", "wall s", "server CPU s",
-                                  "server CPU %", "RSS idle MiB", "RSS peak in job MiB", "VmHWM MiB",
-                                  "GET /api/gateways p50 ms (new connection)", "p99 ms"], load_rows))
+            print(
+                markdown_table(
+                    [
+                        "gateway processes",
+                        "job",
+                        "answered (last round)",
+                        "wall s",
+                        "server CPU s",
+                        "server CPU %",
+                        "RSS idle MiB",
+                        "RSS peak in job MiB",
+                        "VmHWM MiB",
+                        "GET /api/gateways p50 ms (new connection)",
+                        "p99 ms",
+                    ],
+                    load_rows,
+                )
+            )
             print()
             print("\n".join(notes))
     finally:

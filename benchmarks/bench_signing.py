@@ -1,6 +1,6 @@
 """Ed25519 signing and verification (``shared.signing``, on ``cryptography``): median time per call.
 
-    .venv/bin/python benchmarks/bench_signing.py
+.venv/bin/python benchmarks/bench_signing.py
 """
 
 from __future__ import annotations

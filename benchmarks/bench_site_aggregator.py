@@ -25,8 +25,8 @@ from tests.e2e.test_site_aggregator import mqtt_fleet  # noqa: E402
 
 LAYOUTS = {
     "flat (6 gateways)": None,
-    "3 sites of 2": {f"site-{i}": GATEWAYS[2 * i:2 * i + 2] for i in range(3)},
-    "2 sites of 3": {f"site-{i}": GATEWAYS[3 * i:3 * i + 3] for i in range(2)},
+    "3 sites of 2": {f"site-{i}": GATEWAYS[2 * i : 2 * i + 2] for i in range(3)},
+    "2 sites of 3": {f"site-{i}": GATEWAYS[3 * i : 3 * i + 3] for i in range(2)},
     "1 site of 6": {"site-0": GATEWAYS},
 }
 ALGORITHMS = [FedSCSXGB(n_rounds=4, max_depth=4, n_bins=32), FedForest(n_trees=10, max_depth=6, n_bins=32)]
@@ -40,8 +40,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         flat_bytes = {}
         for name, sites in LAYOUTS.items():
-            with mqtt_fleet(Path(tmp) / name.replace(" ", "-").replace("(", "").replace(")", ""), sites,
-                            data=data) as fleet:
+            with mqtt_fleet(
+                Path(tmp) / name.replace(" ", "-").replace("(", "").replace(")", ""), sites, data=data
+            ) as fleet:
                 for algorithm in ALGORITHMS:
                     before = fleet.cloud.stats.received_bytes
                     started = time.monotonic()
@@ -52,8 +53,11 @@ def main() -> None:
                         flat_models[algorithm.name], flat_bytes[algorithm.name] = model, per_round
                     else:
                         assert_same_ensemble(model, flat_models[algorithm.name])
-                    print(f"| {algorithm.name} | {name} | {job.rounds} | {per_round:,.0f} | "
-                          f"{per_round / flat_bytes[algorithm.name]:.2f} | {elapsed:.1f} |", flush=True)
+                    print(
+                        f"| {algorithm.name} | {name} | {job.rounds} | {per_round:,.0f} | "
+                        f"{per_round / flat_bytes[algorithm.name]:.2f} | {elapsed:.1f} |",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

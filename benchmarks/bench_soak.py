@@ -27,15 +27,41 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     args = parser.parse_args()
     print_machine("Soak: simulated gateways training back to back", " ".join(["python", *sys.argv]))
-    report = run_soak(SoakConfig(gateways=args.gateways, processes=args.processes, minutes=args.minutes),
-                      progress=lambda line: print(line, file=sys.stderr, flush=True))
-    rows = [[str(args.gateways), f"{report.wall_s / 60:.1f}", str(report.jobs), str(report.boosting_rounds),
-             f"{report.rounds_per_minute:.1f}", f"{report.replies_expected:,}", str(report.lost_replies),
-             str(len(report.failed_jobs)), f"{report.rss_mb[0]:.0f} -> {report.rss_mb[-1]:.0f}",
-             f"{report.broker_rss_mb[0]:.0f} -> {report.broker_rss_mb[-1]:.0f}"]]
-    print(markdown_table(["gateways", "minutes", "jobs", "boosting rounds", "rounds/min", "replies",
-                          "lost replies", "failed jobs", "aggregator MB (first -> last job)",
-                          "broker MB (first -> last job)"], rows))
+    report = run_soak(
+        SoakConfig(gateways=args.gateways, processes=args.processes, minutes=args.minutes),
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    rows = [
+        [
+            str(args.gateways),
+            f"{report.wall_s / 60:.1f}",
+            str(report.jobs),
+            str(report.boosting_rounds),
+            f"{report.rounds_per_minute:.1f}",
+            f"{report.replies_expected:,}",
+            str(report.lost_replies),
+            str(len(report.failed_jobs)),
+            f"{report.rss_mb[0]:.0f} -> {report.rss_mb[-1]:.0f}",
+            f"{report.broker_rss_mb[0]:.0f} -> {report.broker_rss_mb[-1]:.0f}",
+        ]
+    ]
+    print(
+        markdown_table(
+            [
+                "gateways",
+                "minutes",
+                "jobs",
+                "boosting rounds",
+                "rounds/min",
+                "replies",
+                "lost replies",
+                "failed jobs",
+                "aggregator MB (first -> last job)",
+                "broker MB (first -> last job)",
+            ],
+            rows,
+        )
+    )
     return 0 if report.lost_replies == 0 and not report.failed_jobs else 1
 
 

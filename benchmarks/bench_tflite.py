@@ -89,16 +89,22 @@ def main() -> int:
     from shared.model.tflite import TfliteEngine, compile_tflite, load_interpreter
 
     interpreter = load_interpreter()
-    versions = {"interpreter": f"{interpreter.__module__} "
-                + _common._version("ai-edge-litert" if "litert" in interpreter.__module__ else "tflite-runtime"),
-                "threads": "1", "load average": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    versions = {
+        "interpreter": f"{interpreter.__module__} "
+        + _common._version("ai-edge-litert" if "litert" in interpreter.__module__ else "tflite-runtime"),
+        "threads": "1",
+        "load average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
     if not args.no_peers:
         import sklearn
         import xgboost as xgb
 
         versions.update({"xgboost": xgb.__version__, "scikit-learn": sklearn.__version__})
-    command = "python benchmarks/bench_tflite.py" + (" --quick" if args.quick else "") + (
-        " --no-peers" if args.no_peers else "")
+    command = (
+        "python benchmarks/bench_tflite.py"
+        + (" --quick" if args.quick else "")
+        + (" --no-peers" if args.no_peers else "")
+    )
     print_machine("TFLite engine latency vs numpy engine, XGBoost and scikit-learn", command, versions)
 
     clients = make_clients()
@@ -108,9 +114,11 @@ def main() -> int:
     started = time.perf_counter()
     boosted = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=10, max_depth=4), clients)
     forest = aggregator.simulate(FedForest(protocol="sketches", n_trees=50, max_depth=8), clients)
-    print(f"- trained in {time.perf_counter() - started:.1f} s: boosted {boosted.n_trees} trees "
-          f"(depth {max(t.depth for t in boosted.trees)}), forest {forest.n_trees} trees "
-          f"(depth {max(t.depth for t in forest.trees)})")
+    print(
+        f"- trained in {time.perf_counter() - started:.1f} s: boosted {boosted.n_trees} trees "
+        f"(depth {max(t.depth for t in boosted.trees)}), forest {forest.n_trees} trees "
+        f"(depth {max(t.depth for t in forest.trees)})"
+    )
 
     engines = {}
     for name, model in (("boosted", boosted), ("forest", forest)):
@@ -123,7 +131,8 @@ def main() -> int:
     for name, model in (("boosted", boosted), ("forest", forest)):
         engine = engines[name]
         same = np.array_equal(engine.leaves(X_eval), model.leaves(X_eval)) and np.array_equal(
-            engine.raw(X_eval), model.predict_raw(X_eval))
+            engine.raw(X_eval), model.predict_raw(X_eval)
+        )
         print(f"- {name}: TFLite leaves and raw == numpy engine on 1,000 rows: {same}")
         ok &= same
 
@@ -137,36 +146,66 @@ def main() -> int:
         diff = float(np.max(np.abs(booster.inplace_predict(X_eval) - boosted.predict_proba(X_eval))))
         print(f"- boosted: max |numpy engine - xgboost| probability on 1,000 rows: {diff:.1e}")
         ok &= diff <= 1e-6
-        xgb_forest = xgb.train({"objective": "multi:softprob", "num_class": N_CLASSES, "num_parallel_tree": 50,
-                                "max_depth": 8, "subsample": 0.632, "colsample_bynode": 0.16, "eta": 1.0,
-                                "nthread": 1, "tree_method": "hist"}, xgb.DMatrix(X_all, y_all), num_boost_round=1)
+        xgb_forest = xgb.train(
+            {
+                "objective": "multi:softprob",
+                "num_class": N_CLASSES,
+                "num_parallel_tree": 50,
+                "max_depth": 8,
+                "subsample": 0.632,
+                "colsample_bynode": 0.16,
+                "eta": 1.0,
+                "nthread": 1,
+                "tree_method": "hist",
+            },
+            xgb.DMatrix(X_all, y_all),
+            num_boost_round=1,
+        )
         gbc = GradientBoostingClassifier(n_estimators=10, max_depth=4, random_state=0).fit(X_all, y_all)
         rfc = RandomForestClassifier(n_estimators=50, max_depth=8, n_jobs=1, random_state=0).fit(X_all, y_all)
         peers["boosted"] = {"xgboost": booster.inplace_predict, "sklearn": gbc.predict_proba}
         peers["forest"] = {"xgboost": xgb_forest.inplace_predict, "sklearn": rfc.predict_proba}
-        labels = {"boosted": ("same model (70 trees)", "GradientBoostingClassifier 10x7 trees d4"),
-                  "forest": ("RF booster 50x7 trees d8", "RandomForestClassifier 50 trees d8")}
+        labels = {
+            "boosted": ("same model (70 trees)", "GradientBoostingClassifier 10x7 trees d4"),
+            "forest": ("RF booster 50x7 trees d8", "RandomForestClassifier 50 trees d8"),
+        }
         for name in peers:
             print(f"- {name} peers: xgboost = {labels[name][0]}; scikit-learn = {labels[name][1]}")
     print()
 
-    headers = ["model", "rows", "numpy engine", "TFLite engine", "xgboost", "scikit-learn",
-               "numpy / xgb", "TFLite / xgb"]
+    headers = [
+        "model",
+        "rows",
+        "numpy engine",
+        "TFLite engine",
+        "xgboost",
+        "scikit-learn",
+        "numpy / xgb",
+        "TFLite / xgb",
+    ]
     table = []
     for name, model in (("boosted 10x7 d4", boosted), ("forest 50 d8", forest)):
         key = name.split()[0]
         engine = engines[key]
         for n in (1, 1000):
             X = np.ascontiguousarray(X_eval[:n])
-            fns = {"numpy": lambda X=X, m=model: m.predict_proba(X),
-                   "tflite": lambda X=X, e=engine: e.predict_proba(X)}
+            fns = {"numpy": lambda X=X, m=model: m.predict_proba(X), "tflite": lambda X=X, e=engine: e.predict_proba(X)}
             for peer, fn in peers[key].items():
                 fns[peer] = lambda X=X, fn=fn: fn(X)
             t = latencies(fns, repeats, min_time)
             xg = t.get("xgboost")
-            table.append([name, f"{n:,}", fmt(t["numpy"]), fmt(t["tflite"]),
-                          fmt(xg) if xg else "-", fmt(t["sklearn"]) if "sklearn" in t else "-",
-                          f"{t['numpy'] / xg:.2f}" if xg else "-", f"{t['tflite'] / xg:.2f}" if xg else "-"])
+            table.append(
+                [
+                    name,
+                    f"{n:,}",
+                    fmt(t["numpy"]),
+                    fmt(t["tflite"]),
+                    fmt(xg) if xg else "-",
+                    fmt(t["sklearn"]) if "sklearn" in t else "-",
+                    f"{t['numpy'] / xg:.2f}" if xg else "-",
+                    f"{t['tflite'] / xg:.2f}" if xg else "-",
+                ]
+            )
     print(markdown_table(headers, table))
     if not ok:
         print("\nFAILED: engines disagree", file=sys.stderr)

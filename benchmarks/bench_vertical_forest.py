@@ -61,12 +61,15 @@ def z_test_p(a: list[float], b: list[float]) -> float:
 def datasets():
     from sklearn.datasets import load_breast_cancer, load_diabetes, load_wine, make_classification
 
-    X, y = make_classification(n_samples=1000, n_features=20, n_informative=10, n_redundant=4, n_classes=3,
-                               random_state=0)
-    return [("breast cancer", *load_breast_cancer(return_X_y=True), "classification"),
-            ("wine", *load_wine(return_X_y=True), "classification"),
-            ("generated (1000 x 20, 3 classes)", X, y, "classification"),
-            ("diabetes", *load_diabetes(return_X_y=True), "regression")]
+    X, y = make_classification(
+        n_samples=1000, n_features=20, n_informative=10, n_redundant=4, n_classes=3, random_state=0
+    )
+    return [
+        ("breast cancer", *load_breast_cancer(return_X_y=True), "classification"),
+        ("wine", *load_wine(return_X_y=True), "classification"),
+        ("generated (1000 x 20, 3 classes)", X, y, "classification"),
+        ("diabetes", *load_diabetes(return_X_y=True), "regression"),
+    ]
 
 
 def sklearn_forest(task: str, seed: int):
@@ -99,18 +102,44 @@ def table_one(runs: int) -> None:
                 strat = y if task == "classification" else None
                 Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=r, stratify=strat)
                 blocks = np.array_split(np.random.default_rng(r).permutation(X.shape[1]), M)
-                model = simulate(VerticalFederatedForest(n_trees=TREES, max_depth=DEPTH, task=task),
-                                 [(Xtr[:, b], ytr if i == 0 else None) for i, b in enumerate(blocks)], seed=r)
+                model = simulate(
+                    VerticalFederatedForest(n_trees=TREES, max_depth=DEPTH, task=task),
+                    [(Xtr[:, b], ytr if i == 0 else None) for i, b in enumerate(blocks)],
+                    seed=r,
+                )
                 ff.append(score(task, yte, model.predict([Xte[:, b] for b in blocks])))
                 non.append(score(task, yte, sklearn_forest(task, r).fit(Xtr, ytr).predict(Xte)))
                 for i, b in enumerate(blocks):
                     alone[i].append(score(task, yte, sklearn_forest(task, r).fit(Xtr[:, b], ytr).predict(Xte[:, b])))
             metric = "RMSE" if task == "regression" else "accuracy"
-            rows.append([name, metric, str(M), " / ".join(f"{np.mean(a):.3f}" for a in alone), mean_sd(non),
-                         mean_sd(ff), f"{z_test_p(ff, non):.3f}", f"{time.perf_counter() - t0:.0f}"])
+            rows.append(
+                [
+                    name,
+                    metric,
+                    str(M),
+                    " / ".join(f"{np.mean(a):.3f}" for a in alone),
+                    mean_sd(non),
+                    mean_sd(ff),
+                    f"{z_test_p(ff, non):.3f}",
+                    f"{time.perf_counter() - t0:.0f}",
+                ]
+            )
             print(f"  {name} M={M} done", file=sys.stderr)
-    print(markdown_table(["data set", "metric", "parties", "RF1 / RF2 / ... (each party alone)", "NonFF",
-                          "FF", "p (Z-test FF vs NonFF)", "s"], rows))
+    print(
+        markdown_table(
+            [
+                "data set",
+                "metric",
+                "parties",
+                "RF1 / RF2 / ... (each party alone)",
+                "NonFF",
+                "FF",
+                "p (Z-test FF vs NonFF)",
+                "s",
+            ],
+            rows,
+        )
+    )
     print()
 
 
@@ -134,16 +163,27 @@ def sensors(seeds: int) -> None:
     ytr = np.concatenate([s.y[sp.train] for s, sp in zip(subjects, train)])
     Xte = np.concatenate([s.X[sp.test] for s, sp in zip(subjects, train)])
     yte = np.concatenate([s.y[sp.test] for s, sp in zip(subjects, train)])
-    print(f"### Two sensors of one person: seglearn watch, accelerometer party (labels) + gyroscope party "
-          f"({seeds} forest seeds, {TREES} trees, depth {DEPTH})\n")
-    print(f"- {len(subjects)} subjects, {Xtr.shape[0]} train / {Xte.shape[0]} test windows (subject tail), "
-          f"{acc.sum()} + {gyro.sum()} features, {len(classes)} classes\n")
-    res: dict[str, list[float]] = {"FF (both gateways)": [], "NonFF (joined)": [], "accelerometer alone": [],
-                                   "gyroscope alone": []}
+    print(
+        f"### Two sensors of one person: seglearn watch, accelerometer party (labels) + gyroscope party "
+        f"({seeds} forest seeds, {TREES} trees, depth {DEPTH})\n"
+    )
+    print(
+        f"- {len(subjects)} subjects, {Xtr.shape[0]} train / {Xte.shape[0]} test windows (subject tail), "
+        f"{acc.sum()} + {gyro.sum()} features, {len(classes)} classes\n"
+    )
+    res: dict[str, list[float]] = {
+        "FF (both gateways)": [],
+        "NonFF (joined)": [],
+        "accelerometer alone": [],
+        "gyroscope alone": [],
+    }
     t0 = time.perf_counter()
     for seed in range(seeds):
-        model = simulate(VerticalFederatedForest(n_trees=TREES, max_depth=DEPTH),
-                         [(Xtr[:, acc], ytr), (Xtr[:, gyro], None)], seed=seed)
+        model = simulate(
+            VerticalFederatedForest(n_trees=TREES, max_depth=DEPTH),
+            [(Xtr[:, acc], ytr), (Xtr[:, gyro], None)],
+            seed=seed,
+        )
         res["FF (both gateways)"].append(score("c", yte, model.predict([Xte[:, acc], Xte[:, gyro]])))
         res["NonFF (joined)"].append(score("c", yte, sklearn_forest("c", seed).fit(Xtr, ytr).predict(Xte)))
         for key, cols in (("accelerometer alone", acc), ("gyroscope alone", gyro)):
@@ -152,8 +192,10 @@ def sensors(seeds: int) -> None:
     rows = [[k, mean_sd(v)] for k, v in res.items()]
     rows.append(["FF - NonFF (paired)", mean_sd(diff)])
     print(markdown_table(["model", "accuracy"], rows))
-    print(f"\np (Z-test FF vs NonFF) = {z_test_p(res['FF (both gateways)'], res['NonFF (joined)']):.3f}; "
-          f"{time.perf_counter() - t0:.0f} s\n")
+    print(
+        f"\np (Z-test FF vs NonFF) = {z_test_p(res['FF (both gateways)'], res['NonFF (joined)']):.3f}; "
+        f"{time.perf_counter() - t0:.0f} s\n"
+    )
 
 
 def prediction_time(quick: bool) -> None:
@@ -164,8 +206,9 @@ def prediction_time(quick: bool) -> None:
     from aggregator.jobs import FederatedJob, JobSettings
     from aggregator.simulate import Simulation
 
-    X, y = make_classification(n_samples=3000, n_features=24, n_informative=10, n_redundant=4, n_classes=3,
-                               random_state=1)
+    X, y = make_classification(
+        n_samples=3000, n_features=24, n_informative=10, n_redundant=4, n_classes=3, random_state=1
+    )
     blocks = np.array_split(np.arange(24), 4)
     reps = 1 if quick else 3
     print(f"### Prediction time, one round vs classical (4 parties, generated 3000 x 24; median of {reps})\n")
@@ -174,20 +217,31 @@ def prediction_time(quick: bool) -> None:
         n_test = int(share * X.shape[0])
         train, test = slice(n_test, None), slice(0, n_test)
         key = b"k" * 32
-        sim = Simulation(parties_for_simulation([(X[train, b], y[train] if i == 0 else None)
-                                                 for i, b in enumerate(blocks)], party_key=key))
+        sim = Simulation(
+            parties_for_simulation(
+                [(X[train, b], y[train] if i == 0 else None) for i, b in enumerate(blocks)], party_key=key
+            )
+        )
         model = VerticalFederatedForest(n_trees=trees, max_depth=depth, min_samples_leaf=1).run_in(sim, seed=0)
-        live = Simulation(parties_for_simulation([(X[test, b], y[test] if i == 0 else None)
-                                                  for i, b in enumerate(blocks)], party_key=key))
+        live = Simulation(
+            parties_for_simulation(
+                [(X[test, b], y[test] if i == 0 else None) for i, b in enumerate(blocks)], party_key=key
+            )
+        )
         for p in model.parties:  # deployed: each party's partial trees on its gateway
             live.participants[p].halves["vertical_forest"].forests.update(
-                sim.participants[p].halves["vertical_forest"].forests)
+                sim.participants[p].halves["vertical_forest"].forests
+            )
         out, values = [], []
         for method in ("one_round", "classical"):
             times = []
             for rep in range(reps):
-                job = FederatedJob(live.engine, list(model.parties), job_id=f"p-{method}-{rep}-{trees}-{depth}-{share}",
-                                   settings=JobSettings(deadline_s=120))
+                job = FederatedJob(
+                    live.engine,
+                    list(model.parties),
+                    job_id=f"p-{method}-{rep}-{trees}-{depth}-{share}",
+                    settings=JobSettings(deadline_s=120),
+                )
                 sent = live.client_bytes()
                 t0 = time.perf_counter()
                 result = predict_on_parties(job, model, method=method, share=False)
@@ -197,16 +251,44 @@ def prediction_time(quick: bool) -> None:
             out += [f"{statistics.median(times):.3f}", str(job.rounds), f"{sent / 1024:.0f}"]
         if not np.array_equal(values[0], values[1]):
             raise RuntimeError("one-round and classical predictions differ")
-        real_depth = max(int(np.floor(np.log2(t.split_nodes.max() + 1))) + 1 if t.split_nodes.size else 0
-                         for t in model.trees)
+        real_depth = max(
+            int(np.floor(np.log2(t.split_nodes.max() + 1))) + 1 if t.split_nodes.size else 0 for t in model.trees
+        )
         return [str(trees), str(depth), str(real_depth), f"{share:.1f}", str(n_test), *out]
 
-    grid = ([(8, 8, 0.3), (32, 8, 0.3), (16, 4, 0.3), (16, 16, 0.3), (16, 8, 0.1), (16, 8, 0.5)] if quick else
-            [(8, 8, 0.3), (16, 8, 0.3), (32, 8, 0.3), (16, 4, 0.3), (16, 12, 0.3), (16, 16, 0.3), (16, 8, 0.1),
-             (16, 8, 0.5)])
+    grid = (
+        [(8, 8, 0.3), (32, 8, 0.3), (16, 4, 0.3), (16, 16, 0.3), (16, 8, 0.1), (16, 8, 0.5)]
+        if quick
+        else [
+            (8, 8, 0.3),
+            (16, 8, 0.3),
+            (32, 8, 0.3),
+            (16, 4, 0.3),
+            (16, 12, 0.3),
+            (16, 16, 0.3),
+            (16, 8, 0.1),
+            (16, 8, 0.5),
+        ]
+    )
     rows = [run(*g) for g in grid]
-    print(markdown_table(["trees", "max_depth", "grown depth", "test share", "test windows", "one-round s",
-                          "rounds", "KiB sent", "classical s", "rounds", "KiB sent"], rows))
+    print(
+        markdown_table(
+            [
+                "trees",
+                "max_depth",
+                "grown depth",
+                "test share",
+                "test windows",
+                "one-round s",
+                "rounds",
+                "KiB sent",
+                "classical s",
+                "rounds",
+                "KiB sent",
+            ],
+            rows,
+        )
+    )
     print("\nRounds include the alignment round; one-round and classical predictions are checked equal.\n")
 
 
@@ -221,14 +303,19 @@ def main() -> int:
     import sklearn
 
     command = " ".join([".venv/bin/python", "benchmarks/bench_vertical_forest.py", *sys.argv[1:]])
-    print_machine("Vertical Federated Forest", command, {"scikit-learn": sklearn.__version__,
-                                                                   "threads": "one (scikit-learn n_jobs=None)"})
+    print_machine(
+        "Vertical Federated Forest",
+        command,
+        {"scikit-learn": sklearn.__version__, "threads": "one (scikit-learn n_jobs=None)"},
+    )
     t0, c0 = time.perf_counter(), time.process_time()
     table_one(runs)
     sensors(seeds)
     prediction_time(args.quick)
-    print(f"total {time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU (this process; the "
-          f"wall time depends on what else the machine runs)")
+    print(
+        f"total {time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU (this process; the "
+        f"wall time depends on what else the machine runs)"
+    )
     return 0
 
 

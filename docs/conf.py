@@ -88,8 +88,9 @@ wheelfed_api_verbatim: dict[str, str] = {}
 import doctest  # noqa: E402
 
 doctest_global_setup = "import numpy as np"
-doctest_default_flags = (doctest.ELLIPSIS | doctest.IGNORE_EXCEPTION_DETAIL | doctest.DONT_ACCEPT_TRUE_FOR_1
-                         | doctest.NORMALIZE_WHITESPACE)
+doctest_default_flags = (
+    doctest.ELLIPSIS | doctest.IGNORE_EXCEPTION_DETAIL | doctest.DONT_ACCEPT_TRUE_FOR_1 | doctest.NORMALIZE_WHITESPACE
+)
 doctest_test_doctest_blocks = "default"
 
 graphviz_output_format = "svg"

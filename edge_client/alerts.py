@@ -65,8 +65,7 @@ def load_rules(path: str | Path) -> tuple[AlertRule, ...]:
     except UnicodeDecodeError:
         raise AlertRulesError(f"{path} is not a JSON text file of alert rules") from None
     except json.JSONDecodeError as exc:
-        raise AlertRulesError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") \
-            from None
+        raise AlertRulesError(f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
     if not isinstance(data, list):
         raise AlertRulesError(f"{path}: expected a JSON list of alert rules, got a JSON {type(data).__name__}")
     return tuple(_rule(path, i, item) for i, item in enumerate(data, 1))
@@ -144,5 +143,11 @@ class AlertEngine:
         minutes = (now_us - since_us) / US_PER_MINUTE
         message = rule.message or rule.name
         text = message if state == "raised" else f"cleared: {message}"
-        return AlertEvent(rule.name, state, int(since_us), int(now_us), text,  # type: ignore[arg-type]
-                          {"minutes": f"{minutes:.1f}", "label": label})
+        return AlertEvent(
+            rule.name,
+            state,  # type: ignore[arg-type]
+            int(since_us),
+            int(now_us),
+            text,
+            {"minutes": f"{minutes:.1f}", "label": label},
+        )

@@ -51,8 +51,14 @@ class Dispatcher:
     lets only the aggregator write).
     """
 
-    def __init__(self, transport: Transport, layout: TopicLayout | None = None, *, remember: int = 256,
-                 remember_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        layout: TopicLayout | None = None,
+        *,
+        remember: int = 256,
+        remember_bytes: int = 64 << 20,
+    ) -> None:
         self.transport = transport
         self.layout = layout or TopicLayout()
         self.client_id = transport.client_id
@@ -91,22 +97,23 @@ class Dispatcher:
         if isinstance(request.body, NewerVersion):  # written for a newer gateway: say which version
             if broadcast:
                 return
-            log.warning("request of a newer protocol version refused",
-                        extra={"type": request.type, "version": request.body.version})
+            log.warning(
+                "request of a newer protocol version refused",
+                extra={"type": request.type, "version": request.body.version},
+            )
             body = ErrorReply("protocol_version", request.body.refusal(self.client_id), request.type)
         elif handler is None:
             if broadcast:
                 return  # broadcasts this gateway does not handle are not errors
-            body = ErrorReply(
-                "unsupported", f"{self.client_id} has no handler for {request.type!r}", request.type
-            )
+            body = ErrorReply("unsupported", f"{self.client_id} has no handler for {request.type!r}", request.type)
         else:
             body = self._run(handler, request)
         payloads = self._encode_reply(request, body)
         self._replies[request.envelope.msg_id] = payloads
         self._cached_bytes += sum(len(p) for p in payloads)
-        while len(self._replies) > 1 and (len(self._replies) > self.remember
-                                          or self._cached_bytes > self.remember_bytes):
+        while len(self._replies) > 1 and (
+            len(self._replies) > self.remember or self._cached_bytes > self.remember_bytes
+        ):
             _, dropped = self._replies.popitem(last=False)
             self._cached_bytes -= sum(len(p) for p in dropped)
         self.transport.send_payloads(outbox, payloads)
@@ -132,6 +139,7 @@ class Dispatcher:
             self.handled -= not isinstance(body, ErrorReply)
             self.failed += 1
             log.exception("reply could not be encoded", extra={"type": request.type, "body": type(body).__name__})
-            error = ErrorReply("reply_invalid", f"{type(exc).__name__} building the {type(body).__name__} reply",
-                               request.type)
+            error = ErrorReply(
+                "reply_invalid", f"{type(exc).__name__} building the {type(body).__name__} reply", request.type
+            )
             return self.transport.encode_payloads(request.reply(error, sender=self.client_id))

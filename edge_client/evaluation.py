@@ -29,15 +29,20 @@ def load_model(data: bytes) -> TreeEnsemble:
 def evaluate_model(model: TreeEnsemble, data: LabelledData, request: EvaluateRequest) -> EvaluationReply:
     """Additive scores of ``model`` on ``data`` (see ``EvaluationReply``)."""
     if model.n_features - int(uses_client_index(model)) != data.X.shape[1]:
-        raise RequestRejected("feature_mismatch", f"the model takes {model.n_features} inputs, this client has "
-                                                  f"{data.X.shape[1]} features")
+        raise RequestRejected(
+            "feature_mismatch", f"the model takes {model.n_features} inputs, this client has {data.X.shape[1]} features"
+        )
     X = model_inputs(model, data.X, request.client_index)
     if not model.is_classifier:
         y = np.asarray(data.y, dtype=np.float64)
         err = model.predict(X) - y
-        return EvaluationReply(n_samples=int(y.size), squared_error_sum=float(err @ err),
-                               absolute_error_sum=float(np.abs(err).sum()), target_sum=float(y.sum()),
-                               target_sum_squares=float(y @ y))
+        return EvaluationReply(
+            n_samples=int(y.size),
+            squared_error_sum=float(err @ err),
+            absolute_error_sum=float(np.abs(err).sum()),
+            target_sum=float(y.sum()),
+            target_sum_squares=float(y @ y),
+        )
     classes = tuple(label_strings(np.asarray(model.classes))[0].tolist())
     if request.target == "client":
         truth = np.full(X.shape[0], request.client_index, dtype=np.int64)
@@ -55,7 +60,10 @@ def evaluate_model(model: TreeEnsemble, data: LabelledData, request: EvaluateReq
     flat = (np.arange(C)[None, :] * bins * 2 + slot * 2 + positive).ravel()
     histogram = np.bincount(flat, minlength=C * bins * 2).reshape(C, bins, 2)
     p_true = proba[np.arange(t.size), t] if t.size else np.zeros(0)
-    return EvaluationReply(n_samples=int(X.shape[0]), confusion=confusion.astype(np.int64),
-                           score_histogram=histogram.astype(np.int64),
-                           log_loss_sum=float(-np.log(np.maximum(p_true, PROBABILITY_FLOOR)).sum()),
-                           unknown_labels=int((~known).sum()))
+    return EvaluationReply(
+        n_samples=int(X.shape[0]),
+        confusion=confusion.astype(np.int64),
+        score_histogram=histogram.astype(np.int64),
+        log_loss_sum=float(-np.log(np.maximum(p_true, PROBABILITY_FLOOR)).sum()),
+        unknown_labels=int((~known).sum()),
+    )

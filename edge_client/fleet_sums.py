@@ -39,8 +39,9 @@ def data_shape(data: LabelledData, *, labels: bool) -> DataShape:
     if labels:
         strings, integral = label_strings(data.y)
         names = tuple(sorted(set(strings.astype(str).tolist())))
-    return DataShape(n_features=data.X.shape[1], feature_names=data.feature_names, labels=names,
-                     integer_labels=integral)
+    return DataShape(
+        n_features=data.X.shape[1], feature_names=data.feature_names, labels=names, integer_labels=integral
+    )
 
 
 def _targets(data: LabelledData) -> np.ndarray:
@@ -60,10 +61,17 @@ def count_vector(data: LabelledData, request: FleetCountsRequest) -> np.ndarray:
     if request.regression:
         d = _targets(data) - request.shift
         if d.size and np.abs(d).max() >= TARGET_BOUND:
-            raise RequestRejected(TARGET_RANGE, f"private regression needs targets within 2**20 ({TARGET_BOUND:.0f})"
-                                                " of the fleet median")
-        return np.array([d.size, int(np.rint(np.ldexp(d, request.frac_bits)).astype(np.int64).sum()),
-                         int(np.rint(d * d).astype(np.int64).sum())], dtype=np.int64)
+            raise RequestRejected(
+                TARGET_RANGE, f"private regression needs targets within 2**20 ({TARGET_BOUND:.0f}) of the fleet median"
+            )
+        return np.array(
+            [
+                d.size,
+                int(np.rint(np.ldexp(d, request.frac_bits)).astype(np.int64).sum()),
+                int(np.rint(d * d).astype(np.int64).sum()),
+            ],
+            dtype=np.int64,
+        )
     ids = class_ids(data.y, request.classes)
     ids = ids[ids >= 0]
     return np.concatenate([[ids.size], np.bincount(ids, minlength=len(request.classes))]).astype(np.int64)
@@ -74,8 +82,10 @@ def grid_vector(data: LabelledData, request: GridCountsRequest) -> np.ndarray:
     ``request.target`` the regression target is the last column."""
     columns = np.column_stack([data.X, _targets(data)]) if request.target else data.X
     try:
-        plan = GridPlan.from_arrays({"feature": request.feature, "prefix": request.prefix, "bits": request.bits,
-                                     "step": request.step}, n_features=columns.shape[1])
+        plan = GridPlan.from_arrays(
+            {"feature": request.feature, "prefix": request.prefix, "bits": request.bits, "step": request.step},
+            n_features=columns.shape[1],
+        )
     except ValueError as exc:
         raise RequestRejected("bad_request", f"grid plan: {exc}") from None
     keys, missing = float32_keys(np.asarray(columns, dtype=np.float32))

@@ -139,30 +139,40 @@ class Gateway:
             self.store = WindowStore(config.store_path, retention=config.retention, exclusive=True)
         except (ModelDirError, StoreError) as exc:
             raise GatewayError(str(exc)) from None
-        self.models = ModelManager(model_dir, config.client_id, keys,
-                                   feature_set_version=lambda: (self.processor.feature_set_version
-                                                                or self.store.latest_feature_set_version()),
-                                   engine=config.engine)
+        self.models = ModelManager(
+            model_dir,
+            config.client_id,
+            keys,
+            feature_set_version=lambda: self.processor.feature_set_version or self.store.latest_feature_set_version(),
+            engine=config.engine,
+        )
         self.predictor = LivePredictor(self.models, self.store, AlertEngine(config.alert_rules), config.live)
         self.faults = Faults()  # everything caught at a thread boundary, shared by reader and processor
         self.restarts = 0  # reader threads restarted by the supervisor
-        self.processor = FrameProcessor(self.store, self.session_id, config=config.pipeline,
-                                        on_window=self.predictor.on_window, faults=self.faults)
+        self.processor = FrameProcessor(
+            self.store, self.session_id, config=config.pipeline, on_window=self.predictor.on_window, faults=self.faults
+        )
         self.models.load()  # the stored model: recognition works before (and without) any broker
-        self.serial = (SerialReader(config.serial_port, config.baudrate, on_received=self.processor.on_received,
-                                    faults=self.faults)
-                       if config.serial_port else None)
+        self.serial = (
+            SerialReader(
+                config.serial_port, config.baudrate, on_received=self.processor.on_received, faults=self.faults
+            )
+            if config.serial_port
+            else None
+        )
         self.transport: MqttTransport | None = None
         if config.mqtt is not None:
             self.transport = MqttTransport(config.client_id, config.mqtt, online_status=self.status)
-            training = StoreTrainingData(self.store, lambda: tuple(self.processor.feature_names),
-                                         holdout_fraction=config.holdout_fraction)
+            training = StoreTrainingData(
+                self.store, lambda: tuple(self.processor.feature_names), holdout_fraction=config.holdout_fraction
+            )
             self.participant = Participant(self.transport, training)
             vertical = self.participant.halves.get(VerticalForestClient.capability)
             # deployed partial trees live beside the models, under the same keys
             if isinstance(vertical, VerticalForestClient):
-                vertical.configure(PartySetup(config.client_id, model_dir, tuple(keys), self.store,
-                                              config.party_key_file))
+                vertical.configure(
+                    PartySetup(config.client_id, model_dir, tuple(keys), self.store, config.party_key_file)
+                )
             dispatcher = self.participant.dispatcher
             dispatcher.register(Ping, _pong)
             dispatcher.register(Describe, lambda _m: self.hello())
@@ -189,24 +199,36 @@ class Gateway:
         installed = self.models.current
         st = self.store.stats()
         live = self.predictor.stats
-        detail = {"engine": installed.engine.name if installed else "-", "predicted": str(live.predicted),
-                  "last_prediction": live.last_label or "-", "alerts": str(live.alerts)}
+        detail = {
+            "engine": installed.engine.name if installed else "-",
+            "predicted": str(live.predicted),
+            "last_prediction": live.last_label or "-",
+            "alerts": str(live.alerts),
+        }
         if self.serial is not None:
             detail["link"] = self.link_state()
         # What an operator needs before training (wheelfed fleet): which labels the store holds
         # and which feature set it produces -- counts, as n_labelled already is (PRIVACY.md).
         detail["labels"] = ",".join(f"{label}={n}" for label, n in st.by_label.items())[:MAX_DETAIL_CHARS]
-        detail["feature_set"] = (self.processor.feature_set_version or self.store.latest_feature_set_version())
+        detail["feature_set"] = self.processor.feature_set_version or self.store.latest_feature_set_version()
         if self.models.last_error:
             detail["model_error"] = self.models.last_error[:200]
-        return Status(online=True, active_model=installed.label if installed else "", n_windows=st.windows,
-                      n_labelled=st.labelled, detail=detail)
+        return Status(
+            online=True,
+            active_model=installed.label if installed else "",
+            n_windows=st.windows,
+            n_labelled=st.labelled,
+            detail=detail,
+        )
 
     def _publish_status(self) -> None:
         if self.transport is not None and self.transport.is_connected:
             try:
-                self.transport.publish(self.transport.layout.status(self.config.client_id),
-                                       Message.create(self.status(), sender=self.config.client_id), retain=True)
+                self.transport.publish(
+                    self.transport.layout.status(self.config.client_id),
+                    Message.create(self.status(), sender=self.config.client_id),
+                    retain=True,
+                )
             except ConnectionError:
                 pass  # republished on reconnect (online_status)
 
@@ -217,16 +239,20 @@ class Gateway:
             return
         outbox = transport.layout.outbox(self.config.client_id)
         try:
-            self.predictor.flush(lambda body: transport.publish(
-                outbox, Message.create(body, sender=self.config.client_id)))
+            self.predictor.flush(
+                lambda body: transport.publish(outbox, Message.create(body, sender=self.config.client_id))
+            )
         except ConnectionError:
             return  # stays queued
         self._publish_status()
 
     def hello(self) -> Hello:
-        return Hello(software_version=__version__, feature_set_version=self.processor.feature_set_version,
-                     n_features=len(self.processor.feature_names),
-                     capabilities=self.participant.capabilities if self.transport is not None else ())
+        return Hello(
+            software_version=__version__,
+            feature_set_version=self.processor.feature_set_version,
+            n_features=len(self.processor.feature_names),
+            capabilities=self.participant.capabilities if self.transport is not None else (),
+        )
 
     def link_state(self) -> str:
         """The reader's state, except that a changed device whose sensors have re-announced
@@ -243,12 +269,25 @@ class Gateway:
         out: dict[str, object] = {"session": self.processor.current_session}
         if self.serial is not None:
             s = self.serial.stats
-            out.update(link=self.link_state(), frames=s.link.frames_ok, crc_errors=s.link.crc_errors,
-                       lost_samples=s.link.lost_samples, dropped=s.dropped, reopens=max(s.opens - 1, 0),
-                       device_changes=s.device_changes)
-        out.update(streams=p.streams, unattributed=p.unattributed_frames, windows=p.windows,
-                   unknown_frames=p.unknown_sensor_frames, mismatched=p.mismatched_frames,
-                   refused_descriptors=p.refused_descriptors, faults=self.faults.total, restarts=self.restarts)
+            out.update(
+                link=self.link_state(),
+                frames=s.link.frames_ok,
+                crc_errors=s.link.crc_errors,
+                lost_samples=s.link.lost_samples,
+                dropped=s.dropped,
+                reopens=max(s.opens - 1, 0),
+                device_changes=s.device_changes,
+            )
+        out.update(
+            streams=p.streams,
+            unattributed=p.unattributed_frames,
+            windows=p.windows,
+            unknown_frames=p.unknown_sensor_frames,
+            mismatched=p.mismatched_frames,
+            refused_descriptors=p.refused_descriptors,
+            faults=self.faults.total,
+            restarts=self.restarts,
+        )
         st = self.store.stats()
         out.update(stored=st.windows, labelled=st.labelled)
         if p.pending or p.unstored_windows:  # the disk is (or was) full: see store_backlog.py
@@ -257,9 +296,14 @@ class Gateway:
             out["broker"] = "connected" if self.transport.is_connected else "offline"
         installed = self.models.current
         live = self.predictor.stats
-        out.update(model=installed.label if installed else "-", predicted=live.predicted, last=live.last_label or "-",
-                   latency_ms=round(live.last_latency_ms, 2), inference_ms=round(live.last_inference_ms, 2),
-                   alerts=live.alerts)
+        out.update(
+            model=installed.label if installed else "-",
+            predicted=live.predicted,
+            last=live.last_label or "-",
+            latency_ms=round(live.last_latency_ms, 2),
+            inference_ms=round(live.last_inference_ms, 2),
+            alerts=live.alerts,
+        )
         return out
 
     def start(self) -> None:
@@ -277,8 +321,9 @@ class Gateway:
             if refused:
                 self.shutdown()
                 raise GatewayError(f"serial port {self.config.serial_port} {refused}")
-            self._supervisor = threading.Thread(target=self._supervise, args=(self.serial,), name="gateway-supervisor",
-                                                daemon=True)
+            self._supervisor = threading.Thread(
+                target=self._supervise, args=(self.serial,), name="gateway-supervisor", daemon=True
+            )
             self._supervisor.start()
         log.info("gateway running", extra={"client": self.config.client_id, "session": self.session_id})
 
@@ -322,8 +367,10 @@ class Gateway:
                     continue
                 restarted = serial.restart(dead)
                 self.restarts += len(restarted)
-                log.warning("serial reader threads restarted", extra={"threads": restarted, "restarts": self.restarts,
-                                                                    "backoff_s": wait})
+                log.warning(
+                    "serial reader threads restarted",
+                    extra={"threads": restarted, "restarts": self.restarts, "backoff_s": wait},
+                )
                 last_restart, due, wait = now, None, min(wait * 2, cfg.backoff_max_s)
             except Exception as exc:  # noqa: BLE001 - the supervisor itself must not die of a fault
                 self.faults.record("supervisor", exc)

@@ -59,11 +59,28 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from edge_client.cli.arguments import (existing_file, gateway_id, holdout_share, non_negative_float, port_number,
-                                       positive_float, positive_int)
+from edge_client.cli.arguments import (
+    existing_file,
+    gateway_id,
+    holdout_share,
+    non_negative_float,
+    port_number,
+    positive_float,
+    positive_int,
+)
 
-__all__ = ["ConfigError", "GatewaySettings", "CheckReport", "parse_config", "load_config", "check_environment",
-           "broker_port", "store_problem", "MAX_CONFIG_BYTES", "MIN_FREE_BYTES"]
+__all__ = [
+    "ConfigError",
+    "GatewaySettings",
+    "CheckReport",
+    "parse_config",
+    "load_config",
+    "check_environment",
+    "broker_port",
+    "store_problem",
+    "MAX_CONFIG_BYTES",
+    "MIN_FREE_BYTES",
+]
 
 #: A gateway config is a few hundred bytes; anything this big is not one (and is not parsed).
 MAX_CONFIG_BYTES = 64 * 1024
@@ -157,8 +174,14 @@ class _Bad(Exception):
     """One value's problem (the caller adds which key)."""
 
 
-_TOML_TYPES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"), (list, "an array"),
-               (dict, "a table"))
+_TOML_TYPES = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a float"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "a table"),
+)
 
 
 def _type_name(value: object) -> str:
@@ -175,6 +198,7 @@ def _want(value: object, *kinds: type) -> None:
 def _checked(check: Callable[[str], object], *kinds: type) -> Callable[[object, Path], object]:
     """A command-line validator (``edge_client.cli.arguments``) applied to a TOML number of one of
     ``kinds``, so the file and the command line accept exactly the same values."""
+
     def parse(value: object, _base: Path) -> object:
         _want(value, *kinds)
         try:
@@ -260,21 +284,35 @@ class _Key:
 
 #: Table ("" = top level) -> key -> how to read it. Keys are the command-line options' names.
 SCHEMA: dict[str, dict[str, _Key]] = {
-    "": {"client_id": _Key(_client_id, "client_id"), "session": _Key(_text, "session"),
-         "store": _Key(_path, "store"), "model_dir": _Key(_path, "model_dir"), "trust": _Key(_files, "trust"),
-         "party_key_file": _Key(_file, "party_key_file"),
-         "engine": _Key(_choice(*ENGINES), "engine"), "alerts": _Key(_alerts, "alerts"),
-         "holdout_fraction": _Key(_checked(holdout_share, int, float), "holdout_fraction"),
-         "publish_every": _Key(_checked(positive_float, int, float), "publish_every"),
-         "stats_every": _Key(_checked(non_negative_float, int, float), "stats_every")},
+    "": {
+        "client_id": _Key(_client_id, "client_id"),
+        "session": _Key(_text, "session"),
+        "store": _Key(_path, "store"),
+        "model_dir": _Key(_path, "model_dir"),
+        "trust": _Key(_files, "trust"),
+        "party_key_file": _Key(_file, "party_key_file"),
+        "engine": _Key(_choice(*ENGINES), "engine"),
+        "alerts": _Key(_alerts, "alerts"),
+        "holdout_fraction": _Key(_checked(holdout_share, int, float), "holdout_fraction"),
+        "publish_every": _Key(_checked(positive_float, int, float), "publish_every"),
+        "stats_every": _Key(_checked(non_negative_float, int, float), "stats_every"),
+    },
     "serial": {"device": _Key(_serial, "serial"), "baud": _Key(_checked(positive_int, int), "baud")},
-    "retention": {"max_windows": _Key(_checked(positive_int, int), "max_windows"),
-                  "max_age_days": _Key(_checked(positive_float, int, float), "max_age_days")},
-    "broker": {"enabled": _Key(_flag, "broker"), "host": _Key(_text, "host"),
-               "port": _Key(_checked(port_number, int), "port"), "protocol": _Key(_choice(5, 4), "protocol"),
-               "username": _Key(_text, "username"), "password_file": _Key(_file, "password_file"),
-               "tls_ca": _Key(_file, "tls_ca"), "tls_cert": _Key(_file, "tls_cert"),
-               "tls_key": _Key(_file, "tls_key")},
+    "retention": {
+        "max_windows": _Key(_checked(positive_int, int), "max_windows"),
+        "max_age_days": _Key(_checked(positive_float, int, float), "max_age_days"),
+    },
+    "broker": {
+        "enabled": _Key(_flag, "broker"),
+        "host": _Key(_text, "host"),
+        "port": _Key(_checked(port_number, int), "port"),
+        "protocol": _Key(_choice(5, 4), "protocol"),
+        "username": _Key(_text, "username"),
+        "password_file": _Key(_file, "password_file"),
+        "tls_ca": _Key(_file, "tls_ca"),
+        "tls_cert": _Key(_file, "tls_cert"),
+        "tls_key": _Key(_file, "tls_key"),
+    },
 }
 
 
@@ -305,8 +343,12 @@ def parse_config(data: bytes, *, base: Path = Path("."), source: str = "") -> Ga
 def _read(data: bytes, base: Path, source: str) -> dict[str, object]:
     prefix = f"{source}: " if source else ""
     if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError([f"{prefix}{len(data)} bytes is too big for a gateway config "
-                           f"(at most {MAX_CONFIG_BYTES}): is this the right file?"])
+        raise ConfigError(
+            [
+                f"{prefix}{len(data)} bytes is too big for a gateway config "
+                f"(at most {MAX_CONFIG_BYTES}): is this the right file?"
+            ]
+        )
     try:
         document = tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -322,8 +364,9 @@ def _read(data: bytes, base: Path, source: str) -> dict[str, object]:
         items: Iterable[tuple[str, object]]
         if key is None:  # a table of ours
             if not isinstance(value, dict):
-                problems.append(f"{prefix}{name}: expected a table [{name}] with {', '.join(SCHEMA[name])}, "
-                                f"got {_type_name(value)}")
+                problems.append(
+                    f"{prefix}{name}: expected a table [{name}] with {', '.join(SCHEMA[name])}, got {_type_name(value)}"
+                )
                 continue
             items = value.items()
         else:
@@ -338,8 +381,9 @@ def _read(data: bytes, base: Path, source: str) -> dict[str, object]:
             except _Bad as exc:
                 problems.append(f"{prefix}{_qualified(table, k)}: {exc}")
             except (OSError, ValueError) as exc:  # a path the OS will not even look at (too long, ...)
-                problems.append(f"{prefix}{_qualified(table, k)}: unusable path ({exc.__class__.__name__}: "
-                                f"{str(exc)[:100]})")
+                problems.append(
+                    f"{prefix}{_qualified(table, k)}: unusable path ({exc.__class__.__name__}: {str(exc)[:100]})"
+                )
     if problems:
         raise ConfigError(problems)
     return values
@@ -408,11 +452,14 @@ def _check_certificates(settings: GatewaySettings, problems: list[str], notes: l
             continue
         certs[name] = cert
         if cert.not_valid_after_utc < now:
-            problems.append(f"{name} {path}: expired on {cert.not_valid_after_utc:%Y-%m-%d} (issue a new one: "
-                            "deploy/certs)")
+            problems.append(
+                f"{name} {path}: expired on {cert.not_valid_after_utc:%Y-%m-%d} (issue a new one: deploy/certs)"
+            )
         elif cert.not_valid_before_utc > now:
-            problems.append(f"{name} {path}: not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC "
-                            "(is this machine's clock right?)")
+            problems.append(
+                f"{name} {path}: not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC "
+                "(is this machine's clock right?)"
+            )
         elif cert.not_valid_after_utc - now < EXPIRY_NOTICE:
             notes.append(f"{name} expires on {cert.not_valid_after_utc:%Y-%m-%d}")
     if "tls_cert" in certs:
@@ -420,23 +467,30 @@ def _check_certificates(settings: GatewaySettings, problems: list[str], notes: l
         names = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
         cn = str(names[0].value) if names else None
         if cn != settings.client_id:
-            problems.append(f"tls_cert {settings.tls_cert}: its CN is {cn!r}, not the client id "
-                            f"{settings.client_id!r} (the broker takes the CN as the gateway's identity)")
+            problems.append(
+                f"tls_cert {settings.tls_cert}: its CN is {cn!r}, not the client id "
+                f"{settings.client_id!r} (the broker takes the CN as the gateway's identity)"
+            )
         if "tls_ca" in certs:
             try:
                 cert.verify_directly_issued_by(certs["tls_ca"])
             except InvalidSignature:  # the CA's name, another key
-                problems.append(f"tls_cert {settings.tls_cert}: not issued by tls_ca {settings.tls_ca} (its "
-                                "signature does not verify with the CA's key)")
+                problems.append(
+                    f"tls_cert {settings.tls_cert}: not issued by tls_ca {settings.tls_ca} (its "
+                    "signature does not verify with the CA's key)"
+                )
             except (ValueError, TypeError):  # another issuer, or a key type that cannot have signed it
-                problems.append(f"tls_cert {settings.tls_cert}: not issued by tls_ca {settings.tls_ca} (its issuer "
-                                f"is {cert.issuer.rfc4514_string()[:100]})")
+                problems.append(
+                    f"tls_cert {settings.tls_cert}: not issued by tls_ca {settings.tls_ca} (its issuer "
+                    f"is {cert.issuer.rfc4514_string()[:100]})"
+                )
     if settings.tls_key is not None:
         try:
             key = load_pem_private_key(settings.tls_key.read_bytes(), password=None)
         except (OSError, ValueError, TypeError) as exc:
-            problems.append(f"tls_key {settings.tls_key}: not a readable unencrypted PEM private key "
-                            f"({str(exc)[:120]})")
+            problems.append(
+                f"tls_key {settings.tls_key}: not a readable unencrypted PEM private key ({str(exc)[:120]})"
+            )
         else:
             if "tls_cert" in certs and key.public_key() != certs["tls_cert"].public_key():
                 problems.append(f"tls_key {settings.tls_key}: does not belong to tls_cert {settings.tls_cert}")
@@ -479,8 +533,7 @@ def _check_password(settings: GatewaySettings, environ: Mapping[str, str]) -> st
     if settings.tls_ca is not None or environ.get(PASSWORD_VARIABLE):
         return None
     if settings.password_file is None:
-        return (f"broker: no password (set broker.password_file, or ${PASSWORD_VARIABLE}), "
-                "and no TLS client certificate")
+        return f"broker: no password (set broker.password_file, or ${PASSWORD_VARIABLE}), and no TLS client certificate"
     try:
         if not settings.password_file.read_text(encoding="utf-8").strip():
             return f"password_file {settings.password_file}: empty"
@@ -505,8 +558,13 @@ def _check_engine(settings: GatewaySettings, problems: list[str], notes: list[st
         notes.append(f"engine {settings.engine} (TFLite available)")
 
 
-def check_environment(settings: GatewaySettings, *, environ: Mapping[str, str] | None = None,
-                      broker_timeout_s: float = 3.0, min_free_bytes: int = MIN_FREE_BYTES) -> CheckReport:
+def check_environment(
+    settings: GatewaySettings,
+    *,
+    environ: Mapping[str, str] | None = None,
+    broker_timeout_s: float = 3.0,
+    min_free_bytes: int = MIN_FREE_BYTES,
+) -> CheckReport:
     """Everything the gateway needs from this machine, checked without changing anything:
     the store's folder, free disk space, the model directory, the serial device, the
     certificates, the broker password, the trust keys, the TFLite engine, the broker."""
@@ -521,8 +579,9 @@ def check_environment(settings: GatewaySettings, *, environ: Mapping[str, str] |
     if problem:
         problems.append(f"store: {problem}")
     elif (free := shutil.disk_usage(store.parent).free) < min_free_bytes:
-        problems.append(f"store: only {free / 2**20:.0f} MiB free on {store.parent} "
-                        f"(want {min_free_bytes / 2**20:.0f} MiB)")
+        problems.append(
+            f"store: only {free / 2**20:.0f} MiB free on {store.parent} (want {min_free_bytes / 2**20:.0f} MiB)"
+        )
     else:
         notes.append(f"store {store} ({free / 2**30:.1f} GiB free)")
     try:
@@ -534,13 +593,14 @@ def check_environment(settings: GatewaySettings, *, environ: Mapping[str, str] |
     elif "://" not in settings.serial:
         device = Path(settings.serial)
         if not device.exists():
-            problems.append(f"serial {device}: not present (is the sensor adapter plugged in? "
-                            "ls /dev/serial/by-id/ lists the connected ones)")
+            problems.append(
+                f"serial {device}: not present (is the sensor adapter plugged in? "
+                "ls /dev/serial/by-id/ lists the connected ones)"
+            )
         elif device.is_dir():
             problems.append(f"serial {device}: a directory, not a device")
         elif not os.access(device, os.R_OK | os.W_OK):
-            problems.append(f"serial {device}: not readable and writable by this user (add it to the dialout "
-                            "group)")
+            problems.append(f"serial {device}: not readable and writable by this user (add it to the dialout group)")
         else:
             notes.append(f"serial {device}")
     for key in settings.trust:
@@ -563,9 +623,9 @@ def check_environment(settings: GatewaySettings, *, environ: Mapping[str, str] |
         found = [p for p in (_check_password(settings, environ), _check_broker(settings, broker_timeout_s)) if p]
         problems += found
         if not found:
-            notes.append(f"broker {settings.host}:{broker_port(settings)} reachable"
-                         f"{' (TLS)' if settings.tls_ca else ''}")
+            notes.append(
+                f"broker {settings.host}:{broker_port(settings)} reachable{' (TLS)' if settings.tls_ca else ''}"
+            )
     else:
         notes.append("no broker (collect only)")
     return CheckReport(tuple(problems), tuple(notes))
-

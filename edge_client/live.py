@@ -68,8 +68,9 @@ class LivePredictor:
         self._alert_queue: deque[AlertEvent] = deque(maxlen=self.config.max_queue)
         self._session = ""
 
-    def on_window(self, record: WindowRecord, window_id: int | None,
-                  completed_at: float | None = None) -> PredictionRecord | None:
+    def on_window(
+        self, record: WindowRecord, window_id: int | None, completed_at: float | None = None
+    ) -> PredictionRecord | None:
         """Classify one stored window. ``completed_at`` (``perf_counter`` when the window's last
         sample arrived) makes the recorded latency end to end: features, storage and model;
         without it the latency is the model's alone."""
@@ -92,15 +93,24 @@ class LivePredictor:
         latency_ms = (now - (started if completed_at is None else completed_at)) * 1e3
         k = int(np.argmax(proba))
         label = installed.class_names[k]
-        prediction = PredictionRecord(record.session_id, record.end_us, installed.label, label, float(proba[k]),
-                                      proba.astype(np.float32), latency_ms, window_id)
+        prediction = PredictionRecord(
+            record.session_id,
+            record.end_us,
+            installed.label,
+            label,
+            float(proba[k]),
+            proba.astype(np.float32),
+            latency_ms,
+            window_id,
+        )
         self.store.add_prediction(prediction)
         self.stats.predicted += 1
         self.stats.last_label, self.stats.last_latency_ms = label, latency_ms
         self._enqueue((installed.label, installed.class_names, prediction, k))
         for event in self.alerts.observe(record.end_us, label):
-            self.store.add_alert(record.session_id, event.rule, event.state, event.started_us, event.detected_us,
-                                 event.message)
+            self.store.add_alert(
+                record.session_id, event.rule, event.state, event.started_us, event.detected_us, event.message
+            )
             self._alert_queue.append(event)
             self.stats.alerts += 1
             log.warning("alert", extra={"rule": event.rule, "state": event.state, "message": event.message})
@@ -138,8 +148,11 @@ class LivePredictor:
     def _batch(rows: list[tuple[str, tuple[str, ...], PredictionRecord, int]]) -> PredictionBatch:
         model_id, _, version = rows[0][0].rpartition(":v")
         return PredictionBatch(
-            model_id=model_id, model_version=int(version), classes=rows[0][1],
+            model_id=model_id,
+            model_version=int(version),
+            classes=rows[0][1],
             window_end_us=np.array([r[2].end_us for r in rows], dtype=np.int64),
             predicted=np.array([r[3] for r in rows], dtype=np.int32),
             probability=np.array([r[2].probability for r in rows], dtype=np.float32),
-            latency_ms=np.array([r[2].latency_ms for r in rows], dtype=np.float32))
+            latency_ms=np.array([r[2].latency_ms for r in rows], dtype=np.float32),
+        )

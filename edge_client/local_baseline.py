@@ -23,8 +23,9 @@ from .training_data import LabelledData, class_ids
 __all__ = ["cross_validated_depth", "local_baseline", "local_model"]
 
 
-def cross_validated_depth(X: np.ndarray, target: np.ndarray, *, regression: bool, n_classes: int, max_depth: int,
-                          folds: int, seed: int) -> int:
+def cross_validated_depth(
+    X: np.ndarray, target: np.ndarray, *, regression: bool, n_classes: int, max_depth: int, folds: int, seed: int
+) -> int:
     """The CART depth in ``1..max_depth`` with the best mean validation score (macro-F1, or R²
     for regression) over ``folds`` folds drawn from ``seed``; the shallowest on ties. One tree of
     ``max_depth`` per fold serves every depth: CART is greedy top-down, so the depth-j tree is
@@ -60,20 +61,36 @@ def local_model(data: LabelledData, request: LocalBaselineRequest) -> TreeEnsemb
         target = class_ids(np.asarray(data.y), request.classes)
         X, target = X[target >= 0], target[target >= 0]
     if X.shape[0] < request.cv_folds:
-        raise RequestRejected("too_few_samples", f"the local-only baseline needs at least {request.cv_folds} "
-                                                 f"labelled training windows, this gateway has {X.shape[0]}")
+        raise RequestRejected(
+            "too_few_samples",
+            f"the local-only baseline needs at least {request.cv_folds} "
+            f"labelled training windows, this gateway has {X.shape[0]}",
+        )
     n_classes = len(request.classes)
-    depth = cross_validated_depth(X, target, regression=request.regression, n_classes=n_classes,
-                                  max_depth=request.max_depth, folds=request.cv_folds, seed=request.seed)
+    depth = cross_validated_depth(
+        X,
+        target,
+        regression=request.regression,
+        n_classes=n_classes,
+        max_depth=request.max_depth,
+        folds=request.cv_folds,
+        seed=request.seed,
+    )
     grown = grow(Samples.of(X, target, regression=request.regression, n_classes=n_classes), depth)
     names = data.feature_names or tuple(f"f{j}" for j in range(X.shape[1]))
-    return to_ensemble(grown, 0, feature_names=names, classes=request.classes,
-                       feature_set_version=request.feature_set_version,
-                       metadata={"algorithm": "local_cart", "max_depth": depth})
+    return to_ensemble(
+        grown,
+        0,
+        feature_names=names,
+        classes=request.classes,
+        feature_set_version=request.feature_set_version,
+        metadata={"algorithm": "local_cart", "max_depth": depth},
+    )
 
 
 def local_baseline(train: LabelledData, holdout: LabelledData, request: LocalBaselineRequest) -> EvaluationReply:
     """Counts of :func:`local_model` (fitted on ``train``) scored on ``holdout``."""
     model = local_model(train, request)
-    return evaluate_model(model, holdout, EvaluateRequest(b"", request.feature_set_version,
-                                                          score_bins=request.score_bins))
+    return evaluate_model(
+        model, holdout, EvaluateRequest(b"", request.feature_set_version, score_bins=request.score_bins)
+    )

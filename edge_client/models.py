@@ -68,8 +68,10 @@ __all__ = ["ACCEPTED", "InstalledModel", "ModelDirError", "ModelManager", "NO_TR
 #: Largest bundle a gateway accepts.
 MAX_BUNDLE_BYTES = 64 << 20
 ACTIVE, PREVIOUS, ACCEPTED = "active.bundle", "previous.bundle", "accepted.json"
-NO_TRUSTED_KEY = ("no_trusted_key: this gateway was started without --trust, so it cannot verify a model; "
-                  "restart it with --trust aggregator.pub")
+NO_TRUSTED_KEY = (
+    "no_trusted_key: this gateway was started without --trust, so it cannot verify a model; "
+    "restart it with --trust aggregator.pub"
+)
 
 
 class ModelDirError(Exception):
@@ -88,8 +90,10 @@ def check_model_dir(directory: Path) -> None:
         raise ModelDirError(f"cannot create the model directory {directory}: {existing} is not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         what = "is not writable" if existing == directory else f"cannot be created in {existing}"
-        raise ModelDirError(f"the model directory {directory} {what} (permission denied; pushed models are kept "
-                            "there): give the gateway's user write access, or pass another --model-dir")
+        raise ModelDirError(
+            f"the model directory {directory} {what} (permission denied; pushed models are kept "
+            "there): give the gateway's user write access, or pass another --model-dir"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,8 +119,15 @@ class InstalledModel:
 class ModelManager:
     """Models of one gateway (``client_id``) in ``directory``, trusted by ``keys``."""
 
-    def __init__(self, directory: str | Path, client_id: str, keys: Iterable[VerifyKey], *,
-                 feature_set_version: Callable[[], str] = lambda: "", engine: EnginePreference = "auto") -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        client_id: str,
+        keys: Iterable[VerifyKey],
+        *,
+        feature_set_version: Callable[[], str] = lambda: "",
+        engine: EnginePreference = "auto",
+    ) -> None:
         self.directory = Path(directory)
         check_model_dir(self.directory)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -136,16 +147,22 @@ class ModelManager:
 
     def status(self, state: ModelState, reason: str = "") -> ModelStatus:
         current = self._current
-        return ModelStatus(state, current.bundle.model_id if current else "", current.bundle.version if current else -1,
-                           self._previous_version, reason)
+        return ModelStatus(
+            state,
+            current.bundle.model_id if current else "",
+            current.bundle.version if current else -1,
+            self._previous_version,
+            reason,
+        )
 
     # -- checks ----------------------------------------------------------------------------------
 
     def _open(self, data: bytes) -> InstalledModel:
         """Every check of the module docstring; raises ``BundleError``/``BadSignature``/...."""
         fsv = self.feature_set_version() or None
-        bundle, model = open_bundle(data, trusted_keys=self.keys, max_bytes=MAX_BUNDLE_BYTES,
-                                    feature_set_version=fsv, client_id=self.client_id)
+        bundle, model = open_bundle(
+            data, trusted_keys=self.keys, max_bytes=MAX_BUNDLE_BYTES, feature_set_version=fsv, client_id=self.client_id
+        )
         engine = choose_engine(model, model.n_features, self.engine_preference)
         if engine.name != "numpy":
             bundle.self_test(engine.raw)  # the engine that will run must reproduce the outputs too
@@ -160,9 +177,11 @@ class ModelManager:
             if stored:
                 label = self._label_of(stored[0])
                 self.last_error = f"{label} not loaded: {NO_TRUSTED_KEY}"
-                log.warning("the stored model cannot be verified without --trust and is not loaded (windows are "
-                            "still collected); restart with --trust aggregator.pub to run it",
-                            extra={"model": label, "file": str(self.directory / stored[0])})
+                log.warning(
+                    "the stored model cannot be verified without --trust and is not loaded (windows are "
+                    "still collected); restart with --trust aggregator.pub to run it",
+                    extra={"model": label, "file": str(self.directory / stored[0])},
+                )
             return None
         for name in (ACTIVE, PREVIOUS):
             path = self.directory / name
@@ -194,12 +213,16 @@ class ModelManager:
             log.warning("model rejected", extra={"error": str(exc)})
             return self.status("rejected", f"{type(exc).__name__}: {exc}")
         current = self._current
-        if current is not None and (current.bundle.model_id, current.bundle.version) == \
-                (installed.bundle.model_id, installed.bundle.version):
+        if current is not None and (current.bundle.model_id, current.bundle.version) == (
+            installed.bundle.model_id,
+            installed.bundle.version,
+        ):
             if current.bundle.model_cbor == installed.bundle.model_cbor:
                 return self.status("unchanged", "this model is already active")
-            return self.status("rejected", f"{installed.label} is already active with different content: a "
-                                           "version number must not be reused")
+            return self.status(
+                "rejected",
+                f"{installed.label} is already active with different content: a version number must not be reused",
+            )
         downgrade = self._downgrade(installed.bundle)
         if downgrade:
             self.last_error = downgrade
@@ -221,14 +244,18 @@ class ModelManager:
         highest = self._accepted.get(bundle.model_id, -1)
         label = f"{bundle.model_id}:v{bundle.version}"
         if bundle.version < highest:
-            return (f"downgrade: {label} is older than {bundle.model_id}:v{highest} already accepted on this "
-                    "gateway; roll back with a signed rollback instead (wheelfed model rollback), or deploy a "
-                    "newer version")
+            return (
+                f"downgrade: {label} is older than {bundle.model_id}:v{highest} already accepted on this "
+                "gateway; roll back with a signed rollback instead (wheelfed model rollback), or deploy a "
+                "newer version"
+            )
         if bundle.version == highest:
             runs = self._current.label if self._current else "no model"
-            return (f"downgrade: {label} was already accepted on this gateway and since replaced ({runs} runs "
-                    "now); to run it again roll back with a signed rollback (wheelfed model rollback), or "
-                    "deploy a newer version")
+            return (
+                f"downgrade: {label} was already accepted on this gateway and since replaced ({runs} runs "
+                "now); to run it again roll back with a signed rollback (wheelfed model rollback), or "
+                "deploy a newer version"
+            )
         return ""
 
     def rollback(self, request: ModelRollback) -> ModelStatus:
@@ -250,8 +277,10 @@ class ModelManager:
         except (BundleError, BadSignature, DecodeError, ValueError) as exc:
             return self.status("rejected", f"the previous model no longer passes its checks: {exc}")
         if _key(installed.bundle) != target:
-            return self.status("rejected", f"stale: this gateway's previous model is {installed.label}, not "
-                                           f"{_label(target)}; nothing changed")
+            return self.status(
+                "rejected",
+                f"stale: this gateway's previous model is {installed.label}, not {_label(target)}; nothing changed",
+            )
         with self._lock:
             active = self.directory / ACTIVE
             swap = self.directory / "swap.bundle"
@@ -282,15 +311,19 @@ class ModelManager:
             if request.issued_ns == self._last_rollback_ns and runs == target:
                 return "unchanged", f"already applied: this rollback made {_label(target)} active"
             last = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self._last_rollback_ns / 1e9))
-            return "rejected", (f"replayed: this rollback ({_label(leaving)} -> {_label(target)}) was issued no later "
-                                f"than the last rollback applied here ({last}); nothing changed. If it is new, the "
-                                "aggregator's clock is behind: correct it and ask again")
+            return "rejected", (
+                f"replayed: this rollback ({_label(leaving)} -> {_label(target)}) was issued no later "
+                f"than the last rollback applied here ({last}); nothing changed. If it is new, the "
+                "aggregator's clock is behind: correct it and ask again"
+            )
         if not (self.directory / PREVIOUS).exists():
             return "unchanged", "there is no previous model to roll back to"
         if runs != leaving:
-            return "rejected", (f"stale: this gateway runs {_label(runs) if runs else 'no model'}, not "
-                                f"{_label(leaving)}; nothing changed (the answer tells the registry what it runs: "
-                                "ask again)")
+            return "rejected", (
+                f"stale: this gateway runs {_label(runs) if runs else 'no model'}, not "
+                f"{_label(leaving)}; nothing changed (the answer tells the registry what it runs: "
+                "ask again)"
+            )
         return None
 
     # -- the record of accepted versions -----------------------------------------------------------
@@ -309,8 +342,10 @@ class ModelManager:
                 last_rollback_ns = int(record["last_rollback_ns"])
             except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
                 self.last_error = f"{ACCEPTED} unreadable ({exc}); rebuilt from the stored models"
-                log.error("record of accepted model versions unreadable; rebuilt from the stored models",
-                          extra={"file": str(path), "error": str(exc)})
+                log.error(
+                    "record of accepted model versions unreadable; rebuilt from the stored models",
+                    extra={"file": str(path), "error": str(exc)},
+                )
         for name in (ACTIVE, PREVIOUS):
             bundle = self._unverified(name)
             if bundle is not None:

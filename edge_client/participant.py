@@ -40,8 +40,9 @@ class Participant:
     by default); each is reachable by its capability name, e.g. ``participant.halves["fedforest"]``.
     """
 
-    def __init__(self, transport: Transport, data: TrainingData, *,
-                 halves: tuple[type[ClientHalf], ...] = CLIENT_HALVES) -> None:
+    def __init__(
+        self, transport: Transport, data: TrainingData, *, halves: tuple[type[ClientHalf], ...] = CLIENT_HALVES
+    ) -> None:
         self.transport = transport
         #: Every handler and both algorithms read a job's data from here: one snapshot per job.
         self.snapshots = JobSnapshots(data)
@@ -97,27 +98,31 @@ class Participant:
         job = message.envelope.job
         lacking = [c for c in body.capabilities if c not in self.capabilities]
         if lacking:
-            raise RequestRejected("missing_capability", f"{self.secure.client_id} does not serve {', '.join(lacking)} "
-                                  f"(it serves {', '.join(self.capabilities)})")
+            raise RequestRejected(
+                "missing_capability",
+                f"{self.secure.client_id} does not serve {', '.join(lacking)} "
+                f"(it serves {', '.join(self.capabilities)})",
+            )
         if body.time_range is not None:
             self.snapshots.restrict(job, body.time_range)
         shape = data_shape(self._data(message, body.feature_set_version), labels=body.labels)
         if body.min_labelled and self.snapshots.count(job, body.feature_set_version) < body.min_labelled:
             where = " in the job's time range" if body.time_range is not None else ""
-            raise RequestRejected("too_few_labelled_windows",
-                                  f"fewer than {body.min_labelled} labelled windows{where}")
+            raise RequestRejected("too_few_labelled_windows", f"fewer than {body.min_labelled} labelled windows{where}")
         return shape
 
     def on_fleet_counts(self, message: Message) -> FleetSumReply:
         body: FleetCountsRequest = message.body
-        vector = with_noise(count_vector(self._data(message, body.feature_set_version), body), body.noise,
-                            self.noise_rng)
+        vector = with_noise(
+            count_vector(self._data(message, body.feature_set_version), body), body.noise, self.noise_rng
+        )
         return FleetSumReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_grid_counts(self, message: Message) -> FleetSumReply:
         body: GridCountsRequest = message.body
-        vector = with_noise(grid_vector(self._data(message, body.feature_set_version), body), body.noise,
-                            self.noise_rng)
+        vector = with_noise(
+            grid_vector(self._data(message, body.feature_set_version), body), body.noise, self.noise_rng
+        )
         return FleetSumReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_evaluate(self, message: Message) -> EvaluationReply:
@@ -129,8 +134,11 @@ class Participant:
     def on_local_baseline(self, message: Message) -> EvaluationReply:
         """Train a CART on local training windows alone, score it on the held-out ones; counts only."""
         body: LocalBaselineRequest = message.body
-        return local_baseline(self._data(message, body.feature_set_version),
-                              self._data(message, body.feature_set_version, split="holdout"), body)
+        return local_baseline(
+            self._data(message, body.feature_set_version),
+            self._data(message, body.feature_set_version, split="holdout"),
+            body,
+        )
 
     def start(self) -> None:
         """Subscribe to the inbox and fleet topics (after every handler is registered)."""

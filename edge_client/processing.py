@@ -121,9 +121,16 @@ class FrameProcessor:
     frames from a ``SerialReader`` and notices reopens of the link from their connection number.
     """
 
-    def __init__(self, store: WindowStore, session_id: str, *, config: PipelineConfig = PipelineConfig(),
-                 on_window: Callable[[WindowRecord, int | None, float], object] | None = None,
-                 faults: Faults | None = None, max_pending: int = DEFAULT_MAX_PENDING) -> None:
+    def __init__(
+        self,
+        store: WindowStore,
+        session_id: str,
+        *,
+        config: PipelineConfig = PipelineConfig(),
+        on_window: Callable[[WindowRecord, int | None, float], object] | None = None,
+        faults: Faults | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> None:
         self.store = store
         self.backlog = StoreBacklog(store, max_pending)  # writes wait here while the disk is full
         self._stored_at_once = 0
@@ -172,16 +179,19 @@ class FrameProcessor:
         self._check_after_reopen = set(self._last)
         if self._held is None:
             self._held = []
-        log.info("serial link reopened: known sensors wait for their descriptors",
-                 extra={"sensors": sorted(d.name for d in self.descriptors.values())})
+        log.info(
+            "serial link reopened: known sensors wait for their descriptors",
+            extra={"sensors": sorted(d.name for d in self.descriptors.values())},
+        )
 
     def finish(self) -> None:
         """End of stream: emit the windows the pipeline can still complete."""
         if self._assembler is not None:
             self._store(self._assembler.flush())
         if self._held:
-            log.warning("annotations dropped: the stream they came with was never identified",
-                        extra={"count": len(self._held)})
+            log.warning(
+                "annotations dropped: the stream they came with was never identified", extra={"count": len(self._held)}
+            )
         self._held = None
 
     def _warn_once(self, kind: tuple[object, ...], message: str, **extra: object) -> None:
@@ -199,13 +209,18 @@ class FrameProcessor:
             assembler = WindowAssembler(ordered, self.config)
         except ValueError as exc:
             self.stats.refused_descriptors += 1
-            self._warn_once(("descriptor", descriptor.sensor_id),
-                            "sensor descriptor refused: the pipeline cannot use it; its samples are dropped",
-                            sensor=descriptor.name, reason=str(exc))
+            self._warn_once(
+                ("descriptor", descriptor.sensor_id),
+                "sensor descriptor refused: the pipeline cannot use it; its samples are dropped",
+                sensor=descriptor.name,
+                reason=str(exc),
+            )
             return
         if known is not None:
-            self._new_stream(f"sensor {descriptor.sensor_id} announced another descriptor ({known.name} -> "
-                             f"{descriptor.name}, {descriptor.sample_rate_hz:g} Hz, {descriptor.n_channels} channels)")
+            self._new_stream(
+                f"sensor {descriptor.sensor_id} announced another descriptor ({known.name} -> "
+                f"{descriptor.name}, {descriptor.sample_rate_hz:g} Hz, {descriptor.n_channels} channels)"
+            )
         elif self._held is not None:
             self._new_stream(f"a new sensor {descriptor.sensor_id} ({descriptor.name}) after the link was reopened")
         elif self._assembler is not None:
@@ -218,9 +233,14 @@ class FrameProcessor:
         self.feature_set_version = layout_version(self._ordered)
         self.stats.rebuilds += 1
         self.stats.streams = max(self.stats.streams, 1)
-        log.info("sensor layout", extra={"sensors": [d.name for d in self._ordered],
-                                         "feature_set_version": self.feature_set_version,
-                                         "n_features": len(self.feature_names)})
+        log.info(
+            "sensor layout",
+            extra={
+                "sensors": [d.name for d in self._ordered],
+                "feature_set_version": self.feature_set_version,
+                "n_features": len(self.feature_names),
+            },
+        )
 
     def _samples(self, frame: SampleFrame, received_us: int | None) -> None:
         descriptor = self.descriptors.get(frame.sensor_id)
@@ -234,10 +254,14 @@ class FrameProcessor:
         announced = (descriptor.n_channels, descriptor.sample_format)
         if received != announced:
             self.stats.mismatched_frames += 1
-            self._warn_once(("samples", frame.sensor_id, announced, received),
-                            "sample frames do not match their sensor's descriptor (stale or wrong firmware?): "
-                            "dropped and counted as mismatched", sensor=descriptor.name,
-                            announced="{} {}".format(*announced), received="{} {}".format(*received))
+            self._warn_once(
+                ("samples", frame.sensor_id, announced, received),
+                "sample frames do not match their sensor's descriptor (stale or wrong firmware?): "
+                "dropped and counted as mismatched",
+                sensor=descriptor.name,
+                announced="{} {}".format(*announced),
+                received="{} {}".format(*received),
+            )
             return
         last = self._last.get(frame.sensor_id)
         reason = self._continuity_break(frame, descriptor, last, received_us) if last is not None else ""
@@ -248,13 +272,13 @@ class FrameProcessor:
             self._release_held()
         self._check_after_reopen.discard(frame.sensor_id)
         duration_us = frame.samples.shape[0] * 1e6 / descriptor.sample_rate_hz
-        self._last[frame.sensor_id] = _LastFrame(frame.seq, frame.timestamp_us + duration_us, duration_us,
-                                                 received_us)
+        self._last[frame.sensor_id] = _LastFrame(frame.seq, frame.timestamp_us + duration_us, duration_us, received_us)
         windows = self._assembler.push(descriptor.name, frame.timestamp_us, to_physical(frame, descriptor))
         self._store(windows)
 
-    def _continuity_break(self, frame: SampleFrame, descriptor: SensorDescriptor, last: _LastFrame,
-                          received_us: int | None) -> str:
+    def _continuity_break(
+        self, frame: SampleFrame, descriptor: SensorDescriptor, last: _LastFrame, received_us: int | None
+    ) -> str:
         """Why ``frame`` cannot continue its sensor's stream ("" if it can); see the module docstring."""
         name = descriptor.name
         delta = (frame.seq - last.seq) % _SEQ_WRAP
@@ -269,8 +293,10 @@ class FrameProcessor:
         down_us = received_us - last.received_us if received_us is not None and last.received_us is not None else 0
         possible_us = max(down_us, (delta - 1) * last.duration_us) * _FORWARD_SLACK + tolerance_us
         if jump_us > possible_us:
-            return (f"sensor {name}'s time jumped {jump_us / 1e6:.3f} s ahead after the reopen, more than it "
-                    f"could have advanced ({possible_us / 1e6:.3f} s)")
+            return (
+                f"sensor {name}'s time jumped {jump_us / 1e6:.3f} s ahead after the reopen, more than it "
+                f"could have advanced ({possible_us / 1e6:.3f} s)"
+            )
         return ""
 
     def _new_stream(self, reason: str) -> None:
@@ -284,8 +310,10 @@ class FrameProcessor:
         self.stats.last_break = reason
         self._last.clear()
         self._check_after_reopen.clear()
-        log.warning("another sensor stream: stored as a new session, apart from the windows before it",
-                    extra={"reason": reason, "session": self.current_session})
+        log.warning(
+            "another sensor stream: stored as a new session, apart from the windows before it",
+            extra={"reason": reason, "session": self.current_session},
+        )
         self._release_held()
 
     def _release_held(self) -> None:
@@ -297,8 +325,9 @@ class FrameProcessor:
         for window in windows:
             completed_at = time.perf_counter()  # the window's last sample is in: latency starts here
             features = window_features(window, self._ordered)
-            record = WindowRecord(self.current_session, window.start_us, window.end_us, features,
-                                  self.feature_set_version)
+            record = WindowRecord(
+                self.current_session, window.start_us, window.end_us, features, self.feature_set_version
+            )
             stored, row = self.backlog.submit(WindowWrite(record))
             self._stored_at_once += stored
             self.stats.last_window_end_us = window.end_us
@@ -328,8 +357,11 @@ class FrameProcessor:
     def _backlog_stats(self) -> None:
         b = self.backlog
         self.stats.windows = self._stored_at_once + b.late_windows  # late: stored once there was room
-        self.stats.pending, self.stats.unstored_windows, self.stats.disk_full_episodes = \
-            len(b), b.dropped_windows, b.episodes
+        self.stats.pending, self.stats.unstored_windows, self.stats.disk_full_episodes = (
+            len(b),
+            b.dropped_windows,
+            b.episodes,
+        )
 
 
 @dataclass(frozen=True)
@@ -345,30 +377,52 @@ class FeatureTable:
     session_id: str
 
     @classmethod
-    def from_store(cls, store: WindowStore, sessions: list[str], names: list[str],
-                   feature_set_version: str) -> "FeatureTable":
+    def from_store(
+        cls, store: WindowStore, sessions: list[str], names: list[str], feature_set_version: str
+    ) -> "FeatureTable":
         """The windows of ``sessions`` (the first names the table: a recording's later streams,
         after a sender restart inside it, are ``SESSION#N``)."""
         result = store.query(feature_set_version, labelled_only=False)
         rows = np.isin(result.meta.session_ids.astype(str), sessions)
-        return cls(names, result.X[rows], result.y[rows], result.meta.start_us[rows], result.meta.end_us[rows],
-                   feature_set_version, sessions[0])
+        return cls(
+            names,
+            result.X[rows],
+            result.y[rows],
+            result.meta.start_us[rows],
+            result.meta.end_us[rows],
+            feature_set_version,
+            sessions[0],
+        )
 
     def save(self, path: str | Path) -> None:
         """``.npz`` (arrays, labels "" when unlabelled) or ``.csv`` (one row per window)."""
         path = Path(path)
         labels = np.array(["" if y is None else y for y in self.labels], dtype=str)
         if path.suffix == ".npz":
-            np.savez_compressed(path, X=self.X, names=np.array(self.names), labels=labels, start_us=self.start_us,
-                                end_us=self.end_us, feature_set_version=self.feature_set_version,
-                                session_id=self.session_id)
+            np.savez_compressed(
+                path,
+                X=self.X,
+                names=np.array(self.names),
+                labels=labels,
+                start_us=self.start_us,
+                end_us=self.end_us,
+                feature_set_version=self.feature_set_version,
+                session_id=self.session_id,
+            )
         elif path.suffix == ".csv":
             with path.open("w", newline="") as fh:
                 writer = csv.writer(fh)
                 writer.writerow(["session_id", "start_us", "end_us", "label", *self.names])
                 for i in range(len(labels)):
-                    writer.writerow([self.session_id, int(self.start_us[i]), int(self.end_us[i]), labels[i],
-                                     *map(repr, self.X[i].tolist())])
+                    writer.writerow(
+                        [
+                            self.session_id,
+                            int(self.start_us[i]),
+                            int(self.end_us[i]),
+                            labels[i],
+                            *map(repr, self.X[i].tolist()),
+                        ]
+                    )
         else:
             raise ValueError(f"unknown output format {path.suffix!r}: use .npz or .csv")
 
@@ -381,8 +435,10 @@ def extract_recording(
 
     recording = Recording.load(path)
     session_id = recording.metadata.session_id
-    with tempfile.TemporaryDirectory(prefix="wheelfed-features-") as scratch, \
-            WindowStore(Path(scratch) / "windows.db") as store:
+    with (
+        tempfile.TemporaryDirectory(prefix="wheelfed-features-") as scratch,
+        WindowStore(Path(scratch) / "windows.db") as store,
+    ):
         processor = FrameProcessor(store, session_id, config=config)
         for descriptor in recording.metadata.descriptors:
             processor.on_frame(DescriptorFrame(descriptor))
@@ -391,6 +447,7 @@ def extract_recording(
         for record in recording.label_records:  # the label track travels outside the frames
             processor.on_frame(AnnotationFrame(record.annotation))
         processor.finish()
-        table = FeatureTable.from_store(store, processor.sessions, processor.feature_names,
-                                        processor.feature_set_version)
+        table = FeatureTable.from_store(
+            store, processor.sessions, processor.feature_names, processor.feature_set_version
+        )
     return table, processor.stats

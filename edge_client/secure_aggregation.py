@@ -93,8 +93,9 @@ class SecureAggregationClient:
 
     # -- per aggregation -----------------------------------------------------------------------
 
-    def protect(self, message: Message, vector: np.ndarray, secure: SecureRound | None,
-                word_bits: int = 64) -> MaskedVector:
+    def protect(
+        self, message: Message, vector: np.ndarray, secure: SecureRound | None, word_bits: int = 64
+    ) -> MaskedVector:
         """``vector`` (int64) as it goes on the wire: plain when the request is not secure, else
         masked for this round (``round_label`` of the request's job and round); in 32-bit words
         (sums mod 2^32) when ``word_bits`` is 32."""
@@ -113,11 +114,15 @@ class SecureAggregationClient:
         with _refusals():
             shares = state.unmask(body.label.encode(), body.survivors, body.dropped, body.shares)
         if shares.complaints:
-            log.warning("neighbours' share bundles did not open or match their digests",
-                        extra={"job": message.envelope.job, "label": body.label, "clients": list(shares.complaints)})
-        return SecAggUnmaskReply(self_mask=dict(shares.self_mask),
-                                 pair_seeds={v: dict(by_peer) for v, by_peer in shares.pair_seeds.items()},
-                                 complaints=dict(shares.complaints))
+            log.warning(
+                "neighbours' share bundles did not open or match their digests",
+                extra={"job": message.envelope.job, "label": body.label, "clients": list(shares.complaints)},
+            )
+        return SecAggUnmaskReply(
+            self_mask=dict(shares.self_mask),
+            pair_seeds={v: dict(by_peer) for v, by_peer in shares.pair_seeds.items()},
+            complaints=dict(shares.complaints),
+        )
 
 
 @contextmanager

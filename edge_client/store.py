@@ -69,16 +69,16 @@ _LIVE_SCHEMA: tuple[str, ...] = (
 )
 #: v3 adds ``prediction_marks``: per name (a vertical model id) the start of the last window it
 #: predicted, written in the same transaction as those predictions (``add_predictions``).
-_MARKS_SCHEMA: tuple[str, ...] = (
-    "CREATE TABLE prediction_marks (name TEXT PRIMARY KEY, until_us INTEGER NOT NULL)",
-)
+_MARKS_SCHEMA: tuple[str, ...] = ("CREATE TABLE prediction_marks (name TEXT PRIMARY KEY, until_us INTEGER NOT NULL)",)
 
 
 def _executing(statements: tuple[str, ...]) -> Callable[[sqlite3.Connection], None]:
     """A migration step that runs ``statements`` in order."""
+
     def step(conn: sqlite3.Connection) -> None:
         for statement in statements:
             conn.execute(statement)
+
     return step
 
 
@@ -165,8 +165,9 @@ _INSERT_WINDOW = f"""
     ON CONFLICT (session_id, start_us, feature_set_version) DO NOTHING"""
 
 _RELABEL_OVERLAPPING = f"""
-    UPDATE windows SET label = {_LABEL_OF.format(start="windows.start_us", end="windows.end_us",
-                                                 session="windows.session_id")}
+    UPDATE windows SET label = {
+    _LABEL_OF.format(start="windows.start_us", end="windows.end_us", session="windows.session_id")
+}
     WHERE session_id = :session_id AND end_us > :start_us AND start_us < :end_us"""
 
 _FORGET_ANNOTATIONS = """
@@ -199,8 +200,7 @@ def _full_disk(path: Path, exc: BaseException) -> StoreFull | None:
     else:
         return None
     room = "free space unknown" if free is None else f"{free:,} bytes free"
-    return StoreFull(f"{path}: the disk is full ({room}); nothing was written -- make room and the store "
-                     "carries on")
+    return StoreFull(f"{path}: the disk is full ({room}); nothing was written -- make room and the store carries on")
 
 
 @dataclass(frozen=True)
@@ -302,9 +302,12 @@ class PredictionBatch:
 
     def __post_init__(self) -> None:
         n = len(self.session_ids)
-        if not (len(self.labels) == n and np.shape(self.end_us) == np.shape(self.window_ids)
-                == np.shape(self.probability) == (n,) and np.ndim(self.probabilities) == 2
-                and np.shape(self.probabilities)[0] == n):
+        if not (
+            len(self.labels) == n
+            and np.shape(self.end_us) == np.shape(self.window_ids) == np.shape(self.probability) == (n,)
+            and np.ndim(self.probabilities) == 2
+            and np.shape(self.probabilities)[0] == n
+        ):
             raise ValueError(f"a prediction batch needs {n} of every column (probabilities (n, K))")
 
 
@@ -347,9 +350,15 @@ class WindowStore:
     times its rows with a ``SteadyClock`` made of both.
     """
 
-    def __init__(self, path: str | Path, *, retention: RetentionPolicy = RetentionPolicy(),
-                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
-                 exclusive: bool = False) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        retention: RetentionPolicy = RetentionPolicy(),
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        exclusive: bool = False,
+    ) -> None:
         self.path = Path(path)
         self.retention = retention
         self._clock: Callable[[], float] = clock  # until the file is open: then steady from its latest row
@@ -359,8 +368,9 @@ class WindowStore:
         self._closed = False
         self._lock_fd = self._lock_file() if exclusive else None
         try:
-            self._writer = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None,
-                                           check_same_thread=False)
+            self._writer = sqlite3.connect(
+                self.path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
         except sqlite3.Error as e:
             self._unlock_file()
             raise StoreError(f"cannot open window store {self.path}: {e}") from e
@@ -418,16 +428,22 @@ class WindowStore:
             raise ValueError(f"annotation end_us ({end}) must be after start_us ({start}); intervals are [start, end)")
         span = {"session_id": session_id, "start_us": start, "end_us": end}
         with self._write() as c:
-            c.execute("""INSERT INTO annotations (session_id, label, start_us, end_us, inserted_at)
+            c.execute(
+                """INSERT INTO annotations (session_id, label, start_us, end_us, inserted_at)
                          VALUES (:session_id, :label, :start_us, :end_us, :now)
                          ON CONFLICT (session_id, end_us, start_us, label) DO NOTHING""",
-                      {**span, "label": label, "now": self._clock()})
+                {**span, "label": label, "now": self._clock()},
+            )
             c.execute(_RELABEL_OVERLAPPING, span)
-            (labelled,) = c.execute("""SELECT count(*) FROM windows WHERE session_id = :session_id
+            (labelled,) = c.execute(
+                """SELECT count(*) FROM windows WHERE session_id = :session_id
                                        AND start_us >= :start_us AND end_us <= :end_us AND label = :label""",
-                                    {**span, "label": label}).fetchone()
-        log.debug("annotation stored", extra={"session": session_id, "label": label, "start_us": start,
-                                              "end_us": end, "labelled": labelled})
+                {**span, "label": label},
+            ).fetchone()
+        log.debug(
+            "annotation stored",
+            extra={"session": session_id, "label": label, "start_us": start, "end_us": end, "labelled": labelled},
+        )
         return labelled
 
     def enforce_retention(self) -> int:
@@ -444,18 +460,26 @@ class WindowStore:
                 (total,) = c.execute("SELECT coalesce(sum(n), 0) FROM window_counts").fetchone()
                 excess = total - self.retention.max_windows
                 if excess > 0:
-                    deleted += c.execute("DELETE FROM windows WHERE id IN (SELECT id FROM windows ORDER BY id LIMIT ?)",
-                                         (excess,)).rowcount
+                    deleted += c.execute(
+                        "DELETE FROM windows WHERE id IN (SELECT id FROM windows ORDER BY id LIMIT ?)", (excess,)
+                    ).rowcount
             forgotten = c.execute(_FORGET_ANNOTATIONS).rowcount if deleted else 0
         if deleted:
-            log.info("retention deleted windows", extra={"path": str(self.path), "deleted": deleted,
-                                                         "annotations_forgotten": forgotten})
+            log.info(
+                "retention deleted windows",
+                extra={"path": str(self.path), "deleted": deleted, "annotations_forgotten": forgotten},
+            )
         return deleted
 
     # -- reading (any thread) ----------------------------------------------------------------
 
-    def query(self, feature_set_version: str, start_us: int | None = None, end_us: int | None = None,
-              labelled_only: bool = True) -> QueryResult:
+    def query(
+        self,
+        feature_set_version: str,
+        start_us: int | None = None,
+        end_us: int | None = None,
+        labelled_only: bool = True,
+    ) -> QueryResult:
         """The windows of one feature set whose start lies in ``[start_us, end_us)``, as ``(X, y, meta)``.
 
         Half-open on the start time so that consecutive ranges partition the windows. Rows are
@@ -464,32 +488,46 @@ class WindowStore:
         """
         where, params = _filters(feature_set_version, start_us, end_us, labelled_only, None)
         with self._read() as c:
-            rows = c.execute(f"SELECT id, session_id, start_us, end_us, n_features, features, label FROM windows "
-                             f"WHERE {where} ORDER BY start_us, id", params).fetchall()
+            rows = c.execute(
+                f"SELECT id, session_id, start_us, end_us, n_features, features, label FROM windows "
+                f"WHERE {where} ORDER BY start_us, id",
+                params,
+            ).fetchall()
             if rows:
                 lengths = {r[4] for r in rows}
                 if len(lengths) > 1:
                     raise StoreError(
                         f"windows of feature set {feature_set_version!r} have different lengths {sorted(lengths)}: "
                         "the feature code changed its vector without a new FEATURE_SET_VERSION; query a single "
-                        "version or delete the stale windows")
+                        "version or delete the stale windows"
+                    )
                 d = lengths.pop()
             else:
-                found = c.execute("SELECT n_features FROM windows WHERE feature_set_version = ? LIMIT 1",
-                                  (feature_set_version,)).fetchone()
+                found = c.execute(
+                    "SELECT n_features FROM windows WHERE feature_set_version = ? LIMIT 1", (feature_set_version,)
+                ).fetchone()
                 d = found[0] if found else 0
         X = np.frombuffer(bytearray().join(r[5] for r in rows), dtype=FEATURE_DTYPE).reshape(len(rows), d)
         y = np.empty(len(rows), dtype=object)
         y[:] = [r[6] for r in rows]
         session_ids = np.empty(len(rows), dtype=object)
         session_ids[:] = [r[1] for r in rows]
-        meta = WindowMeta(ids=np.array([r[0] for r in rows], dtype=np.int64), session_ids=session_ids,
-                          start_us=np.array([r[2] for r in rows], dtype=np.int64),
-                          end_us=np.array([r[3] for r in rows], dtype=np.int64))
+        meta = WindowMeta(
+            ids=np.array([r[0] for r in rows], dtype=np.int64),
+            session_ids=session_ids,
+            start_us=np.array([r[2] for r in rows], dtype=np.int64),
+            end_us=np.array([r[3] for r in rows], dtype=np.int64),
+        )
         return QueryResult(X.astype(np.float64, copy=False), y, meta)
 
-    def count(self, feature_set_version: str | None = None, start_us: int | None = None, end_us: int | None = None,
-              labelled_only: bool = False, session_id: str | None = None) -> int:
+    def count(
+        self,
+        feature_set_version: str | None = None,
+        start_us: int | None = None,
+        end_us: int | None = None,
+        labelled_only: bool = False,
+        session_id: str | None = None,
+    ) -> int:
         """How many windows match (same filters as ``query``; ``None`` = any)."""
         where, params = _filters(feature_set_version, start_us, end_us, labelled_only, session_id)
         with self._read() as c:
@@ -506,10 +544,15 @@ class WindowStore:
             by_feature_set[version] = by_feature_set.get(version, 0) + n
             if label:
                 by_label[label] = by_label.get(label, 0) + n
-        return StoreStats(windows=sum(by_feature_set.values()), labelled=sum(by_label.values()),
-                          by_label=dict(sorted(by_label.items())), by_feature_set=dict(sorted(by_feature_set.items())),
-                          annotations=annotations, db_bytes=_file_size(self.path),
-                          wal_bytes=_file_size(self.path.with_name(self.path.name + "-wal")))
+        return StoreStats(
+            windows=sum(by_feature_set.values()),
+            labelled=sum(by_label.values()),
+            by_label=dict(sorted(by_label.items())),
+            by_feature_set=dict(sorted(by_feature_set.items())),
+            annotations=annotations,
+            db_bytes=_file_size(self.path),
+            wal_bytes=_file_size(self.path.with_name(self.path.name + "-wal")),
+        )
 
     def latest_feature_set_version(self) -> str:
         """The feature set of the most recently stored window ("" for an empty store): what a
@@ -522,11 +565,22 @@ class WindowStore:
 
     def add_prediction(self, p: PredictionRecord) -> None:
         with self._write() as c:
-            c.execute("""INSERT INTO predictions (window_id, session_id, end_us, model, label, probability,
+            c.execute(
+                """INSERT INTO predictions (window_id, session_id, end_us, model, label, probability,
                                                   probabilities, latency_ms, inserted_at)
                          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                      (p.window_id, p.session_id, int(p.end_us), p.model, p.label, float(p.probability),
-                       np.asarray(p.probabilities, dtype="<f4").tobytes(), float(p.latency_ms), self._clock()))
+                (
+                    p.window_id,
+                    p.session_id,
+                    int(p.end_us),
+                    p.model,
+                    p.label,
+                    float(p.probability),
+                    np.asarray(p.probabilities, dtype="<f4").tobytes(),
+                    float(p.latency_ms),
+                    self._clock(),
+                ),
+            )
 
     def add_predictions(self, batch: PredictionBatch, mark: PredictionMark | None = None) -> None:
         """Store a batch of predictions and move ``mark`` (never backwards) in one transaction:
@@ -545,19 +599,30 @@ class WindowStore:
         """
         blobs = np.ascontiguousarray(batch.probabilities, dtype="<f4")
         now = self._clock()
-        rows = zip(np.asarray(batch.window_ids, dtype=np.int64).tolist(), list(batch.session_ids),
-                   np.asarray(batch.end_us, dtype=np.int64).tolist(), [batch.model] * len(batch.labels),
-                   [str(v) for v in batch.labels], np.asarray(batch.probability, dtype=np.float64).tolist(),
-                   [row.tobytes() for row in blobs], [float(batch.latency_ms)] * len(batch.labels),
-                   [now] * len(batch.labels))
+        rows = zip(
+            np.asarray(batch.window_ids, dtype=np.int64).tolist(),
+            list(batch.session_ids),
+            np.asarray(batch.end_us, dtype=np.int64).tolist(),
+            [batch.model] * len(batch.labels),
+            [str(v) for v in batch.labels],
+            np.asarray(batch.probability, dtype=np.float64).tolist(),
+            [row.tobytes() for row in blobs],
+            [float(batch.latency_ms)] * len(batch.labels),
+            [now] * len(batch.labels),
+        )
         with self._write() as c:
-            c.executemany("""INSERT INTO predictions (window_id, session_id, end_us, model, label, probability,
+            c.executemany(
+                """INSERT INTO predictions (window_id, session_id, end_us, model, label, probability,
                                                       probabilities, latency_ms, inserted_at)
-                             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""", rows)
+                             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                rows,
+            )
             if mark is not None:
-                c.execute("""INSERT INTO prediction_marks (name, until_us) VALUES (?, ?)
+                c.execute(
+                    """INSERT INTO prediction_marks (name, until_us) VALUES (?, ?)
                              ON CONFLICT (name) DO UPDATE SET until_us = max(until_us, excluded.until_us)""",
-                          (mark.name, int(mark.until_us)))
+                    (mark.name, int(mark.until_us)),
+                )
 
     def prediction_mark(self, name: str) -> int | None:
         """The mark ``add_predictions`` last moved for ``name`` (None: never)."""
@@ -569,23 +634,34 @@ class WindowStore:
         """Stored predictions in time order (of one session, or all)."""
         where, params = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
         with self._read() as c:
-            rows = c.execute(f"""SELECT session_id, end_us, model, label, probability, probabilities, latency_ms,
-                                        window_id FROM predictions {where} ORDER BY end_us, id""", params).fetchall()
-        return [PredictionRecord(r[0], r[1], r[2], r[3], r[4], np.frombuffer(r[5], dtype="<f4"), r[6], r[7])
-                for r in rows]
+            rows = c.execute(
+                f"""SELECT session_id, end_us, model, label, probability, probabilities, latency_ms,
+                                        window_id FROM predictions {where} ORDER BY end_us, id""",
+                params,
+            ).fetchall()
+        return [
+            PredictionRecord(r[0], r[1], r[2], r[3], r[4], np.frombuffer(r[5], dtype="<f4"), r[6], r[7]) for r in rows
+        ]
 
-    def add_alert(self, session_id: str, rule: str, state: str, started_us: int, detected_us: int,
-                  message: str) -> None:
+    def add_alert(
+        self, session_id: str, rule: str, state: str, started_us: int, detected_us: int, message: str
+    ) -> None:
         with self._write() as c:
-            c.execute("""INSERT INTO alerts (session_id, rule, state, started_us, detected_us, message, inserted_at)
+            c.execute(
+                """INSERT INTO alerts (session_id, rule, state, started_us, detected_us, message, inserted_at)
                          VALUES (?, ?, ?, ?, ?, ?, ?)""",
-                      (session_id, rule, state, int(started_us), int(detected_us), message, self._clock()))
+                (session_id, rule, state, int(started_us), int(detected_us), message, self._clock()),
+            )
 
     def alerts(self) -> list[tuple[str, str, str, int, int, str]]:
         """(session, rule, state, started_us, detected_us, message) in the order they happened."""
         with self._read() as c:
-            return [tuple(r) for r in c.execute(
-                "SELECT session_id, rule, state, started_us, detected_us, message FROM alerts ORDER BY id")]
+            return [
+                tuple(r)
+                for r in c.execute(
+                    "SELECT session_id, rule, state, started_us, detected_us, message FROM alerts ORDER BY id"
+                )
+            ]
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -615,8 +691,10 @@ class WindowStore:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise StoreError(f"{self.path} is in use by another gateway process (a store has one writer): stop "
-                             "that gateway, or give this one its own --store") from None
+            raise StoreError(
+                f"{self.path} is in use by another gateway process (a store has one writer): stop "
+                "that gateway, or give this one its own --store"
+            ) from None
         return fd
 
     def _unlock_file(self) -> None:
@@ -630,12 +708,16 @@ class WindowStore:
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path} is not an SQLite database ({e}); point the store at another path") from e
         if tables and "schema_version" not in tables:  # before WAL mode: another application's file stays as it was
-            raise StoreError(f"{self.path} is an SQLite database but not a WheelFed window store "
-                             f"(tables {sorted(tables)}); point the store at another path")
+            raise StoreError(
+                f"{self.path} is an SQLite database but not a WheelFed window store "
+                f"(tables {sorted(tables)}); point the store at another path"
+            )
         (mode,) = self._writer.execute("PRAGMA journal_mode=WAL").fetchone()
         if mode.lower() != "wal":
-            raise StoreError(f"{self.path}: SQLite refused WAL mode (got {mode!r}); network and some FUSE file "
-                             "systems do not support it — put the store on a local disk")
+            raise StoreError(
+                f"{self.path}: SQLite refused WAL mode (got {mode!r}); network and some FUSE file "
+                "systems do not support it — put the store on a local disk"
+            )
         self._writer.execute("PRAGMA synchronous=NORMAL")
         self._writer.execute(f"PRAGMA journal_size_limit={_JOURNAL_SIZE_LIMIT}")
 
@@ -650,8 +732,10 @@ class WindowStore:
                 return
             (version,) = c.execute("SELECT version FROM schema_version").fetchone()
             if version > SCHEMA_VERSION:
-                raise StoreError(f"{self.path} has window-store schema v{version}, newer than this software's "
-                                 f"v{SCHEMA_VERSION}; upgrade wheelfed or use another path")
+                raise StoreError(
+                    f"{self.path} has window-store schema v{version}, newer than this software's "
+                    f"v{SCHEMA_VERSION}; upgrade wheelfed or use another path"
+                )
             while version < SCHEMA_VERSION:
                 if version not in MIGRATIONS:
                     raise StoreError(f"no migration from window-store schema v{version} to v{version + 1}")
@@ -680,8 +764,9 @@ class WindowStore:
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         self._require_open()
-        conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S,
-                               isolation_level=None)
+        conn = sqlite3.connect(
+            f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None
+        )
         try:
             conn.execute("BEGIN")  # one snapshot for all statements of this read
             yield conn
@@ -698,9 +783,15 @@ class WindowStore:
             raise StoreError(f"window store {self.path} is closed")
 
     def _row(self, record: WindowRecord) -> dict[str, object]:
-        return {"session_id": record.session_id, "start_us": record.start_us, "end_us": record.end_us,
-                "feature_set_version": record.feature_set_version, "n_features": record.features.size,
-                "features": record.features.tobytes(), "inserted_at": self._clock()}
+        return {
+            "session_id": record.session_id,
+            "start_us": record.start_us,
+            "end_us": record.end_us,
+            "feature_set_version": record.feature_set_version,
+            "n_features": record.features.size,
+            "features": record.features.tobytes(),
+            "inserted_at": self._clock(),
+        }
 
     def _check_lengths(self, c: sqlite3.Connection, records: list[WindowRecord]) -> None:
         """Refuse a vector whose length differs from the feature set's: X must stay rectangular."""
@@ -710,14 +801,17 @@ class WindowStore:
             if version not in expected:
                 known = self._n_features.get(version)
                 if known is None:
-                    found = c.execute("SELECT n_features FROM windows WHERE feature_set_version = ? LIMIT 1",
-                                      (version,)).fetchone()
+                    found = c.execute(
+                        "SELECT n_features FROM windows WHERE feature_set_version = ? LIMIT 1", (version,)
+                    ).fetchone()
                     known = found[0] if found else r.features.size
                 expected[version] = known
             if r.features.size != expected[version]:
-                raise StoreError(f"window of feature set {version!r} has {r.features.size} features, the store "
-                                 f"holds {expected[version]} for that version: bump FEATURE_SET_VERSION when the "
-                                 "feature vector changes")
+                raise StoreError(
+                    f"window of feature set {version!r} has {r.features.size} features, the store "
+                    f"holds {expected[version]} for that version: bump FEATURE_SET_VERSION when the "
+                    "feature vector changes"
+                )
 
     def _remember_lengths(self, records: list[WindowRecord]) -> None:
         for r in records:
@@ -729,8 +823,13 @@ class WindowStore:
             self.enforce_retention()
 
 
-def _filters(feature_set_version: str | None, start_us: int | None, end_us: int | None, labelled_only: bool,
-             session_id: str | None) -> tuple[str, dict[str, object]]:
+def _filters(
+    feature_set_version: str | None,
+    start_us: int | None,
+    end_us: int | None,
+    labelled_only: bool,
+    session_id: str | None,
+) -> tuple[str, dict[str, object]]:
     clauses = ["1"]
     params: dict[str, object] = {}
     if feature_set_version is not None:

@@ -97,15 +97,19 @@ class StoreBacklog:
             self.late_windows += isinstance(self._waiting.popleft(), WindowWrite)
             stored += 1
         if stored:
-            log.info("window store has room again: the waiting windows and labels are stored",
-                     extra={"stored": stored, "dropped_windows": self.dropped_windows})
+            log.info(
+                "window store has room again: the waiting windows and labels are stored",
+                extra={"stored": stored, "dropped_windows": self.dropped_windows},
+            )
             self._warned_overflow = False
         return True
 
     def _start_episode(self, exc: StoreFull) -> None:
         self.episodes += 1
-        log.warning("window store: disk full -- windows and labels wait in memory until there is room",
-                    extra={"reason": str(exc), "max_pending": self.max_pending})
+        log.warning(
+            "window store: disk full -- windows and labels wait in memory until there is room",
+            extra={"reason": str(exc), "max_pending": self.max_pending},
+        )
 
     def _hold(self, write: PendingWrite) -> None:
         self._waiting.append(write)
@@ -118,5 +122,7 @@ class StoreBacklog:
         self.dropped_windows += 1
         if not self._warned_overflow:
             self._warned_overflow = True
-            log.warning("window store still full: the oldest waiting windows are dropped (counted as unstored)",
-                        extra={"max_pending": self.max_pending})
+            log.warning(
+                "window store still full: the oldest waiting windows are dropped (counted as unstored)",
+                extra={"max_pending": self.max_pending},
+            )

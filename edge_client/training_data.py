@@ -28,8 +28,21 @@ from .store import WindowStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClientData", "JobSnapshots", "LabelledData", "NoTrainingData", "PartyData", "PartyWindows",
-           "StoreTrainingData", "TrainingData", "class_ids", "data_summary", "label_strings", "snapshot", "tail_split"]
+__all__ = [
+    "ClientData",
+    "JobSnapshots",
+    "LabelledData",
+    "NoTrainingData",
+    "PartyData",
+    "PartyWindows",
+    "StoreTrainingData",
+    "TrainingData",
+    "class_ids",
+    "data_summary",
+    "label_strings",
+    "snapshot",
+    "tail_split",
+]
 
 
 class NoTrainingData(Exception):
@@ -81,16 +94,18 @@ class LabelledData:
         if self.start_us is not None:
             start = np.asarray(self.start_us)
             if start.shape != (X.shape[0],) or start.dtype.kind not in "iu":
-                raise ValueError(f"start_us must be integers of shape ({X.shape[0]},) to match X, got "
-                                 f"{start.dtype} {start.shape}")
+                raise ValueError(
+                    f"start_us must be integers of shape ({X.shape[0]},) to match X, got {start.dtype} {start.shape}"
+                )
             object.__setattr__(self, "start_us", start.astype(np.int64))
 
     def within(self, time_range: TimeRange) -> LabelledData:
         """The windows starting in ``time_range`` (``NoTrainingData`` ``no_window_times`` when
         this data has no start times)."""
         if self.start_us is None:
-            raise NoTrainingData("no_window_times", "this client keeps no window start times, so it cannot train "
-                                                    "on a time range")
+            raise NoTrainingData(
+                "no_window_times", "this client keeps no window start times, so it cannot train on a time range"
+            )
         rows = time_range.contains(self.start_us)
         return LabelledData(self.X[rows], self.y[rows], self.feature_names, self.start_us[rows])
 
@@ -128,12 +143,24 @@ class ClientData:
     _test: LabelledData | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_data", LabelledData(np.asarray(self.X), np.asarray(self.y), self.feature_names,
-                                                       None if self.start_us is None else np.asarray(self.start_us)))
+        object.__setattr__(
+            self,
+            "_data",
+            LabelledData(
+                np.asarray(self.X),
+                np.asarray(self.y),
+                self.feature_names,
+                None if self.start_us is None else np.asarray(self.start_us),
+            ),
+        )
         test = None
         if self.X_test is not None and self.y_test is not None:
-            test = LabelledData(np.asarray(self.X_test), np.asarray(self.y_test), self.feature_names,
-                                None if self.start_us_test is None else np.asarray(self.start_us_test))
+            test = LabelledData(
+                np.asarray(self.X_test),
+                np.asarray(self.y_test),
+                self.feature_names,
+                None if self.start_us_test is None else np.asarray(self.start_us_test),
+            )
         object.__setattr__(self, "_test", test)
 
     def feature_sets(self) -> tuple[str, ...]:
@@ -205,8 +232,13 @@ class PartyData:
         n = np.asarray(self.X).shape[0] if np.ndim(self.X) == 2 else 0
         sessions = self.sessions if self.sessions is not None else ("rows",) * n
         starts = np.arange(n) if self.start_us is None else self.start_us
-        object.__setattr__(self, "_windows", PartyWindows(np.asarray(self.X), None if self.y is None else
-                                                          np.asarray(self.y), tuple(sessions), np.asarray(starts)))
+        object.__setattr__(
+            self,
+            "_windows",
+            PartyWindows(
+                np.asarray(self.X), None if self.y is None else np.asarray(self.y), tuple(sessions), np.asarray(starts)
+            ),
+        )
 
     def party_windows(self, feature_set_version: str) -> PartyWindows:
         return self._windows
@@ -249,8 +281,11 @@ class StoreTrainingData:
             held = self.feature_sets()
             if held:
                 raise _mismatch(feature_set_version, held)
-            raise NoTrainingData("no_labelled_windows", "this gateway holds no labelled windows yet (windows are "
-                                                        "labelled by the annotations recorded with them)")
+            raise NoTrainingData(
+                "no_labelled_windows",
+                "this gateway holds no labelled windows yet (windows are "
+                "labelled by the annotations recorded with them)",
+            )
         names = tuple(self.feature_names() if callable(self.feature_names) else self.feature_names)
         names = names if len(names) == X.shape[1] else ()
         start = meta.start_us
@@ -268,23 +303,28 @@ class StoreTrainingData:
         if not feature_set_version:  # a party stores one sensor layout: its own feature set
             held = tuple(self.store.stats().by_feature_set)
             if len(held) != 1:
-                raise NoTrainingData("feature_set_mismatch", f"the job names no feature set and this gateway "
-                                                             f"stores {len(held)}", held)
+                raise NoTrainingData(
+                    "feature_set_mismatch", f"the job names no feature set and this gateway stores {len(held)}", held
+                )
             feature_set_version = held[0]
         X, y, meta = self.store.query(feature_set_version, labelled_only=False)
         labelled = np.array([v is not None for v in y], dtype=bool)
         rows = np.flatnonzero(labelled) if labelled.any() else np.arange(X.shape[0])
         if self.holdout_fraction > 0 and rows.size:
             rows = rows[tail_split(meta.session_ids[rows], self.holdout_fraction, self.gap_windows)[0]]
-        return PartyWindows(X[rows], y[rows] if labelled.any() else None, tuple(meta.session_ids[rows]),
-                            meta.start_us[rows])
+        return PartyWindows(
+            X[rows], y[rows] if labelled.any() else None, tuple(meta.session_ids[rows]), meta.start_us[rows]
+        )
 
     def holdout(self, feature_set_version: str) -> LabelledData:
         test = self._split(feature_set_version)[1]
         if test is None or test.X.shape[0] == 0:
-            raise NoTrainingData("no_holdout_windows", "this gateway keeps no held-out windows (start it with "
-                                                       "--holdout-fraction 0.2 to hold out the last fifth of every "
-                                                       "session)")
+            raise NoTrainingData(
+                "no_holdout_windows",
+                "this gateway keeps no held-out windows (start it with "
+                "--holdout-fraction 0.2 to hold out the last fifth of every "
+                "session)",
+            )
         return test
 
 
@@ -298,14 +338,15 @@ def tail_split(sessions: np.ndarray, fraction: float, gap: int) -> tuple[np.ndar
         if n_test == 0:
             train.append(rows)
             continue
-        test.append(rows[rows.size - n_test:])
+        test.append(rows[rows.size - n_test :])
         train.append(rows[: max(rows.size - n_test - gap, 0)])
     cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
     return cat(train), cat(test)
 
 
-def snapshot(source: TrainingData, feature_set_version: str, *, split: str = "train",
-             time_range: TimeRange | None = None) -> LabelledData:
+def snapshot(
+    source: TrainingData, feature_set_version: str, *, split: str = "train", time_range: TimeRange | None = None
+) -> LabelledData:
     """The labelled data a job trains on (``split="holdout"``: evaluates on), only the windows
     starting in ``time_range`` if one is given, or a ``RequestRejected`` whose code says why not
     (``NoTrainingData``'s, or ``no_labelled_windows`` for an empty snapshot)."""
@@ -316,8 +357,10 @@ def snapshot(source: TrainingData, feature_set_version: str, *, split: str = "tr
     except NoTrainingData as exc:
         raise RequestRejected(exc.code, str(exc), exc.feature_sets) from None
     if data.X.shape[0] == 0:
-        raise RequestRejected("no_holdout_windows" if split == "holdout" else "no_labelled_windows",
-                              "no labelled samples" + (" in the job's time range" if time_range is not None else ""))
+        raise RequestRejected(
+            "no_holdout_windows" if split == "holdout" else "no_labelled_windows",
+            "no labelled samples" + (" in the job's time range" if time_range is not None else ""),
+        )
     infinite = np.isinf(data.X)
     if infinite.any():  # summaries and sketches must be finite: an infinite feature is "missing"
         log.warning("infinite feature values treated as missing", extra={"values": int(infinite.sum())})
@@ -369,8 +412,7 @@ class JobSnapshots:
             per_job = self._job(job)
             key = (feature_set_version, split)
             if key not in per_job:
-                per_job[key] = snapshot(self.source, feature_set_version, split=split,
-                                        time_range=self._ranges.get(job))
+                per_job[key] = snapshot(self.source, feature_set_version, split=split, time_range=self._ranges.get(job))
             return per_job[key]
 
     def count(self, job: str, feature_set_version: str) -> int:
@@ -410,8 +452,14 @@ def data_summary(data: LabelledData, *, regression: bool) -> DataSummary:
     any_value = present.any(axis=0)
     minimum = np.where(any_value, np.nanmin(np.where(present, X, np.inf), axis=0, initial=np.inf), 0.0)
     maximum = np.where(any_value, np.nanmax(np.where(present, X, -np.inf), axis=0, initial=-np.inf), 0.0)
-    common = dict(n_samples=X.shape[0], n_features=X.shape[1], moments=weighted_moments(X), minimum=minimum,
-                  maximum=maximum, feature_names=data.feature_names)
+    common = dict(
+        n_samples=X.shape[0],
+        n_features=X.shape[1],
+        moments=weighted_moments(X),
+        minimum=minimum,
+        maximum=maximum,
+        feature_names=data.feature_names,
+    )
     if regression:
         y = np.asarray(data.y, dtype=np.float64)
         if not np.isfinite(y).all():
@@ -419,5 +467,6 @@ def data_summary(data: LabelledData, *, regression: bool) -> DataSummary:
         return DataSummary(**common, target_sum=float(y.sum()), target_sum_squares=float((y * y).sum()))
     labels, integral = label_strings(data.y)
     names, counts = np.unique(labels.astype(str), return_counts=True)
-    return DataSummary(**common, labels=tuple(names.tolist()), label_counts=counts.astype(np.int64),
-                       integer_labels=integral)
+    return DataSummary(
+        **common, labels=tuple(names.tolist()), label_counts=counts.astype(np.int64), integer_labels=integral
+    )

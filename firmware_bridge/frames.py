@@ -166,11 +166,13 @@ class SampleFrame:
         # Bitwise equality: a NaN sample equals itself, as it does on the wire.
         if not isinstance(other, SampleFrame):
             return NotImplemented
-        return (
-            (self.sensor_id, self.seq, self.timestamp_us, self.sample_format, self.samples.shape)
-            == (other.sensor_id, other.seq, other.timestamp_us, other.sample_format, other.samples.shape)
-            and _le_bytes(self.samples) == _le_bytes(other.samples)
-        )
+        return (self.sensor_id, self.seq, self.timestamp_us, self.sample_format, self.samples.shape) == (
+            other.sensor_id,
+            other.seq,
+            other.timestamp_us,
+            other.sample_format,
+            other.samples.shape,
+        ) and _le_bytes(self.samples) == _le_bytes(other.samples)
 
     __hash__ = None  # type: ignore[assignment]  # unhashable: equality compares the samples
 
@@ -270,15 +272,22 @@ def descriptor_from_dict(doc: object) -> SensorDescriptor:
         if not 1 <= len(doc["channels"]) <= MAX_CHANNELS:  # before building thousands of specs to refuse
             raise ValueError(f"a sensor has 1 to {MAX_CHANNELS} channels, not {len(doc['channels'])}")
         channels = tuple(
-            ChannelSpec(_string(c["name"], "channel name"), _string(c["unit"], "unit"),
-                        _number(c["scale"], "scale"), _number(c["offset"], "offset"))
+            ChannelSpec(
+                _string(c["name"], "channel name"),
+                _string(c["unit"], "unit"),
+                _number(c["scale"], "scale"),
+                _number(c["offset"], "offset"),
+            )
             for c in doc["channels"]
         )
         if not isinstance(doc["sensor_id"], int) or isinstance(doc["sensor_id"], bool):
             raise TypeError("sensor_id must be an integer")
         return SensorDescriptor(
-            doc["sensor_id"], _string(doc["name"], "name"), _string(doc["kind"], "kind"),
-            _number(doc["sample_rate_hz"], "sample_rate_hz"), channels,
+            doc["sensor_id"],
+            _string(doc["name"], "name"),
+            _string(doc["kind"], "kind"),
+            _number(doc["sample_rate_hz"], "sample_rate_hz"),
+            channels,
             _string(doc["sample_format"], "sample_format"),  # type: ignore[arg-type]  # SensorDescriptor refuses other text
         )
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
@@ -573,8 +582,9 @@ class FrameDecoder:
             except FrameError as exc:
                 stats.malformed += 1
                 stats.bytes_skipped += end - pos
-                self._log_sometimes(("malformed", ftype), "malformed frame dropped", sensor_id=sensor_id,
-                                    type=ftype, reason=str(exc))
+                self._log_sometimes(
+                    ("malformed", ftype), "malformed frame dropped", sensor_id=sensor_id, type=ftype, reason=str(exc)
+                )
                 pos = end
                 continue
             pos = end
@@ -588,8 +598,12 @@ class FrameDecoder:
         """A warning for the first event of ``kind``, then for every ``LOG_EVERY``-th (see there)."""
         self._logged[kind] = count = self._logged.get(kind, 0) + 1
         if count == 1 or count % LOG_EVERY == 0:
-            log.warning("%s (the first of its kind, then every %dth, is logged)", message, LOG_EVERY,
-                        extra={**extra, "count": count})
+            log.warning(
+                "%s (the first of its kind, then every %dth, is logged)",
+                message,
+                LOG_EVERY,
+                extra={**extra, "count": count},
+            )
 
     def _track(self, frame: Frame) -> None:
         if isinstance(frame, DescriptorFrame):
@@ -612,8 +626,13 @@ class FrameDecoder:
             return
         if delta == 0 or delta >= _U32 // 2:
             st.restarts += 1
-            self._log_sometimes(("restart", key), "sender restarted its sequence", sensor_id=frame.sensor_id,
-                                seq=frame.seq, previous_seq=prev.seq)
+            self._log_sometimes(
+                ("restart", key),
+                "sender restarted its sequence",
+                sensor_id=frame.sensor_id,
+                seq=frame.seq,
+                previous_seq=prev.seq,
+            )
             return
         lost_frames = delta - 1
         if not is_samples:
@@ -628,6 +647,11 @@ class FrameDecoder:
         self.stats.gaps += 1
         self.stats.lost_frames += lost_frames
         self.stats.lost_samples += lost_samples
-        self._log_sometimes(("gap", key), "frames lost on the link", sensor_id=frame.sensor_id,
-                            lost_frames=lost_frames, lost_samples=lost_samples, seq=frame.seq)
-
+        self._log_sometimes(
+            ("gap", key),
+            "frames lost on the link",
+            sensor_id=frame.sensor_id,
+            lost_frames=lost_frames,
+            lost_samples=lost_samples,
+            seq=frame.seq,
+        )

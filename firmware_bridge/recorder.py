@@ -85,10 +85,18 @@ def record(
                 if time.monotonic() >= next_progress:
                     next_progress = time.monotonic() + progress_every_s
                     s = reader.stats
-                    log.info("recording progress", extra={
-                        "records": writer.records_written, "bytes": writer.bytes_written, "connected": s.connected,
-                        "crc_errors": s.link.crc_errors, "lost_frames": s.link.lost_frames, "dropped": s.dropped,
-                        "unrecorded_frames": unrecorded.frames})
+                    log.info(
+                        "recording progress",
+                        extra={
+                            "records": writer.records_written,
+                            "bytes": writer.bytes_written,
+                            "connected": s.connected,
+                            "crc_errors": s.link.crc_errors,
+                            "lost_frames": s.link.lost_frames,
+                            "dropped": s.dropped,
+                            "unrecorded_frames": unrecorded.frames,
+                        },
+                    )
         finally:
             reader.stop()
         stats = RecordStats(writer.records_written, writer.bytes_written, reader.stats, unrecorded.frames)

@@ -159,8 +159,13 @@ Record = Union[FrameRecord, LabelRecord]
 
 
 def _annotation_to_json(a: Annotation) -> bytes:
-    doc = {"label": a.label, "start_us": a.start_us, "end_us": a.end_us, "annotation_id": a.annotation_id,
-           "source_id": a.source_id}
+    doc = {
+        "label": a.label,
+        "start_us": a.start_us,
+        "end_us": a.end_us,
+        "annotation_id": a.annotation_id,
+        "source_id": a.source_id,
+    }
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
@@ -205,8 +210,10 @@ def _fsync_dir(path: Path) -> None:
 def _full_disk(path: Path, exc: OSError, what: str) -> RecordingFull | None:
     if exc.errno != errno.ENOSPC:
         return None
-    full = RecordingFull(f"{path}: the disk is full: {what}; the recording is valid up to its last whole "
-                         "record -- make room and writing carries on")
+    full = RecordingFull(
+        f"{path}: the disk is full: {what}; the recording is valid up to its last whole "
+        "record -- make room and writing carries on"
+    )
     full.errno, full.__cause__ = errno.ENOSPC, exc
     return full
 
@@ -407,8 +414,10 @@ class RecordingReader:
             )
         self.discarded_bytes = os.fstat(f.fileno()).st_size - self.valid_end
         if self.discarded_bytes:
-            log.warning("recording has a damaged or truncated tail", extra={
-                "path": str(self.path), "valid_end": self.valid_end, "discarded_bytes": self.discarded_bytes})
+            log.warning(
+                "recording has a damaged or truncated tail",
+                extra={"path": str(self.path), "valid_end": self.valid_end, "discarded_bytes": self.discarded_bytes},
+            )
 
     def close(self) -> None:
         self._file.close()
@@ -474,8 +483,16 @@ class Recording:
                 elif isinstance(frame, AnnotationFrame):
                     updates.append(frame.annotation)
             metadata, discarded = reader.metadata, reader.discarded_bytes
-        return cls(Path(path), metadata, descriptors, frame_records, frames, label_records, merge_annotations(updates),
-                   discarded)
+        return cls(
+            Path(path),
+            metadata,
+            descriptors,
+            frame_records,
+            frames,
+            label_records,
+            merge_annotations(updates),
+            discarded,
+        )
 
     def sample_frames(self, sensor_id: int) -> list[SampleFrame]:
         return [f for f in self.frames if isinstance(f, SampleFrame) and f.sensor_id == sensor_id]

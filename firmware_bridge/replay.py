@@ -289,8 +289,10 @@ def replay(
     t0 = time.monotonic()
     anchor_wall, anchor_us, version = t0, first, pace.version
     next_progress = t0 + progress_every_s
-    log.info("replay started", extra={"session_id": rec.metadata.session_id, "frames": len(plan), "speed": speed,
-                                      "port": str(port)})
+    log.info(
+        "replay started",
+        extra={"session_id": rec.metadata.session_id, "frames": len(plan), "speed": speed, "port": str(port)},
+    )
     try:
         for item in plan:
             while not stop.is_set() and (item.at_us - first) / 1e6 > pace.limit_s:  # held
@@ -320,15 +322,34 @@ def replay(
             now = time.monotonic()
             if now >= next_progress:
                 next_progress = now + progress_every_s
-                log.info("replay progress", extra={"sent": sum(counts.values()), "total": len(plan),
-                                                   "position_s": round((at_us - first) / 1e6, 3)})
+                log.info(
+                    "replay progress",
+                    extra={
+                        "sent": sum(counts.values()),
+                        "total": len(plan),
+                        "position_s": round((at_us - first) / 1e6, 3),
+                    },
+                )
     finally:
         out.close()
     stats = ReplayStats(
-        frames_sent=sum(counts.values()), sample_frames=counts[SampleFrame], descriptor_frames=counts[DescriptorFrame],
-        annotation_frames=counts[AnnotationFrame], bytes_sent=sent_bytes, recording_s=(at_us - first) / 1e6,
-        wall_s=time.monotonic() - t0, max_lag_s=max_lag, completed=sum(counts.values()) == len(plan),
+        frames_sent=sum(counts.values()),
+        sample_frames=counts[SampleFrame],
+        descriptor_frames=counts[DescriptorFrame],
+        annotation_frames=counts[AnnotationFrame],
+        bytes_sent=sent_bytes,
+        recording_s=(at_us - first) / 1e6,
+        wall_s=time.monotonic() - t0,
+        max_lag_s=max_lag,
+        completed=sum(counts.values()) == len(plan),
     )
-    log.info("replay finished", extra={"session_id": rec.metadata.session_id, "frames_sent": stats.frames_sent,
-                                       "completed": stats.completed, "wall_s": round(stats.wall_s, 3)})
+    log.info(
+        "replay finished",
+        extra={
+            "session_id": rec.metadata.session_id,
+            "frames_sent": stats.frames_sent,
+            "completed": stats.completed,
+            "wall_s": round(stats.wall_s, 3),
+        },
+    )
     return stats

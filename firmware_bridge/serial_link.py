@@ -83,8 +83,12 @@ class Faults:
         with self._lock:
             count = self._counts[kind] = self._counts.get(kind, 0) + 1
         if count == 1:
-            log.error("%s failed and was skipped; later faults of this kind are only counted", where,
-                      exc_info=exc, extra={"kind": kind, **extra})
+            log.error(
+                "%s failed and was skipped; later faults of this kind are only counted",
+                where,
+                exc_info=exc,
+                extra={"kind": kind, **extra},
+            )
 
     @property
     def total(self) -> int:
@@ -238,8 +242,9 @@ class SerialReader:
 
     def _spawn(self, name: str) -> None:
         target = self._read_loop if name == "read" else self._deliver_loop
-        thread = threading.Thread(target=self._worker, args=(name, target), name=f"serial-{name}:{self.port}",
-                                  daemon=True)
+        thread = threading.Thread(
+            target=self._worker, args=(name, target), name=f"serial-{name}:{self.port}", daemon=True
+        )
         self._threads[name] = thread
         thread.start()
 
@@ -248,8 +253,12 @@ class SerialReader:
         try:
             target()
         except BaseException as exc:  # noqa: BLE001 - the thread ends either way; say why, once
-            log.error("serial %s thread died; it is restarted by the gateway's supervisor", name, exc_info=exc,
-                      extra={"port": self.port})
+            log.error(
+                "serial %s thread died; it is restarted by the gateway's supervisor",
+                name,
+                exc_info=exc,
+                extra={"port": self.port},
+            )
 
     def __enter__(self) -> SerialReader:
         return self.start()
@@ -309,8 +318,10 @@ class SerialReader:
             device = self._lock_port(port)
         except ValueError as exc:  # unknown URL scheme or bad settings: retrying cannot help
             self.error = exc
-            log.error("serial port cannot be opened: check the port URL and baud rate",
-                      extra={"port": self.port, "error": str(exc)})
+            log.error(
+                "serial port cannot be opened: check the port URL and baud rate",
+                extra={"port": self.port, "error": str(exc)},
+            )
             self._stop.set()
             self._first_attempt.set()
             return None
@@ -328,9 +339,12 @@ class SerialReader:
             self._device_changes += changed
         self._connected.set()
         if changed:
-            self._set_state(CHANGED, "serial device changed: the path now leads to another device (a re-used pty "
-                                     "or a re-enumerated adapter); its frames count as the known sensors only once "
-                                     "they announce identical descriptors and continue their sequence")
+            self._set_state(
+                CHANGED,
+                "serial device changed: the path now leads to another device (a re-used pty "
+                "or a re-enumerated adapter); its frames count as the known sensors only once "
+                "they announce identical descriptors and continue their sequence",
+            )
         else:
             self._set_state(UP, "serial port open", baudrate=self.baudrate)
         self._first_attempt.set()
@@ -342,11 +356,14 @@ class SerialReader:
             return
         code = getattr(exc, "errno", None)
         if isinstance(exc, BlockingIOError) or code == errno.EBUSY:
-            self._set_state(BUSY, "serial port busy: another process holds it (another gateway or "
-                                  "wheelfed record?); retrying")
+            self._set_state(
+                BUSY, "serial port busy: another process holds it (another gateway or wheelfed record?); retrying"
+            )
         elif code in (errno.EACCES, errno.EPERM):
-            self._set_state(DENIED, "serial port not accessible: permission denied (is the gateway's user in "
-                                    "the dialout group?); retrying")
+            self._set_state(
+                DENIED,
+                "serial port not accessible: permission denied (is the gateway's user in the dialout group?); retrying",
+            )
         else:
             self._set_state(DOWN, "serial port cannot be opened; retrying", error=str(exc))
 
@@ -356,14 +373,20 @@ class SerialReader:
         if "://" in self.port or os.path.exists(self.port):
             return False
         if self.port.startswith(PTY_PATHS) and self._device is not None:
-            self._set_state(ENDED, "serial link ended: the pty's other end closed (the replay ended). A pty never "
-                                   "comes back, and the next one with this number belongs to someone else, so it is "
-                                   "not reopened; restart the gateway with the new path (stored windows are kept)")
+            self._set_state(
+                ENDED,
+                "serial link ended: the pty's other end closed (the replay ended). A pty never "
+                "comes back, and the next one with this number belongs to someone else, so it is "
+                "not reopened; restart the gateway with the new path (stored windows are kept)",
+            )
             self._stop.set()
             return True
         self._vanished = True
-        self._set_state(GONE, "serial device gone: the path does not exist (unplugged, or the replay feeding "
-                              "the pty ended); reopening when it comes back")
+        self._set_state(
+            GONE,
+            "serial device gone: the path does not exist (unplugged, or the replay feeding "
+            "the pty ended); reopening when it comes back",
+        )
         return True
 
     def _lock_port(self, port: serial.SerialBase) -> _Device | None:
@@ -440,8 +463,10 @@ class SerialReader:
                     self._queue.popleft()
                     self._dropped += 1
                     if self._dropped == 1 or self._dropped % 1000 == 0:
-                        log.warning("consumer too slow: dropping oldest frames",
-                                    extra={"port": self.port, "dropped": self._dropped})
+                        log.warning(
+                            "consumer too slow: dropping oldest frames",
+                            extra={"port": self.port, "dropped": self._dropped},
+                        )
                 self._queue.append(ReceivedFrame(frame, raw, received, connection))
             self._cond.notify()
 

@@ -24,8 +24,9 @@ from numpy.typing import ArrayLike
 __all__ = ["clip_norm", "consistent_children", "lattice_norm_bound", "skellam_share", "stochastic_round"]
 
 
-def skellam_share(shape: int | tuple[int, ...], mu: float, shares: int,
-                  rng: np.random.Generator | None = None) -> np.ndarray:
+def skellam_share(
+    shape: int | tuple[int, ...], mu: float, shares: int, rng: np.random.Generator | None = None
+) -> np.ndarray:
     """One gateway's share of ``Skellam(mu)`` noise: ``Poisson(mu / 2m) - Poisson(mu / 2m)`` per
     cell as int64, ``m = shares``. The shares of ``m`` gateways add up to ``Skellam(mu)``
     (variance ``mu``) exactly.

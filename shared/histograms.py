@@ -75,9 +75,18 @@ def histogram_slots(bins: np.ndarray, n_edges: np.ndarray) -> np.ndarray:
     return np.where(b == n_edges[None, :] + 1, missing_slot, b)
 
 
-def route_round(slots: np.ndarray, missing_slot: int, n_trees: int, tree: ArrayLike, node: ArrayLike,
-                feature: ArrayLike, bin_: ArrayLike, default_left: ArrayLike, left: ArrayLike,
-                right: ArrayLike) -> np.ndarray:
+def route_round(
+    slots: np.ndarray,
+    missing_slot: int,
+    n_trees: int,
+    tree: ArrayLike,
+    node: ArrayLike,
+    feature: ArrayLike,
+    bin_: ArrayLike,
+    default_left: ArrayLike,
+    left: ArrayLike,
+    right: ArrayLike,
+) -> np.ndarray:
     """Node of every sample in each of the round's ``n_trees`` trees ``(n_trees, n)``, after the
     splits (rows in level order; "slot <= bin" goes left, ``missing_slot`` by ``default_left``).
     A loop over the round's splits (a few dozen), vectorised over samples."""
@@ -91,9 +100,17 @@ def route_round(slots: np.ndarray, missing_slot: int, n_trees: int, tree: ArrayL
     return position
 
 
-def node_histograms(slots: np.ndarray, n_slots: int, position: np.ndarray, node_tree: ArrayLike,
-                    node_id: ArrayLike, grad: np.ndarray, hess: np.ndarray, *,
-                    vector_leaves: bool = False) -> np.ndarray:
+def node_histograms(
+    slots: np.ndarray,
+    n_slots: int,
+    position: np.ndarray,
+    node_tree: ArrayLike,
+    node_id: ArrayLike,
+    grad: np.ndarray,
+    hess: np.ndarray,
+    *,
+    vector_leaves: bool = False,
+) -> np.ndarray:
     """Integer histograms ``(R, 2m + 1, d, n_slots)`` of the requested nodes ``(node_tree[r],
     node_id[r])`` (``grad``/``hess`` int64 ``(n, K)``): G and H of tree ``node_tree[r]``'s output
     (``m`` = 1), or with ``vector_leaves`` of all ``m = K`` outputs, then counts, per feature and

@@ -89,8 +89,9 @@ def _segments(x: np.ndarray, node: np.ndarray, weight: np.ndarray, nodes: np.nda
     return order, seg, start, end
 
 
-def pair_quantiles(x: ArrayLike, node: ArrayLike, weight: ArrayLike, nodes: ArrayLike, m: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def pair_quantiles(
+    x: ArrayLike, node: ArrayLike, weight: ArrayLike, nodes: ArrayLike, m: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Weighted quantiles at ``b/m`` (b = 0..m) of feature values ``x`` within each of ``nodes``
     (distinct node ids), and each node's total non-missing weight. A node without values gets
     zero weight and a row of NaN. Returns ``(points (p, m+1), weight (p,))``."""
@@ -117,8 +118,9 @@ def pair_quantiles(x: ArrayLike, node: ArrayLike, weight: ArrayLike, nodes: Arra
     return points, total
 
 
-def pair_left_summaries(x: ArrayLike, node: ArrayLike, weight: ArrayLike, terms: ArrayLike,
-                        cand_node: ArrayLike, cand_threshold: ArrayLike) -> np.ndarray:
+def pair_left_summaries(
+    x: ArrayLike, node: ArrayLike, weight: ArrayLike, terms: ArrayLike, cand_node: ArrayLike, cand_threshold: ArrayLike
+) -> np.ndarray:
     """For each candidate ``(cand_node[c], cand_threshold[c])`` of one feature: the summary of
     that node's samples with ``x < threshold`` (NaN never goes left). ``(c, S)`` float64."""
     xv = np.asarray(x, dtype=np.float64)
@@ -150,8 +152,9 @@ def pair_left_summaries(x: ArrayLike, node: ArrayLike, weight: ArrayLike, terms:
     return running[before] - running[start[cpos]]
 
 
-def category_summaries(codes: ArrayLike, node: ArrayLike, weight: ArrayLike, terms: ArrayLike,
-                       nodes: ArrayLike, n_categories: int) -> np.ndarray:
+def category_summaries(
+    codes: ArrayLike, node: ArrayLike, weight: ArrayLike, terms: ArrayLike, nodes: ArrayLike, n_categories: int
+) -> np.ndarray:
     """Exact summaries per (requested node, category): ``(p, n_categories, S)``. Codes outside
     ``0..n_categories-1`` (and NaN) are not counted: they go right at any categorical split."""
     c = np.asarray(codes, dtype=np.float64)
@@ -173,8 +176,15 @@ def top_per_node(node: ArrayLike, gain: ArrayLike, top: int) -> np.ndarray:
     return np.sort(ranked[np.arange(ranked.size) - first < top])
 
 
-def pair_histograms(x: ArrayLike, node: ArrayLike, terms: ArrayLike, pair_of_node: ArrayLike, n_pairs: int,
-                    edges: ArrayLike, n_slots: int) -> np.ndarray:
+def pair_histograms(
+    x: ArrayLike,
+    node: ArrayLike,
+    terms: ArrayLike,
+    pair_of_node: ArrayLike,
+    n_pairs: int,
+    edges: ArrayLike,
+    n_slots: int,
+) -> np.ndarray:
     """Integer histograms ``(n_pairs, n_slots, T)`` of one feature: entry ``e`` (value ``x[e]``,
     node position ``node[e]``, int64 terms ``terms[e]``) adds its terms to the slot of its value
     in the histogram of pair ``pair_of_node[node[e]]`` (-1: none). Slot ``b`` holds

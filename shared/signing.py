@@ -66,13 +66,15 @@ _FIELD_PRIME = 2**255 - 19  # a point's y must be below it (canonical encoding)
 _GROUP_ORDER = 2**252 + 27742317777372353535851937790883648493  # S must be below it (L)
 #: y of the points of small order: 0 (order 4), 1 (identity), p - 1 (order 2) and the two y of
 #: order 8 -- libsodium's ``ge25519_has_small_order`` list, compared with the sign bit cleared.
-_SMALL_ORDER_Y = frozenset({
-    0,
-    1,
-    _FIELD_PRIME - 1,
-    2707385501144840649318225287225658788936804267575313519463743609750303402022,
-    55188659117513257062467267217118295137698188065244968500265048394206261417927,
-})
+_SMALL_ORDER_Y = frozenset(
+    {
+        0,
+        1,
+        _FIELD_PRIME - 1,
+        2707385501144840649318225287225658788936804267575313519463743609750303402022,
+        55188659117513257062467267217118295137698188065244968500265048394206261417927,
+    }
+)
 
 
 class BadSignature(ValueError):
@@ -108,8 +110,9 @@ class VerifyKey:
         if y >= _FIELD_PRIME:
             raise InvalidKey("public key is not canonical (y >= 2^255 - 19)")
         if y in _SMALL_ORDER_Y:
-            raise InvalidKey("public key is a point of small order (a torsion point): it would accept forged "
-                             "signatures, refused")
+            raise InvalidKey(
+                "public key is a point of small order (a torsion point): it would accept forged signatures, refused"
+            )
         self._bytes = data
         self._key = Ed25519PublicKey.from_public_bytes(data)
 
@@ -244,8 +247,10 @@ def _read_key_file(path: PathLike, label: str) -> bytes:
     if found != label:
         hint = ""
         if found == _SEED_LABEL and label == _PUBLIC_LABEL:
-            hint = (": this is the aggregator's SECRET signing key; gateways need only the public key "
-                    "(export it with save_verify_key) and the secret should never leave the aggregator")
+            hint = (
+                ": this is the aggregator's SECRET signing key; gateways need only the public key "
+                "(export it with save_verify_key) and the secret should never leave the aggregator"
+            )
         elif found == _PUBLIC_LABEL and label == _SEED_LABEL:
             hint = ": this is a public key; signing needs the secret key file"
         raise InvalidKey(f"{target}: expected a {label!r} line, found {found!r}{hint}")

@@ -35,8 +35,19 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["NIL", "Layout", "Structure", "canonical", "check_strings", "decision_mask", "decode", "encode",
-           "layout", "n_decision_nodes", "string_length"]
+__all__ = [
+    "NIL",
+    "Layout",
+    "Structure",
+    "canonical",
+    "check_strings",
+    "decision_mask",
+    "decode",
+    "encode",
+    "layout",
+    "n_decision_nodes",
+    "string_length",
+]
 
 #: The value of a slot that holds no decision node (a leaf, or no node at all).
 NIL = -1

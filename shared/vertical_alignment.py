@@ -36,8 +36,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DIGEST_BYTES", "AlignmentReport", "SnappedStarts", "intersect_digests",
-           "snap_starts", "start_digests", "start_order"]
+__all__ = [
+    "DIGEST_BYTES",
+    "AlignmentReport",
+    "SnappedStarts",
+    "intersect_digests",
+    "snap_starts",
+    "start_digests",
+    "start_order",
+]
 
 DIGEST_BYTES = 16  # truncated HMAC-SHA256: 128 bits, collision-free at any fleet's window counts
 _ID_DOMAIN = b"wheelfed/vertical/window-start|"  # the id's format, bound into every digest
@@ -153,28 +160,38 @@ class AlignmentReport:
         silent = [p for p, h in zip(self.parties, self.held) if h == 0]
         if silent:
             grid = [p for p, h, g in zip(self.parties, self.held, self.off_grid) if h == 0 and g]
-            why = (f": {', '.join(grid)} stored windows, all off the grid (--hop-ms / --tolerance-ms)" if grid else
-                   " (no window of the feature set stored, or none new since the last live run)")
+            why = (
+                f": {', '.join(grid)} stored windows, all off the grid (--hop-ms / --tolerance-ms)"
+                if grid
+                else " (no window of the feature set stored, or none new since the last live run)"
+            )
             return f"{', '.join(silent)} offered no window{why}"
         repeated = [p for p, h, d in zip(self.parties, self.held, self.duplicates) if h == d]
         if repeated:
-            return (f"{', '.join(repeated)} offered every window start more than once (its sensors' clock stepped "
-                    "back, or the same data was stored twice)")
+            return (
+                f"{', '.join(repeated)} offered every window start more than once (its sensors' clock stepped "
+                "back, or the same data was stored twice)"
+            )
         alone = [p for p, o in zip(self.parties, self.overlap) if o == 0]
         key = "(one key per person: wheelfed vertical keygen, copied to each of the person's gateways)"
         if len(alone) == len(self.parties):
-            return (f"no two parties share a window: different party keys {key} or windows of different times "
-                    "(the sensors' clocks)")
+            return (
+                f"no two parties share a window: different party keys {key} or windows of different times "
+                "(the sensors' clocks)"
+            )
         if alone:
-            return (f"{', '.join(alone)} share{'s' if len(alone) == 1 else ''} no window with the other parties: "
-                    f"another party key than theirs {key} or windows of other times (the sensors' clock)")
+            return (
+                f"{', '.join(alone)} share{'s' if len(alone) == 1 else ''} no window with the other parties: "
+                f"another party key than theirs {key} or windows of other times (the sensors' clock)"
+            )
         return "every party shares windows with another, but no window is held by all: their times do not overlap"
 
     def line(self) -> str:
         """One line for logs and the CLI (with :meth:`diagnosis` when nothing aligned)."""
-        per = ", ".join(f"{p}: {h} held, {m} unmatched, {g} off-grid, {d} duplicate"
-                        for p, h, m, g, d in zip(self.parties, self.held, self.missing, self.off_grid,
-                                                 self.duplicates))
+        per = ", ".join(
+            f"{p}: {h} held, {m} unmatched, {g} off-grid, {d} duplicate"
+            for p, h, m, g, d in zip(self.parties, self.held, self.missing, self.off_grid, self.duplicates)
+        )
         cause = self.diagnosis()
         return f"{self.common} windows aligned ({per})" + (f"; likely cause: {cause}" if cause else "")
 
@@ -183,8 +200,9 @@ def _keys(digests: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(digests, dtype=np.uint8).view(f"V{DIGEST_BYTES}").ravel()
 
 
-def intersect_digests(parties: Sequence[str], digests: Sequence[np.ndarray],
-                      off_grid: Sequence[int]) -> tuple[list[np.ndarray], AlignmentReport]:
+def intersect_digests(
+    parties: Sequence[str], digests: Sequence[np.ndarray], off_grid: Sequence[int]
+) -> tuple[list[np.ndarray], AlignmentReport]:
     """Per party, the positions (ascending) of its digests that every party holds once, and the
     report. Pure: the master's whole share of alignment.
 
@@ -206,8 +224,9 @@ def intersect_digests(parties: Sequence[str], digests: Sequence[np.ndarray],
     common = once_ids[0] if once_ids else np.zeros(0, f"V{DIGEST_BYTES}")
     for ids in once_ids[1:]:
         common = np.intersect1d(common, ids, assume_unique=True)
-    pooled_ids, pooled_counts = (np.unique(np.concatenate(once_ids), return_counts=True) if once_ids else
-                                 (common, np.zeros(0, np.int64)))
+    pooled_ids, pooled_counts = (
+        np.unique(np.concatenate(once_ids), return_counts=True) if once_ids else (common, np.zeros(0, np.int64))
+    )
     shared = pooled_ids[pooled_counts > 1]
     kept, missing, overlap = [], [], []
     for ids, at in zip(once_ids, once_at):
@@ -215,6 +234,13 @@ def intersect_digests(parties: Sequence[str], digests: Sequence[np.ndarray],
         kept.append(np.sort(at[in_common]).astype(np.int64))
         missing.append(int((~in_common).sum()))
         overlap.append(int(np.isin(ids, shared, assume_unique=True).sum()))
-    report = AlignmentReport(tuple(parties), int(common.size), tuple(int(_keys(d).size) for d in digests),
-                             tuple(missing), tuple(duplicates), tuple(int(g) for g in off_grid), tuple(overlap))
+    report = AlignmentReport(
+        tuple(parties),
+        int(common.size),
+        tuple(int(_keys(d).size) for d in digests),
+        tuple(missing),
+        tuple(duplicates),
+        tuple(int(g) for g in off_grid),
+        tuple(overlap),
+    )
     return kept, report

@@ -37,8 +37,7 @@ from .model.bundle import _frame, _trusted_key
 from .protocol.messages.vertical_forest import VerticalManifest
 from .signing import BadSignature, SigningKey, VerifyKey
 
-__all__ = ["MANIFEST_DOMAIN", "forest_digest", "manifest_payload", "partial_digest", "sign_manifest",
-           "verify_manifest"]
+__all__ = ["MANIFEST_DOMAIN", "forest_digest", "manifest_payload", "partial_digest", "sign_manifest", "verify_manifest"]
 
 MANIFEST_DOMAIN = b"wheelfed vertical-forest manifest v1\x00"
 
@@ -55,8 +54,14 @@ def forest_digest(trees: Sequence[Any], n_features: Sequence[int]) -> bytes:
     leaf values, cover) and the parties' widths: what the manifest binds of the master's model."""
     h = hashlib.sha256(_frame("n_features", np.asarray(n_features, dtype=np.int64)))
     for t, tree in enumerate(trees):
-        for name, dtype in (("split_nodes", np.int64), ("owner", np.int64), ("feature", np.int64),
-                            ("leaves", np.int64), ("values", np.float64), ("cover", np.float64)):
+        for name, dtype in (
+            ("split_nodes", np.int64),
+            ("owner", np.int64),
+            ("feature", np.int64),
+            ("leaves", np.int64),
+            ("values", np.float64),
+            ("cover", np.float64),
+        ):
             h.update(_frame(f"{t}.{name}", np.asarray(getattr(tree, name), dtype=dtype)))
     return h.digest()
 
@@ -66,30 +71,55 @@ def partial_digest(job: str, trees: Sequence[Any]) -> bytes:
     thresholds) of job ``job``: what a party reports at the end of training and checks at deploy."""
     h = hashlib.sha256(_frame("job", job))
     for t, tree in enumerate(trees):
-        for name, dtype in (("split_nodes", np.int64), ("owned", np.uint8), ("feature", np.int64),
-                            ("threshold", np.float64)):
+        for name, dtype in (
+            ("split_nodes", np.int64),
+            ("owned", np.uint8),
+            ("feature", np.int64),
+            ("threshold", np.float64),
+        ):
             h.update(_frame(f"{t}.{name}", np.asarray(getattr(tree, name), dtype=dtype)))
     return h.digest()
 
 
 def manifest_payload(manifest: VerticalManifest) -> bytes:
     """The exact bytes the signature covers: the domain and every field but the signature."""
-    return MANIFEST_DOMAIN + b"".join(_value_frames(f.name, getattr(manifest, f.name)) for f in fields(manifest)
-                                      if f.name != "signature")
+    return MANIFEST_DOMAIN + b"".join(
+        _value_frames(f.name, getattr(manifest, f.name)) for f in fields(manifest) if f.name != "signature"
+    )
 
 
-def sign_manifest(signing_key: SigningKey, *, model_id: str, version: int, job: str, parties: Sequence[str],
-                  label_holder: str, task: str, classes: Sequence[str], forest_digest: bytes,
-                  party_digests: Sequence[bytes], issued_ns: int | None = None) -> VerticalManifest:
+def sign_manifest(
+    signing_key: SigningKey,
+    *,
+    model_id: str,
+    version: int,
+    job: str,
+    parties: Sequence[str],
+    label_holder: str,
+    task: str,
+    classes: Sequence[str],
+    forest_digest: bytes,
+    party_digests: Sequence[bytes],
+    issued_ns: int | None = None,
+) -> VerticalManifest:
     """The aggregator's signed manifest (``issued_ns`` defaults to now)."""
     if not isinstance(signing_key, SigningKey):
         raise TypeError(f"signing_key must be a shared.signing.SigningKey, got {type(signing_key).__name__}")
     if any(len(d) != 32 for d in party_digests):
         raise ValueError("party_digests: every party must have reported the SHA-256 of its partial trees (32 bytes)")
-    unsigned = VerticalManifest(model_id, int(version), job, tuple(parties), label_holder,
-                                task,  # type: ignore[arg-type]  # the caller's text: checked where parties decode it
-                                tuple(classes), forest_digest, tuple(party_digests),
-                                time.time_ns() if issued_ns is None else int(issued_ns), signing_key.key_id)
+    unsigned = VerticalManifest(
+        model_id,
+        int(version),
+        job,
+        tuple(parties),
+        label_holder,
+        task,  # type: ignore[arg-type]  # the caller's text: checked where parties decode it
+        tuple(classes),
+        forest_digest,
+        tuple(party_digests),
+        time.time_ns() if issued_ns is None else int(issued_ns),
+        signing_key.key_id,
+    )
     return replace(unsigned, signature=signing_key.sign(manifest_payload(unsigned)))
 
 

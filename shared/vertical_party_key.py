@@ -77,8 +77,9 @@ class PartyKey:
     def from_secret(cls, secret: bytes) -> PartyKey:
         if not isinstance(secret, bytes) or len(secret) < 16:
             raise ValueError("party_key must be at least 16 random bytes shared by the parties")
-        return cls(_derive(secret, b"wheelfed vertical window ids v1"),
-                   _derive(secret, b"wheelfed vertical sealing v1"))
+        return cls(
+            _derive(secret, b"wheelfed vertical window ids v1"), _derive(secret, b"wheelfed vertical sealing v1")
+        )
 
     def __repr__(self) -> str:
         return "PartyKey(<secret>)"
@@ -94,5 +95,7 @@ class PartyKey:
         try:
             return AESGCM(self.seal_key).decrypt(blob[:_NONCE_BYTES], blob[_NONCE_BYTES:], associated)
         except InvalidTag:
-            raise SealError("sealed blob does not open with this party key (another person's gateways, "
-                            "another job, or altered in transit)") from None
+            raise SealError(
+                "sealed blob does not open with this party key (another person's gateways, "
+                "another job, or altered in transit)"
+            ) from None

@@ -33,8 +33,18 @@ from .node_statistics import node_summaries, summary_terms
 from .splitting import impurity
 from .vertical_party_key import PartyKey
 
-__all__ = ["EPSILON", "FEATURE_THRESHOLD", "TIE_TOLERANCE", "LocalSplits", "best_local_splits", "feature_codes",
-           "is_tie_or_better", "Leaves", "leaf_values", "node_terms"]
+__all__ = [
+    "EPSILON",
+    "FEATURE_THRESHOLD",
+    "TIE_TOLERANCE",
+    "LocalSplits",
+    "best_local_splits",
+    "feature_codes",
+    "is_tie_or_better",
+    "Leaves",
+    "leaf_values",
+    "node_terms",
+]
 
 FEATURE_THRESHOLD = 1e-7
 TIE_TOLERANCE = 1e-10
@@ -144,8 +154,12 @@ def _feature_best(x, node, w, terms, node_stats, node_rows, root_weight, criteri
         return gain, threshold
     i = np.arange(node.size - 1)
     nd = node[i]
-    ok = ((node[i + 1] == nd) & (x[i + 1] > x[i] + FEATURE_THRESHOLD) & (left_rows[i] >= min_samples_leaf)
-          & (node_rows[nd] - left_rows[i] >= min_samples_leaf))
+    ok = (
+        (node[i + 1] == nd)
+        & (x[i + 1] > x[i] + FEATURE_THRESHOLD)
+        & (left_rows[i] >= min_samples_leaf)
+        & (node_rows[nd] - left_rows[i] >= min_samples_leaf)
+    )
     i, nd = i[ok], nd[ok]
     if not i.size:
         return gain, threshold
@@ -153,8 +167,10 @@ def _feature_best(x, node, w, terms, node_stats, node_rows, root_weight, criteri
     s_left = left[i]
     s_right = total - s_left
     w_node, w_left, w_right = (_weight(s, criterion) for s in (total, s_left, s_right))
-    local = impurity(total, criterion) - (w_left * impurity(s_left, criterion)
-                                          + w_right * impurity(s_right, criterion)) / w_node
+    local = (
+        impurity(total, criterion)
+        - (w_left * impurity(s_left, criterion) + w_right * impurity(s_right, criterion)) / w_node
+    )
     g = w_node / root_weight[nd] * local
     best = np.full(n_nodes, -np.inf)
     np.maximum.at(best, nd, g)
@@ -168,9 +184,20 @@ def _feature_best(x, node, w, terms, node_stats, node_rows, root_weight, criteri
     return gain, threshold
 
 
-def best_local_splits(X: np.ndarray, rows: np.ndarray, node_pos: np.ndarray, weight: np.ndarray,
-                      y: np.ndarray, n_classes: int, node_features: np.ndarray, root_weight: np.ndarray, *,
-                      criterion: Criterion, min_samples_split: int, min_samples_leaf: int) -> LocalSplits:
+def best_local_splits(
+    X: np.ndarray,
+    rows: np.ndarray,
+    node_pos: np.ndarray,
+    weight: np.ndarray,
+    y: np.ndarray,
+    n_classes: int,
+    node_features: np.ndarray,
+    root_weight: np.ndarray,
+    *,
+    criterion: Criterion,
+    min_samples_split: int,
+    min_samples_leaf: int,
+) -> LocalSplits:
     """Each open node's best split over this party's sampled features.
 
     ``rows``/``node_pos``/``weight``: one entry per (node, row with a positive multiplicity);
@@ -184,8 +211,9 @@ def best_local_splits(X: np.ndarray, rows: np.ndarray, node_pos: np.ndarray, wei
     terms = node_terms(np.asarray(y)[rows], node_pos, weight, n_classes, n_nodes)
     stats = node_summaries(node_pos, weight, terms, n_nodes)
     n_rows = np.bincount(node_pos, minlength=n_nodes)
-    splittable = ((n_rows >= min_samples_split) & (n_rows >= 2 * min_samples_leaf)
-                  & (impurity(stats, criterion) > EPSILON))
+    splittable = (
+        (n_rows >= min_samples_split) & (n_rows >= 2 * min_samples_leaf) & (impurity(stats, criterion) > EPSILON)
+    )
     best_gain = np.full(n_nodes, -np.inf)
     best_feature = np.full(n_nodes, -1, dtype=np.int64)
     best_threshold = np.zeros(n_nodes)
@@ -193,8 +221,18 @@ def best_local_splits(X: np.ndarray, rows: np.ndarray, node_pos: np.ndarray, wei
     features = np.flatnonzero(node_features[splittable].any(axis=0)) if splittable.any() else np.zeros(0, np.int64)
     for j in features.tolist():
         keep = node_features[node_pos, j] & splittable[node_pos]
-        g, t = _feature_best(X[rows[keep], j], node_pos[keep], weight[keep], terms[keep], stats, n_rows,
-                             root_weight, criterion, min_samples_leaf, n_nodes)
+        g, t = _feature_best(
+            X[rows[keep], j],
+            node_pos[keep],
+            weight[keep],
+            terms[keep],
+            stats,
+            n_rows,
+            root_weight,
+            criterion,
+            min_samples_leaf,
+            n_nodes,
+        )
         gains.append(g)
         thresholds.append(t)
     if gains:

@@ -20,8 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MAX_DEPTH", "PartialTree", "classical_leaves", "intersect_leaves", "leaves_of", "owned_directions",
-           "reachable_leaves"]
+__all__ = [
+    "MAX_DEPTH",
+    "PartialTree",
+    "classical_leaves",
+    "intersect_leaves",
+    "leaves_of",
+    "owned_directions",
+    "reachable_leaves",
+]
 
 #: Deepest tree the vertical forest grows: heap ids of depth-40 nodes fit int64 with room for the
 #: tree number (the party packs (tree, node) into one int64 key).
@@ -73,8 +80,9 @@ def reachable_leaves(tree: PartialTree, X: np.ndarray) -> np.ndarray:
     this party's splits (both branches where it does not own the split)."""
     n = X.shape[0]
     reach = {0: np.ones(n, dtype=bool)}
-    for node, owned, f, t in zip(tree.split_nodes.tolist(), tree.owned.tolist(), tree.feature.tolist(),
-                                 tree.threshold.tolist()):
+    for node, owned, f, t in zip(
+        tree.split_nodes.tolist(), tree.owned.tolist(), tree.feature.tolist(), tree.threshold.tolist()
+    ):
         here = reach.pop(node)
         if owned:
             go_left = X[:, f] <= t
@@ -92,8 +100,10 @@ def intersect_leaves(reaches: Sequence[np.ndarray]) -> np.ndarray:
     count = both.sum(axis=1)
     if (count != 1).any():
         bad = int(np.flatnonzero(count != 1)[0])
-        raise ValueError(f"the parties' leaf sets intersect in {int(count[bad])} leaves for sample {bad}, not 1: "
-                         "their partial trees do not belong to one forest")
+        raise ValueError(
+            f"the parties' leaf sets intersect in {int(count[bad])} leaves for sample {bad}, not 1: "
+            "their partial trees do not belong to one forest"
+        )
     return np.argmax(both, axis=1)
 
 
@@ -106,8 +116,9 @@ def owned_directions(tree: PartialTree, X: np.ndarray, node: int) -> np.ndarray:
     return X[:, int(tree.feature[at])] <= float(tree.threshold[at])
 
 
-def classical_leaves(split_nodes: np.ndarray, owner: np.ndarray, n_samples: int,
-                     ask: Callable[[int, int, np.ndarray], np.ndarray]) -> np.ndarray:
+def classical_leaves(
+    split_nodes: np.ndarray, owner: np.ndarray, n_samples: int, ask: Callable[[int, int, np.ndarray], np.ndarray]
+) -> np.ndarray:
     """Classical per-node prediction: route every sample from the root, asking the owner of
     each split (``ask(party, node, sample_indices)`` -> go-left flags) level by level; returns
     each sample's leaf position (as :func:`intersect_leaves`)."""

@@ -81,18 +81,32 @@ def definitions(users: list[BrokerUser], prefix: str = "wheelfed/v1") -> dict:
     out: dict = {"vhosts": [{"name": "/"}], "users": [], "permissions": [], "topic_permissions": []}
     for user in users:
         own_queues = f"mqtt-subscription-{re.escape(user.name)}qos[01]"
-        out["users"].append({"name": user.name, "password_hash": rabbit_password_hash(user.password),
-                             "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": []})
-        out["permissions"].append({"user": user.name, "vhost": "/", "configure": f"^{own_queues}$",
-                                   "write": f"^(amq\\.topic|{own_queues})$", "read": f"^(amq\\.topic|{own_queues})$"})
+        out["users"].append(
+            {
+                "name": user.name,
+                "password_hash": rabbit_password_hash(user.password),
+                "hashing_algorithm": "rabbit_password_hashing_sha256",
+                "tags": [],
+            }
+        )
+        out["permissions"].append(
+            {
+                "user": user.name,
+                "vhost": "/",
+                "configure": f"^{own_queues}$",
+                "write": f"^(amq\\.topic|{own_queues})$",
+                "read": f"^(amq\\.topic|{own_queues})$",
+            }
+        )
         if user.name == AGGREGATOR_ID:
             write = read = f"^{root}\\..+"
         else:
             me = f"{root}\\.c\\.{_routing_key_level(user.name)}"
             write = f"^{me}\\.(out|status)$"
             read = f"^({me}\\.(in|status)|{root}\\.fleet\\..+)$"
-        out["topic_permissions"].append({"user": user.name, "vhost": "/", "exchange": "amq.topic",
-                                         "write": write, "read": read})
+        out["topic_permissions"].append(
+            {"user": user.name, "vhost": "/", "exchange": "amq.topic", "write": write, "read": read}
+        )
     return out
 
 
@@ -140,8 +154,9 @@ def mqtt_login(port: int, user: BrokerUser, timeout_s: float = 5.0) -> str:
     not). The node is ready when its first user logs in: the listener opens a moment before the
     plugin's client-id tracking (a Raft cluster of its own) accepts sessions. A clean session
     also discards the one the user had: ``forget_session``."""
-    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=user.name, clean_session=True,
-                         protocol=MQTTProtocolVersion.MQTTv311)
+    client = paho.Client(
+        CallbackAPIVersion.VERSION2, client_id=user.name, clean_session=True, protocol=MQTTProtocolVersion.MQTTv311
+    )
     client.username_pw_set(user.name, user.password)
     answers: list[str] = []
     client.on_connect = lambda _c, _u, _f, reason, _p: answers.append(str(reason))
@@ -175,11 +190,14 @@ class RabbitMQCluster:
 
     protocol = 4
 
-    def __init__(self, run_dir: str | Path, users: list[BrokerUser], *, n_nodes: int = 1,
-                 tls_cert_dir: str | Path | None = None) -> None:
+    def __init__(
+        self, run_dir: str | Path, users: list[BrokerUser], *, n_nodes: int = 1, tls_cert_dir: str | Path | None = None
+    ) -> None:
         if not rabbitmq_available():
-            raise FileNotFoundError("rabbitmq-server is not installed: `apt-get install -y --no-install-recommends "
-                                    "rabbitmq-server` (the test command installs it)")
+            raise FileNotFoundError(
+                "rabbitmq-server is not installed: `apt-get install -y --no-install-recommends "
+                "rabbitmq-server` (the test command installs it)"
+            )
         if n_nodes < 1:
             raise ValueError(f"n_nodes must be at least 1, got {n_nodes}")
         self.run_dir = Path(run_dir).resolve()
@@ -188,14 +206,21 @@ class RabbitMQCluster:
         self.epmd_port = unused_port()
         tag = secrets.token_hex(3)
         self.tls_cert_dir = Path(tls_cert_dir).resolve() if tls_cert_dir else None
-        self.nodes = [self._with_new_ports(RabbitNode(f"wf{tag}n{i}@localhost", 0, 0, 0, self.run_dir / f"node{i}"))
-                      for i in range(1, n_nodes + 1)]
+        self.nodes = [
+            self._with_new_ports(RabbitNode(f"wf{tag}n{i}@localhost", 0, 0, 0, self.run_dir / f"node{i}"))
+            for i in range(1, n_nodes + 1)
+        ]
         self._epmd: subprocess.Popen | None = None
         self._servers: list[subprocess.Popen] = []
 
     def _with_new_ports(self, node: RabbitNode) -> RabbitNode:
-        return dataclasses.replace(node, mqtt_port=unused_port(), amqp_port=unused_port(), dist_port=unused_port(),
-                                   mqtt_tls_port=unused_port() if self.tls_cert_dir else 0)
+        return dataclasses.replace(
+            node,
+            mqtt_port=unused_port(),
+            amqp_port=unused_port(),
+            dist_port=unused_port(),
+            mqtt_tls_port=unused_port() if self.tls_cert_dir else 0,
+        )
 
     # -- placement --------------------------------------------------------------------------
     def node_of(self, client_id: str) -> RabbitNode:
@@ -219,11 +244,16 @@ class RabbitMQCluster:
         return dict(
             os.environ,
             HOME=str(self.home),  # its .erlang.cookie: ours, not the system's
-            ERL_EPMD_PORT=str(self.epmd_port), ERL_EPMD_ADDRESS="127.0.0.1",
-            RABBITMQ_NODENAME=node.name, RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
-            RABBITMQ_NODE_PORT=str(node.amqp_port), RABBITMQ_DIST_PORT=str(node.dist_port),
-            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=only_loopback, RABBITMQ_CTL_ERL_ARGS=only_loopback,
-            RABBITMQ_MNESIA_BASE=str(node.directory / "mnesia"), RABBITMQ_LOG_BASE=str(node.directory / "log"),
+            ERL_EPMD_PORT=str(self.epmd_port),
+            ERL_EPMD_ADDRESS="127.0.0.1",
+            RABBITMQ_NODENAME=node.name,
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(node.amqp_port),
+            RABBITMQ_DIST_PORT=str(node.dist_port),
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=only_loopback,
+            RABBITMQ_CTL_ERL_ARGS=only_loopback,
+            RABBITMQ_MNESIA_BASE=str(node.directory / "mnesia"),
+            RABBITMQ_LOG_BASE=str(node.directory / "log"),
             RABBITMQ_CONFIG_FILE=str(node.directory / "rabbitmq.conf"),
             RABBITMQ_ADVANCED_CONFIG_FILE=str(node.directory / "advanced.config"),
             RABBITMQ_CONF_ENV_FILE=str(node.directory / "rabbitmq-env.conf"),  # not /etc/rabbitmq's
@@ -249,9 +279,14 @@ class RabbitMQCluster:
 
     def _write_config(self, i: int) -> None:
         node = self.nodes[i]
-        (node.directory / "rabbitmq.conf").write_text(render_config(
-            node, definitions_file=self.run_dir / "definitions.json" if i == 0 else None,
-            seed=self.nodes[0] if i else None, tls_cert_dir=self.tls_cert_dir))
+        (node.directory / "rabbitmq.conf").write_text(
+            render_config(
+                node,
+                definitions_file=self.run_dir / "definitions.json" if i == 0 else None,
+                seed=self.nodes[0] if i else None,
+                tls_cert_dir=self.tls_cert_dir,
+            )
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, timeout_s: float = 120.0) -> "RabbitMQCluster":
@@ -259,9 +294,13 @@ class RabbitMQCluster:
         accepts connections (it opens last, after the users are loaded and the cluster joined)."""
         self._write_files()
         try:
-            self._epmd = subprocess.Popen(["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          start_new_session=True, preexec_fn=die_with_parent())
+            self._epmd = subprocess.Popen(
+                ["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
+            )
             for i in range(len(self.nodes)):
                 for attempt in range(3):
                     try:
@@ -285,8 +324,14 @@ class RabbitMQCluster:
         stdout_path = node.directory / "stdout.log"
         offset = stdout_path.stat().st_size if stdout_path.exists() else 0
         stdout = open(stdout_path, "ab")
-        server = subprocess.Popen([str(RABBITMQ_BIN / "rabbitmq-server")], env=self._env(node), stdout=stdout,
-                                  stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
+        server = subprocess.Popen(
+            [str(RABBITMQ_BIN / "rabbitmq-server")],
+            env=self._env(node),
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
         stdout.close()
         self._servers.append(server)
         deadline = time.monotonic() + timeout_s
@@ -300,16 +345,23 @@ class RabbitMQCluster:
                         raise PortTaken(f"RabbitMQ node {node.name}: a port was taken before it could bind it")
                 raise RuntimeError(f"RabbitMQ node {node.name} exited with {server.returncode}:\n{self.log_tail(node)}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"RabbitMQ node {node.name} did not accept {first.name}'s MQTT login on port "
-                                   f"{node.mqtt_port} within {timeout_s:.0f}s ({answer}):\n{self.log_tail(node)}")
+                raise TimeoutError(
+                    f"RabbitMQ node {node.name} did not accept {first.name}'s MQTT login on port "
+                    f"{node.mqtt_port} within {timeout_s:.0f}s ({answer}):\n{self.log_tail(node)}"
+                )
             time.sleep(0.2)
             if _port_open(node.mqtt_port):
                 answer = mqtt_login(node.mqtt_port, first)
 
     def ctl(self, node: RabbitNode, *args: str, timeout_s: float = 60.0) -> str:
         """``rabbitmqctl -n NODE ARGS`` with this cluster's cookie and epmd; its output."""
-        proc = subprocess.run([str(RABBITMQ_BIN / "rabbitmqctl"), "-n", node.name, *args], env=self._env(node),
-                              capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(
+            [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", node.name, *args],
+            env=self._env(node),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
         if proc.returncode:
             raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed ({proc.returncode}): {proc.stderr or proc.stdout}")
         return proc.stdout
@@ -351,8 +403,9 @@ class RabbitMQCluster:
         self.stop()
 
 
-def render_config(node: RabbitNode, *, definitions_file: Path | None, seed: RabbitNode | None,
-                  tls_cert_dir: Path | None = None) -> str:
+def render_config(
+    node: RabbitNode, *, definitions_file: Path | None, seed: RabbitNode | None, tls_cert_dir: Path | None = None
+) -> str:
     """A node's ``rabbitmq.conf``: the settings of ``deploy/cloud/brokers/rabbitmq/rabbitmq.conf``
     with loopback listeners on the node's ports and its files under the test's directory; with
     ``tls_cert_dir`` (``deploy/certs``' layout) also its mutual-TLS listener and certificate
@@ -387,7 +440,9 @@ def render_config(node: RabbitNode, *, definitions_file: Path | None, seed: Rabb
     if definitions_file is not None:
         lines.append(f"load_definitions = {definitions_file}")
     if seed is not None:
-        lines += ["cluster_formation.peer_discovery_backend = classic_config",
-                  f"cluster_formation.classic_config.nodes.1 = {seed.name}",
-                  f"cluster_formation.classic_config.nodes.2 = {node.name}"]
+        lines += [
+            "cluster_formation.peer_discovery_backend = classic_config",
+            f"cluster_formation.classic_config.nodes.1 = {seed.name}",
+            f"cluster_formation.classic_config.nodes.2 = {node.name}",
+        ]
     return "\n".join(lines) + "\n"

@@ -30,8 +30,9 @@ class SmallDisk:
 
     def __enter__(self) -> SmallDisk:
         self.path.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.size}", "tmpfs", str(self.path)],
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={self.size}", "tmpfs", str(self.path)], capture_output=True, text=True
+        )
         if done.returncode != 0:
             pytest.skip(f"cannot mount a small tmpfs for a real disk-full test (needs root): {done.stderr.strip()}")
         return self

@@ -15,6 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_mypy_finds_nothing():
-    result = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", os.devnull],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", os.devnull], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]

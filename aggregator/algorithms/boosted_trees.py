@@ -57,28 +57,46 @@ class BoostedTrees:
 
     def _ensemble(self, first: int = 0) -> TreeEnsemble:
         """Trees ``first..`` as a boosted ensemble with base score 0 (a model delta)."""
-        return TreeEnsemble(trees=tuple(self.trees[first:]), kind="boosted", link=self.objective.link,
-                            n_outputs=self.n_outputs, feature_names=self.feature_names, classes=self.model_classes,
-                            tree_output=np.array(self.tree_output[first:], dtype=np.int32))
+        return TreeEnsemble(
+            trees=tuple(self.trees[first:]),
+            kind="boosted",
+            link=self.objective.link,
+            n_outputs=self.n_outputs,
+            feature_names=self.feature_names,
+            classes=self.model_classes,
+            tree_output=np.array(self.tree_output[first:], dtype=np.int32),
+        )
 
-    def boosted_model(self, n_trees: int | None, base_score: np.ndarray, feature_set_version: str,
-                      metadata: dict[str, Any]) -> TreeEnsemble:
+    def boosted_model(
+        self, n_trees: int | None, base_score: np.ndarray, feature_set_version: str, metadata: dict[str, Any]
+    ) -> TreeEnsemble:
         """The model of the first ``n_trees`` trees (all), with its base score and metadata."""
         return TreeEnsemble(
-            trees=tuple(self.trees[:n_trees]), kind="boosted", link=self.objective.link, n_outputs=self.n_outputs,
-            feature_names=self.feature_names, tree_output=np.array(self.tree_output[:n_trees], dtype=np.int32),
-            base_score=base_score, feature_set_version=feature_set_version, classes=self.model_classes,
-            metadata=metadata)
+            trees=tuple(self.trees[:n_trees]),
+            kind="boosted",
+            link=self.objective.link,
+            n_outputs=self.n_outputs,
+            feature_names=self.feature_names,
+            tree_output=np.array(self.tree_output[:n_trees], dtype=np.int32),
+            base_score=base_score,
+            feature_set_version=feature_set_version,
+            classes=self.model_classes,
+            metadata=metadata,
+        )
 
     def continue_from(self, model: TreeEnsemble, multi_strategy: str) -> None:
         """Start from ``model``'s trees and base score (periodic retraining); a model that does not
         fit the job fails it in one line."""
         if model.kind != "boosted" or model.n_outputs != self.n_outputs or model.n_features != self.n_features:
-            raise TrainingError(f"init_model ({model.kind}, {model.n_outputs} outputs, {model.n_features} features)"
-                                f" does not fit this job ({self.n_outputs} outputs, {self.n_features} features)")
+            raise TrainingError(
+                f"init_model ({model.kind}, {model.n_outputs} outputs, {model.n_features} features)"
+                f" does not fit this job ({self.n_outputs} outputs, {self.n_features} features)"
+            )
         if model.link != self.objective.link or (self.model_classes and tuple(model.classes) != self.model_classes):
-            raise TrainingError(f"init_model predicts {list(model.classes)} with link {model.link!r}; the job has "
-                                f"classes {list(self.model_classes)} and link {self.objective.link!r}")
+            raise TrainingError(
+                f"init_model predicts {list(model.classes)} with link {model.link!r}; the job has "
+                f"classes {list(self.model_classes)} and link {self.objective.link!r}"
+            )
         if model.n_trees and bool((model.tree_output == -1).all() and self.n_outputs > 1) != self.vector_leaves:
             raise TrainingError(f"init_model's trees do not follow multi_strategy={multi_strategy!r}")
         self.base_score = np.asarray(model.base_score, dtype=np.float64)

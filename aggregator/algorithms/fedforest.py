@@ -158,16 +158,23 @@ class FedForest:
             raise ValueError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
         check_privacy_settings(self, paper="sketches", dp_possible=True)
         if self.protocol != "sketches":
-            unsupported = [name for name, on in (("client_splits", self.client_splits),
-                                                 ("categorical_features", bool(self.categorical_features)),
-                                                 ("evaluation='avgimp'", self.evaluation != "exact"),
-                                                 ("candidates='histogram'", self.candidates != "quantiles"),
-                                                 ("target='client'", self.target != "label"),
-                                                 ("thresholds", self.protocol == "private"
-                                                  and self.thresholds is not None)) if on]
+            unsupported = [
+                name
+                for name, on in (
+                    ("client_splits", self.client_splits),
+                    ("categorical_features", bool(self.categorical_features)),
+                    ("evaluation='avgimp'", self.evaluation != "exact"),
+                    ("candidates='histogram'", self.candidates != "quantiles"),
+                    ("target='client'", self.target != "label"),
+                    ("thresholds", self.protocol == "private" and self.thresholds is not None),
+                )
+                if on
+            ]
             if unsupported:
-                raise ValueError(f"protocol={self.protocol!r} does not offer {', '.join(unsupported)} (they need "
-                                 "per-client statistics or exact sums); use protocol='sketches'")
+                raise ValueError(
+                    f"protocol={self.protocol!r} does not offer {', '.join(unsupported)} (they need "
+                    "per-client statistics or exact sums); use protocol='sketches'"
+                )
 
     @property
     def regression(self) -> bool:
@@ -202,6 +209,9 @@ class FedForest:
             strategy = HistogramForestTraining if self.protocol == "histogram" else SketchForestTraining
             return strategy(self, job, seed).run()
         model, grown = PrivateForestTraining(self, job, seed).run()
-        return ForestResult(model, grown.importance(), grown.root_gain(self.split_criterion),
-                            [LevelCounts(0, 1, int(grown.screening.score.shape[0]),
-                                         int(np.isfinite(grown.screening.score).sum()))])
+        return ForestResult(
+            model,
+            grown.importance(),
+            grown.root_gain(self.split_criterion),
+            [LevelCounts(0, 1, int(grown.screening.score.shape[0]), int(np.isfinite(grown.screening.score).sum()))],
+        )

@@ -38,8 +38,9 @@ from .forest_training import MAX_BOOTSTRAP_WEIGHT, ForestTraining, FrontierNode,
 __all__ = ["HistogramForestTraining"]
 
 
-def _vector_violation(values: np.ndarray, shape: tuple[int, ...], word_bits: int,
-                      in_range: Callable[[np.ndarray], str | None]) -> str | None:
+def _vector_violation(
+    values: np.ndarray, shape: tuple[int, ...], word_bits: int, in_range: Callable[[np.ndarray], str | None]
+) -> str | None:
     """``in_range`` of one gateway's plain level vector, or None for a vector the sum already
     holds without it (merge workers add it up elsewhere)."""
     if values.shape[0] != int(np.prod(shape)):
@@ -55,8 +56,14 @@ class HistogramForestTraining(ForestTraining):
         cfg = self.config
         self.summer = FleetSummer(self.job, secure=cfg.secure_aggregation, degree=cfg.secagg_degree)
         self.summer.start(self.job.clients)
-        fleet = describe_fleet_privately(self.job, self.summer, cfg.feature_set_version, regression=cfg.regression,
-                                         n_bins=cfg.bins, classes=cfg.classes)
+        fleet = describe_fleet_privately(
+            self.job,
+            self.summer,
+            cfg.feature_set_version,
+            regression=cfg.regression,
+            n_bins=cfg.bins,
+            classes=cfg.classes,
+        )
         self._set_fleet(fleet.clients, fleet.n_features, fleet.feature_names, fleet.classes, fleet.model_classes)
         edges = fleet.edges
         if cfg.thresholds is not None:
@@ -64,8 +71,9 @@ class HistogramForestTraining(ForestTraining):
                 raise TrainingError(f"{len(cfg.thresholds)} threshold arrays for {self.d} features")
             edges = [np.unique(np.asarray(t, dtype=np.float32)) for t in cfg.thresholds]
         if fleet.total_samples < max(cfg.min_crowd, 1):
-            raise TrainingError(f"the fleet holds {fleet.total_samples} samples, fewer than the minimum crowd "
-                                f"({cfg.min_crowd})")
+            raise TrainingError(
+                f"the fleet holds {fleet.total_samples} samples, fewer than the minimum crowd ({cfg.min_crowd})"
+            )
         self.edges = [np.asarray(e, dtype=np.float32) for e in edges]
         self.edge_offsets = np.concatenate([[0], np.cumsum([e.size for e in self.edges])]).astype(np.int64)
         self.edge_values = np.concatenate(self.edges) if self.edges else np.zeros(0, np.float32)
@@ -93,8 +101,12 @@ class HistogramForestTraining(ForestTraining):
         cfg = self.config
         crowd = max(cfg.min_crowd, 1)
         for node in frontier:  # a root is always described (its sums come from its pairs), split or not
-            eligible = level < cfg.max_depth and (node.summary is None or (  # two children of >= crowd each
-                self._can_split(node.summary) and self.distinct_of[(node.tree, node.node)] >= 2 * crowd))
+            eligible = level < cfg.max_depth and (
+                node.summary is None
+                or (  # two children of >= crowd each
+                    self._can_split(node.summary) and self.distinct_of[(node.tree, node.node)] >= 2 * crowd
+                )
+            )
             node.features = self._features(node) if eligible or node.summary is None else np.zeros(0, np.int64)
         offsets = np.concatenate([[0], np.cumsum([n.features.size for n in frontier])]).astype(np.int64)
         features = np.concatenate([n.features for n in frontier]).astype(np.int64)
@@ -106,15 +118,35 @@ class HistogramForestTraining(ForestTraining):
         node_tree = np.array([n.tree for n in frontier], dtype=np.int64)
         node_id = np.array([n.node for n in frontier], dtype=np.int64)
         active = list(self.summer.active)
-        requests = {c: ForestHistogramRequest(
-            self._task(c), level, self._decisions_since(self.known.get(c, -1) + 1), node_tree, node_id, offsets,
-            features, self.edge_values, self.edge_offsets, self.frac_bits, self.value_bound,
-            self.summer.secure_round(c, active), self.word_bits, None, self._shifts(frontier)) for c in active}
+        requests = {
+            c: ForestHistogramRequest(
+                self._task(c),
+                level,
+                self._decisions_since(self.known.get(c, -1) + 1),
+                node_tree,
+                node_id,
+                offsets,
+                features,
+                self.edge_values,
+                self.edge_offsets,
+                self.frac_bits,
+                self.value_bound,
+                self.summer.secure_round(c, active),
+                self.word_bits,
+                None,
+                self._shifts(frontier),
+            )
+            for c in active
+        }
         any_request = next(iter(requests.values()))
         shape = (P, any_request.slots, any_request.terms)
-        in_range = partial(forest_histogram_violation, pair_node=np.repeat(np.arange(A), np.diff(offsets)),
-                           padding=padding_mask(self.edge_offsets, features), regression=cfg.regression,
-                           max_weight=MAX_BOOTSTRAP_WEIGHT)
+        in_range = partial(
+            forest_histogram_violation,
+            pair_node=np.repeat(np.arange(A), np.diff(offsets)),
+            padding=padding_mask(self.edge_offsets, features),
+            regression=cfg.regression,
+            max_weight=MAX_BOOTSTRAP_WEIGHT,
+        )
         visible = not self.summer.secure  # plain sums: each gateway's vector is checked and a liar left out
         liars: set[str] = set()
 
@@ -124,8 +156,14 @@ class HistogramForestTraining(ForestTraining):
                 liars.add(client)
             return why
 
-        result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, any_request.length,
-                                 word_bits=any_request.word_bits, check=check)
+        result = self.summer.ask(
+            requests,
+            ForestHistogramReply,
+            lambda r: r.sums,
+            any_request.length,
+            word_bits=any_request.word_bits,
+            check=check,
+        )
         self.summer.leave_out(liars)
         for client in active:
             if client in result.contributors:
@@ -136,9 +174,11 @@ class HistogramForestTraining(ForestTraining):
         hist = result.total.view(np.int64).reshape(shape)
         why = in_range(hist) or self._grown_children(frontier, offsets, hist[..., 0])
         if why:
-            raise TrainingError(f"level {level}: the fleet's histograms break a range check: {why} (in the sum of "
-                                f"{len(result.contributors)} gateways: "
-                                f"{'secure aggregation hides which' if self.summer.secure else 'none alone shows it'})")
+            raise TrainingError(
+                f"level {level}: the fleet's histograms break a range check: {why} (in the sum of "
+                f"{len(result.contributors)} gateways: "
+                f"{'secure aggregation hides which' if self.summer.secure else 'none alone shows it'})"
+            )
         windows, sums = hist[..., 0], hist[..., 1:].astype(np.float64)
         if cfg.regression:
             sums[..., 1:] = dequantize(hist[..., 2:], self.frac_bits)
@@ -153,15 +193,24 @@ class HistogramForestTraining(ForestTraining):
             self.summary_of[(node.tree, node.node)] = KnownNode(node.summary, node.shift)
             if level == 0:
                 self.root_weight[node.tree] = node_count(node.summary, self.crit)
-        can = np.array([level < cfg.max_depth and n.features.size > 0 and self._can_split(n.summary)
-                        for n in frontier], dtype=bool)
-        cands, left_windows = histogram_candidates(sums, windows, features, pair_node, self.edge_values,
-                                                   self.edge_offsets, crowd, self.crit)
+        can = np.array(
+            [level < cfg.max_depth and n.features.size > 0 and self._can_split(n.summary) for n in frontier], dtype=bool
+        )
+        cands, left_windows = histogram_candidates(
+            sums, windows, features, pair_node, self.edge_values, self.edge_offsets, crowd, self.crit
+        )
         pooled = np.stack([n.summary if n.summary is not None else np.zeros(self.S) for n in frontier])
-        best, best_gain = choose_splits(pooled, cands.node, cands.left, cands.feature, cands.rank, self.crit,
-                                        min_samples_leaf=cfg.min_samples_leaf,
-                                        min_impurity_decrease=cfg.min_impurity_decrease,
-                                        total_weight=self.root_weight[node_tree])
+        best, best_gain = choose_splits(
+            pooled,
+            cands.node,
+            cands.left,
+            cands.feature,
+            cands.rank,
+            self.crit,
+            min_samples_leaf=cfg.min_samples_leaf,
+            min_impurity_decrease=cfg.min_impurity_decrease,
+            total_weight=self.root_weight[node_tree],
+        )
         best[~can] = -1
         self._n_splits = int((best >= 0).sum())
         self.levels.append(LevelCounts(level, A, P, cands.size))
@@ -180,8 +229,10 @@ class HistogramForestTraining(ForestTraining):
         for i, node in enumerate(frontier):
             known = self.distinct_of.get((node.tree, node.node))
             if offsets[i + 1] > offsets[i] and known is not None and int(windows[offsets[i]].sum()) > known:
-                return (f"node {node.node} of tree {node.tree} holds {int(windows[offsets[i]].sum())} windows, "
-                        f"the parent split gave it {known}")
+                return (
+                    f"node {node.node} of tree {node.tree} holds {int(windows[offsets[i]].sum())} windows, "
+                    f"the parent split gave it {known}"
+                )
         return None
 
     def _candidate_edges(self) -> tuple[np.ndarray, np.ndarray]:

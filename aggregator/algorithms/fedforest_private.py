@@ -62,8 +62,15 @@ from .private_fleet import describe_fleet_privately, opening_releases
 if TYPE_CHECKING:
     from .fedforest import FedForest
 
-__all__ = ["COUNT_SCALE", "RANGE_BITS", "RANGE_SIGMAS", "PrivateForestTraining", "ReleasePlan", "release_bounds",
-           "target_range"]
+__all__ = [
+    "COUNT_SCALE",
+    "RANGE_BITS",
+    "RANGE_SIGMAS",
+    "PrivateForestTraining",
+    "ReleasePlan",
+    "release_bounds",
+    "target_range",
+]
 
 #: Lattice steps per window of a released count (``NoiseShare.scale``).
 COUNT_SCALE = 64
@@ -85,9 +92,12 @@ class ReleasePlan:
 
     def budget(self, epsilon: float, delta: float) -> PrivacyBudget:
         """The budget of one private forest training."""
-        return PrivacyBudget(epsilon, delta, shares={"opening": self.opening, "histograms": self.histograms,
-                                                     "leaves": self.leaves},
-                             releases={"opening": opening_releases(), "histograms": 1, "leaves": 1})
+        return PrivacyBudget(
+            epsilon,
+            delta,
+            shares={"opening": self.opening, "histograms": self.histograms, "leaves": self.leaves},
+            releases={"opening": opening_releases(), "histograms": 1, "leaves": 1},
+        )
 
 
 def release_bounds(kind: str, n_features: int, n_trees: int, columns: int = 1) -> tuple[float, float]:
@@ -132,7 +142,7 @@ def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     high = float(key_values(np.array([last], dtype=np.uint32))[0])
     if not (np.isfinite(low) and np.isfinite(high)):  # no mass anywhere: the keys' ends
         return TargetClip(0.0, 1.0)
-    return TargetClip((low + high) / 2, max((high - low) / 2, 2.0 ** -20))
+    return TargetClip((low + high) / 2, max((high - low) / 2, 2.0**-20))
 
 
 class PrivateForestTraining:
@@ -148,8 +158,15 @@ class PrivateForestTraining:
         self.summer = FleetSummer(self.job, secure=True, degree=cfg.secagg_degree)
         self.summer.start(self.job.clients)
         self.budget = cfg.release_plan.budget(cfg.dp_epsilon, cfg.dp_delta)
-        fleet = describe_fleet_privately(self.job, self.summer, cfg.feature_set_version, regression=cfg.regression,
-                                         n_bins=cfg.bins, classes=cfg.classes, budget=self.budget)
+        fleet = describe_fleet_privately(
+            self.job,
+            self.summer,
+            cfg.feature_set_version,
+            regression=cfg.regression,
+            n_bins=cfg.bins,
+            classes=cfg.classes,
+            budget=self.budget,
+        )
         if not cfg.regression and len(fleet.classes) < 2:
             raise TrainingError(f"classification needs at least 2 classes, the clients have {list(fleet.classes)}")
         self.fleet = fleet
@@ -165,8 +182,15 @@ class PrivateForestTraining:
         self.windows = 2.0 * fleet.total_samples + 10_000.0
         self.step = 0
         self.keep = cfg.dp_features or max(1, math.isqrt(fleet.n_features))
-        plan = PrivateForestPlan(cfg.n_trees, cfg.max_depth, self.keep, cfg.split_criterion, target=self.clip,
-                                 best_root=cfg.regression, shrink_to_parent=cfg.regression)
+        plan = PrivateForestPlan(
+            cfg.n_trees,
+            cfg.max_depth,
+            self.keep,
+            cfg.split_criterion,
+            target=self.clip,
+            best_root=cfg.regression,
+            shrink_to_parent=cfg.regression,
+        )
         grown = grow_private_forest(plan, self.edges, self.seed, self._histograms, self._leaves)
         return self._model(grown), grown
 
@@ -182,23 +206,39 @@ class PrivateForestTraining:
         plan = GridPlan(d + 1, feature=[d], prefix=[0], bits=[0], step=[RANGE_BITS])
         mu = self.budget.mu("opening", COUNT_SCALE, COUNT_SCALE)
         noise = NoiseShare(mu, len(cohort), COUNT_SCALE)
-        requests = {c: GridCountsRequest(self.config.feature_set_version, **plan.to_arrays(),
-                                         secure=self.summer.secure_round(c, cohort), noise=noise, target=True)
-                    for c in cohort}
+        requests = {
+            c: GridCountsRequest(
+                self.config.feature_set_version,
+                **plan.to_arrays(),
+                secure=self.summer.secure_round(c, cohort),
+                noise=noise,
+                target=True,
+            )
+            for c in cohort
+        }
         result = self.summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells, word_bits=32)
         answered = len(result.contributors)
-        self.budget.spend(skellam_release("opening", COUNT_SCALE, COUNT_SCALE, mu, answered=answered,
-                                          asked=len(cohort)))
+        self.budget.spend(
+            skellam_release("opening", COUNT_SCALE, COUNT_SCALE, mu, answered=answered, asked=len(cohort))
+        )
         sigma = math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE
         return target_range(result.total.view(np.int64) / COUNT_SCALE, RANGE_SIGMAS * sigma)
 
     def _task(self, client: str) -> ForestTask:
         cfg = self.config
-        return ForestTask(task=cfg.task, criterion=cfg.split_criterion,
-                          feature_set_version=cfg.feature_set_version, n_features=self.fleet.n_features,
-                          n_trees=cfg.n_trees, client_index=self.clients.index(client),
-                          trees=np.arange(cfg.n_trees, dtype=np.int64), seed=self.seed, bootstrap=False,
-                          classes=self.fleet.classes, n_clients=len(self.clients))
+        return ForestTask(
+            task=cfg.task,
+            criterion=cfg.split_criterion,
+            feature_set_version=cfg.feature_set_version,
+            n_features=self.fleet.n_features,
+            n_trees=cfg.n_trees,
+            client_index=self.clients.index(client),
+            trees=np.arange(cfg.n_trees, dtype=np.int64),
+            seed=self.seed,
+            bootstrap=False,
+            classes=self.fleet.classes,
+            n_clients=len(self.clients),
+        )
 
     def _release(self, kind: str, l2: float, l1: float, build) -> NoisyCounts:
         """One release: every active gateway's request from ``build(client, noise, secure,
@@ -207,15 +247,27 @@ class PrivateForestTraining:
         cohort = list(self.summer.active)
         mu = self.budget.mu(kind, l2, l1)
         bits = max(32, word_bits_for(2.0 * (self.windows * COUNT_SCALE + 10.0 * math.sqrt(mu))))
-        requests = {c: build(c, NoiseShare(mu, len(cohort), COUNT_SCALE), self.summer.secure_round(c, cohort), bits)
-                    for c in cohort}
+        requests = {
+            c: build(c, NoiseShare(mu, len(cohort), COUNT_SCALE), self.summer.secure_round(c, cohort), bits)
+            for c in cohort
+        }
         length = next(iter(requests.values())).length
         result = self.summer.ask(requests, ForestHistogramReply, lambda r: r.sums, length, word_bits=bits)
         answered = len(result.contributors)
         self.budget.spend(skellam_release(kind, l2, l1, mu, answered=answered, asked=len(cohort)))
         self.step += 1
-        self.job.report(StepProgress(self.job.job_id, self.config.name, self.step, 2, len(cohort), answered,
-                                      {"epsilon": self.budget.spent().epsilon}, time.monotonic() - started))
+        self.job.report(
+            StepProgress(
+                self.job.job_id,
+                self.config.name,
+                self.step,
+                2,
+                len(cohort),
+                answered,
+                {"epsilon": self.budget.spent().epsilon},
+                time.monotonic() - started,
+            )
+        )
         counts = result.total.view(np.int64).astype(np.float64) / COUNT_SCALE
         return NoisyCounts(counts, math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE)
 
@@ -225,40 +277,69 @@ class PrivateForestTraining:
     def _histograms(self) -> NoisyCounts:
         d, C = self.fleet.n_features, self.columns
         features = np.arange(d, dtype=np.int64)
-        released = self._release("histograms", *self._bounds("histograms"),
-                                 lambda c, noise, secure, bits: PrivateForestHistogramRequest(
-                                     self._task(c), features, self.edge_values, self.edge_offsets, noise, secure,
-                                     bits, target_clip=self.clip))
+        released = self._release(
+            "histograms",
+            *self._bounds("histograms"),
+            lambda c, noise, secure, bits: PrivateForestHistogramRequest(
+                self._task(c), features, self.edge_values, self.edge_offsets, noise, secure, bits, target_clip=self.clip
+            ),
+        )
         slots = int(np.diff(self.edge_offsets).max(initial=0)) + 2
         self._check("root histograms", released, np.repeat(np.arange(d), slots))
         return NoisyCounts(released.counts.reshape(d, slots, C), released.sigma)
 
     def _leaves(self, splits: SplitDecisions, leaf_tree: np.ndarray, leaf_id: np.ndarray) -> NoisyCounts:
-        released = self._release("leaves", *self._bounds("leaves"),
-                                 lambda c, noise, secure, bits: PrivateForestLeavesRequest(
-                                     self._task(c), splits, leaf_tree, leaf_id, noise, secure, bits,
-                                     target_clip=self.clip))
+        released = self._release(
+            "leaves",
+            *self._bounds("leaves"),
+            lambda c, noise, secure, bits: PrivateForestLeavesRequest(
+                self._task(c), splits, leaf_tree, leaf_id, noise, secure, bits, target_clip=self.clip
+            ),
+        )
         self._check("leaf counts", released, leaf_tree)
         return NoisyCounts(released.counts.reshape(leaf_tree.shape[0], self.columns), released.sigma)
 
     def _check(self, what: str, released: NoisyCounts, group: np.ndarray) -> None:
         """Stop the job in one line when a release breaks what honest counts make true."""
-        violation = count_violation(released.counts.reshape(-1, self.columns), group, released.sigma,
-                                    self.config.split_criterion)
+        violation = count_violation(
+            released.counts.reshape(-1, self.columns), group, released.sigma, self.config.split_criterion
+        )
         if violation is not None:
-            raise TrainingError(f"the fleet's {what} break the protocol's bounds ({violation}): a gateway sent "
-                                "counts no set of windows gives; the job stops")
+            raise TrainingError(
+                f"the fleet's {what} break the protocol's bounds ({violation}): a gateway sent "
+                "counts no set of windows gives; the job stops"
+            )
 
     # -- the model -----------------------------------------------------------------------------
 
     def _model(self, grown: PrivateForest) -> TreeEnsemble:
         cfg = self.config
-        clip = {} if self.clip is None else {"dp_target_low": self.clip.centre - self.clip.half_width,
-                                              "dp_target_high": self.clip.centre + self.clip.half_width}
+        clip = (
+            {}
+            if self.clip is None
+            else {
+                "dp_target_low": self.clip.centre - self.clip.half_width,
+                "dp_target_high": self.clip.centre + self.clip.half_width,
+            }
+        )
         return TreeEnsemble(
-            trees=grown.trees, kind="forest", link="identity", n_outputs=1 if cfg.regression else self.columns,
-            feature_names=tuple(self.fleet.feature_names), feature_set_version=cfg.feature_set_version,
+            trees=grown.trees,
+            kind="forest",
+            link="identity",
+            n_outputs=1 if cfg.regression else self.columns,
+            feature_names=tuple(self.fleet.feature_names),
+            feature_set_version=cfg.feature_set_version,
             classes=self.fleet.model_classes,
-            metadata={"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": cfg.max_depth, "n_bins": cfg.bins,
-                      "criterion": cfg.split_criterion, "protocol": cfg.protocol, "secure_aggregation": 1,
-                      "dp_features": self.keep, **clip, **self.budget.spent().metadata()})
+            metadata={
+                "algorithm": cfg.name,
+                "n_trees": cfg.n_trees,
+                "max_depth": cfg.max_depth,
+                "n_bins": cfg.bins,
+                "criterion": cfg.split_criterion,
+                "protocol": cfg.protocol,
+                "secure_aggregation": 1,
+                "dp_features": self.keep,
+                **clip,
+                **self.budget.spent().metadata(),
+            },
+        )

@@ -80,8 +80,10 @@ class SketchForestTraining(ForestTraining):
                 raise TrainingError(f"{len(cfg.thresholds)} threshold arrays for {self.d} features")
             self.fixed = [np.unique(np.asarray(t, dtype=np.float64)) for t in cfg.thresholds]
         elif cfg.candidates == "histogram":
-            self.fixed = [np.linspace(lo, hi, cfg.bins + 1)[1:-1] if hi > lo else np.zeros(0)
-                          for lo, hi in zip(fleet.minimum, fleet.maximum)]
+            self.fixed = [
+                np.linspace(lo, hi, cfg.bins + 1)[1:-1] if hi > lo else np.zeros(0)
+                for lo, hi in zip(fleet.minimum, fleet.maximum)
+            ]
         else:
             self.fixed = None
         return fleet
@@ -111,12 +113,20 @@ class SketchForestTraining(ForestTraining):
         eligible = can[pair_node] & ~np.isin(pair_feature, self.categorical)
         if cfg.top_l:
             eligible &= self._shortlist(pair_node, pair_feature, replies)
-        numeric = numeric_candidates(pair_node, pair_feature, eligible, cfg.bins, fixed=self.fixed,
-                                     sketches=None if self.fixed is not None else self._sketches(replies))
+        numeric = numeric_candidates(
+            pair_node,
+            pair_feature,
+            eligible,
+            cfg.bins,
+            fixed=self.fixed,
+            sketches=None if self.fixed is not None else self._sketches(replies),
+        )
         pool = _SplitPool.empty(numeric.thresholds.shape[0], self.S, set(replies))
         if numeric.thresholds.size:
-            split_request = {c: ForestSplitRequest(request[c].task, level, numeric.offsets, numeric.thresholds,
-                                                   cfg.evaluation) for c in replies}
+            split_request = {
+                c: ForestSplitRequest(request[c].task, level, numeric.offsets, numeric.thresholds, cfg.evaluation)
+                for c in replies
+            }
             split_replies = self.job.ask(split_request, list(split_request), ForestSplitReply)
             pool = self._pool_split_replies(numeric, split_replies, per_client)
         dropped = [self.index[c] for c in replies if c not in pool.used]
@@ -130,17 +140,25 @@ class SketchForestTraining(ForestTraining):
             missing = self._pooled_missing(replies, pool.used, numeric.n_pairs)
             cands = with_missing_left(cands, numeric.pair, missing, node_count(missing, self.crit))
         n_numeric = cands.size
-        cands = cands.concat(groupings_table(self._groupings(pair_node, pair_feature, can, replies, per_client),
-                                             self.S, self.crit))
+        cands = cands.concat(
+            groupings_table(self._groupings(pair_node, pair_feature, can, replies, per_client), self.S, self.crit)
+        )
         gain = None
         if cfg.evaluation == "avgimp":  # numeric: the n-weighted mean of local gains; groupings: exact
             gain = pooled_gain(pooled[cands.node], cands.left, self.crit)
             n_node = node_count(pooled, self.crit)[cands.node[:n_numeric]]
             gain[:n_numeric] = pool.gain_sum / np.where(n_node > 0, n_node, 1.0)
         best, best_gain = choose_splits(
-            pooled, cands.node, cands.left, cands.feature, cands.rank, self.crit,
-            min_samples_leaf=cfg.min_samples_leaf, min_impurity_decrease=cfg.min_impurity_decrease,
-            total_weight=self.root_weight[[n.tree for n in frontier]], cand_gain=gain,
+            pooled,
+            cands.node,
+            cands.left,
+            cands.feature,
+            cands.rank,
+            self.crit,
+            min_samples_leaf=cfg.min_samples_leaf,
+            min_impurity_decrease=cfg.min_impurity_decrease,
+            total_weight=self.root_weight[[n.tree for n in frontier]],
+            cand_gain=gain,
             cand_left_count=cands.left_count,
         )
         best[~can] = -1
@@ -160,14 +178,24 @@ class SketchForestTraining(ForestTraining):
         for client in self.clients:
             first = self.known.get(client, -1) + 1
             out[client] = ForestLevelRequest(
-                task=self._task(client), level=level, splits=self._decisions_since(first), node_tree=node_tree,
-                node_id=node_id, feature_offsets=offsets, features=features,
-                sketch_size=cfg.sketch_size or cfg.bins, categorical=self.categorical,
-                n_categories=cfg.n_categories, top_l=cfg.top_l or 0, node_shift=self._shifts(frontier))
+                task=self._task(client),
+                level=level,
+                splits=self._decisions_since(first),
+                node_tree=node_tree,
+                node_id=node_id,
+                feature_offsets=offsets,
+                features=features,
+                sketch_size=cfg.sketch_size or cfg.bins,
+                categorical=self.categorical,
+                n_categories=cfg.n_categories,
+                top_l=cfg.top_l or 0,
+                node_shift=self._shifts(frontier),
+            )
         return out
 
-    def _accepted_level(self, replies: dict[str, ForestLevelReply], level: int, n_nodes: int,
-                        request: dict[str, ForestLevelRequest]) -> dict[str, ForestLevelReply]:
+    def _accepted_level(
+        self, replies: dict[str, ForestLevelReply], level: int, n_nodes: int, request: dict[str, ForestLevelRequest]
+    ) -> dict[str, ForestLevelReply]:
         """The replies that fit the request (the others are rejected: their clients sit out)."""
         n_pairs = next(iter(request.values())).features.shape[0]
         for client in self.clients:
@@ -200,12 +228,20 @@ class SketchForestTraining(ForestTraining):
     def _sketches(self, replies: dict[str, ForestLevelReply]) -> PairSketches:
         """The level replies' quantile sketches, stacked (client-id order)."""
         stacked = list(replies.values())
-        return PairSketches(pair=np.concatenate([r.pairs for r in stacked]),
-                            points=np.concatenate([r.points for r in stacked]),
-                            weight=np.concatenate([r.pair_weight for r in stacked]))
+        return PairSketches(
+            pair=np.concatenate([r.pairs for r in stacked]),
+            points=np.concatenate([r.points for r in stacked]),
+            weight=np.concatenate([r.pair_weight for r in stacked]),
+        )
 
-    def _centred_in_gaps(self, cands: Candidates, best: np.ndarray, pair_node: np.ndarray, pair_feature: np.ndarray,
-                         replies: dict[str, ForestLevelReply]) -> Candidates:
+    def _centred_in_gaps(
+        self,
+        cands: Candidates,
+        best: np.ndarray,
+        pair_node: np.ndarray,
+        pair_feature: np.ndarray,
+        replies: dict[str, ForestLevelReply],
+    ) -> Candidates:
         """The chosen numeric splits' thresholds moved to the middle of the gap below them where
         the sketches prove the gap empty (``forest_candidates.gap_midpoints``)."""
         chosen = best[best >= 0]
@@ -215,8 +251,12 @@ class SketchForestTraining(ForestTraining):
         pair_of = np.full((len(best), self.d + 1), -1, dtype=np.int64)
         pair_of[pair_node, pair_feature] = np.arange(pair_node.shape[0])
         threshold = cands.threshold.copy()
-        threshold[chosen] = gap_midpoints(pair_of[cands.node[chosen], cands.feature[chosen]], threshold[chosen],
-                                          self._sketches(replies), self.config.sketch_size or self.config.bins)
+        threshold[chosen] = gap_midpoints(
+            pair_of[cands.node[chosen], cands.feature[chosen]],
+            threshold[chosen],
+            self._sketches(replies),
+            self.config.sketch_size or self.config.bins,
+        )
         return dataclasses.replace(cands, threshold=threshold)
 
     def _pooled_missing(self, replies: dict[str, ForestLevelReply], used: set[str], n_pairs: int) -> np.ndarray:
@@ -228,8 +268,14 @@ class SketchForestTraining(ForestTraining):
                 missing[reply.missing_pairs] += reply.missing_summaries
         return missing
 
-    def _groupings(self, pair_node: np.ndarray, pair_feature: np.ndarray, can: np.ndarray,
-                   replies: dict[str, ForestLevelReply], per_client: np.ndarray) -> list[Grouping]:
+    def _groupings(
+        self,
+        pair_node: np.ndarray,
+        pair_feature: np.ndarray,
+        can: np.ndarray,
+        replies: dict[str, ForestLevelReply],
+        per_client: np.ndarray,
+    ) -> list[Grouping]:
         """Categorical features and the client indicator: every contiguous Fisher grouping, from
         the summaries of ``replies`` (the clients still in the level)."""
         out: list[Grouping] = []
@@ -260,8 +306,9 @@ class SketchForestTraining(ForestTraining):
                 keep[reply.pairs[top_per_node(pair_node[reply.pairs], reply.local_gain, self.config.top_l)]] = True
         return keep
 
-    def _pool_split_replies(self, numeric: NumericCandidates, split_replies: dict[str, ForestSplitReply],
-                            per_client: np.ndarray) -> _SplitPool:
+    def _pool_split_replies(
+        self, numeric: NumericCandidates, split_replies: dict[str, ForestSplitReply], per_client: np.ndarray
+    ) -> _SplitPool:
         """Pooled left summaries of the numeric candidates (exact), or the n-weighted sums of the
         clients' local gains and their left counts (AvgImp), and the clients whose replies were used."""
         cfg = self.config
@@ -270,9 +317,14 @@ class SketchForestTraining(ForestTraining):
         node = numeric.node
         for client, reply in split_replies.items():
             bad = reply.candidates.size and reply.candidates.max() >= n
-            if bad or (cfg.evaluation == "exact" and reply.left.shape[1:] != (self.S,)) or \
-                    (cfg.evaluation == "avgimp" and not reply.local_gain.size == reply.left_count.size
-                     == reply.candidates.size):
+            if (
+                bad
+                or (cfg.evaluation == "exact" and reply.left.shape[1:] != (self.S,))
+                or (
+                    cfg.evaluation == "avgimp"
+                    and not reply.local_gain.size == reply.left_count.size == reply.candidates.size
+                )
+            ):
                 self.job.reject(client, "split reply does not fit the candidates")
                 continue
             pool.used.add(client)

@@ -25,15 +25,27 @@ import numpy as np
 
 from shared.tree_encoding import NIL, string_length
 
-__all__ = ["MUTATIONS", "Survivors", "initial_population", "mutate", "node_flip", "node_swap", "one_point_crossover",
-           "reproduce", "substring_swap", "survivors", "tournament"]
+__all__ = [
+    "MUTATIONS",
+    "Survivors",
+    "initial_population",
+    "mutate",
+    "node_flip",
+    "node_swap",
+    "one_point_crossover",
+    "reproduce",
+    "substring_swap",
+    "survivors",
+    "tournament",
+]
 
 #: The three mutations of §III-D; one of them is drawn per generation.
 MUTATIONS = ("node_flip", "node_swap", "substring_swap")
 
 
-def initial_population(rng: np.random.Generator, size: int, *, n_features: int, depth: int,
-                       leaf_ratio: float) -> np.ndarray:
+def initial_population(
+    rng: np.random.Generator, size: int, *, n_features: int, depth: int, leaf_ratio: float
+) -> np.ndarray:
     """``Initializer``: ``size`` strings of uniformly drawn features, each slot then set to
     ``NIL`` with probability ``leaf_ratio`` (the paper's r_l), so that the population holds
     leaves at varying distances from the root instead of only full trees."""
@@ -53,8 +65,9 @@ def tournament(rng: np.random.Generator, fitness: np.ndarray, n_winners: int, si
     return entrants[np.arange(n_winners), best]
 
 
-def one_point_crossover(rng: np.random.Generator, first: np.ndarray, second: np.ndarray
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def one_point_crossover(
+    rng: np.random.Generator, first: np.ndarray, second: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per pair of rows, one cut point ``k`` in ``1 .. L-1``: the children are ``first[:k] +
     second[k:]`` and ``second[:k] + first[k:]`` (identity when ``L == 1``)."""
     n, length = first.shape
@@ -106,8 +119,9 @@ def substring_swap(rng: np.random.Generator, strings: np.ndarray) -> np.ndarray:
     return out
 
 
-def mutate(rng: np.random.Generator, strings: np.ndarray, *, flip_rate: float, swap_rate: float,
-           n_features: int) -> tuple[np.ndarray, str]:
+def mutate(
+    rng: np.random.Generator, strings: np.ndarray, *, flip_rate: float, swap_rate: float, n_features: int
+) -> tuple[np.ndarray, str]:
     """``Mutation``: one of :data:`MUTATIONS` drawn for this generation and applied to every
     string; ``flip_rate``/``swap_rate`` (m_1, m_2) are shares of the string length, at least one
     slot. Returns the strings and the mutation's name."""
@@ -120,8 +134,17 @@ def mutate(rng: np.random.Generator, strings: np.ndarray, *, flip_rate: float, s
     return substring_swap(rng, strings), kind
 
 
-def reproduce(rng: np.random.Generator, population: np.ndarray, fitness: np.ndarray, *, size: int,
-              tournament_size: int, flip_rate: float, swap_rate: float, n_features: int) -> np.ndarray:
+def reproduce(
+    rng: np.random.Generator,
+    population: np.ndarray,
+    fitness: np.ndarray,
+    *,
+    size: int,
+    tournament_size: int,
+    flip_rate: float,
+    swap_rate: float,
+    n_features: int,
+) -> np.ndarray:
     """``Crossover`` then ``Mutation`` (Alg. 1 steps 41-42): ``size`` offspring from parents
     chosen by tournament, paired in draw order for one-point crossover, then mutated."""
     pairs = (size + 1) // 2
@@ -141,8 +164,15 @@ class Survivors:
     local: np.ndarray
 
 
-def survivors(parents: Survivors, offspring: np.ndarray, offspring_fitness: np.ndarray,
-              offspring_local: np.ndarray, *, size: int, elitism: bool) -> Survivors:
+def survivors(
+    parents: Survivors,
+    offspring: np.ndarray,
+    offspring_fitness: np.ndarray,
+    offspring_local: np.ndarray,
+    *,
+    size: int,
+    elitism: bool,
+) -> Survivors:
     """``Update`` (§III-C): parents and offspring compete, the ``size`` fittest survive
     (offspring first on ties, then in order -- a stable sort). ``elitism`` keeps, besides them,
     every client's local structure (each distinct one once) that did not make the cut, so the

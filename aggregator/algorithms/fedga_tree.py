@@ -174,24 +174,35 @@ class FedGATree:
         positive_int = lambda v, low: isinstance(v, int) and not isinstance(v, bool) and v >= low  # noqa: E731
         checks = [
             ("task", self.task in ("classification", "regression"), "'classification' or 'regression'"),
-            ("population_size", self.population_size is None or positive_int(self.population_size, 2),
-             "None or an integer >= 2"),
+            (
+                "population_size",
+                self.population_size is None or positive_int(self.population_size, 2),
+                "None or an integer >= 2",
+            ),
             ("generations", positive_int(self.generations, 0), "an integer >= 0"),
             ("train_ratio", 0 < self.train_ratio <= 1, "in (0, 1]"),
             ("leaf_ratio", 0 <= self.leaf_ratio <= 1, "in [0, 1]"),
             ("tournament_size", positive_int(self.tournament_size, 1), "an integer >= 1"),
-            ("mutation_rates", len(self.mutation_rates) == 2 and all(0 <= m <= 1 for m in self.mutation_rates),
-             "two shares in [0, 1]"),
+            (
+                "mutation_rates",
+                len(self.mutation_rates) == 2 and all(0 <= m <= 1 for m in self.mutation_rates),
+                "two shares in [0, 1]",
+            ),
             ("epsilon", self.epsilon is None or self.epsilon > 0, "> 0 or None"),
             ("active_fraction", 0 < self.active_fraction <= 1, "in (0, 1]"),
-            ("d_min", positive_int(self.d_min, 1) and positive_int(self.d_max, self.d_min) and self.d_max <= 15,
-             "an integer with 1 <= d_min <= d_max <= 15"),
+            (
+                "d_min",
+                positive_int(self.d_min, 1) and positive_int(self.d_max, self.d_min) and self.d_max <= 15,
+                "an integer with 1 <= d_min <= d_max <= 15",
+            ),
             ("cv_folds", positive_int(self.cv_folds, 2), "an integer >= 2"),
         ]
         for name, ok, expected in checks:
             if not ok:
-                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}"
-                                 + (f" (d_max={self.d_max!r})" if name == "d_min" else ""))
+                raise ValueError(
+                    f"{name} must be {expected}, got {getattr(self, name)!r}"
+                    + (f" (d_max={self.d_max!r})" if name == "d_min" else "")
+                )
 
     @property
     def regression(self) -> bool:
@@ -213,8 +224,7 @@ class FedGATree:
     def run(self, job: FederatedJob, *, seed: int = 0) -> FedGAResult:
         """Alg. 1 over ``job``'s clients, deterministic in ``seed``."""
         rng = np.random.default_rng(seed)
-        shapes = job.ask(DataShapeRequest(self.feature_set_version, labels=not self.regression), job.clients,
-                         DataShape)
+        shapes = job.ask(DataShapeRequest(self.feature_set_version, labels=not self.regression), job.clients, DataShape)
         if not shapes:
             raise TrainingError("no client described its data")
         n_features = keep_majority_width(job, shapes)
@@ -224,10 +234,21 @@ class FedGATree:
         if not self.regression and len(vocabulary) < 2:
             raise TrainingError(f"classification needs at least 2 classes in the fleet, got {list(vocabulary)}")
         clients = list(shapes)
-        task = GATask(self.task, self.feature_set_version, seed, classes=tuple(vocabulary),
-                      integer_classes=bool(model_classes) and isinstance(model_classes[0], int),
-                      cv_folds=self.cv_folds, d_min=self.d_min, d_max=self.d_max, train_ratio=self.train_ratio,
-                      epsilon=self.epsilon, phi_star=self.phi_star, theta_star=self.theta_star, mu_star=self.mu_star)
+        task = GATask(
+            self.task,
+            self.feature_set_version,
+            seed,
+            classes=tuple(vocabulary),
+            integer_classes=bool(model_classes) and isinstance(model_classes[0], int),
+            cv_folds=self.cv_folds,
+            d_min=self.d_min,
+            d_max=self.d_max,
+            train_ratio=self.train_ratio,
+            epsilon=self.epsilon,
+            phi_star=self.phi_star,
+            theta_star=self.theta_star,
+            mu_star=self.mu_star,
+        )
         opening = self._active(rng, clients)
         depths = job.ask(GADepthRequest(task), opening, GADepthReply)
         for client in [c for c, r in depths.items() if not self.d_min <= r.depth <= self.d_max]:
@@ -246,15 +267,27 @@ class FedGATree:
         if not local:
             raise TrainingError("no client sent its structure")
         majority = len(local) / 2
-        full_data = self.full_data if self.full_data is not None else (
-            self.regression and sum(replies[c].vote_full_data for c in local) > majority)
-        elitism = self.elitism if self.elitism is not None else (
-            self.regression and sum(replies[c].vote_elitism for c in local) > majority)
+        full_data = (
+            self.full_data
+            if self.full_data is not None
+            else (self.regression and sum(replies[c].vote_full_data for c in local) > majority)
+        )
+        elitism = (
+            self.elitism
+            if self.elitism is not None
+            else (self.regression and sum(replies[c].vote_elitism for c in local) > majority)
+        )
         joined = set(local)
         size = self.size
         own = np.array([local[c] for c in sorted(local)], np.int64)
-        offspring = np.concatenate([initial_population(rng, max(size - own.shape[0], 0), n_features=n_features,
-                                                       depth=depth, leaf_ratio=self.leaf_ratio), own])
+        offspring = np.concatenate(
+            [
+                initial_population(
+                    rng, max(size - own.shape[0], 0), n_features=n_features, depth=depth, leaf_ratio=self.leaf_ratio
+                ),
+                own,
+            ]
+        )
         offspring_local = np.r_[np.zeros(offspring.shape[0] - own.shape[0], bool), np.ones(own.shape[0], bool)]
         population = Survivors(np.zeros((0, string_length(depth)), np.int64), np.zeros(0), np.zeros(0, bool))
         best, answered = [], []
@@ -262,8 +295,10 @@ class FedGATree:
         for generation in range(1, self.generations + 1):
             started = time.monotonic()
             active = self._active(rng, clients)
-            requests = {c: GAGenerationRequest(task, depth, generation, offspring, full_data, join=c not in joined)
-                        for c in active}
+            requests = {
+                c: GAGenerationRequest(task, depth, generation, offspring, full_data, join=c not in joined)
+                for c in active
+            }
             replies_g = job.ask(requests, active, GAGenerationReply)
             fitness_rows, weights, newcomers = [], [], []
             for client, reply in replies_g.items():
@@ -290,32 +325,48 @@ class FedGATree:
             elif population.strings.shape[0] == 0:
                 raise TrainingError(f"generation {generation}: no client scored the initial population")
             best.append(float(sign * population.fitness[0]))
-            progress = StepProgress(job.job_id, self.name, generation, self.generations, len(active),
-                                     len(fitness_rows), {"best_fitness": best[-1]}, time.monotonic() - started)
+            progress = StepProgress(
+                job.job_id,
+                self.name,
+                generation,
+                self.generations,
+                len(active),
+                len(fitness_rows),
+                {"best_fitness": best[-1]},
+                time.monotonic() - started,
+            )
             job.report(progress)
             if generation == self.generations or job.stop_here(progress):
                 break
-            offspring = reproduce(rng, population.strings, population.fitness, size=size,
-                                  tournament_size=self.tournament_size, flip_rate=self.mutation_rates[0],
-                                  swap_rate=self.mutation_rates[1], n_features=n_features)
+            offspring = reproduce(
+                rng,
+                population.strings,
+                population.fitness,
+                size=size,
+                tournament_size=self.tournament_size,
+                flip_rate=self.mutation_rates[0],
+                swap_rate=self.mutation_rates[1],
+                n_features=n_features,
+            )
             offspring_local = np.zeros(offspring.shape[0], bool)
         if population.strings.shape[0] == 0:  # generations=0: the initial population, unscored
             population = Survivors(offspring, np.full(offspring.shape[0], np.nan), offspring_local)
         final = canonical(population.strings, depth)
-        finished = job.ask(GAFinishRequest(task, depth, final, full_data), clients,
-                           GAFinishReply)
+        finished = job.ask(GAFinishRequest(task, depth, final, full_data), clients, GAFinishReply)
         models = {}
         for client, reply in finished.items():
             try:
                 models[client] = TreeEnsemble.from_cbor(reply.model)
             except Exception as exc:  # noqa: BLE001 - one bad model must not lose the others
                 job.reject(client, f"unusable model: {type(exc).__name__}")
-        return FedGAResult(models, final, sign * population.fitness, depth, bool(elitism), bool(full_data), best,
-                           answered)
+        return FedGAResult(
+            models, final, sign * population.fitness, depth, bool(elitism), bool(full_data), best, answered
+        )
 
     @staticmethod
-    def _structure(job: FederatedJob, client: str, structure: np.ndarray, depth: int, n_features: int
-                   ) -> np.ndarray | None:
+    def _structure(
+        job: FederatedJob, client: str, structure: np.ndarray, depth: int, n_features: int
+    ) -> np.ndarray | None:
         """A client's structure, canonical, or ``None`` (rejected) if it does not fit the job."""
         try:
             return canonical(check_strings(structure[None, :], depth, n_features, name="structure"), depth)[0]
@@ -324,13 +375,27 @@ class FedGATree:
             return None
 
 
-def register_models(registry: Registry, model_id: str, models: dict[str, TreeEnsemble], *,
-                    metrics: dict[str, dict] | None = None, config: dict | None = None,
-                    job_id: str = "") -> dict[str, ModelRecord]:
+def register_models(
+    registry: Registry,
+    model_id: str,
+    models: dict[str, TreeEnsemble],
+    *,
+    metrics: dict[str, dict] | None = None,
+    config: dict | None = None,
+    job_id: str = "",
+) -> dict[str, ModelRecord]:
     """Record each client's tree as its own registry entry ``{model_id}.{client}`` targeted at
     that gateway (``Registry.add(..., target=client)``), so that a deploy signs it for that
     gateway only; ``config`` and ``job_id`` are recorded with each (the server's jobs). Returns
     the records by client."""
-    return {client: registry.add(f"{model_id}.{client}", model, target=client,
-                                 metrics=(metrics or {}).get(client), config=config, job_id=job_id)
-            for client, model in sorted(models.items())}
+    return {
+        client: registry.add(
+            f"{model_id}.{client}",
+            model,
+            target=client,
+            metrics=(metrics or {}).get(client),
+            config=config,
+            job_id=job_id,
+        )
+        for client, model in sorted(models.items())
+    }

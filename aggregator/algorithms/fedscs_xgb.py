@@ -138,8 +138,13 @@ def check_atoms(reply: XgbAtomReply, edges: list[np.ndarray], n_outputs: int) ->
     return None
 
 
-def _vector_violation(values: np.ndarray, length: int, with_loss: bool, shape: tuple[int, ...],
-                      in_range: Callable[[np.ndarray], str | None]) -> str | None:
+def _vector_violation(
+    values: np.ndarray,
+    length: int,
+    with_loss: bool,
+    shape: tuple[int, ...],
+    in_range: Callable[[np.ndarray], str | None],
+) -> str | None:
     """``in_range`` of one gateway's plain histogram vector (its loss entries dropped), or None
     for a vector the sum already holds without it (merge workers add it up elsewhere)."""
     if values.shape[0] != length:
@@ -273,11 +278,14 @@ class FedSCSXGB:
         if self.learning_rate is None:
             object.__setattr__(self, "learning_rate", PRIVATE_LEARNING_RATE if self.protocol == "private" else 0.2)
         if self.multi_strategy is None:
-            object.__setattr__(self, "multi_strategy", "multi_output_tree" if self.protocol == "private"
-                               else "one_output_per_tree")
+            object.__setattr__(
+                self, "multi_strategy", "multi_output_tree" if self.protocol == "private" else "one_output_per_tree"
+            )
         if self.protocol == "private" and self.multi_strategy != "multi_output_tree" and self.objective == "softmax":
-            raise ValueError("the private protocol grows one vector-leaf tree per round (multi_strategy="
-                             "'multi_output_tree'): one tree per class would divide the privacy budget by the classes")
+            raise ValueError(
+                "the private protocol grows one vector-leaf tree per round (multi_strategy="
+                "'multi_output_tree'): one tree per class would divide the privacy budget by the classes"
+            )
         if self.protocol == "private" and self.init_model is None and self.edges is not None:
             raise ValueError("fixed edges are not available in the private protocol (its edges are noisy fleet sums)")
         if not (isinstance(self.dp_features, int) and self.dp_features >= 1):
@@ -293,9 +301,14 @@ class FedSCSXGB:
 
     @property
     def growth(self) -> GrowthParams:
-        return GrowthParams(max_depth=self.max_depth, reg_lambda=self.reg_lambda, gamma=self.gamma,
-                            min_child_weight=self.min_child_weight, learning_rate=self.learning_rate,
-                            multi_strategy=self.multi_strategy)
+        return GrowthParams(
+            max_depth=self.max_depth,
+            reg_lambda=self.reg_lambda,
+            gamma=self.gamma,
+            min_child_weight=self.min_child_weight,
+            learning_rate=self.learning_rate,
+            multi_strategy=self.multi_strategy,
+        )
 
     def job_classes(self) -> tuple[str, ...] | None:
         """``classes``, or when continuing a classifier, the classes of ``init_model``.
@@ -315,11 +328,21 @@ class FedSCSXGB:
 
     def model_metadata(self, n_rounds: int) -> dict[str, Any]:
         """What a model of ``n_rounds`` boosting rounds records of its training."""
-        return {"algorithm": self.name, "objective": self.objective, "n_rounds": n_rounds,
-                "multi_strategy": self.multi_strategy, "max_depth": self.max_depth, "n_bins": self.bins,
-                "learning_rate": self.learning_rate, "reg_lambda": self.reg_lambda, "gamma": self.gamma,
-                "sketch": self.sketch, "protocol": self.protocol, "secure_aggregation": int(self.secure_aggregation),
-                "min_crowd": self.min_crowd}
+        return {
+            "algorithm": self.name,
+            "objective": self.objective,
+            "n_rounds": n_rounds,
+            "multi_strategy": self.multi_strategy,
+            "max_depth": self.max_depth,
+            "n_bins": self.bins,
+            "learning_rate": self.learning_rate,
+            "reg_lambda": self.reg_lambda,
+            "gamma": self.gamma,
+            "sketch": self.sketch,
+            "protocol": self.protocol,
+            "secure_aggregation": int(self.secure_aggregation),
+            "min_crowd": self.min_crowd,
+        }
 
     def fit(self, job: FederatedJob, *, seed: int = 0) -> TreeEnsemble:
         """Train over ``job``'s clients; returns the boosted ensemble (``init_model``'s trees first).
@@ -394,10 +417,16 @@ class _Training(BoostedTrees):
                 edges, selected = self._edges(sketches), sorted(sketches)
             else:
                 edges = self.fixed_edges
-            atoms = self._ask(selected, lambda c: self._atom_request(c, edges), XgbAtomReply,
-                              lambda c, r: check_atoms(r, edges, self.n_outputs) or self.check_trees(c, r.n_trees)
-                              or atom_violation(r.grad, r.hess, r.counts, self._atom_grad_bound,
-                                                hessian_bound(self.objective)))
+            atoms = self._ask(
+                selected,
+                lambda c: self._atom_request(c, edges),
+                XgbAtomReply,
+                lambda c, r: (
+                    check_atoms(r, edges, self.n_outputs)
+                    or self.check_trees(c, r.n_trees)
+                    or atom_violation(r.grad, r.hess, r.counts, self._atom_grad_bound, hessian_bound(self.objective))
+                ),
+            )
             if not atoms:
                 raise TrainingError(f"round {t}: no usable atom replies from {selected}")
             self._grow(atoms, edges)
@@ -405,8 +434,16 @@ class _Training(BoostedTrees):
             loss = sum(r.loss_sum for r in atoms.values()) / max(n, 1)
             if cfg.objective == "squared_error":
                 loss = float(np.sqrt(loss))
-            progress = StepProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected), len(atoms),
-                                     {"train_loss": loss, "samples": float(n)}, time.monotonic() - started)
+            progress = StepProgress(
+                self.job.job_id,
+                cfg.name,
+                t,
+                cfg.n_rounds,
+                len(selected),
+                len(atoms),
+                {"train_loss": loss, "samples": float(n)},
+                time.monotonic() - started,
+            )
             self.job.report(progress, model=partial(self.model, len(self.trees)))
             if self.job.stop_here(progress):
                 break
@@ -419,8 +456,10 @@ class _Training(BoostedTrees):
             self.job, cfg.feature_set_version, regression=regression, classes=self.config.job_classes()
         )
         self._set_fleet(fleet)
-        self.standardizations = [Standardization.from_moments(fleet.moments[:, j]) if cfg.standardize
-                                 else Standardization() for j in range(self.n_features)]
+        self.standardizations = [
+            Standardization.from_moments(fleet.moments[:, j]) if cfg.standardize else Standardization()
+            for j in range(self.n_features)
+        ]
         return fleet
 
     def _set_fleet(self, fleet: FleetData | PrivateFleet) -> None:
@@ -436,13 +475,19 @@ class _Training(BoostedTrees):
         cfg = self.config
         summer = FleetSummer(self.job, secure=cfg.secure_aggregation, degree=cfg.secagg_degree)
         summer.start(self.job.clients)
-        fleet = describe_fleet_privately(self.job, summer, cfg.feature_set_version,
-                                         regression=cfg.objective == "squared_error", n_bins=cfg.bins,
-                                         classes=cfg.job_classes())
+        fleet = describe_fleet_privately(
+            self.job,
+            summer,
+            cfg.feature_set_version,
+            regression=cfg.objective == "squared_error",
+            n_bins=cfg.bins,
+            classes=cfg.job_classes(),
+        )
         self._set_fleet(fleet)
         if fleet.total_samples < max(cfg.min_crowd, 1):
-            raise TrainingError(f"the fleet holds {fleet.total_samples} samples, fewer than the minimum crowd "
-                                f"({cfg.min_crowd})")
+            raise TrainingError(
+                f"the fleet holds {fleet.total_samples} samples, fewer than the minimum crowd ({cfg.min_crowd})"
+            )
         if cfg.init_model is not None:
             self.continue_from(cfg.init_model, cfg.multi_strategy)
         edges = list(fleet.edges)
@@ -465,9 +510,16 @@ class _Training(BoostedTrees):
             if cfg.objective == "squared_error":
                 loss = float(np.sqrt(loss))
             metrics = {"train_loss": loss, "samples": float(n)}
-            progress = StepProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(selected),
-                                     self._round_stats.contributors, metrics,
-                                     time.monotonic() - started)
+            progress = StepProgress(
+                self.job.job_id,
+                cfg.name,
+                t,
+                cfg.n_rounds,
+                len(selected),
+                self._round_stats.contributors,
+                metrics,
+                time.monotonic() - started,
+            )
             self.job.report(progress, model=partial(self.model, len(self.trees)))
             if self.job.stop_here(progress):
                 break
@@ -482,31 +534,57 @@ class _Training(BoostedTrees):
             self._round_stats: _RoundStats | None = None  # set by the round's first level
             self._cohort = cohort
             try:
-                return grow_round_with_gains(self.n_outputs, self.fleet_edges, self.config.growth,
-                                             lambda s, nt, ni: self._histograms(summer, s, nt, ni),
-                                             frac_bits=self.frac_bits, min_crowd=self.config.min_crowd, exact=True)
+                return grow_round_with_gains(
+                    self.n_outputs,
+                    self.fleet_edges,
+                    self.config.growth,
+                    lambda s, nt, ni: self._histograms(summer, s, nt, ni),
+                    frac_bits=self.frac_bits,
+                    min_crowd=self.config.min_crowd,
+                    exact=True,
+                )
             except SumViolation as exc:
                 raise TrainingError(f"round {t}: the fleet's histograms break a range check: {exc}") from None
             except _CohortChanged as exc:
                 cohort = exc.remaining
-                log.warning("client dropped out mid-round: the round is grown again without it",
-                            extra={"job": self.job.job_id, "round": t, "reason": str(exc)})
+                log.warning(
+                    "client dropped out mid-round: the round is grown again without it",
+                    extra={"job": self.job.job_id, "round": t, "reason": str(exc)},
+                )
         raise TrainingError(f"round {t}: clients kept dropping out ({MAX_COHORT_RESTARTS} restarts)")
 
-    def _histograms(self, summer: FleetSummer, splits: RoundSplits, node_tree: np.ndarray,
-                    node_id: np.ndarray) -> np.ndarray:
+    def _histograms(
+        self, summer: FleetSummer, splits: RoundSplits, node_tree: np.ndarray, node_id: np.ndarray
+    ) -> np.ndarray:
         """One depth level: the cohort's summed (G, H, count) histograms of the requested nodes."""
         first = self._round_stats is None
         selected = self._cohort
         stats = 2 * self.task.node_columns + 1
-        requests = {c: XgbHistogramRequest(self.task, self._delta(c), self.edge_values, self.edge_offsets, splits,
-                                           node_tree, node_id, self.frac_bits, self.gradient_bound,
-                                           with_loss=first, secure=summer.secure_round(c, selected))
-                    for c in selected}
+        requests = {
+            c: XgbHistogramRequest(
+                self.task,
+                self._delta(c),
+                self.edge_values,
+                self.edge_offsets,
+                splits,
+                node_tree,
+                node_id,
+                self.frac_bits,
+                self.gradient_bound,
+                with_loss=first,
+                secure=summer.secure_round(c, selected),
+            )
+            for c in selected
+        }
         length = next(iter(requests.values())).length
         shape = (node_tree.shape[0], stats, self.n_features, int(np.diff(self.edge_offsets).max(initial=0)) + 2)
-        in_range = partial(xgb_histogram_violation, frac_bits=self.frac_bits, grad_bound=self.gradient_bound,
-                           hess_bound=hessian_bound(self.objective), padding=padding_mask(self.edge_offsets))
+        in_range = partial(
+            xgb_histogram_violation,
+            frac_bits=self.frac_bits,
+            grad_bound=self.gradient_bound,
+            hess_bound=hessian_bound(self.objective),
+            padding=padding_mask(self.edge_offsets),
+        )
         visible = not summer.secure  # plain sums: each gateway's vector is checked and a liar left out
         liars: set[str] = set()
 
@@ -535,8 +613,10 @@ class _Training(BoostedTrees):
             vector = vector[:-2]
         why = in_range(vector.reshape(shape))
         if why:
-            raise SumViolation(f"{why} (in the sum of {len(result.contributors)} gateways: "
-                               f"{'secure aggregation hides which' if summer.secure else 'none alone shows it'})")
+            raise SumViolation(
+                f"{why} (in the sum of {len(result.contributors)} gateways: "
+                f"{'secure aggregation hides which' if summer.secure else 'none alone shows it'})"
+            )
         return vector.reshape(shape)
 
     def _sample(self) -> list[str]:
@@ -559,10 +639,15 @@ class _Training(BoostedTrees):
         size = cfg.summary_size or cfg.bins
         if cfg.sketch == "summary":
             return XgbSketchRequest(self.task, self._delta(client), "summary", summary_size=size)
-        return XgbSketchRequest(self.task, self._delta(client), "ddsketch", summary_size=size,
-                                ddsketch_alpha=cfg.ddsketch_alpha,
-                                centers=np.array([s.center for s in self.standardizations]),
-                                scales=np.array([s.scale for s in self.standardizations]))
+        return XgbSketchRequest(
+            self.task,
+            self._delta(client),
+            "ddsketch",
+            summary_size=size,
+            ddsketch_alpha=cfg.ddsketch_alpha,
+            centers=np.array([s.center for s in self.standardizations]),
+            scales=np.array([s.scale for s in self.standardizations]),
+        )
 
     def _atom_request(self, client: str, edges: list[np.ndarray]) -> XgbAtomRequest:
         values, offsets = pack_edges(edges)
@@ -610,19 +695,22 @@ class _Training(BoostedTrees):
             if self.config.sketch == "summary":
                 per_client = [summaries_from_arrays(to_wire(r.summary)) for r in sketches.values()]
                 return merge_edges_columns(per_client, B)
-            per_client = [ddsketches_from_columns(to_wire(r.ddsketch), self.standardizations)
-                          for r in sketches.values()]
+            per_client = [
+                ddsketches_from_columns(to_wire(r.ddsketch), self.standardizations) for r in sketches.values()
+            ]
             return [ddsketch_edges([c[j] for c in per_client], B) for j in range(self.n_features)]
         except SketchError as exc:
             raise TrainingError(f"the clients' sketches cannot be merged: {exc}") from exc
 
     def _grow(self, atoms: dict[str, XgbAtomReply], edges: list[np.ndarray]) -> None:
         keys = np.concatenate([r.keys for r in atoms.values()])
-        keys, G, H, W = merge_atoms(keys, np.concatenate([r.grad for r in atoms.values()]),
-                                    np.concatenate([r.hess for r in atoms.values()]),
-                                    np.concatenate([r.counts for r in atoms.values()]))
-        self.add_round([RoundTree(g.tree, g.loss_change) for g in grow_trees(keys, G, H, W, edges,
-                                                                                self.config.growth)])
+        keys, G, H, W = merge_atoms(
+            keys,
+            np.concatenate([r.grad for r in atoms.values()]),
+            np.concatenate([r.hess for r in atoms.values()]),
+            np.concatenate([r.counts for r in atoms.values()]),
+        )
+        self.add_round([RoundTree(g.tree, g.loss_change) for g in grow_trees(keys, G, H, W, edges, self.config.growth)])
 
     # -- the model -----------------------------------------------------------------------------
 

@@ -75,10 +75,16 @@ class ReleasePlan:
 
     def budget(self, epsilon: float, delta: float, n_rounds: int, max_depth: int) -> PrivacyBudget:
         """The budget of a training of ``n_rounds`` trees of depth ``max_depth``."""
-        return PrivacyBudget(epsilon, delta, shares={"opening": self.opening, "splits": self.splits,
-                                                     "leaves": self.leaves},
-                             releases={"opening": opening_releases(), "splits": max(n_rounds * max_depth, 1),
-                                       "leaves": max(n_rounds, 1)})
+        return PrivacyBudget(
+            epsilon,
+            delta,
+            shares={"opening": self.opening, "splits": self.splits, "leaves": self.leaves},
+            releases={
+                "opening": opening_releases(),
+                "splits": max(n_rounds * max_depth, 1),
+                "leaves": max(n_rounds, 1),
+            },
+        )
 
 
 def round_features(n_features: int, usable: np.ndarray, k: int, seed: int, round_no: int) -> np.ndarray:
@@ -112,8 +118,15 @@ class PrivateBoosting(BoostedTrees):
         summer = FleetSummer(self.job, secure=True, degree=cfg.secagg_degree)
         summer.start(self.job.clients)
         self.budget = cfg.release_plan.budget(cfg.dp_epsilon, cfg.dp_delta, cfg.n_rounds, cfg.max_depth)
-        fleet = describe_fleet_privately(self.job, summer, cfg.feature_set_version, regression=False,
-                                         n_bins=cfg.bins, classes=cfg.job_classes(), budget=self.budget)
+        fleet = describe_fleet_privately(
+            self.job,
+            summer,
+            cfg.feature_set_version,
+            regression=False,
+            n_bins=cfg.bins,
+            classes=cfg.job_classes(),
+            budget=self.budget,
+        )
         self._set_fleet(fleet)
         if cfg.init_model is not None:
             self.continue_from(cfg.init_model, cfg.multi_strategy)
@@ -136,11 +149,24 @@ class PrivateBoosting(BoostedTrees):
             features = round_features(self.n_features, usable, cfg.dp_features, self.seed, t)
             round_ = PrivateRoundFeatures(features, *pack_edges([self.edges[j] for j in features]))
             growth = PrivateGrowth(cfg.growth, features, round_.edges(), self._min_count(round_), cfg.dp_leaf_clip)
-            self.add_round([grow_private_tree(growth, m, partial(self._level, summer, round_),
-                                              partial(self._leaves, summer, round_))])
+            self.add_round(
+                [
+                    grow_private_tree(
+                        growth, m, partial(self._level, summer, round_), partial(self._leaves, summer, round_)
+                    )
+                ]
+            )
             spent = self.budget.spent()
-            progress = StepProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(self._cohort), self._answered,
-                                     {"epsilon": spent.epsilon}, time.monotonic() - started)
+            progress = StepProgress(
+                self.job.job_id,
+                cfg.name,
+                t,
+                cfg.n_rounds,
+                len(self._cohort),
+                self._answered,
+                {"epsilon": spent.epsilon},
+                time.monotonic() - started,
+            )
             self.job.report(progress, model=partial(self.model, len(self.trees)))
             if self.job.stop_here(progress):
                 break
@@ -172,8 +198,14 @@ class PrivateBoosting(BoostedTrees):
         bits = self._word_bits(mu)
         requests = {c: build(c, NoiseShare(mu, len(cohort)), summer.secure_round(c, cohort), bits) for c in cohort}
         length = next(iter(requests.values())).length
-        result = summer.ask(requests, XgbHistogramReply, lambda r: r.sums, length, word_bits=bits,
-                            check=lambda c, r: self.check_trees(c, r.n_trees))
+        result = summer.ask(
+            requests,
+            XgbHistogramReply,
+            lambda r: r.sums,
+            length,
+            word_bits=bits,
+            check=lambda c, r: self.check_trees(c, r.n_trees),
+        )
         for client in cohort:
             if client in result.contributors:
                 self.known[client] = result.replies[client].n_trees
@@ -183,25 +215,41 @@ class PrivateBoosting(BoostedTrees):
         self.budget.spend(skellam_release(kind, l2, l1, mu, answered=len(result.contributors), asked=len(cohort)))
         return result.total.view(np.int64).astype(np.float64) / self.lattice.scale
 
-    def _level(self, summer: FleetSummer, round_: PrivateRoundFeatures, splits: RoundSplits,
-               node_ids: np.ndarray) -> np.ndarray:
+    def _level(
+        self, summer: FleetSummer, round_: PrivateRoundFeatures, splits: RoundSplits, node_ids: np.ndarray
+    ) -> np.ndarray:
         k = round_.features.shape[0]
-        sums = self._sum(summer, "splits", self.split_l2 * math.sqrt(k), self.split_l1 * k,
-                         lambda c, noise, secure, bits: XgbPrivateLevelRequest(
-                             self.task, self._delta(c), round_, splits, node_ids, self.lattice, noise, secure, bits))
+        sums = self._sum(
+            summer,
+            "splits",
+            self.split_l2 * math.sqrt(k),
+            self.split_l1 * k,
+            lambda c, noise, secure, bits: XgbPrivateLevelRequest(
+                self.task, self._delta(c), round_, splits, node_ids, self.lattice, noise, secure, bits
+            ),
+        )
         hist = sums.reshape(node_ids.shape[0], 2 * self.n_outputs + 1, k, round_.slots)
         sigma = math.sqrt(self._mu) / self.lattice.scale
         violation = level_violation(hist, sigma, self.lattice.grad_bound, self.lattice.hess_bound, self.lattice.scale)
         if violation is not None:
-            raise TrainingError(f"the fleet's level sums break the protocol's bounds ({violation}): a gateway sent "
-                                "values outside the private protocol's clipping; the job stops")
+            raise TrainingError(
+                f"the fleet's level sums break the protocol's bounds ({violation}): a gateway sent "
+                "values outside the private protocol's clipping; the job stops"
+            )
         return hist
 
-    def _leaves(self, summer: FleetSummer, round_: PrivateRoundFeatures, splits: RoundSplits,
-                leaves: np.ndarray) -> np.ndarray:
-        return self._sum(summer, "leaves", self.leaf_l2, self.leaf_l1,
-                         lambda c, noise, secure, bits: XgbPrivateLeavesRequest(
-                             self.task, self._delta(c), round_, splits, leaves, self.lattice, noise, secure, bits))
+    def _leaves(
+        self, summer: FleetSummer, round_: PrivateRoundFeatures, splits: RoundSplits, leaves: np.ndarray
+    ) -> np.ndarray:
+        return self._sum(
+            summer,
+            "leaves",
+            self.leaf_l2,
+            self.leaf_l1,
+            lambda c, noise, secure, bits: XgbPrivateLeavesRequest(
+                self.task, self._delta(c), round_, splits, leaves, self.lattice, noise, secure, bits
+            ),
+        )
 
     @property
     def task(self) -> XgbTask:
@@ -210,10 +258,17 @@ class PrivateBoosting(BoostedTrees):
     def model(self, n_trees: int | None = None) -> TreeEnsemble:
         """The ensemble of the first ``n_trees`` trees (all), with what the training spent so far."""
         cfg = self.config
-        return self.boosted_model(n_trees, self.base_score, cfg.feature_set_version,
-                                  metadata={**cfg.model_metadata(len(self.trees[:n_trees])),
-                                            "dp_features": cfg.dp_features, "dp_leaf_clip": cfg.dp_leaf_clip,
-                                            **self.budget.spent().metadata()})
+        return self.boosted_model(
+            n_trees,
+            self.base_score,
+            cfg.feature_set_version,
+            metadata={
+                **cfg.model_metadata(len(self.trees[:n_trees])),
+                "dp_features": cfg.dp_features,
+                "dp_leaf_clip": cfg.dp_leaf_clip,
+                **self.budget.spent().metadata(),
+            },
+        )
 
 
 def _cell_bounds(lattice: PrivateLattice, m: int, *, with_count: bool) -> tuple[float, float]:
@@ -223,4 +278,3 @@ def _cell_bounds(lattice: PrivateLattice, m: int, *, with_count: bool) -> tuple[
     h2, h1 = lattice_norm_bound(lattice.hess_bound, lattice.scale, m)
     c = float(lattice.scale) if with_count else 0.0
     return math.sqrt(g2 * g2 + h2 * h2 + c * c), g1 + h1 + c
-

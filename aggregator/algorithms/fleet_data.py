@@ -77,13 +77,21 @@ def fleet_vocabulary(replies: dict, classes: tuple[str, ...] | None, regression:
     if classes is not None:
         integral = all(c.lstrip("-").isdigit() for c in vocabulary)
     if len(vocabulary) > MAX_CLASSES:
-        raise TrainingError(f"the clients' labels hold {len(vocabulary)} distinct values: too many classes for "
-                            f"a classifier (at most {MAX_CLASSES}); continuous targets need a regression objective")
+        raise TrainingError(
+            f"the clients' labels hold {len(vocabulary)} distinct values: too many classes for "
+            f"a classifier (at most {MAX_CLASSES}); continuous targets need a regression objective"
+        )
     return vocabulary, tuple(int(c) for c in vocabulary) if integral else vocabulary
 
 
-def describe_fleet(job: FederatedJob, feature_set_version: str, *, regression: bool,
-                   classes: tuple[str, ...] | None = None, clients: list[str] | None = None) -> FleetData:
+def describe_fleet(
+    job: FederatedJob,
+    feature_set_version: str,
+    *,
+    regression: bool,
+    classes: tuple[str, ...] | None = None,
+    clients: list[str] | None = None,
+) -> FleetData:
     """Ask ``clients`` (default: the job's) for their ``DataSummary`` and sum the usable ones."""
     replies = job.ask(DataSummaryRequest(feature_set_version, regression), clients or job.clients, DataSummary)
     if not replies:

@@ -35,9 +35,21 @@ import numpy as np
 
 from .forest_growth import grouping_candidates, node_count, pair_thresholds
 
-__all__ = ["CATEGORY", "CLIENT", "NUMERIC", "Candidates", "Grouping", "NumericCandidates", "PairSketches",
-           "gap_midpoints", "grouping_candidates_of", "groupings_table", "histogram_candidates",
-           "numeric_candidates", "with_missing_left"]
+__all__ = [
+    "CATEGORY",
+    "CLIENT",
+    "NUMERIC",
+    "Candidates",
+    "Grouping",
+    "NumericCandidates",
+    "PairSketches",
+    "gap_midpoints",
+    "grouping_candidates_of",
+    "groupings_table",
+    "histogram_candidates",
+    "numeric_candidates",
+    "with_missing_left",
+]
 
 #: ``Candidates.kind``: a threshold on a numeric feature, a set of categories, a set of clients.
 NUMERIC, CATEGORY, CLIENT = 0, 1, 2
@@ -124,24 +136,45 @@ class Candidates:
     def numeric(cls, numeric: NumericCandidates, left: np.ndarray, left_count: np.ndarray) -> Candidates:
         """The numeric candidates as a table, NaN right (rank ``2 * position``: room for twins)."""
         n = numeric.thresholds.shape[0]
-        return cls(numeric.node, numeric.feature, 2 * numeric.rank, np.asarray(numeric.thresholds, np.float64),
-                   np.zeros(n, bool), np.full(n, NUMERIC, np.int64), [None] * n, left, left_count)
+        return cls(
+            numeric.node,
+            numeric.feature,
+            2 * numeric.rank,
+            np.asarray(numeric.thresholds, np.float64),
+            np.zeros(n, bool),
+            np.full(n, NUMERIC, np.int64),
+            [None] * n,
+            left,
+            left_count,
+        )
 
     def concat(self, other: Candidates) -> Candidates:
-        return Candidates(*(np.concatenate([getattr(self, f), getattr(other, f)]) if f != "categories"
-                            else self.categories + other.categories for f in _FIELDS))
+        return Candidates(
+            *(
+                np.concatenate([getattr(self, f), getattr(other, f)])
+                if f != "categories"
+                else self.categories + other.categories
+                for f in _FIELDS
+            )
+        )
 
     def take(self, rows: np.ndarray) -> Candidates:
-        return Candidates(*(getattr(self, f)[rows] if f != "categories" else [self.categories[i] for i in rows]
-                            for f in _FIELDS))
+        return Candidates(
+            *(getattr(self, f)[rows] if f != "categories" else [self.categories[i] for i in rows] for f in _FIELDS)
+        )
 
 
 _FIELDS = ("node", "feature", "rank", "threshold", "default_left", "kind", "categories", "left", "left_count")
 
 
-def numeric_candidates(pair_node: np.ndarray, pair_feature: np.ndarray, eligible: np.ndarray,
-                       n_bins: int, sketches: PairSketches | None = None,
-                       fixed: list[np.ndarray] | None = None) -> NumericCandidates:
+def numeric_candidates(
+    pair_node: np.ndarray,
+    pair_feature: np.ndarray,
+    eligible: np.ndarray,
+    n_bins: int,
+    sketches: PairSketches | None = None,
+    fixed: list[np.ndarray] | None = None,
+) -> NumericCandidates:
     """Thresholds of the ``eligible`` pairs: the given per-feature lists ``fixed``, or the
     mixture-CDF inverse at ``b/n_bins`` of the clients' ``sketches`` (§3.1)."""
     n_pairs = pair_node.shape[0]
@@ -151,13 +184,15 @@ def numeric_candidates(pair_node: np.ndarray, pair_feature: np.ndarray, eligible
         thresholds = np.concatenate(lists) if lists else np.zeros(0)
     else:
         keep = eligible[sketches.pair] if sketches.pair.size else np.zeros(0, bool)
-        offsets, thresholds = pair_thresholds(sketches.points[keep], sketches.weight[keep], sketches.pair[keep],
-                                              n_pairs, n_bins)
+        offsets, thresholds = pair_thresholds(
+            sketches.points[keep], sketches.weight[keep], sketches.pair[keep], n_pairs, n_bins
+        )
     return NumericCandidates(pair_node, pair_feature, offsets, np.asarray(thresholds, np.float64))
 
 
-def with_missing_left(cands: Candidates, pair: np.ndarray, missing: np.ndarray, missing_count: np.ndarray
-                      ) -> Candidates:
+def with_missing_left(
+    cands: Candidates, pair: np.ndarray, missing: np.ndarray, missing_count: np.ndarray
+) -> Candidates:
     """Add, after the numeric candidates ``cands`` (of pairs ``pair``), their NaN-left twins where
     the pair's pooled ``missing`` summary (``(n_pairs, S)``, count ``missing_count``) is not
     empty: the same threshold with the missing rows added to the left side."""
@@ -166,13 +201,23 @@ def with_missing_left(cands: Candidates, pair: np.ndarray, missing: np.ndarray, 
         return cands
     base = cands.take(twin)
     p = pair[twin]
-    twins = Candidates(base.node, base.feature, base.rank + 1, base.threshold, np.ones(twin.size, bool), base.kind,
-                       base.categories, base.left + missing[p], base.left_count + missing_count[p])
+    twins = Candidates(
+        base.node,
+        base.feature,
+        base.rank + 1,
+        base.threshold,
+        np.ones(twin.size, bool),
+        base.kind,
+        base.categories,
+        base.left + missing[p],
+        base.left_count + missing_count[p],
+    )
     return cands.concat(twins)
 
 
-def grouping_candidates_of(summaries: np.ndarray, node: int, feature: int, kind: int, criterion: str,
-                           codes: np.ndarray | None = None) -> list[Grouping]:
+def grouping_candidates_of(
+    summaries: np.ndarray, node: int, feature: int, kind: int, criterion: str, codes: np.ndarray | None = None
+) -> list[Grouping]:
     """Fisher's contiguous groupings of ``m`` categories or clients with pooled summaries
     ``(m, S)`` at frontier position ``node``: "the first k in Fisher's order go left", k = 1..m-1.
     ``codes`` names the rows (default ``0..m-1``: category codes)."""
@@ -186,13 +231,29 @@ def groupings_table(groupings: list[Grouping], S: int, criterion: str) -> Candid
     n = len(groupings)
     left = np.array([g.left for g in groupings], dtype=np.float64).reshape(n, S)
     column = lambda name: np.array([getattr(g, name) for g in groupings], np.int64)  # noqa: E731
-    return Candidates(column("node"), column("feature"), column("rank"), np.zeros(n), np.zeros(n, bool),
-                      column("kind"), [g.categories for g in groupings], left, node_count(left, criterion))
+    return Candidates(
+        column("node"),
+        column("feature"),
+        column("rank"),
+        np.zeros(n),
+        np.zeros(n, bool),
+        column("kind"),
+        [g.categories for g in groupings],
+        left,
+        node_count(left, criterion),
+    )
 
 
-def histogram_candidates(sums: np.ndarray, windows: np.ndarray, features: np.ndarray, pair_node: np.ndarray,
-                         edge_values: np.ndarray, edge_offsets: np.ndarray, min_crowd: int, criterion: str
-                         ) -> tuple[Candidates, np.ndarray]:
+def histogram_candidates(
+    sums: np.ndarray,
+    windows: np.ndarray,
+    features: np.ndarray,
+    pair_node: np.ndarray,
+    edge_values: np.ndarray,
+    edge_offsets: np.ndarray,
+    min_crowd: int,
+    criterion: str,
+) -> tuple[Candidates, np.ndarray]:
     """The private protocol's candidates from fleet-summed pair histograms: ``sums`` ``(P, T, S)``
     summary terms and ``windows`` ``(P, T)`` window counts per pair and slot (the last slot:
     missing). Candidate ``b`` of pair ``p`` sends present slots ``<= b`` left (``x <
@@ -214,8 +275,17 @@ def histogram_candidates(sums: np.ndarray, windows: np.ndarray, features: np.nda
     pair, rank, nan_left, left = pair[crowd], rank[crowd], nan_left[crowd], left[crowd]
     feature = features[pair]
     threshold = edge_values[edge_offsets[feature] + rank].astype(np.float64)
-    table = Candidates(pair_node[pair], feature, 2 * rank + nan_left, threshold, nan_left,
-                       np.full(pair.size, NUMERIC, np.int64), [None] * pair.size, left, node_count(left, criterion))
+    table = Candidates(
+        pair_node[pair],
+        feature,
+        2 * rank + nan_left,
+        threshold,
+        nan_left,
+        np.full(pair.size, NUMERIC, np.int64),
+        [None] * pair.size,
+        left,
+        node_count(left, criterion),
+    )
     return table, left_windows[crowd]
 
 
@@ -248,7 +318,7 @@ def gap_midpoints(pair: np.ndarray, threshold: np.ndarray, sketches: PairSketche
     start = np.searchsorted(sorted_pair, pair, side="left")
     end = np.searchsorted(sorted_pair, pair, side="right")
     for i in range(t.size):  # one per chosen split: a node-level loop, not a sample-level one
-        rows = order[start[i]:end[i]]
+        rows = order[start[i] : end[i]]
         if rows.size == 0 or (sketches.weight[rows] >= sketch_size).any():
             continue
         points = sketches.points[rows]

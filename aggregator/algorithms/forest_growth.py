@@ -31,9 +31,20 @@ from numpy.typing import ArrayLike
 from shared.sketches import batched_mixture_quantiles
 from shared.splitting import fisher_order, impurity, pooled_gain, prefix_summaries
 
-__all__ = ["PURITY_TOLERANCE", "TIE_TOLERANCE", "child_shift", "choose_splits", "grouping_candidates",
-           "impurity_scale", "is_pure", "leaf_value", "mixture_thresholds",
-           "n_sampled_features", "node_count", "pair_thresholds"]
+__all__ = [
+    "PURITY_TOLERANCE",
+    "TIE_TOLERANCE",
+    "child_shift",
+    "choose_splits",
+    "grouping_candidates",
+    "impurity_scale",
+    "is_pure",
+    "leaf_value",
+    "mixture_thresholds",
+    "n_sampled_features",
+    "node_count",
+    "pair_thresholds",
+]
 
 
 #: Gains within this fraction of the node's impurity scale (:func:`impurity_scale`) are equal, and
@@ -73,8 +84,9 @@ def n_sampled_features(max_features: str | int | float | None, d: int, regressio
     elif isinstance(max_features, int):
         k = max_features
     else:
-        raise ValueError(f"max_features must be 'auto', 'sqrt', 'log2', 'third', 'all', an int or a float, "
-                         f"got {max_features!r}")
+        raise ValueError(
+            f"max_features must be 'auto', 'sqrt', 'log2', 'third', 'all', an int or a float, got {max_features!r}"
+        )
     return int(min(max(k, 1), d))
 
 
@@ -87,8 +99,9 @@ def mixture_thresholds(points: ArrayLike, weights: ArrayLike, n_bins: int) -> np
     return thresholds
 
 
-def pair_thresholds(points: ArrayLike, weights: ArrayLike, pair: ArrayLike, n_pairs: int, n_bins: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def pair_thresholds(
+    points: ArrayLike, weights: ArrayLike, pair: ArrayLike, n_pairs: int, n_bins: int
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`mixture_thresholds` of every pair at once (rows = one client's sketch of pair
     ``pair[i]``): CSR ``(offsets (n_pairs + 1,), thresholds)``, each pair's unique and ascending."""
     ranks = np.arange(1, n_bins, dtype=np.float64) / n_bins

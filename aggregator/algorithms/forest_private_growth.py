@@ -56,9 +56,22 @@ from shared.splitting import impurity, pooled_gain
 
 from .private_growth import TAIL_SIGMAS
 
-__all__ = ["MIN_COUNT_SIGMAS", "NoisyCounts", "PrivateForest", "PrivateForestPlan", "RandomForest", "Screening",
-           "count_violation", "feasible", "grow_private_forest", "leaf_values", "random_forest", "screen_features",
-           "useful_edges", "window_counts"]
+__all__ = [
+    "MIN_COUNT_SIGMAS",
+    "NoisyCounts",
+    "PrivateForest",
+    "PrivateForestPlan",
+    "RandomForest",
+    "Screening",
+    "count_violation",
+    "feasible",
+    "grow_private_forest",
+    "leaf_values",
+    "random_forest",
+    "screen_features",
+    "useful_edges",
+    "window_counts",
+]
 
 #: Noise standard deviations of a candidate child's count (a sum of up to half a feature's
 #: slots) that a child must reach for its split to score a feature.
@@ -141,8 +154,7 @@ def feasible(cells: np.ndarray, criterion: str) -> np.ndarray:
     return c
 
 
-def screen_features(hist: np.ndarray, n_edges: np.ndarray, keep: int, criterion: str,
-                    min_count: float) -> Screening:
+def screen_features(hist: np.ndarray, n_edges: np.ndarray, keep: int, criterion: str, min_count: float) -> Screening:
     """Score every feature of the root release ``hist`` ``(d, S, K)`` (slot ``b < n_edges[j] + 1``:
     present values, the last slot: missing) and keep the ``keep`` best (module docstring).
     Candidate ``b`` sends present slots ``<= b`` left and missing values right; ties keep the
@@ -232,8 +244,15 @@ class RandomForest:
     leaf_id: np.ndarray
 
 
-def random_forest(edges: Sequence[np.ndarray], features: np.ndarray, n_trees: int, max_depth: int, n_outputs: int,
-                  seed: int, root: tuple[int, float] | None = None) -> RandomForest:
+def random_forest(
+    edges: Sequence[np.ndarray],
+    features: np.ndarray,
+    n_trees: int,
+    max_depth: int,
+    n_outputs: int,
+    seed: int,
+    root: tuple[int, float] | None = None,
+) -> RandomForest:
     """Trees grown by random splits on ``features`` (module docstring), tree ``t`` from the
     stream ``default_rng([seed, t])``; with ``root`` = (feature, threshold) every tree's root
     splits there instead (at the nearest of the feature's edges). A node where no feature has an
@@ -283,11 +302,19 @@ def _decisions(rows: list[tuple[int, int, int, int, float, int, int]]) -> SplitD
     n = len(rows)
     ints = [np.array([r[i] for r in rows], dtype=np.int64) for i in (0, 1, 2, 3, 5, 6)]
     level, tree, node, feature, left, right = ints
-    return SplitDecisions(level=level, tree=tree, node=node, feature=feature,
-                          threshold=np.array([r[4] for r in rows], dtype=np.float64),
-                          categorical=np.zeros(n, np.uint8), left=left, right=right,
-                          category_offsets=np.zeros(n + 1, np.int64), categories=np.zeros(0, np.int64),
-                          default_left=np.zeros(n, np.uint8))
+    return SplitDecisions(
+        level=level,
+        tree=tree,
+        node=node,
+        feature=feature,
+        threshold=np.array([r[4] for r in rows], dtype=np.float64),
+        categorical=np.zeros(n, np.uint8),
+        left=left,
+        right=right,
+        category_offsets=np.zeros(n + 1, np.int64),
+        categories=np.zeros(0, np.int64),
+        default_left=np.zeros(n, np.uint8),
+    )
 
 
 def count_violation(counts: np.ndarray, group: np.ndarray, sigma: float, criterion: str = "gini") -> str | None:
@@ -321,8 +348,10 @@ def count_violation(counts: np.ndarray, group: np.ndarray, sigma: float, criteri
         beyond = np.abs(counts[:, 1]) - counts[:, 0] - tail * np.sqrt(2.0)
         if (beyond > 0).any():
             i = int(np.argmax(beyond))
-            return (f"a target sum of {float(counts[i, 1]):.4g} over {float(counts[i, 0]):.4g} windows, beyond the "
-                    "public range")
+            return (
+                f"a target sum of {float(counts[i, 1]):.4g} over {float(counts[i, 0]):.4g} windows, beyond the "
+                "public range"
+            )
     n_groups = int(group.max()) + 1
     totals = np.zeros((n_groups, counts.shape[1]))
     np.add.at(totals, group, counts)
@@ -331,8 +360,10 @@ def count_violation(counts: np.ndarray, group: np.ndarray, sigma: float, criteri
     over = np.abs(totals - reference) - tail * (cells[:, None] + cells.max())
     if (over > 0).any():
         g, k = np.unravel_index(np.argmax(over), over.shape)
-        return (f"class totals of {float(totals[g, k]):.4g} windows in one group where the others hold about "
-                f"{float(reference[k]):.4g}")
+        return (
+            f"class totals of {float(totals[g, k]):.4g} windows in one group where the others hold about "
+            f"{float(reference[k]):.4g}"
+        )
     return None
 
 
@@ -385,8 +416,13 @@ class PrivateForest:
         return max(best, 0.0) / root if root > 0 else 0.0
 
 
-def grow_private_forest(plan: PrivateForestPlan, edges: Sequence[np.ndarray], seed: int,
-                        fetch_histograms: FetchHistograms, fetch_leaves: FetchLeaves) -> PrivateForest:
+def grow_private_forest(
+    plan: PrivateForestPlan,
+    edges: Sequence[np.ndarray],
+    seed: int,
+    fetch_histograms: FetchHistograms,
+    fetch_leaves: FetchLeaves,
+) -> PrivateForest:
     """The private forest from the root release and the leaves release (module docstring)."""
     n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
     crit = plan.criterion
@@ -407,8 +443,9 @@ def grow_private_forest(plan: PrivateForestPlan, edges: Sequence[np.ndarray], se
     forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, n_outputs, seed, root)
     leaves = fetch_leaves(forest.splits, forest.leaf_tree, forest.leaf_id)
     counts = feasible(np.asarray(leaves.counts, dtype=np.float64).reshape(-1, K), crit)
-    node_counts = {(t, node): counts[i] for i, (t, node) in enumerate(zip(forest.leaf_tree.tolist(),
-                                                                         forest.leaf_id.tolist()))}
+    node_counts = {
+        (t, node): counts[i] for i, (t, node) in enumerate(zip(forest.leaf_tree.tolist(), forest.leaf_id.tolist()))
+    }
     s = forest.splits
     for r in range(s.level.shape[0] - 1, -1, -1):  # deepest splits first: children add up to their parent
         t = int(s.tree[r])
@@ -416,8 +453,11 @@ def grow_private_forest(plan: PrivateForestPlan, edges: Sequence[np.ndarray], se
     keys = list(node_counts)
     weight = plan.smoothing * leaves.sigma
     if plan.shrink_to_parent:
-        value_of = {(t, 0): leaf_values(node_counts[(t, 0)][None, :], screening.prior, weight, crit)[0]
-                    for t in range(plan.n_trees) if (t, 0) in node_counts}
+        value_of = {
+            (t, 0): leaf_values(node_counts[(t, 0)][None, :], screening.prior, weight, crit)[0]
+            for t in range(plan.n_trees)
+            if (t, 0) in node_counts
+        }
         for r in range(s.level.shape[0]):  # level order: a parent's value before its children's
             t, parent = int(s.tree[r]), value_of[(int(s.tree[r]), int(s.node[r]))]
             prior = np.r_[1.0, parent] if crit == "mse" else parent

@@ -39,8 +39,17 @@ from .forest_growth import child_shift, is_pure, leaf_value, n_sampled_features,
 if TYPE_CHECKING:
     from .fedforest import FedForest
 
-__all__ = ["MAX_BOOTSTRAP_WEIGHT", "ForestFleet", "ForestResult", "ForestState", "ForestTraining", "FrontierNode",
-           "KnownNode", "LevelCounts", "forest_importance"]
+__all__ = [
+    "MAX_BOOTSTRAP_WEIGHT",
+    "ForestFleet",
+    "ForestResult",
+    "ForestState",
+    "ForestTraining",
+    "FrontierNode",
+    "KnownNode",
+    "LevelCounts",
+    "forest_importance",
+]
 
 log = logging.getLogger("aggregator.algorithms.fedforest")
 
@@ -114,8 +123,9 @@ class ForestFleet:
 
     def to_dict(self) -> dict[str, Any]:
         """The CBOR form (lists for the tuples), as ``ForestState.to_cbor`` stores it."""
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
-                for f in dataclasses.fields(self)}
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in dataclasses.fields(self)
+        }
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ForestFleet:
@@ -174,9 +184,13 @@ class ForestState:
     def to_cbor(self) -> bytes:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "decisions"}
         values["fleet"] = self.fleet.to_dict()
-        return dumps_value({"version": self.VERSION, **values,
-                            "decisions": [{f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
-                                          for d in self.decisions]})
+        return dumps_value(
+            {
+                "version": self.VERSION,
+                **values,
+                "decisions": [{f.name: getattr(d, f.name) for f in dataclasses.fields(d)} for d in self.decisions],
+            }
+        )
 
     @classmethod
     def from_cbor(cls, data: bytes) -> ForestState:
@@ -241,20 +255,34 @@ class ForestTraining:
         self.k_features = n_sampled_features(cfg.max_features, self.d, cfg.regression)
         self.categorical = np.array(sorted(set(cfg.categorical_features)), dtype=np.int64)
         m = max(1, math.ceil(cfg.client_fraction * len(self.clients)))
-        self.tree_clients = [np.arange(len(self.clients)) if m == len(self.clients)
-                             else np.sort(self.rng.choice(len(self.clients), size=m, replace=False))
-                             for _ in range(cfg.n_trees)]
-        self.trees_of = [np.array([t for t, members in enumerate(self.tree_clients) if k in members], dtype=np.int64)
-                         for k in range(len(self.clients))]  # per client index: the trees it takes part in
+        self.tree_clients = [
+            np.arange(len(self.clients))
+            if m == len(self.clients)
+            else np.sort(self.rng.choice(len(self.clients), size=m, replace=False))
+            for _ in range(cfg.n_trees)
+        ]
+        self.trees_of = [
+            np.array([t for t, members in enumerate(self.tree_clients) if k in members], dtype=np.int64)
+            for k in range(len(self.clients))
+        ]  # per client index: the trees it takes part in
 
     def _task(self, client: str) -> ForestTask:
         cfg = self.config
         k = self.index[client]
-        return ForestTask(task="regression" if cfg.regression else "classification", criterion=self.crit,
-                          feature_set_version=cfg.feature_set_version, n_features=self.d, n_trees=cfg.n_trees,
-                          client_index=k, trees=self.trees_of[k], seed=self.seed, bootstrap=cfg.bootstrap,
-                          classes=self.classes if cfg.target == "label" else (), target=cfg.target,
-                          n_clients=len(self.clients))
+        return ForestTask(
+            task="regression" if cfg.regression else "classification",
+            criterion=self.crit,
+            feature_set_version=cfg.feature_set_version,
+            n_features=self.d,
+            n_trees=cfg.n_trees,
+            client_index=k,
+            trees=self.trees_of[k],
+            seed=self.seed,
+            bootstrap=cfg.bootstrap,
+            classes=self.classes if cfg.target == "label" else (),
+            target=cfg.target,
+            n_clients=len(self.clients),
+        )
 
     def run(self) -> ForestResult:
         cfg = self.config
@@ -266,15 +294,23 @@ class ForestTraining:
                 break
             started = time.monotonic()
             frontier = self._level(level, frontier)
-            progress = StepProgress(self.job.job_id, cfg.name, level + 1, cfg.max_depth + 1, len(self.clients),
-                                     self._answered, {"nodes": float(self._n_active), "splits": float(self._n_splits)},
-                                     time.monotonic() - started)
+            progress = StepProgress(
+                self.job.job_id,
+                cfg.name,
+                level + 1,
+                cfg.max_depth + 1,
+                len(self.clients),
+                self._answered,
+                {"nodes": float(self._n_active), "splits": float(self._n_splits)},
+                time.monotonic() - started,
+            )
             self.job.report(progress, state=lambda: self._state(level + 1, frontier).to_cbor())
             if frontier and self.job.stop_here(progress):
                 self._cut(level + 1, frontier)
                 break
-        return ForestResult(self._model(), self._normalised_importance(), float(max(self.root_gains, default=0.0)),
-                            self.levels)
+        return ForestResult(
+            self._model(), self._normalised_importance(), float(max(self.root_gains, default=0.0)), self.levels
+        )
 
     def _fresh(self) -> list[FrontierNode]:
         """Start at the roots: empty trees, nothing known; the first level's frontier."""
@@ -294,11 +330,17 @@ class ForestTraining:
     def _fleet(self) -> ForestFleet:
         """The fleet as this job's setup described it: what a stored state must have been grown on."""
         edges, offsets = self._candidate_edges()
-        return ForestFleet(clients=tuple(self.clients), n_features=int(self.d), feature_names=tuple(self.feature_names),
-                           classes=tuple(str(c) for c in self.classes),
-                           model_classes=tuple(str(c) for c in self.model_classes),
-                           total_samples=int(self.total_samples), root_shift=float(self.root_shift),
-                           edges=np.asarray(edges, np.float64), edge_offsets=np.asarray(offsets, np.int64))
+        return ForestFleet(
+            clients=tuple(self.clients),
+            n_features=int(self.d),
+            feature_names=tuple(self.feature_names),
+            classes=tuple(str(c) for c in self.classes),
+            model_classes=tuple(str(c) for c in self.model_classes),
+            total_samples=int(self.total_samples),
+            root_shift=float(self.root_shift),
+            edges=np.asarray(edges, np.float64),
+            edge_offsets=np.asarray(offsets, np.int64),
+        )
 
     def _state(self, levels_done: int, frontier: list[FrontierNode]) -> ForestState:
         S = self.S
@@ -307,19 +349,26 @@ class ForestTraining:
         ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
         rows = lambda values: np.array(values, dtype=np.float64).reshape(-1, S)  # noqa: E731
         return ForestState(
-            levels_done=levels_done, fleet=self._fleet(), decisions=tuple(self.decisions),
-            frontier_tree=ints([n.tree for n in frontier]), frontier_node=ints([n.node for n in frontier]),
+            levels_done=levels_done,
+            fleet=self._fleet(),
+            decisions=tuple(self.decisions),
+            frontier_tree=ints([n.tree for n in frontier]),
+            frontier_node=ints([n.node for n in frontier]),
             frontier_known=np.array([n.summary is not None for n in frontier], dtype=np.uint8),
             frontier_summary=rows([np.zeros(S) if n.summary is None else n.summary for n in frontier]),
             frontier_shift=np.array([n.shift for n in frontier], dtype=np.float64),
-            known_tree=ints([k[0] for k, _ in known]), known_node=ints([k[1] for k, _ in known]),
+            known_tree=ints([k[0] for k, _ in known]),
+            known_node=ints([k[1] for k, _ in known]),
             known_summary=rows([v.summary for _, v in known]),
             known_shift=np.array([v.shift for _, v in known], dtype=np.float64),
-            importance=self.importance.copy(), root_weight=self.root_weight.copy(),
+            importance=self.importance.copy(),
+            root_weight=self.root_weight.copy(),
             root_gains=np.array(self.root_gains, dtype=np.float64),
             level_counts=ints([[c.level, c.nodes, c.pairs, c.candidates] for c in self.levels]).reshape(-1, 4),
-            distinct_tree=ints([k[0] for k, _ in distinct]), distinct_node=ints([k[1] for k, _ in distinct]),
-            distinct_count=ints([v for _, v in distinct]))
+            distinct_tree=ints([k[0] for k, _ in distinct]),
+            distinct_node=ints([k[1] for k, _ in distinct]),
+            distinct_count=ints([v for _, v in distinct]),
+        )
 
     def _resumed(self) -> tuple[int, list[FrontierNode]]:
         """The first level to grow and its frontier from ``config.resume_state``, or level 0 from
@@ -331,8 +380,10 @@ class ForestTraining:
         else:
             reason = self._unfit(state)
         if reason is not None:
-            log.warning("not resuming the forest: starting over from the first level",
-                        extra={"job": self.job.job_id, "reason": reason})
+            log.warning(
+                "not resuming the forest: starting over from the first level",
+                extra={"job": self.job.job_id, "reason": reason},
+            )
             return 0, self._fresh()
         self._fresh()
         self.decisions = list(state.decisions)
@@ -340,23 +391,36 @@ class ForestTraining:
             for i in range(decided.level.shape[0]):
                 t, node = int(decided.tree[i]), int(decided.node[i])
                 lo, hi = decided.category_offsets[i], decided.category_offsets[i + 1]
-                ids = self.builders[t].split(node, int(decided.feature[i]), float(decided.threshold[i]),
-                                             default_left=bool(decided.nan_left[i]),
-                                             categories=decided.categories[lo:hi].tolist()
-                                             if decided.categorical[i] else None)
+                ids = self.builders[t].split(
+                    node,
+                    int(decided.feature[i]),
+                    float(decided.threshold[i]),
+                    default_left=bool(decided.nan_left[i]),
+                    categories=decided.categories[lo:hi].tolist() if decided.categorical[i] else None,
+                )
                 if ids != (int(decided.left[i]), int(decided.right[i])):
                     raise TrainingError(f"a stored split of tree {t} node {node} does not rebuild (children {ids})")
                 self.children_of[(t, node)] = ids
-        self.summary_of = {(int(t), int(n)): KnownNode(state.known_summary[i], float(state.known_shift[i]))
-                           for i, (t, n) in enumerate(zip(state.known_tree, state.known_node))}
+        self.summary_of = {
+            (int(t), int(n)): KnownNode(state.known_summary[i], float(state.known_shift[i]))
+            for i, (t, n) in enumerate(zip(state.known_tree, state.known_node))
+        }
         self.importance, self.root_weight = state.importance.copy(), state.root_weight.copy()
         self.root_gains = state.root_gains.tolist()
         self.levels = [LevelCounts(*map(int, row)) for row in state.level_counts]
-        self.distinct_of = {(int(t), int(n)): int(c) for t, n, c in
-                            zip(state.distinct_tree, state.distinct_node, state.distinct_count)}
-        frontier = [FrontierNode(int(t), int(n), state.levels_done, state.frontier_summary[i] if state.frontier_known[i]
-                          else None, shift=float(state.frontier_shift[i]))
-                    for i, (t, n) in enumerate(zip(state.frontier_tree, state.frontier_node))]
+        self.distinct_of = {
+            (int(t), int(n)): int(c) for t, n, c in zip(state.distinct_tree, state.distinct_node, state.distinct_count)
+        }
+        frontier = [
+            FrontierNode(
+                int(t),
+                int(n),
+                state.levels_done,
+                state.frontier_summary[i] if state.frontier_known[i] else None,
+                shift=float(state.frontier_shift[i]),
+            )
+            for i, (t, n) in enumerate(zip(state.frontier_tree, state.frontier_node))
+        ]
         log.info("resuming the forest", extra={"job": self.job.job_id, "from_level": state.levels_done})
         return state.levels_done, frontier
 
@@ -366,16 +430,22 @@ class ForestTraining:
         if changed:
             return f"the fleet changed since the stored level ({', '.join(changed)})"
         n_trees = self.config.n_trees
-        if state.root_weight.shape != (n_trees,) or state.importance.shape != (n_trees, self.d + 1) or \
-                state.known_summary.shape[1:] != (self.S,) or not 0 < state.levels_done <= self.config.max_depth + 1:
+        if (
+            state.root_weight.shape != (n_trees,)
+            or state.importance.shape != (n_trees, self.d + 1)
+            or state.known_summary.shape[1:] != (self.S,)
+            or not 0 < state.levels_done <= self.config.max_depth + 1
+        ):
             return "the stored state does not fit the job's settings"
         return None
 
     def _cut(self, depth: int, frontier: list[FrontierNode]) -> None:
         """Stop at ``depth``: the open ``frontier`` nodes stay leaves (see ``FedForest.fit``)."""
         if any(node.summary is None for node in frontier):
-            raise TrainingError(f"stopped after level {depth}: with evaluation='avgimp' the open nodes learn their "
-                                "summaries only at the next level, so no forest can be cut here")
+            raise TrainingError(
+                f"stopped after level {depth}: with evaluation='avgimp' the open nodes learn their "
+                "summaries only at the next level, so no forest can be cut here"
+            )
         self.depth = depth
 
     def _features(self, node: FrontierNode) -> np.ndarray:
@@ -400,8 +470,9 @@ class ForestTraining:
     def _decisions_since(self, first_level: int) -> SplitDecisions:
         return SplitDecisions.concatenate(self.decisions[first_level:])
 
-    def _apply(self, level: int, frontier: list[FrontierNode], best: np.ndarray, best_gain: np.ndarray,
-               cands: Candidates) -> list[FrontierNode]:
+    def _apply(
+        self, level: int, frontier: list[FrontierNode], best: np.ndarray, best_gain: np.ndarray, cands: Candidates
+    ) -> list[FrontierNode]:
         cfg = self.config
         chosen = [(i, int(best[i])) for i in range(len(frontier)) if best[i] >= 0]
         children: list[FrontierNode] = []
@@ -411,8 +482,12 @@ class ForestTraining:
             feature = int(cands.feature[c])
             cats = cands.categories[c]
             lid, rid = self.builders[node.tree].split(
-                node.node, feature, float(cands.threshold[c]), default_left=bool(cands.default_left[c]),
-                categories=None if cats is None else cats.tolist())
+                node.node,
+                feature,
+                float(cands.threshold[c]),
+                default_left=bool(cands.default_left[c]),
+                categories=None if cats is None else cats.tolist(),
+            )
             child_ids.append((lid, rid))
             self.children_of[(node.tree, node.node)] = (lid, rid)
             self.importance[node.tree, feature] += node_count(node.summary, self.crit) * best_gain[i]
@@ -434,21 +509,25 @@ class ForestTraining:
                     children.append(FrontierNode(node.tree, child, depth, summary, shift=shift))
         rows = np.array([c for _, c in chosen], dtype=np.int64)
         nodes = [frontier[i] for i, _ in chosen]
-        categories = [np.zeros(0, np.int64) if cands.categories[c] is None
-                      else np.asarray(cands.categories[c], np.int64) for c in rows.tolist()]
-        self.decisions.append(SplitDecisions(
-            level=np.full(rows.size, level, dtype=np.int64),
-            tree=np.array([n.tree for n in nodes], dtype=np.int64),
-            node=np.array([n.node for n in nodes], dtype=np.int64),
-            feature=cands.feature[rows].astype(np.int64),
-            threshold=cands.threshold[rows].astype(np.float64),
-            categorical=np.array([cands.categories[c] is not None for c in rows.tolist()], dtype=np.uint8),
-            left=np.array([ids[0] for ids in child_ids], dtype=np.int64),
-            right=np.array([ids[1] for ids in child_ids], dtype=np.int64),
-            category_offsets=np.concatenate([[0], np.cumsum([c.size for c in categories])]).astype(np.int64),
-            categories=np.concatenate(categories).astype(np.int64) if categories else np.zeros(0, np.int64),
-            default_left=cands.default_left[rows].astype(np.uint8),
-        ))
+        categories = [
+            np.zeros(0, np.int64) if cands.categories[c] is None else np.asarray(cands.categories[c], np.int64)
+            for c in rows.tolist()
+        ]
+        self.decisions.append(
+            SplitDecisions(
+                level=np.full(rows.size, level, dtype=np.int64),
+                tree=np.array([n.tree for n in nodes], dtype=np.int64),
+                node=np.array([n.node for n in nodes], dtype=np.int64),
+                feature=cands.feature[rows].astype(np.int64),
+                threshold=cands.threshold[rows].astype(np.float64),
+                categorical=np.array([cands.categories[c] is not None for c in rows.tolist()], dtype=np.uint8),
+                left=np.array([ids[0] for ids in child_ids], dtype=np.int64),
+                right=np.array([ids[1] for ids in child_ids], dtype=np.int64),
+                category_offsets=np.concatenate([[0], np.cumsum([c.size for c in categories])]).astype(np.int64),
+                categories=np.concatenate(categories).astype(np.int64) if categories else np.zeros(0, np.int64),
+                default_left=cands.default_left[rows].astype(np.uint8),
+            )
+        )
         return children
 
     def _model(self) -> TreeEnsemble:
@@ -459,21 +538,38 @@ class ForestTraining:
                 known = self.summary_of.get((t, node))
                 if known is None:
                     raise TrainingError(f"tree {t} node {node} has no summary (every client dropped out?)")
-                builder.set_value(node, leaf_value(known.summary, self.crit, known.shift),
-                                  cover=float(node_count(known.summary, self.crit)))
+                builder.set_value(
+                    node,
+                    leaf_value(known.summary, self.crit, known.shift),
+                    cover=float(node_count(known.summary, self.crit)),
+                )
             trees.append(builder.build())
         names = tuple(self.feature_names) + ((CLIENT_FEATURE,) if cfg.client_splits else ())
         n_outputs = 1 if cfg.regression else self.S
         return TreeEnsemble(
-            trees=tuple(trees), kind="forest", link="identity", n_outputs=n_outputs, feature_names=names,
-            feature_set_version=cfg.feature_set_version, classes=self.model_classes,
-            metadata={"algorithm": cfg.name, "n_trees": cfg.n_trees, "max_depth": self.depth, "n_bins": cfg.bins,
-                      "criterion": self.crit, "evaluation": cfg.evaluation, "candidates": cfg.candidates,
-                      "client_splits": int(cfg.client_splits), "target": cfg.target, "protocol": cfg.protocol,
-                      "secure_aggregation": int(cfg.secure_aggregation), "min_crowd": cfg.min_crowd,
-
-                      # the index -> client map of H inputs and client targets; no other model names clients
-                      **({"clients": ",".join(self.clients)} if cfg.client_splits or cfg.target == "client" else {})},
+            trees=tuple(trees),
+            kind="forest",
+            link="identity",
+            n_outputs=n_outputs,
+            feature_names=names,
+            feature_set_version=cfg.feature_set_version,
+            classes=self.model_classes,
+            metadata={
+                "algorithm": cfg.name,
+                "n_trees": cfg.n_trees,
+                "max_depth": self.depth,
+                "n_bins": cfg.bins,
+                "criterion": self.crit,
+                "evaluation": cfg.evaluation,
+                "candidates": cfg.candidates,
+                "client_splits": int(cfg.client_splits),
+                "target": cfg.target,
+                "protocol": cfg.protocol,
+                "secure_aggregation": int(cfg.secure_aggregation),
+                "min_crowd": cfg.min_crowd,
+                # the index -> client map of H inputs and client targets; no other model names clients
+                **({"clients": ",".join(self.clients)} if cfg.client_splits or cfg.target == "client" else {}),
+            },
         )
 
     def _normalised_importance(self) -> np.ndarray:

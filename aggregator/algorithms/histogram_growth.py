@@ -255,8 +255,9 @@ def vector_leaf_weights(grad: np.ndarray, hess: np.ndarray, params: GrowthParams
     return np.where(usable, leaf_weight(g, h, params.reg_lambda), 0.0)
 
 
-def _grow(layout: _Layout, g: np.ndarray, h: np.ndarray, counts: ArrayLike | None, params: GrowthParams, *,
-          vector: bool) -> GrownTree:
+def _grow(
+    layout: _Layout, g: np.ndarray, h: np.ndarray, counts: ArrayLike | None, params: GrowthParams, *, vector: bool
+) -> GrownTree:
     """One tree from the ``(A, K)`` statistics: ``K`` = 1 (scalar leaves) or vector leaves."""
     n_atoms, K = g.shape
     w = np.ones(n_atoms) if counts is None else _stats(counts, (n_atoms,), "counts", nonneg=True)
@@ -319,8 +320,11 @@ def _grow(layout: _Layout, g: np.ndarray, h: np.ndarray, counts: ArrayLike | Non
     sum_grad = np.array([sums_g[i] for i in range(n_nodes)]).reshape(n_nodes, K)
     sum_hess = np.array([sums_h[i] for i in range(n_nodes)]).reshape(n_nodes, K)
     count = np.array([sums_w[i] for i in range(n_nodes)])
-    weights = vector_leaf_weights(sum_grad, sum_hess, params) if vector else leaf_weight(sum_grad, sum_hess,
-                                                                                           params.reg_lambda)
+    weights = (
+        vector_leaf_weights(sum_grad, sum_hess, params)
+        if vector
+        else leaf_weight(sum_grad, sum_hess, params.reg_lambda)
+    )
     values = params.learning_rate * weights + 0.0  # no -0.0
     for node in range(n_nodes):
         builder.set_value(node, values[node], cover=max(float(sum_hess[node].sum()), 0.0))

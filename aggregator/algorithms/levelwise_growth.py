@@ -79,11 +79,19 @@ class RoundTree:
     loss_change: np.ndarray
 
 
-def grow_round(n_outputs: int, edges: Sequence[np.ndarray], params: GrowthParams, fetch: Fetch, *,
-               frac_bits: int, min_crowd: int = 0) -> list[Tree]:
+def grow_round(
+    n_outputs: int,
+    edges: Sequence[np.ndarray],
+    params: GrowthParams,
+    fetch: Fetch,
+    *,
+    frac_bits: int,
+    min_crowd: int = 0,
+) -> list[Tree]:
     """The trees of :func:`grow_round_with_gains` alone."""
-    return [r.tree for r in grow_round_with_gains(n_outputs, edges, params, fetch, frac_bits=frac_bits,
-                                                  min_crowd=min_crowd)]
+    return [
+        r.tree for r in grow_round_with_gains(n_outputs, edges, params, fetch, frac_bits=frac_bits, min_crowd=min_crowd)
+    ]
 
 
 def grow_round_with_gains(
@@ -123,8 +131,12 @@ def grow_round_with_gains(
         else:
             # a split needs two children of the minimum crowd (and, one output per tree, of
             # min_child_weight; vector leaves only zero a class's weight below it)
-            wanted = [n for n in frontier if n.total[-1] >= min_split
-                      and (vector or dequantize(n.total[1], frac_bits) >= 2 * params.min_child_weight)]
+            wanted = [
+                n
+                for n in frontier
+                if n.total[-1] >= min_split
+                and (vector or dequantize(n.total[1], frac_bits) >= 2 * params.min_child_weight)
+            ]
         _fill_histograms(wanted, rows, fetch, exact)
         for node in wanted if depth == 0 else ():
             node.total = node.hist[:, 0, :].sum(axis=1)
@@ -184,12 +196,16 @@ def _fill_histograms(wanted: list[_Node], rows: list[_SplitRow], fetch: Fetch, e
         else:
             derived.append(node)
     if fetched:
-        hists = fetch(_round_splits(rows), np.array([n.tree for n in fetched], np.int64),
-                      np.array([n.node for n in fetched], np.int64))
+        hists = fetch(
+            _round_splits(rows),
+            np.array([n.tree for n in fetched], np.int64),
+            np.array([n.node for n in fetched], np.int64),
+        )
         for node, hist in zip(fetched, hists):
             node.hist = np.asarray(hist, dtype=np.int64)
-        why = exact and parent_total_violation([n.hist for n in fetched],
-                                               [None if n.parent is None else n.total for n in fetched])
+        why = exact and parent_total_violation(
+            [n.hist for n in fetched], [None if n.parent is None else n.total for n in fetched]
+        )
         if why:
             raise SumViolation(why)
     for node in derived:

@@ -48,8 +48,15 @@ from ..jobs import FederatedJob, TrainingError
 from ..rounds import QuorumNotReached
 from .fleet_data import fleet_vocabulary, keep_majority_width
 
-__all__ = ["OPENING_GRID_ROUNDS", "PrivateFleet", "TargetRangeError", "check_privacy_settings",
-           "describe_fleet_privately", "frac_bits_for", "opening_releases"]
+__all__ = [
+    "OPENING_GRID_ROUNDS",
+    "PrivateFleet",
+    "TargetRangeError",
+    "check_privacy_settings",
+    "describe_fleet_privately",
+    "frac_bits_for",
+    "opening_releases",
+]
 
 #: How often the grid rounds start over after a client dropped out of them.
 MAX_GRID_RESTARTS = 3
@@ -68,8 +75,10 @@ def frac_bits_for(n_total: int, bound: float) -> int:
     as many as the range allows, at most 52 (float64's precision)."""
     bits = SUM_BITS - math.ceil(math.log2(n_total + 1)) - max(0, math.ceil(math.log2(bound)))
     if bits < 8:
-        raise TrainingError(f"{n_total} samples with values up to {bound:.3g} leave only {bits} fixed-point "
-                            "fraction bits; rescale the targets")
+        raise TrainingError(
+            f"{n_total} samples with values up to {bound:.3g} leave only {bits} fixed-point "
+            "fraction bits; rescale the targets"
+        )
     return min(bits, 52)
 
 
@@ -78,8 +87,10 @@ class TargetRangeError(TrainingError, ValueError):
     data problem (``ValueError``, one line) that also ends the job (``TrainingError``)."""
 
     def __init__(self) -> None:
-        super().__init__(f"private regression needs targets within 2**20 ({TARGET_BOUND:.0f}) of their fleet "
-                         "median, and these spread further: rescale them (e.g. other units)")
+        super().__init__(
+            f"private regression needs targets within 2**20 ({TARGET_BOUND:.0f}) of their fleet "
+            "median, and these spread further: rescale them (e.g. other units)"
+        )
 
 
 def opening_releases() -> int:
@@ -99,37 +110,50 @@ def check_privacy_settings(config, *, paper: str, dp_possible: bool) -> None:
     if config.protocol not in ("private", "histogram", paper):
         raise ValueError(f"protocol must be 'private', 'histogram' or {paper!r}, got {config.protocol!r}")
     if config.protocol == "private" and not dp_possible:
-        raise ValueError("the private protocol (differential privacy) trains classifiers; for regression choose "
-                         "protocol='histogram' (secure sums without differential privacy)")
+        raise ValueError(
+            "the private protocol (differential privacy) trains classifiers; for regression choose "
+            "protocol='histogram' (secure sums without differential privacy)"
+        )
     if config.secure_aggregation is None:
         object.__setattr__(config, "secure_aggregation", config.protocol != paper)
     if config.secure_aggregation and config.protocol == paper:
-        raise ValueError(f"secure aggregation sums histograms: protocol={paper!r} sends per-client data that "
-                         "cannot be summed; it needs secure_aggregation=False")
+        raise ValueError(
+            f"secure aggregation sums histograms: protocol={paper!r} sends per-client data that "
+            "cannot be summed; it needs secure_aggregation=False"
+        )
     if config.protocol == "private" and not config.secure_aggregation:
-        raise ValueError("the private protocol adds its noise in shares under secure aggregation: without it the "
-                         "server would see each gateway's lightly noised vector")
+        raise ValueError(
+            "the private protocol adds its noise in shares under secure aggregation: without it the "
+            "server would see each gateway's lightly noised vector"
+        )
     if not (isinstance(config.min_crowd, int) and config.min_crowd >= 0):
         raise ValueError(f"min_crowd must be an int >= 0, got {config.min_crowd!r}")
-    if not (isinstance(config.dp_epsilon, (int, float)) and 0 < config.dp_epsilon <= 1000
-            and np.isfinite(config.dp_epsilon)):
+    if not (
+        isinstance(config.dp_epsilon, (int, float)) and 0 < config.dp_epsilon <= 1000 and np.isfinite(config.dp_epsilon)
+    ):
         raise ValueError(f"dp_epsilon must be a number in (0, 1000], got {config.dp_epsilon!r}")
     if not (isinstance(config.dp_delta, float) and 0 < config.dp_delta < 1e-3):
         raise ValueError(f"dp_delta must be a float in (0, 1e-3), got {config.dp_delta!r}")
     if config.secure_aggregation and config.client_fraction < 1:
-        raise ValueError("secure aggregation with client_fraction < 1 would release sums over changing cohorts "
-                         "of clients, whose differences isolate clients: use client_fraction=1")
+        raise ValueError(
+            "secure aggregation with client_fraction < 1 would release sums over changing cohorts "
+            "of clients, whose differences isolate clients: use client_fraction=1"
+        )
 
 
 def warn_if_not_private(config, paper: str, log: logging.Logger) -> None:
     """One line when a job runs without differential privacy (chosen for research or
     reproduction): what the aggregator can then learn."""
     if config.protocol == paper:
-        log.warning(f"protocol={paper!r} (the paper's, for reproduction) reveals per-window data to the aggregator; "
-                    "the default protocol='private' does not")
+        log.warning(
+            f"protocol={paper!r} (the paper's, for reproduction) reveals per-window data to the aggregator; "
+            "the default protocol='private' does not"
+        )
     elif config.protocol == "histogram":
-        log.warning("protocol='histogram' (secure sums without differential privacy): sums over few windows, "
-                    "such as single-window histogram cells, reveal those windows to the aggregator")
+        log.warning(
+            "protocol='histogram' (secure sums without differential privacy): sums over few windows, "
+            "such as single-window histogram cells, reveal those windows to the aggregator"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -177,14 +201,21 @@ class PrivateFleet:
         n = self.total_samples
         if not n:
             return 0.0
-        centred = self.shifted_sum_squares - self.shifted_sum ** 2 / n
+        centred = self.shifted_sum_squares - self.shifted_sum**2 / n
         rounding = n * (1.0 + abs(self.shifted_sum / n) * 2.0 ** (1 - TARGET_FRAC_BITS))
         return max(centred, 0.0) + rounding
 
 
-def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set_version: str, *,
-                             regression: bool, n_bins: int, classes: tuple[str, ...] | None = None,
-                             budget: PrivacyBudget | None = None) -> PrivateFleet:
+def describe_fleet_privately(
+    job: FederatedJob,
+    summer: FleetSummer,
+    feature_set_version: str,
+    *,
+    regression: bool,
+    n_bins: int,
+    classes: tuple[str, ...] | None = None,
+    budget: PrivacyBudget | None = None,
+) -> PrivateFleet:
     """Run the private opening over ``summer.active`` clients (see the module docstring).
     With ``budget`` every sum is released with distributed Skellam noise from its ``"opening"``
     share: one window changes ``n`` and one class count by 1 (L2 sensitivity sqrt 2), one grid
@@ -192,8 +223,9 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
     Regression learns the target's grid counts too (one more column; the shift, the fleet
     median, is read off them); with ``budget`` it releases nothing else (no target
     sums)."""
-    shapes = job.ask(DataShapeRequest(feature_set_version, labels=classes is None and not regression),
-                     list(summer.active), DataShape)
+    shapes = job.ask(
+        DataShapeRequest(feature_set_version, labels=classes is None and not regression), list(summer.active), DataShape
+    )
     if not shapes:
         raise TrainingError("no client described its data")
     d = keep_majority_width(job, shapes)
@@ -209,20 +241,31 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
         asked = len(summer.active)
         mu = budget.mu("opening", np.sqrt(2.0) * COUNT_SCALE, 2.0 * COUNT_SCALE) if budget else 0.0
         share = NoiseShare(mu, asked, COUNT_SCALE) if budget else None
-        requests = {c: FleetCountsRequest(feature_set_version, regression, vocabulary, TARGET_FRAC_BITS, secure(c),
-                                          share, shift) for c in summer.active}
+        requests = {
+            c: FleetCountsRequest(
+                feature_set_version, regression, vocabulary, TARGET_FRAC_BITS, secure(c), share, shift
+            )
+            for c in summer.active
+        }
         example = next(iter(requests.values()))
         try:
-            result = summer.ask(requests, FleetSumReply, lambda r: r.sums, example.length,
-                                word_bits=example.word_bits)
+            result = summer.ask(requests, FleetSumReply, lambda r: r.sums, example.length, word_bits=example.word_bits)
         except QuorumNotReached as exc:  # one line, not every gateway's refusal
             if any(e.code == TARGET_RANGE for e in exc.result.errors.values()):
                 raise TargetRangeError() from None
             raise
         sums = result.total.view(np.int64)
         if budget:
-            budget.spend(skellam_release("opening", np.sqrt(2.0) * COUNT_SCALE, 2.0 * COUNT_SCALE, mu,
-                                         answered=len(result.contributors), asked=asked))
+            budget.spend(
+                skellam_release(
+                    "opening",
+                    np.sqrt(2.0) * COUNT_SCALE,
+                    2.0 * COUNT_SCALE,
+                    mu,
+                    answered=len(result.contributors),
+                    asked=asked,
+                )
+            )
             sums = np.clip(np.rint(sums / COUNT_SCALE).astype(np.int64), 0, None)
         return sums
 
@@ -249,14 +292,19 @@ def describe_fleet_privately(job: FederatedJob, summer: FleetSummer, feature_set
         refinement = _grid_edges(summer, feature_set_version, d, n_bins, budget, total=total)
         edges = refinement.edges(include_min_point=True)
     return PrivateFleet(
-        clients=tuple(summer.active), n_features=d,
+        clients=tuple(summer.active),
+        n_features=d,
         feature_names=named[0] if named else tuple(f"f{j}" for j in range(d)),
-        classes=vocabulary, model_classes=model_classes, total_samples=total,
+        classes=vocabulary,
+        model_classes=model_classes,
+        total_samples=total,
         label_counts=np.zeros(0) if regression else sums[1:].astype(np.float64),
         target_shift=shift,
         shifted_sum=float(np.ldexp(float(sums[1]), -TARGET_FRAC_BITS)) if regression else 0.0,
         shifted_sum_squares=float(sums[2]) if regression else 0.0,
-        edges=edges, grid_rounds=refinement.rounds, grid_cells=refinement.cells_sent,
+        edges=edges,
+        grid_rounds=refinement.rounds,
+        grid_cells=refinement.cells_sent,
     )
 
 
@@ -286,8 +334,16 @@ def target_shift(edges: np.ndarray) -> float:
     return shift
 
 
-def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: int,
-                budget: PrivacyBudget | None, *, total: int | None, target: bool = False) -> GridRefinement:
+def _grid_edges(
+    summer: FleetSummer,
+    feature_set_version: str,
+    d: int,
+    n_bins: int,
+    budget: PrivacyBudget | None,
+    *,
+    total: int | None,
+    target: bool = False,
+) -> GridRefinement:
     """The grid rounds over ``d`` columns (``target``: the last is the regression target);
     refinement needs the same clients in every round, so a client dropping out restarts them
     with the rest (at most ``MAX_GRID_RESTARTS`` times). Noisy counts are clipped and made
@@ -304,26 +360,44 @@ def _grid_edges(summer: FleetSummer, feature_set_version: str, d: int, n_bins: i
             bits = 32 if budget or known is None else word_bits_for(2 * known + 64)
             mu = budget.mu("opening", np.sqrt(d) * COUNT_SCALE, float(d) * COUNT_SCALE) if budget else 0.0
             share = NoiseShare(mu, len(cohort), COUNT_SCALE) if budget else None
-            requests = {c: GridCountsRequest(feature_set_version, **arrays, secure=summer.secure_round(c, cohort),
-                                             noise=share, word_bits=bits, target=target) for c in cohort}
+            requests = {
+                c: GridCountsRequest(
+                    feature_set_version,
+                    **arrays,
+                    secure=summer.secure_round(c, cohort),
+                    noise=share,
+                    word_bits=bits,
+                    target=target,
+                )
+                for c in cohort
+            }
             result = summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells, word_bits=bits)
             counts = result.total.view(np.int64)
             if budget:
-                budget.spend(skellam_release("opening", np.sqrt(d) * COUNT_SCALE, float(d) * COUNT_SCALE, mu,
-                                             answered=len(result.contributors), asked=len(cohort)))
+                budget.spend(
+                    skellam_release(
+                        "opening",
+                        np.sqrt(d) * COUNT_SCALE,
+                        float(d) * COUNT_SCALE,
+                        mu,
+                        answered=len(result.contributors),
+                        asked=len(cohort),
+                    )
+                )
                 counts = np.rint(counts / COUNT_SCALE).astype(np.int64)
                 parents = refinement.parent_counts
-                counts = (np.clip(counts, 0, None) if parents is None
-                          else consistent_children(counts, parents, plan.offsets))
+                counts = (
+                    np.clip(counts, 0, None) if parents is None else consistent_children(counts, parents, plan.offsets)
+                )
             if result.contributors != cohort:
                 summer.active = tuple(c for c in summer.active if c in result.contributors)
                 break
             try:
                 plan = refinement.add(plan, counts)
             except SketchError as exc:  # gateways answer from one snapshot per job; a restarted one does not
-                raise TrainingError(f"the bin edges could not be read: {exc} (a gateway restarted during the "
-                                    "job? start the job again)") from None
+                raise TrainingError(
+                    f"the bin edges could not be read: {exc} (a gateway restarted during the job? start the job again)"
+                ) from None
         if plan is None:
             return refinement
-    raise TrainingError(f"clients kept dropping out while the bin edges were being read ({MAX_GRID_RESTARTS} "
-                        "restarts)")
+    raise TrainingError(f"clients kept dropping out while the bin edges were being read ({MAX_GRID_RESTARTS} restarts)")

@@ -33,8 +33,14 @@ from shared.protocol.messages.fedscs_xgb import RoundSplits
 from .histogram_growth import GrowthParams, best_splits, split_sides, vector_leaf_weights
 from .levelwise_growth import RoundTree
 
-__all__ = ["FetchLeaves", "FetchLevel", "PrivateGrowth", "consistent_histograms", "grow_private_tree",
-           "level_violation"]
+__all__ = [
+    "FetchLeaves",
+    "FetchLevel",
+    "PrivateGrowth",
+    "consistent_histograms",
+    "grow_private_tree",
+    "level_violation",
+]
 
 #: Noise standard deviations beyond which a decoded cell cannot be noise (false alarm < 1e-14).
 TAIL_SIGMAS = 8.0
@@ -102,8 +108,10 @@ def level_violation(hist: np.ndarray, sigma: float, grad_bound: float, hess_boun
     over = np.abs(g) - ((grad_bound + 1.0 / scale) * windows + tail)
     if (over > 0).any():
         at = np.unravel_index(np.argmax(over), over.shape)
-        return (f"a G sum of {float(g[at]):.4g} over about {float(count[at[0], at[2], at[3]]):.4g} windows "
-                f"(each |g| <= {grad_bound:.4g})")
+        return (
+            f"a G sum of {float(g[at]):.4g} over about {float(count[at[0], at[2], at[3]]):.4g} windows "
+            f"(each |g| <= {grad_bound:.4g})"
+        )
     if (h < -tail).any() or (h - ((hess_bound + 1.0 / scale) * windows + tail) > 0).any():
         return f"an H sum outside [0, {hess_bound:.4g}] per window"
     return None
@@ -118,8 +126,9 @@ class _Node:
     sibling: _Node | None = None
 
 
-def grow_private_tree(growth: PrivateGrowth, n_outputs: int, fetch_level: FetchLevel,
-                      fetch_leaves: FetchLeaves) -> RoundTree:
+def grow_private_tree(
+    growth: PrivateGrowth, n_outputs: int, fetch_level: FetchLevel, fetch_leaves: FetchLeaves
+) -> RoundTree:
     """One round's tree (vector leaves when ``n_outputs > 1``) from noisy level histograms and a
     noisy leaf release (module docstring)."""
     params, features, m = growth.params, np.asarray(growth.features, dtype=np.int64), n_outputs
@@ -146,8 +155,9 @@ def grow_private_tree(growth: PrivateGrowth, n_outputs: int, fetch_level: FetchL
                 leaves.append(node.node)
                 continue
             j, b, dl = int(best.feature[i]), int(best.bin[i]), int(best.default_left[i])
-            left_id, right_id = builder.split(node.node, int(features[j]), float(growth.edges[j][b]),
-                                              default_left=bool(dl))
+            left_id, right_id = builder.split(
+                node.node, int(features[j]), float(growth.edges[j][b]), default_left=bool(dl)
+            )
             rows.append((node.node, int(features[j]), b, dl, left_id, right_id))
             hess = node.hist[m : 2 * m].sum(axis=-1).mean(axis=-1)  # the node's H per output, over its features
             builder.set_value(node.node, np.zeros(m), cover=max(float(hess.sum()), 0.0))

@@ -23,8 +23,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["SumViolation", "atom_violation", "forest_histogram_violation", "hessian_bound", "padding_mask",
-           "parent_total_violation", "xgb_histogram_violation"]
+__all__ = [
+    "SumViolation",
+    "atom_violation",
+    "forest_histogram_violation",
+    "hessian_bound",
+    "padding_mask",
+    "parent_total_violation",
+    "xgb_histogram_violation",
+]
 
 
 class SumViolation(ValueError):
@@ -46,8 +53,9 @@ def hessian_bound(objective: object) -> float:
     return 0.25 * float(getattr(objective, "hessian_factor", 1.0))
 
 
-def atom_violation(grad: np.ndarray, hess: np.ndarray, counts: np.ndarray, grad_bound: float,
-                   hess_bound: float) -> str | None:
+def atom_violation(
+    grad: np.ndarray, hess: np.ndarray, counts: np.ndarray, grad_bound: float, hess_bound: float
+) -> str | None:
     """What one gateway's atoms (per atom: summed ``grad (n, m)`` and ``hess (n, m)`` of its
     ``counts (n,)`` windows) show that its honest gradients cannot produce, or None.
 
@@ -66,8 +74,7 @@ def atom_violation(grad: np.ndarray, hess: np.ndarray, counts: np.ndarray, grad_
     over = np.abs(grad) - grad_bound * counts[:, None] - slack
     if (over > 0).any():
         at = np.unravel_index(np.argmax(over), over.shape)
-        return (f"an atom G of {float(grad[at]):.4g} over {int(counts[at[0]])} windows "
-                f"(each |g| <= {grad_bound:.4g})")
+        return f"an atom G of {float(grad[at]):.4g} over {int(counts[at[0]])} windows (each |g| <= {grad_bound:.4g})"
     if (hess < -slack).any() or (hess - hess_bound * counts[:, None] - slack > 0).any():
         return f"an atom H outside [0, {hess_bound:.4g}] per window"
     return None
@@ -98,21 +105,26 @@ def _feature_disagreement(totals: np.ndarray, node: np.ndarray | None = None) ->
         if bad.any():
             r = int(np.flatnonzero(bad)[0])
             j = int(np.flatnonzero((totals[r] != totals[r][:, :1]).any(axis=0))[0])
-            return (f"node {r}'s features disagree on its totals: feature 0 counts {int(totals[r, -1, 0])} "
-                    f"windows, feature {j} {int(totals[r, -1, j])}")
+            return (
+                f"node {r}'s features disagree on its totals: feature 0 counts {int(totals[r, -1, 0])} "
+                f"windows, feature {j} {int(totals[r, -1, j])}"
+            )
         return None
     first = np.r_[True, node[1:] != node[:-1]]
     reference = totals[np.maximum.accumulate(np.where(first, np.arange(node.shape[0]), 0))]
     bad = (totals != reference).any(axis=1)
     if bad.any():
         p = int(np.flatnonzero(bad)[0])
-        return (f"node {int(node[p])}'s features disagree on its totals: {int(reference[p, 0])} windows "
-                f"against {int(totals[p, 0])}")
+        return (
+            f"node {int(node[p])}'s features disagree on its totals: {int(reference[p, 0])} windows "
+            f"against {int(totals[p, 0])}"
+        )
     return None
 
 
-def xgb_histogram_violation(hist: np.ndarray, frac_bits: int, grad_bound: float, hess_bound: float,
-                            padding: np.ndarray) -> str | None:
+def xgb_histogram_violation(
+    hist: np.ndarray, frac_bits: int, grad_bound: float, hess_bound: float, padding: np.ndarray
+) -> str | None:
     """What an exact FedSCS-XGB level histogram ``(R, 2m + 1, k, S)`` (int64: G and H in fixed
     point with ``frac_bits``, then the window count) shows that honest gateways cannot produce,
     or None. ``padding``: :func:`padding_mask` of the job's edges.
@@ -141,9 +153,13 @@ def xgb_histogram_violation(hist: np.ndarray, frac_bits: int, grad_bound: float,
         return f"a window count of {int(count.min())}"
     if (hist[..., padding] != 0).any():
         return "a non-zero sum in a slot beyond its feature's bins"
-    bound = level_violation(np.ldexp(hist.astype(np.float64), np.r_[np.full(hist.shape[1] - 1, -frac_bits), 0]
-                                     [None, :, None, None]),
-                            0.0, grad_bound, hess_bound, 1 << frac_bits)
+    bound = level_violation(
+        np.ldexp(hist.astype(np.float64), np.r_[np.full(hist.shape[1] - 1, -frac_bits), 0][None, :, None, None]),
+        0.0,
+        grad_bound,
+        hess_bound,
+        1 << frac_bits,
+    )
     if bound is not None:
         return bound
     return _feature_disagreement(hist.sum(axis=-1))
@@ -171,8 +187,9 @@ def parent_total_violation(hist: np.ndarray, expected: list[np.ndarray | None]) 
     return None
 
 
-def forest_histogram_violation(hist: np.ndarray, pair_node: np.ndarray, padding: np.ndarray, *,
-                               regression: bool, max_weight: int) -> str | None:
+def forest_histogram_violation(
+    hist: np.ndarray, pair_node: np.ndarray, padding: np.ndarray, *, regression: bool, max_weight: int
+) -> str | None:
     """What an exact FedForest level histogram ``(P, slots, 1 + terms)`` (int64: distinct
     windows, then bootstrap-weighted class counts, or ``[n, Σy, Σy²]`` with y in fixed point)
     shows that honest gateways cannot produce, or None. ``pair_node``: the node of each pair
@@ -201,8 +218,7 @@ def forest_histogram_violation(hist: np.ndarray, pair_node: np.ndarray, padding:
     weight = counts.sum(axis=-1)
     if (weight > max_weight * windows).any():
         at = np.unravel_index(np.argmax(weight - max_weight * windows), weight.shape)
-        return (f"a bootstrap weight of {int(weight[at])} over {int(windows[at])} windows "
-                f"(each <= {max_weight})")
+        return f"a bootstrap weight of {int(weight[at])} over {int(windows[at])} windows (each <= {max_weight})"
     if (hist[padding] != 0).any():
         return "a non-zero sum in a slot beyond its feature's bins"
     return _feature_disagreement(hist.sum(axis=1), np.asarray(pair_node))

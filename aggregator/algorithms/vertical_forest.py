@@ -79,9 +79,17 @@ from ..rounds import QuorumNotReached
 from .forest_growth import n_sampled_features
 from .vertical_forest_model import MasterTree, VerticalForestMetadata, VerticalForestModel
 
-__all__ = ["VerticalFederatedForest", "VerticalPrediction", "VerticalTraining", "choose_owners", "deploy_to_parties",
-           "draw_features", "draw_rows", "parties_for_simulation", "predict_on_parties"]
-
+__all__ = [
+    "VerticalFederatedForest",
+    "VerticalPrediction",
+    "VerticalTraining",
+    "choose_owners",
+    "deploy_to_parties",
+    "draw_features",
+    "draw_rows",
+    "parties_for_simulation",
+    "predict_on_parties",
+]
 
 
 def draw_rows(seed: int, tree: int, n: int, bootstrap: bool) -> np.ndarray:
@@ -134,12 +142,14 @@ def parties_for_simulation(parties: Sequence[Any], *, party_key: bytes | None = 
         out.append(PartyData(f"party-{i:03d}", X, party[1], party_key=key))
     holders = [i for i, p in enumerate(out) if p.party_windows("").y is not None]
     if len(holders) != 1:
-        raise ValueError(f"parties: exactly one party must give y (the others None), got y from "
-                         f"{len(holders)} parties {holders}")
+        raise ValueError(
+            f"parties: exactly one party must give y (the others None), got y from {len(holders)} parties {holders}"
+        )
     rows = {p.party_windows("").X.shape[0] for p in out}
     if len(rows) != 1:
-        raise ValueError(f"parties: the blocks must have the same number of rows (aligned by position), got "
-                         f"{sorted(rows)}")
+        raise ValueError(
+            f"parties: the blocks must have the same number of rows (aligned by position), got {sorted(rows)}"
+        )
     return out
 
 
@@ -174,16 +184,24 @@ def ask_all(job: FederatedJob, request: object, clients: Sequence[str], expect: 
     return RoundAnswers(replies, missing, why)
 
 
-def ask_every_party(job: FederatedJob, parties: Sequence[str], what: str, request: object, expect: type,
-                    clients: Sequence[str] | None = None) -> dict[str, Any]:
+def ask_every_party(
+    job: FederatedJob,
+    parties: Sequence[str],
+    what: str,
+    request: object,
+    expect: type,
+    clients: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """A round every asked party must answer (a vertical job needs every party's features):
     otherwise the job fails -- the others are told to drop it and nothing is kept."""
     clients = list(parties if clients is None else clients)
     answers = ask_all(job, request, clients, expect)
     if answers.missing:
         abort_parties(job, parties, f"{what}: {answers.why}")
-        raise TrainingError(f"vertical forest job {job.job_id} failed at {what}: party {', '.join(answers.missing)} "
-                            f"did not answer ({answers.why}); every party is needed, no model was saved")
+        raise TrainingError(
+            f"vertical forest job {job.job_id} failed at {what}: party {', '.join(answers.missing)} "
+            f"did not answer ({answers.why}); every party is needed, no model was saved"
+        )
     return {c: getattr(answers.replies[c], "body", answers.replies[c]) for c in clients}
 
 
@@ -198,10 +216,17 @@ class VerticalPrediction:
     alignment: AlignmentReport
 
 
-def predict_on_parties(job: FederatedJob, model: VerticalForestModel, *, hop_us: int = 0, tolerance_us: int = 0,
-                       feature_set_version: str = "",
-                       method: Literal["one_round", "classical"] = "one_round",
-                       share: bool = True, live: bool = False) -> VerticalPrediction:
+def predict_on_parties(
+    job: FederatedJob,
+    model: VerticalForestModel,
+    *,
+    hop_us: int = 0,
+    tolerance_us: int = 0,
+    feature_set_version: str = "",
+    method: Literal["one_round", "classical"] = "one_round",
+    share: bool = True,
+    live: bool = False,
+) -> VerticalPrediction:
     """Predict the parties' windows with ``model`` (whose partial trees they keep): align them,
     then either one ``vertical_forest.route`` round (Alg. 3-4: the master intersects the leaf
     sets) or, ``method="classical"``, one ``vertical_forest.directions`` round per tree level
@@ -217,11 +242,18 @@ def predict_on_parties(job: FederatedJob, model: VerticalForestModel, *, hop_us:
         raise ValueError(f"the prediction job's clients {sorted(job.clients)} are not the model's parties {parties}")
     if method not in ("one_round", "classical"):
         raise ValueError(f"method must be 'one_round' or 'classical', got {method!r}")
-    replies = ask_every_party(job, parties, "prediction alignment", VerticalAlignRequest(
-        feature_set_version, hop_us, tolerance_us, model.task, model.manifest.model_id if live else ""),
-        VerticalAlignReply)
-    keep, report = intersect_digests(parties, [replies[p].digests for p in parties],
-                                     [replies[p].off_grid for p in parties])
+    replies = ask_every_party(
+        job,
+        parties,
+        "prediction alignment",
+        VerticalAlignRequest(
+            feature_set_version, hop_us, tolerance_us, model.task, model.manifest.model_id if live else ""
+        ),
+        VerticalAlignReply,
+    )
+    keep, report = intersect_digests(
+        parties, [replies[p].digests for p in parties], [replies[p].off_grid for p in parties]
+    )
     model_job = model.metadata.job
     if method == "one_round":
         positions = _one_round(job, model, parties, keep, report.common, model_job)
@@ -233,8 +265,9 @@ def predict_on_parties(job: FederatedJob, model: VerticalForestModel, *, hop_us:
     return VerticalPrediction(values, model.labels_of(values), report)
 
 
-def deploy_to_parties(job: FederatedJob, model: VerticalForestModel, signing_key: SigningKey, *, model_id: str,
-                      version: int) -> VerticalForestModel:
+def deploy_to_parties(
+    job: FederatedJob, model: VerticalForestModel, signing_key: SigningKey, *, model_id: str, version: int
+) -> VerticalForestModel:
     """Sign the model's manifest and have every party keep its partial trees as ``model_id``
     v``version`` (``vertical_forest.deploy``); returns the model with its manifest. A party that
     refuses (bad signature, digest mismatch, a version not above its last, no trees of the job)
@@ -244,38 +277,61 @@ def deploy_to_parties(job: FederatedJob, model: VerticalForestModel, signing_key
     if sorted(job.clients) != sorted(parties):
         raise ValueError(f"the deploy job's clients {sorted(job.clients)} are not the model's parties {parties}")
     if len(model.party_digests) != len(parties):
-        raise ValueError("the model carries no digests of the parties' partial trees (trained before deployment "
-                         "existed?): train it again")
-    manifest = sign_manifest(signing_key, model_id=model_id, version=version, job=model.metadata.job,
-                             parties=parties, label_holder=model.metadata.label_holder, task=model.task,
-                             classes=model.classes, forest_digest=forest_digest(model.trees, model.n_features),
-                             party_digests=model.party_digests)
+        raise ValueError(
+            "the model carries no digests of the parties' partial trees (trained before deployment "
+            "existed?): train it again"
+        )
+    manifest = sign_manifest(
+        signing_key,
+        model_id=model_id,
+        version=version,
+        job=model.metadata.job,
+        parties=parties,
+        label_holder=model.metadata.label_holder,
+        task=model.task,
+        classes=model.classes,
+        forest_digest=forest_digest(model.trees, model.n_features),
+        party_digests=model.party_digests,
+    )
     answers = ask_all(job, VerticalDeploy(manifest), parties, Ack)
     missing, why = answers.missing, answers.why
     if missing:
         kept = [p for p in parties if p not in missing]
-        state = (f"{', '.join(kept)} now hold{'s' if len(kept) == 1 else ''} {model_id} v{version}" if kept
-                 else f"no party holds {model_id} v{version}")
-        raise TrainingError(f"deploying {model_id} v{version}: party {', '.join(missing)} did not keep it ({why}); "
-                            f"{state}, so deploying again needs a version above {version}")
+        state = (
+            f"{', '.join(kept)} now hold{'s' if len(kept) == 1 else ''} {model_id} v{version}"
+            if kept
+            else f"no party holds {model_id} v{version}"
+        )
+        raise TrainingError(
+            f"deploying {model_id} v{version}: party {', '.join(missing)} did not keep it ({why}); "
+            f"{state}, so deploying again needs a version above {version}"
+        )
     return dataclasses.replace(model, manifest=manifest)
 
 
 def _one_round(job, model, parties, keep, n, model_job) -> np.ndarray:
-    routes = ask_every_party(job, parties, "prediction round", {p: VerticalRouteRequest(model_job, keep[i])
-                                                                for i, p in enumerate(parties)}, VerticalRouteReply)
+    routes = ask_every_party(
+        job,
+        parties,
+        "prediction round",
+        {p: VerticalRouteRequest(model_job, keep[i]) for i, p in enumerate(parties)},
+        VerticalRouteReply,
+    )
     bounds = np.concatenate([[0], np.cumsum([tree.leaves.size for tree in model.trees])])
     sets = []
     for p in parties:
         r = routes[p]
         if r.n_leaves != bounds[-1] or r.leaves.shape[0] != n:
-            raise TrainingError(f"party {p} routed {r.leaves.shape[0]} windows over {r.n_leaves} leaves, the model "
-                                f"has {int(bounds[-1])} leaves and {n} windows were aligned")
+            raise TrainingError(
+                f"party {p} routed {r.leaves.shape[0]} windows over {r.n_leaves} leaves, the model "
+                f"has {int(bounds[-1])} leaves and {n} windows were aligned"
+            )
         sets.append(np.unpackbits(r.leaves, axis=1, count=r.n_leaves).astype(bool))
     if not n:
         return np.zeros((0, len(model.trees)), dtype=np.int64)
-    return np.column_stack([intersect_leaves([s[:, bounds[t]:bounds[t + 1]] for s in sets])
-                            for t in range(len(model.trees))])
+    return np.column_stack(
+        [intersect_leaves([s[:, bounds[t] : bounds[t + 1]] for s in sets]) for t in range(len(model.trees))]
+    )
 
 
 def _classical(job, model, parties, keep, n, model_job) -> np.ndarray:
@@ -295,20 +351,28 @@ def _classical(job, model, parties, keep, n, model_job) -> np.ndarray:
         for o, items in asks.items():
             rows = [r for _, _, r in items]
             requests[parties[o]] = VerticalDirectionsRequest(
-                model_job, keep[o], np.array([t for t, _, _ in items], dtype=np.int64),
+                model_job,
+                keep[o],
+                np.array([t for t, _, _ in items], dtype=np.int64),
                 np.array([v for _, v, _ in items], dtype=np.int64),
-                np.concatenate([[0], np.cumsum([r.size for r in rows])]).astype(np.int64), np.concatenate(rows))
-        answers = ask_every_party(job, parties, f"classical prediction level {level}", requests,
-                                  VerticalDirectionsReply, list(requests))
+                np.concatenate([[0], np.cumsum([r.size for r in rows])]).astype(np.int64),
+                np.concatenate(rows),
+            )
+        answers = ask_every_party(
+            job, parties, f"classical prediction level {level}", requests, VerticalDirectionsReply, list(requests)
+        )
         for o, items in asks.items():
             bits = np.unpackbits(answers[parties[o]].go_left, count=sum(r.size for _, _, r in items)).astype(bool)
             at = 0
             for t, v, r in items:
-                node[t, r] = np.where(bits[at:at + r.size], 2 * v + 1, 2 * v + 2)
+                node[t, r] = np.where(bits[at : at + r.size], 2 * v + 1, 2 * v + 2)
                 at += r.size
         level += 1
-    return np.column_stack([np.searchsorted(tree.leaves, node[t]) for t, tree in enumerate(model.trees)]) \
-        if n else np.zeros((0, len(model.trees)), dtype=np.int64)
+    return (
+        np.column_stack([np.searchsorted(tree.leaves, node[t]) for t, tree in enumerate(model.trees)])
+        if n
+        else np.zeros((0, len(model.trees)), dtype=np.int64)
+    )
 
 
 @dataclass(frozen=True)
@@ -368,8 +432,7 @@ class VerticalFederatedForest:
         if self.max_features != "default":
             n_sampled_features(self.max_features, 100, self.task == "regression")  # raises on a bad value
         if self.hop_us < 0 or not 0 <= 2 * self.tolerance_us <= max(self.hop_us, 0):
-            raise ValueError(f"tolerance_us must lie in 0..hop_us/2, got {self.tolerance_us} for hop_us "
-                             f"{self.hop_us}")
+            raise ValueError(f"tolerance_us must lie in 0..hop_us/2, got {self.tolerance_us} for hop_us {self.hop_us}")
 
     @property
     def split_criterion(self) -> Literal["gini", "entropy", "mse"]:
@@ -386,9 +449,14 @@ class VerticalFederatedForest:
         master's model (no partial trees: those stay with the parties)."""
         return VerticalTraining(self, job, seed).run()
 
-    def simulate(self, parties: Sequence[Any], *, seed: int = 0,
-                 progress: Callable[[StepProgress], None] | None = None,
-                 settings: JobSettings | None = None) -> VerticalForestModel:
+    def simulate(
+        self,
+        parties: Sequence[Any],
+        *,
+        seed: int = 0,
+        progress: Callable[[StepProgress], None] | None = None,
+        settings: JobSettings | None = None,
+    ) -> VerticalForestModel:
         """``aggregator.simulate`` for vertical parties: ``(X_block, y)`` pairs, y from exactly
         one party; returns the model with every party's partial trees (see :meth:`run_in`).
         The simulated parties' key is derived from ``seed`` (the feature codes depend on it), so
@@ -396,11 +464,19 @@ class VerticalFederatedForest:
         from ..simulate import Simulation
 
         key = hashlib.sha256(f"wheelfed simulated vertical parties {seed}".encode()).digest()
-        return self.run_in(Simulation(parties_for_simulation(parties, party_key=key)), seed=seed, progress=progress,
-                           settings=settings)
+        return self.run_in(
+            Simulation(parties_for_simulation(parties, party_key=key)), seed=seed, progress=progress, settings=settings
+        )
 
-    def run_in(self, simulation: Any, *, seed: int = 0, progress: Callable[[StepProgress], None] | None = None,
-               settings: JobSettings | None = None, job_id: str | None = None) -> VerticalForestModel:
+    def run_in(
+        self,
+        simulation: Any,
+        *,
+        seed: int = 0,
+        progress: Callable[[StepProgress], None] | None = None,
+        settings: JobSettings | None = None,
+        job_id: str | None = None,
+    ) -> VerticalForestModel:
         """Train in an existing ``Simulation`` (whose transports a test may watch) and attach the
         simulated parties' partial trees to the master's model, as if deployed."""
         job_id = job_id or f"sim-{self.name}-{seed}"
@@ -439,16 +515,25 @@ class VerticalTraining:
         abort_parties(self.job, self.parties, reason)
 
     def _task(self, party: int) -> VerticalTask:
-        return VerticalTask(task=self.config.task, criterion=self.crit, party=party, n_parties=len(self.parties),
-                            n_trees=self.config.n_trees, n_classes=len(self.classes),
-                            min_samples_split=self.config.min_samples_split,
-                            min_samples_leaf=self.config.min_samples_leaf,
-                            feature_set_version=self.config.feature_set_version)
+        return VerticalTask(
+            task=self.config.task,
+            criterion=self.crit,
+            party=party,
+            n_parties=len(self.parties),
+            n_trees=self.config.n_trees,
+            n_classes=len(self.classes),
+            min_samples_split=self.config.min_samples_split,
+            min_samples_leaf=self.config.min_samples_leaf,
+            feature_set_version=self.config.feature_set_version,
+        )
 
     def _align(self) -> tuple[list[np.ndarray], int]:
         cfg = self.config
-        replies: dict[str, VerticalAlignReply] = self._ask("alignment", VerticalAlignRequest(
-            cfg.feature_set_version, cfg.hop_us, cfg.tolerance_us, cfg.task), VerticalAlignReply)
+        replies: dict[str, VerticalAlignReply] = self._ask(
+            "alignment",
+            VerticalAlignRequest(cfg.feature_set_version, cfg.hop_us, cfg.tolerance_us, cfg.task),
+            VerticalAlignReply,
+        )
         holders = [p for p in self.parties if replies[p].has_labels]
         if len(holders) != 1:
             self._abort("not exactly one label holder")
@@ -456,16 +541,19 @@ class VerticalTraining:
         self.label_holder = holders[0]
         if cfg.label_holder and self.label_holder != cfg.label_holder:
             self._abort("unexpected label holder")
-            raise TrainingError(f"the labels are on {self.label_holder}, not on {cfg.label_holder} (the label holder "
-                                "named for this job)")
+            raise TrainingError(
+                f"the labels are on {self.label_holder}, not on {cfg.label_holder} (the label holder "
+                "named for this job)"
+            )
         self.classes = replies[self.label_holder].classes if cfg.task == "classification" else ()
         if cfg.task == "classification" and len(self.classes) < 2:
             self._abort("fewer than 2 classes")
             raise TrainingError(f"classification needs at least 2 classes, the labels have {list(self.classes)}")
         self.n_features = [replies[p].n_features for p in self.parties]
         self.offsets = np.concatenate([[0], np.cumsum(self.n_features)]).astype(np.int64)
-        keep, self.alignment = intersect_digests(self.parties, [replies[p].digests for p in self.parties],
-                                                 [replies[p].off_grid for p in self.parties])
+        keep, self.alignment = intersect_digests(
+            self.parties, [replies[p].digests for p in self.parties], [replies[p].off_grid for p in self.parties]
+        )
         if self.alignment.common == 0:
             self._abort("no common windows")
             raise TrainingError(f"the parties hold no window in common: {self.alignment.line()}")
@@ -476,8 +564,14 @@ class VerticalTraining:
         keep, n = self._align()
         weights = np.stack([draw_rows(self.seed, t, n, cfg.bootstrap) for t in range(cfg.n_trees)])
         dtype = np.uint8 if weights.max() <= 0xFF else np.uint16 if weights.max() <= 0xFFFF else np.uint32
-        setup = self._ask("setup", {p: VerticalSetupRequest(self._task(i), keep[i], weights.astype(dtype))
-                                    for i, p in enumerate(self.parties)}, VerticalSetupReply)
+        setup = self._ask(
+            "setup",
+            {
+                p: VerticalSetupRequest(self._task(i), keep[i], weights.astype(dtype))
+                for i, p in enumerate(self.parties)
+            },
+            VerticalSetupReply,
+        )
         wrong = {p: r.n_rows for p, r in setup.items() if r.n_rows != n}
         if wrong:
             self._abort("row counts differ")
@@ -498,10 +592,15 @@ class VerticalTraining:
                 lo, hi = self.offsets[i], self.offsets[i + 1]
                 mine = [f[(f >= lo) & (f < hi)] - lo for f in drawn]
                 requests[p] = VerticalLevelRequest(
-                    self._task(i), level, partitions, tree, node,
+                    self._task(i),
+                    level,
+                    partitions,
+                    tree,
+                    node,
                     np.concatenate([[0], np.cumsum([m.size for m in mine])]).astype(np.int64),
                     np.concatenate(mine).astype(np.int64) if mine else np.zeros(0, np.int64),
-                    sealed_labels if level == 0 and p != self.label_holder else b"")
+                    sealed_labels if level == 0 and p != self.label_holder else b"",
+                )
             replies: dict[str, VerticalLevelReply] = self._ask(f"level {level}", requests, VerticalLevelReply)
             for p, r in replies.items():
                 if r.gain.shape[0] != len(frontier):
@@ -516,24 +615,43 @@ class VerticalTraining:
                 local = int(replies[self.parties[o]].feature[i])
                 splits[frontier[i]] = WonSplit(o, int(self.offsets[o]) + local, float(gain[i, o]))
             owners = sorted(set(owner[winners].tolist()))
-            asked = {self.parties[o]: VerticalPartitionRequest(self._task(o), level, tree[owner == o], node[owner == o])
-                     for o in owners}
+            asked = {
+                self.parties[o]: VerticalPartitionRequest(self._task(o), level, tree[owner == o], node[owner == o])
+                for o in owners
+            }
             parts = self._ask(f"partition {level}", asked, VerticalPartitionReply, list(asked)) if asked else {}
-            partitions = tuple(SealedPartition(o, tree[owner == o], node[owner == o], parts[self.parties[o]].sealed)
-                               for o in owners)
+            partitions = tuple(
+                SealedPartition(o, tree[owner == o], node[owner == o], parts[self.parties[o]].sealed) for o in owners
+            )
             level += 1
-            frontier = ([(int(tree[i]), 2 * int(node[i]) + c) for i in winners.tolist() for c in (1, 2)]
-                        if level < cfg.max_depth else [])
-            self.job.report(StepProgress(self.job.job_id, cfg.name, level, cfg.max_depth, len(self.parties),
-                                          len(self.parties), {"splits": float(winners.size)},
-                                          time.monotonic() - started))
-        finish = self._ask("finish", {p: VerticalFinishRequest(self._task(i), level, partitions)
-                                      for i, p in enumerate(self.parties)}, VerticalFinishReply)
+            frontier = (
+                [(int(tree[i]), 2 * int(node[i]) + c) for i in winners.tolist() for c in (1, 2)]
+                if level < cfg.max_depth
+                else []
+            )
+            self.job.report(
+                StepProgress(
+                    self.job.job_id,
+                    cfg.name,
+                    level,
+                    cfg.max_depth,
+                    len(self.parties),
+                    len(self.parties),
+                    {"splits": float(winners.size)},
+                    time.monotonic() - started,
+                )
+            )
+        finish = self._ask(
+            "finish",
+            {p: VerticalFinishRequest(self._task(i), level, partitions) for i, p in enumerate(self.parties)},
+            VerticalFinishReply,
+        )
         model = self._model(splits, finish[self.label_holder], level)
         return dataclasses.replace(model, party_digests=tuple(finish[p].digest for p in self.parties))
 
-    def _model(self, splits: dict[tuple[int, int], WonSplit], leaves: VerticalFinishReply,
-               depth: int) -> VerticalForestModel:
+    def _model(
+        self, splits: dict[tuple[int, int], WonSplit], leaves: VerticalFinishReply, depth: int
+    ) -> VerticalForestModel:
         cfg = self.config
         trees = []
         width = 1 if cfg.task == "regression" else len(self.classes)
@@ -547,19 +665,42 @@ class VerticalTraining:
             if got.shape != leaf_ids.shape or (got != leaf_ids).any() or leaves.values.shape[1] != width:
                 raise TrainingError(f"the label holder's leaves of tree {t} do not match the tree the master grew")
             won = [splits[(t, v)] for v in nodes]
-            trees.append(MasterTree(split_nodes, np.array([s.owner for s in won], dtype=np.int64),
-                                    np.array([s.feature for s in won], dtype=np.int64),
-                                    np.array([s.gain for s in won], dtype=np.float64),
-                                    leaf_ids, leaves.values[mine][order], leaves.cover[mine][order]))
+            trees.append(
+                MasterTree(
+                    split_nodes,
+                    np.array([s.owner for s in won], dtype=np.int64),
+                    np.array([s.feature for s in won], dtype=np.int64),
+                    np.array([s.gain for s in won], dtype=np.float64),
+                    leaf_ids,
+                    leaves.values[mine][order],
+                    leaves.cover[mine][order],
+                )
+            )
         integer = bool(self.classes) and all(c.lstrip("-").isdigit() for c in self.classes)
         classes = tuple(sorted(self.classes, key=int)) if integer else self.classes
         if classes != self.classes:  # integer labels: numeric class order, as scikit-learn
             perm = [self.classes.index(c) for c in classes]
-            trees = [MasterTree(tr.split_nodes, tr.owner, tr.feature, tr.gain, tr.leaves, tr.values[:, perm],
-                                tr.cover) for tr in trees]
+            trees = [
+                MasterTree(tr.split_nodes, tr.owner, tr.feature, tr.gain, tr.leaves, tr.values[:, perm], tr.cover)
+                for tr in trees
+            ]
         return VerticalForestModel(
-            tuple(trees), cfg.task, classes, tuple(self.parties), tuple(self.n_features), None, integer,
-            VerticalForestMetadata(job=self.job.job_id, label_holder=self.label_holder, n_trees=cfg.n_trees,
-                                   max_depth=depth, criterion=self.crit, hop_us=cfg.hop_us,
-                                   tolerance_us=cfg.tolerance_us, feature_set_version=cfg.feature_set_version),
-            self.alignment)
+            tuple(trees),
+            cfg.task,
+            classes,
+            tuple(self.parties),
+            tuple(self.n_features),
+            None,
+            integer,
+            VerticalForestMetadata(
+                job=self.job.job_id,
+                label_holder=self.label_holder,
+                n_trees=cfg.n_trees,
+                max_depth=depth,
+                criterion=self.crit,
+                hop_us=cfg.hop_us,
+                tolerance_us=cfg.tolerance_us,
+                feature_set_version=cfg.feature_set_version,
+            ),
+            self.alignment,
+        )

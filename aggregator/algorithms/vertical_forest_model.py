@@ -58,8 +58,14 @@ class VerticalForestMetadata:
         """The inverse of :meth:`settings` (unknown keys ignored, missing ones default: files
         written before a field existed still load)."""
         known = {f.name: f.type for f in fields(cls)}
-        kept = {k: v for k, v in settings.items() if k in known and k not in ("job", "label_holder")
-                and isinstance(v, str if known[k] == "str" else int) and not isinstance(v, bool)}
+        kept = {
+            k: v
+            for k, v in settings.items()
+            if k in known
+            and k not in ("job", "label_holder")
+            and isinstance(v, str if known[k] == "str" else int)
+            and not isinstance(v, bool)
+        }
         return cls(job=job, label_holder=label_holder, **kept)
 
 
@@ -120,9 +126,15 @@ class VerticalForestModel:
         -- no partial tree, no threshold. Read back with :meth:`from_bytes`."""
         if self.manifest is None:
             raise ValueError("only a deployed model (with its signed manifest) is written: deploy it first")
-        return dumps_value({"manifest": to_wire(self.manifest), "n_features": list(self.n_features),
-                            "integer_labels": self.integer_labels, "metadata": self.metadata.settings(),
-                            "trees": [{f.name: getattr(t, f.name) for f in fields(MasterTree)} for t in self.trees]})
+        return dumps_value(
+            {
+                "manifest": to_wire(self.manifest),
+                "n_features": list(self.n_features),
+                "integer_labels": self.integer_labels,
+                "metadata": self.metadata.settings(),
+                "trees": [{f.name: getattr(t, f.name) for f in fields(MasterTree)} for t in self.trees],
+            }
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes, trusted_keys: VerifyKey | Sequence[VerifyKey]) -> VerticalForestModel:
@@ -131,8 +143,9 @@ class VerticalForestModel:
         try:
             raw = loads_value(data, max_bytes=256 << 20)
             manifest = from_wire(VerticalManifest, raw["manifest"])
-            trees = tuple(MasterTree(**{f.name: np.asarray(t[f.name]) for f in fields(MasterTree)})
-                          for t in raw["trees"])
+            trees = tuple(
+                MasterTree(**{f.name: np.asarray(t[f.name]) for f in fields(MasterTree)}) for t in raw["trees"]
+            )
             n_features = tuple(int(d) for d in raw["n_features"])
             settings = {str(k): v for k, v in dict(raw["metadata"]).items()}
         except (DecodeError, KeyError, TypeError, ValueError) as exc:
@@ -140,11 +153,19 @@ class VerticalForestModel:
         verify_manifest(manifest, trusted_keys)
         if forest_digest(trees, n_features) != manifest.forest_digest:
             raise ValueError("the model file's trees do not match its signed manifest (altered after signing)")
-        return cls(trees, manifest.task, manifest.classes, manifest.parties, n_features, None,
-                   bool(raw.get("integer_labels", False)),
-                   VerticalForestMetadata.from_settings(settings, job=manifest.job,
-                                                        label_holder=manifest.label_holder),
-                   None, manifest.party_digests, manifest)
+        return cls(
+            trees,
+            manifest.task,
+            manifest.classes,
+            manifest.parties,
+            n_features,
+            None,
+            bool(raw.get("integer_labels", False)),
+            VerticalForestMetadata.from_settings(settings, job=manifest.job, label_holder=manifest.label_holder),
+            None,
+            manifest.party_digests,
+            manifest,
+        )
 
     # -- checks ------------------------------------------------------------------------------------
 
@@ -154,8 +175,9 @@ class VerticalForestModel:
         if not isinstance(blocks, (list, tuple)):
             raise TypeError("blocks must be a list with one feature block per party")
         if len(blocks) != len(self.parties):
-            raise ValueError(f"blocks: {len(blocks)} feature blocks for {len(self.parties)} parties "
-                             f"({', '.join(self.parties)})")
+            raise ValueError(
+                f"blocks: {len(blocks)} feature blocks for {len(self.parties)} parties ({', '.join(self.parties)})"
+            )
         out = []
         for name, d, block in zip(self.parties, self.n_features, blocks):
             if block is None:
@@ -170,8 +192,9 @@ class VerticalForestModel:
 
     # -- prediction --------------------------------------------------------------------------------
 
-    def leaf_positions(self, blocks: Sequence[np.ndarray], *, method: Literal["one_round", "classical"] = "one_round"
-                       ) -> np.ndarray:
+    def leaf_positions(
+        self, blocks: Sequence[np.ndarray], *, method: Literal["one_round", "classical"] = "one_round"
+    ) -> np.ndarray:
         """``(n_samples, n_trees)``: each sample's leaf position per tree."""
         X = self._blocks(blocks)
         n = X[0].shape[0]
@@ -180,8 +203,10 @@ class VerticalForestModel:
             if method == "one_round":
                 out[:, t] = intersect_leaves([reachable_leaves(p[t], x) for p, x in zip(self.partial, X)])
             elif method == "classical":
+
                 def ask(party: int, node: int, rows: np.ndarray, t: int = t) -> np.ndarray:
                     return owned_directions(self.partial[party][t], X[party][rows], node)
+
                 out[:, t] = classical_leaves(tree.split_nodes, tree.owner, n, ask)
             else:
                 raise ValueError(f"method must be 'one_round' or 'classical', got {method!r}")
@@ -194,16 +219,18 @@ class VerticalForestModel:
             total += tree.values[positions[:, t]]
         return total / len(self.trees)
 
-    def predict_proba(self, blocks: Sequence[np.ndarray], *,
-                      method: Literal["one_round", "classical"] = "one_round") -> np.ndarray:
+    def predict_proba(
+        self, blocks: Sequence[np.ndarray], *, method: Literal["one_round", "classical"] = "one_round"
+    ) -> np.ndarray:
         """Class probabilities ``(n_samples, n_classes)``, columns in ``classes`` order
         (classification: the mean of the trees' leaf class distributions, as scikit-learn)."""
         if self.task != "classification":
             raise ValueError("predict_proba is for classification; use predict")
         return self.leaf_values(self.leaf_positions(blocks, method=method))
 
-    def predict(self, blocks: Sequence[np.ndarray], *,
-                method: Literal["one_round", "classical"] = "one_round") -> np.ndarray:
+    def predict(
+        self, blocks: Sequence[np.ndarray], *, method: Literal["one_round", "classical"] = "one_round"
+    ) -> np.ndarray:
         """Class labels (the most probable; ints if the labels were ints) or regression means."""
         return self.labels_of(self.leaf_values(self.leaf_positions(blocks, method=method)))
 

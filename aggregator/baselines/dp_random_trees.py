@@ -117,10 +117,11 @@ class DPRandomTrees:
 
     def spent(self, sigma: float, n_queries: int) -> float:
         """The epsilon (at ``delta``) that ``n_queries`` releases with noise ``sigma`` spend."""
-        return epsilon_of(n_queries * self.sensitivity ** 2 / (2.0 * sigma ** 2), 0.0, self.delta)
+        return epsilon_of(n_queries * self.sensitivity**2 / (2.0 * sigma**2), 0.0, self.delta)
 
-    def fit(self, X: np.ndarray, y: np.ndarray, *, seed: int = 0, bounds: tuple[np.ndarray, np.ndarray] | None = None
-            ) -> DPRandomTreesModel:
+    def fit(
+        self, X: np.ndarray, y: np.ndarray, *, seed: int = 0, bounds: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> DPRandomTreesModel:
         """Train on the pooled windows ``X``, labels ``y`` (the exact fleet sums are what the
         paper's protocol releases, plus noise). ``bounds`` are the public per-feature ranges
         (default: the data's, assumed public as the paper does)."""
@@ -133,7 +134,7 @@ class DPRandomTrees:
         targets = (labels[:, None] == (np.arange(K) + (classes.size == 2))[None, :]).astype(np.float64)
         sigma = self.sigma(K * self.n_trees)
         rng = np.random.default_rng(seed)
-        n_inner, n_leaves = 2 ** self.max_depth - 1, 2 ** self.max_depth
+        n_inner, n_leaves = 2**self.max_depth - 1, 2**self.max_depth
         feature = rng.integers(0, X.shape[1], size=(K, self.n_trees, n_inner))
         threshold = lo[feature] + rng.random(feature.shape) * (hi - lo)[feature]
         leaf = np.zeros((K, self.n_trees, n_leaves))

@@ -67,8 +67,14 @@ class DPTree:
         if not self.epsilon > 0:
             raise ValueError(f"epsilon must be > 0, got {self.epsilon!r}")
 
-    def fit(self, clients: Sequence[tuple[np.ndarray, np.ndarray]], *, edges: list[np.ndarray],
-            classes: tuple, seed: int = 0) -> TreeEnsemble:
+    def fit(
+        self,
+        clients: Sequence[tuple[np.ndarray, np.ndarray]],
+        *,
+        edges: list[np.ndarray],
+        classes: tuple,
+        seed: int = 0,
+    ) -> TreeEnsemble:
         """Grow the global tree from the clients' ``(X, y)``; ``edges[j]``: candidate thresholds
         of feature ``j`` (go left iff ``x < edge``)."""
         rng = np.random.default_rng(seed)
@@ -101,20 +107,34 @@ class DPTree:
             right_counts = noisy((1 - left).T @ onehot[rows], split_scale)
             n_left, n_right = left_counts.sum(axis=1), right_counts.sum(axis=1)
             with np.errstate(divide="ignore", invalid="ignore"):
-                proxy = np.where(n_left > 0, (left_counts ** 2).sum(axis=1) / n_left, 0.0) + np.where(
-                    n_right > 0, (right_counts ** 2).sum(axis=1) / n_right, 0.0)
+                proxy = np.where(n_left > 0, (left_counts**2).sum(axis=1) / n_left, 0.0) + np.where(
+                    n_right > 0, (right_counts**2).sum(axis=1) / n_right, 0.0
+                )
             best = int(np.argmax(proxy))
             go_left = X[rows, feature[best]] < threshold[best]
-            nodes[node] = {"feature": int(feature[best]), "threshold": float(threshold[best]),
-                           "value": np.full(n_classes, 1.0 / n_classes)}
+            nodes[node] = {
+                "feature": int(feature[best]),
+                "threshold": float(threshold[best]),
+                "value": np.full(n_classes, 1.0 / n_classes),
+            }
             nodes[node]["left"] = build(rows[go_left], depth + 1)
             nodes[node]["right"] = build(rows[~go_left], depth + 1)
             return node
 
         build(np.arange(X.shape[0]), 0)
-        tree = Tree.from_arrays([n.get("feature", -1) for n in nodes], [n.get("threshold", 0.0) for n in nodes],
-                                [n.get("left", -1) for n in nodes], [n.get("right", -1) for n in nodes],
-                                np.array([n["value"] for n in nodes]))
-        return TreeEnsemble(trees=(tree,), kind="single", link="identity", n_outputs=n_classes,
-                            feature_names=tuple(f"f{j}" for j in range(X.shape[1])), classes=tuple(classes),
-                            metadata={"algorithm": "dp_tree", "epsilon": self.epsilon, "max_depth": self.max_depth})
+        tree = Tree.from_arrays(
+            [n.get("feature", -1) for n in nodes],
+            [n.get("threshold", 0.0) for n in nodes],
+            [n.get("left", -1) for n in nodes],
+            [n.get("right", -1) for n in nodes],
+            np.array([n["value"] for n in nodes]),
+        )
+        return TreeEnsemble(
+            trees=(tree,),
+            kind="single",
+            link="identity",
+            n_outputs=n_classes,
+            feature_names=tuple(f"f{j}" for j in range(X.shape[1])),
+            classes=tuple(classes),
+            metadata={"algorithm": "dp_tree", "epsilon": self.epsilon, "max_depth": self.max_depth},
+        )

@@ -27,11 +27,17 @@ from ..jobs import FederatedJob
 __all__ = ["LocalEnsembling", "LocalLearning"]
 
 
-def _local_forests(forest: FedForest, job: FederatedJob, seed: int, n_trees: int | None = None
-                   ) -> dict[str, TreeEnsemble]:
+def _local_forests(
+    forest: FedForest, job: FederatedJob, seed: int, n_trees: int | None = None
+) -> dict[str, TreeEnsemble]:
     fleet = describe_fleet(job, forest.feature_set_version, regression=forest.regression, classes=forest.classes)
-    local = replace(forest, classes=None if forest.regression else fleet.classes,
-                    n_trees=n_trees or forest.n_trees, client_splits=False, secure_aggregation=False)
+    local = replace(
+        forest,
+        classes=None if forest.regression else fleet.classes,
+        n_trees=n_trees or forest.n_trees,
+        client_splits=False,
+        secure_aggregation=False,
+    )
     out = {}
     for client in fleet.clients:
         sub = FederatedJob(job.engine, [client], job_id=f"{job.job_id}.local.{client}", settings=job.settings)
@@ -66,8 +72,14 @@ class LocalEnsembling:
         forests = _local_forests(self.forest, job, seed, per_client)
         first = next(iter(forests.values()))
         trees = tuple(t for f in forests.values() for t in f.trees)
-        return TreeEnsemble(trees=trees, kind="forest", link="identity", n_outputs=first.n_outputs,
-                            feature_names=first.feature_names, feature_set_version=first.feature_set_version,
-                            classes=first.classes, tree_output=np.full(len(trees), -1, dtype=np.int32),
-                            metadata={**first.metadata, "algorithm": self.name, "n_trees": len(trees),
-                                      "clients": ",".join(forests)})
+        return TreeEnsemble(
+            trees=trees,
+            kind="forest",
+            link="identity",
+            n_outputs=first.n_outputs,
+            feature_names=first.feature_names,
+            feature_set_version=first.feature_set_version,
+            classes=first.classes,
+            tree_output=np.full(len(trees), -1, dtype=np.int32),
+            metadata={**first.metadata, "algorithm": self.name, "n_trees": len(trees), "clients": ",".join(forests)},
+        )

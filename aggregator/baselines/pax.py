@@ -213,8 +213,13 @@ class PAX:
 
     @property
     def growth(self) -> GrowthParams:
-        return GrowthParams(max_depth=self.max_depth, reg_lambda=self.reg_lambda, gamma=self.gamma,
-                            min_child_weight=self.min_child_weight, learning_rate=self.learning_rate)
+        return GrowthParams(
+            max_depth=self.max_depth,
+            reg_lambda=self.reg_lambda,
+            gamma=self.gamma,
+            min_child_weight=self.min_child_weight,
+            learning_rate=self.learning_rate,
+        )
 
     def fit(self, job: FederatedJob, *, seed: int = 0) -> TreeEnsemble:
         """Train over ``job``'s clients; returns the boosted ensemble. Deterministic: no sampling
@@ -235,14 +240,16 @@ class _Training(BoostedTrees):
 
     def run(self) -> TreeEnsemble:
         cfg = self.config
-        fleet = describe_fleet(self.job, cfg.feature_set_version, regression=cfg.objective == "squared_error",
-                               classes=cfg.classes)
+        fleet = describe_fleet(
+            self.job, cfg.feature_set_version, regression=cfg.objective == "squared_error", classes=cfg.classes
+        )
         self._set_fleet(fleet)
         self.parties = list(fleet.clients)
         self.cuts = self._party_cuts()
-        self.grid = [global_grid([self.cuts[c][j] for c in self.parties],
-                                 [fleet.n_samples[c] for c in self.parties], cfg.n_bins)
-                     for j in range(self.n_features)]
+        self.grid = [
+            global_grid([self.cuts[c][j] for c in self.parties], [fleet.n_samples[c] for c in self.parties], cfg.n_bins)
+            for j in range(self.n_features)
+        ]
         self.grid_slots = max((g.size for g in self.grid), default=0) + 2
         bound = 1.0 if cfg.objective != "squared_error" else 4.0 * max(np.sqrt(fleet.target_sum_squares), 1.0)
         self.frac_bits, self.bound = frac_bits_for(fleet.total_samples, bound), float(bound)
@@ -258,8 +265,16 @@ class _Training(BoostedTrees):
             loss = self.stats.get("loss_sum", 0.0) / max(n, 1.0)
             if cfg.objective == "squared_error":
                 loss = float(np.sqrt(loss))
-            progress = StepProgress(self.job.job_id, cfg.name, t, cfg.n_rounds, len(self.parties), len(self.parties),
-                                     {"train_loss": loss, "samples": n}, time.monotonic() - started)
+            progress = StepProgress(
+                self.job.job_id,
+                cfg.name,
+                t,
+                cfg.n_rounds,
+                len(self.parties),
+                len(self.parties),
+                {"train_loss": loss, "samples": n},
+                time.monotonic() - started,
+            )
             self.job.report(progress, model=partial(self.model, len(self.trees)))
             if self.job.stop_here(progress):
                 break
@@ -308,12 +323,28 @@ class _Training(BoostedTrees):
             grids = [self._party_grid(party, j, thresholds[j]) for j in range(self.n_features)]
             present[party] = [m for _, m in grids]
             values, offsets = pack_edges([g.edges for g, _ in grids])
-            bins = np.array([np.searchsorted(grids[j][0].edges, self.grid[j][b])
-                             for j, b in zip(splits.feature.tolist(), splits.bin.tolist())], dtype=np.int64)
-            own = RoundSplits(splits.tree, splits.node, splits.feature, bins, splits.default_left, splits.left,
-                              splits.right)
-            requests[party] = XgbHistogramRequest(self.task, self._delta(party), values, offsets, own, node_tree,
-                                                  node_id, self.frac_bits, self.bound, with_loss=first)
+            bins = np.array(
+                [
+                    np.searchsorted(grids[j][0].edges, self.grid[j][b])
+                    for j, b in zip(splits.feature.tolist(), splits.bin.tolist())
+                ],
+                dtype=np.int64,
+            )
+            own = RoundSplits(
+                splits.tree, splits.node, splits.feature, bins, splits.default_left, splits.left, splits.right
+            )
+            requests[party] = XgbHistogramRequest(
+                self.task,
+                self._delta(party),
+                values,
+                offsets,
+                own,
+                node_tree,
+                node_id,
+                self.frac_bits,
+                self.bound,
+                with_loss=first,
+            )
         replies = self._ask_all(requests, XgbHistogramReply)
         total = np.zeros((node_tree.shape[0], 3, self.n_features, self.grid_slots), dtype=np.int64)
         loss = samples = 0.0
@@ -345,7 +376,18 @@ class _Training(BoostedTrees):
         cfg = self.config
         n_grown = len(self.trees[:n_trees])
         return self.boosted_model(
-            n_trees, self.base_score, cfg.feature_set_version,
-            metadata={"algorithm": cfg.name, "objective": cfg.objective, "n_rounds": n_grown // self.n_outputs,
-                      "max_depth": cfg.max_depth, "n_bins": cfg.n_bins, "learning_rate": cfg.learning_rate,
-                      "reg_lambda": cfg.reg_lambda, "gamma": cfg.gamma, "protocol": "pax"})
+            n_trees,
+            self.base_score,
+            cfg.feature_set_version,
+            metadata={
+                "algorithm": cfg.name,
+                "objective": cfg.objective,
+                "n_rounds": n_grown // self.n_outputs,
+                "max_depth": cfg.max_depth,
+                "n_bins": cfg.n_bins,
+                "learning_rate": cfg.learning_rate,
+                "reg_lambda": cfg.reg_lambda,
+                "gamma": cfg.gamma,
+                "protocol": "pax",
+            },
+        )

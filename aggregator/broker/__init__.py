@@ -2,8 +2,14 @@
 
 from .mosquitto import BrokerUser, MosquittoBroker, find_free_port, mosquitto_available, read_password_file
 
-__all__ = ["BrokerUser", "EmbeddedBroker", "MosquittoBroker", "find_free_port", "mosquitto_available",
-           "read_password_file"]
+__all__ = [
+    "BrokerUser",
+    "EmbeddedBroker",
+    "MosquittoBroker",
+    "find_free_port",
+    "mosquitto_available",
+    "read_password_file",
+]
 
 
 def __getattr__(name: str):

@@ -131,8 +131,9 @@ class _WheelFedBroker(Broker):
         super().__init__(config)
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
 
-    async def stream_connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                               listener_name: str) -> None:
+    async def stream_connected(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener_name: str
+    ) -> None:
         task = asyncio.current_task()
         self._connections[task] = writer
         try:
@@ -240,8 +241,11 @@ class _WheelFedBroker(Broker):
         tasks = []
         for topic, retained in list(self._retained_messages.items()):
             if self._matches(topic, topic_filter) and await self._topic_filtering(session, topic, Action.RECEIVE):
-                tasks.append(asyncio.ensure_future(
-                    handler.mqtt_publish(retained.topic, retained.data, min(qos, retained.qos or qos), retain=True)))
+                tasks.append(
+                    asyncio.ensure_future(
+                        handler.mqtt_publish(retained.topic, retained.data, min(qos, retained.qos or qos), retain=True)
+                    )
+                )
         if tasks:
             await asyncio.wait(tasks)
 
@@ -294,8 +298,10 @@ class EmbeddedBroker:
             session_expiry_interval=SESSION_EXPIRY_S,
             plugins={
                 f"{__name__}.WheelFedAuthPlugin": {"users": {u.name: u.password for u in self.users}},
-                f"{__name__}.WheelFedTopicPlugin": {"prefix": self.layout.prefix,
-                                                    "aggregator_id": self.layout.aggregator_id},
+                f"{__name__}.WheelFedTopicPlugin": {
+                    "prefix": self.layout.prefix,
+                    "aggregator_id": self.layout.aggregator_id,
+                },
             },
         )
 
@@ -316,8 +322,9 @@ class EmbeddedBroker:
         if self._error is not None:
             self._thread.join(timeout_s)
             self._thread = None
-            raise RuntimeError(f"embedded broker could not start on {self.bind_address}:{self.port}: {self._error}") \
-                from self._error
+            raise RuntimeError(
+                f"embedded broker could not start on {self.bind_address}:{self.port}: {self._error}"
+            ) from self._error
         log.info("embedded broker started", extra={"port": self.port, "bind": self.bind_address})
         return self
 

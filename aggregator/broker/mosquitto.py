@@ -109,8 +109,10 @@ def is_loopback(address: str) -> bool:
 def require_loopback(bind_address: str) -> None:
     """Plain TCP carries passwords and model pushes in clear: only where nothing else can listen."""
     if not is_loopback(bind_address):
-        raise ValueError(f"plain TCP (no TLS) is served on loopback only, not on {bind_address}: give "
-                         "--tls-cert-dir DIR (deploy/certs makes one) or bind 127.0.0.1")
+        raise ValueError(
+            f"plain TCP (no TLS) is served on loopback only, not on {bind_address}: give "
+            "--tls-cert-dir DIR (deploy/certs makes one) or bind 127.0.0.1"
+        )
 
 
 @dataclass(frozen=True)
@@ -173,8 +175,12 @@ def is_temporary_run_dir(run_dir: str | Path) -> bool:
 
     path = Path(run_dir).resolve()
     try:
-        return (path.parent == Path(tempfile.gettempdir()).resolve() and path.name.startswith(TEMPORARY_RUN_DIR_PREFIX)
-                and path.is_dir() and not any(path.iterdir()))
+        return (
+            path.parent == Path(tempfile.gettempdir()).resolve()
+            and path.name.startswith(TEMPORARY_RUN_DIR_PREFIX)
+            and path.is_dir()
+            and not any(path.iterdir())
+        )
     except OSError:
         return False
 
@@ -219,8 +225,10 @@ class MosquittoBroker:
                 "mosquitto is not installed: `apt-get install -y mosquitto` (or use the embedded broker)"
             )
         if tls_cert_dir and users:
-            raise ValueError("users (passwords) are for the plain loopback listener; under TLS the client "
-                             "certificate's CN is the identity")
+            raise ValueError(
+                "users (passwords) are for the plain loopback listener; under TLS the client "
+                "certificate's CN is the identity"
+            )
         if crl_file and not tls_cert_dir:
             raise ValueError("a certificate revocation list needs TLS (tls_cert_dir)")
         if not tls_cert_dir:
@@ -248,8 +256,12 @@ class MosquittoBroker:
         name = "wheelfed-tls.conf.in" if self.tls_cert_dir else "wheelfed.conf.in"
         template = Template((self.deploy_dir / "mosquitto" / name).read_text())
         config = template.substitute(
-            port=self.port, bind_address=self.bind_address, run_dir=self.run_dir, deploy_dir=self.deploy_dir,
-            cert_dir=self.tls_cert_dir or "", user=getpass.getuser(),
+            port=self.port,
+            bind_address=self.bind_address,
+            run_dir=self.run_dir,
+            deploy_dir=self.deploy_dir,
+            cert_dir=self.tls_cert_dir or "",
+            user=getpass.getuser(),
         )
         if self.crl_file:
             config = revocation_on(config, self.crl_file)
@@ -268,13 +280,21 @@ class MosquittoBroker:
     def start(self, timeout_s: float = 10.0) -> "MosquittoBroker":
         if not port_free(self.bind_address, self.port):
             # Checked first: otherwise the other program's listener looks like ours starting.
-            raise OSError(errno.EADDRINUSE, f"port {self.port} on {self.bind_address} is already in use "
-                          "(another broker?); choose another with --port")
+            raise OSError(
+                errno.EADDRINUSE,
+                f"port {self.port} on {self.bind_address} is already in use "
+                "(another broker?); choose another with --port",
+            )
         if self.process is None:
             self._render()
         log_file = open(self.log_path, "ab")
-        self.process = subprocess.Popen(["mosquitto", "-c", str(self.config_path)], stdout=log_file,
-                                        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
+        self.process = subprocess.Popen(
+            ["mosquitto", "-c", str(self.config_path)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
         log_file.close()
         deadline = time.monotonic() + timeout_s
         while not _port_open(self.host, self.port):

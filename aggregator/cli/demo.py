@@ -62,11 +62,19 @@ _subjects.__name__ = "subjects"
 def _demo(args: argparse.Namespace) -> int:
     from aggregator.demo.orchestrator import DemoConfig, run_demo
 
-    config = DemoConfig(subjects=args.subjects, speed=args.speed, rounds=args.rounds, trees=args.trees,
-                        algorithm=args.algorithm, fedga_generations=args.fedga_generations,
-                        kill_gateway=not args.no_kill, keep_running=args.keep_running,
-                        broker=args.broker, run_dir=Path(args.run_dir) if args.run_dir else None,
-                        report_path=args.report)
+    config = DemoConfig(
+        subjects=args.subjects,
+        speed=args.speed,
+        rounds=args.rounds,
+        trees=args.trees,
+        algorithm=args.algorithm,
+        fedga_generations=args.fedga_generations,
+        kill_gateway=not args.no_kill,
+        keep_running=args.keep_running,
+        broker=args.broker,
+        run_dir=Path(args.run_dir) if args.run_dir else None,
+        report_path=args.report,
+    )
     print(DEMO_HELP.splitlines()[0] + f" ({config.subjects} gateways; details: wheelfed demo --help)\n", flush=True)
     # SIGTERM stops the demo as Ctrl-C does: the server first, while the gateways still answer its
     # round (it stops at the round's end), then the gateways and the broker
@@ -94,8 +102,9 @@ def _terminated(_signum: int, _frame: object) -> None:
 def _smoke(args: argparse.Namespace) -> int:
     from aggregator.smoke import SmokeConfig, run_smoke
 
-    print("WheelFed foundation smoke run: broker, aggregator round engine and gateway processes over MQTT.\n",
-          flush=True)
+    print(
+        "WheelFed foundation smoke run: broker, aggregator round engine and gateway processes over MQTT.\n", flush=True
+    )
     try:
         report = run_smoke(SmokeConfig(n_gateways=args.gateways, broker=args.broker))
     except KeyboardInterrupt:
@@ -105,29 +114,55 @@ def _smoke(args: argparse.Namespace) -> int:
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="the fleet on real recorded sessions: train, deploy, recognise live",
-                       description=DEMO_HELP, epilog="examples:\n  wheelfed demo\n  wheelfed demo --subjects 3")
-    p.add_argument("--subjects", type=_subjects, default=10,
-                   help="gateways, one per recorded subject (1-10; below 3 without secure aggregation)")
+    p = sub.add_parser(
+        "demo",
+        help="the fleet on real recorded sessions: train, deploy, recognise live",
+        description=DEMO_HELP,
+        epilog="examples:\n  wheelfed demo\n  wheelfed demo --subjects 3",
+    )
+    p.add_argument(
+        "--subjects",
+        type=_subjects,
+        default=10,
+        help="gateways, one per recorded subject (1-10; below 3 without secure aggregation)",
+    )
     p.add_argument("--speed", type=non_negative_float, default=20.0, help="replay speed of the live part, x real time")
     p.add_argument("--rounds", type=positive_int, default=10, help="FedSCS-XGB boosting rounds")
     p.add_argument("--trees", type=positive_int, default=30, help="FedForest trees")
-    p.add_argument("--algorithm", choices=("both", "fedscs-xgb", "fedforest"), default="both",
-                   help="train both and deploy the better, or one")
-    p.add_argument("--fedga-generations", type=int_at_least(0), default=20,
-                   help="FedGA-Tree generations of the third contender, every gateway's own tree (0: skip it; "
-                        "the paper's Table II uses 100)")
-    p.add_argument("--keep-running", action="store_true",
-                   help="keep the fleet and the server (its dashboard) running after the summary")
+    p.add_argument(
+        "--algorithm",
+        choices=("both", "fedscs-xgb", "fedforest"),
+        default="both",
+        help="train both and deploy the better, or one",
+    )
+    p.add_argument(
+        "--fedga-generations",
+        type=int_at_least(0),
+        default=20,
+        help="FedGA-Tree generations of the third contender, every gateway's own tree (0: skip it; "
+        "the paper's Table II uses 100)",
+    )
+    p.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="keep the fleet and the server (its dashboard) running after the summary",
+    )
     p.add_argument("--no-kill", action="store_true", help="do not kill and restart a gateway midway")
     p.add_argument("--broker", choices=("auto", "mosquitto", "embedded"), default="auto", help="which MQTT broker")
     p.add_argument("--run-dir", help="keep recordings, stores, models and logs here (default: a temporary dir)")
-    p.add_argument("--report", type=output_file(".json", what="report"),
-                   help="write the full report (every table and explanation) as JSON here")
+    p.add_argument(
+        "--report",
+        type=output_file(".json", what="report"),
+        help="write the full report (every table and explanation) as JSON here",
+    )
     p.set_defaults(func=_demo)
 
-    p = add_subcommand(sub, "smoke", "the foundation smoke run: broker, round engine, gateway processes, a kill",
-                       examples=["wheelfed smoke --gateways 3"])
+    p = add_subcommand(
+        sub,
+        "smoke",
+        "the foundation smoke run: broker, round engine, gateway processes, a kill",
+        examples=["wheelfed smoke --gateways 3"],
+    )
     p.add_argument("--gateways", type=int_at_least(2), default=3, help="gateway processes to start")
     p.add_argument("--broker", choices=("auto", "mosquitto", "embedded"), default="auto", help="which MQTT broker")
     p.set_defaults(func=_smoke)

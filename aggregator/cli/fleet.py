@@ -60,8 +60,14 @@ def _cells(row, now: float) -> tuple[str, ...]:
     age = format_age(row.age_s(now))
     model = {None: "-", "": "no model"}.get(row.model, row.model)
     windows = "-" if row.windows is None else f"{row.labelled}/{row.windows}"
-    return (row.gateway, "online" if row.online else "offline", age if age == "now" else f"{age} ago", model,
-            windows, *(shown(v) for v in (row.link, row.predicted, row.alerts, row.last_prediction, row.engine)))
+    return (
+        row.gateway,
+        "online" if row.online else "offline",
+        age if age == "now" else f"{age} ago",
+        model,
+        windows,
+        *(shown(v) for v in (row.link, row.predicted, row.alerts, row.last_prediction, row.engine)),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,19 +76,32 @@ def run(args: argparse.Namespace) -> int:
     now = time.time()
     cells = privacy[1] if privacy else {}
     if args.json:
-        print(json.dumps([{**row.to_json(now), **({"privacy": asdict(cells[row.gateway])} if row.gateway in cells
-                                                 else {})} for row in rows], indent=1))
+        print(
+            json.dumps(
+                [
+                    {**row.to_json(now), **({"privacy": asdict(cells[row.gateway])} if row.gateway in cells else {})}
+                    for row in rows
+                ],
+                indent=1,
+            )
+        )
         return 0
     where = f"{args.host}:{args.port}"
     if not rows:
-        print(f"no gateway has announced itself on {where} (none within {args.wait:g} s; start one with "
-              "wheelfed gateway)")
+        print(
+            f"no gateway has announced itself on {where} (none within {args.wait:g} s; start one with wheelfed gateway)"
+        )
         return 0
     online = sum(row.online for row in rows)
     print(f"{len(rows)} gateway{'s' if len(rows) != 1 else ''} on {where}, {online} online")
     columns = COLUMNS + (("EPSILON",) if privacy else ())
-    table = [columns, *(_cells(row, now) + ((cells[row.gateway].text() if row.gateway in cells else "-",)
-                                             if privacy else ()) for row in rows)]
+    table = [
+        columns,
+        *(
+            _cells(row, now) + ((cells[row.gateway].text() if row.gateway in cells else "-",) if privacy else ())
+            for row in rows
+        ),
+    ]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
@@ -98,23 +117,28 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    p = add_subcommand(sub, "fleet", "list the gateways from their retained status: online, model, windows",
-                       description="List the gateways from the status each one keeps on the broker: online "
-                                   "or offline,\nthe model it runs, its labelled (per label) and stored windows, "
-                                   "its feature set,\nits sensor link, live predictions and alerts. Asks the "
-                                   "gateways nothing.\n\n"
-                                   "SEEN is when a gateway last sent its status (every --publish-every seconds "
-                                   "while\nonline); for one that vanished without stopping, the broker's last "
-                                   "will dates from\nwhen it connected.\n\n"
-                                   "With --server URL (or $WHEELFED_SERVER), EPSILON is each gateway's privacy budget "
-                                   "from the server:\nthe lifetime epsilon of its most-used window / the most a "
-                                   "new private job may still\nspend there under the server's cap.",
-                       examples=["wheelfed fleet", "wheelfed fleet --json --wait 5"])
-    p.add_argument("--json", action="store_true",
-                   help="one JSON list of rows (null: the status did not say; always so for offline gateways)")
-    p.add_argument("--wait", type=positive_float, default=2.0,
-                   help="seconds to collect the retained status messages")
-    add_broker_options(p, username_help="broker user name (default: aggregator); password from "
-                                        "$WHEELFED_MQTT_PASSWORD")
+    p = add_subcommand(
+        sub,
+        "fleet",
+        "list the gateways from their retained status: online, model, windows",
+        description="List the gateways from the status each one keeps on the broker: online "
+        "or offline,\nthe model it runs, its labelled (per label) and stored windows, "
+        "its feature set,\nits sensor link, live predictions and alerts. Asks the "
+        "gateways nothing.\n\n"
+        "SEEN is when a gateway last sent its status (every --publish-every seconds "
+        "while\nonline); for one that vanished without stopping, the broker's last "
+        "will dates from\nwhen it connected.\n\n"
+        "With --server URL (or $WHEELFED_SERVER), EPSILON is each gateway's privacy budget "
+        "from the server:\nthe lifetime epsilon of its most-used window / the most a "
+        "new private job may still\nspend there under the server's cap.",
+        examples=["wheelfed fleet", "wheelfed fleet --json --wait 5"],
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON list of rows (null: the status did not say; always so for offline gateways)",
+    )
+    p.add_argument("--wait", type=positive_float, default=2.0, help="seconds to collect the retained status messages")
+    add_broker_options(p, username_help="broker user name (default: aggregator); password from $WHEELFED_MQTT_PASSWORD")
     add_server_options(p)
     p.set_defaults(func=run)

@@ -78,8 +78,10 @@ class ProgressDisplay:
             print(f"{progress.line()} | {timing}", file=self.stream, flush=True)
             return
         filled = round(self.bar_cells * min(done / total, 1.0))
-        text = (f"[{'#' * filled}{'-' * (self.bar_cells - filled)}] {done}/{progress.total} "
-                f"{unit_of(progress.algorithm)} | {timing} | {progress.detail()}")
+        text = (
+            f"[{'#' * filled}{'-' * (self.bar_cells - filled)}] {done}/{progress.total} "
+            f"{unit_of(progress.algorithm)} | {timing} | {progress.detail()}"
+        )
         width = (self.columns or shutil.get_terminal_size().columns) - 1
         self.stream.write(f"\r{text[:width]}\x1b[K")
         self.stream.flush()

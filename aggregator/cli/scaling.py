@@ -20,8 +20,15 @@ import os
 import signal
 import threading
 
-from edge_client.cli.arguments import (add_subcommand, existing_file, gateway_id, gateway_ids, port_number,
-                                       positive_float, positive_int)
+from edge_client.cli.arguments import (
+    add_subcommand,
+    existing_file,
+    gateway_id,
+    gateway_ids,
+    port_number,
+    positive_float,
+    positive_int,
+)
 from edge_client.cli.connection import HOST_VARIABLE, PASSWORD_VARIABLE, PLAIN_PORT, PORT_VARIABLE
 from edge_client.cli.errors import CliError, UsageError
 from shared.protocol.topics import AGGREGATOR_ID
@@ -51,11 +58,11 @@ def _merge_worker(args: argparse.Namespace) -> int:
     if not worker_id.startswith(WORKER_PREFIX):
         raise UsageError(f"--worker-id must start with {WORKER_PREFIX!r}, got {worker_id!r}")
     defaults = MergeSettings()
-    settings = MergeSettings(args.max_batch or defaults.max_batch,
-                             defaults.linger_s if args.linger_ms is None else args.linger_ms / 1000)
+    settings = MergeSettings(
+        args.max_batch or defaults.max_batch, defaults.linger_s if args.linger_ms is None else args.linger_ms / 1000
+    )
     password = os.environ.get(PASSWORD_VARIABLE)
-    config = MqttConfig(host=args.host, port=args.port, username=worker_id if password else None,
-                        password=password)
+    config = MqttConfig(host=args.host, port=args.port, username=worker_id if password else None, password=password)
     worker = MergeWorker(worker_id, config, group=args.group or DEFAULT_GROUP, settings=settings)
     try:
         worker.start()
@@ -69,19 +76,32 @@ def _merge_worker(args: argparse.Namespace) -> int:
 
 
 def _add_merge_worker(sub: argparse._SubParsersAction) -> None:
-    p = add_subcommand(sub, "merge-worker", "sum fleet-sum replies for the aggregator on an MQTT 5 shared "
-                                            "subscription, until SIGTERM",
-                       examples=["WHEELFED_MQTT_PASSWORD=PW wheelfed merge-worker --port 1883 --worker-id merge-1"])
-    p.add_argument("--host", default=os.environ.get(HOST_VARIABLE, "127.0.0.1"),
-                   help=f"broker host (default: %(default)s; ${HOST_VARIABLE} sets it)")
-    p.add_argument("--port", type=port_number, default=os.environ.get(PORT_VARIABLE) or PLAIN_PORT,
-                   help=f"broker port (default: %(default)s; ${PORT_VARIABLE} sets it)")
-    p.add_argument("--worker-id", help=f"client id and broker user, starting with merge- (default: merge-1); "
-                                       f"password from ${PASSWORD_VARIABLE}")
+    p = add_subcommand(
+        sub,
+        "merge-worker",
+        "sum fleet-sum replies for the aggregator on an MQTT 5 shared subscription, until SIGTERM",
+        examples=["WHEELFED_MQTT_PASSWORD=PW wheelfed merge-worker --port 1883 --worker-id merge-1"],
+    )
+    p.add_argument(
+        "--host",
+        default=os.environ.get(HOST_VARIABLE, "127.0.0.1"),
+        help=f"broker host (default: %(default)s; ${HOST_VARIABLE} sets it)",
+    )
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=os.environ.get(PORT_VARIABLE) or PLAIN_PORT,
+        help=f"broker port (default: %(default)s; ${PORT_VARIABLE} sets it)",
+    )
+    p.add_argument(
+        "--worker-id",
+        help=f"client id and broker user, starting with merge- (default: merge-1); password from ${PASSWORD_VARIABLE}",
+    )
     p.add_argument("--group", help="shared subscription group (default: wheelfed-merge)")
     p.add_argument("--max-batch", type=positive_int, help="replies in one partial sum at most (default: 256)")
-    p.add_argument("--linger-ms", type=positive_float,
-                   help="publish a partial this long after its first reply (default: 20)")
+    p.add_argument(
+        "--linger-ms", type=positive_float, help="publish a partial this long after its first reply (default: 20)"
+    )
     p.set_defaults(func=_merge_worker)
 
 
@@ -103,9 +123,14 @@ def _site_mqtt_config(args: argparse.Namespace, side: str, username: str, passwo
     if (cert or key) and not (ca and cert and key):
         raise UsageError(f"--{side}-tls-cert and --{side}-tls-key go together, with --{side}-tls-ca")
     tls = TlsConfig(str(ca), cert and str(cert), key and str(key)) if ca else None
-    return MqttConfig(host=getattr(args, f"{side}_host"), port=getattr(args, f"{side}_port"),
-                      username=None if tls else (getattr(args, f"{side}_username") or username),
-                      password=None if tls else os.environ.get(password_env), protocol=args.protocol, tls=tls)
+    return MqttConfig(
+        host=getattr(args, f"{side}_host"),
+        port=getattr(args, f"{side}_port"),
+        username=None if tls else (getattr(args, f"{side}_username") or username),
+        password=None if tls else os.environ.get(password_env),
+        protocol=args.protocol,
+        tls=tls,
+    )
 
 
 def _site_aggregator(args: argparse.Namespace) -> int:
@@ -128,8 +153,11 @@ def _site_aggregator(args: argparse.Namespace) -> int:
             except ConnectionError as exc:
                 raise CliError(f"{name}: {exc}") from None
         site.start()
-        print(f"site {config.site_id}: answering for {', '.join(config.members)} "
-              f"(cloud {up_config.host}:{up_config.port}, clinic {down_config.host}:{down_config.port})", flush=True)
+        print(
+            f"site {config.site_id}: answering for {', '.join(config.members)} "
+            f"(cloud {up_config.host}:{up_config.port}, clinic {down_config.host}:{down_config.port})",
+            flush=True,
+        )
         _wait_for_stop()
         return 0
     finally:
@@ -139,18 +167,28 @@ def _site_aggregator(args: argparse.Namespace) -> int:
 
 
 def _add_site_aggregator(sub: argparse._SubParsersAction) -> None:
-    p = add_subcommand(sub, "site-aggregator", "a clinic's site aggregator: relay the cloud's requests to the "
-                                               "clinic's gateways, send their sums upstream pre-summed",
-                       description="A clinic's site aggregator: forwards the cloud's requests to the clinic's "
-                                   "gateways on the local\n(downstream) broker and sends their fleet sums upstream "
-                                   "pre-summed, until SIGTERM or Ctrl-C.\n"
-                                   f"Passwords: ${UPSTREAM_PASSWORD_ENV}, ${DOWNSTREAM_PASSWORD_ENV}.",
-                       examples=["wheelfed site-aggregator --site-id site-a --members gw-1,gw-2,gw-3 "
-                                 "--upstream-host cloud.example --upstream-port 1883 --downstream-port 1884"])
+    p = add_subcommand(
+        sub,
+        "site-aggregator",
+        "a clinic's site aggregator: relay the cloud's requests to the "
+        "clinic's gateways, send their sums upstream pre-summed",
+        description="A clinic's site aggregator: forwards the cloud's requests to the clinic's "
+        "gateways on the local\n(downstream) broker and sends their fleet sums upstream "
+        "pre-summed, until SIGTERM or Ctrl-C.\n"
+        f"Passwords: ${UPSTREAM_PASSWORD_ENV}, ${DOWNSTREAM_PASSWORD_ENV}.",
+        examples=[
+            "wheelfed site-aggregator --site-id site-a --members gw-1,gw-2,gw-3 "
+            "--upstream-host cloud.example --upstream-port 1883 --downstream-port 1884"
+        ],
+    )
     p.add_argument("--site-id", type=gateway_id, required=True, help="the site's account on the cloud's broker")
     p.add_argument("--members", type=gateway_ids, required=True, help="the gateways it answers for: gw-1,gw-2")
-    p.add_argument("--deadline-s", type=positive_float, default=30.0,
-                   help="wait for members' replies this long per round; below the cloud's deadline")
+    p.add_argument(
+        "--deadline-s",
+        type=positive_float,
+        default=30.0,
+        help="wait for members' replies this long per round; below the cloud's deadline",
+    )
     p.add_argument("--protocol", type=int, choices=(4, 5), default=5, help="MQTT 5, or 4 = 3.1.1 (both sides)")
     _add_site_broker(p, "upstream", "username on the cloud's broker (default: the site id)")
     _add_site_broker(p, "downstream", f"username on the local broker (default: {AGGREGATOR_ID})")
@@ -170,11 +208,20 @@ def _host(args: argparse.Namespace) -> int:
 
 def _add_load_test(sub: argparse._SubParsersAction) -> None:
     example = "WHEELFED_SOAK_SECRET=S wheelfed load-test host --port 1883 sim-00000 sim-00001"
-    group = add_subcommand(sub, "load-test", "simulated gateways for the load and soak runs (aggregator.loadtest "
-                                             "starts them)", examples=[example])
+    group = add_subcommand(
+        sub,
+        "load-test",
+        "simulated gateways for the load and soak runs (aggregator.loadtest starts them)",
+        examples=[example],
+    )
     actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
-    p = add_subcommand(actions, "host", "run the named simulated gateways in this process until SIGTERM (their "
-                                        "passwords derive from $WHEELFED_SOAK_SECRET)", examples=[example])
+    p = add_subcommand(
+        actions,
+        "host",
+        "run the named simulated gateways in this process until SIGTERM (their "
+        "passwords derive from $WHEELFED_SOAK_SECRET)",
+        examples=[example],
+    )
     p.add_argument("--port", type=port_number, required=True, help="the broker's port on this machine")
     p.add_argument("ids", nargs="+", type=gateway_id, metavar="ID", help="gateway ids (sim-NNNNN)")
     p.set_defaults(func=_host)

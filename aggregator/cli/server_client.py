@@ -34,8 +34,15 @@ from typing import Any
 from edge_client.cli.arguments import existing_file
 from edge_client.cli.errors import RUNTIME, USAGE, CliError, UsageError
 
-__all__ = ["SERVER_VARIABLE", "TOKEN_VARIABLE", "ServerClient", "ServerRefused", "add_server_options",
-           "server_client", "server_url"]
+__all__ = [
+    "SERVER_VARIABLE",
+    "TOKEN_VARIABLE",
+    "ServerClient",
+    "ServerRefused",
+    "add_server_options",
+    "server_client",
+    "server_url",
+]
 
 SERVER_VARIABLE = "WHEELFED_SERVER"
 TOKEN_VARIABLE = "WHEELFED_TOKEN"
@@ -60,12 +67,19 @@ server_url.__name__ = "server URL"
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
     """``--server URL`` and ``--token-file FILE``: the same spelling on every command that has them."""
-    p.add_argument("--server", type=server_url, metavar="URL",
-                   help=f"a running wheelfed server: go through its REST API instead of the broker and a local "
-                        f"registry (default: ${SERVER_VARIABLE} if set)")
-    p.add_argument("--token-file", type=existing_file, metavar="FILE",
-                   help=f"file holding the server's bearer token (default: ${TOKEN_VARIABLE}; never on the "
-                        "command line)")
+    p.add_argument(
+        "--server",
+        type=server_url,
+        metavar="URL",
+        help=f"a running wheelfed server: go through its REST API instead of the broker and a local "
+        f"registry (default: ${SERVER_VARIABLE} if set)",
+    )
+    p.add_argument(
+        "--token-file",
+        type=existing_file,
+        metavar="FILE",
+        help=f"file holding the server's bearer token (default: ${TOKEN_VARIABLE}; never on the command line)",
+    )
 
 
 def server_client(args: argparse.Namespace) -> ServerClient | None:
@@ -107,8 +121,12 @@ def _detail(body: bytes) -> str:
     except (ValueError, AttributeError):
         return body.decode(errors="replace").strip()[:200]
     if isinstance(detail, list):
-        return "; ".join(f"{'.'.join(str(p) for p in item.get('loc', ()) if p != 'body')}: {item.get('msg', '')}"
-                         if isinstance(item, dict) else str(item) for item in detail)
+        return "; ".join(
+            f"{'.'.join(str(p) for p in item.get('loc', ()) if p != 'body')}: {item.get('msg', '')}"
+            if isinstance(item, dict)
+            else str(item)
+            for item in detail
+        )
     return str(detail)
 
 
@@ -156,20 +174,27 @@ class ServerClient:
     def _json(self, answer: tuple[bytes, str]) -> Any:
         data, kind = answer
         if "json" not in kind:
-            raise CliError(f"{self.url} did not answer as a wheelfed server (got {kind or 'no content type'}); "
-                           f"check --server or ${SERVER_VARIABLE}")
+            raise CliError(
+                f"{self.url} did not answer as a wheelfed server (got {kind or 'no content type'}); "
+                f"check --server or ${SERVER_VARIABLE}"
+            )
         return json.loads(data)
 
-    def _send(self, method: str, path: str, body: dict[str, Any] | None, query: dict[str, Any],
-              timeout_s: float) -> tuple[bytes, str]:
+    def _send(
+        self, method: str, path: str, body: dict[str, Any] | None, query: dict[str, Any], timeout_s: float
+    ) -> tuple[bytes, str]:
         params = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
         headers = {"Accept": "application/json, application/cbor"}
         if body is not None:
             headers["Content-Type"] = "application/json"
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        request = urllib.request.Request(f"{self.url}{path}{'?' + params if params else ''}", method=method,
-                                         data=None if body is None else json.dumps(body).encode(), headers=headers)
+        request = urllib.request.Request(
+            f"{self.url}{path}{'?' + params if params else ''}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers=headers,
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 return response.read(), response.headers.get("Content-Type", "")
@@ -180,21 +205,26 @@ class ServerClient:
             what = (reason.strerror or str(reason)) if isinstance(reason, OSError) else str(reason)
             if isinstance(reason, socket.timeout):
                 what = f"no answer within {timeout_s:g} s"
-            raise CliError(f"cannot reach the server at {self.url}: {what.lower()} (is wheelfed server running "
-                           f"there? check --server or ${SERVER_VARIABLE})") from None
+            raise CliError(
+                f"cannot reach the server at {self.url}: {what.lower()} (is wheelfed server running "
+                f"there? check --server or ${SERVER_VARIABLE})"
+            ) from None
         except (TimeoutError, socket.timeout):
             raise CliError(f"the server at {self.url} did not answer within {timeout_s:g} s") from None
         except (ConnectionError, http.client.HTTPException) as exc:
-            raise CliError(f"the server at {self.url} broke off the answer ({type(exc).__name__}); is it a "
-                           "wheelfed server?") from None
+            raise CliError(
+                f"the server at {self.url} broke off the answer ({type(exc).__name__}); is it a wheelfed server?"
+            ) from None
 
     def _refused(self, method: str, code: int, detail: str) -> ServerRefused:
         role = "a read or operator token" if method == "GET" else "an operator token"
         if code == 401 and self._token:
             text = f"the server at {self.url} refused the token: this needs {role} ({detail or 'unknown token'})"
         elif code == 401:
-            text = (f"the server at {self.url} needs a bearer token: this needs {role} (put it in "
-                    f"${TOKEN_VARIABLE} or in a file given as --token-file)")
+            text = (
+                f"the server at {self.url} needs a bearer token: this needs {role} (put it in "
+                f"${TOKEN_VARIABLE} or in a file given as --token-file)"
+            )
         elif code == 403:
             text = f"the server at {self.url} refused the token: this needs {role} ({detail})"
         elif code == 422:

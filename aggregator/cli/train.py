@@ -40,8 +40,18 @@ from aggregator.algorithm_table import ALGORITHM_TABLE
 from aggregator.cli.models import ModelRef, model_ref
 from aggregator.cli.progress import ProgressDisplay, unit_of
 from aggregator.cli.server_client import ServerClient, ServerRefused, add_server_options, server_client
-from edge_client.cli.arguments import (add_subcommand, fraction, gateway_ids, int_at_least, model_id,
-                                       non_negative_float, non_negative_int, output_file, positive_float, positive_int)
+from edge_client.cli.arguments import (
+    add_subcommand,
+    fraction,
+    gateway_ids,
+    int_at_least,
+    model_id,
+    non_negative_float,
+    non_negative_int,
+    output_file,
+    positive_float,
+    positive_int,
+)
 from edge_client.cli.connection import add_broker_options, aggregator_transport
 from edge_client.cli.errors import CliError, UsageError
 from edge_client.cli.model_files import load_model_file, model_file
@@ -62,17 +72,32 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
     if args.task is not None and args.algorithm != "fedga-tree":
         raise UsageError("--task is a fedga-tree option")
     if args.algorithm == "fedga-tree":
-        given = [name for name, on in (("--init-model", init_model is not None),
-                                       ("--paper-protocol", args.paper_protocol),
-                                       ("--client-splits", args.client_splits),
-                                       ("--no-dp", args.no_dp), ("--dp-epsilon", args.dp_epsilon is not None),
-                                       ("--no-secure-aggregation", args.no_secure_aggregation)) if on]
+        given = [
+            name
+            for name, on in (
+                ("--init-model", init_model is not None),
+                ("--paper-protocol", args.paper_protocol),
+                ("--client-splits", args.client_splits),
+                ("--no-dp", args.no_dp),
+                ("--dp-epsilon", args.dp_epsilon is not None),
+                ("--no-secure-aggregation", args.no_secure_aggregation),
+            )
+            if on
+        ]
         if given:
-            raise UsageError(f"{given[0]} does not apply to fedga-tree: its gateways send fitness scores only, "
-                             "no sums (its privacy knob is --epsilon)")
-        return FedGATree(task=args.task or "classification", population_size=args.population,
-                         generations=args.generations, epsilon=args.epsilon, active_fraction=args.client_fraction,
-                         d_max=args.max_depth or 15, feature_set_version=feature_set)
+            raise UsageError(
+                f"{given[0]} does not apply to fedga-tree: its gateways send fitness scores only, "
+                "no sums (its privacy knob is --epsilon)"
+            )
+        return FedGATree(
+            task=args.task or "classification",
+            population_size=args.population,
+            generations=args.generations,
+            epsilon=args.epsilon,
+            active_fraction=args.client_fraction,
+            d_max=args.max_depth or 15,
+            feature_set_version=feature_set,
+        )
     if args.algorithm == "fedforest":
         if init_model is not None:
             raise UsageError("--init-model continues boosting; it does not apply to fedforest")
@@ -80,16 +105,32 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
             raise UsageError("--client-splits needs per-gateway statistics: add --paper-protocol")
         if args.multi_strategy is not None:
             raise UsageError("--multi-strategy is a fedscs-xgb option: a forest's leaves already hold every class")
-        return FedForest(n_trees=args.trees, max_depth=args.max_depth or 8, n_bins=args.bins,
-                         min_samples_leaf=args.min_samples_leaf, client_splits=args.client_splits,
-                         client_fraction=args.client_fraction, feature_set_version=feature_set,
-                         protocol="sketches" if args.paper_protocol else _private_protocol(args), **privacy)
-    return FedSCSXGB(n_rounds=args.rounds, max_depth=args.max_depth, n_bins=args.bins,
-                     learning_rate=args.learning_rate, reg_lambda=args.reg_lambda, gamma=args.gamma,
-                     sketch=args.sketch, client_fraction=args.client_fraction,
-                     feature_set_version=feature_set, init_model=init_model,
-                     protocol="atoms" if args.paper_protocol else _private_protocol(args),
-                     multi_strategy=args.multi_strategy, **privacy)
+        return FedForest(
+            n_trees=args.trees,
+            max_depth=args.max_depth or 8,
+            n_bins=args.bins,
+            min_samples_leaf=args.min_samples_leaf,
+            client_splits=args.client_splits,
+            client_fraction=args.client_fraction,
+            feature_set_version=feature_set,
+            protocol="sketches" if args.paper_protocol else _private_protocol(args),
+            **privacy,
+        )
+    return FedSCSXGB(
+        n_rounds=args.rounds,
+        max_depth=args.max_depth,
+        n_bins=args.bins,
+        learning_rate=args.learning_rate,
+        reg_lambda=args.reg_lambda,
+        gamma=args.gamma,
+        sketch=args.sketch,
+        client_fraction=args.client_fraction,
+        feature_set_version=feature_set,
+        init_model=init_model,
+        protocol="atoms" if args.paper_protocol else _private_protocol(args),
+        multi_strategy=args.multi_strategy,
+        **privacy,
+    )
 
 
 def _private_protocol(args: argparse.Namespace) -> str | None:
@@ -102,8 +143,9 @@ def model_version(text: str) -> ModelRef:
     """``MODEL_ID:vN``: one version (a server job continues from a version it names exactly)."""
     ref = model_ref(text)
     if ref.version is None:
-        raise argparse.ArgumentTypeError(f"{text!r} names no version: give MODEL_ID:vN (wheelfed model list shows "
-                                         "them)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names no version: give MODEL_ID:vN (wheelfed model list shows them)"
+        )
     return ref
 
 
@@ -156,7 +198,8 @@ class SavedModel:
     @property
     def where(self) -> str:
         places = ([str(self.path)] if self.path else []) + (
-            [f"{self.record.label} in {self.registry}"] if self.record is not None else [])
+            [f"{self.record.label} in {self.registry}"] if self.record is not None else []
+        )
         return " and ".join(places)
 
 
@@ -193,8 +236,10 @@ def _save(args: argparse.Namespace, model, name: str) -> SavedModel | dict[str, 
         else:
             record = registry.add(args.model_id or name, model)
     if personal:
-        print(f"registered {', '.join(r.label for r in records.values())} in {args.registry}, each for its "
-              "gateway only", flush=True)
+        print(
+            f"registered {', '.join(r.label for r in records.values())} in {args.registry}, each for its gateway only",
+            flush=True,
+        )
         return {c: SavedModel(paths.get(c), args.registry, r) for c, r in records.items()}
     print(f"registered {record.label} in {args.registry}", flush=True)
     return SavedModel(args.output, args.registry, record)
@@ -215,15 +260,16 @@ def _size(model, steps: int) -> str:
     return f"a {steps}-round model"
 
 
-def _interrupted(job, model, saved: SavedModel | dict[str, SavedModel], unit: str, *,
-                 evaluation_skipped: bool) -> str:
+def _interrupted(job, model, saved: SavedModel | dict[str, SavedModel], unit: str, *, evaluation_skipped: bool) -> str:
     """The last line of an interrupted run: what was trained and where it is."""
     stopped = job.stopped
     note = " (not evaluated)" if evaluation_skipped else ""
     if stopped is None:  # the signal came during the last round: nothing was cut
         return f"interrupted: the model is complete and saved to {_where(saved)}{note}"
-    return (f"interrupted after {stopped.step} of {stopped.total} {unit}: saved {_size(model, stopped.step)} "
-            f"to {_where(saved)}{note}")
+    return (
+        f"interrupted after {stopped.step} of {stopped.total} {unit}: saved {_size(model, stopped.step)} "
+        f"to {_where(saved)}{note}"
+    )
 
 
 def _metrics_text(metrics: dict) -> str:
@@ -281,19 +327,32 @@ def _summary(model, saved: SavedModel | dict[str, SavedModel], job) -> None:
     """The last lines of a successful run: what was trained, where it went, the job."""
     rejected = job.rejected or "none"
     if not isinstance(model, dict):
-        print(f"{saved.where}: {model.n_trees} trees, classes {list(model.classes)}, feature set "
-              f"{model.feature_set_version}; job {job.job_id}, {job.rounds} protocol rounds, rejected replies "
-              f"{rejected}", flush=True)
+        print(
+            f"{saved.where}: {model.n_trees} trees, classes {list(model.classes)}, feature set "
+            f"{model.feature_set_version}; job {job.job_id}, {job.rounds} protocol rounds, rejected replies "
+            f"{rejected}",
+            flush=True,
+        )
         return
     for client, one in saved.items():
         where = one.where or "not saved"
-        print(f"{client}: its own tree ({model[client].kind}, feature set {model[client].feature_set_version}) -> "
-              f"{where}", flush=True)
+        print(
+            f"{client}: its own tree ({model[client].kind}, feature set {model[client].feature_set_version}) -> "
+            f"{where}",
+            flush=True,
+        )
     deployable = [one.record.label for one in saved.values() if one.record is not None]
-    hint = (f"; wheelfed model deploy {deployable[0]} --registry {next(iter(saved.values())).registry} deploys "
-            f"it to {next(iter(saved))} only" if deployable else "")
-    print(f"job {job.job_id}: {len(model)} personal trees, {job.rounds} protocol rounds, rejected replies "
-          f"{rejected}{hint}", flush=True)
+    hint = (
+        f"; wheelfed model deploy {deployable[0]} --registry {next(iter(saved.values())).registry} deploys "
+        f"it to {next(iter(saved))} only"
+        if deployable
+        else ""
+    )
+    print(
+        f"job {job.job_id}: {len(model)} personal trees, {job.rounds} protocol rounds, rejected replies "
+        f"{rejected}{hint}",
+        flush=True,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -301,20 +360,23 @@ def run(args: argparse.Namespace) -> int:
     if client is not None:
         return _run_on_server(args, client)
     if args.init_version is not None:
-        raise UsageError("--init-version names a version in a server's registry: add --server URL (or continue "
-                         "from a file with --init-model FILE)")
+        raise UsageError(
+            "--init-version names a version in a server's registry: add --server URL (or continue "
+            "from a file with --init-model FILE)"
+        )
     for option in SERVER_RULES:
         if getattr(args, option) is not None:
-            raise UsageError(f"--{option.replace('_', '-')} is a participation rule of a server job: add --server "
-                             "URL (a local run trains on the gateways it names with --clients, or every one online)")
+            raise UsageError(
+                f"--{option.replace('_', '-')} is a participation rule of a server job: add --server "
+                "URL (a local run trains on the gateways it names with --clients, or every one online)"
+            )
     from aggregator.fleet import train_on_fleet
     from aggregator.jobs import JobSettings, TrainingError, TrainingFailed
     from aggregator.rounds import QuorumNotReached
 
     if not (args.output or args.registry):
         raise UsageError("give -o FILE and/or --registry DB so the model is kept somewhere")
-    algorithm = _configured(args, args.feature_set or "", load_model_file(args.init_model) if args.init_model
-                            else None)
+    algorithm = _configured(args, args.feature_set or "", load_model_file(args.init_model) if args.init_model else None)
     clients = args.clients
     print(f"training {algorithm.name} on {_who(clients)} via {args.host}:{args.port}", flush=True)
     transport = aggregator_transport(args)
@@ -322,25 +384,35 @@ def run(args: argparse.Namespace) -> int:
     settings = JobSettings(deadline_s=args.deadline or DEADLINE_S, min_fraction=args.min_fraction or MIN_FRACTION)
     try:
         with StopSignals() as signals:
-            model, job = train_on_fleet(algorithm, transport, clients=clients, seed=args.seed, settings=settings,
-                                        progress=display, stop=signals.event,
-                                        on_feature_set=lambda choice: print("\n".join(choice.describe()), flush=True))
+            model, job = train_on_fleet(
+                algorithm,
+                transport,
+                clients=clients,
+                seed=args.seed,
+                settings=settings,
+                progress=display,
+                stop=signals.event,
+                on_feature_set=lambda choice: print("\n".join(choice.describe()), flush=True),
+            )
             display.finish()
             saved = _save(args, model, algorithm.name)
             evaluate = args.evaluate and not signals.received
             if evaluate:
                 _evaluate(job, model, saved)
             if signals.received:
-                line = _interrupted(job, model, saved, unit_of(algorithm.name),
-                                    evaluation_skipped=args.evaluate and not evaluate)
+                line = _interrupted(
+                    job, model, saved, unit_of(algorithm.name), evaluation_skipped=args.evaluate and not evaluate
+                )
                 print(f"wheelfed train: {line}", file=sys.stderr, flush=True)
                 return 128 + signals.received
     except TrainingFailed as exc:  # some rounds completed: keep them
         display.finish()
         done = exc.checkpoint.progress
         saved = _save(args, exc.checkpoint.model(), algorithm.name)
-        raise CliError(f"{exc}; after {done.step} of {done.total} {unit_of(algorithm.name)} completed: saved "
-                       f"{_size(exc.checkpoint.model(), done.step)} to {_where(saved)}") from None
+        raise CliError(
+            f"{exc}; after {done.step} of {done.total} {unit_of(algorithm.name)} completed: saved "
+            f"{_size(exc.checkpoint.model(), done.step)} to {_where(saved)}"
+        ) from None
     except (TrainingError, QuorumNotReached) as exc:
         display.finish()
         raise CliError(str(exc)) from None
@@ -357,10 +429,13 @@ def _who(clients: list[str] | None) -> str:
 def _configured(args: argparse.Namespace, feature_set: str, init_model):
     """The algorithm the options describe, with the paper-protocol warning; bad values are usage errors."""
     if args.paper_protocol and not args.no_secure_aggregation:
-        print("warning: --paper-protocol sends per-window data (atoms) or per-gateway sketches of actual values "
-              "to the aggregator; secure aggregation does not apply (see PRIVACY.md)", file=sys.stderr, flush=True)
-    privacy = dict(min_crowd=args.min_crowd,
-                   secure_aggregation=not (args.no_secure_aggregation or args.paper_protocol))
+        print(
+            "warning: --paper-protocol sends per-window data (atoms) or per-gateway sketches of actual values "
+            "to the aggregator; secure aggregation does not apply (see PRIVACY.md)",
+            file=sys.stderr,
+            flush=True,
+        )
+    privacy = dict(min_crowd=args.min_crowd, secure_aggregation=not (args.no_secure_aggregation or args.paper_protocol))
     if args.dp_epsilon is not None:
         privacy["dp_epsilon"] = args.dp_epsilon
     if args.dp_delta is not None:
@@ -392,8 +467,11 @@ def job_config(algorithm) -> dict[str, Any]:
     for f in dataclasses.fields(algorithm):
         if not f.init or f.name in ("feature_set_version", "init_model"):
             continue
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        )
         value = getattr(algorithm, f.name)
         if value != default:
             config[f.name] = list(value) if isinstance(value, tuple) else value
@@ -406,8 +484,12 @@ def _server_job(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         if getattr(args, option) is not None:
             raise UsageError(f"--{option.replace('_', '-')} is for a local run: {why}")
     algorithm = _configured(args, "", None)
-    body: dict[str, Any] = {"algorithm": args.algorithm, "model_id": args.model_id or algorithm.name,
-                            "config": job_config(algorithm), "seed": args.seed}
+    body: dict[str, Any] = {
+        "algorithm": args.algorithm,
+        "model_id": args.model_id or algorithm.name,
+        "config": job_config(algorithm),
+        "seed": args.seed,
+    }
     if args.clients:
         body["clients"] = args.clients
     if args.init_version is not None:
@@ -416,8 +498,9 @@ def _server_job(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return algorithm, body
 
 
-def _follow(client: ServerClient, job_id: str, algorithm: str, display: ProgressDisplay,
-            signals: StopSignals) -> tuple[dict[str, Any], bool]:
+def _follow(
+    client: ServerClient, job_id: str, algorithm: str, display: ProgressDisplay, signals: StopSignals
+) -> tuple[dict[str, Any], bool]:
     """Show the job's rounds as the server stores them until it ends; on the first signal ask
     the server to cancel it. Returns the final job and whether a cancel was asked for."""
     from aggregator.jobs import StepProgress
@@ -435,12 +518,25 @@ def _follow(client: ServerClient, job_id: str, algorithm: str, display: Progress
         if job["feature_set"] and not announced:
             announced = True
             display.finish()
-            print(f"job {job_id}: feature set {job['feature_set']}: {len(job['participants'])} gateways "
-                  f"({', '.join(job['participants'])})", flush=True)
+            print(
+                f"job {job_id}: feature set {job['feature_set']}: {len(job['participants'])} gateways "
+                f"({', '.join(job['participants'])})",
+                flush=True,
+            )
         for r in job["rounds"]:
             if r["step"] > shown:
-                display(StepProgress(job_id, algorithm, r["step"], r["total"], r["selected"], r["answered"],
-                                      r["metrics"], r["elapsed_s"]))
+                display(
+                    StepProgress(
+                        job_id,
+                        algorithm,
+                        r["step"],
+                        r["total"],
+                        r["selected"],
+                        r["answered"],
+                        r["metrics"],
+                        r["elapsed_s"],
+                    )
+                )
                 shown = r["step"]
         if job["state"] in FINAL_STATES:
             display.finish()
@@ -471,8 +567,9 @@ def _run_on_server(args: argparse.Namespace, client: ServerClient) -> int:
     with StopSignals(announce) as signals:
         job = client.post("/api/jobs", body)
         job_id = job["job_id"]
-        print(f"training {algorithm.name} on {_who(args.clients)} via the server {client.url}: job {job_id}",
-              flush=True)
+        print(
+            f"training {algorithm.name} on {_who(args.clients)} via the server {client.url}: job {job_id}", flush=True
+        )
         job, cancelling = _follow(client, job_id, algorithm.name, display, signals)
     unit = unit_of(algorithm.name)
     if job["state"] == "failed":
@@ -480,8 +577,12 @@ def _run_on_server(args: argparse.Namespace, client: ServerClient) -> int:
     if job["state"] == "cancelled":
         if not cancelling:
             raise CliError(f"job {job_id} was cancelled on the server ({job['error']}); no model was registered")
-        print(f"wheelfed train: interrupted: job {job_id} cancelled on the server after {job['completed']} of "
-              f"{job['total']} {unit}; the server registered no model", file=sys.stderr, flush=True)
+        print(
+            f"wheelfed train: interrupted: job {job_id} cancelled on the server after {job['completed']} of "
+            f"{job['total']} {unit}; the server registered no model",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + signals.received
     if args.algorithm == "fedga-tree":
         _personal_result(args, client, job, unit)
@@ -496,12 +597,19 @@ def _run_on_server(args: argparse.Namespace, client: ServerClient) -> int:
         _write(args.output, TreeEnsemble.from_cbor(client.download(f"/api/models/{model_id}/{version}/download")))
         where = f"{args.output} and {where}"
     _server_evaluation(job["evaluation"], label)
-    print(f"{where}: {record['n_trees']} trees, classes {record['classes']}, feature set "
-          f"{record['feature_set_version']}; job {job_id}, {job['completed']} {unit}, participants "
-          f"{', '.join(job['participants'])}", flush=True)
+    print(
+        f"{where}: {record['n_trees']} trees, classes {record['classes']}, feature set "
+        f"{record['feature_set_version']}; job {job_id}, {job['completed']} {unit}, participants "
+        f"{', '.join(job['participants'])}",
+        flush=True,
+    )
     if cancelling:
-        print(f"wheelfed train: interrupted: job {job_id} had completed before the cancel reached it; {label} is "
-              "registered", file=sys.stderr, flush=True)
+        print(
+            f"wheelfed train: interrupted: job {job_id} had completed before the cancel reached it; {label} is "
+            "registered",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + signals.received
     return 0
 
@@ -525,108 +633,192 @@ def _personal_result(args: argparse.Namespace, client: ServerClient, job: dict[s
         print(f"{gateway}: its own tree -> {where}{held_out}", flush=True)
     for gateway, why in evaluation.get("skipped", {}).items():
         print(f"warning: {gateway}'s tree not evaluated: {why}", file=sys.stderr, flush=True)
-    print(f"job {job['job_id']}: {job['completed']} {unit}, one tree per gateway, each deployable to its own gateway "
-          f"only; participants {', '.join(job['participants'])}", flush=True)
+    print(
+        f"job {job['job_id']}: {job['completed']} {unit}, one tree per gateway, each deployable to its own gateway "
+        f"only; participants {', '.join(job['participants'])}",
+        flush=True,
+    )
 
 
 def add(sub: argparse._SubParsersAction) -> None:
-    p = add_subcommand(sub, "train", "train a model on the online gateways over MQTT, or as a job of a wheelfed server "
-                                     "(aggregator side)",
-                       description="Train a model on the online gateways over MQTT (aggregator side).\n\n"
-                                   "The feature set is the one most gateways store (asked of them) unless "
-                                   "--feature-set names one;\ngateways left out are named with their reason. The "
-                                   "model is written (and registered) before\n--evaluate runs. Ctrl-C or SIGTERM "
-                                   "stops at the next round boundary and saves the rounds\ncompleted (exit 130 or "
-                                   "143); a second Ctrl-C aborts at once without saving.\n\n"
-                                   "--algorithm fedga-tree grows one tree per gateway: -o trees.cbor writes "
-                                   "trees.GATEWAY.cbor,\n--registry registers MODEL_ID.GATEWAY, deployable to "
-                                   "that gateway only.\n\n"
-                                   "With --server URL (or $WHEELFED_SERVER) the job runs on that wheelfed server: "
-                                   "this command\nsubmits it, shows its rounds as they complete and prints the "
-                                   "registered version (-o also\ndownloads it); the token comes from "
-                                   "$WHEELFED_TOKEN or --token-file. Ctrl-C asks the server to\ncancel the job "
-                                   "(no model is registered) and exits 130:\n"
-                                   "  WHEELFED_TOKEN=TOKEN wheelfed train --server http://127.0.0.1:8080 "
-                                   "--model-id activity --rounds 10",
-                       examples=["WHEELFED_MQTT_PASSWORD=SECRET wheelfed train -o model.cbor --rounds 10 --bins 256",
-                                 "wheelfed train --algorithm fedforest --registry reg.db --model-id activity "
-                                 "--evaluate",
-                                 "wheelfed train -o more.cbor --init-model model.cbor --clients gw-1,gw-2,gw-3",
-                                 "wheelfed train --algorithm fedga-tree --generations 5 -o trees.cbor --registry "
-                                 "reg.db"])
-    p.add_argument("--algorithm", choices=[row.name for row in ALGORITHM_TABLE], default="fedscs-xgb",
-                   help="what to grow (fedga-tree: one personal tree per gateway)")
-    p.add_argument("--clients", type=gateway_ids,
-                   help="comma-separated gateway ids, each online (default: every gateway online)")
-    p.add_argument("-o", "--output", type=output_file(".json", ".cbor", what="model file"),
-                   help="model file: .json or .cbor")
+    p = add_subcommand(
+        sub,
+        "train",
+        "train a model on the online gateways over MQTT, or as a job of a wheelfed server (aggregator side)",
+        description="Train a model on the online gateways over MQTT (aggregator side).\n\n"
+        "The feature set is the one most gateways store (asked of them) unless "
+        "--feature-set names one;\ngateways left out are named with their reason. The "
+        "model is written (and registered) before\n--evaluate runs. Ctrl-C or SIGTERM "
+        "stops at the next round boundary and saves the rounds\ncompleted (exit 130 or "
+        "143); a second Ctrl-C aborts at once without saving.\n\n"
+        "--algorithm fedga-tree grows one tree per gateway: -o trees.cbor writes "
+        "trees.GATEWAY.cbor,\n--registry registers MODEL_ID.GATEWAY, deployable to "
+        "that gateway only.\n\n"
+        "With --server URL (or $WHEELFED_SERVER) the job runs on that wheelfed server: "
+        "this command\nsubmits it, shows its rounds as they complete and prints the "
+        "registered version (-o also\ndownloads it); the token comes from "
+        "$WHEELFED_TOKEN or --token-file. Ctrl-C asks the server to\ncancel the job "
+        "(no model is registered) and exits 130:\n"
+        "  WHEELFED_TOKEN=TOKEN wheelfed train --server http://127.0.0.1:8080 "
+        "--model-id activity --rounds 10",
+        examples=[
+            "WHEELFED_MQTT_PASSWORD=SECRET wheelfed train -o model.cbor --rounds 10 --bins 256",
+            "wheelfed train --algorithm fedforest --registry reg.db --model-id activity --evaluate",
+            "wheelfed train -o more.cbor --init-model model.cbor --clients gw-1,gw-2,gw-3",
+            "wheelfed train --algorithm fedga-tree --generations 5 -o trees.cbor --registry reg.db",
+        ],
+    )
+    p.add_argument(
+        "--algorithm",
+        choices=[row.name for row in ALGORITHM_TABLE],
+        default="fedscs-xgb",
+        help="what to grow (fedga-tree: one personal tree per gateway)",
+    )
+    p.add_argument(
+        "--clients", type=gateway_ids, help="comma-separated gateway ids, each online (default: every gateway online)"
+    )
+    p.add_argument(
+        "-o", "--output", type=output_file(".json", ".cbor", what="model file"), help="model file: .json or .cbor"
+    )
     p.add_argument("--registry", type=Path, help="also register the model (and its held-out metrics) in this registry")
     p.add_argument("--model-id", type=model_id, help="the registered model's name (default: the algorithm's)")
-    p.add_argument("--init-version", type=model_version, metavar="MODEL_ID:vN",
-                   help="with --server: continue boosting from this version in the server's registry")
-    p.add_argument("--min-gateways", type=positive_int,
-                   help="with --server: the job needs at least this many eligible gateways (default: 1)")
-    p.add_argument("--min-labelled", type=non_negative_int,
-                   help="with --server: labelled windows each participant needs (default: 0)")
-    p.add_argument("--since", metavar="TIME",
-                   help="with --server: train only on windows starting at or after TIME (Unix seconds, or "
-                        "ISO-8601 with its offset, e.g. 2026-11-01T00:00:00Z)")
+    p.add_argument(
+        "--init-version",
+        type=model_version,
+        metavar="MODEL_ID:vN",
+        help="with --server: continue boosting from this version in the server's registry",
+    )
+    p.add_argument(
+        "--min-gateways",
+        type=positive_int,
+        help="with --server: the job needs at least this many eligible gateways (default: 1)",
+    )
+    p.add_argument(
+        "--min-labelled",
+        type=non_negative_int,
+        help="with --server: labelled windows each participant needs (default: 0)",
+    )
+    p.add_argument(
+        "--since",
+        metavar="TIME",
+        help="with --server: train only on windows starting at or after TIME (Unix seconds, or "
+        "ISO-8601 with its offset, e.g. 2026-11-01T00:00:00Z)",
+    )
     p.add_argument("--until", metavar="TIME", help="with --server: ... and before TIME")
-    p.add_argument("--rounds", type=positive_int,
-                   help="fedscs-xgb: boosting rounds (default: 20 with differential privacy, else 10)")
+    p.add_argument(
+        "--rounds",
+        type=positive_int,
+        help="fedscs-xgb: boosting rounds (default: 20 with differential privacy, else 10)",
+    )
     p.add_argument("--trees", type=positive_int, default=50, help="fedforest: number of trees")
-    p.add_argument("--max-depth", type=positive_int,
-                   help="tree depth (default: fedscs-xgb 6 with differential privacy, else 4; fedforest 8; "
-                        "fedga-tree: the deepest a gateway may propose, 15)")
+    p.add_argument(
+        "--max-depth",
+        type=positive_int,
+        help="tree depth (default: fedscs-xgb 6 with differential privacy, else 4; fedforest 8; "
+        "fedga-tree: the deepest a gateway may propose, 15)",
+    )
     p.add_argument("--generations", type=non_negative_int, default=100, help="fedga-tree: generations (G)")
-    p.add_argument("--population", type=int_at_least(2),
-                   help="fedga-tree: population size P (default: 20 classification, 40 regression)")
-    p.add_argument("--epsilon", type=positive_float, default=1.0,
-                   help="fedga-tree: differential privacy of each gateway's sample count (Laplace noise)")
-    p.add_argument("--task", choices=("classification", "regression"),
-                   help="fedga-tree: classification (fitness F1) or regression (MSE) (default: classification)")
-    p.add_argument("--bins", type=int_at_least(2),
-                   help="bins / candidates per feature (default: fedscs-xgb 8 with differential privacy, else 256; "
-                        "fedforest 16 with differential privacy, else 32)")
+    p.add_argument(
+        "--population",
+        type=int_at_least(2),
+        help="fedga-tree: population size P (default: 20 classification, 40 regression)",
+    )
+    p.add_argument(
+        "--epsilon",
+        type=positive_float,
+        default=1.0,
+        help="fedga-tree: differential privacy of each gateway's sample count (Laplace noise)",
+    )
+    p.add_argument(
+        "--task",
+        choices=("classification", "regression"),
+        help="fedga-tree: classification (fitness F1) or regression (MSE) (default: classification)",
+    )
+    p.add_argument(
+        "--bins",
+        type=int_at_least(2),
+        help="bins / candidates per feature (default: fedscs-xgb 8 with differential privacy, else 256; "
+        "fedforest 16 with differential privacy, else 32)",
+    )
     p.add_argument("--min-samples-leaf", type=positive_int, default=5, help="fedforest: smallest leaf")
     p.add_argument("--client-splits", action="store_true", help="fedforest: also split on the gateway (H)")
-    p.add_argument("--evaluate", action="store_true",
-                   help="after saving the model, score it on the gateways' held-out windows (gateways started with "
-                        "--holdout-fraction); if it cannot be scored a warning says why and the model stays saved")
-    p.add_argument("--learning-rate", type=positive_float,
-                   help="fedscs-xgb: shrinkage (eta; default 0.5 with differential privacy, else 0.2)")
+    p.add_argument(
+        "--evaluate",
+        action="store_true",
+        help="after saving the model, score it on the gateways' held-out windows (gateways started with "
+        "--holdout-fraction); if it cannot be scored a warning says why and the model stays saved",
+    )
+    p.add_argument(
+        "--learning-rate",
+        type=positive_float,
+        help="fedscs-xgb: shrinkage (eta; default 0.5 with differential privacy, else 0.2)",
+    )
     p.add_argument("--reg-lambda", type=non_negative_float, default=1.0, help="fedscs-xgb: L2 on leaf weights")
-    p.add_argument("--gamma", type=non_negative_float, default=0.1,
-                   help="minimum loss change to split: xgboost's gamma/min_split_loss (Eq. 1's penalty is half)")
-    p.add_argument("--multi-strategy", choices=("one_output_per_tree", "multi_output_tree"),
-                   help="fedscs-xgb with 3+ classes: one tree per class per round (xgboost's default without "
-                        "differential privacy), or one tree with a leaf vector per round (the paper's; the private "
-                        "default)")
-    p.add_argument("--sketch", choices=("summary", "ddsketch"), default="summary",
-                   help="fedscs-xgb with --paper-protocol: the per-gateway sketch")
-    p.add_argument("--paper-protocol", action="store_true",
-                   help="the papers' protocols (fedscs-xgb atoms, fedforest per-gateway sketches), for reproduction: "
-                        "they reveal per-window data to the aggregator (PRIVACY.md)")
-    p.add_argument("--no-secure-aggregation", action="store_true",
-                   help="send the histogram protocol's sums in the clear (the aggregator then sees each gateway's)")
-    p.add_argument("--min-crowd", type=non_negative_int, default=5,
-                   help="no split leaves fewer windows than this fleet-wide (histogram protocol)")
-    p.add_argument("--dp-epsilon", type=positive_float,
-                   help="differential privacy budget per window of this training (default: the algorithm's, "
-                        "see PRIVACY.md); the gateways add the noise under secure aggregation")
+    p.add_argument(
+        "--gamma",
+        type=non_negative_float,
+        default=0.1,
+        help="minimum loss change to split: xgboost's gamma/min_split_loss (Eq. 1's penalty is half)",
+    )
+    p.add_argument(
+        "--multi-strategy",
+        choices=("one_output_per_tree", "multi_output_tree"),
+        help="fedscs-xgb with 3+ classes: one tree per class per round (xgboost's default without "
+        "differential privacy), or one tree with a leaf vector per round (the paper's; the private "
+        "default)",
+    )
+    p.add_argument(
+        "--sketch",
+        choices=("summary", "ddsketch"),
+        default="summary",
+        help="fedscs-xgb with --paper-protocol: the per-gateway sketch",
+    )
+    p.add_argument(
+        "--paper-protocol",
+        action="store_true",
+        help="the papers' protocols (fedscs-xgb atoms, fedforest per-gateway sketches), for reproduction: "
+        "they reveal per-window data to the aggregator (PRIVACY.md)",
+    )
+    p.add_argument(
+        "--no-secure-aggregation",
+        action="store_true",
+        help="send the histogram protocol's sums in the clear (the aggregator then sees each gateway's)",
+    )
+    p.add_argument(
+        "--min-crowd",
+        type=non_negative_int,
+        default=5,
+        help="no split leaves fewer windows than this fleet-wide (histogram protocol)",
+    )
+    p.add_argument(
+        "--dp-epsilon",
+        type=positive_float,
+        help="differential privacy budget per window of this training (default: the algorithm's, "
+        "see PRIVACY.md); the gateways add the noise under secure aggregation",
+    )
     p.add_argument("--dp-delta", type=positive_float, help="differential privacy delta (default 1e-6)")
-    p.add_argument("--no-dp", action="store_true",
-                   help="secure sums without differential privacy (research): single-window sums reveal windows")
+    p.add_argument(
+        "--no-dp",
+        action="store_true",
+        help="secure sums without differential privacy (research): single-window sums reveal windows",
+    )
     p.add_argument("--client-fraction", type=fraction, default=1.0, help="share of gateways sampled per round")
-    p.add_argument("--feature-set", help="feature set version to train on (default: the one most online gateways "
-                                         "store, asked of them)")
+    p.add_argument(
+        "--feature-set",
+        help="feature set version to train on (default: the one most online gateways store, asked of them)",
+    )
     p.add_argument("--init-model", type=model_file, help="continue boosting from this model file (periodic retraining)")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--deadline", type=positive_float,
-                   help=f"seconds a round waits for replies (default: {DEADLINE_S:g}; a server uses its own)")
-    p.add_argument("--min-fraction", type=fraction,
-                   help=f"share of selected gateways a round needs (default: {MIN_FRACTION:g}; a server uses its "
-                        "own)")
+    p.add_argument(
+        "--deadline",
+        type=positive_float,
+        help=f"seconds a round waits for replies (default: {DEADLINE_S:g}; a server uses its own)",
+    )
+    p.add_argument(
+        "--min-fraction",
+        type=fraction,
+        help=f"share of selected gateways a round needs (default: {MIN_FRACTION:g}; a server uses its own)",
+    )
     add_broker_options(p, username_help="broker user name (default: aggregator); password from $WHEELFED_MQTT_PASSWORD")
     add_server_options(p)
     p.set_defaults(func=run)

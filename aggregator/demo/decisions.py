@@ -30,10 +30,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CHANCE_RULE", "UNNAMED", "DeploymentDecision", "PersonalDecision", "PersonalTree", "Score",
-           "SecureAggregationPlan", "bytes_explanation", "class_counts", "decide_deployment", "decide_personal_trees",
-           "gateways_phrase", "promotion_decision", "rescoring_note", "sat_out_reasons", "secure_aggregation_plan",
-           "worst_served"]
+__all__ = [
+    "CHANCE_RULE",
+    "UNNAMED",
+    "DeploymentDecision",
+    "PersonalDecision",
+    "PersonalTree",
+    "Score",
+    "SecureAggregationPlan",
+    "bytes_explanation",
+    "class_counts",
+    "decide_deployment",
+    "decide_personal_trees",
+    "gateways_phrase",
+    "promotion_decision",
+    "rescoring_note",
+    "sat_out_reasons",
+    "secure_aggregation_plan",
+    "worst_served",
+]
 
 #: What "chance" means in the demo's deployment rule (see the module docstring).
 CHANCE_RULE = "majority-class rate"
@@ -124,26 +139,32 @@ def _bars(name: str, candidate: Score, local_only: Score) -> _Bars:
 
 
 def _bar_text(local_only: float, chance: float) -> str:
-    return (f"the local-only baseline ({local_only:.3f}: every gateway its own model) and chance "
-            f"({CHANCE_RULE} {chance:.3f}: always guessing the most common held-out activity)")
+    return (
+        f"the local-only baseline ({local_only:.3f}: every gateway its own model) and chance "
+        f"({CHANCE_RULE} {chance:.3f}: always guessing the most common held-out activity)"
+    )
 
 
-def decide_deployment(step: str, candidates: Mapping[str, Score], *, local_only: Score,
-                      failures: Mapping[str, str] | None = None) -> DeploymentDecision:
+def decide_deployment(
+    step: str, candidates: Mapping[str, Score], *, local_only: Score, failures: Mapping[str, str] | None = None
+) -> DeploymentDecision:
     """Deploy the most accurate candidate that beats the local-only baseline and chance; else
     nothing. The module docstring says why these bars."""
     failures = dict(failures or {})
     keep = "the gateways keep running without a model"
     failed = [f"{name}: training failed ({why})" for name, why in failures.items()]
-    bars = sorted((_bars(n, s, local_only) for n, s in candidates.items()),
-                  key=lambda b: -b.accuracy if not math.isnan(b.accuracy) else math.inf)
+    bars = sorted(
+        (_bars(n, s, local_only) for n, s in candidates.items()),
+        key=lambda b: -b.accuracy if not math.isnan(b.accuracy) else math.inf,
+    )
     scores = {n: s.accuracy for n, s in candidates.items()}
     if not bars:
         return DeploymentDecision(step, None, "; ".join(["no model deployed", *failed, keep]), scores, failures)
     passing = [b for b in bars if b.passes]
     best = passing[0] if passing else bars[0]
-    facts = dict(candidates=scores, failures=failures, local_only=best.local_only, chance=best.chance,
-                 windows=best.windows)
+    facts = dict(
+        candidates=scores, failures=failures, local_only=best.local_only, chance=best.chance, windows=best.windows
+    )
     bar_text = _bar_text(best.local_only, best.chance)
     if passing:
         reason = f"{best.name}: held-out accuracy {best.accuracy:.3f} on {best.windows} windows beats {bar_text}"
@@ -153,9 +174,16 @@ def decide_deployment(step: str, candidates: Mapping[str, Score], *, local_only:
     return DeploymentDecision(step, None, "; ".join([reason, *failed, keep]), **facts)
 
 
-def promotion_decision(step: str, name: str, candidate: Score | None, promotion: Mapping[str, Any] | None, *,
-                       local_only: Score, deployed: str = "",
-                       failures: Mapping[str, str] | None = None) -> DeploymentDecision:
+def promotion_decision(
+    step: str,
+    name: str,
+    candidate: Score | None,
+    promotion: Mapping[str, Any] | None,
+    *,
+    local_only: Score,
+    deployed: str = "",
+    failures: Mapping[str, str] | None = None,
+) -> DeploymentDecision:
     """The server's promotion decision on a retrained candidate (``promotion``: its record from
     ``/api/promotions``; ``deployed``: the label the gateways ran), told with the local-only
     baseline and chance on the same gateways beside it: the server's rule is the regression
@@ -164,8 +192,7 @@ def promotion_decision(step: str, name: str, candidate: Score | None, promotion:
     keep = f"the gateways keep {deployed}" if deployed else "the gateways keep running without a model"
     if candidate is None or promotion is None:
         why = failures.get(name, "the server recorded no promotion decision")
-        return DeploymentDecision(step, None, f"no model deployed: {name}: {why}; {keep}", {}, failures,
-                                  kept=deployed)
+        return DeploymentDecision(step, None, f"no model deployed: {name}: {why}; {keep}", {}, failures, kept=deployed)
     bars = _bars(name, candidate, local_only)
     metric, baseline = promotion["metric"], promotion["baseline_value"]
     value = promotion["candidate_value"]
@@ -173,8 +200,10 @@ def promotion_decision(step: str, name: str, candidate: Score | None, promotion:
     if baseline is None:
         scored += f", no deployed model to compare with (threshold {promotion['threshold']:g})"
     else:
-        scored += (f" vs {deployed or 'the deployed model'} re-scored on the same windows {baseline:.3f}, "
-                   f"threshold {promotion['threshold']:g}")
+        scored += (
+            f" vs {deployed or 'the deployed model'} re-scored on the same windows {baseline:.3f}, "
+            f"threshold {promotion['threshold']:g}"
+        )
     verdict = "beats" if bars.passes else "does NOT beat"
     reason = (
         f"the server's promotion rule ({scored}): {promotion['decision']} -- {promotion['detail']}; beside it: "
@@ -183,9 +212,18 @@ def promotion_decision(step: str, name: str, candidate: Score | None, promotion:
     rolled_out = promotion["decision"] == "rolled-out"
     if not rolled_out:
         reason = f"no model deployed: {reason}; {keep}"
-    return DeploymentDecision(step, name if rolled_out else None, reason, {name: candidate.accuracy}, failures,
-                              local_only=bars.local_only, chance=bars.chance, deployed_rescored=baseline,
-                              windows=bars.windows, kept="" if rolled_out else deployed)
+    return DeploymentDecision(
+        step,
+        name if rolled_out else None,
+        reason,
+        {name: candidate.accuracy},
+        failures,
+        local_only=bars.local_only,
+        chance=bars.chance,
+        deployed_rescored=baseline,
+        windows=bars.windows,
+        kept="" if rolled_out else deployed,
+    )
 
 
 @dataclass(frozen=True)
@@ -233,13 +271,17 @@ def worst_served(federated: Score, local_only: Score) -> list[str]:
     >>> worst_served(fed, own)
     ['b', 'c']
     """
-    gaps = {g: (federated.correct[g] - local_only.correct[g]) / n for g, n in federated.windows.items()
-            if n and local_only.windows.get(g) == n and federated.correct[g] < n}
+    gaps = {
+        g: (federated.correct[g] - local_only.correct[g]) / n
+        for g, n in federated.windows.items()
+        if n and local_only.windows.get(g) == n and federated.correct[g] < n
+    }
     return sorted((g for g, gap in gaps.items() if gap <= 0), key=lambda g: (gaps[g], g))
 
 
-def decide_personal_trees(federated_name: str, federated: Score, local_only: Score,
-                          trees: Mapping[str, PersonalTree], *, failure: str = "") -> list[PersonalDecision]:
+def decide_personal_trees(
+    federated_name: str, federated: Score, local_only: Score, trees: Mapping[str, PersonalTree], *, failure: str = ""
+) -> list[PersonalDecision]:
     """Per gateway: federated vs local-only vs its FedGA tree; the tree is deployed to its own
     gateway when the gateway is one the federated model serves worst (:func:`worst_served`) and
     the tree beats the federated model there, on the same held-out windows. ``failure``: why
@@ -251,8 +293,12 @@ def decide_personal_trees(federated_name: str, federated: Score, local_only: Sco
         tree = trees.get(gateway)
         facts = dict(gateway=gateway, federated=fed, local_only=own, windows=n, worst_served=gateway in worst)
         if tree is not None:
-            facts.update(tree=tree.label, tree_accuracy=tree.accuracy, tree_windows=tree.windows,
-                         decision_nodes=tree.decision_nodes)
+            facts.update(
+                tree=tree.label,
+                tree_accuracy=tree.accuracy,
+                tree_windows=tree.windows,
+                decision_nodes=tree.decision_nodes,
+            )
         versus = f"{federated_name} {fed:.3f}, its local-only model {own:.3f}"
         if gateway not in worst:
             if local_only.windows.get(gateway) != n:
@@ -266,27 +312,51 @@ def decide_personal_trees(federated_name: str, federated: Score, local_only: Sco
             why = failure or "the FedGA job registered no scored tree for it"
             out.append(PersonalDecision(**facts, deploy=False, reason=f"served worst ({versus}), no FedGA tree: {why}"))
         elif tree.windows != n:
-            out.append(PersonalDecision(**facts, deploy=False, reason=(
-                f"served worst ({versus}), {tree.label} not deployed: scored on {tree.windows} held-out windows, "
-                f"the federated model on {n}: not comparable")))
+            out.append(
+                PersonalDecision(
+                    **facts,
+                    deploy=False,
+                    reason=(
+                        f"served worst ({versus}), {tree.label} not deployed: scored on {tree.windows} held-out "
+                        f"windows, the federated model on {n}: not comparable"
+                    ),
+                )
+            )
         elif tree.accuracy > fed:
-            out.append(PersonalDecision(**facts, deploy=True, reason=(
-                f"served worst ({versus}); {tree.label} ({tree.decision_nodes} decision nodes) {tree.accuracy:.3f} "
-                f"beats {federated_name} on the same {n} held-out windows: deployed to {gateway} alone")))
+            out.append(
+                PersonalDecision(
+                    **facts,
+                    deploy=True,
+                    reason=(
+                        f"served worst ({versus}); {tree.label} ({tree.decision_nodes} decision nodes) "
+                        f"{tree.accuracy:.3f} beats {federated_name} on the same {n} held-out windows: deployed to "
+                        f"{gateway} alone"
+                    ),
+                )
+            )
         else:
-            out.append(PersonalDecision(**facts, deploy=False, reason=(
-                f"served worst ({versus}); {tree.label} ({tree.decision_nodes} decision nodes) {tree.accuracy:.3f} "
-                f"does not beat {federated_name} on the same {n} held-out windows: not deployed")))
+            out.append(
+                PersonalDecision(
+                    **facts,
+                    deploy=False,
+                    reason=(
+                        f"served worst ({versus}); {tree.label} ({tree.decision_nodes} decision nodes) "
+                        f"{tree.accuracy:.3f} does not beat {federated_name} on the same {n} held-out windows: not "
+                        "deployed"
+                    ),
+                )
+            )
     return out
 
 
 def gateways_phrase(n: int) -> str:
-    """"1 gateway", "3 gateways"."""
+    """ "1 gateway", "3 gateways"."""
     return f"{n} gateway{'s' if n != 1 else ''}"
 
 
-def rescoring_note(first: Mapping[str, int], now: Mapping[str, int], *, still_held_out: int | None,
-                   holdout_fraction: float) -> str:
+def rescoring_note(
+    first: Mapping[str, int], now: Mapping[str, int], *, still_held_out: int | None, holdout_fraction: float
+) -> str:
     """Why a model's second score is not comparable with its first: on which held-out windows
     (``first``/``now``: windows per gateway at each scoring) and, when the demo could count it
     in the stores (``still_held_out``), how many of the first windows are still held out."""
@@ -296,15 +366,20 @@ def rescoring_note(first: Mapping[str, int], now: Mapping[str, int], *, still_he
     missing = sorted(set(first) - set(now))
     if missing:
         text += f", not scored this time: {', '.join(missing)}"
-    change = ("the carers' later labels grew it and moved it later in each session" if n_now > n_first
-              else "it follows the labels in each gateway's store")
+    change = (
+        "the carers' later labels grew it and moved it later in each session"
+        if n_now > n_first
+        else "it follows the labels in each gateway's store"
+    )
     text += f": the held-out set is the last {holdout_fraction:.0%} of each gateway's labelled windows, so {change}"
     if still_held_out is not None:
         if still_held_out == n_first:
             text += f"; all {n_first} of the first are still held out; the later labels added {n_now - n_first}"
         else:
-            text += (f"; {still_held_out} of the first {n_first} are still held out; the other "
-                     f"{n_first - still_held_out} are not (the tail moved past them)")
+            text += (
+                f"; {still_held_out} of the first {n_first} are still held out; the other "
+                f"{n_first - still_held_out} are not (the tail moved past them)"
+            )
     return text
 
 
@@ -321,8 +396,10 @@ def sat_out_reasons(job: Mapping[str, Any], gateways: Iterable[str]) -> dict[str
     short = [r for r in rounds if r["answered"] < r["selected"]]
     if short:
         detail = ", ".join(f"round {r['step']}: {r['answered']} of {r['selected']}" for r in short)
-        out[UNNAMED] = (f"not every gateway answered in {len(short)} of {len(rounds)} rounds ({detail}; the "
-                            "server's job record counts the answers, it does not name who missed)")
+        out[UNNAMED] = (
+            f"not every gateway answered in {len(short)} of {len(rounds)} rounds ({detail}; the "
+            "server's job record counts the answers, it does not name who missed)"
+        )
     for client, why in ((job.get("evaluation") or {}).get("left_out") or {}).items():
         out[client] = f"left out of the held-out scoring: {why}"
     return out
@@ -350,27 +427,43 @@ def secure_aggregation_plan(n_gateways: int) -> SecureAggregationPlan:
     try:
         default_threshold(default_degree(n_gateways))
     except SecureAggregationError:
-        return SecureAggregationPlan(False, f"secure aggregation needs at least 3 gateways (each gateway's masks "
-                                            f"are secret-shared among at least 2 others); with {n_gateways} the "
-                                            "demo trains on the gateways' histograms sent unmasked, in the clear")
-    return SecureAggregationPlan(True, f"secure aggregation over {n_gateways} gateways: the aggregator decodes only "
-                                       "the fleet's sums")
+        return SecureAggregationPlan(
+            False,
+            f"secure aggregation needs at least 3 gateways (each gateway's masks "
+            f"are secret-shared among at least 2 others); with {n_gateways} the "
+            "demo trains on the gateways' histograms sent unmasked, in the clear",
+        )
+    return SecureAggregationPlan(
+        True, f"secure aggregation over {n_gateways} gateways: the aggregator decodes only the fleet's sums"
+    )
 
 
-def bytes_explanation(phases: Mapping[str, int], *, total: int, raw_sensor_bytes: int, raw_samples: int,
-                      channels: int, gateways: int, secure: bool) -> list[str]:
+def bytes_explanation(
+    phases: Mapping[str, int],
+    *,
+    total: int,
+    raw_sensor_bytes: int,
+    raw_samples: int,
+    channels: int,
+    gateways: int,
+    secure: bool,
+) -> list[str]:
     """The aggregator's bytes in context: the multiple of the raw samples, where the bytes went
     (``phases``: bytes the aggregator sent and received during each step, its transport's
     counters read before and after the step), and why private training costs more than the data
     it learns from."""
     ratio = total / raw_sensor_bytes if raw_sensor_bytes else math.nan
-    lines = [f"bytes through the aggregator (sent + received): {total / 1e6:.1f} MB = {ratio:.1f}x the raw sensor "
-             f"data ({raw_sensor_bytes / 1e6:.1f} MB: {raw_samples:,} samples x {channels} channels as recorded, "
-             "every gateway's whole session), which never left the gateways; by step:"]
+    lines = [
+        f"bytes through the aggregator (sent + received): {total / 1e6:.1f} MB = {ratio:.1f}x the raw sensor "
+        f"data ({raw_sensor_bytes / 1e6:.1f} MB: {raw_samples:,} samples x {channels} channels as recorded, "
+        "every gateway's whole session), which never left the gateways; by step:"
+    ]
     for name, value in phases.items():
         if name.startswith("deploying"):
-            lines.append(f"  {name}: {value / 1e6:.1f} MB = {value / max(gateways, 1) / 1e3:.0f} kB per gateway "
-                         "(the signed model each gateway downloads)")
+            lines.append(
+                f"  {name}: {value / 1e6:.1f} MB = {value / max(gateways, 1) / 1e3:.0f} kB per gateway "
+                "(the signed model each gateway downloads)"
+            )
         else:
             lines.append(f"  {name}: {value / 1e6:.1f} MB ({value / total:.0%})" if total else f"  {name}: 0 MB")
     other = max(total - sum(phases.values()), 0)
@@ -387,9 +480,11 @@ def bytes_explanation(phases: Mapping[str, int], *, total: int, raw_sensor_bytes
             "themselves are never sent"
         )
     else:
-        lines.append("why private training costs more than the data: at every depth level of every boosting round "
-                     "(FedSCS-XGB) and every forest level (FedForest) each gateway sends its histogram of every "
-                     "node x feature x bin (FedForest: the features sampled per node), in the clear (no secure "
-                     "aggregation); every held-out scoring and deployment sends the model to every gateway; the "
-                     "sensor samples themselves are never sent")
+        lines.append(
+            "why private training costs more than the data: at every depth level of every boosting round "
+            "(FedSCS-XGB) and every forest level (FedForest) each gateway sends its histogram of every "
+            "node x feature x bin (FedForest: the features sampled per node), in the clear (no secure "
+            "aggregation); every held-out scoring and deployment sends the model to every gateway; the "
+            "sensor samples themselves are never sent"
+        )
     return lines

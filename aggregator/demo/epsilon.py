@@ -36,8 +36,15 @@ SEEDS = 20
 ALLOWED_MISSES = 1
 #: epsilon per window per training -> (seeds on which the demo's federated model beat the
 #: local-only baseline and chance, its mean pooled held-out accuracy over the seeds).
-CURVE: dict[float, tuple[int, float]] = {1.0: (0, 0.187), 2.0: (0, 0.205), 4.0: (7, 0.346), 8.0: (15, 0.487),
-                                         16.0: (18, 0.620), 32.0: (19, 0.681), 64.0: (20, 0.691)}
+CURVE: dict[float, tuple[int, float]] = {
+    1.0: (0, 0.187),
+    2.0: (0, 0.205),
+    4.0: (7, 0.346),
+    8.0: (15, 0.487),
+    16.0: (18, 0.620),
+    32.0: (19, 0.681),
+    64.0: (20, 0.691),
+}
 #: Means over the same seeds: the local-only baseline, chance, and the better of the two
 #: non-private (histogram protocol) models.
 LOCAL_ONLY_MEAN, CHANCE_MEAN, NON_PRIVATE_MEAN = 0.412, 0.270, 0.780
@@ -51,8 +58,9 @@ DEMO_EPSILON = 32.0
 DEMO_DELTA = 1e-6
 
 
-def chosen_epsilon(curve: dict[float, tuple[int, float]] | None = None, seeds: int = SEEDS,
-                   allowed_misses: int = ALLOWED_MISSES) -> float:
+def chosen_epsilon(
+    curve: dict[float, tuple[int, float]] | None = None, seeds: int = SEEDS, allowed_misses: int = ALLOWED_MISSES
+) -> float:
     """The smallest epsilon whose model beat both bars on at least ``seeds - allowed_misses`` seeds.
 
     Examples
@@ -92,17 +100,22 @@ def statement(epsilon: float, gateways: int) -> str:
     >>> statement(3.0, 10).startswith("epsilon 3 per window per training")
     True
     """
-    head = (f"epsilon {epsilon:g} per window per training (delta {DEMO_DELTA:g}): whether any one window (4 s of "
-            f"one person's movement, with its label) took part changes the odds of anything a training reveals by "
-            f"at most a factor e^{epsilon:g} -- a weak bound, and about k times that for k windows of a person.")
+    head = (
+        f"epsilon {epsilon:g} per window per training (delta {DEMO_DELTA:g}): whether any one window (4 s of "
+        f"one person's movement, with its label) took part changes the odds of anything a training reveals by "
+        f"at most a factor e^{epsilon:g} -- a weak bound, and about k times that for k windows of a person."
+    )
     if epsilon not in CURVE or epsilon != chosen_epsilon():
         why = reason(epsilon)
         return f"{head} {why[0].upper()}{why[1:]}."
     beats, mean = CURVE[epsilon]
     before = f"; {_next_smaller(epsilon)}" if _next_smaller(epsilon) else ""
-    fleet = (f"{CURVE_GATEWAYS} gateways, about {TRAINING_WINDOWS} labelled training windows" if gateways ==
-             CURVE_GATEWAYS else f"this run has {gateways}; the curve was measured on the default {CURVE_GATEWAYS} "
-                                 f"gateways with about {TRAINING_WINDOWS} labelled training windows")
+    fleet = (
+        f"{CURVE_GATEWAYS} gateways, about {TRAINING_WINDOWS} labelled training windows"
+        if gateways == CURVE_GATEWAYS
+        else f"this run has {gateways}; the curve was measured on the default {CURVE_GATEWAYS} "
+        f"gateways with about {TRAINING_WINDOWS} labelled training windows"
+    )
     return (
         f"{head} The demo uses it because its fleet is tiny ({fleet}): {epsilon:g} is the smallest epsilon at which "
         f"its federated model beat the "
@@ -133,8 +146,12 @@ def reason(epsilon: float) -> str:
         return f"epsilon {epsilon:g} was not measured at the demo's scale (benchmarks/bench_dp_curve.py)"
     beats = CURVE[epsilon][0]
     if epsilon != chosen_epsilon():
-        return (f"epsilon {epsilon:g} is not the measured choice for the demo's fleet (epsilon {chosen_epsilon():g}); "
-                f"at it the federated model beat the local-only baseline and chance on {beats} of {SEEDS} split seeds")
+        return (
+            f"epsilon {epsilon:g} is not the measured choice for the demo's fleet (epsilon {chosen_epsilon():g}); "
+            f"at it the federated model beat the local-only baseline and chance on {beats} of {SEEDS} split seeds"
+        )
     smaller = f" ({_next_smaller(epsilon)})" if _next_smaller(epsilon) else ""
-    return (f"why epsilon {epsilon:g}: the smallest at which the demo's model beat local-only and chance on {beats} "
-            f"of {SEEDS} split seeds{smaller} on its tiny fleet ({CURVE_GATEWAYS} gateways; BENCHMARKS.md)")
+    return (
+        f"why epsilon {epsilon:g}: the smallest at which the demo's model beat local-only and chance on {beats} "
+        f"of {SEEDS} split seeds{smaller} on its tiny fleet ({CURVE_GATEWAYS} gateways; BENCHMARKS.md)"
+    )

@@ -56,8 +56,10 @@ def centralized(demo: Demo, algorithms: list[str]) -> dict[str, tuple[dict[str, 
     from shared.model import model_inputs
 
     cfg = demo.config
-    splits = [_labelled_split(demo.run_dir / f"{c}.db", demo.feature_set_version, cfg.holdout_fraction)
-              for c in sorted(demo.gateways)]
+    splits = [
+        _labelled_split(demo.run_dir / f"{c}.db", demo.feature_set_version, cfg.holdout_fraction)
+        for c in sorted(demo.gateways)
+    ]
     X = np.concatenate([s[0].X for s in splits])
     y = np.concatenate([np.array([str(v) for v in s[0].y]) for s in splits])
     Xt = np.concatenate([s[1].X for s in splits])
@@ -65,11 +67,18 @@ def centralized(demo: Demo, algorithms: list[str]) -> dict[str, tuple[dict[str, 
     out = {}
     for name in algorithms:
         # one "client" holding everything: nothing to hide from the aggregator, nothing to mask
-        config = (FedSCSXGB(n_rounds=cfg.rounds, max_depth=4, n_bins=XGB_BINS, protocol="histogram",
-                            secure_aggregation=False)
-                  if name == "fedscs-xgb" else
-                  FedForest(n_trees=cfg.trees, max_depth=FOREST_DEPTH, n_bins=FOREST_BINS, min_samples_leaf=3,
-                            protocol="histogram", secure_aggregation=False))
+        config = (
+            FedSCSXGB(n_rounds=cfg.rounds, max_depth=4, n_bins=XGB_BINS, protocol="histogram", secure_aggregation=False)
+            if name == "fedscs-xgb"
+            else FedForest(
+                n_trees=cfg.trees,
+                max_depth=FOREST_DEPTH,
+                n_bins=FOREST_BINS,
+                min_samples_leaf=3,
+                protocol="histogram",
+                secure_aggregation=False,
+            )
+        )
         model = aggregator.simulate(config, [(X, y)])
         predicted = np.array([str(v) for v in model.predict(model_inputs(model, Xt.astype(np.float32)))])
         out[name] = (_scores(yt, predicted), len(yt))
@@ -119,5 +128,6 @@ class RawSensorData:
 def raw_sensor_data(recording: Recording) -> RawSensorData:
     """The sensor samples of a recorded session: their bytes, samples and channels."""
     frames = [f.samples for f in recording.frames if isinstance(f, SampleFrame)]
-    return RawSensorData(sum(f.nbytes for f in frames), sum(f.shape[0] for f in frames),
-                         max([0, *(f.shape[1] for f in frames)]))
+    return RawSensorData(
+        sum(f.nbytes for f in frames), sum(f.shape[0] for f in frames), max([0, *(f.shape[1] for f in frames)])
+    )

@@ -147,14 +147,16 @@ class Demo:
         )
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.say("importing the bundled recordings (seglearn smartwatch: 10 subjects, 7 shoulder exercises)")
-        self.sessions = prepare_sessions(self.run_dir / "recordings", cfg.subjects, cfg.labelled_fraction,
-                                         cfg.later_fraction)
+        self.sessions = prepare_sessions(
+            self.run_dir / "recordings", cfg.subjects, cfg.labelled_fraction, cfg.later_fraction
+        )
         key = SigningKey.generate()
         key.save(self.run_dir / "aggregator.key")
         key.verify_key.save(self.run_dir / "aggregator.pub")
         self.passwords = {c: secrets.token_urlsafe(12) for c in [AGGREGATOR_ID, *(s.client_id for s in self.sessions)]}
-        broker, self.protocol, self.broker_name = start_broker(cfg.broker, self.run_dir,
-                                                               [BrokerUser(n, p) for n, p in self.passwords.items()])
+        broker, self.protocol, self.broker_name = start_broker(
+            cfg.broker, self.run_dir, [BrokerUser(n, p) for n, p in self.passwords.items()]
+        )
         self.stack.callback(broker.stop)
         self.port = broker.port
         self.say(f"broker: {self.broker_name} on port {self.port}")
@@ -193,8 +195,14 @@ class Demo:
     def start_gateway(self, gw: _Gateway) -> None:
         log = open(self.run_dir / f"{gw.session.client_id}.log", "ab")
         env = dict(os.environ, **{PASSWORD_ENV: self.passwords[gw.session.client_id]})
-        gw.process = subprocess.Popen(self._gateway_command(gw), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True, preexec_fn=die_with_parent())
+        gw.process = subprocess.Popen(
+            self._gateway_command(gw),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
         log.close()
 
     def start_fleet(self) -> None:
@@ -204,16 +212,25 @@ class Demo:
             gw = _Gateway(s, Pace(cfg.labelled_speed, s.first_labels_end_s), master, slave)
             self.gateways[s.client_id] = gw
             self.start_gateway(gw)
-            gw.replay_thread = threading.Thread(target=self._replay, args=(gw,), daemon=True,
-                                                name=f"replay-{s.client_id}")
+            gw.replay_thread = threading.Thread(
+                target=self._replay, args=(gw,), daemon=True, name=f"replay-{s.client_id}"
+            )
             gw.replay_thread.start()
         self.stack.callback(self._stop_fleet)
         self.say(f"{len(self.gateways)} gateway processes started, their sessions replaying through ptys")
 
     def _replay(self, gw: _Gateway) -> None:
         try:
-            replay(gw.session.recording, gw.master_fd, gw.pace, wait_for_reader_s=60, stop_event=self.stop_event,
-                   stall_timeout_s=60, progress_every_s=3600, descriptors_every_s=5.0)
+            replay(
+                gw.session.recording,
+                gw.master_fd,
+                gw.pace,
+                wait_for_reader_s=60,
+                stop_event=self.stop_event,
+                stall_timeout_s=60,
+                progress_every_s=3600,
+                descriptors_every_s=5.0,
+            )
         except Exception as exc:  # noqa: BLE001 - shown in the view; the demo goes on with the others
             self.record(ReplayFailed(gw.session.client_id, str(exc)))
         gw.replay_done = True
@@ -225,16 +242,31 @@ class Demo:
         self.secure_plan = secure_aggregation_plan(len(self.gateways))
         if not self.secure_plan.on:
             self.say(f"NOTE: {self.secure_plan.reason}")
-        self.server = DemoServer(self.run_dir, broker_port=self.port, protocol=self.protocol,
-                                 password=self.passwords[AGGREGATOR_ID], token=secrets.token_urlsafe(16),
-                                 deadline_s=cfg.deadline_s, min_fraction=cfg.min_fraction)
+        self.server = DemoServer(
+            self.run_dir,
+            broker_port=self.port,
+            protocol=self.protocol,
+            password=self.passwords[AGGREGATOR_ID],
+            token=secrets.token_urlsafe(16),
+            deadline_s=cfg.deadline_s,
+            min_fraction=cfg.min_fraction,
+        )
         self.stack.callback(self.server.stop)
-        self.say(f"server: wheelfed server (the aggregator), registry {self.run_dir / 'registry.db'}; "
-                 f"dashboard {self.server.dashboard_url} (the #token=... part logs the browser in as the operator; "
-                 f"API {self.server.url}/docs with 'Authorization: Bearer {self.server.token}')")
-        self.plan = TrainingPlan(sorted(self.gateways), self.algorithms, self.classes, self.secure_plan.on,
-                                 rounds=cfg.rounds, retrain_rounds=cfg.retrain_rounds, trees=cfg.trees,
-                                 fedga_generations=cfg.fedga_generations)
+        self.say(
+            f"server: wheelfed server (the aggregator), registry {self.run_dir / 'registry.db'}; "
+            f"dashboard {self.server.dashboard_url} (the #token=... part logs the browser in as the operator; "
+            f"API {self.server.url}/docs with 'Authorization: Bearer {self.server.token}')"
+        )
+        self.plan = TrainingPlan(
+            sorted(self.gateways),
+            self.algorithms,
+            self.classes,
+            self.secure_plan.on,
+            rounds=cfg.rounds,
+            retrain_rounds=cfg.retrain_rounds,
+            trees=cfg.trees,
+            fedga_generations=cfg.fedga_generations,
+        )
         self.training = ApiTraining(self.server, self.plan, self.record, self.stop_event.is_set)
         self.record(Ready(self._privacy()))
         threading.Thread(target=self._poll_gateways, daemon=True, name="server-gateways").start()
@@ -272,14 +304,17 @@ class Demo:
         first = {c: int(n) for c, n in event.first_windows.items()}
         now = {c: int(m.get("n", 0)) for c, m in event.per_client.items()}
         before, after = self.held_out.get(FIRST_TRAINING, {}), self.held_out.get(RETRAINING, {})
-        measured = (all(len(before.get(c, ())) == n for c, n in first.items())
-                    and all(len(after.get(c, ())) == n for c, n in now.items()))
+        measured = all(len(before.get(c, ())) == n for c, n in first.items()) and all(
+            len(after.get(c, ())) == n for c, n in now.items()
+        )
         still = sum(len(before[c] & after.get(c, frozenset())) for c in first) if measured else None
         return rescoring_note(first, now, still_held_out=still, holdout_fraction=self.config.holdout_fraction)
 
     def _measure_held_out(self, step: str) -> None:
-        self.held_out[step] = {c: held_out_keys(self.run_dir / f"{c}.db", self.feature_set_version,
-                                                self.config.holdout_fraction) for c in self.gateways}
+        self.held_out[step] = {
+            c: held_out_keys(self.run_dir / f"{c}.db", self.feature_set_version, self.config.holdout_fraction)
+            for c in self.gateways
+        }
 
     def _after_decision(self, decision) -> None:
         if decision.deploy is not None:
@@ -310,8 +345,10 @@ class Demo:
         """Every gateway online at the server with the labelled windows its store holds (what a
         job and a schedule count)."""
         rows = {row["gateway"]: row for row in self.server.get("/api/gateways")}
-        return all(c in rows and rows[c]["online"] and rows[c]["labelled"] == store_snapshot(
-            self.run_dir / f"{c}.db").labelled for c in self.gateways)
+        return all(
+            c in rows and rows[c]["online"] and rows[c]["labelled"] == store_snapshot(self.run_dir / f"{c}.db").labelled
+            for c in self.gateways
+        )
 
     def _schedule_fired(self, schedule: dict[str, Any]) -> dict[str, Any] | None:
         """The schedule's job once it started; a RuntimeError when every stream has delivered its
@@ -324,8 +361,10 @@ class Demo:
             self._labels_in_since = time.monotonic()
         elif time.monotonic() - self._labels_in_since > 30:
             now = sum(row["labelled"] or 0 for row in self.server.get("/api/gateways"))
-            raise RuntimeError(f"the later labels added {now - schedule['last_windows']} labelled windows fleet-wide, "
-                               f"fewer than the {schedule['min_new_windows']} the retraining schedule waits for")
+            raise RuntimeError(
+                f"the later labels added {now - schedule['last_windows']} labelled windows fleet-wide, "
+                f"fewer than the {schedule['min_new_windows']} the retraining schedule waits for"
+            )
         return None
 
     def _settle(self, what: str) -> None:
@@ -388,8 +427,10 @@ class Demo:
 
         descriptors = [d for _, d in sorted(self.sessions[0].recording.descriptors.items())]
         self.n_features = len(feature_names(descriptors))
-        self.classes = sorted({r.annotation.label for s in self.sessions for r in s.recording.label_records} |
-                              {a.label for s in self.sessions for a in s.recording.annotations})
+        self.classes = sorted(
+            {r.annotation.label for s in self.sessions for r in s.recording.label_records}
+            | {a.label for s in self.sessions for a in s.recording.annotations}
+        )
         return layout_version(descriptors)
 
     def deployed_label(self) -> str:
@@ -416,8 +457,11 @@ class Demo:
         time.sleep(2.0)
         self.start_gateway(gw)
         gw.restarts += 1
-        stored = f"it loads its stored model ({self.deployed_label()})" if self.deployed_label() else \
-            "no model to load (none deployed)"
+        stored = (
+            f"it loads its stored model ({self.deployed_label()})"
+            if self.deployed_label()
+            else "no model to load (none deployed)"
+        )
         self.say(f"restarted {client}: {stored} and rejoins")
 
     # -- teardown --------------------------------------------------------------------------------
@@ -449,4 +493,3 @@ def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> DemoReport:
         return demo.run()
     finally:
         demo.close()
-

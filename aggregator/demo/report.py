@@ -77,8 +77,9 @@ def store_snapshot(path: Path) -> StoreSnapshot:
         return StoreSnapshot()
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0) as db:
-            counts = db.execute("SELECT coalesce(sum(n), 0), coalesce(sum(CASE WHEN label <> '' THEN n END), 0) "
-                                "FROM window_counts").fetchone()
+            counts = db.execute(
+                "SELECT coalesce(sum(n), 0), coalesce(sum(CASE WHEN label <> '' THEN n END), 0) FROM window_counts"
+            ).fetchone()
             newest = db.execute("SELECT coalesce(max(end_us), 0) FROM windows").fetchone()[0]
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             predictions, last, alerts = 0, "-", 0
@@ -102,8 +103,11 @@ def held_out_keys(path: Path, feature_set_version: str, holdout_fraction: float)
         return frozenset()
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=2.0) as db:
-            rows = db.execute("SELECT session_id, end_us FROM windows WHERE feature_set_version = ? AND label IS NOT "
-                              "NULL ORDER BY start_us, id", (feature_set_version,)).fetchall()
+            rows = db.execute(
+                "SELECT session_id, end_us FROM windows WHERE feature_set_version = ? AND label IS NOT "
+                "NULL ORDER BY start_us, id",
+                (feature_set_version,),
+            ).fetchall()
     except sqlite3.Error:
         return frozenset()
     if not rows:
@@ -197,12 +201,15 @@ class PrivacyFacts:
         cap = f"epsilon {self.epsilon_cap:g} per window over its lifetime, delta {self.delta:g}"
         if not self.jobs:
             return [f"privacy budget: no private training spent anything (cap: {cap})"]
-        each = ", ".join(f"{j.epsilon:.3g} ({j.model or j.job_id}{'' if j.basis == 'spent' else ', ' + j.basis})"
-                         for j in self.jobs)
-        return [f"privacy budget: the private trainings spent epsilon {each} per window they used; composed, the "
-                f"most-used window ({self.spent_gateway}) is at epsilon {self.spent_epsilon:.3g} of the cap ({cap}); a "
-                f"new private job may still spend epsilon {self.remaining_epsilon:.3g} on {self.remaining_gateway}'s "
-                "most-used window (the least left), and windows recorded from now on have the full budget"]
+        each = ", ".join(
+            f"{j.epsilon:.3g} ({j.model or j.job_id}{'' if j.basis == 'spent' else ', ' + j.basis})" for j in self.jobs
+        )
+        return [
+            f"privacy budget: the private trainings spent epsilon {each} per window they used; composed, the "
+            f"most-used window ({self.spent_gateway}) is at epsilon {self.spent_epsilon:.3g} of the cap ({cap}); a "
+            f"new private job may still spend epsilon {self.remaining_epsilon:.3g} on {self.remaining_gateway}'s "
+            "most-used window (the least left), and windows recorded from now on have the full budget"
+        ]
 
 
 @dataclass
@@ -223,8 +230,17 @@ class ServerFacts:
     @classmethod
     def read(cls, server, schedule: dict[str, Any]) -> ServerFacts:
         """From a running :class:`aggregator.demo.service.DemoServer`."""
-        keep = ("job_id", "algorithm", "model_id", "state", "schedule_id", "result", "participants", "error",
-                "evaluation")
+        keep = (
+            "job_id",
+            "algorithm",
+            "model_id",
+            "state",
+            "schedule_id",
+            "result",
+            "participants",
+            "error",
+            "evaluation",
+        )
         jobs = [{k: j[k] for k in keep} for j in server.get("/api/jobs?limit=1000")]
         return cls(
             server.url,
@@ -245,13 +261,17 @@ class ServerFacts:
         if not self.url:
             return []
         completed = sum(j["state"] == "completed" for j in self.jobs)
-        out = [f"server: dashboard {self.url}/, API {self.url}/docs: {len(self.jobs)} jobs through the API "
-               f"({completed} completed), {len(self.models)} model versions registered"]
+        out = [
+            f"server: dashboard {self.url}/, API {self.url}/docs: {len(self.jobs)} jobs through the API "
+            f"({completed} completed), {len(self.models)} model versions registered"
+        ]
         if self.schedule:
             s = self.schedule
             fired = f"fired: job {', '.join(j['job_id'] for j in self.fired)}" if self.fired else "did not fire"
-            out.append(f"schedule {s['schedule_id']}: retrain {s['algorithm']} once >= {s['min_new_windows']} new "
-                       f"labelled windows fleet-wide (it had {s['last_windows']} at its creation); {fired}")
+            out.append(
+                f"schedule {s['schedule_id']}: retrain {s['algorithm']} once >= {s['min_new_windows']} new "
+                f"labelled windows fleet-wide (it had {s['last_windows']} at its creation); {fired}"
+            )
         for p in self.promotions:
             out.append(f"promotion of {p['model_id']}:v{p['candidate']} (server): {p['decision']} -- {p['detail']}")
         return out + self.privacy.lines()
@@ -325,7 +345,8 @@ class DemoReport:
         for client, facts in self.per_gateway.items():
             facts.model = models.get(client, "-")
         self.all_received_model = bool(self.deployed) and all(
-            models.get(c) == self.expected_models.get(c) for c in self.per_gateway)
+            models.get(c) == self.expected_models.get(c) for c in self.per_gateway
+        )
         self.succeeded = (self.all_received_model or not self.deployed) and self.personal_active
 
 
@@ -422,30 +443,38 @@ def scoring_of(e: Evaluation) -> Scoring:
     local = e.model == LOCAL_ONLY
     pooled = _pooled(e.per_client) if local else e.metrics
     counts = sum(e.class_counts)
-    return Scoring(e.step, "local-only (each gateway its own model)" if local else e.model,
-                   pooled.get("accuracy", math.nan), pooled.get("macro_f1", math.nan),
-                   int(sum(m.get("n", 0) for m in e.per_client.values())),
-                   {c: int(m.get("n", 0)) for c, m in e.per_client.items()},
-                   {c: m.get("accuracy", math.nan) for c, m in e.per_client.items()},
-                   max(e.class_counts) / counts if counts else math.nan, e.note)
+    return Scoring(
+        e.step,
+        "local-only (each gateway its own model)" if local else e.model,
+        pooled.get("accuracy", math.nan),
+        pooled.get("macro_f1", math.nan),
+        int(sum(m.get("n", 0) for m in e.per_client.values())),
+        {c: int(m.get("n", 0)) for c, m in e.per_client.items()},
+        {c: m.get("accuracy", math.nan) for c, m in e.per_client.items()},
+        max(e.class_counts) / counts if counts else math.nan,
+        e.note,
+    )
 
 
-def report_from_events(events: Iterable[DemoEvent], gateways: Iterable[str], *, killed: str = "",
-                       **facts: Any) -> DemoReport:
+def report_from_events(
+    events: Iterable[DemoEvent], gateways: Iterable[str], *, killed: str = "", **facts: Any
+) -> DemoReport:
     """The report's facts that the events tell, each kind by its handler (others are the live
     view's only): scorings, decisions, deployments, who sat out, the FedGA step, bytes by step,
     and whether the ``killed`` gateway answered every round of the retraining. ``facts``: the
     run's own (broker, holdout fraction, ...), as :class:`DemoReport` fields."""
     gateways = list(gateways)
-    report = DemoReport(gateways=len(gateways), killed=killed,
-                        per_gateway={c: GatewayFacts() for c in gateways}, **facts)
+    report = DemoReport(
+        gateways=len(gateways), killed=killed, per_gateway={c: GatewayFacts() for c in gateways}, **facts
+    )
     fold = _Fold(report)
     for event in events:
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(fold, event)
-    report.killed_rejoined = bool(killed) and bool(fold.retrain_answered) and all(
-        n == len(gateways) for n in fold.retrain_answered)
+    report.killed_rejoined = (
+        bool(killed) and bool(fold.retrain_answered) and all(n == len(gateways) for n in fold.retrain_answered)
+    )
     return report
 
 
@@ -459,14 +488,27 @@ def build_report(demo: Demo) -> DemoReport:
     cfg = demo.config
     killed = next((c for c, g in demo.gateways.items() if g.restarts), "")
     report = report_from_events(
-        list(demo.events), demo.gateways, killed=killed, broker=demo.broker_name,
-        holdout_fraction=cfg.holdout_fraction, keep_running=cfg.keep_running,
+        list(demo.events),
+        demo.gateways,
+        killed=killed,
+        broker=demo.broker_name,
+        holdout_fraction=cfg.holdout_fraction,
+        keep_running=cfg.keep_running,
         secure_aggregation_note="" if demo.secure_plan.on else demo.secure_plan.reason,
-        dashboard_url=demo.server.dashboard_url, report_path=str(cfg.report_path or ""))
+        dashboard_url=demo.server.dashboard_url,
+        report_path=str(cfg.report_path or ""),
+    )
     for algorithm, (metrics, windows) in centralized(demo, demo.algorithms).items():
-        report.scorings.append(Scoring(END_OF_RUN, f"{algorithm}, centralized on the pooled data, all labels (report "
-                                       "only)", metrics["accuracy"], metrics["macro_f1"], windows,
-                                       short=f"{algorithm}, centralized (report only)"))
+        report.scorings.append(
+            Scoring(
+                END_OF_RUN,
+                f"{algorithm}, centralized on the pooled data, all labels (report only)",
+                metrics["accuracy"],
+                metrics["macro_f1"],
+                windows,
+                short=f"{algorithm}, centralized (report only)",
+            )
+        )
     report.live_windows, report.live_agreement, report.live_max_probability_diff = live_vs_offline(demo)
     for client, facts in report.per_gateway.items():
         snap = store_snapshot(demo.run_dir / f"{client}.db")

@@ -46,22 +46,59 @@ class DemoServer:
     ``schedule_tick_s``: how often the server looks at its schedules (short in the demo, so that
     the retraining starts within seconds of its trigger)."""
 
-    def __init__(self, run_dir: Path, *, broker_port: int, protocol: int, password: str, token: str,
-                 deadline_s: float, min_fraction: float, schedule_tick_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        broker_port: int,
+        protocol: int,
+        password: str,
+        token: str,
+        deadline_s: float,
+        min_fraction: float,
+        schedule_tick_s: float = 1.0,
+    ) -> None:
         self.token = token
-        env = dict(os.environ, WHEELFED_MQTT_PASSWORD=password, WHEELFED_OPERATOR_TOKENS=token,
-                   WHEELFED_PRIVACY_EPSILON_CAP=str(DEMO_EPSILON_CAP),
-                   # the demo replays its sessions faster than real time: credit their windows as fast
-                   WHEELFED_MAX_WINDOWS_PER_S="1000000")
+        env = dict(
+            os.environ,
+            WHEELFED_MQTT_PASSWORD=password,
+            WHEELFED_OPERATOR_TOKENS=token,
+            WHEELFED_PRIVACY_EPSILON_CAP=str(DEMO_EPSILON_CAP),
+            # the demo replays its sessions faster than real time: credit their windows as fast
+            WHEELFED_MAX_WINDOWS_PER_S="1000000",
+        )
         self.log_path = run_dir / "server.log"
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "edge_client.cli", "server", "--registry", str(run_dir / "registry.db"),
-             "--key", str(run_dir / "aggregator.key"), "--http-port", "0", "--port", str(broker_port),
-             "--protocol", str(protocol), "--deadline", str(deadline_s), "--min-fraction", str(min_fraction),
-             "--schedule-tick", str(schedule_tick_s)],
-            env=env, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True,
-            preexec_fn=die_with_parent())
+            [
+                sys.executable,
+                "-m",
+                "edge_client.cli",
+                "server",
+                "--registry",
+                str(run_dir / "registry.db"),
+                "--key",
+                str(run_dir / "aggregator.key"),
+                "--http-port",
+                "0",
+                "--port",
+                str(broker_port),
+                "--protocol",
+                str(protocol),
+                "--deadline",
+                str(deadline_s),
+                "--min-fraction",
+                str(min_fraction),
+                "--schedule-tick",
+                str(schedule_tick_s),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
         log.close()
         self.url = self._wait_for_url(60.0)
 
@@ -92,9 +129,12 @@ class DemoServer:
     def call(self, method: str, path: str, body: Any = None, *, timeout_s: float = 300.0) -> Any:
         """One API call as the operator; the decoded JSON answer (raises :class:`ApiError`)."""
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json",
-                                                  "Authorization": f"Bearer {self.token}"})
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.token}"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 raw = response.read()
@@ -118,4 +158,3 @@ class DemoServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-

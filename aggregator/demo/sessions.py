@@ -59,6 +59,7 @@ def prepare_sessions(out_dir: Path, n_subjects: int, labelled_fraction: float, l
         cut1 = first_us + int(labelled_fraction * (last_us - first_us))
         cut2 = first_us + int((labelled_fraction + later_fraction) * (last_us - first_us))
         recording = replace(full, label_records=_clip_labels(full, cut2))
-        sessions.append(Session(f"gw-{i + 1:02d}", path, recording, duration, (cut1 - first_us) / 1e6,
-                                (cut2 - first_us) / 1e6))
+        sessions.append(
+            Session(f"gw-{i + 1:02d}", path, recording, duration, (cut1 - first_us) / 1e6, (cut2 - first_us) / 1e6)
+        )
     return sessions

@@ -25,8 +25,16 @@ if TYPE_CHECKING:
     from .events import PrivacySettings
     from .report import DemoReport, Scoring
 
-__all__ = ["SCREEN_COLUMNS", "SCREEN_LINES", "decision_line", "detail_lines", "epsilon_lines", "personal_lines",
-           "privacy_line", "summary_lines"]
+__all__ = [
+    "SCREEN_COLUMNS",
+    "SCREEN_LINES",
+    "decision_line",
+    "detail_lines",
+    "epsilon_lines",
+    "personal_lines",
+    "privacy_line",
+    "summary_lines",
+]
 
 #: The one-screen summary's most lines ...
 SCREEN_LINES = 30
@@ -64,8 +72,9 @@ def _columns(cells: list[str]) -> str:
     name, *numbers = cells
     width, *widths = _COLUMNS
     step, *values = numbers
-    return (f"{name[:width]:<{width}} {step:<{widths[0]}} "
-            + " ".join(f"{v:>{w}}" for v, w in zip(values, widths[1:]))).rstrip()
+    return (
+        f"{name[:width]:<{width}} {step:<{widths[0]}} " + " ".join(f"{v:>{w}}" for v, w in zip(values, widths[1:]))
+    ).rstrip()
 
 
 # -- the one-screen summary -------------------------------------------------------------------
@@ -73,9 +82,19 @@ def _columns(cells: list[str]) -> str:
 
 def summary_lines(r: DemoReport) -> list[str]:
     """The demo's last screen (module docstring)."""
-    return [TITLE, f"{r.gateways} gateways (real seglearn sessions, labelled only at the start), broker {r.broker}, "
-                   f"{r.elapsed_s:.0f} s", "", *_accuracy_table(r), "", *_decisions(r), *_outcome(r),
-            *_privacy(r), *_traffic(r), *_pointers(r)]
+    return [
+        TITLE,
+        f"{r.gateways} gateways (real seglearn sessions, labelled only at the start), broker {r.broker}, "
+        f"{r.elapsed_s:.0f} s",
+        "",
+        *_accuracy_table(r),
+        "",
+        *_decisions(r),
+        *_outcome(r),
+        *_privacy(r),
+        *_traffic(r),
+        *_pointers(r),
+    ]
 
 
 def _local_only(r: DemoReport, step: str) -> float:
@@ -86,15 +105,29 @@ def _local_only(r: DemoReport, step: str) -> float:
 def _accuracy_table(r: DemoReport) -> list[str]:
     """Every model's held-out accuracy with chance and the local-only baseline beside it (the
     FedGA trees after the first training's models, the centralized ones without baselines)."""
-    rows = [_columns([sc.short or sc.model, sc.step, str(sc.windows), _f(sc.accuracy), _f(sc.majority_rate),
-                      _f(_local_only(r, sc.step) if sc.windows_per_gateway else math.nan)])
-            for sc in r.scorings if not sc.is_local_only]
+    rows = [
+        _columns(
+            [
+                sc.short or sc.model,
+                sc.step,
+                str(sc.windows),
+                _f(sc.accuracy),
+                _f(sc.majority_rate),
+                _f(_local_only(r, sc.step) if sc.windows_per_gateway else math.nan),
+            ]
+        )
+        for sc in r.scorings
+        if not sc.is_local_only
+    ]
     fedga = _fedga_row(r)
     if fedga is not None:
         rows.insert(sum(sc.step == FIRST_TRAINING and not sc.is_local_only for sc in r.scorings), fedga)
-    return [f"held-out accuracy (each gateway's last {r.holdout_fraction:.0%} of labels at each step); chance = the "
-            "majority class",
-            _columns(["model", "step", "windows", "accuracy", "chance", "local-only"]), *rows]
+    return [
+        f"held-out accuracy (each gateway's last {r.holdout_fraction:.0%} of labels at each step); chance = the "
+        "majority class",
+        _columns(["model", "step", "windows", "accuracy", "chance", "local-only"]),
+        *rows,
+    ]
 
 
 def _fedga_row(r: DemoReport) -> str | None:
@@ -108,23 +141,33 @@ def _fedga_row(r: DemoReport) -> str | None:
     accuracy = sum(d.tree_accuracy * d.tree_windows for d in scored) / n
     local = sum(d.local_only * d.windows for d in scored) / sum(d.windows for d in scored)
     first = next((s for s in r.scorings if s.step == FIRST_TRAINING and s.windows == n and not s.is_local_only), None)
-    return _columns([_FEDGA_ROW, FIRST_TRAINING, str(n), _f(accuracy), _f(first.majority_rate if first else None),
-                     _f(local)])
+    return _columns(
+        [_FEDGA_ROW, FIRST_TRAINING, str(n), _f(accuracy), _f(first.majority_rate if first else None), _f(local)]
+    )
 
 
 def decision_line(d: DeploymentDecision) -> str:
     """A step's decision with its numbers, in a line (its ``reason`` says it in full): the best
     candidate against the bars, or against the deployed model re-scored when the server's
     promotion rule decided."""
-    outcome = f"deployed {d.deployed_as or d.deploy}" if d.deploy else "nothing deployed" + (
-        f" (the gateways keep {d.kept})" if d.kept else "")
+    outcome = (
+        f"deployed {d.deployed_as or d.deploy}"
+        if d.deploy
+        else "nothing deployed" + (f" (the gateways keep {d.kept})" if d.kept else "")
+    )
     ranked = sorted(d.candidates, key=lambda n: -d.candidates[n] if not math.isnan(d.candidates[n]) else math.inf)
     best = d.deploy or (ranked[0] if ranked else None)
     if best is None:
-        return f"{d.step}: {outcome} -- no model trained (" + "; ".join(
-            f"{name}: {why}" for name, why in d.failures.items()) + ")"
-    bars = (f"the deployed re-scored {d.deployed_rescored:.3f}" if d.deployed_rescored is not None else
-            f"local-only {_f(d.local_only)}, chance {_f(d.chance)}")
+        return (
+            f"{d.step}: {outcome} -- no model trained ("
+            + "; ".join(f"{name}: {why}" for name, why in d.failures.items())
+            + ")"
+        )
+    bars = (
+        f"the deployed re-scored {d.deployed_rescored:.3f}"
+        if d.deployed_rescored is not None
+        else f"local-only {_f(d.local_only)}, chance {_f(d.chance)}"
+    )
     return f"{d.step}: {outcome} -- {best} {_f(d.candidates.get(best))} vs {bars}"
 
 
@@ -136,10 +179,13 @@ def _fedga_line(r: DemoReport) -> list[str]:
     deployed = [f"{d.gateway} ({d.tree_accuracy:.3f} vs {d.federated:.3f})" for d in r.personal if d.deploy]
     kept = [d.gateway for d in r.personal if d.worst_served and not d.deploy]
     if not deployed and not kept:
-        return _wrapped("FedGA-Tree: the federated model beats every gateway's local-only model there; no gateway "
-                        "needs its own tree")
+        return _wrapped(
+            "FedGA-Tree: the federated model beats every gateway's local-only model there; no gateway "
+            "needs its own tree"
+        )
     parts = ([f"own tree deployed to {_some(deployed, 3)}"] if deployed else []) + (
-        [f"served worst but kept the fleet's model: {_some(kept)}"] if kept else [])
+        [f"served worst but kept the fleet's model: {_some(kept)}"] if kept else []
+    )
     return _wrapped("FedGA-Tree: " + "; ".join(parts))
 
 
@@ -155,22 +201,36 @@ def _decisions(r: DemoReport) -> list[str]:
 
 def _outcome(r: DemoReport) -> list[str]:
     """What runs where at the end, the killed gateway, live vs offline and who sat out."""
-    killed = (f"{r.killed} killed, {'rejoined' if r.killed_rejoined else 'did NOT rejoin'}" if r.killed
-              else "no gateway killed")
+    killed = (
+        f"{r.killed} killed, {'rejoined' if r.killed_rejoined else 'did NOT rejoin'}"
+        if r.killed
+        else "no gateway killed"
+    )
     if r.deployed:
         running = Counter(g.model or "-" for g in r.per_gateway.values()).most_common()
-        models = _some([f"{m} on {n} gateway{'s' if n != 1 else ''}" if k == 0 else f"{m} on {n}"
-                        for k, (m, n) in enumerate(running)], 3)
+        models = _some(
+            [
+                f"{m} on {n} gateway{'s' if n != 1 else ''}" if k == 0 else f"{m} on {n}"
+                for k, (m, n) in enumerate(running)
+            ],
+            3,
+        )
         each = "each" if r.all_received_model else "NOT each"
         lines = _wrapped(f"at the end: {models}, {each} the model last deployed to it; {killed}")
     else:
         lines = _wrapped(f"at the end: no model deployed, the gateways ran without one; {killed}")
-    live = (f"live == offline prediction on {r.live_agreement:.1%} of {r.live_windows} windows" if r.live_windows
-            else "no live predictions")
+    live = (
+        f"live == offline prediction on {r.live_agreement:.1%} of {r.live_windows} windows"
+        if r.live_windows
+        else "no live predictions"
+    )
     gateways = {s.gateway for s in r.sat_out}
     names = sorted(gateways - {UNNAMED}) + (["gateways the server did not name"] if UNNAMED in gateways else [])
-    sat = (f"sat out (part of) {len({s.job for s in r.sat_out})} job(s): {_some(names)} (the report says why)"
-           if r.sat_out else "no gateway sat out a step")
+    sat = (
+        f"sat out (part of) {len({s.job for s in r.sat_out})} job(s): {_some(names)} (the report says why)"
+        if r.sat_out
+        else "no gateway sat out a step"
+    )
     return lines + _wrapped(f"{live}; {sat}")
 
 
@@ -180,18 +240,24 @@ def _privacy(r: DemoReport) -> list[str]:
 
     settings = r.privacy
     if not settings.secure_aggregation:
-        return _wrapped(f"privacy: secure aggregation OFF -- {r.secure_aggregation_note or 'disabled'}; no "
-                        "differential privacy")
+        return _wrapped(
+            f"privacy: secure aggregation OFF -- {r.secure_aggregation_note or 'disabled'}; no differential privacy"
+        )
     eps = settings.epsilons
     if not eps:
-        return _wrapped(f"privacy: {settings.protocol} protocol under secure aggregation, without "
-                        "differential privacy")
+        return _wrapped(f"privacy: {settings.protocol} protocol under secure aggregation, without differential privacy")
     ledger = r.server.privacy
-    composed = (f"; the most-used window ({ledger.spent_gateway}) has spent epsilon {ledger.spent_epsilon:.3g} of the "
-                f"server's cap {ledger.epsilon_cap:g}" if ledger.jobs else "")
+    composed = (
+        f"; the most-used window ({ledger.spent_gateway}) has spent epsilon {ledger.spent_epsilon:.3g} of the "
+        f"server's cap {ledger.epsilon_cap:g}"
+        if ledger.jobs
+        else ""
+    )
     spent = ", ".join(sorted({f"{e:g}" for e in eps.values()}))
-    lines = _wrapped(f"privacy: epsilon {spent} per window per training (delta {ledger.delta or DEMO_DELTA:g}; "
-                     f"differential privacy under secure aggregation){composed}")
+    lines = _wrapped(
+        f"privacy: epsilon {spent} per window per training (delta {ledger.delta or DEMO_DELTA:g}; "
+        f"differential privacy under secure aggregation){composed}"
+    )
     for e in sorted(set(eps.values())):
         lines += _wrapped("  " + reason(e))
     return lines
@@ -200,11 +266,15 @@ def _privacy(r: DemoReport) -> list[str]:
 def _traffic(r: DemoReport) -> list[str]:
     """The aggregator's bytes per gateway against the raw data, or that the server does not count them."""
     if not r.traffic_bytes:
-        return _wrapped(f"bytes: not measured (the server's /metrics has no wheelfed_mqtt_bytes_total); the raw "
-                        f"sensor data ({r.raw_sensor_bytes / 1e6:.1f} MB) never left the gateways")
+        return _wrapped(
+            f"bytes: not measured (the server's /metrics has no wheelfed_mqtt_bytes_total); the raw "
+            f"sensor data ({r.raw_sensor_bytes / 1e6:.1f} MB) never left the gateways"
+        )
     ratio = r.traffic_bytes / r.raw_sensor_bytes if r.raw_sensor_bytes else math.nan
-    return _wrapped(f"bytes per gateway: {r.traffic_bytes / max(r.gateways, 1) / 1e6:.1f} MB through the aggregator, "
-                    f"{ratio:.1f}x the raw sensor data (kept on the gateways)")
+    return _wrapped(
+        f"bytes per gateway: {r.traffic_bytes / max(r.gateways, 1) / 1e6:.1f} MB through the aggregator, "
+        f"{ratio:.1f}x the raw sensor data (kept on the gateways)"
+    )
 
 
 def _pointers(r: DemoReport) -> list[str]:
@@ -222,41 +292,105 @@ def _pointers(r: DemoReport) -> list[str]:
 
 def detail_lines(r: DemoReport) -> list[str]:
     """Every table and explanation of the report, as text."""
-    return [DETAILS_TITLE, "", f"{r.gateways} gateways (real seglearn sessions, labelled only at the start), broker "
-                       f"{r.broker}, {r.elapsed_s:.0f} s in all", "",
-            f"Every score is on held-out windows: the last {r.holdout_fraction:.0%} of each gateway's labelled "
-            "windows when the step ran. Chance is the majority-class rate (always guessing the most common held-out "
-            "activity).", "", *_scoring_table(r.scorings), "", *_gateway_table(r), "", *_decision_reasons(r),
-            *personal_lines(r), *_sat_out(r), *_bytes(r), *r.server.lines(),
-            f"privacy: {privacy_line(r.privacy, r.secure_aggregation_note)}", *epsilon_lines(r.privacy),
-            *_fedga_privacy(r), *_live(r)]
+    return [
+        DETAILS_TITLE,
+        "",
+        f"{r.gateways} gateways (real seglearn sessions, labelled only at the start), broker "
+        f"{r.broker}, {r.elapsed_s:.0f} s in all",
+        "",
+        f"Every score is on held-out windows: the last {r.holdout_fraction:.0%} of each gateway's labelled "
+        "windows when the step ran. Chance is the majority-class rate (always guessing the most common held-out "
+        "activity).",
+        "",
+        *_scoring_table(r.scorings),
+        "",
+        *_gateway_table(r),
+        "",
+        *_decision_reasons(r),
+        *personal_lines(r),
+        *_sat_out(r),
+        *_bytes(r),
+        *r.server.lines(),
+        f"privacy: {privacy_line(r.privacy, r.secure_aggregation_note)}",
+        *epsilon_lines(r.privacy),
+        *_fedga_privacy(r),
+        *_live(r),
+    ]
 
 
 def _scoring_table(scorings: list[Scoring]) -> list[str]:
-    lines = [_row(["model", "step", "held-out windows", "accuracy (pooled)", "macro-F1 (pooled)",
-                   "accuracy (mean over gateways)", "chance"]),
-             _row(["---", "---", "---:", "---:", "---:", "---:", "---:"])]
+    lines = [
+        _row(
+            [
+                "model",
+                "step",
+                "held-out windows",
+                "accuracy (pooled)",
+                "macro-F1 (pooled)",
+                "accuracy (mean over gateways)",
+                "chance",
+            ]
+        ),
+        _row(["---", "---", "---:", "---:", "---:", "---:", "---:"]),
+    ]
     for sc in scorings:
         per = list(sc.accuracy_per_gateway.values())
-        lines.append(_row([sc.model, sc.step, str(sc.windows), _f(sc.accuracy), _f(sc.macro_f1),
-                           _f(sum(per) / len(per)) if per else "-", _f(sc.majority_rate)]))
+        lines.append(
+            _row(
+                [
+                    sc.model,
+                    sc.step,
+                    str(sc.windows),
+                    _f(sc.accuracy),
+                    _f(sc.macro_f1),
+                    _f(sum(per) / len(per)) if per else "-",
+                    _f(sc.majority_rate),
+                ]
+            )
+        )
     return lines
 
 
 def _gateway_table(r: DemoReport) -> list[str]:
-    lines = [_row(["gateway", "windows", "labelled", "held-out windows (per step)", "live predictions",
-                   "local-only acc.", "federated acc. (first training)", "model"]),
-             _row(["---", "---:", "---:", "---:", "---:", "---:", "---:", "---"])]
+    lines = [
+        _row(
+            [
+                "gateway",
+                "windows",
+                "labelled",
+                "held-out windows (per step)",
+                "live predictions",
+                "local-only acc.",
+                "federated acc. (first training)",
+                "model",
+            ]
+        ),
+        _row(["---", "---:", "---:", "---:", "---:", "---:", "---:", "---"]),
+    ]
     for client, g in r.per_gateway.items():
         held = " / ".join(str(n) for n in g.held_out.values()) or "-"
-        lines.append(_row([client, str(g.windows), str(g.labelled), held, str(g.predictions),
-                           _f(r.local_only.get(client, math.nan)), _f(g.federated_accuracy), str(g.model or "-")]))
+        lines.append(
+            _row(
+                [
+                    client,
+                    str(g.windows),
+                    str(g.labelled),
+                    held,
+                    str(g.predictions),
+                    _f(r.local_only.get(client, math.nan)),
+                    _f(g.federated_accuracy),
+                    str(g.model or "-"),
+                ]
+            )
+        )
     return lines
 
 
 def _decision_reasons(r: DemoReport) -> list[str]:
-    lines = ["decisions (first training: the demo deploys only above the local-only baseline and chance; retraining: "
-             "the server's promotion rule, beside the same bars):"]
+    lines = [
+        "decisions (first training: the demo deploys only above the local-only baseline and chance; retraining: "
+        "the server's promotion rule, beside the same bars):"
+    ]
     for d in r.decisions:
         outcome = f"deployed {d.deployed_as}" if d.deployed_as else "nothing deployed"
         lines.append(f"  {d.step}: {outcome} -- {d.reason}")
@@ -270,27 +404,53 @@ def personal_lines(r: DemoReport) -> list[str]:
         return []
     job = r.personal_job
     st = job.settings
-    lines = [f"\nthird contender: FedGA-Tree (job {job.job_id}, every gateway taking part: {st.generations} "
-             f"generations -- the paper's Table II uses 100 --, population {st.population_size}, epsilon "
-             f"{st.epsilon}, depth range {st.d_min}..{st.d_max}), every gateway its own tree, vs "
-             f"{job.federated} and the gateway's local-only model, on that gateway's held-out windows "
-             f"(the job took {job.elapsed_s:.0f} s):",
-             _row(["gateway", "held-out windows", "federated acc.", "local-only acc.", "FedGA tree acc.",
-                   "FedGA decision nodes", "served worst", "FedGA tree deployed"]),
-             _row(["---", "---:", "---:", "---:", "---:", "---:", "---", "---"])]
+    lines = [
+        f"\nthird contender: FedGA-Tree (job {job.job_id}, every gateway taking part: {st.generations} "
+        f"generations -- the paper's Table II uses 100 --, population {st.population_size}, epsilon "
+        f"{st.epsilon}, depth range {st.d_min}..{st.d_max}), every gateway its own tree, vs "
+        f"{job.federated} and the gateway's local-only model, on that gateway's held-out windows "
+        f"(the job took {job.elapsed_s:.0f} s):",
+        _row(
+            [
+                "gateway",
+                "held-out windows",
+                "federated acc.",
+                "local-only acc.",
+                "FedGA tree acc.",
+                "FedGA decision nodes",
+                "served worst",
+                "FedGA tree deployed",
+            ]
+        ),
+        _row(["---", "---:", "---:", "---:", "---:", "---:", "---", "---"]),
+    ]
     for d in r.personal:
-        lines.append(_row([d.gateway, str(d.windows), _f(d.federated), _f(d.local_only), _f(d.tree_accuracy),
-                           str(d.decision_nodes) if d.tree else "-", "yes" if d.worst_served else "no",
-                           d.tree if d.deploy else "no"]))
+        lines.append(
+            _row(
+                [
+                    d.gateway,
+                    str(d.windows),
+                    _f(d.federated),
+                    _f(d.local_only),
+                    _f(d.tree_accuracy),
+                    str(d.decision_nodes) if d.tree else "-",
+                    "yes" if d.worst_served else "no",
+                    d.tree if d.deploy else "no",
+                ]
+            )
+        )
     lines += [f"  {d.gateway}: {d.reason}" for d in r.personal if d.worst_served]
     if not any(d.worst_served for d in r.personal):
-        lines.append("  the federated model beats every gateway's local-only model there: no gateway needs its own "
-                     "tree")
+        lines.append(
+            "  the federated model beats every gateway's local-only model there: no gateway needs its own tree"
+        )
     for gateway, tree in r.personal_deployed.items():
         facts = r.per_gateway.get(gateway)
         running = (facts.model if facts else "") or "-"
-        lines.append(f"  {gateway} runs {running} at the end" + (
-            "" if running == tree else f" (not {tree}: a later fleet-wide rollout replaced it)"))
+        lines.append(
+            f"  {gateway} runs {running} at the end"
+            + ("" if running == tree else f" (not {tree}: a later fleet-wide rollout replaced it)")
+        )
     return lines
 
 
@@ -302,33 +462,50 @@ def _sat_out(r: DemoReport) -> list[str]:
 
 def _bytes(r: DemoReport) -> list[str]:
     if not r.traffic_bytes:
-        return [f"raw sensor data: {r.raw_sensor_bytes / 1e6:.1f} MB ({r.raw_samples:,} samples x {r.raw_channels} "
-                f"channels as recorded, every gateway's whole session) and the windows' feature matrix "
-                f"({r.raw_feature_bytes / 1e6:.1f} MB as float32) never left the gateways; the bytes the server "
-                "exchanged are not broken down here (its /metrics has no wheelfed_mqtt_bytes_total)"]
-    return [*bytes_explanation(r.traffic_by_step, total=r.traffic_bytes, raw_sensor_bytes=r.raw_sensor_bytes,
-                               raw_samples=r.raw_samples, channels=r.raw_channels, gateways=r.gateways,
-                               secure=r.privacy.secure_aggregation),
-            f"(the windows' feature matrix would be {r.raw_feature_bytes / 1e6:.1f} MB as float32)"]
+        return [
+            f"raw sensor data: {r.raw_sensor_bytes / 1e6:.1f} MB ({r.raw_samples:,} samples x {r.raw_channels} "
+            f"channels as recorded, every gateway's whole session) and the windows' feature matrix "
+            f"({r.raw_feature_bytes / 1e6:.1f} MB as float32) never left the gateways; the bytes the server "
+            "exchanged are not broken down here (its /metrics has no wheelfed_mqtt_bytes_total)"
+        ]
+    return [
+        *bytes_explanation(
+            r.traffic_by_step,
+            total=r.traffic_bytes,
+            raw_sensor_bytes=r.raw_sensor_bytes,
+            raw_samples=r.raw_samples,
+            channels=r.raw_channels,
+            gateways=r.gateways,
+            secure=r.privacy.secure_aggregation,
+        ),
+        f"(the windows' feature matrix would be {r.raw_feature_bytes / 1e6:.1f} MB as float32)",
+    ]
 
 
 def _fedga_privacy(r: DemoReport) -> list[str]:
     if r.personal_job is None:
         return []
-    return [f"privacy of FedGA-Tree: each gateway sent the aggregator, in the clear, its sample count with Laplace "
-            f"noise (epsilon {r.personal_job.settings.epsilon}), its cross-validated depth, its local tree's shape "
-            "without thresholds or leaf values, and its fitness of every candidate shape per generation; the "
-            "thresholds and leaf values fitted to its windows stayed on the gateway until the end, when it sent its "
-            "one chosen tree (the model the server registers for it)"]
+    return [
+        f"privacy of FedGA-Tree: each gateway sent the aggregator, in the clear, its sample count with Laplace "
+        f"noise (epsilon {r.personal_job.settings.epsilon}), its cross-validated depth, its local tree's shape "
+        "without thresholds or leaf values, and its fitness of every candidate shape per generation; the "
+        "thresholds and leaf values fitted to its windows stayed on the gateway until the end, when it sent its "
+        "one chosen tree (the model the server registers for it)"
+    ]
 
 
 def _live(r: DemoReport) -> list[str]:
-    lines = [f"live recognition: {r.live_windows} windows; live == offline prediction on {r.live_agreement:.1%} (max "
-             f"probability difference {r.live_max_probability_diff:.1e})" if r.live_windows else
-             "live recognition: none (no model was deployed)"]
+    lines = [
+        f"live recognition: {r.live_windows} windows; live == offline prediction on {r.live_agreement:.1%} (max "
+        f"probability difference {r.live_max_probability_diff:.1e})"
+        if r.live_windows
+        else "live recognition: none (no model was deployed)"
+    ]
     if r.killed:
-        lines.append(f"{r.killed} was killed and restarted: "
-                     f"{'rejoined and trained in the next round' if r.killed_rejoined else 'did NOT rejoin'}")
+        lines.append(
+            f"{r.killed} was killed and restarted: "
+            f"{'rejoined and trained in the next round' if r.killed_rejoined else 'did NOT rejoin'}"
+        )
     if r.deployed:
         lines.append(f"every gateway runs the model last deployed to it: {'yes' if r.all_received_model else 'NO'}")
     else:
@@ -342,14 +519,21 @@ def _live(r: DemoReport) -> list[str]:
 def privacy_line(privacy: PrivacySettings, secure_note: str) -> str:
     """What the demo's trainings and scorings revealed to the aggregator, from the settings the
     server's algorithm resolves for the demo's jobs (not the algorithms' defaults)."""
-    scoring = ("held-out scoring is per gateway, in the clear (each gateway's confusion counts); the local-only "
-               "baseline runs one job per gateway, whose sums are that gateway's own (a research comparison; "
-               "PRIVACY.md)")
-    crowd = (f"private protocol: {_dp_statement(privacy)}" if privacy.protocol == "private" else
-             f"{privacy.protocol} protocol, minimum crowd {privacy.min_crowd} windows")
+    scoring = (
+        "held-out scoring is per gateway, in the clear (each gateway's confusion counts); the local-only "
+        "baseline runs one job per gateway, whose sums are that gateway's own (a research comparison; "
+        "PRIVACY.md)"
+    )
+    crowd = (
+        f"private protocol: {_dp_statement(privacy)}"
+        if privacy.protocol == "private"
+        else f"{privacy.protocol} protocol, minimum crowd {privacy.min_crowd} windows"
+    )
     if not privacy.secure_aggregation:
-        return f"secure aggregation OFF -- {secure_note or 'disabled'}: the aggregator saw each gateway's " \
-               f"histograms ({crowd}); {scoring}"
+        return (
+            f"secure aggregation OFF -- {secure_note or 'disabled'}: the aggregator saw each gateway's "
+            f"histograms ({crowd}); {scoring}"
+        )
     return f"FedSCS-XGB and FedForest trained on fleet sums only ({crowd}, secure aggregation); {scoring}"
 
 
@@ -359,8 +543,11 @@ def _dp_statement(privacy: PrivacySettings) -> str:
     if len(values) == 1:
         return f"differential privacy at epsilon {values[0]:g} per window per training, its budget above"
     if values:
-        return "differential privacy at epsilon " + ", ".join(f"{e:g} ({name})" for name, e in
-                                                             privacy.epsilons.items()) + " per window per training"
+        return (
+            "differential privacy at epsilon "
+            + ", ".join(f"{e:g} ({name})" for name, e in privacy.epsilons.items())
+            + " per window per training"
+        )
     return "differential privacy, its budget above"
 
 

@@ -121,8 +121,11 @@ def mqtt_bytes(metrics: str) -> int | None:
     >>> mqtt_bytes("wheelfed_jobs_total 3") is None
     True
     """
-    values = [float(line.rpartition(" ")[2]) for line in metrics.splitlines()
-              if line.startswith(TRAFFIC_METRIC + "{") or line.startswith(TRAFFIC_METRIC + " ")]
+    values = [
+        float(line.rpartition(" ")[2])
+        for line in metrics.splitlines()
+        if line.startswith(TRAFFIC_METRIC + "{") or line.startswith(TRAFFIC_METRIC + " ")
+    ]
     return int(sum(values)) if values else None
 
 
@@ -150,15 +153,25 @@ class TrainingPlan:
         """The algorithm's parameters as the API takes them (``continuing``: boosting on from
         the deployed model, so fewer rounds)."""
         if algorithm == "fedscs-xgb":
-            rounds = {"n_rounds": self.retrain_rounds if continuing else self.rounds, "max_depth": 4,
-                      "classes": self.classes, "secure_aggregation": self.secure_aggregation}
+            rounds = {
+                "n_rounds": self.retrain_rounds if continuing else self.rounds,
+                "max_depth": 4,
+                "classes": self.classes,
+                "secure_aggregation": self.secure_aggregation,
+            }
             if self.secure_aggregation:  # differential privacy at the demo's epsilon (epsilon.DEMO_EPSILON)
                 return {**rounds, "protocol": "private", "dp_epsilon": DEMO_EPSILON}
             # two gateways cannot hide from each other: plain sums without DP, on 64 bins (a quarter
             # of 256's bytes; max_bin 64..512 makes no measurable difference on these recordings)
             return {**rounds, "protocol": "histogram", "n_bins": XGB_BINS}
-        forest = {"n_trees": self.trees, "max_depth": FOREST_DEPTH, "n_bins": FOREST_BINS, "min_samples_leaf": 3,
-                  "classes": self.classes, "secure_aggregation": self.secure_aggregation}
+        forest = {
+            "n_trees": self.trees,
+            "max_depth": FOREST_DEPTH,
+            "n_bins": FOREST_BINS,
+            "min_samples_leaf": 3,
+            "classes": self.classes,
+            "secure_aggregation": self.secure_aggregation,
+        }
         # private (differential privacy at the demo's epsilon) with secure aggregation, else the histogram protocol
         return {**forest, "dp_epsilon": DEMO_EPSILON} if self.secure_aggregation else forest
 
@@ -182,8 +195,13 @@ def privacy_settings(plan: TrainingPlan) -> PrivacySettings:
     xgb = build_algorithm("fedscs-xgb", plan.config("fedscs-xgb"))
     forest = build_algorithm("fedforest", plan.config("fedforest"))
     epsilons = {"fedscs-xgb": float(xgb.dp_epsilon), "fedforest": float(forest.dp_epsilon)}
-    return PrivacySettings(xgb.protocol, bool(xgb.secure_aggregation), int(xgb.min_crowd), len(plan.gateways),
-                           epsilons if xgb.protocol == "private" else {})
+    return PrivacySettings(
+        xgb.protocol,
+        bool(xgb.secure_aggregation),
+        int(xgb.min_crowd),
+        len(plan.gateways),
+        epsilons if xgb.protocol == "private" else {},
+    )
 
 
 @dataclass(frozen=True)
@@ -203,8 +221,9 @@ class Deployed:
 class ApiTraining:
     """The demo's side of the server: jobs started, followed and told as events (module docstring)."""
 
-    def __init__(self, server: DemoServer, plan: TrainingPlan, emit: Callable[[DemoEvent], None],
-                 stopped: Callable[[], bool]) -> None:
+    def __init__(
+        self, server: DemoServer, plan: TrainingPlan, emit: Callable[[DemoEvent], None], stopped: Callable[[], bool]
+    ) -> None:
         self.server, self.plan, self.emit, self._stopped = server, plan, emit, stopped
         self.deployed: Deployed | None = None
         self.schedule: dict[str, Any] = {}  # the retraining schedule as the server stored it
@@ -231,12 +250,21 @@ class ApiTraining:
 
     # -- jobs ------------------------------------------------------------------------------
 
-    def start_job(self, algorithm: str, config: dict[str, Any], *, clients: list[str] | None = None,
-                  model_id: str = MODEL_ID) -> str:
+    def start_job(
+        self, algorithm: str, config: dict[str, Any], *, clients: list[str] | None = None, model_id: str = MODEL_ID
+    ) -> str:
         clients = clients or self.plan.gateways
-        job = self.server.post("/api/jobs", {"algorithm": algorithm, "model_id": model_id, "config": config,
-                                             "clients": clients, "min_gateways": len(clients),
-                                             "seed": self.plan.seed})
+        job = self.server.post(
+            "/api/jobs",
+            {
+                "algorithm": algorithm,
+                "model_id": model_id,
+                "config": config,
+                "clients": clients,
+                "min_gateways": len(clients),
+                "seed": self.plan.seed,
+            },
+        )
         return job["job_id"]
 
     def follow(self, job_id: str, name: str, timeout_s: float = 1800.0) -> dict[str, Any]:
@@ -247,8 +275,19 @@ class ApiTraining:
         while True:
             job = self.server.get(f"/api/jobs/{job_id}")
             for r in job["rounds"][shown:]:
-                self.emit(Progress(name, job_id, job["algorithm"], r["step"], r["total"], r["answered"],
-                                   r["selected"], r["metrics"], r["elapsed_s"]))
+                self.emit(
+                    Progress(
+                        name,
+                        job_id,
+                        job["algorithm"],
+                        r["step"],
+                        r["total"],
+                        r["answered"],
+                        r["selected"],
+                        r["metrics"],
+                        r["elapsed_s"],
+                    )
+                )
             shown = len(job["rounds"])
             if job["state"] in ("completed", "failed", "cancelled"):
                 break
@@ -262,8 +301,15 @@ class ApiTraining:
             self.emit(GatewaysSatOut(name, len(job["rounds"]), reasons))
         return job
 
-    def run_job(self, name: str, algorithm: str, config: dict[str, Any], *, clients: list[str] | None = None,
-                model_id: str = MODEL_ID) -> dict[str, Any]:
+    def run_job(
+        self,
+        name: str,
+        algorithm: str,
+        config: dict[str, Any],
+        *,
+        clients: list[str] | None = None,
+        model_id: str = MODEL_ID,
+    ) -> dict[str, Any]:
         return self.follow(self.start_job(algorithm, config, clients=clients, model_id=model_id), name)
 
     def _scored(self, name: str, job: dict[str, Any], step: str, failures: dict[str, str]) -> Score | None:
@@ -276,8 +322,7 @@ class ApiTraining:
             self.emit(TrainingFailed(name, failures[name]))
             return None
         counts = class_counts(evaluation)
-        self.emit(Evaluation(name, step, evaluation["per_client"], evaluation["metrics"], job["result"],
-                             tuple(counts)))
+        self.emit(Evaluation(name, step, evaluation["per_client"], evaluation["metrics"], job["result"], tuple(counts)))
         return Score.from_metrics(evaluation["per_client"], counts)
 
     def local_only(self, step: str) -> Score:
@@ -287,8 +332,13 @@ class ApiTraining:
         per_client: dict[str, dict[str, float]] = {}
         with self.measured(f"local-only baseline, {step} (training and scoring)"):
             for client in self.plan.gateways:
-                job = self.run_job(f"local-only {client} ({step})", "fedforest", self.plan.local_config(),
-                                   clients=[client], model_id=f"local-{client}")
+                job = self.run_job(
+                    f"local-only {client} ({step})",
+                    "fedforest",
+                    self.plan.local_config(),
+                    clients=[client],
+                    model_id=f"local-{client}",
+                )
                 scored = (job.get("evaluation") or {}).get("per_client", {})
                 if job["state"] == "completed" and client in scored:
                     per_client[client] = scored[client]
@@ -324,8 +374,18 @@ class ApiTraining:
         with self.measured(f"deploying {label}"):
             result = self.server.post(f"/api/models/{MODEL_ID}/{version}/deploy", {"clients": self.plan.gateways})
         self.deployed = Deployed(algorithm, version, dict(score.windows))
-        self.emit(FleetDeployed(label, algorithm, version, score.accuracy, score.n, result["active"],
-                                result["rejected"], result["pending"]))
+        self.emit(
+            FleetDeployed(
+                label,
+                algorithm,
+                version,
+                score.accuracy,
+                score.n,
+                result["active"],
+                result["rejected"],
+                result["pending"],
+            )
+        )
 
     # -- the third contender -------------------------------------------------------------
 
@@ -335,13 +395,17 @@ class ApiTraining:
         the trees that win on the worst-served gateways deployed, each to its own gateway."""
         if not self.plan.fedga_generations or not self.scores or self.local_first is None:
             return []
-        name = decision.deploy or max(self.scores, key=lambda n: (not math.isnan(self.scores[n][2].accuracy),
-                                                                   self.scores[n][2].accuracy))
+        name = decision.deploy or max(
+            self.scores, key=lambda n: (not math.isnan(self.scores[n][2].accuracy), self.scores[n][2].accuracy)
+        )
         algorithm, version, federated = self.scores[name]
         label = f"{MODEL_ID}:v{version} ({algorithm}, {'deployed' if decision.deploy else 'the best, not deployed'})"
         generations = self.plan.fedga_generations
-        self.emit(Phase(f"training {FEDGA}: every gateway's own tree, evolved with the fleet's help "
-                        f"({generations} generations)"))
+        self.emit(
+            Phase(
+                f"training {FEDGA}: every gateway's own tree, evolved with the fleet's help ({generations} generations)"
+            )
+        )
         started = time.monotonic()
         with self.measured(f"training {FEDGA} (every gateway's own tree, and its held-out scoring)"):
             job = self.run_job(FEDGA, FEDGA, self.plan.fedga_config())
@@ -351,8 +415,9 @@ class ApiTraining:
         for gateway, tree_label in (evaluation.get("models") or {}).items() if job["state"] == "completed" else ():
             metrics = (evaluation.get("per_client") or {}).get(gateway)
             if metrics is not None:
-                trees[gateway] = PersonalTree(tree_label, metrics["accuracy"], int(metrics["n"]),
-                                              self._decision_nodes(tree_label))
+                trees[gateway] = PersonalTree(
+                    tree_label, metrics["accuracy"], int(metrics["n"]), self._decision_nodes(tree_label)
+                )
         failure = "" if job["state"] == "completed" else f"the {FEDGA} job {job['state']}: {job.get('error') or ''}"
         decisions = decide_personal_trees(label, federated, self.local_first, trees, failure=failure)
         self.emit(PersonalTrees(PersonalJob(job["job_id"], self.fedga_settings(), label, elapsed_s), tuple(decisions)))
@@ -378,12 +443,16 @@ class ApiTraining:
 
     def _deploy_personal(self, decision: PersonalDecision) -> None:
         model_id, _, version = decision.tree.rpartition(":v")
-        self.emit(Phase(f"deploying {decision.tree} to {decision.gateway} alone: "
-                        f"POST /api/models/{model_id}/{version}/deploy"))
+        self.emit(
+            Phase(
+                f"deploying {decision.tree} to {decision.gateway} alone: POST /api/models/{model_id}/{version}/deploy"
+            )
+        )
         with self.measured(f"{decision.tree} to {decision.gateway} alone (the signed tree it downloads)"):
             result = self.server.post(f"/api/models/{model_id}/{version}/deploy", {"clients": [decision.gateway]})
-        self.emit(TreeDeployed(decision.tree, decision.gateway, result["active"], result["rejected"],
-                               result["pending"]))
+        self.emit(
+            TreeDeployed(decision.tree, decision.gateway, result["active"], result["rejected"], result["pending"])
+        )
 
     # -- the retraining ----------------------------------------------------------------------
 
@@ -402,21 +471,38 @@ class ApiTraining:
         fleet-wide; promoted unless it scores below the deployed version (threshold 0)."""
         algorithm, config = self.retraining_algorithm()
         self._since_schedule = self.traffic()
-        self.schedule = schedule = self.server.post("/api/schedules", {
-            "schedule_id": SCHEDULE_ID, "model_id": MODEL_ID, "algorithm": algorithm, "config": config,
-            "min_new_windows": min_new_windows, "threshold": 0.0, "canary_share": self.plan.canary_share})
-        self.emit(Note(f"schedule {SCHEDULE_ID} (POST /api/schedules): the server retrains {algorithm} once the "
-                       f"fleet has >= {min_new_windows} new labelled windows (it has {schedule['last_windows']} "
-                       "now), and deploys the result only if it does not score below the deployed model, canary "
-                       f"gateways ({self.plan.canary_share:.0%}) first"))
+        self.schedule = schedule = self.server.post(
+            "/api/schedules",
+            {
+                "schedule_id": SCHEDULE_ID,
+                "model_id": MODEL_ID,
+                "algorithm": algorithm,
+                "config": config,
+                "min_new_windows": min_new_windows,
+                "threshold": 0.0,
+                "canary_share": self.plan.canary_share,
+            },
+        )
+        self.emit(
+            Note(
+                f"schedule {SCHEDULE_ID} (POST /api/schedules): the server retrains {algorithm} once the "
+                f"fleet has >= {min_new_windows} new labelled windows (it has {schedule['last_windows']} "
+                "now), and deploys the result only if it does not score below the deployed model, canary "
+                f"gateways ({self.plan.canary_share:.0%}) first"
+            )
+        )
         return schedule
 
     def remove_schedule(self) -> None:
         """``DELETE /api/schedules/{id}``: the demo shows one scheduled retraining; left in place,
         the schedule would fire again on the labels that arrive while the sessions play out."""
         self.server.call("DELETE", f"/api/schedules/{SCHEDULE_ID}")
-        self.emit(Note(f"schedule {SCHEDULE_ID} deleted (DELETE /api/schedules/{SCHEDULE_ID}): the demo shows one "
-                       "scheduled retraining; a clinic keeps its schedules"))
+        self.emit(
+            Note(
+                f"schedule {SCHEDULE_ID} deleted (DELETE /api/schedules/{SCHEDULE_ID}): the demo shows one "
+                "scheduled retraining; a clinic keeps its schedules"
+            )
+        )
 
     def scheduled_job(self) -> dict[str, Any] | None:
         """The job the schedule started, once it has."""
@@ -435,14 +521,16 @@ class ApiTraining:
             job = self.follow(job_id, name)
         failures: dict[str, str] = {}
         candidate = self._scored(name, job, RETRAINING, failures)
-        promotion = next((p for p in self.server.get(f"/api/promotions?model_id={MODEL_ID}")
-                          if p["job_id"] == job_id), None)
+        promotion = next(
+            (p for p in self.server.get(f"/api/promotions?model_id={MODEL_ID}") if p["job_id"] == job_id), None
+        )
         if candidate is not None and promotion is not None and promotion["baseline"] is not None:
             self._tell_rescored(promotion, candidate)
         local = self.local_only(RETRAINING)
         deployed = self.deployed.label if self.deployed is not None else ""
-        decision = promotion_decision(RETRAINING, name, candidate, promotion, local_only=local, deployed=deployed,
-                                      failures=failures)
+        decision = promotion_decision(
+            RETRAINING, name, candidate, promotion, local_only=local, deployed=deployed, failures=failures
+        )
         self.emit(StepDecided(decision))
         if decision.deploy is not None:
             self._rolled_out(job["algorithm"], promotion["candidate"], candidate)
@@ -456,8 +544,18 @@ class ApiTraining:
         name = f"{label} ({deployed.algorithm if deployed else 'deployed'}, deployed), re-scored"
         accuracy = promotion["baseline_value"]
         per_client = {c: {"n": float(n)} for c, n in candidate.windows.items()}
-        self.emit(Evaluation(name, RETRAINING, per_client, {"accuracy": accuracy, "n": float(candidate.n)}, label,
-                             candidate.class_counts, label, dict(deployed.first_windows) if deployed else {}))
+        self.emit(
+            Evaluation(
+                name,
+                RETRAINING,
+                per_client,
+                {"accuracy": accuracy, "n": float(candidate.n)},
+                label,
+                candidate.class_counts,
+                label,
+                dict(deployed.first_windows) if deployed else {},
+            )
+        )
 
     def _rolled_out(self, algorithm: str, version: int, score: Score) -> None:
         """The staged rollout as the registry recorded it (``/api/deployments``)."""
@@ -472,4 +570,3 @@ class ApiTraining:
         label = f"{MODEL_ID}:v{version}"
         self.deployed = Deployed(algorithm, version, dict(score.windows))
         self.emit(FleetDeployed(label, algorithm, version, score.accuracy, score.n, active, rejected, pending))
-

@@ -60,8 +60,10 @@ def _phase(event: Phase) -> str:
 @describe.register
 def _progress(event: Progress) -> str:
     metrics = " ".join(f"{k}={v:.4g}" for k, v in event.metrics.items())
-    return (f"  {event.job}: {event.algorithm} {event.step}/{event.total}, "
-            f"{event.answered}/{event.selected} gateways {metrics} ({event.elapsed_s:.1f} s)")
+    return (
+        f"  {event.job}: {event.algorithm} {event.step}/{event.total}, "
+        f"{event.answered}/{event.selected} gateways {metrics} ({event.elapsed_s:.1f} s)"
+    )
 
 
 @describe.register
@@ -70,9 +72,11 @@ def _evaluation(event: Evaluation) -> str:
         return _local_only(event.per_client)
     m, counts = event.metrics, event.class_counts
     chance = f"; chance (majority-class rate) {max(counts) / sum(counts):.3f}" if sum(counts) else ""
-    line = (f"  held-out evaluation of {event.model}: accuracy {m.get('accuracy', float('nan')):.3f}, "
-            f"macro-F1 {m.get('macro_f1', float('nan')):.3f} on {m.get('n', 0):.0f} windows of "
-            f"{gateways_phrase(len(event.per_client))}{chance}")
+    line = (
+        f"  held-out evaluation of {event.model}: accuracy {m.get('accuracy', float('nan')):.3f}, "
+        f"macro-F1 {m.get('macro_f1', float('nan')):.3f} on {m.get('n', 0):.0f} windows of "
+        f"{gateways_phrase(len(event.per_client))}{chance}"
+    )
     return line + (f"\n    {event.note}" if event.note else "")
 
 
@@ -84,8 +88,10 @@ def _local_only(per: dict[str, dict[str, float]]) -> str:
     n = sum(m.get("n", 0) for m in per.values())
     correct = sum(round(m.get("accuracy", 0) * m.get("n", 0)) for m in per.values())
     pooled = correct / n if n else float("nan")
-    return (f"  local-only models: accuracy {min(accs):.3f} .. {max(accs):.3f} on their own held-out windows "
-            f"({pooled:.3f} pooled over {n:.0f} windows of {gateways_phrase(len(per))})")
+    return (
+        f"  local-only models: accuracy {min(accs):.3f} .. {max(accs):.3f} on their own held-out windows "
+        f"({pooled:.3f} pooled over {n:.0f} windows of {gateways_phrase(len(per))})"
+    )
 
 
 @describe.register
@@ -107,15 +113,20 @@ def _decided(event: StepDecided) -> str:
 
 @describe.register
 def _deployed(event: FleetDeployed) -> str:
-    return (f"aggregator: {event.model} active on {len(event.active)} gateways"
-            f"{', rejected by ' + str(event.rejected) if event.rejected else ''}"
-            f"{', no answer from ' + ', '.join(event.pending) if event.pending else ''}")
+    return (
+        f"aggregator: {event.model} active on {len(event.active)} gateways"
+        f"{', rejected by ' + str(event.rejected) if event.rejected else ''}"
+        f"{', no answer from ' + ', '.join(event.pending) if event.pending else ''}"
+    )
 
 
 @describe.register
 def _tree_deployed(event: TreeDeployed) -> str:
-    state = "active" if event.gateway in event.active else \
-        f"NOT active (rejected: {event.rejected or '-'}, no answer: {', '.join(event.pending) or '-'})"
+    state = (
+        "active"
+        if event.gateway in event.active
+        else f"NOT active (rejected: {event.rejected or '-'}, no answer: {', '.join(event.pending) or '-'})"
+    )
     return f"aggregator: {event.model} {state} on {event.gateway} alone"
 
 
@@ -160,18 +171,25 @@ class LiveView:
 
     def _screen(self) -> None:
         demo = self.demo
-        rows = [f"WheelFed fleet demo -- {len(demo.gateways)} gateways, broker {getattr(demo, 'broker_name', '?')}, "
-                f"{time.monotonic() - demo.started:.0f} s (Ctrl-C stops everything)", ""]
-        rows.append(f"{'gateway':8} {'link':7} {'session':{BAR + 7}} {'windows':>7} {'labels':>6} "
-                    f"{'last step':9} {'model':14} {'predictions':>11}  last prediction")
+        rows = [
+            f"WheelFed fleet demo -- {len(demo.gateways)} gateways, broker {getattr(demo, 'broker_name', '?')}, "
+            f"{time.monotonic() - demo.started:.0f} s (Ctrl-C stops everything)",
+            "",
+        ]
+        rows.append(
+            f"{'gateway':8} {'link':7} {'session':{BAR + 7}} {'windows':>7} {'labels':>6} "
+            f"{'last step':9} {'model':14} {'predictions':>11}  last prediction"
+        )
         for client, gw in sorted(demo.gateways.items()):
             snap = store_snapshot(demo.run_dir / f"{client}.db")
             status = demo.gateway_status.get(client, {})
             link = "online" if status.get("online") else "offline"
             fraction = snap.newest_end_s / gw.session.duration_s if gw.session.duration_s else 0.0
             step = "sat out" if client in demo.sat_out else "took part" if demo.held_out else "-"
-            rows.append(f"{client:8} {link:7} {bar(fraction)} {fraction:4.0%}  {snap.windows:7d} {snap.labelled:6d} "
-                        f"{step:9} {status.get('model') or '-':14} {snap.predictions:11d}  {snap.last_prediction}")
+            rows.append(
+                f"{client:8} {link:7} {bar(fraction)} {fraction:4.0%}  {snap.windows:7d} {snap.labelled:6d} "
+                f"{step:9} {status.get('model') or '-':14} {snap.predictions:11d}  {snap.last_prediction}"
+            )
         sat_out = [f"{c} sat out the last step: {why}" for c, why in sorted(demo.sat_out.items())]
         rows += ["", *sat_out]
         lines = [part for line in (describe(e) for e in demo.events) if line for part in line.split("\n")]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["PrivacyBudget", "PrivacySpent", "Release", "epsilon_of", "rho_for_epsilon", "skellam_release"]
 
+
 @dataclass(frozen=True)
 class Release:
     """One release's cost: ``(xi, rho)``-zCDP per window."""
@@ -60,8 +61,9 @@ def epsilon_of(rho: float, xi: float, delta: float) -> float:
         import dp_accounting
         from dp_accounting.rdp import RdpAccountant
     except ImportError:
-        raise ImportError("differential privacy accounting needs dp-accounting: pip install 'wheelfed[aggregator]'") \
-            from None
+        raise ImportError(
+            "differential privacy accounting needs dp-accounting: pip install 'wheelfed[aggregator]'"
+        ) from None
     accountant = RdpAccountant()
     accountant.compose(dp_accounting.ZCDpEvent(rho, xi))
     return float(accountant.get_epsilon(delta))
@@ -103,8 +105,13 @@ class PrivacySpent:
 
     def metadata(self) -> dict[str, float]:
         """The model metadata's ``dp_*`` entries."""
-        return {"dp_epsilon": self.epsilon, "dp_delta": self.delta, "dp_rho": self.rho, "dp_xi": self.xi,
-                "dp_releases": self.releases}
+        return {
+            "dp_epsilon": self.epsilon,
+            "dp_delta": self.delta,
+            "dp_rho": self.rho,
+            "dp_xi": self.xi,
+            "dp_releases": self.releases,
+        }
 
 
 @dataclass

@@ -36,8 +36,19 @@ import numpy as np
 
 from .accountant import epsilon_of, rho_for_epsilon
 
-__all__ = ["BudgetExceeded", "GatewayBudget", "LedgerEntry", "PlannedJob", "PrivacyCap", "Segment", "budget_of",
-           "check_job", "gateway_segments", "iso_us", "rho_room"]
+__all__ = [
+    "BudgetExceeded",
+    "GatewayBudget",
+    "LedgerEntry",
+    "PlannedJob",
+    "PrivacyCap",
+    "Segment",
+    "budget_of",
+    "check_job",
+    "gateway_segments",
+    "iso_us",
+    "rho_room",
+]
 
 #: Stand-ins for an open bound (``since_us``/``until_us`` None) on the int64 time axis.
 _LOW, _HIGH = np.iinfo(np.int64).min, np.iinfo(np.int64).max
@@ -222,8 +233,10 @@ def _by_gateway(entries: Sequence[LedgerEntry]) -> dict[str, list[LedgerEntry]]:
 
 def _segments(sp: _Spending) -> tuple[Segment, ...]:
     bound = lambda t, open_value: None if t == open_value else int(t)  # noqa: E731
-    return tuple(Segment(bound(s, _LOW), bound(u, _HIGH), float(r), float(x), int(n))
-                 for s, u, r, x, n in zip(sp.starts, sp.ends, sp.rho, sp.xi, sp.jobs))
+    return tuple(
+        Segment(bound(s, _LOW), bound(u, _HIGH), float(r), float(x), int(n))
+        for s, u, r, x, n in zip(sp.starts, sp.ends, sp.rho, sp.xi, sp.jobs)
+    )
 
 
 def _front(rho: np.ndarray, xi: np.ndarray) -> np.ndarray:
@@ -292,8 +305,9 @@ def _remaining(rho: float, xi: float, cap: float, delta: float) -> float:
     return _epsilon(rho_room(rho, xi, cap, delta), 0.0, delta)
 
 
-def budget_of(entries: Sequence[LedgerEntry], gateways: Iterable[str], cap: float, delta: float, *,
-              segments: bool = True) -> list[GatewayBudget]:
+def budget_of(
+    entries: Sequence[LedgerEntry], gateways: Iterable[str], cap: float, delta: float, *, segments: bool = True
+) -> list[GatewayBudget]:
     """Per gateway (those given and those in ``entries``, in order): its most-used window and
     what is left there, under ``cap`` at ``delta`` (with its segments unless ``segments`` is False).
 
@@ -311,14 +325,21 @@ def budget_of(entries: Sequence[LedgerEntry], gateways: Iterable[str], cap: floa
         front = [(float(sp.rho[i]), float(sp.xi[i])) for i in _front(sp.rho, sp.xi)] or [(0.0, 0.0)]
         running = tuple(sorted({e.job_id for e in mine if e.open}))
         fresh = None if not sp.ends.size or sp.ends[-1] == _HIGH else int(sp.ends[-1])
-        out.append(GatewayBudget(gateway, max(_epsilon(r, x, delta) for r, x in front),
-                                 min(_remaining(r, x, cap, delta) for r, x in front), fresh, running, len(mine),
-                                 _segments(sp) if segments else ()))
+        out.append(
+            GatewayBudget(
+                gateway,
+                max(_epsilon(r, x, delta) for r, x in front),
+                min(_remaining(r, x, cap, delta) for r, x in front),
+                fresh,
+                running,
+                len(mine),
+                _segments(sp) if segments else (),
+            )
+        )
     return out
 
 
-def check_job(entries: Sequence[LedgerEntry], job: PlannedJob, known: Iterable[str], cap: float,
-              delta: float) -> None:
+def check_job(entries: Sequence[LedgerEntry], job: PlannedJob, known: Iterable[str], cap: float, delta: float) -> None:
     """Raise :class:`BudgetExceeded` if ``job`` would take any window it covers past ``cap``
     (lifetime ``epsilon`` at ``delta``); ``known``: the gateways a job of any gateway may reach.
 
@@ -338,9 +359,11 @@ job since=2026-11-26T02:30:00Z
     rho = job.rho
     lone = _epsilon(rho, 0.0, delta)
     if lone > cap:
-        raise BudgetExceeded(f"refused: a job of epsilon {job.epsilon:g} (delta {job.delta:g}) is epsilon {lone:.4g} "
-                             f"at the ledger's delta {delta:g}, above the cap of {cap:g} on its own: lower its "
-                             "dp_epsilon")
+        raise BudgetExceeded(
+            f"refused: a job of epsilon {job.epsilon:g} (delta {job.delta:g}) is epsilon {lone:.4g} "
+            f"at the ledger's delta {delta:g}, above the cap of {cap:g} on its own: lower its "
+            "dp_epsilon"
+        )
     index = _by_gateway(entries)
     scope = sorted(set(job.gateways) if job.gateways is not None else set(known) | set(index))
     since = _LOW if job.since_us is None else job.since_us
@@ -371,15 +394,22 @@ job since=2026-11-26T02:30:00Z
     suggested = None
     if start == _HIGH:
         runner = sorted({e.job_id for e in entries if e.open})
-        when = (f"every window to come is held by the running job {', '.join(runner)}: new windows have budget from "
-                "when it ends")
+        when = (
+            f"every window to come is held by the running job {', '.join(runner)}: new windows have budget from "
+            "when it ends"
+        )
     else:
         suggested = -(-start // 1_000_000) * 1_000_000  # to the second after, as the suggestion is written
-        when = (f"windows starting at or after {iso_us(suggested)} have the full budget: give the job "
-                f"since={iso_us(suggested)}")
+        when = (
+            f"windows starting at or after {iso_us(suggested)} have the full budget: give the job "
+            f"since={iso_us(suggested)}"
+        )
     since_text = iso_us(None if seg_since == _LOW else seg_since)
     until_text = "now on" if seg_until == _HIGH else iso_us(seg_until)
-    raise BudgetExceeded(f"refused: a job of epsilon {job.epsilon:g} (delta {job.delta:g}) would take {gateway}'s "
-                         f"windows from {since_text} to {until_text} to epsilon {eps:.4g} over their "
-                         f"lifetime, above the cap of {cap:g} (delta {delta:g}); left there: epsilon "
-                         f"{least:.4g} ({least_gateway}); {when}", suggested)
+    raise BudgetExceeded(
+        f"refused: a job of epsilon {job.epsilon:g} (delta {job.delta:g}) would take {gateway}'s "
+        f"windows from {since_text} to {until_text} to epsilon {eps:.4g} over their "
+        f"lifetime, above the cap of {cap:g} (delta {delta:g}); left there: epsilon "
+        f"{least:.4g} ({least_gateway}); {when}",
+        suggested,
+    )

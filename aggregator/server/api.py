@@ -53,8 +53,12 @@ Page = tuple[int, int]
 MAX_VERSION = 2**31 - 1
 #: A version as users write it: ``2``, ``v2`` or ``MODEL_ID:v2`` (what the CLI, the job's result
 #: and the dashboard show); read by :func:`version_number`.
-Version = Annotated[str, PathParameter(max_length=80, description="N, vN or MODEL_ID:vN, e.g. 1, v1, activity:v1",
-                                       examples=["v1", "1", "activity:v1"])]
+Version = Annotated[
+    str,
+    PathParameter(
+        max_length=80, description="N, vN or MODEL_ID:vN, e.g. 1, v1, activity:v1", examples=["v1", "1", "activity:v1"]
+    ),
+]
 
 
 def version_number(model_id: str, text: str) -> int:
@@ -71,8 +75,10 @@ def version_number(model_id: str, text: str) -> int:
             raise ValueError(f"version {text[:80]!r} names model {named[:64]!r}, not {model_id!r}")
     digits = raw[1:] if raw[:1] in ("v", "V") else raw
     if not digits.isdigit() or not 1 <= int(digits) <= MAX_VERSION:
-        raise ValueError(f"version: {text[:80]!r} is not a version of {model_id}; give N, vN or {model_id}:vN "
-                         f"(N from 1 to {MAX_VERSION}), e.g. {model_id}:v1")
+        raise ValueError(
+            f"version: {text[:80]!r} is not a version of {model_id}; give N, vN or {model_id}:vN "
+            f"(N from 1 to {MAX_VERSION}), e.g. {model_id}:v1"
+        )
     return int(digits)
 
 
@@ -86,8 +92,9 @@ def algorithm_name(name: Any) -> Any:
 #: An algorithm name as given: either spelling (``fedscs_xgb`` or ``fedscs-xgb``) is read as the API's.
 _AnySpelling = BeforeValidator(algorithm_name)
 #: An algorithm's settings, each in its bounds (``job_bounds``; shown in the OpenAPI schema).
-Settings = Annotated[dict[str, Any], AfterValidator(check_config), WithJsonSchema(
-    {"type": "object", **config_schema()})]
+Settings = Annotated[
+    dict[str, Any], AfterValidator(check_config), WithJsonSchema({"type": "object", **config_schema()})
+]
 #: The most gateways a request may name (as many as min_gateways may ask for).
 MAX_GATEWAYS = 100_000
 
@@ -99,20 +106,25 @@ class JobIn(BaseModel):
     algorithm: Annotated[Literal[ALGORITHMS], _AnySpelling] = "fedscs-xgb"  # type: ignore[valid-type]
     model_id: str = Field(pattern=ID_PATTERN, description="the registered model's name")
     config: Settings = Field(default_factory=dict, description="the algorithm's parameters, e.g. n_rounds")
-    clients: list[str] | None = Field(None, min_length=1, max_length=MAX_GATEWAYS,
-                                      description="gateway ids (default: every online one)")
+    clients: list[str] | None = Field(
+        None, min_length=1, max_length=MAX_GATEWAYS, description="gateway ids (default: every online one)"
+    )
     min_gateways: int = Field(1, ge=1, le=MAX_GATEWAYS)
     min_labelled: int = Field(0, ge=0, le=10**9, description="labelled windows each participant needs")
     init_model: str = Field("", max_length=80, description="MODEL_ID:vN to continue boosting from")
     seed: int = Field(0, ge=0, le=2**32 - 1)
     since: float | str | None = Field(
-        None, description="train only on windows that start at or after this time: Unix seconds (UTC) or "
-                          "ISO-8601 with its offset, e.g. 2026-11-01T00:00:00Z; held-out scoring and min_labelled "
-                          "use the same windows",
-        examples=["2026-11-01T00:00:00Z", 1793491200])
+        None,
+        description="train only on windows that start at or after this time: Unix seconds (UTC) or "
+        "ISO-8601 with its offset, e.g. 2026-11-01T00:00:00Z; held-out scoring and min_labelled "
+        "use the same windows",
+        examples=["2026-11-01T00:00:00Z", 1793491200],
+    )
     until: float | str | None = Field(
-        None, description="train only on windows that start before this time (same forms as since)",
-        examples=["2026-11-15T00:00:00+01:00"])
+        None,
+        description="train only on windows that start before this time (same forms as since)",
+        examples=["2026-11-15T00:00:00+01:00"],
+    )
 
 
 class ScheduleIn(BaseModel):
@@ -127,17 +139,28 @@ class ScheduleIn(BaseModel):
     min_new_windows: int | None = Field(None, ge=1, le=10**9)
     threshold: float = Field(0.01, ge=0, le=1e6, description="allowed regression of the validation metric")
     canary_share: float = Field(0.25, gt=0, le=1)
-    canary_windows: int = Field(0, ge=0, le=LIVE_KEEP, description="live predictions of the candidate each canary "
-                                "gateway must report before the rest get it (0: no live check)")
+    canary_windows: int = Field(
+        0,
+        ge=0,
+        le=LIVE_KEEP,
+        description="live predictions of the candidate each canary "
+        "gateway must report before the rest get it (0: no live check)",
+    )
     canary_observe_s: float = Field(900.0, gt=0, le=86_400, description="how long to wait for them, seconds")
-    canary_max_drop: float = Field(0.05, ge=0, le=1, description="how far their mean confidence may fall below "
-                                   "that of as many predictions of the version the canary ran before")
+    canary_max_drop: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="how far their mean confidence may fall below "
+        "that of as many predictions of the version the canary ran before",
+    )
     enabled: bool = True
 
 
 class DeployIn(BaseModel):
-    clients: list[str] | None = Field(None, min_length=1, max_length=MAX_GATEWAYS,
-                                      description="default: every online gateway")
+    clients: list[str] | None = Field(
+        None, min_length=1, max_length=MAX_GATEWAYS, description="default: every online gateway"
+    )
 
 
 class RollbackIn(BaseModel):
@@ -224,8 +247,9 @@ def _instant(name: str, value: float | str | None) -> float | None:
     try:
         moment = datetime.fromisoformat(value.strip())
     except ValueError:
-        raise ValueError(f"{name}: {value[:40]!r} is neither Unix seconds nor an ISO-8601 time "
-                         "(e.g. 2026-11-01T00:00:00Z)") from None
+        raise ValueError(
+            f"{name}: {value[:40]!r} is neither Unix seconds nor an ISO-8601 time (e.g. 2026-11-01T00:00:00Z)"
+        ) from None
     if moment.tzinfo is None:
         raise ValueError(f"{name}: {value[:40]!r} has no UTC offset; add Z for UTC or +HH:MM")
     return moment.timestamp()
@@ -238,8 +262,11 @@ def _page(offset: int = Query(0, ge=0, le=10**9), limit: int = Query(100, ge=1, 
 def create_app(server: Server) -> FastAPI:
     """The FastAPI application of a started :class:`aggregator.server.app.Server`."""
     config = server.config
-    app = _application(title="WheelFed server", version=__version__,
-                       description="Fleet, training jobs, models, deployments and retraining schedules.")
+    app = _application(
+        title="WheelFed server",
+        version=__version__,
+        description="Fleet, training jobs, models, deployments and retraining schedules.",
+    )
 
     install_guards(app, config)  # Host allow-list, tokens and body size, before any body is read
     # the roles as the OpenAPI document shows them; aggregator.server.guards checks them
@@ -266,32 +293,42 @@ def create_app(server: Server) -> FastAPI:
     # -- health and metrics ----------------------------------------------------------------
     @app.get("/api/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "version": __version__, "broker_connected": server.broker_connected,
-                "registry": server.registry.where, "gateways_online": len(server.tracker.online())}
+        return {
+            "status": "ok",
+            "version": __version__,
+            "broker_connected": server.broker_connected,
+            "registry": server.registry.where,
+            "gateways_online": len(server.tracker.online()),
+        }
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> str:
         rows = server.tracker.snapshot()
         jobs = server.registry.job_counts()
-        lines = ["# TYPE wheelfed_gateways gauge",
-                 f'wheelfed_gateways{{state="online"}} {sum(r.online for r in rows)}',
-                 f'wheelfed_gateways{{state="offline"}} {sum(not r.online for r in rows)}',
-                 "# TYPE wheelfed_labelled_windows gauge",
-                 f"wheelfed_labelled_windows {server.tracker.labelled_total()}",
-                 "# TYPE wheelfed_jobs gauge"]
+        lines = [
+            "# TYPE wheelfed_gateways gauge",
+            f'wheelfed_gateways{{state="online"}} {sum(r.online for r in rows)}',
+            f'wheelfed_gateways{{state="offline"}} {sum(not r.online for r in rows)}',
+            "# TYPE wheelfed_labelled_windows gauge",
+            f"wheelfed_labelled_windows {server.tracker.labelled_total()}",
+            "# TYPE wheelfed_jobs gauge",
+        ]
         for state in ("queued", "running", "completed", "failed", "cancelled"):
             lines.append(f'wheelfed_jobs{{state="{state}"}} {jobs.get(state, 0)}')
         traffic = server.transport.stats
-        lines += ["# TYPE wheelfed_broker_connected gauge",
-                  f"wheelfed_broker_connected {int(server.broker_connected)}",
-                  "# TYPE wheelfed_mqtt_bytes_total counter",
-                  f'wheelfed_mqtt_bytes_total{{direction="sent"}} {traffic.sent_bytes}',
-                  f'wheelfed_mqtt_bytes_total{{direction="received"}} {traffic.received_bytes}',
-                  "# TYPE wheelfed_rejected_messages_total counter"]
+        lines += [
+            "# TYPE wheelfed_broker_connected gauge",
+            f"wheelfed_broker_connected {int(server.broker_connected)}",
+            "# TYPE wheelfed_mqtt_bytes_total counter",
+            f'wheelfed_mqtt_bytes_total{{direction="sent"}} {traffic.sent_bytes}',
+            f'wheelfed_mqtt_bytes_total{{direction="received"}} {traffic.received_bytes}',
+            "# TYPE wheelfed_rejected_messages_total counter",
+        ]
         lines += [f'wheelfed_rejected_messages_total{{reason="{r}"}} {n}' for r, n in sorted(traffic.rejected.items())]
         lines.append("# TYPE wheelfed_gateway_faults_total counter")
-        lines += [f'wheelfed_gateway_faults_total{{kind="{k}"}} {n}'
-                  for k, n in sorted(server.tracker.faults.counts.items())]
+        lines += [
+            f'wheelfed_gateway_faults_total{{kind="{k}"}} {n}' for k, n in sorted(server.tracker.faults.counts.items())
+        ]
         return "\n".join(lines) + "\n"
 
     # -- fleet -----------------------------------------------------------------------------
@@ -301,15 +338,19 @@ def create_app(server: Server) -> FastAPI:
         ``stale_after_s``: its counts may be out of date) and ``faults`` (statuses of it the server
         could not read)."""
         tracker = server.tracker
-        return {**row.to_json(now), "silent_s": round(tracker.silent_s(row, now), 3),
-                "stale": tracker.is_stale(row, now), "stale_after_s": tracker.stale_after_s,
-                "faults": tracker.gateway_faults.get(row.gateway, 0)}
+        return {
+            **row.to_json(now),
+            "silent_s": round(tracker.silent_s(row, now), 3),
+            "stale": tracker.is_stale(row, now),
+            "stale_after_s": tracker.stale_after_s,
+            "faults": tracker.gateway_faults.get(row.gateway, 0),
+        }
 
     @app.get("/api/gateways", dependencies=[read])
     def gateways(page: Page = Depends(_page)) -> list[dict[str, Any]]:
         offset, limit = page
         now = time.time()
-        return [gateway_json(row, now) for row in server.tracker.snapshot()[offset:offset + limit]]
+        return [gateway_json(row, now) for row in server.tracker.snapshot()[offset : offset + limit]]
 
     @app.get("/api/gateways/{gateway}", dependencies=[read])
     def gateway(gateway: str) -> dict[str, Any]:
@@ -320,18 +361,34 @@ def create_app(server: Server) -> FastAPI:
 
     # -- jobs ------------------------------------------------------------------------------
     @app.get("/api/jobs", dependencies=[read])
-    def jobs(page: Page = Depends(_page),
-             state: Literal["queued", "running", "completed", "failed", "cancelled"] | None = None) -> list[dict]:
+    def jobs(
+        page: Page = Depends(_page),
+        state: Literal["queued", "running", "completed", "failed", "cancelled"] | None = None,
+    ) -> list[dict]:
         return [_job_json(j) for j in server.registry.jobs(state=state, offset=page[0], limit=page[1])]
 
-    @app.post("/api/jobs", status_code=201, dependencies=[operate],
-              responses={409: {"description": "a private job that would take a window past the privacy cap; "
-                                              "detail: the one-line refusal (what is left, and the since from "
-                                              "which windows have the full budget)"}})
+    @app.post(
+        "/api/jobs",
+        status_code=201,
+        dependencies=[operate],
+        responses={
+            409: {
+                "description": "a private job that would take a window past the privacy cap; "
+                "detail: the one-line refusal (what is left, and the since from "
+                "which windows have the full budget)"
+            }
+        },
+    )
     def start_job(body: JobIn) -> dict[str, Any]:
         clients = _gateway_ids(body.clients)
-        rules = JobRules(None if clients is None else tuple(clients), body.min_gateways, body.min_labelled, body.seed,
-                         since=_instant("since", body.since), until=_instant("until", body.until))
+        rules = JobRules(
+            None if clients is None else tuple(clients),
+            body.min_gateways,
+            body.min_labelled,
+            body.seed,
+            since=_instant("since", body.since),
+            until=_instant("until", body.until),
+        )
         request = JobRequest(body.algorithm, body.model_id, body.config, rules, body.init_model)
         try:
             return _job_json(server.runner.submit(request))
@@ -340,8 +397,12 @@ def create_app(server: Server) -> FastAPI:
 
     @app.get("/api/jobs/{job_id}", dependencies=[read])
     def job(job_id: str) -> dict[str, Any]:
-        return {**_job_json(server.registry.job(job_id)), "rounds": [
-            {k: v for k, v in asdict(r).items() if k != "checkpoint"} for r in server.registry.rounds(job_id)]}
+        return {
+            **_job_json(server.registry.job(job_id)),
+            "rounds": [
+                {k: v for k, v in asdict(r).items() if k != "checkpoint"} for r in server.registry.rounds(job_id)
+            ],
+        }
 
     @app.post("/api/jobs/{job_id}/cancel", dependencies=[operate])
     def cancel_job(job_id: str) -> dict[str, Any]:
@@ -356,28 +417,47 @@ def create_app(server: Server) -> FastAPI:
         return [_model_json(server, r) for r in server.registry.list(offset=page[0], limit=page[1])]
 
     @app.get("/api/models/{model_id}/compare", dependencies=[read])
-    def compare(model_id: str, a: str = Query(max_length=80, description="N, vN or MODEL_ID:vN"),
-                b: str = Query(max_length=80, description="N, vN or MODEL_ID:vN")) -> dict[str, Any]:
+    def compare(
+        model_id: str,
+        a: str = Query(max_length=80, description="N, vN or MODEL_ID:vN"),
+        b: str = Query(max_length=80, description="N, vN or MODEL_ID:vN"),
+    ) -> dict[str, Any]:
         first = server.registry.record(model_id, version_number(model_id, a))
         second = server.registry.record(model_id, version_number(model_id, b))
         keys = sorted(set(first.metrics) | set(second.metrics))
-        return {"a": first.label, "b": second.label,
-                "metrics": {k: {"a": first.metrics.get(k), "b": second.metrics.get(k)} for k in keys}}
+        return {
+            "a": first.label,
+            "b": second.label,
+            "metrics": {k: {"a": first.metrics.get(k), "b": second.metrics.get(k)} for k in keys},
+        }
 
     @app.get("/api/models/{model_id}/{version}", dependencies=[read])
     def model(model_id: str, version: Version) -> dict[str, Any]:
         record = server.registry.record(model_id, version_number(model_id, version))
-        running = [d.client for d in server.registry.running().values()
-                   if (d.model_id, d.version) == (model_id, record.version)]
-        return {**_model_json(server, record), "running_on": sorted(running),
-                "privacy": _model_privacy(server, record.job_id)}
+        running = [
+            d.client
+            for d in server.registry.running().values()
+            if (d.model_id, d.version) == (model_id, record.version)
+        ]
+        return {
+            **_model_json(server, record),
+            "running_on": sorted(running),
+            "privacy": _model_privacy(server, record.job_id),
+        }
 
-    @app.get("/api/models/{model_id}/{version}/download", dependencies=[read],
-             response_class=Response, responses={200: {"content": {"application/cbor": {}}}})
+    @app.get(
+        "/api/models/{model_id}/{version}/download",
+        dependencies=[read],
+        response_class=Response,
+        responses={200: {"content": {"application/cbor": {}}}},
+    )
     def download(model_id: str, version: Version) -> Response:
         record, data = server.registry.model_bytes(model_id, version_number(model_id, version))
-        return Response(data, media_type="application/cbor", headers={
-            "Content-Disposition": f'attachment; filename="{record.model_id}-v{record.version}.cbor"'})
+        return Response(
+            data,
+            media_type="application/cbor",
+            headers={"Content-Disposition": f'attachment; filename="{record.model_id}-v{record.version}.cbor"'},
+        )
 
     @app.post("/api/models/{model_id}/{version}/deploy", dependencies=[operate])
     def deploy_model(model_id: str, version: Version, body: DeployIn) -> dict[str, Any]:
@@ -388,27 +468,38 @@ def create_app(server: Server) -> FastAPI:
         key = _signing_key(server)
         clients = _gateway_ids(body.clients) or ([record.target] if record.target else server.tracker.online())
         if record.target and clients != [record.target]:
-            raise HTTPException(409, f"{record.label} is {record.target}'s own model: it deploys to {record.target} "
-                                     f"only, not to {', '.join(clients)}")
+            raise HTTPException(
+                409,
+                f"{record.label} is {record.target}'s own model: it deploys to {record.target} "
+                f"only, not to {', '.join(clients)}",
+            )
         if not clients:
             raise HTTPException(409, "no gateway is online to deploy to")
-        result = deploy(server.engine, server.registry, key, model_id, version, clients,
-                        deadline_s=config.deadline_s)
-        return {"label": result.label, "active": result.active, "rejected": result.rejected,
-                "pending": result.pending}
+        result = deploy(server.engine, server.registry, key, model_id, version, clients, deadline_s=config.deadline_s)
+        return {"label": result.label, "active": result.active, "rejected": result.rejected, "pending": result.pending}
 
     @app.post("/api/rollback", dependencies=[operate])
     def roll_back(body: RollbackIn) -> dict[str, Any]:
         from ..deployment import rollback
 
-        result = rollback(server.engine, server.registry, _signing_key(server), _gateway_ids(body.clients),
-                          reason="operator rollback", deadline_s=config.deadline_s)
-        return {"active": result.active, "rejected": result.rejected, "pending": result.pending,
-                "skipped": result.skipped}
+        result = rollback(
+            server.engine,
+            server.registry,
+            _signing_key(server),
+            _gateway_ids(body.clients),
+            reason="operator rollback",
+            deadline_s=config.deadline_s,
+        )
+        return {
+            "active": result.active,
+            "rejected": result.rejected,
+            "pending": result.pending,
+            "skipped": result.skipped,
+        }
 
     @app.get("/api/deployments", dependencies=[read])
     def deployments(model_id: str | None = None, page: Page = Depends(_page)) -> list[dict[str, Any]]:
-        rows = server.registry.deployments(model_id)[page[0]:page[0] + page[1]]
+        rows = server.registry.deployments(model_id)[page[0] : page[0] + page[1]]
         return [row._asdict() for row in rows]
 
     @app.get("/api/promotions", dependencies=[read])
@@ -417,14 +508,20 @@ def create_app(server: Server) -> FastAPI:
 
     # -- privacy -------------------------------------------------------------------------
     @app.get("/api/privacy", dependencies=[read], response_model=PrivacyOut)
-    def privacy(detail: bool = Query(False, description="add every ledger entry and every gateway's segments "
-                                                        "(a long ledger makes this large)")) -> PrivacyOut:
+    def privacy(
+        detail: bool = Query(
+            False, description="add every ledger entry and every gateway's segments (a long ledger makes this large)"
+        ),
+    ) -> PrivacyOut:
         cap = server.runner.privacy_cap
         budgets = server.runner.privacy_budgets(segments=detail)
         entries = server.registry.privacy_ledger() if detail else []
-        return PrivacyOut(epsilon_cap=cap.epsilon, delta=cap.delta,
-                          gateways=[GatewayBudgetOut(**asdict(b)) for b in budgets],
-                          entries=[LedgerEntryOut(**asdict(e)) for e in entries])
+        return PrivacyOut(
+            epsilon_cap=cap.epsilon,
+            delta=cap.delta,
+            gateways=[GatewayBudgetOut(**asdict(b)) for b in budgets],
+            entries=[LedgerEntryOut(**asdict(e)) for e in entries],
+        )
 
     # -- schedules -------------------------------------------------------------------------
     @app.get("/api/schedules", dependencies=[read])
@@ -447,10 +544,24 @@ def create_app(server: Server) -> FastAPI:
         else:
             raise HTTPException(409, f"a schedule {body.schedule_id!r} exists already")
         now = time.time()
-        record = ScheduleRecord(body.schedule_id, body.model_id, body.algorithm, body.config, body.every_s,
-                                body.cron, body.min_new_windows, body.threshold, body.canary_share, body.enabled,
-                                now, server.tracker.labelled_total(), now, canary_windows=body.canary_windows,
-                                canary_observe_s=body.canary_observe_s, canary_max_drop=body.canary_max_drop)
+        record = ScheduleRecord(
+            body.schedule_id,
+            body.model_id,
+            body.algorithm,
+            body.config,
+            body.every_s,
+            body.cron,
+            body.min_new_windows,
+            body.threshold,
+            body.canary_share,
+            body.enabled,
+            now,
+            server.tracker.labelled_total(),
+            now,
+            canary_windows=body.canary_windows,
+            canary_observe_s=body.canary_observe_s,
+            canary_max_drop=body.canary_max_drop,
+        )
         return asdict(server.registry.add_schedule(record))
 
     @app.delete("/api/schedules/{schedule_id}", status_code=204, dependencies=[operate])
@@ -484,10 +595,14 @@ def _job_json(job) -> dict[str, Any]:
     started = history[0]["started"] if history else None
     end = time.time() if job.state == "running" else job.updated
     counted = [h for h in history if "sent_bytes" in h]
-    data.update(algorithm=algorithm_name(job.algorithm), started=started, resumes=max(job.attempt - 1, 0),
-                resumed_from=[h.get("from_step", 0) for h in history if h.get("attempt", 1) > 1],
-                duration_s=None if started is None else round(max(end - started, 0.0), 3),
-                bytes=sum(h["sent_bytes"] + h["received_bytes"] for h in counted) if counted else None)
+    data.update(
+        algorithm=algorithm_name(job.algorithm),
+        started=started,
+        resumes=max(job.attempt - 1, 0),
+        resumed_from=[h.get("from_step", 0) for h in history if h.get("attempt", 1) > 1],
+        duration_s=None if started is None else round(max(end - started, 0.0), 3),
+        bytes=sum(h["sent_bytes"] + h["received_bytes"] for h in counted) if counted else None,
+    )
     return data
 
 
@@ -510,15 +625,24 @@ def held_out_summary(evaluation: dict[str, Any]) -> dict[str, Any] | None:
     windows = sum(rows) if rows else metrics.get("n")
     chance = max(rows) / sum(rows) if rows and sum(rows) else None
     alone = evaluation.get("local_only_per_client") or {}
-    per_gateway = {g: {"accuracy": m.get("accuracy"), "windows": m.get("n"), **({"rmse": m["rmse"]} if "rmse" in m
-                                                                              else {}),
-                       "local_only": (alone.get(g) or {}).get("accuracy")}
-                   for g, m in (evaluation.get("per_client") or {}).items()}
+    per_gateway = {
+        g: {
+            "accuracy": m.get("accuracy"),
+            "windows": m.get("n"),
+            **({"rmse": m["rmse"]} if "rmse" in m else {}),
+            "local_only": (alone.get(g) or {}).get("accuracy"),
+        }
+        for g, m in (evaluation.get("per_client") or {}).items()
+    }
     local = evaluation.get("local_only")
     if isinstance(local, dict):
         local = local.get("accuracy")
-    return {"windows": None if windows is None else int(windows), "chance": chance, "local_only": local,
-            "per_gateway": per_gateway}
+    return {
+        "windows": None if windows is None else int(windows),
+        "chance": chance,
+        "local_only": local,
+        "per_gateway": per_gateway,
+    }
 
 
 def _model_json(server: Server, record) -> dict[str, Any]:
@@ -535,8 +659,12 @@ def _model_json(server: Server, record) -> dict[str, Any]:
             mine = (evaluation.get("per_client") or {}).get(record.target)
             evaluation = {"metrics": mine, "per_client": {record.target: mine}} if mine else {}
         held_out = held_out_summary(evaluation)
-    return {**asdict(record), "algorithm": algorithm_name(record.algorithm), "label": record.label,
-            "held_out": held_out}
+    return {
+        **asdict(record),
+        "algorithm": algorithm_name(record.algorithm),
+        "label": record.label,
+        "held_out": held_out,
+    }
 
 
 def _model_privacy(server: Server, job_id: str) -> dict[str, Any]:
@@ -547,8 +675,11 @@ def _model_privacy(server: Server, job_id: str) -> dict[str, Any]:
     gateways = {g for e in spent for g in e.gateways}
     budgets = [b for b in server.runner.privacy_budgets(segments=False) if b.gateway in gateways]
     least = min(budgets, key=lambda b: b.remaining_epsilon, default=None)
-    return {"spent": [asdict(e) for e in spent], "remaining_epsilon": least.remaining_epsilon if least else None,
-            "remaining_gateway": least.gateway if least else None}
+    return {
+        "spent": [asdict(e) for e in spent],
+        "remaining_epsilon": least.remaining_epsilon if least else None,
+        "remaining_gateway": least.gateway if least else None,
+    }
 
 
 def _signing_key(server: Server):

@@ -62,13 +62,25 @@ class Server:
         self.transport = transport
         layout = TopicLayout()
         self.engine = RoundEngine(transport, layout)
-        self.tracker = FleetTracker(transport, layout, self.registry, window_rate=cfg.max_windows_per_s,
-                                    new_gateway_windows=cfg.new_gateway_windows)
+        self.tracker = FleetTracker(
+            transport,
+            layout,
+            self.registry,
+            window_rate=cfg.max_windows_per_s,
+            new_gateway_windows=cfg.new_gateway_windows,
+        )
         self.live = LiveMonitor(transport, layout)
         settings = JobSettings(deadline_s=cfg.deadline_s, min_fraction=cfg.min_fraction)
-        self.runner = JobRunner(self.registry, self.engine, self.tracker, settings=settings,
-                                signing_key=self.signing_key, live=self.live, privacy_cap=cfg.privacy_cap(),
-                                local_baseline=cfg.local_baseline)
+        self.runner = JobRunner(
+            self.registry,
+            self.engine,
+            self.tracker,
+            settings=settings,
+            signing_key=self.signing_key,
+            live=self.live,
+            privacy_cap=cfg.privacy_cap(),
+            local_baseline=cfg.local_baseline,
+        )
         self.scheduler = Scheduler(self.registry, self.runner, self.tracker, cfg.schedule_tick_s)
         self.runner.start()
         self.scheduler.start()

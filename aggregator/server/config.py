@@ -119,8 +119,9 @@ class ServerConfig:
         return PrivacyCap(self.privacy_epsilon_cap, self.privacy_delta)
 
     @classmethod
-    def load(cls, path: str | Path | None = None, *, environ: Mapping[str, str] | None = None,
-             **overrides: Any) -> ServerConfig:
+    def load(
+        cls, path: str | Path | None = None, *, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> ServerConfig:
         """Defaults, then the TOML file at ``path``, then ``environ`` (default ``os.environ``),
         then ``overrides`` whose value is not None (the command line's options)."""
         values: dict[str, Any] = {}
@@ -131,8 +132,17 @@ class ServerConfig:
                 raise ValueError(f"{path} is not valid TOML: {exc}") from None
             values.update(_typed(data, f"{path}: ", from_text=False))
         env = os.environ if environ is None else environ
-        values.update(_typed({f.name: env[ENV_PREFIX + f.name.upper()] for f in dataclasses.fields(cls)
-                              if ENV_PREFIX + f.name.upper() in env}, "$" + ENV_PREFIX, from_text=True))
+        values.update(
+            _typed(
+                {
+                    f.name: env[ENV_PREFIX + f.name.upper()]
+                    for f in dataclasses.fields(cls)
+                    if ENV_PREFIX + f.name.upper() in env
+                },
+                "$" + ENV_PREFIX,
+                from_text=True,
+            )
+        )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -142,8 +152,14 @@ class ServerConfig:
         from shared.transport.mqtt import MqttConfig, TlsConfig
 
         tls = TlsConfig(self.tls_ca, self.tls_cert, self.tls_key) if self.tls_ca else None
-        return MqttConfig(host=self.mqtt_host, port=self.mqtt_port, protocol=self.mqtt_protocol, tls=tls,
-                          username=None if tls else self.mqtt_username, password=None if tls else self.mqtt_password)
+        return MqttConfig(
+            host=self.mqtt_host,
+            port=self.mqtt_port,
+            protocol=self.mqtt_protocol,
+            tls=tls,
+            username=None if tls else self.mqtt_username,
+            password=None if tls else self.mqtt_password,
+        )
 
     def public(self) -> dict[str, Any]:
         """The settings without secrets (for the log and ``/api/health``)."""

@@ -48,8 +48,14 @@ class Credit:
     at: float
 
 
-def credit_counts(previous: Credit | None, windows: int, labelled: int, now: float,
-                  rate: float = MAX_WINDOWS_PER_S, first: int = NEW_GATEWAY_WINDOWS) -> Credit:
+def credit_counts(
+    previous: Credit | None,
+    windows: int,
+    labelled: int,
+    now: float,
+    rate: float = MAX_WINDOWS_PER_S,
+    first: int = NEW_GATEWAY_WINDOWS,
+) -> Credit:
     """The credit after a status reporting ``windows`` and ``labelled`` at monotonic ``now``.
 
     Parameters
@@ -107,5 +113,9 @@ class FaultLog:
             self.counts[kind] += 1
             first = self.counts[kind] == 1
         if first:
-            self._log.warning("%s: %s (further ones are counted in /metrics, wheelfed_gateway_faults_total)",
-                              kind, detail[:200], extra={"fault": kind, **extra})
+            self._log.warning(
+                "%s: %s (further ones are counted in /metrics, wheelfed_gateway_faults_total)",
+                kind,
+                detail[:200],
+                extra={"fault": kind, **extra},
+            )

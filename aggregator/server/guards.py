@@ -30,8 +30,16 @@ from starlette.responses import JSONResponse
 
 from .config import LOOPBACK_HOSTS  # noqa: F401  (the doctests use it)
 
-__all__ = ["Refusal", "RequestGate", "Tokens", "body_refusal", "install_guards", "required_role",
-           "token_refusal", "trusted_hosts"]
+__all__ = [
+    "Refusal",
+    "RequestGate",
+    "Tokens",
+    "body_refusal",
+    "install_guards",
+    "required_role",
+    "token_refusal",
+    "trusted_hosts",
+]
 
 #: Paths under ``/api/`` that need no token (load balancers and health checks call them).
 PUBLIC_API_PATHS = frozenset({"/api/health"})
@@ -157,9 +165,9 @@ class RequestGate:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        refusal = (token_refusal(required_role(scope["method"], scope["path"]), headers.get("authorization"),
-                                 self.tokens)
-                   or body_refusal(headers.get("content-length"), self.max_body))
+        refusal = token_refusal(
+            required_role(scope["method"], scope["path"]), headers.get("authorization"), self.tokens
+        ) or body_refusal(headers.get("content-length"), self.max_body)
         if refusal is not None:
             await refusal.response()(scope, receive, send)
             return
@@ -212,6 +220,7 @@ def trusted_hosts(allowed: tuple[str, ...], listen: str) -> tuple[str, ...]:
 
 def install_guards(app, config) -> None:
     """Put the edge's guards in front of ``app`` (a FastAPI app) for a ``ServerConfig``."""
-    app.add_middleware(RequestGate, tokens=Tokens(config.read_tokens, config.operator_tokens),
-                       max_body=config.max_request_bytes)
+    app.add_middleware(
+        RequestGate, tokens=Tokens(config.read_tokens, config.operator_tokens), max_body=config.max_request_bytes
+    )
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(trusted_hosts(config.allowed_hosts, config.listen)))

@@ -29,12 +29,23 @@ class Bound:
 
 #: The settings that multiply a job's work, by name (every algorithm uses a name the same way).
 SETTING_BOUNDS: dict[str, Bound] = {
-    "n_rounds": Bound(1, 10_000), "n_trees": Bound(1, 10_000), "generations": Bound(1, 100_000),
-    "population_size": Bound(1, 100_000), "max_depth": Bound(1, 32),
-    "n_bins": Bound(2, 4096), "summary_size": Bound(1, 100_000), "sketch_size": Bound(1, 100_000),
-    "top_l": Bound(1, 10_000), "dp_features": Bound(1, 10_000), "secagg_degree": Bound(1, 10_000),
-    "min_crowd": Bound(0, 100_000), "n_categories": Bound(0, 100_000), "tournament_size": Bound(1, 100_000),
-    "cv_folds": Bound(2, 100), "min_samples_split": Bound(1, 10**9), "min_samples_leaf": Bound(1, 10**9),
+    "n_rounds": Bound(1, 10_000),
+    "n_trees": Bound(1, 10_000),
+    "generations": Bound(1, 100_000),
+    "population_size": Bound(1, 100_000),
+    "max_depth": Bound(1, 32),
+    "n_bins": Bound(2, 4096),
+    "summary_size": Bound(1, 100_000),
+    "sketch_size": Bound(1, 100_000),
+    "top_l": Bound(1, 10_000),
+    "dp_features": Bound(1, 10_000),
+    "secagg_degree": Bound(1, 10_000),
+    "min_crowd": Bound(0, 100_000),
+    "n_categories": Bound(0, 100_000),
+    "tournament_size": Bound(1, 100_000),
+    "cv_folds": Bound(2, 100),
+    "min_samples_split": Bound(1, 10**9),
+    "min_samples_leaf": Bound(1, 10**9),
 }
 #: The largest magnitude of any other number in a configuration.
 NUMBER_LIMIT = 1e9
@@ -61,8 +72,9 @@ def check_config(config: Mapping[str, Any]) -> dict[str, Any]:
         bound = SETTING_BOUNDS.get(name)
         if bound is not None and value is not None:
             if isinstance(value, bool) or not isinstance(value, int) or not bound.low <= value <= bound.high:
-                raise ValueError(f"config.{name} must be an integer in [{bound.low}, {bound.high}], "
-                                 f"got {_shown(value)}")
+                raise ValueError(
+                    f"config.{name} must be an integer in [{bound.low}, {bound.high}], got {_shown(value)}"
+                )
         else:
             _check_value(f"config.{name}", value)
     return dict(config)
@@ -73,8 +85,9 @@ def _check_value(where: str, value: Any) -> None:
         return
     if isinstance(value, int | float):
         if not (math.isfinite(value) and abs(value) <= NUMBER_LIMIT):
-            raise ValueError(f"{where} must be a finite number of magnitude at most {NUMBER_LIMIT:.0e}, "
-                             f"got {_shown(value)}")
+            raise ValueError(
+                f"{where} must be a finite number of magnitude at most {NUMBER_LIMIT:.0e}, got {_shown(value)}"
+            )
     elif isinstance(value, str):
         if len(value) > TEXT_LIMIT:
             raise ValueError(f"{where} must have at most {TEXT_LIMIT} characters, got {len(value)}")
@@ -103,10 +116,19 @@ def config_schema() -> dict[str, Any]:
     >>> config_schema()["properties"]["n_rounds"]
     {'type': 'integer', 'minimum': 1, 'maximum': 10000}
     """
-    return {"properties": {name: {"type": "integer", "minimum": b.low, "maximum": b.high}
-                           for name, b in SETTING_BOUNDS.items()},
-            "maxProperties": MAX_SETTINGS,
-            "additionalProperties": {"anyOf": [{"type": "number", "minimum": -NUMBER_LIMIT, "maximum": NUMBER_LIMIT},
-                                               {"type": "string", "maxLength": TEXT_LIMIT},
-                                               {"type": "array", "maxItems": LIST_LIMIT},
-                                               {"type": "boolean"}, {"type": "object"}, {"type": "null"}]}}
+    return {
+        "properties": {
+            name: {"type": "integer", "minimum": b.low, "maximum": b.high} for name, b in SETTING_BOUNDS.items()
+        },
+        "maxProperties": MAX_SETTINGS,
+        "additionalProperties": {
+            "anyOf": [
+                {"type": "number", "minimum": -NUMBER_LIMIT, "maximum": NUMBER_LIMIT},
+                {"type": "string", "maxLength": TEXT_LIMIT},
+                {"type": "array", "maxItems": LIST_LIMIT},
+                {"type": "boolean"},
+                {"type": "object"},
+                {"type": "null"},
+            ]
+        },
+    }

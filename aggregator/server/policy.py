@@ -16,8 +16,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["CanaryCheck", "CronSpec", "LiveCheck", "Verdict", "canary_of", "is_due", "judge", "judge_live",
-           "metric_for"]
+__all__ = [
+    "CanaryCheck",
+    "CronSpec",
+    "LiveCheck",
+    "Verdict",
+    "canary_of",
+    "is_due",
+    "judge",
+    "judge_live",
+    "metric_for",
+]
 
 _FIELDS = (("minute", 0, 59), ("hour", 0, 23), ("day", 1, 31), ("month", 1, 12), ("weekday", 0, 6))
 #: How far back a cron schedule looks for a missed time (a server down for a week runs it once).
@@ -87,8 +96,16 @@ def _field(text: str, name: str, low: int, high: int) -> frozenset[int]:
     return frozenset(values)
 
 
-def is_due(now: float, last_run: float, *, every_s: float | None = None, cron: str = "",
-           min_new_windows: int | None = None, labelled_now: int = 0, labelled_then: int = 0) -> bool:
+def is_due(
+    now: float,
+    last_run: float,
+    *,
+    every_s: float | None = None,
+    cron: str = "",
+    min_new_windows: int | None = None,
+    labelled_now: int = 0,
+    labelled_then: int = 0,
+) -> bool:
     """Whether a schedule runs now: ``every_s`` seconds have passed since ``last_run``, a cron
     time fell in (``last_run``, ``now``], or ``min_new_windows`` labelled windows were added
     fleet-wide since (``labelled_now - labelled_then``). Any trigger that is set suffices.
@@ -139,8 +156,9 @@ class Verdict:
     reason: str
 
 
-def judge(metric: str, higher_is_better: bool, candidate: float | None, baseline: float | None,
-          threshold: float) -> Verdict:
+def judge(
+    metric: str, higher_is_better: bool, candidate: float | None, baseline: float | None, threshold: float
+) -> Verdict:
     """Promote unless the candidate's validation ``metric`` is worse than the baseline's by more
     than ``threshold``. Without a baseline (the first version) it is promoted; without a score for
     the candidate (no held-out windows) it is not -- nothing shows that it does not regress.
@@ -154,15 +172,18 @@ def judge(metric: str, higher_is_better: bool, candidate: float | None, baseline
     'accuracy 0.8 vs baseline 0.84: regressed by 0.04 > 0.02'
     """
     if candidate is None or not math.isfinite(candidate):
-        return Verdict(metric, candidate, baseline, threshold, None, False,
-                       f"the candidate has no federated validation {metric}")
+        return Verdict(
+            metric, candidate, baseline, threshold, None, False, f"the candidate has no federated validation {metric}"
+        )
     if baseline is None or not math.isfinite(baseline):
         return Verdict(metric, candidate, baseline, threshold, None, True, "no baseline to compare with")
     regression = (baseline - candidate) if higher_is_better else (candidate - baseline)
     promote = regression <= threshold
-    reason = (f"{metric} {candidate:.4g} vs baseline {baseline:.4g}: "
-              f"{'regressed' if regression > 0 else 'improved'} by {abs(regression):.4g}"
-              f"{' > ' if not promote else ' <= ' if regression > 0 else ', threshold '}{threshold:g}")
+    reason = (
+        f"{metric} {candidate:.4g} vs baseline {baseline:.4g}: "
+        f"{'regressed' if regression > 0 else 'improved'} by {abs(regression):.4g}"
+        f"{' > ' if not promote else ' <= ' if regression > 0 else ', threshold '}{threshold:g}"
+    )
     return Verdict(metric, candidate, baseline, threshold, regression, promote, reason)
 
 
@@ -177,7 +198,7 @@ def canary_of(gateways: list[str], share: float) -> list[str]:
     if not 0 < share <= 1:
         raise ValueError(f"canary_share must lie in (0, 1], got {share}")
     ordered = sorted(gateways)
-    return ordered[:max(1, math.ceil(share * len(ordered)))] if ordered else []
+    return ordered[: max(1, math.ceil(share * len(ordered)))] if ordered else []
 
 
 @dataclass(frozen=True)
@@ -236,8 +257,12 @@ class CanaryCheck:
 
     def to_json(self) -> dict[str, Any]:
         """The record's JSON: the rule's numbers, and only the outcome fields that apply."""
-        data: dict[str, Any] = {"metric": self.metric, "windows": self.windows, "observe_s": self.observe_s,
-                                "max_drop": self.max_drop}
+        data: dict[str, Any] = {
+            "metric": self.metric,
+            "windows": self.windows,
+            "observe_s": self.observe_s,
+            "max_drop": self.max_drop,
+        }
         if self.observed_s is not None:
             data["observed_s"] = self.observed_s
         if self.gateways:
@@ -246,8 +271,7 @@ class CanaryCheck:
         return data
 
 
-def judge_live(gateway: str, before: ArrayLike, after: ArrayLike, *, min_windows: int,
-               max_drop: float) -> LiveCheck:
+def judge_live(gateway: str, before: ArrayLike, after: ArrayLike, *, min_windows: int, max_drop: float) -> LiveCheck:
     """Halt unless the canary ``gateway`` reported at least ``min_windows`` live predictions of
     the candidate (``after``: their confidences, the predicted class's probability, oldest
     first) and the mean confidence of the first ``min_windows`` of them is at most ``max_drop``
@@ -274,17 +298,38 @@ def judge_live(gateway: str, before: ArrayLike, after: ArrayLike, *, min_windows
     before, after = np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64)
     mean_before = float(before[-min_windows:].mean()) if before.size >= min_windows else None
     if after.size < min_windows:
-        return LiveCheck(gateway, int(after.size), mean_before, None, None, True,
-                         f"{gateway}: {after.size} live prediction{'s' if after.size != 1 else ''} of the candidate, "
-                         f"fewer than the {min_windows} the check needs")
+        return LiveCheck(
+            gateway,
+            int(after.size),
+            mean_before,
+            None,
+            None,
+            True,
+            f"{gateway}: {after.size} live prediction{'s' if after.size != 1 else ''} of the candidate, "
+            f"fewer than the {min_windows} the check needs",
+        )
     mean_after = float(after[:min_windows].mean())
     if mean_before is None:
-        return LiveCheck(gateway, min_windows, None, mean_after, None, False,
-                         f"{gateway}: live mean confidence {mean_after:.3g} over {min_windows} windows; no live "
-                         f"baseline ({before.size} predictions of the version before)")
+        return LiveCheck(
+            gateway,
+            min_windows,
+            None,
+            mean_after,
+            None,
+            False,
+            f"{gateway}: live mean confidence {mean_after:.3g} over {min_windows} windows; no live "
+            f"baseline ({before.size} predictions of the version before)",
+        )
     drop = mean_before - mean_after
     halt = drop > max_drop
-    return LiveCheck(gateway, min_windows, mean_before, mean_after, drop, halt,
-                     f"{gateway}: live mean confidence {mean_after:.3g} over {min_windows} windows vs "
-                     f"{mean_before:.3g} before: {'dropped' if drop > 0 else 'rose'} by {abs(drop):.3g}"
-                     f"{' > ' if halt else ' <= ' if drop > 0 else ', limit '}{max_drop:g}")
+    return LiveCheck(
+        gateway,
+        min_windows,
+        mean_before,
+        mean_after,
+        drop,
+        halt,
+        f"{gateway}: live mean confidence {mean_after:.3g} over {min_windows} windows vs "
+        f"{mean_before:.3g} before: {'dropped' if drop > 0 else 'rose'} by {abs(drop):.3g}"
+        f"{' > ' if halt else ' <= ' if drop > 0 else ', limit '}{max_drop:g}",
+    )

@@ -87,8 +87,18 @@ from .policy import CanaryCheck, LiveCheck, canary_of, is_due, judge, judge_live
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ALGORITHMS", "FLEET_ALGORITHMS", "STALE_AFTER_S", "FleetTracker", "JobRequest", "JobRunner", "LiveMonitor",
-           "Scheduler", "build_algorithm", "planned_privacy"]
+__all__ = [
+    "ALGORITHMS",
+    "FLEET_ALGORITHMS",
+    "STALE_AFTER_S",
+    "FleetTracker",
+    "JobRequest",
+    "JobRunner",
+    "LiveMonitor",
+    "Scheduler",
+    "build_algorithm",
+    "planned_privacy",
+]
 
 
 #: The API's choices (every row of the algorithm table).
@@ -101,8 +111,14 @@ FLEET_ALGORITHMS = tuple(a.name for a in ALGORITHM_TABLE if not a.personal)
 _NOT_CONFIGURABLE = {"init_model", "edges", "feature_set_version", "resume_state"}
 
 
-def build_algorithm(name: str, config: dict[str, Any], *, init_model: TreeEnsemble | None = None,
-                    feature_set: str = "", resume_state: bytes | None = None):
+def build_algorithm(
+    name: str,
+    config: dict[str, Any],
+    *,
+    init_model: TreeEnsemble | None = None,
+    feature_set: str = "",
+    resume_state: bytes | None = None,
+):
     """The configured server half of ``name`` (continuing from ``resume_state``, see
     ``AlgorithmRow.resumes_itself``); a ``ValueError`` names a bad parameter."""
     row = algorithm_row(name)
@@ -172,9 +188,16 @@ class FleetTracker:
     not the status's own; a status the tracker cannot read is counted in ``faults``.
     """
 
-    def __init__(self, transport: Transport, layout: TopicLayout, registry: Registry, *,
-                 window_rate: float = MAX_WINDOWS_PER_S, stale_after_s: float = STALE_AFTER_S,
-                 new_gateway_windows: int = NEW_GATEWAY_WINDOWS) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        layout: TopicLayout,
+        registry: Registry,
+        *,
+        window_rate: float = MAX_WINDOWS_PER_S,
+        stale_after_s: float = STALE_AFTER_S,
+        new_gateway_windows: int = NEW_GATEWAY_WINDOWS,
+    ) -> None:
         self._layout, self._registry, self._rate = layout, registry, window_rate
         self._first_credit = new_gateway_windows
         self.stale_after_s = stale_after_s
@@ -225,9 +248,14 @@ class FleetTracker:
             new, self._stale = sorted(stale - self._stale), stale
             ages = {g: self.silent_s(self.rows[g], now) for g in new}
         for gateway in new:
-            log.warning("gateway %s went stale: online, but no status for %.0f s (expected at least every %.0f s); "
-                        "its counts may be out of date", gateway, ages[gateway], self.stale_after_s,
-                        extra={"gateway": gateway})
+            log.warning(
+                "gateway %s went stale: online, but no status for %.0f s (expected at least every %.0f s); "
+                "its counts may be out of date",
+                gateway,
+                ages[gateway],
+                self.stale_after_s,
+                extra={"gateway": gateway},
+            )
         return sorted(stale)
 
     def _on_status(self, topic: str, message) -> None:
@@ -245,8 +273,14 @@ class FleetTracker:
         row = rows[0]
         with self._changed:
             if row.windows is not None and row.labelled is not None:
-                credit = credit_counts(self._credit.get(row.gateway), row.windows, row.labelled, time.monotonic(),
-                                       self._rate, self._first_credit)
+                credit = credit_counts(
+                    self._credit.get(row.gateway),
+                    row.windows,
+                    row.labelled,
+                    time.monotonic(),
+                    self._rate,
+                    self._first_credit,
+                )
                 self._credit[row.gateway] = credit
                 row = replace(row, windows=credit.windows, labelled=credit.labelled)
             self.rows[row.gateway] = row
@@ -255,8 +289,12 @@ class FleetTracker:
             self._stale.discard(row.gateway)
             self._changed.notify_all()
         if back:
-            log.info("gateway %s reports again (%s)", row.gateway, "online" if row.online else "offline",
-                     extra={"gateway": row.gateway})
+            log.info(
+                "gateway %s reports again (%s)",
+                row.gateway,
+                "online" if row.online else "offline",
+                extra={"gateway": row.gateway},
+            )
         try:
             self._registry.save_gateways([row])
         except Exception:  # the registry may be briefly unavailable; memory stays right
@@ -283,8 +321,9 @@ class FleetTracker:
 
     def wait_online(self, gateways: list[str], timeout_s: float) -> bool:
         with self._changed:
-            return self._changed.wait_for(lambda: all(g in self.rows and self.rows[g].online for g in gateways),
-                                          timeout_s)
+            return self._changed.wait_for(
+                lambda: all(g in self.rows and self.rows[g].online for g in gateways), timeout_s
+            )
 
 
 #: Live confidences kept per gateway and model version: the most a canary check may ask for.
@@ -374,10 +413,19 @@ class AttemptPlan:
 class JobRunner:
     """Runs queued jobs one after another on a thread of its own (see the module docstring)."""
 
-    def __init__(self, registry: Registry, engine: RoundEngine, tracker: FleetTracker, *,
-                 settings: JobSettings, signing_key=None, presence_wait_s: float = 30.0,
-                 live: LiveMonitor | None = None, privacy_cap: PrivacyCap = PrivacyCap(),
-                 local_baseline: bool = True) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        engine: RoundEngine,
+        tracker: FleetTracker,
+        *,
+        settings: JobSettings,
+        signing_key=None,
+        presence_wait_s: float = 30.0,
+        live: LiveMonitor | None = None,
+        privacy_cap: PrivacyCap = PrivacyCap(),
+        local_baseline: bool = True,
+    ) -> None:
         self.registry, self.engine, self.tracker, self.live = registry, engine, tracker, live
         self.privacy_cap, self.local_baseline = privacy_cap, local_baseline
         self._submitting = threading.Lock()  # a submission's privacy check and its queueing, one at a time
@@ -421,10 +469,16 @@ class JobRunner:
         with self._submitting:
             if plan is not None:
                 self.check_privacy(PlannedJob(rules.clients, rules.since_us, rules.until_us, *plan))
-            record = self.registry.add_job(job_id, request.algorithm, request.config, model_id=request.model_id,
-                                           total=algorithm_row(request.algorithm).total_steps(algorithm),
-                                           rules=rules,
-                                           init_model=request.init_model, schedule_id=schedule_id)
+            record = self.registry.add_job(
+                job_id,
+                request.algorithm,
+                request.config,
+                model_id=request.model_id,
+                total=algorithm_row(request.algorithm).total_steps(algorithm),
+                rules=rules,
+                init_model=request.init_model,
+                schedule_id=schedule_id,
+            )
         self._queue.put(job_id)
         return record
 
@@ -438,8 +492,20 @@ class JobRunner:
             plan = planned_privacy(build_algorithm(job.algorithm, job.config))
             if plan is not None and job.job_id not in entered:
                 clients = job.rules.clients or tuple(self._known_gateways())
-                out.append(LedgerEntry(job.job_id, 0, clients, job.rules.since_us, job.rules.until_us,
-                                       PlannedJob(None, None, None, *plan).rho, 0.0, plan[1], plan[0], "running"))
+                out.append(
+                    LedgerEntry(
+                        job.job_id,
+                        0,
+                        clients,
+                        job.rules.since_us,
+                        job.rules.until_us,
+                        PlannedJob(None, None, None, *plan).rho,
+                        0.0,
+                        plan[1],
+                        plan[0],
+                        "running",
+                    )
+                )
         return out
 
     def _known_gateways(self) -> list[str]:
@@ -456,8 +522,9 @@ class JobRunner:
     def privacy_budgets(self, *, segments: bool = True) -> list[GatewayBudget]:
         """Per gateway (known or in the ledger) its most-used window and what is left there."""
         cap = self.privacy_cap
-        return budget_of(self.registry.privacy_ledger(), self._known_gateways(), cap.epsilon, cap.delta,
-                         segments=segments)
+        return budget_of(
+            self.registry.privacy_ledger(), self._known_gateways(), cap.epsilon, cap.delta, segments=segments
+        )
 
     def _enter_privacy(self, job: JobRecord, attempt: int, clients: list[str]) -> None:
         """For a private job: settle an earlier attempt a stopped server left running (with its
@@ -470,32 +537,66 @@ class JobRunner:
         planned = PlannedJob(tuple(clients), since, until, *plan)
         with self._submitting:
             self.check_privacy(planned, job_id=job.job_id)
-            self.registry.add_privacy(LedgerEntry(job.job_id, attempt, tuple(clients), since, until, planned.rho, 0.0,
-                                                  plan[1], plan[0], "running", created=time.time()))
-        log.info("privacy ledger: job %s attempt %d entered (plan: epsilon %g at delta %g on %s)", job.job_id, attempt,
-                 plan[0], plan[1], ", ".join(clients), extra={"job": job.job_id})
+            self.registry.add_privacy(
+                LedgerEntry(
+                    job.job_id,
+                    attempt,
+                    tuple(clients),
+                    since,
+                    until,
+                    planned.rho,
+                    0.0,
+                    plan[1],
+                    plan[0],
+                    "running",
+                    created=time.time(),
+                )
+            )
+        log.info(
+            "privacy ledger: job %s attempt %d entered (plan: epsilon %g at delta %g on %s)",
+            job.job_id,
+            attempt,
+            plan[0],
+            plan[1],
+            ", ".join(clients),
+            extra={"job": job.job_id},
+        )
 
-    def _settle_privacy(self, job: JobRecord, *, model: TreeEnsemble | None = None, label: str = "",
-                        gateways: list[str] | None = None) -> None:
+    def _settle_privacy(
+        self, job: JobRecord, *, model: TreeEnsemble | None = None, label: str = "", gateways: list[str] | None = None
+    ) -> None:
         """Settle ``job``'s running entry: on its participants' windows up to now (or its range's
         end), with what ``model``'s metadata says it spent, else with its plan."""
         until = job.rules.until
         for entry in self.registry.privacy_ledger(job.job_id):
             if entry.basis != "running":
                 continue
-            values: dict[str, Any] = {"until_us": micros(until if until is not None else time.time()),
-                                      "basis": "planned"}
+            values: dict[str, Any] = {
+                "until_us": micros(until if until is not None else time.time()),
+                "basis": "planned",
+            }
             if gateways:
                 values["gateways"] = gateways
             meta = model.metadata if model is not None else {}
             if "dp_rho" in meta:
-                values.update(rho=float(meta["dp_rho"]), xi=float(meta.get("dp_xi", 0.0)),
-                              delta=float(meta["dp_delta"]), epsilon=float(meta["dp_epsilon"]), basis="spent",
-                              model=label)
+                values.update(
+                    rho=float(meta["dp_rho"]),
+                    xi=float(meta.get("dp_xi", 0.0)),
+                    delta=float(meta["dp_delta"]),
+                    epsilon=float(meta["dp_epsilon"]),
+                    basis="spent",
+                    model=label,
+                )
             self.registry.settle_privacy(job.job_id, entry.attempt, **values)
-            log.info("privacy ledger: job %s attempt %d settled (%s, epsilon %.4g at delta %g)", job.job_id,
-                     entry.attempt, values["basis"], values.get("epsilon", entry.epsilon),
-                     values.get("delta", entry.delta), extra={"job": job.job_id})
+            log.info(
+                "privacy ledger: job %s attempt %d settled (%s, epsilon %.4g at delta %g)",
+                job.job_id,
+                entry.attempt,
+                values["basis"],
+                values.get("epsilon", entry.epsilon),
+                values.get("delta", entry.delta),
+                extra={"job": job.job_id},
+            )
 
     def cancel(self, job_id: str) -> JobRecord:
         job = self.registry.job(job_id)
@@ -544,9 +645,11 @@ class JobRunner:
             candidates = self.tracker.online()
         eligible = [g for g in candidates if self.tracker.labelled(g) >= rules.min_labelled]
         if len(eligible) < rules.min_gateways:
-            raise TrainingError(f"{len(eligible)} gateways online with at least {rules.min_labelled} "
-                                f"labelled windows ({', '.join(eligible) or 'none'}); the job needs "
-                                f"{rules.min_gateways}")
+            raise TrainingError(
+                f"{len(eligible)} gateways online with at least {rules.min_labelled} "
+                f"labelled windows ({', '.join(eligible) or 'none'}); the job needs "
+                f"{rules.min_gateways}"
+            )
         return sorted(eligible)
 
     def _run(self, job_id: str) -> None:
@@ -587,8 +690,9 @@ class JobRunner:
         finished = own_state is None and base > 0 and base >= job.total
         if base and own_state is None and not finished:
             config["n_rounds"] = job.total - base
-        return AttemptPlan(job.attempt + 1, base, 0 if own_state is not None else base, finished, init, config,
-                           own_state)
+        return AttemptPlan(
+            job.attempt + 1, base, 0 if own_state is not None else base, finished, init, config, own_state
+        )
 
     def _traffic(self) -> tuple[int, int] | None:
         stats = getattr(getattr(self.engine, "transport", None), "stats", None)
@@ -615,14 +719,24 @@ class JobRunner:
         try:
             clients = self._start_attempt(job, plan)
             choice = self._survey(job, plan, clients)
-            fed = FederatedJob(self.engine, choice.clients, job_id=plan.protocol_id(job_id), settings=self.settings,
-                               stop=self._stop,
-                               on_step=lambda p, c: self._round_done(job_id, plan.offset, job.total, p, c))
+            fed = FederatedJob(
+                self.engine,
+                choice.clients,
+                job_id=plan.protocol_id(job_id),
+                settings=self.settings,
+                stop=self._stop,
+                on_step=lambda p, c: self._round_done(job_id, plan.offset, job.total, p, c),
+            )
             if plan.finished:
                 model = plan.init
             else:
-                algorithm = build_algorithm(job.algorithm, plan.config, init_model=plan.init,
-                                            feature_set=choice.version, resume_state=plan.own_state)
+                algorithm = build_algorithm(
+                    job.algorithm,
+                    plan.config,
+                    init_model=plan.init,
+                    feature_set=choice.version,
+                    resume_state=plan.own_state,
+                )
                 model = algorithm.fit(fed, seed=job.rules.seed)
             if self._stop.is_set() and fed.stopped is not None:
                 if job_id in self._cancelled:
@@ -651,42 +765,79 @@ class JobRunner:
         self.registry.update_job(job_id, state="running", attempt=attempt, participants=clients, history=history)
         if attempt > 1 or base:
             # a warning: shown at the CLI's default level (a stopped or killed server left it running)
-            log.warning("job %s resumed (attempt %d) from step %d of %d%s on %s", job_id, attempt, base, job.total,
-                        " (every step was stored: registering its model)" if plan.finished else
-                        f": steps {base + 1} to {job.total} follow" if base else ": no step was stored, starting over",
-                        ", ".join(clients), extra={"job": job_id, "attempt": attempt, "from_round": base})
+            log.warning(
+                "job %s resumed (attempt %d) from step %d of %d%s on %s",
+                job_id,
+                attempt,
+                base,
+                job.total,
+                " (every step was stored: registering its model)"
+                if plan.finished
+                else f": steps {base + 1} to {job.total} follow"
+                if base
+                else ": no step was stored, starting over",
+                ", ".join(clients),
+                extra={"job": job_id, "attempt": attempt, "from_round": base},
+            )
         else:
-            log.info("job %s started: %s, %d steps, on %s", job_id, job.algorithm, job.total, ", ".join(clients),
-                     extra={"job": job_id, "attempt": attempt, "from_round": base, "clients": clients})
+            log.info(
+                "job %s started: %s, %d steps, on %s",
+                job_id,
+                job.algorithm,
+                job.total,
+                ", ".join(clients),
+                extra={"job": job_id, "attempt": attempt, "from_round": base, "clients": clients},
+            )
         return clients
 
     def _survey(self, job: JobRecord, plan: AttemptPlan, clients: list[str]) -> FeatureSetChoice:
         """The feature-set survey of ``clients`` under the job's rules; raises ``TrainingError`` when
         too few can train (or a resumed job's participants or feature set changed)."""
         window = time_range(job.rules)
-        choice = survey_feature_sets(self.engine, plan.protocol_id(job.job_id), clients, job.feature_set,
-                                     deadline_s=self.settings.deadline_s, time_range=window,
-                                     min_labelled=job.rules.min_labelled if window else 0,
-                                     algorithm=build_algorithm(job.algorithm, plan.config))
+        choice = survey_feature_sets(
+            self.engine,
+            plan.protocol_id(job.job_id),
+            clients,
+            job.feature_set,
+            deadline_s=self.settings.deadline_s,
+            time_range=window,
+            min_labelled=job.rules.min_labelled if window else 0,
+            algorithm=build_algorithm(job.algorithm, plan.config),
+        )
         if job.feature_set and choice.version != job.feature_set:
             raise TrainingError(f"the participants no longer hold feature set {job.feature_set}")
         if job.participants and list(choice.clients) != list(job.participants):
-            raise TrainingError(f"resuming needs the job's participants {job.participants}; of them "
-                                f"{list(choice.clients)} answered ({choice.left_out})")
+            raise TrainingError(
+                f"resuming needs the job's participants {job.participants}; of them "
+                f"{list(choice.clients)} answered ({choice.left_out})"
+            )
         if len(choice.clients) < job.rules.min_gateways:
             why = "; ".join(f"{c}: {reason}" for c, reason in choice.left_out.items())
-            raise TrainingError(f"{len(choice.clients)} gateways can train ({', '.join(choice.clients)}); the job "
-                                f"needs {job.rules.min_gateways}; left out: {why}")
+            raise TrainingError(
+                f"{len(choice.clients)} gateways can train ({', '.join(choice.clients)}); the job "
+                f"needs {job.rules.min_gateways}; left out: {why}"
+            )
         for gateway, why in sorted(choice.left_out.items()):
-            log.warning("job %s: gateway %s left out by the survey: %s", job.job_id, gateway, why,
-                        extra={"job": job.job_id, "gateway": gateway})
-        log.info("job %s: %d of %d gateways train on feature set %s (%s)", job.job_id, len(choice.clients),
-                 len(clients), choice.version, ", ".join(choice.clients), extra={"job": job.job_id})
+            log.warning(
+                "job %s: gateway %s left out by the survey: %s",
+                job.job_id,
+                gateway,
+                why,
+                extra={"job": job.job_id, "gateway": gateway},
+            )
+        log.info(
+            "job %s: %d of %d gateways train on feature set %s (%s)",
+            job.job_id,
+            len(choice.clients),
+            len(clients),
+            choice.version,
+            ", ".join(choice.clients),
+            extra={"job": job.job_id},
+        )
         self.registry.update_job(job.job_id, participants=list(choice.clients), feature_set=choice.version)
         return choice
 
-    def _round_done(self, job_id: str, offset: int, total: int, p: StepProgress,
-                    checkpoint: Checkpoint | None) -> None:
+    def _round_done(self, job_id: str, offset: int, total: int, p: StepProgress, checkpoint: Checkpoint | None) -> None:
         """Store step ``offset + p.step`` with its checkpoint. A step at or before the stored ones
         comes from an algorithm that could not use its stored state and started over: it
         replaces them (the registry otherwise refuses a step twice)."""
@@ -694,8 +845,9 @@ class JobRunner:
         if step <= self.registry.job(job_id).completed:
             self.registry.discard_rounds_after(job_id, step - 1)
         state = checkpoint.resume_state() if checkpoint is not None else None
-        self.registry.complete_round(job_id, step, max(total, offset + p.total), p.selected, p.answered,
-                                     dict(p.metrics), p.elapsed_s, state)
+        self.registry.complete_round(
+            job_id, step, max(total, offset + p.total), p.selected, p.answered, dict(p.metrics), p.elapsed_s, state
+        )
 
     def _finish(self, job: JobRecord, model: TreeEnsemble | dict[str, TreeEnsemble], fed: FederatedJob) -> None:
         if isinstance(model, dict):
@@ -734,8 +886,9 @@ class JobRunner:
             else:
                 skipped[gateway] = evaluation.get("skipped") or evaluation.get("failed", "")
         evaluation = {"models": labels, "per_client": per_client, **({"skipped": skipped} if skipped else {})}
-        self.registry.update_job(job.job_id, result=", ".join(labels.values()), evaluation=evaluation,
-                                 state="completed")
+        self.registry.update_job(
+            job.job_id, result=", ".join(labels.values()), evaluation=evaluation, state="completed"
+        )
         log.info("job completed", extra={"job": job.job_id, "models": list(labels.values())})
 
     def _evaluate(self, fed: FederatedJob, model: TreeEnsemble, clients: list[str] | None = None) -> dict:
@@ -747,9 +900,13 @@ class JobRunner:
             return {"skipped": str(exc)}
         except (TrainingError, QuorumNotReached) as exc:
             return {"failed": str(exc)}
-        return {"metrics": _finite(result.metrics), "per_client": {c: _finite(m) for c, m in result.per_client.items()},
-                "confusion": None if result.confusion is None else result.confusion.astype(int).tolist(),
-                "classes": [str(c) for c in model.classes], "left_out": result.left_out}
+        return {
+            "metrics": _finite(result.metrics),
+            "per_client": {c: _finite(m) for c, m in result.per_client.items()},
+            "confusion": None if result.confusion is None else result.confusion.astype(int).tolist(),
+            "classes": [str(c) for c in model.classes],
+            "left_out": result.left_out,
+        }
 
     def _local_only(self, job: JobRecord, fed: FederatedJob, model: TreeEnsemble) -> dict[str, Any]:
         """The local-only baseline beside a model's evaluation (``evaluate_local_only``), as JSON:
@@ -759,8 +916,10 @@ class JobRunner:
         except (TrainingError, QuorumNotReached, ValueError) as exc:
             log.warning("job %s: local-only baseline not measured: %s", job.job_id, exc, extra={"job": job.job_id})
             return {"local_only_failed": str(exc)}
-        return {"local_only": _finite(result.metrics),
-                "local_only_per_client": {c: _finite(m) for c, m in result.per_client.items()}}
+        return {
+            "local_only": _finite(result.metrics),
+            "local_only_per_client": {c: _finite(m) for c, m in result.per_client.items()},
+        }
 
     # -- promotion and staged rollout --------------------------------------------------------
 
@@ -770,8 +929,15 @@ class JobRunner:
         versions = [running[g].version for g in gateways if g in running and running[g].model_id == model_id]
         return max(set(versions), key=versions.count) if versions else None
 
-    def _promote(self, job: JobRecord, version: int, model: TreeEnsemble, fed: FederatedJob, evaluation: dict,
-                 schedule: ScheduleRecord) -> None:
+    def _promote(
+        self,
+        job: JobRecord,
+        version: int,
+        model: TreeEnsemble,
+        fed: FederatedJob,
+        evaluation: dict,
+        schedule: ScheduleRecord,
+    ) -> None:
         metric, higher = metric_for(model.is_classifier)
         baseline = self.baseline_version(job.model_id, list(fed.clients))
         baseline_score = None
@@ -779,20 +945,36 @@ class JobRunner:
             scored = self._evaluate(fed, self.registry.model(job.model_id, baseline)[1])
             baseline_score = scored.get("metrics", {}).get(metric)
         verdict = judge(metric, higher, evaluation.get("metrics", {}).get(metric), baseline_score, schedule.threshold)
-        numbers = dict(job_id=job.job_id, model_id=job.model_id, candidate=version, baseline=baseline, metric=metric,
-                       candidate_value=verdict.candidate, baseline_value=verdict.baseline,
-                       threshold=schedule.threshold)
+        numbers = dict(
+            job_id=job.job_id,
+            model_id=job.model_id,
+            candidate=version,
+            baseline=baseline,
+            metric=metric,
+            candidate_value=verdict.candidate,
+            baseline_value=verdict.baseline,
+            threshold=schedule.threshold,
+        )
         if not verdict.promote:
             self.registry.add_promotion(**numbers, decision="rejected", detail=verdict.reason)
             return
         if self.signing_key is None:
-            self.registry.add_promotion(**numbers, decision="promoted",
-                                        detail=f"{verdict.reason}; not deployed: the server has no signing key")
+            self.registry.add_promotion(
+                **numbers, decision="promoted", detail=f"{verdict.reason}; not deployed: the server has no signing key"
+            )
             return
         self._roll_out(job, version, model, fed, numbers, verdict.reason, schedule)
 
-    def _roll_out(self, job: JobRecord, version: int, model: TreeEnsemble, fed: FederatedJob, numbers: dict,
-                  reason: str, schedule: ScheduleRecord) -> None:
+    def _roll_out(
+        self,
+        job: JobRecord,
+        version: int,
+        model: TreeEnsemble,
+        fed: FederatedJob,
+        numbers: dict,
+        reason: str,
+        schedule: ScheduleRecord,
+    ) -> None:
         from ..deployment import deploy, rollback
 
         gateways = list(fed.clients)
@@ -802,8 +984,15 @@ class JobRunner:
         label = f"{job.model_id}:v{version}"
         if self.live is not None:
             self.live.forget(canary, label)
-        first = deploy(self.engine, self.registry, self.signing_key, job.model_id, version, canary,
-                       deadline_s=self.settings.deadline_s)
+        first = deploy(
+            self.engine,
+            self.registry,
+            self.signing_key,
+            job.model_id,
+            version,
+            canary,
+            deadline_s=self.settings.deadline_s,
+        )
         halt = f"canary refused it: {first.rejected}" if first.rejected else ""
         if not halt and numbers["baseline"] is not None:
             metric, higher = metric_for(model.is_classifier)
@@ -818,21 +1007,38 @@ class JobRunner:
             halt = live.halted()
         recorded = live.to_json() if live is not None else {}
         if halt:
-            rollback(self.engine, self.registry, self.signing_key, first.active, reason="canary regression",
-                     deadline_s=self.settings.deadline_s)
+            rollback(
+                self.engine,
+                self.registry,
+                self.signing_key,
+                first.active,
+                reason="canary regression",
+                deadline_s=self.settings.deadline_s,
+            )
             self.registry.add_promotion(**numbers, decision="halted", detail=f"{reason}; {halt}", canary=recorded)
             return
         rest = [g for g in gateways if g not in canary]
         if rest:
-            deploy(self.engine, self.registry, self.signing_key, job.model_id, version, rest,
-                   deadline_s=self.settings.deadline_s)
+            deploy(
+                self.engine,
+                self.registry,
+                self.signing_key,
+                job.model_id,
+                version,
+                rest,
+                deadline_s=self.settings.deadline_s,
+            )
         passed = live.passed() if live is not None else ""
-        self.registry.add_promotion(**numbers, decision="rolled-out", canary=recorded,
-                                    detail=f"{reason}{passed}; canary {', '.join(canary)} then "
-                                           f"{', '.join(rest) or 'none'}")
+        self.registry.add_promotion(
+            **numbers,
+            decision="rolled-out",
+            canary=recorded,
+            detail=f"{reason}{passed}; canary {', '.join(canary)} then {', '.join(rest) or 'none'}",
+        )
 
-    def _watch_canary(self, canary: list[str], label: str, previous: dict[str, str], model: TreeEnsemble,
-                      schedule: ScheduleRecord) -> CanaryCheck:
+    def _watch_canary(
+        self, canary: list[str], label: str, previous: dict[str, str], model: TreeEnsemble, schedule: ScheduleRecord
+    ) -> CanaryCheck:
         """The canary's live check (module docstring): per canary gateway its ``LiveCheck``."""
         rule = CanaryCheck(schedule.canary_windows, schedule.canary_observe_s, schedule.canary_max_drop)
         if not model.is_classifier:  # a regressor's live predictions carry no confidence
@@ -843,13 +1049,21 @@ class JobRunner:
         self.live.wait(canary, label, schedule.canary_windows, schedule.canary_observe_s, self._stop)
         observed = round(time.monotonic() - started, 3)
         if self._stop.is_set():
-            return replace(rule, observed_s=observed,
-                           halt="the live observation was interrupted (server stopping or job cancelled)")
+            return replace(
+                rule,
+                observed_s=observed,
+                halt="the live observation was interrupted (server stopping or job cancelled)",
+            )
         checks: dict[str, LiveCheck] = {}
         for gateway in canary:
             before = self.live.confidences(gateway, previous[gateway]) if gateway in previous else np.zeros(0)
-            check = judge_live(gateway, before, self.live.confidences(gateway, label),
-                               min_windows=schedule.canary_windows, max_drop=schedule.canary_max_drop)
+            check = judge_live(
+                gateway,
+                before,
+                self.live.confidences(gateway, label),
+                min_windows=schedule.canary_windows,
+                max_drop=schedule.canary_max_drop,
+            )
             checks[gateway] = replace(check, before_model=previous.get(gateway))
         return replace(rule, observed_s=observed, gateways=checks)
 
@@ -911,13 +1125,23 @@ class Scheduler:
             if not schedule.enabled or schedule.schedule_id in busy:
                 continue
             last_run = self._last_run(schedule, now, monotonic)
-            if not is_due(now, last_run, every_s=schedule.every_s, cron=schedule.cron,
-                          min_new_windows=schedule.min_new_windows, labelled_now=labelled,
-                          labelled_then=schedule.last_windows):
+            if not is_due(
+                now,
+                last_run,
+                every_s=schedule.every_s,
+                cron=schedule.cron,
+                min_new_windows=schedule.min_new_windows,
+                labelled_now=labelled,
+                labelled_then=schedule.last_windows,
+            ):
                 continue
             if last_run > now:
-                log.warning("a schedule last ran at %s, after the clock's now (%s): the clock was set back; "
-                            "running it now", iso_utc(last_run), iso_utc(now), extra={"schedule": schedule.schedule_id})
+                log.warning(
+                    "a schedule last ran at %s, after the clock's now (%s): the clock was set back; running it now",
+                    iso_utc(last_run),
+                    iso_utc(now),
+                    extra={"schedule": schedule.schedule_id},
+                )
             try:
                 started.append(self._submit(schedule))
                 note = ""
@@ -941,8 +1165,11 @@ class Scheduler:
     def _note_clock_step(self, now: float, monotonic: float) -> None:
         offset = now - monotonic
         if self._offset is not None and abs(offset - self._offset) > self.CLOCK_STEP_S:
-            log.warning("the wall clock stepped by %+.0f s; schedules this server started keep their "
-                        "intervals on the monotonic clock", offset - self._offset)
+            log.warning(
+                "the wall clock stepped by %+.0f s; schedules this server started keep their "
+                "intervals on the monotonic clock",
+                offset - self._offset,
+            )
         self._offset = offset
 
     def _submit(self, schedule: ScheduleRecord) -> JobRecord:
@@ -956,8 +1183,12 @@ class Scheduler:
             if exc.fresh_since_us is None or request.rules.since is not None:
                 raise
             since = exc.fresh_since_us / 1e6
-            log.info("schedule %s: older windows have spent their privacy budget; training on the windows from %s "
-                     "on", schedule.schedule_id, iso_utc(since), extra={"schedule": schedule.schedule_id})
+            log.info(
+                "schedule %s: older windows have spent their privacy budget; training on the windows from %s on",
+                schedule.schedule_id,
+                iso_utc(since),
+                extra={"schedule": schedule.schedule_id},
+            )
             fresh = replace(request, rules=replace(request.rules, since=since))
             return self.runner.submit(fresh, schedule_id=schedule.schedule_id)
 

@@ -97,11 +97,21 @@ class WheelFedMessageTypes(SphinxDirective):
         for module in MESSAGE_MODULES:
             importlib.import_module(module)
         rows = sorted(registered_message_types().items(), key=lambda item: (item[1].__module__, item[0]))
-        lines = [".. list-table::", "   :header-rows: 1", "   :widths: 25 30 45", "",
-                 "   * - ``type``", "     - body", "     - module"]
+        lines = [
+            ".. list-table::",
+            "   :header-rows: 1",
+            "   :widths: 25 30 45",
+            "",
+            "   * - ``type``",
+            "     - body",
+            "     - module",
+        ]
         for name, cls in rows:
-            lines += [f"   * - ``{name}``", f"     - :py:class:`~{cls.__module__}.{cls.__qualname__}`",
-                      f"     - :py:mod:`{cls.__module__}`"]
+            lines += [
+                f"   * - ``{name}``",
+                f"     - :py:class:`~{cls.__module__}.{cls.__qualname__}`",
+                f"     - :py:mod:`{cls.__module__}`",
+            ]
         return self.parse_text_to_nodes("\n".join(lines))
 
 
@@ -122,8 +132,15 @@ class WheelFedSettings(SphinxDirective):
 
         module_name, _, class_name = self.arguments[0].rpartition(".")
         cls = getattr(importlib.import_module(module_name), class_name)
-        lines = [".. list-table::", "   :header-rows: 1", "   :widths: 25 40 35", "",
-                 "   * - parameter", "     - type", "     - default"]
+        lines = [
+            ".. list-table::",
+            "   :header-rows: 1",
+            "   :widths: 25 40 35",
+            "",
+            "   * - parameter",
+            "     - type",
+            "     - default",
+        ]
         for field in dataclasses.fields(cls):
             if not field.init:
                 continue
@@ -154,8 +171,13 @@ def _check_coverage(app: Sphinx, env) -> None:  # noqa: ANN001
     while pending:
         package = pending.pop()
         if package not in documented:
-            logger.warning("API reference: package %s is on no page (add docs/api/%s.rst with "
-                           "'.. wheelfed-modules:: %s', or exclude it in conf.py)", package, package, package)
+            logger.warning(
+                "API reference: package %s is on no page (add docs/api/%s.rst with "
+                "'.. wheelfed-modules:: %s', or exclude it in conf.py)",
+                package,
+                package,
+                package,
+            )
             continue
         pending += package_modules(app, package)[1]
 
@@ -192,7 +214,7 @@ def _examples_in_module(app: Sphinx, what: str, name: str, obj: object, options:
             indent = line[: len(line) - len(line.lstrip())]
             block = []
             while i < len(lines) and lines[i].strip() and lines[i].startswith(indent):
-                block.append(lines[i][len(indent):])
+                block.append(lines[i][len(indent) :])
                 i += 1
             out += ["", f"{indent}.. doctest:: {group}", ""] + [f"{indent}   {b}" for b in block] + [""]
             continue
@@ -219,8 +241,9 @@ def site_link(app: Sphinx, target: str, written_in: Path, docname: str) -> str |
     if path.is_relative_to(srcdir):
         page = path
     else:
-        name = app.config.wheelfed_site_pages.get(path.relative_to(srcdir.parent).as_posix()
-                                                    if path.is_relative_to(srcdir.parent) else "")
+        name = app.config.wheelfed_site_pages.get(
+            path.relative_to(srcdir.parent).as_posix() if path.is_relative_to(srcdir.parent) else ""
+        )
         if name is None:
             return None
         page = srcdir / f"{name}.md"

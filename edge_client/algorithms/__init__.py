@@ -39,5 +39,11 @@ CLIENT_HALVES: tuple[type[ClientHalf], ...] = (
     VerticalForestClient,
 )
 
-__all__ = ["CLIENT_HALVES", "ClientHalf", "FedForestClient", "FedGATreeClient", "FedSCSXGBClient",
-           "VerticalForestClient"]
+__all__ = [
+    "CLIENT_HALVES",
+    "ClientHalf",
+    "FedForestClient",
+    "FedGATreeClient",
+    "FedSCSXGBClient",
+    "VerticalForestClient",
+]

@@ -72,8 +72,16 @@ log = logging.getLogger(__name__)
 
 MAX_JOBS = 4
 
-__all__ = ["FedForestClient", "bootstrap_weights", "cell_histograms", "class_histograms", "clipped_target",
-           "leaf_class_counts", "leaf_sums", "private_terms"]
+__all__ = [
+    "FedForestClient",
+    "bootstrap_weights",
+    "cell_histograms",
+    "class_histograms",
+    "clipped_target",
+    "leaf_class_counts",
+    "leaf_sums",
+    "private_terms",
+]
 
 
 def bootstrap_weights(seed: int, tree: int, client_index: int, n: int) -> np.ndarray:
@@ -83,8 +91,15 @@ def bootstrap_weights(seed: int, tree: int, client_index: int, n: int) -> np.nda
     return np.bincount(rng.integers(0, n, n), minlength=n).astype(np.float64)
 
 
-def class_histograms(X: np.ndarray, ids: np.ndarray, features: np.ndarray, edge_values: np.ndarray,
-                     edge_offsets: np.ndarray, n_classes: int, n_slots: int) -> np.ndarray:
+def class_histograms(
+    X: np.ndarray,
+    ids: np.ndarray,
+    features: np.ndarray,
+    edge_values: np.ndarray,
+    edge_offsets: np.ndarray,
+    n_classes: int,
+    n_slots: int,
+) -> np.ndarray:
     """Per feature ``features[i]`` and slot of its edges (``edge_values[edge_offsets[j]:
     edge_offsets[j+1]]``; slot ``b``: ``edges[b-1] <= x < edges[b]``, the last slot: missing) the
     number of windows of each class ``ids`` (int64, ``(features, n_slots, n_classes)``).
@@ -99,15 +114,22 @@ def class_histograms(X: np.ndarray, ids: np.ndarray, features: np.ndarray, edge_
     return cell_histograms(X, np.eye(n_classes, dtype=np.int64)[ids], features, edge_values, edge_offsets, n_slots)
 
 
-def cell_histograms(X: np.ndarray, terms: np.ndarray, features: np.ndarray, edge_values: np.ndarray,
-                    edge_offsets: np.ndarray, n_slots: int) -> np.ndarray:
+def cell_histograms(
+    X: np.ndarray,
+    terms: np.ndarray,
+    features: np.ndarray,
+    edge_values: np.ndarray,
+    edge_offsets: np.ndarray,
+    n_slots: int,
+) -> np.ndarray:
     """:func:`class_histograms` of any per-window integer ``terms`` ``(n, C)``: per feature and
     slot the sums of the terms of the windows there (int64, ``(features, n_slots, C)``)."""
     node = np.zeros(terms.shape[0], dtype=np.int64)
     out = np.zeros((features.shape[0], n_slots, terms.shape[1]), dtype=np.int64)
     for i, j in enumerate(features.tolist()):
-        out[i] = pair_histograms(X[:, j], node, terms, np.zeros(1, np.int64), 1,
-                                 edge_values[edge_offsets[j]:edge_offsets[j + 1]], n_slots)[0]
+        out[i] = pair_histograms(
+            X[:, j], node, terms, np.zeros(1, np.int64), 1, edge_values[edge_offsets[j] : edge_offsets[j + 1]], n_slots
+        )[0]
     return out
 
 
@@ -133,8 +155,9 @@ def private_terms(target: np.ndarray, body: PrivateForestHistogramRequest | Priv
         return np.eye(len(body.task.classes), dtype=np.int64)[target] * scale
     if not np.isfinite(target).all():
         raise RequestRejected("bad_data", "regression targets must be finite")
-    return np.stack([np.full(target.shape[0], scale, dtype=np.int64),
-                     clipped_target(target, body.target_clip, scale)], axis=1)
+    return np.stack(
+        [np.full(target.shape[0], scale, dtype=np.int64), clipped_target(target, body.target_clip, scale)], axis=1
+    )
 
 
 def leaf_class_counts(positions: np.ndarray, ids: np.ndarray, n_leaves: int, n_classes: int) -> np.ndarray:
@@ -194,8 +217,10 @@ class _ForestState:
     def apply(self, splits: SplitDecisions, first_level: int) -> None:
         """Replay the decisions of levels ``> applied_level``, level by level."""
         if first_level > self.applied_level + 1:
-            raise RequestRejected("resync", f"has applied splits up to level {self.applied_level}, the request "
-                                            f"starts at level {first_level}")
+            raise RequestRejected(
+                "resync",
+                f"has applied splits up to level {self.applied_level}, the request starts at level {first_level}",
+            )
         for level in np.unique(splits.level).tolist():
             if level <= self.applied_level:
                 continue
@@ -215,8 +240,7 @@ class _ForestState:
         trees, samples, row = trees[moving], samples[moving], row[moving]
         feature = s.feature[row]
         client = feature == d
-        x = np.where(client, float(self.task.client_index),
-                     self.X[samples, np.minimum(feature, d - 1)])
+        x = np.where(client, float(self.task.client_index), self.X[samples, np.minimum(feature, d - 1)])
         go_left = (x < s.threshold[row]) | (np.isnan(x) & s.nan_left[row])  # numeric: NaN the learnt way
         categorical = s.categorical[row].astype(bool)
         if categorical.any():
@@ -260,8 +284,13 @@ class _ForestState:
         if self.integer:
             body = np.rint(terms).astype(np.int64)
         else:
-            body = np.column_stack([np.rint(terms[:, 0]).astype(np.int64),
-                                    quantize(terms[:, 1], frac_bits, bound), quantize(terms[:, 2], frac_bits, bound)])
+            body = np.column_stack(
+                [
+                    np.rint(terms[:, 0]).astype(np.int64),
+                    quantize(terms[:, 1], frac_bits, bound),
+                    quantize(terms[:, 2], frac_bits, bound),
+                ]
+            )
         return np.column_stack([np.ones(w.shape[0], dtype=np.int64), body])
 
     def summaries(self, level: _Level) -> np.ndarray:
@@ -284,8 +313,13 @@ class FedForestClient:
 
     capability = "fedforest"
 
-    def __init__(self, data: TrainingData | JobSnapshots, secure: SecureAggregationClient | None = None, *,
-                 max_jobs: int = MAX_JOBS) -> None:
+    def __init__(
+        self,
+        data: TrainingData | JobSnapshots,
+        secure: SecureAggregationClient | None = None,
+        *,
+        max_jobs: int = MAX_JOBS,
+    ) -> None:
         #: One snapshot per job, shared with the participant's opening (a bare TrainingData gets its own).
         self.snapshots = data if isinstance(data, JobSnapshots) else JobSnapshots(data)
         #: Masks the private protocol's vectors (the participant's; a bare client answers plain
@@ -308,8 +342,9 @@ class FedForestClient:
         if state is None or state.task.seed != task.seed or state.task.client_index != task.client_index:
             data = self.snapshots.get(job, task.feature_set_version)
             if data.X.shape[1] != task.n_features:
-                raise RequestRejected("feature_mismatch", f"the job has {task.n_features} features, this client "
-                                                          f"{data.X.shape[1]}")
+                raise RequestRejected(
+                    "feature_mismatch", f"the job has {task.n_features} features, this client {data.X.shape[1]}"
+                )
             X = as_float32_values(data.X)  # the split rule: features compared as float32
             if task.task == "classification" and task.target == "label":
                 target = class_ids(data.y, task.classes)
@@ -334,8 +369,10 @@ class FedForestClient:
         first = int(splits.level.min()) if splits.level.size else body.level
         state.apply(splits, first)
         if state.applied_level < body.level - 1:
-            raise RequestRejected("resync", f"has applied splits up to level {state.applied_level}, level "
-                                            f"{body.level} needs every level before it")
+            raise RequestRejected(
+                "resync",
+                f"has applied splits up to level {state.applied_level}, level {body.level} needs every level before it",
+            )
         return state
 
     def on_histograms(self, message: Message) -> ForestHistogramReply:
@@ -355,8 +392,15 @@ class FedForestClient:
             where = np.flatnonzero(body.features == j)
             pair_of_node = np.full(level.n_nodes, -1, dtype=np.int64)
             pair_of_node[pair_node[where]] = np.arange(where.size)
-            out[where] = pair_histograms(state.X[level.rows, j], level.positions, terms, pair_of_node, where.size,
-                                         body.edge_values[o[j]:o[j + 1]], S)
+            out[where] = pair_histograms(
+                state.X[level.rows, j],
+                level.positions,
+                terms,
+                pair_of_node,
+                where.size,
+                body.edge_values[o[j] : o[j + 1]],
+                S,
+            )
         vector = with_noise(out.ravel(), body.noise)
         return ForestHistogramReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
@@ -365,8 +409,9 @@ class FedForestClient:
         scaled, plus this gateway's share of the noise, masked."""
         body: PrivateForestHistogramRequest = message.body
         state = self._state(message.envelope.job, body.task)
-        sums = cell_histograms(state.X, private_terms(state.target, body), body.features, body.edge_values,
-                               body.edge_offsets, body.slots)
+        sums = cell_histograms(
+            state.X, private_terms(state.target, body), body.features, body.edge_values, body.edge_offsets, body.slots
+        )
         return self._private_reply(message, sums.ravel(), body)
 
     def on_private_leaves(self, message: Message) -> ForestHistogramReply:
@@ -379,8 +424,9 @@ class FedForestClient:
         sums = leaf_sums(positions, private_terms(state.target[rows], body), body.leaf_tree.shape[0])
         return self._private_reply(message, sums.ravel(), body)
 
-    def _private_reply(self, message: Message, sums: np.ndarray,
-                       body: PrivateForestHistogramRequest | PrivateForestLeavesRequest) -> ForestHistogramReply:
+    def _private_reply(
+        self, message: Message, sums: np.ndarray, body: PrivateForestHistogramRequest | PrivateForestLeavesRequest
+    ) -> ForestHistogramReply:
         """``sums`` (lattice units) plus this gateway's share of the noise, masked."""
         vector = sums + skellam_share(sums.shape, body.noise.mu, body.noise.shares, self.noise_rng)
         return ForestHistogramReply(self.secure.protect(message, vector, body.secure, body.word_bits))
@@ -403,8 +449,7 @@ class FedForestClient:
             node_pos = pair_node[where]
             x = state.X[level.rows, j]
             if j in categorical:
-                sums = category_summaries(x, level.positions, level.weight, level.terms, node_pos,
-                                          body.n_categories)
+                sums = category_summaries(x, level.positions, level.weight, level.terms, node_pos, body.n_categories)
                 has = sums.sum(axis=(1, 2)) > 0
                 cat_pairs.append(where[has])
                 cat_sums.append(sums[has])
@@ -412,8 +457,9 @@ class FedForestClient:
             if not body.top_l:  # exact evaluation scores "NaN goes left" with these
                 nan = np.isnan(x)
                 if nan.any():
-                    sums = node_summaries(level.positions[nan], level.weight[nan], level.terms[nan],
-                                          level.n_nodes)[node_pos]
+                    sums = node_summaries(level.positions[nan], level.weight[nan], level.terms[nan], level.n_nodes)[
+                        node_pos
+                    ]
                     has = (sums.sum(axis=1) if state.integer else sums[:, 0]) > 0
                     missing_pairs.append(where[has])
                     missing_sums.append(sums[has])
@@ -459,13 +505,18 @@ class FedForestClient:
         )
 
     @staticmethod
-    def _local_best_gains(state: _ForestState, level: _Level, x: np.ndarray, node_pos: np.ndarray,
-                          points: np.ndarray, summaries: np.ndarray) -> np.ndarray:
+    def _local_best_gains(
+        state: _ForestState,
+        level: _Level,
+        x: np.ndarray,
+        node_pos: np.ndarray,
+        points: np.ndarray,
+        summaries: np.ndarray,
+    ) -> np.ndarray:
         """Best local impurity decrease per pair over the client's own quantile thresholds."""
         thresholds = points[:, 1:-1]
         cand_node = np.repeat(node_pos, thresholds.shape[1])
-        left = pair_left_summaries(x, level.positions, level.weight, level.terms, cand_node,
-                                   thresholds.ravel())
+        left = pair_left_summaries(x, level.positions, level.weight, level.terms, cand_node, thresholds.ravel())
         gain = pooled_gain(summaries[cand_node], left, state.task.criterion).reshape(thresholds.shape)
         return gain.max(axis=1, initial=0.0)
 
@@ -485,13 +536,18 @@ class FedForestClient:
         terms = level.terms
         for j in np.unique(cand_feature).tolist():
             sel = np.flatnonzero(cand_feature == j)
-            left[sel] = pair_left_summaries(state.X[level.rows, j], level.positions, level.weight, terms,
-                                            cand_node[sel], body.thresholds[sel])
+            left[sel] = pair_left_summaries(
+                state.X[level.rows, j], level.positions, level.weight, terms, cand_node[sel], body.thresholds[sel]
+            )
         mass = level.summaries.sum(axis=1) if state.integer else level.summaries[:, 0]
         has = np.flatnonzero(mass[cand_node] > 0)
         if body.evaluation == "avgimp":
             gain = pooled_gain(level.summaries[cand_node[has]], left[has], state.task.criterion)
             count = left[has].sum(axis=1) if state.integer else left[has, 0]
-            return ForestSplitReply(candidates=has.astype(np.int64), left=np.zeros((0, left.shape[1])),
-                                    local_gain=gain.astype(np.float32), left_count=state.wire(count))
+            return ForestSplitReply(
+                candidates=has.astype(np.int64),
+                left=np.zeros((0, left.shape[1])),
+                local_gain=gain.astype(np.float32),
+                left_count=state.wire(count),
+            )
         return ForestSplitReply(candidates=has.astype(np.int64), left=state.wire(left[has]))

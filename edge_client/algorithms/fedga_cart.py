@@ -63,8 +63,9 @@ class Samples:
         rank = np.empty_like(dense)
         np.put_along_axis(rank, order, dense, axis=0)
         rank[np.isnan(X)] = n
-        terms = (np.asarray(target, np.float64)[:, None] if regression
-                 else np.eye(n_classes)[np.asarray(target, np.int64)])
+        terms = (
+            np.asarray(target, np.float64)[:, None] if regression else np.eye(n_classes)[np.asarray(target, np.int64)]
+        )
         return cls(X, rank.astype(np.int64), terms, regression)
 
     @property
@@ -159,7 +160,7 @@ def grow(samples: Samples, depth: int, structures: np.ndarray | None = None) -> 
             squares = np.add.reduceat(samples.terms[row, 0] ** 2, starts)
             impurity = squares / count - value[:, 0] ** 2
         else:
-            impurity = 1.0 - (value ** 2).sum(axis=1)
+            impurity = 1.0 - (value**2).sum(axis=1)
         g_tree, g_heap = tree[starts], heap[starts]
         may_split = (count >= 2) & (impurity > _EPSILON) & (level < depth)
         if structures is None:
@@ -192,13 +193,27 @@ def grow(samples: Samples, depth: int, structures: np.ndarray | None = None) -> 
         tree, row, heap = tree[moving], row[moving], 2 * heap[moving] + go_right
     key = np.concatenate(keys)
     order = np.argsort(key, kind="stable")
-    return Grown(n_trees, depth, key[order], np.concatenate(features)[order], np.concatenate(thresholds)[order],
-                 np.concatenate(values)[order] if values else np.zeros((0, S)), np.concatenate(counts)[order])
+    return Grown(
+        n_trees,
+        depth,
+        key[order],
+        np.concatenate(features)[order],
+        np.concatenate(thresholds)[order],
+        np.concatenate(values)[order] if values else np.zeros((0, S)),
+        np.concatenate(counts)[order],
+    )
 
 
-def _best_splits(samples: Samples, row: np.ndarray, group: np.ndarray, starts: np.ndarray, count: np.ndarray,
-                 sums: np.ndarray, pair_group: np.ndarray, pair_feature: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def _best_splits(
+    samples: Samples,
+    row: np.ndarray,
+    group: np.ndarray,
+    starts: np.ndarray,
+    count: np.ndarray,
+    sums: np.ndarray,
+    pair_group: np.ndarray,
+    pair_feature: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """Per node of ``pair_group``'s nodes: the best of its (node, feature) pairs (index into the
     pairs, -1 if none of them has a valid threshold) and that pair's threshold."""
     n = samples.n
@@ -223,7 +238,7 @@ def _best_splits(samples: Samples, row: np.ndarray, group: np.ndarray, starts: n
     valid = np.zeros(pair.size, bool)
     valid[:-1] = (pair[1:] == pair[:-1]) & (rank[1:] != rank[:-1]) & (rank[1:] < n)
     with np.errstate(divide="ignore", invalid="ignore"):
-        proxy = (left ** 2).sum(axis=1) / n_left + (right ** 2).sum(axis=1) / n_right
+        proxy = (left**2).sum(axis=1) / n_left + (right**2).sum(axis=1) / n_right
     proxy = np.where(valid, proxy, -np.inf)
     best_entry = _first_max(proxy, pair, pstart)
     has = valid[best_entry]
@@ -322,8 +337,10 @@ def to_ensemble(grown: Grown, t: int, **model: object) -> TreeEnsemble:
     feature = grown.feature[rows]
     left = np.array([index.get(2 * h, -1) if f != NIL else -1 for h, f in zip(heap.tolist(), feature.tolist())])
     right = np.where(left >= 0, left + 1, -1)
-    tree = Tree.from_arrays(feature, np.where(feature != NIL, grown.threshold[rows], 0.0), left, right,
-                            grown.value[rows])
+    tree = Tree.from_arrays(
+        feature, np.where(feature != NIL, grown.threshold[rows], 0.0), left, right, grown.value[rows]
+    )
     classes = tuple(model.pop("classes", ()))  # type: ignore[arg-type]
-    return TreeEnsemble(trees=(tree,), kind="single", link="identity", n_outputs=grown.value.shape[1],
-                        classes=classes, **model)  # type: ignore[arg-type]
+    return TreeEnsemble(
+        trees=(tree,), kind="single", link="identity", n_outputs=grown.value.shape[1], classes=classes, **model
+    )  # type: ignore[arg-type]

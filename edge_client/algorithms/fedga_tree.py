@@ -133,8 +133,7 @@ class LocalGA:
     fitting and scoring of structures (the split and folds deterministic in the task's seed and
     ``client_id``; the count released by ``releases``, a fresh ``CountReleases`` if None)."""
 
-    def __init__(self, task: GATask, data: LabelledData, client_id: str,
-                 releases: CountReleases | None = None) -> None:
+    def __init__(self, task: GATask, data: LabelledData, client_id: str, releases: CountReleases | None = None) -> None:
         self.task = task
         self.regression = task.task == "regression"
         self.n_classes = len(task.classes)
@@ -149,8 +148,10 @@ class LocalGA:
             X, target = X[target >= 0], target[target >= 0]
         n = X.shape[0]
         if n < max(task.cv_folds, 2):
-            raise RequestRejected("too_few_samples", f"needs at least {max(task.cv_folds, 2)} labelled windows "
-                                                     f"for {task.cv_folds}-fold cross-validation")
+            raise RequestRejected(
+                "too_few_samples",
+                f"needs at least {max(task.cv_folds, 2)} labelled windows for {task.cv_folds}-fold cross-validation",
+            )
         self.X, self.target, self.n = X, target, n
         self.seed = [task.seed, zlib.crc32(client_id.encode())]
         n_train = n if task.train_ratio >= 1 else min(max(int(round(task.train_ratio * n)), 1), n - 1)
@@ -279,8 +280,12 @@ class FedGATreeClient:
         body: GAStructureRequest = message.body
         state = self._job(message, body.task)
         full, elitism = state.votes(body.depth)
-        return GAStructureReply(structure=state.structure(body.depth), noisy_count=state.noisy_count,
-                                vote_full_data=full, vote_elitism=elitism)
+        return GAStructureReply(
+            structure=state.structure(body.depth),
+            noisy_count=state.noisy_count,
+            vote_full_data=full,
+            vote_elitism=elitism,
+        )
 
     def on_generation(self, message: Message) -> GAGenerationReply:
         body: GAGenerationRequest = message.body
@@ -290,8 +295,9 @@ class FedGATreeClient:
             return GAGenerationReply(fitness=state.fitness(population, body.depth, body.full_data)[0])
         own = state.structure(body.depth)
         fitness = state.fitness(np.vstack([population, own]), body.depth, body.full_data)[0]
-        return GAGenerationReply(fitness=fitness[:-1], structure=own, structure_fitness=float(fitness[-1]),
-                                 noisy_count=state.noisy_count)
+        return GAGenerationReply(
+            fitness=fitness[:-1], structure=own, structure_fitness=float(fitness[-1]), noisy_count=state.noisy_count
+        )
 
     def on_finish(self, message: Message) -> GAFinishReply:
         body: GAFinishRequest = message.body
@@ -301,8 +307,17 @@ class FedGATreeClient:
         chosen = int(np.argmin(fitness) if state.regression else np.argmax(fitness))
         task = body.task
         classes = tuple(int(c) if task.integer_classes else c for c in task.classes)
-        model = to_ensemble(grown, chosen, feature_names=state.feature_names, classes=classes,
-                            feature_set_version=task.feature_set_version,
-                            metadata={"algorithm": "fedga_tree", "gateway": self.client_id, "depth": body.depth,
-                                      "validation_fitness": float(fitness[chosen])})
+        model = to_ensemble(
+            grown,
+            chosen,
+            feature_names=state.feature_names,
+            classes=classes,
+            feature_set_version=task.feature_set_version,
+            metadata={
+                "algorithm": "fedga_tree",
+                "gateway": self.client_id,
+                "depth": body.depth,
+                "validation_fitness": float(fitness[chosen]),
+            },
+        )
         return GAFinishReply(model=model.to_cbor(), chosen=chosen, fitness=float(fitness[chosen]))

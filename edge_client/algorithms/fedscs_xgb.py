@@ -84,8 +84,9 @@ class _JobState:
     @classmethod
     def start(cls, task: XgbTask, data: LabelledData) -> _JobState:
         if data.X.shape[1] != task.n_features:
-            raise RequestRejected("feature_mismatch", f"the job has {task.n_features} features, this client "
-                                                      f"{data.X.shape[1]}")
+            raise RequestRejected(
+                "feature_mismatch", f"the job has {task.n_features} features, this client {data.X.shape[1]}"
+            )
         objective = objective_named(task.objective, len(task.classes))
         X = np.asarray(data.X, dtype=np.float32)
         if task.objective == "squared_error":
@@ -119,14 +120,20 @@ class _JobState:
     def apply(self, delta: ModelDelta) -> None:
         """Add the trees of ``delta`` not yet in the margins (none twice)."""
         if delta.first_tree > self.n_trees:
-            raise RequestRejected("resync", f"holds {self.n_trees} trees, the request starts at tree "
-                                            f"{delta.first_tree}; send the model from tree {self.n_trees}")
+            raise RequestRejected(
+                "resync",
+                f"holds {self.n_trees} trees, the request starts at tree "
+                f"{delta.first_tree}; send the model from tree {self.n_trees}",
+            )
         if not delta.trees:
             return
         model = load_model(delta.trees)
         if model.kind != "boosted" or model.n_outputs != self.margins.shape[1] or model.n_features != self.X.shape[1]:
-            raise RequestRejected("bad_model", f"the model delta ({model.kind}, {model.n_outputs} outputs, "
-                                               f"{model.n_features} features) does not fit this job")
+            raise RequestRejected(
+                "bad_model",
+                f"the model delta ({model.kind}, {model.n_outputs} outputs, "
+                f"{model.n_features} features) does not fit this job",
+            )
         skip = self.n_trees - delta.first_tree
         if skip >= model.n_trees:
             return
@@ -136,9 +143,15 @@ class _JobState:
         per_round = model.n_outputs if model.tree_output[skip] >= 0 else 1
         for start in range(skip, model.n_trees, per_round):
             stop = min(start + per_round, model.n_trees)
-            new = TreeEnsemble(trees=model.trees[start:stop], kind="boosted", link=model.link,
-                               n_outputs=model.n_outputs, feature_names=model.feature_names,
-                               tree_output=model.tree_output[start:stop], classes=model.classes)
+            new = TreeEnsemble(
+                trees=model.trees[start:stop],
+                kind="boosted",
+                link=model.link,
+                n_outputs=model.n_outputs,
+                feature_names=model.feature_names,
+                tree_output=model.tree_output[start:stop],
+                classes=model.classes,
+            )
             self.margins += new.predict_margin(self.X)
             self.n_trees += new.n_trees
 
@@ -159,8 +172,13 @@ class FedSCSXGBClient:
 
     capability = "fedscs_xgb"
 
-    def __init__(self, data: TrainingData | JobSnapshots, secure: SecureAggregationClient | None = None, *,
-                 max_jobs: int = MAX_JOBS) -> None:
+    def __init__(
+        self,
+        data: TrainingData | JobSnapshots,
+        secure: SecureAggregationClient | None = None,
+        *,
+        max_jobs: int = MAX_JOBS,
+    ) -> None:
         #: One snapshot per job, shared with the participant's opening (a bare TrainingData gets its own).
         self.snapshots = data if isinstance(data, JobSnapshots) else JobSnapshots(data)
         #: Masks the private protocol's vectors (the participant's; a bare client answers plain
@@ -182,8 +200,12 @@ class FedSCSXGBClient:
     def _state(self, job: str, task: XgbTask) -> _JobState:
         """The job's state, created from a fresh snapshot if this client has none (restart)."""
         state = self._jobs.get(job)
-        if state is None or state.task.objective != task.objective or state.task.classes != task.classes \
-                or not np.array_equal(state.task.base_score, task.base_score):
+        if (
+            state is None
+            or state.task.objective != task.objective
+            or state.task.classes != task.classes
+            or not np.array_equal(state.task.base_score, task.base_score)
+        ):
             state = _JobState.start(task, self.snapshots.get(job, task.feature_set_version))
             self._jobs[job] = state
             while len(self._jobs) > self.max_jobs:
@@ -215,8 +237,15 @@ class FedSCSXGBClient:
         g, h = state.gradients()
         bins = bin_ids(state.X, body.edges())
         keys, G, H, W = merge_atoms(bins, g, h)
-        return XgbAtomReply(n_trees=state.n_trees, n_samples=int(state.target.shape[0]), loss_sum=state.loss_sum(),
-                            keys=keys.astype(bins.dtype), counts=W.astype(np.uint32), grad=G, hess=H)
+        return XgbAtomReply(
+            n_trees=state.n_trees,
+            n_samples=int(state.target.shape[0]),
+            loss_sum=state.loss_sum(),
+            keys=keys.astype(bins.dtype),
+            counts=W.astype(np.uint32),
+            grad=G,
+            hess=H,
+        )
 
     def on_histograms(self, message: Message) -> XgbHistogramReply:
         """One depth level of the private protocol: the requested nodes' (G, H, count) histograms
@@ -229,15 +258,26 @@ class FedSCSXGBClient:
         n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
         slots = histogram_slots(bin_ids(state.X, edges), n_edges)
         s = body.splits
-        position = route_round(slots, body.slots - 1, body.task.trees_per_round, s.tree, s.node, s.feature, s.bin,
-                               s.default_left, s.left, s.right)
+        position = route_round(
+            slots,
+            body.slots - 1,
+            body.task.trees_per_round,
+            s.tree,
+            s.node,
+            s.feature,
+            s.bin,
+            s.default_left,
+            s.left,
+            s.right,
+        )
         try:
             grad = quantize(g, body.frac_bits, body.gradient_bound)
             hess = quantize(h, body.frac_bits, body.gradient_bound)
         except ValueError as exc:
             raise RequestRejected("gradient_range", f"{exc}: the job's fixed-point range is too small") from None
-        hist = node_histograms(slots, body.slots, position, body.node_tree, body.node_id, grad, hess,
-                               vector_leaves=body.task.vector_leaves)
+        hist = node_histograms(
+            slots, body.slots, position, body.node_tree, body.node_id, grad, hess, vector_leaves=body.task.vector_leaves
+        )
         if body.noise is not None:  # G and H cells in fixed point, counts in windows
             scales = np.ones(hist.shape)
             scales[:, :-1] = float(1 << body.frac_bits)
@@ -246,13 +286,15 @@ class FedSCSXGBClient:
         if body.with_loss:
             loss = quantize([state.loss_sum()], LOSS_FRAC_BITS, LOSS_BOUND)
             parts.append(np.array([loss[0], state.target.shape[0]], dtype=np.int64))
-        return XgbHistogramReply(state.n_trees, self.secure.protect(message, np.concatenate(parts), body.secure,
-                                                                    body.word_bits))
+        return XgbHistogramReply(
+            state.n_trees, self.secure.protect(message, np.concatenate(parts), body.secure, body.word_bits)
+        )
 
     # -- the private protocol --------------------------------------------------------------------
 
-    def _private_positions(self, message: Message, body: XgbPrivateLevelRequest | XgbPrivateLeavesRequest
-                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _private_positions(
+        self, message: Message, body: XgbPrivateLevelRequest | XgbPrivateLeavesRequest
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Margins updated, then the lattice statistics of every window (G and H clipped and
         rounded: ``(n, m)`` each), its slot in each round feature and its node after the splits."""
         state = self._state(message.envelope.job, body.task)
@@ -268,12 +310,23 @@ class FedSCSXGBClient:
         slots = histogram_slots(bin_ids(state.X[:, body.round.features], edges), n_edges)
         s = body.splits
         column = np.searchsorted(body.round.features, s.feature)
-        position = route_round(slots, body.round.slots - 1, 1, np.zeros_like(s.tree), s.node, column, s.bin,
-                               s.default_left, s.left, s.right)
+        position = route_round(
+            slots,
+            body.round.slots - 1,
+            1,
+            np.zeros_like(s.tree),
+            s.node,
+            column,
+            s.bin,
+            s.default_left,
+            s.left,
+            s.right,
+        )
         return qg, qh, slots, position
 
-    def _release(self, message: Message, vector: np.ndarray,
-                 body: XgbPrivateLevelRequest | XgbPrivateLeavesRequest) -> XgbHistogramReply:
+    def _release(
+        self, message: Message, vector: np.ndarray, body: XgbPrivateLevelRequest | XgbPrivateLeavesRequest
+    ) -> XgbHistogramReply:
         noisy = vector + skellam_share(vector.shape, body.noise.mu, body.noise.shares, self.noise_rng)
         state = self._jobs[message.envelope.job]
         return XgbHistogramReply(state.n_trees, self.secure.protect(message, noisy, body.secure, body.word_bits))

@@ -201,6 +201,7 @@ class _PartyJob:
 # A window's id for alignment is its (snapped) start on the sensors' common clock under the
 # person's key -- not its session, which each gateway names itself (shared.vertical_alignment).
 
+
 def _window_digests(id_key: bytes, windows: PartyWindows, rows: np.ndarray) -> np.ndarray:
     """The keyed digests of windows ``rows`` (what the master aligns on)."""
     return start_digests(id_key, windows.start_us[rows])
@@ -221,8 +222,9 @@ class VerticalForestClient:
 
     capability = "vertical_forest"
 
-    def __init__(self, data: JobSnapshots, secure: SecureAggregationClient | None = None, *,
-                 max_jobs: int = MAX_JOBS) -> None:
+    def __init__(
+        self, data: JobSnapshots, secure: SecureAggregationClient | None = None, *, max_jobs: int = MAX_JOBS
+    ) -> None:
         self.source = data.source if isinstance(data, JobSnapshots) else data
         self.max_jobs = max_jobs
         self._jobs: OrderedDict[str, _PartyJob] = OrderedDict()
@@ -260,8 +262,10 @@ class VerticalForestClient:
                 self._accepted = {str(k): int(v) for k, v in data["versions"].items()}
                 self._predicted_until = {str(k): int(v) for k, v in data["predicted_until_us"].items()}
             except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-                log.error("vertical model record unreadable; rebuilt from the stored models",
-                          extra={"file": str(record), "error": str(exc)})
+                log.error(
+                    "vertical model record unreadable; rebuilt from the stored models",
+                    extra={"file": str(record), "error": str(exc)},
+                )
         for path in sorted(folder.glob("*.cbor")) if folder.is_dir() else ():
             try:
                 deployed = self._read_deployed(path.read_bytes())
@@ -292,23 +296,33 @@ class VerticalForestClient:
         """The signature, this party's place among the parties and its digest."""
         setup = self.setup
         if setup is None or not setup.trusted_keys:
-            raise RequestRejected("no_trusted_key", "this gateway was started without --trust, so it cannot verify a "
-                                                    "vertical forest manifest")
+            raise RequestRejected(
+                "no_trusted_key",
+                "this gateway was started without --trust, so it cannot verify a vertical forest manifest",
+            )
         try:
             verify_manifest(manifest, setup.trusted_keys)
         except BadSignature as exc:
             raise RequestRejected("bad_signature", str(exc)) from None
         if setup.client_id not in manifest.parties:
-            raise RequestRejected("not_a_party", f"the manifest of {manifest.model_id} names parties "
-                                                 f"{', '.join(manifest.parties)}, not {setup.client_id}")
+            raise RequestRejected(
+                "not_a_party",
+                f"the manifest of {manifest.model_id} names parties "
+                f"{', '.join(manifest.parties)}, not {setup.client_id}",
+            )
         if partial_digest(manifest.job, trees) != manifest.party_digests[manifest.parties.index(setup.client_id)]:
-            raise RequestRejected("digest_mismatch", f"this party's partial trees of job {manifest.job} do not hash to "
-                                                     "the digest the signed manifest names for it")
+            raise RequestRejected(
+                "digest_mismatch",
+                f"this party's partial trees of job {manifest.job} do not hash to "
+                "the digest the signed manifest names for it",
+            )
 
     def _write_record(self) -> None:
         # predicted_until_us: marks from before the store kept them (read, never moved)
-        record = {"versions": dict(sorted(self._accepted.items())),
-                  "predicted_until_us": dict(sorted(self._predicted_until.items()))}
+        record = {
+            "versions": dict(sorted(self._accepted.items())),
+            "predicted_until_us": dict(sorted(self._predicted_until.items())),
+        }
         _write_atomically(self.setup.model_dir / DEPLOYED_DIR / RECORD, (json.dumps(record, indent=1) + "\n").encode())
 
     def on_deploy(self, message: Message) -> Ack:
@@ -322,18 +336,34 @@ class VerticalForestClient:
             return Ack("unchanged")
         trees = self.forests.get(manifest.job)
         if trees is None:
-            raise RequestRejected("no_model", f"this party holds no partial trees of job {manifest.job!r} (restarted "
-                                              "since training?): train again")
+            raise RequestRejected(
+                "no_model",
+                f"this party holds no partial trees of job {manifest.job!r} (restarted since training?): train again",
+            )
         self._check_manifest(manifest, trees)
         floor = self._accepted.get(manifest.model_id, 0)
         if manifest.version <= floor:
-            raise RequestRejected("downgrade", f"{manifest.model_id} v{manifest.version} is not above v{floor}, the "
-                                               "highest version this party accepted: deploy a higher version")
+            raise RequestRejected(
+                "downgrade",
+                f"{manifest.model_id} v{manifest.version} is not above v{floor}, the "
+                "highest version this party accepted: deploy a higher version",
+            )
         folder = self.setup.model_dir / DEPLOYED_DIR
         folder.mkdir(parents=True, exist_ok=True)
-        data = dumps_value({"manifest": to_wire(manifest),
-                            "trees": [{"split_nodes": t.split_nodes, "owned": t.owned.astype(np.uint8),
-                                       "feature": t.feature, "threshold": t.threshold} for t in trees]})
+        data = dumps_value(
+            {
+                "manifest": to_wire(manifest),
+                "trees": [
+                    {
+                        "split_nodes": t.split_nodes,
+                        "owned": t.owned.astype(np.uint8),
+                        "feature": t.feature,
+                        "threshold": t.threshold,
+                    }
+                    for t in trees
+                ],
+            }
+        )
         _write_atomically(folder / f"{manifest.model_id}.cbor", data)
         self._accepted[manifest.model_id] = manifest.version
         self._write_record()
@@ -373,8 +403,9 @@ class VerticalForestClient:
             except ValueError as exc:
                 raise RequestRejected("no_party_key", str(exc)) from None
         if not secret:
-            raise RequestRejected("no_party_key", f"this gateway has no party key for vertical jobs (set "
-                                                  f"${PARTY_KEY_ENV})")
+            raise RequestRejected(
+                "no_party_key", f"this gateway has no party key for vertical jobs (set ${PARTY_KEY_ENV})"
+            )
         try:
             return PartyKey.from_secret(secret)
         except ValueError as exc:
@@ -383,8 +414,9 @@ class VerticalForestClient:
     def _job(self, message: Message) -> _PartyJob:
         state = self._jobs.get(message.envelope.job)
         if state is None:
-            raise RequestRejected("resync", "holds no state of this vertical job (restarted?); the job must start "
-                                            "again")
+            raise RequestRejected(
+                "resync", "holds no state of this vertical job (restarted?); the job must start again"
+            )
         self._jobs.move_to_end(message.envelope.job)  # the oldest idle job goes first
         return state
 
@@ -404,16 +436,14 @@ class VerticalForestClient:
         idx = np.repeat(lo - np.r_[0, np.cumsum(counts)[:-1]], counts) + np.arange(counts.sum())
         return NodeRows(t_all[idx], r_all[idx], counts)
 
-    def _apply(self, message: Message, state: _PartyJob, partitions: tuple[SealedPartition, ...],
-               level: int) -> None:
+    def _apply(self, message: Message, state: _PartyJob, partitions: tuple[SealedPartition, ...], level: int) -> None:
         """Move the rows of the previous level's split nodes to their children."""
         if state.applied_level >= level - 1:
             return
         key = self._key()
         for part in partitions:
             try:
-                bits = key.open(part.sealed, associated=partition_context(message.envelope.job, level - 1,
-                                                                          part.owner))
+                bits = key.open(part.sealed, associated=partition_context(message.envelope.job, level - 1, part.owner))
             except SealError as exc:
                 raise RequestRejected("bad_partition", str(exc)) from None
             at = self._rows_at(state, part.tree, part.node)
@@ -455,14 +485,16 @@ class VerticalForestClient:
             if not np.isfinite(y[offered]).all():
                 raise RequestRejected("bad_data", "regression targets must be finite")
         if not np.isfinite(windows.X[offered]).all():
-            raise RequestRejected("bad_data", "vertical jobs need finite feature values (missing values are not "
-                                              "supported yet)")
+            raise RequestRejected(
+                "bad_data", "vertical jobs need finite feature values (missing values are not supported yet)"
+            )
         digests = _window_digests(key.id_key, windows, offered)
         self._jobs[message.envelope.job] = _PartyJob(windows, offered, classes, live=live)
         while len(self._jobs) > self.max_jobs:
             self._jobs.popitem(last=False)
-        return VerticalAlignReply(digests, int(windows.X.shape[0] - offered.size), int(windows.X.shape[1]),
-                                  windows.y is not None, classes)
+        return VerticalAlignReply(
+            digests, int(windows.X.shape[0] - offered.size), int(windows.X.shape[1]), windows.y is not None, classes
+        )
 
     def _live_windows(self, body: VerticalAlignRequest) -> tuple[PartyWindows, _LiveWindows]:
         """A live prediction's windows: those of the store's feature set (the request's, else the
@@ -477,15 +509,18 @@ class VerticalForestClient:
         if not version:
             held = tuple(store.stats().by_feature_set)
             if len(held) != 1:
-                raise RequestRejected("feature_set_mismatch", f"the job names no feature set and this gateway stores "
-                                                              f"{len(held)}", held)
+                raise RequestRejected(
+                    "feature_set_mismatch", f"the job names no feature set and this gateway stores {len(held)}", held
+                )
             version = held[0]
         since = store.prediction_mark(body.live_model)
         if since is None:  # a gateway whose mark is still in the record file (before the store kept it)
             since = self._predicted_until.get(body.live_model)
         X, _, meta = store.query(version, None if since is None else since + 1, labelled_only=False)
-        return (PartyWindows(X, None, tuple(meta.session_ids), meta.start_us),
-                _LiveWindows(deployed, meta.ids, meta.end_us, meta.start_us))
+        return (
+            PartyWindows(X, None, tuple(meta.session_ids), meta.start_us),
+            _LiveWindows(deployed, meta.ids, meta.end_us, meta.start_us),
+        )
 
     def on_setup(self, message: Message) -> VerticalSetupReply:
         body: VerticalSetupRequest = message.body
@@ -528,8 +563,9 @@ class VerticalForestClient:
             except SealError as exc:
                 raise RequestRejected("bad_labels", str(exc)) from None
             labels = np.frombuffer(raw, dtype=np.int64 if task.n_classes else np.float64)
-            if labels.size != state.X.shape[0] or (task.n_classes and (labels.min(initial=0) < 0 or
-                                                                       labels.max(initial=0) >= task.n_classes)):
+            if labels.size != state.X.shape[0] or (
+                task.n_classes and (labels.min(initial=0) < 0 or labels.max(initial=0) >= task.n_classes)
+            ):
                 raise RequestRejected("bad_labels", "the labels do not fit this party's windows")
             state.labels = labels
         self._apply(message, state, body.partitions, body.level)
@@ -542,15 +578,27 @@ class VerticalForestClient:
         if body.features.size and body.features.max() >= state.X.shape[1]:
             raise RequestRejected("bad_request", f"feature {int(body.features.max())} does not exist here")
         wanted[per_node, state.columns[body.features]] = True
-        local = best_local_splits(state.X, rows, node_pos, state.weight[trees, rows], state.labels,
-                                  task.n_classes, wanted,
-                                  state.root_weight[body.node_tree], criterion=task.criterion,
-                                  min_samples_split=task.min_samples_split, min_samples_leaf=task.min_samples_leaf)
+        local = best_local_splits(
+            state.X,
+            rows,
+            node_pos,
+            state.weight[trees, rows],
+            state.labels,
+            task.n_classes,
+            wanted,
+            state.root_weight[body.node_tree],
+            criterion=task.criterion,
+            min_samples_split=task.min_samples_split,
+            min_samples_leaf=task.min_samples_leaf,
+        )
         state.level, state.open_tree, state.open_node = body.level, body.node_tree, body.node_id
         state.best_feature, state.best_threshold = local.feature, local.threshold
         has = np.isfinite(local.gain)
-        return VerticalLevelReply(has.astype(np.uint8), np.where(has, local.gain, 0.0),
-                                  np.where(has, state.codes[np.maximum(local.feature, 0)], -1))
+        return VerticalLevelReply(
+            has.astype(np.uint8),
+            np.where(has, local.gain, 0.0),
+            np.where(has, state.codes[np.maximum(local.feature, 0)], -1),
+        )
 
     def on_partition(self, message: Message) -> VerticalPartitionReply:
         body: VerticalPartitionRequest = message.body
@@ -572,8 +620,9 @@ class VerticalForestClient:
         for t, n, i in zip(body.node_tree.tolist(), body.node_id.tolist(), at.tolist()):
             state.splits[(t, n)] = OwnSplit(int(state.best_feature[i]), float(state.best_threshold[i]))
         bits = np.packbits(go_left).tobytes()
-        return VerticalPartitionReply(self._key().seal(bits, associated=partition_context(
-            message.envelope.job, body.level, state.task.party)))
+        return VerticalPartitionReply(
+            self._key().seal(bits, associated=partition_context(message.envelope.job, body.level, state.task.party))
+        )
 
     def on_finish(self, message: Message) -> VerticalFinishReply:
         body: VerticalFinishRequest = message.body
@@ -581,16 +630,16 @@ class VerticalForestClient:
         self._apply(message, state, body.partitions, body.level)
         forest = self._partial_forest(state)
         digest = partial_digest(message.envelope.job, forest)
-        reply = VerticalFinishReply(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(0),
-                                    digest)
+        reply = VerticalFinishReply(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 1)), np.zeros(0), digest)
         if state.own_labels is not None:
             t, r = np.nonzero(state.node >= 0)
             keys = _pack_key(t, state.node[t, r])
             unique, inverse = np.unique(keys, return_inverse=True)
             leaves = leaf_values(state.labels[r], inverse, state.weight[t, r], state.task.n_classes, unique.size)
             leaf_tree = unique >> (MAX_DEPTH + 2)
-            reply = VerticalFinishReply(leaf_tree, unique - (leaf_tree << (MAX_DEPTH + 2)), leaves.values,
-                                        leaves.cover, digest)
+            reply = VerticalFinishReply(
+                leaf_tree, unique - (leaf_tree << (MAX_DEPTH + 2)), leaves.values, leaves.cover, digest
+            )
         self.forests[message.envelope.job] = forest
         while len(self.forests) > self.max_jobs:
             self.forests.popitem(last=False)
@@ -667,20 +716,32 @@ class VerticalForestClient:
         if rows is None or not rows.size:
             return
         best = np.argmax(body.values, axis=1)
-        names = (np.asarray(body.classes)[best] if body.classes else
-                 np.char.mod("%.6g", body.values[:, 0]))
+        names = np.asarray(body.classes)[best] if body.classes else np.char.mod("%.6g", body.values[:, 0])
         probability = body.values[np.arange(rows.size), best] if body.classes else np.ones(rows.size)
         self.setup.store.add_predictions(
-            PredictionBatch(live.model.label, [state.windows.sessions[row] for row in rows.tolist()], live.end_us[rows],
-                            live.ids[rows], names.tolist(), probability, body.values),
-            PredictionMark(live.model.manifest.model_id, int(live.start_us[rows].max())))
+            PredictionBatch(
+                live.model.label,
+                [state.windows.sessions[row] for row in rows.tolist()],
+                live.end_us[rows],
+                live.ids[rows],
+                names.tolist(),
+                probability,
+                body.values,
+            ),
+            PredictionMark(live.model.manifest.model_id, int(live.start_us[rows].max())),
+        )
 
     def _partial_forest(self, state: _PartyJob) -> tuple[PartialTree, ...]:
         trees = []
         for t in range(state.task.n_trees):
             nodes = np.array(sorted(n for tt, n in state.structure if tt == t), dtype=np.int64)
             own = [state.splits.get((t, n)) for n in nodes.tolist()]
-            trees.append(PartialTree(nodes, np.array([o is not None for o in own], dtype=bool),
-                                     np.array([o.feature if o else -1 for o in own], dtype=np.int64),
-                                     np.array([o.threshold if o else np.nan for o in own], dtype=np.float64)))
+            trees.append(
+                PartialTree(
+                    nodes,
+                    np.array([o is not None for o in own], dtype=bool),
+                    np.array([o.feature if o else -1 for o in own], dtype=np.int64),
+                    np.array([o.threshold if o else np.nan for o in own], dtype=np.float64),
+                )
+            )
         return tuple(trees)

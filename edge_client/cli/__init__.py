@@ -48,19 +48,29 @@ def command_groups() -> list[Callable[[argparse._SubParsersAction], None]]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="wheelfed", description="Federated tree learning for wheelchair sensor gateways.",
-                    epilog="wheelfed COMMAND --help explains a command and shows examples.")
+    parser = Parser(
+        prog="wheelfed",
+        description="Federated tree learning for wheelchair sensor gateways.",
+        epilog="wheelfed COMMAND --help explains a command and shows examples.",
+    )
     parser.add_argument("--version", action="version", version=f"wheelfed {__version__}")
-    parser.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-                        type=str.upper, help="log level")
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        type=str.upper,
+        help="log level",
+    )
     parser.add_argument("--log-json", action="store_true", help="one JSON object per log line")
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks of failures")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in command_groups():
         add(sub)
     if not sub.choices:
-        parser.error("no commands are installed: install wheelfed (pip install -e .) rather than running it "
-                     "from a bare source tree")
+        parser.error(
+            "no commands are installed: install wheelfed (pip install -e .) rather than running it "
+            "from a bare source tree"
+        )
     return parser
 
 

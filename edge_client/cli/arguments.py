@@ -27,8 +27,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
-        if (default in (None, False, [], argparse.SUPPRESS) or "default" in text.lower()
-                or not action.option_strings):
+        if default in (None, False, [], argparse.SUPPRESS) or "default" in text.lower() or not action.option_strings:
             return text
         return f"{text} (default: %(default)s)" if text else "default: %(default)s"
 
@@ -64,9 +63,11 @@ def int_at_least(low: int) -> Callable[[str], object]:
     return _typed(f"integer >= {low}", parse)
 
 
-def float_in(low: float, high: float = float("inf"), *, low_open: bool = False,
-             high_open: bool = False) -> Callable[[str], object]:
+def float_in(
+    low: float, high: float = float("inf"), *, low_open: bool = False, high_open: bool = False
+) -> Callable[[str], object]:
     """A finite float in [low, high] (open ends where asked); NaN and inf are refused."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -87,8 +88,8 @@ positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
 positive_float = float_in(0.0, low_open=True)
 non_negative_float = float_in(0.0)
-fraction = float_in(0.0, 1.0, low_open=True)          # a share of gateways: (0, 1]
-holdout_share = float_in(0.0, 1.0, high_open=True)    # a share held out of training: [0, 1)
+fraction = float_in(0.0, 1.0, low_open=True)  # a share of gateways: (0, 1]
+holdout_share = float_in(0.0, 1.0, high_open=True)  # a share held out of training: [0, 1)
 
 
 def _port(low: int) -> Callable[[str], object]:
@@ -123,8 +124,9 @@ existing_file.__name__ = "file"
 def existing_dir(text: str) -> Path:
     path = Path(text)
     if not path.is_dir():
-        raise argparse.ArgumentTypeError(f"no such directory: {text}" if not path.exists()
-                                         else f"{text} is not a directory")
+        raise argparse.ArgumentTypeError(
+            f"no such directory: {text}" if not path.exists() else f"{text} is not a directory"
+        )
     return path
 
 
@@ -137,6 +139,7 @@ def output_file(*suffixes: str, what: str = "output") -> Callable[[str], object]
     No suffixes means any name. Nothing is created here; the command writes it when it has
     something to write.
     """
+
     def parse(text: str) -> Path:
         path = Path(text)
         if suffixes and path.suffix.lower() not in suffixes:
@@ -159,8 +162,9 @@ MODEL_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 def model_id(text: str) -> str:
     if not MODEL_ID_PATTERN.match(text) or ":v" in text:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a usable model id: use 1-64 letters, digits, _ . - "
-                                         "(it becomes MODEL_ID:vN)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a usable model id: use 1-64 letters, digits, _ . - (it becomes MODEL_ID:vN)"
+        )
     return text
 
 
@@ -173,8 +177,10 @@ def serial_port(text: str) -> str:
         return text
     path = Path(text)
     if not path.exists():
-        raise argparse.ArgumentTypeError(f"no such serial device: {text} (is the sensor adapter plugged in? "
-                                         "ls /dev/serial/by-id/ lists the connected ones)")
+        raise argparse.ArgumentTypeError(
+            f"no such serial device: {text} (is the sensor adapter plugged in? "
+            "ls /dev/serial/by-id/ lists the connected ones)"
+        )
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a directory, not a serial device")
     return text
@@ -224,9 +230,14 @@ def gateway_ids(text: str) -> list[str]:
 gateway_ids.__name__ = "gateway ids"
 
 
-def add_subcommand(sub: argparse._SubParsersAction, name: str, help: str, *, examples: Sequence[str] = (),
-                   description: str | None = None) -> argparse.ArgumentParser:
+def add_subcommand(
+    sub: argparse._SubParsersAction,
+    name: str,
+    help: str,
+    *,
+    examples: Sequence[str] = (),
+    description: str | None = None,
+) -> argparse.ArgumentParser:
     """A subcommand whose ``--help`` ends with runnable examples (the CLI contract tests run them)."""
     epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples) if examples else None
-    return sub.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".",
-                          epilog=epilog)
+    return sub.add_parser(name, help=help, description=description or help[:1].upper() + help[1:] + ".", epilog=epilog)

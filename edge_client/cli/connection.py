@@ -16,14 +16,24 @@ PLAIN_PORT, TLS_PORT = 1883, 8883
 
 def add_broker_options(p: argparse.ArgumentParser, *, username_help: str) -> None:
     """``--host``/``--port``/``--username``/``--protocol``/``--tls-*``: the same spelling on every command."""
-    p.add_argument("--host", default=os.environ.get(HOST_VARIABLE, "127.0.0.1"),
-                   help=f"broker host (default: %(default)s; ${HOST_VARIABLE} sets it)")
-    p.add_argument("--port", type=port_number, default=os.environ.get(PORT_VARIABLE),
-                   help=f"broker port (default: {PLAIN_PORT}, or {TLS_PORT} with --tls-ca; ${PORT_VARIABLE} sets it)")
+    p.add_argument(
+        "--host",
+        default=os.environ.get(HOST_VARIABLE, "127.0.0.1"),
+        help=f"broker host (default: %(default)s; ${HOST_VARIABLE} sets it)",
+    )
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=os.environ.get(PORT_VARIABLE),
+        help=f"broker port (default: {PLAIN_PORT}, or {TLS_PORT} with --tls-ca; ${PORT_VARIABLE} sets it)",
+    )
     p.add_argument("--username", help=username_help)
     p.add_argument("--protocol", type=int, choices=(4, 5), default=5, help="MQTT 5, or 4 = 3.1.1")
-    p.add_argument("--tls-ca", type=existing_file, help="CA certificate: connect with TLS (the certificate's CN "
-                                                      "is then the identity)")
+    p.add_argument(
+        "--tls-ca",
+        type=existing_file,
+        help="CA certificate: connect with TLS (the certificate's CN is then the identity)",
+    )
     p.add_argument("--tls-cert", type=existing_file, help="this side's certificate (CN = its id)")
     p.add_argument("--tls-key", type=existing_file, help="this side's private key")
 
@@ -43,10 +53,19 @@ def mqtt_config(args: argparse.Namespace, default_username: str):
         raise UsageError("--tls-cert/--tls-key need --tls-ca")
     if bool(args.tls_cert) != bool(args.tls_key):
         raise UsageError("--tls-cert and --tls-key go together")
-    tls = TlsConfig(str(args.tls_ca), args.tls_cert and str(args.tls_cert), args.tls_key and str(args.tls_key)) \
-        if args.tls_ca else None
-    return MqttConfig(host=args.host, port=args.port, username=None if tls else (args.username or default_username),
-                      password=None if tls else os.environ.get(PASSWORD_VARIABLE), protocol=args.protocol, tls=tls)
+    tls = (
+        TlsConfig(str(args.tls_ca), args.tls_cert and str(args.tls_cert), args.tls_key and str(args.tls_key))
+        if args.tls_ca
+        else None
+    )
+    return MqttConfig(
+        host=args.host,
+        port=args.port,
+        username=None if tls else (args.username or default_username),
+        password=None if tls else os.environ.get(PASSWORD_VARIABLE),
+        protocol=args.protocol,
+        tls=tls,
+    )
 
 
 def explain_connect_failure(exc: Exception, config) -> str:
@@ -56,11 +75,16 @@ def explain_connect_failure(exc: Exception, config) -> str:
     if "not authorized" in lowered or "bad user name or password" in lowered:
         if config.tls is None and not os.environ.get(PASSWORD_VARIABLE):
             return f"{text} ({PASSWORD_VARIABLE} is not set: export the password of user {config.username!r})"
-        return f"{text} (check the user name {config.username!r} and {PASSWORD_VARIABLE})" if config.tls is None \
+        return (
+            f"{text} (check the user name {config.username!r} and {PASSWORD_VARIABLE})"
+            if config.tls is None
             else f"{text} (check that the broker trusts this certificate and its CN)"
+        )
     if "no answer" in lowered:
-        return f"{text} (something listens on {config.host}:{config.port}, but it does not speak MQTT" \
-               f"{'' if config.tls else ', or the broker expects TLS'})"
+        return (
+            f"{text} (something listens on {config.host}:{config.port}, but it does not speak MQTT"
+            f"{'' if config.tls else ', or the broker expects TLS'})"
+        )
     return text
 
 

@@ -20,10 +20,20 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from edge_client.cli.arguments import (add_subcommand, existing_file, gateway_id, holdout_share, non_negative_float,
-                                       port_number, positive_float, positive_int, serial_port)
+from edge_client.cli.arguments import (
+    add_subcommand,
+    existing_file,
+    gateway_id,
+    holdout_share,
+    non_negative_float,
+    port_number,
+    positive_float,
+    positive_int,
+    serial_port,
+)
 from edge_client.cli.connection import HOST_VARIABLE, PASSWORD_VARIABLE, PORT_VARIABLE, add_broker_options, mqtt_config
 from edge_client.cli.errors import CliError, UsageError
+
 # A module import, its names looked up at call time: gateway_config uses this package's validators
 # (edge_client.cli.arguments), so it may still be initialising when this module is imported.
 from edge_client import gateway_config as config
@@ -54,8 +64,11 @@ def store_file(text: str) -> Path:
     except OSError as exc:
         problem = f"cannot use {text} ({(exc.strerror or str(exc)).lower()})"
     if problem:
-        hint = ": point --store at the gateway's .db file, or a new name to create one" if "window store" in problem \
+        hint = (
+            ": point --store at the gateway's .db file, or a new name to create one"
+            if "window store" in problem
             else ""
+        )
         raise argparse.ArgumentTypeError(problem + hint)
     return path
 
@@ -92,8 +105,11 @@ def settings_of(args: argparse.Namespace, environ: Mapping[str, str]) -> config.
             from_env["port"] = port_number(environ[PORT_VARIABLE])
         except argparse.ArgumentTypeError as exc:
             raise config.ConfigError([f"${PORT_VARIABLE}: {exc}"]) from None
-    given = {f.name: getattr(args, f.name) for f in fields(config.GatewaySettings)
-             if getattr(args, f.name, None) not in (None, NOT_GIVEN)}
+    given = {
+        f.name: getattr(args, f.name)
+        for f in fields(config.GatewaySettings)
+        if getattr(args, f.name, None) not in (None, NOT_GIVEN)
+    }
     if args.no_broker:  # the command line can only turn the broker off
         given["broker"] = False
     if "trust" in given:
@@ -164,9 +180,15 @@ def _broker_config(settings: config.GatewaySettings) -> MqttConfig:
     ``$WHEELFED_MQTT_PASSWORD``, else ``password_file``."""
     import dataclasses
 
-    options = argparse.Namespace(host=settings.host, port=config.broker_port(settings), username=settings.username,
-                                 protocol=settings.protocol, tls_ca=settings.tls_ca, tls_cert=settings.tls_cert,
-                                 tls_key=settings.tls_key)
+    options = argparse.Namespace(
+        host=settings.host,
+        port=config.broker_port(settings),
+        username=settings.username,
+        protocol=settings.protocol,
+        tls_ca=settings.tls_ca,
+        tls_cert=settings.tls_cert,
+        tls_key=settings.tls_key,
+    )
     mqtt = mqtt_config(options, settings.client_id)
     if mqtt.tls is None and mqtt.password is None and settings.password_file is not None:
         try:
@@ -216,18 +238,29 @@ def serve(settings: config.GatewaySettings) -> int:
         store = store_file(str(settings.store or f"{settings.client_id}-windows.db"))
     except argparse.ArgumentTypeError as exc:
         raise UsageError(f"store{'' if settings.store else ' (default)'}: {exc}") from None
-    retention = RetentionPolicy(max_windows=settings.max_windows,
-                                max_age_s=settings.max_age_days * 86400 if settings.max_age_days else None)
+    retention = RetentionPolicy(
+        max_windows=settings.max_windows, max_age_s=settings.max_age_days * 86400 if settings.max_age_days else None
+    )
     mqtt = _broker_config(settings) if settings.broker else None
     try:
-        gateway = Gateway(GatewayConfig(client_id=settings.client_id, store_path=store, serial_port=settings.serial,
-                                        baudrate=settings.baud, mqtt=mqtt, session_id=settings.session,
-                                        retention=retention, holdout_fraction=settings.holdout_fraction,
-                                        model_dir=settings.model_dir, trusted_keys=settings.trust,
-                                        party_key_file=settings.party_key_file,
-                                        engine=settings.engine,
-                                        alert_rules=load_rules(settings.alerts) if settings.alerts else DEFAULT_RULES,
-                                        live=LiveConfig(publish_every_s=settings.publish_every)))
+        gateway = Gateway(
+            GatewayConfig(
+                client_id=settings.client_id,
+                store_path=store,
+                serial_port=settings.serial,
+                baudrate=settings.baud,
+                mqtt=mqtt,
+                session_id=settings.session,
+                retention=retention,
+                holdout_fraction=settings.holdout_fraction,
+                model_dir=settings.model_dir,
+                trusted_keys=settings.trust,
+                party_key_file=settings.party_key_file,
+                engine=settings.engine,
+                alert_rules=load_rules(settings.alerts) if settings.alerts else DEFAULT_RULES,
+                live=LiveConfig(publish_every_s=settings.publish_every),
+            )
+        )
         gateway.install_signal_handlers()
         gateway.start()
     except GatewayError as exc:
@@ -247,51 +280,92 @@ def serve(settings: config.GatewaySettings) -> int:
 
 def add(sub: argparse._SubParsersAction) -> None:
     defaults = config.GatewaySettings()
-    p = add_subcommand(sub, "gateway", "run a gateway: serial -> pipeline -> window store, and answer the aggregator",
-                       examples=["WHEELFED_MQTT_PASSWORD=PW1 wheelfed gateway --client-id gw-1 --serial /dev/ttyUSB0 "
-                                 "--trust aggregator.pub",
-                                 "wheelfed gateway --client-id gw-1 --serial /dev/pts/3 --store gw-1.db --no-broker"],
-                       description="Run a gateway: serial -> pipeline -> window store, and answer the aggregator.\n\n"
-                                   "Every option can also be set in --config FILE (TOML; keys as the options, e.g. "
-                                   "client_id,\n[serial] device/baud, [retention], [broker]: see deploy/gateway/"
-                                   "gateway.toml).\nPrecedence: command line > environment > config file > default.\n"
-                                   "wheelfed gateway --config FILE --check checks the settings and this machine.")
+    p = add_subcommand(
+        sub,
+        "gateway",
+        "run a gateway: serial -> pipeline -> window store, and answer the aggregator",
+        examples=[
+            "WHEELFED_MQTT_PASSWORD=PW1 wheelfed gateway --client-id gw-1 --serial /dev/ttyUSB0 --trust aggregator.pub",
+            "wheelfed gateway --client-id gw-1 --serial /dev/pts/3 --store gw-1.db --no-broker",
+        ],
+        description="Run a gateway: serial -> pipeline -> window store, and answer the aggregator.\n\n"
+        "Every option can also be set in --config FILE (TOML; keys as the options, e.g. "
+        "client_id,\n[serial] device/baud, [retention], [broker]: see deploy/gateway/"
+        "gateway.toml).\nPrecedence: command line > environment > config file > default.\n"
+        "wheelfed gateway --config FILE --check checks the settings and this machine.",
+    )
     p.add_argument("--config", type=existing_file, metavar="FILE", help="settings file (TOML); the command line wins")
-    p.add_argument("--check", action="store_true",
-                   help="check the settings and this machine (store, serial device, certificates, trust keys, TFLite, "
-                        "disk space, broker), print each problem on one line and exit (1 if any)")
-    p.add_argument("--client-id", type=gateway_id, help="this gateway's id (= its broker user); required here or in "
-                                                          "--config")
-    p.add_argument("--serial", type=serial_port,
-                   help="sensor link: device path, pty path or pyserial URL (default: none, no sensors)")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="check the settings and this machine (store, serial device, certificates, trust keys, TFLite, "
+        "disk space, broker), print each problem on one line and exit (1 if any)",
+    )
+    p.add_argument(
+        "--client-id", type=gateway_id, help="this gateway's id (= its broker user); required here or in --config"
+    )
+    p.add_argument(
+        "--serial",
+        type=serial_port,
+        help="sensor link: device path, pty path or pyserial URL (default: none, no sensors)",
+    )
     p.add_argument("--baud", type=positive_int, help=f"serial baud rate (default: {defaults.baud})")
     p.add_argument("--store", type=store_file, help="window store (SQLite); default CLIENT_ID-windows.db")
-    p.add_argument("--session", help="session id for the stored windows (default: client id + start time; vertical "
-                        "jobs match windows by start time, so a person's gateways need no common session)")
+    p.add_argument(
+        "--session",
+        help="session id for the stored windows (default: client id + start time; vertical "
+        "jobs match windows by start time, so a person's gateways need no common session)",
+    )
     p.add_argument("--max-windows", type=positive_int, help="retention: keep at most this many windows")
     p.add_argument("--max-age-days", type=positive_float, help="retention: drop windows stored longer ago")
-    p.add_argument("--holdout-fraction", type=holdout_share,
-                   help="keep the last share of each session's labelled windows out of training, for evaluation "
-                        f"(default: {defaults.holdout_fraction})")
-    p.add_argument("--model-dir", type=Path,
-                   help="where the active and previous model live (default: CLIENT_ID-models/)")
-    p.add_argument("--trust", action="append", type=existing_file, metavar="PUBKEY",
-                   help="the aggregator's public key file (wheelfed keygen); repeat during a key rotation")
-    p.add_argument("--party-key-file", type=existing_file, metavar="FILE",
-                   help="vertical jobs: the hex key this person's gateways share (wheelfed vertical keygen; one "
-                        "key per person, on each of its gateways): windows are matched by their start time "
-                        "under it; the aggregator never sees it (default: $WHEELFED_PARTY_KEY_FILE)")
-    p.add_argument("--engine", choices=config.ENGINES,
-                   help=f"inference engine (default: {defaults.engine}: TFLite when installed and faster)")
-    p.add_argument("--alerts", type=alert_rules_file,
-                   help="JSON file of alert rules (default: pressure relief 30 min, lying 2 h)")
-    p.add_argument("--publish-every", type=positive_float,
-                   help=f"seconds between prediction batches (default: {defaults.publish_every:g})")
-    p.add_argument("--stats-every", type=non_negative_float,
-                   help=f"seconds between status lines, 0: none (default: {defaults.stats_every:g})")
+    p.add_argument(
+        "--holdout-fraction",
+        type=holdout_share,
+        help="keep the last share of each session's labelled windows out of training, for evaluation "
+        f"(default: {defaults.holdout_fraction})",
+    )
+    p.add_argument(
+        "--model-dir", type=Path, help="where the active and previous model live (default: CLIENT_ID-models/)"
+    )
+    p.add_argument(
+        "--trust",
+        action="append",
+        type=existing_file,
+        metavar="PUBKEY",
+        help="the aggregator's public key file (wheelfed keygen); repeat during a key rotation",
+    )
+    p.add_argument(
+        "--party-key-file",
+        type=existing_file,
+        metavar="FILE",
+        help="vertical jobs: the hex key this person's gateways share (wheelfed vertical keygen; one "
+        "key per person, on each of its gateways): windows are matched by their start time "
+        "under it; the aggregator never sees it (default: $WHEELFED_PARTY_KEY_FILE)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=config.ENGINES,
+        help=f"inference engine (default: {defaults.engine}: TFLite when installed and faster)",
+    )
+    p.add_argument(
+        "--alerts", type=alert_rules_file, help="JSON file of alert rules (default: pressure relief 30 min, lying 2 h)"
+    )
+    p.add_argument(
+        "--publish-every",
+        type=positive_float,
+        help=f"seconds between prediction batches (default: {defaults.publish_every:g})",
+    )
+    p.add_argument(
+        "--stats-every",
+        type=non_negative_float,
+        help=f"seconds between status lines, 0: none (default: {defaults.stats_every:g})",
+    )
     p.add_argument("--no-broker", action="store_true", help="collect only; do not connect to an MQTT broker")
-    add_broker_options(p, username_help="broker user name (default: the client id); password from "
-                                        f"${PASSWORD_VARIABLE}, else password_file in --config")
+    add_broker_options(
+        p,
+        username_help="broker user name (default: the client id); password from "
+        f"${PASSWORD_VARIABLE}, else password_file in --config",
+    )
     p.set_defaults(func=run, host=None, port=NOT_GIVEN, protocol=None)
     for action in p._actions:  # the shared options' help says where their defaults come from
         if action.dest == "host":

@@ -22,8 +22,10 @@ def load_model_file(path: str | Path):
     path = Path(path)
     raw = path.read_bytes()
     if raw.startswith(SQLITE_MAGIC):
-        raise ValueError(f"{path} is a database (a model registry?), not a model file: "
-                         "wheelfed model export MODEL_ID --registry DB -o model.cbor writes one")
+        raise ValueError(
+            f"{path} is a database (a model registry?), not a model file: "
+            "wheelfed model export MODEL_ID --registry DB -o model.cbor writes one"
+        )
     if not raw:
         raise ValueError(f"{path} is empty, not a model file")
     try:

@@ -19,5 +19,13 @@ from edge_client.features.ecg import detect_r_peaks, ecg_feature_names, ecg_feat
 from edge_client.features.names import FEATURE_SET_VERSION, feature_names
 from edge_client.features.window import window_features
 
-__all__ = ["FEATURE_SET_VERSION", "channel_feature_names", "detect_r_peaks", "ecg_feature_names", "ecg_features",
-           "extract", "feature_names", "window_features"]
+__all__ = [
+    "FEATURE_SET_VERSION",
+    "channel_feature_names",
+    "detect_r_peaks",
+    "ecg_feature_names",
+    "ecg_features",
+    "extract",
+    "feature_names",
+    "window_features",
+]

@@ -19,8 +19,16 @@ from edge_client.features.cleaning import fill_missing
 from edge_client.features.entropy import sample_entropy
 from edge_client.features.spectral import FFT_FEATURES, WELCH_FEATURES, fft_magnitudes, welch_features
 from edge_client.features.statistics import DISTRIBUTION_FEATURES, centre, distribution_features
-from edge_client.features.temporal import (CHANGE_FEATURES, STRIKE_FEATURES, autocorrelation, change_features,
-                                           cid_ce, number_peaks, strike_features, zero_crossing_rate)
+from edge_client.features.temporal import (
+    CHANGE_FEATURES,
+    STRIKE_FEATURES,
+    autocorrelation,
+    change_features,
+    cid_ce,
+    number_peaks,
+    strike_features,
+    zero_crossing_rate,
+)
 
 AUTOCORRELATION_LAGS = (1, 2, 5, 10, 20)  # 0.05 .. 1 s at 20 Hz: within one movement cycle
 PEAK_SUPPORT = 3  # a peak must exceed 3 samples (150 ms at 20 Hz) on each side: ignores ripples
@@ -52,8 +60,10 @@ def extract(windows: np.ndarray, fs: float) -> np.ndarray:
     """
     windows = np.asarray(windows)
     if windows.ndim != 3:
-        raise ValueError(f"extract() needs windows shaped (n_windows, n_samples, n_channels), got shape "
-                         f"{windows.shape}; wrap a single window as windows[None]")
+        raise ValueError(
+            f"extract() needs windows shaped (n_windows, n_samples, n_channels), got shape "
+            f"{windows.shape}; wrap a single window as windows[None]"
+        )
     if windows.dtype.kind not in "biuf":
         raise ValueError(f"extract() needs real numbers, got dtype {windows.dtype}")
     if not (isinstance(fs, (int, float, np.number)) and math.isfinite(fs) and fs > 0):
@@ -68,17 +78,20 @@ def extract(windows: np.ndarray, fs: float) -> np.ndarray:
     mean, d, constant = centre(x)
     distribution = distribution_features(x, mean, d, constant)
     std, var = distribution[..., 1], distribution[..., 2]
-    features = np.concatenate([
-        distribution,
-        change_features(x),
-        strike_features(d),
-        sample_entropy(x, std, constant)[..., None],
-        cid_ce(d, std)[..., None],
-        fft_magnitudes(d),
-        welch_features(d, float(fs)),
-        autocorrelation(d, var, AUTOCORRELATION_LAGS),
-        number_peaks(x, PEAK_SUPPORT)[..., None],
-        zero_crossing_rate(x)[..., None],
-        missing[..., None],
-    ], axis=-1)
+    features = np.concatenate(
+        [
+            distribution,
+            change_features(x),
+            strike_features(d),
+            sample_entropy(x, std, constant)[..., None],
+            cid_ce(d, std)[..., None],
+            fft_magnitudes(d),
+            welch_features(d, float(fs)),
+            autocorrelation(d, var, AUTOCORRELATION_LAGS),
+            number_peaks(x, PEAK_SUPPORT)[..., None],
+            zero_crossing_rate(x)[..., None],
+            missing[..., None],
+        ],
+        axis=-1,
+    )
     return features.reshape(n_windows, n_channels * len(_FEATURES))

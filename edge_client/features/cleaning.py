@@ -46,6 +46,7 @@ def fill_missing(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     xq = np.take_along_axis(values, q, axis=-1)
     span = q - p
     frac = np.divide(idx - p, span, out=np.zeros(x.shape), where=span > 0)
-    interpolated = np.where(has_prev & has_next, xp + (xq - xp) * frac,
-                            np.where(has_prev, xp, np.where(has_next, xq, 0.0)))
+    interpolated = np.where(
+        has_prev & has_next, xp + (xq - xp) * frac, np.where(has_prev, xp, np.where(has_next, xq, 0.0))
+    )
     return np.where(good, x, interpolated), missing

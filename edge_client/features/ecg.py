@@ -70,8 +70,15 @@ MIN_DURATION_S = 0.5
 BAND_PASS_ORDER = 2
 FILTER_PAD_S = 1.0
 
-ECG_FEATURES = ("ecg_n_beats", "ecg_hr_mean_bpm", "ecg_hr_min_bpm", "ecg_hr_max_bpm", "ecg_rr_mean_ms",
-                "ecg_sdnn_ms", "ecg_rmssd_ms")
+ECG_FEATURES = (
+    "ecg_n_beats",
+    "ecg_hr_mean_bpm",
+    "ecg_hr_min_bpm",
+    "ecg_hr_max_bpm",
+    "ecg_rr_mean_ms",
+    "ecg_sdnn_ms",
+    "ecg_rmssd_ms",
+)
 
 
 def ecg_feature_names() -> list[str]:
@@ -119,16 +126,18 @@ def _band_passed(x: np.ndarray, fs: float, bands: tuple[tuple[float, float], ...
     n = x.size
     pad = min(n - 1, round(FILTER_PAD_S * fs))
     centred = x - x.mean()
-    extended = np.concatenate((2 * centred[0] - centred[pad:0:-1], centred,
-                               2 * centred[-1] - centred[-2:-pad - 2:-1]))
+    extended = np.concatenate(
+        (2 * centred[0] - centred[pad:0:-1], centred, 2 * centred[-1] - centred[-2 : -pad - 2 : -1])
+    )
     n_fft = _fft_size(extended.size)
     buffer = np.empty(n_fft)
-    buffer[:extended.size] = extended
+    buffer[: extended.size] = extended
     gap = n_fft - extended.size
-    buffer[extended.size:] = extended[-1] + (extended[0] - extended[-1]) * np.arange(1, gap + 1) / (gap + 1)
+    buffer[extended.size :] = extended[-1] + (extended[0] - extended[-1]) * np.arange(1, gap + 1) / (gap + 1)
     spectrum = np.fft.rfft(buffer)
-    return [np.fft.irfft(spectrum * _zero_phase_gain(n_fft, fs, low, high), n_fft)[pad:pad + n]
-            for low, high in bands]
+    return [
+        np.fft.irfft(spectrum * _zero_phase_gain(n_fft, fs, low, high), n_fft)[pad : pad + n] for low, high in bands
+    ]
 
 
 def _local_maxima(x: np.ndarray, distance: int) -> np.ndarray:
@@ -153,29 +162,34 @@ def _local_maxima(x: np.ndarray, distance: int) -> np.ndarray:
     upper = np.searchsorted(peaks, peaks + distance, side="left")
     for i in np.argsort(x[peaks], kind="stable")[::-1].tolist():
         if keep[i]:
-            keep[lower[i]:i] = False
-            keep[i + 1:upper[i]] = False
+            keep[lower[i] : i] = False
+            keep[i + 1 : upper[i]] = False
     return peaks[keep]
 
 
 def _check_rate(fs: float) -> float:
     fs = float(fs)
     if not fs >= MIN_SAMPLE_RATE_HZ:
-        raise ValueError(f"ECG sampled at {fs} Hz is too slow to locate R peaks: the QRS band reaches 15 Hz and "
-                         f"the apex needs ms resolution; record the ECG at >= {MIN_SAMPLE_RATE_HZ:g} Hz")
+        raise ValueError(
+            f"ECG sampled at {fs} Hz is too slow to locate R peaks: the QRS band reaches 15 Hz and "
+            f"the apex needs ms resolution; record the ECG at >= {MIN_SAMPLE_RATE_HZ:g} Hz"
+        )
     return fs
 
 
 def _as_series(ecg: np.ndarray) -> np.ndarray:
     ecg = np.asarray(ecg)
     if ecg.ndim != 1 or ecg.dtype.kind not in "biuf":
-        raise ValueError(f"expected one ECG channel as a 1-D real array, got shape {ecg.shape} dtype {ecg.dtype}; "
-                         f"pass raw[:, channel] for a multi-channel sensor")
+        raise ValueError(
+            f"expected one ECG channel as a 1-D real array, got shape {ecg.shape} dtype {ecg.dtype}; "
+            f"pass raw[:, channel] for a multi-channel sensor"
+        )
     return fill_missing(ecg)[0]
 
 
-def _thresholded_beats(heights: np.ndarray, positions: np.ndarray, slopes: np.ndarray,
-                       fs: float) -> tuple[list[int], np.ndarray]:
+def _thresholded_beats(
+    heights: np.ndarray, positions: np.ndarray, slopes: np.ndarray, fs: float
+) -> tuple[list[int], np.ndarray]:
     """Pan-Tompkins decisions over the candidates; returns accepted candidate indices and the
     threshold in force at every candidate (for search-back)."""
     signal_level = 0.5 * np.percentile(heights, 90)
@@ -186,8 +200,9 @@ def _thresholded_beats(heights: np.ndarray, positions: np.ndarray, slopes: np.nd
     for i, height in enumerate(heights):
         threshold = max(noise_level + 0.25 * (signal_level - noise_level), floor)
         thresholds[i] = threshold
-        is_t_wave = bool(beats) and positions[i] - positions[beats[-1]] < T_WAVE_S * fs \
-            and slopes[i] < 0.5 * slopes[beats[-1]]
+        is_t_wave = (
+            bool(beats) and positions[i] - positions[beats[-1]] < T_WAVE_S * fs and slopes[i] < 0.5 * slopes[beats[-1]]
+        )
         if height > threshold and not is_t_wave:
             beats.append(i)
             signal_level = 0.125 * height + 0.875 * signal_level
@@ -196,8 +211,7 @@ def _thresholded_beats(heights: np.ndarray, positions: np.ndarray, slopes: np.nd
     return beats, thresholds
 
 
-def _search_back(beats: list[int], positions: np.ndarray, heights: np.ndarray,
-                 thresholds: np.ndarray) -> list[int]:
+def _search_back(beats: list[int], positions: np.ndarray, heights: np.ndarray, thresholds: np.ndarray) -> list[int]:
     """Add, in every RR gap > SEARCHBACK_RR x median RR, the highest candidate above half the threshold."""
     if len(beats) < 2:
         return beats

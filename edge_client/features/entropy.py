@@ -48,17 +48,17 @@ def sample_entropy(x: np.ndarray, std: np.ndarray, constant: np.ndarray) -> np.n
     match_m = np.empty((chunk, k, k), dtype=bool)
     match_m1 = np.empty((chunk, k - 1, k - 1), dtype=bool)
     for start in range(0, rows.shape[0], chunk):
-        xs = rows[start: start + chunk]
+        xs = rows[start : start + chunk]
         c = xs.shape[0]
         np.subtract(xs[:, :, None], xs[:, None, :], out=distance[:c])
         np.abs(distance[:c], out=distance[:c])
-        np.less_equal(distance[:c], tolerance[start: start + c, None, None], out=close[:c])
+        np.less_equal(distance[:c], tolerance[start : start + c, None, None], out=close[:c])
         np.copyto(match_m[:c], close[:c, :k, :k])
         for shift in range(1, m):
-            match_m[:c] &= close[:c, shift: shift + k, shift: shift + k]
+            match_m[:c] &= close[:c, shift : shift + k, shift : shift + k]
         np.logical_and(match_m[:c, :-1, :-1], close[:c, m:, m:], out=match_m1[:c])
-        b[start: start + c] = np.count_nonzero(match_m[:c].reshape(c, -1), axis=1) - k
-        a[start: start + c] = np.count_nonzero(match_m1[:c].reshape(c, -1), axis=1) - (k - 1)
+        b[start : start + c] = np.count_nonzero(match_m[:c].reshape(c, -1), axis=1) - k
+        a[start : start + c] = np.count_nonzero(match_m1[:c].reshape(c, -1), axis=1) - (k - 1)
     ceiling = np.log(k * (k - 1) / 2.0)
     ratio = np.divide(a, b, out=np.ones_like(a), where=(a > 0) & (b > 0))
     value = np.where(a > 0, -np.log(ratio), ceiling)

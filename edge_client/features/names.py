@@ -34,6 +34,9 @@ def feature_names(descriptors: Sequence[SensorDescriptor]) -> list[str]:
     for descriptor in descriptors:
         for suffixes, applies in ((channel_feature_names(), True), (ecg_feature_names(), descriptor.kind == "ecg")):
             if applies:
-                names.extend(f"{descriptor.name}.{channel.name}.{suffix}"
-                             for channel in descriptor.channels for suffix in suffixes)
+                names.extend(
+                    f"{descriptor.name}.{channel.name}.{suffix}"
+                    for channel in descriptor.channels
+                    for suffix in suffixes
+                )
     return names

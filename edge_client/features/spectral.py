@@ -51,8 +51,9 @@ def fft_magnitudes(d: np.ndarray) -> np.ndarray:
     0 where k > n // 2."""
     n = d.shape[-1]
     spectrum = np.abs(np.fft.rfft(d, axis=-1)) if n else np.zeros(d.shape[:-1] + (1,))
-    return np.stack([spectrum[..., k] if k < spectrum.shape[-1] else np.zeros(d.shape[:-1])
-                     for k in FFT_COEFFICIENTS], axis=-1)
+    return np.stack(
+        [spectrum[..., k] if k < spectrum.shape[-1] else np.zeros(d.shape[:-1]) for k in FFT_COEFFICIENTS], axis=-1
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -73,7 +74,7 @@ def welch_density(x: np.ndarray, fs: float) -> np.ndarray:
     segments = segments - segments.mean(axis=-1, keepdims=True)
     window = _hann(nperseg)
     power = np.abs(np.fft.rfft(segments * window, axis=-1)) ** 2 / (fs * np.sum(window * window))
-    power[..., 1: (nperseg + 1) // 2] *= 2.0  # fold negative frequencies (not DC, not an even Nyquist)
+    power[..., 1 : (nperseg + 1) // 2] *= 2.0  # fold negative frequencies (not DC, not an even Nyquist)
     return power.mean(axis=-2)
 
 

@@ -33,8 +33,7 @@ def centre(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return mean, deviations, constant
 
 
-def distribution_features(x: np.ndarray, mean: np.ndarray, d: np.ndarray,
-                          constant: np.ndarray) -> np.ndarray:
+def distribution_features(x: np.ndarray, mean: np.ndarray, d: np.ndarray, constant: np.ndarray) -> np.ndarray:
     """The DISTRIBUTION_FEATURES of each series, shape ``(..., 8)``; n >= 1."""
     n = x.shape[-1]
     var = np.mean(d * d, axis=-1)
@@ -54,5 +53,6 @@ def distribution_features(x: np.ndarray, mean: np.ndarray, d: np.ndarray,
     if n >= 4:
         g2 = m4 / safe_m2**2 - 3.0
         kurtosis = np.where(measurable, (n - 1.0) / ((n - 2.0) * (n - 3.0)) * ((n + 1.0) * g2 + 6.0), 0.0)
-    return np.stack([mean, np.sqrt(var), var, np.median(x, axis=-1), x.min(axis=-1), x.max(axis=-1),
-                     skewness, kurtosis], axis=-1)
+    return np.stack(
+        [mean, np.sqrt(var), var, np.median(x, axis=-1), x.min(axis=-1), x.max(axis=-1), skewness, kurtosis], axis=-1
+    )

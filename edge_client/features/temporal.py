@@ -80,11 +80,11 @@ def number_peaks(x: np.ndarray, support: int) -> np.ndarray:
     n = x.shape[-1]
     if n < 2 * support + 1:
         return np.zeros(x.shape[:-1])
-    middle = x[..., support: n - support]
+    middle = x[..., support : n - support]
     is_peak = np.ones(middle.shape, dtype=bool)
     for k in range(1, support + 1):
-        is_peak &= middle > x[..., support - k: n - support - k]
-        is_peak &= middle > x[..., support + k: n - support + k]
+        is_peak &= middle > x[..., support - k : n - support - k]
+        is_peak &= middle > x[..., support + k : n - support + k]
     return np.count_nonzero(is_peak, axis=-1).astype(np.float64)
 
 

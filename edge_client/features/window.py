@@ -24,20 +24,25 @@ PIPELINE_RATE_HZ = 20.0  # the pipeline's common grid (PipelineConfig.target_rat
 
 def _sensor_array(mapping: Any, descriptor: SensorDescriptor, window: Any, what: str) -> np.ndarray:
     if descriptor.name not in mapping:
-        raise ValueError(f"window [{window.start_us}, {window.end_us}) us has no {what} for sensor "
-                         f"{descriptor.name!r}; it has {sorted(mapping)} - build the window with the same "
-                         f"descriptors as the feature names")
+        raise ValueError(
+            f"window [{window.start_us}, {window.end_us}) us has no {what} for sensor "
+            f"{descriptor.name!r}; it has {sorted(mapping)} - build the window with the same "
+            f"descriptors as the feature names"
+        )
     array = np.asarray(mapping[descriptor.name], dtype=np.float64)
     if array.ndim == 1 and descriptor.n_channels == 1:
         array = array[:, None]
     if array.ndim != 2 or array.shape[1] != descriptor.n_channels:
-        raise ValueError(f"{what} of sensor {descriptor.name!r} has shape {array.shape}, expected "
-                         f"(n_samples, {descriptor.n_channels}) for its {descriptor.n_channels} channel(s)")
+        raise ValueError(
+            f"{what} of sensor {descriptor.name!r} has shape {array.shape}, expected "
+            f"(n_samples, {descriptor.n_channels}) for its {descriptor.n_channels} channel(s)"
+        )
     return array
 
 
-def window_features(window: Any, descriptors: Sequence[SensorDescriptor], *,
-                    fs: float = PIPELINE_RATE_HZ) -> np.ndarray:
+def window_features(
+    window: Any, descriptors: Sequence[SensorDescriptor], *, fs: float = PIPELINE_RATE_HZ
+) -> np.ndarray:
     """float64 vector named by ``feature_names(descriptors)``.
 
     ``window.data[name]`` (n, channels) at ``fs`` Hz gives the TIFEX-style features of every
@@ -52,11 +57,12 @@ def window_features(window: Any, descriptors: Sequence[SensorDescriptor], *,
         features = extract(data[None], fs)[0]
         parts.append(features)
         n_features = len(channel_feature_names())
-        missing = features[n_features - 1::n_features]  # missing_fraction of each channel
+        missing = features[n_features - 1 :: n_features]  # missing_fraction of each channel
         if missing.any():
-            log.debug("window has missing samples (interpolated)",
-                      extra={"sensor": descriptor.name, "start_us": window.start_us,
-                             "missing_fraction": missing.tolist()})
+            log.debug(
+                "window has missing samples (interpolated)",
+                extra={"sensor": descriptor.name, "start_us": window.start_us, "missing_fraction": missing.tolist()},
+            )
         if descriptor.kind == "ecg":
             raw = _sensor_array(window.raw, descriptor, window, "raw ECG")
             if descriptor.name not in window.raw_rate_hz:

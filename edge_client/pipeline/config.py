@@ -57,8 +57,10 @@ class PipelineConfig:
         for name in ("window_s", "step_s"):
             n = getattr(self, name) * self.target_rate_hz
             if n < 1 or abs(n - round(n)) > 1e-9 * n:
-                raise ValueError(f"{name}={getattr(self, name)} must be a positive whole number of grid periods "
-                                 f"(1/{self.target_rate_hz} s)")
+                raise ValueError(
+                    f"{name}={getattr(self, name)} must be a positive whole number of grid periods "
+                    f"(1/{self.target_rate_hz} s)"
+                )
         if self.filter_order < 1:
             raise ValueError(f"filter_order must be >= 1, got {self.filter_order}")
         if "default" not in self.cutoff_hz:

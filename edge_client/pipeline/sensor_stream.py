@@ -92,9 +92,15 @@ class SensorStream:
         cutoff = config.cutoff_for(descriptor.kind)
         sos = stage_sos(descriptor.sample_rate_hz, config.target_rate_hz, cutoff, config.filter_order)
         if sos is None:
-            log.info("low-pass skipped: cut-off at or above the sensor's or the grid's Nyquist",
-                     extra={"sensor": self.name, "fs_hz": descriptor.sample_rate_hz,
-                            "grid_hz": config.target_rate_hz, "cutoff_hz": cutoff})
+            log.info(
+                "low-pass skipped: cut-off at or above the sensor's or the grid's Nyquist",
+                extra={
+                    "sensor": self.name,
+                    "fs_hz": descriptor.sample_rate_hz,
+                    "grid_hz": config.target_rate_hz,
+                    "cutoff_hz": cutoff,
+                },
+            )
         self.lowpass = StreamingLowPass(sos, descriptor.n_channels)
         self.resampler = StreamResampler(descriptor.sample_rate_hz, config.target_rate_hz, config.period_us)
         self._clock: tuple[int, int] | None = None  # (sample index, time_us) anchor
@@ -125,8 +131,10 @@ class SensorStream:
             else:
                 self._end_segment(update)
                 self.stats.nonfinite_samples += b - a
-                log.info("non-finite samples treated as missing",
-                         extra={"sensor": self.name, "count": b - a, "time_us": float(self._time_of(self._n + a))})
+                log.info(
+                    "non-finite samples treated as missing",
+                    extra={"sensor": self.name, "count": b - a, "time_us": float(self._time_of(self._n + a))},
+                )
                 self._known_before(self._time_of(self._n + b))
         self._n += n
         return update
@@ -162,8 +170,15 @@ class SensorStream:
         expected = self._time_of(self._n)
         deviation = ts - expected
         if abs(deviation) > self._gap_us:
-            log.warning("sensor gap: timestamp jump", extra={
-                "sensor": self.name, "expected_us": float(expected), "timestamp_us": ts, "jump_us": float(deviation)})
+            log.warning(
+                "sensor gap: timestamp jump",
+                extra={
+                    "sensor": self.name,
+                    "expected_us": float(expected),
+                    "timestamp_us": ts,
+                    "jump_us": float(deviation),
+                },
+            )
             self._end_segment(update)
             self.stats.gaps += 1
             self._clock, self._n = (0, ts), 0

@@ -234,8 +234,10 @@ class WindowAssembler:
                 resume = max(resume, last + 1 if nxt is None else -(-nxt // step))
             resume = min(resume, last + 1)
             self.stats.windows_skipped += resume - w
-            log.debug("windows skipped: a sensor does not cover them",
-                     extra={"sensors": missing, "start_us": s * period, "count": resume - w})
+            log.debug(
+                "windows skipped: a sensor does not cover them",
+                extra={"sensors": missing, "start_us": s * period, "count": resume - w},
+            )
             w = resume
         if w != self._next_window:
             self._next_window = w

@@ -41,11 +41,24 @@ def _ecg_descriptor(rate_hz: float, scale: float, offset: float) -> SensorDescri
     return SensorDescriptor(ECG_SENSOR_ID, "ecg", "ecg", rate_hz, (ChannelSpec("ecg", "mV", scale, offset),), "int16")
 
 
-def _write(out_dir: str | Path, name: str, descriptor: SensorDescriptor, raw: np.ndarray, frame_samples: int,
-           source: str, extra: dict[str, Any]) -> Path:
+def _write(
+    out_dir: str | Path,
+    name: str,
+    descriptor: SensorDescriptor,
+    raw: np.ndarray,
+    frame_samples: int,
+    source: str,
+    extra: dict[str, Any],
+) -> Path:
     frames = chunk_samples(descriptor.sensor_id, raw.reshape(-1, 1), descriptor.sample_rate_hz, frame_samples)
-    metadata = RecordingMetadata(session_id=name.replace("_", "-"), subject=None, source=source,
-                                 descriptors=(descriptor,), created_us=0, extra=extra)
+    metadata = RecordingMetadata(
+        session_id=name.replace("_", "-"),
+        subject=None,
+        source=source,
+        descriptors=(descriptor,),
+        created_us=0,
+        extra=extra,
+    )
     return write_recording(Path(out_dir) / f"{name}{RECORDING_SUFFIX}", metadata, frames)
 
 
@@ -77,8 +90,13 @@ def import_pyhrv(out_dir: str | Path, *, frame_samples: int = 50) -> Path:
     raw, header = read_pyhrv_sample()
     span_mv = _BITALINO_VCC_MV / _BITALINO_ECG_GAIN  # 3.0 mV exactly: the scale and offset are exact binary fractions
     descriptor = _ecg_descriptor(PYHRV_RATE_HZ, span_mv / 2**_BITALINO_ECG_BITS, -span_mv / 2)
-    extra = {"dataset": "pyhrv files/SampleECG.txt", "device": header.get("device"), "date": header.get("date"),
-             "time": header.get("time"), "adc_bits": _BITALINO_ECG_BITS}
+    extra = {
+        "dataset": "pyhrv files/SampleECG.txt",
+        "device": header.get("device"),
+        "date": header.get("date"),
+        "time": header.get("time"),
+        "adc_bits": _BITALINO_ECG_BITS,
+    }
     return _write(out_dir, "pyhrv_sample_ecg", descriptor, raw, frame_samples, "pyhrv:files/SampleECG.txt", extra)
 
 
@@ -89,8 +107,15 @@ def import_pyphysio(out_dir: str | Path, *, frame_samples: int = 64) -> Path:
         raise ValueError("pyphysio ECG is not in 0.001 mV steps within int16 range: int16 storage would lose data")
     descriptor = _ecg_descriptor(PYPHYSIO_RATE_HZ, 0.001, 0.0)
     extra = {"dataset": "pyphysio test_data/medical.txt.bz2", "column": PYPHYSIO_ECG_COLUMN}
-    return _write(out_dir, "pyphysio_medical_ecg", descriptor, raw.astype(np.int16), frame_samples,
-                  "pyphysio:test_data/medical.txt.bz2", extra)
+    return _write(
+        out_dir,
+        "pyphysio_medical_ecg",
+        descriptor,
+        raw.astype(np.int16),
+        frame_samples,
+        "pyphysio:test_data/medical.txt.bz2",
+        extra,
+    )
 
 
 def import_all(out_dir: str | Path) -> list[Path]:

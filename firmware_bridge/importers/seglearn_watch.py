@@ -52,8 +52,13 @@ def watch_descriptor(channel_names: list[str]) -> SensorDescriptor:
     return SensorDescriptor(WATCH_SENSOR_ID, "watch", "imu", SAMPLE_RATE_HZ, channels, "float32")
 
 
-def import_all(out_dir: str | Path, *, dataset: dict[str, Any] | None = None,
-               frame_samples: int = FRAME_SAMPLES, shuffle_seed: int | None = None) -> list[Path]:
+def import_all(
+    out_dir: str | Path,
+    *,
+    dataset: dict[str, Any] | None = None,
+    frame_samples: int = FRAME_SAMPLES,
+    shuffle_seed: int | None = None,
+) -> list[Path]:
     """Write one recording per subject into ``out_dir``; returns their paths, by subject number.
 
     ``shuffle_seed``: put each subject's series in a random order (seeded per subject) instead of
@@ -77,22 +82,39 @@ def import_all(out_dir: str | Path, *, dataset: dict[str, Any] | None = None,
             x = np.asarray(data["X"][index], dtype=np.float64)
             if x.ndim != 2 or x.shape[1] != descriptor.n_channels:
                 raise ValueError(f"series {index} has shape {x.shape}, expected (n, {descriptor.n_channels})")
-            chunk = chunk_samples(WATCH_SENSOR_ID, x.astype(np.float32), SAMPLE_RATE_HZ, frame_samples,
-                                  t0_us=t0_us, first_seq=seq)
+            chunk = chunk_samples(
+                WATCH_SENSOR_ID, x.astype(np.float32), SAMPLE_RATE_HZ, frame_samples, t0_us=t0_us, first_seq=seq
+            )
             frames += chunk
             seq += len(chunk)
             end_us = t0_us + len(x) * period_us
             label = str(data["y_labels"][int(data["y"][index])])
             labels.append(Annotation(label, t0_us, end_us, annotation_id=len(labels)))
-            series.append({"dataset_index": int(index), "label": label, "side": int(data["side"][index]),
-                           "start_us": t0_us, "n_samples": len(x)})
+            series.append(
+                {
+                    "dataset_index": int(index),
+                    "label": label,
+                    "side": int(data["side"][index]),
+                    "start_us": t0_us,
+                    "n_samples": len(x),
+                }
+            )
             t0_us = end_us
         metadata = RecordingMetadata(
-            session_id=f"seglearn-watch-s{subject:02d}", subject=f"seglearn-{subject:02d}",
-            source="seglearn:data/watch_dataset.npy", descriptors=(descriptor,), created_us=0,
-            extra={"dataset": "seglearn watch_dataset (BSD-3)", "series": series,
-                   "series_order": "dataset" if shuffle_seed is None else f"shuffled (seed {shuffle_seed})"},
+            session_id=f"seglearn-watch-s{subject:02d}",
+            subject=f"seglearn-{subject:02d}",
+            source="seglearn:data/watch_dataset.npy",
+            descriptors=(descriptor,),
+            created_us=0,
+            extra={
+                "dataset": "seglearn watch_dataset (BSD-3)",
+                "series": series,
+                "series_order": "dataset" if shuffle_seed is None else f"shuffled (seed {shuffle_seed})",
+            },
         )
-        paths.append(write_recording(Path(out_dir) / f"seglearn_watch_s{subject:02d}{RECORDING_SUFFIX}",
-                                     metadata, frames, labels))
+        paths.append(
+            write_recording(
+                Path(out_dir) / f"seglearn_watch_s{subject:02d}{RECORDING_SUFFIX}", metadata, frames, labels
+            )
+        )
     return paths

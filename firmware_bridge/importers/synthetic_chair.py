@@ -71,25 +71,32 @@ START_OFFSET_US = {WRIST_ID: 0, FRAME_ID: 3_000, WHEEL_ID: 7_000, ECG_ID: 1_500,
 
 _IMU_CHANNELS = ("ax", "ay", "az", "wx", "wy", "wz")
 #: Seated load map (mmHg), row 0 = front edge (knees), row 3 = back; columns left -> right.
-_BASE_MAP_MMHG = np.array([
-    [14.0, 22.0, 22.0, 14.0],
-    [24.0, 36.0, 36.0, 24.0],
-    [38.0, 70.0, 70.0, 38.0],
-    [20.0, 42.0, 42.0, 20.0],
-])
+_BASE_MAP_MMHG = np.array(
+    [
+        [14.0, 22.0, 22.0, 14.0],
+        [24.0, 36.0, 36.0, 24.0],
+        [38.0, 70.0, 70.0, 38.0],
+        [20.0, 42.0, 42.0, 20.0],
+    ]
+)
 RELIEF_KINDS = ("forward_lean", "lean_left", "lean_right", "push_up")
 
 
 def _imu_descriptor(sensor_id: int, name: str, kind: str) -> SensorDescriptor:
-    channels = tuple(ChannelSpec(c, "g", ACCEL_SCALE_G) if c.startswith("a")
-                     else ChannelSpec(c, "rad/s", GYRO_SCALE_RAD_S) for c in _IMU_CHANNELS)
+    channels = tuple(
+        ChannelSpec(c, "g", ACCEL_SCALE_G) if c.startswith("a") else ChannelSpec(c, "rad/s", GYRO_SCALE_RAD_S)
+        for c in _IMU_CHANNELS
+    )
     return SensorDescriptor(sensor_id, name, kind, IMU_RATE_HZ, channels, "int16")
 
 
 def chair_descriptors() -> tuple[SensorDescriptor, ...]:
     """The five sensors, by sensor id."""
-    pressure = tuple(ChannelSpec(f"p_r{r}c{c}", "mmHg", PRESSURE_SCALE_MMHG)
-                     for r in range(PRESSURE_ROWS) for c in range(PRESSURE_COLS))
+    pressure = tuple(
+        ChannelSpec(f"p_r{r}c{c}", "mmHg", PRESSURE_SCALE_MMHG)
+        for r in range(PRESSURE_ROWS)
+        for c in range(PRESSURE_COLS)
+    )
     return (
         _imu_descriptor(WRIST_ID, "wrist", "imu"),
         _imu_descriptor(FRAME_ID, "frame", "imu"),
@@ -123,9 +130,16 @@ class WatchSource:
         for index, x in enumerate(data["X"]):
             x = np.asarray(x, dtype=np.float64)
             parts.append(x)
-            series.append({"dataset_index": index, "label": str(data["y_labels"][int(data["y"][index])]),
-                           "subject": int(data["subject"][index]), "side": int(data["side"][index]),
-                           "start": start, "n_samples": len(x)})
+            series.append(
+                {
+                    "dataset_index": index,
+                    "label": str(data["y_labels"][int(data["y"][index])]),
+                    "subject": int(data["subject"][index]),
+                    "side": int(data["side"][index]),
+                    "start": start,
+                    "n_samples": len(x),
+                }
+            )
             start += len(x)
         return cls(np.concatenate(parts), series)
 
@@ -172,8 +186,9 @@ def relief_schedule(duration_s: float, interval_s: float, rng: np.random.Generat
         t += length + interval_s * rng.uniform(0.8, 1.2)
 
 
-def pressure_mat(duration_s: float, seed: int, *, relief_interval_s: float = 900.0,
-                 offset_us: int = 0) -> tuple[np.ndarray, list[dict[str, Any]]]:
+def pressure_mat(
+    duration_s: float, seed: int, *, relief_interval_s: float = 900.0, offset_us: int = 0
+) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """(n, 16) seat pressure in mmHg at 10 Hz (row-major r0c0 .. r3c3) and the relief schedule."""
     rng = np.random.default_rng([seed, 5])
     n = _samples(duration_s, PRESSURE_RATE_HZ, offset_us)
@@ -184,8 +199,12 @@ def pressure_mat(duration_s: float, seed: int, *, relief_interval_s: float = 900
     breathing = 0.01 * np.sin(2 * np.pi * 0.25 * t + rng.uniform(0, 2 * np.pi))
     cols = np.linspace(-1.0, 1.0, PRESSURE_COLS)
     rows = np.linspace(1.0, -1.0, PRESSURE_ROWS)  # front rows get + when leaning forward
-    gain = (1.0 + lateral[:, None, None] * cols[None, None, :] + sagittal[:, None, None] * rows[None, :, None]
-            + breathing[:, None, None])
+    gain = (
+        1.0
+        + lateral[:, None, None] * cols[None, None, :]
+        + sagittal[:, None, None] * rows[None, :, None]
+        + breathing[:, None, None]
+    )
     reliefs = relief_schedule(duration_s, relief_interval_s, rng)
     for relief in reliefs:
         w = _ramp(t, relief["start_s"], relief["end_s"], 2.0)[:, None, None]
@@ -210,8 +229,14 @@ class ChairSession:
     physical: dict[int, np.ndarray]  # the values before int16 quantisation, by sensor id
 
 
-def generate(duration_s: float, *, seed: int = 0, relief_interval_s: float = 900.0,
-             watch: WatchSource | None = None, ecg_loop: np.ndarray | None = None) -> ChairSession:
+def generate(
+    duration_s: float,
+    *,
+    seed: int = 0,
+    relief_interval_s: float = 900.0,
+    watch: WatchSource | None = None,
+    ecg_loop: np.ndarray | None = None,
+) -> ChairSession:
     """The chair's frames and labels for ``duration_s`` seconds (see the module docstring)."""
     if not duration_s > 0:
         raise ValueError(f"duration_s must be positive, got {duration_s}")
@@ -223,20 +248,31 @@ def generate(duration_s: float, *, seed: int = 0, relief_interval_s: float = 900
         physical[sensor_id] = watch.take(start, _samples(duration_s, IMU_RATE_HZ, START_OFFSET_US[sensor_id]))
     n_ecg = _samples(duration_s, ECG_RATE_HZ, START_OFFSET_US[ECG_ID])
     physical[ECG_ID] = np.resize(ecg_loop, n_ecg)[:, None]  # np.resize repeats the loop
-    physical[SEAT_ID], reliefs = pressure_mat(duration_s, seed, relief_interval_s=relief_interval_s,
-                                              offset_us=START_OFFSET_US[SEAT_ID])
-    frame_samples = {WRIST_ID: IMU_FRAME_SAMPLES, FRAME_ID: IMU_FRAME_SAMPLES, WHEEL_ID: IMU_FRAME_SAMPLES,
-                     ECG_ID: ECG_FRAME_SAMPLES, SEAT_ID: PRESSURE_FRAME_SAMPLES}
+    physical[SEAT_ID], reliefs = pressure_mat(
+        duration_s, seed, relief_interval_s=relief_interval_s, offset_us=START_OFFSET_US[SEAT_ID]
+    )
+    frame_samples = {
+        WRIST_ID: IMU_FRAME_SAMPLES,
+        FRAME_ID: IMU_FRAME_SAMPLES,
+        WHEEL_ID: IMU_FRAME_SAMPLES,
+        ECG_ID: ECG_FRAME_SAMPLES,
+        SEAT_ID: PRESSURE_FRAME_SAMPLES,
+    }
     frames: list[SampleFrame] = []
     for sensor_id, values in physical.items():
         d = descriptors[sensor_id]
         raw = _to_int16(values, np.array([c.scale for c in d.channels]))
-        frames += chunk_samples(sensor_id, raw, d.sample_rate_hz, frame_samples[sensor_id],
-                                t0_us=START_OFFSET_US[sensor_id])
+        frames += chunk_samples(
+            sensor_id, raw, d.sample_rate_hz, frame_samples[sensor_id], t0_us=START_OFFSET_US[sensor_id]
+        )
     # Sending order: a frame leaves its sensor when its last sample is taken (write_recording
     # keeps the order it is given; ties in sensor id order).
-    frames.sort(key=lambda f: (f.timestamp_us + round(len(f.samples) * 1e6 / descriptors[f.sensor_id].sample_rate_hz),
-                               f.sensor_id))
+    frames.sort(
+        key=lambda f: (
+            f.timestamp_us + round(len(f.samples) * 1e6 / descriptors[f.sensor_id].sample_rate_hz),
+            f.sensor_id,
+        )
+    )
     # The wrist's exercises: one label interval per watch series (clipped to the session).
     labels: list[Annotation] = []
     period_us = round(1e6 / IMU_RATE_HZ)
@@ -247,14 +283,21 @@ def generate(duration_s: float, *, seed: int = 0, relief_interval_s: float = 900
         end = min(s["start"] + s["n_samples"], n_wrist)
         labels.append(Annotation(s["label"], s["start"] * period_us, end * period_us, annotation_id=len(labels)))
     metadata = RecordingMetadata(
-        session_id=f"synthetic-chair-{seed}-{round(duration_s)}s", subject=f"synthetic-chair-{seed}",
+        session_id=f"synthetic-chair-{seed}-{round(duration_s)}s",
+        subject=f"synthetic-chair-{seed}",
         source="synthetic_chair: seglearn watch IMU, pyphysio ECG, synthetic pressure mat",
-        descriptors=tuple(descriptors.values()), created_us=0,
-        extra={"duration_s": duration_s, "seed": seed, "reliefs": reliefs,
-               "imu_sources": {"wrist": 0, "frame": len(watch.x) // 3, "wheel": 2 * len(watch.x) // 3},
-               "start_offset_us": {str(k): v for k, v in START_OFFSET_US.items()},
-               "wrist_series": [{k: s[k] for k in ("dataset_index", "label", "subject", "side")}
-                                for s in watch.series[: len(labels)]]},
+        descriptors=tuple(descriptors.values()),
+        created_us=0,
+        extra={
+            "duration_s": duration_s,
+            "seed": seed,
+            "reliefs": reliefs,
+            "imu_sources": {"wrist": 0, "frame": len(watch.x) // 3, "wheel": 2 * len(watch.x) // 3},
+            "start_offset_us": {str(k): v for k, v in START_OFFSET_US.items()},
+            "wrist_series": [
+                {k: s[k] for k in ("dataset_index", "label", "subject", "side")} for s in watch.series[: len(labels)]
+            ],
+        },
     )
     return ChairSession(metadata, frames, labels, physical)
 

@@ -168,8 +168,11 @@ class ModelBundle:
         cached = self.__dict__.get("_bytes")
         if cached is None:
             cached = dumps_value(
-                {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
-                 **{f.name: getattr(self, f.name) for f in fields(self)}}
+                {
+                    "format": FORMAT_NAME,
+                    "format_version": FORMAT_VERSION,
+                    **{f.name: getattr(self, f.name) for f in fields(self)},
+                }
             )
             self.__dict__["_bytes"] = cached
         return cached
@@ -320,12 +323,22 @@ class ModelBundle:
 
 def rollback_payload(request: ModelRollback) -> bytes:
     """The exact bytes a rollback's signature covers: ``ROLLBACK_DOMAIN`` + every other field."""
-    return ROLLBACK_DOMAIN + b"".join(_frame(f.name, getattr(request, f.name)) for f in fields(request)
-                                      if f.name != "signature")
+    return ROLLBACK_DOMAIN + b"".join(
+        _frame(f.name, getattr(request, f.name)) for f in fields(request) if f.name != "signature"
+    )
 
 
-def sign_rollback(signing_key: SigningKey, *, client: str, model_id: str, version: int, replaces_model_id: str,
-                  replaces_version: int, reason: str = "", issued_ns: int | None = None) -> ModelRollback:
+def sign_rollback(
+    signing_key: SigningKey,
+    *,
+    client: str,
+    model_id: str,
+    version: int,
+    replaces_model_id: str,
+    replaces_version: int,
+    reason: str = "",
+    issued_ns: int | None = None,
+) -> ModelRollback:
     """The aggregator's signed instruction to gateway ``client``: replace ``replaces_model_id``
     v``replaces_version`` (what it runs) with ``model_id`` v``version`` (its previous model).
     Naming one gateway and both models is what keeps a replayed copy harmless (see
@@ -335,10 +348,21 @@ def sign_rollback(signing_key: SigningKey, *, client: str, model_id: str, versio
     if not client:
         raise ValueError("a rollback names the gateway it is for: client must not be empty")
     if not model_id or not replaces_model_id or version < 0 or replaces_version < 0:
-        raise ValueError(f"a rollback names both models and versions: got {replaces_model_id!r} "
-                         f"v{replaces_version} -> {model_id!r} v{version}")
-    unsigned = ModelRollback(reason, model_id, version, replaces_model_id, replaces_version, client,
-                             time.time_ns() if issued_ns is None else issued_ns, signing_key.key_id, b"")
+        raise ValueError(
+            f"a rollback names both models and versions: got {replaces_model_id!r} "
+            f"v{replaces_version} -> {model_id!r} v{version}"
+        )
+    unsigned = ModelRollback(
+        reason,
+        model_id,
+        version,
+        replaces_model_id,
+        replaces_version,
+        client,
+        time.time_ns() if issued_ns is None else issued_ns,
+        signing_key.key_id,
+        b"",
+    )
     return replace(unsigned, signature=signing_key.sign(rollback_payload(unsigned)))
 
 
@@ -347,8 +371,10 @@ def verify_rollback(request: ModelRollback, keys: VerifyKey | Iterable[VerifyKey
     Raises ``BadSignature`` -- for an unsigned rollback too, with a reason saying so."""
     what = "rollback"
     if not request.signature:
-        raise BadSignature("unsigned: this rollback carries no signature (sent by a WheelFed from before "
-                           "rollbacks were signed, or not by the aggregator); refused")
+        raise BadSignature(
+            "unsigned: this rollback carries no signature (sent by a WheelFed from before "
+            "rollbacks were signed, or not by the aggregator); refused"
+        )
     key = _trusted_key(keys, request.key_id, what, "the rollback")
     try:
         key.verify(rollback_payload(request), request.signature)

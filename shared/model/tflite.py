@@ -364,6 +364,7 @@ def compile_tflite(ensemble: TreeEnsemble, *, client_index: int | None = None) -
     # The widened input: NaN replaced by -inf (splits sending NaN left), by +inf (right), raw.
     nan = g.tensor("nan", TT["BOOL"], [-1, F])
     g.op(op.NOT_EQUAL, [X, X], [nan])
+
     def select_opts(b: Any) -> int:
         tfl.SelectV2OptionsStart(b)
         return tfl.SelectV2OptionsEnd(b)
@@ -371,8 +372,12 @@ def compile_tflite(ensemble: TreeEnsemble, *, client_index: int | None = None) -
     blocks = []
     for name, fill in (("x_nan_low", -np.inf), ("x_nan_high", np.inf)):
         blocks.append(g.tensor(name, TT["FLOAT32"], [-1, F]))
-        g.op(op.SELECT_V2, [nan, g.const(name + "/fill", np.array(fill, dtype=np.float32)), X], [blocks[-1]],
-             (tfl.BuiltinOptions.SelectV2Options, select_opts))
+        g.op(
+            op.SELECT_V2,
+            [nan, g.const(name + "/fill", np.array(fill, dtype=np.float32)), X],
+            [blocks[-1]],
+            (tfl.BuiltinOptions.SelectV2Options, select_opts),
+        )
     if layout.n_blocks == 3:
         blocks.append(X)
     XA = g.tensor("x_wide", TT["FLOAT32"], [-1, F * layout.n_blocks])

@@ -103,9 +103,7 @@ class XGBoostExportError(ModelValidationError):
     """A valid ensemble that XGBoost's model JSON cannot reproduce exactly (a ``ValueError``)."""
 
 
-def to_xgboost_json(
-    ensemble: TreeEnsemble, *, round_thresholds: bool = False, feature_names: bool = False
-) -> bytes:
+def to_xgboost_json(ensemble: TreeEnsemble, *, round_thresholds: bool = False, feature_names: bool = False) -> bytes:
     """The ensemble as XGBoost model JSON (UTF-8 bytes) for ``Booster().load_model(bytearray(...))``.
 
     Only boosted ensembles with numeric-split trees, all with scalar or all with vector leaves,

@@ -112,8 +112,7 @@ def _multi_dim(value: object, limits: DecodeLimits) -> np.ndarray:
     itemsize = typed.dtype.itemsize
     if count * itemsize != len(typed.data):
         raise ArrayShapeMismatch(
-            f"array of shape {shape} and dtype {typed.dtype} needs {count * itemsize} bytes, "
-            f"got {len(typed.data)}"
+            f"array of shape {shape} and dtype {typed.dtype} needs {count * itemsize} bytes, got {len(typed.data)}"
         )
     return np.frombuffer(typed.data, dtype=typed.dtype).reshape(shape)
 

@@ -64,8 +64,13 @@ def split_payload(encoded: bytes, *, sender: str, max_payload: int, job: str = "
     transfer = new_message_id()
     # Chunks are written in the oldest version that has them: every peer reads them, and the
     # message inside keeps its own version.
-    probe = Message.create(Chunk(transfer, 0, 1, len(encoded), digest, b"x"), sender=sender, job=job, round=round,
-                           version=first_version_for("chunk"))
+    probe = Message.create(
+        Chunk(transfer, 0, 1, len(encoded), digest, b"x"),
+        sender=sender,
+        job=job,
+        round=round,
+        version=first_version_for("chunk"),
+    )
     piece = max_payload - len(encode_message(probe)) - _HEADER_SLACK
     if piece <= 0:
         raise PayloadTooLarge(f"max_payload {max_payload} leaves no room for chunk data next to the chunk envelope")
@@ -206,8 +211,10 @@ class Reassembler:
 
     def _expire(self, now: float) -> list[tuple[str, str]]:
         expired = []
-        for queue, since, limit in ((self._by_progress, "progressed", self.timeout_s),
-                                    (self._by_start, "started", self.max_lifetime_s)):
+        for queue, since, limit in (
+            (self._by_progress, "progressed", self.timeout_s),
+            (self._by_start, "started", self.max_lifetime_s),
+        ):
             while queue:
                 transfer = next(iter(queue.values()))
                 if now - getattr(transfer, since) <= limit:
@@ -216,8 +223,15 @@ class Reassembler:
                 expired.append(transfer)
         for transfer in expired:
             self.stats.expired += 1
-            log.warning("chunked transfer expired", extra={"sender": transfer.sender, "transfer": transfer.transfer,
-                        "received": len(transfer.pieces), "count": transfer.count})
+            log.warning(
+                "chunked transfer expired",
+                extra={
+                    "sender": transfer.sender,
+                    "transfer": transfer.transfer,
+                    "received": len(transfer.pieces),
+                    "count": transfer.count,
+                },
+            )
         return [transfer.key for transfer in expired]
 
     def add(self, message: Message, *, sender: str) -> bytes | None:
@@ -228,8 +242,10 @@ class Reassembler:
         chunk = message.body
         if not isinstance(chunk, Chunk):  # e.g. a chunk of a newer protocol version, read as far as its envelope
             self.stats.rejected += 1
-            raise ChunkError(f"a {message.envelope.type!r} message of protocol version {message.envelope.version} is "
-                             "not a chunk this build reads")
+            raise ChunkError(
+                f"a {message.envelope.type!r} message of protocol version {message.envelope.version} is "
+                "not a chunk this build reads"
+            )
         if message.sender != sender:
             self.stats.forged += 1
             self.stats.rejected += 1
@@ -286,8 +302,10 @@ class Reassembler:
     def _open(self, sender: str, chunk: Chunk, now: float) -> _Transfer:
         need = chunk.total_size + chunk.count * PIECE_OVERHEAD
         if need > self.max_bytes_per_sender:
-            raise ChunkError(f"transfer {chunk.transfer} would hold {need} bytes in {chunk.count} pieces, "
-                             f"more than a sender's budget of {self.max_bytes_per_sender}")
+            raise ChunkError(
+                f"transfer {chunk.transfer} would hold {need} bytes in {chunk.count} pieces, "
+                f"more than a sender's budget of {self.max_bytes_per_sender}"
+            )
         state = self._senders.setdefault(sender, _Sender())
         while len(state.transfers) >= self.max_transfers_per_sender:
             self._evict(next(iter(state.transfers.values())), "had too many open transfers")
@@ -320,11 +338,18 @@ class Reassembler:
         self.stats.evicted += 1
         first = (transfer.sender, why) not in self._warned
         self._warned.add((transfer.sender, why))
-        log.log(logging.WARNING if first else logging.DEBUG,
-                "chunked transfer dropped: its sender %s (counted in stats.evicted%s)", why,
-                "; further drops for this reason are logged at debug level" if first else "",
-                extra={"sender": transfer.sender, "transfer": transfer.transfer, "received": len(transfer.pieces),
-                       "count": transfer.count})
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "chunked transfer dropped: its sender %s (counted in stats.evicted%s)",
+            why,
+            "; further drops for this reason are logged at debug level" if first else "",
+            extra={
+                "sender": transfer.sender,
+                "transfer": transfer.transfer,
+                "received": len(transfer.pieces),
+                "count": transfer.count,
+            },
+        )
 
     def _drop(self, transfer: _Transfer, *, completed: bool) -> None:
         state = self._senders[transfer.sender]

@@ -66,9 +66,7 @@ def _forbidden_builtin_tag(tag: int):
 # before any hook sees them; overriding the whole low range (and the self-describe tag) routes
 # every one of them to a refusal. Tags it does not know reach ``tag_hook`` and are refused there.
 _REFUSE_BUILTIN_TAGS = {
-    tag: _forbidden_builtin_tag(tag)
-    for tag in [*range(0, 1024), 55799]
-    if tag not in arrays.ALLOWED_TAGS
+    tag: _forbidden_builtin_tag(tag) for tag in [*range(0, 1024), 55799] if tag not in arrays.ALLOWED_TAGS
 }
 
 # cbor2 reports these conditions with these phrases; each maps to its own exception type.

@@ -115,14 +115,23 @@ class Message:
     body: Any
 
     @classmethod
-    def create(cls, body: object, *, sender: str, job: str = "", round: int = 0, reply_to: str = "",
-               version: int = PROTOCOL_VERSION) -> "Message":
+    def create(
+        cls,
+        body: object,
+        *,
+        sender: str,
+        job: str = "",
+        round: int = 0,
+        reply_to: str = "",
+        version: int = PROTOCOL_VERSION,
+    ) -> "Message":
         """``version``: the protocol version to write the message in (a peer's older one:
         ``encode_message`` leaves out what that version does not know, or refuses)."""
         if version not in SUPPORTED_VERSIONS:
             raise ValueError(f"protocol version {version} is not one this build writes ({sorted(SUPPORTED_VERSIONS)})")
-        envelope = Envelope(type=type_name_of(body), sender=sender, job=job, round=round, reply_to=reply_to,
-                            version=version)
+        envelope = Envelope(
+            type=type_name_of(body), sender=sender, job=job, round=round, reply_to=reply_to, version=version
+        )
         return cls(envelope, body)
 
     def reply(self, body: object, *, sender: str) -> "Message":
@@ -179,9 +188,11 @@ class NewerVersion:
 
     def refusal(self, receiver: str) -> str:
         """What the receiver answers: which version it speaks and which the message needs."""
-        return (f"{receiver} speaks protocol version {PROTOCOL_VERSION} (and {PROTOCOL_VERSION - 1}); this "
-                f"{self.type!r} message is version {self.version}: update {receiver} to protocol version "
-                f"{self.version}")
+        return (
+            f"{receiver} speaks protocol version {PROTOCOL_VERSION} (and {PROTOCOL_VERSION - 1}); this "
+            f"{self.type!r} message is version {self.version}: update {receiver} to protocol version "
+            f"{self.version}"
+        )
 
 
 @dataclass(frozen=True)
@@ -205,8 +216,10 @@ def decode_message(data: bytes, *, limits: DecodeLimits = DEFAULT_LIMITS, max_by
     version = raw.get("v")
     newer = type(version) is int and version == PROTOCOL_VERSION + 1
     if type(version) is not int or (version not in SUPPORTED_VERSIONS and not newer):
-        raise UnsupportedVersion(f"protocol version {version!r} is not supported (this build speaks "
-                                 f"{sorted(SUPPORTED_VERSIONS)}: update the older side)")
+        raise UnsupportedVersion(
+            f"protocol version {version!r} is not supported (this build speaks "
+            f"{sorted(SUPPORTED_VERSIONS)}: update the older side)"
+        )
     fields = dict(raw)
     sender = fields.pop("from", None)
     if not isinstance(sender, str):
@@ -225,7 +238,13 @@ def decode_message(data: bytes, *, limits: DecodeLimits = DEFAULT_LIMITS, max_by
     else:
         body = from_wire(body_class(wire.type), wire.body, "body")
     envelope = Envelope(
-        type=wire.type, sender=sender, job=wire.job, round=wire.round, msg_id=wire.id,
-        reply_to=wire.re, ts=wire.ts, version=wire.v,
+        type=wire.type,
+        sender=sender,
+        job=wire.job,
+        round=wire.round,
+        msg_id=wire.id,
+        reply_to=wire.re,
+        ts=wire.ts,
+        version=wire.v,
     )
     return Message(envelope, body)

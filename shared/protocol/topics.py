@@ -77,7 +77,7 @@ class TopicLayout:
         head = f"{self.prefix}/{CLIENTS}/"
         if not topic.startswith(head):
             return None
-        parts = topic[len(head):].split("/")
+        parts = topic[len(head) :].split("/")
         return parts[0] if len(parts) == 2 and parts[0] else None
 
     def may_publish(self, client_id: str, topic: str) -> bool:

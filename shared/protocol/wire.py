@@ -84,8 +84,10 @@ def _has_default(f: dataclasses.Field) -> bool:
 @functools.cache
 def _fields_text(cls: type) -> dict[str, str]:
     hints = get_type_hints(cls, include_extras=True)
-    return {f.name: _annotation_text(hints[f.name]) + (" = default" if _has_default(f) else "")
-            for f in dataclasses.fields(cls)}
+    return {
+        f.name: _annotation_text(hints[f.name]) + (" = default" if _has_default(f) else "")
+        for f in dataclasses.fields(cls)
+    }
 
 
 def type_fingerprint(cls: type, type_name: str) -> dict[str, Any]:
@@ -104,8 +106,11 @@ def wire_fingerprint() -> dict[str, dict[str, Any]]:
     # The gateway <-> aggregator wire: bodies defined in this package. (Types registered elsewhere
     # -- a site aggregator's or merge worker's, a test's -- travel between processes of the
     # aggregator's side, which are updated together.)
-    return {name: type_fingerprint(cls, name) for name, cls in sorted(registered_message_types().items())
-            if cls.__module__.startswith("shared.protocol.")}
+    return {
+        name: type_fingerprint(cls, name)
+        for name, cls in sorted(registered_message_types().items())
+        if cls.__module__.startswith("shared.protocol.")
+    }
 
 
 @functools.cache
@@ -136,9 +141,11 @@ def _field_plan(type_name: str, version: int) -> tuple[str, ...] | str:
     gone = sorted(set(old["fields"]) - set(now))
     if gone:
         return f"field {gone[0]!r} of protocol version {version} is gone"
-    same = tuple(name for name, text in now.items()
-                 if name in old["fields"] and old["fields"][name].removesuffix(" = default")
-                 == text.removesuffix(" = default"))
+    same = tuple(
+        name
+        for name, text in now.items()
+        if name in old["fields"] and old["fields"][name].removesuffix(" = default") == text.removesuffix(" = default")
+    )
     for name, text in now.items():
         if name not in same and not text.endswith(" = default"):
             return f"field {name!r} is new or changed since protocol version {version} and has no default"
@@ -191,18 +198,26 @@ def can_write(body: Any, version: int) -> bool:
     if version >= PROTOCOL_VERSION:
         return True
     plan = _field_plan(type_name_of(body), version)
-    return isinstance(plan, tuple) and all(_is_default(f, getattr(body, f.name))
-                                           for f in dataclasses.fields(body) if f.name not in plan)
+    return isinstance(plan, tuple) and all(
+        _is_default(f, getattr(body, f.name)) for f in dataclasses.fields(body) if f.name not in plan
+    )
 
 
 def _is_default(f: dataclasses.Field, value: Any) -> bool:
-    default = f.default if f.default is not dataclasses.MISSING else (
-        f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+    default = (
+        f.default
+        if f.default is not dataclasses.MISSING
+        else (f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+    )
     if default is dataclasses.MISSING:
         return False
     if isinstance(value, np.ndarray) or isinstance(default, np.ndarray):
-        return isinstance(value, np.ndarray) and isinstance(default, np.ndarray) and value.dtype == default.dtype \
+        return (
+            isinstance(value, np.ndarray)
+            and isinstance(default, np.ndarray)
+            and value.dtype == default.dtype
             and np.array_equal(value, default)
+        )
     return bool(value == default)
 
 
@@ -214,8 +229,10 @@ def downgrade_body(type_name: str, body: Any, version: int, wire: dict[str, Any]
     if version >= PROTOCOL_VERSION:
         return wire
     plan = _field_plan(type_name, version)
-    needed = min((v for v in wire_history() if v > version and isinstance(_field_plan(type_name, v), tuple)),
-                 default=PROTOCOL_VERSION)
+    needed = min(
+        (v for v in wire_history() if v > version and isinstance(_field_plan(type_name, v), tuple)),
+        default=PROTOCOL_VERSION,
+    )
     if isinstance(plan, str):
         raise NeedsVersion(type_name, needed, version, plan)
     out = {}
@@ -223,14 +240,17 @@ def downgrade_body(type_name: str, body: Any, version: int, wire: dict[str, Any]
         if f.name in plan:
             out[f.name] = wire[f.name]
         elif not _is_default(f, getattr(body, f.name)):
-            raise NeedsVersion(type_name, needed, version,
-                               f"field {f.name!r} is new or changed since protocol version {version}")
+            raise NeedsVersion(
+                type_name, needed, version, f"field {f.name!r} is new or changed since protocol version {version}"
+            )
     return out
 
 
-_HISTORY_DOC = ("The wire fingerprint of every released protocol version, written by ``python -m "
-                "shared.protocol.wire``\n(shared/protocol/wire.py). Version 1 was read from the tree tagged v1. "
-                "Do not edit by hand.\n")
+_HISTORY_DOC = (
+    "The wire fingerprint of every released protocol version, written by ``python -m "
+    "shared.protocol.wire``\n(shared/protocol/wire.py). Version 1 was read from the tree tagged v1. "
+    "Do not edit by hand.\n"
+)
 
 
 def record_current(*, history_file: Path = HISTORY_FILE, unreleased: bool = False) -> str:
@@ -247,10 +267,12 @@ def record_current(*, history_file: Path = HISTORY_FILE, unreleased: bool = Fals
     recorded = versions.get(str(PROTOCOL_VERSION))
     if recorded is not None and recorded != current and not unreleased:
         changed = sorted(t for t in set(recorded) | set(current) if recorded.get(t) != current.get(t))
-        raise SystemExit(f"protocol version {PROTOCOL_VERSION} is recorded with another wire ({', '.join(changed)} "
-                         f"differ): bump PROTOCOL_VERSION in shared/protocol/envelope.py, then record again (or, "
-                         f"if version {PROTOCOL_VERSION} has not been released -- no git tag v{PROTOCOL_VERSION} -- "
-                         "record it again with --unreleased)")
+        raise SystemExit(
+            f"protocol version {PROTOCOL_VERSION} is recorded with another wire ({', '.join(changed)} "
+            f"differ): bump PROTOCOL_VERSION in shared/protocol/envelope.py, then record again (or, "
+            f"if version {PROTOCOL_VERSION} has not been released -- no git tag v{PROTOCOL_VERSION} -- "
+            "record it again with --unreleased)"
+        )
     versions[str(PROTOCOL_VERSION)] = current
     versions = dict(sorted(versions.items(), key=lambda kv: int(kv[0])))
     # JSON of strings and integers is a Python literal: the history ships as a module, no data file.

@@ -136,9 +136,7 @@ class SecAggConfig:
         if self.degree is not None and not (_positive_int(self.degree) and self.degree >= 2):
             raise SecureAggregationError(f"SecAggConfig.degree must be an int >= 2 or None, got {self.degree!r}")
         if self.threshold is not None and not (_positive_int(self.threshold) and self.threshold >= 2):
-            raise SecureAggregationError(
-                f"SecAggConfig.threshold must be an int >= 2 or None, got {self.threshold!r}"
-            )
+            raise SecureAggregationError(f"SecAggConfig.threshold must be an int >= 2 or None, got {self.threshold!r}")
 
 
 @dataclass(frozen=True, repr=False)

@@ -298,8 +298,16 @@ def merge_all(sketches: Sequence[DDSketch]) -> DDSketch:
         first._check_compatible(other)
     ordered = sorted(
         sketches,
-        key=lambda s: (s.pos_keys.tobytes(), s.pos_weights.tobytes(), s.neg_keys.tobytes(),
-                       s.neg_weights.tobytes(), s.zero_weight, s.count, s.n_missing, s.missing_weight),
+        key=lambda s: (
+            s.pos_keys.tobytes(),
+            s.pos_weights.tobytes(),
+            s.neg_keys.tobytes(),
+            s.neg_weights.tobytes(),
+            s.zero_weight,
+            s.count,
+            s.n_missing,
+            s.missing_weight,
+        ),
     )
 
     def combined(keys: str, weights: str) -> tuple[np.ndarray, np.ndarray]:
@@ -357,8 +365,12 @@ def ddsketches_to_columns(sketches: Sequence[DDSketch]) -> dict[str, Any]:
     neg_keys, neg_weights, neg_offsets = store("neg_keys", "neg_weights")
     return {
         "alpha": alphas.pop(),
-        "pos_keys": pos_keys, "pos_weights": pos_weights, "pos_offsets": pos_offsets,
-        "neg_keys": neg_keys, "neg_weights": neg_weights, "neg_offsets": neg_offsets,
+        "pos_keys": pos_keys,
+        "pos_weights": pos_weights,
+        "pos_offsets": pos_offsets,
+        "neg_keys": neg_keys,
+        "neg_weights": neg_weights,
+        "neg_offsets": neg_offsets,
         "zero_weight": np.array([s.zero_weight for s in sketches], dtype=np.float64),
         "count": np.array([s.count for s in sketches], dtype=np.int64),
         "n_missing": np.array([s.n_missing for s in sketches], dtype=np.int64),

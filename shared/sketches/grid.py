@@ -216,8 +216,9 @@ def key_values(keys: ArrayLike) -> np.ndarray:
 def _int_field(value: Any, name: str) -> np.ndarray:
     array = np.asarray(value)
     if array.ndim != 1 or array.dtype.kind not in "iu":
-        raise SketchError(f"plan field {name!r} must be a 1-D integer array, got shape {array.shape} "
-                          f"dtype {array.dtype}")
+        raise SketchError(
+            f"plan field {name!r} must be a 1-D integer array, got shape {array.shape} dtype {array.dtype}"
+        )
     return array
 
 
@@ -269,8 +270,10 @@ class GridPlan:
         raw = {name: _int_field(getattr(self, name), name) for name in _PLAN_FIELDS}
         sizes = {a.size for a in raw.values()}
         if len(sizes) != 1:
-            raise SketchError("plan fields feature, prefix, bits and step must have one entry per bucket, got "
-                              f"lengths {[raw[n].size for n in _PLAN_FIELDS]}")
+            raise SketchError(
+                "plan fields feature, prefix, bits and step must have one entry per bucket, got "
+                f"lengths {[raw[n].size for n in _PLAN_FIELDS]}"
+            )
         feature = _bounded(raw["feature"], "feature", 0, n_features - 1)
         bits = _bounded(raw["bits"], "bits", 0, KEY_BITS - 1)
         step = _bounded(raw["step"], "step", 1, KEY_BITS)
@@ -285,8 +288,10 @@ class GridPlan:
         end = start + (1 << (KEY_BITS - bits))
         if np.any(start[1:] < end[:-1]):
             i = int(np.flatnonzero(start[1:] < end[:-1])[0]) + 1
-            raise SketchError(f"bucket {i} is out of order or overlaps bucket {i - 1}: buckets must be sorted "
-                              "by (feature, key) and disjoint")
+            raise SketchError(
+                f"bucket {i} is out of order or overlaps bucket {i - 1}: buckets must be sorted "
+                "by (feature, key) and disjoint"
+            )
         for name, array in (("feature", feature), ("prefix", prefix), ("bits", bits), ("step", step)):
             array.setflags(write=False)
             object.__setattr__(self, name, array)
@@ -393,8 +398,9 @@ def _as_int_weights(weights: ArrayLike | None, n: int) -> np.ndarray | None:
         return None
     w = np.asarray(weights)
     if w.dtype.kind not in "iu":
-        raise SketchError(f"weights must be integer counts (window counts, bootstrap multiplicities), "
-                          f"got dtype {w.dtype}")
+        raise SketchError(
+            f"weights must be integer counts (window counts, bootstrap multiplicities), got dtype {w.dtype}"
+        )
     if w.shape != (n,):
         raise SketchError(f"weights must have shape ({n},) — one per row — got {w.shape}")
     if w.size and int(w.min()) < 0:
@@ -486,8 +492,7 @@ def _as_fleet_counts(counts: ArrayLike, n_cells: int) -> np.ndarray:
 
 def _same_plan(a: GridPlan, b: GridPlan) -> bool:
     return a is b or (
-        a.n_features == b.n_features
-        and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in _PLAN_FIELDS)
+        a.n_features == b.n_features and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in _PLAN_FIELDS)
     )
 
 
@@ -538,9 +543,18 @@ class GridRefinement:
     [15, 15]
     """
 
-    def __init__(self, n_features: int, n_bins: int, *, first_bits: int = 8, step: int = 4,
-                 refine_factor: float = 2.0, max_rounds: int | None = None, max_cells: int = MAX_CELLS,
-                 max_bits: int = KEY_BITS) -> None:
+    def __init__(
+        self,
+        n_features: int,
+        n_bins: int,
+        *,
+        first_bits: int = 8,
+        step: int = 4,
+        refine_factor: float = 2.0,
+        max_rounds: int | None = None,
+        max_cells: int = MAX_CELLS,
+        max_bits: int = KEY_BITS,
+    ) -> None:
         self.n_features = as_count(n_features, name="n_features", low=1, high=(1 << 31) - 1)
         self.n_bins = as_count(n_bins, name="n_bins", low=2, high=65_535)
         self.max_bits = as_count(max_bits, name="max_bits", low=1, high=KEY_BITS)
@@ -558,8 +572,9 @@ class GridRefinement:
         self.max_cells = as_count(max_cells, name="max_cells", low=1)
         needed = max(self.n_features << self.first_bits, 1 << self.step)
         if self.max_cells < needed:
-            raise SketchError(f"max_cells = {self.max_cells} cannot hold the first plan or one refined bucket "
-                              f"({needed} cells)")
+            raise SketchError(
+                f"max_cells = {self.max_cells} cannot hold the first plan or one refined bucket ({needed} cells)"
+            )
         self.rounds = 0
         self.cells_sent = 0
         self.cells_per_feature = np.zeros(self.n_features, dtype=np.int64)
@@ -623,13 +638,17 @@ class GridRefinement:
         if self._parents is None:
             totals = [int(v) for v in bucket_sums]
             if sum(totals) >= _MAX_SCALED or max(totals) * self.n_bins >= _MAX_SCALED:
-                raise SketchError("the fleet counts are too large for exact int64 rank arithmetic "
-                                  "(n_bins * count and the sum over features must stay below 2**62)")
+                raise SketchError(
+                    "the fleet counts are too large for exact int64 rank arithmetic "
+                    "(n_bins * count and the sum over features must stay below 2**62)"
+                )
             self._total = bucket_sums.astype(np.int64)
         elif not np.array_equal(bucket_sums, self._count[self._parents]):
             i = int(np.flatnonzero(bucket_sums != self._count[self._parents])[0])
-            raise SketchError(f"the children of bucket {i} sum to {int(bucket_sums[i])}, its count was "
-                              f"{int(self._count[self._parents[i]])}: the fleet changed between rounds")
+            raise SketchError(
+                f"the children of bucket {i} sum to {int(bucket_sums[i])}, its count was "
+                f"{int(self._count[self._parents[i]])}: the fleet changed between rounds"
+            )
         # The non-empty children become leaves, replacing their parents.
         nz = np.flatnonzero(counts)
         b = np.searchsorted(offsets, nz, side="right") - 1
@@ -759,8 +778,9 @@ def grid_refine(X: ArrayLike, n_bins: int, weights: ArrayLike | None = None, **k
     return server
 
 
-def grid_edges(X: ArrayLike, n_bins: int, weights: ArrayLike | None = None, *, include_min_point: bool = False,
-               **kw: Any) -> list[np.ndarray]:
+def grid_edges(
+    X: ArrayLike, n_bins: int, weights: ArrayLike | None = None, *, include_min_point: bool = False, **kw: Any
+) -> list[np.ndarray]:
     """Float32 edges per column of ``X`` from the grid loop run on ``X`` alone: the pooled oracle.
 
     The federated loop over any split of ``X``'s rows among gateways gives exactly these edges.

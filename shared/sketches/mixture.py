@@ -199,8 +199,9 @@ def compress(summaries: Sequence[WeightedSummary], m: int) -> WeightedSummary:
     return WeightedSummary(np.maximum.accumulate(merged), total, count, n_missing, missing_weight)
 
 
-def batched_mixture_quantiles(points: ArrayLike, weights: ArrayLike, group: ArrayLike, n_groups: int,
-                              ranks: ArrayLike) -> np.ndarray:
+def batched_mixture_quantiles(
+    points: ArrayLike, weights: ArrayLike, group: ArrayLike, n_groups: int, ranks: ArrayLike
+) -> np.ndarray:
     """``mixture_quantiles`` for many independent mixtures at once (FedForest: one mixture per
     (node, feature) pair per level, thousands of them).
 
@@ -222,8 +223,10 @@ def batched_mixture_quantiles(points: ArrayLike, weights: ArrayLike, group: Arra
     if P.shape[0] == 0:
         return out
     if P.ndim != 2 or P.shape[1] < 2 or w.shape != (P.shape[0],) or g.shape != (P.shape[0],):
-        raise SketchError(f"points must be (rows, M+1) with M >= 1 and one weight and group per row, got "
-                          f"{P.shape}, {w.shape}, {g.shape}")
+        raise SketchError(
+            f"points must be (rows, M+1) with M >= 1 and one weight and group per row, got "
+            f"{P.shape}, {w.shape}, {g.shape}"
+        )
     if not (np.isfinite(P).all() and (np.diff(P, axis=1) >= 0).all() and (w > 0).all()):
         raise SketchError("points must be finite and non-decreasing, weights > 0")
     M = P.shape[1] - 1
@@ -248,8 +251,9 @@ def batched_mixture_quantiles(points: ArrayLike, weights: ArrayLike, group: Arra
     span = np.where(tied, 1.0, hi_v - lo_v)
     slope = np.where(tied, 0.0, height / span)
     n_knots = knot_v.size
-    slope_change = (np.bincount(lo_k.ravel(), weights=slope.ravel(), minlength=n_knots)
-                    - np.bincount(hi_k.ravel(), weights=slope.ravel(), minlength=n_knots))
+    slope_change = np.bincount(lo_k.ravel(), weights=slope.ravel(), minlength=n_knots) - np.bincount(
+        hi_k.ravel(), weights=slope.ravel(), minlength=n_knots
+    )
     jump = np.bincount(lo_k.ravel(), weights=np.where(tied, height, 0.0).ravel(), minlength=n_knots)
     start = np.searchsorted(knot_g, np.arange(n_groups), side="left")
     first = np.zeros(n_knots, dtype=bool)

@@ -98,8 +98,15 @@ def _disable_nagle(_client: paho.Client, _userdata: object, sock: paho.SocketLik
 class MqttTransport(Transport):
     """A WheelFed participant's connection to the broker."""
 
-    def __init__(self, client_id: str, config: MqttConfig = MqttConfig(), *, layout: TopicLayout | None = None,
-                 presence: bool = True, online_status: Callable[[], Status] | None = None) -> None:
+    def __init__(
+        self,
+        client_id: str,
+        config: MqttConfig = MqttConfig(),
+        *,
+        layout: TopicLayout | None = None,
+        presence: bool = True,
+        online_status: Callable[[], Status] | None = None,
+    ) -> None:
         super().__init__(client_id, max_payload=config.max_payload, limits=config.limits, layout=layout)
         self.config = config
         self.presence = presence
@@ -133,8 +140,12 @@ class MqttTransport(Transport):
                 CallbackAPIVersion.VERSION2, client_id=self.client_id, protocol=MQTTProtocolVersion.MQTTv5
             )
         elif cfg.protocol == 4:
-            client = paho.Client(CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=False,
-                                 protocol=MQTTProtocolVersion.MQTTv311)
+            client = paho.Client(
+                CallbackAPIVersion.VERSION2,
+                client_id=self.client_id,
+                clean_session=False,
+                protocol=MQTTProtocolVersion.MQTTv311,
+            )
         else:
             raise ValueError(f"MQTT protocol must be 5 or 4 (3.1.1), got {cfg.protocol}")
         if cfg.username is not None:
@@ -187,8 +198,9 @@ class MqttTransport(Transport):
             detail = self._connect_error or (f"no answer ({self._last_failure})" if self._last_failure else "no answer")
         else:
             with self._pending_lock:
-                if not self._pending_lock.wait_for(lambda: not self._subacks_due,
-                                                   max(0.0, deadline - time.monotonic())):
+                if not self._pending_lock.wait_for(
+                    lambda: not self._subacks_due, max(0.0, deadline - time.monotonic())
+                ):
                     n = len(self._subacks_due)
                     detail = f"no SUBACK for {n} subscription{'s' if n != 1 else ''}"
         if detail is not None:

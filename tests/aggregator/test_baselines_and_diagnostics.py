@@ -54,8 +54,9 @@ def test_local_ensembling_averages_every_clients_trees() -> None:
 
 def test_federated_histogram_uses_equal_width_bins_on_the_global_range() -> None:
     data = fleet(1.0)
-    model = aggregator.simulate(FederatedHistogram(n_trees=3, max_depth=2, n_bins=8, bootstrap=False,
-                                                   max_features=None), data)
+    model = aggregator.simulate(
+        FederatedHistogram(n_trees=3, max_depth=2, n_bins=8, bootstrap=False, max_features=None), data
+    )
     X = np.concatenate([c.X for c in data])
     edges = [np.linspace(X[:, j].min(), X[:, j].max(), 9)[1:-1] for j in range(4)]
     for tree in model.trees:

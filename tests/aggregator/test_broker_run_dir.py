@@ -60,9 +60,14 @@ def test_wheelfed_broker_without_run_dir_leaves_no_temporary_folder(tmp_path) ->
     if not mosquitto_available():
         pytest.fail("mosquitto is not installed (the test command installs it)")
     before = _temporary_folders()
-    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "broker", "--port", str(find_free_port()),
-                             "--user", "aggregator:pw"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_client.cli", "broker", "--port", str(find_free_port()), "--user", "aggregator:pw"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert "broker listening" in line, line + proc.stderr.read()

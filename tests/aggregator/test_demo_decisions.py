@@ -38,8 +38,9 @@ def test_score_pools_counts_and_takes_the_majority_class_rate_as_chance() -> Non
 
 
 def test_score_from_per_client_metrics_recovers_exact_counts() -> None:
-    s = Score.from_metrics({"a": {"n": 26.0, "accuracy": 3 / 26}, "b": {"n": 11.0, "accuracy": 1 / 11}},
-                           class_counts=[5, 32])
+    s = Score.from_metrics(
+        {"a": {"n": 26.0, "accuracy": 3 / 26}, "b": {"n": 11.0, "accuracy": 1 / 11}}, class_counts=[5, 32]
+    )
     assert s.windows == {"a": 26, "b": 11} and s.correct == {"a": 3, "b": 1}
     assert s.majority_rate == pytest.approx(32 / 37)
 
@@ -49,8 +50,10 @@ def test_score_from_per_client_metrics_recovers_exact_counts() -> None:
 
 def test_deploys_the_most_accurate_candidate_that_beats_local_only_and_chance() -> None:
     local = score({"a": 50, "b": 50}, {"a": 25, "b": 25})  # 0.50
-    candidates = {"fedscs-xgb": score({"a": 50, "b": 50}, {"a": 40, "b": 40}),  # 0.80
-                  "fedforest": score({"a": 50, "b": 50}, {"a": 45, "b": 44})}  # 0.89
+    candidates = {
+        "fedscs-xgb": score({"a": 50, "b": 50}, {"a": 40, "b": 40}),  # 0.80
+        "fedforest": score({"a": 50, "b": 50}, {"a": 45, "b": 44}),
+    }  # 0.89
     decision = decide_deployment("first training", candidates, local_only=local)
     assert decision.deploy == "fedforest"
     assert decision.local_only == pytest.approx(0.5) and decision.chance == pytest.approx(1 / 3)
@@ -62,8 +65,10 @@ def test_deploys_the_most_accurate_candidate_that_beats_local_only_and_chance() 
 def test_deploys_nothing_when_no_candidate_beats_the_local_only_baseline() -> None:
     # the user's 3-gateway run: 0.317 and 0.283 against gateways that scored 27/60 alone
     local = score({"gw-01": 26, "gw-02": 11, "gw-03": 23}, {"gw-01": 3, "gw-02": 1, "gw-03": 23})
-    candidates = {"fedscs-xgb": score({"gw-01": 26, "gw-02": 11, "gw-03": 23}, {"gw-01": 3, "gw-02": 4, "gw-03": 12}),
-                  "fedforest": score({"gw-01": 26, "gw-02": 11, "gw-03": 23}, {"gw-01": 3, "gw-02": 1, "gw-03": 13})}
+    candidates = {
+        "fedscs-xgb": score({"gw-01": 26, "gw-02": 11, "gw-03": 23}, {"gw-01": 3, "gw-02": 4, "gw-03": 12}),
+        "fedforest": score({"gw-01": 26, "gw-02": 11, "gw-03": 23}, {"gw-01": 3, "gw-02": 1, "gw-03": 13}),
+    }
     decision = decide_deployment("first training", candidates, local_only=local)
     assert decision.deploy is None
     assert "no model deployed" in decision.reason and "0.450" in decision.reason
@@ -81,8 +86,7 @@ def test_deploys_nothing_below_chance_even_above_a_weak_baseline() -> None:
 
 def test_a_tie_with_a_bar_does_not_beat_it() -> None:
     local = score({"a": 10}, {"a": 6}, class_counts=(5, 5))
-    decision = decide_deployment("first training", {"fedforest": score({"a": 10}, {"a": 6}, (5, 5))},
-                                 local_only=local)
+    decision = decide_deployment("first training", {"fedforest": score({"a": 10}, {"a": 6}, (5, 5))}, local_only=local)
     assert decision.deploy is None
 
 
@@ -96,8 +100,9 @@ def test_the_bars_are_compared_on_the_gateways_both_were_scored_on() -> None:
 
 def test_failed_trainings_are_named_and_never_deployed() -> None:
     local = score({"a": 10}, {"a": 5})
-    decision = decide_deployment("first training", {}, local_only=local,
-                                 failures={"fedscs-xgb": "secure aggregation needs at least 3 clients"})
+    decision = decide_deployment(
+        "first training", {}, local_only=local, failures={"fedscs-xgb": "secure aggregation needs at least 3 clients"}
+    )
     assert decision.deploy is None
     assert "fedscs-xgb: training failed (secure aggregation needs at least 3 clients)" in decision.reason
     assert decision.failures == {"fedscs-xgb": "secure aggregation needs at least 3 clients"}
@@ -107,17 +112,31 @@ def test_failed_trainings_are_named_and_never_deployed() -> None:
 
 
 def promotion(decision: str, candidate: float | None, baseline: float | None, detail: str = "d") -> dict:
-    return {"job_id": "job-1", "model_id": "activity", "candidate": 3, "baseline": 1 if baseline is not None else None,
-            "metric": "accuracy", "candidate_value": candidate, "baseline_value": baseline, "threshold": 0.0,
-            "decision": decision, "detail": detail}
+    return {
+        "job_id": "job-1",
+        "model_id": "activity",
+        "candidate": 3,
+        "baseline": 1 if baseline is not None else None,
+        "metric": "accuracy",
+        "candidate_value": candidate,
+        "baseline_value": baseline,
+        "threshold": 0.0,
+        "decision": decision,
+        "detail": detail,
+    }
 
 
 def test_a_rolled_out_promotion_is_the_deployment_with_the_demos_bars_beside_it() -> None:
     candidate = score({"a": 60, "b": 40}, {"a": 48, "b": 32})  # 0.8
     local = score({"a": 60, "b": 40}, {"a": 30, "b": 20})  # 0.5
-    d = promotion_decision("retraining", "fedforest (retrained)", candidate,
-                           promotion("rolled-out", 0.8, 0.75, "canary a then b"), local_only=local,
-                           deployed="activity:v1")
+    d = promotion_decision(
+        "retraining",
+        "fedforest (retrained)",
+        candidate,
+        promotion("rolled-out", 0.8, 0.75, "canary a then b"),
+        local_only=local,
+        deployed="activity:v1",
+    )
     assert d.deploy == "fedforest (retrained)" and d.kept == ""
     assert d.deployed_rescored == pytest.approx(0.75) and d.local_only == pytest.approx(0.5) and d.windows == 100
     assert d.chance == pytest.approx(10 / 30)
@@ -127,9 +146,13 @@ def test_a_rolled_out_promotion_is_the_deployment_with_the_demos_bars_beside_it(
 
 def test_the_server_may_roll_out_what_does_not_beat_the_bars_and_the_decision_says_so() -> None:
     candidate = score({"a": 100}, {"a": 30})  # 0.3, below chance 1/3 and the local-only 0.4
-    d = promotion_decision("retraining", "x (retrained)", candidate, promotion("rolled-out", 0.3, None,
-                                                                                "no baseline to compare with"),
-                           local_only=score({"a": 100}, {"a": 40}))
+    d = promotion_decision(
+        "retraining",
+        "x (retrained)",
+        candidate,
+        promotion("rolled-out", 0.3, None, "no baseline to compare with"),
+        local_only=score({"a": 100}, {"a": 40}),
+    )
     assert d.deploy == "x (retrained)" and d.deployed_rescored is None
     assert "no deployed model to compare with" in d.reason and "does NOT beat" in d.reason
 
@@ -138,15 +161,27 @@ def test_a_rejected_or_halted_promotion_deploys_nothing_and_the_gateways_keep_th
     candidate = score({"a": 100}, {"a": 70})
     local = score({"a": 100}, {"a": 40})
     for decision in ("rejected", "halted"):
-        d = promotion_decision("retraining", "x (retrained)", candidate, promotion(decision, 0.7, 0.9),
-                               local_only=local, deployed="activity:v2")
+        d = promotion_decision(
+            "retraining",
+            "x (retrained)",
+            candidate,
+            promotion(decision, 0.7, 0.9),
+            local_only=local,
+            deployed="activity:v2",
+        )
         assert d.deploy is None and d.kept == "activity:v2"
         assert d.reason.startswith("no model deployed: the server's promotion rule") and "keep activity:v2" in d.reason
 
 
 def test_a_failed_scheduled_job_is_no_deployment_and_says_why() -> None:
-    d = promotion_decision("retraining", "x (retrained)", None, None, local_only=score({"a": 1}, {"a": 1}),
-                           failures={"x (retrained)": "2 gateways online; the job needs 3"})
+    d = promotion_decision(
+        "retraining",
+        "x (retrained)",
+        None,
+        None,
+        local_only=score({"a": 1}, {"a": 1}),
+        failures={"x (retrained)": "2 gateways online; the job needs 3"},
+    )
     assert d.deploy is None and "x (retrained): 2 gateways online; the job needs 3" in d.reason
 
 
@@ -154,8 +189,9 @@ def test_a_failed_scheduled_job_is_no_deployment_and_says_why() -> None:
 
 
 def test_rescoring_note_says_how_many_windows_from_which_gateways_and_why() -> None:
-    note = rescoring_note({"gw-01": 20, "gw-02": 40}, {"gw-01": 30, "gw-02": 65}, still_held_out=12,
-                          holdout_fraction=0.25)
+    note = rescoring_note(
+        {"gw-01": 20, "gw-02": 40}, {"gw-01": 30, "gw-02": 65}, still_held_out=12, holdout_fraction=0.25
+    )
     assert note.startswith("re-scored on 95 held-out windows of 2 gateways (was 60 at its first scoring)")
     assert "last 25% of each gateway's labelled windows" in note
     assert "12 of the first 60 are still held out; the other 48 are not (the tail moved past them)" in note
@@ -176,15 +212,20 @@ def test_rescoring_note_without_a_measured_overlap_and_with_a_gateway_missing() 
 
 
 def job(state="completed", participants=("a", "b", "c"), rounds=(), left_out=None) -> dict:
-    return {"state": state, "participants": list(participants),
-            "rounds": [{"step": k + 1, "selected": sel, "answered": ans} for k, (sel, ans) in enumerate(rounds)],
-            "evaluation": {"left_out": left_out or {}}}
+    return {
+        "state": state,
+        "participants": list(participants),
+        "rounds": [{"step": k + 1, "selected": sel, "answered": ans} for k, (sel, ans) in enumerate(rounds)],
+        "evaluation": {"left_out": left_out or {}},
+    }
 
 
 def test_sat_out_reasons_name_who_the_survey_and_the_scoring_left_out() -> None:
     reasons = sat_out_reasons(job(participants=("a", "c"), left_out={"c": "no held-out windows"}), ["a", "b", "c"])
-    assert reasons == {"b": "left out of the job by the feature-set survey (no answer, or another feature set)",
-                       "c": "left out of the held-out scoring: no held-out windows"}
+    assert reasons == {
+        "b": "left out of the job by the feature-set survey (no answer, or another feature set)",
+        "c": "left out of the held-out scoring: no held-out windows",
+    }
 
 
 def test_sat_out_reasons_count_the_rounds_fewer_gateways_answered_without_naming_anyone() -> None:
@@ -216,10 +257,16 @@ def test_secure_aggregation_needs_three_gateways() -> None:
 
 
 def test_bytes_explanation_says_what_the_multiple_is_of_and_where_the_bytes_went() -> None:
-    phases = {"training fedscs-xgb": 300_000_000, "training fedforest": 50_000_000,
-              "local-only baseline": 4_000_000, "held-out scoring": 1_000_000, "deploying activity:v1": 500_000}
-    lines = bytes_explanation(phases, total=360_000_000, raw_sensor_bytes=1_800_000, raw_samples=75_000,
-                              channels=6, gateways=3, secure=True)
+    phases = {
+        "training fedscs-xgb": 300_000_000,
+        "training fedforest": 50_000_000,
+        "local-only baseline": 4_000_000,
+        "held-out scoring": 1_000_000,
+        "deploying activity:v1": 500_000,
+    }
+    lines = bytes_explanation(
+        phases, total=360_000_000, raw_sensor_bytes=1_800_000, raw_samples=75_000, channels=6, gateways=3, secure=True
+    )
     text = "\n".join(lines)
     assert "200.0x the raw sensor data" in text
     assert "75,000 samples x 6 channels" in text
@@ -228,8 +275,17 @@ def test_bytes_explanation_says_what_the_multiple_is_of_and_where_the_bytes_went
     assert "one child of every sibling pair" in text and "masked" in text
     assert "every held-out scoring and deployment sends the model to every gateway" in text
     assert "other (status messages" in text
-    plain = "\n".join(bytes_explanation(phases, total=360_000_000, raw_sensor_bytes=1_800_000, raw_samples=75_000,
-                                        channels=6, gateways=2, secure=False))
+    plain = "\n".join(
+        bytes_explanation(
+            phases,
+            total=360_000_000,
+            raw_sensor_bytes=1_800_000,
+            raw_samples=75_000,
+            channels=6,
+            gateways=2,
+            secure=False,
+        )
+    )
     assert "masked" not in plain and "in the clear" in plain
 
 
@@ -248,30 +304,42 @@ def test_worst_served_are_the_gateways_where_the_federated_model_does_not_beat_t
     # nor one the federated model gets all right (a tie with a perfect local-only model)
     perfect = score(FLEET, {"a": 20, "b": 9, "c": 12, "d": 14})
     assert worst_served(perfect, score(FLEET, {"a": 20, "b": 16, "c": 12, "d": 15})) == ["b", "d", "c"]
-    [a] = [d for d in decide_personal_trees("m:v1", perfect, score(FLEET, {"a": 20, "b": 0, "c": 0, "d": 0}), {})
-           if d.gateway == "a"]
-    assert not a.worst_served and a.reason == ("keeps the fleet's model: the federated model is right on all 20 of its "
-                                               "held-out windows (m:v1 1.000, its local-only model 1.000)")
+    [a] = [
+        d
+        for d in decide_personal_trees("m:v1", perfect, score(FLEET, {"a": 20, "b": 0, "c": 0, "d": 0}), {})
+        if d.gateway == "a"
+    ]
+    assert not a.worst_served and a.reason == (
+        "keeps the fleet's model: the federated model is right on all 20 of its "
+        "held-out windows (m:v1 1.000, its local-only model 1.000)"
+    )
 
 
 def test_a_fedga_tree_is_deployed_only_on_a_worst_served_gateway_and_only_if_it_beats_the_federated_model() -> None:
     federated = score(FLEET, {"a": 18, "b": 9, "c": 12, "d": 14})
     own = score(FLEET, {"a": 15, "b": 16, "c": 12, "d": 15})
-    trees = {"a": PersonalTree("m.a:v1", 0.95, 20, 3),  # beats everything, but a is served well
-             "b": PersonalTree("m.b:v1", 10 / 20, 20, 5),  # beats the federated 9/20 on b
-             "c": PersonalTree("m.c:v1", 12 / 20, 20, 4),  # ties the federated 12/20: not deployed
-             "d": PersonalTree("m.d:v1", 0.9, 19, 2)}  # other windows than the federated score: not comparable
+    trees = {
+        "a": PersonalTree("m.a:v1", 0.95, 20, 3),  # beats everything, but a is served well
+        "b": PersonalTree("m.b:v1", 10 / 20, 20, 5),  # beats the federated 9/20 on b
+        "c": PersonalTree("m.c:v1", 12 / 20, 20, 4),  # ties the federated 12/20: not deployed
+        "d": PersonalTree("m.d:v1", 0.9, 19, 2),
+    }  # other windows than the federated score: not comparable
     decisions = {d.gateway: d for d in decide_personal_trees("m:v1 (fedforest)", federated, own, trees)}
     assert {g: d.deploy for g, d in decisions.items()} == {"a": False, "b": True, "c": False, "d": False}
     assert {g: d.worst_served for g, d in decisions.items()} == {"a": False, "b": True, "c": True, "d": True}
     b = decisions["b"]
     assert (b.federated, b.local_only, b.tree_accuracy, b.windows, b.decision_nodes) == (9 / 20, 16 / 20, 0.5, 20, 5)
-    assert b.reason == ("served worst (m:v1 (fedforest) 0.450, its local-only model 0.800); m.b:v1 (5 decision nodes) "
-                        "0.500 beats m:v1 (fedforest) on the same 20 held-out windows: deployed to b alone")
-    assert decisions["a"].reason.startswith("keeps the fleet's model: not among the gateways the federated model "
-                                            "serves worst (m:v1 (fedforest) 0.900, its local-only model 0.750")
-    assert decisions["c"].reason.endswith("m.c:v1 (4 decision nodes) 0.600 does not beat m:v1 (fedforest) on the "
-                                          "same 20 held-out windows: not deployed")
+    assert b.reason == (
+        "served worst (m:v1 (fedforest) 0.450, its local-only model 0.800); m.b:v1 (5 decision nodes) "
+        "0.500 beats m:v1 (fedforest) on the same 20 held-out windows: deployed to b alone"
+    )
+    assert decisions["a"].reason.startswith(
+        "keeps the fleet's model: not among the gateways the federated model "
+        "serves worst (m:v1 (fedforest) 0.900, its local-only model 0.750"
+    )
+    assert decisions["c"].reason.endswith(
+        "m.c:v1 (4 decision nodes) 0.600 does not beat m:v1 (fedforest) on the same 20 held-out windows: not deployed"
+    )
     assert "scored on 19 held-out windows, the federated model on 20: not comparable" in decisions["d"].reason
 
 
@@ -280,5 +348,8 @@ def test_without_trees_the_worst_served_gateways_are_told_why() -> None:
     own = score({"a": 10, "b": 10}, {"a": 5, "b": 6})
     [a, b] = decide_personal_trees("m:v1", federated, own, {}, failure="the fedga-tree job failed: timeout")
     assert not a.deploy and not a.worst_served and a.tree == ""
-    assert not b.deploy and b.reason == "served worst (m:v1 0.300, its local-only model 0.600), no FedGA tree: " \
-                                        "the fedga-tree job failed: timeout"
+    assert (
+        not b.deploy
+        and b.reason
+        == "served worst (m:v1 0.300, its local-only model 0.600), no FedGA tree: the fedga-tree job failed: timeout"
+    )

@@ -30,16 +30,20 @@ BETTER = "demo's federated model (the better of the two), epsilon "
 
 
 def plan() -> TrainingPlan:
-    return TrainingPlan([f"gw-{i:02d}" for i in range(1, 11)], ["fedscs-xgb", "fedforest"],
-                        ["PEN", "ABD", "FEL", "IR", "ER", "TRAP", "ROW"], True)
+    return TrainingPlan(
+        [f"gw-{i:02d}" for i in range(1, 11)],
+        ["fedscs-xgb", "fedforest"],
+        ["PEN", "ABD", "FEL", "IR", "ER", "TRAP", "ROW"],
+        True,
+    )
 
 
 def published_per_seed() -> dict[str, list[float]]:
     """The per-seed accuracy table of BENCHMARKS.md's curve section: row name -> one value per seed."""
     text = BENCHMARKS.read_text()
-    section = text[text.index(SECTION):]
+    section = text[text.index(SECTION) :]
     section = section[: section.find("\n## ", 1)]
-    table = section[section.index("per seed (accuracy):"):]
+    table = section[section.index("per seed (accuracy):") :]
     rows = {}
     for line in table.splitlines()[3:]:
         if not line.startswith("|"):
@@ -65,7 +69,7 @@ def test_the_curve_is_the_one_benchmarks_md_publishes() -> None:
     for name, values in rows.items():
         if name.startswith(BETTER):
             beats = sum(v > a and v > c for v, a, c in zip(values, local, chance))
-            measured[float(name[len(BETTER):])] = (beats, sum(values) / len(values))
+            measured[float(name[len(BETTER) :])] = (beats, sum(values) / len(values))
     assert set(measured) == set(CURVE)
     for e, (beats, mean) in CURVE.items():
         assert measured[e][0] == beats, e
@@ -101,14 +105,17 @@ def test_the_summary_states_the_epsilon_and_why() -> None:
     assert line.startswith(f"the demo's epsilon {DEMO_EPSILON:g} per window per training (delta 1e-06)")
     assert f"by at most a factor e^{DEMO_EPSILON:g}" in line and "k windows of a person" in line
     assert "its fleet is tiny (10 gateways" in line
-    assert f"{DEMO_EPSILON:g} is the smallest epsilon at which its federated model beat the local-only baseline and " \
-           f"chance on nearly every split seed ({beats} of {SEEDS}; mean accuracy {mean:.2f} vs local-only " \
-           f"{eps.LOCAL_ONLY_MEAN:.2f} and chance {eps.CHANCE_MEAN:.2f}" in line
+    assert (
+        f"{DEMO_EPSILON:g} is the smallest epsilon at which its federated model beat the local-only baseline and "
+        f"chance on nearly every split seed ({beats} of {SEEDS}; mean accuracy {mean:.2f} vs local-only "
+        f"{eps.LOCAL_ONLY_MEAN:.2f} and chance {eps.CHANCE_MEAN:.2f}" in line
+    )
     smaller = max(e for e in CURVE if e < DEMO_EPSILON)
     assert f"at epsilon {smaller:g}: {CURVE[smaller][0]} of {SEEDS}" in line
     assert "the same noise weighs less" in line and "0.76 at epsilon 1" in line  # the fleet-scale measurement
-    assert "its fleet is tiny (this run has 3; the curve was measured on the default 10 gateways" in \
-        eps.statement(DEMO_EPSILON, 3)
+    assert "its fleet is tiny (this run has 3; the curve was measured on the default 10 gateways" in eps.statement(
+        DEMO_EPSILON, 3
+    )
 
 
 def test_the_one_screen_summary_says_why_that_epsilon_in_a_sentence() -> None:
@@ -117,7 +124,8 @@ def test_the_one_screen_summary_says_why_that_epsilon_in_a_sentence() -> None:
     assert eps.reason(DEMO_EPSILON) == (
         f"why epsilon {DEMO_EPSILON:g}: the smallest at which the demo's model beat local-only and chance on "
         f"{beats} of {SEEDS} split seeds (at epsilon {smaller:g}: {CURVE[smaller][0]} of {SEEDS}) on its tiny fleet "
-        f"({eps.CURVE_GATEWAYS} gateways; BENCHMARKS.md)")
+        f"({eps.CURVE_GATEWAYS} gateways; BENCHMARKS.md)"
+    )
     assert eps.reason(smaller).startswith(f"epsilon {smaller:g} is not the measured choice")
 
 

@@ -22,15 +22,26 @@ from tests.aggregator import demo_events as recorded
 
 GOLDEN = Path(__file__).with_name("demo_report_golden.json")
 DASHBOARD = "http://127.0.0.1:8080/#token=abc"
-LEDGER = {"epsilon_cap": 69.0, "delta": 1e-6,
-          "entries": [{"job_id": "j-1", "model": "activity:v1", "epsilon": 31.5, "basis": "spent"},
-                      {"job_id": "j-9", "model": "activity:v3", "epsilon": 31.7, "basis": "spent"}],
-          "gateways": [{"gateway": "gw-01", "spent_epsilon": 55.1, "remaining_epsilon": 13.9}]}
+LEDGER = {
+    "epsilon_cap": 69.0,
+    "delta": 1e-6,
+    "entries": [
+        {"job_id": "j-1", "model": "activity:v1", "epsilon": 31.5, "basis": "spent"},
+        {"job_id": "j-9", "model": "activity:v3", "epsilon": 31.7, "basis": "spent"},
+    ],
+    "gateways": [{"gateway": "gw-01", "spent_epsilon": 55.1, "remaining_epsilon": 13.9}],
+}
 
 
 def recorded_report(**facts: Any) -> DemoReport:
-    report = report_from_events(recorded.recorded(), recorded.GATEWAYS, killed=recorded.KILLED, broker="mosquitto",
-                                holdout_fraction=0.25, **facts)
+    report = report_from_events(
+        recorded.recorded(),
+        recorded.GATEWAYS,
+        killed=recorded.KILLED,
+        broker="mosquitto",
+        holdout_fraction=0.25,
+        **facts,
+    )
     report.settle(recorded.FINAL_MODELS)
     return report
 
@@ -61,8 +72,11 @@ def test_the_typed_events_make_the_report_the_dict_events_made() -> None:
 
 
 def test_the_summary_fits_one_screen_and_names_the_dashboard() -> None:
-    report = recorded_report(dashboard_url=DASHBOARD, report_path="/tmp/report.json",
-                             server=ServerFacts(url="http://127.0.0.1:8080", privacy=PrivacyFacts.from_api(LEDGER)))
+    report = recorded_report(
+        dashboard_url=DASHBOARD,
+        report_path="/tmp/report.json",
+        server=ServerFacts(url="http://127.0.0.1:8080", privacy=PrivacyFacts.from_api(LEDGER)),
+    )
     lines = summary_lines(report)
     assert len(lines) <= SCREEN_LINES and max(map(len, lines)) <= SCREEN_COLUMNS, "\n".join(lines)
     text = "\n".join(lines)
@@ -73,7 +87,11 @@ def test_the_summary_fits_one_screen_and_names_the_dashboard() -> None:
     row = next(line for line in lines if line.startswith("fedscs-xgb (retrained)"))
     assert row.split()[-5:] == ["retraining", "84", "0.798", "0.286", "0.571"]
     assert next(line for line in lines if line.startswith("FedGA-Tree, each")).split()[-4:] == [
-        "52", "0.692", "0.308", "0.577"]
+        "52",
+        "0.692",
+        "0.308",
+        "0.577",
+    ]
     # the decisions, the budget and why that epsilon
     assert "first training: deployed activity:v1 -- fedscs-xgb 0.692 vs local-only 0.596, chance 0.308" in lines
     assert "FedGA-Tree: own tree deployed to gw-02 (0.579 vs 0.474)" in lines
@@ -99,8 +117,10 @@ def test_what_the_screen_leaves_out_stays_in_the_json_report() -> None:
     assert "the demo's epsilon 32 per window per training (delta 1e-06): whether any one window" in details
     assert "privacy of FedGA-Tree: each gateway sent the aggregator" in details
     assert data["traffic_by_step"]["deploying activity:v1"] == 120_000 and data["dashboard_url"] == DASHBOARD
-    assert "bytes per gateway: 4.0 MB through the aggregator, 12.0x the raw sensor data (kept on the gateways)" \
+    assert (
+        "bytes per gateway: 4.0 MB through the aggregator, 12.0x the raw sensor data (kept on the gateways)"
         in summary_lines(report)
+    )
 
 
 def test_the_summary_without_secure_aggregation_or_a_deployment_says_so() -> None:
@@ -122,46 +142,67 @@ def test_the_live_view_tells_every_event_kind_it_shows() -> None:
     assert lines["FleetDeployed"] == "aggregator: activity:v3 active on 2 gateways, no answer from gw-02"
     assert lines["TreeDeployed"] == "aggregator: activity.gw-02:v1 active on gw-02 alone"
     assert lines["Evaluation"].startswith("  local-only models: accuracy 0.424 .. 0.900")
-    assert lines["TrainingFailed"] == "  local-only gw-03 (retraining): training failed -- held-out scoring failed: " \
-                                      "too few windows"
+    assert (
+        lines["TrainingFailed"] == "  local-only gw-03 (retraining): training failed -- held-out scoring failed: "
+        "too few windows"
+    )
     rescored = next(e for e in recorded.recorded() if getattr(e, "rescored", ""))
     assert describe(rescored).endswith(f"\n    {recorded.NOTE}")
 
 
 def test_the_report_shows_the_three_contenders_per_gateway_and_where_a_tree_runs() -> None:
     windows = {"gw-01": 10, "gw-02": 10}
-    decisions = decide_personal_trees("activity:v1 (fedforest, deployed)", Score(windows, {"gw-01": 9, "gw-02": 5}),
-                                      Score(windows, {"gw-01": 4, "gw-02": 7}),
-                                      {"gw-01": PersonalTree("activity.gw-01:v1", 0.3, 10, 2),
-                                       "gw-02": PersonalTree("activity.gw-02:v1", 0.6, 10, 3)})
-    report = DemoReport(personal_job=PersonalJob("j-ga", FedGASettings(20, 20, 1.0, 2, 15),
-                                                 "activity:v1 (fedforest, deployed)", 1.4),
-                        personal=decisions, personal_deployed={"gw-02": "activity.gw-02:v1"},
-                        per_gateway={"gw-02": GatewayFacts(model="activity:v3")})
+    decisions = decide_personal_trees(
+        "activity:v1 (fedforest, deployed)",
+        Score(windows, {"gw-01": 9, "gw-02": 5}),
+        Score(windows, {"gw-01": 4, "gw-02": 7}),
+        {
+            "gw-01": PersonalTree("activity.gw-01:v1", 0.3, 10, 2),
+            "gw-02": PersonalTree("activity.gw-02:v1", 0.6, 10, 3),
+        },
+    )
+    report = DemoReport(
+        personal_job=PersonalJob("j-ga", FedGASettings(20, 20, 1.0, 2, 15), "activity:v1 (fedforest, deployed)", 1.4),
+        personal=decisions,
+        personal_deployed={"gw-02": "activity.gw-02:v1"},
+        per_gateway={"gw-02": GatewayFacts(model="activity:v3")},
+    )
     lines = personal_lines(report)
-    assert lines[0].startswith("\nthird contender: FedGA-Tree (job j-ga, every gateway taking part: 20 generations -- "
-                               "the paper's Table II uses 100 --, population 20, epsilon 1.0, depth range 2..15)")
+    assert lines[0].startswith(
+        "\nthird contender: FedGA-Tree (job j-ga, every gateway taking part: 20 generations -- "
+        "the paper's Table II uses 100 --, population 20, epsilon 1.0, depth range 2..15)"
+    )
     assert "| gw-01 | 10 | 0.900 | 0.400 | 0.300 | 2 | no | no |" in lines
     assert "| gw-02 | 10 | 0.500 | 0.700 | 0.600 | 3 | yes | activity.gw-02:v1 |" in lines
     assert f"  gw-02: {decisions[1].reason}" in lines and not any(line.startswith("  gw-01:") for line in lines)
-    assert lines[-1] == ("  gw-02 runs activity:v3 at the end (not activity.gw-02:v1: a later fleet-wide rollout "
-                         "replaced it)")
+    assert lines[-1] == (
+        "  gw-02 runs activity:v3 at the end (not activity.gw-02:v1: a later fleet-wide rollout replaced it)"
+    )
     assert personal_lines(DemoReport()) == []  # no FedGA step (--fedga-generations 0)
 
 
 def test_the_report_tells_the_privacy_budget_from_the_servers_ledger() -> None:
-    answer = {"epsilon_cap": 10.0, "delta": 1e-6,
-              "entries": [{"job_id": "job-1", "model": "activity:v1", "epsilon": 7.91, "basis": "spent"},
-                          {"job_id": "job-2", "model": "", "epsilon": 2.0, "basis": "planned"}],
-              "gateways": [{"gateway": "gw-01", "spent_epsilon": 8.9, "remaining_epsilon": 3.2},
-                           {"gateway": "gw-02", "spent_epsilon": 7.91, "remaining_epsilon": 4.4}]}
+    answer = {
+        "epsilon_cap": 10.0,
+        "delta": 1e-6,
+        "entries": [
+            {"job_id": "job-1", "model": "activity:v1", "epsilon": 7.91, "basis": "spent"},
+            {"job_id": "job-2", "model": "", "epsilon": 2.0, "basis": "planned"},
+        ],
+        "gateways": [
+            {"gateway": "gw-01", "spent_epsilon": 8.9, "remaining_epsilon": 3.2},
+            {"gateway": "gw-02", "spent_epsilon": 7.91, "remaining_epsilon": 4.4},
+        ],
+    }
     facts = PrivacyFacts.from_api(answer)
     assert (facts.spent_gateway, facts.remaining_gateway) == ("gw-01", "gw-01")
     [line] = facts.lines()
-    assert line == ("privacy budget: the private trainings spent epsilon 7.91 (activity:v1), 2 (job-2, planned) per "
-                    "window they used; composed, the most-used window (gw-01) is at epsilon 8.9 of the cap (epsilon 10 "
-                    "per window over its lifetime, delta 1e-06); a new private job may still spend epsilon 3.2 on "
-                    "gw-01's most-used window (the least left), and windows recorded from now on have the full budget")
+    assert line == (
+        "privacy budget: the private trainings spent epsilon 7.91 (activity:v1), 2 (job-2, planned) per "
+        "window they used; composed, the most-used window (gw-01) is at epsilon 8.9 of the cap (epsilon 10 "
+        "per window over its lifetime, delta 1e-06); a new private job may still spend epsilon 3.2 on "
+        "gw-01's most-used window (the least left), and windows recorded from now on have the full budget"
+    )
     assert ServerFacts(url="http://x", privacy=facts).lines()[-1] == line
     assert "private protocol: differential privacy" in privacy_line(PrivacySettings("private", True), "")
 
@@ -174,10 +215,25 @@ def test_the_summary_stays_on_one_screen_however_many_gateways_sat_out_or_got_a_
     report = recorded_report(dashboard_url=DASHBOARD, report_path="/tmp/a/long/path/to/the/report.json")
     names = [f"gw-{g + 1:02d}" for g in range(gateways)]
     report.sat_out = [SatOut(f"job {j}", name, "no answer") for j in range(5) for name in names]
-    report.personal = [PersonalDecision(name, 0.5, 0.6, 20, True, deploy=g % 2 == 0, reason="", tree=f"t.{name}:v1",
-                                        tree_accuracy=0.7, tree_windows=20) for g, name in enumerate(names)]
+    report.personal = [
+        PersonalDecision(
+            name,
+            0.5,
+            0.6,
+            20,
+            True,
+            deploy=g % 2 == 0,
+            reason="",
+            tree=f"t.{name}:v1",
+            tree_accuracy=0.7,
+            tree_windows=20,
+        )
+        for g, name in enumerate(names)
+    ]
     report.per_gateway = {name: GatewayFacts(model=f"t.{name}:v1") for name in names}  # every gateway its own tree
-    report.scorings += [Scoring("end of the run", f"{a}, centralized", 0.8, 0.8, 84, short=f"{a}, centralized")
-                        for a in ("fedscs-xgb", "fedforest")]
+    report.scorings += [
+        Scoring("end of the run", f"{a}, centralized", 0.8, 0.8, 84, short=f"{a}, centralized")
+        for a in ("fedscs-xgb", "fedforest")
+    ]
     lines = summary_lines(report)
     assert len(lines) <= SCREEN_LINES and max(map(len, lines)) <= SCREEN_COLUMNS, "\n".join(lines)

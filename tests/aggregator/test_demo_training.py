@@ -18,8 +18,15 @@ from aggregator.server.service import build_algorithm
 
 
 def plan(secure: bool = True) -> TrainingPlan:
-    return TrainingPlan(["gw-01", "gw-02", "gw-03"], ["fedscs-xgb", "fedforest"], ["PEN", "ROW"], secure,
-                        rounds=10, retrain_rounds=5, trees=30)
+    return TrainingPlan(
+        ["gw-01", "gw-02", "gw-03"],
+        ["fedscs-xgb", "fedforest"],
+        ["PEN", "ROW"],
+        secure,
+        rounds=10,
+        retrain_rounds=5,
+        trees=30,
+    )
 
 
 def test_the_server_builds_every_config_the_demo_sends() -> None:
@@ -33,8 +40,14 @@ def test_the_server_builds_every_config_the_demo_sends() -> None:
     )
     assert build_algorithm("fedscs-xgb", p.config("fedscs-xgb", continuing=True)).n_rounds == 5
     forest = build_algorithm("fedforest", p.config("fedforest"))
-    assert (forest.n_trees, forest.max_depth, forest.n_bins, forest.secure_aggregation, forest.protocol,
-            forest.dp_epsilon) == (30, FOREST_DEPTH, FOREST_BINS, True, "private", DEMO_EPSILON)
+    assert (
+        forest.n_trees,
+        forest.max_depth,
+        forest.n_bins,
+        forest.secure_aggregation,
+        forest.protocol,
+        forest.dp_epsilon,
+    ) == (30, FOREST_DEPTH, FOREST_BINS, True, "private", DEMO_EPSILON)
 
 
 def test_the_local_only_baseline_is_the_fleets_forest_for_one_gateway_in_the_clear() -> None:
@@ -67,8 +80,10 @@ class _Metrics:
         self.sent += 1000
         lines = ["wheelfed_jobs_total 1"]
         if self.exported:
-            lines += [f'wheelfed_mqtt_bytes_total{{direction="sent"}} {self.sent}',
-                      'wheelfed_mqtt_bytes_total{direction="received"} 7']
+            lines += [
+                f'wheelfed_mqtt_bytes_total{{direction="sent"}} {self.sent}',
+                'wheelfed_mqtt_bytes_total{direction="received"} 7',
+            ]
         return "\n".join(lines).encode()
 
 
@@ -113,11 +128,22 @@ class _FedGAServer:
         if path.endswith("/download"):
             return self.tree
         assert path == "/api/jobs/j-ga", path
-        return {"job_id": "j-ga", "algorithm": "fedga-tree", "state": "completed", "rounds": [], "rules": {},
-                "participants": ["gw-01", "gw-02", "gw-03"], "evaluation": {
-                    "models": {g: f"activity.{g}:v1" for g in ("gw-01", "gw-02", "gw-03")},
-                    "per_client": {"gw-01": {"n": 10.0, "accuracy": 0.5}, "gw-02": {"n": 10.0, "accuracy": 0.6},
-                                   "gw-03": {"n": 10.0, "accuracy": 0.9}}}}
+        return {
+            "job_id": "j-ga",
+            "algorithm": "fedga-tree",
+            "state": "completed",
+            "rounds": [],
+            "rules": {},
+            "participants": ["gw-01", "gw-02", "gw-03"],
+            "evaluation": {
+                "models": {g: f"activity.{g}:v1" for g in ("gw-01", "gw-02", "gw-03")},
+                "per_client": {
+                    "gw-01": {"n": 10.0, "accuracy": 0.5},
+                    "gw-02": {"n": 10.0, "accuracy": 0.6},
+                    "gw-03": {"n": 10.0, "accuracy": 0.9},
+                },
+            },
+        }
 
     def post(self, path: str, body):
         self.posts.append((path, body))
@@ -143,15 +169,31 @@ def test_the_fedga_step_deploys_a_winning_tree_to_its_own_gateway_only() -> None
     training.local_first = Score(windows, {"gw-01": 4, "gw-02": 7, "gw-03": 8})  # gw-02, gw-03 served worst
     decisions = training.personal_trees(DeploymentDecision("first training", "fedforest", "because"))
     assert [(d.gateway, d.worst_served, d.deploy) for d in decisions] == [
-        ("gw-01", False, False), ("gw-02", True, True), ("gw-03", True, True)]
+        ("gw-01", False, False),
+        ("gw-02", True, True),
+        ("gw-03", True, True),
+    ]
     assert {d.decision_nodes for d in decisions} == {int((tree.trees[0].feature >= 0).sum())}
     job, *deploys = server.posts
-    assert job == ("/api/jobs", {"algorithm": "fedga-tree", "model_id": "activity", "config": {"generations": 20},
-                                 "clients": ["gw-01", "gw-02", "gw-03"], "min_gateways": 3, "seed": 0})
-    assert deploys == [("/api/models/activity.gw-02/1/deploy", {"clients": ["gw-02"]}),
-                       ("/api/models/activity.gw-03/1/deploy", {"clients": ["gw-03"]})]
+    assert job == (
+        "/api/jobs",
+        {
+            "algorithm": "fedga-tree",
+            "model_id": "activity",
+            "config": {"generations": 20},
+            "clients": ["gw-01", "gw-02", "gw-03"],
+            "min_gateways": 3,
+            "seed": 0,
+        },
+    )
+    assert deploys == [
+        ("/api/models/activity.gw-02/1/deploy", {"clients": ["gw-02"]}),
+        ("/api/models/activity.gw-03/1/deploy", {"clients": ["gw-03"]}),
+    ]
     [told] = [e for e in events if isinstance(e, PersonalTrees)]
     assert told.job.federated == "activity:v2 (fedforest, deployed)" and told.job.settings.generations == 20
     assert told.decisions == tuple(decisions)
     assert [(e.gateway, e.model) for e in events if isinstance(e, TreeDeployed)] == [
-        ("gw-02", "activity.gw-02:v1"), ("gw-03", "activity.gw-03:v1")]
+        ("gw-02", "activity.gw-02:v1"),
+        ("gw-03", "activity.gw-03:v1"),
+    ]

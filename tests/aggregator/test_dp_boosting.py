@@ -53,8 +53,18 @@ def _exact_fetchers(Xf: np.ndarray, edges: list[np.ndarray], g: np.ndarray, h: n
 
     def positions(splits):
         column = np.searchsorted(features, splits.feature)
-        return route_round(slots, S - 1, 1, np.zeros_like(splits.tree), splits.node, column, splits.bin,
-                           splits.default_left, splits.left, splits.right)[0]
+        return route_round(
+            slots,
+            S - 1,
+            1,
+            np.zeros_like(splits.tree),
+            splits.node,
+            column,
+            splits.bin,
+            splits.default_left,
+            splits.left,
+            splits.right,
+        )[0]
 
     def level(splits, node_ids):
         pos = positions(splits)
@@ -69,8 +79,7 @@ def _exact_fetchers(Xf: np.ndarray, edges: list[np.ndarray], g: np.ndarray, h: n
 
     def leaves(splits, leaf_ids):
         pos = positions(splits)
-        return np.array([np.concatenate([g[pos == leaf].sum(axis=0), h[pos == leaf].sum(axis=0)])
-                         for leaf in leaf_ids])
+        return np.array([np.concatenate([g[pos == leaf].sum(axis=0), h[pos == leaf].sum(axis=0)]) for leaf in leaf_ids])
 
     return level, leaves
 
@@ -84,8 +93,7 @@ def test_private_growth_from_exact_sums_equals_pooled_histogram_growth() -> None
     features = round_features(8, np.ones(8, bool), 5, seed=3, round_no=1)
     Xf = X[:, features]
     edges = [np.unique(np.quantile(Xf[:, j], np.linspace(0.1, 0.9, 7)).astype(np.float32)) for j in range(5)]
-    params = GrowthParams(max_depth=3, learning_rate=0.3, reg_lambda=1.0, gamma=0.0,
-                          multi_strategy="multi_output_tree")
+    params = GrowthParams(max_depth=3, learning_rate=0.3, reg_lambda=1.0, gamma=0.0, multi_strategy="multi_output_tree")
     level, leaves = _exact_fetchers(Xf, edges, g, h, features)
     grown = grow_private_tree(PrivateGrowth(params, features, edges, min_count=0.0, leaf_clip=1e9), 3, level, leaves)
     pooled = grow_trees(bin_ids(Xf, edges), g, h, None, edges, params)[0].tree
@@ -134,7 +142,7 @@ def test_masked_equals_unmasked_given_the_same_noise_draws(monkeypatch) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(2, 12), st.integers(0, 2 ** 31), st.sampled_from(["softmax", "logistic"]))
+@given(st.integers(2, 12), st.integers(0, 2**31), st.sampled_from(["softmax", "logistic"]))
 def test_one_window_moves_a_cell_by_at_most_the_charged_bound(k: int, seed: int, name: str) -> None:
     rng = np.random.default_rng(seed)
     k = 2 if name == "logistic" else k
@@ -175,14 +183,17 @@ def test_private_training_learns_a_separable_fleet() -> None:
     assert np.mean(model.predict(X) == y) > 0.8
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"multi_strategy": "one_output_per_tree"}, "vector-leaf"),
-    ({"objective": "squared_error", "protocol": "private"}, "classifiers"),
-    ({"dp_epsilon": 0.0}, "dp_epsilon"),
-    ({"dp_delta": 0.5}, "dp_delta"),
-    ({"protocol": "private", "secure_aggregation": False}, "secure aggregation"),
-    ({"dp_features": 0}, "dp_features"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"multi_strategy": "one_output_per_tree"}, "vector-leaf"),
+        ({"objective": "squared_error", "protocol": "private"}, "classifiers"),
+        ({"dp_epsilon": 0.0}, "dp_epsilon"),
+        ({"dp_delta": 0.5}, "dp_delta"),
+        ({"protocol": "private", "secure_aggregation": False}, "secure aggregation"),
+        ({"dp_features": 0}, "dp_features"),
+    ],
+)
 def test_bad_private_settings_are_one_line(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message) as info:
         FedSCSXGB(**kwargs)

@@ -45,7 +45,7 @@ def test_the_noise_spends_exactly_the_budget_over_every_one_vs_rest_tree() -> No
     cfg = DPRandomTrees(n_trees=10, max_depth=3, epsilon=1.0)
     model = cfg.fit(X, y, seed=0)
     queries = 3 * 10  # one-vs-rest: three boosters of ten trees, one query each
-    rho = queries * (1.0 + HESS_BOUND ** 2) / (2 * model.sigma ** 2)
+    rho = queries * (1.0 + HESS_BOUND**2) / (2 * model.sigma**2)
     assert epsilon_of(rho, 0.0, 1e-6) == pytest.approx(1.0, rel=1e-4)
     assert model.epsilon == pytest.approx(1.0, rel=1e-4)
     # more classes or trees, more noise per query: sigma grows as the square root of the queries

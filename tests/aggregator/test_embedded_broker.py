@@ -59,11 +59,18 @@ def transport(broker: EmbeddedBroker) -> Iterator[Callable[..., MqttTransport]]:
     """Make an MQTT 3.1.1 transport (username = client id), closed at teardown."""
     made: list[MqttTransport] = []
 
-    def make(client_id: str, password: str | None = None, *, username: str | None = None,
-             protocol: int = 4) -> MqttTransport:
-        config = MqttConfig(host=broker.host, port=broker.port, username=username or client_id,
-                            password=PASSWORDS.get(client_id) if password is None else password,
-                            protocol=protocol, reconnect_min_s=1, reconnect_max_s=1)
+    def make(
+        client_id: str, password: str | None = None, *, username: str | None = None, protocol: int = 4
+    ) -> MqttTransport:
+        config = MqttConfig(
+            host=broker.host,
+            port=broker.port,
+            username=username or client_id,
+            password=PASSWORDS.get(client_id) if password is None else password,
+            protocol=protocol,
+            reconnect_min_s=1,
+            reconnect_max_s=1,
+        )
         made.append(MqttTransport(client_id, config))
         return made[-1]
 
@@ -91,6 +98,7 @@ def ping(payload: bytes) -> Message:
 
 # -- lifecycle ------------------------------------------------------------------------------------
 
+
 def test_start_stop_restart_leave_nothing_behind(tmp_path) -> None:
     broker = EmbeddedBroker(tmp_path / "b", users=USERS)
     assert broker.host == "127.0.0.1"
@@ -99,8 +107,17 @@ def test_start_stop_restart_leave_nothing_behind(tmp_path) -> None:
     with pytest.raises(RuntimeError, match="already running"):
         broker.start()
 
-    client = MqttTransport("gw-1", MqttConfig(port=broker.port, username="gw-1", password=PASSWORDS["gw-1"],
-                                              protocol=4, reconnect_min_s=1, reconnect_max_s=1))
+    client = MqttTransport(
+        "gw-1",
+        MqttConfig(
+            port=broker.port,
+            username="gw-1",
+            password=PASSWORDS["gw-1"],
+            protocol=4,
+            reconnect_min_s=1,
+            reconnect_max_s=1,
+        ),
+    )
     client.connect(timeout_s=5)
     broker.stop()  # with a client still connected: its socket is closed by the broker
     assert wait_for(lambda: not client.is_connected)
@@ -126,6 +143,7 @@ def test_bind_failure_is_reported(tmp_path) -> None:
 
 # -- QoS 1 request/reply through the real round engine and dispatcher ------------------------------
 
+
 def test_round_trip_through_round_engine_and_dispatcher(transport: Connect) -> None:
     engine = RoundEngine(connected(transport, "aggregator"), LAYOUT)
     gateways = {}
@@ -134,8 +152,7 @@ def test_round_trip_through_round_engine_and_dispatcher(transport: Connect) -> N
         gateways[gw] = pong_dispatcher(t)
         t.connect(timeout_s=5)
 
-    result = engine.run_round("job-1", 1, {"gw-1": Ping(b"one"), "gw-2": Ping(b"two")}, ["gw-1", "gw-2"],
-                              deadline_s=5)
+    result = engine.run_round("job-1", 1, {"gw-1": Ping(b"one"), "gw-2": Ping(b"two")}, ["gw-1", "gw-2"], deadline_s=5)
 
     assert result.answered == ["gw-1", "gw-2"] and not result.timed_out and not result.errors
     assert result.replies["gw-1"].body == Pong(b"one")
@@ -145,6 +162,7 @@ def test_round_trip_through_round_engine_and_dispatcher(transport: Connect) -> N
 
 
 # -- persistent sessions ---------------------------------------------------------------------------
+
 
 def test_inbox_message_for_an_offline_gateway_is_delivered_on_reconnect(transport: Connect) -> None:
     aggregator = connected(transport, "aggregator")
@@ -166,6 +184,7 @@ def test_inbox_message_for_an_offline_gateway_is_delivered_on_reconnect(transpor
 
 # -- authentication --------------------------------------------------------------------------------
 
+
 def test_wrong_password_is_refused(transport: Connect) -> None:
     with pytest.raises(ConnectionError, match="Not authorized"):
         transport("gw-1", "not-the-password").connect(timeout_s=1)
@@ -174,9 +193,9 @@ def test_wrong_password_is_refused(transport: Connect) -> None:
 @pytest.mark.parametrize(
     "client_id, password, username, protocol",
     [
-        ("gw-9", "whatever", None, 4),           # unknown user
-        ("gw-1", "gw2-secret", "gw-2", 4),       # valid credentials of another client id
-        ("gw-1", "gw1-secret", None, 5),         # MQTT v5: amqtt speaks 3.1.1 only
+        ("gw-9", "whatever", None, 4),  # unknown user
+        ("gw-1", "gw2-secret", "gw-2", 4),  # valid credentials of another client id
+        ("gw-1", "gw1-secret", None, 5),  # MQTT v5: amqtt speaks 3.1.1 only
     ],
     ids=["unknown-user", "username-not-client-id", "mqtt-v5"],
 )
@@ -185,8 +204,11 @@ def test_other_refusals(transport: Connect, client_id, password, username, proto
         transport(client_id, password, username=username, protocol=protocol).connect(timeout_s=0.5)
 
 
-@pytest.mark.parametrize("password, username", [("guess", None), ("gw2-secret", "gw-2")],
-                         ids=["wrong-password", "own-credentials-other-client-id"])
+@pytest.mark.parametrize(
+    "password, username",
+    [("guess", None), ("gw2-secret", "gw-2")],
+    ids=["wrong-password", "own-credentials-other-client-id"],
+)
 def test_refused_impersonator_does_not_disturb_the_real_session(transport: Connect, password, username) -> None:
     """Neither a guessed password nor gw-2's valid login under client id gw-1 touches gw-1's session
     (mosquitto gets the same from use_username_as_clientid; see test_mqtt_identity.py)."""
@@ -213,6 +235,7 @@ def test_refused_impersonator_does_not_disturb_the_real_session(transport: Conne
 
 
 # -- topic ACL -------------------------------------------------------------------------------------
+
 
 def test_gateway_cannot_publish_into_another_gateways_outbox(transport: Connect) -> None:
     seen: list[tuple[str, bytes]] = []
@@ -258,8 +281,9 @@ def test_gateway_receives_only_its_own_topics(transport: Connect) -> None:
 def test_last_will_on_a_forbidden_topic_is_refused(broker: EmbeddedBroker) -> None:
     outcome: list[object] = []
     done = threading.Event()
-    client = paho.Client(CallbackAPIVersion.VERSION2, client_id="gw-2", clean_session=False,
-                         protocol=MQTTProtocolVersion.MQTTv311)
+    client = paho.Client(
+        CallbackAPIVersion.VERSION2, client_id="gw-2", clean_session=False, protocol=MQTTProtocolVersion.MQTTv311
+    )
     client.username_pw_set("gw-2", PASSWORDS["gw-2"])
     client.will_set(LAYOUT.outbox("gw-1"), b"forged will", qos=1)
     client.on_connect = lambda _c, _u, _f, reason_code, _p: (outcome.append(reason_code), done.set())

@@ -61,21 +61,55 @@ def fleet(seed: int, *, regression: bool = False, n_classes: int = 3, n_clients:
 # --- the engine underneath -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("estimator", "config", "regression"), [
-    (FedSCSXGBClassifier(n_estimators=3, max_depth=3, max_bin=16, gamma=0.2, random_state=4, protocol="histogram"),
-     FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, gamma=0.2, protocol="histogram"), False),
-    (FedSCSXGBClassifier(n_estimators=2, multi_strategy="multi_output_tree", protocol="atoms", max_bin=16),
-     FedSCSXGB(n_rounds=2, multi_strategy="multi_output_tree", protocol="atoms", n_bins=16), False),
-    (FedSCSXGBRegressor(n_estimators=3, learning_rate=0.3, max_bin=16, secure_aggregation=False),
-     FedSCSXGB(n_rounds=3, learning_rate=0.3, n_bins=16, objective="squared_error", secure_aggregation=False), True),
-    (FedForestClassifier(n_estimators=4, max_depth=4, criterion="entropy", min_samples_leaf=3, random_state=2,
-                         protocol="histogram"),
-     FedForest(n_trees=4, max_depth=4, criterion="entropy", min_samples_leaf=3, max_features="sqrt",
-               protocol="histogram"), False),
-    (FedForestRegressor(n_estimators=4, max_depth=4, max_features=0.5, bootstrap=False, protocol="histogram"),
-     FedForest(n_trees=4, max_depth=4, max_features=0.5, bootstrap=False, task="regression", protocol="histogram"),
-     True),
-], ids=["xgb-classifier", "xgb-multi-output-atoms", "xgb-regressor", "forest-classifier", "forest-regressor"])
+@pytest.mark.parametrize(
+    ("estimator", "config", "regression"),
+    [
+        (
+            FedSCSXGBClassifier(
+                n_estimators=3, max_depth=3, max_bin=16, gamma=0.2, random_state=4, protocol="histogram"
+            ),
+            FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, gamma=0.2, protocol="histogram"),
+            False,
+        ),
+        (
+            FedSCSXGBClassifier(n_estimators=2, multi_strategy="multi_output_tree", protocol="atoms", max_bin=16),
+            FedSCSXGB(n_rounds=2, multi_strategy="multi_output_tree", protocol="atoms", n_bins=16),
+            False,
+        ),
+        (
+            FedSCSXGBRegressor(n_estimators=3, learning_rate=0.3, max_bin=16, secure_aggregation=False),
+            FedSCSXGB(n_rounds=3, learning_rate=0.3, n_bins=16, objective="squared_error", secure_aggregation=False),
+            True,
+        ),
+        (
+            FedForestClassifier(
+                n_estimators=4,
+                max_depth=4,
+                criterion="entropy",
+                min_samples_leaf=3,
+                random_state=2,
+                protocol="histogram",
+            ),
+            FedForest(
+                n_trees=4,
+                max_depth=4,
+                criterion="entropy",
+                min_samples_leaf=3,
+                max_features="sqrt",
+                protocol="histogram",
+            ),
+            False,
+        ),
+        (
+            FedForestRegressor(n_estimators=4, max_depth=4, max_features=0.5, bootstrap=False, protocol="histogram"),
+            FedForest(
+                n_trees=4, max_depth=4, max_features=0.5, bootstrap=False, task="regression", protocol="histogram"
+            ),
+            True,
+        ),
+    ],
+    ids=["xgb-classifier", "xgb-multi-output-atoms", "xgb-regressor", "forest-classifier", "forest-regressor"],
+)
 def test_estimator_trains_the_engine_s_model(estimator, config, regression: bool) -> None:
     clients = fleet(1, regression=regression)
     fitted = estimator.fit(clients)
@@ -125,13 +159,29 @@ def test_fedscs_importances_are_xgboost_s_gain_importances(strategy: str) -> Non
 
     clients = make_clients(25, n=300)
     X, y = pooled(clients)
-    config = FedSCSXGB(protocol="atoms", n_rounds=3, max_depth=4, edges=xgboost_cuts(X, y), gamma=0.1,
-                       learning_rate=0.3, multi_strategy=strategy)
+    config = FedSCSXGB(
+        protocol="atoms",
+        n_rounds=3,
+        max_depth=4,
+        edges=xgboost_cuts(X, y),
+        gamma=0.1,
+        learning_rate=0.3,
+        multi_strategy=strategy,
+    )
     sim = Simulation(clients)
-    result = config.fit_with_diagnostics(FederatedJob(sim.engine, list(sim.transports), job_id="gain",
-                                                      settings=JobSettings(deadline_s=30)))
-    theirs = xgb.XGBClassifier(n_estimators=3, max_depth=4, learning_rate=0.3, gamma=0.1, max_bin=32,
-                               tree_method="hist", multi_strategy=strategy, n_jobs=1)
+    result = config.fit_with_diagnostics(
+        FederatedJob(sim.engine, list(sim.transports), job_id="gain", settings=JobSettings(deadline_s=30))
+    )
+    theirs = xgb.XGBClassifier(
+        n_estimators=3,
+        max_depth=4,
+        learning_rate=0.3,
+        gamma=0.1,
+        max_bin=32,
+        tree_method="hist",
+        multi_strategy=strategy,
+        n_jobs=1,
+    )
     theirs.fit(X.astype(np.float32), y)
     np.testing.assert_allclose(result.feature_importances(), theirs.feature_importances_, rtol=1e-5, atol=1e-7)
 
@@ -166,41 +216,61 @@ def test_max_features_takes_scikit_learn_s_values(value) -> None:
 
 def test_numpy_scalars_are_the_plain_numbers_they_hold() -> None:
     """The engine's configurations take plain ints and bools; the estimators convert numpy's."""
-    numpy_typed = FedForestClassifier(n_estimators=np.int64(2), max_depth=np.int32(3), max_features=np.float64(0.5),
-                                      min_samples_leaf=np.int64(2), bootstrap=np.bool_(False),
-                                      min_impurity_decrease=np.float32(0.0), random_state=np.int64(3),
-                                      protocol="histogram")
-    plain = FedForestClassifier(n_estimators=2, max_depth=3, max_features=0.5, min_samples_leaf=2, bootstrap=False,
-                                random_state=3, protocol="histogram")
+    numpy_typed = FedForestClassifier(
+        n_estimators=np.int64(2),
+        max_depth=np.int32(3),
+        max_features=np.float64(0.5),
+        min_samples_leaf=np.int64(2),
+        bootstrap=np.bool_(False),
+        min_impurity_decrease=np.float32(0.0),
+        random_state=np.int64(3),
+        protocol="histogram",
+    )
+    plain = FedForestClassifier(
+        n_estimators=2,
+        max_depth=3,
+        max_features=0.5,
+        min_samples_leaf=2,
+        bootstrap=False,
+        random_state=3,
+        protocol="histogram",
+    )
     assert numpy_typed.fit(fleet(5)).model_ == plain.fit(fleet(5)).model_
 
 
-@pytest.mark.parametrize(("cls", "params", "message"), [
-    (FedForestClassifier, {"max_features": "auto"}, "max_features must be"),
-    (FedForestClassifier, {"max_features": 0}, "max_features must be"),
-    (FedForestRegressor, {"max_features": 1.5}, "max_features must be"),
-    (FedForestClassifier, {"max_features": np.array([1, 2])}, "max_features must be .*an array of shape \\(2,\\)"),
-    (FedForestClassifier, {"max_features": 5}, "max_features must be at most the 4 features of X, got 5"),
-    (FedForestClassifier, {"max_features": np.nan}, "max_features must be"),
-    (FedForestClassifier, {"max_depth": None}, "max_depth must be an int >= 1, got None"),
-    (FedForestClassifier, {"min_samples_split": 0.5}, "min_samples_split must be an int >= 2"),
-    (FedForestClassifier, {"bootstrap": "yes"}, "bootstrap must be a bool, got 'yes'"),
-    (FedForestRegressor, {"protocol": "sketches", "secure_aggregation": True}, "secure aggregation sums histograms"),
-    (FedSCSXGBRegressor, {"learning_rate": np.inf}, "learning_rate must be a finite number >= 0 or None, got inf"),
-    (FedSCSXGBRegressor, {"reg_lambda": np.nan}, "reg_lambda must be a finite number >= 0, got nan"),
-    (FedSCSXGBClassifier, {"client_fraction": 0}, r"client_fraction must be a number in \(0, 1\], got 0"),
-    (FedSCSXGBClassifier, {"gamma": 0.1, "min_split_loss": 0.2}, "gamma and min_split_loss are one parameter"),
-    (FedSCSXGBClassifier, {"min_split_loss": -1.0}, "min_split_loss must be a finite number >= 0 or None"),
-    (FedSCSXGBClassifier, {"n_estimators": 2.0}, "n_estimators must be an int >= 1 or None, got 2.0"),
-    (FedForestClassifier, {"criterion": "mse"}, "criterion must be"),
-    (FedForestClassifier, {"protocol": "atoms"}, "protocol must be one of 'private', 'histogram', 'sketches'"),
-    (FedForestClassifier, {"n_estimators": 0}, "n_estimators must be"),
-    (FedSCSXGBClassifier, {"multi_strategy": "one_tree"}, "multi_strategy must be one of"),
-    (FedSCSXGBClassifier, {"max_bin": 1}, "max_bin must be"),
-    (FedSCSXGBClassifier, {"n_estimators": -1}, "n_estimators must be"),
-    (FedSCSXGBClassifier, {"gamma": -0.5}, "gamma must be"),
-    (FedSCSXGBClassifier, {"random_state": "seven"}, "random_state must be"),
-])
+@pytest.mark.parametrize(
+    ("cls", "params", "message"),
+    [
+        (FedForestClassifier, {"max_features": "auto"}, "max_features must be"),
+        (FedForestClassifier, {"max_features": 0}, "max_features must be"),
+        (FedForestRegressor, {"max_features": 1.5}, "max_features must be"),
+        (FedForestClassifier, {"max_features": np.array([1, 2])}, "max_features must be .*an array of shape \\(2,\\)"),
+        (FedForestClassifier, {"max_features": 5}, "max_features must be at most the 4 features of X, got 5"),
+        (FedForestClassifier, {"max_features": np.nan}, "max_features must be"),
+        (FedForestClassifier, {"max_depth": None}, "max_depth must be an int >= 1, got None"),
+        (FedForestClassifier, {"min_samples_split": 0.5}, "min_samples_split must be an int >= 2"),
+        (FedForestClassifier, {"bootstrap": "yes"}, "bootstrap must be a bool, got 'yes'"),
+        (
+            FedForestRegressor,
+            {"protocol": "sketches", "secure_aggregation": True},
+            "secure aggregation sums histograms",
+        ),
+        (FedSCSXGBRegressor, {"learning_rate": np.inf}, "learning_rate must be a finite number >= 0 or None, got inf"),
+        (FedSCSXGBRegressor, {"reg_lambda": np.nan}, "reg_lambda must be a finite number >= 0, got nan"),
+        (FedSCSXGBClassifier, {"client_fraction": 0}, r"client_fraction must be a number in \(0, 1\], got 0"),
+        (FedSCSXGBClassifier, {"gamma": 0.1, "min_split_loss": 0.2}, "gamma and min_split_loss are one parameter"),
+        (FedSCSXGBClassifier, {"min_split_loss": -1.0}, "min_split_loss must be a finite number >= 0 or None"),
+        (FedSCSXGBClassifier, {"n_estimators": 2.0}, "n_estimators must be an int >= 1 or None, got 2.0"),
+        (FedForestClassifier, {"criterion": "mse"}, "criterion must be"),
+        (FedForestClassifier, {"protocol": "atoms"}, "protocol must be one of 'private', 'histogram', 'sketches'"),
+        (FedForestClassifier, {"n_estimators": 0}, "n_estimators must be"),
+        (FedSCSXGBClassifier, {"multi_strategy": "one_tree"}, "multi_strategy must be one of"),
+        (FedSCSXGBClassifier, {"max_bin": 1}, "max_bin must be"),
+        (FedSCSXGBClassifier, {"n_estimators": -1}, "n_estimators must be"),
+        (FedSCSXGBClassifier, {"gamma": -0.5}, "gamma must be"),
+        (FedSCSXGBClassifier, {"random_state": "seven"}, "random_state must be"),
+    ],
+)
 def test_bad_parameters_are_one_line_errors_at_fit(cls, params, message) -> None:
     estimator = cls(**params)  # scikit-learn checks at fit, not in __init__
     with pytest.raises(InvalidParameterError, match=message) as info:
@@ -291,10 +361,17 @@ def test_scikit_learn_s_estimator_checks_that_need_no_fit(cls) -> None:
     assert base.is_classifier(estimator) is classifier and base.is_regressor(estimator) is not classifier
     tags = get_tags(estimator)
     assert tags.estimator_type == ("classifier" if classifier else "regressor") and tags.input_tags.allow_nan
-    for check in (checks.check_valid_tag_types, checks.check_estimator_tags_renamed, checks.check_mixin_order,
-                  checks.check_estimator_cloneable, checks.check_estimator_repr,
-                  checks.check_no_attributes_set_in_init, checks.check_parameters_default_constructible,
-                  checks.check_get_params_invariance, checks.check_do_not_raise_errors_in_init_or_set_params):
+    for check in (
+        checks.check_valid_tag_types,
+        checks.check_estimator_tags_renamed,
+        checks.check_mixin_order,
+        checks.check_estimator_cloneable,
+        checks.check_estimator_repr,
+        checks.check_no_attributes_set_in_init,
+        checks.check_parameters_default_constructible,
+        checks.check_get_params_invariance,
+        checks.check_do_not_raise_errors_in_init_or_set_params,
+    ):
         check(cls.__name__, estimator)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # scikit-learn warns when set_params validates (it must not)
@@ -303,12 +380,15 @@ def test_scikit_learn_s_estimator_checks_that_need_no_fit(cls) -> None:
     assert estimator.set_params(**params) is estimator and estimator.get_params() == params
 
 
-@pytest.mark.parametrize(("cls", "scorers"), [
-    (FedSCSXGBClassifier, ("accuracy", "neg_log_loss", "f1_macro")),
-    (FedForestClassifier, ("accuracy", "neg_log_loss", "f1_macro")),
-    (FedSCSXGBRegressor, ("r2", "neg_mean_squared_error")),
-    (FedForestRegressor, ("r2", "neg_mean_squared_error")),
-])
+@pytest.mark.parametrize(
+    ("cls", "scorers"),
+    [
+        (FedSCSXGBClassifier, ("accuracy", "neg_log_loss", "f1_macro")),
+        (FedForestClassifier, ("accuracy", "neg_log_loss", "f1_macro")),
+        (FedSCSXGBRegressor, ("r2", "neg_mean_squared_error")),
+        (FedForestRegressor, ("r2", "neg_mean_squared_error")),
+    ],
+)
 def test_scikit_learn_s_scorers_score_the_predictions(cls, scorers) -> None:
     """``get_scorer(name)(estimator, X, y)`` is the metric of ``predict`` (``predict_proba`` for
     log loss) on the same rows; accuracy and R² are also the estimator's ``score``.
@@ -321,11 +401,13 @@ def test_scikit_learn_s_scorers_score_the_predictions(cls, scorers) -> None:
     estimator = cls(n_estimators=3, max_depth=3, max_bin=16).fit(clients)
     X, y = clients[1]
     prediction = estimator.predict(X)
-    want = {"accuracy": lambda: metrics.accuracy_score(y, prediction),
-            "f1_macro": lambda: metrics.f1_score(y, prediction, average="macro"),
-            "neg_log_loss": lambda: -metrics.log_loss(y, estimator.predict_proba(X), labels=estimator.classes_),
-            "r2": lambda: metrics.r2_score(y, prediction),
-            "neg_mean_squared_error": lambda: -metrics.mean_squared_error(y, prediction)}
+    want = {
+        "accuracy": lambda: metrics.accuracy_score(y, prediction),
+        "f1_macro": lambda: metrics.f1_score(y, prediction, average="macro"),
+        "neg_log_loss": lambda: -metrics.log_loss(y, estimator.predict_proba(X), labels=estimator.classes_),
+        "r2": lambda: metrics.r2_score(y, prediction),
+        "neg_mean_squared_error": lambda: -metrics.mean_squared_error(y, prediction),
+    }
     for name in scorers:
         assert metrics.get_scorer(name)(estimator, X, y) == pytest.approx(want[name](), abs=1e-12), name
     assert estimator.score(X, y) == pytest.approx(want[scorers[0]](), abs=1e-12)
@@ -371,6 +453,7 @@ def test_every_public_parameter_is_documented(cls) -> None:
         if method is None:
             continue
         stars = {inspect.Parameter.VAR_KEYWORD: "**", inspect.Parameter.VAR_POSITIONAL: "*"}
-        want = [stars.get(p.kind, "") + p.name for p in inspect.signature(method).parameters.values()
-                if p.name != "self"]
+        want = [
+            stars.get(p.kind, "") + p.name for p in inspect.signature(method).parameters.values() if p.name != "self"
+        ]
         assert documented_parameters(method) == want, name

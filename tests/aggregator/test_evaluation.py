@@ -105,8 +105,9 @@ def test_bad_models_are_refused_with_a_code() -> None:
 def test_feature_mismatch_is_refused() -> None:
     data = clients(4)
     model = aggregator.simulate(FedForest(n_trees=3, max_depth=2), data)
-    other = Simulation([ClientData("gw-x", np.zeros((5, 3)), np.zeros(5, int), X_test=np.zeros((5, 3)),
-                                   y_test=np.zeros(5, int))])
+    other = Simulation(
+        [ClientData("gw-x", np.zeros((5, 3)), np.zeros(5, int), X_test=np.zeros((5, 3)), y_test=np.zeros(5, int))]
+    )
     job = FederatedJob(other.engine, ["gw-x"], job_id="m", settings=JobSettings(deadline_s=5, min_fraction=1.0))
     with pytest.raises(Exception, match="quorum"):
         evaluate_federated(job, model)

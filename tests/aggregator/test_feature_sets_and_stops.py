@@ -28,16 +28,22 @@ def client(name: str, seed: int, version: str = "", n: int = 90, holdout: bool =
 
 
 def test_the_majority_version_wins_and_the_others_are_named() -> None:
-    choice = choose_feature_set({"gw-1": ("fs-a",), "gw-2": ("fs-a", "fs-b"), "gw-3": ("fs-b",), "gw-4": ("fs-a",)},
-                                left_out={"gw-5": "no_labelled_windows: none yet"})
+    choice = choose_feature_set(
+        {"gw-1": ("fs-a",), "gw-2": ("fs-a", "fs-b"), "gw-3": ("fs-b",), "gw-4": ("fs-a",)},
+        left_out={"gw-5": "no_labelled_windows: none yet"},
+    )
     assert choice.version == "fs-a" and choice.clients == ("gw-1", "gw-2", "gw-4") and not choice.tied_with
-    assert choice.left_out == {"gw-3": "feature_set_mismatch: it stores fs-b, not fs-a",
-                               "gw-5": "no_labelled_windows: none yet"}
+    assert choice.left_out == {
+        "gw-3": "feature_set_mismatch: it stores fs-b, not fs-a",
+        "gw-5": "no_labelled_windows: none yet",
+    }
     assert choice.stored == {"fs-a": ("gw-1", "gw-2", "gw-4"), "fs-b": ("gw-2", "gw-3")}
     lines = choice.describe()
     assert lines[0].startswith("feature set fs-a (the majority's): 3 gateways (gw-1, gw-2, gw-4)")
-    assert lines[1:] == ["  gw-3 left out: feature_set_mismatch: it stores fs-b, not fs-a",
-                         "  gw-5 left out: no_labelled_windows: none yet"]
+    assert lines[1:] == [
+        "  gw-3 left out: feature_set_mismatch: it stores fs-b, not fs-a",
+        "  gw-5 left out: no_labelled_windows: none yet",
+    ]
 
 
 def test_a_tie_goes_to_the_first_version_by_name_and_says_so() -> None:
@@ -48,11 +54,16 @@ def test_a_tie_goes_to_the_first_version_by_name_and_says_so() -> None:
 
 def test_a_requested_version_nobody_stores_lists_what_the_fleet_has() -> None:
     with pytest.raises(TrainingError) as info:
-        choose_feature_set({"gw-1": ("fs-a",), "gw-2": ("fs-a",), "gw-3": ("fs-b",)}, requested="fs-c",
-                           left_out={"gw-4": "no answer within 5 s"})
-    assert str(info.value) == ("no gateway stores feature set 'fs-c': gw-1, gw-2 store fs-a; gw-3 stores fs-b; "
-                               "gw-4: no answer within 5 s (omit --feature-set to train on the version most "
-                               "gateways store)")
+        choose_feature_set(
+            {"gw-1": ("fs-a",), "gw-2": ("fs-a",), "gw-3": ("fs-b",)},
+            requested="fs-c",
+            left_out={"gw-4": "no answer within 5 s"},
+        )
+    assert str(info.value) == (
+        "no gateway stores feature set 'fs-c': gw-1, gw-2 store fs-a; gw-3 stores fs-b; "
+        "gw-4: no answer within 5 s (omit --feature-set to train on the version most "
+        "gateways store)"
+    )
     requested = choose_feature_set({"gw-1": ("fs-a",), "gw-3": ("fs-b",)}, requested="fs-b")
     assert requested.version == "fs-b" and requested.clients == ("gw-3",) and requested.requested
 
@@ -63,12 +74,20 @@ def test_no_labelled_windows_anywhere_is_one_error_with_every_reason() -> None:
 
 
 def test_the_survey_asks_the_clients_and_reads_their_refusals() -> None:
-    sim = Simulation([client("gw-1", 1, "fs-a"), client("gw-2", 2, "fs-a"), client("gw-3", 3, "fs-b"),
-                      ClientData("gw-4", np.zeros((0, 4)), np.zeros(0), feature_set_version="")])
+    sim = Simulation(
+        [
+            client("gw-1", 1, "fs-a"),
+            client("gw-2", 2, "fs-a"),
+            client("gw-3", 3, "fs-b"),
+            ClientData("gw-4", np.zeros((0, 4)), np.zeros(0), feature_set_version=""),
+        ]
+    )
     choice = survey_feature_sets(sim.engine, "job-s", list(sim.transports), deadline_s=5)
     assert choice.version == "fs-a" and choice.clients == ("gw-1", "gw-2")
-    assert choice.left_out == {"gw-3": "feature_set_mismatch: it stores fs-b, not fs-a",
-                               "gw-4": "no_labelled_windows: no labelled samples"}
+    assert choice.left_out == {
+        "gw-3": "feature_set_mismatch: it stores fs-b, not fs-a",
+        "gw-4": "no_labelled_windows: no labelled samples",
+    }
     asked = survey_feature_sets(sim.engine, "job-t", ["gw-1", "gw-3"], "fs-b", deadline_s=5)
     assert asked.clients == ("gw-3",) and asked.left_out == {"gw-1": "feature_set_mismatch: it stores fs-a, not fs-b"}
 
@@ -95,8 +114,9 @@ def test_evaluation_without_held_out_windows_says_so() -> None:
 def test_evaluation_names_the_gateways_it_left_out() -> None:
     sim = Simulation([client("gw-1", 1, holdout=True), client("gw-2", 2, holdout=True), client("gw-3", 3)])
     model = sim.run(FedSCSXGB(n_rounds=2, n_bins=16))
-    job = FederatedJob(sim.engine, list(sim.transports), job_id="e", settings=JobSettings(deadline_s=5,
-                                                                                          min_fraction=0.5))
+    job = FederatedJob(
+        sim.engine, list(sim.transports), job_id="e", settings=JobSettings(deadline_s=5, min_fraction=0.5)
+    )
     evaluation = evaluate_federated(job, model)
     assert set(evaluation.per_client) == {"gw-1", "gw-2"} and evaluation.metrics["n"] == 40
     assert evaluation.left_out == {"gw-3": "no_holdout_windows: gw-3 has no held-out windows"}
@@ -110,8 +130,14 @@ def stopped_job(sim: Simulation, after_step: int) -> FederatedJob:
         if progress.step == after_step:
             stop.set()
 
-    return FederatedJob(sim.engine, list(sim.transports), job_id=f"stop-{after_step}",
-                        settings=JobSettings(deadline_s=10), progress=on_step, stop=stop)
+    return FederatedJob(
+        sim.engine,
+        list(sim.transports),
+        job_id=f"stop-{after_step}",
+        settings=JobSettings(deadline_s=10),
+        progress=on_step,
+        stop=stop,
+    )
 
 
 CLIENTS = [client(f"gw-{k}", k) for k in range(1, 5)]
@@ -123,8 +149,9 @@ def test_stopped_boosting_keeps_the_completed_rounds(protocol: str) -> None:
     job = stopped_job(Simulation(CLIENTS), after_step=2)
     model = config.fit(job, seed=1)
     assert job.stopped is not None and (job.stopped.step, job.stopped.total) == (2, 6)
-    assert model == aggregator.simulate(FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16, protocol=protocol), CLIENTS,
-                                        seed=1)
+    assert model == aggregator.simulate(
+        FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16, protocol=protocol), CLIENTS, seed=1
+    )
 
 
 @pytest.mark.parametrize("protocol", ["histogram", "sketches"])
@@ -158,8 +185,13 @@ def test_a_boosting_job_that_fails_keeps_a_checkpoint_of_its_completed_rounds(pr
         if progress.step == 3:
             sim.transports["gw-2"].drop()  # gone for good: the next round lacks its quorum
 
-    job = FederatedJob(sim.engine, list(sim.transports), job_id="fails", progress=drop_after_round_3,
-                       settings=JobSettings(deadline_s=1.0, min_fraction=1.0))
+    job = FederatedJob(
+        sim.engine,
+        list(sim.transports),
+        job_id="fails",
+        progress=drop_after_round_3,
+        settings=JobSettings(deadline_s=1.0, min_fraction=1.0),
+    )
     with pytest.raises((QuorumNotReached, TrainingError)):
         config.fit(job)
     assert job.checkpoint is not None and job.checkpoint.progress.step == 3

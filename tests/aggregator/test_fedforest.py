@@ -64,8 +64,14 @@ def nested(tree: Tree, node: int = 0) -> dict[str, Any]:
 def structure(t: dict[str, Any]) -> Any:
     if "feature" not in t:
         return "leaf"
-    return (t["feature"], t["threshold"], t["categories"], t["default_left"], structure(t["left"]),
-            structure(t["right"]))
+    return (
+        t["feature"],
+        t["threshold"],
+        t["categories"],
+        t["default_left"],
+        structure(t["left"]),
+        structure(t["right"]),
+    )
 
 
 def assert_same_forest(got: TreeEnsemble, want: TreeEnsemble, tol: float = 1e-9) -> None:
@@ -126,8 +132,7 @@ def test_k_clients_equal_the_union_given_thresholds_without_bootstrap(criterion:
     clients = make_clients(seed, task=criterion)
     X, y = pooled(clients)
     thresholds = tuple(GRID_THRESHOLDS for _ in range(X.shape[1]))
-    config = task_config(criterion, n_trees=4, max_depth=4, bootstrap=False, thresholds=thresholds,
-                         min_samples_leaf=2)
+    config = task_config(criterion, n_trees=4, max_depth=4, bootstrap=False, thresholds=thresholds, min_samples_leaf=2)
     federated = aggregator.simulate(config, clients, seed=seed)
     central = aggregator.simulate(config, [ClientData("union", X, y)], seed=seed)
     assert_same_forest(federated, central)
@@ -138,12 +143,19 @@ def test_k_clients_equal_the_union_given_thresholds_without_bootstrap(criterion:
         assert np.isin(used, GRID_THRESHOLDS).all()
 
 
-@pytest.mark.parametrize("criterion,seed", [
-    ("gini", 0), ("gini", 1), ("entropy", 0), ("entropy", 1), ("mse", 0),
-    # mse-1 has a 2-sample node where features 1 and 4 both separate the two rows (mirrored), equal
-    # exact gains computed with different roundings: the tie tolerance must pick feature 1 in both
-    ("mse", 1),
-])
+@pytest.mark.parametrize(
+    "criterion,seed",
+    [
+        ("gini", 0),
+        ("gini", 1),
+        ("entropy", 0),
+        ("entropy", 1),
+        ("mse", 0),
+        # mse-1 has a 2-sample node where features 1 and 4 both separate the two rows (mirrored), equal
+        # exact gains computed with different roundings: the tie tolerance must pick feature 1 in both
+        ("mse", 1),
+    ],
+)
 def test_k_clients_with_bootstrap_equal_the_union_of_their_bootstrap_rows(criterion: str, seed: int) -> None:
     clients = make_clients(10 + seed, task=criterion)
     thresholds = tuple(GRID_THRESHOLDS for _ in range(5))
@@ -159,7 +171,8 @@ def test_k_clients_with_bootstrap_equal_the_union_of_their_bootstrap_rows(criter
         ys.append(np.repeat(y, w))
     union = ClientData("union", np.concatenate(Xs), np.concatenate(ys))
     central = aggregator.simulate(
-        task_config(criterion, n_trees=1, max_depth=4, bootstrap=False, thresholds=thresholds), [union], seed=seed)
+        task_config(criterion, n_trees=1, max_depth=4, bootstrap=False, thresholds=thresholds), [union], seed=seed
+    )
     assert_same_forest(federated, central)
     assert n_splits(federated) >= 5
 
@@ -244,6 +257,7 @@ def test_mixture_candidates_on_two_disjoint_clients_split_between_them() -> None
 
 def gini_gain(parent: list[int], left: list[int]) -> Fraction:
     """Exact gini decrease of class counts (rational arithmetic: exact ties are ties)."""
+
     def g(c):
         n = sum(c)
         return Fraction(0) if n == 0 else 1 - sum(Fraction(v, n) ** 2 for v in c)
@@ -255,6 +269,7 @@ def gini_gain(parent: list[int], left: list[int]) -> Fraction:
 
 def mse_gain(parent: tuple, left: tuple) -> Fraction:
     """Exact variance decrease from (n, sum y, sum y^2) of exact rationals."""
+
     def v(s):
         n, t, q = s
         return Fraction(0) if n == 0 else q / n - (t / n) ** 2
@@ -291,8 +306,19 @@ def cart_candidates(X: np.ndarray, y: np.ndarray, rows: np.ndarray, n_classes: i
     return out
 
 
-def check_cart(tree: Tree, X: np.ndarray, y: np.ndarray, n_classes: int, max_depth: int, *, strict_ties: bool,
-               node: int = 0, rows: np.ndarray | None = None, depth: int = 0, path: str = "root") -> int:
+def check_cart(
+    tree: Tree,
+    X: np.ndarray,
+    y: np.ndarray,
+    n_classes: int,
+    max_depth: int,
+    *,
+    strict_ties: bool,
+    node: int = 0,
+    rows: np.ndarray | None = None,
+    depth: int = 0,
+    path: str = "root",
+) -> int:
     """Walk FedForest's tree against exact CART: same leaf values and counts, a split exactly
     where CART splits, with a partition of maximal exact gain -- with ``strict_ties`` the one
     CART's tie-break picks (lower feature, then lower threshold). Returns the nodes visited."""
@@ -320,10 +346,33 @@ def check_cart(tree: Tree, X: np.ndarray, y: np.ndarray, n_classes: int, max_dep
         assert chosen == winners[0], f"{path}: chose {chosen[0]}, exact CART's tie-break picks {winners[0][0]}"
     else:
         assert chosen in winners, f"{path}: FedForest's partition is not of maximal exact gain"
-    return (1 + check_cart(tree, X, y, n_classes, max_depth, strict_ties=strict_ties, node=int(tree.left[node]),
-                           rows=rows[goes_left], depth=depth + 1, path=path + "/L")
-            + check_cart(tree, X, y, n_classes, max_depth, strict_ties=strict_ties, node=int(tree.right[node]),
-                         rows=rows[~goes_left], depth=depth + 1, path=path + "/R"))
+    return (
+        1
+        + check_cart(
+            tree,
+            X,
+            y,
+            n_classes,
+            max_depth,
+            strict_ties=strict_ties,
+            node=int(tree.left[node]),
+            rows=rows[goes_left],
+            depth=depth + 1,
+            path=path + "/L",
+        )
+        + check_cart(
+            tree,
+            X,
+            y,
+            n_classes,
+            max_depth,
+            strict_ties=strict_ties,
+            node=int(tree.right[node]),
+            rows=rows[~goes_left],
+            depth=depth + 1,
+            path=path + "/R",
+        )
+    )
 
 
 def cart_data(criterion: str, seed: int, n: int = 48, d: int = 3):
@@ -339,8 +388,9 @@ def exact_cart_forest(criterion: str, X: np.ndarray, y: np.ndarray, max_depth: i
     # every "k smallest go left" partition of every node. With B = M = n the candidates are
     # x_(1)..x_(n-1) at the root, so the split isolating the largest value is missing (measured:
     # the root differs on 2 of these 6 data sets); 2n already suffices here, 8n leaves margin.
-    config = task_config(criterion, n_trees=1, max_depth=max_depth, n_bins=8 * X.shape[0], bootstrap=False,
-                         max_features=None)
+    config = task_config(
+        criterion, n_trees=1, max_depth=max_depth, n_bins=8 * X.shape[0], bootstrap=False, max_features=None
+    )
     return aggregator.simulate(config, [ClientData("solo", X, y)], seed=seed).trees[0]
 
 
@@ -353,14 +403,17 @@ def test_one_tree_with_enough_bins_equals_exact_cart_up_to_exact_ties(criterion:
     assert visited == tree.n_nodes >= 9
 
 
-@pytest.mark.parametrize("criterion,seed", [
-    ("gini", 0),
-    ("gini", 1),
-    ("gini", 2),
-    ("mse", 0),
-    ("mse", 1),
-    ("mse", 2),
-])
+@pytest.mark.parametrize(
+    "criterion,seed",
+    [
+        ("gini", 0),
+        ("gini", 1),
+        ("gini", 2),
+        ("mse", 0),
+        ("mse", 1),
+        ("mse", 2),
+    ],
+)
 def test_one_tree_with_enough_bins_equals_exact_cart(criterion: str, seed: int) -> None:
     """Exact CART with its tie-break (lower feature, then lower threshold) -- the tree FedForest
     documents. Where no exact tie occurs this is the test above."""
@@ -494,8 +547,7 @@ def test_fisher_grouping_finds_the_best_of_all_subsets_for_binary_classification
     complement = set(range(m)) - chosen
     assert frozenset(chosen) in winners or frozenset(complement) in winners
     goes_left = np.isin(X[:, 1], list(chosen))
-    assert gini_gain([int((y == c).sum()) for c in (0, 1)],
-                     [int((y[goes_left] == c).sum()) for c in (0, 1)]) == best
+    assert gini_gain([int((y == c).sum()) for c in (0, 1)], [int((y[goes_left] == c).sum()) for c in (0, 1)]) == best
 
 
 # --- (f) sanity against scikit-learn ---------------------------------------------------------------
@@ -512,8 +564,9 @@ def test_breast_cancer_accuracy_is_close_to_sklearn_random_forest() -> None:
     clients = [ClientData(f"gw-{k}", X_tr[p], y_tr[p]) for k, p in enumerate(parts)]
     model = aggregator.simulate(FedForest(protocol="sketches", n_trees=25, max_depth=8, n_bins=32), clients, seed=0)
     ours = (model.predict(X_te) == y_te).mean()
-    theirs = (RandomForestClassifier(n_estimators=25, max_depth=8, random_state=0).fit(X_tr, y_tr)
-              .predict(X_te) == y_te).mean()
+    theirs = (
+        RandomForestClassifier(n_estimators=25, max_depth=8, random_state=0).fit(X_tr, y_tr).predict(X_te) == y_te
+    ).mean()
     assert ours >= theirs - 0.04, (ours, theirs)
     assert ours > 0.9
 
@@ -535,8 +588,9 @@ def test_same_seed_same_model_different_seed_different_model() -> None:
 def test_rounds_grow_with_depth_not_with_trees(n_trees: int) -> None:
     max_depth = 4
     sim = Simulation(make_clients(6, n=80))
-    job = FederatedJob(sim.engine, list(sim.transports), job_id=f"rounds-{n_trees}",
-                       settings=JobSettings(deadline_s=30))
+    job = FederatedJob(
+        sim.engine, list(sim.transports), job_id=f"rounds-{n_trees}", settings=JobSettings(deadline_s=30)
+    )
     model = FedForest(protocol="sketches", n_trees=n_trees, max_depth=max_depth).fit(job)
     assert model.n_trees == n_trees
     assert max(t.depth for t in model.trees) == max_depth
@@ -557,8 +611,16 @@ def tamper(sim: Simulation, client: str, body_type: type, change) -> None:
 
 
 def drop_summary_column(r: ForestLevelReply) -> ForestLevelReply:
-    return ForestLevelReply(r.nodes, r.summaries[:, :-1], r.pairs, r.points, r.pair_weight, r.category_pairs,
-                            r.category_summaries, r.local_gain)
+    return ForestLevelReply(
+        r.nodes,
+        r.summaries[:, :-1],
+        r.pairs,
+        r.points,
+        r.pair_weight,
+        r.category_pairs,
+        r.category_summaries,
+        r.local_gain,
+    )
 
 
 def drop_left_column(r: ForestSplitReply) -> ForestSplitReply:
@@ -607,8 +669,13 @@ def test_a_client_that_restarts_sits_out_one_level_then_replays_the_decisions() 
         if progress.step == 2:
             sim.participants["gw-2"].halves["fedforest"]._jobs.clear()  # a gateway restart loses its state
 
-    job = FederatedJob(sim.engine, list(sim.transports), job_id="restart",
-                       settings=JobSettings(deadline_s=5, min_fraction=0.5), progress=forget)
+    job = FederatedJob(
+        sim.engine,
+        list(sim.transports),
+        job_id="restart",
+        settings=JobSettings(deadline_s=5, min_fraction=0.5),
+        progress=forget,
+    )
     model = config.fit(job)
     assert job.rejected == {}
     assert answered == [4, 4, 3, 4]  # level 3 (step 3): gw-2 answered "resync"; level 4: back
@@ -626,7 +693,8 @@ def test_a_client_with_infinite_feature_values_is_not_silently_timed_out() -> No
     X[0, 0], X[1, 1] = np.inf, -np.inf
     clients[0] = ClientData("gw-0", X, clients[0].y)
     sim = Simulation(clients)
-    job = FederatedJob(sim.engine, list(sim.transports), job_id="inf",
-                       settings=JobSettings(deadline_s=1.0, min_fraction=0.5))
+    job = FederatedJob(
+        sim.engine, list(sim.transports), job_id="inf", settings=JobSettings(deadline_s=1.0, min_fraction=0.5)
+    )
     FedForest(protocol="sketches", n_trees=2, max_depth=2, max_features=None).fit(job)
     assert not any("gw-0" in r.timed_out for r in job.results)

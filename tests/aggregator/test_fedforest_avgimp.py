@@ -50,8 +50,11 @@ def impurity(y: np.ndarray, criterion: str) -> float:
 def local_gain(x: np.ndarray, y: np.ndarray, t: float, criterion: str) -> float:
     left = x < t
     n_l = int(left.sum())
-    return impurity(y, criterion) - n_l / y.size * impurity(y[left], criterion) \
+    return (
+        impurity(y, criterion)
+        - n_l / y.size * impurity(y[left], criterion)
         - (y.size - n_l) / y.size * impurity(y[~left], criterion)
+    )
 
 
 def client_quantiles(x: np.ndarray, m: int) -> np.ndarray:
@@ -69,8 +72,14 @@ class Split:
     right: "Split | None"
 
 
-def avgimp_reference(parts: list[tuple[np.ndarray, np.ndarray]], criterion: str, depth: int, min_leaf: int,
-                     top_l: int | None = None, sketch_size: int = 32):
+def avgimp_reference(
+    parts: list[tuple[np.ndarray, np.ndarray]],
+    criterion: str,
+    depth: int,
+    min_leaf: int,
+    top_l: int | None = None,
+    sketch_size: int = 32,
+):
     """The tree AvgImp grows on ``parts`` (one (X, y) per client, the node's rows)."""
     n = sum(y.size for _, y in parts)
     ys = np.concatenate([y for _, y in parts])
@@ -82,8 +91,13 @@ def avgimp_reference(parts: list[tuple[np.ndarray, np.ndarray]], criterion: str,
         for X, y in parts:
             if y.size == 0:
                 continue
-            best = [max([local_gain(X[:, j], y, t, criterion) for t in client_quantiles(X[:, j], sketch_size)[1:-1]],
-                        default=0.0) for j in range(D)]
+            best = [
+                max(
+                    [local_gain(X[:, j], y, t, criterion) for t in client_quantiles(X[:, j], sketch_size)[1:-1]],
+                    default=0.0,
+                )
+                for j in range(D)
+            ]
             named |= set(np.lexsort((np.arange(D), -np.array(best)))[:top_l].tolist())
         features = sorted(named)
     scored = []
@@ -92,19 +106,23 @@ def avgimp_reference(parts: list[tuple[np.ndarray, np.ndarray]], criterion: str,
             n_l = sum(int((X[:, j] < t).sum()) for X, _ in parts)
             if n_l < min_leaf or n - n_l < min_leaf:
                 continue
-            gain = sum(y.size * float(np.float32(local_gain(X[:, j], y, t, criterion))) for X, y in parts
-                       if y.size) / n
+            gain = sum(y.size * float(np.float32(local_gain(X[:, j], y, t, criterion))) for X, y in parts if y.size) / n
             scored.append((gain, j, float(t)))
     if not scored or max(s[0] for s in scored) <= 0:
         return None
     best = max(s[0] for s in scored)
     _, j, t = min((s for s in scored if s[0] >= best - 1e-9 * abs(best)), key=lambda s: (s[1], s[2]))
     go = [X[:, j] < t for X, _ in parts]
-    return Split(j, t,
-                 avgimp_reference([(X[g], y[g]) for (X, y), g in zip(parts, go)], criterion, depth - 1, min_leaf, top_l,
-                                  sketch_size),
-                 avgimp_reference([(X[~g], y[~g]) for (X, y), g in zip(parts, go)], criterion, depth - 1, min_leaf,
-                                  top_l, sketch_size))
+    return Split(
+        j,
+        t,
+        avgimp_reference(
+            [(X[g], y[g]) for (X, y), g in zip(parts, go)], criterion, depth - 1, min_leaf, top_l, sketch_size
+        ),
+        avgimp_reference(
+            [(X[~g], y[~g]) for (X, y), g in zip(parts, go)], criterion, depth - 1, min_leaf, top_l, sketch_size
+        ),
+    )
 
 
 def same_tree(tree: Tree, ref: Split | None, node: int = 0) -> None:
@@ -119,9 +137,19 @@ def same_tree(tree: Tree, ref: Split | None, node: int = 0) -> None:
 
 def grow(data, criterion: str, depth: int, min_leaf: int, top_l: int | None = None):
     task = "regression" if criterion == "mse" else "classification"
-    config = FedForest(protocol="sketches", task=task, criterion=criterion, evaluation="avgimp", top_l=top_l,
-                       n_trees=1, max_depth=depth, bootstrap=False, max_features=None, min_samples_leaf=min_leaf,
-                       thresholds=tuple(THRESHOLDS for _ in range(D)))
+    config = FedForest(
+        protocol="sketches",
+        task=task,
+        criterion=criterion,
+        evaluation="avgimp",
+        top_l=top_l,
+        n_trees=1,
+        max_depth=depth,
+        bootstrap=False,
+        max_features=None,
+        min_samples_leaf=min_leaf,
+        thresholds=tuple(THRESHOLDS for _ in range(D)),
+    )
     return aggregator.simulate(config, data, seed=0).trees[0]
 
 

@@ -51,8 +51,11 @@ def walk(tree, sk, X: np.ndarray, a: int = 0, b: int = 0) -> int:
         assert np.array_equal(ours, theirs) or np.array_equal(ours, ~theirs), f"node {a}: another partition"
         if not np.array_equal(ours, theirs):
             left, right = right, left
-    return compared + walk(tree, sk, X[ours], int(tree.left[a]), left) + \
-        walk(tree, sk, X[~ours], int(tree.right[a]), right)
+    return (
+        compared
+        + walk(tree, sk, X[ours], int(tree.left[a]), left)
+        + walk(tree, sk, X[~ours], int(tree.right[a]), right)
+    )
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -60,8 +63,16 @@ def test_tiny_clients_split_in_the_middle_of_the_gap_like_scikit_learn(seed: int
     clients = tiny_clients(seed)
     X = np.concatenate([c.X for c in clients])
     y = np.concatenate([c.y for c in clients])
-    config = FedForest(protocol="sketches", task="regression", n_trees=1, max_depth=4, n_bins=64, bootstrap=False,
-                       max_features=None, min_samples_leaf=1)
+    config = FedForest(
+        protocol="sketches",
+        task="regression",
+        n_trees=1,
+        max_depth=4,
+        n_bins=64,
+        bootstrap=False,
+        max_features=None,
+        min_samples_leaf=1,
+    )
     model = aggregator.simulate(config, clients, seed=seed)
     sk = DecisionTreeRegressor(max_depth=4, random_state=0).fit(X, y).tree_
     assert walk(model.trees[0], sk, X) >= 8
@@ -74,8 +85,15 @@ def test_moving_thresholds_into_gaps_never_changes_the_training_partition(n_bins
     training rows the model routes there."""
     clients = tiny_clients(5, n_clients=3, n=80)
     X = np.concatenate([c.X for c in clients])
-    config = FedForest(protocol="sketches", task="regression", n_trees=1, max_depth=6, n_bins=n_bins, bootstrap=False,
-                       max_features=None)
+    config = FedForest(
+        protocol="sketches",
+        task="regression",
+        n_trees=1,
+        max_depth=6,
+        n_bins=n_bins,
+        bootstrap=False,
+        max_features=None,
+    )
     model = aggregator.simulate(config, clients, seed=0)
     tree = model.trees[0]
     leaves = model.leaves(X)[:, 0]

@@ -67,11 +67,21 @@ def test_a_tree_s_importances_are_scikit_learn_s_where_the_tree_is_scikit_learn_
     clients = tiny_clients(seed)
     X = np.concatenate([c.X for c in clients])
     y = np.concatenate([c.y for c in clients])
-    config = FedForest(protocol="sketches", task="regression", n_trees=1, max_depth=4, n_bins=64, bootstrap=False,
-                       max_features=None, min_samples_leaf=1)
+    config = FedForest(
+        protocol="sketches",
+        task="regression",
+        n_trees=1,
+        max_depth=4,
+        n_bins=64,
+        bootstrap=False,
+        max_features=None,
+        min_samples_leaf=1,
+    )
     sim = Simulation(clients)
-    result = config.fit_with_diagnostics(FederatedJob(sim.engine, list(sim.transports), job_id="importance",
-                                                      settings=JobSettings(deadline_s=30)), seed=seed)
+    result = config.fit_with_diagnostics(
+        FederatedJob(sim.engine, list(sim.transports), job_id="importance", settings=JobSettings(deadline_s=30)),
+        seed=seed,
+    )
     theirs = DecisionTreeRegressor(max_depth=4, random_state=0).fit(X, y)
     assert walk(result.model.trees[0], theirs.tree_, X) >= 8  # the same tree (test_fedforest_gaps)
     np.testing.assert_allclose(result.importance, theirs.feature_importances_, rtol=1e-9, atol=1e-12)

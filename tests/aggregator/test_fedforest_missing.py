@@ -74,17 +74,26 @@ def pooled_cart(X: np.ndarray, y: np.ndarray, criterion: str, depth: int):
                 n_l = int(go_left.sum())
                 if n_l == 0 or n_l == y.size:
                     continue
-                gain = parent - n_l / y.size * impurity(y[go_left], criterion) \
+                gain = (
+                    parent
+                    - n_l / y.size * impurity(y[go_left], criterion)
                     - (y.size - n_l) / y.size * impurity(y[~go_left], criterion)
+                )
                 scored.append((gain, j, float(t), nan_left, go_left))
     best = max((s[0] for s in scored), default=0.0)
     if best <= 1e-9 * max(parent, 1e-300):
         return leaf(y, criterion)
     # ties (equal partitions, mirrored splits): lower feature, lower threshold, NaN right
-    gain, j, t, nan_left, go_left = min((s for s in scored if s[0] >= best - 1e-9 * parent),
-                                        key=lambda s: (s[1], s[2], s[3]))
-    return Split(j, t, nan_left, pooled_cart(X[go_left], y[go_left], criterion, depth - 1),
-                 pooled_cart(X[~go_left], y[~go_left], criterion, depth - 1))
+    gain, j, t, nan_left, go_left = min(
+        (s for s in scored if s[0] >= best - 1e-9 * parent), key=lambda s: (s[1], s[2], s[3])
+    )
+    return Split(
+        j,
+        t,
+        nan_left,
+        pooled_cart(X[go_left], y[go_left], criterion, depth - 1),
+        pooled_cart(X[~go_left], y[~go_left], criterion, depth - 1),
+    )
 
 
 def same_tree(tree: Tree, ref, node: int = 0) -> None:
@@ -94,8 +103,11 @@ def same_tree(tree: Tree, ref, node: int = 0) -> None:
         np.testing.assert_allclose(value[0] if np.ndim(ref) == 0 else value, ref, rtol=0, atol=1e-9)
         return
     assert tree.left[node] != -1, f"node {node} should split on feature {ref.feature}"
-    assert (int(tree.feature[node]), float(tree.threshold[node]), bool(tree.default_left[node])) == \
-        (ref.feature, ref.threshold, ref.default_left), f"node {node}"
+    assert (int(tree.feature[node]), float(tree.threshold[node]), bool(tree.default_left[node])) == (
+        ref.feature,
+        ref.threshold,
+        ref.default_left,
+    ), f"node {node}"
     same_tree(tree, ref.left, int(tree.left[node]))
     same_tree(tree, ref.right, int(tree.right[node]))
 
@@ -123,9 +135,18 @@ def test_default_direction_equals_the_pooled_reference(protocol: str, criterion:
     depth = 3
     ref = pooled_cart(X, y, criterion, depth)
     task = "regression" if criterion == "mse" else "classification"
-    config = FedForest(task=task, criterion=criterion, protocol=protocol, n_trees=1, max_depth=depth,
-                       bootstrap=False, max_features=None, thresholds=tuple(THRESHOLDS for _ in range(X.shape[1])),
-                       min_samples_leaf=1, min_crowd=0)
+    config = FedForest(
+        task=task,
+        criterion=criterion,
+        protocol=protocol,
+        n_trees=1,
+        max_depth=depth,
+        bootstrap=False,
+        max_features=None,
+        thresholds=tuple(THRESHOLDS for _ in range(X.shape[1])),
+        min_samples_leaf=1,
+        min_crowd=0,
+    )
     model = aggregator.simulate(config, clients, seed=seed)
     same_tree(model.trees[0], ref)
     # predictions on rows with NaNs follow the learned directions

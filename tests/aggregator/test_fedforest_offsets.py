@@ -47,8 +47,10 @@ def held_out(seed: int = 99, n: int = 400, d: int = 4):
 
 def shape(model: TreeEnsemble):
     """Per tree: the split nodes' (feature, threshold, default_left) and the children's layout."""
-    return [(t.feature.tolist(), t.threshold.tolist(), t.default_left.tolist(), t.left.tolist(), t.right.tolist())
-            for t in model.trees]
+    return [
+        (t.feature.tolist(), t.threshold.tolist(), t.default_left.tolist(), t.left.tolist(), t.right.tolist())
+        for t in model.trees
+    ]
 
 
 def leaf_values(model: TreeEnsemble) -> np.ndarray:
@@ -88,11 +90,16 @@ def spread_clients(spread: float) -> list[ClientData]:
     return out
 
 
-@pytest.mark.parametrize("fit", [
-    lambda clients: aggregator.simulate(FedForest(task="regression", protocol="histogram", n_trees=1, max_depth=2),
-                                        clients, seed=0),
-    lambda clients: FedForestRegressor(n_estimators=1, max_depth=2, protocol="histogram").fit(clients),
-], ids=["simulate", "estimator"])
+@pytest.mark.parametrize(
+    "fit",
+    [
+        lambda clients: aggregator.simulate(
+            FedForest(task="regression", protocol="histogram", n_trees=1, max_depth=2), clients, seed=0
+        ),
+        lambda clients: FedForestRegressor(n_estimators=1, max_depth=2, protocol="histogram").fit(clients),
+    ],
+    ids=["simulate", "estimator"],
+)
 def test_private_protocol_refuses_a_target_spread_beyond_the_bound_in_one_line(fit) -> None:
     with pytest.raises(ValueError, match=r"2\*\*20") as info:
         fit(spread_clients(3e6))

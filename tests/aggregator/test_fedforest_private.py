@@ -60,8 +60,9 @@ def pooled(clients: list[ClientData]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def quantile_edges(X: np.ndarray, n_bins: int = 8) -> list[np.ndarray]:
-    return [np.unique(np.nanquantile(X[:, j], np.arange(1, n_bins) / n_bins).astype(np.float32))
-            for j in range(X.shape[1])]
+    return [
+        np.unique(np.nanquantile(X[:, j], np.arange(1, n_bins) / n_bins).astype(np.float32)) for j in range(X.shape[1])
+    ]
 
 
 def route(X: np.ndarray, splits: SplitDecisions, n_trees: int) -> np.ndarray:
@@ -89,19 +90,23 @@ def exact_fetchers(X: np.ndarray, y: np.ndarray, edges: list[np.ndarray], K: int
 
     def leaves(splits: SplitDecisions, leaf_tree: np.ndarray, leaf_id: np.ndarray) -> NoisyCounts:
         node = route(X, splits, n_trees)
-        return NoisyCounts(np.array([np.bincount(y[node[t] == i], minlength=K) for t, i in zip(leaf_tree, leaf_id)],
-                                    dtype=np.float64), 0.0)
+        return NoisyCounts(
+            np.array([np.bincount(y[node[t] == i], minlength=K) for t, i in zip(leaf_tree, leaf_id)], dtype=np.float64),
+            0.0,
+        )
 
     return histograms, leaves
 
 
 def gini_decrease(x: np.ndarray, y: np.ndarray, threshold: float, K: int) -> float:
     """The root's Gini decrease of ``x < threshold`` (NaN right), from the windows themselves."""
+
     def gini(labels: np.ndarray) -> float:
         if labels.size == 0:
             return 0.0
         p = np.bincount(labels, minlength=K) / labels.size
         return 1.0 - float((p * p).sum())
+
     left = x < threshold
     return gini(y) - left.mean() * gini(y[left]) - (~left).mean() * gini(y[~left])
 
@@ -130,10 +135,17 @@ def test_private_growth_from_exact_sums_equals_the_pooled_reference() -> None:
             want = counts / counts.sum() if counts.sum() else grown.screening.prior
             np.testing.assert_allclose(tree.value[leaf], want, rtol=0, atol=1e-15)
     # the structure draws on the public seed alone: other sums, same kept features -> same trees
-    again = grow_private_forest(PrivateForestPlan(T, 4, keep, "gini"), edges, 7, histograms,
-                                lambda s, t, i: NoisyCounts(np.ones((t.shape[0], K)), 0.0))
-    assert all(a.feature.tolist() == b.feature.tolist() and a.threshold.tolist() == b.threshold.tolist()
-               for a, b in zip(grown.trees, again.trees))
+    again = grow_private_forest(
+        PrivateForestPlan(T, 4, keep, "gini"),
+        edges,
+        7,
+        histograms,
+        lambda s, t, i: NoisyCounts(np.ones((t.shape[0], K)), 0.0),
+    )
+    assert all(
+        a.feature.tolist() == b.feature.tolist() and a.threshold.tolist() == b.threshold.tolist()
+        for a, b in zip(grown.trees, again.trees)
+    )
 
 
 def test_the_gateways_vectors_without_their_noise_add_up_to_the_pooled_counts() -> None:
@@ -146,17 +158,30 @@ def test_the_gateways_vectors_without_their_noise_add_up_to_the_pooled_counts() 
     noise = NoiseShare(50.0, len(clients), COUNT_SCALE)
     hist_sum, leaf_sum = 0, 0
     for k, c in enumerate(clients):
-        task = ForestTask("classification", "gini", "", X.shape[1], T, k, np.arange(T), 0, bootstrap=False,
-                          classes=CLASSES, n_clients=len(clients))
+        task = ForestTask(
+            "classification",
+            "gini",
+            "",
+            X.shape[1],
+            T,
+            k,
+            np.arange(T),
+            0,
+            bootstrap=False,
+            classes=CLASSES,
+            n_clients=len(clients),
+        )
         half = FedForestClient(c)
-        for body, total in ((PrivateForestHistogramRequest(task, np.arange(X.shape[1]), values, offsets, noise), 0),
-                            (PrivateForestLeavesRequest(task, splits.splits, splits.leaf_tree, splits.leaf_id,
-                                                        noise), 1)):
+        for body, total in (
+            (PrivateForestHistogramRequest(task, np.arange(X.shape[1]), values, offsets, noise), 0),
+            (PrivateForestLeavesRequest(task, splits.splits, splits.leaf_tree, splits.leaf_id, noise), 1),
+        ):
             half.noise_rng = np.random.default_rng([5, k, total])
             reply = (half.on_private_histograms if total == 0 else half.on_private_leaves)(
-                Message.create(body, sender="aggregator", job="j", round=total))
+                Message.create(body, sender="aggregator", job="j", round=total)
+            )
             drawn = skellam_share(body.length, noise.mu, noise.shares, np.random.default_rng([5, k, total]))
-            counts = (reply.sums.values.astype(np.uint32).view(np.int32).astype(np.int64) - drawn)
+            counts = reply.sums.values.astype(np.uint32).view(np.int32).astype(np.int64) - drawn
             assert (counts % COUNT_SCALE == 0).all()
             if total == 0:
                 hist_sum = hist_sum + counts // COUNT_SCALE
@@ -164,8 +189,9 @@ def test_the_gateways_vectors_without_their_noise_add_up_to_the_pooled_counts() 
                 leaf_sum = leaf_sum + counts // COUNT_SCALE
     want_hist, want_leaves = exact_fetchers(X, y, edges, 3, T)
     np.testing.assert_array_equal(hist_sum.reshape(X.shape[1], S, 3), want_hist().counts)
-    np.testing.assert_array_equal(leaf_sum.reshape(-1, 3), want_leaves(splits.splits, splits.leaf_tree,
-                                                                      splits.leaf_id).counts)
+    np.testing.assert_array_equal(
+        leaf_sum.reshape(-1, 3), want_leaves(splits.splits, splits.leaf_tree, splits.leaf_id).counts
+    )
 
 
 # --- secure aggregation changes nothing -------------------------------------------------------------
@@ -199,9 +225,10 @@ def test_masked_equals_unmasked_given_the_same_noise_draws(monkeypatch, task: st
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.integers(0, 2 ** 31), st.integers(1, 6), st.integers(1, 4), st.booleans())
-def test_one_window_moves_a_release_by_at_most_the_charged_bound(seed: int, n_trees: int, depth: int,
-                                                                 regression: bool) -> None:
+@given(st.integers(0, 2**31), st.integers(1, 6), st.integers(1, 4), st.booleans())
+def test_one_window_moves_a_release_by_at_most_the_charged_bound(
+    seed: int, n_trees: int, depth: int, regression: bool
+) -> None:
     """Classification: class counts; regression: ``[windows, round(z scale)]`` of targets within
     the public range and far beyond it."""
     rng = np.random.default_rng(seed)
@@ -213,14 +240,18 @@ def test_one_window_moves_a_release_by_at_most_the_charged_bound(seed: int, n_tr
     edges = quantile_edges(X, 4)
     values, offsets = pack_edges(edges)
     S = int(np.diff(offsets).max()) + 2
-    forest = grow_private_forest(PrivateForestPlan(n_trees, depth, 3), edges, seed,
-                                 *exact_fetchers(X, y, edges, 3, n_trees)).structure
+    forest = grow_private_forest(
+        PrivateForestPlan(n_trees, depth, 3), edges, seed, *exact_fetchers(X, y, edges, 3, n_trees)
+    ).structure
     drop = int(rng.integers(30))
     rest = np.arange(30) != drop
 
     def releases(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        terms = (np.stack([np.full(int(rows.sum()), COUNT_SCALE), clipped_target(target[rows], clip, COUNT_SCALE)],
-                          axis=1) if regression else np.eye(3, dtype=np.int64)[y[rows]] * COUNT_SCALE)
+        terms = (
+            np.stack([np.full(int(rows.sum()), COUNT_SCALE), clipped_target(target[rows], clip, COUNT_SCALE)], axis=1)
+            if regression
+            else np.eye(3, dtype=np.int64)[y[rows]] * COUNT_SCALE
+        )
         hist = cell_histograms(X[rows], terms, np.arange(5), values, offsets, S)
         node = route(X[rows], forest.splits, n_trees)
         lookup = {(t, i): p for p, (t, i) in enumerate(zip(forest.leaf_tree.tolist(), forest.leaf_id.tolist()))}
@@ -256,23 +287,28 @@ def test_a_whole_private_forest_sends_few_bytes_per_gateway() -> None:
     """The recordings' shape (10 gateways, 204 features, 7 classes), 50 trees of depth 8: the
     gateways' replies stay far below 5 MB each."""
     rng = np.random.default_rng(0)
-    clients = [ClientData(f"gw-{k}", rng.normal(size=(170, 204)).astype(np.float32), rng.integers(0, 7, 170))
-               for k in range(10)]
+    clients = [
+        ClientData(f"gw-{k}", rng.normal(size=(170, 204)).astype(np.float32), rng.integers(0, 7, 170))
+        for k in range(10)
+    ]
     sim = Simulation(clients, record_bodies=False)
     sim.run(FedForest(n_trees=50, max_depth=8))
     assert sim.client_bytes() / len(clients) < 1.5e6
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"task": "regression", "protocol": "private", "secure_aggregation": False}, "secure aggregation"),
-    ({"protocol": "private", "secure_aggregation": False}, "secure aggregation"),
-    ({"dp_epsilon": 0.0}, "dp_epsilon"),
-    ({"dp_delta": 0.5}, "dp_delta"),
-    ({"dp_features": 0}, "dp_features"),
-    ({"client_splits": True}, "does not offer client_splits"),
-    ({"thresholds": (np.zeros(1),)}, "does not offer thresholds"),
-    ({"n_bins": 1}, "n_bins"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"task": "regression", "protocol": "private", "secure_aggregation": False}, "secure aggregation"),
+        ({"protocol": "private", "secure_aggregation": False}, "secure aggregation"),
+        ({"dp_epsilon": 0.0}, "dp_epsilon"),
+        ({"dp_delta": 0.5}, "dp_delta"),
+        ({"dp_features": 0}, "dp_features"),
+        ({"client_splits": True}, "does not offer client_splits"),
+        ({"thresholds": (np.zeros(1),)}, "does not offer thresholds"),
+        ({"n_bins": 1}, "n_bins"),
+    ],
+)
 def test_bad_private_settings_are_one_line(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message) as info:
         FedForest(**kwargs)
@@ -361,20 +397,26 @@ def test_the_default_protocol_does_not_give_away_a_lonely_window_s_label() -> No
     hits = []
     for trial in range(24):
         label = trial % 2
-        cell = _root_missing_cell(FedForest(n_trees=2, max_depth=2, max_features=None, dp_epsilon=1.0),
-                                  _lonely_window_fleet(label), trial)
+        cell = _root_missing_cell(
+            FedForest(n_trees=2, max_depth=2, max_features=None, dp_epsilon=1.0), _lonely_window_fleet(label), trial
+        )
         hits.append(int(np.argmax(cell[:2])) == label)
     assert np.mean(hits) <= 0.8
-    exact = _root_missing_cell(FedForest(n_trees=2, max_depth=2, max_features=None, protocol="histogram",
-                                         bootstrap=False, min_crowd=0), _lonely_window_fleet(1), 0)
+    exact = _root_missing_cell(
+        FedForest(n_trees=2, max_depth=2, max_features=None, protocol="histogram", bootstrap=False, min_crowd=0),
+        _lonely_window_fleet(1),
+        0,
+    )
     assert exact.tolist()[:2] == [0.0, 1.0]  # the non-private protocol: the window's label, exactly
 
 
 # --- a gateway that lies ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("release", "factor"), [("on_private_histograms", 1000), ("on_private_leaves", 1000),
-                                                 ("on_private_histograms", -1000)])
+@pytest.mark.parametrize(
+    ("release", "factor"),
+    [("on_private_histograms", 1000), ("on_private_leaves", 1000), ("on_private_histograms", -1000)],
+)
 def test_a_gateway_that_inflates_or_negates_its_counts_stops_the_job_in_one_line(release: str, factor: int) -> None:
     """Honest gateways' class totals agree between the features (and between the trees); one
     gateway's counts scaled by 1000 (or -1000) in one release break that, and the job stops
@@ -386,8 +428,13 @@ def test_a_gateway_that_inflates_or_negates_its_counts_stops_the_job_in_one_line
     honest = half._private_reply
 
     def lying(message, counts, body):
-        liar = message.body.__class__.__name__ == {"on_private_histograms": "PrivateForestHistogramRequest",
-                                                   "on_private_leaves": "PrivateForestLeavesRequest"}[release]
+        liar = (
+            message.body.__class__.__name__
+            == {
+                "on_private_histograms": "PrivateForestHistogramRequest",
+                "on_private_leaves": "PrivateForestLeavesRequest",
+            }[release]
+        )
         if liar:
             counts = counts.copy()
             counts[: counts.size // 3] *= factor

@@ -64,8 +64,9 @@ def lattice_z(y: np.ndarray, clip: TargetClip) -> np.ndarray:
     return np.rint((np.minimum(np.maximum(y, low), high) - clip.centre) / clip.half_width * COUNT_SCALE) / COUNT_SCALE
 
 
-def exact_fetchers(X: np.ndarray, y: np.ndarray, edges: list[np.ndarray], n_trees: int, clip: TargetClip,
-                   sigma: float = 0.0):
+def exact_fetchers(
+    X: np.ndarray, y: np.ndarray, edges: list[np.ndarray], n_trees: int, clip: TargetClip, sigma: float = 0.0
+):
     """``fetch_histograms``/``fetch_leaves`` that sum the pooled windows exactly, reporting
     ``sigma`` as the releases' noise."""
     S = max(e.shape[0] for e in edges) + 2
@@ -81,8 +82,12 @@ def exact_fetchers(X: np.ndarray, y: np.ndarray, edges: list[np.ndarray], n_tree
 
     def leaves(splits: SplitDecisions, leaf_tree: np.ndarray, leaf_id: np.ndarray) -> NoisyCounts:
         node = route(X, splits, n_trees)
-        return NoisyCounts(np.array([[np.sum(node[t] == i), z[node[t] == i].sum()] for t, i in zip(leaf_tree, leaf_id)],
-                                    dtype=np.float64), sigma)
+        return NoisyCounts(
+            np.array(
+                [[np.sum(node[t] == i), z[node[t] == i].sum()] for t, i in zip(leaf_tree, leaf_id)], dtype=np.float64
+            ),
+            sigma,
+        )
 
     return histograms, leaves
 
@@ -90,8 +95,11 @@ def exact_fetchers(X: np.ndarray, y: np.ndarray, edges: list[np.ndarray], n_tree
 def variance_decrease(x: np.ndarray, z: np.ndarray, threshold: float) -> float:
     """The root's decrease of the variance of ``z`` by ``x < threshold`` (NaN right)."""
     left = x < threshold
-    return float(z.var() - left.mean() * (z[left].var() if left.any() else 0.0)
-                 - (~left).mean() * (z[~left].var() if (~left).any() else 0.0))
+    return float(
+        z.var()
+        - left.mean() * (z[left].var() if left.any() else 0.0)
+        - (~left).mean() * (z[~left].var() if (~left).any() else 0.0)
+    )
 
 
 # --- federated == pooled with exact sums -----------------------------------------------------------
@@ -101,8 +109,9 @@ def test_private_regression_growth_from_exact_sums_equals_the_pooled_reference()
     X, y = pooled(fleet(d=6))
     edges = quantile_edges(X)
     T, keep = 5, 3
-    grown = grow_private_forest(PrivateForestPlan(T, 4, keep, "mse", target=CLIP), edges, 7,
-                                *exact_fetchers(X, y, edges, T, CLIP))
+    grown = grow_private_forest(
+        PrivateForestPlan(T, 4, keep, "mse", target=CLIP), edges, 7, *exact_fetchers(X, y, edges, T, CLIP)
+    )
     z = lattice_z(y, CLIP)
     best = np.array([max(variance_decrease(X[:, j], z, float(e)) for e in edges[j]) for j in range(X.shape[1])])
     np.testing.assert_allclose(grown.screening.score, best, rtol=0, atol=1e-9)
@@ -118,8 +127,12 @@ def test_private_regression_growth_from_exact_sums_equals_the_pooled_reference()
     low, high = CLIP.centre - CLIP.half_width, CLIP.centre + CLIP.half_width
     assert all(((t.value >= low - 1e-12) & (t.value <= high + 1e-12)).all() for t in grown.trees)
     # best_root: every tree's root is the brute-force best root split, the rest as random as before
-    rooted = grow_private_forest(PrivateForestPlan(T, 4, keep, "mse", target=CLIP, best_root=True), edges, 7,
-                                 *exact_fetchers(X, y, edges, T, CLIP))
+    rooted = grow_private_forest(
+        PrivateForestPlan(T, 4, keep, "mse", target=CLIP, best_root=True),
+        edges,
+        7,
+        *exact_fetchers(X, y, edges, T, CLIP),
+    )
     j = int(np.argmax(best))
     threshold = max(edges[j], key=lambda e: variance_decrease(X[:, j], z, float(e)))
     assert all(t.feature[0] == j and t.threshold[0] == threshold for t in rooted.trees)
@@ -170,27 +183,37 @@ def test_the_gateways_vectors_without_their_noise_add_up_to_the_pooled_sums() ->
     edges = quantile_edges(X)
     values, offsets = pack_edges(edges)
     T, S = 3, max(e.shape[0] for e in edges) + 2
-    forest = grow_private_forest(PrivateForestPlan(T, 3, 2, "mse", target=CLIP), edges, 1,
-                                 *exact_fetchers(X, y, edges, T, CLIP)).structure
+    forest = grow_private_forest(
+        PrivateForestPlan(T, 3, 2, "mse", target=CLIP), edges, 1, *exact_fetchers(X, y, edges, T, CLIP)
+    ).structure
     noise = NoiseShare(50.0, len(clients), COUNT_SCALE)
     totals = [0, 0]
     for k, c in enumerate(clients):
-        task = ForestTask("regression", "mse", "", X.shape[1], T, k, np.arange(T), 0, bootstrap=False,
-                          n_clients=len(clients))
+        task = ForestTask(
+            "regression", "mse", "", X.shape[1], T, k, np.arange(T), 0, bootstrap=False, n_clients=len(clients)
+        )
         half = FedForestClient(c)
-        for i, body in enumerate((
+        for i, body in enumerate(
+            (
                 PrivateForestHistogramRequest(task, np.arange(X.shape[1]), values, offsets, noise, target_clip=CLIP),
-                PrivateForestLeavesRequest(task, forest.splits, forest.leaf_tree, forest.leaf_id, noise,
-                                           target_clip=CLIP))):
+                PrivateForestLeavesRequest(
+                    task, forest.splits, forest.leaf_tree, forest.leaf_id, noise, target_clip=CLIP
+                ),
+            )
+        ):
             half.noise_rng = np.random.default_rng([5, k, i])
             reply = (half.on_private_histograms if i == 0 else half.on_private_leaves)(
-                Message.create(body, sender="aggregator", job="j", round=i))
+                Message.create(body, sender="aggregator", job="j", round=i)
+            )
             drawn = skellam_share(body.length, noise.mu, noise.shares, np.random.default_rng([5, k, i]))
             totals[i] = totals[i] + (reply.sums.values.astype(np.uint32).view(np.int32).astype(np.int64) - drawn)
     want_hist, want_leaves = exact_fetchers(X, y, edges, T, CLIP)
     np.testing.assert_allclose(totals[0].reshape(X.shape[1], S, 2) / COUNT_SCALE, want_hist().counts, atol=1e-9)
-    np.testing.assert_allclose(totals[1].reshape(-1, 2) / COUNT_SCALE,
-                               want_leaves(forest.splits, forest.leaf_tree, forest.leaf_id).counts, atol=1e-9)
+    np.testing.assert_allclose(
+        totals[1].reshape(-1, 2) / COUNT_SCALE,
+        want_leaves(forest.splits, forest.leaf_tree, forest.leaf_id).counts,
+        atol=1e-9,
+    )
 
 
 # --- the defaults, the public range --------------------------------------------------------------
@@ -257,7 +280,7 @@ def _missing_cell(algorithm: FedForest, clients: list[ClientData], noise_seed: i
         if type(request).__name__ == "ForestHistogramRequest":  # (pairs, slots, [windows, w, w y, w y^2])
             pair = int(np.flatnonzero(request.features[: request.feature_offsets[1]] == 0)[0])
             cell = total.reshape(request.features.shape[0], request.slots, request.terms)[pair, -1]
-            return np.array([cell[0], cell[2] / 2.0 ** request.frac_bits + request.node_shift[0] * cell[1]])
+            return np.array([cell[0], cell[2] / 2.0**request.frac_bits + request.node_shift[0] * cell[1]])
     raise AssertionError("no release covered feature 0's missing slot")
 
 
@@ -269,13 +292,25 @@ def test_the_default_protocol_does_not_give_away_a_lonely_window_s_target() -> N
     hits = []
     for trial in range(12):
         target = 6.0 * (trial % 2)
-        n, total = _missing_cell(FedForest(task="regression", n_trees=2, max_depth=2, dp_epsilon=1.0),
-                                 _lonely(target), trial)
+        n, total = _missing_cell(
+            FedForest(task="regression", n_trees=2, max_depth=2, dp_epsilon=1.0), _lonely(target), trial
+        )
         guess = 6.0 * (total / max(n, 1e-9) > 3.0)
         hits.append(guess == target)
     assert np.mean(hits) <= 0.85
-    n, total = _missing_cell(FedForest(task="regression", n_trees=2, max_depth=2, max_features=None,
-                                       protocol="histogram", bootstrap=False, min_crowd=0), _lonely(6.0), 0)
+    n, total = _missing_cell(
+        FedForest(
+            task="regression",
+            n_trees=2,
+            max_depth=2,
+            max_features=None,
+            protocol="histogram",
+            bootstrap=False,
+            min_crowd=0,
+        ),
+        _lonely(6.0),
+        0,
+    )
     assert n == 1 and abs(total - 6.0) < 1e-6  # the non-private protocol: the window's target, exactly
 
 

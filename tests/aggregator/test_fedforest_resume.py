@@ -36,8 +36,7 @@ def clients_for(config: dict, seed: int = 0):
     clients = fleet_data(n_clients=3, seed=seed, flipped=("gw-2",) if config.get("client_splits") else ())
     if config.get("task") == "regression":  # targets with an offset: the node shifts matter
         rng = np.random.default_rng(seed)
-        clients = [dataclasses.replace(c, y=1000.0 + c.X[:, 0] + 0.1 * rng.normal(size=c.X.shape[0]))
-                   for c in clients]
+        clients = [dataclasses.replace(c, y=1000.0 + c.X[:, 0] + 0.1 * rng.normal(size=c.X.shape[0])) for c in clients]
     return clients
 
 

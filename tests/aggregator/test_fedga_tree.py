@@ -40,8 +40,9 @@ from shared.protocol.messages.fedga_tree import GATask
 from shared.tree_encoding import NIL, decode, encode, layout, string_length
 
 
-def make_clients(n_clients: int, n: int = 240, d: int = 5, *, seed: int = 0, regression: bool = False,
-                 shift: float = 0.7) -> list[tuple[np.ndarray, np.ndarray]]:
+def make_clients(
+    n_clients: int, n: int = 240, d: int = 5, *, seed: int = 0, regression: bool = False, shift: float = 0.7
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Clients whose decision rule shares a core and differs by a personal offset (float32 values,
     so that scikit-learn, which works in float32, sees the same numbers)."""
     rng = np.random.default_rng(seed)
@@ -98,8 +99,10 @@ def test_fixed_structure_cart_matches_a_scikit_learn_stump_at_every_node(regress
     for t, s in enumerate(strings):
         expected = reference_fixed_structure(X, y, s, depth, regression)
         rows = np.flatnonzero(grown.key // grown.stride == t)
-        got = {int(h): (int(f), thr) for h, f, thr in zip(grown.key[rows] % grown.stride, grown.feature[rows],
-                                                          grown.threshold[rows])}
+        got = {
+            int(h): (int(f), thr)
+            for h, f, thr in zip(grown.key[rows] % grown.stride, grown.feature[rows], grown.threshold[rows])
+        }
         assert sorted(got) == sorted(expected)
         for heap, (feature, threshold) in expected.items():
             assert got[heap][0] == feature
@@ -187,8 +190,16 @@ def test_cross_validated_depth_is_scikit_learn_trees_scored_on_the_same_folds() 
             grown = grow(Samples.of(X[train], y[train], regression=False, n_classes=3), depth)
             mine = f1_score(y[held], predict(grown, route(grown, X[held]), regression=False)[0], average="macro")
             assert local.cv.scores[k, j] == pytest.approx(mine, abs=1e-12)
-            scores = {f1_score(y[held], DecisionTreeClassifier(max_depth=depth, random_state=state)
-                               .fit(X[train], y[train]).predict(X[held]), average="macro") for state in range(4)}
+            scores = {
+                f1_score(
+                    y[held],
+                    DecisionTreeClassifier(max_depth=depth, random_state=state)
+                    .fit(X[train], y[train])
+                    .predict(X[held]),
+                    average="macro",
+                )
+                for state in range(4)
+            }
             if len(scores) == 1:
                 compared += 1
                 assert local.cv.scores[k, j] == pytest.approx(scores.pop(), abs=1e-12)
@@ -228,7 +239,8 @@ def test_the_server_sees_no_threshold_leaf_value_feature_value_or_exact_count() 
     clients = make_clients(4, seed=1)
     sim = Simulation(clients, record_bodies=True)
     result = FedGATree(generations=4, d_max=6).run(
-        FederatedJob(sim.engine, list(sim.transports), job_id="privacy", settings=JobSettings(deadline_s=30)), seed=2)
+        FederatedJob(sim.engine, list(sim.transports), job_id="privacy", settings=JobSettings(deadline_s=30)), seed=2
+    )
     secret = set()
     for X, _ in clients:
         secret |= set(X.ravel().tolist())
@@ -236,8 +248,13 @@ def test_the_server_sees_no_threshold_leaf_value_feature_value_or_exact_count() 
         tree = model.trees[0]
         secret |= set(tree.threshold[tree.feature >= 0].tolist()) | set(tree.value.ravel().tolist()) - {0.0, 1.0}
     view = sim.server_view()
-    allowed = {"data_shape_reply", "fedga_tree.depth_reply", "fedga_tree.structure_reply",
-               "fedga_tree.generation_reply", "fedga_tree.finish_reply"}
+    allowed = {
+        "data_shape_reply",
+        "fedga_tree.depth_reply",
+        "fedga_tree.structure_reply",
+        "fedga_tree.generation_reply",
+        "fedga_tree.finish_reply",
+    }
     for k, (client, received) in enumerate(sorted(view.items())):
         n = clients[k][0].shape[0]
         counts = set()
@@ -312,7 +329,8 @@ def test_one_client_without_noise_is_at_least_as_fit_as_its_own_cv_cart_tree() -
     for seed in range(3):
         X, y = make_clients(1, n=400, seed=20 + seed)[0]
         result = FedGATree(generations=8, d_max=8, epsilon=None).run(
-            FederatedJob(Simulation([(X, y)]).engine, ["client-000"], job_id="solo"), seed=seed)
+            FederatedJob(Simulation([(X, y)]).engine, ["client-000"], job_id="solo"), seed=seed
+        )
         task = GATask("classification", "", seed=seed, classes=("0", "1", "2"), d_max=8, epsilon=None)
         local = LocalGA(task, LabelledData(X, y), "client-000")
         fit, held = local.train_rows, local.validation_rows
@@ -327,7 +345,8 @@ def test_partial_participation_and_late_joiners() -> None:
     clients = make_clients(8, n=200, seed=3)
     sim = Simulation(clients, record_bodies=True)
     result = FedGATree(generations=6, d_max=5, active_fraction=0.25).run(
-        FederatedJob(sim.engine, list(sim.transports), job_id="partial"), seed=4)
+        FederatedJob(sim.engine, list(sim.transports), job_id="partial"), seed=4
+    )
     assert all(len(a) == 2 for a in result.answered)
     assert len(set().union(*result.answered)) > 2  # others joined later
     view = sim.server_view()
@@ -351,8 +370,13 @@ def test_a_client_lost_mid_run_does_not_stop_it() -> None:
         if progress.step == 2:
             sim.transports["client-001"].drop()
 
-    job = FederatedJob(sim.engine, list(sim.transports), job_id="lost",
-                       settings=JobSettings(deadline_s=1.0, min_fraction=0.5), progress=drop)
+    job = FederatedJob(
+        sim.engine,
+        list(sim.transports),
+        job_id="lost",
+        settings=JobSettings(deadline_s=1.0, min_fraction=0.5),
+        progress=drop,
+    )
     result = FedGATree(generations=5, d_max=5).run(job, seed=1)
     assert [len(a) for a in result.answered] == [4, 4, 3, 3, 3]
     assert sorted(result.models) == ["client-000", "client-002", "client-003"]
@@ -361,7 +385,8 @@ def test_a_client_lost_mid_run_does_not_stop_it() -> None:
 def test_regression_votes_elitism_for_continuous_targets_and_returns_regressors() -> None:
     clients = make_clients(3, n=200, seed=6, regression=True)
     result = FedGATree(task="regression", generations=3, d_max=5, population_size=10).run(
-        FederatedJob(Simulation(clients).engine, ["client-000", "client-001", "client-002"], job_id="reg"), seed=0)
+        FederatedJob(Simulation(clients).engine, ["client-000", "client-001", "client-002"], job_id="reg"), seed=0
+    )
     assert result.elitism  # 100 % distinct targets > mu* = 80 %
     assert (np.isin(result.population[:, 0], np.arange(5))).any()
     for k, model in enumerate(result.models.values()):
@@ -378,11 +403,17 @@ def test_each_tree_is_registered_for_its_own_gateway(tmp_path) -> None:
         assert {r.model_id for r in registry.list()} == {f"fedga-job.{c}" for c in models}
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"population_size": 1}, "population_size"), ({"task": "ranking"}, "task"),
-    ({"active_fraction": 0}, "active_fraction"), ({"d_min": 5, "d_max": 3}, "d_min"),
-    ({"epsilon": 0}, "epsilon"), ({"mutation_rates": (0.1,)}, "mutation_rates"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"population_size": 1}, "population_size"),
+        ({"task": "ranking"}, "task"),
+        ({"active_fraction": 0}, "active_fraction"),
+        ({"d_min": 5, "d_max": 3}, "d_min"),
+        ({"epsilon": 0}, "epsilon"),
+        ({"mutation_rates": (0.1,)}, "mutation_rates"),
+    ],
+)
 def test_bad_settings_are_one_clear_error(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         FedGATree(**kwargs)
@@ -406,14 +437,19 @@ def test_dp_tree_without_noise_splits_where_exact_counts_say_and_is_deterministi
     for j, column in enumerate(edges):
         for e in column:
             left = X[:, j] < e
-            proxy = sum(np.bincount(y[side], minlength=3).astype(float) @ np.bincount(y[side], minlength=3)
-                        / max(side.sum(), 1) for side in (left, ~left))
+            proxy = sum(
+                np.bincount(y[side], minlength=3).astype(float) @ np.bincount(y[side], minlength=3) / max(side.sum(), 1)
+                for side in (left, ~left)
+            )
             if proxy > best + 1e-9:
                 best, where = proxy, (j, e)
     root = exact.trees[0]
     assert (int(root.feature[0]), float(root.threshold[0])) == where
-    np.testing.assert_allclose(root.value[1], np.bincount(y[X[:, where[0]] < where[1]], minlength=3)
-                               / (X[:, where[0]] < where[1]).sum(), atol=1e-6)
+    np.testing.assert_allclose(
+        root.value[1],
+        np.bincount(y[X[:, where[0]] < where[1]], minlength=3) / (X[:, where[0]] < where[1]).sum(),
+        atol=1e-6,
+    )
     noisy = DPTree().fit(clients, edges=edges, classes=(0, 1, 2), seed=4)
     assert noisy == DPTree().fit(clients, edges=edges, classes=(0, 1, 2), seed=4)
     assert noisy.trees[0].depth <= 6

@@ -30,8 +30,13 @@ def test_classification_features_go_into_5_quantile_bins_fitted_on_the_training_
 
 
 def test_every_data_set_loads_from_the_installed_wheels_with_the_paper_s_client_count() -> None:
-    expected = {"fair": (6366, 8, 20), "digits": (1797, 64, 5), "breast_cancer": (569, 30, 5),
-                "randhie": (20190, 9, 20), "diabetes": (442, 10, 5)}
+    expected = {
+        "fair": (6366, 8, 20),
+        "digits": (1797, 64, 5),
+        "breast_cancer": (569, 30, 5),
+        "randhie": (20190, 9, 20),
+        "diabetes": (442, 10, 5),
+    }
     for name in bench.CLASSIFICATION + bench.REGRESSION:
         data = bench.load(name)
         n, width, clients = expected[name]
@@ -60,8 +65,9 @@ def test_eq_3_and_the_share_of_clients_gaining() -> None:
 def test_the_ibm_tree_s_candidates_lie_between_the_bins_and_a_split_s_record_round_trips() -> None:
     edges = bench.bin_edges(np.array([[0.0, 2.0], [1.0, 2.0], [4.0, 2.0], [1.0, 2.0]]))
     assert edges[0].tolist() == [0.5, 2.5] and edges[1].size == 0
-    outcome = bench.SplitOutcome("fair", 3, False, np.array([0.5, 0.4]), np.array([[0.6, 0.4], [0.5, 0.5]]), 0.45,
-                                 5.0, 7.0, 1.5)
+    outcome = bench.SplitOutcome(
+        "fair", 3, False, np.array([0.5, 0.4]), np.array([[0.6, 0.4], [0.5, 0.5]]), 0.45, 5.0, 7.0, 1.5
+    )
     again = bench.SplitOutcome.from_json(outcome.to_json())
     assert again.split == 3 and again.federated.tolist() == outcome.federated.tolist()
     assert again.delta == pytest.approx(((0.6 / 0.5 + 0.4 / 0.4 + 0.5 / 0.5 + 0.5 / 0.4) / 4 - 1) * 100)

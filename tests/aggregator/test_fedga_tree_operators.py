@@ -39,10 +39,24 @@ def test_every_operator_keeps_strings_valid_and_the_multiset_rules(case) -> None
     init = initial_population(rng, size, n_features=n_features, depth=depth, leaf_ratio=0.3)
     check_strings(init, depth, n_features)
     a, b = one_point_crossover(rng, pop, pop[::-1])
-    for out in (a, b, node_flip(rng, pop, 2, n_features), node_swap(rng, pop, 3), substring_swap(rng, pop),
-                mutate(rng, pop, flip_rate=0.05, swap_rate=0.05, n_features=n_features)[0],
-                reproduce(rng, pop, rng.random(size), size=size, tournament_size=3, flip_rate=0.05, swap_rate=0.05,
-                          n_features=n_features)):
+    for out in (
+        a,
+        b,
+        node_flip(rng, pop, 2, n_features),
+        node_swap(rng, pop, 3),
+        substring_swap(rng, pop),
+        mutate(rng, pop, flip_rate=0.05, swap_rate=0.05, n_features=n_features)[0],
+        reproduce(
+            rng,
+            pop,
+            rng.random(size),
+            size=size,
+            tournament_size=3,
+            flip_rate=0.05,
+            swap_rate=0.05,
+            n_features=n_features,
+        ),
+    ):
         assert out.shape == (size, length)
         check_strings(out, depth, n_features)
     # crossover: each column of the two children is the parents' column pair, possibly swapped
@@ -62,9 +76,11 @@ def test_crossover_is_one_point(case) -> None:
     length = first.shape[1]
     for i in range(size):
         # some cut k in 1..L-1 explains both children (any k when L == 1)
-        cuts = [k for k in range(1, max(length, 2))
-                if (a[i] == np.r_[first[i, :k], second[i, k:]]).all()
-                and (b[i] == np.r_[second[i, :k], first[i, k:]]).all()]
+        cuts = [
+            k
+            for k in range(1, max(length, 2))
+            if (a[i] == np.r_[first[i, :k], second[i, k:]]).all() and (b[i] == np.r_[second[i, :k], first[i, k:]]).all()
+        ]
         assert cuts or length == 1
 
 

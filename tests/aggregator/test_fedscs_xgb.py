@@ -241,16 +241,26 @@ def test_dropped_client_misses_rounds_and_rejoins_without_applying_a_tree_twice(
             sim.transports["gw-1"].reconnect()  # its queued old requests arrive now: answered late, ignored
 
     seen = []
-    model = sim.run(FedSCSXGB(protocol="atoms", n_rounds=6, n_bins=32), job_id="job-drop",
-                    settings=JobSettings(deadline_s=0.3, min_fraction=0.5),
-                    progress=lambda p: (seen.append(p.answered), on_round(p)))
+    model = sim.run(
+        FedSCSXGB(protocol="atoms", n_rounds=6, n_bins=32),
+        job_id="job-drop",
+        settings=JobSettings(deadline_s=0.3, min_fraction=0.5),
+        progress=lambda p: (seen.append(p.answered), on_round(p)),
+    )
     assert seen == [4, 4, 3, 3, 4, 4]
     for client in sim.transports:
         X, margins, n_trees = client_margins(sim, client, "job-drop")
         # margins are updated with the trees of the last round when the next request arrives
-        partial = TreeEnsemble(trees=model.trees[:n_trees], kind="boosted", link="softmax", n_outputs=3,
-                               feature_names=model.feature_names, tree_output=model.tree_output[:n_trees],
-                               base_score=model.base_score, classes=model.classes)
+        partial = TreeEnsemble(
+            trees=model.trees[:n_trees],
+            kind="boosted",
+            link="softmax",
+            n_outputs=3,
+            feature_names=model.feature_names,
+            tree_output=model.tree_output[:n_trees],
+            base_score=model.base_score,
+            classes=model.classes,
+        )
         np.testing.assert_allclose(margins, partial.predict_margin(X), rtol=0, atol=1e-12)
         assert n_trees == model.n_trees - 3
 
@@ -265,17 +275,29 @@ def test_a_client_that_restarts_sits_out_one_round_then_gets_the_whole_model() -
         if progress.step == 2:
             sim.participants["gw-2"].halves["fedscs_xgb"]._jobs.clear()  # a gateway restart loses its margins
 
-    job = FederatedJob(sim.engine, list(sim.transports), job_id="job-restart",
-                       settings=JobSettings(deadline_s=1.0, min_fraction=0.5), progress=forget)
+    job = FederatedJob(
+        sim.engine,
+        list(sim.transports),
+        job_id="job-restart",
+        settings=JobSettings(deadline_s=1.0, min_fraction=0.5),
+        progress=forget,
+    )
     model = FedSCSXGB(protocol="atoms", n_rounds=4, n_bins=32).fit(job)
     assert answered == [3, 3, 2, 3]
     # round 3's sketch request assumed 6 trees: gw-2 (a fresh snapshot, 0 trees) refused to guess
     assert job.results[5].errors["gw-2"].code == "resync"
     X, margins, n_trees = client_margins(sim, "gw-2", "job-restart")
     assert n_trees == model.n_trees - 3  # round 4 sent it all 9 trees
-    partial = TreeEnsemble(trees=model.trees[:n_trees], kind="boosted", link="softmax", n_outputs=3,
-                           feature_names=model.feature_names, tree_output=model.tree_output[:n_trees],
-                           base_score=model.base_score, classes=model.classes)
+    partial = TreeEnsemble(
+        trees=model.trees[:n_trees],
+        kind="boosted",
+        link="softmax",
+        n_outputs=3,
+        feature_names=model.feature_names,
+        tree_output=model.tree_output[:n_trees],
+        base_score=model.base_score,
+        classes=model.classes,
+    )
     np.testing.assert_allclose(margins, partial.predict_margin(X), rtol=0, atol=1e-12)
 
 
@@ -299,13 +321,17 @@ class RogueAtoms:
         half_dispatcher._handlers[XgbAtomRequest] = on_atoms
 
 
-@pytest.mark.parametrize("tamper", [
-    lambda r: XgbAtomReply(r.n_trees, r.n_samples, r.loss_sum, r.keys[:, :-1], r.counts, r.grad, r.hess),
-    lambda r: XgbAtomReply(r.n_trees, r.n_samples, r.loss_sum, r.keys, r.counts, r.grad[:, :2], r.hess[:, :2]),
-    lambda r: XgbAtomReply(r.n_trees, r.n_samples, r.loss_sum, np.full_like(r.keys, 250), r.counts, r.grad, r.hess),
-    lambda r: XgbAtomReply(r.n_trees, r.n_samples, r.loss_sum, r.keys.astype(np.uint16), r.counts, r.grad, r.hess),
-    lambda r: XgbAtomReply(r.n_trees + 1, r.n_samples, r.loss_sum, r.keys, r.counts, r.grad, r.hess),
-], ids=["fewer-features", "fewer-classes", "bin-out-of-range", "wrong-id-dtype", "wrong-tree-count"])
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda r: XgbAtomReply(r.n_trees, r.n_samples, r.loss_sum, r.keys[:, :-1], r.counts, r.grad, r.hess),
+        lambda r: XgbAtomReply(r.n_trees, r.n_samples, r.loss_sum, r.keys, r.counts, r.grad[:, :2], r.hess[:, :2]),
+        lambda r: XgbAtomReply(r.n_trees, r.n_samples, r.loss_sum, np.full_like(r.keys, 250), r.counts, r.grad, r.hess),
+        lambda r: XgbAtomReply(r.n_trees, r.n_samples, r.loss_sum, r.keys.astype(np.uint16), r.counts, r.grad, r.hess),
+        lambda r: XgbAtomReply(r.n_trees + 1, r.n_samples, r.loss_sum, r.keys, r.counts, r.grad, r.hess),
+    ],
+    ids=["fewer-features", "fewer-classes", "bin-out-of-range", "wrong-id-dtype", "wrong-tree-count"],
+)
 def test_unusable_atom_replies_are_rejected_and_the_round_goes_on(tamper) -> None:
     clients = make_clients(12)
     X, _ = pooled(clients)
@@ -324,8 +350,9 @@ def test_no_usable_replies_is_a_clear_training_error() -> None:
     clients = make_clients(13, n_clients=2)
     sim = Simulation(clients)
     for client in sim.transports:
-        RogueAtoms(lambda r: XgbAtomReply(r.n_trees + 5, r.n_samples, r.loss_sum, r.keys, r.counts, r.grad,
-                                          r.hess)).install(sim, client)
+        RogueAtoms(
+            lambda r: XgbAtomReply(r.n_trees + 5, r.n_samples, r.loss_sum, r.keys, r.counts, r.grad, r.hess)
+        ).install(sim, client)
     with pytest.raises(TrainingError, match="no usable atom replies"):
         sim.run(FedSCSXGB(protocol="atoms", n_rounds=1))
 
@@ -334,8 +361,9 @@ def test_clients_without_data_are_left_out_with_their_reason() -> None:
     clients = make_clients(14, n_clients=3)
     empty = ClientData("gw-empty", np.zeros((0, 5)), np.zeros(0, int))
     sim = Simulation([*clients, empty])
-    job = FederatedJob(sim.engine, list(sim.transports), job_id="j", settings=JobSettings(deadline_s=5,
-                                                                                          min_fraction=0.5))
+    job = FederatedJob(
+        sim.engine, list(sim.transports), job_id="j", settings=JobSettings(deadline_s=5, min_fraction=0.5)
+    )
     model = FedSCSXGB(protocol="atoms", n_rounds=2).fit(job)
     assert job.results[0].errors["gw-empty"].code == "no_labelled_windows"
     assert model == aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=2), clients)
@@ -354,16 +382,22 @@ def test_clients_with_another_feature_count_are_rejected_at_setup() -> None:
 # --- export ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("objective", "strategy"), [("softmax", "one_output_per_tree"),
-                                                     ("softmax", "multi_output_tree"),
-                                                     ("logistic", "one_output_per_tree"),
-                                                     ("squared_error", "one_output_per_tree")])
+@pytest.mark.parametrize(
+    ("objective", "strategy"),
+    [
+        ("softmax", "one_output_per_tree"),
+        ("softmax", "multi_output_tree"),
+        ("logistic", "one_output_per_tree"),
+        ("squared_error", "one_output_per_tree"),
+    ],
+)
 def test_xgboost_loads_the_export_and_predicts_the_same_margins(objective: str, strategy: str) -> None:
     xgb = pytest.importorskip("xgboost")
     clients = make_clients(16, objective=objective)
     X, _ = pooled(clients)
-    model = aggregator.simulate(FedSCSXGB(protocol="atoms", n_rounds=6, objective=objective, max_depth=4,
-                                          multi_strategy=strategy), clients)
+    model = aggregator.simulate(
+        FedSCSXGB(protocol="atoms", n_rounds=6, objective=objective, max_depth=4, multi_strategy=strategy), clients
+    )
     booster = xgb.Booster()
     booster.load_model(bytearray(model.to_xgboost_json()))
     X32 = X.astype(np.float32)
@@ -395,21 +429,53 @@ def test_gamma_means_xgboost_s_gamma(protocol: str, gamma: float) -> None:
     clients = make_clients(21, n=300)
     X, y = pooled(clients)
     edges = xgboost_cuts(X, y)
-    config = FedSCSXGB(protocol=protocol, n_rounds=1, max_depth=4, edges=edges, gamma=gamma, min_crowd=0,
-                       secure_aggregation=False, learning_rate=0.3)
+    config = FedSCSXGB(
+        protocol=protocol,
+        n_rounds=1,
+        max_depth=4,
+        edges=edges,
+        gamma=gamma,
+        min_crowd=0,
+        secure_aggregation=False,
+        learning_rate=0.3,
+    )
     ours = aggregator.simulate(config, clients)
-    booster = xgb.train({"objective": "multi:softprob", "num_class": 3, "tree_method": "hist", "max_bin": 32,
-                         "max_depth": 4, "eta": 0.3, "gamma": gamma, "nthread": 1},
-                        xgb.QuantileDMatrix(X.astype(np.float32), label=y, max_bin=32), num_boost_round=1)
+    booster = xgb.train(
+        {
+            "objective": "multi:softprob",
+            "num_class": 3,
+            "tree_method": "hist",
+            "max_bin": 32,
+            "max_depth": 4,
+            "eta": 0.3,
+            "gamma": gamma,
+            "nthread": 1,
+        },
+        xgb.QuantileDMatrix(X.astype(np.float32), label=y, max_bin=32),
+        num_boost_round=1,
+    )
     theirs = booster_to_ensemble(booster)
     assert ours.n_trees == theirs.n_trees == 3
     for a, b in zip(ours.trees, theirs.trees):
         assert structure(nested(a)) == structure(nested(b))
     np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X), rtol=0, atol=1e-5)
     if gamma == 6.0:
-        assert sum(t.n_nodes for t in ours.trees) < sum(t.n_nodes for t in aggregator.simulate(
-            FedSCSXGB(protocol=protocol, n_rounds=1, max_depth=4, edges=edges, gamma=gamma / 2, min_crowd=0,
-                      secure_aggregation=False, learning_rate=0.3), clients).trees)
+        assert sum(t.n_nodes for t in ours.trees) < sum(
+            t.n_nodes
+            for t in aggregator.simulate(
+                FedSCSXGB(
+                    protocol=protocol,
+                    n_rounds=1,
+                    max_depth=4,
+                    edges=edges,
+                    gamma=gamma / 2,
+                    min_crowd=0,
+                    secure_aggregation=False,
+                    learning_rate=0.3,
+                ),
+                clients,
+            ).trees
+        )
 
 
 # --- multiclass strategies ------------------------------------------------------------------------
@@ -427,12 +493,33 @@ def test_multi_strategy_equals_xgboost_hist_given_its_cuts(protocol: str, strate
     clients = make_clients(22, n=300)
     X, y = pooled(clients)
     edges = xgboost_cuts(X, y)
-    config = FedSCSXGB(protocol=protocol, n_rounds=3, max_depth=4, edges=edges, gamma=0.1, min_crowd=0,
-                       secure_aggregation=False, learning_rate=0.3, multi_strategy=strategy)
+    config = FedSCSXGB(
+        protocol=protocol,
+        n_rounds=3,
+        max_depth=4,
+        edges=edges,
+        gamma=0.1,
+        min_crowd=0,
+        secure_aggregation=False,
+        learning_rate=0.3,
+        multi_strategy=strategy,
+    )
     ours = aggregator.simulate(config, clients)
-    booster = xgb.train({"objective": "multi:softprob", "num_class": 3, "tree_method": "hist", "max_bin": 32,
-                         "max_depth": 4, "eta": 0.3, "gamma": 0.1, "nthread": 1, "multi_strategy": strategy},
-                        xgb.QuantileDMatrix(X.astype(np.float32), label=y, max_bin=32), num_boost_round=3)
+    booster = xgb.train(
+        {
+            "objective": "multi:softprob",
+            "num_class": 3,
+            "tree_method": "hist",
+            "max_bin": 32,
+            "max_depth": 4,
+            "eta": 0.3,
+            "gamma": 0.1,
+            "nthread": 1,
+            "multi_strategy": strategy,
+        },
+        xgb.QuantileDMatrix(X.astype(np.float32), label=y, max_bin=32),
+        num_boost_round=3,
+    )
     theirs = booster_to_ensemble(booster)
     assert ours.n_trees == theirs.n_trees == (3 if strategy == "multi_output_tree" else 9)
     np.testing.assert_array_equal(ours.tree_output, theirs.tree_output)
@@ -450,8 +537,16 @@ def test_multi_output_tree_k_clients_equal_one_client_holding_the_union(protocol
     per class."""
     clients = make_clients(23)
     X, y = pooled(clients)
-    config = FedSCSXGB(protocol=protocol, n_rounds=3, max_depth=3, edges=fixed_edges(X), gamma=0.1, min_crowd=0,
-                       secure_aggregation=False, multi_strategy="multi_output_tree")
+    config = FedSCSXGB(
+        protocol=protocol,
+        n_rounds=3,
+        max_depth=3,
+        edges=fixed_edges(X),
+        gamma=0.1,
+        min_crowd=0,
+        secure_aggregation=False,
+        multi_strategy="multi_output_tree",
+    )
     federated = aggregator.simulate(config, clients)
     central = aggregator.simulate(config, [ClientData("everyone", X, y)])
     assert federated.n_trees == 3 and (federated.tree_output == -1).all()
@@ -459,11 +554,29 @@ def test_multi_output_tree_k_clients_equal_one_client_holding_the_union(protocol
     if protocol == "histogram":
         assert federated.trees == central.trees
     assert_same_model(federated, central)
-    per_class = aggregator.simulate(FedSCSXGB(protocol=protocol, n_rounds=3, max_depth=3, edges=fixed_edges(X),
-                                              gamma=0.1, min_crowd=0, secure_aggregation=False), clients)
+    per_class = aggregator.simulate(
+        FedSCSXGB(
+            protocol=protocol,
+            n_rounds=3,
+            max_depth=3,
+            edges=fixed_edges(X),
+            gamma=0.1,
+            min_crowd=0,
+            secure_aggregation=False,
+        ),
+        clients,
+    )
     with pytest.raises(TrainingError, match="multi_strategy"):
-        aggregator.simulate(FedSCSXGB(protocol=protocol, n_rounds=1, init_model=per_class,
-                                      multi_strategy="multi_output_tree", secure_aggregation=False), clients)
+        aggregator.simulate(
+            FedSCSXGB(
+                protocol=protocol,
+                n_rounds=1,
+                init_model=per_class,
+                multi_strategy="multi_output_tree",
+                secure_aggregation=False,
+            ),
+            clients,
+        )
 
 
 def test_multi_output_tree_under_secure_aggregation_and_minimum_crowd() -> None:
@@ -487,9 +600,17 @@ def test_histogram_requests_size_their_vector_by_strategy() -> None:
 
     def request(strategy: str, node_tree: list[int]) -> XgbHistogramRequest:
         task = XgbTask("softmax", "", 2, np.zeros(3), ("a", "b", "c"), strategy)
-        return XgbHistogramRequest(task, ModelDelta(), np.concatenate([edges, edges]), np.array([0, 4, 8]),
-                                   RoundSplits.empty(), np.array(node_tree), np.zeros(len(node_tree), np.int64),
-                                   20, 1.0)
+        return XgbHistogramRequest(
+            task,
+            ModelDelta(),
+            np.concatenate([edges, edges]),
+            np.array([0, 4, 8]),
+            RoundSplits.empty(),
+            np.array(node_tree),
+            np.zeros(len(node_tree), np.int64),
+            20,
+            1.0,
+        )
 
     per_class = request("one_output_per_tree", [0, 1, 2])
     assert per_class.task.trees_per_round == 3 and per_class.length == 3 * 3 * 2 * 6

@@ -22,8 +22,9 @@ from tests.aggregator.test_fedforest_offsets import OFFSETS, held_out, regressio
 
 def boost(c: float) -> TreeEnsemble:
     clients, _, _ = regression_clients(c)
-    config = FedSCSXGB(objective="squared_error", protocol="histogram", secure_aggregation=True, n_rounds=6,
-                       max_depth=4, n_bins=32)
+    config = FedSCSXGB(
+        objective="squared_error", protocol="histogram", secure_aggregation=True, n_rounds=6, max_depth=4, n_bins=32
+    )
     return aggregator.simulate(config, clients, seed=1)
 
 

@@ -556,8 +556,14 @@ def test_gamma_is_xgboost_min_split_loss(quantile: float) -> None:
         assert theirs[0].n_nodes == 1
     if 0 < quantile < 1:
         assert 1 < theirs[0].n_nodes < 15
-        half = grow_tree(bin_ids(X, edges), g[:, 0], h[:, 0], None, edges,
-                         GrowthParams(max_depth=3, learning_rate=0.3, gamma=gamma / 2))
+        half = grow_tree(
+            bin_ids(X, edges),
+            g[:, 0],
+            h[:, 0],
+            None,
+            edges,
+            GrowthParams(max_depth=3, learning_rate=0.3, gamma=gamma / 2),
+        )
         assert half.tree.n_nodes > theirs[0].n_nodes or changes[i] < gamma / 2
 
 
@@ -575,15 +581,26 @@ def test_gains_equal_in_exact_arithmetic_tie_like_in_xgboost() -> None:
     g, h = Softmax(3).gradients(np.zeros((n, 3)), y)
     edges = [np.arange(1, 8, dtype=np.float32)] * d
     ours = grow_tree(bin_ids(X, edges), g[:, 0], h[:, 0], None, edges, GrowthParams(max_depth=1, gamma=0.0))
-    booster = xgb.train({"objective": "multi:softprob", "num_class": 3, "tree_method": "hist", "max_depth": 1,
-                         "gamma": 0, "min_child_weight": 0, "base_score": 0.5},
-                        xgb.DMatrix(X, label=y, base_margin=np.zeros((n, 3))), 1)
+    booster = xgb.train(
+        {
+            "objective": "multi:softprob",
+            "num_class": 3,
+            "tree_method": "hist",
+            "max_depth": 1,
+            "gamma": 0,
+            "min_child_weight": 0,
+            "base_score": 0.5,
+        },
+        xgb.DMatrix(X, label=y, base_margin=np.zeros((n, 3))),
+        1,
+    )
     theirs = json.loads(booster.save_raw("json"))["learner"]["gradient_booster"]["model"]["trees"][0]
     assert ours.tree.feature[0] == theirs["split_indices"][0] == 0
 
 
-@pytest.mark.parametrize(("seed", "min_child_weight", "gamma"), [(0, 0.0, 0.0), (1, 1.0, 1.0), (2, 3.0, 0.0),
-                                                                 (3, 1.0, 3.0), (4, 3.0, 3.0)])
+@pytest.mark.parametrize(
+    ("seed", "min_child_weight", "gamma"), [(0, 0.0, 0.0), (1, 1.0, 1.0), (2, 3.0, 0.0), (3, 1.0, 3.0), (4, 3.0, 3.0)]
+)
 def test_multi_output_tree_matches_xgboost_hist(seed: int, min_child_weight: float, gamma: float) -> None:
     """``multi_strategy="multi_output_tree"`` (the paper's shared structure, gains summed over
     classes, vector leaves) == XGBoost's hist ``multi_output_tree`` given its cuts: same splits,
@@ -596,22 +613,43 @@ def test_multi_output_tree_matches_xgboost_hist(seed: int, min_child_weight: flo
     K = 3
     X, y, weight, margin = xgboost_case(seed, K=K, n=200)
     dtrain = xgb.DMatrix(X, label=y, weight=weight, base_margin=margin)
-    booster = xgb.train(dict(objective="multi:softprob", num_class=K, tree_method="hist", max_depth=6, eta=0.2,
-                             multi_strategy="multi_output_tree", min_child_weight=min_child_weight, gamma=gamma,
-                             base_score=0.5, nthread=1), dtrain, num_boost_round=1)
+    booster = xgb.train(
+        dict(
+            objective="multi:softprob",
+            num_class=K,
+            tree_method="hist",
+            max_depth=6,
+            eta=0.2,
+            multi_strategy="multi_output_tree",
+            min_child_weight=min_child_weight,
+            gamma=gamma,
+            base_score=0.5,
+            nthread=1,
+        ),
+        dtrain,
+        num_boost_round=1,
+    )
     ptr, values = dtrain.get_quantile_cut()
     edges = [values[ptr[j] : ptr[j + 1]] for j in range(X.shape[1])]
     g, h = Softmax(K).gradients(margin.astype(np.float64), y, weight.astype(np.float64))
-    params = GrowthParams(max_depth=6, learning_rate=0.2, min_child_weight=min_child_weight, gamma=gamma,
-                          multi_strategy="multi_output_tree")
+    params = GrowthParams(
+        max_depth=6,
+        learning_rate=0.2,
+        min_child_weight=min_child_weight,
+        gamma=gamma,
+        multi_strategy="multi_output_tree",
+    )
     (ours,) = grow_trees(bin_ids(X, edges), g, h, None, edges, params)
     (theirs,) = booster_to_ensemble(booster).trees
     assert ours.tree.n_outputs == K and ours.tree.n_nodes > 20
     assert structure(nested(ours.tree)) == structure(nested(theirs))
     leaf = ours.tree.left < 0
     np.testing.assert_allclose(ours.tree.value[leaf], theirs.value[theirs.left < 0], rtol=0, atol=1e-7)
-    np.testing.assert_allclose(np.sort(ours.loss_change[~leaf]), np.sort(_xgb_tree_json(booster, 0)["loss_changes"])[
-        -int((~leaf).sum()):], rtol=1e-5)
+    np.testing.assert_allclose(
+        np.sort(ours.loss_change[~leaf]),
+        np.sort(_xgb_tree_json(booster, 0)["loss_changes"])[-int((~leaf).sum()) :],
+        rtol=1e-5,
+    )
     if min_child_weight > 0:  # some class of some leaf had too little Hessian: weight 0, as in XGBoost
         assert (ours.tree.value[leaf] == 0).any() or (ours.sum_hess[leaf] >= min_child_weight).all()
 
@@ -625,7 +663,13 @@ def test_multi_output_tree_sums_the_classes_gains() -> None:
     G = np.array([[1.0, 1.0, 1.0], [-1.0, 1.0, 1.0], [1.0, -1.0, -1.0], [-1.0, -1.0, -1.0]] * 2)
     H = np.ones_like(G)
     per_class = grow_trees(bin_ids(X, edges), G, H, None, edges, GrowthParams(max_depth=1, min_child_weight=0))
-    (shared,) = grow_trees(bin_ids(X, edges), G, H, None, edges,
-                           GrowthParams(max_depth=1, min_child_weight=0, multi_strategy="multi_output_tree"))
+    (shared,) = grow_trees(
+        bin_ids(X, edges),
+        G,
+        H,
+        None,
+        edges,
+        GrowthParams(max_depth=1, min_child_weight=0, multi_strategy="multi_output_tree"),
+    )
     assert per_class[0].tree.feature[0] == 1 and shared.tree.feature[0] == 0
     assert shared.tree.value.shape == (3, 3)

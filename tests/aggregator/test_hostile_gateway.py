@@ -42,8 +42,9 @@ def lagrange_shifted(reply: SecAggUnmaskReply, request: SecAggUnmaskRequest, thr
 
 def random_shares(reply: SecAggUnmaskReply, request: SecAggUnmaskRequest, threshold: int) -> SecAggUnmaskReply:
     rng = np.random.default_rng(0)
-    shares = {o: (int.from_bytes(rng.bytes(SHARE_BYTES), "big") % PRIME).to_bytes(SHARE_BYTES, "big")
-              for o in reply.self_mask}
+    shares = {
+        o: (int.from_bytes(rng.bytes(SHARE_BYTES), "big") % PRIME).to_bytes(SHARE_BYTES, "big") for o in reply.self_mask
+    }
     return dataclasses.replace(reply, self_mask=shares)
 
 
@@ -82,7 +83,8 @@ def fleet() -> Simulation:
 
 @pytest.mark.parametrize("tamper", [lagrange_shifted, random_shares])
 def test_a_gateway_revealing_wrong_shares_is_named_and_the_model_is_that_of_its_dropping_out(
-        tamper, caplog: pytest.LogCaptureFixture) -> None:
+    tamper, caplog: pytest.LogCaptureFixture
+) -> None:
     hostile = fleet()
     lie_when_unmasking(hostile, tamper)
     with caplog.at_level(logging.WARNING):
@@ -108,15 +110,25 @@ def made_up_neighbour(n, envelope, shares):
     return {**shares, "gw-ghost": next(iter(shares.values()))}
 
 
-@pytest.mark.parametrize(("attack", "first", "what"), [
-    pytest.param(garbage, 0, "malformed bundle", id="garbage"),
-    pytest.param(garbage_sealed, 0, "did not open or match its commitments to ['gw-1', 'gw-2', 'gw-3', 'gw-4']",
-                 id="garbage_sealed"),
-    pytest.param("replayed", 1, "did not open or match its commitments", id="replayed"),
-    pytest.param(made_up_neighbour, 0, "not address sealed bundles to exactly its neighbours", id="made_up_neighbour"),
-])
+@pytest.mark.parametrize(
+    ("attack", "first", "what"),
+    [
+        pytest.param(garbage, 0, "malformed bundle", id="garbage"),
+        pytest.param(
+            garbage_sealed,
+            0,
+            "did not open or match its commitments to ['gw-1', 'gw-2', 'gw-3', 'gw-4']",
+            id="garbage_sealed",
+        ),
+        pytest.param("replayed", 1, "did not open or match its commitments", id="replayed"),
+        pytest.param(
+            made_up_neighbour, 0, "not address sealed bundles to exactly its neighbours", id="made_up_neighbour"
+        ),
+    ],
+)
 def test_a_gateway_sending_bad_bundles_is_named_and_the_model_is_that_of_its_dropping_out(
-        attack, first, what, caplog: pytest.LogCaptureFixture) -> None:
+    attack, first, what, caplog: pytest.LogCaptureFixture
+) -> None:
     hostile = fleet()
     if attack == "replayed":
         sent = change_bundles(hostile, LIAR, lambda n, envelope, shares: sent[-1] if n >= first else shares)
@@ -148,7 +160,8 @@ def tampered(blob: bytes) -> bytes:
 
 
 def test_a_gateway_complaining_about_a_good_bundle_is_named_and_the_model_is_that_of_its_dropping_out(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """One false complaint about an honest dealer: the key the liar reveals opens the dealer's
     bundle and it matches, so the liar is named, never the dealer, and the sum is asked again."""
     hostile = fleet()

@@ -36,11 +36,30 @@ def _fetch_from(parts, edges, *, vector_leaves: bool = False):
         total = 0
         for X, g, h in parts:
             slots = histogram_slots(bin_ids(X, edges), n_edges)
-            pos = route_round(slots, S - 1, 1 if vector_leaves else g.shape[1], splits.tree, splits.node,
-                              splits.feature, splits.bin, splits.default_left, splits.left, splits.right)
-            total = total + node_histograms(slots, S, pos, node_tree, node_id, quantize(g, FRAC_BITS, 1.0),
-                                            quantize(h, FRAC_BITS, 1.0), vector_leaves=vector_leaves)
+            pos = route_round(
+                slots,
+                S - 1,
+                1 if vector_leaves else g.shape[1],
+                splits.tree,
+                splits.node,
+                splits.feature,
+                splits.bin,
+                splits.default_left,
+                splits.left,
+                splits.right,
+            )
+            total = total + node_histograms(
+                slots,
+                S,
+                pos,
+                node_tree,
+                node_id,
+                quantize(g, FRAC_BITS, 1.0),
+                quantize(h, FRAC_BITS, 1.0),
+                vector_leaves=vector_leaves,
+            )
         return total
+
     return fetch
 
 
@@ -48,13 +67,20 @@ def _fetch_from(parts, edges, *, vector_leaves: bool = False):
 @pytest.mark.parametrize("seed", range(5))
 def test_histogram_growth_equals_atom_growth(seed: int, strategy: str) -> None:
     X, g, h, edges = _data(seed)
-    params = GrowthParams(max_depth=4, reg_lambda=1.0, gamma=0.1, learning_rate=0.3, multi_strategy=strategy,
-                          min_child_weight=1.0 if seed % 2 else 20.1)  # h = 4/9 for all: no H sum near 20.1
+    params = GrowthParams(
+        max_depth=4,
+        reg_lambda=1.0,
+        gamma=0.1,
+        learning_rate=0.3,
+        multi_strategy=strategy,
+        min_child_weight=1.0 if seed % 2 else 20.1,
+    )  # h = 4/9 for all: no H sum near 20.1
     keys, G, H, W = merge_atoms(bin_ids(X, edges), g, h)
     expected = [t.tree for t in grow_trees(keys, G, H, W, edges, params)]
     vector = strategy == "multi_output_tree"
-    got = grow_round(g.shape[1], edges, params, _fetch_from([(X, g, h)], edges, vector_leaves=vector),
-                     frac_bits=FRAC_BITS)
+    got = grow_round(
+        g.shape[1], edges, params, _fetch_from([(X, g, h)], edges, vector_leaves=vector), frac_bits=FRAC_BITS
+    )
     assert len(got) == len(expected) == (1 if vector else 3)
     assert all(t.n_outputs == (3 if vector else 1) for t in got) and sum(t.n_nodes for t in got) > 7
     for a, b in zip(expected, got):
@@ -99,8 +125,9 @@ def test_minimum_crowd_bounds_every_leaf(crowd: int, strategy: str) -> None:
     X, g, h, edges = _data(1, n=300)
     params = GrowthParams(max_depth=8, gamma=0.0, min_child_weight=0.0, multi_strategy=strategy)
     vector = strategy == "multi_output_tree"
-    trees = grow_round(3, edges, params, _fetch_from([(X, g, h)], edges, vector_leaves=vector), frac_bits=FRAC_BITS,
-                       min_crowd=crowd)
+    trees = grow_round(
+        3, edges, params, _fetch_from([(X, g, h)], edges, vector_leaves=vector), frac_bits=FRAC_BITS, min_crowd=crowd
+    )
     smallest = min(_leaf_counts(t, X).min() for t in trees)
     assert smallest >= max(crowd, 1)
     if crowd == 0:

@@ -59,6 +59,7 @@ def assert_same_model(got: TreeEnsemble, want: TreeEnsemble) -> None:
 
 # -- the worker's arithmetic, without a broker -----------------------------------------------------
 
+
 def test_a_worker_sums_exactly_and_forwards_each_reply_without_its_vector(monkeypatch) -> None:
     """Replies of 32-bit words, in any order, in partials of at most 3: the partials' sum is
     the ring sum of the vectors; each stub is the reply's envelope and shares, empty values;
@@ -73,8 +74,12 @@ def test_a_worker_sums_exactly_and_forwards_each_reply_without_its_vector(monkey
     )
     rng = np.random.default_rng(1)
     vectors = {f"gw-{i}": rng.integers(0, 2**32, size=40, dtype=np.uint64).astype(np.uint32) for i in range(7)}
-    replies = {c: Message.create(FleetSumReply(MaskedVector(v, {"n": bytes([i])})), sender=c, job="j", round=3,
-                                 reply_to=f"req-{c}") for i, (c, v) in enumerate(vectors.items())}
+    replies = {
+        c: Message.create(
+            FleetSumReply(MaskedVector(v, {"n": bytes([i])})), sender=c, job="j", round=3, reply_to=f"req-{c}"
+        )
+        for i, (c, v) in enumerate(vectors.items())
+    }
     order = list(rng.permutation(sorted(vectors)))
     for client in order + order[-1:]:  # the last one is a redelivery into the open partial
         worker.on_payload(layout.outbox(client), encode_message(replies[client]))
@@ -107,6 +112,7 @@ def test_a_worker_sums_exactly_and_forwards_each_reply_without_its_vector(monkey
 
 # -- the engine admits a worker's batch whole, or asks its clients again ---------------------------
 
+
 def test_a_batch_is_delivered_whole_or_its_clients_are_asked_again() -> None:
     """A batch holding a client the round already has is refused whole (else that client would
     be counted twice in the sum) and its new clients are asked again with the same request; so
@@ -118,8 +124,9 @@ def test_a_batch_is_delivered_whole_or_its_clients_are_asked_again() -> None:
     for c in clients:
         MemoryTransport(broker, c).subscribe(TopicLayout().inbox(c), lambda _t, m, c=c: inbox[c].append(m))
     result: list = []
-    thread = threading.Thread(target=lambda: result.append(engine.run_round("j", 1, Ping(b"x"), clients,
-                                                                            deadline_s=10)))
+    thread = threading.Thread(
+        target=lambda: result.append(engine.run_round("j", 1, Ping(b"x"), clients, deadline_s=10))
+    )
     thread.start()
     while not all(inbox.values()):
         time.sleep(0.01)
@@ -151,23 +158,27 @@ def test_a_batch_is_delivered_whole_or_its_clients_are_asked_again() -> None:
 
 # -- against mosquitto ----------------------------------------------------------------------------
 
+
 @dataclass
 class MergeFleet:
     broker: MosquittoBroker
 
     def aggregator(self) -> MqttTransport:
         # session expiry 0: a flat run's subscription to the outboxes must not outlive it
-        agg = MqttTransport("aggregator", MqttConfig(port=self.broker.port, username="aggregator", password=SECRET,
-                                                     session_expiry_s=0), presence=False)
+        agg = MqttTransport(
+            "aggregator",
+            MqttConfig(port=self.broker.port, username="aggregator", password=SECRET, session_expiry_s=0),
+            presence=False,
+        )
         agg.connect()
         return agg
 
     def workers(self, n: int, settings: MergeSettings | None = None) -> MergeWorkerProcesses:
-        return MergeWorkerProcesses(n, port=self.broker.port, password=lambda w: password(SECRET, w),
-                                    settings=settings)
+        return MergeWorkerProcesses(n, port=self.broker.port, password=lambda w: password(SECRET, w), settings=settings)
 
-    def train(self, algorithm: str, workers: MergeWorkerProcesses | None = None,
-              during=None) -> tuple[TreeEnsemble, RoundEngine]:
+    def train(
+        self, algorithm: str, workers: MergeWorkerProcesses | None = None, during=None
+    ) -> tuple[TreeEnsemble, RoundEngine]:
         agg = self.aggregator()
         try:
             engine = RoundEngine(agg, merge_workers=workers is not None)
@@ -175,8 +186,14 @@ class MergeFleet:
                 engine.merged.wait_workers(len(workers.ids), timeout_s=60)
             if during is not None:
                 threading.Thread(target=during, args=(engine,), daemon=True).start()
-            model, _ = train_on_fleet(ALGORITHMS[algorithm](), agg, clients=GATEWAYS, discover_s=20, engine=engine,
-                                      settings=JobSettings(deadline_s=30))
+            model, _ = train_on_fleet(
+                ALGORITHMS[algorithm](),
+                agg,
+                clients=GATEWAYS,
+                discover_s=20,
+                engine=engine,
+                settings=JobSettings(deadline_s=30),
+            )
             return model, engine
         finally:
             agg.close()
@@ -188,13 +205,15 @@ def fleet(tmp_path_factory) -> Iterator[MergeFleet]:
         pytest.fail("mosquitto is not installed: the test command installs it (`apt-get install -y mosquitto`)")
     root = tmp_path_factory.mktemp("merge")
     users = [BrokerUser("aggregator", SECRET)] + [BrokerUser(c, password(SECRET, c)) for c in GATEWAYS + WORKERS]
-    with MosquittoBroker(root / "broker", users=users, deploy_dir=deploy_dir_with_workers(root / "deploy", WORKERS)) \
-            as broker:
+    with MosquittoBroker(
+        root / "broker", users=users, deploy_dir=deploy_dir_with_workers(root / "deploy", WORKERS)
+    ) as broker:
         gateways = []
         try:
             for client in GATEWAYS:
-                transport = MqttTransport(client, MqttConfig(port=broker.port, username=client,
-                                                             password=password(SECRET, client)))
+                transport = MqttTransport(
+                    client, MqttConfig(port=broker.port, username=client, password=password(SECRET, client))
+                )
                 Participant(transport, ClientData(client, *windows(client))).start()
                 transport.connect()
                 gateways.append(transport)

@@ -65,8 +65,10 @@ def test_a_gateway_one_version_behind_trains_in_a_job_its_version_serves(caplog)
     assert model == fleet().run(config, seed=2)  # the same forest as an all-new fleet's
     assert set(received[1:]) == {OLD}  # every request after the survey written in its version
     behind = [r.getMessage() for r in caplog.records if "one behind" in r.getMessage()]
-    assert behind == [f"gateway gw-3 speaks protocol version {OLD}, one behind this aggregator's {PROTOCOL_VERSION}: "
-                      f"it gets version-{OLD} requests, and jobs that need newer messages leave it out (update it)"]
+    assert behind == [
+        f"gateway gw-3 speaks protocol version {OLD}, one behind this aggregator's {PROTOCOL_VERSION}: "
+        f"it gets version-{OLD} requests, and jobs that need newer messages leave it out (update it)"
+    ]
 
 
 def test_a_job_that_needs_the_new_version_leaves_the_old_gateway_out_naming_it(caplog) -> None:
@@ -93,11 +95,14 @@ def test_a_job_that_needs_the_new_version_leaves_the_old_gateway_out_naming_it(c
 def test_a_gateway_without_the_job_s_algorithm_is_left_out_saying_what_it_lacks(requested) -> None:
     sim = fleet()
     del sim.participants["gw-2"].halves["fedforest"]  # a build without FedForest's client half
-    choice = survey_feature_sets(sim.engine, "job-4", list(sim.transports), requested, deadline_s=5,
-                                 algorithm=FedForest(**PLAIN))
+    choice = survey_feature_sets(
+        sim.engine, "job-4", list(sim.transports), requested, deadline_s=5, algorithm=FedForest(**PLAIN)
+    )
     assert choice.clients == ("gw-1", "gw-3")
-    assert choice.left_out == {"gw-2": "missing_capability: gw-2 does not serve fedforest (it serves ping, evaluate, "
-                                       "secure_aggregation, fedscs_xgb, fedga_tree, vertical_forest)"}
+    assert choice.left_out == {
+        "gw-2": "missing_capability: gw-2 does not serve fedforest (it serves ping, evaluate, "
+        "secure_aggregation, fedscs_xgb, fedga_tree, vertical_forest)"
+    }
 
 
 def test_a_server_job_trains_with_a_gateway_its_version_serves(tmp_path) -> None:
@@ -114,8 +119,10 @@ def test_a_server_job_trains_with_a_gateway_its_version_serves(tmp_path) -> None
         speak_old(sim, "gw-4")
         api = TestClient(create_app(server))
         plain = {"n_trees": 2, "max_depth": 2, "n_bins": 8, "protocol": "histogram", "secure_aggregation": False}
-        job = wait_job(server, api.post("/api/jobs", json={"model_id": "act", "algorithm": "fedforest",
-                                                            "config": plain}).json()["job_id"])
+        job = wait_job(
+            server,
+            api.post("/api/jobs", json={"model_id": "act", "algorithm": "fedforest", "config": plain}).json()["job_id"],
+        )
         assert job.state == "completed", job.error
         assert job.participants == ["gw-1", "gw-2", "gw-3", "gw-4"]
         private = wait_job(

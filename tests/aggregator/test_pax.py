@@ -38,9 +38,23 @@ def test_one_party_equals_xgboost_hist_on_its_cuts() -> None:
     X, y = discrete_party(0)
     config = PAX(n_rounds=5, max_depth=3, n_bins=64, learning_rate=0.3, gamma=0.2, reg_lambda=1.0)
     model = aggregator.simulate(config, [ClientData("only", X, y)])
-    booster = xgb.train(dict(objective="multi:softprob", num_class=3, tree_method="hist", max_bin=64, max_depth=3,
-                             eta=0.3, gamma=0.2, reg_lambda=1.0, min_child_weight=1.0, nthread=1, seed=0),
-                        xgb.DMatrix(X.astype(np.float32), label=y), num_boost_round=5)
+    booster = xgb.train(
+        dict(
+            objective="multi:softprob",
+            num_class=3,
+            tree_method="hist",
+            max_bin=64,
+            max_depth=3,
+            eta=0.3,
+            gamma=0.2,
+            reg_lambda=1.0,
+            min_child_weight=1.0,
+            nthread=1,
+            seed=0,
+        ),
+        xgb.DMatrix(X.astype(np.float32), label=y),
+        num_boost_round=5,
+    )
     theirs = booster.predict(xgb.DMatrix(X.astype(np.float32)), output_margin=True)
     ours = model.predict_margin(X.astype(np.float32))
     assert model.n_trees == 15
@@ -53,8 +67,7 @@ def test_surrogate_histogram_equals_its_definition_window_by_window() -> None:
     placing every window at the upper cut of its own party bin, then binning on the grid."""
     rng = np.random.default_rng(3)
     d, n_bins = 3, 8
-    parties = [rng.normal(loc=0.4 * k, scale=1 + 0.3 * k, size=(200 + 30 * k, d)).astype(np.float32)
-               for k in range(3)]
+    parties = [rng.normal(loc=0.4 * k, scale=1 + 0.3 * k, size=(200 + 30 * k, d)).astype(np.float32) for k in range(3)]
     for X in parties:
         X[rng.random(X.shape) < 0.05] = np.nan
     cuts = [[exact_edges(X[:, j], None, n_bins) for j in range(d)] for X in parties]
@@ -116,17 +129,36 @@ def test_same_data_same_model_and_a_toy_problem_is_learnt() -> None:
     assert a.trees == b.trees
     X, y = pooled(clients)
     pax_acc = (a.predict(X.astype(np.float32)) == y).mean()
-    central = xgb.train(dict(objective="multi:softprob", num_class=3, tree_method="hist", max_bin=32, max_depth=3,
-                             eta=0.2, gamma=0.2, nthread=1), xgb.DMatrix(X.astype(np.float32), label=y), 8)
+    central = xgb.train(
+        dict(
+            objective="multi:softprob",
+            num_class=3,
+            tree_method="hist",
+            max_bin=32,
+            max_depth=3,
+            eta=0.2,
+            gamma=0.2,
+            nthread=1,
+        ),
+        xgb.DMatrix(X.astype(np.float32), label=y),
+        8,
+    )
     central_acc = (central.predict(xgb.DMatrix(X.astype(np.float32))).argmax(axis=1) == y).mean()
     assert pax_acc > 0.8
     assert pax_acc > central_acc - 0.05
     assert a.metadata["algorithm"] == "pax"
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [({"n_bins": 1}, "n_bins"), ({"n_rounds": -1}, "n_rounds"),
-                                              ({"summary_size": 0}, "summary_size"), ({"gamma": -1.0}, "gamma"),
-                                              ({"objective": "poisson"}, "objective")])
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"n_bins": 1}, "n_bins"),
+        ({"n_rounds": -1}, "n_rounds"),
+        ({"summary_size": 0}, "summary_size"),
+        ({"gamma": -1.0}, "gamma"),
+        ({"objective": "poisson"}, "objective"),
+    ],
+)
 def test_bad_settings_are_one_clear_error(kwargs, name) -> None:
     with pytest.raises(ValueError, match=name):
         PAX(**kwargs)

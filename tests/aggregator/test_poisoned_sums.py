@@ -73,14 +73,23 @@ def fleet(objective: str = "softmax") -> Simulation:
     return Simulation(make_clients(7, n_clients=5, objective=objective))
 
 
-@pytest.mark.parametrize(("algorithm", "request_type", "lie", "what"), [
-    pytest.param(lambda: xgb(), XgbHistogramRequest, g_times_1000, "a G sum of", id="xgb-G_x1000"),
-    pytest.param(lambda: xgb(), XgbHistogramRequest, counts_minus_1000, "a window count of", id="xgb-counts-1000"),
-    pytest.param(lambda: forest(), ForestHistogramRequest, negated_class_counts, "a class count of",
-                 id="forest-negated-counts"),
-])
+@pytest.mark.parametrize(
+    ("algorithm", "request_type", "lie", "what"),
+    [
+        pytest.param(lambda: xgb(), XgbHistogramRequest, g_times_1000, "a G sum of", id="xgb-G_x1000"),
+        pytest.param(lambda: xgb(), XgbHistogramRequest, counts_minus_1000, "a window count of", id="xgb-counts-1000"),
+        pytest.param(
+            lambda: forest(),
+            ForestHistogramRequest,
+            negated_class_counts,
+            "a class count of",
+            id="forest-negated-counts",
+        ),
+    ],
+)
 def test_a_plain_liar_is_named_and_the_model_is_that_of_its_dropping_out(
-        algorithm, request_type, lie, what, caplog: pytest.LogCaptureFixture) -> None:
+    algorithm, request_type, lie, what, caplog: pytest.LogCaptureFixture
+) -> None:
     hostile = fleet()
     lie_in_vectors(hostile, LIAR, request_type, lie)
     with caplog.at_level(logging.WARNING):
@@ -93,16 +102,29 @@ def test_a_plain_liar_is_named_and_the_model_is_that_of_its_dropping_out(
     assert_identical(model, run(dropping, algorithm())[0])
 
 
-@pytest.mark.parametrize(("algorithm", "request_type", "lie", "what"), [
-    pytest.param(lambda: xgb(secure_aggregation=True), XgbHistogramRequest, g_times_1000, "a G sum of",
-                 id="xgb-G_x1000"),
-    pytest.param(lambda: xgb(secure_aggregation=True), XgbHistogramRequest, counts_minus_1000, "range check",
-                 id="xgb-counts-1000"),
-    pytest.param(lambda: forest(secure_aggregation=True), ForestHistogramRequest, negated_class_counts,
-                 "a class count of", id="forest-negated-counts"),
-])
-def test_a_secure_sum_that_breaks_a_range_check_fails_the_job_in_one_line(algorithm, request_type, lie,
-                                                                          what) -> None:
+@pytest.mark.parametrize(
+    ("algorithm", "request_type", "lie", "what"),
+    [
+        pytest.param(
+            lambda: xgb(secure_aggregation=True), XgbHistogramRequest, g_times_1000, "a G sum of", id="xgb-G_x1000"
+        ),
+        pytest.param(
+            lambda: xgb(secure_aggregation=True),
+            XgbHistogramRequest,
+            counts_minus_1000,
+            "range check",
+            id="xgb-counts-1000",
+        ),
+        pytest.param(
+            lambda: forest(secure_aggregation=True),
+            ForestHistogramRequest,
+            negated_class_counts,
+            "a class count of",
+            id="forest-negated-counts",
+        ),
+    ],
+)
+def test_a_secure_sum_that_breaks_a_range_check_fails_the_job_in_one_line(algorithm, request_type, lie, what) -> None:
     hostile = fleet()
     lie_in_vectors(hostile, LIAR, request_type, lie)
     with pytest.raises(TrainingError, match="range check") as caught:
@@ -147,8 +169,18 @@ def test_a_child_whose_totals_differ_from_its_parent_split_is_a_violation() -> N
     g, h = quantize(0.5 - y[:, None], 8, 1.0), quantize(np.full((200, 1), 0.25), 8, 1.0)
 
     def fetch(splits, node_tree, node_id):
-        position = route_round(slots, 4, 1, splits.tree, splits.node, splits.feature, splits.bin,
-                               splits.default_left, splits.left, splits.right)
+        position = route_round(
+            slots,
+            4,
+            1,
+            splits.tree,
+            splits.node,
+            splits.feature,
+            splits.bin,
+            splits.default_left,
+            splits.left,
+            splits.right,
+        )
         hist = node_histograms(slots, 5, position, node_tree, node_id, g, h)
         if splits.tree.shape[0]:
             hist[:, -1, :, 0] += 1  # one window more in every feature's first slot

@@ -119,6 +119,7 @@ def test_atoms_leak_labels_and_raw_values_the_histogram_default_does_not() -> No
         def keep(message, cid=cid, handler=handler):
             edges.setdefault(cid, message.body.edges())
             return handler(message)
+
         participant.dispatcher._handlers[XgbAtomRequest] = keep
     sim.run(FedSCSXGB(n_rounds=1, max_depth=3, n_bins=256, protocol="atoms"))
     view = sim.server_view()
@@ -147,8 +148,7 @@ def test_plain_histograms_leak_each_gateways_label_mix() -> None:
     then beats the majority guess (PRIVACY.md says so) -- the same attack as above."""
     clients = fleet()
     d = clients[0].X.shape[1]
-    view = run(clients, FedSCSXGB(n_rounds=1, max_depth=1, n_bins=32, protocol="histogram",
-                                  secure_aggregation=False))
+    view = run(clients, FedSCSXGB(n_rounds=1, max_depth=1, n_bins=32, protocol="histogram", secure_aggregation=False))
     recovered = histogram_label_recovery(view, clients, "fedscs_xgb.histogram_reply", lambda r: _slots(r, d))
     assert recovered > majority_share(clients) + 0.05
 
@@ -171,12 +171,19 @@ def looks_uniform(words: np.ndarray) -> bool:
     return bool(np.abs(bits - 0.5).max() < 5 / np.sqrt(n) and stats.chisquare(top).pvalue > 1e-4)
 
 
-@pytest.mark.parametrize("algorithm, reply_type", [
-    (FedSCSXGB(n_rounds=2, max_depth=3, n_bins=32, protocol="histogram", secure_aggregation=True),
-     "fedscs_xgb.histogram_reply"),
-    (FedForest(n_trees=3, max_depth=3, n_bins=16, protocol="histogram", secure_aggregation=True),
-     "fedforest.histogram_reply"),
-])
+@pytest.mark.parametrize(
+    "algorithm, reply_type",
+    [
+        (
+            FedSCSXGB(n_rounds=2, max_depth=3, n_bins=32, protocol="histogram", secure_aggregation=True),
+            "fedscs_xgb.histogram_reply",
+        ),
+        (
+            FedForest(n_trees=3, max_depth=3, n_bins=16, protocol="histogram", secure_aggregation=True),
+            "fedforest.histogram_reply",
+        ),
+    ],
+)
 def test_masked_replies_look_uniform_and_carry_no_raw_value(algorithm, reply_type) -> None:
     clients = fleet(1)
     view = run(clients, algorithm)
@@ -205,8 +212,9 @@ def _class_counts(clients, secure: bool) -> tuple[np.ndarray, dict]:
     summer = FleetSummer(job, secure=secure)
     summer.start(job.clients)
     classes = tuple(str(k) for k in range(N_CLASSES))
-    requests = {c: FleetCountsRequest("", False, classes, 0, summer.secure_round(c, summer.active))
-                for c in summer.active}
+    requests = {
+        c: FleetCountsRequest("", False, classes, 0, summer.secure_round(c, summer.active)) for c in summer.active
+    }
     total = summer.ask(requests, FleetSumReply, lambda r: r.sums, 1 + N_CLASSES, word_bits=32).total
     return total.view(np.int64), sim.server_view()
 

@@ -12,16 +12,25 @@ import pytest
 
 from aggregator.privacy import epsilon_of, rho_for_epsilon
 from aggregator.privacy import ledger as ledger_module
-from aggregator.privacy.ledger import (BudgetExceeded, LedgerEntry, PlannedJob, budget_of, check_job,
-                                       gateway_segments, iso_us, rho_room)
+from aggregator.privacy.ledger import (
+    BudgetExceeded,
+    LedgerEntry,
+    PlannedJob,
+    budget_of,
+    check_job,
+    gateway_segments,
+    iso_us,
+    rho_room,
+)
 
 DELTA = 1e-6
 DAY = 86_400_000_000
 T0 = 1_795_000_000_000_000  # 2026-11-18T...
 
 
-def entry(job: str, gateways: tuple[str, ...], since: int | None, until: int | None, rho: float,
-          xi: float = 0.0) -> LedgerEntry:
+def entry(
+    job: str, gateways: tuple[str, ...], since: int | None, until: int | None, rho: float, xi: float = 0.0
+) -> LedgerEntry:
     return LedgerEntry(job, 1, gateways, since, until, rho, xi, DELTA, epsilon_of(rho, xi, DELTA), "spent")
 
 
@@ -31,8 +40,11 @@ def test_the_docstring_examples_hold() -> None:
 
 def brute_force(entries: list[LedgerEntry], gateway: str, t: int) -> tuple[float, float]:
     """A window's spending by its definition: the sums over the entries that cover it."""
-    covering = [e for e in entries if gateway in e.gateways and (e.since_us is None or e.since_us <= t)
-                and (e.until_us is None or t < e.until_us)]
+    covering = [
+        e
+        for e in entries
+        if gateway in e.gateways and (e.since_us is None or e.since_us <= t) and (e.until_us is None or t < e.until_us)
+    ]
     return sum(e.rho for e in covering), sum(e.xi for e in covering)
 
 
@@ -43,16 +55,22 @@ def test_overlapping_jobs_compose_to_epsilon_of_their_summed_rho_and_xi() -> Non
         since = None if k % 5 == 0 else int(T0 + rng.integers(0, 20) * DAY)
         until = None if k == 11 else int((since or T0) + rng.integers(1, 10) * DAY)
         gateways = tuple(sorted(rng.choice(["gw-1", "gw-2", "gw-3"], size=rng.integers(1, 4), replace=False)))
-        entries.append(entry(f"job-{k}", gateways, since, until, float(rng.uniform(0.01, 0.3)),
-                             float(rng.uniform(0, 0.01))))
+        entries.append(
+            entry(f"job-{k}", gateways, since, until, float(rng.uniform(0.01, 0.3)), float(rng.uniform(0, 0.01)))
+        )
     budgets = {b.gateway: b for b in budget_of(entries, [], 10.0, DELTA)}
     for gateway in ("gw-1", "gw-2", "gw-3"):
         segments = gateway_segments(entries, gateway)
         assert segments, gateway
         epsilons = []
         for s in segments:
-            probes = [t for t in ((s.since_us if s.since_us is not None else T0 - 100 * DAY),
-                                  (s.until_us - 1 if s.until_us is not None else T0 + 400 * DAY))]
+            probes = [
+                t
+                for t in (
+                    (s.since_us if s.since_us is not None else T0 - 100 * DAY),
+                    (s.until_us - 1 if s.until_us is not None else T0 + 400 * DAY),
+                )
+            ]
             for t in probes:
                 rho, xi = brute_force(entries, gateway, t)
                 assert s.rho == pytest.approx(rho, rel=1e-12) and s.xi == pytest.approx(xi, rel=1e-12)
@@ -113,8 +131,13 @@ def test_remaining_is_the_most_a_job_can_still_spend() -> None:
     ok = PlannedJob(("gw-1",), None, None, budget.remaining_epsilon * 0.999, DELTA)
     check_job([entry("a", ("gw-1",), None, T0, spent, 0.002)], ok, [], 10.0, DELTA)
     with pytest.raises(BudgetExceeded):
-        check_job([entry("a", ("gw-1",), None, T0, spent, 0.002)],
-                  PlannedJob(("gw-1",), None, None, budget.remaining_epsilon * 1.01, DELTA), [], 10.0, DELTA)
+        check_job(
+            [entry("a", ("gw-1",), None, T0, spent, 0.002)],
+            PlannedJob(("gw-1",), None, None, budget.remaining_epsilon * 1.01, DELTA),
+            [],
+            10.0,
+            DELTA,
+        )
 
 
 def test_the_refusal_is_one_line_with_what_is_left_and_when_windows_have_budget() -> None:

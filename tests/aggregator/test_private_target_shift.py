@@ -37,8 +37,10 @@ def labelled(X: np.ndarray, y: np.ndarray) -> LabelledData:
 
 def fleet(offset: float, seed: int = 0) -> list[ClientData]:
     rng = np.random.default_rng(seed)
-    return [ClientData(f"gw-{k}", rng.normal(size=(50 + 20 * k, 3)), offset + 100 * rng.normal(size=50 + 20 * k))
-            for k in range(3)]
+    return [
+        ClientData(f"gw-{k}", rng.normal(size=(50 + 20 * k, 3)), offset + 100 * rng.normal(size=50 + 20 * k))
+        for k in range(3)
+    ]
 
 
 def test_count_vector_sums_the_shifted_targets_and_refuses_beyond_the_bound() -> None:
@@ -48,8 +50,11 @@ def test_count_vector_sums_the_shifted_targets_and_refuses_beyond_the_bound() ->
     shift = 1.7e9 + 123.5
     vector = count_vector(data, FleetCountsRequest("", True, (), 16, shift=shift))
     d = y - shift
-    assert vector.tolist() == [40, int(np.rint(d * 2.0**16).astype(np.int64).sum()),
-                               int(np.rint(d * d).astype(np.int64).sum())]
+    assert vector.tolist() == [
+        40,
+        int(np.rint(d * 2.0**16).astype(np.int64).sum()),
+        int(np.rint(d * d).astype(np.int64).sum()),
+    ]
     with pytest.raises(RequestRejected, match=r"2\*\*20") as info:
         count_vector(data, FleetCountsRequest("", True, (), 16, shift=1.7e9 - 2e6))
     assert info.value.code == TARGET_RANGE

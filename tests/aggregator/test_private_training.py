@@ -37,8 +37,7 @@ def xgb(**kw) -> FedSCSXGB:
 
 
 def forest(**kw) -> FedForest:
-    base = dict(n_trees=4, max_depth=4, n_bins=16, protocol="histogram", secure_aggregation=False,
-                max_features=None)
+    base = dict(n_trees=4, max_depth=4, n_bins=16, protocol="histogram", secure_aggregation=False, max_features=None)
     return FedForest(**{**base, **kw})
 
 
@@ -62,8 +61,9 @@ def test_fedscs_xgb_federated_equals_pooled_bit_for_bit() -> None:
 def test_fedscs_xgb_histogram_equals_atoms_given_the_edges() -> None:
     clients = make_clients(3)
     X, _ = pooled(clients)
-    edges = tuple(np.unique(np.nanquantile(X[:, j], np.linspace(0.05, 0.95, 20))).astype(np.float32)
-                  for j in range(X.shape[1]))
+    edges = tuple(
+        np.unique(np.nanquantile(X[:, j], np.linspace(0.05, 0.95, 20))).astype(np.float32) for j in range(X.shape[1])
+    )
     atoms = simulate(FedSCSXGB(n_rounds=3, max_depth=3, edges=edges, protocol="atoms"), clients)
     hist = simulate(xgb(edges=edges, min_crowd=0), clients)
     assert len(atoms.trees) == len(hist.trees)
@@ -118,10 +118,14 @@ def test_fedforest_masked_equals_unmasked_and_pooled() -> None:
 def test_fedforest_histogram_equals_exact_sketch_forest_given_the_thresholds() -> None:
     clients = make_clients(6)
     X, _ = pooled(clients)
-    thresholds = tuple(np.unique(np.nanquantile(X[:, j], np.linspace(0.05, 0.95, 12))).astype(np.float32)
-                       for j in range(X.shape[1]))
-    exact = simulate(FedForest(n_trees=4, max_depth=4, max_features=None, thresholds=thresholds, protocol="sketches"),
-                     clients, seed=2)
+    thresholds = tuple(
+        np.unique(np.nanquantile(X[:, j], np.linspace(0.05, 0.95, 12))).astype(np.float32) for j in range(X.shape[1])
+    )
+    exact = simulate(
+        FedForest(n_trees=4, max_depth=4, max_features=None, thresholds=thresholds, protocol="sketches"),
+        clients,
+        seed=2,
+    )
     hist = simulate(forest(thresholds=thresholds, min_crowd=0), clients, seed=2)
     assert len(exact.trees) == len(hist.trees)
     for a, b in zip(exact.trees, hist.trees):

@@ -72,8 +72,11 @@ def _attacked(name: str) -> tuple[AttackScore, ...]:
 def _pooled(scores: tuple[AttackScore, ...]) -> tuple[float, float, float]:
     """(rebuilt share, label share, majority share) over the runs."""
     windows = sum(s.windows for s in scores)
-    return (sum(s.rebuilt for s in scores) / windows, sum(s.labelled_right for s in scores) / windows,
-            scores[0].majority)
+    return (
+        sum(s.rebuilt for s in scores) / windows,
+        sum(s.labelled_right for s in scores) / windows,
+        scores[0].majority,
+    )
 
 
 def test_private_is_the_default() -> None:
@@ -81,14 +84,25 @@ def test_private_is_the_default() -> None:
     assert FedSCSXGB().protocol == "private" and FedForest().protocol == "private"
 
 
-@pytest.mark.parametrize("name", [
-    "fedscs_xgb-default",
-    "fedforest-default",
-    pytest.param("fedscs_xgb-histogram-256", marks=pytest.mark.xfail(
-        strict=True, reason="the non-DP histogram protocol: its singleton cells give windows back")),
-    pytest.param("fedforest-histogram", marks=pytest.mark.xfail(
-        strict=True, reason="the non-DP histogram protocol: its lone-class cells give windows back")),
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fedscs_xgb-default",
+        "fedforest-default",
+        pytest.param(
+            "fedscs_xgb-histogram-256",
+            marks=pytest.mark.xfail(
+                strict=True, reason="the non-DP histogram protocol: its singleton cells give windows back"
+            ),
+        ),
+        pytest.param(
+            "fedforest-histogram",
+            marks=pytest.mark.xfail(
+                strict=True, reason="the non-DP histogram protocol: its lone-class cells give windows back"
+            ),
+        ),
+    ],
+)
 def test_default_configuration_resists_reconstruction(name: str) -> None:
     rebuilt, labelled, majority = _pooled(_attacked(name))
     assert rebuilt <= 0.01
@@ -129,9 +143,22 @@ def test_private_default_leaves_no_singleton_to_read() -> None:
 
 def _level(count: np.ndarray, grad: np.ndarray, hess: np.ndarray, *, round_no: int = 2) -> BoostingLevel:
     """One node of one-output trees (class 0's tree), 3 features x 3 slots."""
-    return BoostingLevel(round_no, 0, np.zeros(1, np.int64), np.zeros(1, np.int64), np.arange(3),
-                         grad[None, None], hess[None, None], count[None], np.zeros((1, 1), np.int64),
-                         np.arange(3), np.zeros(1), np.zeros((0, 4), np.int64), 0, 3)
+    return BoostingLevel(
+        round_no,
+        0,
+        np.zeros(1, np.int64),
+        np.zeros(1, np.int64),
+        np.arange(3),
+        grad[None, None],
+        hess[None, None],
+        count[None],
+        np.zeros((1, 1), np.int64),
+        np.arange(3),
+        np.zeros(1),
+        np.zeros((0, 4), np.int64),
+        0,
+        3,
+    )
 
 
 def test_singletons_are_linked_by_equal_gradients_and_contradictions_dropped() -> None:
@@ -143,8 +170,10 @@ def test_singletons_are_linked_by_equal_gradients_and_contradictions_dropped() -
     assert fragments.claims.tolist() == [0, -1, 0, -1]  # G < 0 in class 0's tree: class 0; else "not 0"
     records = link_boosting(fragments, 3)
     rows = sorted(zip(map(tuple, records.slots.tolist()), map(tuple, records.label_mask.tolist())))
-    assert rows == [((0, 0, UNKNOWN), (True, False, False)),  # G = -0.5 in features 0 and 1: class 0
-                    ((1, UNKNOWN, 1), (False, True, True))]  # G = 0.25 in features 0 and 2: not class 0
+    assert rows == [
+        ((0, 0, UNKNOWN), (True, False, False)),  # G = -0.5 in features 0 and 1: class 0
+        ((1, UNKNOWN, 1), (False, True, True)),
+    ]  # G = 0.25 in features 0 and 2: not class 0
 
     clash, grad2 = count.copy(), grad.copy()
     clash[0, 2], grad2[0, 2] = 1, 0.25  # feature 0 holds two singletons with G = 0.25: two windows
@@ -155,10 +184,14 @@ def test_singletons_are_linked_by_equal_gradients_and_contradictions_dropped() -
 def test_records_merge_on_agreeing_bins_only() -> None:
     mask = np.ones((4, 2), bool)
     mask[1] = [True, False]
-    slots = np.array([[1, 2, 3, UNKNOWN, UNKNOWN],
-                      [1, 2, 3, 4, UNKNOWN],  # agrees on 3: merged, label 0
-                      [1, 2, 9, UNKNOWN, 5],  # contradicts feature 2: kept apart
-                      [UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, 5]])  # too small to merge
+    slots = np.array(
+        [
+            [1, 2, 3, UNKNOWN, UNKNOWN],
+            [1, 2, 3, 4, UNKNOWN],  # agrees on 3: merged, label 0
+            [1, 2, 9, UNKNOWN, 5],  # contradicts feature 2: kept apart
+            [UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, 5],
+        ]
+    )  # too small to merge
     merged = merge_records(Records(slots, mask), min_overlap=3)
     rows = sorted(zip(map(tuple, merged.slots.tolist()), merged.label.tolist()))
     assert rows == [((-1, -1, -1, -1, 5), -1), ((1, 2, 3, 4, -1), 0), ((1, 2, 9, -1, 5), -1)]

@@ -112,10 +112,13 @@ def test_late_reply_of_a_closed_round_is_discarded(broker, engine) -> None:
 
 def test_reply_to_a_different_request_id_is_not_accepted(broker, engine) -> None:
     raw = RawClient(broker, "gw-x")
-    threading.Timer(0.05, lambda: raw.transport.publish(
-        LAYOUT.outbox("gw-x"),
-        Message.create(Pong(), sender="gw-x", job="job", round=1, reply_to="not-the-request"),
-    )).start()
+    threading.Timer(
+        0.05,
+        lambda: raw.transport.publish(
+            LAYOUT.outbox("gw-x"),
+            Message.create(Pong(), sender="gw-x", job="job", round=1, reply_to="not-the-request"),
+        ),
+    ).start()
     with pytest.raises(QuorumNotReached):
         engine.run_round("job", 1, Ping(), ["gw-x"], deadline_s=0.3)
     assert engine.late_replies == 1
@@ -210,15 +213,26 @@ def test_round_cannot_be_opened_twice(broker, engine) -> None:
     assert errors and "already open" in str(errors[0])
 
 
-@pytest.mark.parametrize(("kw", "n", "expected"), [
-    ({}, 10, 10), ({"min_fraction": 0.5}, 10, 5), ({"min_fraction": 0.51}, 10, 6), ({"min_fraction": 0.01}, 3, 1),
-    ({"min_replies": 3}, 5, 3), ({"min_replies": 0}, 5, 0), ({}, 0, 0)])
+@pytest.mark.parametrize(
+    ("kw", "n", "expected"),
+    [
+        ({}, 10, 10),
+        ({"min_fraction": 0.5}, 10, 5),
+        ({"min_fraction": 0.51}, 10, 6),
+        ({"min_fraction": 0.01}, 3, 1),
+        ({"min_replies": 3}, 5, 3),
+        ({"min_replies": 0}, 5, 0),
+        ({}, 0, 0),
+    ],
+)
 def test_needed_replies(kw, n, expected) -> None:
     assert needed_replies(n, min_replies=kw.get("min_replies"), min_fraction=kw.get("min_fraction", 1.0)) == expected
 
 
-@pytest.mark.parametrize(("kw", "n"), [({"min_fraction": 0.0}, 3), ({"min_fraction": 1.5}, 3),
-                                       ({"min_replies": 4}, 3), ({"min_replies": -1}, 3)])
+@pytest.mark.parametrize(
+    ("kw", "n"),
+    [({"min_fraction": 0.0}, 3), ({"min_fraction": 1.5}, 3), ({"min_replies": 4}, 3), ({"min_replies": -1}, 3)],
+)
 def test_needed_replies_rejects_nonsense(kw, n) -> None:
     with pytest.raises(ValueError):
         needed_replies(n, min_replies=kw.get("min_replies"), min_fraction=kw.get("min_fraction", 1.0))

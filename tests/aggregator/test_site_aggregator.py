@@ -88,16 +88,23 @@ class MemoryFleet:
     gateways: dict[str, MemoryTransport] = field(default_factory=dict)
     sites: dict[str, SiteAggregator] = field(default_factory=dict)
 
-    def train(self, algorithm, *, deadline_s: float = 20.0, min_fraction: float = 1.0,
-              progress: Callable | None = None) -> tuple[TreeEnsemble, FederatedJob]:
-        job = FederatedJob(self.engine, GATEWAYS, job_id="site-test", progress=progress,
-                           settings=JobSettings(deadline_s=deadline_s, min_fraction=min_fraction))
+    def train(
+        self, algorithm, *, deadline_s: float = 20.0, min_fraction: float = 1.0, progress: Callable | None = None
+    ) -> tuple[TreeEnsemble, FederatedJob]:
+        job = FederatedJob(
+            self.engine,
+            GATEWAYS,
+            job_id="site-test",
+            progress=progress,
+            settings=JobSettings(deadline_s=deadline_s, min_fraction=min_fraction),
+        )
         return algorithm.fit(job, seed=3), job
 
 
 @contextmanager
-def memory_fleet(data: list[ClientData], sites: dict[str, list[str]] | None, *,
-                 site_deadline_s: float = 10.0) -> Iterator[MemoryFleet]:
+def memory_fleet(
+    data: list[ClientData], sites: dict[str, list[str]] | None, *, site_deadline_s: float = 10.0
+) -> Iterator[MemoryFleet]:
     # The cloud broker's ACL would need site_acl's rules for the site accounts; the memory
     # broker enforces only the default layout's, so it runs open here (mosquitto enforces them
     # in the e2e test).
@@ -129,10 +136,14 @@ def received(fleet: MemoryFleet, sender: str) -> list[str]:
     return [r.type for r in fleet.engine.audit.view().get(sender, [])]
 
 
-@pytest.mark.parametrize("algorithm", [
-    FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, protocol="histogram"),  # secure aggregation on
-    FedForest(n_trees=4, max_depth=4, n_bins=16, secure_aggregation=False),  # private, plain sums
-], ids=["fedscs_xgb-secure", "fedforest-plain"])
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, protocol="histogram"),  # secure aggregation on
+        FedForest(n_trees=4, max_depth=4, n_bins=16, secure_aggregation=False),  # private, plain sums
+    ],
+    ids=["fedscs_xgb-secure", "fedforest-plain"],
+)
 def test_sites_give_the_flat_fleets_model_bit_for_bit(algorithm) -> None:
     data = fleet_data()
     with memory_fleet(data, None) as flat:
@@ -148,8 +159,11 @@ def test_sites_give_the_flat_fleets_model_bit_for_bit(algorithm) -> None:
     additive = {"fleet_sum", "fedscs_xgb.histogram_reply", "fedforest.histogram_reply"}
     assert additive & {t for g in GATEWAYS for t in received(flat, g)}
     assert not additive & {t for g in GATEWAYS for t in received(sited, g)}
-    n_sums = sum(1 for r in flat_job.results if r.request_type in {"fleet_counts", "grid_counts",
-                                                                   "fedscs_xgb.histograms", "fedforest.histograms"})
+    n_sums = sum(
+        1
+        for r in flat_job.results
+        if r.request_type in {"fleet_counts", "grid_counts", "fedscs_xgb.histograms", "fedforest.histograms"}
+    )
     for name, site in sited.sites.items():
         assert site.stats.sums_sent == n_sums and site.stats.summed == 3 * n_sums and site.stats.silent == 0
         assert received(sited, name) == ["site.replies"] * n_sums
@@ -170,6 +184,7 @@ def test_a_silent_member_is_reported_by_its_site_and_dropped_as_in_a_flat_fleet(
         def on_round(progress) -> None:
             if progress.step == 2:
                 fleet.gateways["gw-2"].drop()
+
         return on_round
 
     with memory_fleet(data, None) as flat:
@@ -207,30 +222,41 @@ def test_the_cloud_reads_a_site_sum_as_its_members_replies() -> None:
     out = cloud.expand(TopicLayout().outbox("site-a"), _site_message(["gw-1", "gw-3"]))
     assert len(out.batches) == 1 and not out.errors
     first, second = out.batches[0]
-    assert (first.sender, first.envelope.reply_to, first.envelope.msg_id, first.envelope.round) == \
-        ("gw-1", "req-gw-1", "rep-gw-1", 4)
+    assert (first.sender, first.envelope.reply_to, first.envelope.msg_id, first.envelope.round) == (
+        "gw-1",
+        "req-gw-1",
+        "rep-gw-1",
+        4,
+    )
     np.testing.assert_array_equal(first.body.sums.values, np.array([5, 7], np.uint32))
     np.testing.assert_array_equal(second.body.sums.values, np.zeros(2, np.uint32))
     assert second.body.sums.values.dtype == np.uint32 and cloud.refused == 0
 
 
-@pytest.mark.parametrize("topic_client, members, sender", [
-    ("site-a", ["gw-1", "gw-4"], "site-a"),  # gw-4 is site-b's
-    ("site-b", ["gw-1", "gw-2"], "site-b"),  # site-b speaking for site-a's members
-    ("gw-1", ["gw-1", "gw-2"], "gw-1"),      # a gateway posing as a site
-], ids=["foreign-member", "other-site", "not-a-site"])
+@pytest.mark.parametrize(
+    "topic_client, members, sender",
+    [
+        ("site-a", ["gw-1", "gw-4"], "site-a"),  # gw-4 is site-b's
+        ("site-b", ["gw-1", "gw-2"], "site-b"),  # site-b speaking for site-a's members
+        ("gw-1", ["gw-1", "gw-2"], "gw-1"),  # a gateway posing as a site
+    ],
+    ids=["foreign-member", "other-site", "not-a-site"],
+)
 def test_site_messages_for_gateways_the_site_does_not_answer_for_are_refused(topic_client, members, sender) -> None:
     cloud = SiteAwareTransport(MemoryTransport(MemoryBroker(), AGGREGATOR_ID, presence=False), SITES)
     assert cloud.expand(TopicLayout().outbox(topic_client), _site_message(members, sender)) == MemberReplies()
     assert cloud.refused == 1
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    ({"site_id": "site-a", "members": ()}, "members must name at least one gateway"),
-    ({"site_id": "site-a", "members": ("gw-1", "gw-1")}, "members lists a gateway twice"),
-    ({"site_id": "site a", "members": ("gw-1",)}, "invalid client id 'site a'"),
-    ({"site_id": "site-a", "members": ("gw-1",), "deadline_s": 0.0}, "deadline_s must be > 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"site_id": "site-a", "members": ()}, "members must name at least one gateway"),
+        ({"site_id": "site-a", "members": ("gw-1", "gw-1")}, "members lists a gateway twice"),
+        ({"site_id": "site a", "members": ("gw-1",)}, "invalid client id 'site a'"),
+        ({"site_id": "site-a", "members": ("gw-1",), "deadline_s": 0.0}, "deadline_s must be > 0"),
+    ],
+)
 def test_bad_site_settings_are_one_clear_error(kwargs, error) -> None:
     with pytest.raises(ValueError, match=error):
         SiteConfig(**kwargs)
@@ -238,8 +264,9 @@ def test_bad_site_settings_are_one_clear_error(kwargs, error) -> None:
 
 def test_a_gateway_in_two_sites_is_refused() -> None:
     with pytest.raises(ValueError, match="gw-1 is a member of both site-a and site-b"):
-        SiteAwareTransport(MemoryTransport(MemoryBroker(), AGGREGATOR_ID, presence=False),
-                           {"site-a": ["gw-1"], "site-b": ["gw-1"]})
+        SiteAwareTransport(
+            MemoryTransport(MemoryBroker(), AGGREGATOR_ID, presence=False), {"site-a": ["gw-1"], "site-b": ["gw-1"]}
+        )
 
 
 def test_site_acl_confines_the_site_to_its_members() -> None:
@@ -253,13 +280,15 @@ class _Cloud:
 
     def __init__(self) -> None:
         broker = MemoryBroker(enforce_acl=False)
-        self.engine = site_aware_engine(MemoryTransport(broker, AGGREGATOR_ID, presence=False),
-                                        {"site-a": ["gw-1", "gw-2"]})
+        self.engine = site_aware_engine(
+            MemoryTransport(broker, AGGREGATOR_ID, presence=False), {"site-a": ["gw-1", "gw-2"]}
+        )
         self.site = MemoryTransport(broker, "site-a", presence=False)
         self.requests: list[tuple[str, Message]] = []  # (member, request) as they arrive, re-sends too
         for member in ("gw-1", "gw-2"):
-            self.site.subscribe(TopicLayout().inbox(member),
-                                lambda _t, m, member=member: self.requests.append((member, m)))
+            self.site.subscribe(
+                TopicLayout().inbox(member), lambda _t, m, member=member: self.requests.append((member, m))
+            )
         self.result = None
 
     def request(self, member: str) -> Message:
@@ -268,6 +297,7 @@ class _Cloud:
     def open_round(self) -> threading.Thread:
         def run() -> None:
             self.result = self.engine.run_round("j", 1, Ping(), ["gw-1", "gw-2"], deadline_s=3.0, min_replies=0)
+
         thread = threading.Thread(target=run)
         thread.start()
         for _ in range(200):
@@ -303,8 +333,10 @@ def test_a_site_sum_with_a_member_answered_already_is_not_taken_and_the_rest_are
     cloud = _Cloud()
     thread = cloud.open_round()
     gw1_request = cloud.request("gw-1")
-    cloud.site.publish(TopicLayout().outbox("gw-1"), gw1_request.reply(
-        FleetSumReply(MaskedVector(np.array([1, 1], np.uint64))), sender="gw-1"))
+    cloud.site.publish(
+        TopicLayout().outbox("gw-1"),
+        gw1_request.reply(FleetSumReply(MaskedVector(np.array([1, 1], np.uint64))), sender="gw-1"),
+    )
     cloud.site.publish(TopicLayout().outbox("site-a"), cloud.site_sum())
     thread.join()
     assert sorted(cloud.result.replies) == ["gw-1"] and cloud.result.timed_out == ["gw-2"]
@@ -317,8 +349,11 @@ def site_examples() -> list[SiteReplies]:
     """A valid site message (a sum of two members with sealed bundles, a silent member): the
     protocol fuzzer's seed for ``site.replies`` (tests/shared/protocol/test_fuzz.py)."""
     template = encode_message(Message.create(FleetSumReply(MaskedVector(np.zeros(0, np.uint32))), sender="site-a"))
-    part = SiteSum(template, np.array([5, 7], np.uint32),
-                   (SiteMember("gw-1", "req-1", "rep-1", {"gw-2": b"\x01" * 67}), SiteMember("gw-2", "req-2", "rep-2")))
+    part = SiteSum(
+        template,
+        np.array([5, 7], np.uint32),
+        (SiteMember("gw-1", "req-1", "rep-1", {"gw-2": b"\x01" * 67}), SiteMember("gw-2", "req-2", "rep-2")),
+    )
     return [SiteReplies("grid_counts", (part,), (SiteMember("gw-3", "req-3"),), 2.5)]
 
 

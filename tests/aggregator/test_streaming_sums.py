@@ -79,8 +79,14 @@ def test_the_server_holds_a_constant_number_of_vectors_whatever_the_fleet() -> N
 def test_a_reply_that_fails_the_check_is_left_out_of_the_running_sum() -> None:
     job = ArrivingReplies(3)
     summer = FleetSummer(job, secure=False)
-    result = summer.ask({"000": None, "001": None, "002": None}, FleetSumReply, lambda r: r.sums, LENGTH,
-                        word_bits=32, check=lambda c, r: "refused" if c == "001" else None)
+    result = summer.ask(
+        {"000": None, "001": None, "002": None},
+        FleetSumReply,
+        lambda r: r.sums,
+        LENGTH,
+        word_bits=32,
+        check=lambda c, r: "refused" if c == "001" else None,
+    )
     oracle = widen(client_vector(0).astype(np.uint64) + client_vector(2).astype(np.uint64), 32)
     np.testing.assert_array_equal(result.total, oracle)
     assert result.contributors == ("000", "002") and job.rejected == {"001": 1}
@@ -96,8 +102,10 @@ def test_the_round_engine_keeps_replies_without_their_vectors(secure: bool) -> N
     job = FederatedJob(sim.engine, list(sim.transports), job_id="counts", settings=JobSettings(deadline_s=5))
     summer = FleetSummer(job, secure=secure)
     summer.start(job.clients)
-    requests = {c: FleetCountsRequest("", False, ("0", "1", "2"), 0, summer.secure_round(c, summer.active))
-                for c in summer.active}
+    requests = {
+        c: FleetCountsRequest("", False, ("0", "1", "2"), 0, summer.secure_round(c, summer.active))
+        for c in summer.active
+    }
     result = summer.ask(requests, FleetSumReply, lambda r: r.sums, 4, word_bits=32)
     y = np.concatenate([c.y for c in clients])
     np.testing.assert_array_equal(result.total.view(np.int64), [y.size, *np.bincount(y, minlength=3)])

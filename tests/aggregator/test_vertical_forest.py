@@ -51,11 +51,16 @@ def _decoder(model, key: bytes = KEY) -> np.ndarray:
     """Encoded feature id (what the master knows) -> column of the joined data: each party's codes
     (``feature_codes``, keyed by the party key and the job) inverted and offset."""
     offsets = np.concatenate([[0], np.cumsum(model.n_features)])
-    return np.concatenate([offsets[i] + np.argsort(feature_codes(PartyKey.from_secret(key), model.metadata.job, i, d))
-                           for i, d in enumerate(model.n_features)]).astype(np.int64)
+    return np.concatenate(
+        [
+            offsets[i] + np.argsort(feature_codes(PartyKey.from_secret(key), model.metadata.job, i, d))
+            for i, d in enumerate(model.n_features)
+        ]
+    ).astype(np.int64)
 
 
 # -- the independent reference: brute-force CART on the joined data --------------------------------
+
 
 def _impurity(y: np.ndarray, w: np.ndarray, criterion: str, n_classes: int) -> float:
     if criterion == "mse":
@@ -68,8 +73,7 @@ def _impurity(y: np.ndarray, w: np.ndarray, criterion: str, n_classes: int) -> f
     return float(-np.sum(p * np.log2(p)))
 
 
-def _reference_tree(X, y, cfg: VerticalFederatedForest, seed: int, t: int, n_classes: int, decode: np.ndarray
-                    ) -> dict:
+def _reference_tree(X, y, cfg: VerticalFederatedForest, seed: int, t: int, n_classes: int, decode: np.ndarray) -> dict:
     """heap id -> ("split", feature, threshold) or ("leaf", value vector). The master's feature draws
     are of encoded ids: ``decode`` turns them into the joined data's columns."""
     crit = cfg.split_criterion
@@ -88,8 +92,12 @@ def _reference_tree(X, y, cfg: VerticalFederatedForest, seed: int, t: int, n_cla
 
     def grow(node, rows, depth):
         imp = _impurity(y[rows], w[rows], crit, n_classes)
-        if (depth >= cfg.max_depth or rows.size < cfg.min_samples_split or rows.size < 2 * cfg.min_samples_leaf
-                or imp <= EPS):
+        if (
+            depth >= cfg.max_depth
+            or rows.size < cfg.min_samples_split
+            or rows.size < 2 * cfg.min_samples_leaf
+            or imp <= EPS
+        ):
             return leaf(node, rows)
         w_node = w[rows].sum()
         candidates = []
@@ -106,8 +114,14 @@ def _reference_tree(X, y, cfg: VerticalFederatedForest, seed: int, t: int, n_cla
                 if left.size < cfg.min_samples_leaf or right.size < cfg.min_samples_leaf:
                     continue
                 wl, wr = w[left].sum(), w[right].sum()
-                decrease = imp - (wl * _impurity(y[left], w[left], crit, n_classes)
-                                  + wr * _impurity(y[right], w[right], crit, n_classes)) / w_node
+                decrease = (
+                    imp
+                    - (
+                        wl * _impurity(y[left], w[left], crit, n_classes)
+                        + wr * _impurity(y[right], w[right], crit, n_classes)
+                    )
+                    / w_node
+                )
                 candidates.append((w_node / root_w * decrease, f, thr, left, right))
         if not candidates:
             return leaf(node, rows)
@@ -198,16 +212,35 @@ def _parties(blocks, y, holder=0):
 
 # -- lossless ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("task,criterion,widths,holder,kwargs", [
-    ("classification", "gini", (3, 4), 0, dict(n_trees=4, max_depth=5)),
-    ("classification", "entropy", (2, 2, 1, 2), 2, dict(n_trees=3, max_depth=6, min_samples_leaf=3,
-                                                        max_features=0.5)),
-    ("classification", "gini", (4, 3), 1, dict(n_trees=3, max_depth=7, min_samples_split=10,
-                                               min_impurity_decrease=0.01, max_features=None)),
-    ("regression", "mse", (3, 4), 1, dict(n_trees=3, max_depth=5, min_samples_leaf=2, max_features="sqrt")),
-    ("regression", "mse", (1, 3, 3), 0, dict(n_trees=2, max_depth=6, bootstrap=False, max_features=3,
-                                            min_impurity_decrease=0.001)),
-])
+
+@pytest.mark.parametrize(
+    "task,criterion,widths,holder,kwargs",
+    [
+        ("classification", "gini", (3, 4), 0, dict(n_trees=4, max_depth=5)),
+        (
+            "classification",
+            "entropy",
+            (2, 2, 1, 2),
+            2,
+            dict(n_trees=3, max_depth=6, min_samples_leaf=3, max_features=0.5),
+        ),
+        (
+            "classification",
+            "gini",
+            (4, 3),
+            1,
+            dict(n_trees=3, max_depth=7, min_samples_split=10, min_impurity_decrease=0.01, max_features=None),
+        ),
+        ("regression", "mse", (3, 4), 1, dict(n_trees=3, max_depth=5, min_samples_leaf=2, max_features="sqrt")),
+        (
+            "regression",
+            "mse",
+            (1, 3, 3),
+            0,
+            dict(n_trees=2, max_depth=6, bootstrap=False, max_features=3, min_impurity_decrease=0.001),
+        ),
+    ],
+)
 def test_trees_equal_a_centralized_reference_grown_with_the_same_draws(task, criterion, widths, holder, kwargs):
     X, y = _data(task=task, seed=len(widths))
     cfg = VerticalFederatedForest(task=task, criterion=criterion, **kwargs)
@@ -242,21 +275,28 @@ def _sklearn_as_heap(est) -> dict:
     return out
 
 
-@pytest.mark.parametrize("task,criterion", [("classification", "gini"), ("classification", "entropy"),
-                                            ("regression", "mse")])
+@pytest.mark.parametrize(
+    "task,criterion", [("classification", "gini"), ("classification", "entropy"), ("regression", "mse")]
+)
 def test_one_tree_on_all_rows_and_features_equals_scikit_learn(task, criterion):
     X, y = _data(n=400, task=task, seed=3)
     kwargs = dict(max_depth=5, min_samples_leaf=4, min_samples_split=9)
-    cfg = VerticalFederatedForest(n_trees=1, bootstrap=False, max_features=None, task=task, criterion=criterion,
-                                  **kwargs)
+    cfg = VerticalFederatedForest(
+        n_trees=1, bootstrap=False, max_features=None, task=task, criterion=criterion, **kwargs
+    )
     model = _simulate(cfg, _parties(_split(X, (3, 2, 2)), y, holder=1))
-    fed = {node: value[:1] if value[0] == "leaf" else value
-           for node, value in _federated_tree(model, 0, _decoder(model)).items()}
+    fed = {
+        node: value[:1] if value[0] == "leaf" else value
+        for node, value in _federated_tree(model, 0, _decoder(model)).items()
+    }
     # scikit-learn breaks exact ties between features by its random feature order (random_state),
     # we by the lower feature: one of its orders must give our tree exactly
     for state in range(10):
-        est = (DecisionTreeRegressor(criterion="squared_error", random_state=state, **kwargs) if task == "regression"
-               else DecisionTreeClassifier(criterion=criterion, random_state=state, **kwargs)).fit(X, y)
+        est = (
+            DecisionTreeRegressor(criterion="squared_error", random_state=state, **kwargs)
+            if task == "regression"
+            else DecisionTreeClassifier(criterion=criterion, random_state=state, **kwargs)
+        ).fit(X, y)
         if _sklearn_as_heap(est) == fed:
             break
     else:
@@ -292,8 +332,9 @@ def test_the_master_sees_feature_ids_keyed_by_the_party_key_and_the_job_and_the_
     test = _split(np.column_stack([X_test, X_test[:, :2] * 0.5 + 1.0]), (4, 5))
     np.testing.assert_array_equal(one.predict_proba(test), other.predict_proba(test))
     # and in another job under the same key the same columns get other ids
-    again = cfg.run_in(Simulation(parties_for_simulation(_parties(blocks, y), party_key=KEY)), seed=5,
-                       job_id="another-job")
+    again = cfg.run_in(
+        Simulation(parties_for_simulation(_parties(blocks, y), party_key=KEY)), seed=5, job_id="another-job"
+    )
     assert (np.concatenate([t.feature for t in again.trees]) != ids[0]).any()
     np.testing.assert_array_equal(_decoder(again)[np.concatenate([t.feature for t in again.trees])], columns[0])
     # simulate() derives its parties' key from the seed: the same seed, the same forest
@@ -302,6 +343,7 @@ def test_the_master_sees_feature_ids_keyed_by_the_party_key_and_the_job_and_the_
 
 
 # -- one-round prediction ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed,widths,depth", [(0, (3, 4), 3), (1, (2, 2, 3), 8), (2, (1, 1, 1, 1, 3), 12)])
 def test_one_round_prediction_equals_classical_prediction_on_every_sample(seed, widths, depth):
@@ -316,6 +358,7 @@ def test_one_round_prediction_equals_classical_prediction_on_every_sample(seed, 
 
 
 # -- privacy ------------------------------------------------------------------------------------------
+
 
 def _numbers(value) -> list[np.ndarray]:
     """Every number a decoded body holds (arrays, scalars, nested dataclasses and tuples)."""
@@ -388,8 +431,10 @@ def test_no_party_receives_another_partys_values_or_thresholds_and_the_master_se
     blocks = _split(X, widths)
     sensors = ("ecg", "wrist", "chair")
     names = [tuple(f"{sensors[i]}.channel_{j}_mean" for j in range(w)) for i, w in enumerate(widths)]
-    parties = [_NamedParty(f"party-{i:03d}", b, y if i == holder else None, party_key=KEY, feature_names=names[i])
-               for i, b in enumerate(blocks)]
+    parties = [
+        _NamedParty(f"party-{i:03d}", b, y if i == holder else None, party_key=KEY, feature_names=names[i])
+        for i, b in enumerate(blocks)
+    ]
     sim = Simulation(parties, record_bodies=True)
     received: dict[str, list] = {c: [] for c in sim.transports}
     layout = TopicLayout()
@@ -410,8 +455,15 @@ def test_no_party_receives_another_partys_values_or_thresholds_and_the_master_se
         sim.participants[p].halves["vertical_forest"].configure(PartySetup(p, tmp_path / p, (signer.verify_key,)))
     deploy_to_parties(job("deploy-1"), model, signer, model_id="vf", version=1)
     seen_types = {m.type for messages in received.values() for m in messages}
-    assert {"vertical_forest.level", "vertical_forest.partition", "vertical_forest.finish", "vertical_forest.route",
-            "vertical_forest.directions", "vertical_forest.result", "vertical_forest.deploy"} <= seen_types
+    assert {
+        "vertical_forest.level",
+        "vertical_forest.partition",
+        "vertical_forest.finish",
+        "vertical_forest.route",
+        "vertical_forest.directions",
+        "vertical_forest.result",
+        "vertical_forest.deploy",
+    } <= seen_types
 
     key = PartyKey.from_secret(KEY)
     thresholds = [np.concatenate([p.threshold[p.owned] for p in forest]) for forest in model.partial]
@@ -440,7 +492,7 @@ def test_no_party_receives_another_partys_values_or_thresholds_and_the_master_se
                 for row in range(body.node_id.size):  # exactly this party's share of the master's draw
                     drawn = draw_features(seed, int(body.node_tree[row]), int(body.node_id[row]), d, k)
                     share = drawn[(drawn >= offsets[i]) & (drawn < offsets[i + 1])] - offsets[i]
-                    got = body.features[body.feature_offsets[row]:body.feature_offsets[row + 1]]
+                    got = body.features[body.feature_offsets[row] : body.feature_offsets[row + 1]]
                     np.testing.assert_array_equal(np.sort(got), share)
                 if body.sealed_labels:
                     assert i != holder
@@ -448,8 +500,9 @@ def test_no_party_receives_another_partys_values_or_thresholds_and_the_master_se
                     opened["labels"] += 1
             if m.type in ("vertical_forest.level", "vertical_forest.finish"):
                 for part in body.partitions:
-                    plain = key.open(part.sealed, associated=partition_context(m.envelope.job, body.level - 1,
-                                                                                part.owner))
+                    plain = key.open(
+                        part.sealed, associated=partition_context(m.envelope.job, body.level - 1, part.owner)
+                    )
                     assert plain == _expected_partition(model, blocks, seed, cfg.bootstrap, part)
                     opened["partitions"] += 1
             allowed = {part.sealed for part in getattr(body, "partitions", ())} | {getattr(body, "sealed_labels", b"")}
@@ -473,6 +526,7 @@ def test_no_party_receives_another_partys_values_or_thresholds_and_the_master_se
 
 # -- failures and bad input -------------------------------------------------------------------------
 
+
 def test_a_party_dropping_out_mid_training_fails_the_job_and_nothing_is_kept():
     X, y = _data(n=200, seed=2)
     sim = Simulation(parties_for_simulation(_parties(_split(X, (3, 2, 2)), y)))
@@ -483,7 +537,8 @@ def test_a_party_dropping_out_mid_training_fails_the_job_and_nothing_is_kept():
 
     with pytest.raises(TrainingError, match=r"party-001 did not answer.*no model was saved"):
         VerticalFederatedForest(n_trees=3, max_depth=6).run_in(
-            sim, seed=0, progress=drop_at_level_two, settings=JobSettings(deadline_s=1.0))
+            sim, seed=0, progress=drop_at_level_two, settings=JobSettings(deadline_s=1.0)
+        )
     for party in ("party-000", "party-002"):
         half = sim.participants[party].halves["vertical_forest"]
         assert half.jobs == () and not half.forests
@@ -495,8 +550,9 @@ def test_string_labels_on_any_party_and_a_forest_of_stumps():
     blocks = _split(X, (3, 4))
     model = simulate(VerticalFederatedForest(n_trees=3, max_depth=4), [(blocks[0], None), (blocks[1], names)])
     assert model.classes == ("lie", "push", "sit") and (model.predict(blocks) == names).mean() > 0.7
-    stumps = simulate(VerticalFederatedForest(n_trees=2, max_depth=0, bootstrap=False),
-                      [(blocks[0], names), (blocks[1], None)])
+    stumps = simulate(
+        VerticalFederatedForest(n_trees=2, max_depth=0, bootstrap=False), [(blocks[0], names), (blocks[1], None)]
+    )
     assert all(t.split_nodes.size == 0 for t in stumps.trees)
     np.testing.assert_allclose(stumps.predict_proba(blocks)[0], np.bincount(y, minlength=3) / y.size)
 
@@ -527,16 +583,19 @@ def test_labels_from_exactly_one_party_and_aligned_blocks():
         simulate(cfg, [(blocks[0], y), blocks[1]])
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(n_trees=0), "n_trees must be an int >= 1"),
-    (dict(max_depth=41), "max_depth must be an int in 0..40"),
-    (dict(min_samples_split=1), "min_samples_split must be an int >= 2"),
-    (dict(min_impurity_decrease=-1.0), "min_impurity_decrease must be >= 0"),
-    (dict(criterion="mse"), "criterion 'mse' does not fit task 'classification'"),
-    (dict(task="ranking"), "task must be"),
-    (dict(max_features="half"), "max_features must be"),
-    (dict(hop_us=100, tolerance_us=60), "tolerance_us must lie in 0..hop_us/2"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(n_trees=0), "n_trees must be an int >= 1"),
+        (dict(max_depth=41), "max_depth must be an int in 0..40"),
+        (dict(min_samples_split=1), "min_samples_split must be an int >= 2"),
+        (dict(min_impurity_decrease=-1.0), "min_impurity_decrease must be >= 0"),
+        (dict(criterion="mse"), "criterion 'mse' does not fit task 'classification'"),
+        (dict(task="ranking"), "task must be"),
+        (dict(max_features="half"), "max_features must be"),
+        (dict(hop_us=100, tolerance_us=60), "tolerance_us must lie in 0..hop_us/2"),
+    ],
+)
 def test_bad_settings_are_one_clear_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
         VerticalFederatedForest(**kwargs)
@@ -550,6 +609,7 @@ def test_choose_owners_prefers_the_lower_party_on_ties_and_prunes():
 
 
 # -- prediction through the parties (the protocol) ---------------------------------------------------
+
 
 def test_one_round_prediction_through_the_parties_equals_the_model_and_a_missing_party_is_an_error():
     from aggregator.algorithms.vertical_forest import predict_on_parties
@@ -568,8 +628,9 @@ def test_one_round_prediction_through_the_parties_equals_the_model_and_a_missing
         np.testing.assert_array_equal(shared.values, result.values)
     np.testing.assert_array_equal(result.values, model.predict_proba(blocks))
     np.testing.assert_array_equal(result.predictions, model.predict(blocks))
-    classical_job = FederatedJob(sim.engine, list(model.parties), job_id="predict-c",
-                                 settings=JobSettings(deadline_s=5))
+    classical_job = FederatedJob(
+        sim.engine, list(model.parties), job_id="predict-c", settings=JobSettings(deadline_s=5)
+    )
     classical = predict_on_parties(classical_job, model, method="classical", share=False)
     np.testing.assert_array_equal(classical.values, result.values)
     assert classical_job.rounds == 1 + max(int(np.floor(np.log2(t.split_nodes.max() + 1))) + 1 for t in model.trees)

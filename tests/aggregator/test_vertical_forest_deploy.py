@@ -50,7 +50,8 @@ def fleet(tmp_path):
     sim = Simulation(parties)
     for p in PARTIES:
         sim.participants[p].halves["vertical_forest"].configure(
-            PartySetup(p, tmp_path / f"{p}-models", (SIGNER.verify_key,), stores[p]))
+            PartySetup(p, tmp_path / f"{p}-models", (SIGNER.verify_key,), stores[p])
+        )
     config = VerticalFederatedForest(n_trees=4, max_depth=4, min_samples_leaf=3)
     model = config.run_in(sim, seed=1, job_id="train-1")
     yield sim, model, stores, X, key, tmp_path
@@ -119,8 +120,11 @@ def test_a_party_refuses_a_foreign_signature_a_downgrade_and_a_wrong_digest(flee
 def test_a_refusal_by_one_party_says_what_the_others_now_hold_and_that_a_rerun_needs_a_higher_version(fleet):
     sim, model, stores, X, key, tmp = fleet
     _half(sim, "gw-b").configure(PartySetup("gw-b", tmp / "gw-b-models", ()))  # no --trust: it cannot verify
-    with pytest.raises(TrainingError, match=r"^deploying vf v1: party gw-b did not keep it \(gw-b: .*no_trusted_key"
-                                            r".*\); gw-a now holds vf v1, so deploying again needs a version above 1$"):
+    with pytest.raises(
+        TrainingError,
+        match=r"^deploying vf v1: party gw-b did not keep it \(gw-b: .*no_trusted_key"
+        r".*\); gw-a now holds vf v1, so deploying again needs a version above 1$",
+    ):
         deploy_to_parties(_job(sim, "d-1"), model, SIGNER, model_id="vf", version=1)
     assert _half(sim, "gw-a").deployed["vf"].manifest.version == 1 and "vf" not in _half(sim, "gw-b").deployed
     with pytest.raises(TrainingError, match="no party holds vf v2, so deploying again needs a version above 2"):
@@ -136,8 +140,9 @@ def test_live_prediction_stores_the_models_prediction_on_every_party_and_only_ne
         got = stores[p].predictions()
         assert len(got) == 120 and {r.model for r in got} == {"vf:v1"}
         np.testing.assert_array_equal([r.label for r in got], model.predict([X[:120, :2], X[:120, 2:]]))
-        np.testing.assert_allclose(np.stack([r.probabilities for r in got]),
-                                   model.predict_proba([X[:120, :2], X[:120, 2:]]), rtol=1e-6)
+        np.testing.assert_allclose(
+            np.stack([r.probabilities for r in got]), model.predict_proba([X[:120, :2], X[:120, 2:]]), rtol=1e-6
+        )
     # new windows arrive (gw-b misses one): the next run predicts exactly the new common ones
     _fill(stores["gw-a"], X[:, :2], range(120, 150), "va", None)
     _fill(stores["gw-b"], X[:, 2:], [i for i in range(120, 150) if i != 130], "vb", None)
@@ -155,8 +160,11 @@ def test_live_prediction_with_a_party_missing_is_an_error(fleet):
     deployed = deploy_to_parties(_job(sim, "deploy"), model, SIGNER, model_id="vf", version=1)
     sim.transports["gw-b"].drop()
     with pytest.raises(TrainingError, match="gw-b"):
-        predict_on_parties(FederatedJob(sim.engine, list(PARTIES), job_id="live-x",
-                                        settings=JobSettings(deadline_s=1)), deployed, live=True)
+        predict_on_parties(
+            FederatedJob(sim.engine, list(PARTIES), job_id="live-x", settings=JobSettings(deadline_s=1)),
+            deployed,
+            live=True,
+        )
     assert stores["gw-a"].predictions() == []
     with pytest.raises(ValueError, match="deployed model"):
         predict_on_parties(_job(sim, "live-y"), model, live=True)
@@ -171,7 +179,7 @@ def test_a_tampered_or_foreign_stored_model_is_not_loaded_at_start(fleet, caplog
     assert owned.size, "gw-b owns splits: its thresholds are in the file"
     at = data.find(owned[0].tobytes())
     assert at > 0
-    data[at:at + 8] = np.float64(1e6).tobytes()  # a threshold changed on disk
+    data[at : at + 8] = np.float64(1e6).tobytes()  # a threshold changed on disk
     path.write_bytes(bytes(data))
     fresh = VerticalForestClient(PartyData("gw-b", np.zeros((1, 1)), None, party_key=key))
     fresh.configure(PartySetup("gw-b", tmp / "gw-b-models", (SIGNER.verify_key,)))

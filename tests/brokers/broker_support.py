@@ -20,18 +20,22 @@ from tests.rabbitmq_support import RabbitMQCluster, forget_session, rabbitmq_ava
 STATUS_EVERY_S = 0.5
 
 
-def running_rabbitmq(tmp_path_factory: pytest.TempPathFactory, n_nodes: int, *,
-                     tls: bool = False) -> Iterator[RabbitMQCluster]:
+def running_rabbitmq(
+    tmp_path_factory: pytest.TempPathFactory, n_nodes: int, *, tls: bool = False
+) -> Iterator[RabbitMQCluster]:
     """RabbitMQ with the fleet's users (``PASSWORDS``), for a module-scoped fixture; with ``tls``
     also a mutual-TLS listener per node, with ``deploy/certs``' certificates for the fleet's users
     in ``cluster.tls_cert_dir``."""
     if not rabbitmq_available():
-        pytest.fail("rabbitmq-server is not installed: the test command installs it "
-                    "(`apt-get install -y --no-install-recommends rabbitmq-server`)")
+        pytest.fail(
+            "rabbitmq-server is not installed: the test command installs it "
+            "(`apt-get install -y --no-install-recommends rabbitmq-server`)"
+        )
     run_dir = tmp_path_factory.mktemp(f"rabbitmq-{n_nodes}")
     certs = certificate_dir(run_dir / "certs", *GATEWAYS) if tls else None
-    with RabbitMQCluster(run_dir / "broker", [BrokerUser(n, p) for n, p in PASSWORDS.items()], n_nodes=n_nodes,
-                         tls_cert_dir=certs) as cluster:
+    with RabbitMQCluster(
+        run_dir / "broker", [BrokerUser(n, p) for n, p in PASSWORDS.items()], n_nodes=n_nodes, tls_cert_dir=certs
+    ) as cluster:
         yield cluster
 
 

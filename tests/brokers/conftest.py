@@ -20,6 +20,7 @@ from tests.rabbitmq_support import RabbitMQCluster
 @pytest.fixture
 def fleet(rabbitmq: RabbitMQCluster, tmp_path: Path):
     forget_sessions(rabbitmq)
-    with start_fleet(tmp_path, "--holdout-fraction", "0.2", "--publish-every", str(STATUS_EVERY_S),
-                     broker=rabbitmq) as running:
+    with start_fleet(
+        tmp_path, "--holdout-fraction", "0.2", "--publish-every", str(STATUS_EVERY_S), broker=rabbitmq
+    ) as running:
         yield running

@@ -36,8 +36,14 @@ from tests.e2e.test_fedscs_xgb_mqtt import (  # noqa: F401
     test_a_gateway_killed_mid_training_is_dropped_and_rejoins,
     test_mqtt_training_with_gateway_processes_equals_the_simulation,
 )
-from tests.e2e.test_model_push import (assert_live_equals_offline, recording_and_clients, replay_into_gateway,
-                                       start_gateway, stop, wait_for_live_predictions)
+from tests.e2e.test_model_push import (
+    assert_live_equals_offline,
+    recording_and_clients,
+    replay_into_gateway,
+    start_gateway,
+    stop,
+    wait_for_live_predictions,
+)
 from tests.rabbitmq_support import RabbitMQCluster
 
 pytestmark = [pytest.mark.slow]
@@ -52,14 +58,20 @@ MQTT_3_1_1 = ("--protocol", "4")
 
 
 def aggregator_connection(broker: RabbitMQCluster) -> MqttTransport:
-    agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port_for(AGGREGATOR_ID), username=AGGREGATOR_ID,
-                                                  password=PASSWORDS[AGGREGATOR_ID], protocol=4), presence=False)
+    agg = MqttTransport(
+        AGGREGATOR_ID,
+        MqttConfig(
+            port=broker.port_for(AGGREGATOR_ID), username=AGGREGATOR_ID, password=PASSWORDS[AGGREGATOR_ID], protocol=4
+        ),
+        presence=False,
+    )
     agg.connect()
     return agg
 
 
-def test_a_model_pushed_through_rabbitmq_predicts_live_on_the_gateway(rabbitmq: RabbitMQCluster,
-                                                                      tmp_path: Path) -> None:
+def test_a_model_pushed_through_rabbitmq_predicts_live_on_the_gateway(
+    rabbitmq: RabbitMQCluster, tmp_path: Path
+) -> None:
     """As ``tests/e2e/test_model_push.py`` (whose gateway helpers it uses): trained on a real
     recording, signed, pushed from the aggregator's node to gw-1 on the other node,
     activated; the replayed recording is recognised live, the predictions reach the aggregator,
@@ -69,8 +81,9 @@ def test_a_model_pushed_through_rabbitmq_predicts_live_on_the_gateway(rabbitmq: 
     recording_path, batch, clients = recording_and_clients(tmp_path)
     recording = Recording.load(recording_path)
     fsv = batch.feature_set_version
-    model = aggregator.simulate(FedSCSXGB(n_rounds=3, n_bins=32, feature_set_version=fsv, secure_aggregation=False),
-                                clients)
+    model = aggregator.simulate(
+        FedSCSXGB(n_rounds=3, n_bins=32, feature_set_version=fsv, secure_aggregation=False), clients
+    )
     key = SigningKey.generate()
     key.verify_key.save(tmp_path / "aggregator.pub")
     registry = Registry(tmp_path / "registry.db")
@@ -113,8 +126,9 @@ def retained_seen(port: int, *topic_filters: str, wait_s: float = 1.5) -> list[l
     topics of the retained messages that arrived within ``wait_s`` of the subscription's SUBACK."""
     seen: list[list[str]] = []
     acked = threading.Event()
-    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=AGGREGATOR_ID, clean_session=True,
-                         protocol=MQTTProtocolVersion.MQTTv311)
+    client = paho.Client(
+        CallbackAPIVersion.VERSION2, client_id=AGGREGATOR_ID, clean_session=True, protocol=MQTTProtocolVersion.MQTTv311
+    )
     client.username_pw_set(AGGREGATOR_ID, PASSWORDS[AGGREGATOR_ID])
     client.on_message = lambda _c, _u, msg: seen[-1].append(msg.topic) if msg.retain else None
     client.on_subscribe = lambda *_args: acked.set()
@@ -141,8 +155,9 @@ def test_retained_status_reaches_exact_topic_filters_on_the_publishers_node_only
     (``--publish-every``), which cross the cluster like every other message."""
     forget_sessions(rabbitmq)
     layout = TopicLayout()
-    gw = MqttTransport("gw-1", MqttConfig(port=rabbitmq.port_for("gw-1"), username="gw-1", password=PASSWORDS["gw-1"],
-                                          protocol=4))
+    gw = MqttTransport(
+        "gw-1", MqttConfig(port=rabbitmq.port_for("gw-1"), username="gw-1", password=PASSWORDS["gw-1"], protocol=4)
+    )
     gw.connect()  # publishes its retained online status
     try:
         assert gw.flush(10)

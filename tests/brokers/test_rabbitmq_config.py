@@ -67,8 +67,11 @@ def test_production_config_has_the_tested_mqtt_and_tls_settings() -> None:
     node = RabbitNode("n@localhost", 1, 2, 3, Path("/x"), 4)
     tested = parse_conf(render_config(node, definitions_file=None, seed=None, tls_cert_dir=Path("/certs")))
     production = parse_conf(PRODUCTION_CONF.read_text())
-    shared = {k: v for k, v in tested.items()
-              if not k.startswith(("listeners.", "mqtt.listeners.", "log.")) and not k.endswith("file")}
+    shared = {
+        k: v
+        for k, v in tested.items()
+        if not k.startswith(("listeners.", "mqtt.listeners.", "log.")) and not k.endswith("file")
+    }
     assert len(shared) >= 12 and "mqtt.ssl_cert_login" in shared
     assert {k: production.get(k) for k in shared} == shared
     assert production["mqtt.allow_anonymous"] == "false" and production["mqtt.listeners.tcp"] == "none"

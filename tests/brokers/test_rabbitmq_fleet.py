@@ -37,8 +37,13 @@ def subscription_outcome(port: int, user: str, client_id: str, topic_filter: str
     "closed" (RabbitMQ answers a denial in MQTT 3.1.1 by closing the connection)."""
     outcome: list[str] = []
     done = threading.Event()
-    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False,
-                         protocol=MQTTProtocolVersion.MQTTv311, reconnect_on_failure=False)
+    client = paho.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=client_id,
+        clean_session=False,
+        protocol=MQTTProtocolVersion.MQTTv311,
+        reconnect_on_failure=False,
+    )
     client.username_pw_set(user, PASSWORDS[user])
     client.on_connect = lambda c, _u, _f, reason, _p: None if reason.is_failure else c.subscribe(topic_filter, qos=1)
 
@@ -80,9 +85,17 @@ def test_another_user_taking_a_gateways_client_id_disconnects_it(rabbitmq: Rabbi
     client ids are unique in the cluster whoever logs in with them, so gw-1 connecting as client id
     gw-2 closes gw-2's connection (mosquitto's ``use_username_as_clientid`` makes it gw-1's own)."""
     forget_sessions(rabbitmq)
-    gw2 = MqttTransport("gw-2", MqttConfig(port=rabbitmq.port_for("gw-2"), username="gw-2",
-                                           password=PASSWORDS["gw-2"], protocol=4, reconnect_min_s=60,
-                                           reconnect_max_s=60))
+    gw2 = MqttTransport(
+        "gw-2",
+        MqttConfig(
+            port=rabbitmq.port_for("gw-2"),
+            username="gw-2",
+            password=PASSWORDS["gw-2"],
+            protocol=4,
+            reconnect_min_s=60,
+            reconnect_max_s=60,
+        ),
+    )
     gw2.connect()
     try:
         intruder = paho.Client(CallbackAPIVersion.VERSION2, client_id="gw-2", protocol=MQTTProtocolVersion.MQTTv311)
@@ -107,8 +120,13 @@ def test_a_gateway_logs_in_with_its_certificate_alone(rabbitmq: RabbitMQCluster)
     forget_sessions(rabbitmq)
     certs = rabbitmq.tls_cert_dir
     port = rabbitmq.node_of("gw-1").mqtt_tls_port
-    agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=rabbitmq.port_for(AGGREGATOR_ID), username=AGGREGATOR_ID,
-                                                  password=PASSWORDS[AGGREGATOR_ID], protocol=4), presence=False)
+    agg = MqttTransport(
+        AGGREGATOR_ID,
+        MqttConfig(
+            port=rabbitmq.port_for(AGGREGATOR_ID), username=AGGREGATOR_ID, password=PASSWORDS[AGGREGATOR_ID], protocol=4
+        ),
+        presence=False,
+    )
     agg.connect()
     presence = Presence(agg, TopicLayout())
     tls = TlsConfig(str(certs / "ca.crt"), str(certs / "gw-1.crt"), str(certs / "gw-1.key"))

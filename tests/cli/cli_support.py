@@ -18,14 +18,22 @@ class CliRun:
     stderr: str
 
 
-def wheelfed(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60.0,
-             stdin: str | None = None) -> CliRun:
+def wheelfed(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60.0, stdin: str | None = None
+) -> CliRun:
     """``python -m edge_client.cli ARGS`` in ``cwd`` (the repository on the path, no installed script needed)."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO)}
     full_env.pop("WHEELFED_MQTT_PASSWORD", None)  # only what the test gives
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout, input=stdin)
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_client.cli", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=stdin,
+    )
     return CliRun(proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -96,15 +96,23 @@ class Shell:
             return None
         command = [sys.executable, "-m", "edge_client.cli", *argv]
         if is_daemon(argv):
-            process = subprocess.Popen(command, cwd=self.cwd, env={**self.env, **env}, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True, start_new_session=True)
+            process = subprocess.Popen(
+                command,
+                cwd=self.cwd,
+                env={**self.env, **env},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
             job = Background(line, process)
             for stream, sink in ((process.stdout, job.out), (process.stderr, job.err)):
                 threading.Thread(target=_pump, args=(stream, sink), daemon=True).start()
             self.background.append(job)
             return job
-        proc = subprocess.run(command, cwd=self.cwd, env={**self.env, **env}, capture_output=True, text=True,
-                              timeout=timeout_s)
+        proc = subprocess.run(
+            command, cwd=self.cwd, env={**self.env, **env}, capture_output=True, text=True, timeout=timeout_s
+        )
         return CliRun(proc.returncode, proc.stdout, proc.stderr)
 
     def stop(self, job: Background, timeout_s: float = 20.0) -> int:

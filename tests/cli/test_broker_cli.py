@@ -30,17 +30,41 @@ def test_broker_on_a_busy_port_fails_in_one_line(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        run = wheelfed("broker", "--port", str(port), "--user", "aggregator:pw", "--run-dir", str(tmp_path / "b"),
-                       cwd=tmp_path, timeout=30)
+        run = wheelfed(
+            "broker",
+            "--port",
+            str(port),
+            "--user",
+            "aggregator:pw",
+            "--run-dir",
+            str(tmp_path / "b"),
+            cwd=tmp_path,
+            timeout=30,
+        )
     assert_one_line_failure(run, 1, f"port {port}", "already in use", "--port")
     assert "listening" not in run.stdout
 
 
 def _start_broker(tmp_path: Path, port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "broker", "--port", str(port),
-                             "--user", "aggregator:agg-pw", "--run-dir", str(tmp_path / "broker")],
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "broker",
+            "--port",
+            str(port),
+            "--user",
+            "aggregator:agg-pw",
+            "--run-dir",
+            str(tmp_path / "broker"),
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert "broker listening" in line, line + proc.stderr.read()
@@ -93,6 +117,7 @@ def test_a_port_that_does_not_speak_mqtt_is_named(tmp_path: Path) -> None:
 
 # -- passwords off the command line, plain TCP on loopback only, TLS from deploy/certs -------------
 
+
 def _pids_running(run_dir: Path) -> dict[str, int]:
     """The mosquitto process serving ``run_dir`` (by its config path), by name."""
     found = subprocess.run(["pgrep", "-f", f"{run_dir}/mosquitto.conf"], capture_output=True, text=True).stdout.split()
@@ -112,10 +137,25 @@ def test_password_file_keeps_passwords_out_of_ps_and_out_of_the_run_dir(tmp_path
     passwords.write_text("# broker accounts\naggregator:agg-Secret-1\n\ngw-1:gw1-Secret-2\n")
     passwords.chmod(0o600)
     port, run_dir = find_free_port(), tmp_path / "broker"
-    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "broker", "--port", str(port),
-                             "--password-file", str(passwords), "--run-dir", str(run_dir)],
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "broker",
+            "--port",
+            str(port),
+            "--password-file",
+            str(passwords),
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None and "broker listening" in proc.stdout.readline()
         pids = {"wheelfed broker": proc.pid, **_pids_running(run_dir)}
@@ -130,8 +170,9 @@ def test_password_file_keeps_passwords_out_of_ps_and_out_of_the_run_dir(tmp_path
         assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
         assert stat.S_IMODE((run_dir / "passwd").stat().st_mode) == 0o600
         assert [line.split(":")[0] for line in (run_dir / "passwd").read_text().splitlines()] == ["aggregator", "gw-1"]
-        fleet = wheelfed("fleet", "--port", str(port), "--wait", "0.2", cwd=tmp_path,
-                         env={"WHEELFED_MQTT_PASSWORD": "agg-Secret-1"})
+        fleet = wheelfed(
+            "fleet", "--port", str(port), "--wait", "0.2", cwd=tmp_path, env={"WHEELFED_MQTT_PASSWORD": "agg-Secret-1"}
+        )
         assert fleet.code == 0, fleet.stderr
     finally:
         proc.send_signal(signal.SIGINT)
@@ -148,12 +189,15 @@ def test_a_password_file_others_can_read_is_refused_with_the_fix(tmp_path: Path)
     assert_one_line_failure(run, 2, str(passwords), "mode 0644", f"chmod 600 {passwords}")
 
 
-@pytest.mark.parametrize("content, fragment", [
-    ("aggregator:secret\ngw-1\n", "line 2: not NAME:PASSWORD"),
-    ("aggregator:secret\nbad name:pw\n", "line 2: invalid client id 'bad name'"),
-    ("gw-1:a\ngw-1:b\n", "line 2: user gw-1 appears twice"),
-    ("# nobody\n", "no users"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("aggregator:secret\ngw-1\n", "line 2: not NAME:PASSWORD"),
+        ("aggregator:secret\nbad name:pw\n", "line 2: invalid client id 'bad name'"),
+        ("gw-1:a\ngw-1:b\n", "line 2: user gw-1 appears twice"),
+        ("# nobody\n", "no users"),
+    ],
+)
 def test_password_file_mistakes_are_one_line(tmp_path: Path, content: str, fragment: str) -> None:
     passwords = tmp_path / "passwords"
     passwords.write_text(content)
@@ -207,18 +251,45 @@ def test_end_to_end_over_tls_with_the_scripts_certificates(tmp_path: Path) -> No
         pytest.fail("mosquitto is not installed (the test command installs it)")
     certs = certificate_dir(tmp_path / "certs", "gw-1")
     port = find_free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "broker", "--tls-cert-dir", str(certs),
-                             "--port", str(port), "--run-dir", str(tmp_path / "broker")],
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "broker",
+            "--tls-cert-dir",
+            str(certs),
+            "--port",
+            str(port),
+            "--run-dir",
+            str(tmp_path / "broker"),
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None and "broker listening" in proc.stdout.readline()
-        tls = ("--tls-ca", str(certs / "ca.crt"), "--tls-cert", str(certs / "aggregator.crt"),
-               "--tls-key", str(certs / "aggregator.key"))
+        tls = (
+            "--tls-ca",
+            str(certs / "ca.crt"),
+            "--tls-cert",
+            str(certs / "aggregator.crt"),
+            "--tls-key",
+            str(certs / "aggregator.key"),
+        )
         fleet = wheelfed("fleet", "--host", "localhost", "--port", str(port), "--wait", "0.2", *tls, cwd=tmp_path)
         assert fleet.code == 0 and "no gateway has announced itself" in fleet.stdout, fleet.stderr
-        wrong = ("--tls-ca", str(certs / "ca.crt"), "--tls-cert", str(certs / "gw-1.crt"),
-                 "--tls-key", str(certs / "gw-1.key"))  # a gateway's certificate does not make an aggregator
+        wrong = (
+            "--tls-ca",
+            str(certs / "ca.crt"),
+            "--tls-cert",
+            str(certs / "gw-1.crt"),
+            "--tls-key",
+            str(certs / "gw-1.key"),
+        )  # a gateway's certificate does not make an aggregator
         as_gw1 = wheelfed("fleet", "--host", "localhost", "--port", str(port), "--wait", "0.2", *wrong, cwd=tmp_path)
         assert as_gw1.code == 0 and "no gateway" in as_gw1.stdout  # it is gw-1 there: the ACL shows it nothing
         # TLS 1.3 only: with 1.2 a client certificate (whose CN is the gateway's id) crosses in clear
@@ -234,14 +305,18 @@ def test_end_to_end_over_tls_with_the_scripts_certificates(tmp_path: Path) -> No
     assert "plain TCP" not in proc.stderr.read()
 
 
-@pytest.mark.parametrize(("options", "environment", "port"), [
-    ((), {}, 1883),
-    (("--tls-ca", "ca.crt"), {}, 8883),
-    (("--tls-ca", "ca.crt", "--port", "9999"), {}, 9999),
-    (("--tls-ca", "ca.crt"), {"WHEELFED_MQTT_PORT": "7777"}, 7777),
-])
-def test_client_commands_talk_to_the_port_their_transport_implies(tmp_path: Path, monkeypatch, options,
-                                                                  environment, port) -> None:
+@pytest.mark.parametrize(
+    ("options", "environment", "port"),
+    [
+        ((), {}, 1883),
+        (("--tls-ca", "ca.crt"), {}, 8883),
+        (("--tls-ca", "ca.crt", "--port", "9999"), {}, 9999),
+        (("--tls-ca", "ca.crt"), {"WHEELFED_MQTT_PORT": "7777"}, 7777),
+    ],
+)
+def test_client_commands_talk_to_the_port_their_transport_implies(
+    tmp_path: Path, monkeypatch, options, environment, port
+) -> None:
     from edge_client.cli import build_parser
     from edge_client.cli.connection import settle_broker_port
 

@@ -48,9 +48,11 @@ def test_gateways_online_then_one_stopped(tmp_path: Path, mosquitto) -> None:
         processes.start("gw-1", "--store", str(tmp_path / "gw-1.db"), "--publish-every", "1")
         processes.start("gw-2", "--store", str(tmp_path / "gw-2.db"), "--publish-every", "1", "--serial", "loop://")
         # gw-2's first status may come before its link has opened: wait for the one after
-        seen = wait_until(tmp_path, mosquitto.port,
-                          lambda s: all(s.get(g, {}).get("online") for g in ("gw-1", "gw-2"))
-                          and s["gw-2"].get("link") == "up")
+        seen = wait_until(
+            tmp_path,
+            mosquitto.port,
+            lambda s: all(s.get(g, {}).get("online") for g in ("gw-1", "gw-2")) and s["gw-2"].get("link") == "up",
+        )
         assert sorted(seen) == ["gw-1", "gw-2"] and all(row["online"] for row in seen.values()), seen
         assert seen["gw-1"]["windows"] == 41 and seen["gw-1"]["labelled"] == 40
         assert seen["gw-1"]["model"] == "" and seen["gw-1"]["predicted"] == 0 and seen["gw-1"]["age_s"] < 30
@@ -74,7 +76,7 @@ def test_gateways_online_then_one_stopped(tmp_path: Path, mosquitto) -> None:
         assert seen["gw-1"]["online"] and not seen["gw-2"]["online"]
         assert seen["gw-2"]["model"] is None and seen["gw-2"]["windows"] is None  # unknown, not zero
         table = fleet(tmp_path, mosquitto.port).stdout.splitlines()
-        assert table[0].endswith("2 gateways on 127.0.0.1:" f"{mosquitto.port}, 1 online")
+        assert table[0].endswith(f"2 gateways on 127.0.0.1:{mosquitto.port}, 1 online")
         assert table[3].split()[:2] == ["gw-2", "offline"]
     finally:
         processes.stop_all()
@@ -84,26 +86,35 @@ def test_gateways_online_then_one_stopped(tmp_path: Path, mosquitto) -> None:
 def test_a_broker_without_gateways_is_one_line(tmp_path: Path, mosquitto) -> None:
     run = fleet(tmp_path, mosquitto.port)
     assert run.code == 0 and run.stderr == "", run
-    assert run.stdout.splitlines() == [f"no gateway has announced itself on 127.0.0.1:{mosquitto.port} "
-                                       "(none within 1 s; start one with wheelfed gateway)"]
+    assert run.stdout.splitlines() == [
+        f"no gateway has announced itself on 127.0.0.1:{mosquitto.port} "
+        "(none within 1 s; start one with wheelfed gateway)"
+    ]
     run = fleet(tmp_path, mosquitto.port, "--json")
     assert run.code == 0 and json.loads(run.stdout) == []
 
 
 @pytest.mark.mosquitto
 def test_a_refused_login_is_one_line(tmp_path: Path, mosquitto) -> None:
-    assert_one_line_failure(fleet(tmp_path, mosquitto.port, env={"WHEELFED_MQTT_PASSWORD": "wrong"}), RUNTIME,
-                            "wheelfed fleet:", "aggregator")
+    assert_one_line_failure(
+        fleet(tmp_path, mosquitto.port, env={"WHEELFED_MQTT_PASSWORD": "wrong"}),
+        RUNTIME,
+        "wheelfed fleet:",
+        "aggregator",
+    )
     assert_one_line_failure(fleet(tmp_path, mosquitto.port, env={}), RUNTIME, "WHEELFED_MQTT_PASSWORD is not set")
 
 
-@pytest.mark.parametrize("args, code, fragments", [
-    (("--port", "{closed}"), RUNTIME, ("connection refused",)),
-    (("--wait", "0"), USAGE, ("--wait",)),
-    (("--wait", "soon"), USAGE, ("--wait", "soon")),
-    (("--port", "70000"), USAGE, ("--port",)),
-    (("extra",), USAGE, ("unrecognized arguments: extra",)),
-])
+@pytest.mark.parametrize(
+    "args, code, fragments",
+    [
+        (("--port", "{closed}"), RUNTIME, ("connection refused",)),
+        (("--wait", "0"), USAGE, ("--wait",)),
+        (("--wait", "soon"), USAGE, ("--wait", "soon")),
+        (("--port", "70000"), USAGE, ("--port",)),
+        (("extra",), USAGE, ("unrecognized arguments: extra",)),
+    ],
+)
 def test_mistakes_are_one_line(tmp_path: Path, args: tuple[str, ...], code: int, fragments: tuple[str, ...]) -> None:
     from aggregator.broker.mosquitto import find_free_port
 

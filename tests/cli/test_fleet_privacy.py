@@ -32,8 +32,11 @@ def test_fleet_shows_each_gateways_budget_from_the_server(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     if as_json:
         shown = {row["gateway"]: row.get("privacy") for row in json.loads(out)}
-        assert shown["gw-1"] == {"spent_epsilon": expected["gw-1"].spent_epsilon,
-                                 "remaining_epsilon": expected["gw-1"].remaining_epsilon, "running": []}
+        assert shown["gw-1"] == {
+            "spent_epsilon": expected["gw-1"].spent_epsilon,
+            "remaining_epsilon": expected["gw-1"].remaining_epsilon,
+            "running": [],
+        }
         assert shown["gw-9"] is None  # the server has never seen it
         return
     lines = out.splitlines()

@@ -15,9 +15,21 @@ def status(sender: str, body: object, ts: float) -> Message:
     return Message(Envelope(type="status" if isinstance(body, Status) else "ping", sender=sender, ts=ts), body)
 
 
-ONLINE = Status(online=True, active_model="activity:v2", n_windows=161, n_labelled=160,
-                detail={"link": "up", "engine": "numpy", "predicted": "42", "last_prediction": "push", "alerts": "1",
-                        "labels": "push=100,sit=60", "feature_set": "wheelfed-tifex-2+ab12"})
+ONLINE = Status(
+    online=True,
+    active_model="activity:v2",
+    n_windows=161,
+    n_labelled=160,
+    detail={
+        "link": "up",
+        "engine": "numpy",
+        "predicted": "42",
+        "last_prediction": "push",
+        "alerts": "1",
+        "labels": "push=100,sit=60",
+        "feature_set": "wheelfed-tifex-2+ab12",
+    },
+)
 
 
 def test_the_newest_status_of_each_gateway_is_its_row() -> None:
@@ -29,8 +41,22 @@ def test_the_newest_status_of_each_gateway_is_its_row() -> None:
     ]
     rows = fold_statuses(received, LAYOUT)
     assert [r.gateway for r in rows] == ["gw-1", "gw-2"]
-    assert rows[0] == GatewayRow("gw-1", True, 95.0, "activity:v2", 161, 160, "up", "numpy", 42, 1, "push", "",
-                                 {"push": 100, "sit": 60}, "wheelfed-tifex-2+ab12")
+    assert rows[0] == GatewayRow(
+        "gw-1",
+        True,
+        95.0,
+        "activity:v2",
+        161,
+        160,
+        "up",
+        "numpy",
+        42,
+        1,
+        "push",
+        "",
+        {"push": 100, "sit": 60},
+        "wheelfed-tifex-2+ab12",
+    )
     # an offline status carries no model or counters: unknown, not zero
     assert rows[1] == GatewayRow("gw-2", False, 120.0, None, None, None, None, None, None, None, None, "")
 
@@ -53,8 +79,15 @@ def test_other_topics_bodies_and_the_aggregator_are_left_out() -> None:
 
 
 def test_no_model_odd_counters_and_a_model_error() -> None:
-    body = Status(online=True, detail={"engine": "-", "predicted": "many", "last_prediction": "-",
-                                       "model_error": "active.bundle: Bad signature"})
+    body = Status(
+        online=True,
+        detail={
+            "engine": "-",
+            "predicted": "many",
+            "last_prediction": "-",
+            "model_error": "active.bundle: Bad signature",
+        },
+    )
     (row,) = fold_statuses([(LAYOUT.status("gw-1"), status("gw-1", body, 5.0))], LAYOUT)
     assert row.model == "" and row.engine is None and row.predicted is None and row.alerts is None
     assert row.link is None  # a gateway without a sensor link says nothing about one
@@ -78,6 +111,8 @@ def test_json_and_age() -> None:
 def test_garbled_label_counts_are_unknown_not_wrong() -> None:
     garbled = Status(online=True, detail={"labels": "push=1,sit"})
     empty = Status(online=True, detail={"labels": ""})
-    rows = fold_statuses([(LAYOUT.status("gw-1"), status("gw-1", garbled, 1.0)),
-                          (LAYOUT.status("gw-2"), status("gw-2", empty, 1.0))], LAYOUT)
+    rows = fold_statuses(
+        [(LAYOUT.status("gw-1"), status("gw-1", garbled, 1.0)), (LAYOUT.status("gw-2"), status("gw-2", empty, 1.0))],
+        LAYOUT,
+    )
     assert rows[0].labels is None and rows[1].labels == {}

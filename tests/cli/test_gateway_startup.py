@@ -39,12 +39,20 @@ class GatewayProcess:
 
     def __init__(self, cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
         full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "gateway", *args], cwd=cwd,
-                                     env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edge_client.cli", "gateway", *args],
+            cwd=cwd,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.out: list[str] = []
         self.err: list[str] = []
-        self._readers = [threading.Thread(target=self._collect, args=(s, lines), daemon=True)
-                         for s, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        self._readers = [
+            threading.Thread(target=self._collect, args=(s, lines), daemon=True)
+            for s, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))
+        ]
         for t in self._readers:
             t.start()
 
@@ -78,8 +86,9 @@ class GatewayProcess:
         return code
 
 
-def gateway_on_a_new_pty(cwd: Path, *args: str, link: Path | None = None, tries: int = 3,
-                         env: dict[str, str] | None = None) -> tuple[GatewayProcess, int, str]:
+def gateway_on_a_new_pty(
+    cwd: Path, *args: str, link: Path | None = None, tries: int = 3, env: dict[str, str] | None = None
+) -> tuple[GatewayProcess, int, str]:
     """A gateway (``args`` must include ``--stats-every``) reading a new pty, through the stable
     name ``link`` if given; returns it with the pty's master fd and slave path once ``link=up``.
 
@@ -111,8 +120,22 @@ def folder(tmp_path: Path) -> Path:
 
 
 STARTUP_MISTAKES = [
-    ("--store table.csv", USAGE, ("--store", "table.csv is not a window store",)),
-    ("--store nowhere/gw.db", USAGE, ("--store", "the folder nowhere does not exist",)),
+    (
+        "--store table.csv",
+        USAGE,
+        (
+            "--store",
+            "table.csv is not a window store",
+        ),
+    ),
+    (
+        "--store nowhere/gw.db",
+        USAGE,
+        (
+            "--store",
+            "the folder nowhere does not exist",
+        ),
+    ),
     ("--store registry.db", RUNTIME, ("registry.db", "not a WheelFed window store")),
     ("--trust table.csv", RUNTIME, ("--trust", "table.csv")),
     ("--model-dir table.csv/models", RUNTIME, ("cannot create the model directory table.csv/models",)),
@@ -120,8 +143,9 @@ STARTUP_MISTAKES = [
 
 
 @pytest.mark.parametrize("line, code, fragments", STARTUP_MISTAKES, ids=[m[0] for m in STARTUP_MISTAKES])
-def test_a_wrong_file_at_start_is_one_line_and_changes_nothing(folder: Path, line: str, code: int,
-                                                                fragments: tuple[str, ...]) -> None:
+def test_a_wrong_file_at_start_is_one_line_and_changes_nothing(
+    folder: Path, line: str, code: int, fragments: tuple[str, ...]
+) -> None:
     before = {name: (folder / name).read_bytes() for name in ("table.csv", "registry.db")}
     listing = files_under(folder)
     run = wheelfed("gateway", "--client-id", "gw-1", "--no-broker", "--store", "gw.db", *line.split(), cwd=folder)
@@ -145,21 +169,24 @@ ALERT_MISTAKES = [
 def test_alert_rules_that_are_not_rules_are_one_line(folder: Path, text: str, fragments: tuple[str, ...]) -> None:
     (folder / "rules.json").write_text(text)
     listing = files_under(folder)
-    run = wheelfed("gateway", "--client-id", "gw-1", "--no-broker", "--store", "gw.db", "--alerts", "rules.json",
-                   cwd=folder)
+    run = wheelfed(
+        "gateway", "--client-id", "gw-1", "--no-broker", "--store", "gw.db", "--alerts", "rules.json", cwd=folder
+    )
     assert_one_line_failure(run, USAGE, "--alerts", *fragments)
     assert files_under(folder) == listing
 
 
 @pytest.mark.slow
 def test_a_store_written_by_another_gateway_and_a_busy_port_refuse_to_start(folder: Path) -> None:
-    first, master, slave = gateway_on_a_new_pty(folder, "--client-id", "gw-1", "--no-broker", "--store", "gw.db",
-                                                "--stats-every", "0.2")
+    first, master, slave = gateway_on_a_new_pty(
+        folder, "--client-id", "gw-1", "--no-broker", "--store", "gw.db", "--stats-every", "0.2"
+    )
     try:
         second = wheelfed("gateway", "--client-id", "gw-2", "--no-broker", "--store", "gw.db", cwd=folder)
         assert_one_line_failure(second, RUNTIME, "gw.db is in use by another gateway process")
-        third = wheelfed("gateway", "--client-id", "gw-3", "--no-broker", "--store", "gw-3.db", "--serial", slave,
-                         cwd=folder)
+        third = wheelfed(
+            "gateway", "--client-id", "gw-3", "--no-broker", "--store", "gw-3.db", "--serial", slave, cwd=folder
+        )
         assert_one_line_failure(third, RUNTIME, f"serial port {slave} is in use by another process")
         assert first.proc.poll() is None  # the running gateway is not disturbed
     finally:
@@ -170,8 +197,9 @@ def test_a_store_written_by_another_gateway_and_a_busy_port_refuse_to_start(fold
 @pytest.mark.slow
 def test_a_device_that_vanishes_is_one_warning_then_the_status_says_gone_and_it_is_read_again(folder: Path) -> None:
     link = folder / "ttyChair"  # a stable name, as udev's /dev/serial/by-id/... (pty numbers are shared)
-    gateway, master, _ = gateway_on_a_new_pty(folder, "--client-id", "gw-1", "--no-broker", "--store", "gw.db",
-                                              "--stats-every", "0.2", link=link)
+    gateway, master, _ = gateway_on_a_new_pty(
+        folder, "--client-id", "gw-1", "--no-broker", "--store", "gw.db", "--stats-every", "0.2", link=link
+    )
     second = None
     try:
         os.write(master, encode_frame(DescriptorFrame(WATCH)) + b"".join(map(encode_frame, watch(0, 4))))
@@ -202,8 +230,9 @@ def test_a_device_that_vanishes_is_one_warning_then_the_status_says_gone_and_it_
 @pytest.mark.mosquitto
 @pytest.mark.parametrize("serial", [False, True], ids=["no-serial", "serial-gone-too"])
 @pytest.mark.parametrize("broker_at_start", [True, False], ids=["broker-went-away", "broker-never-there"])
-def test_sigterm_without_a_broker_stops_the_gateway_promptly(tmp_path: Path, mosquitto, broker_at_start,
-                                                             serial) -> None:
+def test_sigterm_without_a_broker_stops_the_gateway_promptly(
+    tmp_path: Path, mosquitto, broker_at_start, serial
+) -> None:
     """The broker vanished (a demo's broker killed first, a cloud outage) or never answered:
     SIGTERM must still stop the gateway at once -- its offline message cannot be delivered, and
     it must not wait for it. With ``serial``, its sensor's pty is closed as well (the demo's
@@ -211,8 +240,16 @@ def test_sigterm_without_a_broker_stops_the_gateway_promptly(tmp_path: Path, mos
     hold the exit up either."""
     if not broker_at_start:
         mosquitto.stop(kill=True)
-    args = ("--client-id", "gw-1", "--port", str(mosquitto.port), "--store", str(tmp_path / "gw-1.db"),
-            "--stats-every", "0.2")
+    args = (
+        "--client-id",
+        "gw-1",
+        "--port",
+        str(mosquitto.port),
+        "--store",
+        str(tmp_path / "gw-1.db"),
+        "--stats-every",
+        "0.2",
+    )
     env = {"WHEELFED_MQTT_PASSWORD": PASSWORDS["gw-1"]}
     master = None
     if serial:

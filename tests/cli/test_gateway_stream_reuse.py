@@ -56,12 +56,29 @@ class TwoReplays:
     labelled_first: list[int]  # the first session's labelled windows, sampled during the second replay
 
 
-def replay_one_after_the_other(tmp_path: Path, first: Recording, second: Recording, *, first_labelled: int,
-                               second_session_done: Callable[[Path], bool]) -> TwoReplays:
+def replay_one_after_the_other(
+    tmp_path: Path,
+    first: Recording,
+    second: Recording,
+    *,
+    first_labelled: int,
+    second_session_done: Callable[[Path], bool],
+) -> TwoReplays:
     link = tmp_path / "ttyChair"  # the gateway's serial path; it leads to whichever pty is there
     db = tmp_path / "gw.db"
-    gateway, master, pty_path = gateway_on_a_new_pty(tmp_path, "--client-id", "gw-1", "--no-broker", "--store",
-                                                     str(db), "--session", "chair", "--stats-every", "0.2", link=link)
+    gateway, master, pty_path = gateway_on_a_new_pty(
+        tmp_path,
+        "--client-id",
+        "gw-1",
+        "--no-broker",
+        "--store",
+        str(db),
+        "--session",
+        "chair",
+        "--stats-every",
+        "0.2",
+        link=link,
+    )
     second_master = None
     seen: list[int] = []
     try:
@@ -115,8 +132,12 @@ def test_another_recording_on_the_reused_pty_never_costs_the_first_its_labelled_
     assert expected_first == 263  # the subject of the report
 
     run = replay_one_after_the_other(
-        tmp_path, Recording.load(first_path), Recording.load(second_path), first_labelled=expected_first,
-        second_session_done=lambda db: labelled(db, "chair#2") >= expected_second - 3)
+        tmp_path,
+        Recording.load(first_path),
+        Recording.load(second_path),
+        first_labelled=expected_first,
+        second_session_done=lambda db: labelled(db, "chair#2") >= expected_second - 3,
+    )
 
     seen = run.labelled_first
     assert seen and all(b >= a for a, b in zip(seen, seen[1:])), f"labelled windows dropped: {seen}"
@@ -137,9 +158,13 @@ def test_another_sensor_layout_on_the_reused_pty_is_a_stream_of_its_own(tmp_path
         with WindowStore(db) as store:
             return store.count(batch_chair.feature_set_version, session_id="chair#2") >= len(batch_chair.X) - 3
 
-    run = replay_one_after_the_other(tmp_path, Recording.load(watch_path), Recording.load(chair_path),
-                                     first_labelled=sum(y is not None for y in batch_watch.labels),
-                                     second_session_done=chair_done)
+    run = replay_one_after_the_other(
+        tmp_path,
+        Recording.load(watch_path),
+        Recording.load(chair_path),
+        first_labelled=sum(y is not None for y in batch_watch.labels),
+        second_session_done=chair_done,
+    )
     assert all(b >= a for a, b in zip(run.labelled_first, run.labelled_first[1:])), run.labelled_first
     assert run.stats["streams"] == "2" and run.stats["session"] == "chair#2"
     # sensor 1 was a float32 watch and is now an int16 wrist IMU: never the same sensor's windows

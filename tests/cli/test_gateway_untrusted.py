@@ -35,8 +35,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory):
     table, _ = extract_recording(path)
     labelled = np.array([y is not None for y in table.labels])
     X, y = table.X[labelled], np.array([str(v) for v in table.labels[labelled]])
-    model = aggregator.simulate(FedSCSXGB(n_rounds=2, max_depth=3, secure_aggregation=False,
-                                          feature_set_version=table.feature_set_version), [(X, y)])
+    model = aggregator.simulate(
+        FedSCSXGB(n_rounds=2, max_depth=3, secure_aggregation=False, feature_set_version=table.feature_set_version),
+        [(X, y)],
+    )
     key = SigningKey.generate()
     key.save(folder / "aggregator.key")
     key.verify_key.save(folder / "aggregator.pub")
@@ -48,13 +50,37 @@ def test_a_push_to_a_gateway_without_trust_is_refused_with_the_reason(tmp_path: 
     _, model, keys = trained
     with Registry(tmp_path / "registry.db") as registry:
         registry.add("activity", model)
-    gateway = GatewayProcess(tmp_path, "--client-id", "gw-1", "--store", "gw.db", "--port", str(mosquitto.port),
-                             "--stats-every", "0.2", env={"WHEELFED_MQTT_PASSWORD": PASSWORDS["gw-1"]})
+    gateway = GatewayProcess(
+        tmp_path,
+        "--client-id",
+        "gw-1",
+        "--store",
+        "gw.db",
+        "--port",
+        str(mosquitto.port),
+        "--stats-every",
+        "0.2",
+        env={"WHEELFED_MQTT_PASSWORD": PASSWORDS["gw-1"]},
+    )
     try:
         assert gateway.wait_for(lambda: gateway.stats().get("broker") == "connected"), gateway.err
-        run = wheelfed("model", "deploy", "activity", "--registry", "registry.db", "--key",
-                       str(keys / "aggregator.key"), "--clients", "gw-1", "--port", str(mosquitto.port),
-                       "--deadline", "20", cwd=tmp_path, env={"WHEELFED_MQTT_PASSWORD": PASSWORDS["aggregator"]})
+        run = wheelfed(
+            "model",
+            "deploy",
+            "activity",
+            "--registry",
+            "registry.db",
+            "--key",
+            str(keys / "aggregator.key"),
+            "--clients",
+            "gw-1",
+            "--port",
+            str(mosquitto.port),
+            "--deadline",
+            "20",
+            cwd=tmp_path,
+            env={"WHEELFED_MQTT_PASSWORD": PASSWORDS["aggregator"]},
+        )
     finally:
         assert gateway.stop() == 0, gateway.err
     assert run.code == 1, run
@@ -68,16 +94,28 @@ def test_a_restart_without_trust_keeps_collecting_and_leaves_the_stored_model_al
     recording, model, keys = trained
     models = tmp_path / "models"
     models.mkdir()
-    bundle = ModelBundle.create(model, model_id="activity", version=3,
-                                signing_key=load_signing_key(keys / "aggregator.key")).to_bytes()
+    bundle = ModelBundle.create(
+        model, model_id="activity", version=3, signing_key=load_signing_key(keys / "aggregator.key")
+    ).to_bytes()
     (models / "active.bundle").write_bytes(bundle)
 
-    gateway, master, _ = gateway_on_a_new_pty(tmp_path, "--client-id", "gw-1", "--no-broker", "--store", "gw.db",
-                                              "--model-dir", str(models), "--stats-every", "0.2", "--engine", "numpy")
+    gateway, master, _ = gateway_on_a_new_pty(
+        tmp_path,
+        "--client-id",
+        "gw-1",
+        "--no-broker",
+        "--store",
+        "gw.db",
+        "--model-dir",
+        str(models),
+        "--stats-every",
+        "0.2",
+        "--engine",
+        "numpy",
+    )
     try:
         assert replay(recording, master, speed=0, wait_for_reader_s=20).completed
-        assert gateway.wait_for(lambda: int(gateway.stats().get("labelled", 0)) > 200), (gateway.out[-1:],
-                                                                                          gateway.err)
+        assert gateway.wait_for(lambda: int(gateway.stats().get("labelled", 0)) > 200), (gateway.out[-1:], gateway.err)
         stats = gateway.stats()
     finally:
         code = gateway.stop()

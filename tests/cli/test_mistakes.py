@@ -215,11 +215,15 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     table, _ = extract_recording(folder / "rec.wfrec")
     labelled = np.array([y is not None for y in table.labels])
     X, y = table.X[labelled], np.array([str(v) for v in table.labels[labelled]])
-    model = simulate(FedSCSXGB(n_rounds=1, max_depth=2, secure_aggregation=False,
-                               feature_set_version=table.feature_set_version), [(X, y)])
+    model = simulate(
+        FedSCSXGB(n_rounds=1, max_depth=2, secure_aggregation=False, feature_set_version=table.feature_set_version),
+        [(X, y)],
+    )
     (folder / "model.cbor").write_bytes(model.to_cbor())
-    other = simulate(FedSCSXGB(n_rounds=1, max_depth=2, secure_aggregation=False,
-                               feature_set_version="wheelfed-tifex-2+0000"), [(X, y)])
+    other = simulate(
+        FedSCSXGB(n_rounds=1, max_depth=2, secure_aggregation=False, feature_set_version="wheelfed-tifex-2+0000"),
+        [(X, y)],
+    )
     (folder / "other-model.cbor").write_bytes(other.to_cbor())
     with Registry(folder / "registry.db") as registry:
         registry.add("activity", model)
@@ -261,8 +265,17 @@ def test_every_help_shows_defaults_and_examples(scratch: Path) -> None:
         text = sub.format_help()
         assert "examples:" in text, f"wheelfed {name} --help has no examples"
         for action in sub._actions:
-            if action.option_strings and action.default not in (None, False, [], "==SUPPRESS==") \
-                    and action.help and "--help" not in action.option_strings:
-                assert "default" in (action.help % {"default": action.default} if "%(" in action.help
-                                     else sub._get_formatter()._get_help_string(action)).lower(), \
-                    f"wheelfed {name} {action.option_strings[0]}: default not shown"
+            if (
+                action.option_strings
+                and action.default not in (None, False, [], "==SUPPRESS==")
+                and action.help
+                and "--help" not in action.option_strings
+            ):
+                assert (
+                    "default"
+                    in (
+                        action.help % {"default": action.default}
+                        if "%(" in action.help
+                        else sub._get_formatter()._get_help_string(action)
+                    ).lower()
+                ), f"wheelfed {name} {action.option_strings[0]}: default not shown"

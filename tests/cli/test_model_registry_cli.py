@@ -18,8 +18,14 @@ import pytest
 from tests.cli.cli_support import assert_one_line_failure, files_under, wheelfed
 
 USAGE, RUNTIME = 2, 1
-METRICS = {"n": 120.0, "accuracy": 0.9166666, "balanced_accuracy": 0.9, "macro_f1": 0.8812, "log_loss": 0.31,
-           "auc": float("nan")}
+METRICS = {
+    "n": 120.0,
+    "accuracy": 0.9166666,
+    "balanced_accuracy": 0.9,
+    "macro_f1": 0.8812,
+    "log_loss": 0.31,
+    "auc": float("nan"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +45,9 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     labelled = np.array([y is not None for y in table.labels])
     data = [(table.X[labelled], np.array([str(v) for v in table.labels[labelled]]))]
     fsv = table.feature_set_version
-    boosted = simulate(FedSCSXGB(n_rounds=3, max_depth=3, n_bins=32, secure_aggregation=False,
-                                 feature_set_version=fsv), data)
+    boosted = simulate(
+        FedSCSXGB(n_rounds=3, max_depth=3, n_bins=32, secure_aggregation=False, feature_set_version=fsv), data
+    )
     forest = simulate(FedForest(n_trees=3, max_depth=4, secure_aggregation=False, feature_set_version=fsv), data)
     (folder / "model.json").write_text(boosted.to_json())
     (folder / "table.csv").write_text("a,b\n1,2\n")
@@ -75,13 +82,26 @@ def test_register_takes_the_file_as_its_help_says(scratch: Path, tmp_path: Path)
     run = wheelfed("model", "register", "model.json", "--registry", "reg.db", cwd=work)
     assert run.code == 0 and "registered model:v1 in reg.db (fedscs-xgb, " in run.stdout, run
     assert "registered model:v2" in wheelfed("model", "register", "model.json", "--registry", "reg.db", cwd=work).stdout
-    assert "registered activity:v1" in wheelfed("model", "register", "model.json", "--model-id", "activity",
-                                                "--registry", "reg.db", cwd=work).stdout
-    assert "registered activity:v2" in wheelfed("model", "register", "--file", "model.json", "--model-id", "activity",
-                                                "--registry", "reg.db", cwd=work).stdout  # the older spelling
+    assert (
+        "registered activity:v1"
+        in wheelfed(
+            "model", "register", "model.json", "--model-id", "activity", "--registry", "reg.db", cwd=work
+        ).stdout
+    )
+    assert (
+        "registered activity:v2"
+        in wheelfed(
+            "model", "register", "--file", "model.json", "--model-id", "activity", "--registry", "reg.db", cwd=work
+        ).stdout
+    )  # the older spelling
     listed = wheelfed("model", "list", "--registry", "reg.db", cwd=work).stdout
-    assert [line.split()[0] for line in listed.splitlines()] == ["MODEL", "activity:v1", "activity:v2", "model:v1",
-                                                                 "model:v2"]
+    assert [line.split()[0] for line in listed.splitlines()] == [
+        "MODEL",
+        "activity:v1",
+        "activity:v2",
+        "model:v1",
+        "model:v2",
+    ]
     help_text = " ".join(wheelfed("model", "register", "--help", cwd=work).stdout.split())
     assert "default: the file's name without its suffix" in help_text
 
@@ -89,8 +109,10 @@ def test_register_takes_the_file_as_its_help_says(scratch: Path, tmp_path: Path)
 def test_show_formats_metrics_and_settings(scratch: Path) -> None:
     run = wheelfed("model", "show", "activity", "--registry", "reg.db", cwd=scratch)
     assert run.code == 0, run
-    assert "held-out metrics (120 windows): accuracy 0.9167, balanced_accuracy 0.9, macro_f1 0.8812, " \
-           "log_loss 0.31, auc n/a" in run.stdout
+    assert (
+        "held-out metrics (120 windows): accuracy 0.9167, balanced_accuracy 0.9, macro_f1 0.8812, "
+        "log_loss 0.31, auc n/a" in run.stdout
+    )
     assert "training settings: algorithm=fedscs_xgb, " in run.stdout and "{" not in run.stdout
     assert "gateways: not deployed" in run.stdout
 
@@ -101,8 +123,10 @@ def test_show_formats_metrics_and_settings(scratch: Path) -> None:
 
 
 def test_list_shows_the_headline_metric(scratch: Path) -> None:
-    rows = {line.split()[0]: line for line in
-            wheelfed("model", "list", "--registry", "reg.db", cwd=scratch).stdout.splitlines()}
+    rows = {
+        line.split()[0]: line
+        for line in wheelfed("model", "list", "--registry", "reg.db", cwd=scratch).stdout.splitlines()
+    }
     assert "accuracy 0.9167" in rows["activity:v1"] and "not deployed" in rows["activity:v1"]
     assert rows["forest:v1"].split()[4] == "-"
 
@@ -138,8 +162,18 @@ def test_xgboost_export_loads_in_xgboost_with_the_same_probabilities(scratch: Pa
     from shared.model import model_inputs
 
     work = _fresh(scratch, tmp_path, "reg.db")
-    run = wheelfed("model", "export", "activity:v1", "--registry", "reg.db", "-o", "booster.json",
-                   "--format", "xgboost-json", cwd=work)
+    run = wheelfed(
+        "model",
+        "export",
+        "activity:v1",
+        "--registry",
+        "reg.db",
+        "-o",
+        "booster.json",
+        "--format",
+        "xgboost-json",
+        cwd=work,
+    )
     assert run.code == 0 and "load_model" in run.stdout, run
     booster = xgb.Booster()
     booster.load_model(bytearray((work / "booster.json").read_bytes()))
@@ -161,8 +195,11 @@ MISTAKES: list[tuple[str, int, tuple[str, ...]]] = [
     ("model export activity --registry reg.db", USAGE, ("-o/--output",)),
     ("model export activity --registry reg.db -o x.txt", USAGE, ("must end in .json or .cbor",)),
     ("model export activity --registry reg.db -o x.cbor --format xgboost-json", USAGE, ("name the file .json",)),
-    ("model export forest --registry reg.db -o x.json --format xgboost-json", RUNTIME,
-     ("forest:v1 cannot be written as XGBoost JSON", "only boosted")),
+    (
+        "model export forest --registry reg.db -o x.json --format xgboost-json",
+        RUNTIME,
+        ("forest:v1 cannot be written as XGBoost JSON", "only boosted"),
+    ),
     ("model register --registry reg.db", USAGE, ("needs a model file",)),
     ("model register nope.json --registry reg.db", USAGE, ("no such file: nope.json",)),
     ("model register table.csv --registry reg.db", USAGE, ("table.csv is not a WheelFed model",)),
@@ -198,8 +235,11 @@ def test_deploy_and_rollback_with_no_gateway_or_a_refused_login(scratch: Path, m
     broker = ("--registry", "reg.db", "--port", str(mosquitto.port))
     env = {"WHEELFED_MQTT_PASSWORD": PASSWORDS["aggregator"]}
     for command in (("deploy", "activity", "--key", "agg.key"), ("rollback", "--key", "agg.key")):
-        assert_one_line_failure(wheelfed("model", *command, *broker, cwd=scratch, env=env), RUNTIME,
-                                "no gateway online", "--clients")
-        assert_one_line_failure(wheelfed("model", *command, *broker, cwd=scratch,
-                                         env={"WHEELFED_MQTT_PASSWORD": "wrong"}),
-                                RUNTIME, "aggregator")
+        assert_one_line_failure(
+            wheelfed("model", *command, *broker, cwd=scratch, env=env), RUNTIME, "no gateway online", "--clients"
+        )
+        assert_one_line_failure(
+            wheelfed("model", *command, *broker, cwd=scratch, env={"WHEELFED_MQTT_PASSWORD": "wrong"}),
+            RUNTIME,
+            "aggregator",
+        )

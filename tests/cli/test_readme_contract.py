@@ -63,8 +63,11 @@ def help_examples() -> list[str]:
     lines = []
     for sub in subparsers.values():
         epilog = sub.epilog or ""
-        lines += [line.strip() for line in epilog.split("examples:", 1)[-1].splitlines()
-                  if "wheelfed" in line and "examples:" in epilog]
+        lines += [
+            line.strip()
+            for line in epilog.split("examples:", 1)[-1].splitlines()
+            if "wheelfed" in line and "examples:" in epilog
+        ]
     return lines
 
 
@@ -157,8 +160,9 @@ def test_walkthrough_trains_registers_deploys_rolls_back_exports_and_predicts(wa
     assert (walk.folder / "activity.cbor").is_file()
     final_list = [run for line, run in out.items() if line.startswith("wheelfed model list")][-1].stdout
     rows = {line.split()[0]: line for line in final_list.splitlines() if line.strip()}
-    assert "gw-3" in rows["activity:v1"] and "gw-1" in rows["activity:v2"] and "gw-3" not in rows["activity:v2"], \
+    assert "gw-3" in rows["activity:v1"] and "gw-1" in rows["activity:v2"] and "gw-3" not in rows["activity:v2"], (
         final_list
+    )
     predict = next(run for line, run in out.items() if line.startswith("wheelfed predict"))
     assert "accuracy on" in predict.stdout
 

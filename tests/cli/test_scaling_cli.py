@@ -27,25 +27,41 @@ def test_the_help_names_the_library_defaults() -> None:
 
     merge = _help("merge-worker")
     settings = MergeSettings()
-    for words in (f"starting with {WORKER_PREFIX} (default: {WORKER_PREFIX}1)", f"(default: {DEFAULT_GROUP})",
-                  f"at most (default: {settings.max_batch})", f"first reply (default: {settings.linger_s * 1000:g})"):
+    for words in (
+        f"starting with {WORKER_PREFIX} (default: {WORKER_PREFIX}1)",
+        f"(default: {DEFAULT_GROUP})",
+        f"at most (default: {settings.max_batch})",
+        f"first reply (default: {settings.linger_s * 1000:g})",
+    ):
         assert words in merge, words
     assert f"${SECRET_ENV}" in _help("load-test", "host") and f"{SECRET_ENV}=" in _help("load-test")
 
 
-@pytest.mark.parametrize("line, code, fragments", [
-    ("site-aggregator --site-id site-a --members gw-1,,gw-2", 2, ("expected comma-separated gateway ids",)),
-    ("site-aggregator --site-id site-a --members gw-1,site-a", 2,
-     ("members must not include the site itself ('site-a') or the aggregator",)),
-    ("site-aggregator --site-id site-a --members gw-1 --upstream-port {port}", 1,
-     ("upstream: could not connect to MQTT broker 127.0.0.1:{port}: connection refused",)),
-    ("site-aggregator --site-id site-a --members gw-1 --upstream-tls-cert {file}", 2,
-     ("--upstream-tls-cert and --upstream-tls-key go together, with --upstream-tls-ca",)),
-    ("merge-worker --worker-id worker-1", 2, ("--worker-id must start with 'merge-', got 'worker-1'",)),
-    ("merge-worker --max-batch 0", 2, ("argument --max-batch: must be at least 1",)),
-    ("merge-worker --port {port}", 1, ("could not connect to MQTT broker 127.0.0.1:{port}",)),
-    ("load-test host --port {port} sim-00000", 2, ("$WHEELFED_SOAK_SECRET is not set",)),
-])
+@pytest.mark.parametrize(
+    "line, code, fragments",
+    [
+        ("site-aggregator --site-id site-a --members gw-1,,gw-2", 2, ("expected comma-separated gateway ids",)),
+        (
+            "site-aggregator --site-id site-a --members gw-1,site-a",
+            2,
+            ("members must not include the site itself ('site-a') or the aggregator",),
+        ),
+        (
+            "site-aggregator --site-id site-a --members gw-1 --upstream-port {port}",
+            1,
+            ("upstream: could not connect to MQTT broker 127.0.0.1:{port}: connection refused",),
+        ),
+        (
+            "site-aggregator --site-id site-a --members gw-1 --upstream-tls-cert {file}",
+            2,
+            ("--upstream-tls-cert and --upstream-tls-key go together, with --upstream-tls-ca",),
+        ),
+        ("merge-worker --worker-id worker-1", 2, ("--worker-id must start with 'merge-', got 'worker-1'",)),
+        ("merge-worker --max-batch 0", 2, ("argument --max-batch: must be at least 1",)),
+        ("merge-worker --port {port}", 1, ("could not connect to MQTT broker 127.0.0.1:{port}",)),
+        ("load-test host --port {port} sim-00000", 2, ("$WHEELFED_SOAK_SECRET is not set",)),
+    ],
+)
 def test_mistake_is_one_clear_line(tmp_path: Path, line: str, code: int, fragments: tuple[str, ...]) -> None:
     port = str(find_free_port())
     (tmp_path / "cert.pem").write_text("")

@@ -63,15 +63,28 @@ class Fleet:
     processes: GatewayProcesses
 
     def train(self, *args: str, timeout: float = 60.0):
-        return wheelfed("train", "--port", str(self.port), "--no-dp", *args, cwd=self.folder,
-                        env={"WHEELFED_MQTT_PASSWORD": PASSWORDS["aggregator"]}, timeout=timeout)
+        return wheelfed(
+            "train",
+            "--port",
+            str(self.port),
+            "--no-dp",
+            *args,
+            cwd=self.folder,
+            env={"WHEELFED_MQTT_PASSWORD": PASSWORDS["aggregator"]},
+            timeout=timeout,
+        )
 
     def start_training(self, *args: str) -> subprocess.Popen:
         """``wheelfed train`` in the background, stdout line-buffered, for signal tests."""
         env = {**os.environ, "PYTHONPATH": str(REPO), "WHEELFED_MQTT_PASSWORD": PASSWORDS["aggregator"]}
-        return subprocess.Popen([sys.executable, "-m", "edge_client.cli", "train", "--port", str(self.port), "--no-dp",
-                                 *args],
-                                cwd=self.folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "edge_client.cli", "train", "--port", str(self.port), "--no-dp", *args],
+            cwd=self.folder,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 @contextmanager
@@ -87,8 +100,11 @@ def running_fleet(root: Path, gateway_args: dict[str, tuple[str, ...]] | None = 
         try:
             # the aggregator's identity, so it must be gone before a test's wheelfed train connects
             # as the aggregator (the broker would disconnect one of two sessions with one client id)
-            watcher = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username="aggregator",
-                                                              password=PASSWORDS["aggregator"]), presence=False)
+            watcher = MqttTransport(
+                AGGREGATOR_ID,
+                MqttConfig(port=broker.port, username="aggregator", password=PASSWORDS["aggregator"]),
+                presence=False,
+            )
             watcher.connect()
             try:
                 presence = Presence(watcher, TopicLayout())
@@ -112,8 +128,11 @@ def fleet(tmp_path_factory) -> Iterator[Fleet]:
 
 def readme_train_command() -> list[str]:
     """The README's first ``wheelfed train`` line, as written (the password variable aside)."""
-    line = next(line for line in (REPO / "README.md").read_text().splitlines()
-                if line.startswith("WHEELFED_MQTT_PASSWORD=SECRET wheelfed train -o model.cbor"))
+    line = next(
+        line
+        for line in (REPO / "README.md").read_text().splitlines()
+        if line.startswith("WHEELFED_MQTT_PASSWORD=SECRET wheelfed train -o model.cbor")
+    )
     words = shlex.split(line.split("#")[0])
     assert words[:3] == ["WHEELFED_MQTT_PASSWORD=SECRET", "wheelfed", "train"], words
     return words[3:]
@@ -127,16 +146,21 @@ def test_the_readme_command_trains_on_the_majority_feature_set_and_names_the_gat
     assert f"feature set {WHEEL} (the majority's): 3 gateways (gw-1, gw-2, gw-3)" in run.stdout
     assert f"  gw-4 left out: feature_set_mismatch: it stores {CHEST}, not {WHEEL}" in run.stdout
     rounds = [line for line in run.stdout.splitlines() if line.startswith("fedscs_xgb ")]
-    assert len(rounds) == 10 and all(re.search(r"3/3 clients .* \| elapsed \d+:\d\d, ETA \d+:\d\d$", r)
-                                     for r in rounds)
+    assert len(rounds) == 10 and all(re.search(r"3/3 clients .* \| elapsed \d+:\d\d, ETA \d+:\d\d$", r) for r in rounds)
     model = TreeEnsemble.from_cbor((fleet.folder / "model.cbor").read_bytes())
     assert model.n_trees == 30 and model.feature_set_version == WHEEL and model.classes == tuple(LABELS)
 
 
 def test_a_feature_set_no_gateway_stores_is_one_line_listing_the_fleets(fleet) -> None:
     run = fleet.train("-o", "wrong.cbor", "--feature-set", FEATURE_SET_VERSION)
-    assert_one_line_failure(run, 1, f"no gateway stores feature set '{FEATURE_SET_VERSION}'",
-                            f"gw-1, gw-2, gw-3 store {WHEEL}", f"gw-4 stores {CHEST}", "omit --feature-set")
+    assert_one_line_failure(
+        run,
+        1,
+        f"no gateway stores feature set '{FEATURE_SET_VERSION}'",
+        f"gw-1, gw-2, gw-3 store {WHEEL}",
+        f"gw-4 stores {CHEST}",
+        "omit --feature-set",
+    )
     assert not (fleet.folder / "wrong.cbor").exists()
 
 
@@ -158,8 +182,10 @@ def test_evaluate_without_held_out_windows_keeps_and_registers_the_model(fleet) 
     run = fleet.train("-o", "m.cbor", "--registry", "reg.db", "--model-id", "act", "--rounds", "2", "--evaluate")
     assert run.code == 0, run.stderr
     assert "registered act:v1 in reg.db" in run.stdout
-    assert ("warning: not evaluated: no held-out windows on any gateway (start gateways with --holdout-fraction "
-            "0.2); the model is saved in m.cbor and act:v1 in reg.db") in run.stderr
+    assert (
+        "warning: not evaluated: no held-out windows on any gateway (start gateways with --holdout-fraction "
+        "0.2); the model is saved in m.cbor and act:v1 in reg.db"
+    ) in run.stderr
     assert TreeEnsemble.from_cbor((fleet.folder / "m.cbor").read_bytes()).n_trees == 6
     with Registry(fleet.folder / "reg.db") as registry:
         record, model = registry.model("act")
@@ -189,22 +215,33 @@ def test_ctrl_c_saves_the_completed_boosting_rounds(fleet) -> None:
     assert "Traceback" not in stderr and proc.returncode == 130, stderr
     assert "SIGINT: stopping after the current round and saving the model" in stderr
     last = stderr.strip().splitlines()[-1]
-    done = int(re.fullmatch(r"wheelfed train: interrupted after (\d+) of 40 boosting rounds: saved a \1-round "
-                            r"model to cut\.cbor", last).group(1))
+    done = int(
+        re.fullmatch(
+            r"wheelfed train: interrupted after (\d+) of 40 boosting rounds: saved a \1-round "
+            r"model to cut\.cbor",
+            last,
+        ).group(1)
+    )
     assert 2 <= done < 40
     assert TreeEnsemble.from_cbor((fleet.folder / "cut.cbor").read_bytes()).n_trees == 3 * done
 
 
 def test_sigterm_cuts_a_forest_at_its_last_complete_level(fleet) -> None:
-    proc = fleet.start_training("--algorithm", "fedforest", "-o", "forest.json", "--trees", "30", "--max-depth", "12",
-                                "--min-samples-leaf", "1")
+    proc = fleet.start_training(
+        "--algorithm", "fedforest", "-o", "forest.json", "--trees", "30", "--max-depth", "12", "--min-samples-leaf", "1"
+    )
     wait_for_line(proc, "fedforest 2/13")
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=60)
     assert "Traceback" not in stderr and proc.returncode == 143, stderr
     last = stderr.strip().splitlines()[-1]
-    depth = int(re.fullmatch(r"wheelfed train: interrupted after (\d+) of 13 levels: saved a forest of 30 trees cut "
-                             r"at depth \1 to forest\.json", last).group(1))
+    depth = int(
+        re.fullmatch(
+            r"wheelfed train: interrupted after (\d+) of 13 levels: saved a forest of 30 trees cut "
+            r"at depth \1 to forest\.json",
+            last,
+        ).group(1)
+    )
     model = TreeEnsemble.from_json((fleet.folder / "forest.json").read_bytes())
     assert model.n_trees == 30 and model.metadata["max_depth"] == depth < 12
 
@@ -213,9 +250,27 @@ def test_a_terminal_sees_one_updating_progress_line(fleet) -> None:
     """stdout on a pseudo-terminal: the rounds rewrite one line (\\r) with a bar and an ETA."""
     master, slave = os.openpty()
     env = {**os.environ, "PYTHONPATH": str(REPO), "WHEELFED_MQTT_PASSWORD": PASSWORDS["aggregator"]}
-    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "train", "--port", str(fleet.port), "-o",
-                             "tty.cbor", "--rounds", "3", "--bins", "32"], cwd=fleet.folder, env=env, stdout=slave,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "train",
+            "--port",
+            str(fleet.port),
+            "-o",
+            "tty.cbor",
+            "--rounds",
+            "3",
+            "--bins",
+            "32",
+        ],
+        cwd=fleet.folder,
+        env=env,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -236,8 +291,9 @@ def test_a_terminal_sees_one_updating_progress_line(fleet) -> None:
 def test_a_second_ctrl_c_aborts_at_once_without_a_traceback(fleet) -> None:
     """gw-2 is frozen (SIGSTOP), so the round in flight waits for its deadline: the first Ctrl-C
     waits with it, the second ends the command at once, saving nothing."""
-    proc = fleet.start_training("-o", "abort.cbor", "--rounds", "40", "--max-depth", "3", "--bins", "32",
-                                "--deadline", "60")
+    proc = fleet.start_training(
+        "-o", "abort.cbor", "--rounds", "40", "--max-depth", "3", "--bins", "32", "--deadline", "60"
+    )
     wait_for_line(proc, "fedscs_xgb 1/40")
     gateway = fleet.processes.processes["gw-2"]
     gateway.send_signal(signal.SIGSTOP)
@@ -269,15 +325,26 @@ def test_evaluation_scores_the_saved_model_and_stores_its_metrics(tmp_path) -> N
     assert "  gw-3: not evaluated: no_holdout_windows: this gateway keeps no held-out windows" in run.stdout
     with Registry(fleet.folder / "reg.db") as registry:
         record, model = registry.model("act")
-    assert record.metrics["n"] == 60 and record.metrics["accuracy"] == pytest.approx(float(held_out.group(2)),
-                                                                                   abs=1e-3)
+    assert record.metrics["n"] == 60 and record.metrics["accuracy"] == pytest.approx(float(held_out.group(2)), abs=1e-3)
     assert model.n_trees == 9 and model.feature_set_version == WHEEL
 
 
 def test_a_gateway_lost_mid_training_keeps_the_completed_rounds(fleet) -> None:
     """Last in this module: it kills gw-2 (and starts it again)."""
-    proc = fleet.start_training("-o", "partial.cbor", "--rounds", "40", "--max-depth", "3", "--bins", "32",
-                                "--min-fraction", "1", "--deadline", "3")
+    proc = fleet.start_training(
+        "-o",
+        "partial.cbor",
+        "--rounds",
+        "40",
+        "--max-depth",
+        "3",
+        "--bins",
+        "32",
+        "--min-fraction",
+        "1",
+        "--deadline",
+        "3",
+    )
     try:
         wait_for_line(proc, "fedscs_xgb 2/40")
         fleet.processes.kill("gw-2")
@@ -286,7 +353,10 @@ def test_a_gateway_lost_mid_training_keeps_the_completed_rounds(fleet) -> None:
         fleet.processes.start("gw-2")
     assert "Traceback" not in stderr and proc.returncode == 1, stderr
     last = stderr.strip().splitlines()[-1]
-    match = re.fullmatch(r"wheelfed train: .*gw-2.*; after (\d+) of 40 boosting rounds completed: saved a \1-round "
-                         r"model to partial\.cbor", last)
+    match = re.fullmatch(
+        r"wheelfed train: .*gw-2.*; after (\d+) of 40 boosting rounds completed: saved a \1-round "
+        r"model to partial\.cbor",
+        last,
+    )
     assert match, last
     assert TreeEnsemble.from_cbor((fleet.folder / "partial.cbor").read_bytes()).n_trees == 3 * int(match.group(1))

@@ -34,8 +34,10 @@ def test_a_log_gets_one_line_per_round_with_the_eta() -> None:
     display(step(2, seconds=4.0))
     display.finish()
     lines = out.getvalue().splitlines()
-    assert lines == [step(1).line() + " | elapsed 0:07, ETA 0:18",
-                     step(2, seconds=4.0).line() + " | elapsed 0:09, ETA 0:24"]
+    assert lines == [
+        step(1).line() + " | elapsed 0:07, ETA 0:18",
+        step(2, seconds=4.0).line() + " | elapsed 0:09, ETA 0:24",
+    ]
 
 
 def test_a_terminal_gets_one_rewritten_line_that_never_wraps() -> None:
@@ -56,5 +58,8 @@ def test_a_terminal_gets_one_rewritten_line_that_never_wraps() -> None:
 
 def test_units_read_either_spelling_of_the_algorithm() -> None:
     assert unit_of("fedscs_xgb") == unit_of("fedscs-xgb") == "boosting rounds"
-    assert (unit_of("fedforest"), unit_of("fedga-tree"), unit_of("vertical_forest")) == ("levels", "generations",
-                                                                                          "steps")
+    assert (unit_of("fedforest"), unit_of("fedga-tree"), unit_of("vertical_forest")) == (
+        "levels",
+        "generations",
+        "steps",
+    )

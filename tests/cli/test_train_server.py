@@ -47,8 +47,9 @@ class Setup:
         """``wheelfed ARGS`` as a process, the server and ``token`` in its environment."""
         return wheelfed(*args, cwd=self.folder, env=self._env(token), timeout=timeout)
 
-    def main(self, capsys: pytest.CaptureFixture, *args: str, token: str | None = OPERATOR,
-             server: bool = True) -> CliRun:
+    def main(
+        self, capsys: pytest.CaptureFixture, *args: str, token: str | None = OPERATOR, server: bool = True
+    ) -> CliRun:
         """The same in this process (``edge_client.cli.main``): a process start costs seconds on
         a busy machine; what is tested -- the requests, the answers, the one line -- is the same."""
         from edge_client.cli import main
@@ -84,8 +85,14 @@ def setup(tmp_path_factory) -> Iterator[Setup]:
         patch.setenv("WHEELFED_READ_TOKENS", READER)
         with start_fleet(root, "--holdout-fraction", "0.2", "--trust", str(root / "aggregator.pub")) as fleet:
             fleet.agg.close()  # the server is the aggregator (one connection per client id)
-            server = ServerProcess(str(root / "server.db"), fleet.port, PASSWORDS["aggregator"], root / "server.log",
-                                   "--key", str(root / "aggregator.key"))
+            server = ServerProcess(
+                str(root / "server.db"),
+                fleet.port,
+                PASSWORDS["aggregator"],
+                root / "server.log",
+                "--key",
+                str(root / "aggregator.key"),
+            )
             try:
                 deadline = time.monotonic() + 30
                 while sum(row["online"] for row in _get(server, "/api/gateways")) < len(GATEWAYS):
@@ -106,12 +113,14 @@ def _get(server: ServerProcess, path: str, *, raw: bool = False):
 @pytest.fixture(scope="module")
 def trained(setup: Setup) -> CliRun:
     """``act:v1``, trained through the server (the other tests read, deploy and compare it)."""
-    return setup.cli("train", "--model-id", "act", "--rounds", "3", "--max-depth", "3", "--bins", "16", "--no-dp",
-                     "-o", "act.cbor")
+    return setup.cli(
+        "train", "--model-id", "act", "--rounds", "3", "--max-depth", "3", "--bins", "16", "--no-dp", "-o", "act.cbor"
+    )
 
 
-def test_train_submits_the_job_follows_its_rounds_and_downloads_the_simulated_model(setup: Setup,
-                                                                                     trained: CliRun) -> None:
+def test_train_submits_the_job_follows_its_rounds_and_downloads_the_simulated_model(
+    setup: Setup, trained: CliRun
+) -> None:
     run = trained
     assert run.code == 0, run.stderr
     lines = run.stdout.splitlines()
@@ -122,12 +131,21 @@ def test_train_submits_the_job_follows_its_rounds_and_downloads_the_simulated_mo
     assert [r.split(":")[0] for r in rounds] == ["fedscs_xgb 1/3", "fedscs_xgb 2/3", "fedscs_xgb 3/3"], run.stdout
     assert all("4/4 clients" in r and "| elapsed" in r for r in rounds)
     assert any(line.startswith("held-out: ") and "accuracy=" in line for line in lines), run.stdout
-    assert lines[-1].startswith(f"act.cbor and act:v1 on {setup.server.url}: 9 trees, classes ['lie', 'push', "
-                                f"'sit'], feature set {FEATURE_SET}; job {job_id}, 3 boosting rounds"), lines[-1]
+    assert lines[-1].startswith(
+        f"act.cbor and act:v1 on {setup.server.url}: 9 trees, classes ['lie', 'push', "
+        f"'sit'], feature set {FEATURE_SET}; job {job_id}, 3 boosting rounds"
+    ), lines[-1]
 
     job = _get(setup.server, f"/api/jobs/{job_id}")
-    assert job["config"] == {"n_rounds": 3, "max_depth": 3, "n_bins": 16, "learning_rate": 0.2, "protocol": "histogram",
-                             "multi_strategy": "one_output_per_tree", "secure_aggregation": True}
+    assert job["config"] == {
+        "n_rounds": 3,
+        "max_depth": 3,
+        "n_bins": 16,
+        "learning_rate": 0.2,
+        "protocol": "histogram",
+        "multi_strategy": "one_output_per_tree",
+        "secure_aggregation": True,
+    }
     downloaded = TreeEnsemble.from_cbor((setup.folder / "act.cbor").read_bytes())
     simulated = aggregator.simulate(
         FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, protocol="histogram", feature_set_version=FEATURE_SET),
@@ -140,8 +158,9 @@ def test_train_submits_the_job_follows_its_rounds_and_downloads_the_simulated_mo
 def test_model_actions_read_and_deploy_through_the_server(setup: Setup, trained: CliRun, capsys) -> None:
     assert trained.code == 0, trained.stderr
     listed = setup.cli("model", "list", token=READER)  # a process, as an operator runs it; the rest in-process
-    assert listed.code == 0 and any(line.startswith("act:v1 ") and "fedscs-xgb" in line
-                                    for line in listed.stdout.splitlines()), listed
+    assert listed.code == 0 and any(
+        line.startswith("act:v1 ") and "fedscs-xgb" in line for line in listed.stdout.splitlines()
+    ), listed
     shown = setup.main(capsys, "model", "show", "act", token=READER)
     assert shown.code == 0 and shown.stdout.startswith("act:v1: fedscs-xgb boosted model, 9 trees"), shown
     assert "classes: lie, push, sit" in shown.stdout and "held-out metrics" in shown.stdout
@@ -155,8 +174,11 @@ def test_model_actions_read_and_deploy_through_the_server(setup: Setup, trained:
     deployed = setup.main(capsys, "model", "deploy", "act:v1", "--clients", "gw-1,gw-2")
     assert deployed.code == 0, deployed.stderr
     assert deployed.stdout.splitlines()[0] == "act:v1: active on gw-1, gw-2"
-    row = next(line for line in setup.main(capsys, "model", "list", token=READER).stdout.splitlines()
-               if line.startswith("act:v1 "))
+    row = next(
+        line
+        for line in setup.main(capsys, "model", "list", token=READER).stdout.splitlines()
+        if line.startswith("act:v1 ")
+    )
     assert "gw-1=active" in row and "gw-2=active" in row and "gw-3" not in row
 
 
@@ -208,34 +230,68 @@ def test_each_failure_is_one_line_with_the_cli_s_exit_code(setup: Setup, trained
     train = ("train", "--model-id", "x", "--rounds", "1", "--no-dp")
     # (command, token, exit code, fragments of the one line)
     cases = [
-        (train, None, RUNTIME, ("needs a bearer token", "this needs an operator token", "WHEELFED_TOKEN",
-                                "--token-file")),
-        (train, READER, RUNTIME, ("refused the token", "this needs an operator token",
-                                  "this token may not change anything")),
+        (
+            train,
+            None,
+            RUNTIME,
+            ("needs a bearer token", "this needs an operator token", "WHEELFED_TOKEN", "--token-file"),
+        ),
+        (
+            train,
+            READER,
+            RUNTIME,
+            ("refused the token", "this needs an operator token", "this token may not change anything"),
+        ),
         (("model", "list"), None, RUNTIME, ("needs a bearer token", "this needs a read or operator token")),
-        (("model", "deploy", "act:v1", "--clients", "gw-1"), READER, RUNTIME,
-         ("refused the token", "this needs an operator token")),
+        (
+            ("model", "deploy", "act:v1", "--clients", "gw-1"),
+            READER,
+            RUNTIME,
+            ("refused the token", "this needs an operator token"),
+        ),
         # a value the server refuses (422): a usage error, with the server's reason
-        (("train", "--algorithm", "fedforest", "--init-version", "act:v1"), OPERATOR, USAGE,
-         ("the server refused the request", "fedforest cannot continue from a model")),
-        (("train", "--since", "yesterday"), OPERATOR, USAGE,
-         ("the server refused the request", "since: 'yesterday' is neither Unix seconds nor an ISO-8601 time")),
+        (
+            ("train", "--algorithm", "fedforest", "--init-version", "act:v1"),
+            OPERATOR,
+            USAGE,
+            ("the server refused the request", "fedforest cannot continue from a model"),
+        ),
+        (
+            ("train", "--since", "yesterday"),
+            OPERATOR,
+            USAGE,
+            ("the server refused the request", "since: 'yesterday' is neither Unix seconds nor an ISO-8601 time"),
+        ),
         # a job the server cannot run: it fails there, and the command says why
         (("train", "--min-gateways", "99"), OPERATOR, RUNTIME, ("failed on the server", "the job needs 99")),
         # an unknown model (404), with the server's message
         (("model", "show", "nope:v3"), READER, RUNTIME, ("nope",)),
         # options of a local run, refused before anything is sent
         (("train", "--registry", "r.db"), OPERATOR, USAGE, ("--registry is for a local run",)),
-        (("model", "register", "act.cbor", "--model-id", "x"), OPERATOR, USAGE,
-         ("model register works on a registry file",)),
-        (("model", "deploy", "act:v1", "--key", key), OPERATOR, USAGE,
-         ("--key is for a local registry", "the server signs with its own key")),
+        (
+            ("model", "register", "act.cbor", "--model-id", "x"),
+            OPERATOR,
+            USAGE,
+            ("model register works on a registry file",),
+        ),
+        (
+            ("model", "deploy", "act:v1", "--key", key),
+            OPERATOR,
+            USAGE,
+            ("--key is for a local registry", "the server signs with its own key"),
+        ),
     ]
     local = [  # no server configured
-        (("train", "-o", "m.cbor", "--min-gateways", "3"), USAGE,
-         ("--min-gateways is a participation rule of a server job",)),
-        (("train", "--server", nowhere, "--rounds", "1"), RUNTIME,
-         (f"cannot reach the server at {nowhere}: connection refused",)),
+        (
+            ("train", "-o", "m.cbor", "--min-gateways", "3"),
+            USAGE,
+            ("--min-gateways is a participation rule of a server job",),
+        ),
+        (
+            ("train", "--server", nowhere, "--rounds", "1"),
+            RUNTIME,
+            (f"cannot reach the server at {nowhere}: connection refused",),
+        ),
     ]
     for args, token, code, fragments in cases:
         assert_one_line_failure(setup.main(capsys, *args, token=token), code, *fragments)
@@ -250,16 +306,33 @@ def test_train_fedga_tree_through_the_server_downloads_each_gateway_s_simulated_
     downloaded to its gateway's file and equal to the simulation's tree for that gateway."""
     from aggregator.algorithms import FedGATree
 
-    run = setup.cli("train", "--algorithm", "fedga-tree", "--model-id", "own", "--generations", "3", "--max-depth",
-                    "4", "--seed", "2", "-o", "trees.cbor")
+    run = setup.cli(
+        "train",
+        "--algorithm",
+        "fedga-tree",
+        "--model-id",
+        "own",
+        "--generations",
+        "3",
+        "--max-depth",
+        "4",
+        "--seed",
+        "2",
+        "-o",
+        "trees.cbor",
+    )
     assert run.code == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines if line.startswith("fedga_tree ")] == \
-        [f"fedga_tree {g}/3" for g in range(1, 4)], run.stdout
-    assert lines[-1].endswith("3 generations, one tree per gateway, each deployable to its own gateway only; "
-                              "participants gw-1, gw-2, gw-3, gw-4"), lines[-1]
-    simulated = aggregator.simulate(FedGATree(generations=3, d_max=4, feature_set_version=FEATURE_SET),
-                                    client_data(setup.stores, 0.2), seed=2)
+    assert [line.split(":")[0] for line in lines if line.startswith("fedga_tree ")] == [
+        f"fedga_tree {g}/3" for g in range(1, 4)
+    ], run.stdout
+    assert lines[-1].endswith(
+        "3 generations, one tree per gateway, each deployable to its own gateway only; "
+        "participants gw-1, gw-2, gw-3, gw-4"
+    ), lines[-1]
+    simulated = aggregator.simulate(
+        FedGATree(generations=3, d_max=4, feature_set_version=FEATURE_SET), client_data(setup.stores, 0.2), seed=2
+    )
     for gateway in GATEWAYS:
         line = next(line for line in lines if line.startswith(f"{gateway}: its own tree -> "))
         assert f"trees.{gateway}.cbor and own.{gateway}:v1 on {setup.server.url}; held-out" in line, line

@@ -25,8 +25,12 @@ def mode(path: Path) -> int:
 
 
 def subject_and_sans(cert: Path) -> str:
-    return subprocess.run(["openssl", "x509", "-in", str(cert), "-noout", "-subject", "-ext", "subjectAltName"],
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["openssl", "x509", "-in", str(cert), "-noout", "-subject", "-ext", "subjectAltName"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def assert_one_line_error(run, code: int, *fragments: str) -> None:
@@ -61,12 +65,15 @@ def test_running_again_keeps_everything_and_issues_only_new_gateways(tmp_path: P
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     again = make_certs(out, "gw-1", "gw-3", "gw-3")
     assert again.code == 0
-    assert [line for line in again.stdout.splitlines() if line.startswith("wrote")] == \
-        [f"wrote {out}/gw-3.key", f"wrote {out}/gw-3.crt"]
+    assert [line for line in again.stdout.splitlines() if line.startswith("wrote")] == [
+        f"wrote {out}/gw-3.key",
+        f"wrote {out}/gw-3.crt",
+    ]
     assert f"kept {out}/ca.key" in again.stdout.splitlines()
     assert {name: (out / name).read_bytes() for name in before} == before
-    verify = subprocess.run(["openssl", "verify", "-CAfile", str(out / "ca.crt"), str(out / "gw-3.crt")],
-                            capture_output=True, text=True)
+    verify = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(out / "ca.crt"), str(out / "gw-3.crt")], capture_output=True, text=True
+    )
     assert verify.returncode == 0, verify.stderr
 
 
@@ -78,13 +85,16 @@ def test_an_existing_folder_keeps_its_mode_and_no_scratch_files_remain(tmp_path:
     assert mode(out) == 0o750 and not [p for p in out.iterdir() if p.name.startswith(".")]
 
 
-@pytest.mark.parametrize("args, code, fragments", [
-    (["gw 1"], 2, ["invalid client id 'gw 1'", "usage:"]),
-    (["-gw"], 2, ["unknown option -gw"]),
-    (["broker"], 2, ["'broker' cannot be a client id"]),
-    (["--days", "0", "gw-1"], 2, ["--days needs a positive number"]),
-    (["--host", "a b"], 2, ["invalid --host 'a b'"]),
-])
+@pytest.mark.parametrize(
+    "args, code, fragments",
+    [
+        (["gw 1"], 2, ["invalid client id 'gw 1'", "usage:"]),
+        (["-gw"], 2, ["unknown option -gw"]),
+        (["broker"], 2, ["'broker' cannot be a client id"]),
+        (["--days", "0", "gw-1"], 2, ["--days needs a positive number"]),
+        (["--host", "a b"], 2, ["invalid --host 'a b'"]),
+    ],
+)
 def test_usage_mistakes_are_one_line(tmp_path: Path, args, code, fragments) -> None:
     run = make_certs(tmp_path / "certs", *args)
     assert_one_line_error(run, code, *fragments)
@@ -95,8 +105,9 @@ def test_broken_folders_are_named_with_what_to_do(tmp_path: Path) -> None:
     out = tmp_path / "certs"
     assert make_certs(out, "gw-1").code == 0
     (out / "gw-1.key").unlink()
-    assert_one_line_error(make_certs(out, "gw-1"), 1, f"{out}/gw-1.crt exists without {out}/gw-1.key",
-                          "delete it to reissue")
+    assert_one_line_error(
+        make_certs(out, "gw-1"), 1, f"{out}/gw-1.crt exists without {out}/gw-1.key", "delete it to reissue"
+    )
     (out / "gw-1.crt").unlink()
 
     (out / "ca.key").rename(tmp_path / "ca.key.offline")  # a CA key kept offline
@@ -105,8 +116,12 @@ def test_broken_folders_are_named_with_what_to_do(tmp_path: Path) -> None:
     assert make_certs(out).code == 0  # nothing to sign: fine without the CA key
 
     (out / "ca.crt").unlink()  # a new CA: the old certificates are no longer valid under it
-    assert_one_line_error(make_certs(out), 1, f"{out}/broker.crt is not valid under {out}/ca.crt",
-                          "delete broker.crt and broker.key to reissue")
+    assert_one_line_error(
+        make_certs(out),
+        1,
+        f"{out}/broker.crt is not valid under {out}/ca.crt",
+        "delete broker.crt and broker.key to reissue",
+    )
 
 
 def test_a_folder_that_cannot_be_made_is_named(tmp_path: Path) -> None:
@@ -116,5 +131,6 @@ def test_a_folder_that_cannot_be_made_is_named(tmp_path: Path) -> None:
 
 def test_client_id_rule_matches_the_protocol() -> None:
     """The script refuses exactly what validate_client_id refuses (ids are topic levels)."""
-    assert re.search(r"^CLIENT_ID_PATTERN='(.*)'$", CERTS_SCRIPT.read_text(), re.M).group(1) == \
-        CLIENT_ID_PATTERN.pattern
+    assert (
+        re.search(r"^CLIENT_ID_PATTERN='(.*)'$", CERTS_SCRIPT.read_text(), re.M).group(1) == CLIENT_ID_PATTERN.pattern
+    )

@@ -36,6 +36,7 @@ ALLOWED_HOST_PORTS = {"8883", "8080"}
 
 # -- compose ------------------------------------------------------------------------------------
 
+
 def filled_env(tmp_path: Path) -> Path:
     """``.env.example`` with its two required secrets filled in, as an operator would."""
     text = CLOUD.joinpath(".env.example").read_text()
@@ -57,8 +58,13 @@ def compose_command() -> list[str]:
 def compose_config(compose: Path, env: Path) -> subprocess.CompletedProcess:
     """``compose config`` of ``compose`` as if it were deploy/cloud/compose.yaml (relative paths
     from deploy/cloud/)."""
-    return subprocess.run([*compose_command(), "--project-directory", str(CLOUD), "--env-file", str(env), "-f",
-                           str(compose), "config"], capture_output=True, text=True, timeout=120, cwd=CLOUD)
+    return subprocess.run(
+        [*compose_command(), "--project-directory", str(CLOUD), "--env-file", str(env), "-f", str(compose), "config"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=CLOUD,
+    )
 
 
 def structure_problems(doc: dict) -> list[str]:
@@ -122,8 +128,10 @@ def test_the_stack_holds_together(resolved: dict) -> None:
     server = services["server"]
     assert server["build"]["dockerfile"] == "deploy/cloud/Dockerfile"
     assert Path(server["build"]["context"]).resolve() == REPO
-    assert {k: v["condition"] for k, v in server["depends_on"].items()} == {"db": "service_healthy",
-                                                                            "broker": "service_healthy"}
+    assert {k: v["condition"] for k, v in server["depends_on"].items()} == {
+        "db": "service_healthy",
+        "broker": "service_healthy",
+    }
     env = server["environment"]
     assert env["WHEELFED_REGISTRY"] == "postgresql+psycopg://wheelfed@db:5432/wheelfed"
     assert (env["WHEELFED_LISTEN"], env["WHEELFED_MQTT_HOST"], env["PGPASSWORD"]) == ("0.0.0.0", "broker", "pw")
@@ -137,13 +145,16 @@ def test_the_stack_holds_together(resolved: dict) -> None:
     assert services["db"]["image"].startswith("postgres:15")  # pg_dump 15 in the server image
 
 
-@pytest.mark.parametrize("mistake, problem", [
-    (lambda d: d["services"]["db"].pop("image"), "db: neither image nor build"),
-    (lambda d: d["services"]["broker"].pop("healthcheck"), "broker: no healthcheck"),
-    (lambda d: d.pop("volumes"), "db: volume db-data is not declared"),
-    (lambda d: d["services"]["db"].update(ports=["5432:5432"]), "db: publishes host port 5432"),
-    (lambda d: d["services"]["server"].update(depends_on={"database": {}}), "server: depends on unknown service"),
-])
+@pytest.mark.parametrize(
+    "mistake, problem",
+    [
+        (lambda d: d["services"]["db"].pop("image"), "db: neither image nor build"),
+        (lambda d: d["services"]["broker"].pop("healthcheck"), "broker: no healthcheck"),
+        (lambda d: d.pop("volumes"), "db: volume db-data is not declared"),
+        (lambda d: d["services"]["db"].update(ports=["5432:5432"]), "db: publishes host port 5432"),
+        (lambda d: d["services"]["server"].update(depends_on={"database": {}}), "server: depends on unknown service"),
+    ],
+)
 def test_structure_check_catches_real_mistakes(resolved: dict, mistake, problem: str) -> None:
     doc = copy.deepcopy(resolved)
     assert structure_problems(doc) == []
@@ -154,8 +165,12 @@ def test_structure_check_catches_real_mistakes(resolved: dict, mistake, problem:
 def test_dockerfile_installs_the_server_extra_and_the_backup_scripts() -> None:
     text = CLOUD.joinpath("Dockerfile").read_text()
     assert re.search(r'^RUN pip install --no-cache-dir "/src\[server\]"', text, re.M)
-    assert re.search(r"^COPY deploy/cloud/backup.sh deploy/cloud/restore.sh deploy/cloud/registry-lib.sh "
-                     r"/usr/local/bin/$", text, re.M)
+    assert re.search(
+        r"^COPY deploy/cloud/backup.sh deploy/cloud/restore.sh deploy/cloud/registry-lib.sh "
+        r"/usr/local/bin/$",
+        text,
+        re.M,
+    )
     assert "postgresql-client-15" in text and re.search(r"^USER wheelfed$", text, re.M)
     # every package setuptools looks for is copied in
     for package in ("shared", "edge_client", "aggregator", "firmware_bridge"):
@@ -166,16 +181,23 @@ def test_dockerignore_keeps_the_venv_out_of_the_context_and_every_copied_source_
     """The context is the repository root: without .dockerignore a build sends .venv (GBs) to the
     daemon; with a wrong one a COPY fails. Docker's patterns are close enough to fnmatch here."""
     ignored = [p for p in (REPO / ".dockerignore").read_text().splitlines() if p and not p.startswith("#")]
-    sources = [s for line in CLOUD.joinpath("Dockerfile").read_text().splitlines() if line.startswith("COPY ")
-               for s in line.split()[1:-1]]
+    sources = [
+        s
+        for line in CLOUD.joinpath("Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ")
+        for s in line.split()[1:-1]
+    ]
     assert {".venv", ".git", "tests"} <= set(ignored)
     for source in sources:
         assert not any(fnmatch.fnmatch(source, p) or source.startswith(p + "/") for p in ignored), source
 
 
 def mosquitto_settings(text: str) -> dict[str, str]:
-    return {k: v for k, _, v in (line.partition(" ") for line in text.splitlines() if line and line[0] != "#")
-            if k != "log_type"}
+    return {
+        k: v
+        for k, _, v in (line.partition(" ") for line in text.splitlines() if line and line[0] != "#")
+        if k != "log_type"
+    }
 
 
 def test_the_compose_broker_config_is_the_tls_template_with_the_revocation_list_on() -> None:
@@ -183,12 +205,14 @@ def test_the_compose_broker_config_is_the_tls_template_with_the_revocation_list_
     ours = mosquitto_settings(CLOUD.joinpath("mosquitto.conf").read_text())
     paths = {"cafile", "certfile", "keyfile", "acl_file", "persistence_location", "listener", "user", "log_dest"}
     assert set(ours) == set(template) | {"crlfile"}
-    assert {k: v for k, v in ours.items() if k not in paths | {"crlfile"}} == \
-        {k: v for k, v in template.items() if k not in paths}
+    assert {k: v for k, v in ours.items() if k not in paths | {"crlfile"}} == {
+        k: v for k, v in template.items() if k not in paths
+    }
     assert ours["crlfile"] == "/mosquitto/certs/crl.pem" and ours["listener"] == "8883 0.0.0.0"
 
 
 # -- systemd units and scripts ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["wheelfed-server.service", "wheelfed-broker.service"])
 def test_units_pass_systemd_analyze_verify_and_are_hardened(tmp_path: Path, name: str) -> None:
@@ -202,10 +226,19 @@ def test_units_pass_systemd_analyze_verify_and_are_hardened(tmp_path: Path, name
     verify_unit(unit)
     got = unit_settings(source.read_text())
     state = "/var/lib/" + name.removesuffix(".service")
-    for key, value in {"Restart": "on-failure", "RestartPreventExitStatus": "2", "User": "wheelfed",
-                       "ProtectSystem": "strict", "ReadWritePaths": state, "StateDirectory": state.split("/")[-1],
-                       "NoNewPrivileges": "yes", "CapabilityBoundingSet": "", "PrivateDevices": "yes",
-                       "SystemCallFilter": "@system-service", "ProtectHome": "yes"}.items():
+    for key, value in {
+        "Restart": "on-failure",
+        "RestartPreventExitStatus": "2",
+        "User": "wheelfed",
+        "ProtectSystem": "strict",
+        "ReadWritePaths": state,
+        "StateDirectory": state.split("/")[-1],
+        "NoNewPrivileges": "yes",
+        "CapabilityBoundingSet": "",
+        "PrivateDevices": "yes",
+        "SystemCallFilter": "@system-service",
+        "ProtectHome": "yes",
+    }.items():
         assert got[key] == [value], key
 
 
@@ -221,8 +254,10 @@ def test_units_run_commands_the_cli_accepts(tmp_path: Path) -> None:
     for name, command in (("wheelfed-server.service", "server"), ("wheelfed-broker.service", "broker")):
         argv = unit_settings(CLOUD.joinpath(name).read_text())["ExecStart"][0].split()
         assert argv[0] == "/opt/wheelfed-server/venv/bin/wheelfed"
-        argv = [a.replace("/etc/wheelfed/server.toml", str(config)).replace("/etc/wheelfed/certs", str(certs))
-                for a in argv[1:]]
+        argv = [
+            a.replace("/etc/wheelfed/server.toml", str(config)).replace("/etc/wheelfed/certs", str(certs))
+            for a in argv[1:]
+        ]
         args = build_parser().parse_args(argv)
         assert args.func.__module__ == f"aggregator.cli.{command}"
         if command == "server":
@@ -231,12 +266,18 @@ def test_units_run_commands_the_cli_accepts(tmp_path: Path) -> None:
             assert (args.tls_cert_dir, args.crl, args.run_dir) == (certs, certs / "crl.pem", "/var/lib/wheelfed-broker")
 
 
-@pytest.mark.parametrize("script", [BACKUP, RESTORE, CRL, CLOUD / "registry-lib.sh", REPO / "deploy" / "certs",
-                                    REPO / "deploy" / "run"])
+@pytest.mark.parametrize(
+    "script", [BACKUP, RESTORE, CRL, CLOUD / "registry-lib.sh", REPO / "deploy" / "certs", REPO / "deploy" / "run"]
+)
 def test_scripts_pass_shellcheck(script: Path) -> None:
     """-x: backup.sh and restore.sh are checked with the library they source."""
-    run = subprocess.run([need("shellcheck", "shellcheck"), "-x", "--severity=style", str(script)],
-                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    run = subprocess.run(
+        [need("shellcheck", "shellcheck"), "-x", "--severity=style", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert run.returncode == 0, run.stdout
 
 
@@ -245,8 +286,21 @@ def run_script(script: Path, *args: str, cwd: Path | None = None) -> subprocess.
 
 
 def verify(certs: Path, cert: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["openssl", "verify", "-crl_check", "-CRLfile", str(certs / "crl.pem"), "-CAfile",
-                           str(certs / "ca.crt"), str(cert)], capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [
+            "openssl",
+            "verify",
+            "-crl_check",
+            "-CRLfile",
+            str(certs / "crl.pem"),
+            "-CAfile",
+            str(certs / "ca.crt"),
+            str(cert),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def test_crl_revokes_one_gateway_and_lets_it_be_reissued(tmp_path: Path) -> None:
@@ -264,27 +318,35 @@ def test_crl_revokes_one_gateway_and_lets_it_be_reissued(tmp_path: Path) -> None
     assert refused.returncode != 0 and "certificate revoked" in refused.stdout + refused.stderr
     assert verify(certs, certs / "gw-2.crt").returncode == 0
     # rotation: deploy/certs issues gw-1 anew; the new certificate passes, the old stays revoked
-    reissue = subprocess.run([str(REPO / "deploy" / "certs"), "-o", str(certs), "gw-1"], capture_output=True,
-                             text=True, timeout=60)
+    reissue = subprocess.run(
+        [str(REPO / "deploy" / "certs"), "-o", str(certs), "gw-1"], capture_output=True, text=True, timeout=60
+    )
     assert reissue.returncode == 0, reissue.stderr
     assert verify(certs, certs / "gw-1.crt").returncode == 0
     assert verify(certs, revoked).returncode != 0
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--revoke", "gw/1"), "--revoke gw/1: not a client id (usage: deploy/cloud/crl.sh [-o DIR] [--days N] "
-                           "[--revoke CLIENT_ID]...)"),
-    (("--revoke", "gw-9"), "CERTS/gw-9.crt is missing: nothing to revoke for gw-9"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("--revoke", "gw/1"),
+            "--revoke gw/1: not a client id (usage: deploy/cloud/crl.sh [-o DIR] [--days N] [--revoke CLIENT_ID]...)",
+        ),
+        (("--revoke", "gw-9"), "CERTS/gw-9.crt is missing: nothing to revoke for gw-9"),
+    ],
+)
 def test_crl_refuses_bad_input_in_one_line(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     certs = certificate_dir(tmp_path / "certs", "gw-1")
     run = run_script(CRL, "-o", str(certs), *args)
-    assert run.returncode in (1, 2) and run.stderr == "deploy/cloud/crl.sh: " + message.replace("CERTS", str(certs)) \
-        + "\n"
+    assert (
+        run.returncode in (1, 2) and run.stderr == "deploy/cloud/crl.sh: " + message.replace("CERTS", str(certs)) + "\n"
+    )
     assert not (certs / "crl.pem").exists()
 
 
 # -- backup and restore -------------------------------------------------------------------------
+
 
 def populate(url: str) -> None:
     """A registry with a row in every table: two model versions, deployments, gateways, a job
@@ -292,22 +354,37 @@ def populate(url: str) -> None:
     model = small_model()
     with Registry(url) as registry:
         registry.add("act", model, metrics={"accuracy": 0.75})
-        registry.add("act", small_model(1), metrics={"accuracy": 0.8}, config={"n_rounds": 3}, parent="act:v1",
-                     job_id="job-1")
+        registry.add(
+            "act", small_model(1), metrics={"accuracy": 0.8}, config={"n_rounds": 3}, parent="act:v1", job_id="job-1"
+        )
         registry.set_deployment("act", 1, "gw-1", "active")
         registry.set_deployment("act", 2, "gw-2", "rejected", "feature set")
-        registry.save_gateways([GatewayRow("gw-1", True, 5.0, "act:v1", 10, 8, "up", "ort", 3, 0, "PUSH", "",
-                                           {"PUSH": 8}, "fs1")])
-        registry.add_job("job-1", "fedscs_xgb", {"n_rounds": 3}, model_id="act", total=3,
-                         rules=JobRules(min_gateways=2))
+        registry.save_gateways(
+            [GatewayRow("gw-1", True, 5.0, "act:v1", 10, 8, "up", "ort", 3, 0, "PUSH", "", {"PUSH": 8}, "fs1")]
+        )
+        registry.add_job(
+            "job-1", "fedscs_xgb", {"n_rounds": 3}, model_id="act", total=3, rules=JobRules(min_gateways=2)
+        )
         registry.update_job("job-1", state="running", participants=["gw-1", "gw-2"])
         registry.complete_round("job-1", 1, 3, 2, 2, {"loss": 0.5}, 1.25, model.to_cbor())
         registry.complete_round("job-1", 2, 3, 2, 1, {"loss": 0.25}, 1.5, None)
-        registry.add_schedule(ScheduleRecord("nightly", "act", "fedscs_xgb", {"n_rounds": 5}, None, "30 2 * * *",
-                                             500, 0.01, 0.25, True, 0.0, 0, 1.0))
-        registry.add_promotion(job_id="job-1", model_id="act", candidate=2, baseline=1, metric="accuracy",
-                               candidate_value=0.8, baseline_value=0.75, threshold=0.01, decision="promoted",
-                               detail="")
+        registry.add_schedule(
+            ScheduleRecord(
+                "nightly", "act", "fedscs_xgb", {"n_rounds": 5}, None, "30 2 * * *", 500, 0.01, 0.25, True, 0.0, 0, 1.0
+            )
+        )
+        registry.add_promotion(
+            job_id="job-1",
+            model_id="act",
+            candidate=2,
+            baseline=1,
+            metric="accuracy",
+            candidate_value=0.8,
+            baseline_value=0.75,
+            threshold=0.01,
+            decision="promoted",
+            detail="",
+        )
 
 
 def snapshot(url: str) -> dict[str, list[tuple]]:
@@ -322,8 +399,10 @@ def snapshot(url: str) -> dict[str, list[tuple]]:
         metadata = sa.MetaData()
         metadata.reflect(engine)
         with engine.connect() as connection:
-            return {name: sorted((tuple(row) for row in connection.execute(table.select())), key=repr)
-                    for name, table in metadata.tables.items()}
+            return {
+                name: sorted((tuple(row) for row in connection.execute(table.select())), key=repr)
+                for name, table in metadata.tables.items()
+            }
     finally:
         engine.dispose()
 
@@ -332,15 +411,29 @@ def registry_view(url: str) -> tuple:
     """What the registry's own API reads back (models with their bytes, deployments, jobs,
     rounds with checkpoints, gateways, schedules, promotions)."""
     with Registry(url) as r:
-        return ([(m, r.model_bytes(m.model_id, m.version)[1]) for m in r.list()], r.deployments(), r.jobs(),
-                r.rounds("job-1", with_checkpoints=True), r.gateways(), r.schedules(), r.promotions())
+        return (
+            [(m, r.model_bytes(m.model_id, m.version)[1]) for m in r.list()],
+            r.deployments(),
+            r.jobs(),
+            r.rounds("job-1", with_checkpoints=True),
+            r.gateways(),
+            r.schedules(),
+            r.promotions(),
+        )
 
 
 def backup_and_restore(url: str, backup: Path, wipe) -> None:
     before, view = snapshot(url), registry_view(url)
-    assert {name for name, rows in before.items() if rows} >= {"models", "deployments", "gateways", "jobs",
-                                                               "job_rounds", "schedules", "promotions",
-                                                               "alembic_version"}
+    assert {name for name, rows in before.items() if rows} >= {
+        "models",
+        "deployments",
+        "gateways",
+        "jobs",
+        "job_rounds",
+        "schedules",
+        "promotions",
+        "alembic_version",
+    }
     run = run_script(BACKUP, url, str(backup))
     assert run.returncode == 0, run.stderr
     assert run.stdout == f"backed up {url} to {backup} ({backup.stat().st_size} bytes)\n"
@@ -356,8 +449,18 @@ def backup_and_restore(url: str, backup: Path, wipe) -> None:
     with Registry(url) as registry:
         registry.add("act", small_model(2))
         registry.set_deployment("act", 3, "gw-3", "active")
-        registry.add_promotion(job_id="job-2", model_id="act", candidate=3, baseline=2, metric="accuracy",
-                               candidate_value=0.9, baseline_value=0.8, threshold=0.01, decision="promoted", detail="")
+        registry.add_promotion(
+            job_id="job-2",
+            model_id="act",
+            candidate=3,
+            baseline=2,
+            metric="accuracy",
+            candidate_value=0.9,
+            baseline_value=0.8,
+            threshold=0.01,
+            decision="promoted",
+            detail="",
+        )
     assert snapshot(url) != before
     run = run_script(RESTORE, url, str(backup))
     assert run.returncode == 0, run.stderr
@@ -365,9 +468,21 @@ def backup_and_restore(url: str, backup: Path, wipe) -> None:
     # and the restored registry keeps working: the next version and promotion id follow on
     with Registry(url) as registry:
         assert registry.add("act", small_model(3)).version == 3
-        assert registry.add_promotion(job_id="job-3", model_id="act", candidate=3, baseline=2, metric="accuracy",
-                                      candidate_value=0.9, baseline_value=0.8, threshold=0.01, decision="rejected",
-                                      detail="").id == 2
+        assert (
+            registry.add_promotion(
+                job_id="job-3",
+                model_id="act",
+                candidate=3,
+                baseline=2,
+                metric="accuracy",
+                candidate_value=0.9,
+                baseline_value=0.8,
+                threshold=0.01,
+                decision="rejected",
+                detail="",
+            ).id
+            == 2
+        )
 
 
 def test_sqlite_backup_wipe_restore_gives_the_same_registry(tmp_path: Path) -> None:
@@ -419,30 +534,41 @@ def test_postgresql_backup_wipe_restore_gives_the_same_registry(postgres_cluster
     backup_and_restore(url, tmp_path / "registry.dump", wipe)
 
 
-def test_restore_refuses_a_backup_of_the_other_kind_and_backup_never_overwrites(postgres_cluster,  # noqa: F811
-                                                                                tmp_path: Path) -> None:
+def test_restore_refuses_a_backup_of_the_other_kind_and_backup_never_overwrites(
+    postgres_cluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     sqlite_url = str(tmp_path / "registry.db")
     populate(sqlite_url)
     backup = tmp_path / "registry.backup"
     assert run_script(BACKUP, sqlite_url, str(backup)).returncode == 0
     again = run_script(BACKUP, sqlite_url, str(backup))
-    assert (again.returncode, again.stderr) == (1, f"deploy/cloud/backup.sh: {backup} exists: give a new file name "
-                                                   "(backups are never overwritten)\n")
+    assert (again.returncode, again.stderr) == (
+        1,
+        f"deploy/cloud/backup.sh: {backup} exists: give a new file name (backups are never overwritten)\n",
+    )
     pg_url = postgres_cluster.database()
     before = snapshot(pg_url)
     run = run_script(RESTORE, pg_url, str(backup))
-    assert (run.returncode, run.stderr) == (1, f"deploy/cloud/restore.sh: {backup} is a SQLite backup; {pg_url} is "
-                                               "a PostgreSQL registry\n")
+    assert (run.returncode, run.stderr) == (
+        1,
+        f"deploy/cloud/restore.sh: {backup} is a SQLite backup; {pg_url} is a PostgreSQL registry\n",
+    )
     assert snapshot(pg_url) == before
     junk = tmp_path / "junk"
     junk.write_text("hello")
     run = run_script(RESTORE, sqlite_url, str(junk))
-    assert (run.returncode, run.stderr) == (1, f"deploy/cloud/restore.sh: {junk} is neither a pg_dump custom-format "
-                                               "file nor a SQLite database (not made by backup.sh)\n")
+    assert (run.returncode, run.stderr) == (
+        1,
+        f"deploy/cloud/restore.sh: {junk} is neither a pg_dump custom-format "
+        "file nor a SQLite database (not made by backup.sh)\n",
+    )
     assert run_script(BACKUP, sqlite_url).returncode == 2
     run = run_script(BACKUP, "mysql://wheelfed@db/wheelfed", str(tmp_path / "m.dump"))
-    assert (run.returncode, run.stderr) == (1, "deploy/cloud/backup.sh: unsupported registry URL mysql://...: give a "
-                                               "SQLite file or a postgresql URL\n")
+    assert (run.returncode, run.stderr) == (
+        1,
+        "deploy/cloud/backup.sh: unsupported registry URL mysql://...: give a SQLite file or a postgresql URL\n",
+    )
     assert not (tmp_path / "m.dump").exists() and not (tmp_path / "m.dump.partial").exists()
 
 
@@ -482,10 +608,14 @@ def test_a_broker_with_the_crl_on_refuses_the_revoked_gateway_and_admits_the_oth
         transport.close()
         return True
 
-    with MosquittoBroker(tmp_path / "run", tls_cert_dir=certs, crl_file=certs / "crl.pem",
-                         deploy_dir=tmp_path / "broker", bind_address="127.0.0.1") as broker:
-        assert re.search(rf"^crlfile {re.escape(str(certs.resolve()))}/crl\.pem$", broker.config_path.read_text(),
-                         re.M)
+    with MosquittoBroker(
+        tmp_path / "run",
+        tls_cert_dir=certs,
+        crl_file=certs / "crl.pem",
+        deploy_dir=tmp_path / "broker",
+        bind_address="127.0.0.1",
+    ) as broker:
+        assert re.search(rf"^crlfile {re.escape(str(certs.resolve()))}/crl\.pem$", broker.config_path.read_text(), re.M)
         assert connects("gw-2", certs / "gw-2.crt", certs / "gw-2.key", broker.port)
         assert not connects("gw-1", revoked_crt, revoked_crt.with_suffix(".key"), broker.port)
 
@@ -497,9 +627,15 @@ def test_the_units_settings_file_loads_and_points_where_the_units_allow() -> Non
 
     config = ServerConfig.load(CLOUD / "server.toml", environ={})
     assert (config.registry, config.listen, config.mqtt_host, config.mqtt_port) == (
-        "postgresql+psycopg://wheelfed@/wheelfed?host=/var/run/postgresql", "127.0.0.1", "localhost", 8883)
-    assert (config.tls_key, config.signing_key) == ("/etc/wheelfed/certs/aggregator.key",
-                                                    "/etc/wheelfed/aggregator.key")
+        "postgresql+psycopg://wheelfed@/wheelfed?host=/var/run/postgresql",
+        "127.0.0.1",
+        "localhost",
+        8883,
+    )
+    assert (config.tls_key, config.signing_key) == (
+        "/etc/wheelfed/certs/aggregator.key",
+        "/etc/wheelfed/aggregator.key",
+    )
     names = re.findall(r"^([A-Z_]+)=", CLOUD.joinpath("server.env.example").read_text(), re.M)
     assert names and ServerConfig.load(environ={n: "t" for n in names}).operator_tokens == ("t",)
     assert all(n.startswith(ENV_PREFIX) for n in names)
@@ -525,10 +661,11 @@ def test_a_socket_url_like_server_toml_s_backs_up_and_restores(postgres_cluster,
 
 # -- deploy/README.md ---------------------------------------------------------------------------
 
+
 def cloud_guide_commands() -> list[str]:
     """The ``console`` lines of deploy/README.md's server sections (continuations joined)."""
     text = (REPO / "deploy" / "README.md").read_text()
-    guide = text[text.index("\n## The clinic's server"):]
+    guide = text[text.index("\n## The clinic's server") :]
     blocks = re.findall(r"^```console\n(.*?)^```", guide, re.M | re.S)
     return [line.strip() for block in blocks for line in block.replace("\\\n", " ").splitlines() if line.strip()]
 
@@ -537,8 +674,9 @@ def test_the_guide_s_certificate_steps_run_as_written(tmp_path: Path) -> None:
     """Steps 1, 6, 7 and 8 on the CA's machine, in the guide's order, in a fresh folder: each
     exits 0, and at the end gw-1 (rotated) and the aggregator verify under the list while
     gw-2 (retired) and gw-1's old certificate do not."""
-    steps = [c for c in cloud_guide_commands() if c.startswith(("deploy/certs ", "deploy/cloud/crl.sh ",
-                                                                "wheelfed keygen "))]
+    steps = [
+        c for c in cloud_guide_commands() if c.startswith(("deploy/certs ", "deploy/cloud/crl.sh ", "wheelfed keygen "))
+    ]
     assert len(steps) >= 6
     wheelfed = str(Path(sys.executable).parent / "wheelfed")  # this venv's
     for step in steps:
@@ -553,8 +691,14 @@ def test_the_guide_s_certificate_steps_run_as_written(tmp_path: Path) -> None:
     revoked = sorted((certs / "revoked").glob("*.crt"))
     assert [p.name[:5] for p in revoked] == ["gw-1-", "gw-2-"]
     assert all(verify(certs, p).returncode != 0 for p in revoked)
-    assert "DNS:broker" in subprocess.run(["openssl", "x509", "-in", str(certs / "broker.crt"), "-noout", "-ext",
-                                           "subjectAltName"], capture_output=True, text=True).stdout
+    assert (
+        "DNS:broker"
+        in subprocess.run(
+            ["openssl", "x509", "-in", str(certs / "broker.crt"), "-noout", "-ext", "subjectAltName"],
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
 
 
 def test_the_guide_s_wheelfed_lines_parse_and_its_paths_exist(tmp_path: Path) -> None:
@@ -565,11 +709,11 @@ def test_the_guide_s_wheelfed_lines_parse_and_its_paths_exist(tmp_path: Path) ->
     lines = [c for c in cloud_guide_commands() if re.search(r"(?:^|[ /])wheelfed server ", c)]
     assert lines
     for line in lines:
-        argv = line[line.index("wheelfed server"):].split()[1:]
+        argv = line[line.index("wheelfed server") :].split()[1:]
         args = build_parser().parse_args([str(config) if a == "/etc/wheelfed/server.toml" else a for a in argv])
         assert args.check and args.http_port == 0
     guide = (REPO / "deploy" / "README.md").read_text()
-    guide = guide[guide.index("\n## The clinic's server"):]
+    guide = guide[guide.index("\n## The clinic's server") :]
     cited = set(re.findall(r"(?<![\w/])(deploy/[\w.-]+(?:/[\w.-]+)*)", guide))
     assert {"deploy/cloud/crl.sh", "deploy/cloud/backup.sh", "deploy/mosquitto/acl"} <= cited
     assert [p for p in cited if not (REPO / p.rstrip(".")).exists()] == []
@@ -577,10 +721,14 @@ def test_the_guide_s_wheelfed_lines_parse_and_its_paths_exist(tmp_path: Path) ->
 
 # -- the stack's configuration, run without containers ------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.mosquitto
-def test_the_compose_configuration_runs_healthy_without_containers(resolved: dict, postgres_cluster,  # noqa: F811
-                                                                   tmp_path: Path) -> None:
+def test_the_compose_configuration_runs_healthy_without_containers(
+    resolved: dict,
+    postgres_cluster,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     """What the containers would run, run here: mosquitto with deploy/cloud/mosquitto.conf (its
     container paths pointed at real folders, the revocation list on), and ``wheelfed server``
     with the server service's ``WHEELFED_*`` environment (service names pointed at loopback, a
@@ -600,41 +748,58 @@ def test_the_compose_configuration_runs_healthy_without_containers(resolved: dic
     assert run_script(CRL, "-o", str(certs)).returncode == 0
     broker_port, http_port = find_free_port(), find_free_port()
     conf = CLOUD.joinpath("mosquitto.conf").read_text()
-    for container, here in (("/mosquitto/certs", str(certs)),
-                            ("/mosquitto/config/acl", str(REPO / "deploy" / "mosquitto" / "acl")),
-                            ("/mosquitto/data/", f"{tmp_path}/data/"),
-                            ("listener 8883 0.0.0.0", f"listener {broker_port} 127.0.0.1"),
-                            ("user mosquitto", f"user {getpass.getuser()}")):
+    for container, here in (
+        ("/mosquitto/certs", str(certs)),
+        ("/mosquitto/config/acl", str(REPO / "deploy" / "mosquitto" / "acl")),
+        ("/mosquitto/data/", f"{tmp_path}/data/"),
+        ("listener 8883 0.0.0.0", f"listener {broker_port} 127.0.0.1"),
+        ("user mosquitto", f"user {getpass.getuser()}"),
+    ):
         assert container in conf
         conf = conf.replace(container, here)
     (tmp_path / "data").mkdir()
     (tmp_path / "mosquitto.conf").write_text(conf)
     key = tmp_path / "aggregator.key"
-    assert subprocess.run([str(Path(sys.executable).parent / "wheelfed"), "keygen", "-o", str(key)],
-                          capture_output=True, timeout=60).returncode == 0
+    assert (
+        subprocess.run(
+            [str(Path(sys.executable).parent / "wheelfed"), "keygen", "-o", str(key)], capture_output=True, timeout=60
+        ).returncode
+        == 0
+    )
 
     env = dict(resolved["services"]["server"]["environment"])
     pg = postgres_cluster.database()
     assert env["WHEELFED_REGISTRY"].startswith("postgresql+psycopg://wheelfed@db:5432/")
-    env.update(WHEELFED_REGISTRY=pg, WHEELFED_MQTT_HOST="localhost", WHEELFED_MQTT_PORT=str(broker_port),
-               WHEELFED_HTTP_PORT=str(http_port), WHEELFED_SIGNING_KEY=str(key))
+    env.update(
+        WHEELFED_REGISTRY=pg,
+        WHEELFED_MQTT_HOST="localhost",
+        WHEELFED_MQTT_PORT=str(broker_port),
+        WHEELFED_HTTP_PORT=str(http_port),
+        WHEELFED_SIGNING_KEY=str(key),
+    )
     for name in ("WHEELFED_TLS_CA", "WHEELFED_TLS_CERT", "WHEELFED_TLS_KEY"):
         env[name] = env[name].replace("/etc/wheelfed/certs", str(certs))
     health = resolved["services"]["server"]["healthcheck"]["test"]
     assert health[:2] == ["CMD", "python"]
     health = [sys.executable, *(a.replace(":8080/", f":{http_port}/") for a in health[2:])]
 
-    broker = subprocess.Popen(["mosquitto", "-c", str(tmp_path / "mosquitto.conf")], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    broker = subprocess.Popen(
+        ["mosquitto", "-c", str(tmp_path / "mosquitto.conf")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     server = None
     try:
         deadline = time.monotonic() + 10
         while not _port_open("127.0.0.1", broker_port):
             assert broker.poll() is None and time.monotonic() < deadline, "mosquitto did not start"
             time.sleep(0.05)
-        server = subprocess.Popen([str(Path(sys.executable).parent / "wheelfed"), "--log-level", "INFO", "server"],
-                                  env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True, cwd=tmp_path)
+        server = subprocess.Popen(
+            [str(Path(sys.executable).parent / "wheelfed"), "--log-level", "INFO", "server"],
+            env={**os.environ, **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=tmp_path,
+        )
         deadline = time.monotonic() + 60
         while subprocess.run(health, capture_output=True, timeout=30).returncode != 0:
             assert server.poll() is None, server.stdout.read()
@@ -643,9 +808,12 @@ def test_the_compose_configuration_runs_healthy_without_containers(resolved: dic
         with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/api/health", timeout=5) as reply:
             state = json.load(reply)
         assert state["status"] == "ok" and state["broker_connected"] is True
-        request = urllib.request.Request(f"http://127.0.0.1:{http_port}/api/jobs", method="POST",
-                                         data=b'{"model_id": "activity"}',
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{http_port}/api/jobs",
+            method="POST",
+            data=b'{"model_id": "activity"}',
+            headers={"Content-Type": "application/json"},
+        )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=5)
         assert refused.value.code == 401

@@ -43,8 +43,9 @@ def need(binary: str, package: str) -> str:
 
 def verify_unit(unit: Path) -> None:
     """``systemd-analyze verify``: exit 0 and not a word on stderr (warnings included)."""
-    run = subprocess.run([need("systemd-analyze", "systemd"), "verify", str(unit)], capture_output=True, text=True,
-                         timeout=60)
+    run = subprocess.run(
+        [need("systemd-analyze", "systemd"), "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
     assert run.returncode == 0 and run.stderr.strip() == "", run.stderr
 
 
@@ -62,8 +63,9 @@ def install(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 
 
 def test_install_script_passes_shellcheck() -> None:
-    run = subprocess.run([need("shellcheck", "shellcheck"), "--severity=style", str(INSTALL)], capture_output=True,
-                         text=True, timeout=60)
+    run = subprocess.run(
+        [need("shellcheck", "shellcheck"), "--severity=style", str(INSTALL)], capture_output=True, text=True, timeout=60
+    )
     assert run.returncode == 0, run.stdout
 
 
@@ -77,12 +79,21 @@ def test_unit_passes_systemd_analyze_verify_and_asks_for_what_the_gateway_needs(
     unit.write_text(UNIT.read_text().replace("/opt/wheelfed", str(tmp_path / "opt" / "wheelfed")))
     verify_unit(unit)
     got = unit_settings(UNIT.read_text())
-    assert got["ExecStart"] == ["/opt/wheelfed/venv/bin/wheelfed --log-level INFO gateway --config "
-                                "/etc/wheelfed/gateway.toml"]
-    for key, value in {"Type": "notify", "Restart": "on-failure", "RestartPreventExitStatus": "2",
-                       "User": "wheelfed", "SupplementaryGroups": "dialout", "ProtectSystem": "strict",
-                       "ReadWritePaths": "/var/lib/wheelfed", "StateDirectory": "wheelfed", "NoNewPrivileges": "yes",
-                       "WorkingDirectory": "/var/lib/wheelfed"}.items():
+    assert got["ExecStart"] == [
+        "/opt/wheelfed/venv/bin/wheelfed --log-level INFO gateway --config /etc/wheelfed/gateway.toml"
+    ]
+    for key, value in {
+        "Type": "notify",
+        "Restart": "on-failure",
+        "RestartPreventExitStatus": "2",
+        "User": "wheelfed",
+        "SupplementaryGroups": "dialout",
+        "ProtectSystem": "strict",
+        "ReadWritePaths": "/var/lib/wheelfed",
+        "StateDirectory": "wheelfed",
+        "NoNewPrivileges": "yes",
+        "WorkingDirectory": "/var/lib/wheelfed",
+    }.items():
         assert got[key] == [value], key
     assert int(got["WatchdogSec"][0]) >= 10  # the gateway pings every WatchdogSec/2 from its main loop
 
@@ -103,13 +114,18 @@ def test_the_template_keeps_its_state_where_the_unit_may_write_and_reads_the_ude
     assert "ATTRS{serial}" in RULES.read_text()  # how to pin one adapter by its serial number
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--engine", "tensorflow"), "--engine must be tflite-runtime or ai-edge-litert, got tensorflow"),
-    (("--purge",), "--purge goes with --uninstall"),
-    (("--client-id", "gw/1"), "--client-id gw/1: use 1-64 characters from A-Z a-z 0-9 _ . - starting with a "
-                              "letter or digit"),
-    (("--frobnicate",), "unknown option --frobnicate (see --help)"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--engine", "tensorflow"), "--engine must be tflite-runtime or ai-edge-litert, got tensorflow"),
+        (("--purge",), "--purge goes with --uninstall"),
+        (
+            ("--client-id", "gw/1"),
+            "--client-id gw/1: use 1-64 characters from A-Z a-z 0-9 _ . - starting with a letter or digit",
+        ),
+        (("--frobnicate",), "unknown option --frobnicate (see --help)"),
+    ],
+)
 def test_install_script_refuses_bad_options_in_one_line(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     run = install("--prefix", str(tmp_path / "root"), *args, timeout=60)
     assert run.returncode == 2 and run.stderr == f"deploy/gateway/install.sh: {message}\n", run.stderr
@@ -128,12 +144,18 @@ def test_without_prefix_it_needs_root() -> None:
             shutil.copy(INSTALL, script)
             for path in (script.parent.parent, script.parent, script):
                 path.chmod(0o755)
-            run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash",
-                                  str(script)], capture_output=True, text=True, timeout=60, cwd=folder)
+            run = subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(script)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=folder,
+            )
     else:
         run = install(timeout=60)
     assert run.returncode == 2 and run.stderr == (
-        "deploy/gateway/install.sh: run as root (sudo), or give --prefix DIR to install into a folder\n")
+        "deploy/gateway/install.sh: run as root (sudo), or give --prefix DIR to install into a folder\n"
+    )
 
 
 def test_nothing_to_upgrade_before_an_install(tmp_path: Path) -> None:
@@ -142,8 +164,11 @@ def test_nothing_to_upgrade_before_an_install(tmp_path: Path) -> None:
 
 
 def digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.slow
@@ -177,13 +202,27 @@ def test_install_check_push_replay_predict_upgrade_uninstall(tmp_path: Path) -> 
     python, wheelfed = venv / "bin" / "python", venv / "bin" / "wheelfed"
 
     # the Pi profile and nothing else: numpy 1.26 + tflite-runtime 2.14, no server/training packages
-    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True,
-                            check=True).stdout
+    listed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True
+    ).stdout
     installed = dict(line.lower().split("==") for line in listed.split())
     assert installed["numpy"].startswith("1.26.") and installed["tflite-runtime"].startswith("2.14.")
     assert {"wheelfed", "paho-mqtt", "cbor2", "pyserial", "cryptography", "tflite", "flatbuffers"} <= set(installed)
-    assert not set(installed) & {"scipy", "xgboost", "scikit-learn", "pandas", "fastapi", "uvicorn", "sqlalchemy",
-                                 "alembic", "ai-edge-litert", "tensorflow", "amqtt", "hypothesis", "pytest"}
+    assert not set(installed) & {
+        "scipy",
+        "xgboost",
+        "scikit-learn",
+        "pandas",
+        "fastapi",
+        "uvicorn",
+        "sqlalchemy",
+        "alembic",
+        "ai-edge-litert",
+        "tensorflow",
+        "amqtt",
+        "hypothesis",
+        "pytest",
+    }
     # the gateway's packages and commands only: no aggregator to import, no server command listed
     assert subprocess.run([str(python), "-c", "import aggregator"], capture_output=True, cwd="/").returncode == 1
     helped = subprocess.run([str(wheelfed), "--help"], capture_output=True, text=True, cwd="/")
@@ -200,8 +239,9 @@ def test_install_check_push_replay_predict_upgrade_uninstall(tmp_path: Path) -> 
     fsv = batch.feature_set_version
     labelled = np.array([y is not None for y in batch.labels])
     X, y = batch.X[labelled], np.array([str(v) for v in batch.labels[labelled]])
-    model = aggregator.simulate(FedSCSXGB(n_rounds=3, n_bins=32, feature_set_version=fsv, secure_aggregation=False),
-                                [(X, y)])
+    model = aggregator.simulate(
+        FedSCSXGB(n_rounds=3, n_bins=32, feature_set_version=fsv, secure_aggregation=False), [(X, y)]
+    )
     registry = Registry(tmp_path / "registry.db")
     registry.add("activity", model)
     key = SigningKey.generate()
@@ -217,28 +257,47 @@ def test_install_check_push_replay_predict_upgrade_uninstall(tmp_path: Path) -> 
         # what the operator edits after the install: trust key, broker, password, engine, device
         config = etc / "gateway.toml"
         text = config.read_text()
-        for old, new in (("trust = []", 'trust = ["aggregator.pub"]'), ('engine = "auto"', 'engine = "tflite"'),
-                         ("stats_every = 60.0", "stats_every = 1"), ("publish_every = 10.0", "publish_every = 0.5"),
-                         ('device = "/dev/wheelfed-sensor"', f'device = "{slave}"'),
-                         ('host = "broker.example.org"', f'host = "127.0.0.1"\nport = {broker.port}'),
-                         ("\ntls_", "\n# tls_"), ("# password_file", "password_file")):
+        for old, new in (
+            ("trust = []", 'trust = ["aggregator.pub"]'),
+            ('engine = "auto"', 'engine = "tflite"'),
+            ("stats_every = 60.0", "stats_every = 1"),
+            ("publish_every = 10.0", "publish_every = 0.5"),
+            ('device = "/dev/wheelfed-sensor"', f'device = "{slave}"'),
+            ('host = "broker.example.org"', f'host = "127.0.0.1"\nport = {broker.port}'),
+            ("\ntls_", "\n# tls_"),
+            ("# password_file", "password_file"),
+        ):
             assert old in text, old
             text = text.replace(old, new)
         config.write_text(text)
-        check = subprocess.run([str(wheelfed), "gateway", "--config", str(config), "--check"], capture_output=True,
-                               text=True, timeout=60, cwd="/")
+        check = subprocess.run(
+            [str(wheelfed), "gateway", "--config", str(config), "--check"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd="/",
+        )
         assert check.returncode == 0 and check.stderr == "", check.stderr
         assert check.stdout.startswith("OK: gateway gw-1: ") and "engine tflite (TFLite available)" in check.stdout
 
-        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username="aggregator",
-                                                      password=passwords["aggregator"]), presence=False)
+        agg = MqttTransport(
+            AGGREGATOR_ID,
+            MqttConfig(port=broker.port, username="aggregator", password=passwords["aggregator"]),
+            presence=False,
+        )
         agg.connect()
         agg.subscribe(TopicLayout().status("gw-1"), lambda _t, m: statuses.append(m.body))
         presence = Presence(agg, TopicLayout())
         # as the unit starts it: ExecStart's command line, from / (no password in the environment)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WHEELFED_", "PYTHON"))}
-        gateway = subprocess.Popen([str(wheelfed), "--log-level", "INFO", "gateway", "--config", str(config)],
-                                   cwd="/", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        gateway = subprocess.Popen(
+            [str(wheelfed), "--log-level", "INFO", "gateway", "--config", str(config)],
+            cwd="/",
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(line.rstrip() for line in gateway.stdout), daemon=True)
         reader.start()
@@ -293,8 +352,10 @@ def test_install_check_push_replay_predict_upgrade_uninstall(tmp_path: Path) -> 
     # uninstall keeps the data and the settings; --purge removes them
     run = install("--prefix", str(root), "--uninstall", timeout=60)
     assert run.returncode == 0, run.stderr
-    assert not (root / "opt" / "wheelfed").exists() and not (root / "etc" / "systemd" / "system" /
-                                                              "wheelfed-gateway.service").exists()
+    assert (
+        not (root / "opt" / "wheelfed").exists()
+        and not (root / "etc" / "systemd" / "system" / "wheelfed-gateway.service").exists()
+    )
     assert not (root / "etc" / "udev" / "rules.d" / "99-wheelfed-serial.rules").exists()
     assert digest(state) == kept_state and config.read_bytes() == kept_config
     run = install("--prefix", str(root), "--uninstall", "--purge", timeout=60)

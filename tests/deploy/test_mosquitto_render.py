@@ -37,16 +37,19 @@ def test_passwords_reach_mosquitto_hashed_and_never_as_arguments(tmp_path: Path,
     monkeypatch.setattr(mosquitto_module.subprocess, "Popen", popen)
     with MosquittoBroker(tmp_path / "broker", users=USERS) as broker:
         for user in USERS:  # the hashes are of the whole password, colons and spaces included
-            t = MqttTransport(user.name, MqttConfig(port=broker.port, username=user.name, password=user.password),
-                              presence=False)
+            t = MqttTransport(
+                user.name, MqttConfig(port=broker.port, username=user.name, password=user.password), presence=False
+            )
             t.connect(timeout_s=5)
             t.close()
     run_dir = broker.run_dir
     assert argvs and not [argv for argv in argvs for u in USERS if any(u.password in word for word in argv)]
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     assert stat.S_IMODE((run_dir / "passwd").stat().st_mode) == 0o600
-    assert [line.split("$")[:2] for line in (run_dir / "passwd").read_text().splitlines()] == \
-        [["aggregator:", "7"], ["gw-1:", "7"]]  # PBKDF2-SHA512 hashes
+    assert [line.split("$")[:2] for line in (run_dir / "passwd").read_text().splitlines()] == [
+        ["aggregator:", "7"],
+        ["gw-1:", "7"],
+    ]  # PBKDF2-SHA512 hashes
     assert not (run_dir / "passwd.new").exists()
     for file in run_dir.iterdir():
         assert not any(u.password.encode() in file.read_bytes() for u in USERS), file

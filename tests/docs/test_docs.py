@@ -56,7 +56,7 @@ def _prose_lines(text: str, *, blank_code: bool = True) -> list[tuple[int, str]]
             if fence is None:
                 fence = marker
                 continue
-            if marker[0] == fence[0] and len(marker) >= len(fence) and not line.strip()[len(marker):].strip():
+            if marker[0] == fence[0] and len(marker) >= len(fence) and not line.strip()[len(marker) :].strip():
                 fence = None
                 continue
         if fence is None:
@@ -186,12 +186,15 @@ def test_the_link_checker_finds_broken_links(tmp_path: Path, text: str, problem:
 def test_the_link_checker_accepts_good_links_and_ignores_code(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     (root / "docs").mkdir(parents=True)
-    (root / "docs" / "page.md").write_text("# Title\n\n## A `code` heading: yes!\n\n## Repeated\n\n## Repeated\n\n"
-                                           "(my-label)=\n## Labelled\n")
+    (root / "docs" / "page.md").write_text(
+        "# Title\n\n## A `code` heading: yes!\n\n## Repeated\n\n## Repeated\n\n(my-label)=\n## Labelled\n"
+    )
     source = root / "docs" / "index.md"
-    source.write_text("# Index\n\n[a](page.md) [b](page.md#a-code-heading-yes) [c](page.md#repeated-1) "
-                      "[d](#index) [e](https://example.org/x) [f](page.md#my-label)\n\n"
-                      "```console\n[not](a-link.md)\n```\n\nInline `[not](a-link.md)` either.\n")
+    source.write_text(
+        "# Index\n\n[a](page.md) [b](page.md#a-code-heading-yes) [c](page.md#repeated-1) "
+        "[d](#index) [e](https://example.org/x) [f](page.md#my-label)\n\n"
+        "```console\n[not](a-link.md)\n```\n\nInline `[not](a-link.md)` either.\n"
+    )
     assert broken_links([source], root) == []
 
 
@@ -201,9 +204,26 @@ def test_the_link_checker_accepts_good_links_and_ignores_code(tmp_path: Path) ->
 
 def _sphinx(builder: str, out: Path, doctrees: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder, "-d", str(doctrees),
-         str(DOCS), str(out / builder)],
-        cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False)
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            builder,
+            "-d",
+            str(doctrees),
+            str(DOCS),
+            str(out / builder),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -225,8 +245,17 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_html_builds_without_warnings_and_renders_the_diagrams(built: Path) -> None:
     html = built / "html"
-    for page in ("index", "architecture", "protocol", "guides/operating", "guides/research", "guides/extending",
-                 "algorithms/fedscs_xgb", "api/aggregator.algorithms", "privacy"):
+    for page in (
+        "index",
+        "architecture",
+        "protocol",
+        "guides/operating",
+        "guides/research",
+        "guides/extending",
+        "algorithms/fedscs_xgb",
+        "api/aggregator.algorithms",
+        "privacy",
+    ):
         assert (html / f"{page}.html").exists(), page
     architecture = (html / "architecture.html").read_text(encoding="utf-8")
     rendered = list((html / "_images").glob("graphviz-*.svg"))
@@ -241,9 +270,11 @@ def test_every_python_reference_in_the_pages_resolves(built: Path) -> None:
 
     with open(built / "html" / "objects.inv", "rb") as stream:
         inventory = InventoryFile.load(stream, "", lambda base, uri: uri)
-    known = {name for kind, objects in inventory.data.items() if kind.startswith("py:") for name in objects} \
-        if hasattr(inventory, "data") else {name for kind, objects in inventory.items() if kind.startswith("py:")
-                                             for name in objects}
+    known = (
+        {name for kind, objects in inventory.data.items() if kind.startswith("py:") for name in objects}
+        if hasattr(inventory, "data")
+        else {name for kind, objects in inventory.items() if kind.startswith("py:") for name in objects}
+    )
     role = re.compile(r"\{py:(?:class|func|meth|mod|data|attr|exc|obj)\}`~?([^`<]+?)(?:\s*<([^>]+)>)?`")
     missing = []
     for page in DOCS.rglob("*.md"):
@@ -280,9 +311,12 @@ def expected_examples() -> dict[str, int]:
     finder = doctest.DocTestFinder(exclude_empty=True)
     for name in api_modules(config["wheelfed_api_exclude"]):
         for test in finder.find(importlib.import_module(name), name):
-            own = test.name[len(name):].split(".")
-            if test.examples and test.name not in config["wheelfed_api_verbatim"] \
-                    and not any(part.startswith("_") for part in own):
+            own = test.name[len(name) :].split(".")
+            if (
+                test.examples
+                and test.name not in config["wheelfed_api_verbatim"]
+                and not any(part.startswith("_") for part in own)
+            ):
                 counts[test.name] = len(test.examples)
     parser = doctest.DocTestParser()
     for page in sorted(DOCS.rglob("*.md")):
@@ -295,8 +329,11 @@ def expected_examples() -> dict[str, int]:
 @pytest.mark.slow
 def test_every_example_runs(built: Path) -> None:
     result = _sphinx("doctest", built, built / "doctrees")
-    report = (built / "doctest" / "output.txt").read_text(encoding="utf-8") \
-        if (built / "doctest" / "output.txt").exists() else ""
+    report = (
+        (built / "doctest" / "output.txt").read_text(encoding="utf-8")
+        if (built / "doctest" / "output.txt").exists()
+        else ""
+    )
     assert result.returncode == 0, f"sphinx-build -b doctest failed:\n{report[-6000:]}\n{result.stderr[-3000:]}"
     assert re.search(r"^\s*0 failures in tests$", report, re.M), report[-3000:]
     ran = re.search(r"^\s*(\d+) tests?$", report, re.M)
@@ -315,7 +352,8 @@ def test_every_example_runs(built: Path) -> None:
     missing = {m: (n, ran_per_group.get(m, 0)) for m, n in per_module.items() if ran_per_group.get(m, 0) != n}
     assert ran and int(ran.group(1)) == sum(expected.values()), (
         f"the doctest build ran {ran and ran.group(1)} examples, the sources hold {sum(expected.values())}; "
-        f"(expected, ran) per module where they differ: {missing}")
+        f"(expected, ran) per module where they differ: {missing}"
+    )
 
 
 def test_every_test_and_file_the_pages_name_exists() -> None:
@@ -323,8 +361,10 @@ def test_every_test_and_file_the_pages_name_exists() -> None:
     must not leave them citing something that is gone."""
     tests_source = "\n".join(path.read_text(encoding="utf-8") for path in (ROOT / "tests").rglob("test_*.py"))
     defined = set(re.findall(r"^\s*def (test_\w+)\(", tests_source, re.M))
-    path_like = re.compile(r"`((?:tests|benchmarks|deploy|aggregator|edge_client|shared|firmware_bridge)/[\w./-]*?)"
-                           r"(?:::(\w+))?`")
+    path_like = re.compile(
+        r"`((?:tests|benchmarks|deploy|aggregator|edge_client|shared|firmware_bridge)/[\w./-]*?)"
+        r"(?:::(\w+))?`"
+    )
     missing = []
     for page in DOCS.rglob("*.md"):
         text = page.read_text(encoding="utf-8")

@@ -48,8 +48,11 @@ def client_data(stores: dict[str, Path], holdout_fraction: float = 0.0) -> list[
             source = StoreTrainingData(store, holdout_fraction=holdout_fraction)
             data = source.labelled(FEATURE_SET)
             test = source.holdout(FEATURE_SET) if holdout_fraction else None
-        out.append(ClientData(client, data.X, data.y, X_test=None if test is None else test.X,
-                              y_test=None if test is None else test.y))
+        out.append(
+            ClientData(
+                client, data.X, data.y, X_test=None if test is None else test.X, y_test=None if test is None else test.y
+            )
+        )
     return out
 
 
@@ -120,8 +123,11 @@ def gateways_on_mosquitto(tmp_path: Path, passwords: dict[str, str]) -> Iterator
         pytest.fail("mosquitto is not installed: the test command installs it")
     with MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in passwords.items()]) as broker:
         processes = GatewayProcesses(broker.port, 5, passwords, tmp_path)
-        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username="aggregator",
-                                                      password=passwords["aggregator"]), presence=False)
+        agg = MqttTransport(
+            AGGREGATOR_ID,
+            MqttConfig(port=broker.port, username="aggregator", password=passwords["aggregator"]),
+            presence=False,
+        )
         agg.connect()
         try:
             yield GatewaysOnMosquitto(broker.port, processes, agg, Presence(agg, TopicLayout()))
@@ -150,9 +156,11 @@ def start_fleet(tmp_path: Path, *gateway_args: str, broker: FleetBroker | None =
             broker = Listener(stack.enter_context(fleet_mosquitto(tmp_path / "broker")).port)
         processes = _GatewaysOnNodes(broker, tmp_path)
         port = broker.port_for(AGGREGATOR_ID)
-        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=port, username="aggregator",
-                                                      password=PASSWORDS["aggregator"], protocol=broker.protocol),
-                            presence=False)
+        agg = MqttTransport(
+            AGGREGATOR_ID,
+            MqttConfig(port=port, username="aggregator", password=PASSWORDS["aggregator"], protocol=broker.protocol),
+            presence=False,
+        )
         agg.connect()
         presence = Presence(agg, TopicLayout())
         try:
@@ -165,11 +173,10 @@ def start_fleet(tmp_path: Path, *gateway_args: str, broker: FleetBroker | None =
             agg.close()
 
 
-
-
 @contextmanager
-def start_fleet_behind_proxy(tmp_path: Path, faults: Faults = Faults(), *gateway_args: str
-                             ) -> Iterator[tuple[Fleet, MqttFaultProxy]]:
+def start_fleet_behind_proxy(
+    tmp_path: Path, faults: Faults = Faults(), *gateway_args: str
+) -> Iterator[tuple[Fleet, MqttFaultProxy]]:
     """``start_fleet`` with the aggregator and every gateway connected through an
     ``MqttFaultProxy`` applying ``faults`` (none by default: then only its ``tap`` acts)."""
     with fleet_mosquitto(tmp_path / "broker") as mosquitto, MqttFaultProxy(mosquitto.port, faults) as proxy:

@@ -88,8 +88,7 @@ class ProxyStats:
 
     def total(self, what: str, direction: Direction | None = None, client: str | None = None) -> int:
         """The sum of counter ``what`` over the clients and directions matching the filters."""
-        return sum(n for (c, d), n in getattr(self, what).items()
-                   if direction in (None, d) and client in (None, c))
+        return sum(n for (c, d), n in getattr(self, what).items() if direction in (None, d) and client in (None, c))
 
 
 @dataclass(frozen=True)
@@ -149,8 +148,8 @@ def _connect_fields(body: bytes) -> tuple[str, int]:
     pos += 1 + 1 + 2  # level, flags, keep-alive
     if level == 5:
         pos = _after_properties(body, pos)
-    id_len = int.from_bytes(body[pos:pos + 2], "big")
-    return body[pos + 2:pos + 2 + id_len].decode("utf-8", "replace"), level
+    id_len = int.from_bytes(body[pos : pos + 2], "big")
+    return body[pos + 2 : pos + 2 + id_len].decode("utf-8", "replace"), level
 
 
 class _Outbound:
@@ -212,8 +211,9 @@ class _Outbound:
                     self.link.sent(self.direction, packet.packet_id, packet.injected)
                 self.sock.sendall(packet.raw)
                 if packet.kind == PUBLISH:
-                    self.link.proxy.written.append(Written(self.link.client_id, self.direction, packet.topic,
-                                                           packet.recv_seq, packet.injected))
+                    self.link.proxy.written.append(
+                        Written(self.link.client_id, self.direction, packet.topic, packet.recv_seq, packet.injected)
+                    )
         except OSError:
             pass
         finally:
@@ -231,18 +231,23 @@ class _Link:
         self.rng: dict[Direction, random.Random] = {}
         self.lock = threading.Lock()
         # per direction of the PUBLISH: packet id -> whether each one written was an injected copy
-        self.unacked: dict[Direction, dict[int, deque[bool]]] = {"to_broker": defaultdict(deque),
-                                                                 "to_client": defaultdict(deque)}
-        self.out: dict[Direction, _Outbound] = {"to_broker": _Outbound(self, "to_broker", broker),
-                                                "to_client": _Outbound(self, "to_client", client)}
+        self.unacked: dict[Direction, dict[int, deque[bool]]] = {
+            "to_broker": defaultdict(deque),
+            "to_client": defaultdict(deque),
+        }
+        self.out: dict[Direction, _Outbound] = {
+            "to_broker": _Outbound(self, "to_broker", broker),
+            "to_client": _Outbound(self, "to_client", client),
+        }
         self.ready = threading.Event()  # CONNECT seen: the client id (and so the decisions) known
 
     def start(self) -> None:
         for out in self.out.values():
             out.thread.start()
         for direction, sock in (("to_broker", self.client), ("to_client", self.broker)):
-            threading.Thread(target=self.pump, args=(direction, sock), name=f"proxy-read-{direction}",
-                             daemon=True).start()
+            threading.Thread(
+                target=self.pump, args=(direction, sock), name=f"proxy-read-{direction}", daemon=True
+            ).start()
 
     def count(self, what: str, direction: Direction) -> None:
         with self.proxy.lock:
@@ -312,8 +317,8 @@ class _Link:
     def publish(self, direction: Direction, out: _Outbound, header: int, raw: bytes, body: bytes, seq: int) -> None:
         qos = (header >> 1) & 3
         topic_len = int.from_bytes(body[:2], "big")
-        topic = body[2:2 + topic_len].decode("utf-8", "replace")
-        packet_id = int.from_bytes(body[2 + topic_len:4 + topic_len], "big") if qos else None
+        topic = body[2 : 2 + topic_len].decode("utf-8", "replace")
+        packet_id = int.from_bytes(body[2 + topic_len : 4 + topic_len], "big") if qos else None
         self.count("publishes", direction)
         faults = self.proxy.faults
         rng = self.rng.get(direction) or random.Random(f"{faults.seed}/unidentified/{direction}")
@@ -377,8 +382,15 @@ class MqttFaultProxy:
     ...     MqttTransport("gw-1", MqttConfig(port=proxy.port, ...)).connect()
     """
 
-    def __init__(self, broker_port: int, faults: Faults = Faults(), *, port: int = 0,
-                 tap: Callable[[Publish], bool] | None = None, broker_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        broker_port: int,
+        faults: Faults = Faults(),
+        *,
+        port: int = 0,
+        tap: Callable[[Publish], bool] | None = None,
+        broker_host: str = "127.0.0.1",
+    ) -> None:
         self.broker_address = (broker_host, broker_port)
         self.faults = faults
         self.tap = tap

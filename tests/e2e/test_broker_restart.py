@@ -29,8 +29,16 @@ from shared.protocol.envelope import Message
 from shared.protocol.messages.deployment import ModelPush, ModelStatus
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.signing import SigningKey
-from tests.e2e.fleet_support import FEATURE_SET, GATEWAYS, PASSWORDS, Listener, client_data, fill_store, \
-    fleet_mosquitto, start_fleet
+from tests.e2e.fleet_support import (
+    FEATURE_SET,
+    GATEWAYS,
+    PASSWORDS,
+    Listener,
+    client_data,
+    fill_store,
+    fleet_mosquitto,
+    start_fleet,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
@@ -47,15 +55,24 @@ def wait_for(condition, timeout_s: float, what: str) -> None:
 
 
 def test_broker_sigkilled_mid_round_the_job_equals_the_simulation_and_a_queued_push_arrives_once(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     key = SigningKey.generate()
     key.verify_key.save(tmp_path / "aggregator.pub")
     fill_store(tmp_path / "gw-5.db", 5)
-    spare_args = ("--store", str(tmp_path / "gw-5.db"), "--model-dir", str(tmp_path / "gw-5-models"),
-                  "--trust", str(tmp_path / "aggregator.pub"))
+    spare_args = (
+        "--store",
+        str(tmp_path / "gw-5.db"),
+        "--model-dir",
+        str(tmp_path / "gw-5-models"),
+        "--trust",
+        str(tmp_path / "aggregator.pub"),
+    )
     config = FedSCSXGB(protocol="histogram", n_rounds=4, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
-    with fleet_mosquitto(tmp_path / "broker", SPARE) as mosquitto, \
-            start_fleet(tmp_path, broker=Listener(mosquitto.port)) as fleet:
+    with (
+        fleet_mosquitto(tmp_path / "broker", SPARE) as mosquitto,
+        start_fleet(tmp_path, broker=Listener(mosquitto.port)) as fleet,
+    ):
         answers: list[Message] = []
         # (the engine's filter: an overlapping one would make mosquitto send each message twice)
         fleet.agg.subscribe(LAYOUT.all_outboxes, lambda _t, m: m.sender == "gw-5" and answers.append(m))
@@ -80,8 +97,11 @@ def test_broker_sigkilled_mid_round_the_job_equals_the_simulation_and_a_queued_p
         assert fleet.agg.flush(10)
         # mosquitto saves its state every second (autosave_interval 1): a push younger than the
         # last save is lost with a SIGKILL (then only a re-send helps); this one is saved
-        wait_for(lambda: (tmp_path / "broker" / "mosquitto.db").stat().st_mtime > queued_at + 0.01, 10,
-                 "mosquitto did not save its state")
+        wait_for(
+            lambda: (tmp_path / "broker" / "mosquitto.db").stat().st_mtime > queued_at + 0.01,
+            10,
+            "mosquitto did not save its state",
+        )
 
         histogram_rounds: list[int] = []
         killed: list[tuple[int, int]] = []  # (round cut, the dead broker's pid)
@@ -100,10 +120,11 @@ def test_broker_sigkilled_mid_round_the_job_equals_the_simulation_and_a_queued_p
 
         engine = RoundEngine(fleet.agg)
         fleet.agg.subscribe(LAYOUT.all_outboxes, on_reply)  # after the engine's: the reply is recorded first
-        model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=7, engine=engine,
-                                    settings=JobSettings(deadline_s=60))
+        model, job = train_on_fleet(
+            config, fleet.agg, clients=GATEWAYS, seed=7, engine=engine, settings=JobSettings(deadline_s=60)
+        )
         restarter[0].join()
-        (cut_round, dead_pid), = killed
+        ((cut_round, dead_pid),) = killed
         assert mosquitto.running and mosquitto.process.pid != dead_pid
         assert fleet.agg.connections >= 2  # the aggregator really lost its connection and came back
         assert cut_round < job.rounds  # rounds ran after the restart

@@ -28,8 +28,14 @@ from shared.protocol.envelope import Message
 from shared.protocol.messages import Status
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport
-from tests.e2e.fleet_support import FEATURE_SET, GATEWAYS, PASSWORDS, client_data, fleet_mosquitto, \
-    start_fleet_behind_proxy
+from tests.e2e.fleet_support import (
+    FEATURE_SET,
+    GATEWAYS,
+    PASSWORDS,
+    client_data,
+    fleet_mosquitto,
+    start_fleet_behind_proxy,
+)
 from tests.e2e.mqtt_fault_proxy import Faults, MqttFaultProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
@@ -103,16 +109,22 @@ def assert_every_round_whole_and_duplicates_counted_once(job: FederatedJob, engi
     assert sum(r.duplicates for r in job.results) + engine.late_replies > 0
 
 
-@pytest.mark.parametrize("config, seed", [
-    (FedSCSXGB(protocol="histogram", n_rounds=3, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET), 5),
-    (FedForest(n_trees=3, max_depth=4, n_bins=16, feature_set_version=FEATURE_SET, protocol="histogram"), 4),
-], ids=["fedscs_xgb", "fedforest"])
-def test_a_private_job_with_duplicated_and_reordered_deliveries_equals_the_simulation(tmp_path: Path, config,
-                                                                                      seed: int) -> None:
+@pytest.mark.parametrize(
+    "config, seed",
+    [
+        (FedSCSXGB(protocol="histogram", n_rounds=3, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET), 5),
+        (FedForest(n_trees=3, max_depth=4, n_bins=16, feature_set_version=FEATURE_SET, protocol="histogram"), 4),
+    ],
+    ids=["fedscs_xgb", "fedforest"],
+)
+def test_a_private_job_with_duplicated_and_reordered_deliveries_equals_the_simulation(
+    tmp_path: Path, config, seed: int
+) -> None:
     with start_fleet_behind_proxy(tmp_path, FAULTS) as (fleet, proxy):
         engine = RoundEngine(fleet.agg)
-        model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=seed, engine=engine,
-                                    settings=JobSettings(deadline_s=60))
+        model, job = train_on_fleet(
+            config, fleet.agg, clients=GATEWAYS, seed=seed, engine=engine, settings=JobSettings(deadline_s=60)
+        )
         assert_both_ways_faulted(proxy)
         for gateway in GATEWAYS:  # every gateway got requests twice, and sent replies twice
             assert proxy.stats.total("duplicated", "to_client", gateway) > 0

@@ -23,8 +23,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
 
 def test_mqtt_forest_equals_the_simulation_and_is_evaluated_on_held_out_windows(fleet) -> None:
-    config = FedForest(n_trees=8, max_depth=4, n_bins=16, min_samples_leaf=3, client_splits=True, protocol="sketches",
-                       feature_set_version=FEATURE_SET)
+    config = FedForest(
+        n_trees=8,
+        max_depth=4,
+        n_bins=16,
+        min_samples_leaf=3,
+        client_splits=True,
+        protocol="sketches",
+        feature_set_version=FEATURE_SET,
+    )
     model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=3, settings=JobSettings(deadline_s=60))
     simulated = aggregator.simulate(config, client_data(fleet.stores, 0.2), seed=3)
     assert model == simulated
@@ -45,8 +52,14 @@ def test_a_gateway_killed_mid_forest_rejoins_by_replaying_decisions(fleet) -> No
             fleet.restart("gw-2")  # lost its bootstrap and node membership: rebuilt from the decisions
 
     config = FedForest(n_trees=6, max_depth=5, n_bins=16, feature_set_version=FEATURE_SET, protocol="sketches")
-    model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=2,
-                                settings=JobSettings(deadline_s=4, min_fraction=0.5), progress=on_level)
+    model, job = train_on_fleet(
+        config,
+        fleet.agg,
+        clients=GATEWAYS,
+        seed=2,
+        settings=JobSettings(deadline_s=4, min_fraction=0.5),
+        progress=on_level,
+    )
     assert answered[0] == 4 and 3 in answered[1:3] and answered[-1] == 4
     assert not job.rejected
     X = np.concatenate([c.X for c in client_data(fleet.stores, 0.2)])
@@ -66,9 +79,31 @@ def test_private_forest_over_mqtt_equals_the_simulation(fleet) -> None:
 def test_wheelfed_train_cli_trains_and_evaluates(fleet, tmp_path) -> None:
     out = tmp_path / "forest.json"
     env = dict(os.environ, **{PASSWORD_ENV: PASSWORDS["aggregator"]})
-    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", "train", "--algorithm", "fedforest", "--trees", "5",
-                           "--max-depth", "3", "--port", str(fleet.port), "--feature-set", FEATURE_SET,
-                           "--evaluate", "-o", str(out)], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "train",
+            "--algorithm",
+            "fedforest",
+            "--trees",
+            "5",
+            "--max-depth",
+            "3",
+            "--port",
+            str(fleet.port),
+            "--feature-set",
+            FEATURE_SET,
+            "--evaluate",
+            "-o",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # the private default: two releases after the opening, each answered by every gateway
     assert "fedforest 2/2: 4/4 clients" in proc.stdout and "held-out: n=" in proc.stdout

@@ -31,16 +31,27 @@ def test_each_gateway_gets_the_simulation_s_tree_deployable_to_it_alone(tmp_path
     with gateways_on_mosquitto(tmp_path, PASSWORDS) as fleet:
         processes, agg, presence = fleet.processes, fleet.agg, fleet.presence
         for g in GATEWAYS:
-            processes.start(g, "--store", str(stores[g]), "--holdout-fraction", "0.2", "--trust",
-                            str(tmp_path / "aggregator.pub"), "--model-dir", str(tmp_path / f"{g}-models"),
-                            "--engine", "numpy")
+            processes.start(
+                g,
+                "--store",
+                str(stores[g]),
+                "--holdout-fraction",
+                "0.2",
+                "--trust",
+                str(tmp_path / "aggregator.pub"),
+                "--model-dir",
+                str(tmp_path / f"{g}-models"),
+                "--engine",
+                "numpy",
+            )
         presence.wait(GATEWAYS, online=True, timeout_s=60)
         presence.close()
         engine = RoundEngine(agg)
         # exact counts: a gateway draws its count noise from OS entropy, which no simulation repeats
         config = FedGATree(generations=6, d_max=6, active_fraction=0.5, feature_set_version=FEATURE_SET, epsilon=None)
-        models, job = train_on_fleet(config, agg, clients=GATEWAYS, seed=3, settings=JobSettings(deadline_s=60),
-                                     engine=engine)
+        models, job = train_on_fleet(
+            config, agg, clients=GATEWAYS, seed=3, settings=JobSettings(deadline_s=60), engine=engine
+        )
         simulated = aggregator.simulate(config, client_data(stores, 0.2), seed=3)
         assert sorted(models) == GATEWAYS and not job.rejected
         for g in GATEWAYS:
@@ -55,10 +66,10 @@ def test_each_gateway_gets_the_simulation_s_tree_deployable_to_it_alone(tmp_path
         with pytest.raises(ValueError, match="goes to that gateway only"):
             deploy(engine, registry, key, "fedga.gw-1", None, ["gw-2"])
         # signed for gw-1 and pushed to gw-2 anyway: gw-2 refuses it
-        bundle = ModelBundle.create(models["gw-1"], model_id="fedga.gw-1", version=1, signing_key=key,
-                                    target="gw-1")
-        answer = engine.run_round("push-elsewhere", 1, ModelPush(bundle.to_bytes()), ["gw-2"], deadline_s=20,
-                                  expect=ModelStatus)
+        bundle = ModelBundle.create(models["gw-1"], model_id="fedga.gw-1", version=1, signing_key=key, target="gw-1")
+        answer = engine.run_round(
+            "push-elsewhere", 1, ModelPush(bundle.to_bytes()), ["gw-2"], deadline_s=20, expect=ModelStatus
+        )
         status = answer.replies["gw-2"].body
         assert status.state == "rejected" and "personalised for client 'gw-1'" in status.reason
         X = np.concatenate([c.X for c in client_data(stores, 0.2)])

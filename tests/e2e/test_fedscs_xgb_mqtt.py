@@ -69,8 +69,14 @@ def test_a_gateway_killed_mid_training_is_dropped_and_rejoins(fleet) -> None:
 
     config = FedSCSXGB(n_rounds=7, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET, protocol="atoms")
     started = time.monotonic()
-    model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=1,
-                                settings=JobSettings(deadline_s=4, min_fraction=0.5), progress=on_round)
+    model, job = train_on_fleet(
+        config,
+        fleet.agg,
+        clients=GATEWAYS,
+        seed=1,
+        settings=JobSettings(deadline_s=4, min_fraction=0.5),
+        progress=on_round,
+    )
     assert model.n_trees == 21
     assert answered[:2] == [4, 4] and 3 in answered[2:4]
     assert answered[-1] == 4  # back, with the whole model (its restart lost its margins)
@@ -85,8 +91,13 @@ def test_a_gateway_killed_mid_training_is_dropped_and_rejoins(fleet) -> None:
         if progress.step == 4:
             restart_in_simulation(sim, "gw-4")
 
-    simulated = sim.run(config, seed=1, job_id=job.job_id, progress=in_simulation,
-                        settings=JobSettings(deadline_s=SIM_DEADLINE_S, min_fraction=0.5))
+    simulated = sim.run(
+        config,
+        seed=1,
+        job_id=job.job_id,
+        progress=in_simulation,
+        settings=JobSettings(deadline_s=SIM_DEADLINE_S, min_fraction=0.5),
+    )
     assert model == simulated
 
 
@@ -97,8 +108,11 @@ def kill_at_reply(fleet: Fleet, gateway: str, reply_type: str, n: int) -> Callab
     outbox, seen = TopicLayout().outbox(gateway), []
 
     def tap(publish: Publish) -> bool:
-        if publish.direction != "to_broker" or publish.topic != outbox or \
-                decode_message(publish.payload).type != reply_type:
+        if (
+            publish.direction != "to_broker"
+            or publish.topic != outbox
+            or decode_message(publish.payload).type != reply_type
+        ):
             return True
         seen.append(publish)
         if len(seen) != n:
@@ -127,13 +141,20 @@ def test_private_training_goes_on_when_a_gateway_is_killed_and_it_rejoins_the_ne
                 fleet.restart("gw-4")
 
         config = FedSCSXGB(protocol="histogram", n_rounds=6, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
-        model, job = train_on_fleet(config, fleet.agg, clients=GATEWAYS, seed=1,
-                                    settings=JobSettings(deadline_s=4, min_fraction=0.5), progress=on_round)
+        model, job = train_on_fleet(
+            config,
+            fleet.agg,
+            clients=GATEWAYS,
+            seed=1,
+            settings=JobSettings(deadline_s=4, min_fraction=0.5),
+            progress=on_round,
+        )
         assert proxy.stats.total("tapped") == 1
         # the next job: gw-4 is back in every round
         again = FedSCSXGB(protocol="histogram", n_rounds=2, max_depth=3, n_bins=32, feature_set_version=FEATURE_SET)
-        next_model, next_job = train_on_fleet(again, fleet.agg, clients=GATEWAYS, seed=2,
-                                              settings=JobSettings(deadline_s=60))
+        next_model, next_job = train_on_fleet(
+            again, fleet.agg, clients=GATEWAYS, seed=2, settings=JobSettings(deadline_s=60)
+        )
     assert config.secure_aggregation and model.n_trees == 18
     assert answered[:2] == [4, 4] and answered[2:] == [3, 3, 3, 3]
     types = {r.request_type for r in job.results}
@@ -143,9 +164,13 @@ def test_private_training_goes_on_when_a_gateway_is_killed_and_it_rejoins_the_ne
     data = client_data(fleet.stores, 0.2)
     sim = Simulation(data)
     vanish_after(sim, "gw-4", XgbHistogramRequest, 7)
-    simulated = sim.run(config, seed=1, job_id=job.job_id, settings=JobSettings(deadline_s=SIM_DEADLINE_S,
-                                                                                 min_fraction=0.5),
-                        progress=lambda p: p.step == 4 and restart_in_simulation(sim, "gw-4"))
+    simulated = sim.run(
+        config,
+        seed=1,
+        job_id=job.job_id,
+        settings=JobSettings(deadline_s=SIM_DEADLINE_S, min_fraction=0.5),
+        progress=lambda p: p.step == 4 and restart_in_simulation(sim, "gw-4"),
+    )
     assert model == simulated
 
     assert all(sorted(r.replies) == GATEWAYS for r in next_job.results) and not next_job.rejected

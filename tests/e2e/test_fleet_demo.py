@@ -32,9 +32,28 @@ def _demo(tmp_path: Path, *args: str) -> tuple[str, dict[str, Any], dict[str, An
     """Run the demo; while it runs, open the dashboard and the API at the URL it printed."""
     run_dir = tmp_path / "run"
     report_path = tmp_path / "report.json"
-    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "demo", "--speed", "60", "--rounds", "4",
-                             "--trees", "10", "--run-dir", str(run_dir), "--report", str(report_path), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "demo",
+            "--speed",
+            "60",
+            "--rounds",
+            "4",
+            "--trees",
+            "10",
+            "--run-dir",
+            str(run_dir),
+            "--report",
+            str(report_path),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines, seen = [], {}
     try:
         for line in proc.stdout:
@@ -42,9 +61,12 @@ def _demo(tmp_path: Path, *args: str) -> tuple[str, dict[str, Any], dict[str, An
             if not seen and (match := DASHBOARD.search(line)):
                 url, token = match.groups()
                 status, page = _fetch(url + "/")
-                seen = {"url": url, "dashboard": (status, b"<html" in page.lower()),
-                        "health": json.loads(_fetch(url + "/api/health", token)[1]),
-                        "gateways": json.loads(_fetch(url + "/api/gateways", token)[1])}
+                seen = {
+                    "url": url,
+                    "dashboard": (status, b"<html" in page.lower()),
+                    "health": json.loads(_fetch(url + "/api/health", token)[1]),
+                    "gateways": json.loads(_fetch(url + "/api/gateways", token)[1]),
+                }
                 try:
                     _fetch(url + "/api/jobs")
                 except urllib.error.HTTPError as exc:
@@ -63,7 +85,7 @@ def _demo(tmp_path: Path, *args: str) -> tuple[str, dict[str, Any], dict[str, An
 
 def _summary(stdout: str) -> list[str]:
     """The demo's last screen: its summary."""
-    return stdout[stdout.index("=== WheelFed fleet demo: summary ==="):].rstrip("\n").split("\n")
+    return stdout[stdout.index("=== WheelFed fleet demo: summary ===") :].rstrip("\n").split("\n")
 
 
 def _assert_one_screen(stdout: str, report: dict[str, Any], seen: dict[str, Any]) -> None:
@@ -172,9 +194,11 @@ def _assert_third_contender(report: dict[str, Any], stdout: str, run_dir: Path) 
             assert d["worst_served"] == (d["federated"] <= d["local_only"] and d["federated"] < 1)
             assert d["deploy"] == (d["worst_served"] and d["tree_accuracy"] > d["federated"])
             served = "yes" if d["worst_served"] else "no"
-            assert (f"| {g} | {d['windows']} | {d['federated']:.3f} | {d['local_only']:.3f} | "
-                    f"{d['tree_accuracy']:.3f} | {d['decision_nodes']} | {served} | "
-                    f"{d['tree'] if d['deploy'] else 'no'} |") in stdout
+            assert (
+                f"| {g} | {d['windows']} | {d['federated']:.3f} | {d['local_only']:.3f} | "
+                f"{d['tree_accuracy']:.3f} | {d['decision_nodes']} | {served} | "
+                f"{d['tree'] if d['deploy'] else 'no'} |"
+            ) in stdout
             if d["worst_served"]:
                 assert f"  {g}: {d['reason']}" in stdout
             # a tree goes to its own gateway only, and only when deployed by the rule
@@ -182,8 +206,10 @@ def _assert_third_contender(report: dict[str, Any], stdout: str, run_dir: Path) 
             assert all(r["client"] == g for r in rows), rows
             assert any(r["state"] == "active" for r in rows) == d["deploy"], (d, rows)
     assert report["personal_deployed"] == {g: d["tree"] for g, d in personal.items() if d["deploy"]}
-    assert "privacy of FedGA-Tree: each gateway sent the aggregator, in the clear, its sample count with Laplace " \
-           "noise (epsilon 1.0)" in stdout
+    assert (
+        "privacy of FedGA-Tree: each gateway sent the aggregator, in the clear, its sample count with Laplace "
+        "noise (epsilon 1.0)" in stdout
+    )
 
 
 def _assert_server_seen(seen: dict[str, Any], report: dict[str, Any]) -> None:

@@ -48,10 +48,33 @@ pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 def start_gateway(tmp: Path, port: int | None, password: str, *extra: str) -> subprocess.Popen:
     broker = ["--port", str(port)] if port else ["--no-broker"]
     return subprocess.Popen(
-        [sys.executable, "-m", "edge_client.cli", "gateway", "--client-id", "gw-1", "--store", str(tmp / "gw-1.db"),
-         "--model-dir", str(tmp / "models"), "--trust", str(tmp / "aggregator.pub"), "--stats-every", "0",
-         "--publish-every", "0.5", "--engine", "numpy", *broker, *extra],
-        env=dict(os.environ, **{PASSWORD_ENV: password}), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "gateway",
+            "--client-id",
+            "gw-1",
+            "--store",
+            str(tmp / "gw-1.db"),
+            "--model-dir",
+            str(tmp / "models"),
+            "--trust",
+            str(tmp / "aggregator.pub"),
+            "--stats-every",
+            "0",
+            "--publish-every",
+            "0.5",
+            "--engine",
+            "numpy",
+            *broker,
+            *extra,
+        ],
+        env=dict(os.environ, **{PASSWORD_ENV: password}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def stop(proc: subprocess.Popen) -> str:
@@ -61,11 +84,11 @@ def stop(proc: subprocess.Popen) -> str:
     return out
 
 
-def replay_into_gateway(tmp: Path, recording: Recording, port: int | None, password: str, n_windows: int,
-                        *extra: str) -> str:
+def replay_into_gateway(
+    tmp: Path, recording: Recording, port: int | None, password: str, n_windows: int, *extra: str
+) -> str:
     master, slave = open_pty()
-    gateway = start_gateway(tmp, port, password, "--serial", slave, "--session", recording.metadata.session_id,
-                            *extra)
+    gateway = start_gateway(tmp, port, password, "--serial", slave, "--session", recording.metadata.session_id, *extra)
     try:
         stats = replay(recording, master, speed=0, wait_for_reader_s=30)
         assert stats.completed
@@ -130,9 +153,9 @@ def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_pa
     v2 = aggregator.simulate(
         FedSCSXGB(n_rounds=4, n_bins=32, feature_set_version=fsv, secure_aggregation=False), clients
     )
-    foreign = aggregator.simulate(FedSCSXGB(n_rounds=1, n_bins=32, feature_set_version="another-sensor-layout",
-                                            secure_aggregation=False),
-                                  clients)
+    foreign = aggregator.simulate(
+        FedSCSXGB(n_rounds=1, n_bins=32, feature_set_version="another-sensor-layout", secure_aggregation=False), clients
+    )
     key = SigningKey.generate()
     key.save(tmp_path / "aggregator.key")
     key.verify_key.save(tmp_path / "aggregator.pub")
@@ -145,8 +168,11 @@ def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_pa
 
     passwords = {"aggregator": secrets.token_hex(6), "gw-1": secrets.token_hex(6)}
     with MosquittoBroker(tmp_path / "broker", users=[BrokerUser(n, p) for n, p in passwords.items()]) as broker:
-        agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=broker.port, username="aggregator",
-                                                      password=passwords["aggregator"]), presence=False)
+        agg = MqttTransport(
+            AGGREGATOR_ID,
+            MqttConfig(port=broker.port, username="aggregator", password=passwords["aggregator"]),
+            presence=False,
+        )
         agg.connect()
         engine = RoundEngine(agg)
         presence = Presence(agg, TopicLayout())
@@ -170,10 +196,14 @@ def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_pa
             tampered = bytearray(good)
             tampered[len(tampered) // 2] ^= 0x01
             stranger = ModelBundle.create(v2, model_id="activity", version=2, signing_key=SigningKey.generate())
-            for data, reason in ((bytes(tampered), "Bad"), (stranger.to_bytes(), "trusts only"),
-                                 (good[: len(good) // 2], "")):
-                answer = engine.run_round(f"evil-{secrets.token_hex(3)}", 1, ModelPush(data), ["gw-1"], deadline_s=20,
-                                          expect=ModelStatus)
+            for data, reason in (
+                (bytes(tampered), "Bad"),
+                (stranger.to_bytes(), "trusts only"),
+                (good[: len(good) // 2], ""),
+            ):
+                answer = engine.run_round(
+                    f"evil-{secrets.token_hex(3)}", 1, ModelPush(data), ["gw-1"], deadline_s=20, expect=ModelStatus
+                )
                 status = answer.replies["gw-1"].body
                 assert status.state == "rejected" and reason in status.reason and status.active_version == 1
             result = deploy(engine, registry, key, "foreign", None, ["gw-1"])
@@ -183,8 +213,9 @@ def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_pa
             assert result.statuses["gw-1"].active_version == 2 and result.statuses["gw-1"].previous_version == 1
 
             def send(body) -> ModelStatus:
-                answer = engine.run_round(f"evil-{secrets.token_hex(3)}", 1, body, ["gw-1"], deadline_s=20,
-                                          expect=ModelStatus)
+                answer = engine.run_round(
+                    f"evil-{secrets.token_hex(3)}", 1, body, ["gw-1"], deadline_s=20, expect=ModelStatus
+                )
                 return answer.replies["gw-1"].body
 
             # a replayed, validly signed v1 on a gateway running v2: refused, and still after a restart
@@ -199,13 +230,34 @@ def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_pa
                     presence.wait(["gw-1"], online=True, timeout_s=60)
 
             # unsigned, forged and misaddressed rollbacks: refused, v2 keeps running
-            old_rollback = sign_rollback(key, client="gw-1", model_id="activity", version=1,
-                                         replaces_model_id="activity", replaces_version=2)
-            for body, reason in ((ModelRollback("unsigned, as before"), "unsigned"),
-                                 (sign_rollback(SigningKey.generate(), client="gw-1", model_id="activity", version=1,
-                                                replaces_model_id="activity", replaces_version=2), "trusts only"),
-                                 (sign_rollback(key, client="gw-2", model_id="activity", version=1,
-                                                replaces_model_id="activity", replaces_version=2), "misaddressed")):
+            old_rollback = sign_rollback(
+                key, client="gw-1", model_id="activity", version=1, replaces_model_id="activity", replaces_version=2
+            )
+            for body, reason in (
+                (ModelRollback("unsigned, as before"), "unsigned"),
+                (
+                    sign_rollback(
+                        SigningKey.generate(),
+                        client="gw-1",
+                        model_id="activity",
+                        version=1,
+                        replaces_model_id="activity",
+                        replaces_version=2,
+                    ),
+                    "trusts only",
+                ),
+                (
+                    sign_rollback(
+                        key,
+                        client="gw-2",
+                        model_id="activity",
+                        version=1,
+                        replaces_model_id="activity",
+                        replaces_version=2,
+                    ),
+                    "misaddressed",
+                ),
+            ):
                 status = send(body)
                 assert status.state == "rejected" and reason in status.reason and status.active_version == 2, status
 
@@ -235,8 +287,11 @@ def test_train_sign_push_verify_swap_predict_rollback_and_offline_restart(tmp_pa
     # restart with no broker at all: the stored model is loaded; predictions and alerts go on
     label = live[0].label
     rules = tmp_path / "alerts.json"
-    rules.write_text(json.dumps([{"name": "busy", "kind": "sustained", "labels": [label], "minutes": 0.05,
-                                  "message": f"{label} for 3 s"}]))
+    rules.write_text(
+        json.dumps(
+            [{"name": "busy", "kind": "sustained", "labels": [label], "minutes": 0.05, "message": f"{label} for 3 s"}]
+        )
+    )
     session_2 = Recording.load(recording_path)
     object.__setattr__(session_2.metadata, "session_id", "offline-session")
     out = replay_into_gateway(tmp_path, session_2, None, "", len(batch.X), "--alerts", str(rules))

@@ -29,9 +29,23 @@ def test_replay_then_record_round_trips_a_real_ecg_session(tmp_path: Path) -> No
         line = replayer.stdout.readline()
         assert line.startswith("pty: "), line
         recorded = tmp_path / "recorded.wfrec"
-        recorder = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "record", "--serial", line.split()[1],
-                                     "-o", str(recorded), "--session", "copy"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        recorder = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "edge_client.cli",
+                "record",
+                "--serial",
+                line.split()[1],
+                "-o",
+                str(recorded),
+                "--session",
+                "copy",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         replay_out, _ = replayer.communicate(timeout=60)
         assert replayer.returncode == 0, replay_out
         recorder.send_signal(signal.SIGINT)

@@ -68,12 +68,16 @@ def _git_files(tag: str) -> dict[str, bytes] | None:
     """The released tree's gateway files from git, or None where this clone lacks the tag."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
         return None
-    found = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"refs/tags/{tag}"],
-                           capture_output=True, check=False)
+    found = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"refs/tags/{tag}"],
+        capture_output=True,
+        check=False,
+    )
     if found.returncode != 0:
         return None
-    tar = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", tag, *GATEWAY_PACKAGES],
-                         capture_output=True, check=True).stdout
+    tar = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", tag, *GATEWAY_PACKAGES], capture_output=True, check=True
+    ).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
         return {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}
 
@@ -82,8 +86,10 @@ def _git_files(tag: str) -> dict[str, bytes] | None:
 def previous_release(tmp_path) -> Path:
     """The previous release's gateway source, unpacked into the test's tmp dir."""
     if not ARCHIVE.exists():
-        pytest.fail(f"{ARCHIVE} (the previous protocol version's gateway) is missing -- this test checks the "
-                    "previous release's gateway against this aggregator and must not pass without it")
+        pytest.fail(
+            f"{ARCHIVE} (the previous protocol version's gateway) is missing -- this test checks the "
+            "previous release's gateway against this aggregator and must not pass without it"
+        )
     tree = tmp_path / PREVIOUS
     with tarfile.open(ARCHIVE) as archive:
         archive.extractall(tree, filter="data")
@@ -112,27 +118,65 @@ def _old_store(tree: Path, tmp_path: Path, seed: int) -> Path:
     np.save(tmp_path / "X.npy", data.X)
     np.save(tmp_path / "y.npy", np.asarray(data.y).astype(str))
     path = tmp_path / f"{OLD}.db"
-    subprocess.run([sys.executable, "-c", _FILL_OLD_STORE, str(path), str(seed), FEATURE_SET,
-                    str(tmp_path / "X.npy"), str(tmp_path / "y.npy")],
-                   cwd=tree, env=_old_env(tree), check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _FILL_OLD_STORE,
+            str(path),
+            str(seed),
+            FEATURE_SET,
+            str(tmp_path / "X.npy"),
+            str(tmp_path / "y.npy"),
+        ],
+        cwd=tree,
+        env=_old_env(tree),
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return path
 
 
 def _start_old_gateway(tree: Path, port: int, store: Path, log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "edge_client.cli", "gateway", "--client-id", OLD, "--port", str(port),
-             "--protocol", "5", "--store", str(store), "--stats-every", "0"],
-            cwd=tree, env=_old_env(tree, **{PASSWORD_ENV: PASSWORDS[OLD]}), stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "edge_client.cli",
+                "gateway",
+                "--client-id",
+                OLD,
+                "--port",
+                str(port),
+                "--protocol",
+                "5",
+                "--store",
+                str(store),
+                "--stats-every",
+                "0",
+            ],
+            cwd=tree,
+            env=_old_env(tree, **{PASSWORD_ENV: PASSWORDS[OLD]}),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def test_the_previous_release_s_gateway_trains_or_is_left_out_with_the_version_it_needs(
-        tmp_path, previous_release, caplog) -> None:
+    tmp_path, previous_release, caplog
+) -> None:
     tree = previous_release
-    old_version = subprocess.run([sys.executable, "-c", "from shared.protocol.envelope import PROTOCOL_VERSION;"
-                                  "print(PROTOCOL_VERSION)"], cwd=tree, env=_old_env(tree), check=True,
-                                 capture_output=True, text=True).stdout.strip()
+    old_version = subprocess.run(
+        [sys.executable, "-c", "from shared.protocol.envelope import PROTOCOL_VERSION;print(PROTOCOL_VERSION)"],
+        cwd=tree,
+        env=_old_env(tree),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert old_version == str(PROTOCOL_VERSION - 1), f"tag {PREVIOUS} speaks protocol {old_version}"
     stores = {g: tmp_path / f"{g}.db" for g in NEW_GATEWAYS}
     for i, path in enumerate(stores.values()):
@@ -151,8 +195,7 @@ def test_the_previous_release_s_gateway_trains_or_is_left_out_with_the_version_i
 
             # A job that needs this version's messages: the old gateway is left out by the survey.
             private = FedForest(n_trees=2, max_depth=2, feature_set_version=FEATURE_SET)  # the private default
-            choice = survey_feature_sets(engine, "job-private", everyone, FEATURE_SET, deadline_s=20,
-                                         algorithm=private)
+            choice = survey_feature_sets(engine, "job-private", everyone, FEATURE_SET, deadline_s=20, algorithm=private)
             assert choice.clients == tuple(NEW_GATEWAYS)
             why = choice.left_out[OLD]
             assert f"speaks protocol version {PROTOCOL_VERSION - 1}, this job needs {PROTOCOL_VERSION}" in why
@@ -162,10 +205,12 @@ def test_the_previous_release_s_gateway_trains_or_is_left_out_with_the_version_i
             assert len(behind) == 1 and OLD in behind[0]
 
             # A job whose requests the old version has: it trains with the old gateway, in its version.
-            plain = FedForest(n_trees=2, max_depth=3, protocol="histogram", secure_aggregation=False,
-                              feature_set_version=FEATURE_SET)
-            model, job = train_on_fleet(plain, fleet.agg, clients=everyone, seed=5, engine=engine,
-                                        settings=JobSettings(deadline_s=30))
+            plain = FedForest(
+                n_trees=2, max_depth=3, protocol="histogram", secure_aggregation=False, feature_set_version=FEATURE_SET
+            )
+            model, job = train_on_fleet(
+                plain, fleet.agg, clients=everyone, seed=5, engine=engine, settings=JobSettings(deadline_s=30)
+            )
             assert job.clients == sorted(everyone) and not job.rejected
             assert model == aggregator.simulate(plain, client_data(stores), seed=5)
         finally:

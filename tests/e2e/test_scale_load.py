@@ -40,8 +40,11 @@ def test_the_report_has_every_round_with_its_phase_time_and_bytes(runs) -> None:
         growth = "fedscs_xgb.histograms" if run.algorithm == "fedscs-xgb" else "fedforest.histograms"
         levels = 2 * 3 if run.algorithm == "fedscs-xgb" else 3  # (boosting rounds x) depth levels
         assert phases[growth].rounds == levels
-        sums = sum(p.rounds for name, p in phases.items() if name not in ("data_shape", "secagg.keys", "secagg.join",
-                                                                         "secagg.confirm", "secagg.unmask"))
+        sums = sum(
+            p.rounds
+            for name, p in phases.items()
+            if name not in ("data_shape", "secagg.keys", "secagg.join", "secagg.confirm", "secagg.unmask")
+        )
         assert phases["secagg.unmask"].rounds == sums  # one unmask per secure sum
         assert all(t.clients == t.answered == GATEWAYS for t in run.timings)
         assert all(t.seconds > 0 and t.bytes_down > 0 and t.bytes_up > 0 for t in run.timings)

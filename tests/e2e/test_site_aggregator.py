@@ -52,13 +52,15 @@ def broker(stack: ExitStack, run_dir: Path, users: list[str], extra_acl: str = "
     shutil.copytree(DEPLOY_DIR / "mosquitto", deploy / "mosquitto")
     acl = deploy / "mosquitto" / "acl"
     acl.write_text(acl.read_text() + extra_acl)
-    return stack.enter_context(MosquittoBroker(run_dir, users=[BrokerUser(u, password(u)) for u in users],
-                                               deploy_dir=deploy))
+    return stack.enter_context(
+        MosquittoBroker(run_dir, users=[BrokerUser(u, password(u)) for u in users], deploy_dir=deploy)
+    )
 
 
 def connected(stack: ExitStack, client_id: str, port: int, *, presence: bool) -> MqttTransport:
-    transport = MqttTransport(client_id, MqttConfig(port=port, username=client_id, password=password(client_id)),
-                              presence=presence)
+    transport = MqttTransport(
+        client_id, MqttConfig(port=port, username=client_id, password=password(client_id)), presence=presence
+    )
     stack.callback(transport.close)
     return transport
 
@@ -73,15 +75,28 @@ class MqttFleet:
     sites: dict[str, SiteAggregator] = field(default_factory=dict)
 
     def train(self, algorithm, *, deadline_s: float = 30.0, min_fraction: float = 1.0, progress=None):
-        return train_on_fleet(algorithm, self.engine.transport, clients=GATEWAYS, seed=3,
-                              job_id=f"site-e2e-{algorithm.name}",
-                              settings=JobSettings(deadline_s=deadline_s, min_fraction=min_fraction),
-                              engine=self.engine, discover_s=20, progress=progress)
+        return train_on_fleet(
+            algorithm,
+            self.engine.transport,
+            clients=GATEWAYS,
+            seed=3,
+            job_id=f"site-e2e-{algorithm.name}",
+            settings=JobSettings(deadline_s=deadline_s, min_fraction=min_fraction),
+            engine=self.engine,
+            discover_s=20,
+            progress=progress,
+        )
 
 
 @contextmanager
-def mqtt_fleet(tmp_path: Path, sites: dict[str, list[str]] | None, *, in_process_sites: bool = True,
-               site_deadline_s: float = 15.0, data: list[ClientData] | None = None) -> Iterator[MqttFleet]:
+def mqtt_fleet(
+    tmp_path: Path,
+    sites: dict[str, list[str]] | None,
+    *,
+    in_process_sites: bool = True,
+    site_deadline_s: float = 15.0,
+    data: list[ClientData] | None = None,
+) -> Iterator[MqttFleet]:
     """The six gateways (``data``: theirs, default ``fleet_data()``) behind the cloud's broker
     (``sites`` None), or behind their clinics'."""
     if not mosquitto_available():
@@ -116,8 +131,10 @@ def mqtt_fleet(tmp_path: Path, sites: dict[str, list[str]] | None, *, in_process
 
 
 def test_sites_give_the_flat_fleets_model_over_mosquitto(tmp_path: Path) -> None:
-    algorithms = [FedSCSXGB(protocol="histogram", n_rounds=2, max_depth=3, n_bins=16),  # secure aggregation
-                  FedForest(n_trees=3, max_depth=3, n_bins=16, secure_aggregation=False)]  # plain sums
+    algorithms = [
+        FedSCSXGB(protocol="histogram", n_rounds=2, max_depth=3, n_bins=16),  # secure aggregation
+        FedForest(n_trees=3, max_depth=3, n_bins=16, secure_aggregation=False),
+    ]  # plain sums
     models, upstream = {}, {}
     for sites in (None, SITES):
         with mqtt_fleet(tmp_path, sites) as fleet:
@@ -134,8 +151,10 @@ def test_sites_give_the_flat_fleets_model_over_mosquitto(tmp_path: Path) -> None
         assert_same_ensemble(models[(False, algorithm.name)], models[(True, algorithm.name)])
         (flat_bytes, rounds), (site_bytes, _) = upstream[(True, algorithm.name)], upstream[(False, algorithm.name)]
         assert site_bytes < flat_bytes
-        print(f"\n{algorithm.name}: bytes into the cloud per round, flat {flat_bytes / rounds:.0f}, "
-              f"2 sites of 3 {site_bytes / rounds:.0f} ({rounds} rounds)")
+        print(
+            f"\n{algorithm.name}: bytes into the cloud per round, flat {flat_bytes / rounds:.0f}, "
+            f"2 sites of 3 {site_bytes / rounds:.0f} ({rounds} rounds)"
+        )
 
 
 def test_a_gateway_that_times_out_at_its_site_is_dropped_as_in_the_flat_fleet(tmp_path: Path) -> None:
@@ -147,11 +166,14 @@ def test_a_gateway_that_times_out_at_its_site_is_dropped_as_in_the_flat_fleet(tm
     models, jobs = {}, {}
     for sites, deadline in ((None, 1.5), (SITES, 30.0)):
         with mqtt_fleet(tmp_path / ("sites" if sites else "flat"), sites, site_deadline_s=1.0) as fleet:
+
             def drop_gw2(progress, fleet=fleet) -> None:
                 if progress.step == 1:
                     fleet.gateways["gw-2"].close()
-            models[sites is None], jobs[sites is None] = fleet.train(algorithm, deadline_s=deadline, min_fraction=0.5,
-                                                                     progress=drop_gw2)
+
+            models[sites is None], jobs[sites is None] = fleet.train(
+                algorithm, deadline_s=deadline, min_fraction=0.5, progress=drop_gw2
+            )
     assert_same_ensemble(models[False], models[True])
     flat_missing = [r for r in jobs[True].results if "gw-2" in r.timed_out]
     site_missing = [r for r in jobs[False].results if "gw-2" in r.errors]
@@ -166,14 +188,32 @@ def test_a_site_killed_mid_job_ends_it_with_the_usual_quorum_error(tmp_path: Pat
     with mqtt_fleet(tmp_path, SITES, in_process_sites=False) as fleet, ExitStack() as stack:
         processes = {}
         for site, members in SITES.items():
-            env = dict(os.environ, **{UPSTREAM_PASSWORD_ENV: password(site),
-                                      DOWNSTREAM_PASSWORD_ENV: password(AGGREGATOR_ID)})
+            env = dict(
+                os.environ, **{UPSTREAM_PASSWORD_ENV: password(site), DOWNSTREAM_PASSWORD_ENV: password(AGGREGATOR_ID)}
+            )
             processes[site] = subprocess.Popen(
-                [sys.executable, "-m", "edge_client.cli", "site-aggregator", "--site-id", site, "--members",
-                 ",".join(members),
-                 "--upstream-port", str(fleet.cloud_port), "--downstream-port", str(fleet.clinic_ports[site]),
-                 "--deadline-s", "2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                preexec_fn=die_with_parent())
+                [
+                    sys.executable,
+                    "-m",
+                    "edge_client.cli",
+                    "site-aggregator",
+                    "--site-id",
+                    site,
+                    "--members",
+                    ",".join(members),
+                    "--upstream-port",
+                    str(fleet.cloud_port),
+                    "--downstream-port",
+                    str(fleet.clinic_ports[site]),
+                    "--deadline-s",
+                    "2",
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                preexec_fn=die_with_parent(),
+            )
             stack.callback(processes[site].kill)
         line = processes["site-b"].stdout.readline()
         assert line.startswith("site site-b: answering for gw-4, gw-5, gw-6"), line

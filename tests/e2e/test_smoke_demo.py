@@ -12,8 +12,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
 @pytest.mark.parametrize("broker", ["mosquitto", "embedded"])
 def test_demo_smoke_run_end_to_end(broker: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", "smoke", "--gateways", "2", "--broker", broker],
-                          capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_client.cli", "smoke", "--gateways", "2", "--broker", broker],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "2 gateway processes online" in out
@@ -51,9 +55,24 @@ def test_broker_command_serves_the_acl_config(tmp_path) -> None:
     from shared.transport.mqtt import MqttConfig, MqttTransport
 
     port = find_free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", "broker", "--port", str(port), "--run-dir",
-                             str(tmp_path), "--user", "aggregator:a-pw", "--user", "gw-1:g-pw"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_client.cli",
+            "broker",
+            "--port",
+            str(port),
+            "--run-dir",
+            str(tmp_path),
+            "--user",
+            "aggregator:a-pw",
+            "--user",
+            "gw-1:g-pw",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert f"listening on 127.0.0.1:{port}" in proc.stdout.readline()
         gw = MqttTransport("gw-1", MqttConfig(port=port, username="gw-1", password="g-pw"), presence=False)
@@ -85,12 +104,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize(("command", "ready", "how"), [
-    (["smoke", "--gateways", "2"], "[2/5]", "SIGTERM"),
-    (["smoke", "--gateways", "2"], "[2/5]", "SIGINT"),
-    (["demo", "--subjects", "2", "--speed", "5"], "streaming the labelled start", "SIGINT"),
-    (["demo", "--subjects", "2", "--speed", "5"], "aggregator: training", "SIGTERM"),
-], ids=["smoke-SIGTERM", "smoke-SIGINT", "demo-SIGINT-while-streaming", "demo-SIGTERM-while-training"])
+@pytest.mark.parametrize(
+    ("command", "ready", "how"),
+    [
+        (["smoke", "--gateways", "2"], "[2/5]", "SIGTERM"),
+        (["smoke", "--gateways", "2"], "[2/5]", "SIGINT"),
+        (["demo", "--subjects", "2", "--speed", "5"], "streaming the labelled start", "SIGINT"),
+        (["demo", "--subjects", "2", "--speed", "5"], "aggregator: training", "SIGTERM"),
+    ],
+    ids=["smoke-SIGTERM", "smoke-SIGINT", "demo-SIGINT-while-streaming", "demo-SIGTERM-while-training"],
+)
 def test_runs_stop_everything_they_started_when_interrupted(command: list[str], ready: str, how: str) -> None:
     import signal
     import time

@@ -40,8 +40,11 @@ def test_a_connection_that_runs_job_after_job_keeps_no_handlers_of_finished_jobs
     from shared.transport.mqtt import MqttConfig, MqttTransport
     from tests.conftest import PASSWORDS
 
-    agg = MqttTransport(AGGREGATOR_ID, MqttConfig(port=mosquitto.port, username="aggregator",
-                                                  password=PASSWORDS["aggregator"]), presence=False)
+    agg = MqttTransport(
+        AGGREGATOR_ID,
+        MqttConfig(port=mosquitto.port, username="aggregator", password=PASSWORDS["aggregator"]),
+        presence=False,
+    )
     agg.connect()
     try:
         engine = RoundEngine(agg)

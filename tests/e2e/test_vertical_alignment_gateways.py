@@ -39,9 +39,11 @@ T0_US = 1_790_000_000_000_000  # a 2026 instant on the sensors' common clock, on
 RATE_HZ = 50.0
 SERIES = 6  # the first six exercise series of subject 1: ~4 minutes, ~115 windows
 # gateway -> (channels, clock offset of its sensors, sequence restart half-way, holds the labels)
-GATEWAYS = {"gw-wrist": (("ax", "ay"), 0, False, True),
-            "gw-chair": (("az", "wx"), 0, True, False),
-            "gw-chest": (("wy", "wz"), 120_000, False, False)}
+GATEWAYS = {
+    "gw-wrist": (("ax", "ay"), 0, False, True),
+    "gw-chair": (("az", "wx"), 0, True, False),
+    "gw-chest": (("wy", "wz"), 120_000, False, False),
+}
 PASSWORDS = {"aggregator": "agg-pw", **{g: f"pw-{g}" for g in GATEWAYS}}
 HOP_US, TOLERANCE_US = 2_000_000, 250_000
 
@@ -56,13 +58,20 @@ def _recordings(folder: Path) -> tuple[dict[str, Path], int]:
     X = np.concatenate([np.asarray(data["X"][i], dtype=np.float64) for i in series])
     bounds = np.cumsum([0] + [len(data["X"][i]) for i in series])
     period_us = round(1e6 / RATE_HZ)
-    labels = [Annotation(str(data["y_labels"][int(data["y"][i])]), T0_US + int(a) * period_us,
-                         T0_US + int(b) * period_us, annotation_id=k)
-              for k, (i, a, b) in enumerate(zip(series, bounds[:-1], bounds[1:]))]
+    labels = [
+        Annotation(
+            str(data["y_labels"][int(data["y"][i])]),
+            T0_US + int(a) * period_us,
+            T0_US + int(b) * period_us,
+            annotation_id=k,
+        )
+        for k, (i, a, b) in enumerate(zip(series, bounds[:-1], bounds[1:]))
+    ]
     paths = {}
     for gateway, (channels, offset_us, restart, labelled) in GATEWAYS.items():
-        descriptor = SensorDescriptor(1, gateway.removeprefix("gw-"), "imu", RATE_HZ,
-                                      tuple(ChannelSpec(c, "") for c in channels), "float32")
+        descriptor = SensorDescriptor(
+            1, gateway.removeprefix("gw-"), "imu", RATE_HZ, tuple(ChannelSpec(c, "") for c in channels), "float32"
+        )
         samples = X[:, [names.index(c) for c in channels]].astype(np.float32)
         frames = chunk_samples(1, samples, RATE_HZ, 25, t0_us=T0_US + offset_us)
         if restart:  # the sensor rebooted: its frame numbers start again at 0, its clock runs on
@@ -70,8 +79,7 @@ def _recordings(folder: Path) -> tuple[dict[str, Path], int]:
             restart_us = frames[half].timestamp_us
             frames[half:] = [dataclasses.replace(f, seq=k) for k, f in enumerate(frames[half:])]
         metadata = RecordingMetadata(session_id=f"{gateway}-recorded", descriptors=(descriptor,), created_us=0)
-        paths[gateway] = write_recording(folder / f"{gateway}.wfrec", metadata, frames,
-                                         labels if labelled else ())
+        paths[gateway] = write_recording(folder / f"{gateway}.wfrec", metadata, frames, labels if labelled else ())
     return paths, restart_us
 
 
@@ -102,16 +110,22 @@ def test_gateways_with_default_sessions_a_restart_and_a_clock_offset_align_and_t
     recordings, restart_us = _recordings(tmp_path / "rec")
     stores = {g: tmp_path / f"{g}.db" for g in GATEWAYS}
     ptys = {g: open_pty() for g in GATEWAYS}
-    config = VerticalFederatedForest(n_trees=6, max_depth=5, min_samples_leaf=2, hop_us=HOP_US,
-                                     tolerance_us=TOLERANCE_US)
+    config = VerticalFederatedForest(
+        n_trees=6, max_depth=5, min_samples_leaf=2, hop_us=HOP_US, tolerance_us=TOLERANCE_US
+    )
     with gateways_on_mosquitto(tmp_path, PASSWORDS) as fleet:
         try:
             for g in GATEWAYS:  # no --session: each gateway names its own
                 fleet.processes.start(g, "--store", str(stores[g]), "--serial", ptys[g][1])
             stats = {}
-            threads = [threading.Thread(target=lambda g=g: stats.__setitem__(
-                g, replay(Recording.load(recordings[g]), ptys[g][0], speed=0, wait_for_reader_s=30)))
-                for g in GATEWAYS]
+            threads = [
+                threading.Thread(
+                    target=lambda g=g: stats.__setitem__(
+                        g, replay(Recording.load(recordings[g]), ptys[g][0], speed=0, wait_for_reader_s=30)
+                    )
+                )
+                for g in GATEWAYS
+            ]
             for t in threads:
                 t.start()
             for t in threads:
@@ -119,8 +133,9 @@ def test_gateways_with_default_sessions_a_restart_and_a_clock_offset_align_and_t
             assert all(stats[g].completed for g in GATEWAYS), stats
             _wait_until_stored(stores)
             fleet.presence.wait(list(GATEWAYS), online=True, timeout_s=60)
-            model = config.fit(FederatedJob(RoundEngine(fleet.agg), list(GATEWAYS),
-                                            settings=JobSettings(deadline_s=60)), seed=3)
+            model = config.fit(
+                FederatedJob(RoundEngine(fleet.agg), list(GATEWAYS), settings=JobSettings(deadline_s=60)), seed=3
+            )
         finally:
             for master, _ in ptys.values():
                 os.close(master)
@@ -133,8 +148,10 @@ def test_gateways_with_default_sessions_a_restart_and_a_clock_offset_align_and_t
     assert len(chair) == 2 and chair[1].startswith(chair[0] + "#"), chair  # the restart: session#n
     # the oracle's own join: rows by start time; the label holder offers its labelled windows only
     parties = model.alignment.parties  # the master's party order: the feature blocks' order
-    offered = {g: np.flatnonzero([v is not None for v in stored[g][1]]) if GATEWAYS[g][3] else
-               np.arange(len(stored[g][1])) for g in parties}
+    offered = {
+        g: np.flatnonzero([v is not None for v in stored[g][1]]) if GATEWAYS[g][3] else np.arange(len(stored[g][1]))
+        for g in parties
+    }
     # every gateway cut its windows on the absolute grid of its own clock, the one 120 ms ahead too
     assert all((meta.start_us % HOP_US == 0).all() for _, _, meta in stored.values())
     starts = {g: stored[g][2].start_us[rows] for g, rows in offered.items()}
@@ -152,7 +169,8 @@ def test_gateways_with_default_sessions_a_restart_and_a_clock_offset_align_and_t
         blocks.append((X[pick], y[pick].astype(str) if GATEWAYS[g][3] else None))
     # same key and job id: the parties show the master the same feature codes
     clean = dataclasses.replace(config, hop_us=0, tolerance_us=0).run_in(
-        Simulation(parties_for_simulation(blocks, party_key=key)), seed=3, job_id=model.metadata.job)
+        Simulation(parties_for_simulation(blocks, party_key=key)), seed=3, job_id=model.metadata.job
+    )
     assert model.classes == clean.classes and len(model.classes) >= 3
     for a, b in zip(model.trees, clean.trees, strict=True):
         for field in ("split_nodes", "owner", "feature", "gain", "leaves", "values", "cover"):

@@ -33,14 +33,19 @@ from tests.e2e.fleet_support import gateways_on_mosquitto
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
 # gateway -> (feature set, columns of X, clock offset in us)
-PARTIES = {"gw-acc": ("e2e-acc", slice(0, 3), 0), "gw-ecg": ("e2e-ecg", slice(3, 5), 180_000),
-           "gw-gyro": ("e2e-gyro", slice(5, 7), -90_000)}
+PARTIES = {
+    "gw-acc": ("e2e-acc", slice(0, 3), 0),
+    "gw-ecg": ("e2e-ecg", slice(3, 5), 180_000),
+    "gw-gyro": ("e2e-gyro", slice(5, 7), -90_000),
+}
 PASSWORDS = {"aggregator": "agg-pw", **{g: f"pw-{g}" for g in PARTIES}}
 HOP, N_LABELLED, N = 2_000_000, 150, 170
 ECG_MISSES = {5, 6, 90}
 LABELS = np.array(["sit", "push", "lie"])
-TRAIN = ("vertical train --parties gw-acc,gw-ecg,gw-gyro --label-holder gw-acc --model-id activity-vf "
-         "-o activity-vf.vfm --trees 6 --max-depth 5 --hop-ms 2000 --tolerance-ms 250")
+TRAIN = (
+    "vertical train --parties gw-acc,gw-ecg,gw-gyro --label-holder gw-acc --model-id activity-vf "
+    "-o activity-vf.vfm --trees 6 --max-depth 5 --hop-ms 2000 --tolerance-ms 250"
+)
 PREDICT = "vertical predict --model activity-vf.vfm --trust aggregator.pub"
 
 
@@ -76,10 +81,17 @@ def test_the_commands_run_here_are_the_help_examples():
 
 
 def _wheelfed(cwd, port, line):
-    env = dict(os.environ, PYTHONPATH=str(REPO), WHEELFED_MQTT_PASSWORD=PASSWORDS["aggregator"],
-               WHEELFED_MQTT_PORT=str(port))
-    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", *line.split()], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ, PYTHONPATH=str(REPO), WHEELFED_MQTT_PASSWORD=PASSWORDS["aggregator"], WHEELFED_MQTT_PORT=str(port)
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_client.cli", *line.split()],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, (line, proc.stdout, proc.stderr)
     return proc.stdout
 
@@ -104,8 +116,17 @@ def person_gateways(tmp_path) -> Iterator[PersonGateways]:
     with gateways_on_mosquitto(tmp_path, PASSWORDS) as fleet:
         _wheelfed(tmp_path, fleet.port, "keygen -o aggregator.key")
         _wheelfed(tmp_path, fleet.port, "vertical keygen -o person.key")
-        gateway_args = {g: ("--store", str(stores[g]), "--party-key-file", str(tmp_path / "person.key"),
-                            "--trust", str(tmp_path / "aggregator.pub")) for g in PARTIES}
+        gateway_args = {
+            g: (
+                "--store",
+                str(stores[g]),
+                "--party-key-file",
+                str(tmp_path / "person.key"),
+                "--trust",
+                str(tmp_path / "aggregator.pub"),
+            )
+            for g in PARTIES
+        }
         yield PersonGateways(fleet.port, fleet.processes, fleet.presence, gateway_args)
 
 
@@ -144,8 +165,9 @@ def test_train_deploy_restart_and_live_prediction_reach_every_party(tmp_path):
     config = VerticalFederatedForest(n_trees=6, max_depth=5, min_samples_leaf=5, hop_us=HOP, tolerance_us=250_000)
     # the command's defaults (min leaf 5, seed 0) and its job id: the parties' feature codes, hence
     # which columns the master's draws name, are keyed by the job
-    job = VerticalForestModel.from_bytes((tmp_path / "activity-vf.vfm").read_bytes(),
-                                         load_verify_key(tmp_path / "aggregator.pub")).metadata.job
+    job = VerticalForestModel.from_bytes(
+        (tmp_path / "activity-vf.vfm").read_bytes(), load_verify_key(tmp_path / "aggregator.pub")
+    ).metadata.job
     simulated = config.run_in(Simulation(parties), seed=0, job_id=job)
     X, _ = _data()
     common = np.array([i for i in range(N) if i not in ECG_MISSES])

@@ -20,18 +20,27 @@ from tests.e2e.test_vertical_forest_deploy import PARTIES, PASSWORDS, person_gat
 
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
-TRAIN = ("vertical train --parties gw-acc,gw-ecg,gw-gyro --label-holder gw-acc --model-id activity-vf "
-         "--trees 8 --max-depth 12 --min-samples-leaf 2 --hop-ms 2000 --tolerance-ms 250 --deadline 5 -o {out}")
+TRAIN = (
+    "vertical train --parties gw-acc,gw-ecg,gw-gyro --label-holder gw-acc --model-id activity-vf "
+    "--trees 8 --max-depth 12 --min-samples-leaf 2 --hop-ms 2000 --tolerance-ms 250 --deadline 5 -o {out}"
+)
 
 
 def _env(port: int) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(REPO), WHEELFED_MQTT_PASSWORD=PASSWORDS["aggregator"],
-                WHEELFED_MQTT_PORT=str(port))
+    return dict(
+        os.environ, PYTHONPATH=str(REPO), WHEELFED_MQTT_PASSWORD=PASSWORDS["aggregator"], WHEELFED_MQTT_PORT=str(port)
+    )
 
 
 def _wheelfed(cwd, port: int, line: str) -> CliRun:
-    proc = subprocess.run([sys.executable, "-m", "edge_client.cli", *line.split()], cwd=cwd, env=_env(port),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "edge_client.cli", *line.split()],
+        cwd=cwd,
+        env=_env(port),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return CliRun(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -47,9 +56,14 @@ def test_a_gateway_killed_at_level_two_and_a_refused_deployment_are_one_line_eac
         presence.wait(list(PARTIES), online=True, timeout_s=60)
 
         # 1. gw-ecg dies once level 2 is reported
-        train = subprocess.Popen([sys.executable, "-m", "edge_client.cli", *TRAIN.format(out="a.vfm").split()],
-                                 cwd=tmp_path, env=_env(person.port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True)
+        train = subprocess.Popen(
+            [sys.executable, "-m", "edge_client.cli", *TRAIN.format(out="a.vfm").split()],
+            cwd=tmp_path,
+            env=_env(person.port),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         lines = []
         for line in train.stdout:
             lines.append(line)
@@ -70,9 +84,17 @@ def test_a_gateway_killed_at_level_two_and_a_refused_deployment_are_one_line_eac
         processes.start("gw-gyro", *untrusting)
         presence.wait(list(PARTIES), online=True, timeout_s=60)
         run = _wheelfed(tmp_path, person.port, TRAIN.format(out="b.vfm"))
-        assert_one_line_failure(run, 1, "deploying activity-vf v1: party gw-gyro did not keep it", "no_trusted_key",
-                                "gw-acc, gw-ecg now hold activity-vf v1", "deploying again needs a version above 1",
-                                "--version")
+        assert_one_line_failure(
+            run,
+            1,
+            "deploying activity-vf v1: party gw-gyro did not keep it",
+            "no_trusted_key",
+            "gw-acc, gw-ecg now hold activity-vf v1",
+            "deploying again needs a version above 1",
+            "--version",
+        )
         assert not (tmp_path / "b.vfm").exists()
-        assert _stored_models(tmp_path) == ["gw-acc-models/vertical/activity-vf.cbor",
-                                            "gw-ecg-models/vertical/activity-vf.cbor"]
+        assert _stored_models(tmp_path) == [
+            "gw-acc-models/vertical/activity-vf.cbor",
+            "gw-ecg-models/vertical/activity-vf.cbor",
+        ]

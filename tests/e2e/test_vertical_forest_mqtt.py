@@ -39,7 +39,7 @@ def _fill(stores, n=150):
                 if i in skip:
                     continue
                 start = i * HOP + offset
-                store.add(WindowRecord("walk-1", start, start + HOP, X[i, column:column + width], version))
+                store.add(WindowRecord("walk-1", start, start + HOP, X[i, column : column + width], version))
                 if g == "gw-acc":
                     store.label_range("walk-1", start, start + HOP, str(LABELS[y[i]]))
         column += width
@@ -69,8 +69,9 @@ def test_vertical_forest_over_mosquitto_equals_the_simulation(tmp_path, monkeypa
         engine = RoundEngine(fleet.agg)
         settings = JobSettings(deadline_s=60)
         model = config.fit(FederatedJob(engine, list(PARTIES), settings=settings), seed=3)
-        live = predict_on_parties(FederatedJob(engine, list(PARTIES), settings=settings), model,
-                                  hop_us=HOP, tolerance_us=TOL)
+        live = predict_on_parties(
+            FederatedJob(engine, list(PARTIES), settings=settings), model, hop_us=HOP, tolerance_us=TOL
+        )
     sim = Simulation(_simulated_parties(stores, key))
     simulated = config.run_in(sim, seed=3, job_id=model.metadata.job)  # the job keys the feature codes
     assert model.alignment == simulated.alignment and model.alignment.common == 147
@@ -79,8 +80,9 @@ def test_vertical_forest_over_mosquitto_equals_the_simulation(tmp_path, monkeypa
         for field in ("split_nodes", "owner", "feature", "gain", "leaves", "values", "cover"):
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
     assert model.classes == simulated.classes == ("lie", "push", "sit")
-    expected = predict_on_parties(FederatedJob(sim.engine, list(PARTIES), job_id="sim-predict"), simulated,
-                                  hop_us=HOP, tolerance_us=TOL)
+    expected = predict_on_parties(
+        FederatedJob(sim.engine, list(PARTIES), job_id="sim-predict"), simulated, hop_us=HOP, tolerance_us=TOL
+    )
     np.testing.assert_array_equal(live.values, expected.values)
     np.testing.assert_array_equal(live.predictions, expected.predictions)
     assert live.predictions.shape == (147,) and set(live.predictions) <= set(LABELS)

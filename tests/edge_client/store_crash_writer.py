@@ -33,8 +33,13 @@ def session_of(i: int) -> str:
 
 
 def window(i: int) -> WindowRecord:
-    return WindowRecord(session_of(i), i * STEP_US, i * STEP_US + WINDOW_US,
-                        np.arange(N_FEATURES, dtype=np.float64) * 0.5 + i, FEATURE_SET)
+    return WindowRecord(
+        session_of(i),
+        i * STEP_US,
+        i * STEP_US + WINDOW_US,
+        np.arange(N_FEATURES, dtype=np.float64) * 0.5 + i,
+        FEATURE_SET,
+    )
 
 
 def annotation(last: int) -> tuple[int, int, str]:

@@ -46,13 +46,16 @@ WITHOUT_AGGREGATOR = (
 
 
 def _gateway_only(program: str, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", WITHOUT_AGGREGATOR + program, *argv], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_AGGREGATOR + program, *argv], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_without_the_aggregator_wheelfed_lists_the_gateway_commands_only() -> None:
-    listed = _gateway_only("from edge_client.cli import build_parser\n"
-                           "print(' '.join(build_parser()._subparsers._group_actions[0].choices))")
+    listed = _gateway_only(
+        "from edge_client.cli import build_parser\n"
+        "print(' '.join(build_parser()._subparsers._group_actions[0].choices))"
+    )
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.split() == GATEWAY_COMMANDS
     main = "from edge_client.cli import main\nsys.exit(main())"

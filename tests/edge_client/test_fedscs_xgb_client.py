@@ -47,8 +47,15 @@ def stump_model(threshold: float = 0.0, leaves=(0.5, -0.5)) -> TreeEnsemble:
         b.set_value(left, leaves[0])
         b.set_value(right, leaves[1])
         trees.append(b.build())
-    return TreeEnsemble(trees=tuple(trees), kind="boosted", link="softmax", n_outputs=3, feature_names=("a", "b", "c"),
-                        tree_output=np.arange(3, dtype=np.int32), classes=CLASSES)
+    return TreeEnsemble(
+        trees=tuple(trees),
+        kind="boosted",
+        link="softmax",
+        n_outputs=3,
+        feature_names=("a", "b", "c"),
+        tree_output=np.arange(3, dtype=np.int32),
+        classes=CLASSES,
+    )
 
 
 def atoms(client: FedSCSXGBClient, delta: ModelDelta, edges, job: str = "job-1"):
@@ -118,9 +125,15 @@ def test_model_deltas_are_applied_once() -> None:
     state = client._jobs["job-1"]
     np.testing.assert_allclose(state.margins, model.predict_margin(d.X.astype(np.float32)))
     # a delta that overlaps what the client has: only the new trees are added
-    bigger = TreeEnsemble(trees=model.trees * 2, kind="boosted", link="softmax", n_outputs=3,
-                          feature_names=model.feature_names, tree_output=np.tile(np.arange(3, dtype=np.int32), 2),
-                          classes=CLASSES)
+    bigger = TreeEnsemble(
+        trees=model.trees * 2,
+        kind="boosted",
+        link="softmax",
+        n_outputs=3,
+        feature_names=model.feature_names,
+        tree_output=np.tile(np.arange(3, dtype=np.int32), 2),
+        classes=CLASSES,
+    )
     assert atoms(client, ModelDelta(0, bigger.to_cbor()), EDGES).n_trees == 6
     np.testing.assert_allclose(state.margins, bigger.predict_margin(d.X.astype(np.float32)))
 
@@ -138,8 +151,9 @@ def test_bad_model_deltas_are_refused() -> None:
         with pytest.raises(RequestRejected) as err:
             atoms(client, ModelDelta(0, garbage), EDGES)
         assert err.value.code == "bad_model"
-    one_output = TreeEnsemble(trees=stump_model().trees[:1], kind="boosted", link="identity", n_outputs=1,
-                              feature_names=("a", "b", "c"))
+    one_output = TreeEnsemble(
+        trees=stump_model().trees[:1], kind="boosted", link="identity", n_outputs=1, feature_names=("a", "b", "c")
+    )
     with pytest.raises(RequestRejected, match="does not fit this job"):
         atoms(client, ModelDelta(0, one_output.to_cbor()), EDGES)
 
@@ -184,7 +198,11 @@ def test_summaries_never_list_every_raw_value() -> None:
     from edge_client.algorithms.fedscs_xgb import summary_points
 
     assert summary_points(256, 150) == 75 and summary_points(16, 60) == 16 and summary_points(8, 1) == 1
-    small = ClientData("gw-1", np.arange(10.0)[:, None] * np.ones((1, 3)), np.array(CLASSES)[np.arange(10) % 3],
-                       feature_set_version="fs-1")
+    small = ClientData(
+        "gw-1",
+        np.arange(10.0)[:, None] * np.ones((1, 3)),
+        np.array(CLASSES)[np.arange(10) % 3],
+        feature_set_version="fs-1",
+    )
     reply = FedSCSXGBClient(small).on_sketch(request(XgbSketchRequest(task(), ModelDelta(), "summary", 64)))
     assert reply.summary.points.shape == (3, 6) and reply.summary.points.dtype == np.float32

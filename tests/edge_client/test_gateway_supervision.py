@@ -56,8 +56,9 @@ def gateway(tmp_path: Path, pty: tuple[int, str]) -> Iterator[Callable[[], Gatew
     started: list[Gateway] = []
 
     def start() -> Gateway:
-        gw = Gateway(GatewayConfig(client_id="gw-1", store_path=tmp_path / "gw.db", serial_port=pty[1],
-                                   supervision=FAST))
+        gw = Gateway(
+            GatewayConfig(client_id="gw-1", store_path=tmp_path / "gw.db", serial_port=pty[1], supervision=FAST)
+        )
         gw.start()
         started.append(gw)
         assert gw.serial.wait_connected(5)
@@ -69,7 +70,8 @@ def gateway(tmp_path: Path, pty: tuple[int, str]) -> Iterator[Callable[[], Gatew
 
 
 def test_a_dead_delivery_thread_is_restarted_and_the_gateway_reads_on(
-        gateway: Callable[[], Gateway], pty: tuple[int, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    gateway: Callable[[], Gateway], pty: tuple[int, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     master, _ = pty
     real = FrameProcessor.on_received
 
@@ -90,7 +92,8 @@ def test_a_dead_delivery_thread_is_restarted_and_the_gateway_reads_on(
 
 
 def test_a_dead_read_thread_is_restarted_and_the_sensor_counts_again_after_re_announcing(
-        gateway: Callable[[], Gateway], pty: tuple[int, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    gateway: Callable[[], Gateway], pty: tuple[int, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     master, _ = pty
     real = frames_module.FrameDecoder.feed_with_bytes
     armed = threading.Event()
@@ -116,7 +119,8 @@ def test_a_dead_read_thread_is_restarted_and_the_sensor_counts_again_after_re_an
 
 
 def test_restarts_back_off_when_a_thread_dies_again_and_again(
-        gateway: Callable[[], Gateway], pty: tuple[int, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    gateway: Callable[[], Gateway], pty: tuple[int, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     master, _ = pty
 
     def always_dies(self: FrameProcessor, item: ReceivedFrame) -> None:
@@ -144,7 +148,8 @@ def test_restarts_back_off_when_a_thread_dies_again_and_again(
 
 
 def test_store_and_predictor_faults_are_counted_once_per_kind_and_collection_goes_on(
-        gateway: Callable[[], Gateway], pty: tuple[int, str], caplog: pytest.LogCaptureFixture) -> None:
+    gateway: Callable[[], Gateway], pty: tuple[int, str], caplog: pytest.LogCaptureFixture
+) -> None:
     master, _ = pty
     gw = gateway()
     real_add, failures = gw.store.add, {"left": 3}
@@ -165,22 +170,28 @@ def test_store_and_predictor_faults_are_counted_once_per_kind_and_collection_goe
         assert wait_for(lambda: gw.processor.stats.frames == 61)
     s = gw.stats()
     assert s["stored"] >= 10 and s["faults"] == 3 + s["stored"]
-    assert gw.faults.by_kind() == {"frame delivery: OperationalError": 3,
-                                   "window callback (live recognition): ValueError": s["stored"]}
+    assert gw.faults.by_kind() == {
+        "frame delivery: OperationalError": 3,
+        "window callback (live recognition): ValueError": s["stored"],
+    }
     logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(logged) == 2 and all(r.exc_info for r in logged)  # one traceback per kind
 
 
 def test_mismatched_and_hostile_frames_are_counted_with_one_line_each_and_no_traceback(
-        gateway: Callable[[], Gateway], pty: tuple[int, str], caplog: pytest.LogCaptureFixture) -> None:
+    gateway: Callable[[], Gateway], pty: tuple[int, str], caplog: pytest.LogCaptureFixture
+) -> None:
     master, _ = pty
     gw = gateway()
-    hostile = [by_the_table(2, 1, 0, 0, p.encode()) for p in (
-        "[" * 4096 + "]" * 4096,
-        '{"sensor_id": ' + "1" * 5000 + "}",
-        '{"sensor_id":1,"name":"watch","kind":"imu","sample_rate_hz":1e-320,"sample_format":"int16",'
-        '"channels":[{"name":"ax","unit":"g","scale":NaN,"offset":0}]}',
-    )]
+    hostile = [
+        by_the_table(2, 1, 0, 0, p.encode())
+        for p in (
+            "[" * 4096 + "]" * 4096,
+            '{"sensor_id": ' + "1" * 5000 + "}",
+            '{"sensor_id":1,"name":"watch","kind":"imu","sample_rate_hz":1e-320,"sample_format":"int16",'
+            '"channels":[{"name":"ax","unit":"g","scale":NaN,"offset":0}]}',
+        )
+    ]
     unresampleable = SensorDescriptor(2, "wrist", "imu", 100.0003, (ChannelSpec("ax", "g"),))
     with caplog.at_level(logging.INFO):
         send(master, DescriptorFrame(WATCH), *(hostile * 20), DescriptorFrame(unresampleable))

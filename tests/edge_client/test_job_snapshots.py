@@ -45,9 +45,14 @@ def fleet(seed: int) -> list[ClientData]:
     return clients
 
 
-@pytest.mark.parametrize("algorithm", [FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, protocol="histogram"),
-                                       FedForest(n_trees=4, max_depth=4, n_bins=8, protocol="histogram")],
-                         ids=["fedscs-xgb", "fedforest"])
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        FedSCSXGB(n_rounds=3, max_depth=3, n_bins=16, protocol="histogram"),
+        FedForest(n_trees=4, max_depth=4, n_bins=8, protocol="histogram"),
+    ],
+    ids=["fedscs-xgb", "fedforest"],
+)
 def test_windows_stored_mid_job_do_not_change_the_job(algorithm) -> None:
     full = fleet(0)
     growing = [GrowingData(c) for c in full]

@@ -52,12 +52,19 @@ def test_install_rollback_reload_and_refusals(tmp_path, models) -> None:
     assert reused.state == "rejected" and "different content" in reused.reason
     status = manager.install(bundle(b, 2, key))
     assert (status.state, status.active_version, status.previous_version) == ("active", 2, 1)
-    for data, reason in ((bundle(other, 3, key), "fs-other"), (bundle(a, 4, SigningKey.generate()), "trusts only"),
-                         (bundle(a, 5, key, target="gw-9"), "gw-9"), (b"\x00" * 40, "")):
+    for data, reason in (
+        (bundle(other, 3, key), "fs-other"),
+        (bundle(a, 4, SigningKey.generate()), "trusts only"),
+        (bundle(a, 5, key, target="gw-9"), "gw-9"),
+        (b"\x00" * 40, ""),
+    ):
         refused = manager.install(data)
         assert refused.state == "rejected" and reason in refused.reason and refused.active_version == 2
-    back = manager.rollback(sign_rollback(key, client="gw-1", model_id="act", version=1, replaces_model_id="act",
-                                          replaces_version=2, reason="drift"))
+    back = manager.rollback(
+        sign_rollback(
+            key, client="gw-1", model_id="act", version=1, replaces_model_id="act", replaces_version=2, reason="drift"
+        )
+    )
     assert back.active_version == 1 and manager.current.label == "act:v1"
     again = ModelManager(tmp_path / "m", "gw-1", [key.verify_key], engine="numpy")
     assert again.load().label == "act:v1"  # a restart loads the stored active model
@@ -65,8 +72,12 @@ def test_install_rollback_reload_and_refusals(tmp_path, models) -> None:
     fallback = ModelManager(tmp_path / "m", "gw-1", [key.verify_key], engine="numpy")
     assert fallback.load().label == "act:v2" and "active.bundle" in fallback.last_error
     empty = ModelManager(tmp_path / "empty", "gw-1", [key.verify_key])
-    assert empty.rollback(sign_rollback(key, client="gw-1", model_id="act", version=1, replaces_model_id="act",
-                                        replaces_version=2)).state == "unchanged"
+    assert (
+        empty.rollback(
+            sign_rollback(key, client="gw-1", model_id="act", version=1, replaces_model_id="act", replaces_version=2)
+        ).state
+        == "unchanged"
+    )
 
 
 def test_live_predictor_stores_publishes_and_survives_a_dead_link(tmp_path, models) -> None:
@@ -98,12 +109,23 @@ def test_live_predictor_stores_publishes_and_survives_a_dead_link(tmp_path, mode
 
 
 def test_alert_rules_in_sensor_time() -> None:
-    engine = AlertEngine((AlertRule("relief", "absent", ("relief",), 30.0, "no relief"),
-                          AlertRule("lying", "sustained", ("lying",), 60.0, "lying 1 h")))
+    engine = AlertEngine(
+        (
+            AlertRule("relief", "absent", ("relief",), 30.0, "no relief"),
+            AlertRule("lying", "sustained", ("lying",), 60.0, "lying 1 h"),
+        )
+    )
     events = []
     t = 0
-    for label, minutes in (("sit", 10), ("sit", 25), ("relief", 31), ("lying", 40), ("lying", 95), ("lying", 105),
-                           ("sit", 110)):
+    for label, minutes in (
+        ("sit", 10),
+        ("sit", 25),
+        ("relief", 31),
+        ("lying", 40),
+        ("lying", 95),
+        ("lying", 105),
+        ("sit", 110),
+    ):
         t = minutes * MIN
         events += [(e.rule, e.state, round((e.detected_us - e.started_us) / MIN)) for e in engine.observe(t, label)]
     # relief: absent 10 -> 31 (21 min, fine), then 31 -> 95 (64 min): raised at 95, still absent at 110;

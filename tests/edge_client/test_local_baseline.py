@@ -36,8 +36,12 @@ def test_the_depth_is_the_best_mean_cross_validated_f1_shallowest_on_ties() -> N
     for k, held in enumerate(folds):
         train = np.setdiff1d(np.arange(len(ids)), held)
         for d in range(1, 9):
-            tree = to_ensemble(grow(Samples.of(X[train], ids[train], regression=False, n_classes=3), d), 0,
-                               feature_names=data.feature_names, classes=(0, 1, 2))
+            tree = to_ensemble(
+                grow(Samples.of(X[train], ids[train], regression=False, n_classes=3), d),
+                0,
+                feature_names=data.feature_names,
+                classes=(0, 1, 2),
+            )
             scores[k, d - 1] = f1_score(ids[held], tree.predict(X[held]), average="macro")
     best = 1 + int(np.argmax(np.round(scores.mean(axis=0), 12)))
     assert cross_validated_depth(X, ids, regression=False, n_classes=3, max_depth=8, folds=5, seed=7) == best
@@ -90,12 +94,15 @@ def test_what_it_cannot_train_on_is_refused_in_one_line() -> None:
         local_model(LabelledData(data.X, np.full(20, np.nan)), LocalBaselineRequest("fs", (), True))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"classes": CLASSES, "max_depth": 0}, "max_depth must lie in 1..15"),
-    ({"classes": CLASSES, "cv_folds": 1}, "cv_folds must lie in 2..20"),
-    ({"classes": ()}, "a classifier's baseline needs its classes"),
-    ({"classes": ("a", "a")}, "classes must be distinct"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"classes": CLASSES, "max_depth": 0}, "max_depth must lie in 1..15"),
+        ({"classes": CLASSES, "cv_folds": 1}, "cv_folds must lie in 2..20"),
+        ({"classes": ()}, "a classifier's baseline needs its classes"),
+        ({"classes": ("a", "a")}, "classes must be distinct"),
+    ],
+)
 def test_a_malformed_request_is_refused(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         LocalBaselineRequest("fs", **kwargs)

@@ -31,8 +31,13 @@ def models():
     rng = np.random.default_rng(1)
     X = rng.normal(size=(200, 3))
     y = np.where(X[:, 0] > 0, "push", "rest")
-    return [aggregator.simulate(FedForest(n_trees=n, max_depth=3, secure_aggregation=False, feature_set_version=FSV),
-                                [ClientData("c", X, y)]) for n in (2, 3, 4)]
+    return [
+        aggregator.simulate(
+            FedForest(n_trees=n, max_depth=3, secure_aggregation=False, feature_set_version=FSV),
+            [ClientData("c", X, y)],
+        )
+        for n in (2, 3, 4)
+    ]
 
 
 def bundle(model, version: int, model_id: str = "act", key: SigningKey = KEY) -> bytes:
@@ -45,10 +50,22 @@ def manager(tmp_path, client: str = "gw-1") -> ModelManager:
     return out
 
 
-def back(client: str = "gw-1", to: tuple[str, int] = ("act", 1), replaces: tuple[str, int] = ("act", 2),
-         key: SigningKey = KEY, **extra) -> ModelRollback:
-    return sign_rollback(key, client=client, model_id=to[0], version=to[1], replaces_model_id=replaces[0],
-                         replaces_version=replaces[1], **extra)
+def back(
+    client: str = "gw-1",
+    to: tuple[str, int] = ("act", 1),
+    replaces: tuple[str, int] = ("act", 2),
+    key: SigningKey = KEY,
+    **extra,
+) -> ModelRollback:
+    return sign_rollback(
+        key,
+        client=client,
+        model_id=to[0],
+        version=to[1],
+        replaces_model_id=replaces[0],
+        replaces_version=replaces[1],
+        **extra,
+    )
 
 
 def running(m: ModelManager) -> str:
@@ -73,8 +90,11 @@ def test_replayed_older_version_is_refused_and_stays_refused_after_a_restart(tmp
     # the identical content again is the idempotent "unchanged" (an aggregator retrying a deploy)
     assert restarted.install(bundle(b, 2)).state == "unchanged"
     assert restarted.install(bundle(c, 3)).state == "active"
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["accepted.json", "active.bundle",
-                                                                      "previous.bundle"]  # no temp files
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [
+        "accepted.json",
+        "active.bundle",
+        "previous.bundle",
+    ]  # no temp files
 
 
 def test_versions_are_monotonic_per_model_id(tmp_path, models) -> None:
@@ -112,11 +132,13 @@ def test_unsigned_forged_and_misaddressed_rollbacks_change_nothing(tmp_path, mod
     gw.install(bundle(a, 1))
     gw.install(bundle(b, 2))
     good = back()
-    for request, reason in ((ModelRollback("unsigned, as before"), "unsigned"),
-                            (back(key=SigningKey.generate()), "trusts only"),
-                            (replace(good, replaces_version=3), "altered"),
-                            (replace(good, signature=bytes(64)), "altered"),
-                            (back(client="gw-2"), "for gw-2, not for gw-1")):
+    for request, reason in (
+        (ModelRollback("unsigned, as before"), "unsigned"),
+        (back(key=SigningKey.generate()), "trusts only"),
+        (replace(good, replaces_version=3), "altered"),
+        (replace(good, signature=bytes(64)), "altered"),
+        (back(client="gw-2"), "for gw-2, not for gw-1"),
+    ):
         status = gw.rollback(request)
         assert status.state == "rejected" and reason in status.reason, status
         assert running(gw) == "act:v2"

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import edge_client.store as store_module
-from edge_client.store import (QueryResult, RetentionPolicy, StoreError, WindowRecord, WindowStore)
+from edge_client.store import QueryResult, RetentionPolicy, StoreError, WindowRecord, WindowStore
 from tests.edge_client import store_crash_writer as crash
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,8 +46,9 @@ def reference_label(session_id: str, start_us: int, end_us: int, annotations: li
     return None
 
 
-def rec(session: str, start_s: float, length_s: float = 4, features: np.ndarray | None = None,
-        version: str = "v1") -> WindowRecord:
+def rec(
+    session: str, start_s: float, length_s: float = 4, features: np.ndarray | None = None, version: str = "v1"
+) -> WindowRecord:
     vec = np.arange(3, dtype=np.float64) + start_s if features is None else features
     return WindowRecord(session, int(start_s * S), int((start_s + length_s) * S), vec, version)
 
@@ -65,8 +66,12 @@ def store(tmp_path: Path):
 
 def brute_force_counts(path: Path) -> dict[tuple[str, str], int]:
     with sqlite3.connect(path) as c:
-        return {(v, lab): n for v, lab, n in c.execute(
-            "SELECT feature_set_version, coalesce(label, ''), count(*) FROM windows GROUP BY 1, 2")}
+        return {
+            (v, lab): n
+            for v, lab, n in c.execute(
+                "SELECT feature_set_version, coalesce(label, ''), count(*) FROM windows GROUP BY 1, 2"
+            )
+        }
 
 
 def trigger_counts(path: Path) -> dict[tuple[str, str], int]:
@@ -76,16 +81,23 @@ def trigger_counts(path: Path) -> dict[tuple[str, str], int]:
 
 # -- labelling ---------------------------------------------------------------------------------
 
-windows_st = st.dictionaries(st.tuples(st.sampled_from(["s1", "s2"]), st.integers(0, 12)), st.integers(1, 5),
-                             max_size=12)
-annotations_st = st.lists(st.builds(lambda s, a, n, lab: Ann(s, a * S, (a + n) * S, lab), st.sampled_from(["s1", "s2"]),
-                                    st.integers(0, 14), st.integers(1, 10), st.sampled_from(["eat", "rest"])),
-                          max_size=8)
+windows_st = st.dictionaries(
+    st.tuples(st.sampled_from(["s1", "s2"]), st.integers(0, 12)), st.integers(1, 5), max_size=12
+)
+annotations_st = st.lists(
+    st.builds(
+        lambda s, a, n, lab: Ann(s, a * S, (a + n) * S, lab),
+        st.sampled_from(["s1", "s2"]),
+        st.integers(0, 14),
+        st.integers(1, 10),
+        st.sampled_from(["eat", "rest"]),
+    ),
+    max_size=8,
+)
 
 
 @settings(max_examples=100, deadline=None)
-@given(windows=windows_st, annotations=annotations_st, order_seed=st.integers(0, 2**32 - 1),
-       batch=st.booleans())
+@given(windows=windows_st, annotations=annotations_st, order_seed=st.integers(0, 2**32 - 1), batch=st.booleans())
 def test_labels_follow_the_documented_rule_whatever_the_arrival_order(windows, annotations, order_seed, batch):
     ops = [("w", k, n) for k, n in windows.items()] + [("a", a) for a in annotations]
     random.Random(order_seed).shuffle(ops)
@@ -102,16 +114,18 @@ def test_labels_follow_the_documented_rule_whatever_the_arrival_order(windows, a
                 pending.clear()
                 a = op[1]
                 inside = store.label_range(a.session_id, a.start_us, a.end_us, a.label)
-                assert inside <= sum(1 for (s, t), n in windows.items()
-                                     if s == a.session_id and a.start_us <= t * S and (t + n) * S <= a.end_us)
+                assert inside <= sum(
+                    1
+                    for (s, t), n in windows.items()
+                    if s == a.session_id and a.start_us <= t * S and (t + n) * S <= a.end_us
+                )
         store.add_many(pending)
         expected = {(s, t * S): reference_label(s, t * S, (t + n) * S, annotations) for (s, t), n in windows.items()}
         assert labels_by_start(store) == expected
         stats = store.stats()
         assert stats.windows == len(windows)
         assert stats.labelled == sum(lab is not None for lab in expected.values())
-        assert stats.by_label == {lab: n for lab in ("eat", "rest")
-                                  if (n := sum(v == lab for v in expected.values()))}
+        assert stats.by_label == {lab: n for lab in ("eat", "rest") if (n := sum(v == lab for v in expected.values()))}
         assert trigger_counts(store.path) == brute_force_counts(store.path)
 
 
@@ -151,9 +165,13 @@ def test_repeating_an_annotation_changes_nothing(store: WindowStore) -> None:
 
 # -- features and queries ----------------------------------------------------------------------
 
+
 @settings(max_examples=40, deadline=None)
-@given(vectors=st.lists(hnp.arrays(np.float64, 7, elements=st.floats(allow_nan=True, allow_infinity=True)),
-                        min_size=1, max_size=5))
+@given(
+    vectors=st.lists(
+        hnp.arrays(np.float64, 7, elements=st.floats(allow_nan=True, allow_infinity=True)), min_size=1, max_size=5
+    )
+)
 def test_features_round_trip_bit_exact_including_nan_inf_and_signed_zero(vectors):
     with tempfile.TemporaryDirectory() as d, WindowStore(Path(d) / "w.db") as store:
         store.add_many([rec("s1", 2 * i, features=v) for i, v in enumerate(vectors)])
@@ -228,9 +246,11 @@ def test_query_refuses_mixed_lengths_written_behind_its_back(tmp_path: Path) -> 
     with WindowStore(tmp_path / "w.db") as store:
         store.add(rec("s1", 0))
         with sqlite3.connect(tmp_path / "w.db") as raw:  # e.g. an older tool without the insert check
-            raw.execute("INSERT INTO windows (session_id, start_us, end_us, feature_set_version, n_features, features,"
-                        " inserted_at) VALUES ('s1', 2000000, 6000000, 'v1', 2, ?, 0)",
-                        (np.zeros(2).tobytes(),))
+            raw.execute(
+                "INSERT INTO windows (session_id, start_us, end_us, feature_set_version, n_features, features,"
+                " inserted_at) VALUES ('s1', 2000000, 6000000, 'v1', 2, ?, 0)",
+                (np.zeros(2).tobytes(),),
+            )
         with pytest.raises(StoreError, match=r"different lengths \[2, 3\]"):
             store.query("v1", labelled_only=False)
         assert store.query("v1", start_us=0, end_us=1, labelled_only=False).X.shape == (1, 3)
@@ -247,20 +267,28 @@ def test_a_duplicate_window_is_ignored(store: WindowStore) -> None:
     assert store.add(rec("s1", 0, version="v2")) is not None  # another feature set is another window
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"session_id": ""}, "session_id"),
-    ({"feature_set_version": None}, "feature_set_version"),
-    ({"start_us": 1.5}, "integer number of microseconds"),
-    ({"end_us": True}, "integer number of microseconds"),
-    ({"end_us": 0}, "must be after start_us"),
-    ({"features": np.zeros((2, 3))}, "1-D"),
-    ({"features": np.zeros(0)}, "non-empty"),
-    ({"features": np.array(["a"])}, "real vector"),
-    ({"features": np.zeros(2, dtype=complex)}, "real vector"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"session_id": ""}, "session_id"),
+        ({"feature_set_version": None}, "feature_set_version"),
+        ({"start_us": 1.5}, "integer number of microseconds"),
+        ({"end_us": True}, "integer number of microseconds"),
+        ({"end_us": 0}, "must be after start_us"),
+        ({"features": np.zeros((2, 3))}, "1-D"),
+        ({"features": np.zeros(0)}, "non-empty"),
+        ({"features": np.array(["a"])}, "real vector"),
+        ({"features": np.zeros(2, dtype=complex)}, "real vector"),
+    ],
+)
 def test_window_record_validation(kwargs, match) -> None:
-    fields = {"session_id": "s1", "start_us": 0, "end_us": 4 * S, "features": np.zeros(3),
-              "feature_set_version": "v1"} | kwargs
+    fields = {
+        "session_id": "s1",
+        "start_us": 0,
+        "end_us": 4 * S,
+        "features": np.zeros(3),
+        "feature_set_version": "v1",
+    } | kwargs
     with pytest.raises(ValueError, match=match):
         WindowRecord(**fields)
 
@@ -282,6 +310,7 @@ def test_label_range_validation(store: WindowStore) -> None:
 
 
 # -- stats and retention -----------------------------------------------------------------------
+
 
 def test_stats_counts_labels_feature_sets_and_file_sizes(store: WindowStore) -> None:
     assert store.stats().windows == 0
@@ -325,8 +354,9 @@ class FakeClock:
 
 def test_max_age_deletes_by_insertion_wall_time(tmp_path: Path) -> None:
     clock = FakeClock()
-    with WindowStore(tmp_path / "w.db", retention=RetentionPolicy(max_age_s=3600), clock=clock,
-                     monotonic=clock) as store:
+    with WindowStore(
+        tmp_path / "w.db", retention=RetentionPolicy(max_age_s=3600), clock=clock, monotonic=clock
+    ) as store:
         store.add_many([rec("s1", t) for t in (0, 2)])
         clock.now += 1800
         store.add(rec("s1", 4))
@@ -339,8 +369,9 @@ def test_max_age_deletes_by_insertion_wall_time(tmp_path: Path) -> None:
 
 def test_retention_forgets_annotations_that_can_no_longer_label_anything(tmp_path: Path) -> None:
     clock = FakeClock()
-    with WindowStore(tmp_path / "w.db", retention=RetentionPolicy(max_windows=3, check_every=1000),
-                     clock=clock, monotonic=clock) as store:
+    with WindowStore(
+        tmp_path / "w.db", retention=RetentionPolicy(max_windows=3, check_every=1000), clock=clock, monotonic=clock
+    ) as store:
         store.add_many([rec("old", t) for t in (0, 2)])
         store.label_range("old", 0, 10 * S, "eat")
         clock.now += 1
@@ -359,14 +390,16 @@ def test_retention_forgets_annotations_that_can_no_longer_label_anything(tmp_pat
         assert labels_by_start(store)[("later", 2 * S)] == "eat"
 
 
-@pytest.mark.parametrize("kwargs", [{"max_windows": 0}, {"max_age_s": 0}, {"max_age_s": float("nan")},
-                                    {"check_every": 0}])
+@pytest.mark.parametrize(
+    "kwargs", [{"max_windows": 0}, {"max_age_s": 0}, {"max_age_s": float("nan")}, {"check_every": 0}]
+)
 def test_retention_policy_validation(kwargs) -> None:
     with pytest.raises(ValueError, match="RetentionPolicy"):
         RetentionPolicy(**kwargs)
 
 
 # -- file, schema, lifecycle, threads ---------------------------------------------------------
+
 
 def test_wal_mode_and_synchronous_normal(store: WindowStore) -> None:
     with sqlite3.connect(store.path) as raw:
@@ -452,8 +485,12 @@ def test_closed_store_refuses_work_and_close_is_idempotent(tmp_path: Path) -> No
     store.close()
     store.close()
     assert not (tmp_path / "w.db-wal").exists()  # the last connection checkpointed and removed the WAL
-    for call in (lambda: store.add(rec("s1", 2)), lambda: store.query("v1"), store.stats,
-                 lambda: store.label_range("s1", 0, S, "eat")):
+    for call in (
+        lambda: store.add(rec("s1", 2)),
+        lambda: store.query("v1"),
+        store.stats,
+        lambda: store.label_range("s1", 0, S, "eat"),
+    ):
         with pytest.raises(StoreError, match="closed"):
             call()
     with WindowStore(tmp_path / "w.db") as again:
@@ -495,6 +532,7 @@ def test_readers_in_other_threads_see_consistent_snapshots_while_the_writer_writ
 
 # -- kill -9 -----------------------------------------------------------------------------------
 
+
 def _reported(progress: Path) -> list[int]:
     text = progress.read_text()
     return [int(line) for line in text.split("\n")[:-1]]  # only whole lines
@@ -525,8 +563,12 @@ def test_survives_kill_9_of_the_writer_at_random_moments(tmp_path: Path) -> None
     first, hot_wals = 0, 0
     for _ in range(6):
         progress.write_text("")
-        child = subprocess.Popen([sys.executable, "-m", "tests.edge_client.store_crash_writer", str(db),
-                                  str(progress), str(first)], cwd=ROOT, env=env, stderr=subprocess.PIPE)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "tests.edge_client.store_crash_writer", str(db), str(progress), str(first)],
+            cwd=ROOT,
+            env=env,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 30
         while not progress.read_text() and child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)

@@ -101,7 +101,7 @@ def test_a_full_disk_at_every_phase_is_one_clear_error_and_loses_nothing_acknowl
                     assert min(len(acked), retention.max_windows) <= store.count() <= len(acked)  # reads work
             disk.empty()
             with WindowStore(db, retention=retention) as store:  # room again: the same file carries on
-                kept = acked[-retention.max_windows:]  # opening applies retention: the newest acknowledged
+                kept = acked[-retention.max_windows :]  # opening applies retention: the newest acknowledged
                 starts = store.query(crash.FEATURE_SET, labelled_only=False).meta.start_us
                 assert sorted(starts.tolist()) == [crash.window(i).start_us for i in kept]
                 _assert_kept(store, kept, labels)
@@ -115,8 +115,9 @@ def _labels_allowed(i: int, acked: list[tuple[int, int, str]], unsure: list[tupl
     each annotation whose ``label_range`` a kill may have cut short (stored, but not reported)."""
     w = crash.window(i)
     near = [a for a in unsure if a[0] < w.end_us and w.start_us < a[1]]
-    return {_expected_label(i, acked + [a for k, a in enumerate(near) if mask >> k & 1])
-            for mask in range(1 << len(near))}
+    return {
+        _expected_label(i, acked + [a for k, a in enumerate(near) if mask >> k & 1]) for mask in range(1 << len(near))
+    }
 
 
 def test_sigkill_while_the_disk_fills_loses_no_reported_window_or_label(tmp_path: Path) -> None:
@@ -131,9 +132,20 @@ def test_sigkill_while_the_disk_fills_loses_no_reported_window_or_label(tmp_path
         for run in range(5):
             progress.write_text("")
             labels.write_text("")
-            child = subprocess.Popen([sys.executable, "-m", "tests.edge_client.store_crash_writer", str(db),
-                                      str(progress), str(first), str(labels)], cwd=ROOT, env=env,
-                                     stderr=subprocess.PIPE)
+            child = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.edge_client.store_crash_writer",
+                    str(db),
+                    str(progress),
+                    str(first),
+                    str(labels),
+                ],
+                cwd=ROOT,
+                env=env,
+                stderr=subprocess.PIPE,
+            )
             deadline = time.monotonic() + 30
             while not progress.read_text() and child.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.005)  # writing (a loaded machine takes a while to start Python)

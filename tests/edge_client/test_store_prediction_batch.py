@@ -12,8 +12,15 @@ from edge_client.store import PredictionBatch, PredictionMark, WindowStore
 
 def _batch(n: int, first_id: int = 1) -> PredictionBatch:
     probs = np.column_stack([np.linspace(0.1, 0.9, n), 1 - np.linspace(0.1, 0.9, n)])
-    return PredictionBatch("vf:v1", ["s1"] * n, np.arange(n) * 2_000_000 + 4_000_000, np.arange(first_id, first_id + n),
-                           np.where(probs[:, 0] > 0.5, "sit", "push").tolist(), probs.max(axis=1), probs)
+    return PredictionBatch(
+        "vf:v1",
+        ["s1"] * n,
+        np.arange(n) * 2_000_000 + 4_000_000,
+        np.arange(first_id, first_id + n),
+        np.where(probs[:, 0] > 0.5, "sit", "push").tolist(),
+        probs.max(axis=1),
+        probs,
+    )
 
 
 def test_a_failure_after_some_inserts_keeps_no_prediction_and_no_mark(tmp_path):

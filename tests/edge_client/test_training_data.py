@@ -61,7 +61,13 @@ def test_model_inputs_round_to_float32_and_append_the_client() -> None:
     assert model_inputs(boosted, X)[0, 0] == np.float32(0.1)
     f = TreeBuilder(np.zeros(1))
     f.split(0, 1, categories=[2])
-    forest = TreeEnsemble(trees=(f.build(),), kind="forest", link="identity", n_outputs=1,
-                          feature_names=("x", "client"), metadata={"client_splits": 1, "clients": "a,b,c"})
+    forest = TreeEnsemble(
+        trees=(f.build(),),
+        kind="forest",
+        link="identity",
+        n_outputs=1,
+        feature_names=("x", "client"),
+        metadata={"client_splits": 1, "clients": "a,b,c"},
+    )
     np.testing.assert_array_equal(model_inputs(forest, X, 2), [[np.float32(0.1), 2.0]])
     assert np.isnan(model_inputs(forest, X, -1)[0, 1])

@@ -64,8 +64,10 @@ def test_the_digest_is_the_hmac_of_the_start_alone():
 
     key = PartyKey.from_secret(bytes(range(32))).id_key
     starts = np.array([1_790_000_000_000_000, -HOP, 0])
-    expected = [hmac.new(key, b"wheelfed/vertical/window-start|" + str(s).encode(), hashlib.sha256).digest()[:16]
-                for s in starts.tolist()]
+    expected = [
+        hmac.new(key, b"wheelfed/vertical/window-start|" + str(s).encode(), hashlib.sha256).digest()[:16]
+        for s in starts.tolist()
+    ]
     assert [bytes(d) for d in start_digests(key, starts)] == expected
     assert start_digests(key, np.zeros(0, np.int64)).shape == (0, 16)
 
@@ -134,8 +136,14 @@ def _party(client_id, rows, X, y, key, offset, rng, restart_at=None, extra=0, du
     if off_grid:
         add(1, T0 + rows[1] * HOP + HOP // 2 - 1)
     perm = rng.permutation(len(sessions))
-    return PartyData(client_id, X=Xp[perm], y=None if yp is None else yp[perm], party_key=key,
-                     sessions=tuple(np.array(sessions, dtype=object)[perm]), start_us=np.asarray(starts)[perm])
+    return PartyData(
+        client_id,
+        X=Xp[perm],
+        y=None if yp is None else yp[perm],
+        party_key=key,
+        sessions=tuple(np.array(sessions, dtype=object)[perm]),
+        start_us=np.asarray(starts)[perm],
+    )
 
 
 def test_parties_with_their_own_sessions_restarts_and_offsets_train_the_forest_of_their_common_windows():
@@ -144,10 +152,21 @@ def test_parties_with_their_own_sessions_restarts_and_offsets_train_the_forest_o
     X = rng.normal(size=(n, 6))
     y = (X[:, 0] - X[:, 4] + 0.3 * rng.normal(size=n) > 0).astype(int)
     key = new_party_key()
-    parties = [_party("gw-1-wrist", np.setdiff1d(np.arange(n), [3, 77]), X[:, :2], y, key, 0, rng, duplicate=10),
-               _party("gw-2-chair", np.setdiff1d(np.arange(n), [150, 151, 199]), X[:, 2:4], None, key, 120_000, rng,
-                      restart_at=120, extra=7),
-               _party("gw-3-chest", np.arange(n), X[:, 4:], None, key, -TOL, rng, restart_at=60, off_grid=True)]
+    parties = [
+        _party("gw-1-wrist", np.setdiff1d(np.arange(n), [3, 77]), X[:, :2], y, key, 0, rng, duplicate=10),
+        _party(
+            "gw-2-chair",
+            np.setdiff1d(np.arange(n), [150, 151, 199]),
+            X[:, 2:4],
+            None,
+            key,
+            120_000,
+            rng,
+            restart_at=120,
+            extra=7,
+        ),
+        _party("gw-3-chest", np.arange(n), X[:, 4:], None, key, -TOL, rng, restart_at=60, off_grid=True),
+    ]
     assert not set.intersection(*(set(p.sessions) for p in parties))  # no session name in common
     assert [p.client_id for p in parties] == sorted(p.client_id for p in parties)  # the master's order
     cfg = VerticalFederatedForest(n_trees=4, max_depth=5, hop_us=HOP, tolerance_us=TOL)
@@ -160,7 +179,8 @@ def test_parties_with_their_own_sessions_restarts_and_offsets_train_the_forest_o
     common = np.setdiff1d(np.arange(n), [3, 10, 77, 150, 151, 199])  # in start order
     blocks = [(X[common, :2], y[common]), (X[common, 2:4], None), (X[common, 4:], None)]
     clean = dataclasses.replace(cfg, hop_us=0, tolerance_us=0).run_in(  # same key and job: same feature codes
-        Simulation(parties_for_simulation(blocks, party_key=key)), seed=3, job_id=model.metadata.job)
+        Simulation(parties_for_simulation(blocks, party_key=key)), seed=3, job_id=model.metadata.job
+    )
     for a, b in zip(model.trees, clean.trees, strict=True):
         for field in ("split_nodes", "owner", "feature", "gain", "leaves", "values", "cover"):
             np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
@@ -191,20 +211,26 @@ def test_a_job_where_nothing_aligns_fails_with_one_line_naming_the_likely_cause(
         return message.split("likely cause: ", 1)[1]
 
     # one gateway holds another person's key: named, with the key as the likely cause
-    cause = fails(_keyed("gw-a", X[:, :1], y, person, starts), _keyed("gw-b", X[:, 1:2], None, person, starts),
-                  _keyed("gw-c", X[:, 2:], None, stranger, starts))
+    cause = fails(
+        _keyed("gw-a", X[:, :1], y, person, starts),
+        _keyed("gw-b", X[:, 1:2], None, person, starts),
+        _keyed("gw-c", X[:, 2:], None, stranger, starts),
+    )
     assert cause.startswith("gw-c shares no window with the other parties: another party key") and "keygen" in cause
     # every key differs
     cause = fails(_keyed("gw-a", X[:, :1], y, person, starts), _keyed("gw-b", X[:, 1:], None, stranger, starts))
     assert cause.startswith("no two parties share a window: different party keys")
     # same key, windows of other hours (the sensors' clocks are not the common clock)
-    cause = fails(_keyed("gw-a", X[:, :1], y, person, starts),
-                  _keyed("gw-b", X[:, 1:], None, person, starts + 3600 * 10**6))
+    cause = fails(
+        _keyed("gw-a", X[:, :1], y, person, starts), _keyed("gw-b", X[:, 1:], None, person, starts + 3600 * 10**6)
+    )
     assert "windows of different times" in cause
     # pairs overlap, the three never do
-    cause = fails(_keyed("gw-a", X[:20, :1], y[:20], person, starts[:20]),
-                  _keyed("gw-b", X[10:30, 1:2], None, person, starts[10:30]),
-                  _keyed("gw-c", np.r_[X[:5, 2:], X[25:, 2:]], None, person, np.r_[starts[:5], starts[25:]]))
+    cause = fails(
+        _keyed("gw-a", X[:20, :1], y[:20], person, starts[:20]),
+        _keyed("gw-b", X[10:30, 1:2], None, person, starts[10:30]),
+        _keyed("gw-c", np.r_[X[:5, 2:], X[25:, 2:]], None, person, np.r_[starts[:5], starts[25:]]),
+    )
     assert cause == "every party shares windows with another, but no window is held by all: their times do not overlap"
 
 

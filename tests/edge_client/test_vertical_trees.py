@@ -34,8 +34,10 @@ def _random_forest(seed: int, n_parties: int, depth: int, widths: list[int]):
     owner = rng.integers(0, n_parties, nodes.size)
     feature = np.array([rng.integers(0, widths[o]) for o in owner.tolist()], dtype=np.int64)
     threshold = rng.normal(size=nodes.size)
-    partial = [PartialTree(nodes, owner == p, np.where(owner == p, feature, -1),
-                           np.where(owner == p, threshold, np.nan)) for p in range(n_parties)]
+    partial = [
+        PartialTree(nodes, owner == p, np.where(owner == p, feature, -1), np.where(owner == p, threshold, np.nan))
+        for p in range(n_parties)
+    ]
     return nodes, owner, feature, threshold, partial
 
 
@@ -58,8 +60,9 @@ def test_the_intersection_of_leaf_sets_is_the_complete_trees_leaf(seed, n_partie
     one_round = intersect_leaves([reachable_leaves(t, b) for t, b in zip(partial, blocks)])
     expected = [_complete_leaf(nodes, owner, feature, threshold, blocks, i) for i in range(40)]
     assert one_round.tolist() == expected
-    classical = classical_leaves(nodes, owner, 40,
-                                 lambda p, node, rows: owned_directions(partial[p], blocks[p][rows], node))
+    classical = classical_leaves(
+        nodes, owner, 40, lambda p, node, rows: owned_directions(partial[p], blocks[p][rows], node)
+    )
     assert classical.tolist() == expected
 
 

@@ -61,12 +61,22 @@ def annotations(draw: st.DrawFn) -> Annotation:
 def descriptors(draw: st.DrawFn) -> SensorDescriptor:
     n = draw(st.integers(1, 6))
     channels = tuple(
-        ChannelSpec(f"c{i}", draw(st.sampled_from(["g", "mV", "rad/s", ""])),
-                    draw(st.floats(1e-6, 1e3)), draw(st.floats(-1e3, 1e3))) for i in range(n)
+        ChannelSpec(
+            f"c{i}",
+            draw(st.sampled_from(["g", "mV", "rad/s", ""])),
+            draw(st.floats(1e-6, 1e3)),
+            draw(st.floats(-1e3, 1e3)),
+        )
+        for i in range(n)
     )
-    return SensorDescriptor(draw(st.integers(0, 255)), draw(st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True)),
-                            draw(st.sampled_from(["imu", "wheel_imu", "ecg", "ppg", "pressure"])),
-                            draw(st.floats(0.5, 10_000)), channels, draw(st.sampled_from(["int16", "float32"])))
+    return SensorDescriptor(
+        draw(st.integers(0, 255)),
+        draw(st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True)),
+        draw(st.sampled_from(["imu", "wheel_imu", "ecg", "ppg", "pressure"])),
+        draw(st.floats(0.5, 10_000)),
+        channels,
+        draw(st.sampled_from(["int16", "float32"])),
+    )
 
 
 @st.composite
@@ -101,10 +111,20 @@ def sensor_streams(draw: st.DrawFn, max_frames: int = 24) -> list[SampleFrame]:
 def small_session(path: Path, *, n_imu_frames: int = 8, frame_samples: int = 10, with_labels: bool = True) -> Path:
     """A two-sensor recording with interleaved frames, a live annotation frame and label-track entries."""
     rng = np.random.default_rng(7)
-    imu = chunk_samples(IMU.sensor_id, rng.integers(-2000, 2000, (n_imu_frames * frame_samples, 3)).astype(np.int16),
-                        RATE_HZ, frame_samples, t0_us=1_000_000)
-    ecg = chunk_samples(ECG.sensor_id, rng.normal(size=(n_imu_frames * frame_samples, 1)).astype(np.float32),
-                        RATE_HZ, frame_samples, t0_us=1_000_000)
+    imu = chunk_samples(
+        IMU.sensor_id,
+        rng.integers(-2000, 2000, (n_imu_frames * frame_samples, 3)).astype(np.int16),
+        RATE_HZ,
+        frame_samples,
+        t0_us=1_000_000,
+    )
+    ecg = chunk_samples(
+        ECG.sensor_id,
+        rng.normal(size=(n_imu_frames * frame_samples, 1)).astype(np.float32),
+        RATE_HZ,
+        frame_samples,
+        t0_us=1_000_000,
+    )
     meta = RecordingMetadata("test-session", subject="s1", source="test", descriptors=(IMU, ECG), created_us=5)
     with RecordingWriter(path, meta) as w:
         for i, (a, b) in enumerate(zip(imu, ecg)):

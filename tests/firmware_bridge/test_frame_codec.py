@@ -77,19 +77,22 @@ def test_big_endian_input_is_sent_little_endian_and_compares_equal() -> None:
     assert SampleFrame(1, 0, 0, nan) == decode_frame(encode_frame(SampleFrame(1, 0, 0, nan)))
 
 
-@pytest.mark.parametrize("make", [
-    lambda: SampleFrame(1, 0, 0, np.zeros((MAX_PAYLOAD // 4, 1), np.float32)),  # payload 2 bytes too big
-    lambda: SampleFrame(1, 0, 0, np.zeros((3,), np.int16)),
-    lambda: SampleFrame(1, 0, 0, np.zeros((0, 2), np.int16)),
-    lambda: SampleFrame(1, 0, 0, np.zeros((2, 2), np.float64)),
-    lambda: SampleFrame(256, 0, 0, np.zeros((2, 2), np.int16)),
-    lambda: SampleFrame(1, 2**32, 0, np.zeros((2, 2), np.int16)),
-    lambda: SampleFrame(1, 0, -1, np.zeros((2, 2), np.int16)),
-    lambda: Annotation("", 0),
-    lambda: Annotation("x" * 256, 0),
-    lambda: Annotation("rest", 10, 9),
-    lambda: Annotation("rest", 2**64 - 1),  # reserved for the open end
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: SampleFrame(1, 0, 0, np.zeros((MAX_PAYLOAD // 4, 1), np.float32)),  # payload 2 bytes too big
+        lambda: SampleFrame(1, 0, 0, np.zeros((3,), np.int16)),
+        lambda: SampleFrame(1, 0, 0, np.zeros((0, 2), np.int16)),
+        lambda: SampleFrame(1, 0, 0, np.zeros((2, 2), np.float64)),
+        lambda: SampleFrame(256, 0, 0, np.zeros((2, 2), np.int16)),
+        lambda: SampleFrame(1, 2**32, 0, np.zeros((2, 2), np.int16)),
+        lambda: SampleFrame(1, 0, -1, np.zeros((2, 2), np.int16)),
+        lambda: Annotation("", 0),
+        lambda: Annotation("x" * 256, 0),
+        lambda: Annotation("rest", 10, 9),
+        lambda: Annotation("rest", 2**64 - 1),  # reserved for the open end
+    ],
+)
 def test_invalid_frames_are_refused_with_frame_error(make) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(FrameError):
         encode_frame(make())
@@ -112,18 +115,21 @@ def test_decode_frame_rejects_anything_but_one_whole_valid_frame() -> None:
             decode_frame(bad)
 
 
-@pytest.mark.parametrize("ftype,payload", [
-    (1, bytes([2, 1]) + b"\x00" * 5),  # not whole 2-channel int16 samples
-    (1, bytes([0, 1]) + b"\x00" * 4),  # zero channels
-    (1, bytes([1, 3]) + b"\x00" * 4),  # unknown sample format
-    (1, bytes([1, 1])),  # no samples
-    (2, b"{not json"),
-    (2, json.dumps({**descriptor_to_dict(IMU), "sensor_id": 4}).encode()),  # id differs from the header
-    (2, json.dumps({**descriptor_to_dict(IMU), "kind": "toaster"}).encode()),
-    (3, struct.pack("<IQQ", 1, 5, 4) + b"x"),  # ends before it starts
-    (3, struct.pack("<IQQ", 1, 5, 9)),  # no label
-    (3, struct.pack("<IQQ", 1, 5, 9) + b"\xff\xfe"),  # label not UTF-8
-])
+@pytest.mark.parametrize(
+    "ftype,payload",
+    [
+        (1, bytes([2, 1]) + b"\x00" * 5),  # not whole 2-channel int16 samples
+        (1, bytes([0, 1]) + b"\x00" * 4),  # zero channels
+        (1, bytes([1, 3]) + b"\x00" * 4),  # unknown sample format
+        (1, bytes([1, 1])),  # no samples
+        (2, b"{not json"),
+        (2, json.dumps({**descriptor_to_dict(IMU), "sensor_id": 4}).encode()),  # id differs from the header
+        (2, json.dumps({**descriptor_to_dict(IMU), "kind": "toaster"}).encode()),
+        (3, struct.pack("<IQQ", 1, 5, 4) + b"x"),  # ends before it starts
+        (3, struct.pack("<IQQ", 1, 5, 9)),  # no label
+        (3, struct.pack("<IQQ", 1, 5, 9) + b"\xff\xfe"),  # label not UTF-8
+    ],
+)
 def test_crc_valid_frames_with_bad_content_are_counted_and_skipped(ftype: int, payload: bytes) -> None:
     good = SampleFrame(1, 0, 0, np.ones((2, 3), np.int16))
     dec = FrameDecoder()

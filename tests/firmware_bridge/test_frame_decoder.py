@@ -115,8 +115,11 @@ def test_a_frame_completed_by_the_next_frames_sync_byte_is_yielded_and_the_next_
     # first byte is 0xA5 too. The first frame is complete and correct again; the second lost its
     # sync byte to it. A byte belongs to one frame, so the second is lost, and counted as lost.
     b, c = _frames(2, seq0=1)
-    a = next(f for f in (SampleFrame(1, 0, 0, np.full((4, 3), v, np.int16)) for v in range(4096))
-             if encode_frame(f)[-1] == SYNC[0])
+    a = next(
+        f
+        for f in (SampleFrame(1, 0, 0, np.full((4, 3), v, np.int16)) for v in range(4096))
+        if encode_frame(f)[-1] == SYNC[0]
+    )
     dec = FrameDecoder([IMU])
     assert dec.feed(encode_frame(a)[:-1] + encode_frame(b) + encode_frame(c)) == [a, c]
     assert (dec.stats.lost_frames, dec.stats.lost_samples, dec.pending) == (1, 4, 0)

@@ -61,12 +61,15 @@ def assert_dropped_as_malformed(payload: bytes | str) -> FrameDecoder:
     return dec
 
 
-@pytest.mark.parametrize("payload", [
-    "[" * (MAX_PAYLOAD // 2) + "]" * (MAX_PAYLOAD // 2),  # 4,096 deep: RecursionError in json
-    imu_json(name="[" * 2000 + "]" * 2000),
-    imu_json(extra="{\"a\":" * 1200 + "1" + "}" * 1200),
-    "[" * (MAX_DESCRIPTOR_DEPTH + 1) + "]" * (MAX_DESCRIPTOR_DEPTH + 1),
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "[" * (MAX_PAYLOAD // 2) + "]" * (MAX_PAYLOAD // 2),  # 4,096 deep: RecursionError in json
+        imu_json(name="[" * 2000 + "]" * 2000),
+        imu_json(extra="{\"a\":" * 1200 + "1" + "}" * 1200),
+        "[" * (MAX_DESCRIPTOR_DEPTH + 1) + "]" * (MAX_DESCRIPTOR_DEPTH + 1),
+    ],
+)
 def test_deeply_nested_json_is_malformed(payload: str) -> None:
     assert len(payload) <= MAX_PAYLOAD
     assert_dropped_as_malformed(payload)
@@ -78,18 +81,34 @@ def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
     assert decode_frame(encode_frame(DescriptorFrame(d))).descriptor == d
 
 
-@pytest.mark.parametrize("payload", [
-    imu_json(sensor_id="1" * 5000),  # int(): ValueError (Python's 4,300-digit limit)
-    imu_json(sample_rate_hz="1" * 5000 + ".5"),  # float() of it is inf
-    imu_json(sample_rate_hz="5" + "0" * MAX_NUMBER_CHARS),
-    imu_json(sensor_id="1" + "0" * 400),  # fits the digit limit; float() of it overflows
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        imu_json(sensor_id="1" * 5000),  # int(): ValueError (Python's 4,300-digit limit)
+        imu_json(sample_rate_hz="1" * 5000 + ".5"),  # float() of it is inf
+        imu_json(sample_rate_hz="5" + "0" * MAX_NUMBER_CHARS),
+        imu_json(sensor_id="1" + "0" * 400),  # fits the digit limit; float() of it overflows
+    ],
+)
 def test_overlong_numbers_are_malformed(payload: str) -> None:
     assert_dropped_as_malformed(payload)
 
 
-@pytest.mark.parametrize("rate", ["1e-320", "0", "-50", "1e400", "NaN", "Infinity", "true", "\"50\"",
-                                  repr(MIN_RATE_HZ / 2), repr(MAX_RATE_HZ * 1.001)])
+@pytest.mark.parametrize(
+    "rate",
+    [
+        "1e-320",
+        "0",
+        "-50",
+        "1e400",
+        "NaN",
+        "Infinity",
+        "true",
+        "\"50\"",
+        repr(MIN_RATE_HZ / 2),
+        repr(MAX_RATE_HZ * 1.001),
+    ],
+)
 def test_sample_rates_outside_the_documented_range_are_malformed(rate: str) -> None:
     assert_dropped_as_malformed(imu_json(sample_rate_hz=rate))
 
@@ -121,26 +140,46 @@ def _channel(**changes: str) -> str:
     return text.replace(first, replaced, 1)
 
 
-@pytest.mark.parametrize("payload", [
-    _channel(scale="NaN"), _channel(scale="Infinity"), _channel(scale="-Infinity"), _channel(scale="1e999"),
-    _channel(offset="NaN"), _channel(offset="-Infinity"), _channel(offset="1e400"), _channel(scale="0"),
-    _channel(scale="\"0.5\""), _channel(scale="\"nan\""), _channel(offset="null"), _channel(unit="{\"a\": 1}"),
-    _channel(unit=json.dumps("u" * 33)), _channel(name="5"),
-    imu_json(sensor_id="true"), imu_json(name="7"), imu_json(channels="{}"),
-    imu_json(channels=json.dumps([{"name": f"c{i}", "unit": "g", "scale": 1, "offset": 0} for i in range(65)])),
-    imu_json(channels="[" + ",".join(["1"] * 3000) + "]"),  # not 3,000 channel objects built to be refused
-    imu_json(sample_format="[]"),
-])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        _channel(scale="NaN"),
+        _channel(scale="Infinity"),
+        _channel(scale="-Infinity"),
+        _channel(scale="1e999"),
+        _channel(offset="NaN"),
+        _channel(offset="-Infinity"),
+        _channel(offset="1e400"),
+        _channel(scale="0"),
+        _channel(scale="\"0.5\""),
+        _channel(scale="\"nan\""),
+        _channel(offset="null"),
+        _channel(unit="{\"a\": 1}"),
+        _channel(unit=json.dumps("u" * 33)),
+        _channel(name="5"),
+        imu_json(sensor_id="true"),
+        imu_json(name="7"),
+        imu_json(channels="{}"),
+        imu_json(channels=json.dumps([{"name": f"c{i}", "unit": "g", "scale": 1, "offset": 0} for i in range(65)])),
+        imu_json(channels="[" + ",".join(["1"] * 3000) + "]"),  # not 3,000 channel objects built to be refused
+        imu_json(sample_format="[]"),
+    ],
+)
 def test_ill_typed_or_non_finite_fields_are_malformed(payload: str) -> None:
     assert_dropped_as_malformed(payload)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: ChannelSpec("ax", "g", math.nan), lambda: ChannelSpec("ax", "g", math.inf),
-    lambda: ChannelSpec("ax", "g", 1.0, math.nan), lambda: ChannelSpec("ax", "g", 1.0, -math.inf),
-    lambda: SensorDescriptor(1, "imu", "imu", 1e-320, IMU.channels),
-    lambda: SensorDescriptor(1, "imu", "imu", math.inf, IMU.channels),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ChannelSpec("ax", "g", math.nan),
+        lambda: ChannelSpec("ax", "g", math.inf),
+        lambda: ChannelSpec("ax", "g", 1.0, math.nan),
+        lambda: ChannelSpec("ax", "g", 1.0, -math.inf),
+        lambda: SensorDescriptor(1, "imu", "imu", 1e-320, IMU.channels),
+        lambda: SensorDescriptor(1, "imu", "imu", math.inf, IMU.channels),
+    ],
+)
 def test_descriptors_themselves_refuse_non_finite_values(make) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError):
         make()
@@ -158,12 +197,38 @@ json_values = st.recursive(
     max_leaves=20,
 )
 #: Raw JSON text json.dumps never writes, spliced into a field.
-hostile_literals = st.sampled_from([
-    "1" * 5000, "-" + "9" * 4400, "1e-320", "1e400", "-1e400", "NaN", "Infinity", "-Infinity", "0.0", "-0.0",
-    "[" * 3000 + "]" * 3000, "{\"k\":" * 900 + "0" + "}" * 900, "\"\\ud800\"", "1" * (MAX_NUMBER_CHARS + 1),
-])
-_FIELDS = ["sensor_id", "name", "kind", "sample_rate_hz", "sample_format", "channels",
-           "channels.0", "channels.0.name", "channels.0.unit", "channels.0.scale", "channels.0.offset", "extra"]
+hostile_literals = st.sampled_from(
+    [
+        "1" * 5000,
+        "-" + "9" * 4400,
+        "1e-320",
+        "1e400",
+        "-1e400",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "0.0",
+        "-0.0",
+        "[" * 3000 + "]" * 3000,
+        "{\"k\":" * 900 + "0" + "}" * 900,
+        "\"\\ud800\"",
+        "1" * (MAX_NUMBER_CHARS + 1),
+    ]
+)
+_FIELDS = [
+    "sensor_id",
+    "name",
+    "kind",
+    "sample_rate_hz",
+    "sample_format",
+    "channels",
+    "channels.0",
+    "channels.0.name",
+    "channels.0.unit",
+    "channels.0.scale",
+    "channels.0.offset",
+    "extra",
+]
 
 
 @st.composite
@@ -231,5 +296,8 @@ def test_floods_of_malformed_frames_gaps_and_restarts_log_one_line_per_kind(capl
     s = dec.stats.sensors[1]
     assert (dec.stats.malformed, s.restarts, s.gaps) == (200, 199, 200)
     assert sorted(r.getMessage().split(" (")[0] for r in caplog.records) == [
-        "frames lost on the link", "malformed frame dropped", "sender restarted its sequence"]
+        "frames lost on the link",
+        "malformed frame dropped",
+        "sender restarted its sequence",
+    ]
     assert not any(r.exc_info for r in caplog.records)

@@ -122,8 +122,19 @@ def test_sigkill_while_the_disk_fills_loses_no_acknowledged_record(tmp_path: Pat
             if mode == "writing":
                 disk.resize(disk.size + 32 * KIB)  # room for about 150 more records
             progress.write_text("")
-            child = subprocess.Popen([sys.executable, "-m", "tests.firmware_bridge.recording_crash_writer",
-                                      str(path), str(progress), "0.002"], cwd=ROOT, env=env, stderr=subprocess.PIPE)
+            child = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.firmware_bridge.recording_crash_writer",
+                    str(path),
+                    str(progress),
+                    "0.002",
+                ],
+                cwd=ROOT,
+                env=env,
+                stderr=subprocess.PIPE,
+            )
             wait(child, lambda: lines() and (mode == "writing" or "F" in lines()))
             if mode == "after RecordingFull and room again":  # the same writer carries on past its cut record
                 disk.resize(disk.size + 8 * KIB)

@@ -47,7 +47,10 @@ def test_metadata_frames_and_labels_round_trip(tmp_path: Path) -> None:
     assert [f.sensor_id for f in rec.sample_frames(1)] == [1] * 8
     assert rec.frame_records[0].time_us == 1_010_050
     assert [(a.label, a.start_us, a.end_us, a.source_id) for a in rec.annotations] == [
-        ("rest", 1_000_000, 1_030_000, 0), ("button", 1_025_000, None, 9), ("propel", 1_030_000, 1_060_000, 0)]
+        ("rest", 1_000_000, 1_030_000, 0),
+        ("button", 1_025_000, None, 9),
+        ("propel", 1_030_000, 1_060_000, 0),
+    ]
     assert [type(r) for r in rec.label_records] == [LabelRecord] * 3
 
 
@@ -218,13 +221,17 @@ def _recording_with_metadata(path, meta: bytes) -> None:
     path.write_bytes(head + struct.pack("<I", zlib.crc32(head)))
 
 
-@pytest.mark.parametrize("meta", [
-    b"[" * 5000 + b"]" * 5000,                                          # RecursionError in json
-    b'{"format": "wheelfed-recording", "session_id": ' + b"9" * 5000 + b"}",  # int-digit limit
-    b'{"format": "wheelfed-recording", "session_id": "s", "created_us": 1e999}',  # OverflowError
-    b'{"format": "wheelfed-recording", "session_id": "s", "descriptors": [{"sensor_id": 1}]}',
-    b'{"format": "wheelfed-recording", "session_id": "s", "extra": [1, 2]}',
-], ids=["deep", "long-int", "inf-int", "bad-descriptor", "extra-list"])
+@pytest.mark.parametrize(
+    "meta",
+    [
+        b"[" * 5000 + b"]" * 5000,  # RecursionError in json
+        b'{"format": "wheelfed-recording", "session_id": ' + b"9" * 5000 + b"}",  # int-digit limit
+        b'{"format": "wheelfed-recording", "session_id": "s", "created_us": 1e999}',  # OverflowError
+        b'{"format": "wheelfed-recording", "session_id": "s", "descriptors": [{"sensor_id": 1}]}',
+        b'{"format": "wheelfed-recording", "session_id": "s", "extra": [1, 2]}',
+    ],
+    ids=["deep", "long-int", "inf-int", "bad-descriptor", "extra-list"],
+)
 def test_a_hostile_header_is_a_recording_error(tmp_path, meta: bytes) -> None:
     from firmware_bridge.recording import RecordingError, RecordingReader
 

@@ -46,10 +46,17 @@ def test_schedule_sends_descriptors_first_then_frames_in_recorded_order_with_lab
         p.frame for p in body if not (isinstance(p.frame, AnnotationFrame) and p.frame.sensor_id == 0)
     ] == rec.frames
     assert all(a.at_us <= b.at_us for a, b in zip(plan, plan[1:]))
-    labels = [(p.at_us, p.frame.annotation.label, p.frame.annotation.end_us, p.frame.seq)
-              for p in body if isinstance(p.frame, AnnotationFrame) and p.frame.sensor_id == 0]
-    assert labels == [(1_000_000, "rest", None, 0), (1_030_000, "rest", 1_030_000, 1), (1_030_000, "propel", None, 2),
-                      (1_060_000, "propel", 1_060_000, 3)]
+    labels = [
+        (p.at_us, p.frame.annotation.label, p.frame.annotation.end_us, p.frame.seq)
+        for p in body
+        if isinstance(p.frame, AnnotationFrame) and p.frame.sensor_id == 0
+    ]
+    assert labels == [
+        (1_000_000, "rest", None, 0),
+        (1_030_000, "rest", 1_030_000, 1),
+        (1_030_000, "propel", None, 2),
+        (1_060_000, "propel", 1_060_000, 3),
+    ]
     # A SAMPLES frame is due when its last sample was taken.
     first = next(p for p in body if isinstance(p.frame, SampleFrame))
     assert first.at_us == first.frame.timestamp_us + 10 * 1000
@@ -155,8 +162,9 @@ def test_a_paced_replay_holds_at_its_limit_until_released(tmp_path: Path) -> Non
         with SerialReader(path, 115200, got.append) as reader:
             assert reader.wait_connected(WAIT_S)
             result = {}
-            runner = threading.Thread(target=lambda: result.update(
-                stats=replay(rec, master, pace, wait_for_reader_s=WAIT_S, settle_s=0.0)))
+            runner = threading.Thread(
+                target=lambda: result.update(stats=replay(rec, master, pace, wait_for_reader_s=WAIT_S, settle_s=0.0))
+            )
             runner.start()
             assert wait_for(lambda: len(got) == held)
             time.sleep(0.5)

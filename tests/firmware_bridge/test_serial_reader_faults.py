@@ -54,8 +54,9 @@ def test_faults_are_counted_by_kind_and_logged_once(caplog: pytest.LogCaptureFix
     assert all(r.exc_info for r in errors(caplog, "store write"))
 
 
-def test_a_decoder_fault_drops_its_bytes_and_reading_goes_on(pty: tuple[int, str], monkeypatch: pytest.MonkeyPatch,
-                                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_a_decoder_fault_drops_its_bytes_and_reading_goes_on(
+    pty: tuple[int, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     master, path = pty
     real = frames_module.FrameDecoder.feed_with_bytes
     calls = {"n": 0}
@@ -81,8 +82,9 @@ def test_a_decoder_fault_drops_its_bytes_and_reading_goes_on(pty: tuple[int, str
     assert len(errors(caplog, "frame decoder")) == 1
 
 
-def test_an_unexpected_port_error_reopens_the_port_and_reading_goes_on(pty: tuple[int, str],
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unexpected_port_error_reopens_the_port_and_reading_goes_on(
+    pty: tuple[int, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     master, path = pty
     real = serial.Serial.read
     calls = {"n": 0}
@@ -103,8 +105,9 @@ def test_an_unexpected_port_error_reopens_the_port_and_reading_goes_on(pty: tupl
     assert got == frames and reader.faults.by_kind() == {"serial read: TypeError": 1}
 
 
-def test_a_callback_failing_on_every_frame_logs_one_line(pty: tuple[int, str],
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_a_callback_failing_on_every_frame_logs_one_line(
+    pty: tuple[int, str], caplog: pytest.LogCaptureFixture
+) -> None:
     master, path = pty
 
     def broken(item: ReceivedFrame) -> None:
@@ -139,8 +142,9 @@ def test_a_dead_delivery_thread_is_named_and_restarted(pty: tuple[int, str]) -> 
     assert [f.seq for f in got] == [0, 1, 3, 4, 5] and got[2:] == frames
 
 
-def test_a_dead_read_thread_is_restarted_on_a_fresh_connection(pty: tuple[int, str],
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_dead_read_thread_is_restarted_on_a_fresh_connection(
+    pty: tuple[int, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     master, path = pty
     real = frames_module.FrameDecoder.feed_with_bytes
     armed = {"kill": False}

@@ -18,6 +18,7 @@ from firmware_bridge.serial_link import ReceivedFrame, SerialReader
 from tests.firmware_bridge.bridge_support import WAIT_S, wait_for
 from tests.firmware_bridge.frame_strategies import IMU
 
+
 def imu_frames(seqs: range) -> list[SampleFrame]:
     return [SampleFrame(1, s, s * 10_000, np.full((10, 3), s, np.int16)) for s in seqs]
 

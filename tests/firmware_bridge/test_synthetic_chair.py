@@ -34,9 +34,12 @@ def values_of(session: chair.ChairSession, sensor_id: int) -> np.ndarray:
 def test_five_sensors_of_the_declared_kinds_rates_and_channels() -> None:
     ds = chair.chair_descriptors()
     assert [(d.sensor_id, d.name, d.kind, d.sample_rate_hz, d.n_channels, d.sample_format) for d in ds] == [
-        (1, "wrist", "imu", 50.0, 6, "int16"), (2, "frame", "imu", 50.0, 6, "int16"),
-        (3, "wheel", "wheel_imu", 50.0, 6, "int16"), (4, "ecg", "ecg", 250.0, 1, "int16"),
-        (5, "seat", "pressure", 10.0, 16, "int16")]
+        (1, "wrist", "imu", 50.0, 6, "int16"),
+        (2, "frame", "imu", 50.0, 6, "int16"),
+        (3, "wheel", "wheel_imu", 50.0, 6, "int16"),
+        (4, "ecg", "ecg", 250.0, 1, "int16"),
+        (5, "seat", "pressure", 10.0, 16, "int16"),
+    ]
     assert [c.unit for c in ds[0].channels] == ["g"] * 3 + ["rad/s"] * 3
     assert {c.unit for c in ds[4].channels} == {"mmHg"}
 
@@ -97,8 +100,12 @@ def test_pressure_mat_is_a_plausible_seated_load_with_reliefs(session: chair.Cha
     assert seated[2, 1:3].mean() == pytest.approx(seated.max(), rel=0.3)  # ischial tuberosities carry the most
     for r in reliefs:
         mid = p[(t > r["start_s"] + 3) & (t < r["end_s"] - 3)].mean(axis=0)
-        unloaded = {"forward_lean": mid[2:] / seated[2:], "push_up": mid / seated,
-                    "lean_left": mid[:, 2:] / seated[:, 2:], "lean_right": mid[:, :2] / seated[:, :2]}[r["kind"]]
+        unloaded = {
+            "forward_lean": mid[2:] / seated[2:],
+            "push_up": mid / seated,
+            "lean_left": mid[:, 2:] / seated[:, 2:],
+            "lean_right": mid[:, :2] / seated[:, :2],
+        }[r["kind"]]
         assert unloaded.mean() < 0.4, r
 
 
@@ -122,6 +129,8 @@ def test_recording_replays_through_the_gateway_data_path(tmp_path: Path) -> None
     assert {n.split(".")[0] for n in table.names} == {"wrist", "frame", "wheel", "ecg", "seat"}
     assert np.isfinite(table.X).all()
     # the wrist's exercise labels: a window inside one series gets its label, one across two series none
-    expected = [next((a.label for a in rec.annotations if a.start_us <= s and e <= a.end_us), None)
-                for s, e in zip(table.start_us, table.end_us)]
+    expected = [
+        next((a.label for a in rec.annotations if a.start_us <= s and e <= a.end_us), None)
+        for s, e in zip(table.start_us, table.end_us)
+    ]
     assert list(table.labels) == expected and expected.count(None) < len(expected) / 2

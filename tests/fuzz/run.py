@@ -37,8 +37,18 @@ def fuzz_one(name: str, corpus: Path, seconds: float, artifacts: Path) -> None:
         import shared.model.bundle, shared.protocol.chunking, shared.protocol.envelope  # noqa: E401,F401
     target = targets.CANARY if name == "canary" else targets.TARGETS[name]
     artifacts.mkdir(parents=True, exist_ok=True)
-    atheris.Setup([sys.argv[0], str(corpus), f"-max_total_time={int(seconds)}", "-rss_limit_mb=2048",
-                   "-max_len=65536", f"-artifact_prefix={artifacts}/", "-print_final_stats=1"], target)
+    atheris.Setup(
+        [
+            sys.argv[0],
+            str(corpus),
+            f"-max_total_time={int(seconds)}",
+            "-rss_limit_mb=2048",
+            "-max_len=65536",
+            f"-artifact_prefix={artifacts}/",
+            "-print_final_stats=1",
+        ],
+        target,
+    )
     atheris.Fuzz()
 
 
@@ -62,9 +72,24 @@ def run_target(name: str, seconds: float, grow: bool, findings: Path = FINDINGS)
             corpus = Path(scratch) / "corpus"
             shutil.copytree(CORPUS / name, corpus) if (CORPUS / name).is_dir() else corpus.mkdir()
         started = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "tests.fuzz.run", "--child", name, "--seconds", str(seconds),
-                               "--corpus", str(corpus), "--findings", str(findings / name)], cwd=HERE.parent.parent,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tests.fuzz.run",
+                "--child",
+                name,
+                "--seconds",
+                str(seconds),
+                "--corpus",
+                str(corpus),
+                "--findings",
+                str(findings / name),
+            ],
+            cwd=HERE.parent.parent,
+            capture_output=True,
+            text=True,
+        )
         took = time.monotonic() - started
         stats = dict(line.partition(": ")[::2] for line in proc.stderr.splitlines() if line.startswith("stat::"))
         runs = stats.get("stat::number_of_executed_units", "?")
@@ -75,8 +100,9 @@ def run_target(name: str, seconds: float, grow: bool, findings: Path = FINDINGS)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.fuzz.run", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fuzz.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("targets", nargs="*", help="targets to run (default: all)")
     parser.add_argument("--seconds", type=float, default=60.0, help="per target (default: 60)")
     parser.add_argument("--grow-corpus", action="store_true", help="fuzz in corpus/ itself, keeping new inputs")

@@ -21,9 +21,11 @@ def _messages() -> list[bytes]:
     from shared.protocol.envelope import Message, encode_message
     from shared.protocol.messages import Hello, Ping, Status
 
-    bodies = [Hello("0.1.0", "fs-1", 12, ("fedscs", "fedforest")),
-              Status(online=True, active_model="m:v3", n_windows=10, detail={"link": "up", "labels": "sit=3"}),
-              Ping(b"\x00\x01" * 8, 0.5)]
+    bodies = [
+        Hello("0.1.0", "fs-1", 12, ("fedscs", "fedforest")),
+        Status(online=True, active_model="m:v3", n_windows=10, detail={"link": "up", "labels": "sit=3"}),
+        Ping(b"\x00\x01" * 8, 0.5),
+    ]
     return [encode_message(Message.create(b, sender="gw-1", job="j", round=2)) for b in bodies]
 
 
@@ -42,8 +44,11 @@ def _frames() -> list[bytes]:
 
     descriptor = chair_descriptors()[0]
     samples = np.arange(30, dtype=np.int16).reshape(10, 3)
-    stream = [DescriptorFrame(descriptor), SampleFrame(descriptor.sensor_id, 0, 0, samples),
-              SampleFrame(descriptor.sensor_id, 1, 100_000, samples)]
+    stream = [
+        DescriptorFrame(descriptor),
+        SampleFrame(descriptor.sensor_id, 0, 0, samples),
+        SampleFrame(descriptor.sensor_id, 1, 100_000, samples),
+    ]
     return [b"".join(encode_frame(f) for f in stream), encode_frame(stream[0])]
 
 
@@ -75,9 +80,9 @@ def _checked_recording(folder: Path) -> list[bytes]:
     from firmware_bridge.recording import MAGIC
 
     whole = _recording(folder)[0]
-    meta_len = int.from_bytes(whole[len(MAGIC) + 2: len(MAGIC) + 6], "little")
-    meta = whole[len(MAGIC) + 6: len(MAGIC) + 6 + meta_len]
-    return [meta_len.to_bytes(2, "little") + meta + whole[len(MAGIC) + 6 + meta_len + 4:][:2000]]
+    meta_len = int.from_bytes(whole[len(MAGIC) + 2 : len(MAGIC) + 6], "little")
+    meta = whole[len(MAGIC) + 6 : len(MAGIC) + 6 + meta_len]
+    return [meta_len.to_bytes(2, "little") + meta + whole[len(MAGIC) + 6 + meta_len + 4 :][:2000]]
 
 
 def _bundle() -> list[bytes]:
@@ -88,16 +93,32 @@ def _bundle() -> list[bytes]:
     left, right = builder.split(0, 0, 0.5)
     builder.set_value(left, -1.0)
     builder.set_value(right, 1.0)
-    model = TreeEnsemble(trees=(builder.build(),), kind="boosted", link="identity", n_outputs=1,
-                         feature_names=("x0", "x1"), feature_set_version="fs-1")
-    return [ModelBundle.create(model, model_id="seed", version=1, signing_key=SIGNING_KEY, n_self_test=2,
-                               created=0.0).to_bytes()]
+    model = TreeEnsemble(
+        trees=(builder.build(),),
+        kind="boosted",
+        link="identity",
+        n_outputs=1,
+        feature_names=("x0", "x1"),
+        feature_set_version="fs-1",
+    )
+    return [
+        ModelBundle.create(
+            model, model_id="seed", version=1, signing_key=SIGNING_KEY, n_self_test=2, created=0.0
+        ).to_bytes()
+    ]
 
 
 def _alert_rules() -> list[bytes]:
-    rules = [{"name": "pressure-relief", "kind": "absent", "labels": ["PEN"], "minutes": 30,
-              "message": "no pressure relief for 30 minutes"},
-             {"name": "lying", "kind": "sustained", "labels": ["lie"], "minutes": 120}]
+    rules = [
+        {
+            "name": "pressure-relief",
+            "kind": "absent",
+            "labels": ["PEN"],
+            "minutes": 30,
+            "message": "no pressure relief for 30 minutes",
+        },
+        {"name": "lying", "kind": "sustained", "labels": ["lie"], "minutes": 120},
+    ]
     return [json.dumps(rules).encode()]
 
 
@@ -127,8 +148,12 @@ protocol = 4
 username = "gw-1"
 """
     template = (Path(__file__).resolve().parents[2] / "deploy" / "gateway" / "gateway.toml").read_text()
-    template = (template.replace("@STATE@", "/var/lib/wheelfed").replace("@CONFIG@", "/etc/wheelfed")
-                .replace("@CLIENT_ID@", "gw-1").replace("\ntls_", "\n# tls_"))
+    template = (
+        template.replace("@STATE@", "/var/lib/wheelfed")
+        .replace("@CONFIG@", "/etc/wheelfed")
+        .replace("@CLIENT_ID@", "gw-1")
+        .replace("\ntls_", "\n# tls_")
+    )
     return [every_key, template.encode()]
 
 

@@ -96,7 +96,7 @@ def _checked_frames(data: bytes) -> None:
     stream, at, seq = bytearray(), 0, 0
     while at + 4 <= len(data):
         ftype, sensor_id, length = data[at], data[at + 1], struct.unpack_from("<H", data, at + 2)[0]
-        payload = data[at + 4: at + 4 + length]
+        payload = data[at + 4 : at + 4 + length]
         at += 4 + length
         kind = (FrameType.SAMPLES, FrameType.DESCRIPTOR, FrameType.ANNOTATION)[ftype % 3]
         body = _header(kind, sensor_id, seq, seq * 100_000, payload) + payload
@@ -130,7 +130,7 @@ def _checked_recording(data: bytes) -> None:
     from firmware_bridge.recording import FORMAT_VERSION, MAGIC
 
     length = int.from_bytes(data[:2], "little") % max(len(data) - 1, 1)
-    meta, rest = data[2: 2 + length], data[2 + length:]
+    meta, rest = data[2 : 2 + length], data[2 + length :]
     head = struct.pack("<8sHI", MAGIC, FORMAT_VERSION, len(meta)) + meta
     _recording(head + struct.pack("<I", zlib.crc32(head)) + rest)
 
@@ -191,17 +191,20 @@ def _canary(data: bytes) -> None:
         raise RuntimeError("the planted bug")
 
 
-TARGETS: dict[str, Target] = {t.name: t for t in (
-    Target("message", _message, _decode_errors),
-    Target("chunks", _chunks, _decode_errors),
-    Target("frames", _frames, _nothing),
-    Target("checked_frames", _checked_frames, _nothing),
-    Target("recording", _recording, _recording_errors),
-    Target("checked_recording", _checked_recording, _recording_errors),
-    Target("bundle", _bundle, _bundle_errors),
-    Target("alert_rules", _alert_rules, _alert_rule_errors),
-    Target("gateway_config", _gateway_config, _gateway_config_errors),
-)}
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("message", _message, _decode_errors),
+        Target("chunks", _chunks, _decode_errors),
+        Target("frames", _frames, _nothing),
+        Target("checked_frames", _checked_frames, _nothing),
+        Target("recording", _recording, _recording_errors),
+        Target("checked_recording", _checked_recording, _recording_errors),
+        Target("bundle", _bundle, _bundle_errors),
+        Target("alert_rules", _alert_rules, _alert_rule_errors),
+        Target("gateway_config", _gateway_config, _gateway_config_errors),
+    )
+}
 
 #: Not in ``TARGETS`` (not part of a run over "every target"), but runnable by name.
 CANARY = Target("canary", _canary, _nothing)

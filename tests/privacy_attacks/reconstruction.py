@@ -71,10 +71,29 @@ from shared.protocol.messages.fedscs_xgb import (
 from shared.sketches import bin_ids
 
 __all__ = [
-    "AttackScore", "BoostingLevel", "CapturedSum", "CellCounts", "Claims", "ForestLevel", "Fragments", "Records",
-    "Truth", "attack_boosting", "attack_forest", "attack_training", "boosting_levels", "boosting_truth",
-    "bundled_fleet", "capture_sums", "claim_accuracy", "forest_levels", "forest_truth", "link_boosting",
-    "merge_records", "score", "singleton_cells",
+    "AttackScore",
+    "BoostingLevel",
+    "CapturedSum",
+    "CellCounts",
+    "Claims",
+    "ForestLevel",
+    "Fragments",
+    "Records",
+    "Truth",
+    "attack_boosting",
+    "attack_forest",
+    "attack_training",
+    "boosting_levels",
+    "boosting_truth",
+    "bundled_fleet",
+    "capture_sums",
+    "claim_accuracy",
+    "forest_levels",
+    "forest_truth",
+    "link_boosting",
+    "merge_records",
+    "score",
+    "singleton_cells",
 ]
 
 #: A record's slot for a feature it does not name.
@@ -172,9 +191,8 @@ def _histogram_layout(request: XgbHistogramRequest, total: np.ndarray) -> _Boost
     R, d = request.node_tree.shape[0], request.task.n_features
     body = total[: R * request.stats * d * request.slots].reshape(R, request.stats, d, request.slots)
     stats = body.astype(np.float64)
-    stats[:, :-1] /= 2.0 ** request.frac_bits
-    return _BoostingLayout(request.task, request.node_tree, request.node_id, np.arange(d), stats, 0.0,
-                           request.splits)
+    stats[:, :-1] /= 2.0**request.frac_bits
+    return _BoostingLayout(request.task, request.node_tree, request.node_id, np.arange(d), stats, 0.0, request.splits)
 
 
 def _private_level_layout(request: XgbPrivateLevelRequest, total: np.ndarray) -> _BoostingLayout:
@@ -184,8 +202,15 @@ def _private_level_layout(request: XgbPrivateLevelRequest, total: np.ndarray) ->
     scale = float(request.lattice.scale)
     stats = total.reshape(R, request.stats, k, S).astype(np.float64) / scale
     # the request's split features are job columns; the level's layout indexes round features
-    return _BoostingLayout(request.task, np.zeros(R, np.int64), request.node_id, request.round.features, stats,
-                           math.sqrt(request.noise.mu) / scale, request.splits)
+    return _BoostingLayout(
+        request.task,
+        np.zeros(R, np.int64),
+        request.node_id,
+        request.round.features,
+        stats,
+        math.sqrt(request.noise.mu) / scale,
+        request.splits,
+    )
 
 
 #: Request wire type -> decoder of its fleet sum (add a protocol here).
@@ -253,10 +278,24 @@ def boosting_levels(captured: Sequence[CapturedSum]) -> list[BoostingLevel]:
         S = block.shape[-1]
         slots = np.arange(S)
         slots[-1] = MISSING
-        levels.append(BoostingLevel(
-            round_no, level_no, node_tree, node_id, np.asarray(layout.features, np.int64), block[:, :m],
-            block[:, m : 2 * m], block[:, 2 * m], _classes_of(layout.task, node_tree), slots, np.array(sd),
-            children, index, len(layout.task.classes)))
+        levels.append(
+            BoostingLevel(
+                round_no,
+                level_no,
+                node_tree,
+                node_id,
+                np.asarray(layout.features, np.int64),
+                block[:, :m],
+                block[:, m : 2 * m],
+                block[:, 2 * m],
+                _classes_of(layout.task, node_tree),
+                slots,
+                np.array(sd),
+                children,
+                index,
+                len(layout.task.classes),
+            )
+        )
     return levels
 
 
@@ -289,9 +328,18 @@ def _forest_histogram_layout(request: ForestHistogramRequest, total: np.ndarray,
     slots = np.arange(request.slots)
     slots[-1] = MISSING
     s = request.splits
-    return ForestLevel(request.level, np.repeat(request.node_tree, per_node), np.repeat(request.node_id, per_node),
-                       request.features.astype(np.int64), hist[..., 0], hist[..., 1:], slots, 0.0,
-                       np.column_stack([s.tree, s.node, s.left, s.right]).astype(np.int64).reshape(-1, 4), index)
+    return ForestLevel(
+        request.level,
+        np.repeat(request.node_tree, per_node),
+        np.repeat(request.node_id, per_node),
+        request.features.astype(np.int64),
+        hist[..., 0],
+        hist[..., 1:],
+        slots,
+        0.0,
+        np.column_stack([s.tree, s.node, s.left, s.right]).astype(np.int64).reshape(-1, 4),
+        index,
+    )
 
 
 def _forest_private_root_layout(request, total: np.ndarray, index: int) -> ForestLevel:
@@ -303,8 +351,18 @@ def _forest_private_root_layout(request, total: np.ndarray, index: int) -> Fores
     slots = np.arange(request.slots)
     slots[-1] = MISSING
     zeros = np.zeros(P, np.int64)
-    return ForestLevel(0, zeros, zeros, request.features.astype(np.int64), counts.sum(axis=-1), counts, slots,
-                       math.sqrt(K * request.noise.mu) / request.noise.scale, np.zeros((0, 4), np.int64), index)
+    return ForestLevel(
+        0,
+        zeros,
+        zeros,
+        request.features.astype(np.int64),
+        counts.sum(axis=-1),
+        counts,
+        slots,
+        math.sqrt(K * request.noise.mu) / request.noise.scale,
+        np.zeros((0, 4), np.int64),
+        index,
+    )
 
 
 #: Request wire type -> decoder of its fleet sum (add a protocol here).
@@ -397,9 +455,21 @@ def singleton_cells(levels: Sequence[BoostingLevel]) -> tuple[Fragments, CellCou
         else:  # one output: G < 0 says "this class", G >= 0 "another"
             mask[:] = (g[:, 0] >= 0)[:, None]
             mask[rows, classes[:, 0]] = g[:, 0] < 0
-        parts.append(Fragments(np.full(r.shape[0], i), np.full(r.shape[0], lv.round), np.full(r.shape[0], lv.level),
-                               lv.node_tree[r], lv.node_id[r], lv.features[j], lv.slots[s], g, h,
-                               lv.noise_sd[r], mask))
+        parts.append(
+            Fragments(
+                np.full(r.shape[0], i),
+                np.full(r.shape[0], lv.round),
+                np.full(r.shape[0], lv.level),
+                lv.node_tree[r],
+                lv.node_id[r],
+                lv.features[j],
+                lv.slots[s],
+                g,
+                h,
+                lv.noise_sd[r],
+                mask,
+            )
+        )
     if not parts:
         raise ValueError("no boosting level among the captured sums")
     joined = Fragments(*(np.concatenate([getattr(p, f) for p in parts]) for f in Fragments.__dataclass_fields__))
@@ -482,15 +552,17 @@ def merge_records(records: Records, min_overlap: int = 3) -> Records:
     return Records(slots[:n], masks[:n])
 
 
-def attack_boosting(levels: Sequence[BoostingLevel], n_features: int, *, min_overlap: int = 3
-                    ) -> tuple[Records, Fragments, CellCounts]:
+def attack_boosting(
+    levels: Sequence[BoostingLevel], n_features: int, *, min_overlap: int = 3
+) -> tuple[Records, Fragments, CellCounts]:
     """The whole attack on boosting levels: singleton cells, linked by (G, H), merged by bins."""
     fragments, cells = singleton_cells(levels)
     return merge_records(link_boosting(fragments, n_features), min_overlap), fragments, cells
 
 
-def attack_forest(levels: Sequence[ForestLevel], n_features: int, *, min_overlap: int = 3
-                  ) -> tuple[Records, CellCounts]:
+def attack_forest(
+    levels: Sequence[ForestLevel], n_features: int, *, min_overlap: int = 3
+) -> tuple[Records, CellCounts]:
     """FedForest: per node and class whose weight fills exactly one slot of each of the node's
     features (one window alone of its class there; noisy weights: rounded), a record of that
     class and those slots. A node's lone window of a class is its parent's too when the parent
@@ -534,8 +606,10 @@ def attack_forest(levels: Sequence[ForestLevel], n_features: int, *, min_overlap
         new = (row == UNKNOWN) & (rows[key] != UNKNOWN)
         row[new] = rows[key][new]
     keys = list(joined)
-    records = Records(np.array([joined[k] for k in keys], np.int64).reshape(-1, n_features),
-                      np.array([np.arange(n_classes) == k[2] for k in keys], bool).reshape(-1, n_classes))
+    records = Records(
+        np.array([joined[k] for k in keys], np.int64).reshape(-1, n_features),
+        np.array([np.arange(n_classes) == k[2] for k in keys], bool).reshape(-1, n_classes),
+    )
     return merge_records(records, min_overlap), CellCounts(nonempty, singletons)
 
 
@@ -591,8 +665,7 @@ def boosting_truth(clients, captured: Sequence[CapturedSum]) -> Truth:
 
 def forest_truth(clients, captured: Sequence[CapturedSum]) -> Truth:
     """The ground truth of a FedForest job: labels and slot codes under the job's edges."""
-    request = next(r for r in (next(iter(c.requests.values())) for c in captured)
-                   if _wire_name(r) in FOREST_DECODERS)
+    request = next(r for r in (next(iter(c.requests.values())) for c in captured) if _wire_name(r) in FOREST_DECODERS)
     labels, X, offset = _labels(clients, request.task.classes)
     pooled = np.concatenate([X[c.client_id] for c in clients])
     o = request.edge_offsets
@@ -621,8 +694,9 @@ class Claims:
         return Claims(self.cells + other.cells, self.isolated + other.isolated, self.right + other.right)
 
 
-def claim_accuracy(levels: Sequence[BoostingLevel], fragments: Fragments, captured: Sequence[CapturedSum],
-                   truth: Truth) -> Claims:
+def claim_accuracy(
+    levels: Sequence[BoostingLevel], fragments: Fragments, captured: Sequence[CapturedSum], truth: Truth
+) -> Claims:
     """The singleton cells the attacker states a label for, checked against the windows really
     in them (routed through the level's splits, as the gateways route)."""
     claims = fragments.claims
@@ -657,13 +731,32 @@ def _cell_keys(lv: BoostingLevel, requests: Mapping[str, Any], truth: Truth) -> 
         s = request.splits
         if isinstance(request, XgbPrivateLevelRequest):
             codes, raw = _slot_codes(X[:, request.round.features], request.round.edges())
-            position = route_round(raw, request.round.slots - 1, 1, np.zeros_like(s.tree), s.node,
-                                   np.searchsorted(request.round.features, s.feature), s.bin, s.default_left,
-                                   s.left, s.right)
+            position = route_round(
+                raw,
+                request.round.slots - 1,
+                1,
+                np.zeros_like(s.tree),
+                s.node,
+                np.searchsorted(request.round.features, s.feature),
+                s.bin,
+                s.default_left,
+                s.left,
+                s.right,
+            )
         else:
             codes, raw = _slot_codes(X, request.edges())
-            position = route_round(raw, request.slots - 1, request.task.trees_per_round, s.tree, s.node, s.feature,
-                                   s.bin, s.default_left, s.left, s.right)
+            position = route_round(
+                raw,
+                request.slots - 1,
+                request.task.trees_per_round,
+                s.tree,
+                s.node,
+                s.feature,
+                s.bin,
+                s.default_left,
+                s.left,
+                s.right,
+            )
         T, n = position.shape
         k = codes.shape[1]
         tree = np.repeat(np.arange(T), n * k)
@@ -728,8 +821,18 @@ def score(records: Records, truth: Truth, cells: CellCounts, claims: Claims = Cl
     guess = np.full(labels.shape[0], int(counts.argmax()))  # windows no record names: the majority class
     eligible = np.flatnonzero((records.named >= MIN_FEATURES) & (records.label >= 0))
     if not eligible.size:
-        return AttackScore(labels.shape[0], cells.nonempty, cells.singletons, 0, 0, 0.0, float("nan"),
-                           int((guess == labels).sum()), claims, majority)
+        return AttackScore(
+            labels.shape[0],
+            cells.nonempty,
+            cells.singletons,
+            0,
+            0,
+            0.0,
+            float("nan"),
+            int((guess == labels).sum()),
+            claims,
+            majority,
+        )
     rec = records.slots[eligible]
     codes = np.unique(np.concatenate([rec[rec != UNKNOWN], truth.slots.ravel()]))
     width = codes.shape[0]
@@ -737,8 +840,9 @@ def score(records: Records, truth: Truth, cells: CellCounts, claims: Claims = Cl
     def one_hot(slots: np.ndarray) -> sparse.csr_matrix:
         rows, cols = np.nonzero(slots != UNKNOWN)
         column = cols * width + np.searchsorted(codes, slots[rows, cols])
-        return sparse.csr_matrix((np.ones(rows.shape[0], np.int32), (rows, column)),
-                                 shape=(slots.shape[0], slots.shape[1] * width))
+        return sparse.csr_matrix(
+            (np.ones(rows.shape[0], np.int32), (rows, column)), shape=(slots.shape[0], slots.shape[1] * width)
+        )
 
     agree = (one_hot(rec) @ one_hot(np.where(truth.slots == -2, UNKNOWN, truth.slots)).T).toarray()
     best = agree.argmax(axis=1)
@@ -750,9 +854,18 @@ def score(records: Records, truth: Truth, cells: CellCounts, claims: Claims = Cl
     windows, first = np.unique(best[rebuilt], return_index=True)
     order = np.argsort(share, kind="stable")  # a window named by several records: the best-agreeing one's label
     guess[best[order]] = stated[order]
-    return AttackScore(labels.shape[0], cells.nonempty, cells.singletons, int(eligible.shape[0]), int(windows.shape[0]),
-                       float(np.median(named[rebuilt][first])) if windows.size else 0.0,
-                       float(label_right.mean()), int((guess == labels).sum()), claims, majority)
+    return AttackScore(
+        labels.shape[0],
+        cells.nonempty,
+        cells.singletons,
+        int(eligible.shape[0]),
+        int(windows.shape[0]),
+        float(np.median(named[rebuilt][first])) if windows.size else 0.0,
+        float(label_right.mean()),
+        int((guess == labels).sum()),
+        claims,
+        majority,
+    )
 
 
 def bundled_fleet(folder, *, every: int = 1, windows_per_gateway: int | None = None) -> list:
@@ -768,8 +881,13 @@ def bundled_fleet(folder, *, every: int = 1, windows_per_gateway: int | None = N
         table, _ = extract_recording(path)
         labelled = np.flatnonzero([y is not None for y in table.labels])
         rows = labelled[np.argsort(table.start_us[labelled], kind="stable")][:windows_per_gateway]
-        clients.append(ClientData(f"gw-{i:02d}", table.X[rows][:, ::every].astype(np.float32),
-                                  np.array([str(v) for v in table.labels[rows]])))
+        clients.append(
+            ClientData(
+                f"gw-{i:02d}",
+                table.X[rows][:, ::every].astype(np.float32),
+                np.array([str(v) for v in table.labels[rows]]),
+            )
+        )
     return clients
 
 

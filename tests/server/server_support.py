@@ -28,9 +28,29 @@ class ServerProcess:
         env = {**os.environ, "WHEELFED_MQTT_PASSWORD": password, "PYTHONPATH": str(REPO)}
         self.lines: list[str] = []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "edge_client.cli", "--log-level", "INFO", "server", "--registry", registry,
-             "--http-port", str(self.port), "--port", str(broker_port), "--deadline", "30", *extra],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "edge_client.cli",
+                "--log-level",
+                "INFO",
+                "server",
+                "--registry",
+                registry,
+                "--http-port",
+                str(self.port),
+                "--port",
+                str(broker_port),
+                "--deadline",
+                "30",
+                *extra,
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         self._log = open(log, "a")
         threading.Thread(target=self._pump, daemon=True).start()
         self.wait_for(r"wheelfed server: dashboard http://")
@@ -54,8 +74,9 @@ class ServerProcess:
 
     def request(self, method: str, path: str, body: object | None = None) -> tuple[int, object]:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=60) as response:
                 raw = response.read()

@@ -30,8 +30,11 @@ def test_a_job_through_the_api_is_the_simulation_and_is_evaluated(registry_url: 
         api = TestClient(create_app(server))
         gateways = api.get("/api/gateways").json()
         assert [g["gateway"] for g in gateways] == ["gw-1", "gw-2", "gw-3", "gw-4"]
-        assert gateways[0]["online"] and gateways[0]["labelled"] == 90 and gateways[0]["labels"] == {"push": 45,
-                                                                                                     "rest": 45}
+        assert (
+            gateways[0]["online"]
+            and gateways[0]["labelled"] == 90
+            and gateways[0]["labels"] == {"push": 45, "rest": 45}
+        )
         assert [g["gateway"] for g in api.get("/api/gateways?offset=1&limit=2").json()] == ["gw-2", "gw-3"]
 
         started = api.post("/api/jobs", json={"model_id": "act", "config": CONFIG, "min_labelled": 50})
@@ -39,8 +42,12 @@ def test_a_job_through_the_api_is_the_simulation_and_is_evaluated(registry_url: 
         job = wait_job(server, started.json()["job_id"])
         assert job.state == "completed", job.error
         shown = api.get(f"/api/jobs/{job.job_id}").json()
-        assert [r["step"] for r in shown["rounds"]] == [1, 2, 3] and shown["participants"] == ["gw-1", "gw-2",
-                                                                                                "gw-3", "gw-4"]
+        assert [r["step"] for r in shown["rounds"]] == [1, 2, 3] and shown["participants"] == [
+            "gw-1",
+            "gw-2",
+            "gw-3",
+            "gw-4",
+        ]
         data = api.get("/api/models/act/1/download")
         assert data.headers["content-type"] == "application/cbor"
         model = TreeEnsemble.from_cbor(data.content)
@@ -73,25 +80,28 @@ def test_a_job_through_the_api_is_the_simulation_and_is_evaluated(registry_url: 
         assert failed.state == "failed" and "with at least 100 labelled windows" in failed.error
 
 
-@pytest.mark.parametrize("method, path, body, status, detail", [
-    ("post", "/api/jobs", {"model_id": "act", "algorithm": "xgboost"}, 422, "fedscs-xgb"),
-    ("post", "/api/jobs", {"model_id": "act", "config": {"n_trees": 5}}, 422, "has no parameter n_trees"),
-    ("post", "/api/jobs", {"model_id": "act", "config": {"n_rounds": -1}}, 422, "n_rounds"),
-    ("post", "/api/jobs", {"model_id": "a/b"}, 422, "pattern"),
-    ("post", "/api/jobs", {"model_id": "act", "init_model": "act"}, 422, "MODEL_ID:vN"),
-    ("post", "/api/jobs", {"model_id": "act", "init_model": "act:v9"}, 404, "holds no models yet"),
-    ("post", "/api/jobs", {"model_id": "act", "clients": ["gw/1"]}, 422, "invalid client id 'gw/1'"),
-    ("post", "/api/jobs", {"model_id": "act", "clients": ["aggregator"]}, 422, "the aggregator's id"),
-    ("get", "/api/jobs/job-nope", None, 404, "no job 'job-nope'"),
-    ("post", "/api/jobs/job-nope/cancel", None, 404, "no job"),
-    ("get", "/api/models/act/1", None, 404, "holds no models"),
-    ("get", "/api/gateways?limit=0", None, 422, "limit"),
-    ("get", "/api/gateways/gw-99", None, 404, "gw-99"),
-    ("post", "/api/schedules", {"schedule_id": "s", "model_id": "act"}, 422, "every_s, cron or min_new_windows"),
-    ("post", "/api/schedules", {"schedule_id": "s", "model_id": "act", "cron": "70 * * * *"}, 422, "0-59"),
-    ("delete", "/api/schedules/nope", None, 404, "no schedule 'nope'"),
-    ("post", "/api/rollback", {"clients": ["gw-1"]}, 409, "no signing key"),
-])
+@pytest.mark.parametrize(
+    "method, path, body, status, detail",
+    [
+        ("post", "/api/jobs", {"model_id": "act", "algorithm": "xgboost"}, 422, "fedscs-xgb"),
+        ("post", "/api/jobs", {"model_id": "act", "config": {"n_trees": 5}}, 422, "has no parameter n_trees"),
+        ("post", "/api/jobs", {"model_id": "act", "config": {"n_rounds": -1}}, 422, "n_rounds"),
+        ("post", "/api/jobs", {"model_id": "a/b"}, 422, "pattern"),
+        ("post", "/api/jobs", {"model_id": "act", "init_model": "act"}, 422, "MODEL_ID:vN"),
+        ("post", "/api/jobs", {"model_id": "act", "init_model": "act:v9"}, 404, "holds no models yet"),
+        ("post", "/api/jobs", {"model_id": "act", "clients": ["gw/1"]}, 422, "invalid client id 'gw/1'"),
+        ("post", "/api/jobs", {"model_id": "act", "clients": ["aggregator"]}, 422, "the aggregator's id"),
+        ("get", "/api/jobs/job-nope", None, 404, "no job 'job-nope'"),
+        ("post", "/api/jobs/job-nope/cancel", None, 404, "no job"),
+        ("get", "/api/models/act/1", None, 404, "holds no models"),
+        ("get", "/api/gateways?limit=0", None, 422, "limit"),
+        ("get", "/api/gateways/gw-99", None, 404, "gw-99"),
+        ("post", "/api/schedules", {"schedule_id": "s", "model_id": "act"}, 422, "every_s, cron or min_new_windows"),
+        ("post", "/api/schedules", {"schedule_id": "s", "model_id": "act", "cron": "70 * * * *"}, 422, "0-59"),
+        ("delete", "/api/schedules/nope", None, 404, "no schedule 'nope'"),
+        ("post", "/api/rollback", {"clients": ["gw-1"]}, 409, "no signing key"),
+    ],
+)
 def test_bad_input_is_a_4xx_naming_the_problem(tmp_path, method, path, body, status, detail) -> None:
     with running_server(str(tmp_path / "r.db"), fleet_data(n_clients=1)) as (_sim, server):
         api = TestClient(create_app(server))
@@ -127,8 +137,9 @@ def test_cancelling_a_finished_job_is_a_conflict(tmp_path) -> None:
 
 
 def test_tokens_and_roles(tmp_path) -> None:
-    with running_server(str(tmp_path / "r.db"), fleet_data(n_clients=1), read_tokens=("r-token",),
-                        operator_tokens=("o-token",)) as (_sim, server):
+    with running_server(
+        str(tmp_path / "r.db"), fleet_data(n_clients=1), read_tokens=("r-token",), operator_tokens=("o-token",)
+    ) as (_sim, server):
         api = TestClient(create_app(server))
         assert api.get("/api/jobs").status_code == 401
         unknown = api.get("/api/jobs", headers={"Authorization": "Bearer wrong"})
@@ -144,9 +155,21 @@ def test_tokens_and_roles(tmp_path) -> None:
 def test_the_openapi_document_lists_every_endpoint(tmp_path) -> None:
     with running_server(str(tmp_path / "r.db"), fleet_data(n_clients=1)) as (_sim, server):
         paths = TestClient(create_app(server)).get("/openapi.json").json()["paths"]
-    assert {"/api/gateways", "/api/jobs", "/api/jobs/{job_id}/cancel", "/api/models", "/api/models/{model_id}/compare",
-            "/api/models/{model_id}/{version}/download", "/api/models/{model_id}/{version}/deploy", "/api/rollback",
-            "/api/schedules", "/api/promotions", "/api/deployments", "/api/health", "/metrics"} <= set(paths)
+    assert {
+        "/api/gateways",
+        "/api/jobs",
+        "/api/jobs/{job_id}/cancel",
+        "/api/models",
+        "/api/models/{model_id}/compare",
+        "/api/models/{model_id}/{version}/download",
+        "/api/models/{model_id}/{version}/deploy",
+        "/api/rollback",
+        "/api/schedules",
+        "/api/promotions",
+        "/api/deployments",
+        "/api/health",
+        "/metrics",
+    } <= set(paths)
 
 
 def test_the_listening_socket_is_tcp_so_connections_get_nodelay() -> None:

@@ -23,12 +23,18 @@ def test_no_input_is_a_server_error(tmp_path) -> None:
         assert len(operations) >= 15
         for operation in operations:
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+
                 @given(case=operation.as_strategy(generation_mode=mode))
                 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
                 def no_server_error(case) -> None:
                     response = case.call()
-                    assert response.status_code < 500, (case.method, case.formatted_path, case.query, case.body,
-                                                        response.text)
+                    assert response.status_code < 500, (
+                        case.method,
+                        case.formatted_path,
+                        case.query,
+                        case.body,
+                        response.text,
+                    )
 
                 try:
                     no_server_error()

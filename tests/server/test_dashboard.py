@@ -27,9 +27,19 @@ def browser(tmp_path):
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-quic", "--window-size=1024,1366", f"--user-data-dir={tmp_path / 'chromium'}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-quic",
+        "--window-size=1024,1366",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
@@ -54,12 +64,15 @@ def test_the_dashboard_shows_the_fleet_and_a_jobs_curve(tmp_path, browser) -> No
 
     with start_fleet(tmp_path, "--holdout-fraction", "0.2") as fleet:
         fleet.agg.close()  # the server is the aggregator
-        server = ServerProcess(str(tmp_path / "server.db"), fleet.port, PASSWORDS["aggregator"],
-                               tmp_path / "server.log")
+        server = ServerProcess(
+            str(tmp_path / "server.db"), fleet.port, PASSWORDS["aggregator"], tmp_path / "server.log"
+        )
         try:
-            status, job = server.request("POST", "/api/jobs", {"model_id": "act", "config": {"n_rounds": 3,
-                                                                                            "max_depth": 2,
-                                                                                            "protocol": "histogram"}})
+            status, job = server.request(
+                "POST",
+                "/api/jobs",
+                {"model_id": "act", "config": {"n_rounds": 3, "max_depth": 2, "protocol": "histogram"}},
+            )
             assert status == 201, job
             server.wait_job(job["job_id"], lambda j: j["state"] == "completed")
             browser.get(server.url + "/")
@@ -69,8 +82,9 @@ def test_the_dashboard_shows_the_fleet_and_a_jobs_curve(tmp_path, browser) -> No
                 return {r.find_elements(By.TAG_NAME, "td")[0].text: r.text for r in rows} if rows else None
 
             rows = wait_until(lambda: (r := fleet_rows()) and len(r) == len(GATEWAYS) and r, what="fleet rows")
-            assert sorted(rows) == sorted(GATEWAYS) and all("online" in text and "offline" not in text
-                                                             for text in rows.values())
+            assert sorted(rows) == sorted(GATEWAYS) and all(
+                "online" in text and "offline" not in text for text in rows.values()
+            )
             jobs = browser.find_element(By.CSS_SELECTOR, "#jobs tbody").text
             assert job["job_id"] in jobs and "completed" in jobs and "act:v1" in jobs
             wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "#curve polyline"), what="the loss curve")

@@ -31,9 +31,16 @@ FEATURE_SET = "wheelfed-tifex-2+" + "0123456789abcdef" * 4  # as long as real on
 
 def publish_status(sim, client: str, labelled: int, link: str) -> None:
     transport = sim.transports[client]
-    status = Status(online=True, n_windows=labelled + 5, n_labelled=labelled,
-                    detail={"labels": f"push={labelled // 2},rest={labelled - labelled // 2}", "link": link,
-                            "feature_set": FEATURE_SET})
+    status = Status(
+        online=True,
+        n_windows=labelled + 5,
+        n_labelled=labelled,
+        detail={
+            "labels": f"push={labelled // 2},rest={labelled - labelled // 2}",
+            "link": link,
+            "feature_set": FEATURE_SET,
+        },
+    )
     transport.publish(transport.layout.status(client), Message.create(status, sender=client), retain=True)
 
 
@@ -58,9 +65,16 @@ def rows(driver, table: str) -> dict[str, list[dict]]:
 
 
 def columns(driver, table: str) -> dict[str, int]:
-    return {name: i for i, name in enumerate(driver.execute_script(
-        "return Array.from(document.querySelectorAll('#' + arguments[0] + ' thead th')).map((th) => th.innerText)",
-        table))}
+    return {
+        name: i
+        for i, name in enumerate(
+            driver.execute_script(
+                "return Array.from(document.querySelectorAll('#' + arguments[0] + ' thead th'))"
+                ".map((th) => th.innerText)",
+                table,
+            )
+        )
+    }
 
 
 def test_an_operator_reads_the_fleet_jobs_and_models_at_a_glance(tmp_path, browser) -> None:  # noqa: F811
@@ -80,16 +94,24 @@ def test_an_operator_reads_the_fleet_jobs_and_models_at_a_glance(tmp_path, brows
         forest_job = wait_job(server, forest["job_id"])
         assert forest_job.state == "completed"
         # as a job of a server from before the local-only baseline recorded it
-        server.registry.update_job(forest_job.job_id, evaluation={
-            k: v for k, v in forest_job.evaluation.items() if not k.startswith("local_only")})
+        server.registry.update_job(
+            forest_job.job_id,
+            evaluation={k: v for k, v in forest_job.evaluation.items() if not k.startswith("local_only")},
+        )
         # a job a killed server left after step 1, finished by the next one
         server.registry.add_job("job-resumed", "fedscs-xgb", XGB, model_id="act", total=3)
         for step in (1, 2, 3):
             server.registry.complete_round("job-resumed", step, 3, 3, 3, {"train_loss": 0.7 - 0.1 * step}, 0.2, None)
         started = time.time() - 120
-        server.registry.update_job("job-resumed", state="completed", attempt=2, history=[
-            {"attempt": 1, "started": started, "from_step": 0},
-            {"attempt": 2, "started": started + 60, "from_step": 1, "sent_bytes": 2000, "received_bytes": 48000}])
+        server.registry.update_job(
+            "job-resumed",
+            state="completed",
+            attempt=2,
+            history=[
+                {"attempt": 1, "started": started, "from_step": 0},
+                {"attempt": 2, "started": started + 60, "from_step": 1, "sent_bytes": 2000, "received_bytes": 48000},
+            ],
+        )
         # gw-2 went quiet: the server last heard from it five minutes ago
         server.tracker.rows["gw-2"] = replace(server.tracker.rows["gw-2"], seen=time.time() - 300)
         server.tracker._heard["gw-2"] = time.time() - 300
@@ -122,14 +144,17 @@ def test_an_operator_reads_the_fleet_jobs_and_models_at_a_glance(tmp_path, brows
             assert resumed[column["Bytes"]] == "50.0 kB" and resumed[column["Duration"]].startswith("2 min")
 
             def chart(job_id: str) -> dict | None:
-                found = browser.execute_script("""
+                found = browser.execute_script(
+                    """
                     const caption = document.getElementById('curve-caption').textContent;
                     if (!caption.startsWith(arguments[0])) return null;
                     const q = (s) => Array.from(document.querySelectorAll('#curve ' + s));
                     const line = q('polyline')[0];
                     return {caption, bars: q('rect.bar').length, x_title: q('text.x-title').map((t) => t.textContent),
                             y_ticks: q('text.y-tick').length, points: line ? line.getAttribute('points') : ''};
-                """, job_id)
+                """,
+                    job_id,
+                )
                 return found
 
             assert browser.execute_script(CLICK, "jobs", forest["job_id"])

@@ -18,15 +18,15 @@ from tests.server.test_schedules import Pushes
 CONFIG = {"generations": 3, "population_size": 6, "d_max": 4}
 
 
-def test_a_fedga_job_registers_one_model_per_gateway_deployable_to_that_gateway_only(tmp_path,
-                                                                                     monkeypatch) -> None:
+def test_a_fedga_job_registers_one_model_per_gateway_deployable_to_that_gateway_only(tmp_path, monkeypatch) -> None:
     clients = fleet_data(flipped=("gw-2",))
     pushes = Pushes(monkeypatch)
     with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
         announce(sim, {c.client_id: 90 for c in clients})
         api = TestClient(create_app(server))
-        started = api.post("/api/jobs", json={"model_id": "own", "algorithm": "fedga-tree", "config": CONFIG,
-                                              "seed": 7})
+        started = api.post(
+            "/api/jobs", json={"model_id": "own", "algorithm": "fedga-tree", "config": CONFIG, "seed": 7}
+        )
         assert started.status_code == 201, started.text
         assert started.json()["total"] == 3  # generations
         job = wait_job(server, started.json()["job_id"])
@@ -63,8 +63,11 @@ def test_a_fedga_job_takes_no_model_to_continue_from(tmp_path) -> None:
         api = TestClient(create_app(server))
         server.registry.add("own", aggregator.simulate(FedGATree(**CONFIG), fleet_data(n_clients=1))["gw-1"])
         response = api.post("/api/jobs", json={"model_id": "own", "algorithm": "fedga-tree", "init_model": "own:v1"})
-        assert response.status_code == 422 and response.json()["detail"] == \
-            "fedga-tree cannot continue from a model (init_model)"
+        assert (
+            response.status_code == 422
+            and response.json()["detail"] == "fedga-tree cannot continue from a model (init_model)"
+        )
         bad = api.post("/api/jobs", json={"model_id": "own", "algorithm": "fedga-tree", "config": {"d_max": 40}})
-        assert bad.status_code == 422 and "d_min must be an integer with 1 <= d_min <= d_max <= 15" in \
-            bad.json()["detail"]
+        assert (
+            bad.status_code == 422 and "d_min must be an integer with 1 <= d_min <= d_max <= 15" in bad.json()["detail"]
+        )

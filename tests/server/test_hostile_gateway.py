@@ -38,16 +38,26 @@ def deliver(sim, topic: str, payload: bytes) -> None:
 
 
 def batch(probability: float, n: int = 3) -> PredictionBatch:
-    return PredictionBatch("act", 1, ("push", "rest"), np.arange(n, dtype=np.int64), np.zeros(n, np.int16),
-                           np.full(n, 0.5, np.float32), np.ones(n, np.float32))
+    return PredictionBatch(
+        "act",
+        1,
+        ("push", "rest"),
+        np.arange(n, dtype=np.int64),
+        np.zeros(n, np.int16),
+        np.full(n, 0.5, np.float32),
+        np.ones(n, np.float32),
+    )
 
 
-@pytest.mark.parametrize("fields, reason", [
-    ({"n_labelled": -5}, "n_labelled must lie in [0, n_windows=10]"),
-    ({"n_windows": -1, "n_labelled": 0}, "n_windows must lie in [0, 1000000000]"),
-    ({"n_windows": MAX_WINDOW_COUNT + 1}, "n_windows must lie in [0, 1000000000]"),
-    ({"n_labelled": 11}, "n_labelled must lie in [0, n_windows=10]"),
-])
+@pytest.mark.parametrize(
+    "fields, reason",
+    [
+        ({"n_labelled": -5}, "n_labelled must lie in [0, n_windows=10]"),
+        ({"n_windows": -1, "n_labelled": 0}, "n_windows must lie in [0, 1000000000]"),
+        ({"n_windows": MAX_WINDOW_COUNT + 1}, "n_windows must lie in [0, 1000000000]"),
+        ({"n_labelled": 11}, "n_labelled must lie in [0, n_windows=10]"),
+    ],
+)
 def test_negative_or_absurd_status_counts_are_refused_at_decode(fields, reason) -> None:
     with pytest.raises(DecodeError) as refused:
         decode_message(forged(Status(online=True, n_windows=10, n_labelled=5), **fields))
@@ -121,8 +131,11 @@ def test_a_new_gateways_first_status_is_not_credited_in_full(tmp_path) -> None:
         body = {"schedule_id": "s", "model_id": "act", "min_new_windows": 100, "config": {"n_rounds": 1}}
         assert api.post("/api/schedules", json=body).status_code == 201
         before = server.tracker.labelled_total()
-        deliver(sim, LAYOUT.status("gw-new"), encode_message(Message.create(
-            Status(online=True, n_windows=10**9, n_labelled=10**9), sender="gw-new")))
+        deliver(
+            sim,
+            LAYOUT.status("gw-new"),
+            encode_message(Message.create(Status(online=True, n_windows=10**9, n_labelled=10**9), sender="gw-new")),
+        )
         assert server.scheduler.tick(time.time()) == []
         rows = {r.gateway: r for r in server.tracker.snapshot()}
         assert rows["gw-new"].labelled <= time.monotonic() - started + 1
@@ -145,9 +158,13 @@ def test_a_count_too_long_to_parse_is_unknown_and_logs_no_traceback(tmp_path, ca
         with caplog.at_level(logging.INFO):
             for _ in range(50):
                 detail = {"predicted": "9" * 5000, "alerts": "9" * 11, "labels": "push=" + "9" * 5000}
-                deliver(sim, LAYOUT.status("gw-1"),
-                         encode_message(Message.create(Status(online=True, n_windows=3, n_labelled=2, detail=detail),
-                                                       sender="gw-1")))
+                deliver(
+                    sim,
+                    LAYOUT.status("gw-1"),
+                    encode_message(
+                        Message.create(Status(online=True, n_windows=3, n_labelled=2, detail=detail), sender="gw-1")
+                    ),
+                )
         [row] = server.tracker.snapshot()
         assert (row.predicted, row.alerts, row.labels, row.labelled) == (None, None, None, 2)
         assert server.transport.stats.handler_errors == 0

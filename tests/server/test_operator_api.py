@@ -63,8 +63,12 @@ def test_models_are_named_as_users_see_them_and_algorithms_spelt_once(tmp_path) 
             assert download.content == expected
             assert 'filename="act-v1.cbor"' in download.headers["content-disposition"]
             assert api.get(f"/api/models/act/{name}").json()["label"] == "act:v1"
-        for bad, detail in (("v0", "give N, vN or act:vN"), ("latest", "give N, vN or act:vN"),
-                            ("other:v1", "names model 'other', not 'act'"), ("v99999999999", "not a version")):
+        for bad, detail in (
+            ("v0", "give N, vN or act:vN"),
+            ("latest", "give N, vN or act:vN"),
+            ("other:v1", "names model 'other', not 'act'"),
+            ("v99999999999", "not a version"),
+        ):
             response = api.get(f"/api/models/act/{bad}/download")
             assert response.status_code == 422 and detail in response.json()["detail"], (bad, response.text)
         assert api.get("/api/models/act/v2").status_code == 404
@@ -73,8 +77,13 @@ def test_models_are_named_as_users_see_them_and_algorithms_spelt_once(tmp_path) 
         models = api.get("/api/models").json()
         assert [m["algorithm"] for m in models] == ["fedscs-xgb"]  # not the model metadata's fedscs_xgb
         assert {j["algorithm"] for j in api.get("/api/jobs").json()} == {"fedscs-xgb"}
-        assert api.post("/api/schedules", json={"schedule_id": "s", "model_id": "act", "algorithm": "fedscs_xgb",
-                                                "every_s": 3600}).json()["algorithm"] == "fedscs-xgb"
+        assert (
+            api.post(
+                "/api/schedules",
+                json={"schedule_id": "s", "model_id": "act", "algorithm": "fedscs_xgb", "every_s": 3600},
+            ).json()["algorithm"]
+            == "fedscs-xgb"
+        )
 
         held_out = models[0]["held_out"]
         y = np.concatenate([c.y_test for c in clients])
@@ -88,8 +97,9 @@ def test_models_are_named_as_users_see_them_and_algorithms_spelt_once(tmp_path) 
 
         shown = api.get(f"/api/jobs/{job.job_id}").json()
         assert shown["started"] is not None and shown["duration_s"] >= 0 and shown["resumes"] == 0
-        assert shown["history"][0]["sent_bytes"] > 0 and shown["bytes"] == (shown["history"][0]["sent_bytes"]
-                                                                             + shown["history"][0]["received_bytes"])
+        assert shown["history"][0]["sent_bytes"] > 0 and shown["bytes"] == (
+            shown["history"][0]["sent_bytes"] + shown["history"][0]["received_bytes"]
+        )
 
 
 def test_a_forests_job_total_is_what_its_rounds_say(tmp_path) -> None:
@@ -110,8 +120,10 @@ def test_a_forests_job_total_is_what_its_rounds_say(tmp_path) -> None:
 def test_swagger_ui_and_redoc_load_nothing_from_a_cdn(tmp_path) -> None:
     with running_server(str(tmp_path / "r.db"), fleet_data(n_clients=1), read_tokens=("r",)) as (_sim, server):
         api = TestClient(create_app(server))
-        for page, assets in (("/docs", ("swagger-ui-bundle.js", "swagger-ui.css")),
-                             ("/redoc", ("redoc.standalone.js",))):
+        for page, assets in (
+            ("/docs", ("swagger-ui-bundle.js", "swagger-ui.css")),
+            ("/redoc", ("redoc.standalone.js",)),
+        ):
             html = api.get(page)
             assert html.status_code == 200, page
             assert "cdn" not in html.text.lower() and "https://" not in html.text.replace("https://fonts", "")
@@ -127,8 +139,13 @@ def test_a_resumed_job_says_so_and_the_api_counts_its_attempts(tmp_path, caplog)
     path = str(tmp_path / "r.db")
     with Registry(path) as registry:  # a server killed after storing round 1 of 3
         registry.add_job("job-k", "fedscs-xgb", {**CONFIG, "n_rounds": 3}, model_id="act", total=3)
-        registry.update_job("job-k", state="running", attempt=1, participants=["gw-1", "gw-2", "gw-3"],
-                            history=[{"attempt": 1, "started": time.time() - 60, "from_step": 0}])
+        registry.update_job(
+            "job-k",
+            state="running",
+            attempt=1,
+            participants=["gw-1", "gw-2", "gw-3"],
+            history=[{"attempt": 1, "started": time.time() - 60, "from_step": 0}],
+        )
         first = aggregator.simulate(FedSCSXGB(**{**CONFIG, "n_rounds": 1}), clients)
         registry.complete_round("job-k", 1, 3, 3, 3, {"train_loss": 0.6}, 0.1, first.to_cbor())
     caplog.set_level(logging.INFO)
@@ -139,8 +156,10 @@ def test_a_resumed_job_says_so_and_the_api_counts_its_attempts(tmp_path, caplog)
     assert shown["attempt"] == 2 and shown["resumes"] == 1 and shown["resumed_from"] == [1]
     assert shown["duration_s"] >= 60
     lines = _messages(caplog, logging.WARNING)  # the CLI's default level shows it
-    assert any(line.startswith("job job-k resumed (attempt 2) from step 1 of 3: steps 2 to 3 follow on gw-1, gw-2, "
-                               "gw-3") for line in lines), lines
+    assert any(
+        line.startswith("job job-k resumed (attempt 2) from step 1 of 3: steps 2 to 3 follow on gw-1, gw-2, gw-3")
+        for line in lines
+    ), lines
 
 
 def test_the_survey_names_who_it_left_out_and_its_refusals_are_no_failed_round(tmp_path, caplog) -> None:
@@ -149,8 +168,9 @@ def test_the_survey_names_who_it_left_out_and_its_refusals_are_no_failed_round(t
     for k, version in enumerate(("fs-a", "fs-a", "fs-a", "fs-b")):
         X = rng.normal(size=(80, 4))
         y = LABELS[(X[:, 0] > 0).astype(int)]
-        clients.append(ClientData(f"gw-{k + 1}", X[:60], y[:60], feature_set_version=version, X_test=X[60:],
-                                  y_test=y[60:]))
+        clients.append(
+            ClientData(f"gw-{k + 1}", X[:60], y[:60], feature_set_version=version, X_test=X[60:], y_test=y[60:])
+        )
     caplog.set_level(logging.INFO)
     with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
         announce(sim, {c.client_id: 60 for c in clients})

@@ -24,8 +24,12 @@ def test_cron_fields_ranges_steps_and_the_day_or_weekday_rule() -> None:
     either = CronSpec.parse("0 0 1 * 0")  # the 1st of the month OR a Sunday, as in cron
     assert either.matches(utc("2026-11-29 00:00")) and either.matches(utc("2026-12-01 00:00"))
     assert not either.matches(utc("2026-11-26 00:00"))
-    for bad, why in (("* * *", "5 fields"), ("61 * * * *", "0-59"), ("x * * * *", "not a number"),
-                     ("*/0 * * * *", "0-59")):
+    for bad, why in (
+        ("* * *", "5 fields"),
+        ("61 * * * *", "0-59"),
+        ("x * * * *", "not a number"),
+        ("*/0 * * * *", "0-59"),
+    ):
         with pytest.raises(ValueError, match=why):
             CronSpec.parse(bad)
 

@@ -22,6 +22,7 @@ from aggregator.server.api import create_app
 from aggregator.server.service import Scheduler
 from tests.server.fleet_memory import announce, fleet_data, running_server, wait_job
 
+
 def second_after(t_us: int) -> str:
     """The refusal's suggested start: the whole second at or after ``t_us``."""
     return iso_us(-(-t_us // 1_000_000) * 1_000_000)
@@ -42,10 +43,18 @@ def test_a_private_job_is_entered_shown_and_a_second_one_on_its_windows_refused(
         _, model = server.registry.model("act", 1)
         meta = model.metadata
         [entry] = server.registry.privacy_ledger()
-        assert (entry.job_id, entry.basis, entry.model, entry.gateways) == (job.job_id, "spent", "act:v1",
-                                                                            ("gw-1", "gw-2", "gw-3", "gw-4"))
-        assert (entry.rho, entry.xi, entry.epsilon, entry.delta) == (meta["dp_rho"], meta["dp_xi"], meta["dp_epsilon"],
-                                                                     meta["dp_delta"])
+        assert (entry.job_id, entry.basis, entry.model, entry.gateways) == (
+            job.job_id,
+            "spent",
+            "act:v1",
+            ("gw-1", "gw-2", "gw-3", "gw-4"),
+        )
+        assert (entry.rho, entry.xi, entry.epsilon, entry.delta) == (
+            meta["dp_rho"],
+            meta["dp_xi"],
+            meta["dp_epsilon"],
+            meta["dp_delta"],
+        )
         assert entry.since_us is None and job.updated * 1e6 >= entry.until_us >= job.created * 1e6
 
         assert api.get("/api/privacy").json()["entries"] == []  # the detail only when asked
@@ -57,8 +66,9 @@ def test_a_private_job_is_entered_shown_and_a_second_one_on_its_windows_refused(
         for g in shown["gateways"]:
             assert g["spent_epsilon"] == pytest.approx(spent, rel=1e-12) and 0 < g["remaining_epsilon"] < 10 - spent + 5
             assert g["fresh_since_us"] == entry.until_us and g["running"] == [] and g["jobs"] == 1
-            assert g["segments"] == [{"since_us": None, "until_us": entry.until_us, "rho": entry.rho, "xi": entry.xi,
-                                      "jobs": 1}]
+            assert g["segments"] == [
+                {"since_us": None, "until_us": entry.until_us, "rho": entry.rho, "xi": entry.xi, "jobs": 1}
+            ]
         shown_model = api.get("/api/models/act/1").json()["privacy"]
         assert shown_model["spent"][0]["epsilon"] == meta["dp_epsilon"]
         assert shown_model["remaining_epsilon"] == shown["gateways"][0]["remaining_epsilon"]
@@ -93,16 +103,21 @@ def test_queued_private_jobs_count_and_a_cap_change_refuses_at_start(tmp_path) -
             time.sleep(0.02)
         [running] = server.registry.privacy_ledger()
         assert running.basis == "running" and running.until_us is None
-        assert "held by the running job" in api.post("/api/jobs", json={
-            "model_id": "b", "config": PRIVATE, "since": time.time() + 3600}).json()["detail"]
+        assert (
+            "held by the running job"
+            in api.post("/api/jobs", json={"model_id": "b", "config": PRIVATE, "since": time.time() + 3600}).json()[
+                "detail"
+            ]
+        )
         api.post(f"/api/jobs/{long['job_id']}/cancel")
         assert wait_job(server, long["job_id"]).state == "cancelled"
         # the cancelled job's releases were made: it is charged its whole plan
         [charged] = server.registry.privacy_ledger()
         assert charged.basis == "planned" and charged.rho == rho_for_epsilon(7.0, 1e-6) and charged.until_us
         # a job queued under a cap that a restarted server lowered is refused when it starts
-        busy = api.post("/api/jobs", json={"model_id": "h", "config": {**PRIVATE, "n_rounds": 200,
-                                                                        "protocol": "histogram"}}).json()
+        busy = api.post(
+            "/api/jobs", json={"model_id": "h", "config": {**PRIVATE, "n_rounds": 200, "protocol": "histogram"}}
+        ).json()
         server.runner.privacy_cap = PrivacyCap(100.0)
         queued = api.post("/api/jobs", json={"model_id": "c", "config": PRIVATE}).json()
         server.runner.privacy_cap = PrivacyCap(8.0)
@@ -117,8 +132,9 @@ def test_a_schedule_over_the_cap_is_skipped_with_a_note(tmp_path, caplog) -> Non
     with running_server(str(tmp_path / "r.db"), clients, privacy_epsilon_cap=4.0) as (sim, server):
         announce(sim, {c.client_id: 90 for c in clients})
         now = time.time()
-        server.registry.add_schedule(ScheduleRecord("nightly", "act", "fedscs-xgb", PRIVATE, 60.0, "", None, 0.01,
-                                                    0.25, True, 0.0, 0, now))
+        server.registry.add_schedule(
+            ScheduleRecord("nightly", "act", "fedscs-xgb", PRIVATE, 60.0, "", None, 0.01, 0.25, True, 0.0, 0, now)
+        )
         scheduler = Scheduler(server.registry, server.runner, server.tracker, 3600.0)
         with caplog.at_level(logging.WARNING, logger="aggregator.server.service"):
             assert scheduler.tick(now) == []
@@ -142,15 +158,19 @@ def test_a_schedule_whose_windows_spent_their_budget_trains_on_the_fresh_ones(tm
         assert first.state == "completed", first.error
         [entry] = server.registry.privacy_ledger()
         now = time.time()
-        server.registry.add_schedule(ScheduleRecord("nightly", "act", "fedscs-xgb", PRIVATE, 60.0, "", None, 0.01,
-                                                    0.25, True, 0.0, 0, now))
+        server.registry.add_schedule(
+            ScheduleRecord("nightly", "act", "fedscs-xgb", PRIVATE, 60.0, "", None, 0.01, 0.25, True, 0.0, 0, now)
+        )
         scheduler = Scheduler(server.registry, server.runner, server.tracker, 3600.0)
         with caplog.at_level(logging.INFO, logger="aggregator.server.service"):
             [job] = scheduler.tick(now)
         assert job.rules.since * 1e6 == -(-entry.until_us // 1_000_000) * 1_000_000
         assert server.registry.schedule("nightly").note == ""
-        assert any("older windows have spent their privacy budget; training on the windows from "
-                   f"{second_after(entry.until_us)} on" in r.getMessage() for r in caplog.records)
+        assert any(
+            "older windows have spent their privacy budget; training on the windows from "
+            f"{second_after(entry.until_us)} on" in r.getMessage()
+            for r in caplog.records
+        )
         wait_job(server, job.job_id)
 
 
@@ -184,17 +204,45 @@ def test_the_cap_setting_is_checked() -> None:
 
 def test_the_ledger_persists_on_both_databases(registry_url: str) -> None:
     first = LedgerEntry("job-a", 1, ("gw-1", "gw-2"), None, None, 0.5, 0.01, 1e-6, 6.0, "running", created=1.0)
-    second = LedgerEntry("job-b", 2, ("gw-3",), 1_795_000_000_000_000, 9_000_000_000_000_000, 0.25, 0.0, 1e-5, 3.0,
-                         "spent", model="act:v2", created=2.0)
+    second = LedgerEntry(
+        "job-b",
+        2,
+        ("gw-3",),
+        1_795_000_000_000_000,
+        9_000_000_000_000_000,
+        0.25,
+        0.0,
+        1e-5,
+        3.0,
+        "spent",
+        model="act:v2",
+        created=2.0,
+    )
     with Registry(registry_url) as registry:
         registry.add_privacy(first)
         registry.add_privacy(second)
-        registry.settle_privacy("job-a", 1, until_us=1_795_000_000_000_001, basis="spent", model="act:v1",
-                                gateways=["gw-1"])
+        registry.settle_privacy(
+            "job-a", 1, until_us=1_795_000_000_000_001, basis="spent", model="act:v1", gateways=["gw-1"]
+        )
     with Registry(registry_url) as registry:
         got = registry.privacy_ledger()
-        assert got == [LedgerEntry("job-a", 1, ("gw-1",), None, 1_795_000_000_000_001, 0.5, 0.01, 1e-6, 6.0, "spent",
-                                   model="act:v1", created=1.0), second]
+        assert got == [
+            LedgerEntry(
+                "job-a",
+                1,
+                ("gw-1",),
+                None,
+                1_795_000_000_000_001,
+                0.5,
+                0.01,
+                1e-6,
+                6.0,
+                "spent",
+                model="act:v1",
+                created=1.0,
+            ),
+            second,
+        ]
         assert registry.privacy_ledger("job-b") == [second]
         with pytest.raises(Exception):  # one entry per attempt
             registry.add_privacy(second)
@@ -215,7 +263,8 @@ def test_a_registry_at_revision_0003_gains_the_ledger_and_keeps_its_schedules(re
             "INSERT INTO schedules (schedule_id, model_id, algorithm, config, every_s, cron, min_new_windows, "
             "threshold, canary_share, enabled, last_run, last_windows, created, canary_windows, canary_observe_s, "
             "canary_max_drop) VALUES ('nightly', 'act', 'fedforest', '{}', 60.0, '', NULL, 0.01, 0.25, TRUE, 0.0, 0, "
-            "1.0, 0, 900.0, 0.05)")
+            "1.0, 0, 900.0, 0.05)"
+        )
     engine.dispose()
     assert HEAD_REVISION >= "0004"
     with Registry(registry_url) as registry:
@@ -241,8 +290,9 @@ def test_an_attempt_cut_short_by_a_stopped_server_keeps_its_plan(tmp_path, cap, 
         [first] = server.registry.privacy_ledger()
         assert (first.attempt, first.basis, first.until_us) == (1, "running", None)
         stopped = time.time()
-        server.runner = JobRunner(server.registry, server.engine, server.tracker, settings=server.runner.settings,
-                                  privacy_cap=PrivacyCap(cap))
+        server.runner = JobRunner(
+            server.registry, server.engine, server.tracker, settings=server.runner.settings, privacy_cap=PrivacyCap(cap)
+        )
         server.runner.start()
         ended = wait_job(server, job["job_id"])
         assert ended.state == state, ended.error

@@ -56,17 +56,40 @@ def test_the_dashboard_shows_each_gateways_spent_and_remaining_budget(tmp_path, 
     with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
         announce(sim, {c.client_id: 90 for c in clients})
         two_jobs(server.registry)
-        server.registry.add_schedule(ScheduleRecord("nightly", "act", "fedscs-xgb", {}, 60.0, "", None, 0.01, 0.25,
-                                                    True, 1.0, 0, 1.0, note="skipped -- refused: the cap"))
+        server.registry.add_schedule(
+            ScheduleRecord(
+                "nightly",
+                "act",
+                "fedscs-xgb",
+                {},
+                60.0,
+                "",
+                None,
+                0.01,
+                0.25,
+                True,
+                1.0,
+                0,
+                1.0,
+                note="skipped -- refused: the cap",
+            )
+        )
         expected = {b.gateway: b for b in server.runner.privacy_budgets()}
         with serving(server) as url:
             browser.get(url + "/")
 
             def privacy_rows():
                 rows = browser.find_elements(By.CSS_SELECTOR, "#privacy tbody tr")
-                return {r.find_elements(By.TAG_NAME, "td")[0].text: [td.text for td in r.find_elements(By.TAG_NAME,
-                                                                                                        "td")]
-                        for r in rows} if rows else None
+                return (
+                    {
+                        r.find_elements(By.TAG_NAME, "td")[0].text: [
+                            td.text for td in r.find_elements(By.TAG_NAME, "td")
+                        ]
+                        for r in rows
+                    }
+                    if rows
+                    else None
+                )
 
             rows = wait_until(lambda: (r := privacy_rows()) and len(r) == 3 and r, what="privacy rows")
             for gateway, cells in rows.items():

@@ -39,10 +39,15 @@ def test_models_and_deployments_behave_alike_on_both_databases(registry_url: str
     model = small_model()
     with Registry(registry_url) as registry:
         assert registry.add("act", model).version == 1
-        second = registry.add("act", model, metrics={"accuracy": 0.9}, config={"n_rounds": 3}, parent="act:v1",
-                              job_id="job-1")
-        assert (second.label, second.parent, second.config, second.job_id) == ("act:v2", "act:v1",
-                                                                              {"n_rounds": 3}, "job-1")
+        second = registry.add(
+            "act", model, metrics={"accuracy": 0.9}, config={"n_rounds": 3}, parent="act:v1", job_id="job-1"
+        )
+        assert (second.label, second.parent, second.config, second.job_id) == (
+            "act:v2",
+            "act:v1",
+            {"n_rounds": 3},
+            "job-1",
+        )
         registry.set_deployment("act", 1, "gw-1", "active")
         registry.set_deployment("act", 2, "gw-1", "pending")
         registry.set_deployment("act", 2, "gw-1", "active")
@@ -105,20 +110,32 @@ def test_jobs_rounds_gateways_schedules_and_promotions(registry_url: str) -> Non
         with pytest.raises(RegistryError, match="no job 'job-b'"):
             registry.job("job-b")
 
-        rows = [GatewayRow("gw-1", True, 5.0, "act:v1", 10, 8, None, "ort", 3, 0, "PUSH", "", {"PUSH": 8}, "fs1"),
-                GatewayRow("gw-2", False, 4.0, None, None, None, None, None, None, None, None, "")]
+        rows = [
+            GatewayRow("gw-1", True, 5.0, "act:v1", 10, 8, None, "ort", 3, 0, "PUSH", "", {"PUSH": 8}, "fs1"),
+            GatewayRow("gw-2", False, 4.0, None, None, None, None, None, None, None, None, ""),
+        ]
         registry.save_gateways(rows)
         registry.save_gateways([rows[0]])
         assert registry.gateways() == rows
 
-        schedule = ScheduleRecord("nightly", "act", "fedscs-xgb", {"n_rounds": 2}, 3600.0, "", None, 0.01, 0.25,
-                                  True, 0.0, 0, 1.0)
+        schedule = ScheduleRecord(
+            "nightly", "act", "fedscs-xgb", {"n_rounds": 2}, 3600.0, "", None, 0.01, 0.25, True, 0.0, 0, 1.0
+        )
         assert registry.add_schedule(schedule) == schedule
         registry.update_schedule("nightly", last_run=10.0, last_windows=40)
         assert (registry.schedule("nightly").last_run, registry.schedules()[0].last_windows) == (10.0, 40)
-        decision = registry.add_promotion(job_id="job-a", model_id="act", candidate=2, baseline=1, metric="accuracy",
-                                          candidate_value=0.8, baseline_value=0.9, threshold=0.05,
-                                          decision="rejected", detail="regressed by 0.1 > 0.05")
+        decision = registry.add_promotion(
+            job_id="job-a",
+            model_id="act",
+            candidate=2,
+            baseline=1,
+            metric="accuracy",
+            candidate_value=0.8,
+            baseline_value=0.9,
+            threshold=0.05,
+            decision="rejected",
+            detail="regressed by 0.1 > 0.05",
+        )
         assert registry.promotions("act") == [decision] and decision.decision == "rejected"
         registry.delete_schedule("nightly")
         assert registry.schedules() == []
@@ -130,9 +147,22 @@ def test_a_registry_file_from_before_the_server_is_upgraded_in_place(tmp_path: P
     db = sqlite3.connect(path)
     for statement in LEGACY_SCHEMA:
         db.execute(statement)
-    db.execute("INSERT INTO models VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-               ("act", 1, "fedforest", model.feature_set_version, model.kind, "", model.n_trees,
-                json.dumps(list(model.classes)), json.dumps({"accuracy": 0.7}), model.to_cbor(), 100.0))
+    db.execute(
+        "INSERT INTO models VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            "act",
+            1,
+            "fedforest",
+            model.feature_set_version,
+            model.kind,
+            "",
+            model.n_trees,
+            json.dumps(list(model.classes)),
+            json.dumps({"accuracy": 0.7}),
+            model.to_cbor(),
+            100.0,
+        ),
+    )
     db.execute("INSERT INTO deployments VALUES ('act', 1, 'gw-1', 'active', '', 101.0)")
     db.commit()
     db.close()
@@ -178,11 +208,13 @@ def test_a_registry_at_revision_0002_gains_the_canary_columns_and_keeps_its_rows
         connection.exec_driver_sql(
             "INSERT INTO schedules (schedule_id, model_id, algorithm, config, every_s, cron, min_new_windows, "
             "threshold, canary_share, enabled, last_run, last_windows, created) "
-            "VALUES ('nightly', 'act', 'fedforest', '{}', 60.0, '', NULL, 0.01, 0.25, TRUE, 0.0, 0, 1.0)")
+            "VALUES ('nightly', 'act', 'fedforest', '{}', 60.0, '', NULL, 0.01, 0.25, TRUE, 0.0, 0, 1.0)"
+        )
         connection.exec_driver_sql(
             "INSERT INTO promotions (job_id, model_id, candidate, baseline, metric, candidate_value, baseline_value, "
             "threshold, decision, detail, created) "
-            "VALUES ('job-a', 'act', 2, 1, 'accuracy', 0.8, 0.9, 0.05, 'rejected', 'regressed', 2.0)")
+            "VALUES ('job-a', 'act', 2, 1, 'accuracy', 0.8, 0.9, 0.05, 'rejected', 'regressed', 2.0)"
+        )
     engine.dispose()
     with Registry(registry_url) as registry:
         schedule = registry.schedule("nightly")
@@ -190,7 +222,17 @@ def test_a_registry_at_revision_0002_gains_the_canary_columns_and_keeps_its_rows
         assert (schedule.canary_windows, schedule.canary_observe_s, schedule.canary_max_drop) == (0, 900.0, 0.05)
         [old] = registry.promotions()
         assert (old.decision, old.detail, old.canary) == ("rejected", "regressed", {})
-        new = registry.add_promotion(job_id="job-b", model_id="act", candidate=3, baseline=1, metric="accuracy",
-                                     candidate_value=0.9, baseline_value=0.9, threshold=0.05, decision="halted",
-                                     detail="gw-1: dropped", canary={"gateways": {"gw-1": {"before": 0.9}}})
+        new = registry.add_promotion(
+            job_id="job-b",
+            model_id="act",
+            candidate=3,
+            baseline=1,
+            metric="accuracy",
+            candidate_value=0.9,
+            baseline_value=0.9,
+            threshold=0.05,
+            decision="halted",
+            detail="gw-1: dropped",
+            canary={"gateways": {"gw-1": {"before": 0.9}}},
+        )
         assert registry.promotions()[0] == new and new.canary == {"gateways": {"gw-1": {"before": 0.9}}}

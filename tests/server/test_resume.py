@@ -22,20 +22,32 @@ from tests.server.server_support import ServerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.mosquitto]
 
+
 def assert_same_model(resumed: TreeEnsemble, straight: TreeEnsemble) -> None:
     """The same model bit for bit: trees, splits, thresholds, leaf values and covers."""
-    assert (resumed.n_trees, resumed.classes, resumed.tree_output.tolist()) == \
-        (straight.n_trees, straight.classes, straight.tree_output.tolist())
+    assert (resumed.n_trees, resumed.classes, resumed.tree_output.tolist()) == (
+        straight.n_trees,
+        straight.classes,
+        straight.tree_output.tolist(),
+    )
     np.testing.assert_array_equal(resumed.base_score, straight.base_score)
     for a, b in zip(resumed.trees, straight.trees):
         for name in ("feature", "threshold", "left", "right", "default_left", "value", "cover"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
 
 
-JOBS = {"fedscs-xgb": {"algorithm": "fedscs-xgb", "model_id": "act",
-                       "config": {"n_rounds": 6, "max_depth": 3, "n_bins": 16, "protocol": "histogram"}},
-        "fedforest": {"algorithm": "fedforest", "model_id": "act",
-                      "config": {"n_trees": 40, "max_depth": 8, "n_bins": 16, "protocol": "histogram"}}}
+JOBS = {
+    "fedscs-xgb": {
+        "algorithm": "fedscs-xgb",
+        "model_id": "act",
+        "config": {"n_rounds": 6, "max_depth": 3, "n_bins": 16, "protocol": "histogram"},
+    },
+    "fedforest": {
+        "algorithm": "fedforest",
+        "model_id": "act",
+        "config": {"n_trees": 40, "max_depth": 8, "n_bins": 16, "protocol": "histogram"},
+    },
+}
 #: The kill comes once this many rounds are stored (a forest's levels are quick: its first one).
 KILL_AFTER = {"fedscs-xgb": 2, "fedforest": 1}
 
@@ -61,7 +73,7 @@ def test_a_job_killed_mid_way_resumes_and_ends_with_the_uninterrupted_model(tmp_
             assert [r["step"] for r in rounds] == list(range(1, done["completed"] + 1))
             kept = [r["step"] for r in rounds if r["created"] < killed_at]
             assert kept[:at_kill] == list(range(1, at_kill + 1)), (at_kill, kept)  # not grown again
-            assert all(r["created"] > killed_at for r in rounds[len(kept):])
+            assert all(r["created"] > killed_at for r in rounds[len(kept) :])
 
             status, again = server.request("POST", "/api/jobs", JOB)
             assert status == 201, again

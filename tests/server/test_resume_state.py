@@ -24,8 +24,16 @@ GATEWAYS = ["gw-1", "gw-2", "gw-3"]
 FOREST = {"n_trees": 4, "max_depth": 4, "n_bins": 8, "protocol": "histogram"}
 
 
-def crashed_job(registry: Registry, job_id: str, stored: int, model, *, algorithm: str = "fedscs-xgb",
-                config: dict = CONFIG, total: int = CONFIG["n_rounds"]) -> None:
+def crashed_job(
+    registry: Registry,
+    job_id: str,
+    stored: int,
+    model,
+    *,
+    algorithm: str = "fedscs-xgb",
+    config: dict = CONFIG,
+    total: int = CONFIG["n_rounds"],
+) -> None:
     """The registry as a server killed after storing ``stored`` rounds (round ``stored``'s model,
     or ``model`` as the bytes stored with it)."""
     registry.add_job(job_id, algorithm, config, model_id="act", total=total)
@@ -39,8 +47,12 @@ def forest_states(config: dict, clients) -> dict[int, bytes]:
     """Per level of an uninterrupted FedForest job, the state it reported with the level."""
     sim = Simulation(clients)
     states: dict[int, bytes] = {}
-    job = FederatedJob(sim.engine, list(sim.transports), settings=JobSettings(deadline_s=30.0),
-                       on_step=lambda p, c: states.__setitem__(p.step, c.resume_state()))
+    job = FederatedJob(
+        sim.engine,
+        list(sim.transports),
+        settings=JobSettings(deadline_s=30.0),
+        on_step=lambda p, c: states.__setitem__(p.step, c.resume_state()),
+    )
     FedForest(**config).fit(job)
     for transport in sim.transports.values():
         transport.close()
@@ -103,8 +115,7 @@ def resume_forest(tmp_path, monkeypatch, clients, config: dict, state: bytes):
     finished job, the steps the resumed attempt stored, and the registered model."""
     path = str(tmp_path / "r.db")
     with Registry(path) as registry:
-        crashed_job(registry, "job-forest", 2, state, algorithm="fedforest", config=config,
-                    total=config["max_depth"])
+        crashed_job(registry, "job-forest", 2, state, algorithm="fedforest", config=config, total=config["max_depth"])
     stored = recorded_rounds(monkeypatch)
     with running_server(path, clients) as (_sim, server):
         done = wait_job(server, "job-forest")
@@ -142,5 +153,7 @@ def test_a_forest_whose_data_changed_starts_over(tmp_path, monkeypatch, caplog) 
     assert done.completed == 4
     assert [step for step, _ in stored] == [1, 2, 3, 4]
     assert_same_model(model, straight)
-    assert any("starting over" in r.getMessage() and "fleet changed" in getattr(r, "reason", "")
-               and "edges" in r.reason for r in caplog.records)
+    assert any(
+        "starting over" in r.getMessage() and "fleet changed" in getattr(r, "reason", "") and "edges" in r.reason
+        for r in caplog.records
+    )

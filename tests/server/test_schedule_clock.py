@@ -47,8 +47,9 @@ class Tracker:
 
 
 def schedule(schedule_id: str, *, every_s: float | None = None, cron: str = "", last_run: float = T) -> ScheduleRecord:
-    return ScheduleRecord(schedule_id, "act", "fedforest", {"n_trees": 1}, every_s, cron, None, 0.0, 1.0, True,
-                          last_run, 0, last_run)
+    return ScheduleRecord(
+        schedule_id, "act", "fedforest", {"n_trees": 1}, every_s, cron, None, 0.0, 1.0, True, last_run, 0, last_run
+    )
 
 
 @pytest.fixture
@@ -73,12 +74,15 @@ def test_a_clock_set_back_by_a_year_does_not_freeze_the_schedules(registry, capl
     runner = Runner()
     scheduler = Scheduler(registry, runner, Tracker(), tick_s=60)
     with caplog.at_level(logging.WARNING, logger="aggregator.server.service"):
-        started = ticks(scheduler, runner,
-                        (T + YEAR, 0.0),                # the clock a year ahead: both run (once)
-                        (T + YEAR + 60, 60.0),          # a minute later: nothing
-                        (T + 2 * DAY, 120.0),           # NTP set it back: a minute later still nothing ...
-                        (T + 2 * DAY + 50 * 60, 3120.0),  # ... the cron at 03:00 on the corrected clock
-                        (T + 2 * DAY + 58 * 60, 3600.0))  # ... an hour after the last run on the real clock
+        started = ticks(
+            scheduler,
+            runner,
+            (T + YEAR, 0.0),  # the clock a year ahead: both run (once)
+            (T + YEAR + 60, 60.0),  # a minute later: nothing
+            (T + 2 * DAY, 120.0),  # NTP set it back: a minute later still nothing ...
+            (T + 2 * DAY + 50 * 60, 3120.0),  # ... the cron at 03:00 on the corrected clock
+            (T + 2 * DAY + 58 * 60, 3600.0),
+        )  # ... an hour after the last run on the real clock
     assert started == [["cron", "hourly"], [], [], ["cron"], ["hourly"]]
     steps = [r.getMessage() for r in caplog.records if "stepped" in r.getMessage()]
     assert len(steps) == 1 and "by -31363320 s" in steps[0], steps  # logged once, by how much
@@ -90,8 +94,7 @@ def test_after_a_restart_a_last_run_ahead_of_the_clock_is_due_once(registry, cap
     runner = Runner()
     restarted = Scheduler(registry, runner, Tracker(), tick_s=60)  # no memory of the runs
     with caplog.at_level(logging.WARNING, logger="aggregator.server.service"):
-        started = ticks(restarted, runner, (T + 2 * DAY, 10.0), (T + 2 * DAY + 60, 70.0),
-                        (T + 2 * DAY + HOUR, 3610.0))
+        started = ticks(restarted, runner, (T + 2 * DAY, 10.0), (T + 2 * DAY + 60, 70.0), (T + 2 * DAY + HOUR, 3610.0))
     assert started == [["cron", "hourly"], [], ["cron", "hourly"]]
     back = [r for r in caplog.records if "clock was set back" in r.getMessage()]
     assert len(back) == 2 and {r.schedule for r in back} == {"cron", "hourly"}

@@ -72,23 +72,39 @@ def test_new_windows_trigger_a_retraining_that_the_rule_rejects_or_promotes(tmp_
         announce(sim, {g: 50 for g in GATEWAYS})
         strong = aggregator.simulate(FedSCSXGB(n_rounds=10, max_depth=3, n_bins=16, protocol="histogram"), clients)
         baseline(server, strong)
-        body = {"schedule_id": "stump", "model_id": "act", "algorithm": "fedforest", "min_new_windows": 40,
-                "threshold": 0.0, "config": {"n_trees": 1, "max_depth": 1, "n_bins": 16, "protocol": "histogram"}}
+        body = {
+            "schedule_id": "stump",
+            "model_id": "act",
+            "algorithm": "fedforest",
+            "min_new_windows": 40,
+            "threshold": 0.0,
+            "config": {"n_trees": 1, "max_depth": 1, "n_bins": 16, "protocol": "histogram"},
+        }
         assert api.post("/api/schedules", json=body).status_code == 201
         assert server.scheduler.tick(time.time()) == []  # no new windows yet
         announce(sim, {g: 60 for g in GATEWAYS})  # +40 fleet-wide
         job = run_due(server)
         assert job.state == "completed" and job.schedule_id == "stump" and job.result == "act:v2"
         [decision] = api.get("/api/promotions").json()
-        assert (decision["decision"], decision["candidate"], decision["baseline"], decision["metric"]) == \
-            ("rejected", 2, 1, "accuracy")
+        assert (decision["decision"], decision["candidate"], decision["baseline"], decision["metric"]) == (
+            "rejected",
+            2,
+            1,
+            "accuracy",
+        )
         assert decision["candidate_value"] < decision["baseline_value"]  # a stump against boosting
         assert decision["candidate_value"] == pytest.approx(job.evaluation["metrics"]["accuracy"])
         assert server.scheduler.tick(time.time()) == []  # the trigger counts from the last run
         api.delete("/api/schedules/stump")
 
-        more = {"schedule_id": "boost", "model_id": "act", "algorithm": "fedscs-xgb", "every_s": 1e-3,
-                "threshold": 0.05, "config": {"n_rounds": 2, "max_depth": 3, "n_bins": 16, "protocol": "histogram"}}
+        more = {
+            "schedule_id": "boost",
+            "model_id": "act",
+            "algorithm": "fedscs-xgb",
+            "every_s": 1e-3,
+            "threshold": 0.05,
+            "config": {"n_rounds": 2, "max_depth": 3, "n_bins": 16, "protocol": "histogram"},
+        }
         assert api.post("/api/schedules", json=more).status_code == 201
         job = run_due(server)
         assert job.state == "completed" and job.init_model == "act:v1"  # continues from what runs
@@ -105,12 +121,22 @@ def test_a_regression_on_the_canary_halts_the_rollout_and_rolls_the_canary_back(
     with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
         server.runner.signing_key = "key"
         announce(sim, {g: 90 for g in GATEWAYS})
-        only_gw1 = aggregator.simulate(FedSCSXGB(n_rounds=5, max_depth=3, n_bins=16, secure_aggregation=False),
-                                       clients[:1])
+        only_gw1 = aggregator.simulate(
+            FedSCSXGB(n_rounds=5, max_depth=3, n_bins=16, secure_aggregation=False), clients[:1]
+        )
         baseline(server, only_gw1)
-        TestClient(create_app(server)).post("/api/schedules", json={
-            "schedule_id": "s", "model_id": "act", "algorithm": "fedforest", "every_s": 1e-3, "threshold": 0.05,
-            "canary_share": 0.25, "config": FOREST})
+        TestClient(create_app(server)).post(
+            "/api/schedules",
+            json={
+                "schedule_id": "s",
+                "model_id": "act",
+                "algorithm": "fedforest",
+                "every_s": 1e-3,
+                "threshold": 0.05,
+                "canary_share": 0.25,
+                "config": FOREST,
+            },
+        )
         job = run_due(server)
         decision = server.registry.promotions()[0]
         assert decision.decision == "halted", decision
@@ -127,9 +153,18 @@ def test_a_version_that_holds_on_the_canary_goes_to_the_rest(tmp_path, monkeypat
         server.runner.signing_key = "key"
         announce(sim, {g: 90 for g in GATEWAYS})
         baseline(server, aggregator.simulate(FedForest(**FOREST), clients))  # what the job grows again
-        TestClient(create_app(server)).post("/api/schedules", json={
-            "schedule_id": "s", "model_id": "act", "algorithm": "fedforest", "every_s": 1e-3, "threshold": 0.0,
-            "canary_share": 0.5, "config": FOREST})
+        TestClient(create_app(server)).post(
+            "/api/schedules",
+            json={
+                "schedule_id": "s",
+                "model_id": "act",
+                "algorithm": "fedforest",
+                "every_s": 1e-3,
+                "threshold": 0.0,
+                "canary_share": 0.5,
+                "config": FOREST,
+            },
+        )
         run_due(server)
         decision = server.registry.promotions()[0]
         assert decision.decision == "rolled-out" and decision.candidate_value == decision.baseline_value
@@ -141,19 +176,33 @@ def live_predictions(sim, gateway: str, label: str, confidence: float, n: int) -
     """``n`` live predictions of ``label`` by ``gateway``, each with ``confidence``, as its live
     predictor publishes them."""
     model_id, _, version = label.rpartition(":v")
-    batch = PredictionBatch(model_id, int(version), ("push", "rest"), np.arange(n, dtype=np.int64) * 10**6,
-                            np.zeros(n, np.int16), np.full(n, confidence, np.float32), np.ones(n, np.float32))
+    batch = PredictionBatch(
+        model_id,
+        int(version),
+        ("push", "rest"),
+        np.arange(n, dtype=np.int64) * 10**6,
+        np.zeros(n, np.int16),
+        np.full(n, confidence, np.float32),
+        np.ones(n, np.float32),
+    )
     transport = sim.transports[gateway]
     transport.publish(transport.layout.outbox(gateway), Message.create(batch, sender=gateway))
 
 
-@pytest.mark.parametrize("after, n_after, decision, detail", [
-    (0.6, 25, "halted", "gw-1: live mean confidence 0.6 over 20 windows vs 0.9 before: dropped by 0.3 > 0.1"),
-    (0.6, 5, "halted", "gw-1: 5 live predictions of the candidate, fewer than the 20 the check needs"),
-    (0.85, 25, "rolled-out", "gw-1: live mean confidence 0.85 over 20 windows vs 0.9 before: dropped by 0.05 <= 0.1"),
-])
-def test_the_canary_is_judged_on_its_live_predictions(tmp_path, monkeypatch, after, n_after, decision,
-                                                      detail) -> None:
+@pytest.mark.parametrize(
+    "after, n_after, decision, detail",
+    [
+        (0.6, 25, "halted", "gw-1: live mean confidence 0.6 over 20 windows vs 0.9 before: dropped by 0.3 > 0.1"),
+        (0.6, 5, "halted", "gw-1: 5 live predictions of the candidate, fewer than the 20 the check needs"),
+        (
+            0.85,
+            25,
+            "rolled-out",
+            "gw-1: live mean confidence 0.85 over 20 windows vs 0.9 before: dropped by 0.05 <= 0.1",
+        ),
+    ],
+)
+def test_the_canary_is_judged_on_its_live_predictions(tmp_path, monkeypatch, after, n_after, decision, detail) -> None:
     clients = fleet_data()
 
     def predict_live(model_id, version, gateways):  # the canary recognises its stream with the candidate
@@ -168,10 +217,24 @@ def test_the_canary_is_judged_on_its_live_predictions(tmp_path, monkeypatch, aft
         live_predictions(sim, "gw-1", "act:v1", 0.5, 30)  # older ones: only the newest 20 count
         live_predictions(sim, "gw-1", "act:v1", 0.9, 20)
         api = TestClient(create_app(server))
-        assert api.post("/api/schedules", json={
-            "schedule_id": "s", "model_id": "act", "algorithm": "fedforest", "every_s": 1e-3, "threshold": 1.0,
-            "canary_share": 0.25, "canary_windows": 20, "canary_observe_s": 2.0, "canary_max_drop": 0.1,
-            "config": FOREST}).status_code == 201
+        assert (
+            api.post(
+                "/api/schedules",
+                json={
+                    "schedule_id": "s",
+                    "model_id": "act",
+                    "algorithm": "fedforest",
+                    "every_s": 1e-3,
+                    "threshold": 1.0,
+                    "canary_share": 0.25,
+                    "canary_windows": 20,
+                    "canary_observe_s": 2.0,
+                    "canary_max_drop": 0.1,
+                    "config": FOREST,
+                },
+            ).status_code
+            == 201
+        )
         run_due(server)
         [shown] = api.get("/api/promotions").json()
         assert shown["decision"] == decision and detail in shown["detail"], shown

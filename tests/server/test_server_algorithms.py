@@ -23,8 +23,10 @@ def test_every_row_builds_its_configuration_class(row) -> None:
 
 
 def test_steps_and_what_continues() -> None:
-    steps = {r.name: r.total_steps(build_algorithm(r.name, {"max_depth": 3} if r.name == "fedforest" else {}))
-             for r in ALGORITHM_TABLE}
+    steps = {
+        r.name: r.total_steps(build_algorithm(r.name, {"max_depth": 3} if r.name == "fedforest" else {}))
+        for r in ALGORITHM_TABLE
+    }
     assert steps["fedforest"] == 4  # levels 0..3
     assert steps["fedscs-xgb"] == build_algorithm("fedscs-xgb", {}).n_rounds
     assert [r.name for r in ALGORITHM_TABLE if r.continues_from_model()] == ["fedscs-xgb"]

@@ -43,12 +43,30 @@ def timed_fleet(seed: int = 0) -> tuple[list[ClientData], list[ClientData]]:
         days = rng.uniform(0, 3.2, n) if client in ("gw-4", "gw-5") else rng.uniform(0, 10, n)
         start = T0 * 10**6 + (days * DAY_US).astype(np.int64)  # held-out windows spread over the days too
         cut = int(0.75 * n)
-        full.append(ClientData(client, X[:cut], y[:cut], feature_set_version=version, X_test=X[cut:], y_test=y[cut:],
-                               start_us=start[:cut], start_us_test=start[cut:]))
+        full.append(
+            ClientData(
+                client,
+                X[:cut],
+                y[:cut],
+                feature_set_version=version,
+                X_test=X[cut:],
+                y_test=y[cut:],
+                start_us=start[:cut],
+                start_us_test=start[cut:],
+            )
+        )
         train = TimeRange(SINCE * 10**6, UNTIL * 10**6).contains(start[:cut])
         test = TimeRange(SINCE * 10**6, UNTIL * 10**6).contains(start[cut:])
-        inside.append(ClientData(client, X[:cut][train], y[:cut][train], feature_set_version=version,
-                                 X_test=X[cut:][test], y_test=y[cut:][test]))
+        inside.append(
+            ClientData(
+                client,
+                X[:cut][train],
+                y[:cut][train],
+                feature_set_version=version,
+                X_test=X[cut:][test],
+                y_test=y[cut:][test],
+            )
+        )
     return full, inside
 
 
@@ -59,8 +77,16 @@ def test_a_job_trains_on_exactly_the_windows_in_its_time_range(registry_url: str
     with running_server(registry_url, full) as (sim, server):
         announce(sim, {c.client_id: 120 for c in full})  # in total every gateway has enough
         api = TestClient(create_app(server))
-        started = api.post("/api/jobs", json={"model_id": "act", "config": CONFIG, "min_labelled": 30,
-                                              "since": "2026-11-04T00:00:00Z", "until": UNTIL})
+        started = api.post(
+            "/api/jobs",
+            json={
+                "model_id": "act",
+                "config": CONFIG,
+                "min_labelled": 30,
+                "since": "2026-11-04T00:00:00Z",
+                "until": UNTIL,
+            },
+        )
         assert started.status_code == 201, started.text
         job = wait_job(server, started.json()["job_id"])
         assert job.state == "completed", job.error
@@ -72,12 +98,20 @@ def test_a_job_trains_on_exactly_the_windows_in_its_time_range(registry_url: str
         X = np.vstack([c.X_test for c in inside[:3]])
         y = np.concatenate([c.y_test for c in inside[:3]])
         assert "metrics" in job.evaluation, job.evaluation
-        assert job.evaluation["metrics"]["accuracy"] == pytest.approx(float(np.mean(model.predict(X) == y)),
-                                                                      abs=1e-12)
+        assert job.evaluation["metrics"]["accuracy"] == pytest.approx(float(np.mean(model.predict(X) == y)), abs=1e-12)
         assert sum(map(sum, job.evaluation["confusion"])) == len(y)  # scored on the range's held-out windows
 
-        all_four = api.post("/api/jobs", json={"model_id": "act", "config": CONFIG, "min_labelled": 30,
-                                               "min_gateways": 4, "since": SINCE, "until": UNTIL})
+        all_four = api.post(
+            "/api/jobs",
+            json={
+                "model_id": "act",
+                "config": CONFIG,
+                "min_labelled": 30,
+                "min_gateways": 4,
+                "since": SINCE,
+                "until": UNTIL,
+            },
+        )
         failed = wait_job(server, all_four.json()["job_id"])
         assert failed.state == "failed"
         assert "the job needs 4" in failed.error and "gw-4: too_few_labelled_windows" in failed.error
@@ -103,14 +137,17 @@ def test_a_gateway_snapshots_only_the_windows_that_start_in_the_range(tmp_path) 
         assert snapshots.get("other", "fs").X.shape[0] == 29  # the range is the job's
 
 
-@pytest.mark.parametrize("body, detail", [
-    ({"since": UNTIL, "until": SINCE}, "since (2026-11-08T00:00:00Z) must be before until (2026-11-04T00:00:00Z)"),
-    ({"since": "2026-11-04T00:00:00"}, "since: '2026-11-04T00:00:00' has no UTC offset"),
-    ({"until": "last tuesday"}, "until: 'last tuesday' is neither Unix seconds nor an ISO-8601 time"),
-    ({"since": -1}, "since must lie between 1970-01-01 and 9999-12-31 (Unix seconds 0 to 253402300799), got -1"),
-    ({"until": 1e300}, "until must lie between 1970-01-01 and 9999-12-31"),
-    ({"since": "0001-01-01T00:00:00+01:00"}, "since must lie between 1970-01-01 and 9999-12-31"),
-])
+@pytest.mark.parametrize(
+    "body, detail",
+    [
+        ({"since": UNTIL, "until": SINCE}, "since (2026-11-08T00:00:00Z) must be before until (2026-11-04T00:00:00Z)"),
+        ({"since": "2026-11-04T00:00:00"}, "since: '2026-11-04T00:00:00' has no UTC offset"),
+        ({"until": "last tuesday"}, "until: 'last tuesday' is neither Unix seconds nor an ISO-8601 time"),
+        ({"since": -1}, "since must lie between 1970-01-01 and 9999-12-31 (Unix seconds 0 to 253402300799), got -1"),
+        ({"until": 1e300}, "until must lie between 1970-01-01 and 9999-12-31"),
+        ({"since": "0001-01-01T00:00:00+01:00"}, "since must lie between 1970-01-01 and 9999-12-31"),
+    ],
+)
 def test_a_bad_time_range_is_one_422_line(tmp_path, body, detail) -> None:
     with running_server(str(tmp_path / "r.db"), timed_fleet()[0][:1]) as (_sim, server):
         api = TestClient(create_app(server))

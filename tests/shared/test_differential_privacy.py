@@ -83,8 +83,11 @@ def test_budget_shares_rho_between_kinds_and_spends_at_most_the_target() -> None
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.lists(st.integers(-50, 200), min_size=1, max_size=8), st.integers(0, 500)),
-                min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.tuples(st.lists(st.integers(-50, 200), min_size=1, max_size=8), st.integers(0, 500)), min_size=1, max_size=6
+    )
+)
 def test_consistent_children_are_non_negative_and_add_up(buckets) -> None:
     noisy = np.concatenate([np.array(c) for c, _ in buckets])
     parents = np.array([p for _, p in buckets])

@@ -116,8 +116,11 @@ THRESHOLDS = [-3.0, -2.0, -1.0, -0.0, 0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 7.25, 8.0]
 
 
 @settings(max_examples=150, deadline=None)
-@given(samples(infinite=True), st.sampled_from([0, 3]),
-       st.lists(st.tuples(st.integers(0, 6), st.sampled_from(THRESHOLDS)), min_size=0, max_size=12))
+@given(
+    samples(infinite=True),
+    st.sampled_from([0, 3]),
+    st.lists(st.tuples(st.integers(0, 6), st.sampled_from(THRESHOLDS)), min_size=0, max_size=12),
+)
 def test_pair_left_summaries_sum_the_node_samples_below_each_threshold(data, n_classes, cands) -> None:
     x, node, weight, y_class, y_real = data
     terms = brute_terms(y_class if n_classes else y_real, n_classes)
@@ -149,8 +152,13 @@ CODES = [0.0, 1.0, 2.0, 3.0, 4.0, -1.0, 1.5, np.nan, np.inf, -np.inf, 2.0**40]
 
 
 @settings(max_examples=150, deadline=None)
-@given(samples(), st.lists(st.sampled_from(CODES), min_size=30, max_size=30), requested, st.integers(2, 5),
-       st.sampled_from([0, 3]))
+@given(
+    samples(),
+    st.lists(st.sampled_from(CODES), min_size=30, max_size=30),
+    requested,
+    st.integers(2, 5),
+    st.sampled_from([0, 3]),
+)
 def test_category_summaries_sum_each_valid_code(data, codes, nodes, m, n_classes) -> None:
     _, node, weight, y_class, y_real = data
     n = len(node)

@@ -265,8 +265,13 @@ def test_points_not_on_the_curve_verify_nothing() -> None:
 #: y of the 8 points of small order (the torsion points): 1 (identity), p-1 (order 2), 0 (order 4,
 #: x = +-sqrt(-1)) and the two y of order 8 (libsodium's blocklist, ge25519_has_small_order).
 Y8 = 2707385501144840649318225287225658788936804267575313519463743609750303402022
-TORSION = [encode_point(1), encode_point(P - 1), encode_point(0), encode_point(0, 1),
-           *(encode_point(y, sign) for y in (Y8, P - Y8) for sign in (0, 1))]
+TORSION = [
+    encode_point(1),
+    encode_point(P - 1),
+    encode_point(0),
+    encode_point(0, 1),
+    *(encode_point(y, sign) for y in (Y8, P - Y8) for sign in (0, 1)),
+]
 
 
 def test_order_8_y_is_on_the_curve() -> None:

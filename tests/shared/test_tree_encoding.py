@@ -59,8 +59,9 @@ def test_fig2_example_and_a_detached_subtree() -> None:
 
 
 def random_tree_strings(depth: int, n_features: int):
-    return st.lists(st.integers(NIL, n_features - 1), min_size=string_length(depth),
-                    max_size=string_length(depth)).map(lambda v: np.array(v, np.int64))
+    return st.lists(st.integers(NIL, n_features - 1), min_size=string_length(depth), max_size=string_length(depth)).map(
+        lambda v: np.array(v, np.int64)
+    )
 
 
 @settings(max_examples=200, deadline=None)

@@ -41,7 +41,7 @@ class ModelPush:
 @message_type("model_rollback")
 @dataclass(frozen=True)
 class ModelRollback:
-    """"``client``: replace ``replaces_model_id:v{replaces_version}`` (the model you run) with
+    """ "``client``: replace ``replaces_model_id:v{replaces_version}`` (the model you run) with
     ``model_id:v{version}`` (your previous one)", signed by the aggregator's key over every other
     field (``shared.model.bundle.rollback_payload``). ``issued_ns`` (the aggregator's clock) orders
     rollbacks, so a gateway can refuse one older than the last it applied. Every field has a

@@ -50,9 +50,11 @@ class EvaluationReply:
 
     n_samples: int
     confusion: Annotated[np.ndarray, ArraySpec(COUNTS, ndim=2)] = field(
-        default_factory=lambda: np.zeros((0, 0), np.int64))
+        default_factory=lambda: np.zeros((0, 0), np.int64)
+    )
     score_histogram: Annotated[np.ndarray, ArraySpec(COUNTS, ndim=3)] = field(
-        default_factory=lambda: np.zeros((0, 0, 2), np.int64))
+        default_factory=lambda: np.zeros((0, 0, 2), np.int64)
+    )
     log_loss_sum: float = 0.0
     squared_error_sum: float = 0.0
     absolute_error_sum: float = 0.0

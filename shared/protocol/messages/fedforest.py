@@ -139,11 +139,20 @@ class SplitDecisions:
     category_offsets: Annotated[np.ndarray, INT_1D]
     categories: Annotated[np.ndarray, INT_1D]
     default_left: Annotated[np.ndarray, ArraySpec(("uint8",), ndim=1)] = field(
-        default_factory=lambda: np.zeros(0, np.uint8))
+        default_factory=lambda: np.zeros(0, np.uint8)
+    )
 
     def __post_init__(self) -> None:
-        n = _same_length(level=self.level, tree=self.tree, node=self.node, feature=self.feature,
-                         threshold=self.threshold, categorical=self.categorical, left=self.left, right=self.right)
+        n = _same_length(
+            level=self.level,
+            tree=self.tree,
+            node=self.node,
+            feature=self.feature,
+            threshold=self.threshold,
+            categorical=self.categorical,
+            left=self.left,
+            right=self.right,
+        )
         _csr("category_offsets", self.category_offsets, self.categories.shape[0], n)
         if self.categorical.size and self.categorical.max() > 1:
             raise ValueError("categorical flags must be 0 or 1")
@@ -165,9 +174,20 @@ class SplitDecisions:
             return cls(z, z, z, z, np.zeros(0), np.zeros(0, np.uint8), z, z, np.zeros(1, np.int64), z)
         counts = [np.diff(p.category_offsets) for p in parts]
         return cls(
-            **{name: np.concatenate([getattr(p, name) for p in parts])
-               for name in ("level", "tree", "node", "feature", "threshold", "categorical", "left", "right",
-                            "categories")},
+            **{
+                name: np.concatenate([getattr(p, name) for p in parts])
+                for name in (
+                    "level",
+                    "tree",
+                    "node",
+                    "feature",
+                    "threshold",
+                    "categorical",
+                    "left",
+                    "right",
+                    "categories",
+                )
+            },
             category_offsets=np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(np.int64),
             default_left=np.concatenate([p.nan_left for p in parts]).astype(np.uint8),
         )
@@ -248,8 +268,9 @@ class ForestLevelReply:
             raise ValueError("local_gain must have one entry per pair")
         _positions("missing_pairs", self.missing_pairs, 1 << 31)
         if self.missing_summaries.shape[0] != self.missing_pairs.shape[0]:
-            raise ValueError(f"{self.missing_summaries.shape[0]} missing summaries for "
-                             f"{self.missing_pairs.shape[0]} pairs")
+            raise ValueError(
+                f"{self.missing_summaries.shape[0]} missing summaries for {self.missing_pairs.shape[0]} pairs"
+            )
         if (
             self.missing_summaries.size
             and self.missing_summaries.dtype.kind in "iu"
@@ -289,9 +310,11 @@ class ForestSplitReply:
     left: Annotated[np.ndarray, SUMMARIES]
     # AvgImp's gains: float32 is plenty for an approximate criterion, and half the bytes
     local_gain: Annotated[np.ndarray, ArraySpec(("float32", "float64"), ndim=1, finite=True)] = field(
-        default_factory=lambda: np.zeros(0))
+        default_factory=lambda: np.zeros(0)
+    )
     left_count: Annotated[np.ndarray, ArraySpec((*COUNT_DTYPES, "float64"), ndim=1, finite=True)] = field(
-        default_factory=lambda: np.zeros(0))
+        default_factory=lambda: np.zeros(0)
+    )
 
     def __post_init__(self) -> None:
         _positions("candidates", self.candidates, 1 << 31)
@@ -353,7 +376,6 @@ class ForestHistogramRequest:
     @property
     def length(self) -> int:
         return self.features.shape[0] * self.slots * self.terms
-
 
 
 @message_type("fedforest.histogram_reply")

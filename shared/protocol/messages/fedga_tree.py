@@ -48,11 +48,11 @@ def _check_population(population: np.ndarray, depth: int) -> None:
 @dataclass(frozen=True)
 class GATask:
     """The job's fixed settings, repeated in every request (a gateway that restarted needs no
-    other state). ``classes``: the fleet's label vocabulary (classification; ``integer_classes``:
-the models' classes are its ints); ``epsilon``: the
-    Laplace budget of the noisy count (``None``: exact, for experiments); ``train_ratio``: the
-    paper's r (share of the local data that fits a structure, the rest scores it);
-    ``phi_star``/``theta_star``/``mu_star``: the thresholds of the regression votes (Eq. 1-2)."""
+        other state). ``classes``: the fleet's label vocabulary (classification; ``integer_classes``:
+    the models' classes are its ints); ``epsilon``: the
+        Laplace budget of the noisy count (``None``: exact, for experiments); ``train_ratio``: the
+        paper's r (share of the local data that fits a structure, the rest scores it);
+        ``phi_star``/``theta_star``/``mu_star``: the thresholds of the regression votes (Eq. 1-2)."""
 
     task: Literal["classification", "regression"]
     feature_set_version: str

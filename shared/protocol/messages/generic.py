@@ -162,7 +162,8 @@ class DataSummary:
     feature_names: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()
     label_counts: Annotated[np.ndarray, ArraySpec(("int64", "int32", "uint32"), ndim=1)] = field(
-        default_factory=lambda: np.zeros(0, np.int64))
+        default_factory=lambda: np.zeros(0, np.int64)
+    )
     integer_labels: bool = False
     target_sum: float = 0.0
     target_sum_squares: float = 0.0

@@ -71,7 +71,8 @@ class VerticalTask:
         if self.n_trees < 1 or self.min_samples_split < 2 or self.min_samples_leaf < 1:
             raise ValueError("n_trees >= 1, min_samples_split >= 2 and min_samples_leaf >= 1")
         if (self.task == "classification") != (self.n_classes >= 2) or (self.criterion == "mse") != (
-                self.task == "regression"):
+            self.task == "regression"
+        ):
             raise ValueError("classification needs n_classes >= 2 and gini/entropy, regression mse")
 
 

@@ -52,7 +52,7 @@ def watch_windows(series_indices: tuple[int, ...] = (0, 17, 63, 101)) -> np.ndar
     for index in series_indices:
         x = to_pipeline_rate(watch_series()[index])
         starts = range(0, len(x) - WINDOW + 1, STEP)
-        windows.extend(x[s: s + WINDOW] for s in starts)
+        windows.extend(x[s : s + WINDOW] for s in starts)
     return np.stack(windows)
 
 

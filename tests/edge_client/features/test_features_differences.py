@@ -29,7 +29,7 @@ def tifex_sample_entropy(x: np.ndarray) -> float:
     n, m, r = len(x), 2, 0.2 * np.std(x)
 
     def phi(order: int) -> float:
-        templates = np.array([x[i: i + order] for i in range(n - order + 1)])
+        templates = np.array([x[i : i + order] for i in range(n - order + 1)])
         counts = np.sum(np.max(np.abs(templates[:, None] - templates[None, :]), axis=2) <= r, axis=0) - 1
         return np.sum(counts) / (n - m + 1) if order == m else np.sum(counts) / (n - m)
 
@@ -71,8 +71,17 @@ def test_constant_window_is_zero_where_tsfresh_and_scipy_give_nan_or_other_value
     assert np.mean(x) != 0.1 and fc.longest_strike_above_mean(x) == 80
     with pytest.raises(ValueError):
         tifex_longest_strike_above_mean(np.full(80, 3.0))  # mean exact: max() of an empty sequence
-    for name in ("skewness", "kurtosis", "autocorr_lag_1", "sample_entropy", "longest_strike_above_mean",
-                 "longest_strike_below_mean", "cid_ce", "welch_peak_hz", "welch_power_total"):
+    for name in (
+        "skewness",
+        "kurtosis",
+        "autocorr_lag_1",
+        "sample_entropy",
+        "longest_strike_above_mean",
+        "longest_strike_below_mean",
+        "cid_ce",
+        "welch_peak_hz",
+        "welch_power_total",
+    ):
         assert ours[name] == 0.0, name
 
 
@@ -101,8 +110,10 @@ def test_zero_crossings_skip_exact_zeros() -> None:
     negative_zero = np.array([1.0, -0.0, 1.0, 2.0])
     assert [fc.number_crossing_m(x, 0) for x in (touch_from_above, touch_from_below, through_zero)] == [2, 0, 1]
     assert [tifex_zero_crossings(x) for x in (touch_from_above, touch_from_below, negative_zero)] == [0, 2, 2]
-    ours = [features_of(x)["zero_crossing_rate"] * 4
-            for x in (touch_from_above, touch_from_below, through_zero, negative_zero)]
+    ours = [
+        features_of(x)["zero_crossing_rate"] * 4
+        for x in (touch_from_above, touch_from_below, through_zero, negative_zero)
+    ]
     assert ours == [0, 0, 1, 0]
 
 

@@ -35,10 +35,11 @@ def windowed_hr(ecg: np.ndarray, fs: float, reference: np.ndarray) -> list[tuple
     width, step, guard = int(4 * fs), int(2 * fs), int(round(0.05 * fs))
     rows = []
     for start in range(0, len(ecg) - width + 1, step):
-        features = dict(zip(ecg_feature_names(), ecg_features(ecg[start: start + width], fs)))
+        features = dict(zip(ecg_feature_names(), ecg_features(ecg[start : start + width], fs)))
         beats = reference[(reference >= start + guard) & (reference < start + width - guard)]
-        rows.append((features["ecg_hr_mean_bpm"], 60.0 * fs / np.diff(beats).mean(),
-                     int(features["ecg_n_beats"]), len(beats)))
+        rows.append(
+            (features["ecg_hr_mean_bpm"], 60.0 * fs / np.diff(beats).mean(), int(features["ecg_n_beats"]), len(beats))
+        )
     return rows
 
 
@@ -93,9 +94,14 @@ def test_frequency_domain_band_pass_is_scipys_zero_phase_butterworth(name: str, 
 
 
 @settings(max_examples=100, deadline=None)
-@given(x=hnp.arrays(np.float64, st.integers(0, 400), elements=st.one_of(
-           st.floats(-1e3, 1e3, allow_nan=False), st.integers(-3, 3).map(float))),
-       distance=st.integers(1, 40))
+@given(
+    x=hnp.arrays(
+        np.float64,
+        st.integers(0, 400),
+        elements=st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.integers(-3, 3).map(float)),
+    ),
+    distance=st.integers(1, 40),
+)
 def test_candidate_search_is_scipys_find_peaks_with_a_distance(x: np.ndarray, distance: int) -> None:
     """Plateaus, edges and the distance rule as ``scipy.signal.find_peaks``. On equal heights SciPy's
     order is its sort's (not specified); ours is defined: the later maximum wins."""
@@ -173,19 +179,24 @@ def test_a_weak_beat_is_recovered_by_search_back() -> None:
     np.testing.assert_array_equal(detect_r_peaks(ecg, fs), np.round(np.array(beats) * fs).astype(int))
 
 
-@pytest.mark.parametrize("beats, expected_nonzero", [
-    ([1.0, 2.0], {"ecg_n_beats", "ecg_hr_mean_bpm", "ecg_hr_min_bpm", "ecg_hr_max_bpm", "ecg_rr_mean_ms"}),
-    ([2.0], {"ecg_n_beats"}),
-])
+@pytest.mark.parametrize(
+    "beats, expected_nonzero",
+    [
+        ([1.0, 2.0], {"ecg_n_beats", "ecg_hr_mean_bpm", "ecg_hr_min_bpm", "ecg_hr_max_bpm", "ecg_rr_mean_ms"}),
+        ([2.0], {"ecg_n_beats"}),
+    ],
+)
 def test_values_needing_more_beats_are_zero(beats: list[float], expected_nonzero: set[str]) -> None:
     features = dict(zip(ecg_feature_names(), ecg_features(synthetic_ecg(beats, 500.0, 4.0), 500.0)))
     assert features["ecg_n_beats"] == len(beats)
     assert {name for name, value in features.items() if value != 0} == expected_nonzero
 
 
-@pytest.mark.parametrize("raw", [np.zeros(4000), np.full(4000, np.nan), np.full(4000, 512.0),
-                                 np.zeros(0), np.sin(np.arange(300) / 10.0)],
-                         ids=["flat", "all-nan", "constant-adc", "empty", "too-short"])
+@pytest.mark.parametrize(
+    "raw",
+    [np.zeros(4000), np.full(4000, np.nan), np.full(4000, 512.0), np.zeros(0), np.sin(np.arange(300) / 10.0)],
+    ids=["flat", "all-nan", "constant-adc", "empty", "too-short"],
+)
 def test_no_signal_means_no_beats_and_zero_features(raw: np.ndarray) -> None:
     assert detect_r_peaks(raw, 1000.0).size == 0
     assert ecg_features(raw, 1000.0).tolist() == [0.0] * len(ecg_feature_names())
@@ -199,9 +210,14 @@ def test_configuration_errors_raise_with_a_reason() -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(ecg=hnp.arrays(np.float64, st.integers(0, 3000),
-                      elements=st.one_of(st.floats(-1e6, 1e6), st.sampled_from([0.0, np.nan, np.inf, -np.inf]))),
-       fs=st.sampled_from([100.0, 250.0, 1000.0]))
+@given(
+    ecg=hnp.arrays(
+        np.float64,
+        st.integers(0, 3000),
+        elements=st.one_of(st.floats(-1e6, 1e6), st.sampled_from([0.0, np.nan, np.inf, -np.inf])),
+    ),
+    fs=st.sampled_from([100.0, 250.0, 1000.0]),
+)
 def test_any_content_gives_ordered_beats_and_finite_features(ecg: np.ndarray, fs: float) -> None:
     beats = detect_r_peaks(ecg, fs)
     assert beats.dtype == np.int64 and np.all(np.diff(beats) > 0)

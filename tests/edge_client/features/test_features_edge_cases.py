@@ -20,14 +20,40 @@ N_FEATURES = len(NAMES)
 PINNED = {
     # version 2 = version 1's list; the values changed because the pipeline now low-passes at 20 Hz
     "wheelfed-tifex-2": [
-        "mean", "std", "var", "median", "min", "max", "skewness", "kurtosis",
-        "abs_sum_of_changes", "mean_change", "mean_abs_change",
-        "longest_strike_above_mean", "longest_strike_below_mean", "sample_entropy", "cid_ce",
-        "fft_abs_1", "fft_abs_2", "fft_abs_3", "fft_abs_4", "fft_abs_5",
-        "welch_peak_hz", "welch_power_total", "welch_power_0_1hz", "welch_power_1_3hz", "welch_power_3_5hz",
+        "mean",
+        "std",
+        "var",
+        "median",
+        "min",
+        "max",
+        "skewness",
+        "kurtosis",
+        "abs_sum_of_changes",
+        "mean_change",
+        "mean_abs_change",
+        "longest_strike_above_mean",
+        "longest_strike_below_mean",
+        "sample_entropy",
+        "cid_ce",
+        "fft_abs_1",
+        "fft_abs_2",
+        "fft_abs_3",
+        "fft_abs_4",
+        "fft_abs_5",
+        "welch_peak_hz",
+        "welch_power_total",
+        "welch_power_0_1hz",
+        "welch_power_1_3hz",
+        "welch_power_3_5hz",
         "welch_power_5hz_up",
-        "autocorr_lag_1", "autocorr_lag_2", "autocorr_lag_5", "autocorr_lag_10", "autocorr_lag_20",
-        "n_peaks_support_3", "zero_crossing_rate", "missing_fraction",
+        "autocorr_lag_1",
+        "autocorr_lag_2",
+        "autocorr_lag_5",
+        "autocorr_lag_10",
+        "autocorr_lag_20",
+        "n_peaks_support_3",
+        "zero_crossing_rate",
+        "missing_fraction",
     ],
 }
 
@@ -46,15 +72,15 @@ def test_output_is_channel_major() -> None:
     features = extract(windows, RATE_HZ)
     assert features.shape == (4, 6 * N_FEATURES)
     for channel in range(6):
-        alone = extract(windows[:, :, channel: channel + 1], RATE_HZ)
-        np.testing.assert_array_equal(features[:, channel * N_FEATURES:(channel + 1) * N_FEATURES], alone)
+        alone = extract(windows[:, :, channel : channel + 1], RATE_HZ)
+        np.testing.assert_array_equal(features[:, channel * N_FEATURES : (channel + 1) * N_FEATURES], alone)
 
 
 def test_a_window_alone_equals_the_same_window_in_a_batch() -> None:
     windows = watch_windows((101,))
     batch = extract(windows, RATE_HZ)
     for i in (0, len(windows) // 2, len(windows) - 1):
-        np.testing.assert_array_equal(extract(windows[i: i + 1], RATE_HZ)[0], batch[i])
+        np.testing.assert_array_equal(extract(windows[i : i + 1], RATE_HZ)[0], batch[i])
 
 
 @pytest.mark.parametrize("value", [0.0, 0.1, -3.7, 1e30])
@@ -82,8 +108,9 @@ def test_nan_gaps_are_interpolated_and_counted() -> None:
     for channel, fraction in enumerate([3 / 80, 2 / 80, 3 / 80, 1.0, 0.0, 0.0]):
         block = slice(channel * N_FEATURES, (channel + 1) * N_FEATURES)
         assert got[0, block][missing] == pytest.approx(fraction)
-        np.testing.assert_allclose(np.delete(got[0, block], missing), np.delete(want[0, block], missing),
-                                   rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(
+            np.delete(got[0, block], missing), np.delete(want[0, block], missing), rtol=1e-12, atol=1e-15
+        )
 
 
 def test_fill_missing_without_gaps_returns_the_input() -> None:
@@ -107,12 +134,15 @@ def test_integer_samples_are_accepted() -> None:
     np.testing.assert_array_equal(extract(raw, RATE_HZ), extract(raw.astype(np.float64), RATE_HZ))
 
 
-@pytest.mark.parametrize("windows, fs, message", [
-    (np.zeros((80, 6)), 20.0, "n_windows, n_samples, n_channels"),
-    (np.zeros((1, 80, 6), dtype=complex), 20.0, "real numbers"),
-    (np.zeros((1, 80, 6)), 0.0, "positive"),
-    (np.zeros((1, 80, 6)), float("nan"), "positive"),
-])
+@pytest.mark.parametrize(
+    "windows, fs, message",
+    [
+        (np.zeros((80, 6)), 20.0, "n_windows, n_samples, n_channels"),
+        (np.zeros((1, 80, 6), dtype=complex), 20.0, "real numbers"),
+        (np.zeros((1, 80, 6)), 0.0, "positive"),
+        (np.zeros((1, 80, 6)), float("nan"), "positive"),
+    ],
+)
 def test_invalid_input_is_rejected_with_a_clear_message(windows: np.ndarray, fs: float, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         extract(windows, fs)
@@ -126,21 +156,35 @@ _values = st.one_of(
 
 
 @settings(max_examples=80, deadline=None)
-@given(windows=hnp.arrays(np.float64, st.tuples(st.integers(1, 3), st.integers(0, 90), st.integers(1, 3)),
-                          elements=_values))
+@given(
+    windows=hnp.arrays(
+        np.float64, st.tuples(st.integers(1, 3), st.integers(0, 90), st.integers(1, 3)), elements=_values
+    )
+)
 def test_any_content_gives_finite_features(windows: np.ndarray) -> None:
     with np.errstate(over="raise", divide="raise", invalid="raise"):  # no overflow, x/0 or NaN made inside
         features = extract(windows, RATE_HZ)
     assert features.shape == (windows.shape[0], windows.shape[2] * N_FEATURES)
     assert np.isfinite(features).all()
     expected_missing = (~np.isfinite(windows)).mean(axis=1) if windows.shape[1] else 1.0
-    np.testing.assert_allclose(features[:, N_FEATURES - 1::N_FEATURES], expected_missing)
+    np.testing.assert_allclose(features[:, N_FEATURES - 1 :: N_FEATURES], expected_missing)
 
 
 @settings(max_examples=60, deadline=None)
 @given(level=st.floats(-1e6, 1e6), n_samples=st.integers(1, 100))
 def test_any_constant_is_regular_and_still(level: float, n_samples: int) -> None:
     features = extract(np.full((1, n_samples, 1), level), RATE_HZ)
-    for name in ("std", "skewness", "kurtosis", "sample_entropy", "cid_ce", "longest_strike_above_mean",
-                 "longest_strike_below_mean", "welch_power_total", "welch_peak_hz", "autocorr_lag_1", "fft_abs_1"):
+    for name in (
+        "std",
+        "skewness",
+        "kurtosis",
+        "sample_entropy",
+        "cid_ce",
+        "longest_strike_above_mean",
+        "longest_strike_below_mean",
+        "welch_power_total",
+        "welch_peak_hz",
+        "autocorr_lag_1",
+        "fft_abs_1",
+    ):
         assert column(features, name)[0] == 0.0, name

@@ -15,7 +15,6 @@ FORBIDDEN = ["pandas", "tsfresh", "sklearn", "xgboost", "statsmodels", "numba", 
 
 
 def test_features_import_no_training_or_oracle_libraries() -> None:
-    code = ("import sys, edge_client.features\n"
-            f"print(','.join(sorted(m for m in {FORBIDDEN!r} if m in sys.modules)))\n")
+    code = f"import sys, edge_client.features\nprint(','.join(sorted(m for m in {FORBIDDEN!r} if m in sys.modules)))\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "", f"edge_client.features pulled in {out.stdout.strip()}"

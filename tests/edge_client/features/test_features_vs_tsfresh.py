@@ -37,8 +37,11 @@ def _welch_summary(x: np.ndarray, fs: float) -> list[float]:
     freqs, density = _welch_from_tsfresh(x, fs)
     df = freqs[1] - freqs[0]
     bands = [(0, 1), (1, 3), (3, 5), (5, np.inf)]
-    return [freqs[np.argmax(density)], density.sum() * df,
-            *[density[(freqs >= lo) & (freqs < hi)].sum() * df for lo, hi in bands]]
+    return [
+        freqs[np.argmax(density)],
+        density.sum() * df,
+        *[density[(freqs >= lo) & (freqs < hi)].sum() * df for lo, hi in bands],
+    ]
 
 
 def tsfresh_reference(x: np.ndarray, fs: float) -> dict[str, float]:
@@ -46,16 +49,28 @@ def tsfresh_reference(x: np.ndarray, fs: float) -> dict[str, float]:
     fft = dict(fc.fft_coefficient(x, [{"coeff": k, "attr": "abs"} for k in range(1, 6)]))
     welch = _welch_summary(x, fs)
     ref: dict[str, Callable[[], float] | float] = {
-        "mean": fc.mean(x), "std": fc.standard_deviation(x), "var": fc.variance(x), "median": fc.median(x),
-        "min": fc.minimum(x), "max": fc.maximum(x), "skewness": fc.skewness(x), "kurtosis": fc.kurtosis(x),
-        "abs_sum_of_changes": fc.absolute_sum_of_changes(x), "mean_change": fc.mean_change(x),
+        "mean": fc.mean(x),
+        "std": fc.standard_deviation(x),
+        "var": fc.variance(x),
+        "median": fc.median(x),
+        "min": fc.minimum(x),
+        "max": fc.maximum(x),
+        "skewness": fc.skewness(x),
+        "kurtosis": fc.kurtosis(x),
+        "abs_sum_of_changes": fc.absolute_sum_of_changes(x),
+        "mean_change": fc.mean_change(x),
         "mean_abs_change": fc.mean_abs_change(x),
         "longest_strike_above_mean": fc.longest_strike_above_mean(x),
         "longest_strike_below_mean": fc.longest_strike_below_mean(x),
-        "sample_entropy": fc.sample_entropy(x), "cid_ce": fc.cid_ce(x, normalize=True),
+        "sample_entropy": fc.sample_entropy(x),
+        "cid_ce": fc.cid_ce(x, normalize=True),
         **{f"fft_abs_{k}": fft[f'attr_"abs"__coeff_{k}'] for k in range(1, 6)},
-        "welch_peak_hz": welch[0], "welch_power_total": welch[1], "welch_power_0_1hz": welch[2],
-        "welch_power_1_3hz": welch[3], "welch_power_3_5hz": welch[4], "welch_power_5hz_up": welch[5],
+        "welch_peak_hz": welch[0],
+        "welch_power_total": welch[1],
+        "welch_power_0_1hz": welch[2],
+        "welch_power_1_3hz": welch[3],
+        "welch_power_3_5hz": welch[4],
+        "welch_power_5hz_up": welch[5],
         **{f"autocorr_lag_{lag}": fc.autocorrelation(x, lag) for lag in (1, 2, 5, 10, 20)},
         "n_peaks_support_3": fc.number_peaks(x, 3),
         "zero_crossing_rate": fc.number_crossing_m(x, 0) / len(x),
@@ -105,10 +120,15 @@ def test_features_match_tsfresh_on_real_watch_windows() -> None:
 
 @pytest.mark.filterwarnings("ignore:divide by zero encountered in log:RuntimeWarning")  # tsfresh, A = 0
 @settings(max_examples=10, deadline=None)
-@given(n_samples=st.integers(25, 80), n_channels=st.integers(1, 3), seed=st.integers(0, 2**32 - 1),
-       fs=st.sampled_from([20.0, 50.0, 100.0]))
-def test_features_match_tsfresh_for_other_lengths_and_rates(n_samples: int, n_channels: int, seed: int,
-                                                           fs: float) -> None:
+@given(
+    n_samples=st.integers(25, 80),
+    n_channels=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+    fs=st.sampled_from([20.0, 50.0, 100.0]),
+)
+def test_features_match_tsfresh_for_other_lengths_and_rates(
+    n_samples: int, n_channels: int, seed: int, fs: float
+) -> None:
     """Vectorisation over windows/channels and the n-dependent formulas hold for other lengths and rates.
 
     Up to 80 samples: beyond, our Welch averages 80-sample segments while tsfresh takes one

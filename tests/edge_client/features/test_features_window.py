@@ -9,14 +9,29 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from edge_client.features import (channel_feature_names, ecg_feature_names, ecg_features, extract, feature_names,
-                                  window_features)
+from edge_client.features import (
+    channel_feature_names,
+    ecg_feature_names,
+    ecg_features,
+    extract,
+    feature_names,
+    window_features,
+)
 from firmware_bridge.descriptors import ChannelSpec, SensorDescriptor
 from tests.edge_client.features.features_ecg_reference import MEDICAL_R_PEAKS, PYHRV_R_PEAKS
 from tests.edge_client.features.features_real_data import RATE_HZ, medical_ecg, pyhrv_ecg, watch_series, watch_windows
 
-WATCH = SensorDescriptor(1, "watch", "imu", 50.0, tuple(ChannelSpec(n, u) for n, u in (
-    ("ax", "g"), ("ay", "g"), ("az", "g"), ("wx", "rad/s"), ("wy", "rad/s"), ("wz", "rad/s"))), "float32")
+WATCH = SensorDescriptor(
+    1,
+    "watch",
+    "imu",
+    50.0,
+    tuple(
+        ChannelSpec(n, u)
+        for n, u in (("ax", "g"), ("ay", "g"), ("az", "g"), ("wx", "rad/s"), ("wy", "rad/s"), ("wz", "rad/s"))
+    ),
+    "float32",
+)
 CHEST = SensorDescriptor(2, "chest", "ecg", 2048.0, (ChannelSpec("lead1", "mv"),))
 SEAT = SensorDescriptor(3, "seat", "pressure", 10.0, (ChannelSpec("left", "kpa"), ChannelSpec("right", "kpa")))
 
@@ -36,9 +51,13 @@ def real_window() -> StandInWindow:
     """Seconds 10-14 of the watch and of the pyphysio ECG (2048 Hz), a made-up seat mat."""
     ecg, fs = medical_ecg()
     seat = np.column_stack([np.linspace(20, 21, 80), np.full(80, 18.5)])
-    return StandInWindow(10_000_000, 14_000_000,
-                         data={"watch": watch_windows((0,))[5], "chest": np.zeros((80, 1)), "seat": seat},
-                         raw={"chest": ecg[10 * 2048: 14 * 2048, None]}, raw_rate_hz={"chest": fs})
+    return StandInWindow(
+        10_000_000,
+        14_000_000,
+        data={"watch": watch_windows((0,))[5], "chest": np.zeros((80, 1)), "seat": seat},
+        raw={"chest": ecg[10 * 2048 : 14 * 2048, None]},
+        raw_rate_hz={"chest": fs},
+    )
 
 
 def test_names_are_sensor_channel_feature_in_vector_order() -> None:
@@ -55,12 +74,14 @@ def test_vector_is_each_sensors_features_in_descriptor_order() -> None:
     window = real_window()
     vector = window_features(window, [WATCH, CHEST, SEAT])
     assert vector.shape == (len(feature_names([WATCH, CHEST, SEAT])),) and np.isfinite(vector).all()
-    expected = np.concatenate([
-        extract(window.data["watch"][None], RATE_HZ)[0],
-        extract(window.data["chest"][None], RATE_HZ)[0],
-        ecg_features(window.raw["chest"][:, 0], 2048.0),
-        extract(window.data["seat"][None], RATE_HZ)[0],
-    ])
+    expected = np.concatenate(
+        [
+            extract(window.data["watch"][None], RATE_HZ)[0],
+            extract(window.data["chest"][None], RATE_HZ)[0],
+            ecg_features(window.raw["chest"][:, 0], 2048.0),
+            extract(window.data["seat"][None], RATE_HZ)[0],
+        ]
+    )
     np.testing.assert_array_equal(vector, expected)
     named = dict(zip(feature_names([WATCH, CHEST, SEAT]), vector))
     guard = round(0.05 * 2048)
@@ -70,17 +91,21 @@ def test_vector_is_each_sensors_features_in_descriptor_order() -> None:
 
 def test_one_channel_raw_ecg_may_be_one_dimensional() -> None:
     window = real_window()
-    flat = StandInWindow(window.start_us, window.end_us, window.data, {"chest": window.raw["chest"][:, 0]},
-                         window.raw_rate_hz)
+    flat = StandInWindow(
+        window.start_us, window.end_us, window.data, {"chest": window.raw["chest"][:, 0]}, window.raw_rate_hz
+    )
     np.testing.assert_array_equal(window_features(flat, [CHEST]), window_features(window, [CHEST]))
 
 
-@pytest.mark.parametrize("breakage, message", [
-    (lambda w: w.data.pop("seat"), "no 20 Hz data for sensor 'seat'"),
-    (lambda w: w.raw.pop("chest"), "no raw ECG for sensor 'chest'"),
-    (lambda w: w.raw_rate_hz.pop("chest"), "no raw_rate_hz"),
-    (lambda w: w.data.__setitem__("watch", np.zeros((80, 3))), "expected \\(n_samples, 6\\)"),
-])
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (lambda w: w.data.pop("seat"), "no 20 Hz data for sensor 'seat'"),
+        (lambda w: w.raw.pop("chest"), "no raw ECG for sensor 'chest'"),
+        (lambda w: w.raw_rate_hz.pop("chest"), "no raw_rate_hz"),
+        (lambda w: w.data.__setitem__("watch", np.zeros((80, 3))), "expected \\(n_samples, 6\\)"),
+    ],
+)
 def test_a_window_that_does_not_match_the_descriptors_is_rejected(breakage, message: str) -> None:
     window = real_window()
     breakage(window)

@@ -65,8 +65,9 @@ def chunk_time(t0_us: int, index: int, rate_hz: float) -> int:
     return t0_us + round(index * 1e6 / rate_hz)
 
 
-def push_chunked(asm: WindowAssembler, name: str, t0_us: int, x: np.ndarray, rate_hz: float,
-                 cuts: Sequence[int]) -> list[Window]:
+def push_chunked(
+    asm: WindowAssembler, name: str, t0_us: int, x: np.ndarray, rate_hz: float, cuts: Sequence[int]
+) -> list[Window]:
     """Push ``x`` cut at the (sorted, possibly repeated -> empty chunks) indices ``cuts``."""
     bounds = [0, *sorted(cuts), len(x)]
     out: list[Window] = []

@@ -55,13 +55,20 @@ def test_design_refuses_what_butter_cannot_build() -> None:
         sos_steady_state(np.zeros((3, 5)))
 
 
-@pytest.mark.parametrize(("kind", "fs", "filtered"), [
-    ("imu", 50.0, True), ("ecg", 2048.0, True), ("ecg", 250.0, True), ("ppg", 128.0, True),
-    ("wheel_imu", 100.0, False),  # 10 Hz cut-off = the grid's Nyquist: the FIR is the only low-pass
-    ("pressure", 10.0, False),  # 5 Hz cut-off = the sensor's own Nyquist: nothing to remove
-])
+@pytest.mark.parametrize(
+    ("kind", "fs", "filtered"),
+    [
+        ("imu", 50.0, True),
+        ("ecg", 2048.0, True),
+        ("ecg", 250.0, True),
+        ("ppg", 128.0, True),
+        ("wheel_imu", 100.0, False),  # 10 Hz cut-off = the grid's Nyquist: the FIR is the only low-pass
+        ("pressure", 10.0, False),  # 5 Hz cut-off = the sensor's own Nyquist: nothing to remove
+    ],
+)
 def test_the_stage_is_a_5th_order_butterworth_at_20_hz_unless_a_nyquist_is_in_the_way(
-        kind: str, fs: float, filtered: bool) -> None:
+    kind: str, fs: float, filtered: bool
+) -> None:
     cfg = PipelineConfig()
     cutoff = cfg.cutoff_for(kind)
     sos = stage_sos(fs, cfg.target_rate_hz, cutoff, cfg.filter_order)
@@ -88,8 +95,7 @@ def test_cutoff_at_or_above_nyquist_is_the_identity() -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(series=st.integers(0, 139), cuts=st.lists(st.integers(0, 10_000), max_size=30),
-       fs=st.sampled_from([20.0, 50.0]))
+@given(series=st.integers(0, 139), cuts=st.lists(st.integers(0, 10_000), max_size=30), fs=st.sampled_from([20.0, 50.0]))
 def test_streaming_equals_one_shot_scipy_sosfilt_bit_for_bit(series: int, cuts: list[int], fs: float) -> None:
     """Chunked numpy recursion == one-shot ``scipy.signal.sosfilt`` with ``sosfilt_zi * x0``, bit for bit."""
     x = watch_series()[series]

@@ -62,10 +62,20 @@ def _branch_bound(up: int, down: int, x: np.ndarray) -> float:
     return (rel + 1e-12) * np.abs(x).max()
 
 
-@pytest.mark.parametrize(("fs", "want"), [
-    (50.0, (2, 5)), (2048.0, (5, 512)), (1000.0, (1, 50)), (128.0, (5, 32)), (250.0, (2, 25)),
-    (10.0, (2, 1)), (20.0, (1, 1)), (12.5, (8, 5)), (100.3, (200, 1003)),
-])
+@pytest.mark.parametrize(
+    ("fs", "want"),
+    [
+        (50.0, (2, 5)),
+        (2048.0, (5, 512)),
+        (1000.0, (1, 50)),
+        (128.0, (5, 32)),
+        (250.0, (2, 25)),
+        (10.0, (2, 1)),
+        (20.0, (1, 1)),
+        (12.5, (8, 5)),
+        (100.3, (200, 1003)),
+    ],
+)
 def test_ratio_is_exact_and_reduced(fs: float, want: tuple[int, int]) -> None:
     assert resample_ratio(fs, 20.0) == want
 
@@ -97,8 +107,12 @@ def test_fixed_order_sum_of_a_column_does_not_depend_on_its_neighbours(n_taps: i
     for c in range(n_cols):
         alone = fixed_order_sum(a[:, c : c + 1].copy())
         assert alone.tobytes() == together[c : c + 1].tobytes()
-    np.testing.assert_allclose(together, [np.float64(sum(sorted(a[:, c], key=abs))) for c in range(n_cols)],
-                               rtol=1e-9, atol=1e-300 + 1e-12 * np.abs(a).sum(axis=0).max())
+    np.testing.assert_allclose(
+        together,
+        [np.float64(sum(sorted(a[:, c], key=abs))) for c in range(n_cols)],
+        rtol=1e-9,
+        atol=1e-300 + 1e-12 * np.abs(a).sum(axis=0).max(),
+    )
 
 
 @pytest.mark.parametrize("fs", [10, 20, 50, 128, 250, 1000, 2048])
@@ -125,15 +139,24 @@ def test_matches_resample_poly_in_the_interior_and_with_edge_padding_everywhere(
         assert np.abs(y[:10] - constant[:10]).max() > 10 * tol
 
 
-@pytest.mark.parametrize(("fs", "t0", "max_timing_us"), [
-    (50, 7_777, 1.0), (128, 1, 1.0), (250, 3_999, 1.0), (1000, 999, 1.0), (2048, 123_457, 1.0),
-    # At or below 20 Hz the FIR's cut-off sits at the *input* Nyquist, so sampling the windowed sinc
-    # at a fractional phase aliases its transition band: a residual delay of up to ~0.1 ms at 0.3 Hz.
-    (10, 33_333, 20.0), (20, 12_345, 200.0),
-])
+@pytest.mark.parametrize(
+    ("fs", "t0", "max_timing_us"),
+    [
+        (50, 7_777, 1.0),
+        (128, 1, 1.0),
+        (250, 3_999, 1.0),
+        (1000, 999, 1.0),
+        (2048, 123_457, 1.0),
+        # At or below 20 Hz the FIR's cut-off sits at the *input* Nyquist, so sampling the windowed sinc
+        # at a fractional phase aliases its transition band: a residual delay of up to ~0.1 ms at 0.3 Hz.
+        (10, 33_333, 20.0),
+        (20, 12_345, 200.0),
+    ],
+)
 @pytest.mark.parametrize("f_hz", [0.3, 1.3, 3.0])
-def test_outputs_sit_on_the_absolute_grid_for_any_start_phase(fs: int, t0: int, max_timing_us: float,
-                                                              f_hz: float) -> None:
+def test_outputs_sit_on_the_absolute_grid_for_any_start_phase(
+    fs: int, t0: int, max_timing_us: float, f_hz: float
+) -> None:
     """A sinusoid sampled from an off-grid t0: fitting the outputs at their grid instants k * 50 ms gives
     the input's phase back (timing error in microseconds) and its amplitude within the FIR ripple."""
     t = t0 + np.arange(fs * 30) * 1e6 / fs
@@ -174,8 +197,11 @@ def test_causal_latency_and_delay_compensated_timestamps(fs: int, reach: int) ->
 
 
 @settings(max_examples=25, deadline=None)
-@given(fs=st.sampled_from([10, 50, 128, 2048]), t0=st.integers(0, 10**13),
-       cuts=st.lists(st.integers(0, 2048 * 30), max_size=25))
+@given(
+    fs=st.sampled_from([10, 50, 128, 2048]),
+    t0=st.integers(0, 10**13),
+    cuts=st.lists(st.integers(0, 2048 * 30), max_size=25),
+)
 def test_any_chunking_gives_bit_identical_outputs(fs: int, t0: int, cuts: list[int]) -> None:
     x = _signal(fs)[: fs * 20]
     cuts = sorted(c % (len(x) + 1) for c in cuts)

@@ -33,10 +33,15 @@ def _cuts(draw_cuts: list[int], n: int) -> list[int]:
 
 
 @settings(max_examples=25, deadline=None)
-@given(series=st.integers(0, 139), t0=st.integers(0, 2 * EPOCH_US), cuts=st.lists(st.integers(0, 5000), max_size=40),
-       nan_rows=st.lists(st.integers(0, 5000), max_size=3))
-def test_imu_windows_are_bit_identical_for_any_chunking(series: int, t0: int, cuts: list[int],
-                                                        nan_rows: list[int]) -> None:
+@given(
+    series=st.integers(0, 139),
+    t0=st.integers(0, 2 * EPOCH_US),
+    cuts=st.lists(st.integers(0, 5000), max_size=40),
+    nan_rows=st.lists(st.integers(0, 5000), max_size=3),
+)
+def test_imu_windows_are_bit_identical_for_any_chunking(
+    series: int, t0: int, cuts: list[int], nan_rows: list[int]
+) -> None:
     x = watch_series()[series].copy()
     for r in nan_rows:  # NaN rows split segments; that must not depend on chunking either
         x[r % len(x), r % 6] = np.nan
@@ -69,10 +74,16 @@ def test_one_sample_chunks_equal_one_shot() -> None:
 
 
 @settings(max_examples=10, deadline=None)
-@given(order=st.randoms(use_true_random=False), offsets=st.tuples(st.integers(0, 10**7), st.integers(0, 10**7)),
-       n_chunks=st.tuples(st.integers(1, 40), st.integers(1, 40)))
-def test_two_sensors_in_any_interleaving_give_the_one_shot_windows(order, offsets: tuple[int, int],  # type: ignore[no-untyped-def]
-                                                                   n_chunks: tuple[int, int]) -> None:
+@given(
+    order=st.randoms(use_true_random=False),
+    offsets=st.tuples(st.integers(0, 10**7), st.integers(0, 10**7)),
+    n_chunks=st.tuples(st.integers(1, 40), st.integers(1, 40)),
+)
+def test_two_sensors_in_any_interleaving_give_the_one_shot_windows(
+    order,
+    offsets: tuple[int, int],  # type: ignore[no-untyped-def]
+    n_chunks: tuple[int, int],
+) -> None:
     streams = {"watch": (imu(), watch_series()[11], 50.0), "ecg": (ecg(rate_hz=1000.0), ecg_1000(), 1000.0)}
     t0 = {name: EPOCH_US + off for name, off in zip(streams, offsets)}
     descs = [d for d, _, _ in streams.values()]
@@ -167,16 +178,21 @@ def test_imu_ecg_and_pressure_mat_at_different_rates_align_on_one_grid() -> None
     the mat's 10 Hz rate leaves its 5 Hz cut-off at its own Nyquist, so it is not low-passed). An
     error of 1 ms in any sensor's placement would show as ~6e-3 on the 1.9 Hz component; the
     tolerance is 3e-3 (FIR ripple ~1.4e-3 x 1.5)."""
-    sensors = {"watch": (imu(), 50.0, 7_919), "ecg": (ecg(rate_hz=250.0), 250.0, 1_001),
-               "mat": (pressure(), 10.0, 63_333)}
+    sensors = {
+        "watch": (imu(), 50.0, 7_919),
+        "ecg": (ecg(rate_hz=250.0), 250.0, 1_001),
+        "mat": (pressure(), 10.0, 63_333),
+    }
     duration_s = 40
     arrays, comps_of = {}, {}
     for name, (desc, fs, offset) in sensors.items():
         t0 = EPOCH_US + offset
         t = (t0 - EPOCH_US) / 1e6 + np.arange(int(duration_s * fs)) / fs
         comps_of[name] = [[(1.0, 0.7, 0.5 * c), (0.5, 1.9, 1.0 + c)] for c in range(desc.n_channels)]
-        arrays[name] = (t0, np.stack([sum(a * np.sin(2 * np.pi * f * t + p) for a, f, p in comps)
-                                      for comps in comps_of[name]], axis=1))
+        arrays[name] = (
+            t0,
+            np.stack([sum(a * np.sin(2 * np.pi * f * t + p) for a, f, p in comps) for comps in comps_of[name]], axis=1),
+        )
     ws = windows_from_arrays([d for d, _, _ in sensors.values()], arrays)
     assert len(ws) == (duration_s - 4) // 2  # every window but the one cut by the latest start
     cfg = PipelineConfig()

@@ -18,8 +18,26 @@ from shared.model import Tree, TreeEnsemble
 
 THRESHOLDS = (-1.0, 0.0, 0.5, 1.0, 2.0, 3.0)
 CATEGORY_CODES = st.integers(0, 7)
-X_VALUES = (-1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 1e10,
-            math.nan, math.inf, -math.inf)  # all float32-representable
+X_VALUES = (
+    -1.0,
+    -0.5,
+    0.0,
+    0.5,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    3.0,
+    4.0,
+    5.0,
+    6.0,
+    7.0,
+    8.0,
+    1e10,
+    math.nan,
+    math.inf,
+    -math.inf,
+)  # all float32-representable
 LEAF_VALUES = st.floats(-4.0, 4.0, allow_nan=False)
 METADATA_VALUES = (
     st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5)
@@ -69,7 +87,8 @@ def trees(draw: st.DrawFn, n_features: int, width: int, max_splits: int = 7) -> 
         value=value,
         default_left=np.asarray(default_left)[order],
         categories=[None if categories[o] is None else sorted(categories[o]) for o in order]
-        if any(c is not None for c in categories) else None,
+        if any(c is not None for c in categories)
+        else None,
         cover=draw(st.none() | arrays(np.float64, n, elements=st.floats(0, 100))),
     )
 

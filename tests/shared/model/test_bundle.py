@@ -40,8 +40,13 @@ def forest() -> TreeEnsemble:
     builder.split(1, 1, categories=[0, 4], left_value=[1 / 3, 2 / 3, 0.0], right_value=[0.5, 0.25, 0.25])
     builder.split(2, 2, -1.5, default_left=True, left_value=[0.9, 0.05, 0.05], right_value=[0.2, 0.2, 0.6])
     return TreeEnsemble(
-        trees=(builder.build(),), kind="forest", link="identity", n_outputs=3,
-        feature_names=("acc_mean", "side", "gyro_z"), feature_set_version="fs-3", classes=("rest", "push", "turn"),
+        trees=(builder.build(),),
+        kind="forest",
+        link="identity",
+        n_outputs=3,
+        feature_names=("acc_mean", "side", "gyro_z"),
+        feature_set_version="fs-3",
+        classes=("rest", "push", "turn"),
         metadata={"algorithm": "fedforest", "n_trees": 1},
     )
 
@@ -54,9 +59,16 @@ def boosted() -> TreeEnsemble:
         builder.split(1, 1 - k, 1.0 / 3.0, left_value=0.1, right_value=-0.2)
         trees.append(builder.build())
     return TreeEnsemble(
-        trees=tuple(trees), kind="boosted", link="softmax", n_outputs=2, feature_names=("a", "b"),
-        tree_output=np.array([0, 1], dtype=np.int32), base_score=np.array([0.1, -0.1]),
-        feature_set_version="fs-3", classes=("x", "y"), metadata={"algorithm": "fedscs-xgb"},
+        trees=tuple(trees),
+        kind="boosted",
+        link="softmax",
+        n_outputs=2,
+        feature_names=("a", "b"),
+        tree_output=np.array([0, 1], dtype=np.int32),
+        base_score=np.array([0.1, -0.1]),
+        feature_set_version="fs-3",
+        classes=("x", "y"),
+        metadata={"algorithm": "fedscs-xgb"},
     )
 
 
@@ -66,8 +78,13 @@ def client_split_forest() -> TreeEnsemble:
     builder.split(0, 1, 0.5, default_left=True, left_value=[0.9, 0.1], right_value=[0.5, 0.5])  # client < 0.5 (gw-1)
     builder.split(2, 0, 2.0, left_value=[0.2, 0.8], right_value=[0.7, 0.3])
     return TreeEnsemble(
-        trees=(builder.build(),), kind="forest", link="identity", n_outputs=2, feature_names=("speed", "client"),
-        feature_set_version="fs-3", classes=("a", "b"),
+        trees=(builder.build(),),
+        kind="forest",
+        link="identity",
+        n_outputs=2,
+        feature_names=("speed", "client"),
+        feature_set_version="fs-3",
+        classes=("a", "b"),
         metadata={"algorithm": "fedforest", "client_splits": 1, "clients": "gw-1,gw-2"},
     )
 
@@ -97,7 +114,12 @@ def test_round_trip(build) -> None:
     assert back.self_test() == 0.0
     assert back.sha256 == bundle.sha256 == hashlib.sha256(data).digest()
     assert (back.model_id, back.version, back.kind, back.feature_set_version, back.target) == (
-        "activity", 7, model.kind, "fs-3", "")
+        "activity",
+        7,
+        model.kind,
+        "fs-3",
+        "",
+    )
     assert back.algorithm == model.metadata["algorithm"] and back.created == 1_700_000_000.5
     assert back.key_id == KEY.key_id and len(back.signature) == 64
     assert back.model_cbor == model.to_cbor()
@@ -105,8 +127,13 @@ def test_round_trip(build) -> None:
 
 def test_open_bundle_does_every_check() -> None:
     data = make().to_bytes()
-    bundle, model = open_bundle(data, trusted_keys=[OTHER_KEY.verify_key, KEY.verify_key], max_bytes=MAX,
-                                feature_set_version="fs-3", client_id="gw-1")
+    bundle, model = open_bundle(
+        data,
+        trusted_keys=[OTHER_KEY.verify_key, KEY.verify_key],
+        max_bytes=MAX,
+        feature_set_version="fs-3",
+        client_id="gw-1",
+    )
     assert model == forest() and bundle.model_id == "activity"
     with pytest.raises(IncompatibleBundle):
         open_bundle(data, trusted_keys=KEY.verify_key, max_bytes=MAX, feature_set_version="fs-4")
@@ -139,9 +166,16 @@ def test_signed_payload_covers_every_field() -> None:
     payload = bundle.signed_payload()
     assert payload.startswith(SIGNED_DOMAIN) and bundle.signature not in payload
     changes = {
-        "model_id": "activity2", "version": 8, "algorithm": "other", "feature_set_version": "fs-4", "kind": "single",
-        "target": "gw-1", "created": 1_700_000_000.25, "model_cbor": bundle.model_cbor + b"\x00",
-        "self_test_inputs": bundle.self_test_inputs[::-1].copy(), "self_test_outputs": bundle.self_test_outputs + 1e-12,
+        "model_id": "activity2",
+        "version": 8,
+        "algorithm": "other",
+        "feature_set_version": "fs-4",
+        "kind": "single",
+        "target": "gw-1",
+        "created": 1_700_000_000.25,
+        "model_cbor": bundle.model_cbor + b"\x00",
+        "self_test_inputs": bundle.self_test_inputs[::-1].copy(),
+        "self_test_outputs": bundle.self_test_outputs + 1e-12,
         "key_id": OTHER_KEY.key_id,
     }
     assert set(changes) == {f.name for f in fields(ModelBundle)} - {"signature"}
@@ -329,16 +363,29 @@ def test_random_models_round_trip(model: TreeEnsemble) -> None:
 
 # --- signed rollbacks -------------------------------------------------------------------------------
 def signed_rollback(**changes) -> ModelRollback:
-    arguments = dict(client="gw-1", model_id="activity", version=1, replaces_model_id="activity",
-                     replaces_version=2, reason="misses transfers", issued_ns=1_700_000_000_000_000_000)
+    arguments = dict(
+        client="gw-1",
+        model_id="activity",
+        version=1,
+        replaces_model_id="activity",
+        replaces_version=2,
+        reason="misses transfers",
+        issued_ns=1_700_000_000_000_000_000,
+    )
     arguments.update(changes)
     return sign_rollback(KEY, **arguments)
 
 
 def test_signed_rollback_round_trips_over_the_wire() -> None:
     request = signed_rollback()
-    assert (request.client, request.model_id, request.version, request.replaces_model_id, request.replaces_version,
-            request.key_id) == ("gw-1", "activity", 1, "activity", 2, KEY.key_id)
+    assert (
+        request.client,
+        request.model_id,
+        request.version,
+        request.replaces_model_id,
+        request.replaces_version,
+        request.key_id,
+    ) == ("gw-1", "activity", 1, "activity", 2, KEY.key_id)
     received = decode_message(encode_message(Message.create(request, sender="aggregator"))).body
     assert received == request
     assert verify_rollback(received, [OTHER_KEY.verify_key, KEY.verify_key]) == KEY.verify_key
@@ -346,8 +393,15 @@ def test_signed_rollback_round_trips_over_the_wire() -> None:
 
 def test_every_field_of_a_rollback_is_signed() -> None:
     request = signed_rollback()
-    other_values = {"reason": "other", "model_id": "falls", "version": 3, "replaces_model_id": "falls",
-                    "replaces_version": 9, "client": "gw-2", "issued_ns": request.issued_ns + 1}
+    other_values = {
+        "reason": "other",
+        "model_id": "falls",
+        "version": 3,
+        "replaces_model_id": "falls",
+        "replaces_version": 9,
+        "client": "gw-2",
+        "issued_ns": request.issued_ns + 1,
+    }
     assert set(other_values) == {f.name for f in fields(ModelRollback)} - {"key_id", "signature"}
     for name, value in other_values.items():
         with pytest.raises(BadSignature, match="altered"):
@@ -357,8 +411,9 @@ def test_every_field_of_a_rollback_is_signed() -> None:
 def test_unsigned_foreign_and_bundle_signed_rollbacks_refused() -> None:
     with pytest.raises(BadSignature, match="unsigned"):
         verify_rollback(ModelRollback("an old aggregator's rollback names nothing"), KEY.verify_key)
-    foreign = sign_rollback(OTHER_KEY, client="gw-1", model_id="activity", version=1,
-                            replaces_model_id="activity", replaces_version=2)
+    foreign = sign_rollback(
+        OTHER_KEY, client="gw-1", model_id="activity", version=1, replaces_model_id="activity", replaces_version=2
+    )
     with pytest.raises(BadSignature, match="trusts only"):
         verify_rollback(foreign, KEY.verify_key)
     forged = replace(foreign, key_id=KEY.key_id)  # claims our key id, signed with another key
@@ -390,5 +445,4 @@ def test_sign_rollback_arguments_checked() -> None:
     with pytest.raises(ValueError, match="version"):
         signed_rollback(version=-1)
     with pytest.raises(TypeError):
-        sign_rollback(KEY.verify_key, client="gw-1", model_id="a", version=1, replaces_model_id="a",
-                      replaces_version=2)
+        sign_rollback(KEY.verify_key, client="gw-1", model_id="a", version=1, replaces_model_id="a", replaces_version=2)

@@ -78,9 +78,7 @@ def stump(threshold: float = 1.0, *, default_left: bool = False, categories=None
     builder.split(
         0, 0, threshold, default_left=default_left, categories=categories, left_value=[-1.0], right_value=[1.0]
     )
-    return TreeEnsemble(
-        trees=(builder.build(),), kind="single", link="identity", n_outputs=1, feature_names=("x",)
-    )
+    return TreeEnsemble(trees=(builder.build(),), kind="single", link="identity", n_outputs=1, feature_names=("x",))
 
 
 def test_value_equal_to_threshold_goes_right() -> None:
@@ -136,8 +134,13 @@ def test_engine_is_compiled_once_per_instance() -> None:
 
 def test_boosted_without_trees_predicts_base_score() -> None:
     model = TreeEnsemble(
-        trees=(), kind="boosted", link="softmax", n_outputs=3, feature_names=("a", "b"),
-        base_score=np.array([0.0, 1.0, 2.0]), classes=("x", "y", "z"),
+        trees=(),
+        kind="boosted",
+        link="softmax",
+        n_outputs=3,
+        feature_names=("a", "b"),
+        base_score=np.array([0.0, 1.0, 2.0]),
+        classes=("x", "y", "z"),
     )
     np.testing.assert_array_equal(model.predict_margin(np.zeros((2, 2))), [[0.0, 1.0, 2.0]] * 2)
     assert model.leaves(np.zeros((2, 2))).shape == (2, 0)
@@ -193,8 +196,14 @@ def test_prediction_methods_refuse_the_wrong_kind() -> None:
 def test_sigmoid_probabilities_and_extreme_margins() -> None:
     tree = Tree.leaf(0.0)
     model = TreeEnsemble(
-        trees=(tree,), kind="boosted", link="sigmoid", n_outputs=1, feature_names=("x",),
-        tree_output=np.array([0], dtype=np.int32), base_score=np.array([800.0]), classes=(0, 1),
+        trees=(tree,),
+        kind="boosted",
+        link="sigmoid",
+        n_outputs=1,
+        feature_names=("x",),
+        tree_output=np.array([0], dtype=np.int32),
+        base_score=np.array([800.0]),
+        classes=(0, 1),
     )
     np.testing.assert_array_equal(model.predict_proba(np.zeros((1, 1))), [[0.0, 1.0]])
     assert math.isclose(
@@ -208,8 +217,12 @@ def test_mixed_scalar_and_vector_trees_in_one_boosted_model() -> None:
     vector = TreeBuilder([0.0, 0.0, 0.0])
     vector.split(0, 1, 0.5, left_value=[10.0, 20.0, 30.0], right_value=[40.0, 50.0, 60.0])
     model = TreeEnsemble(
-        trees=(scalar.build(), vector.build(), scalar.build()), kind="boosted", link="identity", n_outputs=3,
-        feature_names=("a", "b"), tree_output=np.array([2, -1, 0], dtype=np.int32),
+        trees=(scalar.build(), vector.build(), scalar.build()),
+        kind="boosted",
+        link="identity",
+        n_outputs=3,
+        feature_names=("a", "b"),
+        tree_output=np.array([2, -1, 0], dtype=np.int32),
         base_score=np.array([0.25, 0.5, 0.75]),
     )
     expected = [[11.25, 20.5, 31.75], [42.25, 50.5, 62.75]]

@@ -26,8 +26,10 @@ from shared.model import (
 )
 from tests.shared.model.strategies import X_VALUES, ensembles
 
-WIRE_DTYPES = {np.dtype(d) for d in ("uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
-                                     "float16", "float32", "float64")}
+WIRE_DTYPES = {
+    np.dtype(d)
+    for d in ("uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "float32", "float64")
+}
 codec_missing = (
     importlib.util.find_spec("shared.protocol") is None or importlib.util.find_spec("shared.protocol.codec") is None
 )
@@ -36,8 +38,17 @@ codec_missing = (
 def assert_identical(a: TreeEnsemble, b: TreeEnsemble, X: np.ndarray) -> None:
     assert a == b  # bit-exact, dtypes included
     for ta, tb in zip(a.trees, b.trees):
-        for name in ("feature", "threshold", "left", "right", "default_left", "value", "is_categorical",
-                     "cat_offsets", "cat_values"):
+        for name in (
+            "feature",
+            "threshold",
+            "left",
+            "right",
+            "default_left",
+            "value",
+            "is_categorical",
+            "cat_offsets",
+            "cat_values",
+        ):
             x, y = getattr(ta, name), getattr(tb, name)
             assert x.dtype == y.dtype and np.array_equal(x, y) and x.tobytes() == y.tobytes()
     assert [type(c) for c in a.classes] == [type(c) for c in b.classes]
@@ -128,8 +139,18 @@ def test_dict_layout() -> None:
     data = to_dict(sample_model())
     assert data["format"] == FORMAT_NAME and data["version"] == 1
     tree = data["trees"][0]
-    assert set(tree) == {"feature", "threshold", "left", "right", "default_left", "value", "is_categorical",
-                         "cat_offsets", "cat_values", "cover"}
+    assert set(tree) == {
+        "feature",
+        "threshold",
+        "left",
+        "right",
+        "default_left",
+        "value",
+        "is_categorical",
+        "cat_offsets",
+        "cat_values",
+        "cover",
+    }
     assert tree["default_left"].dtype == np.uint8 and tree["value"].shape == (5, 3)
     no_cover = {k: v for k, v in tree.items() if k != "cover"}
     assert "cover" not in to_dict(TreeEnsemble.from_dict({**data, "trees": [no_cover, no_cover]}))["trees"][0]
@@ -216,9 +237,31 @@ def test_from_dict_accepts_big_endian_and_read_only_arrays() -> None:
     assert from_dict(data) == sample_model()
 
 
-JUNK = st.sampled_from([None, 0, -1, 2**80, 1.5, float("nan"), "x", "", [], [1], {}, {"a": 1}, True, b"bytes",
-                        np.zeros(0), np.zeros(5, dtype=np.int32), np.zeros((5, 3)), np.ones(6, dtype=np.int64),
-                        np.full(5, -7, dtype=np.int32), np.array([np.inf]), np.zeros(5, dtype=np.uint8)])
+JUNK = st.sampled_from(
+    [
+        None,
+        0,
+        -1,
+        2**80,
+        1.5,
+        float("nan"),
+        "x",
+        "",
+        [],
+        [1],
+        {},
+        {"a": 1},
+        True,
+        b"bytes",
+        np.zeros(0),
+        np.zeros(5, dtype=np.int32),
+        np.zeros((5, 3)),
+        np.ones(6, dtype=np.int64),
+        np.full(5, -7, dtype=np.int32),
+        np.array([np.inf]),
+        np.zeros(5, dtype=np.uint8),
+    ]
+)
 
 
 def _paths(data: dict) -> list[tuple]:

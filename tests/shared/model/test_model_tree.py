@@ -225,7 +225,11 @@ def stump(width: int = 1) -> Tree:
 
 
 BASE = dict(
-    trees=(stump(3), stump(3)), kind="forest", link="identity", n_outputs=3, feature_names=("a", "b"),
+    trees=(stump(3), stump(3)),
+    kind="forest",
+    link="identity",
+    n_outputs=3,
+    feature_names=("a", "b"),
     classes=("x", "y", "z"),
 )
 
@@ -275,8 +279,13 @@ def test_malformed_ensemble_is_refused(case: str) -> None:
         TreeEnsemble(**{**BASE, **changes})
 
 
-BOOSTED = dict(trees=(stump(), stump()), kind="boosted", n_outputs=3, feature_names=("a", "b"),
-               tree_output=np.array([0, 2], dtype=np.int32))
+BOOSTED = dict(
+    trees=(stump(), stump()),
+    kind="boosted",
+    n_outputs=3,
+    feature_names=("a", "b"),
+    tree_output=np.array([0, 2], dtype=np.int32),
+)
 
 
 @pytest.mark.parametrize(

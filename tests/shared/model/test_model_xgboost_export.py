@@ -274,8 +274,9 @@ def test_xgboost_trained_models_round_trip(case: str) -> None:
     d_new, i_new = xgb_margins(exported, test, ours.n_outputs)
     np.testing.assert_allclose(d_new, d_orig, rtol=0, atol=1e-6)
     np.testing.assert_allclose(i_new, i_orig, rtol=0, atol=1e-6)
-    np.testing.assert_array_equal(exported.predict(xgb.DMatrix(test), pred_leaf=True),
-                                  original.predict(xgb.DMatrix(test), pred_leaf=True))
+    np.testing.assert_array_equal(
+        exported.predict(xgb.DMatrix(test), pred_leaf=True), original.predict(xgb.DMatrix(test), pred_leaf=True)
+    )
     # XGBoost's own trees are laid out breadth-first already: the round trip is bit-exact.
     assert booster_to_ensemble(exported) == ours
     assert exported.num_boosted_rounds() == original.num_boosted_rounds()
@@ -347,8 +348,9 @@ def test_softprob_and_regression_base_scores_are_vectors() -> None:
     assert_margins(regression, X)
 
 
-@pytest.mark.parametrize("link, n_outputs, base", [("softmax", 3, [0.5, -1.0, 2.0]), ("sigmoid", 1, [1.5]),
-                                                   ("identity", 1, [-2.0])])
+@pytest.mark.parametrize(
+    "link, n_outputs, base", [("softmax", 3, [0.5, -1.0, 2.0]), ("sigmoid", 1, [1.5]), ("identity", 1, [-2.0])]
+)
 def test_model_without_trees(link: str, n_outputs: int, base: list[float]) -> None:
     model = boosted([], [], link, n_outputs, base)
     doc = json.loads(to_xgboost_json(model))
@@ -386,8 +388,9 @@ def test_round_thresholds_rounds_up_and_keeps_float32_routes() -> None:
     booster = assert_margins(model, X, booster=load(to_xgboost_json(model, round_thresholds=True)))
     # float64 inputs too: both compare float32(-0.1), which is below -0.1 and its rounding up (left)
     x = np.array([[-0.1], [0.1], [1 / 3]])
-    np.testing.assert_allclose(model.predict_margin(x)[:, 0], booster.inplace_predict(x, predict_type="margin"),
-                               rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        model.predict_margin(x)[:, 0], booster.inplace_predict(x, predict_type="margin"), rtol=0, atol=1e-6
+    )
 
 
 def test_threshold_beyond_float32_is_refused_even_when_rounding() -> None:
@@ -401,8 +404,9 @@ def test_threshold_beyond_float32_is_refused_even_when_rounding() -> None:
 def test_forest_and_single_tree_models_are_refused() -> None:
     leaf = Tree.leaf([0.25, 0.75])
     for kind in ("forest", "single"):
-        model = TreeEnsemble(trees=(leaf,), kind=kind, link="identity", n_outputs=2, feature_names=("a",),
-                             classes=("x", "y"))
+        model = TreeEnsemble(
+            trees=(leaf,), kind=kind, link="identity", n_outputs=2, feature_names=("a",), classes=("x", "y")
+        )
         with pytest.raises(XGBoostExportError, match="only boosted"):
             model.to_xgboost_json()
 
@@ -451,8 +455,13 @@ def test_json_layout() -> None:
         default_left=[True, False, False, False, False],
         cover=[10.0, 6.0, 2.5, 3.5, 4.0],
     )
-    model = boosted([tree, stump(1.0), stump(2.0), stump(0.0), stump(1.0), stump(2.0)], [0, 1, 2, 0, 1, 2],
-                    "softmax", 3, [0.0, 0.0, 0.0])
+    model = boosted(
+        [tree, stump(1.0), stump(2.0), stump(0.0), stump(1.0), stump(2.0)],
+        [0, 1, 2, 0, 1, 2],
+        "softmax",
+        3,
+        [0.0, 0.0, 0.0],
+    )
     doc = json.loads(model.to_xgboost_json())
     assert doc["version"] == [3, 2, 0]
     learner = doc["learner"]
@@ -491,7 +500,11 @@ def test_iteration_indptr_for_unusual_layouts() -> None:
     assert_margins(model, around([0.5, -1.0])[:, None].repeat(2, axis=1))
     regression = boosted(trees[:3], [0, 0, 0], "identity", 1, [0.0])
     assert json.loads(to_xgboost_json(regression))["learner"]["gradient_booster"]["model"]["iteration_indptr"] == [
-        0, 1, 2, 3]
+        0,
+        1,
+        2,
+        3,
+    ]
 
 
 def test_feature_names_option() -> None:

@@ -132,7 +132,8 @@ def test_fedga_tree_training_follows_the_split_rule() -> None:
     y = side.astype(int) + (X[:, 1] > 0.8)
     data = [(X, y)]
     result = FedGATree(generations=4, d_max=6, epsilon=None).run(
-        FederatedJob(Simulation(data).engine, ["client-000"], job_id="rule"), seed=1)
+        FederatedJob(Simulation(data).engine, ["client-000"], job_id="rule"), seed=1
+    )
     task = GATask("classification", "", seed=1, classes=("0", "1", "2"), d_max=6, epsilon=None)
     held = LocalGA(task, LabelledData(X, y), "client-000").validation_rows
     model = result.models["client-000"]

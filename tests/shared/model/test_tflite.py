@@ -46,8 +46,14 @@ CODES = [0, 1, 2, 3, 5, 7, 2**24, 2**24 + 1, 2**31 - 128, 2**31 - 1]
 
 
 # --- models ------------------------------------------------------------------------------------
-def random_tree(rng: np.random.Generator, width: int, max_depth: int, n_features: int = N_FEATURES,
-                client_feature: int | None = None, n_clients: int = 4) -> Tree:
+def random_tree(
+    rng: np.random.Generator,
+    width: int,
+    max_depth: int,
+    n_features: int = N_FEATURES,
+    client_feature: int | None = None,
+    n_clients: int = 4,
+) -> Tree:
     """An unbalanced random tree; categorical splits on CAT_FEATURE and the client feature."""
     nodes: list[dict] = []
 
@@ -87,48 +93,86 @@ def random_tree(rng: np.random.Generator, width: int, max_depth: int, n_features
     )
 
 
-def random_model(kind: str, *, link: str = "identity", n_outputs: int = 1, n_trees: int = 12, max_depth: int = 5,
-                 classes: tuple = (), client: bool = False, vector_trees: int = 0, seed: int = 0) -> TreeEnsemble:
+def random_model(
+    kind: str,
+    *,
+    link: str = "identity",
+    n_outputs: int = 1,
+    n_trees: int = 12,
+    max_depth: int = 5,
+    classes: tuple = (),
+    client: bool = False,
+    vector_trees: int = 0,
+    seed: int = 0,
+) -> TreeEnsemble:
     rng = np.random.default_rng(seed)
     names = tuple(f"f{i}" for i in range(N_FEATURES)) + (("client",) if client else ())
     client_feature = N_FEATURES if client else None
     if kind == "boosted":
         outputs = [t % n_outputs for t in range(n_trees)] + [-1] * vector_trees
-        trees = [random_tree(rng, 1 if o >= 0 else n_outputs, max_depth, client_feature=client_feature)
-                 for o in outputs]
-        return TreeEnsemble(trees=tuple(trees), kind=kind, link=link, n_outputs=n_outputs, feature_names=names,
-                            tree_output=np.array(outputs, dtype=np.int32), base_score=rng.normal(size=n_outputs),
-                            classes=classes)
+        trees = [
+            random_tree(rng, 1 if o >= 0 else n_outputs, max_depth, client_feature=client_feature) for o in outputs
+        ]
+        return TreeEnsemble(
+            trees=tuple(trees),
+            kind=kind,
+            link=link,
+            n_outputs=n_outputs,
+            feature_names=names,
+            tree_output=np.array(outputs, dtype=np.int32),
+            base_score=rng.normal(size=n_outputs),
+            classes=classes,
+        )
     metadata = {"client_splits": 1, "clients": "gw-0,gw-1,gw-2,gw-3"} if client else {}
     trees = []
     for _ in range(n_trees):
         tree = random_tree(rng, n_outputs, max_depth, client_feature=client_feature)
         if classes:  # leaf vectors as class distributions
             value = np.abs(tree.value) + 1e-3
-            tree = Tree.from_arrays(tree.feature, tree.threshold, tree.left, tree.right,
-                                    value / value.sum(axis=1, keepdims=True), default_left=tree.default_left,
-                                    categories=[tree.categories(i) if tree.is_categorical[i] else None
-                                                for i in range(tree.n_nodes)])
+            tree = Tree.from_arrays(
+                tree.feature,
+                tree.threshold,
+                tree.left,
+                tree.right,
+                value / value.sum(axis=1, keepdims=True),
+                default_left=tree.default_left,
+                categories=[tree.categories(i) if tree.is_categorical[i] else None for i in range(tree.n_nodes)],
+            )
         trees.append(tree)
-    return TreeEnsemble(trees=tuple(trees), kind=kind, link="identity", n_outputs=n_outputs, feature_names=names,
-                        classes=classes, metadata=metadata)
+    return TreeEnsemble(
+        trees=tuple(trees),
+        kind=kind,
+        link="identity",
+        n_outputs=n_outputs,
+        feature_names=names,
+        classes=classes,
+        metadata=metadata,
+    )
 
 
 RANDOM_MODELS = {
-    "boosted-softmax7": lambda: random_model("boosted", link="softmax", n_outputs=7, n_trees=35,
-                                             classes=tuple(range(7))),
-    "boosted-softmax7-vector-leaves": lambda: random_model("boosted", link="softmax", n_outputs=7, n_trees=14,
-                                                           vector_trees=3, classes=tuple("abcdefg"), seed=1),
+    "boosted-softmax7": lambda: random_model(
+        "boosted", link="softmax", n_outputs=7, n_trees=35, classes=tuple(range(7))
+    ),
+    "boosted-softmax7-vector-leaves": lambda: random_model(
+        "boosted", link="softmax", n_outputs=7, n_trees=14, vector_trees=3, classes=tuple("abcdefg"), seed=1
+    ),
     "boosted-sigmoid": lambda: random_model("boosted", link="sigmoid", n_trees=20, classes=(0, 1), seed=2),
     "boosted-identity": lambda: random_model("boosted", n_trees=20, max_depth=7, seed=3),
     "forest-classification": lambda: random_model("forest", n_outputs=3, n_trees=25, classes=("a", "b", "c"), seed=4),
-    "forest-classification-client": lambda: random_model("forest", n_outputs=3, n_trees=25, classes=(0, 1, 2),
-                                                         client=True, seed=5),
+    "forest-classification-client": lambda: random_model(
+        "forest", n_outputs=3, n_trees=25, classes=(0, 1, 2), client=True, seed=5
+    ),
     "forest-regression": lambda: random_model("forest", n_trees=25, max_depth=8, seed=6),
     "forest-regression-client": lambda: random_model("forest", n_trees=15, client=True, seed=7),
     "single": lambda: random_model("single", n_outputs=2, n_trees=1, max_depth=9, seed=8),
-    "single-leaf": lambda: TreeEnsemble(trees=(Tree.leaf([1.5, -2.0]),), kind="single", link="identity",
-                                        n_outputs=2, feature_names=tuple(f"f{i}" for i in range(N_FEATURES))),
+    "single-leaf": lambda: TreeEnsemble(
+        trees=(Tree.leaf([1.5, -2.0]),),
+        kind="single",
+        link="identity",
+        n_outputs=2,
+        feature_names=tuple(f"f{i}" for i in range(N_FEATURES)),
+    ),
 }
 
 
@@ -158,15 +202,29 @@ def trained_model(name: str) -> TreeEnsemble:
     if name == "fedscs-squared-error":
         return aggregator.simulate(FedSCSXGB(n_rounds=5, max_depth=3, objective="squared_error"), _clients(12, 0))
     if name == "fedforest-client-categorical":
-        return aggregator.simulate(FedForest(n_trees=8, max_depth=6, client_splits=True, protocol="sketches",
-                                             categorical_features=(CAT_FEATURE,), n_categories=6), _clients(13, 3))
+        return aggregator.simulate(
+            FedForest(
+                n_trees=8,
+                max_depth=6,
+                client_splits=True,
+                protocol="sketches",
+                categorical_features=(CAT_FEATURE,),
+                n_categories=6,
+            ),
+            _clients(13, 3),
+        )
     if name == "fedforest-regression":
         return aggregator.simulate(FedForest(n_trees=8, max_depth=6, task="regression"), _clients(14, 0))
     raise KeyError(name)
 
 
-TRAINED = ["fedscs-softmax7", "fedscs-logistic", "fedscs-squared-error", "fedforest-client-categorical",
-           "fedforest-regression"]
+TRAINED = [
+    "fedscs-softmax7",
+    "fedscs-logistic",
+    "fedscs-squared-error",
+    "fedforest-client-categorical",
+    "fedforest-regression",
+]
 
 
 # --- inputs ----------------------------------------------------------------------------------------
@@ -174,10 +232,17 @@ def edge_values() -> np.ndarray:
     """float32 values at, just below and just above every threshold, plus the special values."""
     t32 = tfl.float32_threshold(THRESHOLDS)
     with np.errstate(over="ignore"):
-        near = np.concatenate([THRESHOLDS.astype(np.float32), t32, np.nextafter(t32, np.float32(-np.inf)),
-                               np.nextafter(t32, np.float32(np.inf))])
-    special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1.2e-38, F32_MAX, -F32_MAX],
-                       dtype=np.float32)
+        near = np.concatenate(
+            [
+                THRESHOLDS.astype(np.float32),
+                t32,
+                np.nextafter(t32, np.float32(-np.inf)),
+                np.nextafter(t32, np.float32(np.inf)),
+            ]
+        )
+    special = np.array(
+        [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1.2e-38, F32_MAX, -F32_MAX], dtype=np.float32
+    )
     return np.concatenate([near, special]).astype(np.float32)
 
 
@@ -195,8 +260,14 @@ def make_inputs(model: TreeEnsemble, n_rows: int = 600, seed: int = 0) -> np.nda
     thresholds = np.concatenate([t.threshold[t.left >= 0] for t in model.trees] + [np.zeros(0)])
     t32 = tfl.float32_threshold(thresholds)
     with np.errstate(over="ignore"):
-        model_edges = np.concatenate([thresholds.astype(np.float32), t32, np.nextafter(t32, np.float32(-np.inf)),
-                                      np.nextafter(t32, np.float32(np.inf))])
+        model_edges = np.concatenate(
+            [
+                thresholds.astype(np.float32),
+                t32,
+                np.nextafter(t32, np.float32(-np.inf)),
+                np.nextafter(t32, np.float32(np.inf)),
+            ]
+        )
     pools = [edge_values(), code_values(), model_edges]
     for j in range(d):
         pool = np.concatenate([p for p in pools if p.size])

@@ -89,8 +89,17 @@ def test_transfers_from_different_senders_do_not_mix() -> None:
 def test_corrupted_chunk_fails_the_integrity_check() -> None:
     chunks = split_payload(encoded_ping(10_000), sender="gw-1", max_payload=2048)
     body = chunks[2].body
-    chunks[2] = Message(chunks[2].envelope, Chunk(body.transfer, body.index, body.count, body.total_size, body.sha256,
-                                                  bytes([body.data[0] ^ 1]) + body.data[1:]))
+    chunks[2] = Message(
+        chunks[2].envelope,
+        Chunk(
+            body.transfer,
+            body.index,
+            body.count,
+            body.total_size,
+            body.sha256,
+            bytes([body.data[0] ^ 1]) + body.data[1:],
+        ),
+    )
     r = Reassembler()
     with pytest.raises(ChunkError, match="integrity"):
         for c in chunks:
@@ -157,8 +166,10 @@ def test_late_chunks_of_an_expired_transfer_are_ignored() -> None:
     assert feed(r, chunks[1]) is None and r.pending == 0 and r.stats.late == 1
 
 
-@pytest.mark.parametrize(("count", "total", "data", "match"), [
-    (5, 3, b"x", "cannot carry"), (2, 100, b"", "empty chunk"), (1, 10, b"x", None)])
+@pytest.mark.parametrize(
+    ("count", "total", "data", "match"),
+    [(5, 3, b"x", "cannot carry"), (2, 100, b"", "empty chunk"), (1, 10, b"x", None)],
+)
 def test_chunk_fields_are_consistent(count, total, data, match) -> None:
     if match is None:
         Chunk("t", 0, count, total, b"\x00" * 32, data)

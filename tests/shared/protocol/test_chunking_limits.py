@@ -93,8 +93,9 @@ def test_one_sender_cannot_fill_the_buffer() -> None:
 
 
 def test_over_budget_drops_the_senders_oldest_transfer_and_logs_once(caplog) -> None:
-    r = Reassembler(limits=DecodeLimits(max_message_bytes=20_000), max_buffered_bytes=60_000,
-                    max_bytes_per_sender=21_000)
+    r = Reassembler(
+        limits=DecodeLimits(max_message_bytes=20_000), max_buffered_bytes=60_000, max_bytes_per_sender=21_000
+    )
     first, second, third = (chunks_of("gw-1", 15_000, seed=s) for s in range(3))
     with caplog.at_level(logging.WARNING, logger="shared.protocol.chunking"):
         for c in first[:-1] + second[:-1] + third[:-1]:
@@ -133,8 +134,9 @@ def test_tiny_pieces_are_charged_what_they_cost_in_memory() -> None:
     with pytest.raises(ChunkError, match="would hold"):  # 1 MiB in 1-byte pieces: 129 MiB
         r.add(Message.create(Chunk("t", 0, 1 << 20, 1 << 20, bytes(32), b"x"), sender="gw-evil"), sender="gw-evil")
     assert r.pending == 0
-    pieces = [Message.create(Chunk("t2", i, 5000, 5000, bytes(32), bytes([i % 256])), sender="gw-evil")
-              for i in range(4999)]  # all but the last: the transfer stays open
+    pieces = [
+        Message.create(Chunk("t2", i, 5000, 5000, bytes(32), bytes([i % 256])), sender="gw-evil") for i in range(4999)
+    ]  # all but the last: the transfer stays open
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for p in pieces:

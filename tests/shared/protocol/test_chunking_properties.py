@@ -62,8 +62,9 @@ def hoard(draw, evil: str, transfer: str) -> list[Message]:
     total = draw(st.integers(4000, 7900))
     count = draw(st.integers(2, 8))
     piece = -(-total // count)
-    return [Message.create(Chunk(transfer, i, count, total, bytes(32), b"h" * piece), sender=evil)
-            for i in range(count - 1)]
+    return [
+        Message.create(Chunk(transfer, i, count, total, bytes(32), b"h" * piece), sender=evil) for i in range(count - 1)
+    ]
 
 
 @st.composite

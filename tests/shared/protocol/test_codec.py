@@ -17,8 +17,12 @@ from shared.protocol.limits import DecodeLimits
 WHITELIST = sorted({d.newbyteorder("=") if d.byteorder != "|" else d for d in DTYPE_TO_TAG}, key=str)
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(allow_nan=False),
-    st.text(max_size=20), st.binary(max_size=20),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.binary(max_size=20),
 )
 arrays_ = st.sampled_from(WHITELIST).flatmap(
     lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5))
@@ -182,8 +186,21 @@ def test_malformed_cbor(data: bytes) -> None:
 
 
 def test_every_rejection_is_a_decode_error() -> None:
-    for cls in [errors.MessageTooLarge, errors.MalformedCBOR, errors.NestingTooDeep, errors.IndefiniteLength,
-                errors.DuplicateKey, errors.ForbiddenTag, errors.TrailingBytes, errors.DisallowedDtype,
-                errors.ArrayShapeMismatch, errors.SchemaError, errors.UnsupportedVersion,
-                errors.UnknownMessageType, errors.ChunkError, errors.ForbiddenValue, errors.NonStringKey]:
+    for cls in [
+        errors.MessageTooLarge,
+        errors.MalformedCBOR,
+        errors.NestingTooDeep,
+        errors.IndefiniteLength,
+        errors.DuplicateKey,
+        errors.ForbiddenTag,
+        errors.TrailingBytes,
+        errors.DisallowedDtype,
+        errors.ArrayShapeMismatch,
+        errors.SchemaError,
+        errors.UnsupportedVersion,
+        errors.UnknownMessageType,
+        errors.ChunkError,
+        errors.ForbiddenValue,
+        errors.NonStringKey,
+    ]:
         assert issubclass(cls, errors.DecodeError)

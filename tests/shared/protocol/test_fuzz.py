@@ -79,11 +79,19 @@ def test_decoder_survives_10000_mutated_and_random_messages() -> None:
 
 
 _arrays = st.sampled_from(["int8", "uint8", "int32", "float32", "float64"]).flatmap(
-    lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=3, max_side=3)))
+    lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=3, max_side=3))
+)
 hostile_values = st.recursive(
     st.one_of(  # arrays weighted up: numpy's comparison semantics are where decoders trip
-        st.none(), st.booleans(), st.integers(-(2**64) + 1, 2**64 - 1), st.floats(), st.text(max_size=8),
-        st.binary(max_size=40), _arrays, _arrays, _arrays,
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**64) + 1, 2**64 - 1),
+        st.floats(),
+        st.text(max_size=8),
+        st.binary(max_size=40),
+        _arrays,
+        _arrays,
+        _arrays,
     ),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
     max_leaves=6,
@@ -97,9 +105,19 @@ def fedscs_xgb_examples() -> list[object]:
     task = m.XgbTask("softmax", "fs-1", 2, np.zeros(3), ("a", "b", "c"))
     delta = m.ModelDelta(0, b"")
     summary = m.SummaryColumns(np.zeros((2, 3)), np.ones(2), np.ones(2, np.int64), np.zeros(2, np.int64), np.zeros(2))
-    sketches = m.DDSketchColumns(0.01, np.array([1], np.int32), np.ones(1), np.array([0, 1, 1]), np.zeros(0, np.int32),
-                                 np.zeros(0), np.zeros(3, np.int64), np.zeros(2), np.ones(2, np.int64),
-                                 np.zeros(2, np.int64), np.zeros(2))
+    sketches = m.DDSketchColumns(
+        0.01,
+        np.array([1], np.int32),
+        np.ones(1),
+        np.array([0, 1, 1]),
+        np.zeros(0, np.int32),
+        np.zeros(0),
+        np.zeros(3, np.int64),
+        np.zeros(2),
+        np.ones(2, np.int64),
+        np.zeros(2, np.int64),
+        np.zeros(2),
+    )
     return [
         DataSummaryRequest("fs-1", False),
         DataSummary(5, 2, np.zeros((3, 2)), np.zeros(2), np.ones(2), ("x", "y"), ("a", "b"), np.array([2, 3])),
@@ -107,8 +125,9 @@ def fedscs_xgb_examples() -> list[object]:
         m.XgbSketchReply(0, summary=summary),
         m.XgbSketchReply(0, ddsketch=sketches),
         m.XgbAtomRequest(task, delta, np.array([0.5, 1.5], np.float32), np.array([0, 1, 2])),
-        m.XgbAtomReply(0, 3, 2.5, np.zeros((2, 2), np.uint8), np.array([1, 2], np.uint32), np.zeros((2, 3)),
-                       np.ones((2, 3))),
+        m.XgbAtomReply(
+            0, 3, 2.5, np.zeros((2, 2), np.uint8), np.array([1, 2], np.uint32), np.zeros((2, 3)), np.ones((2, 3))
+        ),
     ]
 
 
@@ -117,13 +136,31 @@ def fedforest_examples() -> list[object]:
 
     z = np.zeros(0, np.int64)
     task = f.ForestTask("classification", "gini", "fs-1", 3, 2, 0, np.array([0, 1]), 7, True, ("a", "b"))
-    splits = f.SplitDecisions(np.array([0]), np.array([1]), np.array([0]), np.array([2]), np.array([0.5]),
-                              np.array([0], np.uint8), np.array([1]), np.array([2]), np.array([0, 0]), z)
+    splits = f.SplitDecisions(
+        np.array([0]),
+        np.array([1]),
+        np.array([0]),
+        np.array([2]),
+        np.array([0.5]),
+        np.array([0], np.uint8),
+        np.array([1]),
+        np.array([2]),
+        np.array([0, 0]),
+        z,
+    )
     return [
-        f.ForestLevelRequest(task, 1, splits, np.array([1, 1]), np.array([1, 2]), np.array([0, 1, 2]),
-                             np.array([0, 2]), 4),
-        f.ForestLevelReply(np.array([0]), np.array([[3, 4]]), np.array([0]), np.zeros((1, 5)), np.ones(1), z,
-                           np.zeros((0, 2, 2), np.int64)),
+        f.ForestLevelRequest(
+            task, 1, splits, np.array([1, 1]), np.array([1, 2]), np.array([0, 1, 2]), np.array([0, 2]), 4
+        ),
+        f.ForestLevelReply(
+            np.array([0]),
+            np.array([[3, 4]]),
+            np.array([0]),
+            np.zeros((1, 5)),
+            np.ones(1),
+            z,
+            np.zeros((0, 2, 2), np.int64),
+        ),
         f.ForestSplitRequest(task, 1, np.array([0, 2, 3]), np.array([0.1, 0.2, 0.3])),
         f.ForestSplitReply(np.array([0, 2]), np.array([[1, 2], [0, 3]])),
     ]
@@ -145,67 +182,142 @@ def private_examples() -> list[object]:
     private_round = m.PrivateRoundFeatures(np.array([0, 1]), np.array([0.5, 1.5], np.float32), np.array([0, 1, 2]))
     lattice = m.PrivateLattice(64, 1.4142, 1.0)
     return [
-        s.DataShapeRequest("fs-1", True, s.TimeRange(10, 20), 5), s.DataShape(2, ("x", "y"), ("a", "b"), False),
+        s.DataShapeRequest("fs-1", True, s.TimeRange(10, 20), 5),
+        s.DataShape(2, ("x", "y"), ("a", "b"), False),
         s.FleetCountsRequest("fs-1", False, ("a", "b"), 0, a.SecureRound(("gw-2",))),
         s.FleetCountsRequest("fs-1", True, (), 16, a.SecureRound(("gw-2",)), shift=1.7e9),
-        s.GridCountsRequest("fs-1", np.array([0], np.int32), np.array([0], np.uint32), np.array([0], np.uint8),
-                            np.array([8], np.uint8)),
-        s.GridCountsRequest("fs-1", np.array([0, 1], np.int32), np.array([0, 0], np.uint32),
-                            np.array([0, 0], np.uint8), np.array([8, 8], np.uint8), word_bits=16, target=True),
+        s.GridCountsRequest(
+            "fs-1", np.array([0], np.int32), np.array([0], np.uint32), np.array([0], np.uint8), np.array([8], np.uint8)
+        ),
+        s.GridCountsRequest(
+            "fs-1",
+            np.array([0, 1], np.int32),
+            np.array([0, 0], np.uint32),
+            np.array([0, 0], np.uint8),
+            np.array([8, 8], np.uint8),
+            word_bits=16,
+            target=True,
+        ),
         s.FleetSumReply(vector),
-        a.SecAggKeysRequest(), a.SecAggPublicKeys(keys),
-        a.SecAggJoinRequest({"gw-1": keys, "gw-2": keys}, ("gw-2",), 1), a.SecAggConfirmations({"gw-2": b"c"}),
+        a.SecAggKeysRequest(),
+        a.SecAggPublicKeys(keys),
+        a.SecAggJoinRequest({"gw-1": keys, "gw-2": keys}, ("gw-2",), 1),
+        a.SecAggConfirmations({"gw-2": b"c"}),
         a.SecAggConfirmRequest({"gw-2": b"c"}),
         a.SecAggUnmaskRequest("job/3", ("gw-1", "gw-2"), ("gw-3",), {"gw-2": b"sealed"}),
         a.SecAggUnmaskReply({"gw-2": b"share"}, {"gw-2": {"gw-3": b"share"}}),
-        m.XgbHistogramRequest(xgb_task, m.ModelDelta(), np.array([0.5, 1.5], np.float32), np.array([0, 1, 2]),
-                              m.RoundSplits.empty(), np.array([0, 1]), np.array([0, 0]), 40, 1.0, True),
+        m.XgbHistogramRequest(
+            xgb_task,
+            m.ModelDelta(),
+            np.array([0.5, 1.5], np.float32),
+            np.array([0, 1, 2]),
+            m.RoundSplits.empty(),
+            np.array([0, 1]),
+            np.array([0, 0]),
+            40,
+            1.0,
+            True,
+        ),
         m.XgbHistogramReply(0, vector),
-        m.XgbPrivateLevelRequest(xgb_task, m.ModelDelta(), private_round, m.RoundSplits.empty(), np.array([0]),
-                                 lattice, s.NoiseShare(1e6, 4, 64), a.SecureRound(("gw-2",))),
-        m.XgbPrivateLeavesRequest(xgb_task, m.ModelDelta(), private_round, m.RoundSplits.empty(), np.array([0]),
-                                  lattice, s.NoiseShare(1e6, 4)),
-        f.ForestHistogramRequest(forest_task, 0, splits, np.array([0]), np.array([0]), np.array([0, 2]),
-                                 np.array([0, 2]), np.array([0.5, 1.5], np.float32), np.array([0, 1, 1, 2])),
+        m.XgbPrivateLevelRequest(
+            xgb_task,
+            m.ModelDelta(),
+            private_round,
+            m.RoundSplits.empty(),
+            np.array([0]),
+            lattice,
+            s.NoiseShare(1e6, 4, 64),
+            a.SecureRound(("gw-2",)),
+        ),
+        m.XgbPrivateLeavesRequest(
+            xgb_task, m.ModelDelta(), private_round, m.RoundSplits.empty(), np.array([0]), lattice, s.NoiseShare(1e6, 4)
+        ),
+        f.ForestHistogramRequest(
+            forest_task,
+            0,
+            splits,
+            np.array([0]),
+            np.array([0]),
+            np.array([0, 2]),
+            np.array([0, 2]),
+            np.array([0.5, 1.5], np.float32),
+            np.array([0, 1, 1, 2]),
+        ),
         f.ForestHistogramReply(vector),
-        f.PrivateForestHistogramRequest(dataclasses.replace(forest_task, bootstrap=False), np.array([0, 2]),
-                                        np.array([0.5, 1.5], np.float32), np.array([0, 1, 1, 2]),
-                                        s.NoiseShare(1e6, 4, 64), a.SecureRound(("gw-2",))),
-        f.PrivateForestLeavesRequest(dataclasses.replace(forest_task, bootstrap=False), splits, np.array([0, 1]),
-                                     np.array([0, 0]), s.NoiseShare(1e6, 4, 64)),
+        f.PrivateForestHistogramRequest(
+            dataclasses.replace(forest_task, bootstrap=False),
+            np.array([0, 2]),
+            np.array([0.5, 1.5], np.float32),
+            np.array([0, 1, 1, 2]),
+            s.NoiseShare(1e6, 4, 64),
+            a.SecureRound(("gw-2",)),
+        ),
+        f.PrivateForestLeavesRequest(
+            dataclasses.replace(forest_task, bootstrap=False),
+            splits,
+            np.array([0, 1]),
+            np.array([0, 0]),
+            s.NoiseShare(1e6, 4, 64),
+        ),
     ]
 
 
 def evaluation_examples() -> list[object]:
     from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply, LocalBaselineRequest
 
-    return [EvaluateRequest(b"model", "fs-1", "holdout", "label", 2, 10),
-            EvaluationReply(5, np.array([[2, 1], [0, 2]]), np.zeros((2, 10, 2), np.int64), 1.5),
-            LocalBaselineRequest("fs-1", ("push", "rest"), max_depth=6, cv_folds=3, seed=4)]
+    return [
+        EvaluateRequest(b"model", "fs-1", "holdout", "label", 2, 10),
+        EvaluationReply(5, np.array([[2, 1], [0, 2]]), np.zeros((2, 10, 2), np.int64), 1.5),
+        LocalBaselineRequest("fs-1", ("push", "rest"), max_depth=6, cv_folds=3, seed=4),
+    ]
 
 
 def deployment_examples() -> list[object]:
     from shared.protocol.messages import deployment as m
 
-    return [m.ModelPush(b"bundle"), m.ModelRollback("bad"), m.ModelStatus("active", "m", 2, 1, ""),
-            m.PredictionBatch("m", 2, ("a", "b"), np.array([10, 20]), np.array([0, 1], np.int32),
-                              np.array([0.9, 0.8], np.float32), np.array([0.1, 0.2], np.float32)),
-            m.AlertEvent("r", "raised", 1, 2, "msg", {"k": "v"})]
+    return [
+        m.ModelPush(b"bundle"),
+        m.ModelRollback("bad"),
+        m.ModelStatus("active", "m", 2, 1, ""),
+        m.PredictionBatch(
+            "m",
+            2,
+            ("a", "b"),
+            np.array([10, 20]),
+            np.array([0, 1], np.int32),
+            np.array([0.9, 0.8], np.float32),
+            np.array([0.1, 0.2], np.float32),
+        ),
+        m.AlertEvent("r", "raised", 1, 2, "msg", {"k": "v"}),
+    ]
 
 
 def fedga_tree_examples() -> list[object]:
     """One valid body of every FedGA-Tree message (depth 2: three slots per structure)."""
     from shared.protocol.messages.fedga_tree import (
-        GADepthReply, GADepthRequest, GAFinishReply, GAFinishRequest, GAGenerationReply, GAGenerationRequest,
-        GAStructureReply, GAStructureRequest, GATask)
+        GADepthReply,
+        GADepthRequest,
+        GAFinishReply,
+        GAFinishRequest,
+        GAGenerationReply,
+        GAGenerationRequest,
+        GAStructureReply,
+        GAStructureRequest,
+        GATask,
+    )
 
     task = GATask("classification", "fs-1", 7, classes=("push", "rest"))
     population = np.array([[0, -1, -1], [1, 0, -1]], np.int16)
-    return [GADepthRequest(task), GADepthReply(3, 41.5), GAStructureRequest(task, 2),
-            GAStructureReply(np.array([0, 1, -1], np.int16), 40.2, vote_full_data=True),
-            GAGenerationRequest(task, 2, 5, population, join=True),
-            GAGenerationReply(np.array([0.5, 0.75]), np.array([1, -1, -1], np.int16), 0.6, 39.0),
-            GAFinishRequest(task, 2, population), GAFinishReply(b"\xa0", 1, 0.8)]
+    return [
+        GADepthRequest(task),
+        GADepthReply(3, 41.5),
+        GAStructureRequest(task, 2),
+        GAStructureReply(np.array([0, 1, -1], np.int16), 40.2, vote_full_data=True),
+        GAGenerationRequest(task, 2, 5, population, join=True),
+        GAGenerationReply(np.array([0.5, 0.75]), np.array([1, -1, -1], np.int16), 0.6, 39.0),
+        GAFinishRequest(task, 2, population),
+        GAFinishReply(b"\xa0", 1, 0.8),
+    ]
 
 
 def valid_bodies() -> dict[str, object]:
@@ -270,8 +382,17 @@ def test_hostile_field_values_are_rejected_never_crash(name: str, where: str, ke
     from shared.protocol.schema import to_wire
 
     body = to_wire(valid_bodies()[name])
-    envelope = {"v": 1, "type": name, "job": "j", "round": 1, "id": "x", "re": "", "from": "gw-1", "ts": 0.0,
-                "body": body}
+    envelope = {
+        "v": 1,
+        "type": name,
+        "job": "j",
+        "round": 1,
+        "id": "x",
+        "re": "",
+        "from": "gw-1",
+        "ts": 0.0,
+        "body": body,
+    }
     (body if where == "body" else envelope)[key] = value
     transport = MemoryTransport(MemoryBroker(), "aggregator", presence=False)
     transport._receive_payload("wheelfed/v1/c/gw-1/out", dumps_value(envelope))

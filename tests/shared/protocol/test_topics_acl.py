@@ -34,8 +34,10 @@ def mosquitto_allows(username: str, topic: str, access: str) -> bool:
 
 
 CLIENTS = ["aggregator", "gw-1", "gw-2", "fleet"]
-TOPICS = sorted({t for c in CLIENTS for t in (LAYOUT.inbox(c), LAYOUT.outbox(c), LAYOUT.status(c))}
-                | {LAYOUT.fleet("models"), LAYOUT.fleet("out"), LAYOUT.fleet("in"), "wheelfed/v1/x", "other/topic"})
+TOPICS = sorted(
+    {t for c in CLIENTS for t in (LAYOUT.inbox(c), LAYOUT.outbox(c), LAYOUT.status(c))}
+    | {LAYOUT.fleet("models"), LAYOUT.fleet("out"), LAYOUT.fleet("in"), "wheelfed/v1/x", "other/topic"}
+)
 
 
 @pytest.mark.parametrize("client", CLIENTS)

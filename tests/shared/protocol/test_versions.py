@@ -50,11 +50,13 @@ def test_the_wire_matches_the_recorded_fingerprint_of_the_current_version() -> N
     bumped and the new version recorded (docs/protocol.md, "Versions")."""
     history = wire.wire_history()
     assert PROTOCOL_VERSION in history, (
-        f"protocol version {PROTOCOL_VERSION} has no recorded wire: run `python -m shared.protocol.wire`")
+        f"protocol version {PROTOCOL_VERSION} has no recorded wire: run `python -m shared.protocol.wire`"
+    )
     changed = _differences(history[PROTOCOL_VERSION], wire.wire_fingerprint())
     assert not changed, (
         f"the wire changed without a protocol version bump ({'; '.join(changed)}): bump PROTOCOL_VERSION "
-        "in shared/protocol/envelope.py, then run `python -m shared.protocol.wire` to record the new version")
+        "in shared/protocol/envelope.py, then run `python -m shared.protocol.wire` to record the new version"
+    )
 
 
 def test_the_version_before_is_recorded_and_supported() -> None:
@@ -129,7 +131,8 @@ def test_a_type_the_previous_version_lacks_is_refused_naming_the_version() -> No
         encode_message(Message.create(unmask, sender="aggregator", version=1))
     assert "fedforest.dp_histograms" not in wire.wire_history()[1]
     assert wire.wire_fingerprint()["fedforest.dp_histograms"] == wire.type_fingerprint(
-        PrivateForestHistogramRequest, "fedforest.dp_histograms")
+        PrivateForestHistogramRequest, "fedforest.dp_histograms"
+    )
 
 
 def test_a_peer_s_version_is_what_it_is_written_in() -> None:
@@ -193,14 +196,18 @@ def test_a_gateway_refuses_a_request_of_the_next_version_naming_the_version_it_n
     assert len(replies) == 1 and isinstance(replies[0].body, ErrorReply)
     error = replies[0].body
     assert error.code == "protocol_version" and error.request_type == "data_shape"
-    assert error.message == (f"gw-1 speaks protocol version {PROTOCOL_VERSION} (and {PROTOCOL_VERSION - 1}); this "
-                             f"'data_shape' message is version {PROTOCOL_VERSION + 1}: update gw-1 to protocol "
-                             f"version {PROTOCOL_VERSION + 1}")
+    assert error.message == (
+        f"gw-1 speaks protocol version {PROTOCOL_VERSION} (and {PROTOCOL_VERSION - 1}); this "
+        f"'data_shape' message is version {PROTOCOL_VERSION + 1}: update gw-1 to protocol "
+        f"version {PROTOCOL_VERSION + 1}"
+    )
     # an aggregator that hears from a gateway of the next version writes to it in its own version
     engine = RoundEngine(agg)
     status = Message.create(Status(online=True), sender="gw-1")
-    engine._on_status(TopicLayout().status("gw-1"),
-                      Message(dataclasses.replace(status.envelope, version=PROTOCOL_VERSION + 1), status.body))
+    engine._on_status(
+        TopicLayout().status("gw-1"),
+        Message(dataclasses.replace(status.envelope, version=PROTOCOL_VERSION + 1), status.body),
+    )
     assert engine.peer_versions["gw-1"] == PROTOCOL_VERSION + 1
     assert wire.writable_version(DataShapeRequest("fs-1"), engine.peer_versions["gw-1"]) == PROTOCOL_VERSION
 

@@ -89,8 +89,9 @@ def test_a_wrong_pair_seed_share_of_a_dropped_peer_is_detected() -> None:
     liar = fleet.ids[0]
     owner, by_peer = next(iter(replies[liar].pair_seeds.items()))
     wrong = {o: {p: bytes(SHARE_BYTES - 1) + b"\x07" for p in peers} for o, peers in replies[liar].pair_seeds.items()}
-    result = fleet.server.unmask_sum(LABEL, masked, {**replies, liar: UnmaskShares(replies[liar].self_mask, wrong)},
-                                     LENGTH)
+    result = fleet.server.unmask_sum(
+        LABEL, masked, {**replies, liar: UnmaskShares(replies[liar].self_mask, wrong)}, LENGTH
+    )
     np.testing.assert_array_equal(result.total, plain_sum(vectors, without=["gw-005"]))
     assert list(result.culprits) == [liar] and "pair seed with gw-005" in result.culprits[liar]
 
@@ -135,13 +136,20 @@ def one_digest_short(blob: bytes) -> bytes:
     return CommittedBundle(committed.digests[:-1], committed.sealed).to_bytes()
 
 
-@pytest.mark.parametrize(("change", "what"), [
-    pytest.param(lambda shares: {**shares, "gw-ghost": next(iter(shares.values()))}, "exactly its neighbours",
-                 id="made-up neighbour"),
-    pytest.param(lambda shares: {w: os.urandom(3) for w in shares}, "malformed bundle", id="garbage bytes"),
-    pytest.param(lambda shares: {w: one_digest_short(b) for w, b in shares.items()}, "committed to",
-                 id="one digest short"),
-])
+@pytest.mark.parametrize(
+    ("change", "what"),
+    [
+        pytest.param(
+            lambda shares: {**shares, "gw-ghost": next(iter(shares.values()))},
+            "exactly its neighbours",
+            id="made-up neighbour",
+        ),
+        pytest.param(lambda shares: {w: os.urandom(3) for w in shares}, "malformed bundle", id="garbage bytes"),
+        pytest.param(
+            lambda shares: {w: one_digest_short(b) for w, b in shares.items()}, "committed to", id="one digest short"
+        ),
+    ],
+)
 def test_a_malformed_contribution_is_attributed_to_its_sender_before_unmasking(change, what) -> None:
     fleet, _, masked = honest_round()
     dealer = fleet.ids[1]

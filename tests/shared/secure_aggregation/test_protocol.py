@@ -247,8 +247,12 @@ def test_key_confirmation_catches_inconsistent_rosters_and_misrouted_blobs() -> 
     server.set_public_keys({c: client.public_keys() for c, client in clients.items()})
     impostor = SecAggClient("gw-1")
     lied_to = {**server.roster_for("gw-0"), "gw-1": impostor.public_keys()}  # gw-0 gets wrong keys for gw-1
-    blobs = {c: clients[c].join(lied_to if c == "gw-0" else server.roster_for(c), server.neighbours[c],
-                                server.threshold, JOB) for c in ids}
+    blobs = {
+        c: clients[c].join(
+            lied_to if c == "gw-0" else server.roster_for(c), server.neighbours[c], server.threshold, JOB
+        )
+        for c in ids
+    }
     routed = server.route(blobs)
     with pytest.raises(SecureAggregationError, match="does not open"):
         clients["gw-1"].confirm_keys(routed["gw-1"])  # gw-0 sealed for the impostor's cipher key
@@ -273,8 +277,12 @@ def test_a_cipher_key_that_matches_but_a_mask_key_that_does_not_is_caught() -> N
     server.set_public_keys({c: client.public_keys() for c, client in clients.items()})
     real = server.roster_for("a")
     wrong_mask = PublicKeys(cipher=real["b"].cipher, mask=SecAggClient("b").public_keys().mask)
-    blobs = {c: clients[c].join({**real, "b": wrong_mask} if c == "a" else server.roster_for(c),
-                                server.neighbours[c], server.threshold, JOB) for c in ids}
+    blobs = {
+        c: clients[c].join(
+            {**real, "b": wrong_mask} if c == "a" else server.roster_for(c), server.neighbours[c], server.threshold, JOB
+        )
+        for c in ids
+    }
     with pytest.raises(SecureAggregationError, match="roster is inconsistent"):
         clients["b"].confirm_keys(server.route(blobs)["b"])
 

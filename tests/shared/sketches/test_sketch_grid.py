@@ -77,8 +77,9 @@ def _column(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
     elif kind == "empty":
         x = np.full(n, np.nan)
     elif kind == "wild":  # every range at once: subnormals, huge, infinities, beyond float32
-        x = rng.choice([-np.inf, -1e38, -1e6, -1.0, -1e-42, -0.0, 0.0, 1e-45, 1e-30, 0.5, 1.0, 1e6,
-                        3.4e38, 1e39, np.inf], n)
+        x = rng.choice(
+            [-np.inf, -1e38, -1e6, -1.0, -1e-42, -0.0, 0.0, 1e-45, 1e-30, 0.5, 1.0, 1e6, 3.4e38, 1e39, np.inf], n
+        )
         x = np.where(rng.random(n) < 0.3, rng.normal(0, 1e3, n), x)
     elif kind == "narrow":
         x = 20 + 0.05 * rng.normal(size=n)
@@ -178,8 +179,12 @@ def _wire(feature, prefix, bits, step):
         (_wire([[0]], [[0]], [[1]], [[1]]), "1-D integer array"),
         ({"feature": [0], "prefix": [0], "bits": [1]}, "missing field 'step'"),
         ({"feature": [0], "prefix": [2**70], "bits": [1], "step": [1]}, "integer array"),
-        (_wire(np.zeros(2000, np.int64), np.zeros(2000, np.int64), np.zeros(2000, np.int64),
-               np.ones(2000, np.int64)), "more buckets than"),
+        (
+            _wire(
+                np.zeros(2000, np.int64), np.zeros(2000, np.int64), np.zeros(2000, np.int64), np.ones(2000, np.int64)
+            ),
+            "more buckets than",
+        ),
         ([1, 2], "mapping"),
     ],
 )
@@ -235,8 +240,7 @@ def test_client_counts_of_a_hand_made_plan() -> None:
     assert counts.tolist() == [1, 0, 1, 0, 1, 2]
     weighted = grid_counts(keys, missing, plan, weights=np.array([1, 2, 3, 4, 5]))
     np.testing.assert_array_equal(weighted, _brute_force_counts(keys, missing, plan, [1, 2, 3, 4, 5]))
-    np.testing.assert_array_equal(grid_counts(keys[:, :1].ravel(), missing[:, :1].ravel(), initial_plan(1, 1)),
-                                  [1, 3])
+    np.testing.assert_array_equal(grid_counts(keys[:, :1].ravel(), missing[:, :1].ravel(), initial_plan(1, 1)), [1, 3])
 
 
 def test_client_refuses_bad_inputs() -> None:
@@ -276,8 +280,14 @@ def _check_edges(X: np.ndarray, w, edges: list[np.ndarray]) -> None:
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # np.diff of edges near ±FLT_MAX
 @settings(max_examples=150, deadline=None)
-@given(fleet=fleets(), n_bins=st.integers(2, 64), step=st.integers(1, 8), first_bits=st.integers(1, 10),
-       refine_factor=st.sampled_from([0.5, 1.0, 2.0, 3.0]), data=st.data())
+@given(
+    fleet=fleets(),
+    n_bins=st.integers(2, 64),
+    step=st.integers(1, 8),
+    first_bits=st.integers(1, 10),
+    refine_factor=st.sampled_from([0.5, 1.0, 2.0, 3.0]),
+    data=st.data(),
+)
 def test_federated_edges_equal_pooled_edges_bit_for_bit(fleet, n_bins, step, first_bits, refine_factor, data) -> None:
     X, owner, k, w = fleet
     kw = {"step": step, "first_bits": first_bits, "refine_factor": refine_factor}
@@ -313,8 +323,14 @@ def test_federated_edges_equal_pooled_edges_bit_for_bit(fleet, n_bins, step, fir
 
 
 def test_constant_and_empty_features() -> None:
-    X = np.column_stack([np.full(50, 7.25), np.full(50, np.nan), np.r_[np.full(49, np.nan), 3.0],
-                         np.r_[np.full(25, -0.0), np.full(25, 0.0)]])
+    X = np.column_stack(
+        [
+            np.full(50, 7.25),
+            np.full(50, np.nan),
+            np.r_[np.full(49, np.nan), 3.0],
+            np.r_[np.full(25, -0.0), np.full(25, 0.0)],
+        ]
+    )
     server = grid_refine(X, 16)
     assert [e.size for e in server.edges()] == [0, 0, 0, 0]
     assert [e.tolist() for e in server.edges(include_min_point=True)] == [[7.25], [], [3.0], [0.0]]

@@ -138,7 +138,11 @@ def test_wire_roundtrip_through_the_cbor_codec() -> None:
         assert a.to_arrays().keys() == b.to_arrays().keys()
         np.testing.assert_array_equal(a.points, b.points)
         assert (a.total_weight, a.count, a.n_missing, a.missing_weight) == (
-            b.total_weight, b.count, b.n_missing, b.missing_weight)
+            b.total_weight,
+            b.count,
+            b.n_missing,
+            b.missing_weight,
+        )
     one = WeightedSummary.from_arrays(loads_value(dumps_value(summaries[0].to_arrays())))
     np.testing.assert_array_equal(one.points, summaries[0].points)
 

@@ -121,8 +121,16 @@ def test_offline_queue_is_bounded() -> None:
 
 @pytest.mark.parametrize(
     ("flt", "topic", "expected"),
-    [("a/+/c", "a/b/c", True), ("a/#", "a", True), ("a/#", "a/b/c", True), ("a/+", "a/b/c", False),
-     ("a/b", "a/b", True), ("a/b", "a/b/c", False), ("+/+/out", "w/gw/out", True), ("#", "x/y", True)],
+    [
+        ("a/+/c", "a/b/c", True),
+        ("a/#", "a", True),
+        ("a/#", "a/b/c", True),
+        ("a/+", "a/b/c", False),
+        ("a/b", "a/b", True),
+        ("a/b", "a/b/c", False),
+        ("+/+/out", "w/gw/out", True),
+        ("#", "x/y", True),
+    ],
 )
 def test_topic_matching(flt: str, topic: str, expected: bool) -> None:
     assert topic_matches(flt, topic) is expected

@@ -41,8 +41,9 @@ def close_transports():
         _OPEN.pop().close(timeout_s=1)
 
 
-def transport(broker: MosquittoBroker, name: str, *, protocol: int = 5, connect: bool = True, presence: bool = True,
-              **kw) -> MqttTransport:
+def transport(
+    broker: MosquittoBroker, name: str, *, protocol: int = 5, connect: bool = True, presence: bool = True, **kw
+) -> MqttTransport:
     cfg = MqttConfig(port=broker.port, username=name, password=PASSWORDS[name], protocol=protocol, **kw)
     t = MqttTransport(name, cfg, presence=presence)
     _OPEN.append(t)
@@ -213,6 +214,7 @@ def test_tls_client_certificate_cn_is_the_identity(tmp_path) -> None:
     certs = certificate_dir(tmp_path / "certs", "gw-1")
     ca = str(certs / "ca.crt")
     with MosquittoBroker(tmp_path / "tls-broker", tls_cert_dir=certs) as broker:
+
         def tls_transport(name: str, cn: str | None) -> MqttTransport:
             tls = TlsConfig(ca, str(certs / f"{cn}.crt"), str(certs / f"{cn}.key")) if cn else TlsConfig(ca)
             t = MqttTransport(name, MqttConfig(host="localhost", port=broker.port, tls=tls))

@@ -32,8 +32,9 @@ def clients():
 
     def make(broker: MosquittoBroker, client_id: str, *, as_user: str | None = None) -> MqttTransport:
         user = as_user or client_id
-        config = MqttConfig(port=broker.port, username=user, password=PASSWORDS[user], reconnect_min_s=1,
-                            reconnect_max_s=1)
+        config = MqttConfig(
+            port=broker.port, username=user, password=PASSWORDS[user], reconnect_min_s=1, reconnect_max_s=1
+        )
         made.append(MqttTransport(client_id, config, presence=False))
         return made[-1]
 

@@ -40,8 +40,9 @@ def clients():
     """Make TLS transports (client id, certificate of ``as_cn``), all closed at teardown."""
     made: list[MqttTransport] = []
 
-    def make(broker: MosquittoBroker, certs: Path, client_id: str, *, as_cn: str | None = None,
-             presence: bool = False) -> MqttTransport:
+    def make(
+        broker: MosquittoBroker, certs: Path, client_id: str, *, as_cn: str | None = None, presence: bool = False
+    ) -> MqttTransport:
         cn = as_cn or client_id
         tls = TlsConfig(str(certs / "ca.crt"), str(certs / f"{cn}.crt"), str(certs / f"{cn}.key"))
         config = MqttConfig(host="localhost", port=broker.port, tls=tls, reconnect_min_s=1, reconnect_max_s=1)

@@ -23,10 +23,18 @@ def forged_chunk(claimed: str, transfer: str) -> bytes:
     return encode_message(Message.create(Chunk(transfer, 0, 4, 4, bytes(32), b"x"), sender=claimed))
 
 
-@pytest.mark.parametrize(("topic", "publisher"), [
-    (LAYOUT.outbox("gw-2"), "gw-2"), (LAYOUT.status("gw-2"), "gw-2"), (LAYOUT.inbox("gw-2"), "aggregator"),
-    (LAYOUT.fleet("models"), "aggregator"), (LAYOUT.outbox("aggregator"), "aggregator"),
-    ("wheelfed/v1/c/gw-2/out/extra", "aggregator"), ("other/c/gw-2/out", None)])
+@pytest.mark.parametrize(
+    ("topic", "publisher"),
+    [
+        (LAYOUT.outbox("gw-2"), "gw-2"),
+        (LAYOUT.status("gw-2"), "gw-2"),
+        (LAYOUT.inbox("gw-2"), "aggregator"),
+        (LAYOUT.fleet("models"), "aggregator"),
+        (LAYOUT.outbox("aggregator"), "aggregator"),
+        ("wheelfed/v1/c/gw-2/out/extra", "aggregator"),
+        ("other/c/gw-2/out", None),
+    ],
+)
 def test_verified_publisher_follows_the_acl(topic: str, publisher: str | None) -> None:
     assert verified_publisher(LAYOUT, topic) == publisher
 
