@@ -218,6 +218,18 @@ def host(port: int, ids: list[str], secret: str) -> None:
 # -- the fleet: broker, host processes, aggregator connection ---------------------------------
 
 
+def start_host(port: int, ids: list[str], secret: str) -> subprocess.Popen:
+    """``wheelfed load-test host`` for ``ids`` on the broker at ``port``, as a child process that
+    dies with this one (the broker accounts' passwords derive from ``secret``)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "edge_client.cli", "load-test", "host", "--port", str(port), *ids],
+        env={**os.environ, SECRET_ENV: secret},
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=die_with_parent(),
+    )
+
+
 def raise_open_file_limit(needed: int) -> int:
     """Raise this process's soft limit on open files to ``needed`` (children inherit it: the
     broker holds one socket per gateway); returns the limit. Fails with one line when the hard
@@ -280,24 +292,7 @@ def simulated_fleet(
             presence = Presence(agg, TopicLayout())
             started = time.monotonic()
             for batch in np.array_split(np.array(ids), processes):
-                hosts.append(
-                    subprocess.Popen(
-                        [
-                            sys.executable,
-                            "-m",
-                            "edge_client.cli",
-                            "load-test",
-                            "host",
-                            "--port",
-                            str(broker.port),
-                            *batch.tolist(),
-                        ],
-                        env={**os.environ, SECRET_ENV: secret},
-                        stdout=subprocess.DEVNULL,
-                        start_new_session=True,
-                        preexec_fn=die_with_parent(),
-                    )
-                )
+                hosts.append(start_host(broker.port, batch.tolist(), secret))
             try:
                 missing = presence.missing(ids, online_timeout_s)
                 if missing:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,10 +38,9 @@ from _common import markdown_table, print_machine
 
 from aggregator.algorithms import FedSCSXGB
 from aggregator.broker import BrokerUser, MosquittoBroker
-from aggregator.broker.mosquitto import die_with_parent
 from aggregator.fleet import Presence, train_on_fleet
 from aggregator.jobs import JobSettings
-from aggregator.loadtest import SECRET_ENV, gateway_ids, password
+from aggregator.loadtest import gateway_ids, password, start_host
 from aggregator.merge_workers import MergeSettings, MergeWorkerProcesses, deploy_dir_with_workers
 from aggregator.rounds import RoundEngine
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
@@ -158,22 +156,7 @@ def main() -> int:
         deploy = deploy_dir_with_workers(Path(scratch) / "deploy", worker_ids)
         with MosquittoBroker(Path(scratch) / "broker", users=users, deploy_dir=deploy) as broker:
             hosts = [
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "edge_client.cli",
-                        "load-test",
-                        "host",
-                        "--port",
-                        str(broker.port),
-                        *batch.tolist(),
-                    ],
-                    env={**os.environ, SECRET_ENV: secret},
-                    stdout=subprocess.DEVNULL,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent(),
-                )
+                start_host(broker.port, batch.tolist(), secret)
                 for batch in np.array_split(np.array(ids), args.processes)
             ]
             try:
