@@ -214,7 +214,9 @@ def trained_model(name: str) -> TreeEnsemble:
             _clients(13, 3),
         )
     if name == "fedforest-regression":
-        return aggregator.simulate(FedForest(n_trees=8, max_depth=6, task="regression"), _clients(14, 0))
+        return aggregator.simulate(
+            FedForest(n_trees=8, max_depth=6, task="regression", protocol="histogram"), _clients(14, 0)
+        )
     raise KeyError(name)
 
 
