@@ -48,6 +48,10 @@ def test_fedga_tree_saves_registers_and_deploys_one_tree_per_gateway(tmp_path, m
             "0.5",
             "--seed",
             "3",
+            # the gateways draw their count noise from the OS (the simulation from its seed): a
+            # budget this large makes the noise (Laplace scale 1e-9) too small to change a ranking
+            "--epsilon",
+            "1e9",
             "-o",
             "trees.cbor",
             "--registry",
@@ -64,7 +68,7 @@ def test_fedga_tree_saves_registers_and_deploys_one_tree_per_gateway(tmp_path, m
             "each for its gateway only"
         ) in lines
         simulated = aggregator.simulate(
-            FedGATree(generations=4, d_max=5, active_fraction=0.5, feature_set_version=FEATURE_SET),
+            FedGATree(generations=4, d_max=5, active_fraction=0.5, epsilon=1e9, feature_set_version=FEATURE_SET),
             client_data(fleet.stores, 0.2),
             seed=3,
         )
