@@ -97,8 +97,9 @@ def test_broker_sigkilled_mid_round_the_job_equals_the_simulation_and_a_queued_p
         assert fleet.agg.flush(10)
         # mosquitto saves its state every second (autosave_interval 1): a push younger than the
         # last save is lost with a SIGKILL (then only a re-send helps); this one is saved
+        saved = tmp_path / "broker" / "mosquitto.db"  # written at the first autosave, not before
         wait_for(
-            lambda: (tmp_path / "broker" / "mosquitto.db").stat().st_mtime > queued_at + 0.01,
+            lambda: saved.exists() and saved.stat().st_mtime > queued_at + 0.01,
             10,
             "mosquitto did not save its state",
         )
