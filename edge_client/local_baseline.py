@@ -15,7 +15,7 @@ from shared.model import TreeEnsemble
 from shared.model.inference import as_float32_values
 from shared.protocol.messages.evaluation import EvaluateRequest, EvaluationReply, LocalBaselineRequest
 
-from .algorithms.fedga_cart import Samples, f1_macro, grow, predict, r2, route, to_ensemble
+from .algorithms.fedga_cart import Samples, cv_scores, grow, to_ensemble
 from .dispatcher import RequestRejected
 from .evaluation import evaluate_model
 from .training_data import LabelledData, class_ids
@@ -38,15 +38,9 @@ def cross_validated_depth(
     ...                       folds=4, seed=0)
     1
     """
-    n = X.shape[0]
     depths = np.arange(1, max_depth + 1)
-    scores = np.zeros((folds, depths.size))
-    for k, held in enumerate(np.array_split(np.random.default_rng(seed).permutation(n), folds)):
-        train = np.setdiff1d(np.arange(n), held)
-        grown = grow(Samples.of(X[train], target[train], regression=regression, n_classes=n_classes), max_depth)
-        at = route(grown, X[held], levels=True)[depths, 0]
-        predicted = predict(grown, at, regression=regression)
-        scores[k] = r2(target[held], predicted) if regression else f1_macro(target[held], predicted, n_classes)
+    folds = np.array_split(np.random.default_rng(seed).permutation(X.shape[0]), folds)
+    scores = cv_scores(X, target, folds, depths, regression=regression, n_classes=n_classes)
     return int(depths[int(np.argmax(scores.mean(axis=0)))])
 
 

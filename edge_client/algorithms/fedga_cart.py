@@ -34,7 +34,19 @@ import numpy as np
 from shared.model import Tree, TreeEnsemble
 from shared.tree_encoding import NIL, layout, string_length
 
-__all__ = ["Grown", "Samples", "f1_macro", "grow", "mse", "predict", "r2", "route", "to_ensemble", "to_strings"]
+__all__ = [
+    "Grown",
+    "Samples",
+    "cv_scores",
+    "f1_macro",
+    "grow",
+    "mse",
+    "predict",
+    "r2",
+    "route",
+    "to_ensemble",
+    "to_strings",
+]
 
 _EPSILON = np.finfo(np.float64).eps
 
@@ -344,3 +356,20 @@ def to_ensemble(grown: Grown, t: int, **model: object) -> TreeEnsemble:
     return TreeEnsemble(
         trees=(tree,), kind="single", link="identity", n_outputs=grown.value.shape[1], classes=classes, **model
     )  # type: ignore[arg-type]
+
+
+def cv_scores(
+    X: np.ndarray, target: np.ndarray, folds: list[np.ndarray], depths: np.ndarray, *, regression: bool, n_classes: int
+) -> np.ndarray:
+    """K-fold cross-validation of CART: ``scores[k, j]`` is the validation score (macro-F1, or R²
+    for regression) of fold ``k`` (``folds[k]``: its held-out rows) at depth ``depths[j]``. One
+    tree of the largest depth per fold serves every depth: CART is greedy top-down, so the depth-j
+    tree is that tree cut at level j."""
+    scores = np.zeros((len(folds), depths.size))
+    for k, held in enumerate(folds):
+        train = np.setdiff1d(np.arange(X.shape[0]), held)
+        grown = grow(Samples.of(X[train], target[train], regression=regression, n_classes=n_classes), int(depths[-1]))
+        at = route(grown, X[held], levels=True)[depths, 0]
+        predicted = predict(grown, at, regression=regression)
+        scores[k] = r2(target[held], predicted) if regression else f1_macro(target[held], predicted, n_classes)
+    return scores

@@ -42,7 +42,7 @@ from shared.tree_encoding import check_strings
 from ..dispatcher import Dispatcher, RequestRejected
 from ..secure_aggregation import SecureAggregationClient
 from ..training_data import JobSnapshots, LabelledData, class_ids
-from .fedga_cart import Grown, Samples, f1_macro, grow, mse, predict, r2, route, to_ensemble, to_strings
+from .fedga_cart import Grown, Samples, cv_scores, f1_macro, grow, mse, predict, r2, route, to_ensemble, to_strings
 
 __all__ = ["CVResult", "CountReleases", "FedGATreeClient", "LocalGA"]
 
@@ -182,17 +182,10 @@ class LocalGA:
 
     @cached_property
     def cv(self) -> CVResult:
-        """K-fold cross-validation of CART over ``[d_min, d_max]``. One tree of depth ``d_max``
-        per fold serves every depth: CART is greedy top-down, so the depth-j tree is that tree
-        cut at level j."""
+        """K-fold cross-validation of CART over ``[d_min, d_max]`` (``fedga_cart.cv_scores``)."""
         depths = np.arange(self.task.d_min, self.task.d_max + 1)
         folds = np.array_split(np.random.default_rng([*self.seed, 2]).permutation(self.n), self.task.cv_folds)
-        scores = np.zeros((len(folds), depths.size))
-        for k, held in enumerate(folds):
-            train = np.setdiff1d(np.arange(self.n), held)
-            grown = grow(self.samples(train), int(depths[-1]))
-            at = route(grown, self.X[held], levels=True)[depths, 0]
-            scores[k] = self.score(self.target[held], predict(grown, at, regression=self.regression))
+        scores = cv_scores(self.X, self.target, folds, depths, regression=self.regression, n_classes=self.n_classes)
         return CVResult(depths, scores)
 
     def votes(self, depth: int) -> tuple[bool, bool]:
