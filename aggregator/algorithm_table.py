@@ -24,8 +24,8 @@ class AlgorithmRow:
     ``name``: as users spell it; ``wire``: as messages and model metadata spell it (the
     configuration class's ``name``); ``config_class``: its class in ``aggregator.algorithms``;
     ``step_unit``: what one reported step is ("4/10 boosting rounds"); ``steps_from``: the
-    configuration field that gives the number of steps (a forest reports ``max_depth + 1`` levels,
-    the root's to the leaves'); ``personal``: a job ends with one model per gateway
+    configuration field that gives the number of steps, plus ``extra_steps`` (a forest reports
+    ``max_depth + 1`` levels, the root's to the leaves'); ``personal``: a job ends with one model per gateway
     (``{client: model}``, registered as MODEL_ID.GATEWAY; no schedule retrains it).
     """
 
@@ -35,6 +35,7 @@ class AlgorithmRow:
     step_unit: str
     steps_from: str
     personal: bool = False
+    extra_steps: int = 0
 
     def config_type(self) -> type:
         """The configuration class (imports ``aggregator.algorithms``)."""
@@ -54,13 +55,13 @@ class AlgorithmRow:
     def total_steps(self, config: Any) -> int:
         """The steps a job of the configured algorithm reports."""
         value = int(getattr(config, self.steps_from) or 0)
-        return value + 1 if self.steps_from == "max_depth" and value else value
+        return value + self.extra_steps if value else 0
 
 
 #: Every algorithm ``wheelfed train`` and ``wheelfed server`` can train, one row each.
 ALGORITHM_TABLE: tuple[AlgorithmRow, ...] = (
     AlgorithmRow("fedscs-xgb", "fedscs_xgb", "FedSCSXGB", "boosting rounds", "n_rounds"),
-    AlgorithmRow("fedforest", "fedforest", "FedForest", "levels", "max_depth"),
+    AlgorithmRow("fedforest", "fedforest", "FedForest", "levels", "max_depth", extra_steps=1),
     AlgorithmRow("fedga-tree", "fedga_tree", "FedGATree", "generations", "generations", personal=True),
 )
 
