@@ -18,7 +18,7 @@ leaf values (``forest_growth``).
 
 Variants (same protocol): ``evaluation="avgimp"`` with ``top_l`` (clients send local gains
 and left counts -- the pooled counts enforce ``min_samples_leaf``; homogeneous data),
-``candidates="histogram"`` (Kalloori-style fixed-width bins on the fleet's min/max: the
+``candidates="uniform"`` (Kalloori-style fixed-width bins on the fleet's min/max: the
 Federated Histogram baseline), fixed ``thresholds`` per feature (the oracle tests' "same
 candidates"), ``target="client"`` (predict H from X: the covariate-shift diagnostic).
 
@@ -117,7 +117,7 @@ class FedForest:
     client_splits: bool = False
     evaluation: Literal["exact", "avgimp"] = "exact"
     top_l: int | None = None
-    candidates: Literal["quantiles", "histogram"] = "quantiles"
+    candidates: Literal["quantiles", "uniform"] = "quantiles"
     thresholds: tuple[np.ndarray, ...] | None = field(default=None, compare=False)
     categorical_features: tuple[int, ...] = ()
     n_categories: int = 0
@@ -164,7 +164,7 @@ class FedForest:
                     ("client_splits", self.client_splits),
                     ("categorical_features", bool(self.categorical_features)),
                     ("evaluation='avgimp'", self.evaluation != "exact"),
-                    ("candidates='histogram'", self.candidates != "quantiles"),
+                    ("candidates='uniform'", self.candidates != "quantiles"),
                     ("target='client'", self.target != "label"),
                     ("thresholds", self.protocol == "private" and self.thresholds is not None),
                 )

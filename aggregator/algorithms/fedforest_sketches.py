@@ -79,7 +79,7 @@ class SketchForestTraining(ForestTraining):
             if len(cfg.thresholds) != self.d:
                 raise TrainingError(f"{len(cfg.thresholds)} threshold arrays for {self.d} features")
             self.fixed = [np.unique(np.asarray(t, dtype=np.float64)) for t in cfg.thresholds]
-        elif cfg.candidates == "histogram":
+        elif cfg.candidates == "uniform":
             self.fixed = [
                 np.linspace(lo, hi, cfg.bins + 1)[1:-1] if hi > lo else np.zeros(0)
                 for lo, hi in zip(fleet.minimum, fleet.maximum)

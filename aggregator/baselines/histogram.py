@@ -17,12 +17,12 @@ class FederatedHistogram(FedForest):
     clients' ``DataSummary``, which reveals each client's minimum and maximum: the paper's
     protocol, a research baseline); split evaluation from exact left summaries as in FedForest."""
 
-    candidates: Literal["quantiles", "histogram"] = "histogram"
+    candidates: Literal["quantiles", "uniform"] = "uniform"
     protocol: Literal["histogram", "sketches"] = "sketches"
 
     name: ClassVar[str] = "federated_histogram"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.candidates != "histogram" or self.client_splits:
+        if self.candidates != "uniform" or self.client_splits:
             raise ValueError("FederatedHistogram uses fixed-width candidates and no client splits")

@@ -1,118 +1,14 @@
 """Bin edges from fleet-summed count histograms only: a hierarchical grid on float32 bit patterns.
 
-Why. The default sketch (``summary.py``) sends, per feature, M+1 *actual feature values* of a
-gateway's windows; the aggregator learns people's data. Here a gateway only ever answers "how
-many of my values fall in each of these cells", as one dense int64 vector whose layout the server
-fixed in advance, identical for every gateway — so the vectors can be secure-aggregated and the
-server sees nothing but their sum over the fleet. Bin edges (FedSCS-XGB) and split candidates
-(FedForest) are read from those sums.
-
-The grid. Every finite float32 ``x`` maps to an order-preserving uint32 *key* (``float32_keys``):
-flip all bits of a negative, flip the sign bit of a non-negative; ``-0.0`` shares ``+0.0``'s key;
-NaN is missing and never counted; ``±inf`` (and float64 values beyond float32's range) count as
-``±FLT_MAX``, like everywhere in ``shared.sketches`` (``_inputs.py``) — ``bin_ids`` puts them in
-the outermost bins, exactly where ``±FLT_MAX`` goes, since every edge is finite. A *bucket* at level
-``bits`` (0..32) is a prefix of the key's ``bits`` leading bits: the key range ``[prefix << (32 -
-bits), (prefix + 1) << (32 - bits))``; level 0 is the whole key space (the *root*). The leading 9
-bits are sign and exponent, so a coarse level is a log-scale grid: outliers (1e6 among values
-near 1) take a few far buckets and do not squash the rest (the failure of fixed-width bins over
-min/max, FedForest §F.3, and of value-relative grids after standardisation), and refining a bucket
-by its next mantissa bits resolves a feature like 20 ± 0.05 however narrow — down to single
-float32 values at level 32.
-
-Protocol (server-driven rounds; ``GridRefinement`` is the server, ``grid_counts`` the client):
-
-1. Round 1 (``first_plan``): one root bucket per feature, refined by ``first_bits`` (default 8):
-   all ``2**first_bits`` level-``first_bits`` buckets of every feature.
-2. The server keeps the non-empty leaves of each feature's bucket tree with their fleet counts.
-   With ``W`` the fleet's non-missing count of a feature and ``B`` bins, the targets are the ranks
-   ``b W / B``, ``b = 1..B-1``. A leaf is refined next round iff a target lies *strictly* inside it
-   (count before it ``< b W / B <`` count through it), its count is ``> W / (refine_factor B)`` and
-   it is not a single value (level ``< max_bits``, default 32). It is refined into ``2**step``
-   children (default ``step = 4``; capped at ``max_bits``). These comparisons are exact integer
-   arithmetic.
-3. The next ``GridPlan`` lists only the buckets to refine; every gateway counts its values in
-   every child of every listed bucket. The loop stops when no leaf needs refinement, or after
-   ``max_rounds`` rounds (default ``1 + ceil((max_bits - first_bits) / step)``: enough to reach
-   single values, 7 with the defaults). If a round would exceed ``max_cells`` cells, the heaviest
-   buckets are refined first (count descending, then feature, then key) and the rest wait for a
-   later round — so with a binding cap, raise ``max_rounds`` too or accept coarser edges there.
-4. Edges (``GridRefinement.edges``): per feature, walk the non-empty leaves in key order. The
-   boundary after non-empty leaf ``i`` is a candidate; its edge value is the float32 of the lower
-   key of leaf ``i + 1`` (so ``x < edge`` separates exactly the leaves ``<= i`` from the rest), and
-   its rank bracket ``[F(e-), F(e)]`` is ``[C_i, C_i]`` — or ``[C_i, C_{i+1}]`` when leaf ``i + 1``
-   is a single value, which then equals the edge. Each target takes the candidate whose bracket
-   is nearest (``accuracy.rank_error``'s distance; ties: the lower). A point mass holding a target
-   (a single-value leaf with a target strictly inside) also gets the boundary after it, so it is
-   a bin of its own (``x == 0`` apart from ``x > 0``), heaviest first while fewer than ``B - 1``
-   edges are chosen. The edges are deduplicated (``finalize_edges``). Every edge separates two
-   non-empty leaves: a feature with no value or a single value gets no edges, and no edge is at
-   or below the fleet's minimum — unless
-   ``include_min_point=True``, which also offers the minimum itself as an edge when it is a single
-   value carrying target ranks (a point mass at the minimum, a constant feature): that edge
-   separates no two present values (``x < min`` is empty), only missing from present, but it is
-   what ``exact_edges`` and ``merge_edges`` produce there (``[c]`` for a constant feature) and
-   ``rank_error`` credits it.
-
-Guarantee. If refinement ran to completion (no leaf left that needs it), the rank error of the
-edges is at most ``1 / (2 refine_factor B)`` (``1/(4B)`` by default) with
-``include_min_point=True``: a target inside a light leaf is at most half that leaf's count away
-from one of its two boundaries (a boundary at the minimum or maximum is ``rank_error``'s virtual
-edge ``±inf``), and a target inside a heavy leaf is inside a single value whose edge brackets it.
-Without it, a point mass of weight ``p`` at the minimum can cost up to ``p / 2`` in ``rank_error``
-for the targets inside it, although the splits the trees can use are the same. Weights: integer
-multiplicities only (window counts, bootstrap draws); the measure is the weighted count.
-
-Federated = pooled. Counts are integers and sums of integers are exact, so the fleet sum is the
-pooled histogram bit for bit and every decision is exact integer arithmetic: the edges are the
-same, bit for bit, as ``grid_edges`` on the pooled rows, however the rows are split among gateways
-and in whatever order the vectors are summed.
-
-Cell layout (``GridPlan``): listed buckets are sorted by (feature, key) and do not overlap; the
-count vector is dense, of length ``n_cells``, ordered by listed bucket, then child: cell
-``offsets[i] + c`` counts the values of bucket ``i``'s child ``c``, i.e. the keys in ``[low[i] + c
-<< s, low[i] + (c + 1) << s)`` with ``s = 32 - bits[i] - step[i]``. The plan's wire form is four
-small int arrays (``to_arrays``, 10 bytes per listed bucket); ``from_arrays`` validates hostile
-input (levels, prefixes, features, order, a cell cap) before a gateway allocates anything.
-
-Cost. A gateway sends ``8 n_cells`` bytes per round (int64; what masking needs). Measured with the
-defaults (``first_bits=8, step=4, refine_factor=2``), ``B = 256``, unit weights, rounds / cells per
-feature summed over rounds / rank error ``alpha`` (pooled = federated) — against today's default
-sketch, ``merge_edges_columns`` over ``summarize_columns`` of 4 gateways with ``M = 256`` (one
-round, ``M + 1`` = 257 float64 values per feature per gateway):
-
-=============================  =============  ======  ==============  ==============
-data (pooled rows)             grid alpha     rounds  cells/feature   today alpha
-=============================  =============  ======  ==============  ==============
-(a) N(0, 1), n = 1e5           0.233 / B      4       1,824           0.084 / B
-(b) 20 + 0.05 N(0, 1), 1e5     0.224 / B      6       4,016           0.054 / B
-(c) 99% N(0, 1), 1% ~1e6, 1e5  0.232 / B      4       1,840           0.261 / B
-(d) 50% exactly 0 + N(0, 1)    0.177 / B      7       1,552           0.076 / B
-(d') 50% 0 + Exp(1) (0 = min)  63.9 / B [1]   7       1,232           0.110 / B
-(e) seglearn watch, 6 raw      <= 0.243 / B   4       1,952 .. 2,880  <= 0.402 / B
-    IMU columns, n = 244,102
-=============================  =============  ======  ==============  ==============
-
-[1] 0.217 / B with ``include_min_point=True`` (see step 4 and the guarantee above).
-
-Except (d') without the flag, every alpha is within the proven ``1/(4B)``; each gateway sends
-10–32 KB per feature over 4–7 rounds, against 2 KB in one round today (the first round alone is
-2 KB: 256 cells). ``step`` trades rounds for bytes: ``step=2`` gives 6–13 rounds and 940–1,650
-cells, ``step=8`` 3–4 rounds and 2,300–52,000 cells (the narrow feature pays);
-``refine_factor=1`` saves 15–65% of the cells for a bound of ``1/(2B)`` (measured <= 0.46 / B).
-The mixture's alpha is often smaller (its interpolation is exact for smooth data) but is only
-bounded by ``1/M`` and grows on heterogeneous gateways (0.40 / B on the watch data split in 4
-by rows). Client counting for 10,000 rows x 200 features takes 0.05–0.13 s per round (the server's
-update < 0.02 s).
-
-Privacy note: the server learns the fleet histogram at the refined resolution, not who holds
-what. A count-1 cell at level 32 still pins one (unattributed) window's value exactly — refined
-buckets are heavy, but their children need not be; ``max_bits < 32`` bounds that resolution (and
-the rank accuracy for point masses), and noise for differential privacy would go on the sums.
-
-Performance: ``grid_counts`` is one ``searchsorted`` and one ``bincount`` over the present values
-(no Python loop over samples; features in chunks of ~1M values to bound memory); the server's work
-per round is vectorised over all leaves, and ``edges`` loops over features only.
+A gateway answers only "how many of my values fall in each of these cells" (``grid_counts``), one
+dense int64 vector per round in a layout the server fixed (``GridPlan``), so the vectors can be
+secure-aggregated; the server (``GridRefinement``) refines the buckets that hold a target rank,
+round by round, and reads bin edges (FedSCS-XGB) or split candidates (FedForest) from the sums.
+Every finite float32 maps to an order-preserving uint32 key (``float32_keys``); a bucket is a key
+prefix, so coarse levels are a log-scale grid and refinement resolves narrow features down to
+single values. Counts are integers, so federated == pooled bit for bit. The protocol, the rank
+error guarantee (``1/(2 refine_factor B)`` when refinement completes), the cell layout and the
+measured cost are in docs/algorithms/bin_edges.md.
 """
 
 from __future__ import annotations
