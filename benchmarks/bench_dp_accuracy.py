@@ -3,6 +3,7 @@ protocol and the DP-TR anchor (Maddock et al. 2022), over paired seeds.
 
     ulimit -v 4000000; nice .venv/bin/python benchmarks/bench_dp_accuracy.py [--seeds 10] [--gateways 100]
         [--windows 1000] [--eps 0.5,1,2,4,8] [--start 0] [--cached-only] [--check] [--levers EPSILON]
+        [--private-rounds N] [--private-learning-rate X] [--private-plan OPENING,SPLITS,LEAVES]
 
 **Data.** No PyPI package ships a labelled wearable or wheelchair recording set of 100 people x
 1,000 windows, so the fleet is generated, per split seed, from the bundled real recordings that
@@ -22,7 +23,12 @@ the private default ``FedSCSXGB(dp_epsilon=e)`` (delta 1e-6 per window and train
 non-private ``FedSCSXGB(protocol="histogram")``, the anchor ``DPRandomTrees`` at the same epsilons
 (the best of 25 / 100 trees per cell, as the anchor's authors tune the tree count), and the
 majority class of the test windows. Paired differences are against the histogram protocol: mean,
-sd and a 95 % t interval over seeds. The simulated trainings' scores are cached in the system's
+sd and a 95 % t interval over seeds.
+
+**A candidate private configuration** (``--private-rounds``, ``--private-learning-rate``,
+``--private-plan``): its rows at the same epsilons are added beside the default's, labelled with
+what it changes, followed by its paired difference to the default per epsilon and each private
+row's accuracy per seed. The simulated trainings' scores are cached in the system's
 temporary directory (``wheelfed-bench-dp-accuracy``), keyed by seed, fleet size and the
 training's full settings, so a re-run after changing one setting trains only what changed.
 
@@ -82,6 +88,47 @@ class Fleet:
     X_test: np.ndarray
     y_test: np.ndarray
     duplicates: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A private configuration measured beside the default: the settings it changes (None: the
+    default's)."""
+
+    n_rounds: int | None = None
+    learning_rate: float | None = None
+    release_plan: tuple[float, float, float] | None = None
+
+    def settings(self) -> dict:
+        """The keyword arguments of ``FedSCSXGB`` this candidate sets."""
+        from aggregator.algorithms.fedscs_xgb_private import ReleasePlan
+
+        out: dict = {}
+        if self.n_rounds is not None:
+            out["n_rounds"] = self.n_rounds
+        if self.learning_rate is not None:
+            out["learning_rate"] = self.learning_rate
+        if self.release_plan is not None:
+            out["release_plan"] = ReleasePlan(*self.release_plan)
+        return out
+
+    def label(self) -> str:
+        """What the candidate changes, for its table rows (empty: nothing)."""
+        parts = []
+        if self.n_rounds is not None:
+            parts.append(f"{self.n_rounds} rounds")
+        if self.learning_rate is not None:
+            parts.append(f"learning rate {self.learning_rate:g}")
+        if self.release_plan is not None:
+            parts.append("plan " + " / ".join(f"{v:g}" for v in self.release_plan))
+        return ", ".join(parts)
+
+
+def private_row(epsilon: float, candidate: Candidate | None = None) -> str:
+    """The table row of the private protocol at ``epsilon``: the default's, or ``candidate``'s."""
+    if candidate is None:
+        return f"FedSCS-XGB, private, epsilon {epsilon:g}"
+    return f"FedSCS-XGB, private, {candidate.label()}, epsilon {epsilon:g}"
 
 
 def load_source() -> Source:
@@ -166,10 +213,15 @@ def macro_f1(y: np.ndarray, pred: np.ndarray, classes: np.ndarray) -> float:
 
 
 def run_seed(
-    source: Source, seed: int, args: argparse.Namespace, epsilons: tuple[float, ...]
+    source: Source,
+    seed: int,
+    args: argparse.Namespace,
+    epsilons: tuple[float, ...],
+    candidate: Candidate | None = None,
 ) -> tuple[dict, int] | None:
-    """Accuracy and macro-F1 of every row on one seed's fleet (None with ``--cached-only`` when
-    a training of that seed is not in the cache)."""
+    """Accuracy and macro-F1 of every row on one seed's fleet, the candidate's private rows
+    after the default's (None with ``--cached-only`` when a training of that seed is not in the
+    cache)."""
     from aggregator.algorithms import FedSCSXGB
     from aggregator.baselines.dp_random_trees import DPRandomTrees
     from aggregator.simulate import Simulation
@@ -186,7 +238,9 @@ def run_seed(
     score("majority class", np.full(fleet.y_test.size, values[np.argmax(counts)]))
     clients = pooled(fleet.gateways)
     rows = [("FedSCS-XGB, histogram (no DP)", FedSCSXGB(protocol="histogram"))]
-    rows += [(f"FedSCS-XGB, private, epsilon {e:g}", FedSCSXGB(dp_epsilon=e)) for e in epsilons]
+    rows += [(private_row(e), FedSCSXGB(dp_epsilon=e)) for e in epsilons]
+    if candidate is not None:
+        rows += [(private_row(e, candidate), FedSCSXGB(dp_epsilon=e, **candidate.settings())) for e in epsilons]
     cache_path = CACHE / f"seed{seed}-{args.gateways}x{args.windows}.json"
     cache = json.loads(cache_path.read_text()) if cache_path.exists() else {}
     for name, algorithm in rows:
@@ -293,32 +347,76 @@ def levers(source: Source, args: argparse.Namespace, epsilon: float) -> None:
         print(f"| {name} | {np.mean(scores):.3f} | {' '.join(f'{a:.3f}' for a in scores)} |", flush=True)
 
 
+def paired(results: list[dict], name: str, reference: str) -> list[str]:
+    """The accuracy difference ``name`` minus ``reference`` over the seeds, in percentage
+    points: mean, sd and 95 % t interval, formatted."""
+    from scipy.stats import t as t_dist
+
+    diff = np.array([r[name][0] - r[reference][0] for r in results])
+    sd = float(diff.std(ddof=1)) if len(results) > 1 else math.nan
+    half = float(t_dist.ppf(0.975, len(results) - 1)) * sd / math.sqrt(len(results)) if len(results) > 1 else math.nan
+    return [
+        f"{100 * diff.mean():+.1f}",
+        f"{100 * sd:.1f}",
+        f"[{100 * (diff.mean() - half):+.1f}, {100 * (diff.mean() + half):+.1f}]",
+    ]
+
+
 def summarise(results: list[dict], reference: str) -> list[list[str]]:
     """Per row: mean and sd of accuracy, mean macro-F1, and the paired difference to
     ``reference`` in percentage points (mean, sd, 95 % t interval)."""
-    from scipy.stats import t as t_dist
-
     rows = []
     for name in results[0]:
         acc = np.array([r[name][0] for r in results])
         f1 = np.array([r[name][1] for r in results])
-        diff = acc - np.array([r[reference][0] for r in results])
-        sd = float(diff.std(ddof=1)) if len(results) > 1 else math.nan
-        half = (
-            float(t_dist.ppf(0.975, len(results) - 1)) * sd / math.sqrt(len(results)) if len(results) > 1 else math.nan
-        )
-        rows.append(
-            [
-                name,
-                f"{acc.mean():.3f}",
-                f"{acc.std(ddof=1) if len(acc) > 1 else math.nan:.3f}",
-                f"{f1.mean():.3f}",
-                f"{100 * diff.mean():+.1f}",
-                f"{100 * sd:.1f}",
-                f"[{100 * (diff.mean() - half):+.1f}, {100 * (diff.mean() + half):+.1f}]",
-            ]
-        )
+        sd = f"{acc.std(ddof=1) if len(acc) > 1 else math.nan:.3f}"
+        rows.append([name, f"{acc.mean():.3f}", sd, f"{f1.mean():.3f}", *paired(results, name, reference)])
     return rows
+
+
+def print_candidate(results: list[dict], seeds: list[int], epsilons: tuple[float, ...], candidate: Candidate) -> None:
+    """The candidate's paired difference to the default per epsilon, and the private rows'
+    accuracy per seed."""
+    print(f"\nThe candidate ({candidate.label()}) minus the default, paired per seed:\n")
+    print(
+        markdown_table(
+            ["epsilon", "default", "candidate", "difference (pp, mean)", "sd (pp)", "95 % CI (pp)"],
+            [
+                [
+                    f"{e:g}",
+                    f"{np.mean([r[private_row(e)][0] for r in results]):.3f}",
+                    f"{np.mean([r[private_row(e, candidate)][0] for r in results]):.3f}",
+                    *paired(results, private_row(e, candidate), private_row(e)),
+                ]
+                for e in epsilons
+            ],
+        )
+    )
+    names = ["FedSCS-XGB, histogram (no DP)"] + [private_row(e, c) for c in (None, candidate) for e in epsilons]
+    print("\nAccuracy per seed:\n")
+    print(
+        markdown_table(
+            ["row", *(f"seed {s}" for s in seeds)], [[n, *(f"{r[n][0]:.4f}" for r in results)] for n in names]
+        )
+    )
+
+
+def parse_candidate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Candidate | None:
+    """The candidate of ``--private-*`` (None when no option is given); a bad value exits with one line."""
+    plan = None
+    if args.private_plan is not None:
+        try:
+            plan = tuple(float(v) for v in args.private_plan.split(","))
+        except ValueError:
+            parser.error(f"--private-plan: not three numbers: {args.private_plan!r}")
+        if len(plan) != 3 or min(plan) < 0 or abs(sum(plan) - 1.0) > 1e-9:
+            parser.error(f"--private-plan: three non-negative shares adding up to 1, not {args.private_plan!r}")
+    if args.private_rounds is not None and args.private_rounds < 1:
+        parser.error("--private-rounds must be at least 1")
+    if args.private_learning_rate is not None and not 0 < args.private_learning_rate <= 1:
+        parser.error("--private-learning-rate must be in (0, 1]")
+    candidate = Candidate(args.private_rounds, args.private_learning_rate, plan)  # type: ignore[arg-type]
+    return candidate if candidate.label() else None
 
 
 def main() -> None:
@@ -338,6 +436,11 @@ def main() -> None:
         help="the private protocol's levers at this epsilon (1000: almost no noise), and exit",
     )
     parser.add_argument("--check", action="store_true", help="verify the pooled shortcut and exit")
+    parser.add_argument("--private-rounds", type=int, metavar="N", help="a candidate's boosting rounds")
+    parser.add_argument("--private-learning-rate", type=float, metavar="X", help="a candidate's learning rate")
+    parser.add_argument(
+        "--private-plan", metavar="OPENING,SPLITS,LEAVES", help="a candidate's release plan (shares adding up to 1)"
+    )
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     if args.check:
@@ -347,6 +450,7 @@ def main() -> None:
         levers(load_source(), args, args.levers)
         return
     epsilons = tuple(float(e) for e in args.eps.split(","))
+    candidate = parse_candidate(parser, args)
     print_machine(
         "Accuracy at fleet scale: private FedSCS-XGB vs histogram vs DP-TR",
         "ulimit -v 4000000; nice .venv/bin/python benchmarks/bench_dp_accuracy.py " + " ".join(sys.argv[1:]),
@@ -356,18 +460,22 @@ def main() -> None:
         f"source: {source.X.shape[0]} real windows x {source.X.shape[1]} features, "
         f"{np.unique(source.subject).size} subjects; fleet: {args.gateways} gateways x {args.windows} windows\n"
     )
-    results, duplicates = [], 0
+    results, seeds, duplicates = [], [], 0
     started = time.perf_counter()
     for seed in range(args.start, args.start + args.seeds):
-        done = run_seed(source, seed, args, epsilons)
+        done = run_seed(source, seed, args, epsilons, candidate)
         if done is None:
             print(f"seed {seed}: not all cached, left out", flush=True)
             continue
         result, dup = done
         results.append(result)
+        seeds.append(seed)
         duplicates += dup
         print(f"seed {seed} done ({time.perf_counter() - started:.0f} s)", flush=True)
     print(f"\nduplicated windows over all seeds: {duplicates}\n")
+    if not results:
+        print("no seed has every score cached: nothing to tabulate")
+        return
     reference = "FedSCS-XGB, histogram (no DP)"
     print(
         markdown_table(
@@ -375,6 +483,8 @@ def main() -> None:
             summarise(results, reference),
         )
     )
+    if candidate is not None:
+        print_candidate(results, seeds, epsilons, candidate)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"\n{len(results)} seeds, {time.perf_counter() - started:.0f} s, peak RSS {peak:.0f} MB")
 
