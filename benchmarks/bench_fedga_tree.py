@@ -3,6 +3,7 @@ installed packages, with the paper's protocol (§IV-A, Fig. 3 and 8, Eq. 3, Appe
 
     ulimit -v 4000000; nice .venv/bin/python benchmarks/bench_fedga_tree.py [--splits S] [--seeds R]
         [--generations G] [--datasets NAME ...] [--workers W] [--results FILE] [--quick]
+        [--clients 5,10,15,30] [--participation 0.5,0.25,0.1]
     .venv/bin/python benchmarks/bench_fedga_tree.py --from FILE   # the tables of saved (partial) results
 
 Data (nothing is downloaded; every set is in a wheel the dev extra installs):
@@ -35,6 +36,14 @@ paired tests: Wilcoxon's signed-rank test of the per-split Δ against 0 and of e
 seed-averaged FedGA score against its local score (clients of all splits). The splits run
 interleaved across the data sets and each finished split is appended to ``--results`` as one JSON
 line, so that ``--from`` tabulates a run that was cut short.
+
+Sweeps (the paper's Fig. 6, 7 and 10): ``--clients`` runs every listed N with full participation
+(Fig. 6, 10a); ``--participation`` runs every listed share c of clients active per generation at
+the data set's own N (Fig. 7, 10b) through FedGATree's ``active_fraction`` (the opening and each
+generation ask a random c share; a client asked for the first time joins with its structure;
+every client fits the final population). N stays as given even where it leaves a client fewer
+than 200 training samples; the table marks those rows. The IBM tree has no per-query
+participation: at c < 1 it is grown from one random c share of the clients (an emulation).
 """
 
 from __future__ import annotations
@@ -55,6 +64,8 @@ CLASSIFICATION = ("fair", "digits", "breast_cancer")
 REGRESSION = ("diabetes", "randhie")
 PAPER_CLIENTS = (20, 15, 10, 5)
 MIN_PER_CLIENT = 200
+SWEEP_CLIENTS = (5, 10, 15, 30)  # Fig. 6 and 10a
+SWEEP_PARTICIPATION = (0.5, 0.25, 0.1)  # Fig. 7 and 10b
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,18 @@ def n_clients(n_samples: int) -> int:
     the smallest one."""
     n_train = n_samples - n_samples // 10
     return next((n for n in PAPER_CLIENTS if n_train // n >= MIN_PER_CLIENT), PAPER_CLIENTS[-1])
+
+
+def per_client(n_samples: int, clients: int) -> int:
+    """The smallest client's training samples when 90 % of ``n_samples`` go to ``clients``."""
+    return (n_samples - n_samples // 10) // clients
+
+
+def ibm_share(clients: int, participation: float, split: int) -> np.ndarray:
+    """The clients that grow the IBM tree at participation ``participation``: a random share of
+    them, as many as FedGATree asks per generation (all at 1)."""
+    k = max(1, int(round(participation * clients)))
+    return np.sort(np.random.default_rng([split, clients]).choice(clients, size=k, replace=False))
 
 
 def deal(n_samples: int, clients: int, split: int) -> tuple[list[np.ndarray], np.ndarray]:
@@ -197,6 +220,17 @@ class SplitOutcome:
     nodes_federated: float
     nodes_local: float
     seconds: float
+    clients: int = 0  # N; 0 in records written before the sweeps: the number of local scores
+    participation: float = 1.0  # c
+
+    @property
+    def n(self) -> int:
+        """N, the clients of the split."""
+        return self.clients or self.local.size
+
+    @property
+    def setting(self) -> tuple[str, int, float]:
+        return self.name, self.n, self.participation
 
     def to_json(self) -> str:
         return json.dumps({k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in asdict(self).items()})
@@ -226,51 +260,73 @@ class SplitOutcome:
         return float(gains(np.full(self.local.shape, self.ibm), self.local, self.regression).mean())
 
 
-def run_split(name: str, split: int, seeds: int, generations: int) -> SplitOutcome:
+def run_split(
+    name: str,
+    split: int,
+    seeds: int,
+    generations: int,
+    clients: int | None = None,
+    participations: tuple[float, ...] = (1.0,),
+) -> list[SplitOutcome]:
+    """Split ``split`` of ``name`` dealt to ``clients`` (default :func:`n_clients`): the local
+    trees once, then per participation share the IBM tree and ``seeds`` FedGA-Tree runs."""
     import aggregator
     from aggregator.algorithms import FedGATree
     from aggregator.baselines import DPTree
 
     started = time.perf_counter()
     data = load(name)
-    parts, test = deal(data.y.size, n_clients(data.y.size), split)
+    n = clients or n_clients(data.y.size)
+    parts, test = deal(data.y.size, n, split)
     X = data.X.copy()
+    train_rows = np.concatenate(parts)
     if not data.regression:
-        train_rows = np.concatenate(parts)
         X[train_rows], X[test] = discretise(data.X[train_rows], data.X[test])
-    clients = [(X[p], data.y[p]) for p in parts]
+    fleet = [(X[p], data.y[p]) for p in parts]
     X_test, y_test = X[test], data.y[test]
-    ibm = None
-    if not data.regression:
-        train_rows = np.concatenate(parts)
-        dp = DPTree(max_depth=6, epsilon=1.0).fit(
-            clients, edges=bin_edges(X[train_rows]), classes=tuple(np.unique(data.y[train_rows]).tolist()), seed=split
-        )
-        ibm = score(False, y_test, dp.predict(X_test))
     local_scores, local_nodes = [], []
-    for k, (Xc, yc) in enumerate(clients):
+    for Xc, yc in fleet:
         tree = cv_tree(Xc, yc, data.regression, split)
         local_scores.append(score(data.regression, y_test, tree.predict(X_test)))
         local_nodes.append(int((tree.tree_.children_left >= 0).sum()))
+    shared_seconds = time.perf_counter() - started
     task = "regression" if data.regression else "classification"
-    federated, fed_nodes = np.zeros((seeds, len(clients))), []
-    for seed in range(seeds):
-        models = aggregator.simulate(FedGATree(task=task, generations=generations), clients, seed=seed)
-        for k in range(len(clients)):
-            model = models[f"client-{k:03d}"]
-            federated[seed, k] = score(data.regression, y_test, model.predict(X_test))
-            fed_nodes.append(int((model.trees[0].feature >= 0).sum()))
-    return SplitOutcome(
-        name,
-        split,
-        data.regression,
-        np.array(local_scores),
-        federated,
-        ibm,
-        float(np.mean(fed_nodes)),
-        float(np.mean(local_nodes)),
-        time.perf_counter() - started,
-    )
+    outcomes = []
+    for participation in participations:
+        started = time.perf_counter()
+        ibm = None
+        if not data.regression:
+            dp = DPTree(max_depth=6, epsilon=1.0).fit(
+                [fleet[k] for k in ibm_share(n, participation, split)],
+                edges=bin_edges(X[train_rows]),
+                classes=tuple(np.unique(data.y[train_rows]).tolist()),
+                seed=split,
+            )
+            ibm = score(False, y_test, dp.predict(X_test))
+        federated, fed_nodes = np.zeros((seeds, n)), []
+        algorithm = FedGATree(task=task, generations=generations, active_fraction=participation)
+        for seed in range(seeds):
+            models = aggregator.simulate(algorithm, fleet, seed=seed)
+            for k in range(n):
+                model = models[f"client-{k:03d}"]
+                federated[seed, k] = score(data.regression, y_test, model.predict(X_test))
+                fed_nodes.append(int((model.trees[0].feature >= 0).sum()))
+        outcomes.append(
+            SplitOutcome(
+                name,
+                split,
+                data.regression,
+                np.array(local_scores),
+                federated,
+                ibm,
+                float(np.mean(fed_nodes)),
+                float(np.mean(local_nodes)),
+                shared_seconds + time.perf_counter() - started,
+                n,
+                participation,
+            )
+        )
+    return outcomes
 
 
 def median_iqr(values: np.ndarray, digits: int = 2) -> str:
@@ -286,21 +342,24 @@ def wilcoxon_p(differences: np.ndarray) -> float:
     return 1.0 if not np.any(differences) else float(wilcoxon(differences).pvalue)
 
 
-def table(outcomes: list[SplitOutcome], samples: dict[str, tuple[int, int]]) -> str:
+def table(outcomes: list[SplitOutcome]) -> str:
+    """One row per data set, N and c: Δ and gain over the splits, their tests, the IBM tree's Δ
+    (classification), tree sizes and time."""
     rows = []
-    for name in dict.fromkeys(o.name for o in outcomes):
-        group = [o for o in outcomes if o.name == name]
+    for name, n, participation in sorted(dict.fromkeys(o.setting for o in outcomes), key=lambda s: (s[0], -s[2], s[1])):
+        group = [o for o in outcomes if o.setting == (name, n, participation)]
         deltas = np.array([o.delta for o in group])
         shares = 100 * np.array([o.gain for o in group])
         per_client_fed = np.concatenate([o.federated.mean(axis=0) for o in group])
         per_client_local = np.concatenate([o.local for o in group])
-        clients, per_client = samples[name]
+        samples = per_client(load(name).y.size, n)
         rows.append(
             [
                 name,
                 "MSE" if group[0].regression else "macro F1",
-                str(clients),
-                str(per_client),
+                str(n),
+                f"{100 * participation:.0f}",
+                f"{samples}" + (f" (< {MIN_PER_CLIENT})" if samples < MIN_PER_CLIENT else ""),
                 f"{len(group)} x {group[0].federated.shape[0]}",
                 median_iqr(deltas),
                 f"{deltas.mean():.2f}",
@@ -324,6 +383,7 @@ def table(outcomes: list[SplitOutcome], samples: dict[str, tuple[int, int]]) -> 
         "data",
         "score",
         "N",
+        "c %",
         "train/client",
         "splits x seeds",
         "Δ % median [IQR]",
@@ -339,6 +399,22 @@ def table(outcomes: list[SplitOutcome], samples: dict[str, tuple[int, int]]) -> 
     return markdown_table(headers, rows)
 
 
+def shares(text: str) -> tuple[float, ...]:
+    """``--participation``: comma-separated shares in (0, 1]."""
+    values = tuple(float(v) for v in text.split(","))
+    if not all(0 < v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"every share must be in (0, 1], got {text!r}")
+    return values
+
+
+def counts(text: str) -> tuple[int, ...]:
+    """``--clients``: comma-separated client counts >= 2."""
+    values = tuple(int(v) for v in text.split(","))
+    if not all(v >= 2 for v in values):
+        raise argparse.ArgumentTypeError(f"every client count must be >= 2, got {text!r}")
+    return values
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=description(__doc__))
     parser.add_argument("--splits", type=int, default=10, help="train/test splits per data set (paper: 10)")
@@ -351,6 +427,14 @@ def main() -> int:
     parser.add_argument("--results", type=Path, help="append each finished split here (JSON lines)")
     parser.add_argument("--from", dest="saved", type=Path, help="print the tables of saved results and stop")
     parser.add_argument("--quick", action="store_true", help="2 splits x 1 seed, 5 generations (smoke run)")
+    parser.add_argument(
+        "--clients", type=counts, help=f"sweep N with c = 100 %% (paper's Fig. 6: {','.join(map(str, SWEEP_CLIENTS))})"
+    )
+    parser.add_argument(
+        "--participation",
+        type=shares,
+        help=f"sweep c at the data set's own N (paper's Fig. 7: {','.join(map(str, SWEEP_PARTICIPATION))})",
+    )
     args = parser.parse_args()
     if args.quick:
         args.splits, args.seeds, args.generations = 2, 1, 5
@@ -364,42 +448,55 @@ def main() -> int:
         {"scikit-learn": sklearn.__version__, "statsmodels": statsmodels.__version__},
     )
     if args.saved:
-        outcomes = [SplitOutcome.from_json(line) for line in args.saved.read_text().splitlines() if line.strip()]
-        report(outcomes)
+        report([SplitOutcome.from_json(line) for line in args.saved.read_text().splitlines() if line.strip()])
         return 0
     print(
         f"- FedGATree defaults (Table II) except G = {args.generations}; {args.splits} splits x {args.seeds} "
-        f"GA seeds per data set; {args.workers} worker processes\n",
+        f"GA seeds per setting; {args.workers} worker processes\n",
         flush=True,
     )
     started = time.perf_counter()
-    jobs = [(name, split) for split in range(args.splits) for name in args.datasets]
-    outcomes = []
-    with ProcessPoolExecutor(args.workers) as pool:
-        futures = [pool.submit(run_split, name, split, args.seeds, args.generations) for name, split in jobs]
-        for future in futures:
-            outcomes.append(future.result())
+    # (clients or None for the data set's own N, participation shares); without sweeps: (None, (1,))
+    settings: list[tuple[int | None, tuple[float, ...]]] = [(n, (1.0,)) for n in args.clients or ()]
+    if args.participation:
+        settings.append((None, args.participation))
+    settings = settings or [(None, (1.0,))]
+    jobs = [
+        (name, split, args.seeds, args.generations, n, cs)
+        for split in range(args.splits)
+        for n, cs in settings
+        for name in args.datasets
+    ]
+    outcomes: list[SplitOutcome] = []
+
+    def record(done: list[SplitOutcome]) -> None:
+        for outcome in done:
+            outcomes.append(outcome)
             print(
-                f"  {outcomes[-1].name} split {outcomes[-1].split}: Δ {outcomes[-1].delta:+.2f} %, "
-                f"gain {100 * outcomes[-1].gain:.0f} %, {outcomes[-1].seconds:.0f} s",
+                f"  {outcome.name} N {outcome.n} c {100 * outcome.participation:.0f} % split {outcome.split}: "
+                f"Δ {outcome.delta:+.2f} %, gain {100 * outcome.gain:.0f} %, {outcome.seconds:.0f} s",
                 file=sys.stderr,
                 flush=True,
             )
             if args.results:
                 with args.results.open("a") as out:
-                    out.write(outcomes[-1].to_json() + "\n")
+                    out.write(outcome.to_json() + "\n")
+
+    if args.workers == 1:  # one process: no pool
+        for job in jobs:
+            record(run_split(*job))
+    else:
+        with ProcessPoolExecutor(args.workers) as pool:
+            for future in [pool.submit(run_split, *job) for job in jobs]:
+                record(future.result())
     report(outcomes)
     print(f"- total {time.perf_counter() - started:.0f} s wall clock")
     return 0
 
 
 def report(outcomes: list[SplitOutcome]) -> None:
-    """The classification and regression tables and the mean over the classification sets."""
-    samples = {}
-    for name in dict.fromkeys(o.name for o in outcomes):
-        n = load(name).y.size
-        clients = n_clients(n)
-        samples[name] = (clients, (n - n // 10) // clients)
+    """The classification and regression tables and the mean over the classification sets at the
+    paper's main setting (each set's own N, c = 100 %)."""
     for kind, names in (
         ("Classification (macro F1; Δ > 0 is better)", CLASSIFICATION),
         ("Regression (MSE; Δ < 0 is better)", REGRESSION),
@@ -407,9 +504,9 @@ def report(outcomes: list[SplitOutcome]) -> None:
         group = [o for o in outcomes if o.name in names]
         if group:
             print(f"### {kind}\n")
-            print(table(group, samples))
+            print(table(group))
             print()
-    cls = [o for o in outcomes if not o.regression]
+    cls = [o for o in outcomes if not o.regression and o.participation == 1 and o.n == n_clients(load(o.name).y.size)]
     if cls:
         by_set = {name: [o for o in cls if o.name == name] for name in dict.fromkeys(o.name for o in cls)}
         delta = np.mean([np.mean([o.delta for o in group]) for group in by_set.values()])
