@@ -21,8 +21,8 @@ configuration, participation rules, state, participants, errors), ``job_rounds``
 round: progress, metrics and the model grown so far -- what a restarted server resumes from),
 ``schedules`` and ``promotions`` (each promotion decision with its numbers), and
 ``privacy_ledger``: per attempt of a private job, what it spent per window on which gateways and
-window start times (``aggregator.privacy.ledger``), entered when the attempt starts and settled
-when it ends.
+window start times (``aggregator.privacy.ledger``), entered when the attempt starts, its releases
+recorded as they go out, and settled when it ends.
 
 Writes are serialised: SQLite transactions start ``BEGIN IMMEDIATE`` (one writer at a time;
 other processes' readers are not blocked in WAL mode, while one ``Registry`` object answers its
@@ -66,7 +66,7 @@ __all__ = [
 
 #: The newest Alembic revision (``aggregator/server/migrations/versions``); a database already
 #: there is opened without loading the migration scripts.
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 #: Key of the PostgreSQL advisory lock that serialises the registry's writers.
 _PG_WRITE_LOCK = 0x77_66_65_64  # "wfed"
 
@@ -408,6 +408,9 @@ def _tables():
         text("basis"),
         text("model"),
         sa.Column("created", sa.Float),
+        sa.Column("released_rho", sa.Float),
+        sa.Column("released_xi", sa.Float),
+        sa.Column("releases", sa.Integer),
     )
     return models, deployments, gateways, jobs, rounds, schedules, promotions, ledger
 
@@ -884,6 +887,20 @@ class Registry:
         t = self._ledger
         with self._tx() as c:
             c.execute(t.update().where(t.c.job_id == job_id, t.c.attempt == attempt).values(**values))
+
+    def record_releases(self, job_id: str, attempt: int, rho: float, xi: float, releases: int) -> None:
+        """Record what a running attempt has released so far (committed before this returns, so
+        before the release it announces goes out); refused (``RegistryError``) when the attempt
+        has no running entry."""
+        t = self._ledger
+        with self._tx() as c:
+            done = c.execute(
+                t.update()
+                .where(t.c.job_id == job_id, t.c.attempt == attempt, t.c.basis == "running")
+                .values(released_rho=rho, released_xi=xi, releases=releases)
+            )
+            if done.rowcount != 1:
+                raise RegistryError(f"job {job_id} attempt {attempt} has no running privacy ledger entry")
 
     def privacy_ledger(self, job_id: str | None = None) -> list[LedgerEntry]:
         """Every entry (of ``job_id`` if given), oldest first."""

@@ -9,13 +9,17 @@ compose by adding ``rho`` and ``xi``; Google's ``dp-accounting`` (its RDP accoun
 ``ZCDpEvent``) converts the total to ``(epsilon, delta)``. A training is given ``epsilon`` and
 ``delta`` and shares ``rho`` between kinds of release (opening, splits, leaves):
 :meth:`PrivacyBudget.mu` is the noise one release of a kind needs, charging its ``xi`` as if it
-were ``rho`` (safe: Renyi divergences of order ``alpha >= 1`` grow by ``xi + alpha rho``).
+were ``rho`` (safe: Renyi divergences of order ``alpha >= 1`` grow by ``xi + alpha rho``). A
+budget made under :func:`~aggregator.privacy.spending.recording_releases` reports every release to
+that log before it goes out (``spending``: the server's write-ahead ledger).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from .spending import ReleaseLog, current_log
 
 __all__ = ["PrivacyBudget", "PrivacySpent", "Release", "epsilon_of", "rho_for_epsilon", "skellam_release"]
 
@@ -135,6 +139,9 @@ class PrivacyBudget:
     shares: dict[str, float]
     releases: dict[str, int]
     spent_releases: list[Release] = field(default_factory=list)
+    #: Where the releases are recorded ahead of their requests (the log installed when the
+    #: budget was made, if any).
+    log: ReleaseLog | None = field(default_factory=current_log, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if set(self.shares) != set(self.releases):
@@ -150,16 +157,25 @@ class PrivacyBudget:
         needs: its ``rho + xi`` is what is left of the kind's share over the releases of that
         kind still to come, so a release that was not made (a node too small to split) leaves
         its budget to the next ones. Choosing each release's noise from earlier outputs with the
-        total fixed is sound for zCDP (a Renyi filter, Feldman and Zrnic 2021)."""
+        total fixed is sound for zCDP (a Renyi filter, Feldman and Zrnic 2021).
+
+        With a ``log``, the release is recorded there at this cost (every asked gateway
+        answering) before the noise is returned, i.e. before its requests can go out."""
         made = [r for r in self.spent_releases if r.kind == kind]
         left = self.releases[kind] - len(made)
         if left < 1:
             raise ValueError(f"the training planned {self.releases[kind]} {kind} releases and makes more")
         remaining = self.rho * self.shares[kind] - sum(r.rho + r.xi for r in made)
-        return (l2 * l2 / 2.0 + 0.75 * l1) / max(remaining / left, 1e-300)
+        mu = (l2 * l2 / 2.0 + 0.75 * l1) / max(remaining / left, 1e-300)
+        if self.log is not None and mu > 0:
+            self.log.asking(self, skellam_release(kind, l2, l1, mu))
+        return mu
 
     def spend(self, release: Release) -> None:
+        """Account ``release`` (decoded; its cost with the gateways that answered)."""
         self.spent_releases.append(release)
+        if self.log is not None:
+            self.log.spent(self, release)
 
     def spent(self) -> PrivacySpent:
         rho = sum(r.rho for r in self.spent_releases)

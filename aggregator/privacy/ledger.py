@@ -19,10 +19,13 @@ when new windows have the full budget (:class:`BudgetExceeded`).
 
 The entries are what the server records (``aggregator.server.service``): a private job's attempt
 is entered when it starts with its planned spending (``basis`` ``"running"``; without a range its
-``until_us`` is open: it may use every window to come) and settled when it ends -- with what its
-model's metadata says it spent (``"spent"``: ``dp_rho``, ``dp_xi``), or with its plan when it
-ended without a model (``"planned"``: failed, cancelled or cut short, its releases were made all
-the same).
+``until_us`` is open: it may use every window to come). While it runs, every release is recorded
+in the entry before its request goes out (``released_rho``, ``released_xi``, ``releases``:
+``aggregator.privacy.spending``). It is settled when it ends -- with what its model's metadata
+says it spent (``"spent"``: ``dp_rho``, ``dp_xi``), or, ended without a model (failed, cancelled,
+cut short by a stopped or killed server), with what it released (``"spent"`` with no model: the
+record, each release in flight counted). An entry without that record (``releases`` None: entered
+by a server before it) is settled with its plan (``"planned"``).
 """
 
 from __future__ import annotations
@@ -81,8 +84,10 @@ class PrivacyCap:
 class LedgerEntry:
     """One attempt of a private job: what it spent per window on ``gateways`` x ``[since_us,
     until_us)``. ``basis`` is ``"running"`` (its plan, while it runs), ``"spent"`` (its model's
-    metadata) or ``"planned"`` (its plan: it ended without a model). ``epsilon`` is the job's own,
-    at its ``delta``."""
+    metadata, or without a model what it released) or ``"planned"`` (its plan: it ended without
+    a model and without a record of its releases). ``epsilon`` is the job's own, at its
+    ``delta``. ``released_rho``, ``released_xi`` and ``releases``: what it had released, written
+    ahead of each release (None: no record)."""
 
     job_id: str
     attempt: int
@@ -96,6 +101,9 @@ class LedgerEntry:
     basis: str
     model: str = ""
     created: float = 0.0
+    released_rho: float | None = None
+    released_xi: float | None = None
+    releases: int | None = None
 
     @property
     def open(self) -> bool:

@@ -26,11 +26,14 @@ A private job (its algorithm's ``protocol`` is ``"private"``) is checked against
 (``PrivacyCap``: the most epsilon any window may spend over its lifetime) when it is submitted --
 with every private job queued or starting counted as planned -- and again when an attempt starts; one
 over the cap is refused with the ledger's one line (``aggregator.privacy.ledger.check_job``). An
-attempt is entered in the ledger when it starts (its plan, on every window to come) and settled
-when it ends: with what its model's metadata says it spent (``dp_rho``, ``dp_xi``) on the
-participants' windows up to then, or with its plan when it ended without a model (its releases
-were made all the same). An attempt cut short by a stopped server stays open until the next
-attempt starts. A schedule whose job the cap refuses because older windows have spent their
+attempt is entered in the ledger when it starts (its plan, on every window to come); each of its
+releases is committed to the entry before its request goes out (``aggregator.privacy.spending``,
+installed around the fit); it is settled when it ends: with what its model's metadata says it
+spent (``dp_rho``, ``dp_xi``) on the participants' windows up to then, or, ended without a model,
+with what it released (a release in flight counted). An attempt cut short by a stopped or killed
+server stays open until the next attempt starts; a resumed attempt is entered with its own plan
+(FedSCS-XGB re-reads the fleet and spends its whole budget on the rounds left; a private
+FedForest starts over). A schedule whose job the cap refuses because older windows have spent their
 budget trains on the windows that have all of it (the refusal's ``since``); one refused
 otherwise is skipped: one logged line, and its ``note`` says why until a later run starts.
 
@@ -79,6 +82,7 @@ from ..evaluation import Evaluation, NoHeldOutData, evaluate_federated, evaluate
 from ..feature_sets import FeatureSetChoice, survey_feature_sets
 from ..fleet_status import GatewayRow, fold_statuses
 from ..jobs import Checkpoint, FederatedJob, JobSettings, StepProgress, TrainingError
+from ..privacy import Released, ReleaseLog, epsilon_of, recording_releases
 from ..privacy.ledger import BudgetExceeded, GatewayBudget, LedgerEntry, PlannedJob, PrivacyCap, budget_of, check_job
 from ..registry import JobRecord, JobRules, Registry, RegistryError, ScheduleRecord, iso_utc, micros
 from ..rounds import QuorumNotReached, RoundEngine
@@ -526,11 +530,15 @@ class JobRunner:
             self.registry.privacy_ledger(), self._known_gateways(), cap.epsilon, cap.delta, segments=segments
         )
 
-    def _enter_privacy(self, job: JobRecord, attempt: int, clients: list[str]) -> None:
-        """For a private job: settle an earlier attempt a stopped server left running (with its
-        plan), check the cap again (a ``BudgetExceeded`` fails the job) and enter this attempt."""
+    def _enter_privacy(self, job: JobRecord, attempt: AttemptPlan, clients: list[str]) -> None:
+        """For a private job: settle an earlier attempt a stopped server left running (with what
+        it released), check the cap again (a ``BudgetExceeded`` fails the job) and enter this
+        attempt with its plan and an empty record of its releases. An attempt that only
+        registers the model an earlier one grew (``finished``) releases nothing: it is not
+        entered, and the earlier attempt is settled with the model's metadata when it is
+        registered."""
         plan = planned_privacy(build_algorithm(job.algorithm, job.config))
-        if plan is None:
+        if plan is None or attempt.finished:
             return
         self._settle_privacy(job)
         since, until = job.rules.since_us, job.rules.until_us
@@ -540,7 +548,7 @@ class JobRunner:
             self.registry.add_privacy(
                 LedgerEntry(
                     job.job_id,
-                    attempt,
+                    attempt.attempt,
                     tuple(clients),
                     since,
                     until,
@@ -550,12 +558,15 @@ class JobRunner:
                     plan[0],
                     "running",
                     created=time.time(),
+                    released_rho=0.0,
+                    released_xi=0.0,
+                    releases=0,
                 )
             )
         log.info(
             "privacy ledger: job %s attempt %d entered (plan: epsilon %g at delta %g on %s)",
             job.job_id,
-            attempt,
+            attempt.attempt,
             plan[0],
             plan[1],
             ", ".join(clients),
@@ -566,7 +577,9 @@ class JobRunner:
         self, job: JobRecord, *, model: TreeEnsemble | None = None, label: str = "", gateways: list[str] | None = None
     ) -> None:
         """Settle ``job``'s running entry: on its participants' windows up to now (or its range's
-        end), with what ``model``'s metadata says it spent, else with its plan."""
+        end), with what ``model``'s metadata says it spent, else with what it released (each
+        release recorded before it went out), else (no record: entered by an older server) with
+        its plan."""
         until = job.rules.until
         for entry in self.registry.privacy_ledger(job.job_id):
             if entry.basis != "running":
@@ -578,6 +591,9 @@ class JobRunner:
             if gateways:
                 values["gateways"] = gateways
             meta = model.metadata if model is not None else {}
+            if entry.releases is not None and entry.released_rho is not None and entry.released_xi is not None:
+                rho, xi = entry.released_rho, entry.released_xi
+                values.update(rho=rho, xi=xi, epsilon=epsilon_of(rho, xi, entry.delta), basis="spent")
             if "dp_rho" in meta:
                 values.update(
                     rho=float(meta["dp_rho"]),
@@ -589,14 +605,25 @@ class JobRunner:
                 )
             self.registry.settle_privacy(job.job_id, entry.attempt, **values)
             log.info(
-                "privacy ledger: job %s attempt %d settled (%s, epsilon %.4g at delta %g)",
+                "privacy ledger: job %s attempt %d settled (%s%s, epsilon %.4g at delta %g)",
                 job.job_id,
                 entry.attempt,
                 values["basis"],
+                "" if "model" in values or entry.releases is None else f": {entry.releases} releases",
                 values.get("epsilon", entry.epsilon),
                 values.get("delta", entry.delta),
                 extra={"job": job.job_id},
             )
+
+    def _release_log(self, job_id: str, attempt: int) -> ReleaseLog:
+        """The write-ahead log of the attempt's releases: each one is committed to its running
+        ledger entry before its request goes out (``aggregator.privacy.spending``). A job that
+        makes no private release (or has no entry) never writes."""
+
+        def write(released: Released) -> None:
+            self.registry.record_releases(job_id, attempt, released.rho, released.xi, released.releases)
+
+        return ReleaseLog(write)
 
     def cancel(self, job_id: str) -> JobRecord:
         job = self.registry.job(job_id)
@@ -737,7 +764,8 @@ class JobRunner:
                     feature_set=choice.version,
                     resume_state=plan.own_state,
                 )
-                model = algorithm.fit(fed, seed=job.rules.seed)
+                with recording_releases(self._release_log(job_id, plan.attempt)):
+                    model = algorithm.fit(fed, seed=job.rules.seed)
             if self._stop.is_set() and fed.stopped is not None:
                 if job_id in self._cancelled:
                     raise JobCancelled
@@ -761,7 +789,7 @@ class JobRunner:
         if job.participants:
             self.tracker.wait_online(clients, self.presence_wait_s)
         history = [*job.history, {"attempt": attempt, "started": time.time(), "from_step": base}]
-        self._enter_privacy(job, attempt, clients)  # first: who sees the job running sees its ledger entry
+        self._enter_privacy(job, plan, clients)  # first: who sees the job running sees its ledger entry
         self.registry.update_job(job_id, state="running", attempt=attempt, participants=clients, history=history)
         if attempt > 1 or base:
             # a warning: shown at the CLI's default level (a stopped or killed server left it running)

@@ -2,7 +2,7 @@
 it spent, on its participants' windows; ``/api/privacy`` shows per gateway the lifetime epsilon
 of the most-used window and what is left; a job that would take a window past the cap is refused
 in one line (409), and one on the windows the line names starts; a failed private job is charged
-its plan; a schedule over the cap is skipped with a note; the ledger persists on SQLite and
+what it released; a schedule over the cap is skipped with a note; the ledger persists on SQLite and
 PostgreSQL and an older registry gains it."""
 
 from __future__ import annotations
@@ -111,16 +111,19 @@ def test_queued_private_jobs_count_and_a_cap_change_refuses_at_start(tmp_path) -
         )
         api.post(f"/api/jobs/{long['job_id']}/cancel")
         assert wait_job(server, long["job_id"]).state == "cancelled"
-        # the cancelled job's releases were made: it is charged its whole plan
+        # the cancelled job is charged what it released (each release recorded before it went
+        # out), not its whole plan
         [charged] = server.registry.privacy_ledger()
-        assert charged.basis == "planned" and charged.rho == rho_for_epsilon(7.0, 1e-6) and charged.until_us
+        assert (charged.basis, charged.model) == ("spent", "") and charged.until_us and charged.releases
+        assert (charged.rho, charged.xi) == (charged.released_rho, charged.released_xi)
+        assert 0 < charged.rho + charged.xi < rho_for_epsilon(7.0, 1e-6)
         # a job queued under a cap that a restarted server lowered is refused when it starts
         busy = api.post(
             "/api/jobs", json={"model_id": "h", "config": {**PRIVATE, "n_rounds": 200, "protocol": "histogram"}}
         ).json()
         server.runner.privacy_cap = PrivacyCap(100.0)
         queued = api.post("/api/jobs", json={"model_id": "c", "config": PRIVATE}).json()
-        server.runner.privacy_cap = PrivacyCap(8.0)
+        server.runner.privacy_cap = PrivacyCap(7.0)  # room for 7 alone, not with what the cancelled job spent
         api.post(f"/api/jobs/{busy['job_id']}/cancel")
         failed = wait_job(server, queued["job_id"])
         assert failed.state == "failed" and failed.error.startswith("refused: a job of epsilon 7")
@@ -271,11 +274,12 @@ def test_a_registry_at_revision_0003_gains_the_ledger_and_keeps_its_schedules(re
         assert registry.schedule("nightly").note == "" and registry.privacy_ledger() == []
 
 
-@pytest.mark.parametrize("cap, state", [(100.0, "completed"), (10.0, "failed")])
-def test_an_attempt_cut_short_by_a_stopped_server_keeps_its_plan(tmp_path, cap, state) -> None:
+@pytest.mark.parametrize("cap, state", [(100.0, "completed"), (7.0, "failed")])
+def test_an_attempt_cut_short_by_a_stopped_server_is_charged_what_it_released(tmp_path, cap, state) -> None:
     """The server stops mid-job (the job stays running) and a new one resumes it: the first
-    attempt's releases were made, so it is settled with its plan before the second is entered --
-    under the default cap two attempts of epsilon 7 do not fit, and the resume is refused."""
+    attempt is settled with the releases it recorded before they went out -- far less than its
+    plan -- before the second is entered; under a cap of 7 the second attempt's plan of 7 does
+    not fit beside them, and the resume is refused."""
     from aggregator.server.service import JobRunner
 
     clients = fleet_data(n_clients=3)
@@ -289,6 +293,7 @@ def test_an_attempt_cut_short_by_a_stopped_server_keeps_its_plan(tmp_path, cap, 
         assert server.registry.job(job["job_id"]).state == "running"
         [first] = server.registry.privacy_ledger()
         assert (first.attempt, first.basis, first.until_us) == (1, "running", None)
+        assert first.rho == rho_for_epsilon(7.0, 1e-6) and first.releases and first.released_rho
         stopped = time.time()
         server.runner = JobRunner(
             server.registry, server.engine, server.tracker, settings=server.runner.settings, privacy_cap=PrivacyCap(cap)
@@ -297,9 +302,16 @@ def test_an_attempt_cut_short_by_a_stopped_server_keeps_its_plan(tmp_path, cap, 
         ended = wait_job(server, job["job_id"])
         assert ended.state == state, ended.error
         entries = server.registry.privacy_ledger()
-        assert (entries[0].attempt, entries[0].basis) == (1, "planned") and entries[0].until_us >= stopped * 1e6
-        assert entries[0].rho == rho_for_epsilon(7.0, 1e-6)
+        assert (entries[0].attempt, entries[0].basis, entries[0].model) == (1, "spent", "")
+        assert entries[0].until_us >= stopped * 1e6
+        assert (entries[0].rho, entries[0].xi, entries[0].releases) == (
+            first.released_rho,
+            first.released_xi,
+            first.releases,
+        )
+        assert entries[0].epsilon == epsilon_of(first.released_rho, first.released_xi, 1e-6) < 7.0
         if state == "completed":
-            assert [(e.attempt, e.basis) for e in entries] == [(1, "planned"), (2, "spent")]
+            assert [(e.attempt, e.basis) for e in entries] == [(1, "spent"), (2, "spent")]
+            assert entries[1].model == ended.result
         else:
             assert len(entries) == 1 and ended.error.startswith("refused: a job of epsilon 7")
