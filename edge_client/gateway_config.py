@@ -57,7 +57,7 @@ import tomllib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from edge_client.cli.arguments import (
     existing_file,
@@ -68,6 +68,9 @@ from edge_client.cli.arguments import (
     positive_float,
     positive_int,
 )
+
+if TYPE_CHECKING:
+    from edge_client.engines import EnginePreference
 
 __all__ = [
     "ConfigError",
@@ -90,7 +93,7 @@ MIN_FREE_BYTES = 100 * 1024 * 1024
 #: A certificate expiring sooner than this is mentioned in the ``--check`` summary.
 EXPIRY_NOTICE = timedelta(days=30)
 
-ENGINES = ("auto", "numpy", "tflite")
+ENGINES: tuple[EnginePreference, ...] = ("auto", "numpy", "tflite")
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _PLAIN_PORT, _TLS_PORT = 1883, 8883
 #: How long ``--check`` waits for the broker's verdict on the client certificate.
@@ -127,7 +130,7 @@ class GatewaySettings:
     model_dir: Path | None = None
     trust: tuple[Path, ...] = ()
     party_key_file: Path | None = None  # the secret a person's gateways share for vertical jobs
-    engine: str = "auto"
+    engine: EnginePreference = "auto"
     alerts: Path | None = None
     publish_every: float = 10.0
     stats_every: float = 10.0

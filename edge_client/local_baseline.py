@@ -39,8 +39,8 @@ def cross_validated_depth(
     1
     """
     depths = np.arange(1, max_depth + 1)
-    folds = np.array_split(np.random.default_rng(seed).permutation(X.shape[0]), folds)
-    scores = cv_scores(X, target, folds, depths, regression=regression, n_classes=n_classes)
+    held_out = np.array_split(np.random.default_rng(seed).permutation(X.shape[0]), folds)
+    scores = cv_scores(X, target, held_out, depths, regression=regression, n_classes=n_classes)
     return int(depths[int(np.argmax(scores.mean(axis=0)))])
 
 

@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -118,6 +118,15 @@ class TrainingData(Protocol):
     def holdout(self, feature_set_version: str) -> LabelledData:
         """Labelled windows kept out of training, for federated evaluation (``NoTrainingData``
         when the client keeps none)."""
+        ...
+
+
+@runtime_checkable
+class PartySource(Protocol):
+    """A data source that can be a vertical party (``PartyData``, ``StoreTrainingData``)."""
+
+    def party_windows(self, feature_set_version: str) -> PartyWindows:
+        """The windows of ``feature_set_version`` this party holds, labelled or not."""
         ...
 
 

@@ -27,11 +27,13 @@ tree at depth 15 costs only the nodes that exist.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from shared.model import Tree, TreeEnsemble
+from shared.model.ensemble import ClassLabel, MetadataValue
 from shared.tree_encoding import NIL, layout, string_length
 
 __all__ = [
@@ -149,7 +151,7 @@ def grow(samples: Samples, depth: int, structures: np.ndarray | None = None) -> 
     """
     n, n_features = samples.X.shape
     n_trees = 1 if structures is None else structures.shape[0]
-    slot_of_heap = layout(depth).slot_of_heap if structures is not None else None
+    constraint = None if structures is None else (structures, layout(depth).slot_of_heap)
     S = samples.terms.shape[1]
     stride = 1 << (depth + 1)
     # every (tree, sample) entry still in an internal-candidate node: its tree and node
@@ -175,13 +177,14 @@ def grow(samples: Samples, depth: int, structures: np.ndarray | None = None) -> 
             impurity = 1.0 - (value**2).sum(axis=1)
         g_tree, g_heap = tree[starts], heap[starts]
         may_split = (count >= 2) & (impurity > _EPSILON) & (level < depth)
-        if structures is None:
+        if constraint is None:
             pair_group = np.repeat(np.flatnonzero(may_split), n_features)
             pair_feature = np.tile(np.arange(n_features), int(may_split.sum()))
         else:
             required = np.full(g_heap.shape, NIL)
             inside = g_heap < (1 << depth)
-            required[inside] = structures[g_tree[inside], slot_of_heap[g_heap[inside]]]
+            strings, slot_of_heap = constraint
+            required[inside] = strings[g_tree[inside], slot_of_heap[g_heap[inside]]]
             may_split &= required != NIL
             pair_group = np.flatnonzero(may_split)
             pair_feature = required[pair_group]
@@ -340,9 +343,16 @@ def to_strings(grown: Grown, depth: int) -> np.ndarray:
     return out
 
 
-def to_ensemble(grown: Grown, t: int, **model: object) -> TreeEnsemble:
-    """Tree ``t`` as a ``kind="single"`` WheelFed model (nodes in heap order; ``model`` holds
-    ``feature_names``, ``classes``, ``feature_set_version``, ``metadata``)."""
+def to_ensemble(
+    grown: Grown,
+    t: int,
+    *,
+    feature_names: Iterable[str],
+    classes: Iterable[ClassLabel] = (),
+    feature_set_version: str = "",
+    metadata: Mapping[str, MetadataValue] | None = None,
+) -> TreeEnsemble:
+    """Tree ``t`` as a ``kind="single"`` WheelFed model (nodes in heap order)."""
     rows = np.flatnonzero(grown.key // grown.stride == t)
     heap = grown.key[rows] % grown.stride
     index = {int(h): i for i, h in enumerate(heap.tolist())}
@@ -352,10 +362,16 @@ def to_ensemble(grown: Grown, t: int, **model: object) -> TreeEnsemble:
     tree = Tree.from_arrays(
         feature, np.where(feature != NIL, grown.threshold[rows], 0.0), left, right, grown.value[rows]
     )
-    classes = tuple(model.pop("classes", ()))  # type: ignore[arg-type]
     return TreeEnsemble(
-        trees=(tree,), kind="single", link="identity", n_outputs=grown.value.shape[1], classes=classes, **model
-    )  # type: ignore[arg-type]
+        trees=(tree,),
+        kind="single",
+        link="identity",
+        n_outputs=grown.value.shape[1],
+        feature_names=feature_names,
+        classes=tuple(classes),
+        feature_set_version=feature_set_version,
+        metadata={} if metadata is None else metadata,
+    )
 
 
 def cv_scores(

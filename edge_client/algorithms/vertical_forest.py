@@ -85,7 +85,7 @@ from ..dispatcher import Dispatcher, RequestRejected
 from ..models import _write_atomically
 from ..secure_aggregation import SecureAggregationClient
 from ..store import PredictionBatch, PredictionMark, WindowStore
-from ..training_data import JobSnapshots, NoTrainingData, PartyWindows, label_strings
+from ..training_data import JobSnapshots, NoTrainingData, PartySource, PartyWindows, label_strings
 
 log = logging.getLogger(__name__)
 
@@ -169,32 +169,55 @@ class NodeRows:
     count: np.ndarray
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
+class _OpenLevel:
+    """The level a training job last evaluated (``on_level``): its open nodes ``(tree[i],
+    node[i])`` and this party's best split at each (``best_feature`` < 0: none here)."""
+
+    level: int
+    tree: np.ndarray
+    node: np.ndarray
+    best_feature: np.ndarray
+    best_threshold: np.ndarray
+
+
+@dataclass(eq=False)
+class _Growth:
+    """A training job's state from its setup (``on_setup``) on."""
+
+    task: VerticalTask
+    X: np.ndarray  # the aligned rows' features (this party's columns)
+    codes: np.ndarray  # codes[column]: the id the master knows the column by (``feature_codes``)
+    columns: np.ndarray  # columns[code]: the inverse
+    weight: np.ndarray  # (n_trees, n) bootstrap multiplicities
+    node: np.ndarray  # (n_trees, n) heap id of each row's node, -1: not drawn
+    root_weight: np.ndarray
+    own_labels: np.ndarray | None = None  # label holder: class ids / targets of the aligned rows
+    labels: np.ndarray | None = None  # every party, once opened: class ids / targets of the aligned rows
+    open: _OpenLevel | None = None
+    splits: dict[tuple[int, int], OwnSplit] = field(default_factory=dict)  # by (tree, node): the splits it won
+    structure: list[tuple[int, int]] = field(default_factory=list)  # every (tree, node) that split
+    applied_level: int = -1
+
+
+@dataclass(eq=False)
 class _PartyJob:
-    """One job's state on one party."""
+    """One job's state on one party: its alignment, then a training job's ``growth`` or a
+    prediction job's aligned windows (``X``, ``predicted``)."""
 
     windows: PartyWindows
     offered: np.ndarray  # rows of ``windows`` offered at alignment (on the grid)
     classes: tuple[str, ...]
-    task: VerticalTask | None = None
-    X: np.ndarray | None = None
-    codes: np.ndarray | None = None  # codes[column]: the id the master knows the column by (``feature_codes``)
-    columns: np.ndarray | None = None  # columns[code]: the inverse
-    own_labels: np.ndarray | None = None  # label holder: class ids / targets of the aligned rows
-    labels: np.ndarray | None = None  # every party, once opened: class ids / targets of the aligned rows
-    weight: np.ndarray | None = None  # (n_trees, n) bootstrap multiplicities
-    node: np.ndarray | None = None  # (n_trees, n) heap id of each row's node, -1: not drawn
-    root_weight: np.ndarray | None = None
-    level: int = -1
-    open_tree: np.ndarray | None = None
-    open_node: np.ndarray | None = None
-    best_feature: np.ndarray | None = None
-    best_threshold: np.ndarray | None = None
-    splits: dict[tuple[int, int], OwnSplit] = field(default_factory=dict)  # by (tree, node): the splits it won
-    structure: list[tuple[int, int]] = field(default_factory=list)  # every (tree, node) that split
-    applied_level: int = -1
+    growth: _Growth | None = None
     live: _LiveWindows | None = None
+    X: np.ndarray | None = None  # prediction: the aligned windows' features
     predicted: np.ndarray | None = None  # prediction: rows of ``windows`` in aligned order
+
+    def grown(self) -> _Growth:
+        """The training state (``on_setup`` came first), else a clear refusal."""
+        if self.growth is None:
+            raise RequestRejected("resync", "this vertical job was not set up here; the job must start again")
+        return self.growth
 
 
 # -- window identity: the only places the party reads a window's id -----------------------------------
@@ -317,13 +340,13 @@ class VerticalForestClient:
                 "the digest the signed manifest names for it",
             )
 
-    def _write_record(self) -> None:
+    def _write_record(self, folder: Path) -> None:
         # predicted_until_us: marks from before the store kept them (read, never moved)
         record = {
             "versions": dict(sorted(self._accepted.items())),
             "predicted_until_us": dict(sorted(self._predicted_until.items())),
         }
-        _write_atomically(self.setup.model_dir / DEPLOYED_DIR / RECORD, (json.dumps(record, indent=1) + "\n").encode())
+        _write_atomically(folder / RECORD, (json.dumps(record, indent=1) + "\n").encode())
 
     def on_deploy(self, message: Message) -> Ack:
         """Keep the partial trees of the manifest's job as a deployed model (see the module
@@ -366,7 +389,7 @@ class VerticalForestClient:
         )
         _write_atomically(folder / f"{manifest.model_id}.cbor", data)
         self._accepted[manifest.model_id] = manifest.version
-        self._write_record()
+        self._write_record(folder)
         self.deployed[manifest.model_id] = DeployedForest(manifest, trees)
         log.info("vertical model deployed", extra={"model": self.deployed[manifest.model_id].label})
         return Ack("deployed")
@@ -420,7 +443,7 @@ class VerticalForestClient:
         self._jobs.move_to_end(message.envelope.job)  # the oldest idle job goes first
         return state
 
-    def _rows_at(self, state: _PartyJob, tree: np.ndarray, node: np.ndarray) -> NodeRows:
+    def _rows_at(self, state: _Growth, tree: np.ndarray, node: np.ndarray) -> NodeRows:
         """The (tree, row) entries of nodes ``(tree[i], node[i])`` (rows with a positive draw)."""
         if not np.size(node):
             empty = np.zeros(0, dtype=np.int64)
@@ -436,7 +459,7 @@ class VerticalForestClient:
         idx = np.repeat(lo - np.r_[0, np.cumsum(counts)[:-1]], counts) + np.arange(counts.sum())
         return NodeRows(t_all[idx], r_all[idx], counts)
 
-    def _apply(self, message: Message, state: _PartyJob, partitions: tuple[SealedPartition, ...], level: int) -> None:
+    def _apply(self, message: Message, state: _Growth, partitions: tuple[SealedPartition, ...], level: int) -> None:
         """Move the rows of the previous level's split nodes to their children."""
         if state.applied_level >= level - 1:
             return
@@ -465,12 +488,13 @@ class VerticalForestClient:
         if body.live_model:
             windows, live = self._live_windows(body)
         else:
+            source = self.source
+            if not isinstance(source, PartySource):
+                raise RequestRejected("unsupported", "this gateway's data source holds no party windows")
             try:
-                windows = self.source.party_windows(body.feature_set_version)
+                windows = source.party_windows(body.feature_set_version)
             except NoTrainingData as exc:
                 raise RequestRejected(exc.code, str(exc), exc.feature_sets) from None
-            except AttributeError:
-                raise RequestRejected("unsupported", "this gateway's data source holds no party windows") from None
         if body.hop_us:
             snapped = snap_starts(windows.start_us, body.hop_us, body.tolerance_us)
             starts, offered = snapped.starts, np.flatnonzero(snapped.on_grid)
@@ -530,13 +554,18 @@ class VerticalForestClient:
         rows = state.offered[body.keep]
         w = state.windows
         rows = _in_aligned_order(w, rows)
-        state.task = body.task
-        state.X = w.X[rows]
-        state.codes = feature_codes(self._key(), message.envelope.job, body.task.party, state.X.shape[1])
-        state.columns = np.argsort(state.codes)
-        state.weight = body.bootstrap.astype(np.float64)
-        state.node = np.where(state.weight > 0, 0, -1).astype(np.int64)
-        state.root_weight = state.weight.sum(axis=1)
+        X = w.X[rows]
+        codes = feature_codes(self._key(), message.envelope.job, body.task.party, X.shape[1])
+        weight = body.bootstrap.astype(np.float64)
+        growth = state.growth = _Growth(
+            body.task,
+            X,
+            codes,
+            np.argsort(codes),
+            weight,
+            np.where(weight > 0, 0, -1).astype(np.int64),
+            weight.sum(axis=1),
+        )
         sealed = b""
         if w.y is not None:
             if body.task.task == "classification":
@@ -547,13 +576,13 @@ class VerticalForestClient:
                     raise RequestRejected("bad_data", "a window's label is not among the classes offered at alignment")
             else:
                 labels = np.asarray(w.y[rows], dtype=np.float64)
-            state.own_labels = state.labels = labels
+            growth.own_labels = growth.labels = labels
             sealed = self._key().seal(labels.tobytes(), associated=labels_context(message.envelope.job))
         return VerticalSetupReply(int(rows.size), sealed)
 
     def on_level(self, message: Message) -> VerticalLevelReply:
         body: VerticalLevelRequest = message.body
-        state = self._job(message)
+        state = self._job(message).grown()
         task = state.task
         if state.labels is None:  # a party without labels: the label holder's copy, relayed sealed
             if not body.sealed_labels:
@@ -568,6 +597,7 @@ class VerticalForestClient:
             ):
                 raise RequestRejected("bad_labels", "the labels do not fit this party's windows")
             state.labels = labels
+        labels = state.labels
         self._apply(message, state, body.partitions, body.level)
         n_nodes = body.node_id.shape[0]
         at_nodes = self._rows_at(state, body.node_tree, body.node_id)
@@ -583,7 +613,7 @@ class VerticalForestClient:
             rows,
             node_pos,
             state.weight[trees, rows],
-            state.labels,
+            labels,
             task.n_classes,
             wanted,
             state.root_weight[body.node_tree],
@@ -591,8 +621,7 @@ class VerticalForestClient:
             min_samples_split=task.min_samples_split,
             min_samples_leaf=task.min_samples_leaf,
         )
-        state.level, state.open_tree, state.open_node = body.level, body.node_tree, body.node_id
-        state.best_feature, state.best_threshold = local.feature, local.threshold
+        state.open = _OpenLevel(body.level, body.node_tree, body.node_id, local.feature, local.threshold)
         has = np.isfinite(local.gain)
         return VerticalLevelReply(
             has.astype(np.uint8),
@@ -602,23 +631,26 @@ class VerticalForestClient:
 
     def on_partition(self, message: Message) -> VerticalPartitionReply:
         body: VerticalPartitionRequest = message.body
-        state = self._job(message)
-        if body.level != state.level:
-            raise RequestRejected("resync", f"holds level {state.level}, not {body.level}")
-        position = {k: i for i, k in enumerate(_pack_key(state.open_tree, state.open_node).tolist())}
+        state = self._job(message).grown()
+        open_level = state.open
+        if open_level is None or body.level != open_level.level:
+            held = -1 if open_level is None else open_level.level
+            raise RequestRejected("resync", f"holds level {held}, not {body.level}")
+        position = {k: i for i, k in enumerate(_pack_key(open_level.tree, open_level.node).tolist())}
         try:
             at = np.array([position[k] for k in _pack_key(body.node_tree, body.node_id).tolist()], dtype=np.int64)
         except KeyError:
             raise RequestRejected("bad_request", "partition asked for a node that is not open") from None
-        if (state.best_feature[at] < 0).any():
+        best_feature, best_threshold = open_level.best_feature, open_level.best_threshold
+        if (best_feature[at] < 0).any():
             raise RequestRejected("bad_request", "partition asked for a node where this party has no split")
         at_nodes = self._rows_at(state, body.node_tree, body.node_id)
         rows, counts = at_nodes.row, at_nodes.count
-        feature = np.repeat(state.best_feature[at], counts)
-        threshold = np.repeat(state.best_threshold[at], counts)
+        feature = np.repeat(best_feature[at], counts)
+        threshold = np.repeat(best_threshold[at], counts)
         go_left = state.X[rows, feature] <= threshold
         for t, n, i in zip(body.node_tree.tolist(), body.node_id.tolist(), at.tolist()):
-            state.splits[(t, n)] = OwnSplit(int(state.best_feature[i]), float(state.best_threshold[i]))
+            state.splits[(t, n)] = OwnSplit(int(best_feature[i]), float(best_threshold[i]))
         bits = np.packbits(go_left).tobytes()
         return VerticalPartitionReply(
             self._key().seal(bits, associated=partition_context(message.envelope.job, body.level, state.task.party))
@@ -626,7 +658,7 @@ class VerticalForestClient:
 
     def on_finish(self, message: Message) -> VerticalFinishReply:
         body: VerticalFinishRequest = message.body
-        state = self._job(message)
+        state = self._job(message).grown()
         self._apply(message, state, body.partitions, body.level)
         forest = self._partial_forest(state)
         digest = partial_digest(message.envelope.job, forest)
@@ -635,7 +667,7 @@ class VerticalForestClient:
             t, r = np.nonzero(state.node >= 0)
             keys = _pack_key(t, state.node[t, r])
             unique, inverse = np.unique(keys, return_inverse=True)
-            leaves = leaf_values(state.labels[r], inverse, state.weight[t, r], state.task.n_classes, unique.size)
+            leaves = leaf_values(state.own_labels[r], inverse, state.weight[t, r], state.task.n_classes, unique.size)
             leaf_tree = unique >> (MAX_DEPTH + 2)
             reply = VerticalFinishReply(
                 leaf_tree, unique - (leaf_tree << (MAX_DEPTH + 2)), leaves.values, leaves.cover, digest
@@ -698,19 +730,19 @@ class VerticalForestClient:
             raise RequestRejected("bad_request", "the result does not fit this prediction job's windows")
         self._jobs.pop(message.envelope.job, None)
         if state.live is not None:
-            self._store_live(state, body)
+            self._store_live(state, state.live, body)
         self.results[message.envelope.job] = PartyPrediction(state.X, body.values, body.classes)
         while len(self.results) > self.max_jobs:
             self.results.popitem(last=False)
         return Ack("kept")
 
-    def _store_live(self, state: _PartyJob, body: VerticalResult) -> None:
+    def _store_live(self, state: _PartyJob, live: _LiveWindows, body: VerticalResult) -> None:
         """A live prediction's result as predictions of the store's windows (classification: the
         most probable class with its probability; regression: the mean as the label), and the
         model's mark moved to the last window predicted -- one store transaction
         (``WindowStore.add_predictions``), so a failure keeps neither and the next run predicts
         those windows again, once."""
-        live, rows = state.live, state.predicted
+        rows = state.predicted
         if live.model.manifest.classes != body.classes:
             raise RequestRejected("bad_request", "the result's classes are not the deployed model's")
         if rows is None or not rows.size:
@@ -718,7 +750,10 @@ class VerticalForestClient:
         best = np.argmax(body.values, axis=1)
         names = np.asarray(body.classes)[best] if body.classes else np.char.mod("%.6g", body.values[:, 0])
         probability = body.values[np.arange(rows.size), best] if body.classes else np.ones(rows.size)
-        self.setup.store.add_predictions(
+        store = self.setup.store if self.setup is not None else None
+        if store is None:  # checked at alignment; a party reconfigured since has no store to keep them in
+            raise RequestRejected("unsupported", "live prediction needs the gateway's window store")
+        store.add_predictions(
             PredictionBatch(
                 live.model.label,
                 [state.windows.sessions[row] for row in rows.tolist()],
@@ -731,7 +766,7 @@ class VerticalForestClient:
             PredictionMark(live.model.manifest.model_id, int(live.start_us[rows].max())),
         )
 
-    def _partial_forest(self, state: _PartyJob) -> tuple[PartialTree, ...]:
+    def _partial_forest(self, state: _Growth) -> tuple[PartialTree, ...]:
         trees = []
         for t in range(state.task.n_trees):
             nodes = np.array(sorted(n for tt, n in state.structure if tt == t), dtype=np.int64)

@@ -175,7 +175,7 @@ def check(settings: config.GatewaySettings) -> int:
     return 0
 
 
-def _broker_config(settings: config.GatewaySettings) -> MqttConfig:
+def _broker_config(settings: config.GatewaySettings, client_id: str) -> MqttConfig:
     """The MqttConfig (``connection.mqtt_config`` from the settings); the password from
     ``$WHEELFED_MQTT_PASSWORD``, else ``password_file``."""
     import dataclasses
@@ -189,7 +189,7 @@ def _broker_config(settings: config.GatewaySettings) -> MqttConfig:
         tls_cert=settings.tls_cert,
         tls_key=settings.tls_key,
     )
-    mqtt = mqtt_config(options, settings.client_id)
+    mqtt = mqtt_config(options, client_id)
     if mqtt.tls is None and mqtt.password is None and settings.password_file is not None:
         try:
             password = settings.password_file.read_text(encoding="utf-8").strip()
@@ -234,18 +234,21 @@ def serve(settings: config.GatewaySettings) -> int:
     from edge_client.live import LiveConfig
     from edge_client.store import RetentionPolicy
 
+    client_id = settings.client_id
+    if client_id is None:  # run() serves only settings without problems(), which name a missing id
+        raise _config_usage_error(settings.problems())
     try:
-        store = store_file(str(settings.store or f"{settings.client_id}-windows.db"))
+        store = store_file(str(settings.store or f"{client_id}-windows.db"))
     except argparse.ArgumentTypeError as exc:
         raise UsageError(f"store{'' if settings.store else ' (default)'}: {exc}") from None
     retention = RetentionPolicy(
         max_windows=settings.max_windows, max_age_s=settings.max_age_days * 86400 if settings.max_age_days else None
     )
-    mqtt = _broker_config(settings) if settings.broker else None
+    mqtt = _broker_config(settings, client_id) if settings.broker else None
     try:
         gateway = Gateway(
             GatewayConfig(
-                client_id=settings.client_id,
+                client_id=client_id,
                 store_path=store,
                 serial_port=settings.serial,
                 baudrate=settings.baud,
