@@ -31,9 +31,12 @@ releases is committed to the entry before its request goes out (``aggregator.pri
 installed around the fit); it is settled when it ends: with what its model's metadata says it
 spent (``dp_rho``, ``dp_xi``) on the participants' windows up to then, or, ended without a model,
 with what it released (a release in flight counted). An attempt cut short by a stopped or killed
-server stays open until the next attempt starts; a resumed attempt is entered with its own plan
-(FedSCS-XGB re-reads the fleet and spends its whole budget on the rounds left; a private
-FedForest starts over). A schedule whose job the cap refuses because older windows have spent their
+server stays open until the next attempt starts. A resumed attempt that continues the stored
+model (FedSCS-XGB) is given, and entered with, the rest of the job's budget -- its ``rho`` less
+what the earlier attempts spent -- which it spends on its own opening (the fleet is read again)
+and the rounds left, so the job stays within its ``dp_epsilon``; one that starts over (a private
+FedForest stores no state; a job killed before its first stored step) makes every release again
+and is entered with the whole plan. A schedule whose job the cap refuses because older windows have spent their
 budget trains on the windows that have all of it (the refusal's ``since``); one refused
 otherwise is skipped: one logged line, and its ``note`` says why until a later run starts.
 
@@ -533,14 +536,17 @@ class JobRunner:
     def _enter_privacy(self, job: JobRecord, attempt: AttemptPlan, clients: list[str]) -> None:
         """For a private job: settle an earlier attempt a stopped server left running (with what
         it released), check the cap again (a ``BudgetExceeded`` fails the job) and enter this
-        attempt with its plan and an empty record of its releases. An attempt that only
-        registers the model an earlier one grew (``finished``) releases nothing: it is not
-        entered, and the earlier attempt is settled with the model's metadata when it is
-        registered."""
+        attempt with its plan and an empty record of its releases. An attempt that continues
+        the stored model of earlier ones plans the rest of the job's budget
+        (:meth:`_rest_of_plan`); one that only registers the model an earlier one grew
+        (``finished``) releases nothing: it is not entered, and the earlier attempt is settled
+        with the model's metadata when it is registered."""
         plan = planned_privacy(build_algorithm(job.algorithm, job.config))
         if plan is None or attempt.finished:
             return
         self._settle_privacy(job)
+        if attempt.init is not None and attempt.base and attempt.own_state is None:
+            plan = self._rest_of_plan(job, attempt, *plan)
         since, until = job.rules.since_us, job.rules.until_us
         planned = PlannedJob(tuple(clients), since, until, *plan)
         with self._submitting:
@@ -572,6 +578,36 @@ class JobRunner:
             ", ".join(clients),
             extra={"job": job.job_id},
         )
+
+    def _rest_of_plan(self, job: JobRecord, attempt: AttemptPlan, epsilon: float, delta: float) -> tuple[float, float]:
+        """The plan of an attempt that continues the model earlier attempts grew (boosting
+        resumed after round ``base``): the job's ``rho`` less what they spent (``rho + xi``, as
+        the budget charges it), as this attempt's ``dp_epsilon`` (set in its config), so that
+        the job -- and its model, which depends on every attempt's releases -- stays within the
+        ``epsilon`` it was admitted with. Raises ``TrainingError`` when nothing is left."""
+        used = sum(e.rho + e.xi for e in self.registry.privacy_ledger(job.job_id) if e.attempt < attempt.attempt)
+        rest = PlannedJob(None, None, None, epsilon, delta).rho - used
+        if rest <= 0:
+            raise TrainingError(
+                f"the job's earlier attempts spent its whole privacy budget (epsilon {epsilon:g} at delta "
+                f"{delta:g}) before step {attempt.base + 1}: submit it again to train on"
+            )
+        left = epsilon_of(rest, 0.0, delta)
+        attempt.config["dp_epsilon"] = left
+        log.warning(
+            "job %s: its earlier attempts spent rho %.4g of its plan's %.4g; attempt %d spends the rest, "
+            "epsilon %.4g at delta %g, on steps %d to %d",
+            job.job_id,
+            used,
+            used + rest,
+            attempt.attempt,
+            left,
+            delta,
+            attempt.base + 1,
+            job.total,
+            extra={"job": job.job_id},
+        )
+        return left, delta
 
     def _settle_privacy(
         self, job: JobRecord, *, model: TreeEnsemble | None = None, label: str = "", gateways: list[str] | None = None

@@ -1,20 +1,22 @@
 """The privacy ledger is written ahead of every private release: a job whose server dies mid-way
 is charged (for that attempt) exactly the releases it made plus the one in flight -- recorded
 before its request went out, so a crash between the record and the send over-counts, never
-under-counts -- and the job resumed after it is charged its own spending on top: less than twice
-the plan. An uninterrupted job's entry is its model's metadata, as before, on SQLite and
-PostgreSQL."""
+under-counts -- and the job resumed after it is charged its own spending on top: the rest of
+its plan when it continues the stored model (the job stays within its plan), the whole plan when
+it starts over (less than twice the plan in all). An uninterrupted job's entry is its model's
+metadata, as before, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from aggregator.fleet_sums import FleetSummer
 from aggregator.jobs import TrainingError
-from aggregator.privacy import PrivacyBudget, Release, rho_for_epsilon, skellam_release
+from aggregator.privacy import PrivacyBudget, Release, epsilon_of, rho_for_epsilon, skellam_release
 from aggregator.privacy.ledger import LedgerEntry, PrivacyCap
 from aggregator.registry import Registry, RegistryError
 from aggregator.server.api import create_app
@@ -25,9 +27,11 @@ EPSILON = 7.0
 PLAN_RHO = rho_for_epsilon(EPSILON, 1e-6)
 CAP = PrivacyCap(100.0)  # room for both attempts whatever they spend
 JOBS = {
-    # the opening, then per round 2 split levels and the leaves: killed during round 1's second level
-    "fedscs-xgb": ({"n_rounds": 4, "max_depth": 2, "dp_epsilon": EPSILON, "dp_features": 4}, ("splits", 2)),
-    # the opening, the root histograms, the leaves: killed with the root histograms in flight
+    # the opening, then per round 2 split levels and the leaves: killed with round 2's first level
+    # in flight, round 1 stored -- the resumed attempt continues its model on the rest of the budget
+    "fedscs-xgb": ({"n_rounds": 4, "max_depth": 2, "dp_epsilon": EPSILON, "dp_features": 4}, ("splits", 3)),
+    # the opening, the root histograms, the leaves: killed with the root histograms in flight --
+    # nothing stored, the resumed attempt makes every release again on the whole plan
     "fedforest": ({"n_trees": 4, "max_depth": 3, "dp_epsilon": EPSILON}, ("histograms", 1)),
 }
 
@@ -116,7 +120,14 @@ def test_a_job_killed_after_k_releases_is_charged_them_and_the_one_in_flight(
         assert first.rho == pytest.approx(sum(r.rho for r in made) + in_flight.rho, rel=1e-12)
         assert first.xi == pytest.approx(sum(r.xi for r in made) + in_flight.xi, rel=1e-12)
         assert first.rho + first.xi < 0.5 * PLAN_RHO
-        # the resumed attempt: what its model's metadata says (its own plan, spent again)
+        # the resumed attempt: entered with the rest of the job's plan when it continues the
+        # stored model, with the whole plan when it starts over; settled by its model's metadata
+        resumed = {e.rho for e in checked if e.attempt == 2}
+        if algorithm == "fedscs-xgb":
+            rest = epsilon_of(PLAN_RHO - first.rho - first.xi, 0.0, 1e-6)
+            assert resumed == {rho_for_epsilon(rest, 1e-6)} and ended.history[-1]["from_step"] == 1
+        else:
+            assert resumed == {PLAN_RHO} and ended.history[-1]["from_step"] == 0
         meta = server.registry.model("act", 1)[1].metadata
         assert (second.attempt, second.basis, second.model) == (2, "spent", ended.result)
         assert (second.rho, second.xi, second.epsilon) == (meta["dp_rho"], meta["dp_xi"], meta["dp_epsilon"])
@@ -124,6 +135,8 @@ def test_a_job_killed_after_k_releases_is_charged_them_and_the_one_in_flight(
         total = sum(e.rho + e.xi for e in (first, second))
         assert total == pytest.approx(first.rho + first.xi + meta["dp_rho"] + meta["dp_xi"], rel=1e-12)
         assert total < 2 * PLAN_RHO
+        if algorithm == "fedscs-xgb":  # the job, and its model, within the epsilon it was admitted with
+            assert total <= PLAN_RHO * (1 + 1e-9)
         shown = api.get("/api/privacy?detail=true").json()
         assert [(e["attempt"], e["basis"]) for e in shown["entries"]] == [(1, "spent"), (2, "spent")]
         assert all(g["jobs"] == 2 for g in shown["gateways"])
@@ -170,3 +183,36 @@ def test_releases_are_recorded_on_a_running_entry_only(registry_url: str) -> Non
     with Registry(registry_url) as registry:
         [got] = registry.privacy_ledger()
         assert (got.basis, got.released_rho, got.released_xi, got.releases) == ("spent", 0.125, 0.01, 3)
+
+
+def test_a_registry_at_0005_keeps_its_running_entry_which_is_settled_with_its_plan(registry_url: str) -> None:
+    """An attempt entered by a server before the write-ahead record has none (``releases``
+    None): what it released is unknown, so it is settled with its plan, as before."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    import aggregator
+    from aggregator.jobs import JobSettings
+
+    engine = sa.create_engine(registry_url if "://" in registry_url else f"sqlite:///{registry_url}")
+    with engine.begin() as connection:
+        config = Config()
+        config.set_main_option("script_location", str(Path(aggregator.__file__).parent / "server" / "migrations"))
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0005")
+        connection.exec_driver_sql(
+            "INSERT INTO privacy_ledger (job_id, attempt, gateways, since_us, until_us, rho, xi, delta, epsilon, "
+            f"basis, model, created) VALUES ('job-old', 1, '[\"gw-1\"]', NULL, NULL, {PLAN_RHO!r}, 0.0, 1e-6, 7.0, "
+            "'running', '', 1.0)"
+        )
+    engine.dispose()
+    with Registry(registry_url) as registry:
+        registry.add_job("job-old", "fedscs-xgb", {"dp_epsilon": EPSILON}, model_id="act", total=4)
+        [old] = registry.privacy_ledger()
+        assert (old.basis, old.releases, old.released_rho) == ("running", None, None)
+        runner = JobRunner(registry, None, None, settings=JobSettings())  # type: ignore[arg-type]
+        runner._settle_privacy(registry.job("job-old"))
+        [settled] = registry.privacy_ledger()
+        assert (settled.basis, settled.rho, settled.xi, settled.epsilon) == ("planned", PLAN_RHO, 0.0, 7.0)
+        assert settled.until_us is not None
