@@ -36,9 +36,9 @@ model (FedSCS-XGB) is given, and entered with, the rest of the job's budget -- i
 what the earlier attempts spent -- which it spends on its own opening (the fleet is read again)
 and the rounds left, so the job stays within its ``dp_epsilon``; one that starts over (a private
 FedForest stores no state; a job killed before its first stored step) makes every release again
-and is entered with the whole plan. A schedule whose job the cap refuses because older windows have spent their
-budget trains on the windows that have all of it (the refusal's ``since``); one refused
-otherwise is skipped: one logged line, and its ``note`` says why until a later run starts.
+and is entered with the whole plan. A schedule whose job the cap refuses because older windows
+have spent their budget trains on the windows that have all of it (the refusal's ``since``); one
+refused otherwise is skipped: one logged line, and its ``note`` says why until a later run starts.
 
 A job started by a schedule then faces the promotion rule (``policy.judge``): candidate and the
 version the fleet runs are scored on the same held-out windows; within the threshold, and with a
