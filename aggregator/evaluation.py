@@ -13,6 +13,7 @@ already saved its model can report as a note rather than a failure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -120,8 +121,8 @@ def evaluate_federated(
     job: FederatedJob,
     model: TreeEnsemble,
     *,
-    split: str = "holdout",
-    target: str = "label",
+    split: Literal["train", "holdout"] = "holdout",
+    target: Literal["label", "client"] = "label",
     clients: list[str] | None = None,
     score_bins: int = 100,
 ) -> Evaluation:

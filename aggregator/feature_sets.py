@@ -176,6 +176,7 @@ def choose_feature_set(
         for version in held[client]:
             stored.setdefault(version, []).append(client)
     stored_sorted = {v: tuple(stored[v]) for v in sorted(stored)}
+    tied: tuple[str, ...]
     if requested:
         if requested not in stored and not fits_any:
             fleet = _fleet_text(stored_sorted) if stored_sorted else "none stores labelled windows"

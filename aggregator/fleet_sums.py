@@ -193,11 +193,17 @@ class FleetSummer:
             )
         return self.active
 
+    def _secagg(self) -> SecAggServer:
+        """The secure aggregation server :meth:`start` set up."""
+        if self.server is None:
+            raise RuntimeError(f"job {self.job.job_id}: secure sums asked for before FleetSummer.start()")
+        return self.server
+
     def secure_round(self, client: str, selected: Sequence[str]) -> SecureRound | None:
         """What ``client``'s request must say about masking when ``selected`` take part."""
         if not self.secure:
             return None
-        return SecureRound(self.server.participants(client, selected))
+        return SecureRound(self._secagg().participants(client, selected))
 
     def ask(
         self,
@@ -300,7 +306,7 @@ class FleetSummer:
         masked = {c: MaskedInput(zeros, dict(vector(r).shares)) for c, r in accepted.items()}
         dropped = [c for c in selected if c not in accepted]
         try:
-            plans = self.server.unmask_request(label.encode(), masked, selected)
+            plans = self._secagg().unmask_request(label.encode(), masked, selected)
         except MaliciousGateway:
             raise
         except SecureAggregationError as exc:
@@ -317,7 +323,7 @@ class FleetSummer:
             except SecureAggregationError as exc:
                 unusable[c] = f"sent an unusable unmask reply: {exc}"
         try:
-            result = self.server.unmask_sum(label.encode(), masked, shares, length)
+            result = self._secagg().unmask_sum(label.encode(), masked, shares, length)
         except MaliciousGateway as exc:
             raise MaliciousGateway({**unusable, **exc.culprits}) from None
         except SecureAggregationError as exc:

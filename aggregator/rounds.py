@@ -26,13 +26,14 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from shared.protocol.envelope import PROTOCOL_VERSION, Message, NewerVersion
 from shared.protocol.messages import ErrorReply, Status
 from shared.protocol.topics import TopicLayout
 from shared.protocol.wire import NeedsVersion, writable_version
-from shared.transport.base import Transport
+from shared.protocol.limits import DecodeLimits
+from shared.transport.base import MessageHandler
 
 from .audit import AuditTrail
 
@@ -40,6 +41,28 @@ if TYPE_CHECKING:
     from .merge_workers import MergeLeader
 
 log = logging.getLogger(__name__)
+
+
+class EngineTransport(Protocol):
+    """What a :class:`RoundEngine` uses of its transport: a ``shared.transport.base.Transport``,
+    or a wrapper that delegates to one (``aggregator.site_aggregator.SiteAwareTransport``)."""
+
+    client_id: str
+    layout: TopicLayout
+    limits: DecodeLimits
+    audit: Callable[[str, Message, int], None] | None
+
+    @property
+    def in_handler(self) -> bool: ...
+
+    @property
+    def connection_epoch(self) -> int: ...
+
+    def encode_payloads(self, message: Message, *, retain: bool = False) -> list[bytes]: ...
+
+    def send_payloads(self, topic: str, payloads: list[bytes], *, retain: bool = False) -> None: ...
+
+    def subscribe(self, topic_filter: str, handler: MessageHandler) -> None: ...
 
 
 class QuorumNotReached(RuntimeError):
@@ -138,7 +161,7 @@ class RoundEngine:
 
     def __init__(
         self,
-        transport: Transport,
+        transport: EngineTransport,
         layout: TopicLayout | None = None,
         *,
         audit: AuditTrail | None = None,

@@ -95,7 +95,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 
@@ -120,6 +120,9 @@ from shared.transport.base import MessageHandler, Transport
 
 from .audit import AuditTrail
 from .rounds import RoundEngine
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 log = logging.getLogger(__name__)
 
@@ -461,9 +464,9 @@ class SiteAggregator:
         self.upstream.publish(self.up.outbox(self.config.site_id), reply)
 
     @staticmethod
-    def _stub(body: object) -> object:
+    def _stub(body: DataclassInstance) -> DataclassInstance:
         """The reply without its vector's words and shares: what a group's members share."""
-        name = masked_vector_field(body)
+        name = _vector_field(body)
         vector: MaskedVector = getattr(body, name)
         return dataclasses.replace(body, **{name: MaskedVector(vector.values[:0])})
 
@@ -473,13 +476,13 @@ class SiteAggregator:
         groups: dict[tuple[Any, ...], list[Message]] = {}
         for member in sorted(held):
             message = held[member]
-            values = getattr(message.body, masked_vector_field(message.body)).values
+            values = getattr(message.body, _vector_field(message.body)).values
             key = (message.type, values.dtype.str, values.shape[0], dumps_value(to_wire(self._stub(message.body))))
             groups.setdefault(key, []).append(message)
         return list(groups.values())
 
     def _sum(self, group: list[Message]) -> SiteSum:
-        name = masked_vector_field(group[0].body)
+        name = _vector_field(group[0].body)
         vectors = [getattr(m.body, name) for m in group]
         word_bits = vectors[0].values.dtype.itemsize * 8
         total = narrow(ring_sum([v.values.astype(np.uint64) for v in vectors]), word_bits)
@@ -503,6 +506,14 @@ class MemberReplies:
 
     batches: tuple[tuple[Message, ...], ...] = ()
     errors: tuple[Message, ...] = ()
+
+
+def _vector_field(body: object) -> str:
+    """The name of a held reply's fleet-sum vector (the site holds only replies that have one)."""
+    name = masked_vector_field(body)
+    if name is None:
+        raise TypeError(f"a {type(body).__name__} holds no fleet-sum vector to add up")
+    return name
 
 
 class SiteAwareTransport:
@@ -529,6 +540,16 @@ class SiteAwareTransport:
     >>> cloud.client_id, cloud.site_of("gw-2")
     ('aggregator', 'site-a')
     """
+
+    # set through object.__setattr__: this class's __setattr__ forwards to the wrapped transport
+    _inner: Transport
+    _site_of: dict[str, str]
+    _sites: tuple[str, ...]
+    _wrapped: dict[tuple[str, MessageHandler], MessageHandler]
+    _seen: OrderedDict[str, None]
+    _seen_lock: threading.Lock
+    engine: RoundEngine | None
+    refused: int
 
     def __init__(self, transport: Transport, sites: Mapping[str, Sequence[str]]) -> None:
         members: dict[str, str] = {}
@@ -696,6 +717,6 @@ def site_aware_engine(
     'site-a'
     """
     wrapped = SiteAwareTransport(transport, sites)
-    engine = RoundEngine(wrapped, audit=audit)  # type: ignore[arg-type]  (a Transport by delegation)
+    engine = RoundEngine(wrapped, audit=audit)
     wrapped.attach(engine)
     return engine

@@ -55,6 +55,7 @@ import asyncio
 import hmac
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,8 @@ class _WheelFedBroker(Broker):
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, listener_name: str
     ) -> None:
         task = asyncio.current_task()
+        if task is None:  # asyncio.start_server runs every connection in a task of its own
+            raise RuntimeError("a broker connection handled outside an asyncio task")
         self._connections[task] = writer
         try:
             await super().stream_connected(reader, writer, listener_name)
@@ -263,7 +266,7 @@ class EmbeddedBroker:
         self,
         run_dir: str | Path,
         *,
-        users: list[BrokerUser] = (),
+        users: Sequence[BrokerUser] = (),
         port: int = 0,
         bind_address: str = "127.0.0.1",
         layout: TopicLayout | None = None,

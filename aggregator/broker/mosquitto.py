@@ -20,6 +20,7 @@ import stat
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
@@ -210,7 +211,7 @@ class MosquittoBroker:
         self,
         run_dir: str | Path,
         *,
-        users: list[BrokerUser] = (),
+        users: Sequence[BrokerUser] = (),
         port: int = 0,
         bind_address: str = "127.0.0.1",
         tls_cert_dir: str | Path | None = None,

@@ -23,11 +23,14 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.protocol.messages.generic import MAX_WINDOW_COUNT
 
 from .gateway_input import MAX_WINDOWS_PER_S, NEW_GATEWAY_WINDOWS
+
+if TYPE_CHECKING:
+    from shared.transport.mqtt import MqttConfig
 
 __all__ = ["ENV_PREFIX", "LOOPBACK_HOSTS", "ServerConfig"]
 
@@ -89,7 +92,7 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         if self.mqtt_port is None:
-            object.__setattr__(self, "mqtt_port", 8883 if self.tls_ca else 1883)
+            object.__setattr__(self, "mqtt_port", self.broker_port)
         for name in ("http_port", "mqtt_port"):
             value = getattr(self, name)
             if not 0 <= value <= 65535 or (name == "mqtt_port" and value == 0):
@@ -146,7 +149,14 @@ class ServerConfig:
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
-    def mqtt_config(self):
+    @property
+    def broker_port(self) -> int:
+        """``mqtt_port``, else the TLS broker's port (8883) with ``tls_ca``, else 1883."""
+        if self.mqtt_port is not None:
+            return self.mqtt_port
+        return 8883 if self.tls_ca else 1883
+
+    def mqtt_config(self) -> MqttConfig:
         """The broker connection these settings describe (mutual TLS when ``tls_ca`` is set: the
         certificate is then the identity, so no user name or password is sent)."""
         from shared.transport.mqtt import MqttConfig, TlsConfig
@@ -154,8 +164,8 @@ class ServerConfig:
         tls = TlsConfig(self.tls_ca, self.tls_cert, self.tls_key) if self.tls_ca else None
         return MqttConfig(
             host=self.mqtt_host,
-            port=self.mqtt_port,
-            protocol=self.mqtt_protocol,
+            port=self.broker_port,
+            protocol=4 if self.mqtt_protocol == 4 else 5,  # __post_init__ refuses any other
             tls=tls,
             username=None if tls else self.mqtt_username,
             password=None if tls else self.mqtt_password,

@@ -61,8 +61,10 @@ class CronSpec:
         parts = text.split()
         if len(parts) != 5:
             raise ValueError(f"cron: expected 5 fields (minute hour day month weekday), got {text!r}")
-        sets = [_field(part, name, low, high) for part, (name, low, high) in zip(parts, _FIELDS)]
-        return cls(*sets, any_day=parts[2] == "*", any_weekday=parts[4] == "*")
+        minutes, hours, days, months, weekdays = (
+            _field(part, name, low, high) for part, (name, low, high) in zip(parts, _FIELDS)
+        )
+        return cls(minutes, hours, days, months, weekdays, any_day=parts[2] == "*", any_weekday=parts[4] == "*")
 
     def matches(self, t: float) -> bool:
         tm = time.gmtime(t)
