@@ -486,11 +486,12 @@ _FEDSCS_PARAMETERS = """\
     random_state : int or None, default=0
         Seed of the client sampling (``client_fraction``); ``None`` draws one.
     protocol : {"private", "histogram", "atoms"} or None, default=None
-        ``"private"`` (``None`` for a classifier): differential privacy with the noise added by
-        the gateways under secure aggregation; ``"histogram"`` (``None`` for a regressor): secure
-        sums of exact histograms, without differential privacy; ``"atoms"``: the paper's
-        protocol, which reveals every window's quantised features and gradients (for
-        reproduction). The last two log a one-line warning.
+        ``"private"`` (``None``, unless ``secure_aggregation=False``): differential privacy with
+        the noise added by the gateways under secure aggregation (a regressor clips every
+        residual to half the width of a noisy public target range); ``"histogram"``: secure sums
+        of exact histograms, without differential privacy; ``"atoms"``: the paper's protocol,
+        which reveals every window's quantised features and gradients (for reproduction). The
+        last two log a one-line warning.
     secure_aggregation : bool or None, default=None
         Mask every gateway's vector so the server decodes only the fleet's sum (``None``: on
         except for the atom protocol; needs 3 or more clients).
@@ -572,7 +573,11 @@ class FedSCSXGBRegressor(_RegressorMixin, _FedSCSXGBBase):
     >>> for gateway in range(3):
     ...     X = rng.normal(size=(80, 3))
     ...     clients.append((X, 2.0 * X[:, 0] + rng.normal(scale=0.1, size=80)))
-    >>> model = FedSCSXGBRegressor(n_estimators=20, learning_rate=0.3, max_bin=32).fit(clients)
+    >>> private = FedSCSXGBRegressor(n_estimators=5, max_depth=3).fit(clients)
+    >>> meta = private.model_.metadata  # the budget spent per window, the public target range
+    >>> bool(meta["dp_epsilon"] <= 8.0), bool(meta["dp_target_low"] < 0.0 < meta["dp_target_high"])
+    (True, True)
+    >>> model = FedSCSXGBRegressor(n_estimators=20, learning_rate=0.3, max_bin=32, protocol="histogram").fit(clients)
     >>> X, y = clients[0]
     >>> bool(np.abs(model.predict(X) - y).mean() < 0.5)
     True

@@ -1,7 +1,8 @@
 """FedSCS-XGB's configuration and server half.
 
-* ``protocol="private"`` (the default for classifiers unless secure aggregation is turned off):
-  differential privacy under secure aggregation, grown by ``fedscs_xgb_private``.
+* ``protocol="private"`` (the default unless secure aggregation is turned off): differential
+  privacy under secure aggregation, grown by ``fedscs_xgb_private``; regression's residuals are
+  clipped to a public bound from a noisy target range release (or the job's ``target_range``).
 * ``protocol="histogram"`` (secure sums without differential privacy): the job opens with fleet sums
   and the edges read off fleet-summed grid counts (``private_fleet``, once per job, count-weighted
   like XGBoost's ``hist``), then every depth level of a boosting round asks for the (G, H, count)
@@ -98,6 +99,27 @@ log = logging.getLogger(__name__)
 
 
 # --- pure helpers --------------------------------------------------------------------------------
+def check_target_range(target_range: Any, objective: str, protocol: str | None) -> None:
+    """A ``target_range`` must be ``(low, high)``, finite, ``low < high``, of a private regression.
+
+    Examples
+    --------
+    >>> check_target_range((0.0, 1.0), "squared_error", "private")
+    >>> check_target_range((1.0, 1.0), "squared_error", "private")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ValueError: target_range must be two finite numbers low < high, got (1.0, 1.0)
+    """
+    if objective != "squared_error" or protocol != "private":
+        raise ValueError(
+            "target_range bounds the private protocol's regression residuals: it needs "
+            "objective='squared_error' and protocol='private'"
+        )
+    ok = isinstance(target_range, tuple) and len(target_range) == 2
+    ok = ok and all(isinstance(v, (int, float)) and np.isfinite(v) for v in target_range)
+    if not (ok and target_range[0] < target_range[1] and target_range[1] - target_range[0] <= 2e30):
+        raise ValueError(f"target_range must be two finite numbers low < high, got {target_range!r}")
+
+
 def base_score_stats(objective: str, fleet: FleetData | PrivateFleet) -> np.ndarray:
     """The objective's ``base_score_stats`` summed over clients (class counts or ``[Σy, n]``)."""
     if objective == "squared_error":
@@ -202,10 +224,9 @@ class FedSCSXGB:
     ``ddsketch_alpha``, features standardised by the fleet's mean and std when
     ``standardize``). ``client_fraction``: share of the clients sampled per round.
     ``classes``: fix the label vocabulary instead of taking the union of the clients' labels.
-    ``protocol``: ``"private"`` (the default for classification unless ``secure_aggregation=False``:
-    differential privacy, below),
-    ``"histogram"`` (secure sums of exact histograms per depth level, without differential
-    privacy; the default for regression) or ``"atoms"`` (the paper's; reveals per-window vectors).
+    ``protocol``: ``"private"`` (the default unless ``secure_aggregation=False``: differential
+    privacy, below), ``"histogram"`` (secure sums of exact histograms per depth level, without
+    differential privacy) or ``"atoms"`` (the paper's; reveals per-window vectors).
     Both non-DP protocols log a one-line warning. ``secure_aggregation``: mask the vectors so the
     server decodes only fleet sums (default: on except for ``"atoms"``; needs at least 3 clients;
     ``secagg_degree``: SecAgg+ neighbourhood size, default O(log n)). ``min_crowd``: in the
@@ -219,9 +240,15 @@ class FedSCSXGB:
     The private protocol spends ``dp_epsilon`` per window and training (``(dp_epsilon,
     dp_delta)``-DP for adding or removing one window, accounted by ``aggregator.privacy``): one
     vector-leaf tree per round (softmax), split on ``dp_features`` features drawn per round from
-    the public ``seed``, leaf weights clipped to ``dp_leaf_clip`` before shrinkage, the budget
-    shared between the opening, the splits and the leaves by ``release_plan``. The model's
-    metadata reports what was spent (``dp_epsilon``, ``dp_delta``, ``dp_rho``, ``dp_xi``).
+    the public ``seed``, leaf weights clipped to ``dp_leaf_clip`` before shrinkage (regression:
+    ``dp_leaf_clip`` times the residual bound), the budget shared between the opening, the splits
+    and the leaves by ``release_plan``. Regression (squared error) clips every residual
+    ``prediction - y`` to half the width of a public target range: ``target_range`` ``(low,
+    high)`` if given (public knowledge, e.g. a sensor's physical range), else read off a noisy
+    count of the targets per octave in the opening (FedForest's private regression); the base
+    score is the opening's noisy target median inside that range. The model's metadata reports
+    what was spent (``dp_epsilon``, ``dp_delta``, ``dp_rho``, ``dp_xi``) and, for regression, the
+    range (``dp_target_low``, ``dp_target_high``) and the residual bound (``dp_grad_bound``).
     ``edges``: fixed float32 bin edges per feature; skips the sketch phase (Lemma 1's premise,
     and the oracle tests' way to compare with pooled training on the same bins).
     ``multi_strategy``: softmax's trees, XGBoost's names: ``"one_output_per_tree"`` (one tree per
@@ -245,7 +272,7 @@ class FedSCSXGB:
     client_fraction: float = 1.0
     feature_set_version: str = ""
     classes: tuple[str, ...] | None = None
-    protocol: Literal["private", "histogram", "atoms"] | None = None  # None: private, histogram for regression
+    protocol: Literal["private", "histogram", "atoms"] | None = None  # None: private with secure aggregation
     multi_strategy: Literal["one_output_per_tree", "multi_output_tree"] | None = None
     secure_aggregation: bool | None = None  # None: on unless protocol="atoms"
     secagg_degree: int | None = None
@@ -254,6 +281,7 @@ class FedSCSXGB:
     dp_delta: float = 1e-6
     dp_features: int = 8
     dp_leaf_clip: float = 1.0
+    target_range: tuple[float, float] | None = None
     release_plan: ReleasePlan = ReleasePlan()
     edges: tuple[np.ndarray, ...] | None = field(default=None, compare=False)
     init_model: TreeEnsemble | None = field(default=None, compare=False)
@@ -267,7 +295,7 @@ class FedSCSXGB:
             raise ValueError(f"client_fraction must lie in (0, 1], got {self.client_fraction}")
         if self.summary_size is not None and not 1 <= self.summary_size <= 1 << 16:
             raise ValueError(f"summary_size must lie in 1..65536, got {self.summary_size}")
-        check_privacy_settings(self, paper="atoms", dp_possible=self.objective != "squared_error")
+        check_privacy_settings(self, paper="atoms", dp_possible=True)
         private = self.protocol == "private"
         if self.n_rounds is None:
             object.__setattr__(self, "n_rounds", PRIVATE_ROUNDS if private else DEFAULT_ROUNDS)
@@ -292,6 +320,8 @@ class FedSCSXGB:
             raise ValueError(f"dp_features must be an int >= 1, got {self.dp_features!r}")
         if not (isinstance(self.dp_leaf_clip, (int, float)) and 0 < self.dp_leaf_clip < 1e6):
             raise ValueError(f"dp_leaf_clip must be a number in (0, 1e6), got {self.dp_leaf_clip!r}")
+        if self.target_range is not None:
+            check_target_range(self.target_range, self.objective, self.protocol)
         self.growth  # validates the tree settings
 
     @property

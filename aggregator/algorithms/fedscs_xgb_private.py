@@ -13,10 +13,15 @@ of release (:class:`~aggregator.privacy.PrivacyBudget`):
 
 Softmax grows one vector-leaf tree per round (``multi_output_tree``): a window's gradient vector
 has L2 norm at most sqrt 2 whatever the number of classes, so the budget is not divided by them.
-The gateways clip and stochastically round G and H onto the lattice of :data:`LATTICE_SCALE`
-steps, add their share of Skellam noise and mask the vector (secure aggregation); the
-sensitivity of every release follows from these public bounds. ``docs/differential_privacy.md`` has the
-argument and PRIVACY.md what each party learns.
+Squared error (regression) has no such bound of its own: the opening's last release is the
+target range release of FedForest's private regression (``fedforest_private.target_range``,
+one noisy count per octave of the targets) unless the job gives ``target_range``; half its width
+bounds ``|g|``, a residual ``prediction - y`` clipped to it, and ``h = 1``, so a level release
+sends G and the count (the count is the H). The gateways clip and stochastically round G and H
+onto the lattice of :data:`LATTICE_SCALE` steps per window (per unit of G for classifiers, per
+residual bound for regression), add their share of Skellam noise and mask the vector (secure
+aggregation); the sensitivity of every release follows from these public bounds.
+``docs/differential_privacy.md`` has the argument and PRIVACY.md what each party learns.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import numpy as np
 
 from shared.differential_privacy import lattice_norm_bound
 from shared.model import TreeEnsemble
+from shared.protocol.messages.fedforest import TargetClip
 from shared.protocol.messages.fedscs_xgb import (
     PrivateLattice,
     PrivateRoundFeatures,
@@ -40,18 +46,19 @@ from shared.protocol.messages.fedscs_xgb import (
     XgbPrivateLevelRequest,
     XgbTask,
 )
-from shared.protocol.messages.fleet_sums import NoiseShare
+from shared.protocol.messages.fleet_sums import FleetSumReply, GridCountsRequest, NoiseShare
 from shared.protocol.messages.secure_aggregation import word_bits_for
-from shared.sketches import pack_edges
+from shared.sketches import GridPlan, pack_edges
 
 from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, StepProgress, TrainingError
 from ..privacy import PrivacyBudget, skellam_release
 from .boosted_trees import BoostedTrees
+from .fedforest_private import COUNT_SCALE, RANGE_BITS, RANGE_SIGMAS, target_range
 from .private_fleet import PrivateFleet, describe_fleet_privately, opening_releases
 from .private_growth import PrivateGrowth, grow_private_tree, level_violation
 
-__all__ = ["LATTICE_SCALE", "PrivateBoosting", "ReleasePlan", "round_features"]
+__all__ = ["LATTICE_SCALE", "PrivateBoosting", "ReleasePlan", "release_target_range", "round_features"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +68,8 @@ LATTICE_SCALE = 64
 #: ``p - onehot`` has norm <= sqrt 2 and its Hessian ``2 p (1 - p)`` norm <= 1; logistic's
 #: ``p - y`` lies in [-1, 1] and ``p (1 - p)`` in [0, 1/4].
 BOUNDS = {"softmax": (math.sqrt(2.0), 1.0), "logistic": (1.0, 0.25)}
+#: Squared error's Hessian bound: every window's h is 1 (its level releases send the count instead).
+UNIT_HESSIAN = 1.0
 #: Noise standard deviations a child's noisy count must reach for a split (see ``private_growth``).
 MIN_COUNT_SIGMAS = 2.0
 
@@ -87,6 +96,35 @@ class ReleasePlan:
         )
 
 
+def release_target_range(
+    summer: FleetSummer, budget: PrivacyBudget, feature_set_version: str, n_features: int
+) -> TargetClip:
+    """The target range release of a private regression: the fleet's target counts per octave
+    cell (``RANGE_BITS`` key bits of the float32 target; one cell per window: L2 and L1
+    sensitivity 1 window) from the budget's ``"opening"`` share -- the release a regression
+    opening under a budget leaves unmade (it sums no targets) -- and the public range read off
+    it by FedForest's :func:`~aggregator.algorithms.fedforest_private.target_range`."""
+    cohort = list(summer.active)
+    plan = GridPlan(n_features + 1, feature=[n_features], prefix=[0], bits=[0], step=[RANGE_BITS])
+    mu = budget.mu("opening", COUNT_SCALE, COUNT_SCALE)
+    noise = NoiseShare(mu, len(cohort), COUNT_SCALE)
+    requests = {
+        c: GridCountsRequest(
+            feature_set_version,
+            **plan.to_arrays(),
+            secure=summer.secure_round(c, cohort),
+            noise=noise,
+            target=True,
+        )
+        for c in cohort
+    }
+    result = summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells, word_bits=32)
+    answered = len(result.contributors)
+    budget.spend(skellam_release("opening", COUNT_SCALE, COUNT_SCALE, mu, answered=answered, asked=len(cohort)))
+    sigma = math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE
+    return target_range(result.total.view(np.int64) / COUNT_SCALE, RANGE_SIGMAS * sigma)
+
+
 def round_features(n_features: int, usable: np.ndarray, k: int, seed: int, round_no: int) -> np.ndarray:
     """The ``k`` features round ``round_no``'s tree may split on, drawn without replacement
     among the ``usable`` ones (those with edges) from the public seed ``(seed, round_no)``;
@@ -110,11 +148,11 @@ class PrivateBoosting(BoostedTrees):
         self.config = config
         self.job = job
         self.seed = seed
+        self._root_mu: float | None = None  # the next level release's noise, asked for ahead
 
     def run(self) -> TreeEnsemble:
         cfg = self.config
-        if cfg.objective not in BOUNDS:
-            raise TrainingError("the private protocol trains classifiers (softmax, logistic)")
+        self.regression = cfg.objective == "squared_error"
         summer = FleetSummer(self.job, secure=True, degree=cfg.secagg_degree)
         summer.start(self.job.clients)
         self.budget = cfg.release_plan.budget(cfg.dp_epsilon, cfg.dp_delta, cfg.n_rounds, cfg.max_depth)
@@ -122,11 +160,20 @@ class PrivateBoosting(BoostedTrees):
             self.job,
             summer,
             cfg.feature_set_version,
-            regression=False,
+            regression=self.regression,
             n_bins=cfg.bins,
             classes=cfg.job_classes(),
             budget=self.budget,
         )
+        self.clip: TargetClip | None = None
+        if self.regression:
+            self.clip = (
+                TargetClip(
+                    (cfg.target_range[0] + cfg.target_range[1]) / 2, (cfg.target_range[1] - cfg.target_range[0]) / 2
+                )
+                if cfg.target_range is not None
+                else release_target_range(summer, self.budget, cfg.feature_set_version, fleet.n_features)
+            )
         self._set_fleet(fleet)
         if cfg.init_model is not None:
             self.continue_from(cfg.init_model, cfg.multi_strategy)
@@ -134,21 +181,27 @@ class PrivateBoosting(BoostedTrees):
         usable = np.array([e.shape[0] > 0 for e in self.edges])
         if not usable.any():
             raise TrainingError("no feature has two distinct values fleet-wide: nothing to split on")
-        grad_bound, hess_bound = BOUNDS[cfg.objective]
-        self.lattice = PrivateLattice(LATTICE_SCALE, grad_bound, hess_bound)
+        self.lattice = objective_lattice(cfg.objective, self.clip)
         m = self.n_outputs
-        self.split_l2, self.split_l1 = _cell_bounds(self.lattice, m, with_count=True)
+        self.split_l2, self.split_l1 = _cell_bounds(self.lattice, m, with_count=True, unit_hessian=self.regression)
         self.leaf_l2, self.leaf_l1 = _cell_bounds(self.lattice, m, with_count=False)
+        # a leaf weight is a mean of -g (bounded by grad_bound) before the noise: regression's
+        # clip is in units of its residual bound, a classifier's in margins
+        self.leaf_clip = cfg.dp_leaf_clip * (self.lattice.grad_bound if self.regression else 1.0)
         # every |sum| stays below the fleet's windows times the scale, plus the noise's tail: the
         # noisy count, doubled, and a margin far beyond its noise
         self.windows = 2.0 * fleet.total_samples + 10_000.0
+        self.min_counts: list[float] = []  # per round, the noise-aware minimum child count
         for t in range(1, cfg.n_rounds + 1):
             started = time.monotonic()
             self._cohort = tuple(summer.active)
             self._answered = len(self._cohort)
             features = round_features(self.n_features, usable, cfg.dp_features, self.seed, t)
             round_ = PrivateRoundFeatures(features, *pack_edges([self.edges[j] for j in features]))
-            growth = PrivateGrowth(cfg.growth, features, round_.edges(), self._min_count(round_), cfg.dp_leaf_clip)
+            # the round's first release is its root level: its noise sets the minimum child count
+            self._root_mu = self.budget.mu("splits", *self._split_bounds(features.shape[0]))
+            self.min_counts.append(self._min_count(round_, self._root_mu))
+            growth = PrivateGrowth(cfg.growth, features, round_.edges(), self.min_counts[-1], self.leaf_clip)
             self.add_round(
                 [
                     grow_private_tree(
@@ -175,25 +228,32 @@ class PrivateBoosting(BoostedTrees):
     def _set_fleet(self, fleet: PrivateFleet) -> None:
         self.set_objective(self.config.objective, fleet)
         self.vector_leaves = self.n_outputs > 1
-        counts = np.maximum(fleet.label_counts, 1.0)  # noisy class counts, clipped (post-processing)
-        stats = counts if self.config.objective == "softmax" else np.array([counts[1], counts.sum()])
+        if self.clip is not None:  # the opening's noisy target median, inside the public range
+            low, high = self.clip.centre - self.clip.half_width, self.clip.centre + self.clip.half_width
+            stats = np.array([min(max(fleet.target_shift, low), high), 1.0])
+        else:
+            counts = np.maximum(fleet.label_counts, 1.0)  # noisy class counts, clipped (post-processing)
+            stats = counts if self.config.objective == "softmax" else np.array([counts[1], counts.sum()])
         self.base_score = self.objective.base_score(stats, mode=self.config.base_score)
 
-    def _min_count(self, round_: PrivateRoundFeatures) -> float:
-        """A few noise standard deviations of a candidate child's count (a cumulative sum over
-        up to half the slots of one feature), in windows."""
-        k = round_.features.shape[0]
-        sigma = math.sqrt(self.budget.mu("splits", self.split_l2 * math.sqrt(k), self.split_l1 * k))
-        return MIN_COUNT_SIGMAS * sigma * math.sqrt(round_.slots / 2) / self.lattice.scale
+    def _split_bounds(self, k: int) -> tuple[float, float]:
+        """L2 and L1 sensitivity of a level release over ``k`` round features (one cell each)."""
+        return self.split_l2 * math.sqrt(k), self.split_l1 * k
+
+    def _min_count(self, round_: PrivateRoundFeatures, mu: float) -> float:
+        """A few noise standard deviations (Skellam variance ``mu`` per cell) of a candidate
+        child's count (a cumulative sum over up to half the slots of one feature), in windows."""
+        return MIN_COUNT_SIGMAS * math.sqrt(mu) * math.sqrt(round_.slots / 2) / self.lattice.scale
 
     def _word_bits(self, mu: float) -> int:
         return max(32, word_bits_for(2.0 * (self.windows * self.lattice.scale + 10.0 * math.sqrt(mu))))
 
     def _sum(self, summer: FleetSummer, kind: str, l2: float, l1: float, build) -> np.ndarray:
         """One release: every cohort gateway's request from ``build(client, noise, secure,
-        word_bits)``, the noisy fleet sum in natural units, and its cost accounted."""
+        word_bits)``, the noisy fleet sum in lattice steps, and its cost accounted."""
         cohort = list(summer.active)
-        mu = self.budget.mu(kind, l2, l1)
+        mu = self._root_mu if kind == "splits" and self._root_mu is not None else self.budget.mu(kind, l2, l1)
+        self._root_mu = None
         self._mu = mu
         bits = self._word_bits(mu)
         requests = {c: build(c, NoiseShare(mu, len(cohort)), summer.secure_round(c, cohort), bits) for c in cohort}
@@ -213,7 +273,14 @@ class PrivateBoosting(BoostedTrees):
                 self.known.pop(client, None)
         self._answered = min(self._answered, len(result.contributors))
         self.budget.spend(skellam_release(kind, l2, l1, mu, answered=len(result.contributors), asked=len(cohort)))
-        return result.total.view(np.int64).astype(np.float64) / self.lattice.scale
+        return result.total.view(np.int64).astype(np.float64)
+
+    def _natural(self, sums: np.ndarray, axis: int) -> np.ndarray:
+        """Lattice sums ``(..., G_0..G_{m-1}, rest, ...)`` along ``axis`` in natural units: G per
+        ``gradient_scale``, the H and counts per ``scale``."""
+        steps = np.full(sums.shape[axis], float(self.lattice.scale))
+        steps[: self.n_outputs] = self.lattice.gradient_scale
+        return sums / steps.reshape((-1,) + (1,) * (sums.ndim - axis - 1))
 
     def _level(
         self, summer: FleetSummer, round_: PrivateRoundFeatures, splits: RoundSplits, node_ids: np.ndarray
@@ -222,15 +289,20 @@ class PrivateBoosting(BoostedTrees):
         sums = self._sum(
             summer,
             "splits",
-            self.split_l2 * math.sqrt(k),
-            self.split_l1 * k,
+            *self._split_bounds(k),
             lambda c, noise, secure, bits: XgbPrivateLevelRequest(
                 self.task, self._delta(c), round_, splits, node_ids, self.lattice, noise, secure, bits
             ),
         )
-        hist = sums.reshape(node_ids.shape[0], 2 * self.n_outputs + 1, k, round_.slots)
+        m = self.n_outputs
+        hist = self._natural(sums.reshape(node_ids.shape[0], -1, k, round_.slots), axis=1)
+        if self.regression:  # the count is the H: (G, count) -> (G, H, count)
+            hist = np.concatenate([hist[:, :m], hist[:, -1:], hist[:, -1:]], axis=1)
         sigma = math.sqrt(self._mu) / self.lattice.scale
-        violation = level_violation(hist, sigma, self.lattice.grad_bound, self.lattice.hess_bound, self.lattice.scale)
+        lattice = self.lattice
+        violation = level_violation(
+            hist, sigma, lattice.grad_bound, lattice.hess_bound, lattice.scale, lattice.gradient_scale
+        )
         if violation is not None:
             raise TrainingError(
                 f"the fleet's level sums break the protocol's bounds ({violation}): a gateway sent "
@@ -241,7 +313,7 @@ class PrivateBoosting(BoostedTrees):
     def _leaves(
         self, summer: FleetSummer, round_: PrivateRoundFeatures, splits: RoundSplits, leaves: np.ndarray
     ) -> np.ndarray:
-        return self._sum(
+        sums = self._sum(
             summer,
             "leaves",
             self.leaf_l2,
@@ -250,10 +322,21 @@ class PrivateBoosting(BoostedTrees):
                 self.task, self._delta(c), round_, splits, leaves, self.lattice, noise, secure, bits
             ),
         )
+        return self._natural(sums.reshape(leaves.shape[0], 2 * self.n_outputs), axis=1)
 
     @property
     def task(self) -> XgbTask:
         return self.config.task(self.n_features, self.base_score, self.classes)
+
+    def _target_metadata(self) -> dict[str, float]:
+        """Regression: the public target range and the residual bound it gave."""
+        if self.clip is None:
+            return {}
+        return {
+            "dp_target_low": self.clip.centre - self.clip.half_width,
+            "dp_target_high": self.clip.centre + self.clip.half_width,
+            "dp_grad_bound": self.lattice.grad_bound,
+        }
 
     def model(self, n_trees: int | None = None) -> TreeEnsemble:
         """The ensemble of the first ``n_trees`` trees (all), with what the training spent so far."""
@@ -266,15 +349,36 @@ class PrivateBoosting(BoostedTrees):
                 **cfg.model_metadata(len(self.trees[:n_trees])),
                 "dp_features": cfg.dp_features,
                 "dp_leaf_clip": cfg.dp_leaf_clip,
+                **self._target_metadata(),
                 **self.budget.spent().metadata(),
             },
         )
 
 
-def _cell_bounds(lattice: PrivateLattice, m: int, *, with_count: bool) -> tuple[float, float]:
+def objective_lattice(objective: str, clip: TargetClip | None) -> PrivateLattice:
+    """The lattice of ``objective``'s releases: its own public bounds (classifiers) or, for
+    squared error, ``|g| <= `` the target range's half width, ``h = 1``, and G on
+    ``LATTICE_SCALE`` steps per bound (a clipped residual weighs at most one window).
+
+    Examples
+    --------
+    >>> objective_lattice("squared_error", TargetClip(150.0, 250.0))
+    PrivateLattice(scale=64, grad_bound=250.0, hess_bound=1.0, grad_scale=0.256)
+    """
+    if objective in BOUNDS:
+        return PrivateLattice(LATTICE_SCALE, *BOUNDS[objective])
+    if objective != "squared_error" or clip is None:
+        raise TrainingError(f"the private protocol has no public gradient bound for {objective!r}")
+    return PrivateLattice(LATTICE_SCALE, clip.half_width, UNIT_HESSIAN, LATTICE_SCALE / clip.half_width)
+
+
+def _cell_bounds(
+    lattice: PrivateLattice, m: int, *, with_count: bool, unit_hessian: bool = False
+) -> tuple[float, float]:
     """L2 and L1 bounds of one window's lattice statistics in one cell: G (``m`` values), H
-    (``m``) and, for histograms, its count (``scale``)."""
-    g2, g1 = lattice_norm_bound(lattice.grad_bound, lattice.scale, m)
-    h2, h1 = lattice_norm_bound(lattice.hess_bound, lattice.scale, m)
+    (``m``; not in a histogram of a ``unit_hessian``, whose count is the H) and, for histograms,
+    its count (``scale``)."""
+    g2, g1 = lattice_norm_bound(lattice.grad_bound, lattice.gradient_scale, m)
+    h2, h1 = (0.0, 0.0) if with_count and unit_hessian else lattice_norm_bound(lattice.hess_bound, lattice.scale, m)
     c = float(lattice.scale) if with_count else 0.0
     return math.sqrt(g2 * g2 + h2 * h2 + c * c), g1 + h1 + c

@@ -82,12 +82,15 @@ def consistent_histograms(hist: np.ndarray) -> np.ndarray:
     return h + (mean - totals) / h.shape[-1]
 
 
-def level_violation(hist: np.ndarray, sigma: float, grad_bound: float, hess_bound: float, scale: int) -> str | None:
+def level_violation(
+    hist: np.ndarray, sigma: float, grad_bound: float, hess_bound: float, scale: int, grad_scale: float | None = None
+) -> str | None:
     """What a decoded level release ``(R, 2m + 1, k, S)`` (natural units, noise deviation
-    ``sigma`` per cell) shows that honest gateways cannot produce, or None: a count below 0, a G
-    beyond ``grad_bound`` per window, an H below 0 or beyond ``hess_bound`` per window -- each by
-    more than ``TAIL_SIGMAS`` noise deviations (a window's lattice values move by less than
-    ``1 / scale`` each).
+    ``sigma`` per count and H cell, ``sigma * scale / grad_scale`` per G cell) shows that honest
+    gateways cannot produce, or None: a count below 0, a G beyond ``grad_bound`` per window, an
+    H below 0 or beyond ``hess_bound`` per window -- each by more than ``TAIL_SIGMAS`` noise
+    deviations (a window's lattice values move by less than one step: ``1 / grad_scale`` of G,
+    ``1 / scale`` of H; ``grad_scale`` None: ``scale``).
 
     Examples
     --------
@@ -99,13 +102,14 @@ def level_violation(hist: np.ndarray, sigma: float, grad_bound: float, hess_boun
     'a G sum of 500 over about 10 windows (each |g| <= 1)'
     """
     m = (hist.shape[1] - 1) // 2
+    g_scale = float(scale if grad_scale is None else grad_scale)
     tail = TAIL_SIGMAS * sigma
     count = hist[:, -1]
     windows = np.maximum(count, 0.0)[:, None] + tail
     g, h = hist[:, :m], hist[:, m : 2 * m]
     if (count < -tail).any():
         return f"a window count of {float(count.min()):.4g}"
-    over = np.abs(g) - ((grad_bound + 1.0 / scale) * windows + tail)
+    over = np.abs(g) - ((grad_bound + 1.0 / g_scale) * windows + tail * scale / g_scale)
     if (over > 0).any():
         at = np.unravel_index(np.argmax(over), over.shape)
         return (

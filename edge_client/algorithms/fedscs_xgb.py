@@ -9,10 +9,14 @@ server then sends the whole model next time.
 
 What leaves the gateway depends on the job's protocol (PRIVACY.md has the full table):
 
-* ``histogram`` (private): per depth level, one integer vector -- per requested node, feature
-  and bin the sums of G and H (fixed point; of the node's tree's class, or of every class for
-  ``multi_output_tree``) and the window count -- masked by secure aggregation unless the job
-  turned it off. The server decodes only the fleet's sum.
+* ``private`` (differential privacy, the default): per depth level, per requested node, round
+  feature and bin the lattice sums of the clipped, stochastically rounded G and H (for squared
+  error G clipped to the job's public residual bound, and no H: it is the count) and the window
+  count, plus this gateway's share of the Skellam noise, masked; per round the leaves' sums.
+* ``histogram`` (secure sums without differential privacy): per depth level, one integer
+  vector -- per requested node, feature and bin the sums of G and H (fixed point; of the
+  node's tree's class, or of every class for ``multi_output_tree``) and the window count --
+  masked by secure aggregation unless the job turned it off. The server decodes only the fleet's sum.
 * ``atoms`` (the paper's, for reproduction): the sketch phase sends M+1 weighted quantiles per
   feature (actual feature values) or DDSketch buckets, the atom phase every distinct bin-id
   vector with its count and gradient sums -- in practice one atom per window, i.e. each
@@ -303,7 +307,7 @@ class FedSCSXGBClient:
             raise RequestRejected("bad_request", "a round feature is not a column of this job")
         g, h = state.gradients()
         lattice = body.lattice
-        qg = stochastic_round(clip_norm(g, lattice.grad_bound), lattice.scale, self.noise_rng)
+        qg = stochastic_round(clip_norm(g, lattice.grad_bound), lattice.gradient_scale, self.noise_rng)
         qh = stochastic_round(clip_norm(h, lattice.hess_bound), lattice.scale, self.noise_rng)
         edges = body.round.edges()
         n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
@@ -333,12 +337,16 @@ class FedSCSXGBClient:
 
     def on_private_level(self, message: Message) -> XgbHistogramReply:
         """One depth level of the private protocol: the requested nodes' lattice histograms over
-        the round's features, plus this gateway's share of the noise, masked."""
+        the round's features (G, H and count; G and count for squared error, whose H is the
+        count), plus this gateway's share of the noise, masked."""
         body: XgbPrivateLevelRequest = message.body
         qg, qh, slots, position = self._private_positions(message, body)
         nodes = np.zeros_like(body.node_id)
         hist = node_histograms(slots, body.round.slots, position, nodes, body.node_id, qg, qh, vector_leaves=True)
         hist[:, -1] *= body.lattice.scale  # a window counts ``scale`` on the lattice
+        if body.task.unit_hessian:  # every H is the count: not sent twice
+            m = qg.shape[1]
+            hist = np.concatenate([hist[:, :m], hist[:, -1:]], axis=1)
         return self._release(message, hist.ravel(), body)
 
     def on_private_leaves(self, message: Message) -> XgbHistogramReply:

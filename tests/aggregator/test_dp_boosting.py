@@ -187,7 +187,6 @@ def test_private_training_learns_a_separable_fleet() -> None:
     ("kwargs", "message"),
     [
         ({"multi_strategy": "one_output_per_tree"}, "vector-leaf"),
-        ({"objective": "squared_error", "protocol": "private"}, "classifiers"),
         ({"dp_epsilon": 0.0}, "dp_epsilon"),
         ({"dp_delta": 0.5}, "dp_delta"),
         ({"protocol": "private", "secure_aggregation": False}, "secure aggregation"),
@@ -200,12 +199,11 @@ def test_bad_private_settings_are_one_line(kwargs, message) -> None:
     assert "\n" not in str(info.value)
 
 
-def test_protocol_defaults_private_for_classifiers_and_histogram_for_regression() -> None:
+def test_protocol_defaults_private_and_histogram_keeps_the_papers_settings() -> None:
     assert FedSCSXGB().protocol == "private" and FedSCSXGB().bins == 8
     assert (FedSCSXGB().n_rounds, FedSCSXGB().max_depth) == (20, 6)  # more trees see more of the features
-    regression = FedSCSXGB(objective="squared_error")
-    assert regression.protocol == "histogram" and regression.bins == 256
-    assert (regression.n_rounds, regression.max_depth) == (10, 4)  # the paper's
+    histogram = FedSCSXGB(objective="squared_error", protocol="histogram")
+    assert histogram.bins == 256 and (histogram.n_rounds, histogram.max_depth) == (10, 4)  # the paper's
     assert FedSCSXGB(protocol="histogram", n_rounds=3).n_rounds == 3
     assert FedSCSXGB(protocol="histogram").multi_strategy == "one_output_per_tree"
     assert FedSCSXGB(secure_aggregation=False).protocol == "histogram"  # no DP without secure aggregation

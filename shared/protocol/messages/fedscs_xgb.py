@@ -88,6 +88,11 @@ class XgbTask:
         """``m``: outputs whose G and H a requested node's histogram carries."""
         return self.n_outputs if self.vector_leaves else 1
 
+    @property
+    def unit_hessian(self) -> bool:
+        """Every window's Hessian is 1 (squared error): a private level release's count is its H."""
+        return self.objective == "squared_error"
+
     def __post_init__(self) -> None:
         if self.n_features < 1:
             raise ValueError("n_features must be >= 1")
@@ -364,24 +369,41 @@ class XgbHistogramReply:
             raise ValueError("n_trees must be >= 0")
 
 
+#: Lattice steps one window's clipped gradient may span (keeps the noisy sums' ring words small).
+MAX_LATTICE_STEPS = float(1 << 36)
+
+
 @dataclass(frozen=True)
 class PrivateLattice:
     """How a private release puts one window's statistics on integers (public, in every
     request): the gradient vector is clipped to L2 norm ``grad_bound``, the Hessian vector to
-    ``hess_bound``, both are multiplied by ``scale`` and rounded stochastically, and a window
-    counts ``scale``. The aggregator derives the release's sensitivity from these bounds alone."""
+    ``hess_bound``; the gradient is multiplied by ``grad_scale`` (``None``: ``scale``), the
+    Hessian by ``scale``, both rounded stochastically, and a window counts ``scale``. Regression
+    sets ``grad_scale = scale / grad_bound``, so a clipped residual in target units weighs at
+    most one window on the lattice. The aggregator derives the release's sensitivity from these
+    bounds alone."""
 
     scale: int
     grad_bound: float
     hess_bound: float
+    grad_scale: float | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.scale <= 1 << 16:
             raise ValueError("scale must lie in 1..65536")
-        for name in ("grad_bound", "hess_bound"):
-            value = getattr(self, name)
-            if not (np.isfinite(value) and 0 < value <= 1e6):
-                raise ValueError(f"{name} must be finite and in (0, 1e6]")
+        if not (np.isfinite(self.hess_bound) and 0 < self.hess_bound <= 1e6):
+            raise ValueError("hess_bound must be finite and in (0, 1e6]")
+        if not (np.isfinite(self.grad_bound) and 0 < self.grad_bound <= 1e30):
+            raise ValueError("grad_bound must be finite and in (0, 1e30]")
+        if self.grad_scale is not None and not (np.isfinite(self.grad_scale) and self.grad_scale > 0):
+            raise ValueError("grad_scale must be finite and > 0")
+        if not self.gradient_scale * self.grad_bound <= MAX_LATTICE_STEPS:
+            raise ValueError("a window's clipped gradient must span at most 2**36 lattice steps")
+
+    @property
+    def gradient_scale(self) -> float:
+        """Lattice steps per unit of gradient."""
+        return float(self.scale if self.grad_scale is None else self.grad_scale)
 
 
 @dataclass(frozen=True)
@@ -427,9 +449,10 @@ class XgbPrivateLevelRequest:
     """One depth level of the private protocol: update margins with ``model``, route the windows
     through ``splits`` (their ``feature`` is a column of the job, one of ``round.features``), and
     sum, for each requested node, per round feature and slot, the lattice statistics of
-    :class:`PrivateLattice` -- ``G_0..G_{m-1}, H_0..H_{m-1}, count`` -- then add this gateway's
-    share of the ``noise``. The vector is (nodes, 2m + 1, features, slots) in ``word_bits`` ring
-    words, masked when ``secure`` says so."""
+    :class:`PrivateLattice` -- ``G_0..G_{m-1}, H_0..H_{m-1}, count``, without the H when
+    ``task.unit_hessian`` (the count is the H) -- then add this gateway's share of the ``noise``.
+    The vector is (nodes, stats, features, slots) in ``word_bits`` ring words, masked when
+    ``secure`` says so."""
 
     task: XgbTask
     model: ModelDelta
@@ -448,7 +471,9 @@ class XgbPrivateLevelRequest:
 
     @property
     def stats(self) -> int:
-        return 2 * self.task.node_columns + 1
+        """Statistics per cell: G and H per output and the count (G and the count for a unit Hessian)."""
+        m = self.task.node_columns
+        return m + 1 if self.task.unit_hessian else 2 * m + 1
 
     @property
     def length(self) -> int:

@@ -200,7 +200,9 @@ def trained_model(name: str) -> TreeEnsemble:
             FedSCSXGB(n_rounds=5, max_depth=3, objective="logistic", protocol="histogram"), _clients(11, 2)
         )
     if name == "fedscs-squared-error":
-        return aggregator.simulate(FedSCSXGB(n_rounds=5, max_depth=3, objective="squared_error"), _clients(12, 0))
+        return aggregator.simulate(
+            FedSCSXGB(n_rounds=5, max_depth=3, objective="squared_error", protocol="histogram"), _clients(12, 0)
+        )
     if name == "fedforest-client-categorical":
         return aggregator.simulate(
             FedForest(
