@@ -627,8 +627,8 @@ class JobRunner:
             if gateways:
                 values["gateways"] = gateways
             meta = model.metadata if model is not None else {}
-            if entry.releases is not None and entry.released_rho is not None and entry.released_xi is not None:
-                rho, xi = entry.released_rho, entry.released_xi
+            if self._recorded(job.job_id, entry):
+                rho, xi = entry.released_rho or 0.0, entry.released_xi or 0.0
                 values.update(rho=rho, xi=xi, epsilon=epsilon_of(rho, xi, entry.delta), basis="spent")
             if "dp_rho" in meta:
                 values.update(
@@ -660,6 +660,27 @@ class JobRunner:
             self.registry.record_releases(job_id, attempt, released.rho, released.xi, released.releases)
 
         return ReleaseLog(write)
+
+    def _recorded(self, job_id: str, entry: LedgerEntry) -> bool:
+        """Whether ``entry``'s record of its releases can be trusted: it has one, and it is not
+        empty for an attempt that stored a step (a step is grown from releases: a private
+        budget made outside the attempt's log -- e.g. on another thread -- would leave the
+        record empty, and the attempt is then charged its plan, never nothing)."""
+        if entry.releases is None or entry.released_rho is None or entry.released_xi is None:
+            return False
+        if entry.releases:
+            return True
+        job = self.registry.job(job_id)
+        start = next((h.get("from_step", 0) for h in job.history if h.get("attempt") == entry.attempt), 0)
+        if job.completed > start:
+            log.warning(
+                "privacy ledger: job %s attempt %d stored steps but recorded no release: charged its plan",
+                job_id,
+                entry.attempt,
+                extra={"job": job_id},
+            )
+            return False
+        return True
 
     def cancel(self, job_id: str) -> JobRecord:
         job = self.registry.job(job_id)

@@ -216,3 +216,29 @@ def test_a_registry_at_0005_keeps_its_running_entry_which_is_settled_with_its_pl
         [settled] = registry.privacy_ledger()
         assert (settled.basis, settled.rho, settled.xi, settled.epsilon) == ("planned", PLAN_RHO, 0.0, 7.0)
         assert settled.until_us is not None
+
+
+def test_an_attempt_whose_releases_went_unrecorded_is_charged_its_plan(tmp_path, monkeypatch, caplog) -> None:
+    """A budget made outside the attempt's log (the log not installed: here, taken away) leaves
+    the record empty; an attempt that stored a step made releases, so it is charged its plan,
+    never nothing."""
+    import contextlib
+    import logging
+
+    from aggregator.server import service
+
+    monkeypatch.setattr(service, "recording_releases", lambda log: contextlib.nullcontext(log))
+    clients = fleet_data(n_clients=3)
+    with running_server(str(tmp_path / "r.db"), clients) as (sim, server):
+        announce(sim, {c.client_id: 90 for c in clients})
+        api = TestClient(create_app(server))
+        config = {**JOBS["fedscs-xgb"][0], "n_rounds": 40}
+        job = api.post("/api/jobs", json={"model_id": "act", "config": config}).json()
+        while server.registry.job(job["job_id"]).completed < 1:
+            time.sleep(0.01)
+        with caplog.at_level(logging.WARNING, logger="aggregator.server.service"):
+            api.post(f"/api/jobs/{job['job_id']}/cancel")
+            assert wait_job(server, job["job_id"]).state == "cancelled"
+        [entry] = server.registry.privacy_ledger()
+        assert (entry.basis, entry.rho, entry.xi, entry.releases) == ("planned", PLAN_RHO, 0.0, 0)
+        assert any("recorded no release: charged its plan" in r.getMessage() for r in caplog.records)
