@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 from shared.model.bundle import ModelBundle, sign_rollback
 from shared.protocol.envelope import Message
@@ -44,6 +45,12 @@ log = logging.getLogger(__name__)
 __all__ = ["DeploymentResult", "deploy", "rollback", "rollback_plan"]
 
 MODELS_CHANNEL = "models"
+#: The model kinds (``shared.model.KINDS``) as an announcement's ``kind`` field spells them.
+_ANNOUNCED_KINDS: dict[str, Literal["boosted", "forest", "single"]] = {
+    "boosted": "boosted",
+    "forest": "forest",
+    "single": "single",
+}
 
 
 @dataclass
@@ -79,8 +86,9 @@ def _record(registry: Registry, result: DeploymentResult, pushed: tuple[str, int
                 else status.reason
             )
             registry.set_deployment(*runs, client, "active", detail)
-    for client in result.pending if pushed is not None else ():
-        registry.set_deployment(*pushed, client, "pending", "queued by the broker until the gateway is back")
+    if pushed is not None:
+        for client in result.pending:
+            registry.set_deployment(*pushed, client, "pending", "queued by the broker until the gateway is back")
 
 
 def deploy(
@@ -106,6 +114,9 @@ def deploy(
     data = bundle.to_bytes()
     transport = engine.transport
     if not target:
+        kind = _ANNOUNCED_KINDS.get(record.kind)
+        if kind is None:
+            raise ValueError(f"{record.label}: kind {record.kind!r} is not one of {tuple(_ANNOUNCED_KINDS)}")
         announcement = ModelAnnouncement(
             record.model_id,
             record.version,
@@ -113,7 +124,7 @@ def deploy(
             record.feature_set_version,
             bundle.sha256,
             len(data),
-            record.kind,
+            kind,
             target,
         )
         transport.publish(

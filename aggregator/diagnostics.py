@@ -11,6 +11,7 @@ diagnostic, run with the fleet operator's consent."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from shared.model import TreeEnsemble
 
@@ -44,7 +45,7 @@ def covariate_shift(
     *,
     forest: FedForest | None = None,
     seed: int = 0,
-    split: str = "train",
+    split: Literal["train", "holdout"] = "train",
     auc_threshold: float = 0.7,
 ) -> CovariateShiftReport:
     """Train the client discriminator (``forest``; default 20 trees of depth 4 that consider every

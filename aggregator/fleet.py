@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shared.protocol.messages import Status
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
@@ -30,6 +30,17 @@ from .feature_sets import FeatureSetChoice, survey_feature_sets
 from .jobs import FederatedJob, JobSettings, StepProgress, TrainingError, TrainingFailed, new_job_id
 from .rounds import QuorumNotReached, RoundEngine
 from .simulate import Algorithm
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    class FleetAlgorithm(Algorithm, DataclassInstance, Protocol):
+        """An algorithm configuration (a dataclass) that names the feature set it trains on
+        (``""``: the one most gateways store); :func:`train_on_fleet` fills it in."""
+
+        @property
+        def feature_set_version(self) -> str: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +173,7 @@ def online_gateways(presence: Presence, clients: Sequence[str] | None, wait_s: f
 
 
 def train_on_fleet(
-    algorithm: Algorithm,
+    algorithm: FleetAlgorithm,
     transport: Transport,
     *,
     clients: Sequence[str] | None = None,

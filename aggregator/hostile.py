@@ -50,8 +50,8 @@ def lie_in_vectors(sim: Simulation, client: str, request_type: type, lie: Lie) -
         body = message.body
         reply = original(message)
         name = masked_vector_field(reply)
-        if name is None:
-            return reply
+        if name is None or not dataclasses.is_dataclass(reply) or isinstance(reply, type):
+            return reply  # not a reply with a fleet-sum vector (those are dataclass instances)
         vector = getattr(reply, name)
         if getattr(body, "secure", None) is not None:
             plain_reply = original(dataclasses.replace(message, body=dataclasses.replace(body, secure=None)))

@@ -160,7 +160,9 @@ class MultiplexedTransport(MqttTransport):
         client.on_socket_close = self._mux.closed
         client.on_socket_register_write = self._mux.want_write
         client.on_socket_unregister_write = self._mux.written
-        client.loop_start = self._join_multiplexer  # no network thread of its own
+        # no network thread of its own: paho's loop_start replaced on this instance (mypy does
+        # not let a method be assigned to, so it is set as an attribute)
+        setattr(client, "loop_start", self._join_multiplexer)
         return client
 
     def _dispatch_loop(self) -> None:
@@ -535,7 +537,7 @@ def run_load(
 
 
 def _measured_job(name: str, fleet: SimulatedFleet, engine: TimedRoundEngine, config: LoadConfig) -> LoadRun:
-    broker, hosts = fleet.broker.process.pid, [p.pid for p in fleet.hosts]
+    broker, hosts = fleet.broker.pid, [p.pid for p in fleet.hosts]
     for pid in ("self", broker):
         reset_peak_rss(pid)
     start_mb = rss_mb()
@@ -638,7 +640,7 @@ def run_soak(config: SoakConfig, *, progress=print) -> SoakReport:
             _one_job(algorithm, fleet.agg, engine, fleet.ids, config, report)
             report.wall_s = time.monotonic() - started
             report.rss_mb.append(rss_mb())
-            report.broker_rss_mb.append(rss_mb(fleet.broker.process.pid))
+            report.broker_rss_mb.append(rss_mb(fleet.broker.pid))
             progress(
                 f"job {report.jobs}: {report.boosting_rounds} rounds, {report.rounds_per_minute:.1f}/min,"
                 f" lost replies {report.lost_replies}, aggregator {report.rss_mb[-1]:.0f} MB, "

@@ -33,7 +33,7 @@ from shared.protocol.messages import ErrorReply, Status
 from shared.protocol.topics import TopicLayout
 from shared.protocol.wire import NeedsVersion, writable_version
 from shared.protocol.limits import DecodeLimits
-from shared.transport.base import MessageHandler
+from shared.transport.base import MessageHandler, TransportStats
 
 from .audit import AuditTrail
 
@@ -50,6 +50,7 @@ class EngineTransport(Protocol):
     client_id: str
     layout: TopicLayout
     limits: DecodeLimits
+    stats: TransportStats
     audit: Callable[[str, Message, int], None] | None
 
     @property
@@ -61,6 +62,8 @@ class EngineTransport(Protocol):
     def encode_payloads(self, message: Message, *, retain: bool = False) -> list[bytes]: ...
 
     def send_payloads(self, topic: str, payloads: list[bytes], *, retain: bool = False) -> None: ...
+
+    def publish(self, topic: str, message: Message, *, retain: bool = False) -> None: ...
 
     def subscribe(self, topic_filter: str, handler: MessageHandler) -> None: ...
 

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from edge_client.participant import Participant
 from edge_client.training_data import ClientData
+from shared.protocol.limits import DEFAULT_MAX_PAYLOAD
 from shared.protocol.topics import AGGREGATOR_ID
 from shared.transport.memory import MemoryBroker, MemoryTransport
 
@@ -23,7 +24,10 @@ __all__ = ["Algorithm", "Simulation", "as_client_data", "simulate"]
 
 
 class Algorithm(Protocol):
-    name: str
+    """An algorithm's configuration (``aggregator.algorithms``): its name and ``fit`` over a job."""
+
+    @property
+    def name(self) -> str: ...
 
     def fit(self, job: FederatedJob, *, seed: int = 0) -> Any: ...
 
@@ -66,15 +70,15 @@ class Simulation:
     ) -> None:
         self.clients = as_client_data(clients)
         self.broker = MemoryBroker()
-        options = {} if max_payload is None else {"max_payload": max_payload}
-        self.server = MemoryTransport(self.broker, AGGREGATOR_ID, presence=False, **options)
+        payload = DEFAULT_MAX_PAYLOAD if max_payload is None else max_payload
+        self.server = MemoryTransport(self.broker, AGGREGATOR_ID, max_payload=payload, presence=False)
         # record_bodies=True keeps every body the server received, for server_view() (the privacy
         # tests); otherwise only sizes are kept (a job's bodies can be gigabytes)
         self.engine = RoundEngine(self.server, audit=AuditTrail(keep_bodies=record_bodies))
         self.transports: dict[str, MemoryTransport] = {}
         self.participants: dict[str, Participant] = {}
         for client in self.clients:
-            transport = MemoryTransport(self.broker, client.client_id, **options)
+            transport = MemoryTransport(self.broker, client.client_id, max_payload=payload)
             participant = Participant(transport, client)
             if reply_cache_bytes is not None:
                 participant.dispatcher.remember_bytes = reply_cache_bytes

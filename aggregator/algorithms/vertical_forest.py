@@ -247,7 +247,11 @@ def predict_on_parties(
         parties,
         "prediction alignment",
         VerticalAlignRequest(
-            feature_set_version, hop_us, tolerance_us, model.task, model.manifest.model_id if live else ""
+            feature_set_version,
+            hop_us,
+            tolerance_us,
+            model.task,
+            model.manifest.model_id if live and model.manifest is not None else "",
         ),
         VerticalAlignReply,
     )

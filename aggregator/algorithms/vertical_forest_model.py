@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -58,7 +58,7 @@ class VerticalForestMetadata:
         """The inverse of :meth:`settings` (unknown keys ignored, missing ones default: files
         written before a field existed still load)."""
         known = {f.name: f.type for f in fields(cls)}
-        kept = {
+        kept: dict[str, Any] = {  # each value checked against its field's type (str or int)
             k: v
             for k, v in settings.items()
             if k in known
@@ -169,9 +169,13 @@ class VerticalForestModel:
 
     # -- checks ------------------------------------------------------------------------------------
 
-    def _blocks(self, blocks: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+    def _partial_trees(self) -> tuple[tuple[PartialTree, ...], ...]:
         if self.partial is None:
             raise ValueError("this model holds no partial trees: predict through the parties (one-round protocol)")
+        return self.partial
+
+    def _blocks(self, blocks: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        self._partial_trees()
         if not isinstance(blocks, (list, tuple)):
             raise TypeError("blocks must be a list with one feature block per party")
         if len(blocks) != len(self.parties):
@@ -197,15 +201,16 @@ class VerticalForestModel:
     ) -> np.ndarray:
         """``(n_samples, n_trees)``: each sample's leaf position per tree."""
         X = self._blocks(blocks)
+        partial = self._partial_trees()
         n = X[0].shape[0]
         out = np.zeros((n, len(self.trees)), dtype=np.int64)
         for t, tree in enumerate(self.trees):
             if method == "one_round":
-                out[:, t] = intersect_leaves([reachable_leaves(p[t], x) for p, x in zip(self.partial, X)])
+                out[:, t] = intersect_leaves([reachable_leaves(p[t], x) for p, x in zip(partial, X)])
             elif method == "classical":
 
                 def ask(party: int, node: int, rows: np.ndarray, t: int = t) -> np.ndarray:
-                    return owned_directions(self.partial[party][t], X[party][rows], node)
+                    return owned_directions(partial[party][t], X[party][rows], node)
 
                 out[:, t] = classical_leaves(tree.split_nodes, tree.owner, n, ask)
             else:

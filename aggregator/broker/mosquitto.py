@@ -314,6 +314,13 @@ class MosquittoBroker:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The mosquitto process's id (it has none before :meth:`start`)."""
+        if self.process is None:
+            raise RuntimeError("mosquitto has not been started")
+        return self.process.pid
+
     def stop(self, *, kill: bool = False, timeout_s: float = 10.0) -> None:
         """Stop the broker (SIGTERM lets it save sessions; ``kill`` simulates a crash). A clean
         stop removes the run folder when ``remove_on_stop``."""

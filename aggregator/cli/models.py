@@ -16,10 +16,11 @@ works on a registry file only.
 from __future__ import annotations
 
 import argparse
+import builtins
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from aggregator.algorithm_table import user_name
 from aggregator.cli.server_client import ServerClient, add_server_options, server_client
@@ -36,6 +37,9 @@ from edge_client.cli.arguments import (
 from edge_client.cli.connection import add_broker_options, aggregator_transport
 from edge_client.cli.errors import CliError, UsageError
 from edge_client.cli.model_files import load_model_file, model_file, model_file_bytes
+
+if TYPE_CHECKING:  # the registry is imported when it is used, not to parse arguments
+    from aggregator.registry import Deployment, ModelRecord
 
 DEFAULT_REGISTRY = "wheelfed-registry.db"
 DEFAULT_KEY = "aggregator.key"
@@ -192,7 +196,7 @@ class ServerModels:
         self.where = f"the server {client.url}"
         self.option = f"--server {client.url}"
 
-    def list(self) -> list:
+    def list(self) -> builtins.list[ModelRecord]:  # named as Registry's
         return [_model_record(row) for row in self.client.pages("/api/models")]
 
     def record(self, model_id: str, version: int | None = None):
@@ -210,7 +214,7 @@ class ServerModels:
         data = self.client.download(f"/api/models/{record.model_id}/{record.version}/download")
         return record, TreeEnsemble.from_cbor(data)
 
-    def deployments(self, model_id: str | None = None) -> list:
+    def deployments(self, model_id: str | None = None) -> builtins.list[Deployment]:
         from aggregator.registry import Deployment
 
         return [Deployment(**row) for row in self.client.pages("/api/deployments", model_id=model_id)]
@@ -224,7 +228,7 @@ class ServerModels:
         return out
 
 
-def _model_record(row: dict[str, Any]):
+def _model_record(row: dict[str, Any]) -> ModelRecord:
     """A ``ModelRecord`` from the API's JSON (which adds ``label`` and ``running_on``)."""
     import dataclasses
 

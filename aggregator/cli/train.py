@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from aggregator.algorithm_table import ALGORITHM_TABLE
 from aggregator.cli.models import ModelRef, model_ref
@@ -57,7 +57,11 @@ from edge_client.cli.errors import CliError, UsageError
 from edge_client.cli.model_files import load_model_file, model_file
 
 if TYPE_CHECKING:  # the registry is imported when a model is registered, not to parse arguments
+    from types import FrameType
+
     from aggregator.registry import ModelRecord
+
+    _SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 #: Defaults of the options that only a local run uses (a server has its own settings).
 DEADLINE_S, MIN_FRACTION = 120.0, 0.5
@@ -133,7 +137,7 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
     )
 
 
-def _private_protocol(args: argparse.Namespace) -> str | None:
+def _private_protocol(args: argparse.Namespace) -> Literal["histogram"] | None:
     """``"histogram"`` (secure sums without differential privacy) when asked for, else the
     algorithm's default (differential privacy for classification)."""
     return "histogram" if args.no_dp or args.no_secure_aggregation else None
@@ -168,7 +172,7 @@ class StopSignals:
         self.event = threading.Event()
         self.received = 0
         self.announce = announce
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, _SignalHandler] = {}
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -294,7 +298,7 @@ def _score(job, model, saved: SavedModel, clients: list[str] | None = None):
 
 
 def _store_metrics(saved: SavedModel, metrics: dict) -> None:
-    if saved.record is not None:
+    if saved.record is not None and saved.registry is not None:  # a record is in a registry
         from aggregator.registry import Registry
 
         with Registry(saved.registry) as registry:
@@ -305,7 +309,7 @@ def _evaluate(job, model, saved: SavedModel | dict[str, SavedModel]) -> None:
     """Score the saved model on the gateways' held-out windows -- a personalised job's trees
     each on its own gateway's -- and store the metrics with its registry record. A failure is a
     warning: the model is already saved (exit code 0)."""
-    if isinstance(model, dict):
+    if isinstance(saved, dict):  # a personalised job's {gateway: model}, saved per gateway
         for client in sorted(model):
             evaluation = _score(job, model[client], saved[client], [client])
             if evaluation is not None:
@@ -326,7 +330,7 @@ def _evaluate(job, model, saved: SavedModel | dict[str, SavedModel]) -> None:
 def _summary(model, saved: SavedModel | dict[str, SavedModel], job) -> None:
     """The last lines of a successful run: what was trained, where it went, the job."""
     rejected = job.rejected or "none"
-    if not isinstance(model, dict):
+    if not isinstance(saved, dict):  # else a personalised job's {gateway: model}, saved per gateway
         print(
             f"{saved.where}: {model.n_trees} trees, classes {list(model.classes)}, feature set "
             f"{model.feature_set_version}; job {job.job_id}, {job.rounds} protocol rounds, rejected replies "
@@ -408,11 +412,12 @@ def run(args: argparse.Namespace) -> int:
     except TrainingFailed as exc:  # some rounds completed: keep them
         display.finish()
         done = exc.checkpoint.progress
-        saved = _save(args, exc.checkpoint.model(), algorithm.name)
-        raise CliError(
-            f"{exc}; after {done.step} of {done.total} {unit_of(algorithm.name)} completed: saved "
-            f"{_size(exc.checkpoint.model(), done.step)} to {_where(saved)}"
-        ) from None
+        steps = f"after {done.step} of {done.total} {unit_of(algorithm.name)} completed"
+        if exc.checkpoint.model is None:  # the algorithm's steps form no model
+            raise CliError(f"{exc}; {steps}: they form no model, nothing saved") from None
+        partial = exc.checkpoint.model()
+        saved = _save(args, partial, algorithm.name)
+        raise CliError(f"{exc}; {steps}: saved {_size(partial, done.step)} to {_where(saved)}") from None
     except (TrainingError, QuorumNotReached) as exc:
         display.finish()
         raise CliError(str(exc)) from None

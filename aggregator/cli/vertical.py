@@ -144,7 +144,8 @@ def _train(args: argparse.Namespace) -> int:
 
     try:
         model = config.fit(FederatedJob(engine, parties, settings=settings, progress=progress), seed=args.seed)
-        print(model.alignment.line(), flush=True)
+        if model.alignment is not None:  # a fitted model's: how many windows every party aligned
+            print(model.alignment.line(), flush=True)
         model = deploy_to_parties(
             FederatedJob(engine, parties, settings=settings),
             model,
@@ -178,6 +179,8 @@ def _predict(args: argparse.Namespace) -> int:
         model = VerticalForestModel.from_bytes(args.model.read_bytes(), keys)
     except (InvalidKey, BadSignature, ValueError) as exc:
         raise UsageError(f"--model {args.model}: {exc}") from None
+    if model.manifest is None:  # from_bytes reads and verifies it: a model file always has one
+        raise UsageError(f"--model {args.model}: no signed manifest")
     label = f"{model.manifest.model_id}:v{model.manifest.version}"
     parties = list(model.parties)
     transport, engine = _connect(args, parties)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = [
@@ -162,16 +162,19 @@ def decide_deployment(
         return DeploymentDecision(step, None, "; ".join(["no model deployed", *failed, keep]), scores, failures)
     passing = [b for b in bars if b.passes]
     best = passing[0] if passing else bars[0]
-    facts = dict(
-        candidates=scores, failures=failures, local_only=best.local_only, chance=best.chance, windows=best.windows
-    )
     bar_text = _bar_text(best.local_only, best.chance)
     if passing:
+        deploy = best.name
         reason = f"{best.name}: held-out accuracy {best.accuracy:.3f} on {best.windows} windows beats {bar_text}"
-        return DeploymentDecision(step, best.name, reason, **facts)
-    tried = ", ".join(f"{b.name} {b.accuracy:.3f}" for b in bars)
-    reason = f"no model deployed: {tried} on {best.windows} held-out windows; none beats {bar_text}"
-    return DeploymentDecision(step, None, "; ".join([reason, *failed, keep]), **facts)
+    else:
+        deploy = None
+        tried = ", ".join(f"{b.name} {b.accuracy:.3f}" for b in bars)
+        reason = "; ".join(
+            [f"no model deployed: {tried} on {best.windows} held-out windows; none beats {bar_text}", *failed, keep]
+        )
+    return DeploymentDecision(
+        step, deploy, reason, scores, failures, local_only=best.local_only, chance=best.chance, windows=best.windows
+    )
 
 
 def promotion_decision(
@@ -291,9 +294,10 @@ def decide_personal_trees(
     for gateway, n in sorted(federated.windows.items()):
         fed, own = federated.accuracy_on([gateway])[0], local_only.accuracy_on([gateway])[0]
         tree = trees.get(gateway)
-        facts = dict(gateway=gateway, federated=fed, local_only=own, windows=n, worst_served=gateway in worst)
+        facts = PersonalDecision(gateway, fed, own, n, gateway in worst, deploy=False, reason="")
         if tree is not None:
-            facts.update(
+            facts = replace(
+                facts,
                 tree=tree.label,
                 tree_accuracy=tree.accuracy,
                 tree_windows=tree.windows,
@@ -307,14 +311,14 @@ def decide_personal_trees(
                 why = f"the federated model is right on all {n} of its held-out windows ({versus})"
             else:
                 why = f"not among the gateways the federated model serves worst ({versus} on its {n} held-out windows)"
-            out.append(PersonalDecision(**facts, deploy=False, reason=f"keeps the fleet's model: {why}"))
+            out.append(replace(facts, deploy=False, reason=f"keeps the fleet's model: {why}"))
         elif tree is None:
             why = failure or "the FedGA job registered no scored tree for it"
-            out.append(PersonalDecision(**facts, deploy=False, reason=f"served worst ({versus}), no FedGA tree: {why}"))
+            out.append(replace(facts, deploy=False, reason=f"served worst ({versus}), no FedGA tree: {why}"))
         elif tree.windows != n:
             out.append(
-                PersonalDecision(
-                    **facts,
+                replace(
+                    facts,
                     deploy=False,
                     reason=(
                         f"served worst ({versus}), {tree.label} not deployed: scored on {tree.windows} held-out "
@@ -324,8 +328,8 @@ def decide_personal_trees(
             )
         elif tree.accuracy > fed:
             out.append(
-                PersonalDecision(
-                    **facts,
+                replace(
+                    facts,
                     deploy=True,
                     reason=(
                         f"served worst ({versus}); {tree.label} ({tree.decision_nodes} decision nodes) "
@@ -336,8 +340,8 @@ def decide_personal_trees(
             )
         else:
             out.append(
-                PersonalDecision(
-                    **facts,
+                replace(
+                    facts,
                     deploy=False,
                     reason=(
                         f"served worst ({versus}); {tree.label} ({tree.decision_nodes} decision nodes) "

@@ -50,9 +50,9 @@ def centralized(demo: Demo, algorithms: list[str]) -> dict[str, tuple[dict[str, 
     """Each algorithm trained on every gateway's training windows pooled, scored on every
     gateway's held-out windows as the stores hold them at the end (the retraining's split):
     algorithm -> (accuracy and macro-F1, held-out windows)."""
-    import aggregator
     from aggregator.algorithms import FedForest, FedSCSXGB
     from aggregator.demo.training import FOREST_BINS, FOREST_DEPTH, XGB_BINS
+    from aggregator.simulate import simulate
     from shared.model import model_inputs
 
     cfg = demo.config
@@ -79,7 +79,7 @@ def centralized(demo: Demo, algorithms: list[str]) -> dict[str, tuple[dict[str, 
                 secure_aggregation=False,
             )
         )
-        model = aggregator.simulate(config, [(X, y)])
+        model = simulate(config, [(X, y)])
         predicted = np.array([str(v) for v in model.predict(model_inputs(model, Xt.astype(np.float32)))])
         out[name] = (_scores(yt, predicted), len(yt))
     return out

@@ -238,7 +238,7 @@ class Demo:
     def start_server(self) -> None:
         """``wheelfed server`` as the aggregator; its dashboard URL printed; the training plan."""
         cfg = self.config
-        self.algorithms = ["fedscs-xgb", "fedforest"] if cfg.algorithm == "both" else [cfg.algorithm]
+        self.algorithms: list[str] = ["fedscs-xgb", "fedforest"] if cfg.algorithm == "both" else [cfg.algorithm]
         self.secure_plan = secure_aggregation_plan(len(self.gateways))
         if not self.secure_plan.on:
             self.say(f"NOTE: {self.secure_plan.reason}")
@@ -451,6 +451,8 @@ class Demo:
         """SIGKILL one gateway while the streams are held (its own stream waits, as a chair's
         sensor link buffers), then start it again on the same store."""
         gw = self.gateways[client]
+        if gw.process is None:
+            raise RuntimeError(f"{client} was never started, so it cannot be killed")
         self.say(f"killing {client} (SIGKILL) to show a gateway that crashes mid-run")
         gw.process.send_signal(signal.SIGKILL)
         gw.process.wait()

@@ -106,9 +106,12 @@ class DemoServer:
         """The base URL from the server's first line (printed once its socket listens)."""
         found: list[str] = []
         done = threading.Event()
+        stdout = self.process.stdout
+        if stdout is None:
+            raise RuntimeError("the server's output is not piped to the demo")
 
         def read() -> None:
-            for line in self.process.stdout:
+            for line in stdout:
                 if not found and (match := _URL.search(line)):
                     found.append(match.group(1))
                     done.set()

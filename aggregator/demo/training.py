@@ -532,7 +532,7 @@ class ApiTraining:
             RETRAINING, name, candidate, promotion, local_only=local, deployed=deployed, failures=failures
         )
         self.emit(StepDecided(decision))
-        if decision.deploy is not None:
+        if decision.deploy is not None and candidate is not None and promotion is not None:  # deploy implies both
             self._rolled_out(job["algorithm"], promotion["candidate"], candidate)
         return decision
 
@@ -560,7 +560,7 @@ class ApiTraining:
     def _rolled_out(self, algorithm: str, version: int, score: Score) -> None:
         """The staged rollout as the registry recorded it (``/api/deployments``)."""
         rows = self.server.get(f"/api/deployments?model_id={MODEL_ID}&limit=1000")
-        mine = {}
+        mine: dict[str, dict[str, Any]] = {}
         for row in rows:  # newest first: each gateway's latest state for this version
             if row["version"] == version:
                 mine.setdefault(row["client"], row)

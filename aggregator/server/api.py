@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, overload
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParameter
@@ -222,6 +222,10 @@ class PrivacyOut(BaseModel):
     entries: list[LedgerEntryOut]
 
 
+@overload
+def _gateway_ids(clients: list[str]) -> list[str]: ...
+@overload
+def _gateway_ids(clients: list[str] | None) -> list[str] | None: ...
 def _gateway_ids(clients: list[str] | None) -> list[str] | None:
     """Gateway ids as the topics need them (a ``ValueError`` -> 422 names the bad one)."""
     from shared.protocol.envelope import validate_client_id
@@ -463,8 +467,8 @@ def create_app(server: Server) -> FastAPI:
     def deploy_model(model_id: str, version: Version, body: DeployIn) -> dict[str, Any]:
         from ..deployment import deploy
 
-        version = version_number(model_id, version)
-        record = server.registry.record(model_id, version)
+        number = version_number(model_id, version)
+        record = server.registry.record(model_id, number)
         key = _signing_key(server)
         clients = _gateway_ids(body.clients) or ([record.target] if record.target else server.tracker.online())
         if record.target and clients != [record.target]:
@@ -475,7 +479,7 @@ def create_app(server: Server) -> FastAPI:
             )
         if not clients:
             raise HTTPException(409, "no gateway is online to deploy to")
-        result = deploy(server.engine, server.registry, key, model_id, version, clients, deadline_s=config.deadline_s)
+        result = deploy(server.engine, server.registry, key, model_id, number, clients, deadline_s=config.deadline_s)
         return {"label": result.label, "active": result.active, "rejected": result.rejected, "pending": result.pending}
 
     @app.post("/api/rollback", dependencies=[operate])

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence, TypeVar
 
 from edge_client.cli.errors import USAGE
 
@@ -44,13 +44,16 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(USAGE)
 
 
-def _typed(name: str, check: Callable[[str], object]) -> Callable[[str], object]:
+_Parsed = TypeVar("_Parsed")
+
+
+def _typed(name: str, check: Callable[[str], _Parsed]) -> Callable[[str], _Parsed]:
     """argparse shows a type's ``__name__`` when it raises ValueError; name the expectation."""
     check.__name__ = name
     return check
 
 
-def int_at_least(low: int) -> Callable[[str], object]:
+def int_at_least(low: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -65,7 +68,7 @@ def int_at_least(low: int) -> Callable[[str], object]:
 
 def float_in(
     low: float, high: float = float("inf"), *, low_open: bool = False, high_open: bool = False
-) -> Callable[[str], object]:
+) -> Callable[[str], float]:
     """A finite float in [low, high] (open ends where asked); NaN and inf are refused."""
 
     def parse(text: str) -> float:
@@ -92,12 +95,12 @@ fraction = float_in(0.0, 1.0, low_open=True)  # a share of gateways: (0, 1]
 holdout_share = float_in(0.0, 1.0, high_open=True)  # a share held out of training: [0, 1)
 
 
-def _port(low: int) -> Callable[[str], object]:
+def _port(low: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = int_at_least(low)(text)
-        if value > 65535:  # type: ignore[operator]
+        if value > 65535:
             raise argparse.ArgumentTypeError(f"must be a TCP port {low}-65535, got {value}")
-        return value  # type: ignore[return-value]
+        return value
 
     return _typed("port", parse)
 
