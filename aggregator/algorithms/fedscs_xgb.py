@@ -243,9 +243,10 @@ class FedSCSXGB:
     the public ``seed``, leaf weights clipped to ``dp_leaf_clip`` before shrinkage (regression:
     ``dp_leaf_clip`` times the residual bound), the budget shared between the opening, the splits
     and the leaves by ``release_plan``. Regression (squared error) clips every residual
-    ``prediction - y`` to half the width of a public target range: ``target_range`` ``(low,
+    ``prediction - y`` to half the width of a public target range -- ``target_range`` ``(low,
     high)`` if given (public knowledge, e.g. a sensor's physical range), else read off a noisy
-    count of the targets per octave in the opening (FedForest's private regression); the base
+    count of the targets per octave in the opening (FedForest's private regression) -- or to
+    twice the reach of the opening's noisy outer target quantiles from its median when less; the base
     score is the opening's noisy target median inside that range. The model's metadata reports
     what was spent (``dp_epsilon``, ``dp_delta``, ``dp_rho``, ``dp_xi``) and, for regression, the
     range (``dp_target_low``, ``dp_target_high``) and the residual bound (``dp_grad_bound``).

@@ -15,12 +15,13 @@ Softmax grows one vector-leaf tree per round (``multi_output_tree``): a window's
 has L2 norm at most sqrt 2 whatever the number of classes, so the budget is not divided by them.
 Squared error (regression) has no such bound of its own: the opening's last release is the
 target range release of FedForest's private regression (``fedforest_private.target_range``,
-one noisy count per octave of the targets) unless the job gives ``target_range``; half its width
-bounds ``|g|``, a residual ``prediction - y`` clipped to it, and ``h = 1``, so a level release
-sends G and the count (the count is the H). The gateways clip and stochastically round G and H
-onto the lattice of :data:`LATTICE_SCALE` steps per window (per unit of G for classifiers, per
-residual bound for regression), add their share of Skellam noise and mask the vector (secure
-aggregation); the sensitivity of every release follows from these public bounds.
+one noisy count per octave of the targets) unless the job gives ``target_range``; half its width,
+or less for a skewed target (:func:`residual_bound`), bounds ``|g|``, a residual ``prediction -
+y`` clipped to it, and ``h = 1``, so a level release sends G and the count (the count is the
+H). The gateways clip and stochastically round G and H onto the lattice of
+:data:`LATTICE_SCALE` steps per window (per unit of G for classifiers, per residual bound for
+regression), add their share of Skellam noise and mask the vector (secure aggregation); the
+sensitivity of every release follows from these public bounds.
 ``docs/differential_privacy.md`` has the argument and PRIVACY.md what each party learns.
 """
 
@@ -58,7 +59,15 @@ from .fedforest_private import COUNT_SCALE, RANGE_BITS, RANGE_SIGMAS, target_ran
 from .private_fleet import PrivateFleet, describe_fleet_privately, opening_releases
 from .private_growth import PrivateGrowth, grow_private_tree, level_violation
 
-__all__ = ["LATTICE_SCALE", "PrivateBoosting", "ReleasePlan", "release_target_range", "round_features"]
+__all__ = [
+    "LATTICE_SCALE",
+    "PrivateBoosting",
+    "ReleasePlan",
+    "objective_lattice",
+    "release_target_range",
+    "residual_bound",
+    "round_features",
+]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +77,11 @@ LATTICE_SCALE = 64
 #: ``p - onehot`` has norm <= sqrt 2 and its Hessian ``2 p (1 - p)`` norm <= 1; logistic's
 #: ``p - y`` lies in [-1, 1] and ``p (1 - p)`` in [0, 1/4].
 BOUNDS = {"softmax": (math.sqrt(2.0), 1.0), "logistic": (1.0, 0.25)}
+#: Regression's residual bound is at most this many times the reach of the target's outermost
+#: opening edges from its median (:func:`residual_bound`; measured in BENCHMARKS.md, FedSCS-XGB
+#: private regression: on randhie's skewed counts the octave range alone left the model at the
+#: mean's RMSE).
+RESIDUAL_SPREAD = 2.0
 #: Squared error's Hessian bound: every window's h is 1 (its level releases send the count instead).
 UNIT_HESSIAN = 1.0
 #: Noise standard deviations a child's noisy count must reach for a split (see ``private_growth``).
@@ -181,7 +195,10 @@ class PrivateBoosting(BoostedTrees):
         usable = np.array([e.shape[0] > 0 for e in self.edges])
         if not usable.any():
             raise TrainingError("no feature has two distinct values fleet-wide: nothing to split on")
-        self.lattice = objective_lattice(cfg.objective, self.clip)
+        self.lattice = objective_lattice(
+            cfg.objective,
+            None if self.clip is None else residual_bound(self.clip, fleet.target_edges, fleet.target_shift),
+        )
         m = self.n_outputs
         self.split_l2, self.split_l1 = _cell_bounds(self.lattice, m, with_count=True, unit_hessian=self.regression)
         self.leaf_l2, self.leaf_l1 = _cell_bounds(self.lattice, m, with_count=False)
@@ -355,21 +372,42 @@ class PrivateBoosting(BoostedTrees):
         )
 
 
-def objective_lattice(objective: str, clip: TargetClip | None) -> PrivateLattice:
+def residual_bound(clip: TargetClip, edges: np.ndarray, median: float) -> float:
+    """Regression's public bound on ``|g| = |prediction - y|``: the target range's half width,
+    or :data:`RESIDUAL_SPREAD` times the reach of the opening's outermost target edges (its noisy
+    quantiles at ranks ``1 / n_bins`` and ``1 - 1 / n_bins``) from its noisy ``median`` when that
+    is less. Post-processing of releases already made: a skewed target's octave range (counts of
+    zero to 77 visits: ``[0, 128)``) is far wider than its residuals, and the noise on G grows
+    with the bound; the few residuals beyond it are clipped (a Huber step).
+
+    Examples
+    --------
+    >>> residual_bound(TargetClip(64.0, 64.0), np.array([0.0, 1.0, 2.0, 4.0, 9.0], np.float32), 2.0)
+    14.0
+    >>> residual_bound(TargetClip(64.0, 64.0), np.empty(0, np.float32), 2.0)  # no edges: the range's
+    64.0
+    """
+    if edges.size == 0:
+        return clip.half_width
+    reach = max(float(edges[-1]) - median, median - float(edges[0]))
+    return min(clip.half_width, max(RESIDUAL_SPREAD * reach, 2.0**-20))
+
+
+def objective_lattice(objective: str, bound: float | None) -> PrivateLattice:
     """The lattice of ``objective``'s releases: its own public bounds (classifiers) or, for
-    squared error, ``|g| <= `` the target range's half width, ``h = 1``, and G on
+    squared error, ``|g| <= bound`` (:func:`residual_bound`), ``h = 1``, and G on
     ``LATTICE_SCALE`` steps per bound (a clipped residual weighs at most one window).
 
     Examples
     --------
-    >>> objective_lattice("squared_error", TargetClip(150.0, 250.0))
+    >>> objective_lattice("squared_error", 250.0)
     PrivateLattice(scale=64, grad_bound=250.0, hess_bound=1.0, grad_scale=0.256)
     """
     if objective in BOUNDS:
         return PrivateLattice(LATTICE_SCALE, *BOUNDS[objective])
-    if objective != "squared_error" or clip is None:
+    if objective != "squared_error" or bound is None:
         raise TrainingError(f"the private protocol has no public gradient bound for {objective!r}")
-    return PrivateLattice(LATTICE_SCALE, clip.half_width, UNIT_HESSIAN, LATTICE_SCALE / clip.half_width)
+    return PrivateLattice(LATTICE_SCALE, bound, UNIT_HESSIAN, LATTICE_SCALE / bound)
 
 
 def _cell_bounds(

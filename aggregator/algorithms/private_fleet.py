@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -180,6 +180,9 @@ class PrivateFleet:
     edges: list[np.ndarray]
     grid_rounds: int
     grid_cells: int
+    #: Regression: the target's edges (its fleet quantiles at ranks ``b / n_bins``, noisy under
+    #: differential privacy) that the shift was read off; empty for classification.
+    target_edges: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float32))
 
     @property
     def target_mean(self) -> float:
@@ -269,6 +272,7 @@ def describe_fleet_privately(
             sums = np.clip(np.rint(sums / COUNT_SCALE).astype(np.int64), 0, None)
         return sums
 
+    target_edges = np.empty(0, dtype=np.float32)
     if regression:  # the target's grid first: its fleet median is the shift of the sums
         refinement = _grid_edges(summer, feature_set_version, d + 1, n_bins, budget, total=None, target=True)
         edges = refinement.edges(include_min_point=True)
@@ -305,6 +309,7 @@ def describe_fleet_privately(
         edges=edges,
         grid_rounds=refinement.rounds,
         grid_cells=refinement.cells_sent,
+        target_edges=target_edges,
     )
 
 

@@ -189,7 +189,9 @@ def test_one_window_moves_each_release_by_at_most_the_charged_bound(
     """Whatever its residual, one window adds to a level cell (G, count) and a leaf cell (G, H)
     vectors within the charged norms."""
     rng = np.random.default_rng(seed)
-    lattice = objective_lattice("squared_error", TargetClip(centre, half_width))
+    lattice = objective_lattice(
+        "squared_error", private_module.residual_bound(TargetClip(centre, half_width), np.empty(0), centre)
+    )
     g = np.array([[margin - y]])
     qg = stochastic_round(clip_norm(g, lattice.grad_bound), lattice.gradient_scale, rng)
     qh = stochastic_round(clip_norm(np.ones((1, 1)), lattice.hess_bound), lattice.scale, rng)
@@ -247,7 +249,7 @@ def test_model_reports_what_it_spent_within_the_budget(target_range) -> None:
     assert 1.0 < meta["dp_epsilon"] <= 2.0 and meta["dp_delta"] == 1e-6
     assert meta["dp_rho"] > 0 and 0 <= meta["dp_xi"] < 0.05 * meta["dp_rho"]
     low, high = meta["dp_target_low"], meta["dp_target_high"]
-    assert meta["dp_grad_bound"] == pytest.approx((high - low) / 2)
+    assert 0 < meta["dp_grad_bound"] <= (high - low) / 2
     if target_range is None:  # the octaves around the targets (about 30 to 175 here)
         assert low <= 64.0 and high >= 128.0 and high - low <= 1024.0
     else:
