@@ -315,17 +315,22 @@ class PrivateBoosting(BoostedTrees):
         hist = self._natural(sums.reshape(node_ids.shape[0], -1, k, round_.slots), axis=1)
         if self.regression:  # the count is the H: (G, count) -> (G, H, count)
             hist = np.concatenate([hist[:, :m], hist[:, -1:], hist[:, -1:]], axis=1)
-        sigma = math.sqrt(self._mu) / self.lattice.scale
+        self._check("level", hist)
+        return hist
+
+    def _check(self, what: str, hist: np.ndarray) -> None:
+        """Stop the job in one line when a decoded release ``(R, 2m + 1, k, S)`` breaks what
+        clipped values give (:func:`~aggregator.algorithms.private_growth.level_violation`)."""
         lattice = self.lattice
+        sigma = math.sqrt(self._mu) / lattice.scale
         violation = level_violation(
             hist, sigma, lattice.grad_bound, lattice.hess_bound, lattice.scale, lattice.gradient_scale
         )
         if violation is not None:
             raise TrainingError(
-                f"the fleet's level sums break the protocol's bounds ({violation}): a gateway sent "
+                f"the fleet's {what} sums break the protocol's bounds ({violation}): a gateway sent "
                 "values outside the private protocol's clipping; the job stops"
             )
-        return hist
 
     def _leaves(
         self, summer: FleetSummer, round_: PrivateRoundFeatures, splits: RoundSplits, leaves: np.ndarray
@@ -339,7 +344,10 @@ class PrivateBoosting(BoostedTrees):
                 self.task, self._delta(c), round_, splits, leaves, self.lattice, noise, secure, bits
             ),
         )
-        return self._natural(sums.reshape(leaves.shape[0], 2 * self.n_outputs), axis=1)
+        sums = self._natural(sums.reshape(leaves.shape[0], 2 * self.n_outputs), axis=1)
+        if self.regression:  # every window's H is 1: the leaf's H is its count, which bounds its G
+            self._check("leaf", np.concatenate([sums, sums[:, 1:]], axis=1)[:, :, None, None])
+        return sums
 
     @property
     def task(self) -> XgbTask:

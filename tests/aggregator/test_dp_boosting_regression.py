@@ -37,7 +37,7 @@ from shared.differential_privacy import clip_norm, stochastic_round
 from shared.histograms import histogram_slots, route_round
 from shared.model import TreeEnsemble
 from shared.protocol.messages.fedforest import TargetClip
-from shared.protocol.messages.fedscs_xgb import PrivateRoundFeatures
+from shared.protocol.messages.fedscs_xgb import PrivateRoundFeatures, XgbPrivateLeavesRequest, XgbPrivateLevelRequest
 from shared.sketches import bin_ids, pack_edges
 
 from .test_dp_boosting import seeded_run
@@ -269,17 +269,19 @@ def test_private_regression_learns() -> None:
 # --- a lying gateway --------------------------------------------------------------------------------
 
 
-def test_a_gateway_whose_residuals_exceed_the_bound_stops_the_job_in_one_line() -> None:
+@pytest.mark.parametrize("release", [XgbPrivateLevelRequest, XgbPrivateLeavesRequest])
+def test_a_gateway_whose_residuals_exceed_the_bound_stops_the_job_in_one_line(release) -> None:
     sim = Simulation(fleet())
     half = sim.participants["gw-1"].halves["fedscs_xgb"]
     honest = half._private_positions
 
     def lying(message, body):  # residuals 50 times the public bound: no clipping could give them
         qg, qh, slots, position = honest(message, body)
-        return qg * 50, qh, slots, position
+        return (qg * 50 if isinstance(body, release) else qg), qh, slots, position
 
     half._private_positions = lying
-    with pytest.raises(TrainingError, match="G sum") as info:
+    what = "level" if release is XgbPrivateLevelRequest else "leaf"
+    with pytest.raises(TrainingError, match=f"fleet's {what} sums .*G sum") as info:
         sim.run(FedSCSXGB(objective="squared_error", n_rounds=3, max_depth=3, dp_epsilon=4.0))
     assert "\n" not in str(info.value)
 
