@@ -7,9 +7,12 @@ and call :meth:`~aggregator.privacy.PrivacyBudget.spend` once its sum is decoded
 while a :class:`ReleaseLog` is installed (:func:`recording_releases`, a context variable the
 server sets around a job's fit) reports both. The log's running total is the releases decoded
 (at their actual cost) plus, per budget and kind, the one asked for and not decoded yet (at its
-planned cost: every asked gateway answering), and it is written (``write``) before ``mu``
-returns -- so a release whose replies never came, or a crash between the record and the send,
-is counted: the total over-counts by at most one release per kind, never under-counts.
+cost with the fewest answers a round accepts, ``answered_fraction``: fewer noise shares cost
+more), and it is written (``write``) before ``mu`` returns -- so a release whose replies never
+came, or a crash between the record and the send or between the decoding and ``spend``, is
+counted: the total over-counts by at most one release per kind. (A sum decoded from fewer
+gateways than a round's quorum, after some were excluded as liars, costs more than that record
+until its ``spend`` replaces it.)
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,6 +44,8 @@ class ReleaseLog:
 
     ``write(released)`` is called with the new total whenever it changes; it must make the total
     durable before it returns (an exception stops the release: the strategy never sends it).
+    ``answered_fraction`` is the smallest share of the asked gateways whose noise a decoded sum
+    may carry (the job's ``min_fraction``): a release in flight is recorded at that cost.
 
     Examples
     --------
@@ -55,15 +60,20 @@ class ReleaseLog:
     [Released(rho=0.5, xi=0.25, releases=1), Released(rho=0.5, xi=0.5, releases=1)]
     """
 
-    def __init__(self, write: Callable[[Released], None]) -> None:
+    def __init__(self, write: Callable[[Released], None], *, answered_fraction: float = 1.0) -> None:
+        if not 0.0 < answered_fraction <= 1.0:
+            raise ValueError(f"answered_fraction must lie in (0, 1], got {answered_fraction}")
         self._write = write
+        self._worst = 1.0 / answered_fraction
         self._spent: list[Release] = []
         self._pending: dict[tuple[int, str], Release] = {}
         self._last: Released | None = None
 
     def asking(self, budget: object, release: Release) -> None:
-        """``budget`` is about to ask for ``release`` (its planned cost): record it first."""
-        self._pending[(id(budget), release.kind)] = release
+        """``budget`` is about to ask for ``release`` (its cost with every asked gateway
+        answering): record it first, at its cost with the fewest answers accepted."""
+        worst = replace(release, rho=release.rho * self._worst, xi=release.xi * self._worst)
+        self._pending[(id(budget), release.kind)] = worst
         self._flush()
 
     def spent(self, budget: object, release: Release) -> None:

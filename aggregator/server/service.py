@@ -659,7 +659,7 @@ class JobRunner:
         def write(released: Released) -> None:
             self.registry.record_releases(job_id, attempt, released.rho, released.xi, released.releases)
 
-        return ReleaseLog(write)
+        return ReleaseLog(write, answered_fraction=self.settings.min_fraction)
 
     def _recorded(self, job_id: str, entry: LedgerEntry) -> bool:
         """Whether ``entry``'s record of its releases can be trusted: it has one, and it is not

@@ -101,3 +101,31 @@ def test_the_log_is_installed_only_inside_its_block() -> None:
     with recording_releases(log):
         assert current_log() is log and budget().log is log
     assert current_log() is None and budget().log is None
+
+
+def test_a_release_in_flight_is_recorded_at_the_cost_of_the_fewest_answers_a_round_accepts() -> None:
+    """A crash between the decoding and ``spend`` must not under-count: with half the gateways
+    enough for a round (``answered_fraction=0.5``), the record of a release in flight covers its
+    cost decoded from any half of them (PLAN decodes from 4, 3 and 2 of 4)."""
+    written: list[Released] = []
+    with recording_releases(ReleaseLog(written.append, answered_fraction=0.5)):
+        b = budget()
+
+    def on_send(i: int) -> None:
+        kind, l2, l1, answered = PLAN[i]
+        mu = b.mu(kind, l2, l1)
+        decoded = [*b.spent_releases, skellam_release(kind, l2, l1, mu, answered=answered, asked=4)]
+        assert written[-1].rho >= sum(r.rho for r in decoded) * (1 - 1e-12)
+        assert written[-1].xi >= sum(r.xi for r in decoded) * (1 - 1e-12)
+        worst = skellam_release(kind, l2, l1, mu, answered=2, asked=4)
+        assert written[-1].rho == pytest.approx(sum(r.rho for r in b.spent_releases) + worst.rho, rel=1e-12)
+
+    train(b, on_send)
+    spent = b.spent()
+    assert written[-1] == Released(spent.rho, spent.xi, spent.releases)  # decoded: the actual cost
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.5, 1.5])
+def test_an_answered_fraction_outside_0_1_is_refused(fraction: float) -> None:
+    with pytest.raises(ValueError, match="answered_fraction must lie in"):
+        ReleaseLog(lambda r: None, answered_fraction=fraction)
