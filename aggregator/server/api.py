@@ -196,7 +196,8 @@ class GatewayBudgetOut(BaseModel):
 class LedgerEntryOut(BaseModel):
     """One attempt of a private job: what it spent per window (``rho``, ``xi``; its own
     ``epsilon`` at its ``delta``) on ``gateways`` x window starts in ``[since_us, until_us)``;
-    ``basis``: running, spent (its model's metadata) or planned (ended without a model)."""
+    ``basis``: running, spent (its model's metadata; with no ``model``, what it released before
+    it ended without one) or planned (ended without a model or a record of its releases)."""
 
     job_id: str
     attempt: int
