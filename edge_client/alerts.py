@@ -139,13 +139,15 @@ class AlertEngine:
         return events
 
     @staticmethod
-    def _event(rule: AlertRule, state: str, since_us: int, now_us: int, label: str) -> AlertEvent:
+    def _event(
+        rule: AlertRule, state: Literal["raised", "cleared"], since_us: int, now_us: int, label: str
+    ) -> AlertEvent:
         minutes = (now_us - since_us) / US_PER_MINUTE
         message = rule.message or rule.name
         text = message if state == "raised" else f"cleared: {message}"
         return AlertEvent(
             rule.name,
-            state,  # type: ignore[arg-type]
+            state,
             int(since_us),
             int(now_us),
             text,

@@ -57,7 +57,7 @@ import tomllib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from edge_client.cli.arguments import (
     existing_file,
@@ -177,6 +177,8 @@ class _Bad(Exception):
     """One value's problem (the caller adds which key)."""
 
 
+_T = TypeVar("_T")
+
 _TOML_TYPES = (
     (bool, "a boolean"),
     (int, "an integer"),
@@ -191,11 +193,26 @@ def _type_name(value: object) -> str:
     return next((name for kind, name in _TOML_TYPES if isinstance(value, kind)), "a date/time")
 
 
-def _want(value: object, *kinds: type) -> None:
+def _matches(value: object, kinds: tuple[type, ...]) -> bool:
     # bool is an int in Python, never in TOML: `baud = true` is a mistake, not 1
-    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-        expected = " or ".join(name for kind, name in _TOML_TYPES if kind in kinds)
-        raise _Bad(f"expected {expected}, got {_type_name(value)} ({value!r})"[:200])
+    return isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
+
+
+def _mismatch(value: object, kinds: tuple[type, ...]) -> _Bad:
+    expected = " or ".join(name for kind, name in _TOML_TYPES if kind in kinds)
+    return _Bad(f"expected {expected}, got {_type_name(value)} ({value!r})"[:200])
+
+
+def _want(value: object, *kinds: type) -> None:
+    if not _matches(value, kinds):
+        raise _mismatch(value, kinds)
+
+
+def _as(value: object, kind: type[_T]) -> _T:
+    """``value`` when it is a TOML value of type ``kind``, else the one-line ``_Bad``."""
+    if isinstance(value, kind) and _matches(value, (kind,)):
+        return value
+    raise _mismatch(value, (kind,))
 
 
 def _checked(check: Callable[[str], object], *kinds: type) -> Callable[[object, Path], object]:
@@ -213,10 +230,10 @@ def _checked(check: Callable[[str], object], *kinds: type) -> Callable[[object, 
 
 
 def _text(value: object, _base: Path) -> str:
-    _want(value, str)
-    if not value or "\x00" in value:  # type: ignore[operator]
+    text = _as(value, str)
+    if not text or "\x00" in text:
         raise _Bad("expected a non-empty string without NUL characters")
-    return value  # type: ignore[return-value]
+    return text
 
 
 def _path(value: object, base: Path) -> Path:
@@ -264,8 +281,7 @@ def _choice(*choices: object) -> Callable[[object, Path], object]:
 
 
 def _flag(value: object, _base: Path) -> bool:
-    _want(value, bool)
-    return value  # type: ignore[return-value]
+    return _as(value, bool)
 
 
 def _alerts(value: object, base: Path) -> Path:

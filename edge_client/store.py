@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, SupportsIndex
 
 import numpy as np
 
@@ -856,11 +856,11 @@ def _require_name(what: str, value: object) -> None:
 
 def _as_int(what: str, value: object) -> int:
     """Microsecond times are integers; a float here is a unit bug, so it is refused rather than rounded."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
         raise ValueError(f"{what} must be an integer number of microseconds, got {value!r}")
     try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
+        return operator.index(value)
+    except TypeError:  # an __index__ that refuses
         raise ValueError(f"{what} must be an integer number of microseconds, got {value!r}") from None
 
 
