@@ -32,6 +32,9 @@ same, so two processes never hand out one version number twice.
 
 from __future__ import annotations
 
+import builtins
+import dataclasses
+
 import json
 import math
 import threading
@@ -45,6 +48,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from shared.model import TreeEnsemble
 
 if TYPE_CHECKING:
+    from .fleet_status import GatewayRow
     from .privacy.ledger import LedgerEntry
 
 __all__ = [
@@ -420,7 +424,7 @@ _JSON_FIELDS = {"config", "rules", "participants", "evaluation", "metrics", "cla
 
 def _decode(row: Mapping[str, Any], cls: type) -> Any:
     """A table row as ``cls``, JSON text columns parsed."""
-    names = cls.__dataclass_fields__
+    names = {f.name for f in dataclasses.fields(cls)}
     values = {k: json.loads(v) if k in _JSON_FIELDS else v for k, v in row.items() if k in names}
     if "rules" in values:
         values["rules"] = JobRules.from_json(values["rules"])
@@ -619,7 +623,7 @@ class Registry:
         row = self._row(model_id, version, with_model=True)
         return _decode(row, ModelRecord), bytes(row["model"])
 
-    def list(self, *, offset: int = 0, limit: int | None = None) -> list[ModelRecord]:
+    def list(self, *, offset: int = 0, limit: int | None = None) -> builtins.list[ModelRecord]:
         """Every version, ordered by model id and version (a page of them with offset/limit)."""
         t = self._models
         query = (
@@ -652,7 +656,7 @@ class Registry:
                     )
                 )
 
-    def deployments(self, model_id: str | None = None) -> list[Deployment]:
+    def deployments(self, model_id: str | None = None) -> builtins.list[Deployment]:
         """Every recorded (model version, gateway) state, newest first."""
         t = self._deployments
         query = self._sa.select(t.c.model_id, t.c.version, t.c.client, t.c.state, t.c.detail).order_by(
@@ -672,7 +676,7 @@ class Registry:
 
     # -- gateways ----------------------------------------------------------------------------
 
-    def save_gateways(self, rows: list) -> None:
+    def save_gateways(self, rows: builtins.list[GatewayRow]) -> None:
         """Store ``aggregator.fleet_status.GatewayRow`` rows (one per gateway, newest wins)."""
         t = self._gateways
         now = time.time()
@@ -682,7 +686,7 @@ class Registry:
                 if c.execute(t.update().where(t.c.gateway == row.gateway).values(**values)).rowcount == 0:
                     c.execute(t.insert().values(gateway=row.gateway, **values))
 
-    def gateways(self) -> list:
+    def gateways(self) -> builtins.list[GatewayRow]:
         """The stored gateway rows (``GatewayRow``), ordered by id."""
         from .fleet_status import GatewayRow
 
@@ -748,7 +752,7 @@ class Registry:
             raise RegistryError(f"no job {job_id!r} in {self.where}")
         return _decode(rows[0], JobRecord)
 
-    def jobs(self, *, state: str | None = None, offset: int = 0, limit: int | None = None) -> list[JobRecord]:
+    def jobs(self, *, state: str | None = None, offset: int = 0, limit: int | None = None) -> builtins.list[JobRecord]:
         """Jobs, newest first (only those in ``state`` if given)."""
         t = self._jobs
         query = t.select().order_by(t.c.created.desc(), t.c.job_id).offset(offset).limit(limit)
@@ -799,7 +803,7 @@ class Registry:
             )
             c.execute(t.update().where(t.c.job_id == job_id).values(completed=step, total=total, updated=time.time()))
 
-    def rounds(self, job_id: str, *, with_checkpoints: bool = False) -> list[StepRecord]:
+    def rounds(self, job_id: str, *, with_checkpoints: bool = False) -> builtins.list[StepRecord]:
         r = self._rounds
         columns = [c for c in r.c if with_checkpoints or c.name != "checkpoint"]
         rows = self._read(self._sa.select(*columns).where(r.c.job_id == job_id).order_by(r.c.step))
@@ -846,7 +850,7 @@ class Registry:
             raise RegistryError(f"no schedule {schedule_id!r} in {self.where}")
         return _decode(rows[0], ScheduleRecord)
 
-    def schedules(self) -> list[ScheduleRecord]:
+    def schedules(self) -> builtins.list[ScheduleRecord]:
         t = self._schedules
         return [_decode(r, ScheduleRecord) for r in self._read(t.select().order_by(t.c.created, t.c.schedule_id))]
 
@@ -858,7 +862,7 @@ class Registry:
             ).inserted_primary_key[0]
         return _decode(self._read(t.select().where(t.c.id == key))[0], PromotionRecord)
 
-    def promotions(self, model_id: str | None = None) -> list[PromotionRecord]:
+    def promotions(self, model_id: str | None = None) -> builtins.list[PromotionRecord]:
         t = self._promotions
         query = t.select().order_by(t.c.id.desc())
         if model_id:
@@ -902,7 +906,7 @@ class Registry:
             if done.rowcount != 1:
                 raise RegistryError(f"job {job_id} attempt {attempt} has no running privacy ledger entry")
 
-    def privacy_ledger(self, job_id: str | None = None) -> list[LedgerEntry]:
+    def privacy_ledger(self, job_id: str | None = None) -> builtins.list[LedgerEntry]:
         """Every entry (of ``job_id`` if given), oldest first."""
         from .privacy.ledger import LedgerEntry
 
