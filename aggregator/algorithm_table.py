@@ -4,8 +4,9 @@ and jobs, the CLI's choices and progress display, and the load test.
 A row names the algorithm as users spell it (``fedscs-xgb``: API, CLI, dashboard, demo) and as the
 wire and the model metadata spell it (``fedscs_xgb``), its configuration class in
 ``aggregator.algorithms`` (by name: that package loads only when a job is built), what one step of
-its progress is, and whether a job ends with one model per gateway. Adding an algorithm means its
-message module, client half, server half -- and one row here. The gateway side has its own list of
+its progress is, whether a job ends with one model per gateway, and which ``wheelfed train``
+options set which of its fields. Adding an algorithm means its message module, client half,
+server half -- and one row here. The gateway side has its own list of
 client halves (``edge_client.algorithms.CLIENT_HALVES``): it never imports the aggregator.
 """
 
@@ -14,7 +15,22 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["ALGORITHM_TABLE", "AlgorithmRow", "algorithm_row", "user_name"]
+__all__ = ["ALGORITHM_TABLE", "TRAIN_OPTIONS", "AlgorithmRow", "TrainOption", "algorithm_row", "user_name"]
+
+
+@dataclass(frozen=True)
+class TrainOption:
+    """A ``wheelfed train`` option (``dest``: argparse's name, ``--max-depth`` is ``max_depth``)
+    that sets the configuration field ``field``; ``default`` when the option is not given (None:
+    the configuration's own default)."""
+
+    dest: str
+    field: str
+    default: Any = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.dest.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -26,7 +42,10 @@ class AlgorithmRow:
     ``step_unit``: what one reported step is ("4/10 boosting rounds"); ``steps_from``: the
     configuration field that gives the number of steps, plus ``extra_steps`` (a forest reports
     ``max_depth + 1`` levels, the root's to the leaves'); ``personal``: a job ends with one model per gateway
-    (``{client: model}``, registered as MODEL_ID.GATEWAY; no schedule retrains it).
+    (``{client: model}``, registered as MODEL_ID.GATEWAY; no schedule retrains it);
+    ``options``: the ``wheelfed train`` options that set its fields (its privacy and protocol
+    options are the CLI's own); ``paper_protocol``: its ``protocol`` under ``--paper-protocol``
+    (the papers' own, for reproduction).
     """
 
     name: str
@@ -36,6 +55,8 @@ class AlgorithmRow:
     steps_from: str
     personal: bool = False
     extra_steps: int = 0
+    options: tuple[TrainOption, ...] = ()
+    paper_protocol: str | None = None
 
     def config_type(self) -> type:
         """The configuration class (imports ``aggregator.algorithms``)."""
@@ -57,13 +78,72 @@ class AlgorithmRow:
         value = int(getattr(config, self.steps_from) or 0)
         return value + self.extra_steps if value else 0
 
+    def configured(self, given: Any, **fields: Any) -> Any:
+        """The configuration from ``wheelfed train``'s parsed options ``given`` (an option not
+        given takes the row's default, else the configuration's) plus ``fields``."""
+        values = {o.field: getattr(given, o.dest) for o in self.options if getattr(given, o.dest) is not None}
+        defaults = {o.field: o.default for o in self.options if o.default is not None and o.field not in values}
+        return self.config_type()(**defaults, **values, **fields)
+
 
 #: Every algorithm ``wheelfed train`` and ``wheelfed server`` can train, one row each.
 ALGORITHM_TABLE: tuple[AlgorithmRow, ...] = (
-    AlgorithmRow("fedscs-xgb", "fedscs_xgb", "FedSCSXGB", "boosting rounds", "n_rounds"),
-    AlgorithmRow("fedforest", "fedforest", "FedForest", "levels", "max_depth", extra_steps=1),
-    AlgorithmRow("fedga-tree", "fedga_tree", "FedGATree", "generations", "generations", personal=True),
+    AlgorithmRow(
+        "fedscs-xgb",
+        "fedscs_xgb",
+        "FedSCSXGB",
+        "boosting rounds",
+        "n_rounds",
+        options=(
+            TrainOption("rounds", "n_rounds"),
+            TrainOption("max_depth", "max_depth"),
+            TrainOption("bins", "n_bins"),
+            TrainOption("learning_rate", "learning_rate"),
+            TrainOption("reg_lambda", "reg_lambda"),
+            TrainOption("gamma", "gamma"),
+            TrainOption("sketch", "sketch"),
+            TrainOption("multi_strategy", "multi_strategy"),
+            TrainOption("client_fraction", "client_fraction"),
+        ),
+        paper_protocol="atoms",
+    ),
+    AlgorithmRow(
+        "fedforest",
+        "fedforest",
+        "FedForest",
+        "levels",
+        "max_depth",
+        extra_steps=1,
+        options=(
+            TrainOption("trees", "n_trees"),
+            TrainOption("max_depth", "max_depth"),
+            TrainOption("bins", "n_bins"),
+            TrainOption("min_samples_leaf", "min_samples_leaf", 5),
+            TrainOption("client_splits", "client_splits"),
+            TrainOption("client_fraction", "client_fraction"),
+        ),
+        paper_protocol="sketches",
+    ),
+    AlgorithmRow(
+        "fedga-tree",
+        "fedga_tree",
+        "FedGATree",
+        "generations",
+        "generations",
+        personal=True,
+        options=(
+            TrainOption("task", "task"),
+            TrainOption("population", "population_size"),
+            TrainOption("generations", "generations"),
+            TrainOption("epsilon", "epsilon"),
+            TrainOption("max_depth", "d_max"),
+            TrainOption("client_fraction", "active_fraction"),
+        ),
+    ),
 )
+
+#: Every option some row's ``options`` list, by ``dest``.
+TRAIN_OPTIONS: tuple[str, ...] = tuple(dict.fromkeys(o.dest for row in ALGORITHM_TABLE for o in row.options))
 
 
 def algorithm_row(name: str) -> AlgorithmRow:

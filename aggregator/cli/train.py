@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from aggregator.algorithm_table import ALGORITHM_TABLE
+from aggregator.algorithm_table import ALGORITHM_TABLE, TRAIN_OPTIONS, algorithm_row
 from aggregator.cli.models import ModelRef, model_ref
 from aggregator.cli.progress import ProgressDisplay, unit_of
 from aggregator.cli.server_client import ServerClient, ServerRefused, add_server_options, server_client
@@ -70,18 +70,20 @@ POLL_S = 0.5
 
 
 def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, privacy: dict):
-    """The configured algorithm of ``wheelfed train`` (``ValueError`` names a bad option)."""
-    from aggregator.algorithms import FedForest, FedGATree, FedSCSXGB
-
-    if args.task is not None and args.algorithm != "fedga-tree":
-        raise UsageError("--task is a fedga-tree option")
-    if args.algorithm == "fedga-tree":
+    """The configured algorithm of ``wheelfed train`` (``ValueError`` names a bad option): the
+    algorithm table's row says which options set which of its fields."""
+    row = algorithm_row(args.algorithm)
+    own = {o.dest for o in row.options}
+    stray = [dest for dest in TRAIN_OPTIONS if dest not in own and getattr(args, dest) is not None]
+    if stray:
+        flags = ", ".join(o.flag for o in row.options)
+        raise UsageError(f"--{stray[0].replace('_', '-')} does not apply to {row.name} (its options: {flags})")
+    if row.personal:
         given = [
             name
             for name, on in (
                 ("--init-model", init_model is not None),
                 ("--paper-protocol", args.paper_protocol),
-                ("--client-splits", args.client_splits),
                 ("--no-dp", args.no_dp),
                 ("--dp-epsilon", args.dp_epsilon is not None),
                 ("--no-secure-aggregation", args.no_secure_aggregation),
@@ -90,49 +92,20 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
         ]
         if given:
             raise UsageError(
-                f"{given[0]} does not apply to fedga-tree: its gateways send fitness scores only, "
+                f"{given[0]} does not apply to {row.name}: its gateways send fitness scores only, "
                 "no sums (its privacy knob is --epsilon)"
             )
-        return FedGATree(
-            task=args.task or "classification",
-            population_size=args.population,
-            generations=args.generations,
-            epsilon=args.epsilon,
-            active_fraction=args.client_fraction,
-            d_max=args.max_depth or 15,
-            feature_set_version=feature_set,
-        )
-    if args.algorithm == "fedforest":
-        if init_model is not None:
-            raise UsageError("--init-model continues boosting; it does not apply to fedforest")
-        if args.client_splits and not args.paper_protocol:
-            raise UsageError("--client-splits needs per-gateway statistics: add --paper-protocol")
-        if args.multi_strategy is not None:
-            raise UsageError("--multi-strategy is a fedscs-xgb option: a forest's leaves already hold every class")
-        return FedForest(
-            n_trees=args.trees,
-            max_depth=args.max_depth or 8,
-            n_bins=args.bins,
-            min_samples_leaf=args.min_samples_leaf,
-            client_splits=args.client_splits,
-            client_fraction=args.client_fraction,
-            feature_set_version=feature_set,
-            protocol="sketches" if args.paper_protocol else _private_protocol(args),
-            **privacy,
-        )
-    return FedSCSXGB(
-        n_rounds=args.rounds,
-        max_depth=args.max_depth,
-        n_bins=args.bins,
-        learning_rate=args.learning_rate,
-        reg_lambda=args.reg_lambda,
-        gamma=args.gamma,
-        sketch=args.sketch,
-        client_fraction=args.client_fraction,
+        return row.configured(args, feature_set_version=feature_set)
+    if not row.continues_from_model() and init_model is not None:
+        raise UsageError(f"--init-model continues boosting; it does not apply to {row.name}")
+    if args.client_splits and not args.paper_protocol:
+        raise UsageError("--client-splits needs per-gateway statistics: add --paper-protocol")
+    extra = {"init_model": init_model} if row.continues_from_model() else {}
+    return row.configured(
+        args,
         feature_set_version=feature_set,
-        init_model=init_model,
-        protocol="atoms" if args.paper_protocol else _private_protocol(args),
-        multi_strategy=args.multi_strategy,
+        protocol=row.paper_protocol if args.paper_protocol else _private_protocol(args),
+        **extra,
         **privacy,
     )
 
@@ -715,14 +688,14 @@ def add(sub: argparse._SubParsersAction) -> None:
         type=positive_int,
         help="fedscs-xgb: boosting rounds (default: 20 with differential privacy, else 10)",
     )
-    p.add_argument("--trees", type=positive_int, default=50, help="fedforest: number of trees")
+    p.add_argument("--trees", type=positive_int, help="fedforest: number of trees (default 50)")
     p.add_argument(
         "--max-depth",
         type=positive_int,
         help="tree depth (default: fedscs-xgb 6 with differential privacy, else 4; fedforest 8; "
         "fedga-tree: the deepest a gateway may propose, 15)",
     )
-    p.add_argument("--generations", type=non_negative_int, default=100, help="fedga-tree: generations (G)")
+    p.add_argument("--generations", type=non_negative_int, help="fedga-tree: generations (G; default 100)")
     p.add_argument(
         "--population",
         type=int_at_least(2),
@@ -731,8 +704,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--epsilon",
         type=positive_float,
-        default=1.0,
-        help="fedga-tree: differential privacy of each gateway's sample count (Laplace noise)",
+        help="fedga-tree: differential privacy of each gateway's sample count (Laplace noise; default 1)",
     )
     p.add_argument(
         "--task",
@@ -745,8 +717,10 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="bins / candidates per feature (default: fedscs-xgb 8 with differential privacy, else 256; "
         "fedforest 16 with differential privacy, else 32)",
     )
-    p.add_argument("--min-samples-leaf", type=positive_int, default=5, help="fedforest: smallest leaf")
-    p.add_argument("--client-splits", action="store_true", help="fedforest: also split on the gateway (H)")
+    p.add_argument("--min-samples-leaf", type=positive_int, help="fedforest: smallest leaf (default 5)")
+    p.add_argument(
+        "--client-splits", action="store_true", default=None, help="fedforest: also split on the gateway (H)"
+    )
     p.add_argument(
         "--evaluate",
         action="store_true",
@@ -758,12 +732,12 @@ def add(sub: argparse._SubParsersAction) -> None:
         type=positive_float,
         help="fedscs-xgb: shrinkage (eta; default 0.5 with differential privacy, else 0.2)",
     )
-    p.add_argument("--reg-lambda", type=non_negative_float, default=1.0, help="fedscs-xgb: L2 on leaf weights")
+    p.add_argument("--reg-lambda", type=non_negative_float, help="fedscs-xgb: L2 on leaf weights (default 1)")
     p.add_argument(
         "--gamma",
         type=non_negative_float,
-        default=0.1,
-        help="minimum loss change to split: xgboost's gamma/min_split_loss (Eq. 1's penalty is half)",
+        help="fedscs-xgb: minimum loss change to split: xgboost's gamma/min_split_loss (Eq. 1's penalty is "
+        "half; default 0.1)",
     )
     p.add_argument(
         "--multi-strategy",
@@ -775,8 +749,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--sketch",
         choices=("summary", "ddsketch"),
-        default="summary",
-        help="fedscs-xgb with --paper-protocol: the per-gateway sketch",
+        help="fedscs-xgb with --paper-protocol: the per-gateway sketch (default summary)",
     )
     p.add_argument(
         "--paper-protocol",
@@ -807,7 +780,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="secure sums without differential privacy (research): single-window sums reveal windows",
     )
-    p.add_argument("--client-fraction", type=fraction, default=1.0, help="share of gateways sampled per round")
+    p.add_argument("--client-fraction", type=fraction, help="share of gateways sampled per round (default 1: all)")
     p.add_argument(
         "--feature-set",
         help="feature set version to train on (default: the one most online gateways store, asked of them)",

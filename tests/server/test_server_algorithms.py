@@ -43,3 +43,35 @@ def test_the_api_offers_exactly_the_table() -> None:
 def test_an_unknown_algorithm_is_one_line_naming_the_choices() -> None:
     with pytest.raises(ValueError, match="algorithm must be one of fedscs-xgb, fedforest, fedga-tree, got 'xgb'"):
         build_algorithm("xgb", {})
+
+
+@pytest.mark.parametrize("row", ALGORITHM_TABLE, ids=lambda r: r.name)
+def test_every_train_option_of_a_row_sets_a_field_of_its_configuration(row) -> None:
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(row.config_type())}
+    assert row.options and {o.field for o in row.options} <= fields
+    assert row.paper_protocol is None or row.paper_protocol in row.config_type().__annotations__["protocol"]
+
+
+def test_wheelfed_train_reads_the_table() -> None:
+    """Each row's options reach its configuration (given ones as given, the row's defaults
+    otherwise), and an option of another row is one line naming the row's own."""
+    from aggregator.cli import train
+    from edge_client.cli.errors import UsageError
+
+    parser = __import__("argparse").ArgumentParser()
+    train.add(parser.add_subparsers())
+    base = ["train", "-o", "m.cbor"]
+    forest = train._configured(parser.parse_args([*base, "--algorithm", "fedforest", "--trees", "7"]), "", None)
+    assert (forest.n_trees, forest.min_samples_leaf, forest.max_depth) == (7, 5, 8)
+    tree = train._configured(parser.parse_args([*base, "--algorithm", "fedga-tree", "--max-depth", "4"]), "", None)
+    assert (tree.d_max, tree.generations, tree.epsilon) == (4, 100, 1.0)
+    xgb = train._configured(parser.parse_args([*base, "--gamma", "0.5", "--rounds", "3"]), "", None)
+    assert (xgb.gamma, xgb.n_rounds, xgb.reg_lambda) == (0.5, 3, 1.0)
+    with pytest.raises(UsageError, match=r"--trees does not apply to fedscs-xgb \(its options: --rounds, "):
+        train._configured(parser.parse_args([*base, "--trees", "7"]), "", None)
+    with pytest.raises(UsageError, match="--multi-strategy does not apply to fedforest"):
+        train._configured(
+            parser.parse_args([*base, "--algorithm", "fedforest", "--multi-strategy", "multi_output_tree"]), "", None
+        )
