@@ -1,89 +1,16 @@
 """Site aggregators: a clinic's gateways answer the cloud through one process that pre-sums them.
 
-**Topology.** The clinic runs its own broker (mosquitto with the unchanged ``deploy/mosquitto``
-config) on its LAN; its gateways connect there exactly as they would to the cloud's broker (same
-topic layout, same ACL, no new setting). The site aggregator connects to that local broker as
-its ``aggregator`` and to the cloud's broker as its own account (``site_id``), which the cloud's
-ACL confines to its members' topics (:func:`site_acl`). A local broker rather than a topic
-prefix on the cloud's broker, because then the per-gateway traffic stays on the clinic's LAN and
-only the site's replies cross the WAN, the gateways need no reconfiguration beyond the broker
-address, their broker passwords never leave the clinic, and the clinic's side keeps running when
-the uplink does not (the same code runs against one broker with two prefixes:
-``SiteConfig.upstream_layout`` / ``downstream_layout``).
-
-For every request the cloud addresses to a member (its inbox on the cloud's broker), the site
-forwards the request unchanged (same envelope: message id, job, round, sender ``aggregator``)
-to the member's inbox on the local broker, and collects the member's reply:
-
-* a reply carrying a fleet-sum vector (a body with one :class:`MaskedVector` field: the private
-  protocols' ``fleet_sum``, ``fedscs_xgb.histogram_reply``, ``fedforest.histogram_reply``) is
-  held; when every member asked in that job and round has answered -- or at the site's deadline
-  -- the held replies are grouped by everything but their vector (same type, same other
-  fields, e.g. the tree count of a histogram reply; same word width and length) and each group
-  goes upstream as one ring sum inside one :class:`SiteReplies` message on the site's own outbox;
-  a group of one is relayed unchanged;
-* every other reply -- feature-set survey answers, data shapes, secure-aggregation key
-  exchange and unmasking shares, the paper protocols' per-client sketches and atoms, error
-  replies, evaluation counts -- is relayed upstream unchanged, one per gateway, on the
-  member's outbox; so are replies to rounds the site already closed and the members' presence
-  (retained).
-
-Members the site asked that did not answer by ``deadline_s`` are named in the round's
-:class:`SiteReplies` (``silent``), so the cloud closes its round without waiting out its own
-deadline; a reply arriving later still goes upstream unchanged.
-
-On the cloud, :class:`SiteAwareTransport` (made with its engine by :func:`site_aware_engine`)
-wraps the aggregator's transport and hands the round engine the members' replies again, each
-group as one batch taken whole or not at all (``RoundEngine.deliver_batch``): the first
-member's reply carries the group's sum, the others the same body with a zero vector, each with
-its own sealed share bundles, message id and request id. Every fleet sum the algorithms compute
-(``aggregator.fleet_sums.FleetSummer.ask``) is a ring sum over accepted replies, so it is
-unchanged. (A batch the engine cannot take whole because a member's reply had arrived already
-is asked again member by member, and the site, its round closed, relays their cached replies
-one by one; a batch for a round the cloud closed is late, like any late reply.)
-
-**Why the model is the same bit for bit.** The site adds only :class:`MaskedVector` words, which
-are integers mod 2^w (w = 16, 32 or 64: fixed-point statistics and counts, masked or not).
-Addition mod 2^w is associative and commutative, so any grouping and order of the members'
-vectors gives the same fleet sum, bit for bit; the cloud's uint64 sum of narrower words differs
-only above bit w, which ``widen`` drops. No float is ever added at the site: float-valued
-replies (the paper protocols' sketches, atoms and summaries) are not vectors of this kind and
-are relayed unchanged, so the cloud's float arithmetic meets the same operands in the same order
-as in a flat fleet.
-
-The cloud's per-reply checks (``FleetSummer.ask``: vector length and word width, then the
-algorithm's check, e.g. the tree count of a FedSCS-XGB reply) read a reply's non-vector fields
-and its vector's shape only -- equal within a group by construction -- so a group is accepted
-or rejected as a whole, as its sum must be.
-
-**Secure aggregation.** Masked vectors are uniform words of the ring, and the pairwise masks
-cancel only in the sum of *all* the cloud's survivors: a site's partial sum is still masked
-(its members' masks with gateways of other sites remain, and every self-mask does). That is fine -- the cloud's sum of
-the site sums and relayed vectors is the sum of every survivor's masked vector, which the
-unmasking round (``secagg.unmask``, relayed unchanged) turns into the fleet total as before.
-Key setup and unmasking stay per gateway: the site relays them unchanged and cannot open the
-sealed bundles it forwards (they are encrypted to the members' neighbours). A member the site
-reports silent is a dropout for the cloud, whose masks are removed as for any dropout.
-
-**What the cloud learns.** No more than from a flat fleet, and in plain mode less: everything
-the cloud receives from a site is a function of the replies the members would have sent it
-directly, and each member's vector of a round is in exactly one place -- one group's sum, or
-its own relayed reply. Each group's sum
-replaces its members' vectors (for a group of two or more, the cloud no longer sees any one
-member's vector in plain mode; under secure aggregation it saw only the fleet total anyway);
-the non-vector fields it receives once per group are identical for all the group's members;
-the per-member items (sealed share bundles addressed to neighbours, message ids, the request id
-the cloud itself chose) are those each member's reply carried; the silent list says who did not
-answer, which silence would have said. A reply that a group cannot hide -- a group of one, a
-non-additive reply -- goes upstream exactly as the gateway sent it, so nothing of one gateway
-reaches the cloud through the site that it would not have received from the gateway. The site
-itself sees its members' replies: in plain mode their vectors in clear, under secure
-aggregation only masked words.
-
-What is not relayed: fleet broadcasts (``{prefix}/fleet/...``: model announcements) -- deploy
-models to a site's gateways through their local broker. The site publishes no presence of its
-own upstream; if it dies, its members' last retained presence upstream stays as it was and the
-cloud's rounds time out for them (``QuorumNotReached`` naming each member).
+The clinic runs its own broker; its gateways connect there as they would to the cloud's. The
+site aggregator (:class:`SiteAggregator`) is the local broker's ``aggregator`` and the cloud
+broker's ``site_id`` account (confined by :func:`site_acl`): it forwards every request the cloud
+sends a member unchanged, holds the replies that carry one :class:`MaskedVector`, and sends each
+group of equal replies upstream as one ring sum in a :class:`SiteReplies` message (members that
+stayed silent named in it); every other reply is relayed as the gateway sent it. On the cloud,
+:class:`SiteAwareTransport` (:func:`site_aware_engine`) hands the round engine each group as one
+batch of its members' replies. Ring addition is associative and commutative and no float is
+added at the site, so the model is the flat fleet's bit for bit; a site's partial sum stays
+masked, and the cloud learns no more than from the flat fleet. The design, the argument, what
+is not relayed and the measured bytes are in SCALING.md ("Site aggregators").
 """
 
 from __future__ import annotations
