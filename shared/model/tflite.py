@@ -32,7 +32,7 @@ Why the NaN copies are exact: a numeric threshold becomes a float32 ``t32`` in
 -inf) and one replaced by +inf passes ``+inf >= t32`` (goes right, like real +inf).
 ``TfliteEngine.raw`` turns the leaf ids into ``predict_raw`` with the numpy engine's own summation
 (``CompiledEnsemble._combine``, same order), so it equals the numpy engine bit for bit — LiteRT's
-SUM would add in another order (FIELD-NOTES: up to 7e-6 off for 500 trees). The leaf values,
+SUM would add in another order (measured: up to 7e-6 off for 500 trees). The leaf values,
 base score and ensemble rule come from the ensemble, embedded as CBOR in the flatbuffer's
 metadata (``wheelfed.ensemble``).
 

@@ -1,6 +1,6 @@
 """Real recordings and helpers shared by the pipeline tests.
 
-The recordings ship inside dev packages (see FIELD-NOTES): seglearn's smartwatch IMU (50 Hz),
+The recordings ship inside dev packages: seglearn's smartwatch IMU (50 Hz),
 pyphysio's ``medical.txt.bz2`` (2048 Hz; column 0 is the ECG — the peaky one, kurtosis ~21 — the
 others are EDA, BVP and respiration) and pyhrv's ``SampleECG.txt`` (1000 Hz, BITalino ADC, column 6).
 """
