@@ -186,8 +186,22 @@ class FedForest:
         return self.n_bins or (PRIVATE_BINS if self.protocol == "private" else DEFAULT_BINS)
 
     @property
-    def split_criterion(self) -> str:
+    def split_criterion(self) -> Literal["gini", "entropy", "mse"]:
         return self.criterion or ("mse" if self.regression else "gini")
+
+    @property
+    def chosen_protocol(self) -> Literal["private", "histogram", "sketches"]:
+        """``protocol`` as construction resolved it (``None`` becomes the default there)."""
+        if self.protocol is None:
+            raise ValueError("FedForest.protocol is unresolved: the configuration bypassed its constructor")
+        return self.protocol
+
+    @property
+    def secure(self) -> bool:
+        """``secure_aggregation`` as construction resolved it (``None`` becomes the default there)."""
+        if self.secure_aggregation is None:
+            raise ValueError("FedForest.secure_aggregation is unresolved: the configuration bypassed its constructor")
+        return self.secure_aggregation
 
     def fit(self, job: FederatedJob, *, seed: int = 0) -> TreeEnsemble:
         """Grow the forest over ``job``'s clients; returns a ``kind="forest"`` ensemble.

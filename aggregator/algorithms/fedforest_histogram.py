@@ -54,7 +54,7 @@ class HistogramForestTraining(ForestTraining):
     def _setup(self) -> None:
         """The private opening: shape, fleet sums and fleet-wide edges (``private_fleet``)."""
         cfg = self.config
-        self.summer = FleetSummer(self.job, secure=cfg.secure_aggregation, degree=cfg.secagg_degree)
+        self.summer = FleetSummer(self.job, secure=cfg.secure, degree=cfg.secagg_degree)
         self.summer.start(self.job.clients)
         fleet = describe_fleet_privately(
             self.job,
@@ -194,7 +194,7 @@ class HistogramForestTraining(ForestTraining):
             if level == 0:
                 self.root_weight[node.tree] = node_count(node.summary, self.crit)
         can = np.array(
-            [level < cfg.max_depth and n.features.size > 0 and self._can_split(n.summary) for n in frontier], dtype=bool
+            [level < cfg.max_depth and n.features.size > 0 and self._can_split(n.pooled) for n in frontier], dtype=bool
         )
         cands, left_windows = histogram_candidates(
             sums, windows, features, pair_node, self.edge_values, self.edge_offsets, crowd, self.crit

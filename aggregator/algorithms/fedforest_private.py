@@ -203,7 +203,14 @@ class PrivateForestTraining:
         (:func:`target_range`)."""
         cohort = list(self.summer.active)
         d = self.fleet.n_features
-        plan = GridPlan(d + 1, feature=[d], prefix=[0], bits=[0], step=[RANGE_BITS])
+        plan = GridPlan(  # one bucket, the target column's whole key space, in octave cells
+            d + 1,
+            feature=np.array([d], np.int64),
+            prefix=np.zeros(1, np.int64),
+            bits=np.zeros(1, np.int64),
+            step=np.array([RANGE_BITS], np.int64),
+        )
+        word_bits = 32  # ring words with room for the noise (as every noisy opening count)
         mu = self.budget.mu("opening", COUNT_SCALE, COUNT_SCALE)
         noise = NoiseShare(mu, len(cohort), COUNT_SCALE)
         requests = {
@@ -212,11 +219,12 @@ class PrivateForestTraining:
                 **plan.to_arrays(),
                 secure=self.summer.secure_round(c, cohort),
                 noise=noise,
+                word_bits=word_bits,
                 target=True,
             )
             for c in cohort
         }
-        result = self.summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells, word_bits=32)
+        result = self.summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells, word_bits=word_bits)
         answered = len(result.contributors)
         self.budget.spend(
             skellam_release("opening", COUNT_SCALE, COUNT_SCALE, mu, answered=answered, asked=len(cohort))
@@ -336,7 +344,7 @@ class PrivateForestTraining:
                 "max_depth": cfg.max_depth,
                 "n_bins": cfg.bins,
                 "criterion": cfg.split_criterion,
-                "protocol": cfg.protocol,
+                "protocol": cfg.chosen_protocol,
                 "secure_aggregation": 1,
                 "dp_features": self.keep,
                 **clip,

@@ -27,7 +27,7 @@ from shared.protocol.messages.fedforest import (
 from shared.splitting import pooled_gain
 
 from ..jobs import TrainingError
-from .fleet_data import FleetData, describe_fleet
+from .fleet_data import describe_fleet
 from .forest_candidates import (
     CATEGORY,
     CLIENT,
@@ -67,7 +67,7 @@ class _SplitPool:
 class SketchForestTraining(ForestTraining):
     """The paper's protocol on the shared level loop."""
 
-    def _setup(self) -> FleetData:  # type: ignore[override]
+    def _setup(self) -> None:
         cfg = self.config
         fleet = describe_fleet(self.job, cfg.feature_set_version, regression=cfg.regression, classes=cfg.classes)
         self._set_fleet(fleet.clients, fleet.n_features, fleet.feature_names, fleet.classes, fleet.model_classes)
@@ -75,6 +75,7 @@ class SketchForestTraining(ForestTraining):
         self.total_samples = fleet.total_samples
         if self.categorical.size and self.categorical.max() >= self.d:
             raise TrainingError(f"categorical feature {int(self.categorical.max())} does not exist ({self.d} features)")
+        self.fixed: list[np.ndarray] | None = None  # fixed candidates per feature; None: the sketches choose
         if cfg.thresholds is not None:
             if len(cfg.thresholds) != self.d:
                 raise TrainingError(f"{len(cfg.thresholds)} threshold arrays for {self.d} features")
@@ -84,16 +85,13 @@ class SketchForestTraining(ForestTraining):
                 np.linspace(lo, hi, cfg.bins + 1)[1:-1] if hi > lo else np.zeros(0)
                 for lo, hi in zip(fleet.minimum, fleet.maximum)
             ]
-        else:
-            self.fixed = None
-        return fleet
 
     def _level(self, level: int, frontier: list[FrontierNode]) -> list[FrontierNode]:
         cfg = self.config
         splittable_depth = level < cfg.max_depth
         for node in frontier:
-            eligible = splittable_depth and (node.summary is None or self._can_split(node.summary))
-            node.features = self._features(node) if eligible else np.zeros(0, np.int64)
+            may_split = splittable_depth and (node.summary is None or self._can_split(node.summary))
+            node.features = self._features(node) if may_split else np.zeros(0, np.int64)
         request = self._level_request(level, frontier)
         replies = self.job.ask(request, list(request), ForestLevelReply)
         replies = self._accepted_level(replies, level, len(frontier), request)
@@ -105,14 +103,14 @@ class SketchForestTraining(ForestTraining):
         for client, reply in replies.items():
             per_client[self.index[client], reply.nodes] = reply.summaries
         self._set_summaries(level, frontier, per_client.sum(axis=0))
-        can = np.array([node.features.size > 0 and self._can_split(node.summary) for node in frontier], dtype=bool)
+        can = np.array([node.features.size > 0 and self._can_split(node.pooled) for node in frontier], dtype=bool)
         self._n_active = int(can.sum())
         any_request = next(iter(request.values()))
         pair_node = np.repeat(np.arange(A), np.diff(any_request.feature_offsets))
         pair_feature = any_request.features
         eligible = can[pair_node] & ~np.isin(pair_feature, self.categorical)
         if cfg.top_l:
-            eligible &= self._shortlist(pair_node, pair_feature, replies)
+            eligible &= self._shortlist(pair_node, pair_feature, replies, cfg.top_l)
         numeric = numeric_candidates(
             pair_node,
             pair_feature,
@@ -133,7 +131,7 @@ class SketchForestTraining(ForestTraining):
         if dropped:  # their samples are in no left sum: take them out of the level altogether
             per_client[dropped] = 0.0
             self._set_summaries(level, frontier, per_client.sum(axis=0))
-            can &= np.array([self._can_split(node.summary) for node in frontier], dtype=bool)
+            can &= np.array([self._can_split(node.pooled) for node in frontier], dtype=bool)
         pooled = per_client.sum(axis=0)
         cands = Candidates.numeric(numeric, pool.left, pool.left_count)
         if cfg.evaluation == "exact":  # NaN-left twins need exact left summaries
@@ -297,13 +295,15 @@ class SketchForestTraining(ForestTraining):
                     out += grouping_candidates_of(per_client[present, i], i, self.d, CLIENT, self.crit, codes=present)
         return out
 
-    def _shortlist(self, pair_node: np.ndarray, pair_feature: np.ndarray, replies) -> np.ndarray:
-        """Top-L: per node, the union of every client's L best features by local gain (a mask
-        over the requested pairs)."""
+    def _shortlist(
+        self, pair_node: np.ndarray, pair_feature: np.ndarray, replies: dict[str, ForestLevelReply], top_l: int
+    ) -> np.ndarray:
+        """Top-L: per node, the union of every client's ``top_l`` best features by local gain (a
+        mask over the requested pairs)."""
         keep = np.zeros(pair_node.shape[0], dtype=bool)
         for reply in replies.values():
             if reply.local_gain.size:
-                keep[reply.pairs[top_per_node(pair_node[reply.pairs], reply.local_gain, self.config.top_l)]] = True
+                keep[reply.pairs[top_per_node(pair_node[reply.pairs], reply.local_gain, top_l)]] = True
         return keep
 
     def _pool_split_replies(

@@ -149,22 +149,16 @@ class Candidates:
         )
 
     def concat(self, other: Candidates) -> Candidates:
-        return Candidates(
-            *(
-                np.concatenate([getattr(self, f), getattr(other, f)])
-                if f != "categories"
-                else self.categories + other.categories
-                for f in _FIELDS
-            )
-        )
+        arrays = {f: np.concatenate([getattr(self, f), getattr(other, f)]) for f in _ARRAY_FIELDS}
+        return Candidates(**arrays, categories=self.categories + other.categories)
 
     def take(self, rows: np.ndarray) -> Candidates:
-        return Candidates(
-            *(getattr(self, f)[rows] if f != "categories" else [self.categories[i] for i in rows] for f in _FIELDS)
-        )
+        arrays = {f: getattr(self, f)[rows] for f in _ARRAY_FIELDS}
+        return Candidates(**arrays, categories=[self.categories[i] for i in rows])
 
 
-_FIELDS = ("node", "feature", "rank", "threshold", "default_left", "kind", "categories", "left", "left_count")
+#: Every field of :class:`Candidates` but ``categories`` (a list): one row per candidate.
+_ARRAY_FIELDS = ("node", "feature", "rank", "threshold", "default_left", "kind", "left", "left_count")
 
 
 def numeric_candidates(
@@ -182,11 +176,13 @@ def numeric_candidates(
         lists = [fixed[j] if ok else np.zeros(0) for j, ok in zip(pair_feature.tolist(), eligible.tolist())]
         offsets = np.concatenate([[0], np.cumsum([t.size for t in lists])]).astype(np.int64)
         thresholds = np.concatenate(lists) if lists else np.zeros(0)
-    else:
+    elif sketches is not None:
         keep = eligible[sketches.pair] if sketches.pair.size else np.zeros(0, bool)
         offsets, thresholds = pair_thresholds(
             sketches.points[keep], sketches.weight[keep], sketches.pair[keep], n_pairs, n_bins
         )
+    else:
+        raise ValueError("numeric candidates come from fixed thresholds or from sketches: neither was given")
     return NumericCandidates(pair_node, pair_feature, offsets, np.asarray(thresholds, np.float64))
 
 

@@ -435,12 +435,12 @@ def grow_private_forest(
     slot_count = MIN_COUNT_SIGMAS * root.sigma * np.sqrt(count_cells)
     candidates = [e[keep] for e, keep in zip(edges, useful_edges(root.counts, n_edges, slot_count, crit))]
     n_outputs = 1 if crit == "mse" else K
-    root = None
+    root_split: tuple[int, float] | None = None  # (feature, threshold) every tree's root splits at
     if plan.best_root and screening.features.size and screening.best_edge is not None:
         j = int(screening.features[np.argmax(screening.score[screening.features])])
         if screening.best_edge[j] >= 0:
-            root = (j, float(edges[j][screening.best_edge[j]]))
-    forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, n_outputs, seed, root)
+            root_split = (j, float(edges[j][screening.best_edge[j]]))
+    forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, n_outputs, seed, root_split)
     leaves = fetch_leaves(forest.splits, forest.leaf_tree, forest.leaf_id)
     counts = feasible(np.asarray(leaves.counts, dtype=np.float64).reshape(-1, K), crit)
     node_counts = {

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -212,14 +212,22 @@ class ForestState:
 @dataclass
 class FrontierNode:
     """A node of the frontier. ``summary`` (pooled; None until known) is centred on ``shift``
-    (regression: sums of ``y - shift``; 0 for classification), see ``forest_growth``."""
+    (regression: sums of ``y - shift``; 0 for classification), see ``forest_growth``;
+    ``features``: the features the level samples for it (none until it does)."""
 
     tree: int
     node: int
     depth: int
     summary: np.ndarray | None = None
-    features: np.ndarray | None = None
+    features: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     shift: float = 0.0
+
+    @property
+    def pooled(self) -> np.ndarray:
+        """``summary`` where the level has pooled it (``TrainingError`` before: a protocol bug)."""
+        if self.summary is None:
+            raise TrainingError(f"tree {self.tree} node {self.node} has no pooled summary yet")
+        return self.summary
 
 
 class KnownNode(NamedTuple):
@@ -231,6 +239,14 @@ class KnownNode(NamedTuple):
 
 class ForestTraining:
     """One forest job of a level-wise protocol (the module docstring); ``run`` grows it."""
+
+    # Each protocol's ``_setup`` sets the fleet's sample count and the roots' shift (regression:
+    # the fleet's mean); its ``_level`` the level's progress counts.
+    total_samples: int
+    root_shift: float
+    _answered: int  # gateways whose replies the level used
+    _n_active: int  # nodes the level could split
+    _n_splits: int  # nodes it split
 
     def __init__(self, config: FedForest, job: FederatedJob, seed: int) -> None:
         self.config = config
@@ -288,7 +304,7 @@ class ForestTraining:
         cfg = self.config
         self._setup()
         self.depth = cfg.max_depth
-        start, frontier = self._resumed() if cfg.resume_state is not None else (0, self._fresh())
+        start, frontier = self._resumed(cfg.resume_state) if cfg.resume_state is not None else (0, self._fresh())
         for level in range(start, cfg.max_depth + 1):
             if not frontier:
                 break
@@ -370,11 +386,12 @@ class ForestTraining:
             distinct_count=ints([v for _, v in distinct]),
         )
 
-    def _resumed(self) -> tuple[int, list[FrontierNode]]:
-        """The first level to grow and its frontier from ``config.resume_state``, or level 0 from
-        the roots (logged) when the state does not fit this job's fleet."""
+    def _resumed(self, stored: bytes) -> tuple[int, list[FrontierNode]]:
+        """The first level to grow and its frontier from ``stored`` (``config.resume_state``), or
+        level 0 from the roots (logged) when the state does not fit this job's fleet."""
+        reason: str | None
         try:
-            state = ForestState.from_cbor(self.config.resume_state)
+            state = ForestState.from_cbor(stored)
         except ValueError as exc:
             reason = str(exc)
         else:
@@ -490,13 +507,14 @@ class ForestTraining:
             )
             child_ids.append((lid, rid))
             self.children_of[(node.tree, node.node)] = (lid, rid)
-            self.importance[node.tree, feature] += node_count(node.summary, self.crit) * best_gain[i]
+            pooled = node.pooled  # a chosen node's summary is pooled
+            self.importance[node.tree, feature] += node_count(pooled, self.crit) * best_gain[i]
             if level == 0:
-                root_impurity = float(impurity(node.summary, self.crit))
+                root_impurity = float(impurity(pooled, self.crit))
                 self.root_gains.append(best_gain[i] / root_impurity if root_impurity > 0 else 0.0)
             exact = cfg.evaluation == "exact" or cands.kind[c] != NUMERIC
             s_left = cands.left[c] if exact else None
-            s_right = node.summary - cands.left[c] if exact else None
+            s_right = pooled - cands.left[c] if exact else None
             for child, summary in ((lid, s_left), (rid, s_right)):
                 shift = node.shift
                 if summary is not None:
@@ -504,8 +522,7 @@ class ForestTraining:
                     if self.crit == "mse":  # the child's clients centre on its mean from now on
                         shift = child_shift(summary, node.shift)
                 depth = level + 1
-                needs_summary = summary is None
-                if needs_summary or (depth < cfg.max_depth and self._can_split(summary)):
+                if summary is None or (depth < cfg.max_depth and self._can_split(summary)):
                     children.append(FrontierNode(node.tree, child, depth, summary, shift=shift))
         rows = np.array([c for _, c in chosen], dtype=np.int64)
         nodes = [frontier[i] for i, _ in chosen]
@@ -564,8 +581,8 @@ class ForestTraining:
                 "candidates": cfg.candidates,
                 "client_splits": int(cfg.client_splits),
                 "target": cfg.target,
-                "protocol": cfg.protocol,
-                "secure_aggregation": int(cfg.secure_aggregation),
+                "protocol": cfg.chosen_protocol,
+                "secure_aggregation": int(cfg.secure),
                 "min_crowd": cfg.min_crowd,
                 # the index -> client map of H inputs and client targets; no other model names clients
                 **({"clients": ",".join(self.clients)} if cfg.client_splits or cfg.target == "client" else {}),

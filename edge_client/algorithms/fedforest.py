@@ -189,9 +189,16 @@ class _Level:
     weight: np.ndarray  # (E,) bootstrap multiplicity
     terms: np.ndarray  # (E, S) summary terms of each entry (regression: of y - its node's shift)
     n_nodes: int
-    summaries: np.ndarray | None = None  # (n_nodes, S) this client's node summaries
-    pair_node: np.ndarray | None = None  # (P,) node position of each requested pair
-    pair_feature: np.ndarray | None = None  # (P,) feature of each requested pair
+
+
+@dataclass(frozen=True, eq=False)
+class _SketchedLevel:
+    """A level request the client answered, kept for the split request that follows it."""
+
+    entries: _Level
+    summaries: np.ndarray  # (n_nodes, S) this client's node summaries
+    pair_node: np.ndarray  # (P,) node position of each requested pair
+    pair_feature: np.ndarray  # (P,) feature of each requested pair
 
 
 class _ForestState:
@@ -211,7 +218,7 @@ class _ForestState:
             self.weight[t] = bootstrap_weights(task.seed, t, task.client_index, n) if task.bootstrap else 1.0
         self.node = np.where(self.weight > 0, 0, -1).astype(np.int64)
         self.applied_level = -1  # decisions of levels <= this are in self.node
-        self.level: _Level | None = None
+        self.level: _SketchedLevel | None = None
         self.level_no = -1
 
     def apply(self, splits: SplitDecisions, first_level: int) -> None:
@@ -437,8 +444,7 @@ class FedForestClient:
         level = state.prepare(body)
         summaries = state.summaries(level)
         pair_node = np.repeat(np.arange(level.n_nodes), np.diff(body.feature_offsets))
-        level.summaries, level.pair_node, level.pair_feature = summaries, pair_node, body.features
-        state.level, state.level_no = level, body.level
+        state.level, state.level_no = _SketchedLevel(level, summaries, pair_node, body.features), body.level
         mass = summaries.sum(axis=1) if state.integer else summaries[:, 0]
         nodes = np.flatnonzero(mass > 0)
         pairs, points, weights, gains = [], [], [], []
@@ -533,11 +539,16 @@ class FedForestClient:
         cand_node = level.pair_node[cand_pair]
         cand_feature = level.pair_feature[cand_pair]
         left = np.zeros((cand_pair.shape[0], state.terms.shape[1]))
-        terms = level.terms
+        entries = level.entries
         for j in np.unique(cand_feature).tolist():
             sel = np.flatnonzero(cand_feature == j)
             left[sel] = pair_left_summaries(
-                state.X[level.rows, j], level.positions, level.weight, terms, cand_node[sel], body.thresholds[sel]
+                state.X[entries.rows, j],
+                entries.positions,
+                entries.weight,
+                entries.terms,
+                cand_node[sel],
+                body.thresholds[sel],
             )
         mass = level.summaries.sum(axis=1) if state.integer else level.summaries[:, 0]
         has = np.flatnonzero(mass[cand_node] > 0)
