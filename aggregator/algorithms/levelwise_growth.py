@@ -69,6 +69,13 @@ class _Node:
     parent: _Node | None = None
     sibling: _Node | None = None
 
+    @property
+    def histogram(self) -> np.ndarray:
+        """``hist``, once :func:`_fill_histograms` has set it (``RuntimeError`` before: a growth bug)."""
+        if self.hist is None:
+            raise RuntimeError(f"tree {self.tree} node {self.node}: its histogram is read before it is filled")
+        return self.hist
+
 
 @dataclass(frozen=True, eq=False)
 class RoundTree:
@@ -139,12 +146,12 @@ def grow_round_with_gains(
             ]
         _fill_histograms(wanted, rows, fetch, exact)
         for node in wanted if depth == 0 else ():
-            node.total = node.hist[:, 0, :].sum(axis=1)
+            node.total = node.histogram[:, 0, :].sum(axis=1)
         for node in frontier:
             totals[(node.tree, node.node)] = node.total
         if not wanted or n_cand == 0 or depth == params.max_depth:
             break
-        fixed = np.stack([n.hist for n in wanted])
+        fixed = np.stack([n.histogram for n in wanted])
         hist_g, hist_h = dequantize(fixed[:, :m], frac_bits), dequantize(fixed[:, m : 2 * m], frac_bits)
         if not vector:
             hist_g, hist_h = hist_g[:, 0], hist_h[:, 0]
@@ -155,7 +162,8 @@ def grow_round_with_gains(
                 continue
             j, b, dl = int(best.feature[i]), int(best.bin[i]), bool(best.default_left[i])
             left_id, right_id = builders[node.tree].split(node.node, j, float(edges[j][b]), default_left=dl)
-            left = node.hist[:, j, : b + 1].sum(axis=1) + (node.hist[:, j, -1] if dl else 0)
+            hist = node.histogram
+            left = hist[:, j, : b + 1].sum(axis=1) + (hist[:, j, -1] if dl else 0)
             rows.append(_SplitRow(node.tree, node.node, j, b, int(dl), left_id, right_id))
             changes[(node.tree, node.node)] = float(best.loss_change[i])
             a = _Node(node.tree, left_id, left, parent=node)
@@ -186,30 +194,32 @@ def _fill_histograms(wanted: list[_Node], rows: list[_SplitRow], fetch: Fetch, e
     """Give every wanted node its histogram: fetch the smaller of two wanted siblings (the left
     on a tie) and every wanted node whose sibling is not wanted; subtract for the rest."""
     wanted_ids = {id(n) for n in wanted}
-    fetched, derived = [], []
+    fetched: list[_Node] = []
+    derived: list[tuple[_Node, _Node, _Node]] = []  # (node, its parent, its fetched sibling)
     for node in wanted:
-        other = node.sibling
-        if other is None or id(other) not in wanted_ids:
+        other, parent = node.sibling, node.parent
+        if other is None or parent is None or id(other) not in wanted_ids:
             fetched.append(node)
         elif node.total[-1] < other.total[-1] or (node.total[-1] == other.total[-1] and node.node < other.node):
             fetched.append(node)
         else:
-            derived.append(node)
+            derived.append((node, parent, other))
     if fetched:
-        hists = fetch(
-            _round_splits(rows),
-            np.array([n.tree for n in fetched], np.int64),
-            np.array([n.node for n in fetched], np.int64),
+        hists = np.asarray(
+            fetch(
+                _round_splits(rows),
+                np.array([n.tree for n in fetched], np.int64),
+                np.array([n.node for n in fetched], np.int64),
+            ),
+            dtype=np.int64,
         )
         for node, hist in zip(fetched, hists):
-            node.hist = np.asarray(hist, dtype=np.int64)
-        why = exact and parent_total_violation(
-            [n.hist for n in fetched], [None if n.parent is None else n.total for n in fetched]
-        )
+            node.hist = hist
+        why = exact and parent_total_violation(hists, [None if n.parent is None else n.total for n in fetched])
         if why:
             raise SumViolation(why)
-    for node in derived:
-        node.hist = node.parent.hist - node.sibling.hist
+    for node, parent, sibling in derived:
+        node.hist = parent.histogram - sibling.histogram
 
 
 def _round_splits(rows: list[_SplitRow]) -> RoundSplits:
