@@ -68,6 +68,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -326,7 +327,7 @@ class FleetTracker:
         with self._lock:
             return sum(c.labelled for c in self._credit.values())
 
-    def wait_online(self, gateways: list[str], timeout_s: float) -> bool:
+    def wait_online(self, gateways: Collection[str], timeout_s: float) -> bool:
         with self._changed:
             return self._changed.wait_for(
                 lambda: all(g in self.rows and self.rows[g].online for g in gateways), timeout_s
@@ -758,14 +759,15 @@ class JobRunner:
         """Where this attempt starts: after the last stored step (its rounds after it discarded)."""
         resumed = self.registry.last_checkpoint(job.job_id)
         base = resumed.step if resumed is not None else 0
+        stored = resumed.checkpoint if resumed is not None else None  # last_checkpoint's has one
         self.registry.discard_rounds_after(job.job_id, base)
         # An algorithm with a state of its own is handed it and reports its steps as numbered
         # from the job's start; one resumed from its model counts them from the model on.
         resumes_itself = algorithm_row(job.algorithm).resumes_itself()
-        own_state = resumed.checkpoint if resumed is not None and resumes_itself else None
+        own_state = stored if resumes_itself else None
         init = None
-        if resumed is not None and own_state is None:
-            init = TreeEnsemble.from_cbor(resumed.checkpoint)
+        if stored is not None and own_state is None:
+            init = TreeEnsemble.from_cbor(stored)
         elif job.init_model:
             model_id, _, version = job.init_model.rpartition(":v")
             init = self.registry.model(model_id, int(version))[1]
@@ -811,7 +813,10 @@ class JobRunner:
                 stop=self._stop,
                 on_step=lambda p, c: self._round_done(job_id, plan.offset, job.total, p, c),
             )
+            model: TreeEnsemble | dict[str, TreeEnsemble]
             if plan.finished:
+                if plan.init is None:
+                    raise TrainingError("every step is stored but the stored model is missing")
                 model = plan.init
             else:
                 algorithm = build_algorithm(
