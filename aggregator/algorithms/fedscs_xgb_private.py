@@ -119,7 +119,13 @@ def release_target_range(
     opening under a budget leaves unmade (it sums no targets) -- and the public range read off
     it by FedForest's :func:`~aggregator.algorithms.fedforest_private.target_range`."""
     cohort = list(summer.active)
-    plan = GridPlan(n_features + 1, feature=[n_features], prefix=[0], bits=[0], step=[RANGE_BITS])
+    plan = GridPlan(  # one bucket, the target column's whole key space, in octave cells
+        n_features + 1,
+        feature=np.array([n_features], np.int64),
+        prefix=np.zeros(1, np.int64),
+        bits=np.zeros(1, np.int64),
+        step=np.array([RANGE_BITS], np.int64),
+    )
     mu = budget.mu("opening", COUNT_SCALE, COUNT_SCALE)
     noise = NoiseShare(mu, len(cohort), COUNT_SCALE)
     requests = {
@@ -128,6 +134,7 @@ def release_target_range(
             **plan.to_arrays(),
             secure=summer.secure_round(c, cohort),
             noise=noise,
+            word_bits=32,  # ring words with room for the noise (as every noisy opening count)
             target=True,
         )
         for c in cohort
