@@ -82,6 +82,8 @@ BOUNDS = {"softmax": (math.sqrt(2.0), 1.0), "logistic": (1.0, 0.25)}
 #: private regression: on randhie's skewed counts the octave range alone left the model at the
 #: mean's RMSE).
 RESIDUAL_SPREAD = 2.0
+#: The largest residual bound a lattice takes (``PrivateLattice.grad_bound``).
+MAX_RESIDUAL_BOUND = 1e30
 #: Squared error's Hessian bound: every window's h is 1 (its level releases send the count instead).
 UNIT_HESSIAN = 1.0
 #: Noise standard deviations a child's noisy count must reach for a split (see ``private_growth``).
@@ -422,6 +424,11 @@ def objective_lattice(objective: str, bound: float | None) -> PrivateLattice:
         return PrivateLattice(LATTICE_SCALE, *BOUNDS[objective])
     if objective != "squared_error" or bound is None:
         raise TrainingError(f"the private protocol has no public gradient bound for {objective!r}")
+    if not bound <= MAX_RESIDUAL_BOUND:
+        raise TrainingError(
+            f"the targets' public range gives a residual bound of {bound:.3g}, beyond {MAX_RESIDUAL_BOUND:.0e}: "
+            "rescale the targets (e.g. other units)"
+        )
     return PrivateLattice(LATTICE_SCALE, bound, UNIT_HESSIAN, LATTICE_SCALE / bound)
 
 

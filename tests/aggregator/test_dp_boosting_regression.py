@@ -316,3 +316,10 @@ def test_bad_target_ranges_are_one_line(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message) as info:
         FedSCSXGB(**kwargs)
     assert "\n" not in str(info.value)
+
+
+def test_targets_beyond_the_lattice_s_reach_are_refused_in_one_line() -> None:
+    clients = [ClientData(c.client_id, c.X, c.y * 1e34) for c in fleet()]
+    with pytest.raises(TrainingError, match="rescale the targets") as info:
+        Simulation(clients).run(FedSCSXGB(objective="squared_error", n_rounds=1, max_depth=2))
+    assert "\n" not in str(info.value)
