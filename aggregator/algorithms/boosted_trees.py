@@ -84,7 +84,7 @@ class BoostedTrees:
             metadata=metadata,
         )
 
-    def continue_from(self, model: TreeEnsemble, multi_strategy: str) -> None:
+    def continue_from(self, model: TreeEnsemble, multi_strategy: str | None) -> None:
         """Start from ``model``'s trees and base score (periodic retraining); a model that does not
         fit the job fails it in one line."""
         if model.kind != "boosted" or model.n_outputs != self.n_outputs or model.n_features != self.n_features:

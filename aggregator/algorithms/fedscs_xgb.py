@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 
@@ -54,6 +54,7 @@ from shared.histograms import dequantize
 from shared.model import TreeEnsemble
 from shared.protocol.messages.fedscs_xgb import (
     LOSS_FRAC_BITS,
+    MultiStrategy,
     RoundSplits,
     XgbAtomReply,
     XgbAtomRequest,
@@ -97,8 +98,17 @@ __all__ = ["BoostingResult", "FedSCSXGB"]
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 # --- pure helpers --------------------------------------------------------------------------------
+def _resolved(value: T | None, name: str) -> T:
+    """A setting ``FedSCSXGB.__post_init__`` resolved (ValueError if it is still None)."""
+    if value is None:
+        raise ValueError(f"{name} is not resolved: FedSCSXGB sets it in construction")
+    return value
+
+
 def check_target_range(target_range: Any, objective: str, protocol: str | None) -> None:
     """A ``target_range`` must be ``(low, high)``, finite, ``low < high``, of a private regression.
 
@@ -331,14 +341,24 @@ class FedSCSXGB:
         return self.n_bins or (PRIVATE_BINS if self.protocol == "private" else DEFAULT_BINS)
 
     @property
+    def rounds(self) -> int:
+        """``n_rounds`` as resolved in construction (the protocol's default when None)."""
+        return _resolved(self.n_rounds, "n_rounds")
+
+    @property
+    def strategy(self) -> MultiStrategy:
+        """``multi_strategy`` as resolved in construction."""
+        return _resolved(self.multi_strategy, "multi_strategy")
+
+    @property
     def growth(self) -> GrowthParams:
         return GrowthParams(
-            max_depth=self.max_depth,
+            max_depth=_resolved(self.max_depth, "max_depth"),
             reg_lambda=self.reg_lambda,
             gamma=self.gamma,
             min_child_weight=self.min_child_weight,
-            learning_rate=self.learning_rate,
-            multi_strategy=self.multi_strategy,
+            learning_rate=_resolved(self.learning_rate, "learning_rate"),
+            multi_strategy=self.strategy,
         )
 
     def job_classes(self) -> tuple[str, ...] | None:
@@ -355,7 +375,7 @@ class FedSCSXGB:
 
     def task(self, n_features: int, base_score: np.ndarray, classes: tuple[str, ...]) -> XgbTask:
         """The settings every request repeats."""
-        return XgbTask(self.objective, self.feature_set_version, n_features, base_score, classes, self.multi_strategy)
+        return XgbTask(self.objective, self.feature_set_version, n_features, base_score, classes, self.strategy)
 
     def model_metadata(self, n_rounds: int) -> dict[str, Any]:
         """What a model of ``n_rounds`` boosting rounds records of its training."""
@@ -371,7 +391,7 @@ class FedSCSXGB:
             "gamma": self.gamma,
             "sketch": self.sketch,
             "protocol": self.protocol,
-            "secure_aggregation": int(self.secure_aggregation),
+            "secure_aggregation": int(bool(self.secure_aggregation)),
             "min_crowd": self.min_crowd,
         }
 
@@ -438,7 +458,7 @@ class _Training(BoostedTrees):
             if len(cfg.edges) != self.n_features:
                 raise TrainingError(f"{len(cfg.edges)} fixed edge arrays for {self.n_features} features")
             self.fixed_edges = [validate_edges(e, feature=j) for j, e in enumerate(cfg.edges)]
-        for t in range(1, cfg.n_rounds + 1):
+        for t in range(1, cfg.rounds + 1):
             started = time.monotonic()
             selected = self._sample()
             if cfg.edges is None:
@@ -469,7 +489,7 @@ class _Training(BoostedTrees):
                 self.job.job_id,
                 cfg.name,
                 t,
-                cfg.n_rounds,
+                cfg.rounds,
                 len(selected),
                 len(atoms),
                 {"train_loss": loss, "samples": float(n)},
@@ -504,7 +524,7 @@ class _Training(BoostedTrees):
     def _run_histograms(self) -> TreeEnsemble:
         """The private protocol: fleet sums only (module docstring)."""
         cfg = self.config
-        summer = FleetSummer(self.job, secure=cfg.secure_aggregation, degree=cfg.secagg_degree)
+        summer = FleetSummer(self.job, secure=bool(cfg.secure_aggregation), degree=cfg.secagg_degree)
         summer.start(self.job.clients)
         fleet = describe_fleet_privately(
             self.job,
@@ -532,12 +552,13 @@ class _Training(BoostedTrees):
         self.gradient_bound = float(bound)
         self.edge_values, self.edge_offsets = pack_edges(edges)
         self.fleet_edges = edges
-        for t in range(1, cfg.n_rounds + 1):
+        for t in range(1, cfg.rounds + 1):
             started = time.monotonic()
             selected = self._sample_from(list(summer.active))
             self.add_round(self._grow_round(summer, selected, t))
-            n = self._round_stats.samples
-            loss = self._round_stats.loss_sum / max(n, 1.0)
+            stats = self._first_level()
+            n = stats.samples
+            loss = stats.loss_sum / max(n, 1.0)
             if cfg.objective == "squared_error":
                 loss = float(np.sqrt(loss))
             metrics = {"train_loss": loss, "samples": float(n)}
@@ -545,9 +566,9 @@ class _Training(BoostedTrees):
                 self.job.job_id,
                 cfg.name,
                 t,
-                cfg.n_rounds,
+                cfg.rounds,
                 len(selected),
-                self._round_stats.contributors,
+                stats.contributors,
                 metrics,
                 time.monotonic() - started,
             )
@@ -555,6 +576,12 @@ class _Training(BoostedTrees):
             if self.job.stop_here(progress):
                 break
         return self.model()
+
+    def _first_level(self) -> _RoundStats:
+        """What the round's first level told (a round always sums its root level)."""
+        if self._round_stats is None:
+            raise TrainingError("the round ended without its first level's sums")
+        return self._round_stats
 
     def _grow_round(self, summer: FleetSummer, selected: list[str], t: int) -> list[RoundTree]:
         """One boosting round's trees. Every level sums over the same clients -- the ones that
@@ -724,12 +751,12 @@ class _Training(BoostedTrees):
         B = self.config.bins
         try:
             if self.config.sketch == "summary":
-                per_client = [summaries_from_arrays(to_wire(r.summary)) for r in sketches.values()]
-                return merge_edges_columns(per_client, B)
-            per_client = [
+                summaries = [summaries_from_arrays(to_wire(r.summary)) for r in sketches.values()]
+                return merge_edges_columns(summaries, B)
+            ddsketches = [
                 ddsketches_from_columns(to_wire(r.ddsketch), self.standardizations) for r in sketches.values()
             ]
-            return [ddsketch_edges([c[j] for c in per_client], B) for j in range(self.n_features)]
+            return [ddsketch_edges([c[j] for c in ddsketches], B) for j in range(self.n_features)]
         except SketchError as exc:
             raise TrainingError(f"the clients' sketches cannot be merged: {exc}") from exc
 

@@ -129,6 +129,13 @@ class _Node:
     parent: _Node | None = None
     sibling: _Node | None = None
 
+    @property
+    def histogram(self) -> np.ndarray:
+        """The node's consistent histogram (RuntimeError before its level filled it)."""
+        if self.hist is None:
+            raise RuntimeError(f"node {self.node} has no histogram yet")
+        return self.hist
+
 
 def grow_private_tree(
     growth: PrivateGrowth, n_outputs: int, fetch_level: FetchLevel, fetch_leaves: FetchLeaves
@@ -151,7 +158,7 @@ def grow_private_tree(
         if not wanted:
             break
         _fill(wanted, rows, fetch_level)
-        hist = np.stack([n.hist for n in wanted])
+        hist = np.stack([n.histogram for n in wanted])
         hist_g, hist_h = (hist[:, :m], hist[:, m : 2 * m]) if m > 1 else (hist[:, 0], hist[:, 1])
         best = best_splits(hist_g, hist_h, hist[:, -1], candidate, params, min_crowd=growth.min_count)
         for i, node in enumerate(wanted):
@@ -163,10 +170,10 @@ def grow_private_tree(
                 node.node, int(features[j]), float(growth.edges[j][b]), default_left=bool(dl)
             )
             rows.append((node.node, int(features[j]), b, dl, left_id, right_id))
-            hess = node.hist[m : 2 * m].sum(axis=-1).mean(axis=-1)  # the node's H per output, over its features
+            hess = node.histogram[m : 2 * m].sum(axis=-1).mean(axis=-1)  # the node's H per output, over its features
             builder.set_value(node.node, np.zeros(m), cover=max(float(hess.sum()), 0.0))
             changes[node.node] = float(best.loss_change[i])
-            left_counts, _ = split_sides(node.hist[-1], n_cand)
+            left_counts, _ = split_sides(node.histogram[-1], n_cand)
             left_count = float(left_counts[j, dl, b])
             left = _Node(left_id, left_count, parent=node)
             right = _Node(right_id, node.count - left_count, parent=node, sibling=left)
@@ -186,20 +193,26 @@ def _fill(wanted: list[_Node], rows: list, fetch_level: FetchLevel) -> None:
     """Give every wanted node its consistent histogram: fetch the root, the one of two wanted
     siblings with the smaller noisy count (the left on a tie) and every wanted node whose
     sibling is not wanted; subtract for the rest."""
-    fetched, derived = [], []
+    fetched: list[_Node] = []
+    derived: list[tuple[_Node, _Node, _Node]] = []  # node, its parent, its fetched sibling
     for node in wanted:
         other = node.sibling
-        if other is None or other not in wanted or (node.count, node.node) < (other.count, other.node):
+        if (
+            other is None
+            or node.parent is None
+            or other not in wanted
+            or (node.count, node.node) < (other.count, other.node)
+        ):
             fetched.append(node)
         else:
-            derived.append(node)
+            derived.append((node, node.parent, other))
     hists = consistent_histograms(fetch_level(_round_splits(rows), np.array([n.node for n in fetched])))
     for node, hist in zip(fetched, hists):
         node.hist = hist
         if node.parent is None:
             node.count = float(hist[-1].sum(axis=-1).mean())
-    for node in derived:
-        node.hist = node.parent.hist - node.sibling.hist
+    for node, parent, sibling in derived:
+        node.hist = parent.histogram - sibling.histogram
 
 
 def _round_splits(rows: list[tuple[int, int, int, int, int, int]]) -> RoundSplits:

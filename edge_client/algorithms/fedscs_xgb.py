@@ -64,7 +64,6 @@ from shared.sketches import (
 
 from ..dispatcher import Dispatcher, RequestRejected
 from ..evaluation import load_model
-from ..fleet_sums import with_noise
 from ..secure_aggregation import SecureAggregationClient
 from ..training_data import JobSnapshots, LabelledData, TrainingData, class_ids
 
@@ -230,6 +229,8 @@ class FedSCSXGBClient:
             columns = summaries_to_arrays(summarize_columns(state.X, weight, summary_points(body.summary_size, n)))
             columns["points"] = columns["points"].astype(np.float32)  # values of the float32 snapshot: exact
             return XgbSketchReply(state.n_trees, summary=SummaryColumns(**columns))
+        if body.centers is None or body.scales is None:
+            raise RequestRejected("bad_request", "a ddsketch request needs the features' centers and scales")
         maps = [Standardization(c, s) for c, s in zip(body.centers, body.scales)]
         sketches = DDSketch.from_columns(state.X, weight, body.ddsketch_alpha, maps)
         return XgbSketchReply(state.n_trees, ddsketch=DDSketchColumns(**ddsketches_to_columns(sketches)))
@@ -282,10 +283,8 @@ class FedSCSXGBClient:
         hist = node_histograms(
             slots, body.slots, position, body.node_tree, body.node_id, grad, hess, vector_leaves=body.task.vector_leaves
         )
-        if body.noise is not None:  # G and H cells in fixed point, counts in windows
-            scales = np.ones(hist.shape)
-            scales[:, :-1] = float(1 << body.frac_bits)
-            hist = with_noise(hist, body.noise, scales)
+        if body.noise is not None:  # the private protocol's requests carry the noise, not these
+            raise RequestRejected("bad_request", "the histogram protocol adds no noise: a noisy request is refused")
         parts = [hist.ravel()]
         if body.with_loss:
             loss = quantize([state.loss_sum()], LOSS_FRAC_BITS, LOSS_BOUND)
