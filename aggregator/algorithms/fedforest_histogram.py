@@ -133,7 +133,6 @@ class HistogramForestTraining(ForestTraining):
                 self.value_bound,
                 self.summer.secure_round(c, active),
                 self.word_bits,
-                None,
                 self._shifts(frontier),
             )
             for c in active
