@@ -228,18 +228,13 @@ class PrivateBoosting(BoostedTrees):
             self._root_mu = self.budget.mu("splits", *self._split_bounds(features.shape[0]))
             self.min_counts.append(self._min_count(round_, self._root_mu))
             growth = PrivateGrowth(cfg.growth, features, round_.edges(), self.min_counts[-1], self.leaf_clip)
-            tree = grow_private_tree(
-                growth, m, partial(self._level, summer, round_), partial(self._leaves, summer, round_)
+            self.add_round(
+                [
+                    grow_private_tree(
+                        growth, m, partial(self._level, summer, round_), partial(self._leaves, summer, round_)
+                    )
+                ]
             )
-            if tree is None:
-                log.info(
-                    "%s: round %d's root has no split above the noise; boosting stops with %d trees",
-                    self.job.job_id,
-                    t,
-                    len(self.trees),
-                )
-                break
-            self.add_round([tree])
             spent = self.budget.spent()
             progress = StepProgress(
                 self.job.job_id,

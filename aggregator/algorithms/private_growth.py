@@ -139,11 +139,9 @@ class _Node:
 
 def grow_private_tree(
     growth: PrivateGrowth, n_outputs: int, fetch_level: FetchLevel, fetch_leaves: FetchLeaves
-) -> RoundTree | None:
+) -> RoundTree:
     """One round's tree (vector leaves when ``n_outputs > 1``) from noisy level histograms and a
-    noisy leaf release (module docstring); None when no split of the root survives the noise:
-    a tree of one leaf would only add a noisy constant to every prediction, so its leaf is not
-    released (the caller stops boosting)."""
+    noisy leaf release (module docstring)."""
     params, features, m = growth.params, np.asarray(growth.features, dtype=np.int64), n_outputs
     n_edges = np.array([e.shape[0] for e in growth.edges], dtype=np.int64)
     n_cand = int(n_edges.max(initial=0))
@@ -181,8 +179,6 @@ def grow_private_tree(
             right = _Node(right_id, node.count - left_count, parent=node, sibling=left)
             left.sibling = right
             frontier += [left, right]
-    if not rows:
-        return None
     leaf_ids = np.array(sorted(leaves + [n.node for n in frontier]), dtype=np.int64)
     splits = _round_splits(rows)
     sums = np.asarray(fetch_leaves(splits, leaf_ids), dtype=np.float64).reshape(leaf_ids.shape[0], 2 * m)

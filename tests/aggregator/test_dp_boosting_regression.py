@@ -323,30 +323,3 @@ def test_targets_beyond_the_lattice_s_reach_are_refused_in_one_line() -> None:
     with pytest.raises(TrainingError, match="rescale the targets") as info:
         Simulation(clients).run(FedSCSXGB(objective="squared_error", n_rounds=1, max_depth=2))
     assert "\n" not in str(info.value)
-
-
-@pytest.mark.parametrize("objective", ["squared_error", "softmax"])
-def test_a_round_whose_root_does_not_split_ends_boosting_without_a_leaf_release(objective, caplog) -> None:
-    """Too few windows for the noise (40 per gateway at epsilon 0.2): no root split survives, so
-    no tree of one leaf adds a noisy constant to every prediction (the old code released that
-    leaf every round and predicted worse than the base score) and the leaf budget stays unspent."""
-    clients = fleet(n_clients=3, n=40)
-    if objective == "softmax":
-        clients = [ClientData(c.client_id, c.X, np.where(c.y > 100.0, "high", "low")) for c in clients]
-    spent: list[str] = []
-    original = private_module.PrivacyBudget.spend
-
-    def spend(budget, release):
-        spent.append(release.kind)
-        return original(budget, release)
-
-    with pytest.MonkeyPatch.context() as patch, caplog.at_level(logging.INFO):
-        patch.setattr(private_module.PrivacyBudget, "spend", spend)
-        sim = Simulation(clients)
-        for i, participant in enumerate(sim.participants.values()):
-            participant.seed_noise(7 + i)
-        model = sim.run(FedSCSXGB(objective=objective, n_rounds=5, max_depth=3, dp_epsilon=0.2), seed=0)
-    assert model.n_trees == 0 and "leaves" not in spent and "splits" in spent
-    assert "boosting stops with 0 trees" in caplog.text
-    X, _ = pooled(clients)
-    assert np.unique(model.predict_raw(X), axis=0).shape[0] == 1  # the base score alone
