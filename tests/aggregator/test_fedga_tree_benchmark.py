@@ -3,6 +3,7 @@ preparation and client counts, on the data sets the installed wheels ship (nothi
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -72,3 +73,24 @@ def test_the_ibm_tree_s_candidates_lie_between_the_bins_and_a_split_s_record_rou
     assert again.split == 3 and again.federated.tolist() == outcome.federated.tolist()
     assert again.delta == pytest.approx(((0.6 / 0.5 + 0.4 / 0.4 + 0.5 / 0.5 + 0.5 / 0.4) / 4 - 1) * 100)
     assert again.gain == pytest.approx(0.5) and again.ibm_delta == pytest.approx(((0.9 + 1.125) / 2 - 1) * 100)
+
+
+def test_the_sweeps_client_counts_and_ibm_shares() -> None:
+    """fair (6,366 rows) at N = 30 leaves 191 training rows per client, below the paper's 200; the
+    IBM tree at c = 10 % of 20 clients grows from 2 distinct clients, at c = 1 from all of them,
+    the same share for the same split."""
+    assert bench.per_client(6366, 30) == 191 and bench.per_client(6366, 20) == 286
+    tenth = bench.ibm_share(20, 0.1, split=3)
+    assert tenth.size == 2 and np.unique(tenth).size == 2 and set(tenth.tolist()) <= set(range(20))
+    assert np.array_equal(bench.ibm_share(20, 1.0, split=3), np.arange(20))
+    assert np.array_equal(bench.ibm_share(20, 0.1, split=3), tenth)
+
+
+def test_a_record_from_before_the_sweeps_loads_as_full_participation_of_its_clients() -> None:
+    outcome = bench.SplitOutcome(
+        "fair", 0, False, np.array([0.5, 0.6, 0.7]), np.array([[0.6, 0.6, 0.7]]), 0.4, 9.0, 20.0, 1.0
+    )
+    written = json.loads(outcome.to_json())
+    before = {k: v for k, v in written.items() if k not in ("clients", "participation")}
+    old = bench.SplitOutcome.from_json(json.dumps(before))
+    assert old.setting == ("fair", 3, 1.0)
