@@ -454,14 +454,14 @@ _FEDSCS_PARAMETERS = """\
     Parameters
     ----------
     n_estimators : int or None, default=None
-        Boosting rounds (xgboost's ``n_estimators``; ``FedSCSXGB.n_rounds``); ``None``: 20 in the
-        private protocol, else 10 (the paper's).
+        Boosting rounds (xgboost's ``n_estimators``; ``FedSCSXGB.n_rounds``); ``None``: in the
+        private protocol 40 for classification and 20 for regression, else 10 (the paper's).
     max_depth : int or None, default=None
         Depth of every tree, at least 1 (xgboost's 0, no limit, is not offered); ``None``: 6 in
         the private protocol, else 4 (the paper's).
     learning_rate : float or None, default=None
-        Shrinkage ``eta`` of every leaf; ``None``: 0.5 in the private protocol, else 0.2 (the
-        paper's).
+        Shrinkage ``eta`` of every leaf; ``None``: in the private protocol 0.3 for
+        classification and 0.5 for regression, else 0.2 (the paper's).
     max_bin : int or None, default=None
         Bins per feature, 2 to 65535 (xgboost's ``max_bin``; the edges are fleet-wide quantiles);
         ``None``: 8 in the private protocol, 256 otherwise.

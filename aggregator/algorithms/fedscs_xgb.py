@@ -186,15 +186,16 @@ def _vector_violation(
 
 #: Bins per feature of the private protocol (coarse: fewer cells, each with more windows than noise).
 PRIVATE_BINS = 8
-#: Boosting rounds and depth of the private protocol: each round's tree sees only ``dp_features``
-#: features, so more and deeper trees see more of them (measured at 100 gateways x 1,000 windows,
-#: BENCHMARKS.md "Accuracy at fleet scale").
-PRIVATE_ROUNDS, PRIVATE_DEPTH = 20, 6
+#: Boosting rounds, depth and shrinkage of the private protocol, per kind of objective: each
+#: round's tree sees only ``dp_features`` features, so many deep trees of small steps see more of
+#: them (classification: 40 rounds at 0.3 measured best of 20 at 0.5, 30 at 0.35 and 40 at 0.3 at
+#: 100 gateways x 1,000 windows, BENCHMARKS.md "Accuracy at fleet scale"; regression: 20 at 0.5,
+#: as measured in "FedSCS-XGB regression under differential privacy").
+PRIVATE_ROUNDS = {"classification": 40, "regression": 20}
+PRIVATE_LEARNING_RATE = {"classification": 0.3, "regression": 0.5}
+PRIVATE_DEPTH = 6
 #: Boosting rounds and depth of the other protocols (the paper's experiment).
 DEFAULT_ROUNDS, DEFAULT_DEPTH = 10, 4
-#: Shrinkage of the private protocol: fewer, stronger steps spend the budget on fewer trees' worth
-#: of noise (measured on the bundled recordings at epsilon 8: 0.59 against 0.53 at 0.2).
-PRIVATE_LEARNING_RATE = 0.5
 #: Bins per feature of the other protocols.
 DEFAULT_BINS = 256
 #: How often one boosting round is grown again after a client dropped out mid-round.
@@ -243,9 +244,9 @@ class FedSCSXGB:
     histogram protocol, no split leaves a child with fewer windows fleet-wide. The histogram
     protocol reads its edges once per job off fleet-summed counts (``sketch`` and
     ``summary_size`` are the atom protocol's). ``n_bins``: default 8 in the private protocol,
-    256 otherwise. ``learning_rate``: default 0.2 (the paper's), 0.5 in the private protocol.
-    ``n_rounds`` and ``max_depth``: default 10 and 4 (the paper's), 20 and 6 in the private
-    protocol.
+    256 otherwise. ``learning_rate``: default 0.2 (the paper's); in the private protocol 0.3
+    for classification, 0.5 for regression. ``n_rounds`` and ``max_depth``: default 10 and 4
+    (the paper's); in the private protocol 40 and 6 for classification, 20 and 6 for regression.
 
     The private protocol spends ``dp_epsilon`` per window and training (``(dp_epsilon,
     dp_delta)``-DP for adding or removing one window, accounted by ``aggregator.privacy``): one
@@ -270,7 +271,7 @@ class FedSCSXGB:
     n_rounds: int | None = None  # None: 10 (the paper's), 20 in the private protocol
     max_depth: int | None = None  # None: 4 (the paper's), 6 in the private protocol
     n_bins: int | None = None
-    learning_rate: float | None = None  # None: 0.2 (the paper's), 0.5 in the private protocol
+    learning_rate: float | None = None  # None: 0.2 (the paper's); private: 0.3, regression 0.5
     reg_lambda: float = 1.0
     gamma: float = 0.1
     min_child_weight: float = 1.0
@@ -308,14 +309,15 @@ class FedSCSXGB:
             raise ValueError(f"summary_size must lie in 1..65536, got {self.summary_size}")
         check_privacy_settings(self, paper="atoms", dp_possible=True)
         private = self.protocol == "private"
+        kind = "regression" if self.objective == "squared_error" else "classification"
         if self.n_rounds is None:
-            object.__setattr__(self, "n_rounds", PRIVATE_ROUNDS if private else DEFAULT_ROUNDS)
+            object.__setattr__(self, "n_rounds", PRIVATE_ROUNDS[kind] if private else DEFAULT_ROUNDS)
         if self.max_depth is None:
             object.__setattr__(self, "max_depth", PRIVATE_DEPTH if private else DEFAULT_DEPTH)
         if not (isinstance(self.n_rounds, int) and self.n_rounds >= 0):
             raise ValueError(f"n_rounds must be an int >= 0, got {self.n_rounds!r}")
         if self.learning_rate is None:
-            object.__setattr__(self, "learning_rate", PRIVATE_LEARNING_RATE if self.protocol == "private" else 0.2)
+            object.__setattr__(self, "learning_rate", PRIVATE_LEARNING_RATE[kind] if private else 0.2)
         if self.multi_strategy is None:
             object.__setattr__(
                 self, "multi_strategy", "multi_output_tree" if self.protocol == "private" else "one_output_per_tree"

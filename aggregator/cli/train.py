@@ -686,7 +686,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--rounds",
         type=positive_int,
-        help="fedscs-xgb: boosting rounds (default: 20 with differential privacy, else 10)",
+        help="fedscs-xgb: boosting rounds (default: 40 with differential privacy, 20 for regression; else 10)",
     )
     p.add_argument("--trees", type=positive_int, help="fedforest: number of trees (default 50)")
     p.add_argument(
@@ -730,7 +730,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--learning-rate",
         type=positive_float,
-        help="fedscs-xgb: shrinkage (eta; default 0.5 with differential privacy, else 0.2)",
+        help="fedscs-xgb: shrinkage (eta; default 0.3 with differential privacy, 0.5 for regression; else 0.2)",
     )
     p.add_argument("--reg-lambda", type=non_negative_float, help="fedscs-xgb: L2 on leaf weights (default 1)")
     p.add_argument(

@@ -201,7 +201,13 @@ def test_bad_private_settings_are_one_line(kwargs, message) -> None:
 
 def test_protocol_defaults_private_and_histogram_keeps_the_papers_settings() -> None:
     assert FedSCSXGB().protocol == "private" and FedSCSXGB().bins == 8
-    assert (FedSCSXGB().n_rounds, FedSCSXGB().max_depth) == (20, 6)  # more trees see more of the features
+    assert (FedSCSXGB().n_rounds, FedSCSXGB().max_depth, FedSCSXGB().learning_rate) == (
+        40,
+        6,
+        0.3,
+    )  # more trees see more features
+    regression = FedSCSXGB(objective="squared_error")
+    assert (regression.n_rounds, regression.max_depth, regression.learning_rate) == (20, 6, 0.5)  # as measured
     histogram = FedSCSXGB(objective="squared_error", protocol="histogram")
     assert histogram.bins == 256 and (histogram.n_rounds, histogram.max_depth) == (10, 4)  # the paper's
     assert FedSCSXGB(protocol="histogram", n_rounds=3).n_rounds == 3
