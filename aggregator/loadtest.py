@@ -40,6 +40,7 @@ import numpy as np
 from shared.protocol.topics import AGGREGATOR_ID, TopicLayout
 from shared.transport.mqtt import MqttConfig, MqttTransport, _disable_nagle
 
+from .algorithm_table import algorithm_row
 from .broker.mosquitto import BrokerUser, MosquittoBroker, die_with_parent
 from .fleet import Presence, train_on_fleet
 from .jobs import JobSettings, TrainingError
@@ -431,24 +432,23 @@ def phases(timings: Sequence[RoundTiming]) -> list[PhaseSummary]:
 # -- one job per algorithm, measured ---------------------------------------------------------
 
 
+#: The load run's model per algorithm of the table (its size fields): small, so that thousands of
+#: gateways finish on two cores, in the histogram protocol on 16 bins.
+LOAD_SIZES: dict[str, dict[str, int]] = {
+    "fedscs-xgb": {"n_rounds": 2, "max_depth": 3},
+    "fedforest": {"n_trees": 4, "max_depth": 3},
+}
+LOAD_ALGORITHMS = tuple(LOAD_SIZES)
+
+
 def load_algorithm(name: str):
-    """The configurations the load run trains: the histogram protocol (secure aggregation on,
-    ``min_crowd`` 5, no differential privacy: its models equal the simulation's bit for bit, which
-    the load test checks) with a small model so that
-    thousands of gateways finish on two cores: FedSCS-XGB 2 boosting rounds of depth 3 on 16
-    bins, FedForest 4 trees of depth 3 on 16 bins."""
-    from aggregator.algorithms import FedForest, FedSCSXGB
-
-    configs = {
-        "fedscs-xgb": lambda: FedSCSXGB(n_rounds=2, max_depth=3, n_bins=16, protocol="histogram"),
-        "fedforest": lambda: FedForest(n_trees=4, max_depth=3, n_bins=16, protocol="histogram"),
-    }
-    if name not in configs:
-        raise ValueError(f"algorithm must be one of {sorted(configs)}, got {name!r}")
-    return configs[name]()
-
-
-LOAD_ALGORITHMS = ("fedscs-xgb", "fedforest")
+    """The configuration the load run trains for ``name`` (the algorithm table's class): the
+    histogram protocol (secure aggregation on, ``min_crowd`` 5, no differential privacy: its
+    models equal the simulation's bit for bit, which the load test checks) at ``LOAD_SIZES``."""
+    row = algorithm_row(name)
+    if row.name not in LOAD_SIZES:
+        raise ValueError(f"the load run trains {', '.join(LOAD_ALGORITHMS)}, not {row.name}")
+    return row.config_type()(**LOAD_SIZES[row.name], n_bins=16, protocol="histogram")
 
 
 @dataclass(frozen=True)
