@@ -8,7 +8,7 @@ window), shared by :class:`ReleasePlan` between three kinds of release
 * ``opening`` -- the fleet's window and class counts and a few grid rounds for coarse bin edges
   (``private_fleet``); regression: the grid rounds with the target as one more column and, in
   place of the fleet's target sums, one release of the target's counts per octave (sensitivity
-  1) that gives the public target range (:func:`target_range`);
+  1) that gives the public target range (``private_fleet.target_range``);
 * ``histograms`` -- one release: per feature and slot of the edges, the fleet's class counts
   (``fedforest.dp_histograms``). One window adds one count to one cell per feature: L2
   sensitivity ``sqrt(d)``, L1 ``d``;
@@ -46,40 +46,26 @@ from shared.protocol.messages.fedforest import (
     PrivateForestHistogramRequest,
     PrivateForestLeavesRequest,
     SplitDecisions,
-    TargetClip,
 )
 from shared.protocol.messages.fleet_sums import NoiseShare
 from shared.protocol.messages.secure_aggregation import word_bits_for
-from shared.protocol.messages.fleet_sums import FleetSumReply, GridCountsRequest
-from shared.sketches import GridPlan, key_values, pack_edges
+from shared.sketches import pack_edges
 
 from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, StepProgress, TrainingError
 from ..privacy import PrivacyBudget, skellam_release
 from .forest_private_growth import NoisyCounts, PrivateForest, PrivateForestPlan, count_violation, grow_private_forest
-from .private_fleet import describe_fleet_privately, opening_releases
+from .private_fleet import COUNT_SCALE, describe_fleet_privately, opening_releases, release_target_range
 
 if TYPE_CHECKING:
     from .fedforest import FedForest
 
 __all__ = [
     "COUNT_SCALE",
-    "RANGE_BITS",
-    "RANGE_SIGMAS",
     "PrivateForestTraining",
     "ReleasePlan",
     "release_bounds",
-    "target_range",
 ]
-
-#: Lattice steps per window of a released count (``NoiseShare.scale``).
-COUNT_SCALE = 64
-#: Key bits of the target range release's cells: the sign and the exponent of the float32
-#: target, so every cell is one octave ``[2^e, 2^(e+1))`` of either sign (512 cells).
-RANGE_BITS = 9
-#: Noise standard deviations a target cell's count must exceed to count for the public range:
-#: among the 512 cells, a cell of noise alone does so with probability ~2e-5.
-RANGE_SIGMAS = 4.0
 
 
 @dataclass(frozen=True)
@@ -116,35 +102,6 @@ def release_bounds(kind: str, n_features: int, n_trees: int, columns: int = 1) -
     return COUNT_SCALE * math.sqrt(cells), COUNT_SCALE * float(cells)
 
 
-def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
-    """The public target range from the noisy counts of the target range release (one per
-    octave cell of the float32 keys, ``RANGE_BITS`` key bits, in key order): from the lowest to
-    the highest full cell -- the fullest cell, and every cell holding more than ``min_count``
-    windows next to a cell holding more than half that (a lone cell above the threshold is far
-    likelier noise). Post-processing: outliers in near-empty octaves are clipped, not ranged
-    over.
-
-    Examples
-    --------
-    >>> counts = np.zeros(512)
-    >>> counts[[0x100 + 126, 0x100 + 127, 0x100 + 128, 0x100 + 130]] = [50.0, 40.0, 80.0, 3.0]
-    >>> counts[0x100 + 150] = 30.0  # alone: noise, not a target near 2**23
-    >>> target_range(counts, min_count=10.0)  # [0.5, 1), [1, 2), [2, 4); 10 in [8, 16) is clipped
-    TargetClip(centre=2.25, half_width=1.75)
-    """
-    counts = np.asarray(counts, dtype=np.float64)
-    half = np.pad(counts > min_count / 2, 1)
-    neighbour = half[:-2] | half[2:]
-    full = np.flatnonzero(((counts > min_count) & neighbour) | (np.arange(counts.size) == np.argmax(counts)))
-    shift = 32 - RANGE_BITS
-    low = float(key_values(np.array([int(full[0]) << shift], dtype=np.uint32))[0])
-    last = min((int(full[-1]) + 1) << shift, 0xFF7FFFFF)  # the next cell's first key, at most FLT_MAX's
-    high = float(key_values(np.array([last], dtype=np.uint32))[0])
-    if not (np.isfinite(low) and np.isfinite(high)):  # no mass anywhere: the keys' ends
-        return TargetClip(0.0, 1.0)
-    return TargetClip((low + high) / 2, max((high - low) / 2, 2.0**-20))
-
-
 class PrivateForestTraining:
     """One run of ``FedForest.fit`` with ``protocol="private"``: the server's I/O and budget."""
 
@@ -170,7 +127,11 @@ class PrivateForestTraining:
         if not cfg.regression and len(fleet.classes) < 2:
             raise TrainingError(f"classification needs at least 2 classes, the clients have {list(fleet.classes)}")
         self.fleet = fleet
-        self.clip = self._target_range() if cfg.regression else None
+        self.clip = (
+            release_target_range(self.summer, self.budget, cfg.feature_set_version, self.fleet.n_features)
+            if cfg.regression
+            else None
+        )
         self.columns = 2 if cfg.regression else len(fleet.classes)
         self.edges = [np.asarray(e, dtype=np.float32) for e in fleet.edges]
         if not any(e.shape[0] for e in self.edges):
@@ -195,42 +156,6 @@ class PrivateForestTraining:
         return self._model(grown), grown
 
     # -- releases ------------------------------------------------------------------------------
-
-    def _target_range(self) -> TargetClip:
-        """The target range release: the fleet's target counts per octave cell (one cell per
-        window: L2 and L1 sensitivity 1), from the opening's share -- the release a regression
-        opening under a budget leaves unmade (it sums no targets) -- and the range read off it
-        (:func:`target_range`)."""
-        cohort = list(self.summer.active)
-        d = self.fleet.n_features
-        plan = GridPlan(  # one bucket, the target column's whole key space, in octave cells
-            d + 1,
-            feature=np.array([d], np.int64),
-            prefix=np.zeros(1, np.int64),
-            bits=np.zeros(1, np.int64),
-            step=np.array([RANGE_BITS], np.int64),
-        )
-        word_bits = 32  # ring words with room for the noise (as every noisy opening count)
-        mu = self.budget.mu("opening", COUNT_SCALE, COUNT_SCALE)
-        noise = NoiseShare(mu, len(cohort), COUNT_SCALE)
-        requests = {
-            c: GridCountsRequest(
-                self.config.feature_set_version,
-                **plan.to_arrays(),
-                secure=self.summer.secure_round(c, cohort),
-                noise=noise,
-                word_bits=word_bits,
-                target=True,
-            )
-            for c in cohort
-        }
-        result = self.summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells, word_bits=word_bits)
-        answered = len(result.contributors)
-        self.budget.spend(
-            skellam_release("opening", COUNT_SCALE, COUNT_SCALE, mu, answered=answered, asked=len(cohort))
-        )
-        sigma = math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE
-        return target_range(result.total.view(np.int64) / COUNT_SCALE, RANGE_SIGMAS * sigma)
 
     def _task(self, client: str) -> ForestTask:
         cfg = self.config

@@ -14,7 +14,7 @@ of release (:class:`~aggregator.privacy.PrivacyBudget`):
 Softmax grows one vector-leaf tree per round (``multi_output_tree``): a window's gradient vector
 has L2 norm at most sqrt 2 whatever the number of classes, so the budget is not divided by them.
 Squared error (regression) has no such bound of its own: the opening's last release is the
-target range release of FedForest's private regression (``fedforest_private.target_range``,
+target range release of FedForest's private regression (``private_fleet.release_target_range``,
 one noisy count per octave of the targets) unless the job gives ``target_range``; half its width,
 or less for a skewed target (:func:`residual_bound`), bounds ``|g|``, a residual ``prediction -
 y`` clipped to it, and ``h = 1``, so a level release sends G and the count (the count is the
@@ -47,16 +47,15 @@ from shared.protocol.messages.fedscs_xgb import (
     XgbPrivateLevelRequest,
     XgbTask,
 )
-from shared.protocol.messages.fleet_sums import FleetSumReply, GridCountsRequest, NoiseShare
+from shared.protocol.messages.fleet_sums import NoiseShare
 from shared.protocol.messages.secure_aggregation import word_bits_for
-from shared.sketches import GridPlan, pack_edges
+from shared.sketches import pack_edges
 
 from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, StepProgress, TrainingError
 from ..privacy import PrivacyBudget, skellam_release
 from .boosted_trees import BoostedTrees
-from .fedforest_private import COUNT_SCALE, RANGE_BITS, RANGE_SIGMAS, target_range
-from .private_fleet import PrivateFleet, describe_fleet_privately, opening_releases
+from .private_fleet import PrivateFleet, describe_fleet_privately, opening_releases, release_target_range
 from .private_growth import PrivateGrowth, grow_private_tree, level_violation
 
 __all__ = [
@@ -64,7 +63,6 @@ __all__ = [
     "PrivateBoosting",
     "ReleasePlan",
     "objective_lattice",
-    "release_target_range",
     "residual_bound",
     "round_features",
 ]
@@ -110,42 +108,6 @@ class ReleasePlan:
                 "leaves": max(n_rounds, 1),
             },
         )
-
-
-def release_target_range(
-    summer: FleetSummer, budget: PrivacyBudget, feature_set_version: str, n_features: int
-) -> TargetClip:
-    """The target range release of a private regression: the fleet's target counts per octave
-    cell (``RANGE_BITS`` key bits of the float32 target; one cell per window: L2 and L1
-    sensitivity 1 window) from the budget's ``"opening"`` share -- the release a regression
-    opening under a budget leaves unmade (it sums no targets) -- and the public range read off
-    it by FedForest's :func:`~aggregator.algorithms.fedforest_private.target_range`."""
-    cohort = list(summer.active)
-    plan = GridPlan(  # one bucket, the target column's whole key space, in octave cells
-        n_features + 1,
-        feature=np.array([n_features], np.int64),
-        prefix=np.zeros(1, np.int64),
-        bits=np.zeros(1, np.int64),
-        step=np.array([RANGE_BITS], np.int64),
-    )
-    mu = budget.mu("opening", COUNT_SCALE, COUNT_SCALE)
-    noise = NoiseShare(mu, len(cohort), COUNT_SCALE)
-    requests = {
-        c: GridCountsRequest(
-            feature_set_version,
-            **plan.to_arrays(),
-            secure=summer.secure_round(c, cohort),
-            noise=noise,
-            word_bits=32,  # ring words with room for the noise (as every noisy opening count)
-            target=True,
-        )
-        for c in cohort
-    }
-    result = summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells, word_bits=32)
-    answered = len(result.contributors)
-    budget.spend(skellam_release("opening", COUNT_SCALE, COUNT_SCALE, mu, answered=answered, asked=len(cohort)))
-    sigma = math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE
-    return target_range(result.total.view(np.int64) / COUNT_SCALE, RANGE_SIGMAS * sigma)
 
 
 def round_features(n_features: int, usable: np.ndarray, k: int, seed: int, round_no: int) -> np.ndarray:

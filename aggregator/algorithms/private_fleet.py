@@ -40,7 +40,8 @@ from shared.protocol.messages.fleet_sums import (
     GridCountsRequest,
 )
 from shared.protocol.messages.secure_aggregation import word_bits_for
-from shared.sketches import GridPlan, GridRefinement, SketchError
+from shared.protocol.messages.fedforest import TargetClip
+from shared.sketches import GridPlan, GridRefinement, SketchError, key_values
 
 from ..fleet_sums import FleetSummer
 from ..privacy import PrivacyBudget, skellam_release
@@ -50,12 +51,16 @@ from .fleet_data import fleet_vocabulary, keep_majority_width
 
 __all__ = [
     "OPENING_GRID_ROUNDS",
+    "RANGE_BITS",
+    "RANGE_SIGMAS",
     "PrivateFleet",
     "TargetRangeError",
     "check_privacy_settings",
     "describe_fleet_privately",
     "frac_bits_for",
     "opening_releases",
+    "release_target_range",
+    "target_range",
 ]
 
 #: How often the grid rounds start over after a client dropped out of them.
@@ -406,3 +411,76 @@ def _grid_edges(
         if plan is None:
             return refinement
     raise TrainingError(f"clients kept dropping out while the bin edges were being read ({MAX_GRID_RESTARTS} restarts)")
+
+
+#: Key bits of the target range release's cells: the sign and the exponent of the float32
+#: target, so every cell is one octave ``[2^e, 2^(e+1))`` of either sign (512 cells).
+RANGE_BITS = 9
+#: Noise standard deviations a target cell's count must exceed to count for the public range:
+#: among the 512 cells, a cell of noise alone does so with probability ~2e-5.
+RANGE_SIGMAS = 4.0
+
+
+def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
+    """The public target range from the noisy counts of the target range release (one per
+    octave cell of the float32 keys, ``RANGE_BITS`` key bits, in key order): from the lowest to
+    the highest full cell -- the fullest cell, and every cell holding more than ``min_count``
+    windows next to a cell holding more than half that (a lone cell above the threshold is far
+    likelier noise). Post-processing: outliers in near-empty octaves are clipped, not ranged
+    over.
+
+    Examples
+    --------
+    >>> counts = np.zeros(512)
+    >>> counts[[0x100 + 126, 0x100 + 127, 0x100 + 128, 0x100 + 130]] = [50.0, 40.0, 80.0, 3.0]
+    >>> counts[0x100 + 150] = 30.0  # alone: noise, not a target near 2**23
+    >>> target_range(counts, min_count=10.0)  # [0.5, 1), [1, 2), [2, 4); 10 in [8, 16) is clipped
+    TargetClip(centre=2.25, half_width=1.75)
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    half = np.pad(counts > min_count / 2, 1)
+    neighbour = half[:-2] | half[2:]
+    full = np.flatnonzero(((counts > min_count) & neighbour) | (np.arange(counts.size) == np.argmax(counts)))
+    shift = 32 - RANGE_BITS
+    low = float(key_values(np.array([int(full[0]) << shift], dtype=np.uint32))[0])
+    last = min((int(full[-1]) + 1) << shift, 0xFF7FFFFF)  # the next cell's first key, at most FLT_MAX's
+    high = float(key_values(np.array([last], dtype=np.uint32))[0])
+    if not (np.isfinite(low) and np.isfinite(high)):  # no mass anywhere: the keys' ends
+        return TargetClip(0.0, 1.0)
+    return TargetClip((low + high) / 2, max((high - low) / 2, 2.0**-20))
+
+
+def release_target_range(
+    summer: FleetSummer, budget: PrivacyBudget, feature_set_version: str, n_features: int
+) -> TargetClip:
+    """The target range release of a private regression: the fleet's target counts per octave
+    cell (``RANGE_BITS`` key bits of the float32 target; one cell per window: L2 and L1
+    sensitivity 1 window) from the budget's ``"opening"`` share -- the release a regression
+    opening under a budget leaves unmade (it sums no targets) -- and the public range read off
+    it (:func:`target_range`)."""
+    cohort = list(summer.active)
+    plan = GridPlan(  # one bucket, the target column's whole key space, in octave cells
+        n_features + 1,
+        feature=np.array([n_features], np.int64),
+        prefix=np.zeros(1, np.int64),
+        bits=np.zeros(1, np.int64),
+        step=np.array([RANGE_BITS], np.int64),
+    )
+    mu = budget.mu("opening", COUNT_SCALE, COUNT_SCALE)
+    noise = NoiseShare(mu, len(cohort), COUNT_SCALE)
+    requests = {
+        c: GridCountsRequest(
+            feature_set_version,
+            **plan.to_arrays(),
+            secure=summer.secure_round(c, cohort),
+            noise=noise,
+            word_bits=32,  # ring words with room for the noise (as every noisy opening count)
+            target=True,
+        )
+        for c in cohort
+    }
+    result = summer.ask(requests, FleetSumReply, lambda r: r.sums, plan.n_cells, word_bits=32)
+    answered = len(result.contributors)
+    budget.spend(skellam_release("opening", COUNT_SCALE, COUNT_SCALE, mu, answered=answered, asked=len(cohort)))
+    sigma = math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE
+    return target_range(result.total.view(np.int64) / COUNT_SCALE, RANGE_SIGMAS * sigma)

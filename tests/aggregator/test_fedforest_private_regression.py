@@ -21,7 +21,8 @@ import aggregator.algorithms.fedforest_private as private_module
 import edge_client.algorithms.fedforest as client_module
 import edge_client.fleet_sums as client_sums
 from aggregator.algorithms import FedForest
-from aggregator.algorithms.fedforest_private import COUNT_SCALE, RANGE_BITS, target_range
+from aggregator.algorithms.fedforest_private import COUNT_SCALE
+from aggregator.algorithms.private_fleet import RANGE_BITS, target_range
 from aggregator.algorithms.forest_private_growth import NoisyCounts, PrivateForestPlan, grow_private_forest
 from aggregator.jobs import TrainingError
 from aggregator.simulate import Simulation
