@@ -34,13 +34,12 @@ from aggregator.jobs import TrainingError
 from aggregator.simulate import Simulation
 from edge_client.training_data import ClientData
 from shared.differential_privacy import clip_norm, stochastic_round
-from shared.histograms import histogram_slots, route_round
 from shared.model import TreeEnsemble
 from shared.protocol.messages.fedforest import TargetClip
 from shared.protocol.messages.fedscs_xgb import PrivateRoundFeatures, XgbPrivateLeavesRequest, XgbPrivateLevelRequest
-from shared.sketches import bin_ids, pack_edges
+from shared.sketches import pack_edges
 
-from .test_dp_boosting import seeded_run
+from .test_dp_boosting import _exact_fetchers, seeded_run
 
 
 def fleet(n_clients: int = 4, n: int = 150, d: int = 5, seed: int = 0) -> list[ClientData]:
@@ -63,42 +62,9 @@ def pooled(clients: list[ClientData]) -> tuple[np.ndarray, np.ndarray]:
 
 def _pooled_fetchers(Xf, edges, qg, grad_scale, features):
     """``fetch_level``/``fetch_leaves`` over the pooled windows' lattice residuals ``qg``
-    (integers), in natural units: G per ``grad_scale``, H = count in windows."""
-    n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
-    slots = histogram_slots(bin_ids(Xf, edges), n_edges)
-    S = int(n_edges.max()) + 2
-    k = Xf.shape[1]
-
-    def positions(splits):
-        column = np.searchsorted(features, splits.feature)
-        return route_round(
-            slots,
-            S - 1,
-            1,
-            np.zeros_like(splits.tree),
-            splits.node,
-            column,
-            splits.bin,
-            splits.default_left,
-            splits.left,
-            splits.right,
-        )[0]
-
-    def level(splits, node_ids):
-        pos = positions(splits)
-        out = np.zeros((len(node_ids), 3, k, S))
-        for r, node in enumerate(node_ids):
-            rows = pos == node
-            for j in range(k):
-                out[r, 0, j] = np.bincount(slots[rows, j], weights=qg[rows], minlength=S) / grad_scale
-                out[r, 1, j] = out[r, 2, j] = np.bincount(slots[rows, j], minlength=S)  # H = count
-        return out
-
-    def leaves(splits, leaf_ids):
-        pos = positions(splits)
-        return np.array([[qg[pos == leaf].sum() / grad_scale, float((pos == leaf).sum())] for leaf in leaf_ids])
-
-    return level, leaves
+    (integers), in natural units: G per ``grad_scale``, H = count in windows (the exact fetchers
+    of the classification test with every H 1)."""
+    return _exact_fetchers(Xf, edges, (qg / grad_scale)[:, None], np.ones((qg.shape[0], 1)), features)
 
 
 def test_noise_off_equals_the_pooled_exact_computation_of_the_same_growth(monkeypatch) -> None:
