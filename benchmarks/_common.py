@@ -144,3 +144,25 @@ def direct_job(clients, *, job_id: str = "direct"):
             return replies
 
     return DirectJob(None, sorted(routes), job_id=job_id)
+
+
+def without_noise(run, *modules):
+    """``run()`` with the gateways' differential-privacy noise shares zeroed: every module in
+    ``modules`` (and ``edge_client.fleet_sums``) draws ``skellam_share`` from a zero function for
+    the call, restored afterwards -- what a private protocol's structure costs without its noise."""
+    import numpy as np
+
+    import edge_client.fleet_sums as client_sums
+
+    def zero(shape, mu, shares, rng=None):
+        return np.zeros(shape, dtype=np.int64)
+
+    targets = (client_sums, *modules)
+    saved = [m.skellam_share for m in targets]
+    for m in targets:
+        m.skellam_share = zero
+    try:
+        return run()
+    finally:
+        for m, share in zip(targets, saved):
+            m.skellam_share = share

@@ -49,6 +49,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
+from _common import without_noise
 
 EPSILONS = (1.0, 4.0, 8.0, 32.0)
 SCENARIOS = ["toy", "paper-homogeneous", "paper-covariate", "paper-outcome", "toy-large"]
@@ -86,22 +87,6 @@ def data(scenario: str, seed: int):
     X_test = np.vstack([b.X_test for b in blocks])
     y_test = np.concatenate([b.y_test for b in blocks])
     return clients, X_test, y_test, {"n_trees": 10, "max_depth": 8, "max_features": 1 / 3}
-
-
-def _without_noise(run):
-    """``run()`` with every gateway's noise share zeroed (restored afterwards)."""
-    import edge_client.algorithms.fedforest as client_forest
-    import edge_client.fleet_sums as client_sums
-
-    def zero(shape, mu, shares, rng=None):
-        return np.zeros(shape, dtype=np.int64)
-
-    saved = client_forest.skellam_share, client_sums.skellam_share
-    client_forest.skellam_share = client_sums.skellam_share = zero
-    try:
-        return run()
-    finally:
-        client_forest.skellam_share, client_sums.skellam_share = saved
 
 
 def cell(args: tuple[str, int]) -> dict[str, float]:
@@ -145,7 +130,10 @@ def cell(args: tuple[str, int]) -> dict[str, float]:
         n_estimators=s["n_trees"], max_depth=s["max_depth"], max_features=s["max_features"] or 1.0, random_state=seed
     ).fit(X, y)
     out["sklearn RF"] = float(np.mean((rf.predict(X_test) - y_test) ** 2))
-    out["private, noise off"] = mse(_without_noise(lambda: Simulation(clients).run(private(8.0), seed=seed)))
+    import edge_client.algorithms.fedforest as client_half
+
+    noise_off = without_noise(lambda: Simulation(clients).run(private(8.0), seed=seed), client_half)
+    out["private, noise off"] = mse(noise_off)
     return out
 
 

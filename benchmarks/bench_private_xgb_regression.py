@@ -38,6 +38,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
+from _common import without_noise
 
 EPSILONS = (1.0, 4.0, 8.0)
 DATASETS = ("diabetes", "randhie")
@@ -74,22 +75,6 @@ def split(name: str, seed: int):
     return clients, X[test], y[test]
 
 
-def _without_noise(run):
-    """``run()`` with every gateway's noise share zeroed (restored afterwards)."""
-    import edge_client.algorithms.fedscs_xgb as client_xgb
-    import edge_client.fleet_sums as client_sums
-
-    def zero(shape, mu, shares, rng=None):
-        return np.zeros(shape, dtype=np.int64)
-
-    saved = client_xgb.skellam_share, client_sums.skellam_share
-    client_xgb.skellam_share = client_sums.skellam_share = zero
-    try:
-        return run()
-    finally:
-        client_xgb.skellam_share, client_sums.skellam_share = saved
-
-
 def cell(args: tuple[str, int]) -> dict[str, float]:
     """Every method's test RMSE on one (dataset, seed), and seconds per fit."""
     name, seed = args
@@ -113,9 +98,12 @@ def cell(args: tuple[str, int]) -> dict[str, float]:
         out[f"private ε={eps:g}"] = rmse(model.predict(X_test))
         out[f"spent ε={eps:g}"] = float(model.metadata["dp_epsilon"])
     out["time private"] = (time.monotonic() - started) / len(EPSILONS)
-    out["private, noise off"] = rmse(
-        _without_noise(lambda: Simulation(clients).run(FedSCSXGB(objective="squared_error"), seed=seed)).predict(X_test)
+    import edge_client.algorithms.fedscs_xgb as client_half
+
+    noise_off = without_noise(
+        lambda: Simulation(clients).run(FedSCSXGB(objective="squared_error"), seed=seed), client_half
     )
+    out["private, noise off"] = rmse(noise_off.predict(X_test))
     started = time.monotonic()
     histogram = Simulation(clients).run(FedSCSXGB(objective="squared_error", protocol="histogram"), seed=seed)
     out["time histogram"] = time.monotonic() - started
