@@ -133,6 +133,7 @@ class HistogramForestTraining(ForestTraining):
                 self.value_bound,
                 self.summer.secure_round(c, active),
                 self.word_bits,
+                None,
                 self._shifts(frontier),
             )
             for c in active

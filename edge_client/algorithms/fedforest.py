@@ -64,6 +64,7 @@ from shared.differential_privacy import skellam_share
 from shared.splitting import pooled_gain
 
 from ..dispatcher import Dispatcher, RequestRejected
+from ..fleet_sums import with_noise
 from ..secure_aggregation import SecureAggregationClient
 from ..training_data import JobSnapshots, TrainingData, class_ids
 
@@ -407,7 +408,8 @@ class FedForestClient:
                 body.edge_values[o[j] : o[j + 1]],
                 S,
             )
-        return ForestHistogramReply(self.secure.protect(message, out.ravel(), body.secure, body.word_bits))
+        vector = with_noise(out.ravel(), body.noise)
+        return ForestHistogramReply(self.secure.protect(message, vector, body.secure, body.word_bits))
 
     def on_private_histograms(self, message: Message) -> ForestHistogramReply:
         """Private root release: class counts per feature and slot of all the job's windows,

@@ -283,6 +283,8 @@ class FedSCSXGBClient:
         hist = node_histograms(
             slots, body.slots, position, body.node_tree, body.node_id, grad, hess, vector_leaves=body.task.vector_leaves
         )
+        if body.noise is not None:  # the private protocol's requests carry the noise, not these
+            raise RequestRejected("bad_request", "the histogram protocol adds no noise: a noisy request is refused")
         parts = [hist.ravel()]
         if body.with_loss:
             loss = quantize([state.loss_sum()], LOSS_FRAC_BITS, LOSS_BOUND)

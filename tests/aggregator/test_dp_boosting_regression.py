@@ -289,3 +289,31 @@ def test_targets_beyond_the_lattice_s_reach_are_refused_in_one_line() -> None:
     with pytest.raises(TrainingError, match="rescale the targets") as info:
         Simulation(clients).run(FedSCSXGB(objective="squared_error", n_rounds=1, max_depth=2))
     assert "\n" not in str(info.value)
+
+
+def test_a_gateway_refuses_a_histogram_protocol_request_that_asks_for_noise_in_one_line() -> None:
+    """Noise travels in the private protocol's requests; a histogram request with a noise share
+    is refused with a code (it used to crash the handler)."""
+    from edge_client.algorithms.fedscs_xgb import FedSCSXGBClient
+    from edge_client.dispatcher import RequestRejected
+    from shared.protocol.envelope import Message
+    from shared.protocol.messages.fedscs_xgb import ModelDelta, RoundSplits, XgbHistogramRequest, XgbTask
+    from shared.protocol.messages.fleet_sums import NoiseShare
+
+    (gateway,) = fleet(n_clients=1, d=2)
+    client = FedSCSXGBClient(gateway)
+    edges = [np.array([0.0], np.float32), np.array([0.0], np.float32)]
+    body = XgbHistogramRequest(
+        XgbTask("squared_error", "", 2, np.array([100.0])),
+        ModelDelta(),
+        *pack_edges(edges),
+        RoundSplits.empty(),
+        np.zeros(1, np.int64),
+        np.zeros(1, np.int64),
+        frac_bits=16,
+        gradient_bound=1e3,
+        noise=NoiseShare(100.0, 3),
+    )
+    with pytest.raises(RequestRejected, match="adds no noise") as info:
+        client.on_histograms(Message.create(body, sender="aggregator", job="job-1", round=1))
+    assert info.value.code == "bad_request" and "\n" not in str(info.value)

@@ -352,6 +352,7 @@ class ForestHistogramRequest:
     value_bound: float = 1.0
     secure: SecureRound | None = None
     word_bits: int = 64  # classification: the narrowest ring word holding the fleet's counts
+    noise: NoiseShare | None = None  # differential privacy: this gateway's share of the noise
     node_shift: Annotated[np.ndarray, F64_1D] = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:

@@ -304,7 +304,8 @@ class XgbHistogramRequest:
     route the samples through ``splits``, then sum, for each requested node ``(node_tree[i],
     node_id[i])``, per feature and bin: G and H of the node's tree's output -- of every output
     for vector leaves -- (fixed point with ``frac_bits``) and the sample count. ``with_loss``:
-    append the training loss sum (fixed point) and the sample count (progress output)."""
+    append the training loss sum (fixed point) and the sample count (progress output).
+    ``noise``: add this gateway's share of DP noise."""
 
     task: XgbTask
     model: ModelDelta
@@ -317,6 +318,7 @@ class XgbHistogramRequest:
     gradient_bound: float
     with_loss: bool = False
     secure: SecureRound | None = None
+    noise: NoiseShare | None = None
 
     def __post_init__(self) -> None:
         offsets = self.edge_offsets
