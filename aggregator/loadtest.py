@@ -633,7 +633,7 @@ def run_soak(config: SoakConfig, *, progress=print) -> SoakReport:
 
     report = SoakReport(config)
     with simulated_fleet(config.gateways, config.processes, progress=progress) as fleet:
-        algorithm = FedSCSXGB(n_rounds=config.rounds_per_job, max_depth=3, n_bins=16)
+        algorithm = FedSCSXGB(n_rounds=config.rounds_per_job, max_depth=3, n_bins=16, protocol="histogram")
         engine = RoundEngine(fleet.agg)  # one for every job: the aggregator's connection outlives them
         started = time.monotonic()
         while time.monotonic() - started < config.minutes * 60:

@@ -324,13 +324,14 @@ def levers(source: Source, args: argparse.Namespace, epsilon: float) -> None:
     from aggregator.algorithms.fedscs_xgb_private import ReleasePlan
     from aggregator.simulate import Simulation
 
-    former = {"n_rounds": 10, "max_depth": 4, "release_plan": ReleasePlan(0.1, 0.5, 0.4)}
+    former = {"n_rounds": 10, "max_depth": 4, "learning_rate": 0.5, "release_plan": ReleasePlan(0.1, 0.5, 0.4)}
     variants = {
-        "10 rounds, depth 4, plan 0.1 / 0.5 / 0.4 (the former default)": former,
-        "the former default, dp_features 64": {**former, "dp_features": 64},
-        "the former default, plan 0.05 / 0.75 / 0.2": {**former, "release_plan": ReleasePlan(0.05, 0.75, 0.2)},
+        "10 rounds, depth 4, plan 0.1 / 0.5 / 0.4 (the first default)": former,
+        "the first default, dp_features 64": {**former, "dp_features": 64},
+        "the first default, plan 0.05 / 0.75 / 0.2": {**former, "release_plan": ReleasePlan(0.05, 0.75, 0.2)},
         "20 rounds, depth 6, plan 0.1 / 0.5 / 0.4": {**former, "n_rounds": 20, "max_depth": 6},
-        "20 rounds, depth 6, plan 0.05 / 0.75 / 0.2 (the default)": {},
+        "20 rounds, depth 6, plan 0.05 / 0.75 / 0.2 (the second default)": {"n_rounds": 20, "learning_rate": 0.5},
+        "40 rounds, depth 6, learning rate 0.3 (the default)": {},
     }
     fleets = {
         seed: make_fleet(source, seed, args.gateways, args.windows)

@@ -8,8 +8,8 @@ statistics per node and bin become ``2 K + 1`` -- ARCHITECTURE §5b lists it as 
 bytes of the masked histograms.
 
 Data: the bundled seglearn watch recordings through the gateway path (one client per subject,
-subject-tail split as in ``bench_fedscs_xgb.py``). Model: ``FedSCSXGB()`` defaults (histogram
-protocol, secure aggregation, minimum crowd 5, 256 bins) with ``max_depth=4``,
+subject-tail split as in ``bench_fedscs_xgb.py``). Model: ``FedSCSXGB(protocol="histogram")``
+(secure aggregation, minimum crowd 5, 256 bins) with ``max_depth=4``,
 ``learning_rate=0.2``, ``gamma=0.1``, ``n_rounds`` (default 10), each strategy once, in-memory
 simulation (``aggregator.simulate.Simulation``). Bytes are the encoded MQTT payloads: the
 clients' replies (``Simulation.client_bytes()``) and the server's requests (``server.stats``),
@@ -66,7 +66,14 @@ def main() -> int:
         sim = Simulation(clients)
         sent: list[tuple[int, int]] = []
         sim_start = time.perf_counter()
-        config = FedSCSXGB(n_rounds=args.rounds, max_depth=4, learning_rate=0.2, gamma=0.1, multi_strategy=strategy)
+        config = FedSCSXGB(
+            n_rounds=args.rounds,
+            max_depth=4,
+            learning_rate=0.2,
+            gamma=0.1,
+            multi_strategy=strategy,
+            protocol="histogram",
+        )
         model = sim.run(config, progress=lambda p: sent.append((sim.client_bytes(), sim.server.stats.sent_bytes)))
         seconds = time.perf_counter() - sim_start
         rounds_client = (sent[-1][0] - sent[0][0]) / max(len(sent) - 1, 1)

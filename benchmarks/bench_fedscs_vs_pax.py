@@ -21,7 +21,7 @@ XGBoost's ``min_split_loss`` as ``FedSCSXGB`` does, min_child_weight 1, softmax)
 
 * **centralized** -- ``xgboost.train(tree_method="hist", max_bin=B)`` on the pooled train
   windows, 100 rounds; the 10-round model is its first 10 rounds (``iteration_range``).
-* **FedSCS-XGB** -- the private default protocol (``protocol="histogram"``), its bin edges from
+* **FedSCS-XGB** -- the exact-sum protocol (``protocol="histogram"``), its bin edges from
   the fleet-summed grid counts of a real simulated opening (``describe_fleet_privately``), with
   ``min_crowd=0`` (XGBoost's split rule; the 5-window crowd is a privacy knob measured in
   "Privacy knobs"). Given its edges the histogram protocol grows XGBoost's trees (tested:

@@ -221,7 +221,7 @@ def settings(only: set[str]) -> list[tuple[Setting, list[Variant]]]:
             (
                 Setting(
                     "FedSCS-XGB private (epsilon 32)",
-                    xgb(protocol="private", dp_epsilon=EPSILON, secure_aggregation=True),
+                    xgb(protocol="private", dp_epsilon=EPSILON, learning_rate=0.5, secure_aggregation=True),
                     (XgbPrivateLevelRequest, XgbPrivateLeavesRequest),
                     True,
                 ),

@@ -5,7 +5,7 @@
 
 Each simulated gateway has its own MQTT connection and broker account and answers with the real
 client code (``aggregator.loadtest``); jobs are FedSCS-XGB (2 boosting rounds, depth 3, 16 bins)
-in the private default (histogram protocol, secure aggregation). Prints the rate, lost replies
+in the histogram protocol (secure aggregation, no differential privacy), as the load run. Prints the rate, lost replies
 and the memory of the aggregator (this process) and of mosquitto, first and last job.
 """
 

@@ -268,7 +268,7 @@ class FedSCSXGB:
     with one output (logistic, regression) both are the same.
     """
 
-    n_rounds: int | None = None  # None: 10 (the paper's), 20 in the private protocol
+    n_rounds: int | None = None  # None: 10 (the paper's); private: 40, regression 20
     max_depth: int | None = None  # None: 4 (the paper's), 6 in the private protocol
     n_bins: int | None = None
     learning_rate: float | None = None  # None: 0.2 (the paper's); private: 0.3, regression 0.5

@@ -640,7 +640,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         "  WHEELFED_TOKEN=TOKEN wheelfed train --server http://127.0.0.1:8080 "
         "--model-id activity --rounds 10",
         examples=[
-            "WHEELFED_MQTT_PASSWORD=SECRET wheelfed train -o model.cbor --rounds 10 --bins 256",
+            "WHEELFED_MQTT_PASSWORD=SECRET wheelfed train -o model.cbor --rounds 10",
             "wheelfed train --algorithm fedforest --registry reg.db --model-id activity --evaluate",
             "wheelfed train -o more.cbor --init-model model.cbor --clients gw-1,gw-2,gw-3",
             "wheelfed train --algorithm fedga-tree --generations 5 -o trees.cbor --registry reg.db",

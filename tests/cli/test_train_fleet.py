@@ -140,7 +140,7 @@ def readme_train_command() -> list[str]:
 
 def test_the_readme_command_trains_on_the_majority_feature_set_and_names_the_gateway_left_out(fleet) -> None:
     args = readme_train_command()
-    assert args == ["-o", "model.cbor", "--rounds", "10", "--bins", "256"]
+    assert args == ["-o", "model.cbor", "--rounds", "10"]
     run = fleet.train(*args)
     assert run.code == 0, run.stderr
     assert f"feature set {WHEEL} (the majority's): 3 gateways (gw-1, gw-2, gw-3)" in run.stdout
