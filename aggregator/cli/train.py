@@ -112,7 +112,7 @@ def _training_algorithm(args: argparse.Namespace, feature_set: str, init_model, 
 
 def _private_protocol(args: argparse.Namespace) -> Literal["histogram"] | None:
     """``"histogram"`` (secure sums without differential privacy) when asked for, else the
-    algorithm's default (differential privacy for classification)."""
+    algorithm's default (differential privacy)."""
     return "histogram" if args.no_dp or args.no_secure_aggregation else None
 
 
