@@ -118,15 +118,20 @@ def test_runs_stop_everything_they_started_when_interrupted(command: list[str], 
     import signal
     import time
 
+    import threading
+
     proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", *command], stdout=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:
             if ready in line:
                 break
+        # keep reading: the run and the gateways it started share this pipe, and a full pipe would
+        # block whoever writes next -- a stop that waits on it would then look like a hang
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
         children = _children(proc.pid)
         assert len(children) >= 3  # mosquitto + 2 gateways (+ the demo's aggregator process)
         proc.send_signal(getattr(signal, how))
-        proc.wait(30)
+        proc.wait(60)  # the demo gives its server 30 s to stop gracefully before it kills it
         deadline = time.monotonic() + 10
         while any(_alive(c) for c in children) and time.monotonic() < deadline:
             time.sleep(0.1)
