@@ -778,8 +778,8 @@ class FedForestRegressor(_RegressorMixin, _FedForestBase):
     >>> rng = np.random.default_rng(0)
     >>> clients = []
     >>> for gateway in range(3):
-    ...     X = rng.normal(size=(80, 3))
-    ...     clients.append((X, np.where(X[:, 0] > 0, 10.0, 0.0) + rng.normal(scale=0.1, size=80)))
+    ...     X = rng.normal(size=(200, 3))
+    ...     clients.append((X, np.where(X[:, 0] > 0, 10.0, 0.0) + rng.normal(scale=0.1, size=200)))
     >>> model = FedForestRegressor(n_estimators=10, max_depth=4).fit(clients)
     >>> X, y = clients[2]
     >>> bool(np.abs(model.predict(X) - y).mean() < 1.5)
