@@ -95,6 +95,15 @@ def _children(pid: int) -> set[int]:
     return kids
 
 
+def _ignores(pid: int, signum: int) -> bool:
+    from pathlib import Path
+
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
 def _alive(pid: int) -> bool:
     from pathlib import Path
 
@@ -120,7 +129,19 @@ def test_runs_stop_everything_they_started_when_interrupted(command: list[str], 
 
     import threading
 
-    proc = subprocess.Popen([sys.executable, "-m", "edge_client.cli", *command], stdout=subprocess.PIPE, text=True)
+    def interruptible() -> None:
+        # SIGINT as a terminal's foreground job has it. An ignored SIGINT is inherited across exec
+        # (and Python then installs no KeyboardInterrupt handler): a suite started in the background
+        # of a non-interactive shell (`... &`, as long runs are) ignores it in every worker, and the
+        # run would ignore the test's Ctrl-C, as a background job should
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_client.cli", *command],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+    )
     try:
         for line in proc.stdout:
             if ready in line:
@@ -130,6 +151,7 @@ def test_runs_stop_everything_they_started_when_interrupted(command: list[str], 
         threading.Thread(target=proc.stdout.read, daemon=True).start()
         children = _children(proc.pid)
         assert len(children) >= 3  # mosquitto + 2 gateways (+ the demo's aggregator process)
+        assert not _ignores(proc.pid, getattr(signal, how)), f"the run ignores {how}: it would never stop"
         proc.send_signal(getattr(signal, how))
         proc.wait(60)  # the demo gives its server 30 s to stop gracefully before it kills it
         deadline = time.monotonic() + 10
