@@ -668,8 +668,9 @@ _FEDFOREST_PARAMETERS = """\
         ``"private"`` (``None`` resolves to it unless secure aggregation is turned off):
         differential privacy -- the server decodes two noisy fleet sums of class counts (for
         regression: window counts and sums of the target clipped to a public range) per feature
-        and bin, then per leaf; the trees split at random on the features the first scores best,
-        every window is in every tree (``bootstrap``, ``max_features``, ``min_samples_*``,
+        and bin, then per leaf; classification trees split at random on the features the first
+        scores best, regression trees where its marginals call for a split; every window is in
+        every tree (``bootstrap``, ``max_features``, ``min_samples_*``,
         ``min_impurity_decrease`` and ``min_crowd`` do not apply).
         ``"histogram"`` (``None`` resolves to it without secure aggregation): exact fleet sums
         per node and bin under secure aggregation, no differential privacy. ``"sketches"``: the paper's

@@ -26,8 +26,9 @@ Protocols (``FedForest.protocol``):
 
 * ``"private"`` (the default): differential privacy under secure aggregation -- a noisy
   opening, one noisy release of the fleet's class counts (regression: window counts and sums of
-  the target clipped to a public range) per feature and bin, trees grown by random splits on
-  the best-scoring features, one noisy release of the leaves' class counts (regression: counts
+  the target clipped to a public range) per feature and bin, trees grown from it (random
+  splits on the best-scoring features; regression: the splits its marginals call for), one
+  noisy release of the leaves' class counts (regression: counts
   and sums) (``fedforest_private``, ``forest_private_growth``);
 * ``"histogram"`` (secure sums without differential privacy, with a one-line warning): one
   fleet sum per level of per-bin histograms over fleet-wide edges, the exact pooled gain of every
@@ -57,7 +58,7 @@ from shared.model import TreeEnsemble
 
 from ..jobs import FederatedJob
 from .fedforest_histogram import HistogramForestTraining
-from .fedforest_private import PrivateForestTraining, ReleasePlan
+from .fedforest_private import REGRESSION_RELEASE_PLAN, PrivateForestTraining, ReleasePlan
 from .fedforest_sketches import SketchForestTraining
 from .forest_training import ForestFleet, ForestResult, ForestState, LevelCounts, forest_importance
 from .private_fleet import check_privacy_settings, warn_if_not_private
@@ -87,15 +88,20 @@ class FedForest:
     ``secagg_degree``, ``min_crowd``: as for ``FedSCSXGB``. The histogram protocol offers exact
     evaluation of the edges' candidates, numeric features and the label target (no H-splits,
     categorical features or AvgImp: they need per-client statistics). ``n_bins``: default 16 in
-    the private protocol, 32 otherwise.
+    the private protocol, 32 otherwise (a private regression over tens of thousands of windows
+    gains from 64: BENCHMARKS.md, FedForest regression under differential privacy).
 
     The private protocol spends ``dp_epsilon`` per window and training (``(dp_epsilon,
     dp_delta)``-DP for adding or removing one window, accounted by ``aggregator.privacy``),
-    shared between the opening, the root histograms and the leaves by ``release_plan``. Every
-    window is in every tree once (``bootstrap`` does not apply); the trees split at random, from
-    the public ``seed``, on the ``dp_features`` features (default sqrt(d)) whose noisy root
-    histograms score best (``max_features``, ``min_samples_*``, ``min_impurity_decrease`` and ``min_crowd`` do not
-    apply: no node statistics are released). The model's metadata reports what was spent
+    shared between the opening, the root histograms and the leaves by ``release_plan`` (default
+    ``ReleasePlan()``; regression ``REGRESSION_RELEASE_PLAN``). Every window is in every tree
+    once (``bootstrap`` does not apply). Classification trees split at random, from the public
+    ``seed``, on the ``dp_features`` features (default sqrt(d)) whose noisy root histograms
+    score best; regression trees split where the root histograms' marginals say a split gains
+    more than the leaves' noise costs, on ``dp_features`` features (default all)
+    (``forest_private_growth.marginal_split``). ``max_features``, ``min_samples_*``,
+    ``min_impurity_decrease`` and ``min_crowd`` do not apply: no node statistics are released.
+    The model's metadata reports what was spent
     (``dp_epsilon``, ``dp_delta``, ``dp_rho``, ``dp_xi``).
     ``resume_state``: the ``ForestState`` bytes of a completed level (what a server stores with
     it); the job continues after that level, or starts over (logged) when the fleet no longer
@@ -130,8 +136,8 @@ class FedForest:
     min_crowd: int = 5
     dp_epsilon: float = 8.0
     dp_delta: float = 1e-6
-    dp_features: int | None = None  # None: sqrt(n_features)
-    release_plan: ReleasePlan = ReleasePlan()
+    dp_features: int | None = None  # None: sqrt(n_features); regression: all
+    release_plan: ReleasePlan | None = None  # None: the task's default
     resume_state: bytes | None = field(default=None, compare=False, repr=False)
 
     name: ClassVar[str] = "fedforest"
@@ -184,6 +190,11 @@ class FedForest:
     def bins(self) -> int:
         """Bins per feature: ``n_bins``, else the protocol's default."""
         return self.n_bins or (PRIVATE_BINS if self.protocol == "private" else DEFAULT_BINS)
+
+    @property
+    def budget_plan(self) -> ReleasePlan:
+        """``release_plan``, else the task's default."""
+        return self.release_plan or (REGRESSION_RELEASE_PLAN if self.regression else ReleasePlan())
 
     @property
     def split_criterion(self) -> Literal["gini", "entropy", "mse"]:

@@ -24,9 +24,11 @@ histograms), ``sqrt(2 n_trees)`` and ``2 n_trees`` (leaves), in windows.
 
 Counts travel multiplied by :data:`COUNT_SCALE` (which keeps the Skellam mechanism close to the
 Gaussian), plus each gateway's share of the noise, in masked 32-bit ring words. Between the two
-releases the server grows the trees by random splits from the job's public seed on the
-``dp_features`` features (default sqrt(d)) the first release scores best (``forest_private_growth``); everything
-it keeps is post-processing of the releases. ``docs/differential_privacy.md`` has the accounting
+releases the server grows the trees (``forest_private_growth``): classification by random splits
+from the job's public seed on the ``dp_features`` features (default sqrt(d)) the first release
+scores best, regression where the first release's marginals say a split gains more than the
+leaves' noise costs (on every feature by default). Everything it keeps is post-processing of
+the releases. ``docs/differential_privacy.md`` has the accounting
 and PRIVACY.md what each party learns.
 """
 
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COUNT_SCALE",
     "PrivateForestTraining",
+    "REGRESSION_RELEASE_PLAN",
     "ReleasePlan",
     "release_bounds",
 ]
@@ -84,6 +87,12 @@ class ReleasePlan:
             shares={"opening": self.opening, "histograms": self.histograms, "leaves": self.leaves},
             releases={"opening": opening_releases(), "histograms": 1, "leaves": 1},
         )
+
+
+#: Regression's shares: its trees' splits are read from the root histograms, so they get more
+#: of the budget than classification's (measured in BENCHMARKS.md, FedForest regression under
+#: differential privacy).
+REGRESSION_RELEASE_PLAN = ReleasePlan(opening=0.1, histograms=0.45, leaves=0.45)
 
 
 def release_bounds(kind: str, n_features: int, n_trees: int, columns: int = 1) -> tuple[float, float]:
@@ -114,7 +123,7 @@ class PrivateForestTraining:
         cfg = self.config
         self.summer = FleetSummer(self.job, secure=True, degree=cfg.secagg_degree)
         self.summer.start(self.job.clients)
-        self.budget = cfg.release_plan.budget(cfg.dp_epsilon, cfg.dp_delta)
+        self.budget = cfg.budget_plan.budget(cfg.dp_epsilon, cfg.dp_delta)
         fleet = describe_fleet_privately(
             self.job,
             self.summer,
@@ -128,7 +137,7 @@ class PrivateForestTraining:
             raise TrainingError(f"classification needs at least 2 classes, the clients have {list(fleet.classes)}")
         self.fleet = fleet
         self.clip = (
-            release_target_range(self.summer, self.budget, cfg.feature_set_version, self.fleet.n_features)
+            release_target_range(self.summer, self.budget, cfg.feature_set_version, fleet.n_features, spread=fleet)
             if cfg.regression
             else None
         )
@@ -142,15 +151,16 @@ class PrivateForestTraining:
         # a margin far beyond its noise) times the scale, plus the release's noise tail
         self.windows = 2.0 * fleet.total_samples + 10_000.0
         self.step = 0
-        self.keep = cfg.dp_features or max(1, math.isqrt(fleet.n_features))
+        self.keep = cfg.dp_features or (fleet.n_features if cfg.regression else max(1, math.isqrt(fleet.n_features)))
         plan = PrivateForestPlan(
             cfg.n_trees,
             cfg.max_depth,
             self.keep,
             cfg.split_criterion,
             target=self.clip,
-            best_root=cfg.regression,
             shrink_to_parent=cfg.regression,
+            structure="marginal" if cfg.regression else "random",
+            leaf_sigma=math.sqrt(self.budget.planned_mu("leaves", *self._bounds("leaves"))) / COUNT_SCALE,
         )
         grown = grow_private_forest(plan, self.edges, self.seed, self._histograms, self._leaves)
         return self._model(grown), grown

@@ -55,7 +55,13 @@ from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, StepProgress, TrainingError
 from ..privacy import PrivacyBudget, skellam_release
 from .boosted_trees import BoostedTrees
-from .private_fleet import PrivateFleet, describe_fleet_privately, opening_releases, release_target_range
+from .private_fleet import (
+    PrivateFleet,
+    describe_fleet_privately,
+    opening_releases,
+    release_target_range,
+    residual_bound,
+)
 from .private_growth import PrivateGrowth, grow_private_tree, level_violation
 
 __all__ = [
@@ -75,11 +81,6 @@ LATTICE_SCALE = 64
 #: ``p - onehot`` has norm <= sqrt 2 and its Hessian ``2 p (1 - p)`` norm <= 1; logistic's
 #: ``p - y`` lies in [-1, 1] and ``p (1 - p)`` in [0, 1/4].
 BOUNDS = {"softmax": (math.sqrt(2.0), 1.0), "logistic": (1.0, 0.25)}
-#: Regression's residual bound is at most this many times the reach of the target's outermost
-#: opening edges from its median (:func:`residual_bound`; measured in BENCHMARKS.md, FedSCS-XGB
-#: private regression: on randhie's skewed counts the octave range alone left the model at the
-#: mean's RMSE).
-RESIDUAL_SPREAD = 2.0
 #: The largest residual bound a lattice takes (``PrivateLattice.grad_bound``).
 MAX_RESIDUAL_BOUND = 1e30
 #: Squared error's Hessian bound: every window's h is 1 (its level releases send the count instead).
@@ -349,27 +350,6 @@ class PrivateBoosting(BoostedTrees):
                 **self.budget.spent().metadata(),
             },
         )
-
-
-def residual_bound(clip: TargetClip, edges: np.ndarray, median: float) -> float:
-    """Regression's public bound on ``|g| = |prediction - y|``: the target range's half width,
-    or :data:`RESIDUAL_SPREAD` times the reach of the opening's outermost target edges (its noisy
-    quantiles at ranks ``1 / n_bins`` and ``1 - 1 / n_bins``) from its noisy ``median`` when that
-    is less. Post-processing of releases already made: a skewed target's octave range (counts of
-    zero to 77 visits: ``[0, 128)``) is far wider than its residuals, and the noise on G grows
-    with the bound; the few residuals beyond it are clipped (a Huber step).
-
-    Examples
-    --------
-    >>> residual_bound(TargetClip(64.0, 64.0), np.array([0.0, 1.0, 2.0, 4.0, 9.0], np.float32), 2.0)
-    14.0
-    >>> residual_bound(TargetClip(64.0, 64.0), np.empty(0, np.float32), 2.0)  # no edges: the range's
-    64.0
-    """
-    if edges.size == 0:
-        return clip.half_width
-    reach = max(float(edges[-1]) - median, median - float(edges[0]))
-    return min(clip.half_width, max(RESIDUAL_SPREAD * reach, 2.0**-20))
 
 
 def objective_lattice(objective: str, bound: float | None) -> PrivateLattice:

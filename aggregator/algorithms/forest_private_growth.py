@@ -10,8 +10,7 @@ a feasible cell has ``|Σ z| <= windows``, the split score is the variance decre
 (``n_L n_R / n^2 (mean_L - mean_R)^2``, which reads no sum of squares), the prior is the
 fleet's mean ``z`` and a node's value its noisy mean shrunk towards its parent's (the root's
 towards the prior; ``PrivateForestPlan.shrink_to_parent``), mapped back to the target's units
-(within the public range). Regression trees also split every root at the root release's best
-split (``PrivateForestPlan.best_root``).
+(within the public range).
 
 1. **the root release** -- per feature and slot of the opening's edges, the fleet's class counts
    (all windows; one window adds 1 to one cell per feature). :func:`screen_features` takes the
@@ -20,22 +19,27 @@ split (``PrivateForestPlan.best_root``).
    are not candidates: a split into a near-empty child would be chosen for its noise) and keeps
    the ``keep`` best: the features the trees may split on. The totals, clipped at 0, give the
    fleet's class distribution (the leaves' prior).
-2. **the structure** -- :func:`random_forest` grows every tree to ``max_depth`` with random
-   splits from the public ``seed``: at each node a kept feature drawn uniformly among those with
-   an edge inside the node's box (the slot ranges its ancestors' splits leave it), and an edge
-   drawn uniformly inside that range, among the edges :func:`useful_edges` keeps (those with
-   enough noisy windows between them). No data goes into it: which features and edges are kept
-   is all it takes from a release.
+2. **the structure** -- classification: :func:`random_forest` grows every tree to ``max_depth``
+   with random splits from the public ``seed``: at each node a kept feature drawn uniformly
+   among those with an edge inside the node's box (the slot ranges its ancestors' splits leave
+   it), and an edge drawn uniformly inside that range, among the edges :func:`useful_edges`
+   keeps (those with enough noisy windows between them). No data goes into it: which features
+   and edges are kept is all it takes from a release. Regression: :func:`marginal_forest` splits
+   each node where the root release's per-feature marginals (:func:`grouped_marginals`) say a
+   split decreases the squared error more than it adds leaf noise (:func:`marginal_split`),
+   reading the node's statistics as if the features were independent and the target additive
+   in them; a node with no such split is a leaf.
 3. **the leaves release** -- per leaf of every tree, the fleet's class counts (one window adds 1
    to one class of one leaf per tree). :func:`leaf_values`: the counts clipped at 0 and shrunk
    towards the prior by ``smoothing`` noise standard deviations, ``(c + a p) / (sum c + a)``;
    an inner node's counts are its leaves' (children add up to their parent).
 
-Why random splits below the root rather than noisy histograms per node: every window is in every
-tree, so a release of all trees' node histograms must carry noise for a window's contribution to
-each of the ``n_trees`` trees -- ``sqrt(n_trees)`` times the root release's noise for the same
-budget (about 7x at 50 trees), per level, while a node deep in a tree holds a small share of
-the windows the root histograms count.
+Why no noisy histograms per node: every window is in every tree, so a release of all trees'
+node histograms must carry noise for a window's contribution to each of the ``n_trees`` trees --
+``sqrt(n_trees)`` times the root release's noise for the same budget (about 7x at 50 trees), per
+level, while a node deep in a tree holds a small share of the windows the root histograms count.
+The marginals cost nothing beyond the root release; ``docs/algorithms/fedforest.md`` has what
+they get right and wrong.
 
 ``grow_private_forest`` runs the three steps; ``fetch_histograms()`` and ``fetch_leaves(splits,
 leaf_tree, leaf_id)`` are its only I/O and return decoded noisy counts in windows
@@ -46,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -98,9 +102,10 @@ class PrivateForestPlan:
     ``keep`` best features of the root release (scored by ``criterion``), leaves shrunk towards
     the fleet's class distribution (regression: its mean) by ``smoothing`` noise standard
     deviations. Regression (``criterion="mse"``) needs the job's public ``target`` range.
-    ``best_root``: every tree's root splits at the best root split the root release scores
-    (post-processing), the levels below at random. ``shrink_to_parent``: a node is shrunk
-    towards its parent's value (top down) rather than the fleet's."""
+    ``structure``: ``"random"`` splits (:func:`random_forest`) or, for regression, the splits
+    the root release's marginals call for (:func:`marginal_forest`), weighed against a leaf
+    cell's noise ``leaf_sigma`` (in windows). ``shrink_to_parent``: a node is shrunk towards
+    its parent's value (top down) rather than the fleet's."""
 
     n_trees: int
     max_depth: int
@@ -108,12 +113,15 @@ class PrivateForestPlan:
     criterion: str = "gini"
     smoothing: float = 0.3
     target: TargetClip | None = None
-    best_root: bool = False
     shrink_to_parent: bool = False
+    structure: Literal["random", "marginal"] = "random"
+    leaf_sigma: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.criterion == "mse") != (self.target is not None):
             raise ValueError("a private forest needs a target range for criterion 'mse', and only there")
+        if self.structure == "marginal" and self.criterion != "mse":
+            raise ValueError("the marginal structure is regression's (criterion 'mse')")
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,7 +135,6 @@ class Screening:
     score: np.ndarray
     prior: np.ndarray
     total: float
-    best_edge: np.ndarray | None = None  # per feature, the edge of its best split (-1: none)
 
 
 def window_counts(cells: np.ndarray, criterion: str) -> np.ndarray:
@@ -194,14 +201,13 @@ def screen_features(hist: np.ndarray, n_edges: np.ndarray, keep: int, criterion:
     valid = candidate & (n_left >= min_count) & (n - n_left >= min_count)
     scored = np.where(valid, gain, -np.inf)
     score = scored.max(axis=1, initial=-np.inf)
-    best_edge = np.where(np.isfinite(score), scored.argmax(axis=1) if S > 2 else -1, -1).astype(np.int64)
     usable = np.flatnonzero(n_edges > 0)
     order = usable[np.lexsort((usable, -score[usable]))]
     if n > 0:
         prior = total / n
     else:
         prior = np.array([1.0, 0.0]) if criterion == "mse" else np.full(K, 1.0 / K)
-    return Screening(np.sort(order[:keep]).astype(np.int64), score, prior, n, best_edge)
+    return Screening(np.sort(order[:keep]).astype(np.int64), score, prior, n)
 
 
 def useful_edges(hist: np.ndarray, n_edges: np.ndarray, min_count: float, criterion: str = "gini") -> list[np.ndarray]:
@@ -244,27 +250,22 @@ class RandomForest:
     leaf_id: np.ndarray
 
 
-def random_forest(
+Choose = Callable[[np.random.Generator, int, np.ndarray, np.ndarray], "tuple[int, int] | None"]
+
+
+def _grow(
     edges: Sequence[np.ndarray],
     features: np.ndarray,
     n_trees: int,
     max_depth: int,
     n_outputs: int,
     seed: int,
-    root: tuple[int, float] | None = None,
+    choose: Choose,
 ) -> RandomForest:
-    """Trees grown by random splits on ``features`` (module docstring), tree ``t`` from the
-    stream ``default_rng([seed, t])``; with ``root`` = (feature, threshold) every tree's root
-    splits there instead (at the nearest of the feature's edges). A node where no feature has an
-    edge inside its box is a
-    leaf. Split ``(j, b)`` sends ``x < edges[j][b]`` left and missing values right.
-
-    Examples
-    --------
-    >>> forest = random_forest([np.array([0.0, 1.0], np.float32)], np.array([0]), 2, 3, 2, seed=0)
-    >>> [b.n_nodes for b in forest.builders]  # two edges: at most two splits on the one feature
-    [5, 5]
-    """
+    """Trees grown top down, tree ``t`` from the stream ``default_rng([seed, t])``: at a node of
+    ``level`` whose box is slots ``low[i]..high[i]`` of ``edges[features[i]]``, ``choose(rng,
+    level, low, high)`` returns the split ``(i, b)`` (``low[i] <= b < high[i]``) or None (a
+    leaf). Split ``(i, b)`` sends ``x < edges[features[i]][b]`` left and missing values right."""
     n_edges = np.array([e.shape[0] for e in edges], dtype=np.int64)
     features = np.asarray(features, dtype=np.int64)
     builders, rows, leaves = [], [], []
@@ -275,16 +276,11 @@ def random_forest(
         for level in range(max_depth + 1):
             children = []
             for node, low, high in frontier:
-                open_ = np.flatnonzero(high > low)
-                if level == max_depth or open_.size == 0:
+                chosen = None if level == max_depth or not (high > low).any() else choose(rng, level, low, high)
+                if chosen is None:
                     leaves.append((t, node))
                     continue
-                if level == 0 and root is not None and high[i_root := int(np.searchsorted(features, root[0]))] > 0:
-                    i = i_root
-                    b = min(int(np.searchsorted(edges[root[0]], root[1])), int(high[i]) - 1)
-                else:
-                    i = int(open_[rng.integers(open_.size)])
-                    b = int(rng.integers(low[i], high[i]))
+                i, b = chosen
                 j = int(features[i])
                 left, right = builder.split(node, j, float(edges[j][b]), default_left=False)
                 rows.append((level, t, node, j, float(edges[j][b]), left, right))
@@ -296,6 +292,127 @@ def random_forest(
     rows.sort(key=lambda r: r[0])  # level order, trees in order within a level (a stable sort)
     leaf_tree, leaf_id = (np.array(c, dtype=np.int64) for c in zip(*leaves)) if leaves else (np.zeros(0, np.int64),) * 2
     return RandomForest(builders, _decisions(rows), leaf_tree, leaf_id)
+
+
+def random_forest(
+    edges: Sequence[np.ndarray], features: np.ndarray, n_trees: int, max_depth: int, n_outputs: int, seed: int
+) -> RandomForest:
+    """Trees grown by random splits on ``features`` (module docstring), tree ``t`` from the
+    stream ``default_rng([seed, t])``. A node where no feature has an edge inside its box is a
+    leaf. Split ``(j, b)`` sends ``x < edges[j][b]`` left and missing values right.
+
+    Examples
+    --------
+    >>> forest = random_forest([np.array([0.0, 1.0], np.float32)], np.array([0]), 2, 3, 2, seed=0)
+    >>> [b.n_nodes for b in forest.builders]  # two edges: at most two splits on the one feature
+    [5, 5]
+    """
+
+    def choose(rng: np.random.Generator, level: int, low: np.ndarray, high: np.ndarray) -> tuple[int, int]:
+        open_ = np.flatnonzero(high > low)
+        i = int(open_[rng.integers(open_.size)])
+        return i, int(rng.integers(low[i], high[i]))
+
+    return _grow(edges, features, n_trees, max_depth, n_outputs, seed, choose)
+
+
+def grouped_marginals(
+    hist: np.ndarray, n_edges: np.ndarray, kept: Sequence[np.ndarray], criterion: str = "mse"
+) -> list[np.ndarray]:
+    """Per feature ``j``, the root release's cells :func:`feasible` and summed between its kept
+    edges ``kept[j]`` (slot indices, ascending): ``(len(kept[j]) + 1, C)``, group ``g`` the slots
+    ``kept[j][g-1] + 1 .. kept[j][g]``; the last group holds the missing slot too (missing
+    values go right).
+
+    Examples
+    --------
+    >>> hist = np.array([[[2.0, 1.0], [3.0, -1.0], [1.0, 1.0], [0.5, 0.5]]])  # 3 present slots
+    >>> grouped_marginals(hist, np.array([2]), [np.array([1])])[0].tolist()
+    [[5.0, 0.0], [1.5, 1.5]]
+    """
+    out = []
+    for j, keep in enumerate(kept):  # a loop over features
+        n = int(n_edges[j])
+        cells = feasible(np.asarray(hist[j, : n + 1]), criterion)
+        groups = np.add.reduceat(cells, np.r_[0, np.asarray(keep, dtype=np.int64) + 1], axis=0)
+        groups[-1] += feasible(np.asarray(hist[j, -1]), criterion)
+        out.append(groups)
+    return out
+
+
+def marginal_split(
+    groups: Sequence[np.ndarray], total: float, low: np.ndarray, high: np.ndarray, noise: float, root_noise: float = 0.0
+) -> tuple[int, int] | None:
+    """The regression split of a node from the root release alone (post-processing), or None.
+
+    ``groups[i]`` is kept feature ``i``'s :func:`grouped_marginals` ``[windows, Σ z]`` and the
+    node its box ``low[i]..high[i]`` of groups. Read as if the features were independent and
+    ``z`` additive in them (where both hold, exactly the node's statistics): the node holds
+    ``total`` times the product of its box's shares of every feature's windows, and a split
+    ``(i, b)`` sends left the share ``p`` of them that feature ``i``'s groups ``low[i]..b`` hold,
+    their mean ``z`` differing from the right child's by the gap ``m_L - m_R`` of feature ``i``'s
+    marginal. The split decreases the node's squared error by ``n p (1 - p) gap^2``, less what
+    the release's noise (``root_noise`` per cell, summed over ``k`` cells) adds to ``gap^2`` on
+    average, ``root_noise^2 k (1 + m^2) / n_marginal^2`` per side, and adds to the leaves' noise
+    ``noise^2 (1 + m^2) (1 / (n p) + 1 / (n (1 - p)) - 1 / n)`` (``noise`` a leaf cell's
+    standard deviation in windows): the best split that gains more than it adds, or None.
+
+    Examples
+    --------
+    >>> groups = [np.array([[50.0, -25.0], [50.0, 25.0]]), np.array([[50.0, 0.0], [50.0, 0.0]])]
+    >>> marginal_split(groups, 100.0, np.array([0, 0]), np.array([1, 1]), 1.0)
+    (0, 0)
+    >>> marginal_split(groups, 100.0, np.array([0, 0]), np.array([1, 1]), 40.0) is None  # too noisy
+    True
+    """
+    shares = np.array([g[lo : hi + 1, 0].sum() / max(g[:, 0].sum(), 1e-12) for g, lo, hi in zip(groups, low, high)])
+    n = total * float(np.prod(shares))
+    best, best_net = None, 0.0
+    for i, (g, lo, hi) in enumerate(zip(groups, low.tolist(), high.tolist())):  # a loop over kept features
+        if hi <= lo or n <= 0:
+            continue
+        box = g[lo : hi + 1]
+        left = np.cumsum(box[:-1], axis=0)
+        whole = box.sum(axis=0)
+        n_left, n_right = left[:, 0], whole[0] - left[:, 0]
+        ok = (n_left > 0) & (n_right > 0)
+        if not ok.any():
+            continue
+        n_l, n_r = np.where(ok, n_left, 1.0), np.where(ok, n_right, 1.0)
+        m_l, m_r = left[:, 1] / n_l, (whole[1] - left[:, 1]) / n_r
+        cells = np.arange(1, hi - lo + 1)  # the cells summed on the left; the rest on the right
+        bias = root_noise**2 * ((1 + m_l**2) * cells / n_l**2 + (1 + m_r**2) * (hi - lo + 1 - cells) / n_r**2)
+        p = n_l / max(whole[0], 1e-12)
+        mean = whole[1] / whole[0]
+        cost = noise**2 * (1.0 + mean**2) * (1.0 / (n * p) + 1.0 / (n * (1 - p)) - 1.0 / n)
+        net = np.where(ok, n * p * (1 - p) * ((m_l - m_r) ** 2 - bias) - cost, -np.inf)
+        b = int(np.argmax(net))
+        if net[b] > best_net:
+            best, best_net = (i, lo + b), float(net[b])
+    return best
+
+
+def marginal_forest(
+    groups: Sequence[np.ndarray],
+    edges: Sequence[np.ndarray],
+    features: np.ndarray,
+    total: float,
+    noise: float,
+    root_noise: float,
+    n_trees: int,
+    max_depth: int,
+) -> RandomForest:
+    """Regression trees split by :func:`marginal_split` on ``features`` (``groups`` and
+    ``edges``, the kept edges' values, per feature). The splits are a function of the root
+    release alone, so every tree has the same structure; their leaves carry noise of their own,
+    and their average is one tree's structure with the leaf noise of one tree's share."""
+    kept = np.asarray(features, dtype=np.int64)
+    groups_kept = [groups[j] for j in kept.tolist()]
+
+    def choose(rng: np.random.Generator, level: int, low: np.ndarray, high: np.ndarray) -> tuple[int, int] | None:
+        return marginal_split(groups_kept, total, low, high, noise, root_noise)
+
+    return _grow(edges, kept, n_trees, max_depth, 1, 0, choose)
 
 
 def _decisions(rows: list[tuple[int, int, int, int, float, int, int]]) -> SplitDecisions:
@@ -435,12 +552,15 @@ def grow_private_forest(
     slot_count = MIN_COUNT_SIGMAS * root.sigma * np.sqrt(count_cells)
     candidates = [e[keep] for e, keep in zip(edges, useful_edges(root.counts, n_edges, slot_count, crit))]
     n_outputs = 1 if crit == "mse" else K
-    root_split: tuple[int, float] | None = None  # (feature, threshold) every tree's root splits at
-    if plan.best_root and screening.features.size and screening.best_edge is not None:
-        j = int(screening.features[np.argmax(screening.score[screening.features])])
-        if screening.best_edge[j] >= 0:
-            root_split = (j, float(edges[j][screening.best_edge[j]]))
-    forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, n_outputs, seed, root_split)
+    if plan.structure == "marginal":
+        kept = useful_edges(root.counts, n_edges, slot_count, crit)
+        groups = grouped_marginals(root.counts, n_edges, kept, crit)
+        noise = plan.leaf_sigma / np.sqrt(plan.n_trees)
+        forest = marginal_forest(
+            groups, candidates, screening.features, screening.total, noise, root.sigma, plan.n_trees, plan.max_depth
+        )
+    else:
+        forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, n_outputs, seed)
     leaves = fetch_leaves(forest.splits, forest.leaf_tree, forest.leaf_id)
     counts = feasible(np.asarray(leaves.counts, dtype=np.float64).reshape(-1, K), crit)
     node_counts = {

@@ -53,6 +53,7 @@ __all__ = [
     "OPENING_GRID_ROUNDS",
     "RANGE_BITS",
     "RANGE_SIGMAS",
+    "RESIDUAL_SPREAD",
     "PrivateFleet",
     "TargetRangeError",
     "check_privacy_settings",
@@ -60,6 +61,8 @@ __all__ = [
     "frac_bits_for",
     "opening_releases",
     "release_target_range",
+    "residual_bound",
+    "spread_clip",
     "target_range",
 ]
 
@@ -421,6 +424,23 @@ RANGE_BITS = 9
 RANGE_SIGMAS = 4.0
 
 
+#: A private regression's residuals (and FedForest's targets) are bounded by at most this many
+#: times the reach of the target's outermost opening edges from its median
+#: (:func:`residual_bound`; measured in BENCHMARKS.md, FedSCS-XGB private regression: on
+#: randhie's skewed counts the octave range alone left the model at the mean's RMSE).
+RESIDUAL_SPREAD = 2.0
+#: :func:`spread_clip` keeps the octave range when more than this share of the windows in full
+#: octaves lies in octaves wholly outside the narrowed range (the opening's edges were noise).
+SPREAD_OUTSIDE = 0.02
+
+
+def _full_cells(counts: np.ndarray, min_count: float) -> np.ndarray:
+    """Which cells of the target range release count (:func:`target_range`)."""
+    half = np.pad(counts > min_count / 2, 1)
+    neighbour = half[:-2] | half[2:]
+    return ((counts > min_count) & neighbour) | (np.arange(counts.size) == np.argmax(counts))
+
+
 def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     """The public target range from the noisy counts of the target range release (one per
     octave cell of the float32 keys, ``RANGE_BITS`` key bits, in key order): from the lowest to
@@ -437,10 +457,7 @@ def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     >>> target_range(counts, min_count=10.0)  # [0.5, 1), [1, 2), [2, 4); 10 in [8, 16) is clipped
     TargetClip(centre=2.25, half_width=1.75)
     """
-    counts = np.asarray(counts, dtype=np.float64)
-    half = np.pad(counts > min_count / 2, 1)
-    neighbour = half[:-2] | half[2:]
-    full = np.flatnonzero(((counts > min_count) & neighbour) | (np.arange(counts.size) == np.argmax(counts)))
+    full = np.flatnonzero(_full_cells(np.asarray(counts, dtype=np.float64), min_count))
     shift = 32 - RANGE_BITS
     low = float(key_values(np.array([int(full[0]) << shift], dtype=np.uint32))[0])
     last = min((int(full[-1]) + 1) << shift, 0xFF7FFFFF)  # the next cell's first key, at most FLT_MAX's
@@ -450,14 +467,75 @@ def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     return TargetClip((low + high) / 2, max((high - low) / 2, 2.0**-20))
 
 
+def residual_bound(clip: TargetClip, edges: np.ndarray, median: float) -> float:
+    """Regression's public bound on ``|g| = |prediction - y|``: the target range's half width,
+    or :data:`RESIDUAL_SPREAD` times the reach of the opening's outermost target edges (its noisy
+    quantiles at ranks ``1 / n_bins`` and ``1 - 1 / n_bins``) from its noisy ``median`` when that
+    is less. Post-processing of releases already made: a skewed target's octave range (counts of
+    zero to 77 visits: ``[0, 128)``) is far wider than its residuals, and the noise on G grows
+    with the bound; the few residuals beyond it are clipped (a Huber step).
+
+    Examples
+    --------
+    >>> residual_bound(TargetClip(64.0, 64.0), np.array([0.0, 1.0, 2.0, 4.0, 9.0], np.float32), 2.0)
+    14.0
+    >>> residual_bound(TargetClip(64.0, 64.0), np.empty(0, np.float32), 2.0)  # no edges: the range's
+    64.0
+    """
+    if edges.size == 0:
+        return clip.half_width
+    reach = max(float(edges[-1]) - median, median - float(edges[0]))
+    return min(clip.half_width, max(RESIDUAL_SPREAD * reach, 2.0**-20))
+
+
+def spread_clip(clip: TargetClip, counts: np.ndarray, min_count: float, edges: np.ndarray, median: float) -> TargetClip:
+    """The public target range ``clip`` narrowed to the opening's noisy ``median`` plus or minus
+    :func:`residual_bound` (post-processing of releases already made), so that the noise on a sum
+    of targets scales with the fleet's spread rather than with its octaves -- unless more than
+    :data:`SPREAD_OUTSIDE` of the windows the range release ``counts`` shows in full octaves lie
+    in octaves wholly outside the narrowed range (at a small budget the opening's edges can be
+    noise while the octave counts still hold): then ``clip`` as it is.
+
+    Examples
+    --------
+    >>> counts = np.zeros(512)
+    >>> counts[[0x100 + 128, 0x100 + 129, 0x100 + 130]] = [200.0, 500.0, 300.0]  # [2, 4) .. [8, 16)
+    >>> clip = target_range(counts, 10.0)
+    >>> spread_clip(clip, counts, 10.0, np.array([4.0, 6.0, 8.0], np.float32), 6.0)
+    TargetClip(centre=6.0, half_width=4.0)
+    >>> spread_clip(clip, counts, 10.0, np.array([2.0, 2.5, 3.0], np.float32), 2.5)  # noise: kept
+    TargetClip(centre=9.0, half_width=7.0)
+    """
+    bound = residual_bound(clip, edges, median)
+    low = max(clip.centre - clip.half_width, median - bound)
+    high = min(clip.centre + clip.half_width, median + bound)
+    if not high > low:
+        return clip
+    counts = np.asarray(counts, dtype=np.float64)
+    full = _full_cells(counts, min_count)
+    shift = 32 - RANGE_BITS
+    cells = np.arange(counts.size, dtype=np.int64)
+    starts = key_values((cells << shift).astype(np.uint32)).astype(np.float64)
+    ends = key_values(np.minimum((cells + 1) << shift, 0xFF7FFFFF).astype(np.uint32)).astype(np.float64)
+    outside = full & ((ends <= low) | (starts >= high))
+    if counts[outside].sum() > SPREAD_OUTSIDE * counts[full].sum():
+        return clip
+    return TargetClip((low + high) / 2, (high - low) / 2)
+
+
 def release_target_range(
-    summer: FleetSummer, budget: PrivacyBudget, feature_set_version: str, n_features: int
+    summer: FleetSummer,
+    budget: PrivacyBudget,
+    feature_set_version: str,
+    n_features: int,
+    spread: PrivateFleet | None = None,
 ) -> TargetClip:
     """The target range release of a private regression: the fleet's target counts per octave
     cell (``RANGE_BITS`` key bits of the float32 target; one cell per window: L2 and L1
     sensitivity 1 window) from the budget's ``"opening"`` share -- the release a regression
     opening under a budget leaves unmade (it sums no targets) -- and the public range read off
-    it (:func:`target_range`)."""
+    it (:func:`target_range`), narrowed to the ``spread`` fleet's target edges where they hold
+    (:func:`spread_clip`)."""
     cohort = list(summer.active)
     plan = GridPlan(  # one bucket, the target column's whole key space, in octave cells
         n_features + 1,
@@ -483,4 +561,8 @@ def release_target_range(
     answered = len(result.contributors)
     budget.spend(skellam_release("opening", COUNT_SCALE, COUNT_SCALE, mu, answered=answered, asked=len(cohort)))
     sigma = math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE
-    return target_range(result.total.view(np.int64) / COUNT_SCALE, RANGE_SIGMAS * sigma)
+    counts = result.total.view(np.int64) / COUNT_SCALE
+    clip = target_range(counts, RANGE_SIGMAS * sigma)
+    if spread is None:
+        return clip
+    return spread_clip(clip, counts, RANGE_SIGMAS * sigma, spread.target_edges, spread.target_shift)

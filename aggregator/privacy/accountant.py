@@ -161,15 +161,19 @@ class PrivacyBudget:
 
         With a ``log``, the release is recorded there at this cost (every asked gateway
         answering) before the noise is returned, i.e. before its requests can go out."""
+        mu = self.planned_mu(kind, l2, l1)
+        if self.log is not None and mu > 0:
+            self.log.asking(self, skellam_release(kind, l2, l1, mu))
+        return mu
+
+    def planned_mu(self, kind: str, l2: float, l1: float) -> float:
+        """What :meth:`mu` returns for the next release of ``kind``, without recording it."""
         made = [r for r in self.spent_releases if r.kind == kind]
         left = self.releases[kind] - len(made)
         if left < 1:
             raise ValueError(f"the training planned {self.releases[kind]} {kind} releases and makes more")
         remaining = self.rho * self.shares[kind] - sum(r.rho + r.xi for r in made)
-        mu = (l2 * l2 / 2.0 + 0.75 * l1) / max(remaining / left, 1e-300)
-        if self.log is not None and mu > 0:
-            self.log.asking(self, skellam_release(kind, l2, l1, mu))
-        return mu
+        return (l2 * l2 / 2.0 + 0.75 * l1) / max(remaining / left, 1e-300)
 
     def spend(self, release: Release) -> None:
         """Account ``release`` (decoded; its cost with the gateways that answered)."""

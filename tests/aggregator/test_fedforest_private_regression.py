@@ -127,16 +127,6 @@ def test_private_regression_growth_from_exact_sums_equals_the_pooled_reference()
             np.testing.assert_allclose(tree.value[leaf], [want], rtol=0, atol=1e-9)
     low, high = CLIP.centre - CLIP.half_width, CLIP.centre + CLIP.half_width
     assert all(((t.value >= low - 1e-12) & (t.value <= high + 1e-12)).all() for t in grown.trees)
-    # best_root: every tree's root is the brute-force best root split, the rest as random as before
-    rooted = grow_private_forest(
-        PrivateForestPlan(T, 4, keep, "mse", target=CLIP, best_root=True),
-        edges,
-        7,
-        *exact_fetchers(X, y, edges, T, CLIP),
-    )
-    j = int(np.argmax(best))
-    threshold = max(edges[j], key=lambda e: variance_decrease(X[:, j], z, float(e)))
-    assert all(t.feature[0] == j and t.threshold[0] == threshold for t in rooted.trees)
 
 
 def test_with_zero_noise_shares_a_simulated_job_grows_the_forest_of_exact_pooled_sums(monkeypatch) -> None:
@@ -336,3 +326,106 @@ def test_an_empty_leaf_takes_its_parent_s_mean_when_shrunk_to_the_parent() -> No
         fleet_mean = CLIP.centre + CLIP.half_width * grown.screening.prior[1]
         want = tree.value[parent, 0] if to_parent else fleet_mean
         assert tree.value[leaf, 0] == pytest.approx(want, abs=1e-12)
+
+
+# --- the structure from the root release's marginals -----------------------------------------------
+
+
+def marginal_reference(X: np.ndarray, z: np.ndarray, edges: list[np.ndarray], depth: int) -> list[tuple]:
+    """The splits ``(depth, feature, threshold)`` of the marginal structure, written out from the
+    pooled windows: a node's windows estimated as the fleet's times every feature's share inside
+    the node's box, and a split scored by ``n p (1 - p) (m_L - m_R)^2`` with ``p`` and the means
+    ``m`` read in the split feature's marginal within the box (no noise: every gain above 0
+    splits). Missing values lie in the rightmost box of their feature."""
+    d, N = X.shape[1], z.shape[0]
+    out: list[tuple] = []
+
+    def in_box(j: int, lo: float, hi: float) -> np.ndarray:
+        x = X[:, j]
+        inside = (x >= lo) & (x < hi)
+        return inside | np.isnan(x) if hi == np.inf else inside
+
+    def grow(box: list[tuple[float, float]], level: int) -> None:
+        if level == depth:
+            return
+        n = N * np.prod([in_box(j, *box[j]).mean() for j in range(d)])
+        best, best_gain = None, 0.0
+        for j in range(d):
+            here = in_box(j, *box[j])
+            for t in edges[j][(edges[j] > box[j][0]) & (edges[j] < box[j][1])].astype(np.float64):
+                left, right = here & (X[:, j] < t), here & ~(X[:, j] < t)
+                if not left.any() or not right.any():
+                    continue
+                p = left.sum() / here.sum()
+                gain = n * p * (1 - p) * (z[left].mean() - z[right].mean()) ** 2
+                if gain > best_gain + 1e-12:
+                    best, best_gain = (j, t), gain
+        if best is None:
+            return
+        j, t = best
+        out.append((level, j, t))
+        grow([(box[i][0], t) if i == j else box[i] for i in range(d)], level + 1)
+        grow([(t, box[i][1]) if i == j else box[i] for i in range(d)], level + 1)
+
+    grow([(-np.inf, np.inf)] * d, 0)
+    return sorted(out, key=lambda r: r[0])  # level order (stable: depth first within a level)
+
+
+def test_the_marginal_structure_from_exact_sums_is_the_pooled_reference() -> None:
+    """With exact sums and no noise the regression structure is :func:`marginal_reference`'s,
+    split for split, in every tree (the trees share it), and its leaves hold the pooled means."""
+    X, y = pooled(fleet(d=4))
+    edges = quantile_edges(X)
+    z = lattice_z(y, CLIP)
+    T, depth = 3, 3
+    plan = PrivateForestPlan(T, depth, 4, "mse", target=CLIP, structure="marginal")
+    grown = grow_private_forest(plan, edges, 7, *exact_fetchers(X, y, edges, T, CLIP))
+    want = marginal_reference(X, z, edges, depth)
+    s = grown.structure.splits
+    assert len(want) > 4 and s.level.shape[0] == T * len(want)
+    for t in range(T):
+        mine = s.tree == t
+        got = sorted(zip(s.level[mine].tolist(), s.feature[mine].tolist(), s.threshold[mine].tolist()))
+        assert got == sorted(want)
+    assert {j for _, j, _ in want} == {0, 1}  # the two features y depends on, and no other
+    node = route(X, s, T)
+    for t, tree in enumerate(grown.trees):
+        for leaf in np.flatnonzero(tree.feature < 0).tolist():
+            here = node[t] == leaf
+            if here.any():
+                np.testing.assert_allclose(
+                    tree.value[leaf], [CLIP.centre + CLIP.half_width * z[here].mean()], atol=1e-9
+                )
+
+
+def test_the_noisier_the_leaves_the_fewer_the_marginal_splits() -> None:
+    """A split must gain more than the noise it adds to the leaves: as the leaves' noise grows,
+    the structure shrinks to a stump, then to a single leaf (the fleet mean)."""
+    X, y = pooled(fleet(d=3))
+    edges = quantile_edges(X)
+    sizes = []
+    for sigma in (0.0, 2.0, 20.0, 1e4):
+        plan = PrivateForestPlan(1, 4, 3, "mse", target=CLIP, structure="marginal", leaf_sigma=sigma)
+        grown = grow_private_forest(plan, edges, 0, *exact_fetchers(X, y, edges, 1, CLIP))
+        sizes.append(grown.trees[0].n_nodes)
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[2] and sizes[-1] == 1
+
+
+def test_on_an_additive_target_the_marginal_structure_beats_random_splits() -> None:
+    """Where the marginals tell the node statistics (independent features, additive target) the
+    marginal structure fits far better than random splits, both from exact sums (what the
+    structure costs by itself)."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(2000, 4))
+    y = 3.0 * (X[:, 0] > 0) + X[:, 1] + rng.normal(0.0, 0.1, 2000)
+    edges = quantile_edges(X, 16)
+    errors = {}
+    for structure in ("random", "marginal"):
+        plan = PrivateForestPlan(5, 6, 4, "mse", target=CLIP, structure=structure)
+        grown = grow_private_forest(plan, edges, 0, *exact_fetchers(X, y, edges, 5, CLIP))
+        X_test = rng.normal(size=(2000, 4))
+        y_test = 3.0 * (X_test[:, 0] > 0) + X_test[:, 1]
+        node = route(X_test, grown.structure.splits, 5)
+        prediction = np.mean([tree.value[node[t], 0] for t, tree in enumerate(grown.trees)], axis=0)
+        errors[structure] = float(np.mean((prediction - y_test) ** 2))
+    assert errors["marginal"] < 0.5 * errors["random"], errors
