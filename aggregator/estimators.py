@@ -488,7 +488,8 @@ _FEDSCS_PARAMETERS = """\
     protocol : {"private", "histogram", "atoms"} or None, default=None
         ``"private"`` (``None``, unless ``secure_aggregation=False``): differential privacy with
         the noise added by the gateways under secure aggregation (a regressor clips every
-        residual to half the width of a noisy public target range); ``"histogram"``: secure sums
+        residual to a public bound read off noisy releases of the target's range and
+        quantiles); ``"histogram"``: secure sums
         of exact histograms, without differential privacy; ``"atoms"``: the paper's protocol,
         which reveals every window's quantised features and gradients (for reproduction). The
         last two log a one-line warning.

@@ -133,7 +133,7 @@ def test_a_gateway_logs_in_with_its_certificate_alone(rabbitmq: RabbitMQCluster)
     gw = MqttTransport("gw-1", MqttConfig(port=port, protocol=4, tls=tls))
     try:
         gw.connect()
-        presence.wait(["gw-1"], online=True, timeout_s=10)
+        presence.wait(["gw-1"], online=True, timeout_s=30)
         anonymous = MqttTransport("gw-1", MqttConfig(port=port, protocol=4, tls=TlsConfig(str(certs / "ca.crt"))))
         with pytest.raises(ConnectionError):
             anonymous.connect(timeout_s=2)
