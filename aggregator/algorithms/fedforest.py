@@ -99,7 +99,8 @@ class FedForest:
     ``seed``, on the ``dp_features`` features (default sqrt(d)) whose noisy root histograms
     score best; regression trees split where the root histograms' marginals say a split gains
     more than the leaves' noise costs, on ``dp_features`` features (default all)
-    (``forest_private_growth.marginal_split``). ``max_features``, ``min_samples_*``,
+    (``forest_private_growth.marginal_split``); they all get the same structure, so ``n_trees``
+    sets the model's and the leaves release's size, not a private regression's accuracy. ``max_features``, ``min_samples_*``,
     ``min_impurity_decrease`` and ``min_crowd`` do not apply: no node statistics are released.
     The model's metadata reports what was spent
     (``dp_epsilon``, ``dp_delta``, ``dp_rho``, ``dp_xi``).

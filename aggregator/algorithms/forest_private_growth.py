@@ -69,8 +69,11 @@ __all__ = [
     "Screening",
     "count_violation",
     "feasible",
+    "grouped_marginals",
     "grow_private_forest",
     "leaf_values",
+    "marginal_forest",
+    "marginal_split",
     "random_forest",
     "screen_features",
     "useful_edges",
@@ -320,23 +323,26 @@ def grouped_marginals(
     hist: np.ndarray, n_edges: np.ndarray, kept: Sequence[np.ndarray], criterion: str = "mse"
 ) -> list[np.ndarray]:
     """Per feature ``j``, the root release's cells :func:`feasible` and summed between its kept
-    edges ``kept[j]`` (slot indices, ascending): ``(len(kept[j]) + 1, C)``, group ``g`` the slots
-    ``kept[j][g-1] + 1 .. kept[j][g]``; the last group holds the missing slot too (missing
-    values go right).
+    edges ``kept[j]`` (slot indices, ascending), with the number of cells each sums as one more
+    column: ``(len(kept[j]) + 1, C + 1)``, group ``g`` the slots ``kept[j][g-1] + 1 ..
+    kept[j][g]``; the last group holds the missing slot too (missing values go right).
 
     Examples
     --------
     >>> hist = np.array([[[2.0, 1.0], [3.0, -1.0], [1.0, 1.0], [0.5, 0.5]]])  # 3 present slots
     >>> grouped_marginals(hist, np.array([2]), [np.array([1])])[0].tolist()
-    [[5.0, 0.0], [1.5, 1.5]]
+    [[5.0, 0.0, 2.0], [1.5, 1.5, 2.0]]
     """
     out = []
     for j, keep in enumerate(kept):  # a loop over features
         n = int(n_edges[j])
+        starts = np.r_[0, np.asarray(keep, dtype=np.int64) + 1]
         cells = feasible(np.asarray(hist[j, : n + 1]), criterion)
-        groups = np.add.reduceat(cells, np.r_[0, np.asarray(keep, dtype=np.int64) + 1], axis=0)
+        groups = np.add.reduceat(cells, starts, axis=0)
         groups[-1] += feasible(np.asarray(hist[j, -1]), criterion)
-        out.append(groups)
+        slots = np.diff(np.r_[starts, n + 1]).astype(np.float64)
+        slots[-1] += 1.0  # the missing slot
+        out.append(np.column_stack([groups, slots]))
     return out
 
 
@@ -345,27 +351,31 @@ def marginal_split(
 ) -> tuple[int, int] | None:
     """The regression split of a node from the root release alone (post-processing), or None.
 
-    ``groups[i]`` is kept feature ``i``'s :func:`grouped_marginals` ``[windows, Σ z]`` and the
-    node its box ``low[i]..high[i]`` of groups. Read as if the features were independent and
-    ``z`` additive in them (where both hold, exactly the node's statistics): the node holds
-    ``total`` times the product of its box's shares of every feature's windows, and a split
-    ``(i, b)`` sends left the share ``p`` of them that feature ``i``'s groups ``low[i]..b`` hold,
-    their mean ``z`` differing from the right child's by the gap ``m_L - m_R`` of feature ``i``'s
-    marginal. The split decreases the node's squared error by ``n p (1 - p) gap^2``, less what
-    the release's noise (``root_noise`` per cell, summed over ``k`` cells) adds to ``gap^2`` on
-    average, ``root_noise^2 k (1 + m^2) / n_marginal^2`` per side, and adds to the leaves' noise
-    ``noise^2 (1 + m^2) (1 / (n p) + 1 / (n (1 - p)) - 1 / n)`` (``noise`` a leaf cell's
-    standard deviation in windows): the best split that gains more than it adds, or None.
+    ``groups[i]`` is kept feature ``i``'s :func:`grouped_marginals` ``[windows, Σ z, cells]``
+    and the node its box ``low[i]..high[i]`` of groups. Read as if the features were independent
+    and ``z`` additive in them (where both hold, exactly the node's statistics): the node holds
+    ``total`` times the product of its box's shares of every feature's windows (a feature
+    without windows counts as 1), and a split ``(i, b)`` sends left the share ``p`` of them that
+    feature ``i``'s groups ``low[i]..b`` hold, their mean ``z`` differing from the right
+    child's by the gap ``m_L - m_R`` of feature ``i``'s marginal. The split decreases the node's
+    squared error by ``n p (1 - p) gap^2``, less what the release's noise (``root_noise`` per
+    cell, summed over a side's ``k`` cells) adds to ``gap^2`` on average, ``root_noise^2 k (1 +
+    m^2) / n_side^2`` per side (``n_side`` the side's windows in the marginal), and adds to the
+    leaves' noise ``noise^2 (1 + m^2) (1 / (n p) + 1 / (n (1 - p)) - 1 / n)`` (``noise`` a leaf
+    cell's standard deviation in windows): the best split that gains more than it adds (ties:
+    the first kept feature, then the lowest edge), or None.
 
     Examples
     --------
-    >>> groups = [np.array([[50.0, -25.0], [50.0, 25.0]]), np.array([[50.0, 0.0], [50.0, 0.0]])]
+    >>> groups = [np.array([[50.0, -25.0, 1], [50.0, 25.0, 1]]), np.array([[50.0, 0.0, 1], [50.0, 0.0, 1]])]
     >>> marginal_split(groups, 100.0, np.array([0, 0]), np.array([1, 1]), 1.0)
     (0, 0)
     >>> marginal_split(groups, 100.0, np.array([0, 0]), np.array([1, 1]), 40.0) is None  # too noisy
     True
     """
-    shares = np.array([g[lo : hi + 1, 0].sum() / max(g[:, 0].sum(), 1e-12) for g, lo, hi in zip(groups, low, high)])
+    shares = np.array(
+        [g[lo : hi + 1, 0].sum() / g[:, 0].sum() if g[:, 0].sum() > 0 else 1.0 for g, lo, hi in zip(groups, low, high)]
+    )
     n = total * float(np.prod(shares))
     best, best_net = None, 0.0
     for i, (g, lo, hi) in enumerate(zip(groups, low.tolist(), high.tolist())):  # a loop over kept features
@@ -380,9 +390,9 @@ def marginal_split(
             continue
         n_l, n_r = np.where(ok, n_left, 1.0), np.where(ok, n_right, 1.0)
         m_l, m_r = left[:, 1] / n_l, (whole[1] - left[:, 1]) / n_r
-        cells = np.arange(1, hi - lo + 1)  # the cells summed on the left; the rest on the right
-        bias = root_noise**2 * ((1 + m_l**2) * cells / n_l**2 + (1 + m_r**2) * (hi - lo + 1 - cells) / n_r**2)
-        p = n_l / max(whole[0], 1e-12)
+        k_l, k_r = left[:, 2], whole[2] - left[:, 2]
+        bias = root_noise**2 * ((1 + m_l**2) * k_l / n_l**2 + (1 + m_r**2) * k_r / n_r**2)
+        p = np.where(ok, n_l / whole[0], 0.5)
         mean = whole[1] / whole[0]
         cost = noise**2 * (1.0 + mean**2) * (1.0 / (n * p) + 1.0 / (n * (1 - p)) - 1.0 / n)
         net = np.where(ok, n * p * (1 - p) * ((m_l - m_r) ** 2 - bias) - cost, -np.inf)
@@ -550,10 +560,10 @@ def grow_private_forest(
     K = screening.prior.shape[0]
     count_cells = 1 if crit == "mse" else K  # the noisy cells a slot's window count adds up
     slot_count = MIN_COUNT_SIGMAS * root.sigma * np.sqrt(count_cells)
-    candidates = [e[keep] for e, keep in zip(edges, useful_edges(root.counts, n_edges, slot_count, crit))]
+    kept = useful_edges(root.counts, n_edges, slot_count, crit)
+    candidates = [e[keep] for e, keep in zip(edges, kept)]
     n_outputs = 1 if crit == "mse" else K
     if plan.structure == "marginal":
-        kept = useful_edges(root.counts, n_edges, slot_count, crit)
         groups = grouped_marginals(root.counts, n_edges, kept, crit)
         noise = plan.leaf_sigma / np.sqrt(plan.n_trees)
         forest = marginal_forest(

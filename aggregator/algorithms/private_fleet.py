@@ -506,6 +506,8 @@ def spread_clip(clip: TargetClip, counts: np.ndarray, min_count: float, edges: n
     >>> spread_clip(clip, counts, 10.0, np.array([2.0, 2.5, 3.0], np.float32), 2.5)  # noise: kept
     TargetClip(centre=9.0, half_width=7.0)
     """
+    if edges.size == 0:  # no edges to read a spread off
+        return clip
     bound = residual_bound(clip, edges, median)
     low = max(clip.centre - clip.half_width, median - bound)
     high = min(clip.centre + clip.half_width, median + bound)

@@ -21,9 +21,14 @@ import aggregator.algorithms.fedforest_private as private_module
 import edge_client.algorithms.fedforest as client_module
 import edge_client.fleet_sums as client_sums
 from aggregator.algorithms import FedForest
-from aggregator.algorithms.fedforest_private import COUNT_SCALE
+from aggregator.algorithms.fedforest_private import COUNT_SCALE, REGRESSION_RELEASE_PLAN
 from aggregator.algorithms.private_fleet import RANGE_BITS, target_range
-from aggregator.algorithms.forest_private_growth import NoisyCounts, PrivateForestPlan, grow_private_forest
+from aggregator.algorithms.forest_private_growth import (
+    NoisyCounts,
+    PrivateForestPlan,
+    grow_private_forest,
+    marginal_split,
+)
 from aggregator.jobs import TrainingError
 from aggregator.simulate import Simulation
 from edge_client.algorithms.fedforest import FedForestClient
@@ -158,6 +163,9 @@ def test_with_zero_noise_shares_a_simulated_job_grows_the_forest_of_exact_pooled
     assert model.metadata["protocol"] == "private"
     plan, edges = seen["plan"], seen["edges"]
     assert seen["sigma"] > 0 and plan.target is not None
+    assert plan.structure == "marginal" and plan.keep == clients[0].X.shape[1]  # every feature
+    assert plan.leaf_sigma == pytest.approx(seen["leaf_sigma"], rel=1e-12)  # the noise it weighs splits by
+    assert FedForest(task="regression").budget_plan == REGRESSION_RELEASE_PLAN
     X, y = pooled(clients)
     hist, _ = exact_fetchers(X, y, edges, plan.n_trees, plan.target, seen["sigma"])
     _, leaves = exact_fetchers(X, y, edges, plan.n_trees, plan.target, seen["leaf_sigma"])
@@ -429,3 +437,25 @@ def test_on_an_additive_target_the_marginal_structure_beats_random_splits() -> N
         prediction = np.mean([tree.value[node[t], 0] for t, tree in enumerate(grown.trees)], axis=0)
         errors[structure] = float(np.mean((prediction - y_test) ** 2))
     assert errors["marginal"] < 0.5 * errors["random"], errors
+
+
+def test_a_marginal_split_is_taken_exactly_while_it_gains_more_than_the_noise_costs() -> None:
+    """The node count, the root noise's share of the gap and the leaves' noise cost, pinned with
+    numbers worked out by hand: feature 1's box holds 70 % of the windows, so the node holds 70;
+    feature 0's one split sends 40 % of them left with mean z -0.5 against 0.5, its sides summing
+    2 and 3 release cells. The split is taken just below the leaf noise where gain and cost
+    are equal, and not just above it."""
+    groups = [
+        np.array([[40.0, -20.0, 2.0], [60.0, 30.0, 3.0]]),
+        np.array([[30.0, 0.0, 1.0], [70.0, 0.0, 1.0]]),
+    ]
+    low, high = np.array([0, 1]), np.array([1, 1])  # feature 1 already split: no candidate there
+    n, p, root_noise = 70.0, 0.4, 10.0
+    bias = root_noise**2 * (1.25 * 2 / 40**2 + 1.25 * 3 / 60**2)  # (1 + m^2) k / n_side^2 per side
+    gain = n * p * (1 - p) * (1.0 - bias)
+    per_noise = (1 + 0.1**2) * (1 / (n * p) + 1 / (n * (1 - p)) - 1 / n)  # the node's mean z is 0.1
+    balance = np.sqrt(gain / per_noise)
+    assert marginal_split(groups, 100.0, low, high, 0.999 * balance, root_noise) == (0, 0)
+    assert marginal_split(groups, 100.0, low, high, 1.001 * balance, root_noise) is None
+    # without the root noise's share the balance lies higher: the term is not a no-op
+    assert marginal_split(groups, 100.0, low, high, 1.001 * balance, 0.0) == (0, 0)
