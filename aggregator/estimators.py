@@ -648,8 +648,9 @@ _FEDFOREST_PARAMETERS = """\
         Depth of every tree (the paper's: 8). Unlike scikit-learn's, not ``None``: every level
         costs the fleet its own rounds of messages.
     max_bin : int or None, default=None
-        Bins of the fleet-wide edges per feature, 2 to 65535. ``None``: 16 in the private
-        protocol, 32 otherwise.
+        Bins of the fleet-wide edges per feature, 2 to 65535. ``None``: in the private protocol
+        16 for classification and, for regression, about 50 windows a bin from 16 to 64 (read
+        off the opening's noisy window count); 32 otherwise.
     max_features : {"sqrt", "log2"}, int, float or None, default={default_features}
         Features drawn per node, scikit-learn's values: ``"sqrt"``, ``"log2"``, a count (at most
         the number of features), a fraction in (0, 1] of the features (at least one), or

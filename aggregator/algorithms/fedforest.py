@@ -68,8 +68,10 @@ __all__ = ["FedForest", "ForestFleet", "ForestResult", "ForestState", "LevelCoun
 log = logging.getLogger(__name__)
 
 #: Bins per feature by protocol when ``n_bins`` is not set: coarse under differential privacy
-#: (fewer, fuller cells next to the noise), the paper's 32 otherwise.
-PRIVATE_BINS, DEFAULT_BINS = 16, 32
+#: (fewer, fuller cells next to the noise), the paper's 32 otherwise. Private regression sizes
+#: them to its fleet, from ``PRIVATE_BINS`` up to ``PRIVATE_REGRESSION_BINS``
+#: (``fedforest_private.bins_for_windows``).
+PRIVATE_BINS, DEFAULT_BINS, PRIVATE_REGRESSION_BINS = 16, 32, 64
 
 
 @dataclass(frozen=True)
@@ -88,8 +90,9 @@ class FedForest:
     ``secagg_degree``, ``min_crowd``: as for ``FedSCSXGB``. The histogram protocol offers exact
     evaluation of the edges' candidates, numeric features and the label target (no H-splits,
     categorical features or AvgImp: they need per-client statistics). ``n_bins``: default 16 in
-    the private protocol, 32 otherwise (a private regression over tens of thousands of windows
-    gains from 64: BENCHMARKS.md, FedForest regression under differential privacy).
+    the private protocol, 32 otherwise; a private regression without ``n_bins`` sizes its bins
+    to the fleet's noisy window count from the opening's first grid round, about 50 windows a
+    bin, 16 to 64 (BENCHMARKS.md, FedForest regression under differential privacy).
 
     The private protocol spends ``dp_epsilon`` per window and training (``(dp_epsilon,
     dp_delta)``-DP for adding or removing one window, accounted by ``aggregator.privacy``),
@@ -100,8 +103,9 @@ class FedForest:
     score best; regression trees split where the root histograms' marginals say a split gains
     more than the leaves' noise costs, on ``dp_features`` features (default all)
     (``forest_private_growth.marginal_split``); they all get the same structure, so ``n_trees``
-    sets the model's and the leaves release's size, not a private regression's accuracy. ``max_features``, ``min_samples_*``,
-    ``min_impurity_decrease`` and ``min_crowd`` do not apply: no node statistics are released.
+    sets the model's and the leaves release's size, not a private regression's accuracy.
+    ``max_features``, ``min_samples_*``, ``min_impurity_decrease`` and ``min_crowd`` do not
+    apply: no node statistics are released.
     The model's metadata reports what was spent
     (``dp_epsilon``, ``dp_delta``, ``dp_rho``, ``dp_xi``).
     ``resume_state``: the ``ForestState`` bytes of a completed level (what a server stores with
@@ -190,7 +194,11 @@ class FedForest:
     @property
     def bins(self) -> int:
         """Bins per feature: ``n_bins``, else the protocol's default."""
-        return self.n_bins or (PRIVATE_BINS if self.protocol == "private" else DEFAULT_BINS)
+        if self.n_bins:
+            return self.n_bins
+        if self.protocol == "private":
+            return PRIVATE_REGRESSION_BINS if self.regression else PRIVATE_BINS
+        return DEFAULT_BINS
 
     @property
     def budget_plan(self) -> ReleasePlan:

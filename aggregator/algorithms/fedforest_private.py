@@ -89,6 +89,30 @@ class ReleasePlan:
         )
 
 
+#: A private regression without ``n_bins`` sizes its bins to hold about this many windows each,
+#: from 16 up to ``FedForest.bins`` (64): finer steps where the fleet is large, fewer and fuller
+#: cells where the noise is large next to them (BENCHMARKS.md, FedForest regression under
+#: differential privacy).
+WINDOWS_PER_BIN = 50
+
+
+def bins_for_windows(windows: float, most: int = 64, least: int = 16) -> int:
+    """The bins for a fleet of ``windows`` (noisy): the largest power-of-two fraction of
+    ``most`` that leaves :data:`WINDOWS_PER_BIN` windows a bin, at least ``least``.
+
+    Examples
+    --------
+    >>> bins_for_windows(800.0), bins_for_windows(3_300.0), bins_for_windows(40_000.0)
+    (16, 64, 64)
+    >>> bins_for_windows(2_000.0)
+    32
+    """
+    bins = most
+    while bins > least and windows < WINDOWS_PER_BIN * bins:
+        bins //= 2
+    return bins
+
+
 #: Regression's shares: its trees' splits are read from the root histograms, so they get more
 #: of the budget than classification's (measured in BENCHMARKS.md, FedForest regression under
 #: differential privacy).
@@ -132,6 +156,7 @@ class PrivateForestTraining:
             n_bins=cfg.bins,
             classes=cfg.classes,
             budget=self.budget,
+            bins_for=bins_for_windows if cfg.regression and cfg.n_bins is None else None,
         )
         if not cfg.regression and len(fleet.classes) < 2:
             raise TrainingError(f"classification needs at least 2 classes, the clients have {list(fleet.classes)}")
@@ -277,7 +302,7 @@ class PrivateForestTraining:
                 "algorithm": cfg.name,
                 "n_trees": cfg.n_trees,
                 "max_depth": cfg.max_depth,
-                "n_bins": cfg.bins,
+                "n_bins": self.fleet.n_bins or cfg.bins,
                 "criterion": cfg.split_criterion,
                 "protocol": cfg.chosen_protocol,
                 "secure_aggregation": 1,

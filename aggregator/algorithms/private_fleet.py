@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -191,6 +192,8 @@ class PrivateFleet:
     #: Regression: the target's edges (its fleet quantiles at ranks ``b / n_bins``, noisy under
     #: differential privacy) that the shift was read off; empty for classification.
     target_edges: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float32))
+    #: The bins the edges were read for (``n_bins``, or what ``bins_for`` chose).
+    n_bins: int = 0
 
     @property
     def target_mean(self) -> float:
@@ -226,6 +229,7 @@ def describe_fleet_privately(
     n_bins: int,
     classes: tuple[str, ...] | None = None,
     budget: PrivacyBudget | None = None,
+    bins_for: Callable[[float], int] | None = None,
 ) -> PrivateFleet:
     """Run the private opening over ``summer.active`` clients (see the module docstring).
     With ``budget`` every sum is released with distributed Skellam noise from its ``"opening"``
@@ -233,7 +237,7 @@ def describe_fleet_privately(
     cell per feature and round by 1 (sqrt d), in at most ``OPENING_GRID_ROUNDS`` grid rounds.
     Regression learns the target's grid counts too (one more column; the shift, the fleet
     median, is read off them); with ``budget`` it releases nothing else (no target
-    sums)."""
+    sums), and ``bins_for`` may size its bins to the fleet (:func:`_grid_edges`)."""
     shapes = job.ask(
         DataShapeRequest(feature_set_version, labels=classes is None and not regression), list(summer.active), DataShape
     )
@@ -282,7 +286,9 @@ def describe_fleet_privately(
 
     target_edges = np.empty(0, dtype=np.float32)
     if regression:  # the target's grid first: its fleet median is the shift of the sums
-        refinement = _grid_edges(summer, feature_set_version, d + 1, n_bins, budget, total=None, target=True)
+        refinement = _grid_edges(
+            summer, feature_set_version, d + 1, n_bins, budget, total=None, target=True, bins_for=bins_for
+        )
         edges = refinement.edges(include_min_point=True)
         target_edges = edges.pop()
         # under differential privacy the target's sums are not released (their noise would need
@@ -317,6 +323,7 @@ def describe_fleet_privately(
         edges=edges,
         grid_rounds=refinement.rounds,
         grid_cells=refinement.cells_sent,
+        n_bins=refinement.n_bins,
         target_edges=target_edges,
     )
 
@@ -356,11 +363,14 @@ def _grid_edges(
     *,
     total: int | None,
     target: bool = False,
+    bins_for: Callable[[float], int] | None = None,
 ) -> GridRefinement:
     """The grid rounds over ``d`` columns (``target``: the last is the regression target);
     refinement needs the same clients in every round, so a client dropping out restarts them
     with the rest (at most ``MAX_GRID_RESTARTS`` times). Noisy counts are clipped and made
-    consistent with their parents (post-processing)."""
+    consistent with their parents (post-processing). ``bins_for(windows)``: the bins to refine
+    for, from round 1's noisy window count (the median over the columns of their unclipped
+    totals) instead of ``n_bins``."""
     for _ in range(MAX_GRID_RESTARTS + 1):
         refinement = GridRefinement(d, n_bins, max_rounds=OPENING_GRID_ROUNDS if budget else None)
         plan: GridPlan | None = refinement.first_plan()
@@ -398,6 +408,9 @@ def _grid_edges(
                     )
                 )
                 counts = np.rint(counts / COUNT_SCALE).astype(np.int64)
+                if bins_for is not None and refinement.rounds == 0:
+                    windows = float(np.median(np.add.reduceat(counts, plan.offsets[:-1])))
+                    refinement.choose_bins(bins_for(windows))
                 parents = refinement.parent_counts
                 counts = (
                     np.clip(counts, 0, None) if parents is None else consistent_children(counts, parents, plan.offsets)

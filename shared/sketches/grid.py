@@ -485,6 +485,14 @@ class GridRefinement:
         self._parents: np.ndarray | None = None  # leaf indices the pending plan refines (None: roots)
         self._done = False
 
+    def choose_bins(self, n_bins: int) -> None:
+        """Set ``n_bins`` from round 1's counts, before ``add`` takes them: round 1's plan does
+        not depend on it, every later plan and the edges do (a caller that learns the fleet's
+        size from round 1 can size the bins to it)."""
+        if self.rounds:
+            raise SketchError("n_bins is fixed once round 1's counts are added")
+        self.n_bins = as_count(n_bins, name="n_bins", low=2, high=65_535)
+
     @property
     def done(self) -> bool:
         """True once ``add`` has returned ``None``."""

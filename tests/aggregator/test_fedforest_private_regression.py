@@ -220,11 +220,12 @@ def test_the_gateways_vectors_without_their_noise_add_up_to_the_pooled_sums() ->
 
 def test_regression_defaults_to_the_private_protocol_and_reports_its_range() -> None:
     config = FedForest(task="regression", n_trees=4, max_depth=3)
-    assert config.protocol == "private" and config.bins == 16 and config.secure_aggregation
+    assert config.protocol == "private" and config.secure_aggregation
     assert FedForest(task="regression", secure_aggregation=False).protocol == "histogram"
     model = Simulation(fleet()).run(config)
     meta = model.metadata
     assert model.n_outputs == 1 and 7.0 < meta["dp_epsilon"] <= 8.0
+    assert meta["n_bins"] == 16  # 600 windows: the fewest bins
     assert meta["dp_target_low"] < 0.0 < 3.0 < meta["dp_target_high"] < 15.0  # about y's bulk, not its noise
     X, y = pooled(fleet())
     prediction = model.predict(X).ravel()
@@ -459,3 +460,12 @@ def test_a_marginal_split_is_taken_exactly_while_it_gains_more_than_the_noise_co
     assert marginal_split(groups, 100.0, low, high, 1.001 * balance, root_noise) is None
     # without the root noise's share the balance lies higher: the term is not a no-op
     assert marginal_split(groups, 100.0, low, high, 1.001 * balance, 0.0) == (0, 0)
+
+
+def test_a_private_regression_sizes_its_bins_to_the_fleet() -> None:
+    """Without ``n_bins`` the bins follow round 1's noisy window count, about 50 windows a bin
+    from 16 to 64 (600 windows: 16, as the test above; 8,000: 64); ``n_bins`` set is kept."""
+    clients = fleet(n_clients=4, n=2000, d=3)
+    assert Simulation(clients).run(FedForest(task="regression", n_trees=2, max_depth=3)).metadata["n_bins"] == 64
+    kept = Simulation(clients).run(FedForest(task="regression", n_trees=2, max_depth=3, n_bins=16))
+    assert kept.metadata["n_bins"] == 16

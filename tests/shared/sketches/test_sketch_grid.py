@@ -515,3 +515,24 @@ def test_client_counting_is_fast_for_10k_rows_200_features() -> None:
 def test_docstring_examples_run() -> None:
     result = doctest.testmod(grid_module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted >= 8
+
+
+def test_bins_chosen_from_round_one_give_the_edges_of_a_refinement_built_for_them() -> None:
+    """``choose_bins`` after round 1's counts (the fleet's size known) and before ``add``: every
+    later round and the edges are those of a refinement built for that ``n_bins`` from the start,
+    bit for bit; once round 1 is added the bins are fixed."""
+    rng = np.random.default_rng(4)
+    clients = [rng.normal(size=(700, 3)) for _ in range(3)]
+    keyed = [float32_keys(x) for x in clients]
+    chosen = GridRefinement(3, 16)
+    plan = chosen.first_plan()
+    first = np.sum([grid_counts(*k, plan) for k in keyed], axis=0, dtype=np.int64)
+    chosen.choose_bins(64)
+    plan = chosen.add(plan, first)
+    with pytest.raises(SketchError, match="fixed once round 1"):
+        chosen.choose_bins(16)
+    while plan is not None:
+        plan = chosen.add(plan, np.sum([grid_counts(*k, plan) for k in keyed], axis=0, dtype=np.int64))
+    built = _federated(clients, 64)
+    assert _bits(chosen.edges()) == _bits(built.edges()) and chosen.cells_sent == built.cells_sent
+    assert _bits(chosen.edges()) != _bits(_federated(clients, 16).edges())
