@@ -317,7 +317,8 @@ def test_bad_private_settings_are_one_line(kwargs, message) -> None:
 
 def test_protocol_defaults_private_for_classifiers_and_regressors(caplog) -> None:
     assert FedForest().protocol == "private" and FedForest().bins == 16
-    assert FedForest(task="regression").protocol == "private" and FedForest(task="regression").bins == 16
+    regression = FedForest(task="regression")
+    assert regression.protocol == "private" and regression.bins == 64  # the most: sized to the fleet
     assert FedForest(task="regression", protocol="histogram").bins == 32
     assert FedForest(secure_aggregation=False).protocol == "histogram"  # no DP without secure aggregation
     with caplog.at_level(logging.WARNING):
