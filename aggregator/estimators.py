@@ -643,7 +643,8 @@ class _FedForestBase(_FederatedEstimator):
 
 _FEDFOREST_PARAMETERS = """\
     n_estimators : int, default=50
-        Trees (the paper's experiments: 50; ``FedForest.n_trees``).
+        Trees (the paper's experiments: 50; ``FedForest.n_trees``). A private regression grows
+        one: its trees would share one structure.
     max_depth : int, default=8
         Depth of every tree (the paper's: 8). Unlike scikit-learn's, not ``None``: every level
         costs the fleet its own rounds of messages.

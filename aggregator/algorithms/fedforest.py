@@ -102,8 +102,10 @@ class FedForest:
     ``seed``, on the ``dp_features`` features (default sqrt(d)) whose noisy root histograms
     score best; regression trees split where the root histograms' marginals say a split gains
     more than the leaves' noise costs, on ``dp_features`` features (default all)
-    (``forest_private_growth.marginal_split``); they all get the same structure, so ``n_trees``
-    sets the model's and the leaves release's size, not a private regression's accuracy.
+    (``forest_private_growth.marginal_split``). That structure is a function of the root
+    release alone, the same for every tree, and the average of trees with one structure is one
+    tree, so a private regression grows one tree (``n_trees`` does not apply; the model and its
+    metadata hold one).
     ``max_features``, ``min_samples_*``, ``min_impurity_decrease`` and ``min_crowd`` do not
     apply: no node statistics are released.
     The model's metadata reports what was spent

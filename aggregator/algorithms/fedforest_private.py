@@ -20,7 +20,9 @@ Regression releases, in the same two cells, ``[windows, Σ z]`` with ``z`` the t
 the public range and scaled into ``[-1, 1]`` (``TargetClip``), on the same lattice: one window
 adds ``COUNT_SCALE`` to the count and at most ``COUNT_SCALE`` in magnitude to the sum of its
 cell, so the sensitivities are those above for two columns: ``sqrt(2 d)`` and ``2 d`` (root
-histograms), ``sqrt(2 n_trees)`` and ``2 n_trees`` (leaves), in windows.
+histograms), ``sqrt(2 n_trees)`` and ``2 n_trees`` (leaves), in windows -- with ``n_trees`` 1:
+a private regression grows one tree (its trees would all have the one structure the root
+release calls for).
 
 Counts travel multiplied by :data:`COUNT_SCALE` (which keeps the Skellam mechanism close to the
 Gaussian), plus each gateway's share of the noise, in masked 32-bit ring words. Between the two
@@ -177,8 +179,11 @@ class PrivateForestTraining:
         self.windows = 2.0 * fleet.total_samples + 10_000.0
         self.step = 0
         self.keep = cfg.dp_features or (fleet.n_features if cfg.regression else max(1, math.isqrt(fleet.n_features)))
+        # regression's trees would all have the one structure the root release calls for, and
+        # their average is one tree's: it grows one, whose leaves cost one tree's share of noise
+        self.n_trees = 1 if cfg.regression else cfg.n_trees
         plan = PrivateForestPlan(
-            cfg.n_trees,
+            self.n_trees,
             cfg.max_depth,
             self.keep,
             cfg.split_criterion,
@@ -199,9 +204,9 @@ class PrivateForestTraining:
             criterion=cfg.split_criterion,
             feature_set_version=cfg.feature_set_version,
             n_features=self.fleet.n_features,
-            n_trees=cfg.n_trees,
+            n_trees=self.n_trees,
             client_index=self.clients.index(client),
-            trees=np.arange(cfg.n_trees, dtype=np.int64),
+            trees=np.arange(self.n_trees, dtype=np.int64),
             seed=self.seed,
             bootstrap=False,
             classes=self.fleet.classes,
@@ -240,7 +245,7 @@ class PrivateForestTraining:
         return NoisyCounts(counts, math.sqrt(mu * answered / len(cohort)) / COUNT_SCALE)
 
     def _bounds(self, kind: str) -> tuple[float, float]:
-        return release_bounds(kind, self.fleet.n_features, self.config.n_trees, 2 if self.config.regression else 1)
+        return release_bounds(kind, self.fleet.n_features, self.n_trees, 2 if self.config.regression else 1)
 
     def _histograms(self) -> NoisyCounts:
         d, C = self.fleet.n_features, self.columns
@@ -300,7 +305,7 @@ class PrivateForestTraining:
             classes=self.fleet.model_classes,
             metadata={
                 "algorithm": cfg.name,
-                "n_trees": cfg.n_trees,
+                "n_trees": self.n_trees,
                 "max_depth": cfg.max_depth,
                 "n_bins": self.fleet.n_bins or cfg.bins,
                 "criterion": cfg.split_criterion,

@@ -226,6 +226,7 @@ def test_regression_defaults_to_the_private_protocol_and_reports_its_range() -> 
     meta = model.metadata
     assert model.n_outputs == 1 and 7.0 < meta["dp_epsilon"] <= 8.0
     assert meta["n_bins"] == 16  # 600 windows: the fewest bins
+    assert len(model.trees) == meta["n_trees"] == 1  # its trees would share one structure: one tree
     assert meta["dp_target_low"] < 0.0 < 3.0 < meta["dp_target_high"] < 15.0  # about y's bulk, not its noise
     X, y = pooled(fleet())
     prediction = model.predict(X).ravel()
