@@ -58,7 +58,7 @@ from shared.model import TreeEnsemble
 
 from ..jobs import FederatedJob
 from .fedforest_histogram import HistogramForestTraining
-from .fedforest_private import REGRESSION_RELEASE_PLAN, PrivateForestTraining, ReleasePlan
+from .fedforest_private import PRIVATE_REGRESSION_BINS, REGRESSION_RELEASE_PLAN, PrivateForestTraining, ReleasePlan
 from .fedforest_sketches import SketchForestTraining
 from .forest_training import ForestFleet, ForestResult, ForestState, LevelCounts, forest_importance
 from .private_fleet import check_privacy_settings, warn_if_not_private
@@ -69,9 +69,8 @@ log = logging.getLogger(__name__)
 
 #: Bins per feature by protocol when ``n_bins`` is not set: coarse under differential privacy
 #: (fewer, fuller cells next to the noise), the paper's 32 otherwise. Private regression sizes
-#: them to its fleet, from ``PRIVATE_BINS`` up to ``PRIVATE_REGRESSION_BINS``
-#: (``fedforest_private.bins_for_windows``).
-PRIVATE_BINS, DEFAULT_BINS, PRIVATE_REGRESSION_BINS = 16, 32, 64
+#: them to its fleet, at most ``PRIVATE_REGRESSION_BINS`` (``fedforest_private.bins_for_windows``).
+PRIVATE_BINS, DEFAULT_BINS = 16, 32
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COUNT_SCALE",
+    "PRIVATE_REGRESSION_BINS",
     "PrivateForestTraining",
     "REGRESSION_RELEASE_PLAN",
     "ReleasePlan",
@@ -92,13 +93,14 @@ class ReleasePlan:
 
 
 #: A private regression without ``n_bins`` sizes its bins to hold about this many windows each,
-#: from 16 up to ``FedForest.bins`` (64): finer steps where the fleet is large, fewer and fuller
-#: cells where the noise is large next to them (BENCHMARKS.md, FedForest regression under
-#: differential privacy).
+#: from 16 up to ``PRIVATE_REGRESSION_BINS`` (what its opening starts with): finer steps where
+#: the fleet is large, fewer and fuller cells where the noise is large next to them
+#: (BENCHMARKS.md, FedForest regression under differential privacy).
 WINDOWS_PER_BIN = 50
+PRIVATE_REGRESSION_BINS = 64
 
 
-def bins_for_windows(windows: float, most: int = 64, least: int = 16) -> int:
+def bins_for_windows(windows: float, most: int = PRIVATE_REGRESSION_BINS, least: int = 16) -> int:
     """The bins for a fleet of ``windows`` (noisy): the largest power-of-two fraction of
     ``most`` that leaves :data:`WINDOWS_PER_BIN` windows a bin, at least ``least``.
 
@@ -307,7 +309,7 @@ class PrivateForestTraining:
                 "algorithm": cfg.name,
                 "n_trees": self.n_trees,
                 "max_depth": cfg.max_depth,
-                "n_bins": self.fleet.n_bins or cfg.bins,
+                "n_bins": self.fleet.n_bins,
                 "criterion": cfg.split_criterion,
                 "protocol": cfg.chosen_protocol,
                 "secure_aggregation": 1,

@@ -123,8 +123,8 @@ class PrivateForestPlan:
     def __post_init__(self) -> None:
         if (self.criterion == "mse") != (self.target is not None):
             raise ValueError("a private forest needs a target range for criterion 'mse', and only there")
-        if self.structure == "marginal" and self.criterion != "mse":
-            raise ValueError("the marginal structure is regression's (criterion 'mse')")
+        if self.structure == "marginal" and (self.criterion != "mse" or self.n_trees != 1):
+            raise ValueError("the marginal structure is regression's (criterion 'mse') and grows one tree")
 
 
 @dataclass(frozen=True, eq=False)
@@ -409,20 +409,19 @@ def marginal_forest(
     total: float,
     noise: float,
     root_noise: float,
-    n_trees: int,
     max_depth: int,
 ) -> RandomForest:
-    """Regression trees split by :func:`marginal_split` on ``features`` (``groups`` and
-    ``edges``, the kept edges' values, per feature). The splits are a function of the root
-    release alone, so every tree has the same structure; their leaves carry noise of their own,
-    and their average is one tree's structure with the leaf noise of one tree's share."""
+    """One regression tree split by :func:`marginal_split` on ``features`` (``groups`` and
+    ``edges``, the kept edges' values, per feature). Its splits are a function of the root
+    release alone, so more trees would repeat its structure, and their average would be this
+    tree with the leaf noise of one tree's share of the budget."""
     kept = np.asarray(features, dtype=np.int64)
     groups_kept = [groups[j] for j in kept.tolist()]
 
     def choose(rng: np.random.Generator, level: int, low: np.ndarray, high: np.ndarray) -> tuple[int, int] | None:
         return marginal_split(groups_kept, total, low, high, noise, root_noise)
 
-    return _grow(edges, kept, n_trees, max_depth, 1, 0, choose)
+    return _grow(edges, kept, 1, max_depth, 1, 0, choose)
 
 
 def _decisions(rows: list[tuple[int, int, int, int, float, int, int]]) -> SplitDecisions:
@@ -565,9 +564,8 @@ def grow_private_forest(
     n_outputs = 1 if crit == "mse" else K
     if plan.structure == "marginal":
         groups = grouped_marginals(root.counts, n_edges, kept, crit)
-        noise = plan.leaf_sigma / np.sqrt(plan.n_trees)
         forest = marginal_forest(
-            groups, candidates, screening.features, screening.total, noise, root.sigma, plan.n_trees, plan.max_depth
+            groups, candidates, screening.features, screening.total, plan.leaf_sigma, root.sigma, plan.max_depth
         )
     else:
         forest = random_forest(candidates, screening.features, plan.n_trees, plan.max_depth, n_outputs, seed)

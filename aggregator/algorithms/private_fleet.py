@@ -189,11 +189,11 @@ class PrivateFleet:
     edges: list[np.ndarray]
     grid_rounds: int
     grid_cells: int
+    #: The bins the edges were read for (``n_bins``, or what ``bins_for`` chose).
+    n_bins: int
     #: Regression: the target's edges (its fleet quantiles at ranks ``b / n_bins``, noisy under
     #: differential privacy) that the shift was read off; empty for classification.
     target_edges: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float32))
-    #: The bins the edges were read for (``n_bins``, or what ``bins_for`` chose).
-    n_bins: int = 0
 
     @property
     def target_mean(self) -> float:

@@ -383,11 +383,14 @@ def marginal_reference(X: np.ndarray, z: np.ndarray, edges: list[np.ndarray], de
 
 def test_the_marginal_structure_from_exact_sums_is_the_pooled_reference() -> None:
     """With exact sums and no noise the regression structure is :func:`marginal_reference`'s,
-    split for split, in every tree (the trees share it), and its leaves hold the pooled means."""
+    split for split, and its leaves hold the pooled means; it grows one tree (more would repeat
+    it)."""
     X, y = pooled(fleet(d=4))
     edges = quantile_edges(X)
     z = lattice_z(y, CLIP)
-    T, depth = 3, 3
+    T, depth = 1, 3
+    with pytest.raises(ValueError, match="grows one tree"):
+        PrivateForestPlan(3, depth, 4, "mse", target=CLIP, structure="marginal")
     plan = PrivateForestPlan(T, depth, 4, "mse", target=CLIP, structure="marginal")
     grown = grow_private_forest(plan, edges, 7, *exact_fetchers(X, y, edges, T, CLIP))
     want = marginal_reference(X, z, edges, depth)
@@ -423,19 +426,19 @@ def test_the_noisier_the_leaves_the_fewer_the_marginal_splits() -> None:
 
 def test_on_an_additive_target_the_marginal_structure_beats_random_splits() -> None:
     """Where the marginals tell the node statistics (independent features, additive target) the
-    marginal structure fits far better than random splits, both from exact sums (what the
-    structure costs by itself)."""
+    marginal structure's one tree fits far better than a forest of random splits, both from
+    exact sums (what the structure costs by itself)."""
     rng = np.random.default_rng(5)
     X = rng.normal(size=(2000, 4))
     y = 3.0 * (X[:, 0] > 0) + X[:, 1] + rng.normal(0.0, 0.1, 2000)
     edges = quantile_edges(X, 16)
     errors = {}
-    for structure in ("random", "marginal"):
-        plan = PrivateForestPlan(5, 6, 4, "mse", target=CLIP, structure=structure)
-        grown = grow_private_forest(plan, edges, 0, *exact_fetchers(X, y, edges, 5, CLIP))
+    for structure, T in (("random", 5), ("marginal", 1)):  # the marginal structure grows one tree
+        plan = PrivateForestPlan(T, 6, 4, "mse", target=CLIP, structure=structure)
+        grown = grow_private_forest(plan, edges, 0, *exact_fetchers(X, y, edges, T, CLIP))
         X_test = rng.normal(size=(2000, 4))
         y_test = 3.0 * (X_test[:, 0] > 0) + X_test[:, 1]
-        node = route(X_test, grown.structure.splits, 5)
+        node = route(X_test, grown.structure.splits, T)
         prediction = np.mean([tree.value[node[t], 0] for t, tree in enumerate(grown.trees)], axis=0)
         errors[structure] = float(np.mean((prediction - y_test) ** 2))
     assert errors["marginal"] < 0.5 * errors["random"], errors
