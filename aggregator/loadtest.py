@@ -18,6 +18,7 @@ while, sampling memory after every job (``benchmarks/bench_soak.py``, ``tests/e2
 
 from __future__ import annotations
 
+import dataclasses
 import contextlib
 import math
 import os
@@ -445,9 +446,12 @@ def load_algorithm(name: str):
     """The configuration the load run trains for ``name`` (the algorithm table's class): the
     histogram protocol (secure aggregation on, ``min_crowd`` 5, no differential privacy: its
     models equal the simulation's bit for bit, which the load test checks) at ``LOAD_SIZES``."""
-    row = algorithm_row(name)
-    if row.name not in LOAD_SIZES:
-        raise ValueError(f"the load run trains {', '.join(LOAD_ALGORITHMS)}, not {row.name}")
+    try:
+        row = algorithm_row(name)
+    except ValueError:
+        row = None
+    if row is None or row.name not in LOAD_SIZES:
+        raise ValueError(f"the load run trains {', '.join(LOAD_ALGORITHMS)}, not {name!r}")
     return row.config_type()(**LOAD_SIZES[row.name], n_bins=16, protocol="histogram")
 
 
@@ -629,11 +633,9 @@ class SoakReport:
 def run_soak(config: SoakConfig, *, progress=print) -> SoakReport:
     """Mosquitto, ``config.gateways`` simulated gateways in ``config.processes`` host processes,
     and FedSCS-XGB jobs back to back in this process for ``config.minutes``."""
-    from aggregator.algorithms import FedSCSXGB
-
     report = SoakReport(config)
     with simulated_fleet(config.gateways, config.processes, progress=progress) as fleet:
-        algorithm = FedSCSXGB(n_rounds=config.rounds_per_job, max_depth=3, n_bins=16, protocol="histogram")
+        algorithm = dataclasses.replace(load_algorithm("fedscs-xgb"), n_rounds=config.rounds_per_job)
         engine = RoundEngine(fleet.agg)  # one for every job: the aggregator's connection outlives them
         started = time.monotonic()
         while time.monotonic() - started < config.minutes * 60:

@@ -43,8 +43,9 @@ import numpy as np
 from _common import description, markdown_table, print_machine
 from bench_dp_curve import DEMO_SERIES_SEED, Fleet, load_fleet
 
-#: The demo's epsilon per window and training (``aggregator.demo.epsilon.DEMO_EPSILON``).
-EPSILON = 32.0
+from aggregator.demo.epsilon import DEMO_EPSILON as EPSILON
+from aggregator.demo.epsilon import DEMO_LEARNING_RATE
+
 #: The bar: one gateway in ten may cost the other gateways at most this much accuracy.
 BAR = 0.02
 
@@ -221,7 +222,12 @@ def settings(only: set[str]) -> list[tuple[Setting, list[Variant]]]:
             (
                 Setting(
                     "FedSCS-XGB private (epsilon 32)",
-                    xgb(protocol="private", dp_epsilon=EPSILON, learning_rate=0.5, secure_aggregation=True),
+                    xgb(
+                        protocol="private",
+                        dp_epsilon=EPSILON,
+                        learning_rate=DEMO_LEARNING_RATE,
+                        secure_aggregation=True,
+                    ),
                     (XgbPrivateLevelRequest, XgbPrivateLeavesRequest),
                     True,
                 ),

@@ -319,15 +319,13 @@ class FedSCSXGB:
         if self.learning_rate is None:
             object.__setattr__(self, "learning_rate", PRIVATE_LEARNING_RATE[kind] if private else 0.2)
         if self.multi_strategy is None:
-            object.__setattr__(
-                self, "multi_strategy", "multi_output_tree" if self.protocol == "private" else "one_output_per_tree"
-            )
-        if self.protocol == "private" and self.multi_strategy != "multi_output_tree" and self.objective == "softmax":
+            object.__setattr__(self, "multi_strategy", "multi_output_tree" if private else "one_output_per_tree")
+        if private and self.multi_strategy != "multi_output_tree" and self.objective == "softmax":
             raise ValueError(
                 "the private protocol grows one vector-leaf tree per round (multi_strategy="
                 "'multi_output_tree'): one tree per class would divide the privacy budget by the classes"
             )
-        if self.protocol == "private" and self.init_model is None and self.edges is not None:
+        if private and self.init_model is None and self.edges is not None:
             raise ValueError("fixed edges are not available in the private protocol (its edges are noisy fleet sums)")
         if not (isinstance(self.dp_features, int) and self.dp_features >= 1):
             raise ValueError(f"dp_features must be an int >= 1, got {self.dp_features!r}")

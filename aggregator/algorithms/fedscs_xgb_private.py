@@ -69,7 +69,6 @@ __all__ = [
     "PrivateBoosting",
     "ReleasePlan",
     "objective_lattice",
-    "residual_bound",
     "round_features",
 ]
 

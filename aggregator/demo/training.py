@@ -43,7 +43,7 @@ from .decisions import (
     promotion_decision,
     sat_out_reasons,
 )
-from .epsilon import DEMO_EPSILON
+from .epsilon import DEMO_EPSILON, DEMO_LEARNING_RATE
 from .events import (
     LOCAL_ONLY,
     DemoEvent,
@@ -159,9 +159,14 @@ class TrainingPlan:
                 "classes": self.classes,
                 "secure_aggregation": self.secure_aggregation,
             }
-            if self.secure_aggregation:  # differential privacy at the demo's epsilon (epsilon.DEMO_EPSILON),
-                # with the step size its epsilon-accuracy curve was measured at (BENCHMARKS.md)
-                return {**rounds, "protocol": "private", "dp_epsilon": DEMO_EPSILON, "learning_rate": 0.5}
+            if self.secure_aggregation:  # differential privacy at the demo's epsilon, with the step
+                # size its epsilon-accuracy curve was measured at (epsilon.py, BENCHMARKS.md)
+                return {
+                    **rounds,
+                    "protocol": "private",
+                    "dp_epsilon": DEMO_EPSILON,
+                    "learning_rate": DEMO_LEARNING_RATE,
+                }
             # two gateways cannot hide from each other: plain sums without DP, on 64 bins (a quarter
             # of 256's bytes; max_bin 64..512 makes no measurable difference on these recordings)
             return {**rounds, "protocol": "histogram", "n_bins": XGB_BINS}

@@ -29,6 +29,7 @@ from aggregator.algorithms.fedscs_xgb_private import (
     objective_lattice,
     round_features,
 )
+from aggregator.algorithms.private_fleet import release_target_range, residual_bound
 from aggregator.algorithms.private_growth import PrivateGrowth, grow_private_tree
 from aggregator.jobs import TrainingError
 from aggregator.simulate import Simulation
@@ -155,9 +156,7 @@ def test_one_window_moves_each_release_by_at_most_the_charged_bound(
     """Whatever its residual, one window adds to a level cell (G, count) and a leaf cell (G, H)
     vectors within the charged norms."""
     rng = np.random.default_rng(seed)
-    lattice = objective_lattice(
-        "squared_error", private_module.residual_bound(TargetClip(centre, half_width), np.empty(0), centre)
-    )
+    lattice = objective_lattice("squared_error", residual_bound(TargetClip(centre, half_width), np.empty(0), centre))
     g = np.array([[margin - y]])
     qg = stochastic_round(clip_norm(g, lattice.grad_bound), lattice.gradient_scale, rng)
     qh = stochastic_round(clip_norm(np.ones((1, 1)), lattice.hess_bound), lattice.scale, rng)
@@ -198,7 +197,7 @@ def test_the_range_release_is_charged_one_window_count() -> None:
 
             return Result()
 
-    clip = private_module.release_target_range(Summer(), Recording(), "", 3)
+    clip = release_target_range(Summer(), Recording(), "", 3)
     assert charged == [("opening", float(COUNT_SCALE), float(COUNT_SCALE))]
     assert isinstance(clip, TargetClip) and budget.spent().releases == 1
 

@@ -158,6 +158,11 @@ def test_with_zero_noise_shares_a_simulated_job_grows_the_forest_of_exact_pooled
         return grow(plan, edges, seed, histograms, leaves)
 
     monkeypatch.setattr(private_module, "grow_private_forest", spy)
+    budget = private_module.ReleasePlan.budget
+    planned: list[private_module.ReleasePlan] = []  # the shares the job's budget was made from
+    monkeypatch.setattr(
+        private_module.ReleasePlan, "budget", lambda self, *args: (planned.append(self), budget(self, *args))[1]
+    )
     clients = fleet()
     model = Simulation(clients).run(FedForest(task="regression", n_trees=4, max_depth=4), seed=3)
     assert model.metadata["protocol"] == "private"
@@ -165,7 +170,7 @@ def test_with_zero_noise_shares_a_simulated_job_grows_the_forest_of_exact_pooled
     assert seen["sigma"] > 0 and plan.target is not None
     assert plan.structure == "marginal" and plan.keep == clients[0].X.shape[1]  # every feature
     assert plan.leaf_sigma == pytest.approx(seen["leaf_sigma"], rel=1e-12)  # the noise it weighs splits by
-    assert FedForest(task="regression").budget_plan == REGRESSION_RELEASE_PLAN
+    assert planned == [REGRESSION_RELEASE_PLAN]
     X, y = pooled(clients)
     hist, _ = exact_fetchers(X, y, edges, plan.n_trees, plan.target, seen["sigma"])
     _, leaves = exact_fetchers(X, y, edges, plan.n_trees, plan.target, seen["leaf_sigma"])
@@ -432,12 +437,12 @@ def test_on_an_additive_target_the_marginal_structure_beats_random_splits() -> N
     X = rng.normal(size=(2000, 4))
     y = 3.0 * (X[:, 0] > 0) + X[:, 1] + rng.normal(0.0, 0.1, 2000)
     edges = quantile_edges(X, 16)
+    X_test = rng.normal(size=(2000, 4))  # one test set for both
+    y_test = 3.0 * (X_test[:, 0] > 0) + X_test[:, 1]
     errors = {}
     for structure, T in (("random", 5), ("marginal", 1)):  # the marginal structure grows one tree
         plan = PrivateForestPlan(T, 6, 4, "mse", target=CLIP, structure=structure)
         grown = grow_private_forest(plan, edges, 0, *exact_fetchers(X, y, edges, T, CLIP))
-        X_test = rng.normal(size=(2000, 4))
-        y_test = 3.0 * (X_test[:, 0] > 0) + X_test[:, 1]
         node = route(X_test, grown.structure.splits, T)
         prediction = np.mean([tree.value[node[t], 0] for t, tree in enumerate(grown.trees)], axis=0)
         errors[structure] = float(np.mean((prediction - y_test) ** 2))

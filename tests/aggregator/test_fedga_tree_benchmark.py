@@ -88,9 +88,10 @@ def test_the_sweeps_client_counts_and_ibm_shares() -> None:
 
 def test_a_record_from_before_the_sweeps_loads_as_full_participation_of_its_clients() -> None:
     outcome = bench.SplitOutcome(
-        "fair", 0, False, np.array([0.5, 0.6, 0.7]), np.array([[0.6, 0.6, 0.7]]), 0.4, 9.0, 20.0, 1.0
+        "fair", 0, False, np.array([0.5, 0.6, 0.7]), np.array([[0.6, 0.6, 0.7]]), 0.4, 9.0, 20.0, 1.0, 20, 0.1
     )
     written = json.loads(outcome.to_json())
+    assert bench.SplitOutcome.from_json(json.dumps(written)).setting == ("fair", 20, 0.1)
     before = {k: v for k, v in written.items() if k not in ("clients", "participation")}
     old = bench.SplitOutcome.from_json(json.dumps(before))
     assert old.setting == ("fair", 3, 1.0)
