@@ -435,6 +435,12 @@ RANGE_BITS = 9
 #: Noise standard deviations a target cell's count must exceed to count for the public range:
 #: among the 512 cells, a cell of noise alone does so with probability ~2e-5.
 RANGE_SIGMAS = 4.0
+#: A run of full target cells away from the others joins the public range if it lies within
+#: this many times the range's width of it ...
+RANGE_NEAR = 4.0
+#: ... or holds more than this many times the cell threshold per square root of its cells (two
+#: adjacent noise cells reach that with probability below 1e-12).
+RANGE_RUN = 2.0
 
 
 #: A private regression's residuals (and FedForest's targets) are bounded by at most this many
@@ -454,13 +460,27 @@ def _full_cells(counts: np.ndarray, min_count: float) -> np.ndarray:
     return ((counts > min_count) & neighbour) | (np.arange(counts.size) == np.argmax(counts))
 
 
+def _cell_bounds(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 values where target range cells start and where the next ones start (the
+    last cell's end at most ``FLT_MAX``; the lowest cell's start is not finite)."""
+    shift = 32 - RANGE_BITS
+    cells = np.asarray(cells, dtype=np.int64)
+    starts = key_values((cells << shift).astype(np.uint32)).astype(np.float64)
+    ends = key_values(np.minimum((cells + 1) << shift, 0xFF7FFFFF).astype(np.uint32)).astype(np.float64)
+    return starts, ends
+
+
 def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     """The public target range from the noisy counts of the target range release (one per
-    octave cell of the float32 keys, ``RANGE_BITS`` key bits, in key order): from the lowest to
-    the highest full cell -- the fullest cell, and every cell holding more than ``min_count``
-    windows next to a cell holding more than half that (a lone cell above the threshold is far
-    likelier noise). Post-processing: outliers in near-empty octaves are clipped, not ranged
-    over.
+    octave cell of the float32 keys, ``RANGE_BITS`` key bits, in key order). A cell is full if
+    it is the fullest or holds more than ``min_count`` windows next to a cell holding more than
+    half that (a lone cell above the threshold is far likelier noise). Runs of adjacent full
+    cells join the range, starting with the fullest cell's run, while a run lies within
+    :data:`RANGE_NEAR` times the range's width of it or holds more than :data:`RANGE_RUN`
+    times ``min_count`` per square root of its cells (a pair of noise cells far from the
+    targets -- octaves of 1e28 -- would otherwise stretch the range over them). The range runs
+    from the lowest to the highest cell joined. Post-processing: outliers in near-empty or
+    distant sparse octaves are clipped, not ranged over.
 
     Examples
     --------
@@ -469,12 +489,29 @@ def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     >>> counts[0x100 + 150] = 30.0  # alone: noise, not a target near 2**23
     >>> target_range(counts, min_count=10.0)  # [0.5, 1), [1, 2), [2, 4); 10 in [8, 16) is clipped
     TargetClip(centre=2.25, half_width=1.75)
+    >>> counts[[0x100 + 200, 0x100 + 201]] = [12.0, 6.0]  # a far pair, barely above the noise
+    >>> target_range(counts, min_count=10.0)
+    TargetClip(centre=2.25, half_width=1.75)
     """
-    full = np.flatnonzero(_full_cells(np.asarray(counts, dtype=np.float64), min_count))
-    shift = 32 - RANGE_BITS
-    low = float(key_values(np.array([int(full[0]) << shift], dtype=np.uint32))[0])
-    last = min((int(full[-1]) + 1) << shift, 0xFF7FFFFF)  # the next cell's first key, at most FLT_MAX's
-    high = float(key_values(np.array([last], dtype=np.uint32))[0])
+    counts = np.asarray(counts, dtype=np.float64)
+    full = np.flatnonzero(_full_cells(counts, min_count))
+    runs = np.split(full, np.flatnonzero(np.diff(full) > 1) + 1)
+    starts, ends = _cell_bounds(np.array([r[0] for r in runs]))[0], _cell_bounds(np.array([r[-1] for r in runs]))[1]
+    strong = np.array([counts[r].sum() > RANGE_RUN * min_count * np.sqrt(r.size) for r in runs])
+    fullest = int(np.argmax(counts))
+    joined = np.array([fullest in r for r in runs])
+    with np.errstate(invalid="ignore", over="ignore"):
+        while True:  # at most one pass per run
+            low, high = starts[joined].min(), ends[joined].max()
+            reach = RANGE_NEAR * (high - low)
+            near = (starts <= high + reach) & (ends >= low - reach)
+            grown = joined | near | strong
+            if (grown == joined).all():
+                break
+            joined = grown
+    cells = np.concatenate([r for r, j in zip(runs, joined) if j])
+    low = float(_cell_bounds(cells[:1])[0][0])
+    high = float(_cell_bounds(cells[-1:])[1][0])
     if not (np.isfinite(low) and np.isfinite(high)):  # no mass anywhere: the keys' ends
         return TargetClip(0.0, 1.0)
     return TargetClip((low + high) / 2, max((high - low) / 2, 2.0**-20))
@@ -528,10 +565,7 @@ def spread_clip(clip: TargetClip, counts: np.ndarray, min_count: float, edges: n
         return clip
     counts = np.asarray(counts, dtype=np.float64)
     full = _full_cells(counts, min_count)
-    shift = 32 - RANGE_BITS
-    cells = np.arange(counts.size, dtype=np.int64)
-    starts = key_values((cells << shift).astype(np.uint32)).astype(np.float64)
-    ends = key_values(np.minimum((cells + 1) << shift, 0xFF7FFFFF).astype(np.uint32)).astype(np.float64)
+    starts, ends = _cell_bounds(np.arange(counts.size))
     outside = full & ((ends <= low) | (starts >= high))
     if counts[outside].sum() > SPREAD_OUTSIDE * counts[full].sum():
         return clip
