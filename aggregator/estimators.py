@@ -353,6 +353,14 @@ def _choices(config: type, name: str) -> _Accepts:
     return accepts.or_none() if type(None) in get_args(annotation) else accepts
 
 
+def _convert_range(value: Any) -> tuple[float, float] | None:
+    """A public target range: a tuple or list of two finite numbers ``low < high``."""
+    if not (isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_real(v) for v in value)):
+        return None
+    low, high = float(value[0]), float(value[1])
+    return (low, high) if low < high else None
+
+
 def _convert_max_features(value: Any) -> str | int | float | None:
     """scikit-learn's ``max_features``: "sqrt", "log2", a count of features, or a fraction of
     them (``1`` is one feature, ``1.0`` all of them; ``None`` is handled by ``none_ok``)."""
@@ -425,6 +433,7 @@ class _FedSCSXGBBase(_FederatedEstimator):
         if objective == "softmax" and np.unique(fleet.labels).size == 2:
             objective = "logistic"  # xgboost's XGBClassifier: binary:logistic for two classes
         gamma = _split_loss(params["gamma"], params["min_split_loss"])
+        target_range = params.get("target_range")
         return _build(
             FedSCSXGB,
             _FEDSCS_NAMES,
@@ -443,6 +452,7 @@ class _FedSCSXGBBase(_FederatedEstimator):
             dp_epsilon=params["dp_epsilon"],
             dp_delta=params["dp_delta"],
             **({} if gamma is None else {"gamma": gamma}),
+            **({} if target_range is None else {"target_range": target_range}),
         )
 
     def _train(self, config: FedSCSXGB, job: FederatedJob, seed: int) -> tuple[TreeEnsemble, np.ndarray]:
@@ -563,7 +573,19 @@ class FedSCSXGBRegressor(_RegressorMixin, _FedSCSXGBBase):
         """FedSCS-XGB regressor (squared error) with xgboost's ``XGBRegressor`` parameter names.
 
 """
-        + _FEDSCS_PARAMETERS
+        + _FEDSCS_PARAMETERS.replace(
+            "\n    Attributes\n",
+            """    target_range : tuple of (float, float) or None, default=None
+        Private protocol: the public range ``(low, high)`` the targets lie in (a sensor's
+        physical range, say; ``FedSCSXGB.target_range``). Residuals are clipped to half its
+        width, or to twice the reach of the opening's noisy target quantiles from their median
+        when that is less, and the training makes no release of the targets' octaves (that
+        part of the opening's share stays unspent). ``None``: the range is read off that
+        release.
+
+    Attributes
+""",
+        )
         + """
     Examples
     --------
@@ -584,10 +606,40 @@ class FedSCSXGBRegressor(_RegressorMixin, _FedSCSXGBBase):
     True
     >>> int(np.argmax(model.feature_importances_))
     0
+    >>> known = FedSCSXGBRegressor(n_estimators=5, max_depth=3, target_range=(-8.0, 8.0)).fit(clients)
+    >>> known.model_.metadata["dp_target_low"], known.model_.metadata["dp_target_high"]
+    (-8.0, 8.0)
     """
     )
 
     _objective = "squared_error"
+    _accepts = {
+        **_FedSCSXGBBase._accepts,
+        "target_range": _Accepts("a pair (low, high) of finite numbers, low < high", _convert_range, none_ok=True),
+    }
+
+    def __init__(
+        self,
+        *,
+        n_estimators: int | None = None,
+        max_depth: int | None = None,
+        learning_rate: float | None = None,
+        max_bin: int | None = None,
+        gamma: float | None = None,
+        min_split_loss: float | None = None,
+        reg_lambda: float = 1.0,
+        min_child_weight: float = 1.0,
+        multi_strategy: str | None = None,
+        random_state: int | None = 0,
+        protocol: str | None = None,
+        secure_aggregation: bool | None = None,
+        min_crowd: int = 5,
+        client_fraction: float = 1.0,
+        dp_epsilon: float = FedSCSXGB.dp_epsilon,
+        dp_delta: float = FedSCSXGB.dp_delta,
+        target_range: tuple[float, float] | None = None,
+    ) -> None:
+        _store(self, locals())
 
 
 # --- FedForest -------------------------------------------------------------------------------------

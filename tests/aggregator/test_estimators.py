@@ -269,6 +269,12 @@ def test_numpy_scalars_are_the_plain_numbers_they_hold() -> None:
         (FedSCSXGBClassifier, {"n_estimators": -1}, "n_estimators must be"),
         (FedSCSXGBClassifier, {"gamma": -0.5}, "gamma must be"),
         (FedSCSXGBClassifier, {"random_state": "seven"}, "random_state must be"),
+        (FedSCSXGBRegressor, {"target_range": (2.0, 1.0)}, r"target_range must be a pair \(low, high\)"),
+        (
+            FedSCSXGBRegressor,
+            {"target_range": (0.0, 1.0), "protocol": "histogram"},
+            "target_range bounds the private protocol's regression residuals",
+        ),
     ],
 )
 def test_bad_parameters_are_one_line_errors_at_fit(cls, params, message) -> None:
@@ -277,6 +283,21 @@ def test_bad_parameters_are_one_line_errors_at_fit(cls, params, message) -> None
         estimator.fit(fleet(6, regression=cls in (FedForestRegressor, FedSCSXGBRegressor)))
     assert "\n" not in str(info.value)
     assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)  # as scikit-learn's
+
+
+def test_a_regressor_given_its_target_range_makes_no_range_release(monkeypatch) -> None:
+    import aggregator.algorithms.fedscs_xgb_private as private_module
+
+    made = []
+    release = private_module.release_target_range
+    monkeypatch.setattr(private_module, "release_target_range", lambda *a, **k: made.append(1) or release(*a, **k))
+    clients = fleet(6, regression=True)
+    FedSCSXGBRegressor(n_estimators=3, max_depth=2).fit(clients)
+    assert made == [1]
+    given = FedSCSXGBRegressor(n_estimators=3, max_depth=2, target_range=[-50, 50]).fit(clients).model_.metadata
+    assert (given["dp_target_low"], given["dp_target_high"]) == (-50.0, 50.0)
+    assert made == [1]  # no release of the targets' octaves the second time
+    assert FedSCSXGBRegressor(target_range=(0, 1)).get_params()["target_range"] == (0, 1)
 
 
 #: Values no parameter takes: NaN, negative, infinite, of the wrong type.
