@@ -101,6 +101,17 @@ def mean_sd(values) -> str:
     return f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}"
 
 
+def trained_mean_std(values, digits: int = 2) -> str:
+    """``mean ± std`` (population std, as the regression tables print) of the runs that trained,
+    NaN marking a refused run, with how many were refused if any."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    ok = v[np.isfinite(v)]
+    text = f"{ok.mean():.{digits}f} ± {ok.std():.{digits}f}" if ok.size else "-"
+    return text if ok.size == v.size else f"{text} (refused {v.size - ok.size} of {v.size})"
+
+
 def direct_job(clients, *, job_id: str = "direct"):
     """A ``FederatedJob`` whose requests reach the clients' real handlers in-process, with no codec,
     broker or round engine in between: the same server and client code as ``aggregator.simulate``

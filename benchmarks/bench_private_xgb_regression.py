@@ -7,7 +7,9 @@ Test RMSE, mean ± std over seeds (paired: every method sees the same split per 
 
 * ``private ε=E``: ``FedSCSXGB(objective="squared_error")`` -- the private default (20 rounds of
   depth 6, 8 bins, learning rate 0.5, residuals clipped to half the width of the noisy octave
-  range of the targets) -- at ``dp_epsilon`` E (8 is the default);
+  range of the targets) -- at ``dp_epsilon`` E (8 is the default); a training whose range
+  release shows nothing above its noise is refused (``TargetRangeUnreadable``): its cell counts
+  the refusals and averages the runs that trained;
 * ``private, noise off``: the same at ε = 8 with every gateway's noise share zeroed (the
   server's noise-aware thresholds still those of ε = 8): what the private structure -- coarse
   noisy edges, ``dp_features`` features per round, clipped residuals and leaves -- costs by
@@ -38,7 +40,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 import _common  # noqa: F401  (puts the repo root on sys.path)
-from _common import without_noise
+from _common import trained_mean_std, without_noise
 
 EPSILONS = (1.0, 4.0, 8.0)
 DATASETS = ("diabetes", "randhie")
@@ -84,6 +86,7 @@ def cell(args: tuple[str, int]) -> dict[str, float]:
     import xgboost
 
     from aggregator.algorithms import FedSCSXGB
+    from aggregator.algorithms.private_fleet import TargetRangeUnreadable
     from aggregator.simulate import Simulation
 
     clients, X_test, y_test = split(name, seed)
@@ -94,7 +97,11 @@ def cell(args: tuple[str, int]) -> dict[str, float]:
     out: dict[str, float] = {}
     started = time.monotonic()
     for eps in EPSILONS:
-        model = Simulation(clients).run(FedSCSXGB(objective="squared_error", dp_epsilon=eps), seed=seed)
+        try:
+            model = Simulation(clients).run(FedSCSXGB(objective="squared_error", dp_epsilon=eps), seed=seed)
+        except TargetRangeUnreadable:  # the budget cannot say where the targets lie: refused
+            out[f"private ε={eps:g}"] = out[f"spent ε={eps:g}"] = float("nan")
+            continue
         out[f"private ε={eps:g}"] = rmse(model.predict(X_test))
         out[f"spent ε={eps:g}"] = float(model.metadata["dp_epsilon"])
     out["time private"] = (time.monotonic() - started) / len(EPSILONS)
@@ -147,14 +154,14 @@ def main() -> int:
     with ProcessPoolExecutor(args.jobs) as pool:
         for name in args.datasets.split(","):  # one row as each data set finishes
             rows = list(pool.map(cell, [(name, seed) for seed in range(args.seeds)]))
-            cells = [f"{np.mean([r[m] for r in rows]):.2f} ± {np.std([r[m] for r in rows]):.2f}" for m in METHODS]
+            cells = [trained_mean_std([r[m] for r in rows]) for m in METHODS]
             ratio = np.array([r["private ε=8"] / r["histogram"] for r in rows])
-            spent = ", ".join(f"{max(r[f'spent ε={e:g}'] for r in rows):.2f}" for e in EPSILONS)
+            spent = ", ".join(f"{np.nanmax([r[f'spent ε={e:g}'] for r in rows] + [0.0]):.2f}" for e in EPSILONS)
             times = ", ".join(f"{np.mean([r['time ' + m] for r in rows]):.1f}" for m in ("private", "histogram"))
             print(
                 f"| {name} | "
                 + " | ".join(cells)
-                + f" | {np.mean(ratio):.2f} (max {ratio.max():.2f}) | {spent} | {times} |",
+                + f" | {np.nanmean(ratio):.2f} (max {np.nanmax(ratio):.2f}) | {spent} | {times} |",
                 flush=True,
             )
     print(f"# {time.monotonic() - started:.0f} s")

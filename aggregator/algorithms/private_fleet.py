@@ -57,6 +57,7 @@ __all__ = [
     "RESIDUAL_SPREAD",
     "PrivateFleet",
     "TargetRangeError",
+    "TargetRangeUnreadable",
     "check_privacy_settings",
     "describe_fleet_privately",
     "frac_bits_for",
@@ -99,6 +100,19 @@ class TargetRangeError(TrainingError, ValueError):
         super().__init__(
             f"private regression needs targets within 2**20 ({TARGET_BOUND:.0f}) of their fleet "
             "median, and these spread further: rescale them (e.g. other units)"
+        )
+
+
+class TargetRangeUnreadable(TrainingError, ValueError):
+    """The target range release shows no octave clearly above its noise: the budget is too
+    small for the fleet's windows to say where the targets lie (one line; ends the job)."""
+
+    def __init__(self, fullest: float, needed: float) -> None:
+        super().__init__(
+            f"the targets' counts per octave show nothing above their noise (the fullest holds "
+            f"{fullest:.0f} windows; {needed:.0f} are needed at this budget), so their range cannot be "
+            "read privately: raise dp_epsilon, train on more windows, or give the range (FedSCS-XGB's "
+            "target_range)"
         )
 
 
@@ -480,7 +494,9 @@ def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     times ``min_count`` per square root of its cells (a pair of noise cells far from the
     targets -- octaves of 1e28 -- would otherwise stretch the range over them). The range runs
     from the lowest to the highest cell joined. Post-processing: outliers in near-empty or
-    distant sparse octaves are clipped, not ranged over.
+    distant sparse octaves are clipped, not ranged over. When no cell holds more than
+    ``min_count`` windows (or the range would reach the float32 ends), the fullest cell is as
+    likely noise as targets: :class:`TargetRangeUnreadable`, rather than a range of noise.
 
     Examples
     --------
@@ -494,6 +510,9 @@ def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     TargetClip(centre=2.25, half_width=1.75)
     """
     counts = np.asarray(counts, dtype=np.float64)
+    fullest = float(counts.max(initial=0.0))
+    if not fullest > min_count:
+        raise TargetRangeUnreadable(fullest, min_count)
     full = np.flatnonzero(_full_cells(counts, min_count))
     runs = np.split(full, np.flatnonzero(np.diff(full) > 1) + 1)
     starts, ends = _cell_bounds(np.array([r[0] for r in runs]))[0], _cell_bounds(np.array([r[-1] for r in runs]))[1]
@@ -512,8 +531,8 @@ def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     cells = np.concatenate([r for r, j in zip(runs, joined) if j])
     low = float(_cell_bounds(cells[:1])[0][0])
     high = float(_cell_bounds(cells[-1:])[1][0])
-    if not (np.isfinite(low) and np.isfinite(high)):  # no mass anywhere: the keys' ends
-        return TargetClip(0.0, 1.0)
+    if not (np.isfinite(low) and np.isfinite(high)):  # the keys' ends: beyond float32's range
+        raise TargetRangeUnreadable(fullest, min_count)
     return TargetClip((low + high) / 2, max((high - low) / 2, 2.0**-20))
 
 

@@ -195,11 +195,12 @@ def test_the_range_release_is_charged_one_window_count() -> None:
                 contributors = ("a", "b", "c")
                 total = np.zeros(length, np.int64)
 
+            Result.total[0x100 + 128] = 500 * COUNT_SCALE  # 500 windows of targets in [2, 4)
             return Result()
 
     clip = release_target_range(Summer(), Recording(), "", 3)
     assert charged == [("opening", float(COUNT_SCALE), float(COUNT_SCALE))]
-    assert isinstance(clip, TargetClip) and budget.spent().releases == 1
+    assert clip == TargetClip(3.0, 1.0) and budget.spent().releases == 1
 
 
 # --- the budget ------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import edge_client.algorithms.fedforest as client_module
 import edge_client.fleet_sums as client_sums
 from aggregator.algorithms import FedForest
 from aggregator.algorithms.fedforest_private import COUNT_SCALE, REGRESSION_RELEASE_PLAN
-from aggregator.algorithms.private_fleet import RANGE_BITS, target_range
+from aggregator.algorithms.private_fleet import RANGE_BITS, TargetRangeUnreadable, target_range
 from aggregator.algorithms.forest_private_growth import (
     NoisyCounts,
     PrivateForestPlan,
@@ -244,7 +244,23 @@ def test_the_public_range_spans_the_full_octaves_and_clips_outliers() -> None:
     counts[keys] = [40.0, 30.0, 90.0, 50.0, 70.0, 60.0, 2.0, 25.0]  # 1e6: below the threshold; 3e9: alone
     clip = target_range(counts, min_count=10.0)
     np.testing.assert_allclose([clip.centre - clip.half_width, clip.centre + clip.half_width], [-4.0, 8.0], rtol=1e-6)
-    assert target_range(np.zeros(1 << RANGE_BITS), 10.0).half_width > 0  # nothing above the noise
+
+
+def test_a_range_release_with_nothing_above_its_noise_stops_the_job_in_one_line() -> None:
+    """At a budget too small for the fleet the fullest octave is as likely noise as targets:
+    ranged over, it gave 5 of 40 trainings on 354 windows at epsilon 1 a range like [-1.8e16,
+    -9e15] and predictions to match. Refused instead, saying what would help."""
+    counts = np.zeros(1 << RANGE_BITS)
+    bulk = float32_keys(np.array([40.0, 90.0, 200.0, 300.0]))[0] >> (32 - RANGE_BITS)
+    counts[bulk] = [30.0, 90.0, 140.0, 50.0]
+    counts[75] = 150.0  # a noise cell (octave of -1e16) the fullest
+    with pytest.raises(TargetRangeUnreadable, match="nothing above their noise") as info:
+        target_range(counts, min_count=164.0)
+    assert "\n" not in str(info.value) and "raise dp_epsilon" in str(info.value)
+    with pytest.raises(TargetRangeUnreadable):
+        target_range(np.zeros(1 << RANGE_BITS), 10.0)
+    counts[bulk[2]] = 400.0  # the targets' octave clearly above the noise: read
+    assert target_range(counts, min_count=164.0) == TargetClip(192.0, 64.0)
 
 
 def test_a_far_pair_of_noise_cells_does_not_stretch_the_public_range() -> None:
@@ -295,7 +311,7 @@ def test_a_gateway_whose_target_sums_leave_the_public_range_stops_the_job_in_one
 
 
 def _lonely(target: float) -> list[ClientData]:
-    return lonely_window(fleet(n_clients=3, n=60, d=3, seed=1), target)
+    return lonely_window(fleet(n_clients=3, n=300, d=3, seed=1), target)
 
 
 def _missing_cell(algorithm: FedForest, clients: list[ClientData], noise_seed: int) -> np.ndarray:
