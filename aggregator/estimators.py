@@ -373,6 +373,17 @@ def _convert_max_features(value: Any) -> str | int | float | None:
 
 _BOOLEAN = _Accepts("a bool", lambda value: bool(value) if isinstance(value, (bool, np.bool_)) else None)
 
+#: A regressor's public target range (private protocol).
+_TARGET_RANGE = _Accepts("a pair (low, high) of finite numbers, low < high", _convert_range, none_ok=True)
+_TARGET_RANGE_DOC = """    target_range : tuple of (float, float) or None, default=None
+        Private protocol: the public range ``(low, high)`` the targets lie in (a sensor's
+        physical range, say). The training makes no release of the targets' octaves (that part
+        of the opening's share stays unspent) and clips the targets to it (FedSCS-XGB clips the
+        residuals to half its width, or to twice the reach of the opening's noisy target
+        quantiles from their median when that is less). ``None``: the range is read off that
+        release, and a fleet too small for its budget to read it is refused in one line.
+"""
+
 #: The parameters every estimator has.
 _COMMON_ACCEPTS = {
     "n_estimators": _integer(1),
@@ -573,19 +584,7 @@ class FedSCSXGBRegressor(_RegressorMixin, _FedSCSXGBBase):
         """FedSCS-XGB regressor (squared error) with xgboost's ``XGBRegressor`` parameter names.
 
 """
-        + _FEDSCS_PARAMETERS.replace(
-            "\n    Attributes\n",
-            """    target_range : tuple of (float, float) or None, default=None
-        Private protocol: the public range ``(low, high)`` the targets lie in (a sensor's
-        physical range, say; ``FedSCSXGB.target_range``). Residuals are clipped to half its
-        width, or to twice the reach of the opening's noisy target quantiles from their median
-        when that is less, and the training makes no release of the targets' octaves (that
-        part of the opening's share stays unspent). ``None``: the range is read off that
-        release.
-
-    Attributes
-""",
-        )
+        + _FEDSCS_PARAMETERS.replace("\n    Attributes\n", _TARGET_RANGE_DOC + "\n    Attributes\n")
         + """
     Examples
     --------
@@ -613,10 +612,7 @@ class FedSCSXGBRegressor(_RegressorMixin, _FedSCSXGBBase):
     )
 
     _objective = "squared_error"
-    _accepts = {
-        **_FedSCSXGBBase._accepts,
-        "target_range": _Accepts("a pair (low, high) of finite numbers, low < high", _convert_range, none_ok=True),
-    }
+    _accepts = {**_FedSCSXGBBase._accepts, "target_range": _TARGET_RANGE}
 
     def __init__(
         self,
@@ -825,7 +821,9 @@ class FedForestRegressor(_RegressorMixin, _FedForestBase):
     Parameters
     ----------
 """
-        + _FEDFOREST_PARAMETERS.replace("{default_features}", "1.0")
+        + _FEDFOREST_PARAMETERS.replace("{default_features}", "1.0").replace(
+            "\n    Attributes\n", _TARGET_RANGE_DOC + "\n    Attributes\n"
+        )
         + """
     Examples
     --------
@@ -844,6 +842,7 @@ class FedForestRegressor(_RegressorMixin, _FedForestBase):
     )
 
     _task = "regression"
+    _accepts = {**_FedForestBase._accepts, "target_range": _TARGET_RANGE}
 
     def __init__(
         self,
@@ -863,11 +862,13 @@ class FedForestRegressor(_RegressorMixin, _FedForestBase):
         client_fraction: float = 1.0,
         dp_epsilon: float = FedForest.dp_epsilon,
         dp_delta: float = FedForest.dp_delta,
+        target_range: tuple[float, float] | None = None,
     ) -> None:
         _store(self, locals())
 
     def _config(self, params: dict[str, Any], fleet: _Fleet) -> FedForest:
-        return self._forest_config(params, fleet)
+        target_range = params["target_range"]
+        return self._forest_config(params, fleet, **({} if target_range is None else {"target_range": target_range}))
 
 
 # --- helpers ---------------------------------------------------------------------------------------

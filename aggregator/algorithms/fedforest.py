@@ -61,7 +61,7 @@ from .fedforest_histogram import HistogramForestTraining
 from .fedforest_private import PRIVATE_REGRESSION_BINS, REGRESSION_RELEASE_PLAN, PrivateForestTraining, ReleasePlan
 from .fedforest_sketches import SketchForestTraining
 from .forest_training import ForestFleet, ForestResult, ForestState, LevelCounts, forest_importance
-from .private_fleet import check_privacy_settings, warn_if_not_private
+from .private_fleet import check_privacy_settings, checked_target_range, warn_if_not_private
 
 __all__ = ["FedForest", "ForestFleet", "ForestResult", "ForestState", "LevelCounts", "forest_importance"]
 
@@ -105,6 +105,9 @@ class FedForest:
     release alone, the same for every tree, and the average of trees with one structure is one
     tree, so a private regression grows one tree (``n_trees`` does not apply; the model and its
     metadata hold one).
+    A private regression clips its targets to a public range read off a noisy release of their
+    octaves (``private_fleet.release_target_range``), or to ``target_range`` ``(low, high)``
+    when the job gives it (public knowledge, e.g. a sensor's physical range; no release then).
     ``max_features``, ``min_samples_*``, ``min_impurity_decrease`` and ``min_crowd`` do not
     apply: no node statistics are released.
     The model's metadata reports what was spent
@@ -143,6 +146,7 @@ class FedForest:
     dp_epsilon: float = 8.0
     dp_delta: float = 1e-6
     dp_features: int | None = None  # None: sqrt(n_features); regression: all
+    target_range: tuple[float, float] | None = None  # private regression: a public range, else released
     release_plan: ReleasePlan | None = None  # None: the task's default
     resume_state: bytes | None = field(default=None, compare=False, repr=False)
 
@@ -169,6 +173,10 @@ class FedForest:
         if self.criterion is not None and (self.criterion == "mse") != self.regression:
             raise ValueError(f"criterion {self.criterion!r} does not fit task {self.task!r}")
         check_privacy_settings(self, paper="sketches", dp_possible=True)
+        if self.target_range is not None:
+            object.__setattr__(
+                self, "target_range", checked_target_range(self.target_range, self.regression, self.protocol)
+            )
         if self.protocol != "sketches":
             unsupported = [
                 name

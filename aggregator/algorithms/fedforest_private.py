@@ -50,6 +50,7 @@ from shared.protocol.messages.fedforest import (
     PrivateForestHistogramRequest,
     PrivateForestLeavesRequest,
     SplitDecisions,
+    TargetClip,
 )
 from shared.protocol.messages.fleet_sums import NoiseShare
 from shared.protocol.messages.secure_aggregation import word_bits_for
@@ -165,11 +166,14 @@ class PrivateForestTraining:
         if not cfg.regression and len(fleet.classes) < 2:
             raise TrainingError(f"classification needs at least 2 classes, the clients have {list(fleet.classes)}")
         self.fleet = fleet
-        self.clip = (
-            release_target_range(self.summer, self.budget, cfg.feature_set_version, fleet.n_features, spread=fleet)
-            if cfg.regression
-            else None
-        )
+        self.clip: TargetClip | None = None
+        if cfg.target_range is not None:  # public: no release (its share of the opening stays unspent)
+            low, high = cfg.target_range
+            self.clip = TargetClip((low + high) / 2, (high - low) / 2)
+        elif cfg.regression:
+            self.clip = release_target_range(
+                self.summer, self.budget, cfg.feature_set_version, fleet.n_features, spread=fleet
+            )
         self.columns = 2 if cfg.regression else len(fleet.classes)
         self.edges = [np.asarray(e, dtype=np.float32) for e in fleet.edges]
         if not any(e.shape[0] for e in self.edges):

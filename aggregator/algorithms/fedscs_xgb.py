@@ -89,6 +89,7 @@ from .fedscs_xgb_private import PrivateBoosting, ReleasePlan
 from .private_fleet import (
     PrivateFleet,
     check_privacy_settings,
+    checked_target_range,
     describe_fleet_privately,
     frac_bits_for,
     warn_if_not_private,
@@ -107,27 +108,6 @@ def _resolved(value: T | None, name: str) -> T:
     if value is None:
         raise ValueError(f"{name} is not resolved: FedSCSXGB sets it in construction")
     return value
-
-
-def check_target_range(target_range: Any, objective: str, protocol: str | None) -> None:
-    """A ``target_range`` must be ``(low, high)``, finite, ``low < high``, of a private regression.
-
-    Examples
-    --------
-    >>> check_target_range((0.0, 1.0), "squared_error", "private")
-    >>> check_target_range((1.0, 1.0), "squared_error", "private")  # doctest: +IGNORE_EXCEPTION_DETAIL
-    Traceback (most recent call last):
-    ValueError: target_range must be two finite numbers low < high, got (1.0, 1.0)
-    """
-    if objective != "squared_error" or protocol != "private":
-        raise ValueError(
-            "target_range bounds the private protocol's regression residuals: it needs "
-            "objective='squared_error' and protocol='private'"
-        )
-    ok = isinstance(target_range, tuple) and len(target_range) == 2
-    ok = ok and all(isinstance(v, (int, float)) and np.isfinite(v) for v in target_range)
-    if not (ok and target_range[0] < target_range[1] and target_range[1] - target_range[0] <= 2e30):
-        raise ValueError(f"target_range must be two finite numbers low < high, got {target_range!r}")
 
 
 def base_score_stats(objective: str, fleet: FleetData | PrivateFleet) -> np.ndarray:
@@ -332,7 +312,11 @@ class FedSCSXGB:
         if not (isinstance(self.dp_leaf_clip, (int, float)) and 0 < self.dp_leaf_clip < 1e6):
             raise ValueError(f"dp_leaf_clip must be a number in (0, 1e6), got {self.dp_leaf_clip!r}")
         if self.target_range is not None:
-            check_target_range(self.target_range, self.objective, self.protocol)
+            object.__setattr__(
+                self,
+                "target_range",
+                checked_target_range(self.target_range, self.objective == "squared_error", self.protocol),
+            )
         self.growth  # validates the tree settings
 
     @property

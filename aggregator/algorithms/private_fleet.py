@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,6 +60,7 @@ __all__ = [
     "TargetRangeError",
     "TargetRangeUnreadable",
     "check_privacy_settings",
+    "checked_target_range",
     "describe_fleet_privately",
     "frac_bits_for",
     "opening_releases",
@@ -111,9 +113,32 @@ class TargetRangeUnreadable(TrainingError, ValueError):
         super().__init__(
             f"the targets' counts per octave show nothing above their noise (the fullest holds "
             f"{fullest:.0f} windows; {needed:.0f} are needed at this budget), so their range cannot be "
-            "read privately: raise dp_epsilon, train on more windows, or give the range (FedSCS-XGB's "
-            "target_range)"
+            "read privately: raise dp_epsilon, train on more windows, or give it (target_range)"
         )
+
+
+def checked_target_range(target_range: Any, regression: bool, protocol: str | None) -> tuple[float, float]:
+    """A job's public ``target_range`` as ``(low, high)`` floats: two finite numbers ``low <
+    high`` (a tuple, or a list as JSON gives it), for a private regression only.
+
+    Examples
+    --------
+    >>> checked_target_range([0, 300], True, "private")
+    (0.0, 300.0)
+    >>> checked_target_range((1.0, 1.0), True, "private")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ValueError: target_range must be two finite numbers low < high, got (1.0, 1.0)
+    """
+    if not regression or protocol != "private":
+        raise ValueError(
+            "target_range bounds a private regression's targets: it needs a regression (FedSCS-XGB: "
+            "objective='squared_error'; FedForest: task='regression') and protocol='private'"
+        )
+    ok = isinstance(target_range, (tuple, list)) and len(target_range) == 2
+    ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in target_range)
+    if not (ok and target_range[0] < target_range[1] and target_range[1] - target_range[0] <= 2e30):
+        raise ValueError(f"target_range must be two finite numbers low < high, got {target_range!r}")
+    return float(target_range[0]), float(target_range[1])
 
 
 def opening_releases() -> int:

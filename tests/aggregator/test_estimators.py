@@ -273,7 +273,7 @@ def test_numpy_scalars_are_the_plain_numbers_they_hold() -> None:
         (
             FedSCSXGBRegressor,
             {"target_range": (0.0, 1.0), "protocol": "histogram"},
-            "target_range bounds the private protocol's regression residuals",
+            "target_range bounds a private regression's targets",
         ),
     ],
 )
@@ -298,6 +298,8 @@ def test_a_regressor_given_its_target_range_makes_no_range_release(monkeypatch) 
     assert (given["dp_target_low"], given["dp_target_high"]) == (-50.0, 50.0)
     assert made == [1]  # no release of the targets' octaves the second time
     assert FedSCSXGBRegressor(target_range=(0, 1)).get_params()["target_range"] == (0, 1)
+    forest = FedForestRegressor(n_estimators=2, max_depth=2, target_range=(-50, 50)).fit(clients).model_.metadata
+    assert (forest["dp_target_low"], forest["dp_target_high"]) == (-50.0, 50.0)
 
 
 #: Values no parameter takes: NaN, negative, infinite, of the wrong type.

@@ -238,6 +238,33 @@ def test_regression_defaults_to_the_private_protocol_and_reports_its_range() -> 
     assert prediction.min() >= meta["dp_target_low"] and prediction.max() <= meta["dp_target_high"]
 
 
+def test_a_job_given_its_target_range_makes_no_range_release_and_trains_where_the_release_cannot(
+    monkeypatch,
+) -> None:
+    """A fleet too small for epsilon 0.5 to read its targets' range is refused in one line;
+    given the range (public knowledge), the same job trains within it and makes no range
+    release. A JSON list is a pair; a classification cannot take a range."""
+    small = fleet(n_clients=3, n=40)
+    refused = Simulation(small)
+    for i, participant in enumerate(refused.participants.values()):
+        participant.seed_noise(40 + i)  # draws that put no cell above the threshold (most do)
+    with pytest.raises(TargetRangeUnreadable):
+        refused.run(FedForest(task="regression", n_trees=1, max_depth=2, dp_epsilon=0.5))
+    made = []
+    release = private_module.release_target_range
+    monkeypatch.setattr(private_module, "release_target_range", lambda *a, **k: made.append(1) or release(*a, **k))
+    config = FedForest(task="regression", n_trees=1, max_depth=2, dp_epsilon=0.5, target_range=[-5, 15])
+    assert config.target_range == (-5.0, 15.0)
+    model = Simulation(small).run(config)
+    assert not made and (model.metadata["dp_target_low"], model.metadata["dp_target_high"]) == (-5.0, 15.0)
+    X, _ = pooled(small)
+    assert -5.0 <= model.predict(X).min() and model.predict(X).max() <= 15.0
+    with pytest.raises(ValueError, match="task='regression'"):
+        FedForest(target_range=(0.0, 1.0))
+    with pytest.raises(ValueError, match="low < high"):
+        FedForest(task="regression", target_range=(1.0, 1.0))
+
+
 def test_the_public_range_spans_the_full_octaves_and_clips_outliers() -> None:
     counts = np.zeros(1 << RANGE_BITS)
     keys = float32_keys(np.array([-3.0, -1.5, 0.7, 1.5, 3.0, 5.0, 1e6, 3e9]))[0] >> (32 - RANGE_BITS)
