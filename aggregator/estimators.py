@@ -354,11 +354,12 @@ def _choices(config: type, name: str) -> _Accepts:
 
 
 def _convert_range(value: Any) -> tuple[float, float] | None:
-    """A public target range: a tuple or list of two finite numbers ``low < high``."""
+    """A public target range: a tuple or list of two finite numbers ``low < high`` at most 2e30
+    apart (the engines' bound)."""
     if not (isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_real(v) for v in value)):
         return None
     low, high = float(value[0]), float(value[1])
-    return (low, high) if low < high else None
+    return (low, high) if low < high and high - low <= 2e30 else None
 
 
 def _convert_max_features(value: Any) -> str | int | float | None:
@@ -374,7 +375,9 @@ def _convert_max_features(value: Any) -> str | int | float | None:
 _BOOLEAN = _Accepts("a bool", lambda value: bool(value) if isinstance(value, (bool, np.bool_)) else None)
 
 #: A regressor's public target range (private protocol).
-_TARGET_RANGE = _Accepts("a pair (low, high) of finite numbers, low < high", _convert_range, none_ok=True)
+_TARGET_RANGE = _Accepts(
+    "a pair (low, high) of finite numbers, low < high, at most 2e30 apart", _convert_range, none_ok=True
+)
 _TARGET_RANGE_DOC = """    target_range : tuple of (float, float) or None, default=None
         Private protocol: the public range ``(low, high)`` the targets lie in (a sensor's
         physical range, say). The training makes no release of the targets' octaves (that part
@@ -444,7 +447,6 @@ class _FedSCSXGBBase(_FederatedEstimator):
         if objective == "softmax" and np.unique(fleet.labels).size == 2:
             objective = "logistic"  # xgboost's XGBClassifier: binary:logistic for two classes
         gamma = _split_loss(params["gamma"], params["min_split_loss"])
-        target_range = params.get("target_range")
         return _build(
             FedSCSXGB,
             _FEDSCS_NAMES,
@@ -463,8 +465,12 @@ class _FedSCSXGBBase(_FederatedEstimator):
             dp_epsilon=params["dp_epsilon"],
             dp_delta=params["dp_delta"],
             **({} if gamma is None else {"gamma": gamma}),
-            **({} if target_range is None else {"target_range": target_range}),
+            **self._task_fields(params),
         )
+
+    def _task_fields(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The configuration fields only this task's estimator sets."""
+        return {}
 
     def _train(self, config: FedSCSXGB, job: FederatedJob, seed: int) -> tuple[TreeEnsemble, np.ndarray]:
         result = config.fit_with_diagnostics(job, seed=seed)
@@ -613,6 +619,9 @@ class FedSCSXGBRegressor(_RegressorMixin, _FedSCSXGBBase):
 
     _objective = "squared_error"
     _accepts = {**_FedSCSXGBBase._accepts, "target_range": _TARGET_RANGE}
+
+    def _task_fields(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {} if params["target_range"] is None else {"target_range": params["target_range"]}
 
     def __init__(
         self,

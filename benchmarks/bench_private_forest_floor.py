@@ -22,8 +22,9 @@ Per scenario, seed and epsilon E:
   tree, ``[windows, Σ z]`` with ``z`` the target clipped to a public range and scaled into
   ``[-1, 1]``, plus noise of the variance the product's ``PrivacyBudget`` gives a leaves release
   of that many trees with *all* of the budget but the opening's 10 % (Gaussian of the Skellam
-  noise's variance; the range given for free as the pooled 0.5 % and 99.5 % quantiles); node
-  values by the product's ``leaf_values``, shrunk by 0.3 (the product's), 1 or 3 noise
+  noise's variance; the range given for free as the pooled 0.5 % and 99.5 % quantiles, the
+  fleet's mean as the prior too); the noisy leaf cells made feasible and summed into their
+  parents as the product does; node values by the product's ``leaf_values``, shrunk by 0.3 (the product's), 1 or 3 noise
   deviations towards the fleet's mean or towards the parent's value (the product's), the trees
   averaged.
 
@@ -75,7 +76,7 @@ def private_leaves(
     noise ``sigma`` per cell; each node's value the product's ``leaf_values``, shrunk by
     ``smoothing`` noise deviations towards the fleet's mean or (``to_parent``) towards its
     parent's value, top down, a node's cells the sum of its leaves' (as the private forest does)."""
-    from aggregator.algorithms.forest_private_growth import leaf_values
+    from aggregator.algorithms.forest_private_growth import feasible, leaf_values
 
     fleet = np.array([1.0, float(np.mean(z))])
     weight = smoothing * sigma
@@ -84,9 +85,13 @@ def private_leaves(
         m = tree.parent.shape[0]
         leaves = np.setdiff1d(np.arange(m), tree.parent[tree.parent >= 0])
         cells = np.zeros((m, 2))
-        cells[leaves] = np.column_stack(
-            [np.bincount(tree.train, minlength=m)[leaves], np.bincount(tree.train, z, minlength=m)[leaves]]
-        ) + rng.normal(0.0, sigma, (leaves.size, 2))
+        cells[leaves] = feasible(
+            np.column_stack(
+                [np.bincount(tree.train, minlength=m)[leaves], np.bincount(tree.train, z, minlength=m)[leaves]]
+            )
+            + rng.normal(0.0, sigma, (leaves.size, 2)),
+            "mse",
+        )
         for node in range(m - 1, 0, -1):  # children are numbered after their parents
             cells[tree.parent[node]] += cells[node]
         value = np.zeros(m)

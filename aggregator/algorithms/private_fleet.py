@@ -112,7 +112,8 @@ class TargetRangeUnreadable(TrainingError, ValueError):
     def __init__(self, fullest: float, needed: float) -> None:
         super().__init__(
             f"the targets' counts per octave show nothing above their noise (the fullest holds "
-            f"{fullest:.0f} windows; {needed:.0f} are needed at this budget), so their range cannot be "
+            f"{fullest:.0f} windows; more than {needed:.0f} in two adjacent octaves, or twice that in one, are needed "
+            "at this budget), so their range cannot be "
             "read privately: raise dp_epsilon, train on more windows, or give it (target_range)"
         )
 
@@ -137,7 +138,9 @@ def checked_target_range(target_range: Any, regression: bool, protocol: str | No
     ok = isinstance(target_range, (tuple, list)) and len(target_range) == 2
     ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in target_range)
     if not (ok and target_range[0] < target_range[1] and target_range[1] - target_range[0] <= 2e30):
-        raise ValueError(f"target_range must be two finite numbers low < high, got {target_range!r}")
+        raise ValueError(
+            f"target_range must be two finite numbers low < high, at most 2e30 apart, got {target_range!r}"
+        )
     return float(target_range[0]), float(target_range[1])
 
 
@@ -493,15 +496,20 @@ SPREAD_OUTSIDE = 0.02
 
 
 def _full_cells(counts: np.ndarray, min_count: float) -> np.ndarray:
-    """Which cells of the target range release count (:func:`target_range`)."""
+    """Which cells of the target range release count (:func:`target_range`): more than
+    ``min_count`` windows next to a cell of more than half that, or more than
+    :data:`RANGE_RUN` times ``min_count`` alone; never the two outermost cells, whose octaves
+    reach float32's infinities."""
     half = np.pad(counts > min_count / 2, 1)
     neighbour = half[:-2] | half[2:]
-    return ((counts > min_count) & neighbour) | (np.arange(counts.size) == np.argmax(counts))
+    full = ((counts > min_count) & neighbour) | (counts > RANGE_RUN * min_count)
+    full[[0, -1]] = False
+    return full
 
 
 def _cell_bounds(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The float64 values where target range cells start and where the next ones start (the
-    last cell's end at most ``FLT_MAX``; the lowest cell's start is not finite)."""
+    last cell's end at most ``FLT_MAX``; the two outermost cells' outer bounds are not finite)."""
     shift = 32 - RANGE_BITS
     cells = np.asarray(cells, dtype=np.int64)
     starts = key_values((cells << shift).astype(np.uint32)).astype(np.float64)
@@ -512,22 +520,26 @@ def _cell_bounds(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     """The public target range from the noisy counts of the target range release (one per
     octave cell of the float32 keys, ``RANGE_BITS`` key bits, in key order). A cell is full if
-    it is the fullest or holds more than ``min_count`` windows next to a cell holding more than
-    half that (a lone cell above the threshold is far likelier noise). Runs of adjacent full
-    cells join the range, starting with the fullest cell's run, while a run lies within
-    :data:`RANGE_NEAR` times the range's width of it or holds more than :data:`RANGE_RUN`
-    times ``min_count`` per square root of its cells (a pair of noise cells far from the
-    targets -- octaves of 1e28 -- would otherwise stretch the range over them). The range runs
-    from the lowest to the highest cell joined. Post-processing: outliers in near-empty or
-    distant sparse octaves are clipped, not ranged over. When no cell holds more than
-    ``min_count`` windows (or the range would reach the float32 ends), the fullest cell is as
-    likely noise as targets: :class:`TargetRangeUnreadable`, rather than a range of noise.
+    it holds more than ``min_count`` windows next to a cell holding more than half that, or more
+    than :data:`RANGE_RUN` times ``min_count`` alone (a lone cell just above the threshold is far
+    likelier noise). Runs of adjacent full
+    cells join the range, starting with the run holding the most windows, while a run lies
+    within :data:`RANGE_NEAR` times the range's width of it or holds more than
+    :data:`RANGE_RUN` times ``min_count`` per square root of its cells (a pair of noise cells
+    far from the targets -- octaves of 1e28 -- would otherwise stretch the range over them).
+    The range runs from the lowest to the highest cell joined. Post-processing: outliers in
+    near-empty or distant sparse octaves are clipped, not ranged over.
+
+    Raises
+    ------
+    TargetRangeUnreadable
+        When no cell is full: the fullest is then as likely noise as targets.
 
     Examples
     --------
     >>> counts = np.zeros(512)
     >>> counts[[0x100 + 126, 0x100 + 127, 0x100 + 128, 0x100 + 130]] = [50.0, 40.0, 80.0, 3.0]
-    >>> counts[0x100 + 150] = 30.0  # alone: noise, not a target near 2**23
+    >>> counts[0x100 + 150] = 15.0  # alone, under twice the threshold: noise, not targets near 2**23
     >>> target_range(counts, min_count=10.0)  # [0.5, 1), [1, 2), [2, 4); 10 in [8, 16) is clipped
     TargetClip(centre=2.25, half_width=1.75)
     >>> counts[[0x100 + 200, 0x100 + 201]] = [12.0, 6.0]  # a far pair, barely above the noise
@@ -535,30 +547,23 @@ def target_range(counts: np.ndarray, min_count: float) -> TargetClip:
     TargetClip(centre=2.25, half_width=1.75)
     """
     counts = np.asarray(counts, dtype=np.float64)
-    fullest = float(counts.max(initial=0.0))
-    if not fullest > min_count:
-        raise TargetRangeUnreadable(fullest, min_count)
     full = np.flatnonzero(_full_cells(counts, min_count))
+    if full.size == 0:
+        raise TargetRangeUnreadable(float(counts[1:-1].max(initial=0.0)), min_count)
     runs = np.split(full, np.flatnonzero(np.diff(full) > 1) + 1)
-    starts, ends = _cell_bounds(np.array([r[0] for r in runs]))[0], _cell_bounds(np.array([r[-1] for r in runs]))[1]
-    strong = np.array([counts[r].sum() > RANGE_RUN * min_count * np.sqrt(r.size) for r in runs])
-    fullest = int(np.argmax(counts))
-    joined = np.array([fullest in r for r in runs])
-    with np.errstate(invalid="ignore", over="ignore"):
-        while True:  # at most one pass per run
-            low, high = starts[joined].min(), ends[joined].max()
-            reach = RANGE_NEAR * (high - low)
-            near = (starts <= high + reach) & (ends >= low - reach)
-            grown = joined | near | strong
-            if (grown == joined).all():
-                break
-            joined = grown
-    cells = np.concatenate([r for r, j in zip(runs, joined) if j])
-    low = float(_cell_bounds(cells[:1])[0][0])
-    high = float(_cell_bounds(cells[-1:])[1][0])
-    if not (np.isfinite(low) and np.isfinite(high)):  # the keys' ends: beyond float32's range
-        raise TargetRangeUnreadable(fullest, min_count)
-    return TargetClip((low + high) / 2, max((high - low) / 2, 2.0**-20))
+    starts = _cell_bounds(np.array([r[0] for r in runs]))[0]
+    ends = _cell_bounds(np.array([r[-1] for r in runs]))[1]
+    mass = np.array([counts[r].sum() for r in runs])
+    strong = mass > RANGE_RUN * min_count * np.sqrt([r.size for r in runs])
+    joined = np.arange(len(runs)) == np.argmax(mass)
+    while True:  # each pass joins a run or ends
+        low, high = starts[joined].min(), ends[joined].max()
+        reach = RANGE_NEAR * (high - low)
+        grown = joined | strong | ((starts <= high + reach) & (ends >= low - reach))
+        if (grown == joined).all():
+            break
+        joined = grown
+    return TargetClip(float((low + high) / 2), float(max((high - low) / 2, 2.0**-20)))
 
 
 def residual_bound(clip: TargetClip, edges: np.ndarray, median: float) -> float:
@@ -586,8 +591,8 @@ def spread_clip(clip: TargetClip, counts: np.ndarray, min_count: float, edges: n
     """The public target range ``clip`` narrowed to the opening's noisy ``median`` plus or minus
     :func:`residual_bound` (post-processing of releases already made), so that the noise on a sum
     of targets scales with the fleet's spread rather than with its octaves -- unless more than
-    :data:`SPREAD_OUTSIDE` of the windows the range release ``counts`` shows in full octaves lie
-    in octaves wholly outside the narrowed range (at a small budget the opening's edges can be
+    :data:`SPREAD_OUTSIDE` of the windows the range release ``counts`` shows in full octaves
+    within ``clip`` lie in octaves wholly outside the narrowed range (at a small budget the opening's edges can be
     noise while the octave counts still hold): then ``clip`` as it is.
 
     Examples
@@ -608,8 +613,9 @@ def spread_clip(clip: TargetClip, counts: np.ndarray, min_count: float, edges: n
     if not high > low:
         return clip
     counts = np.asarray(counts, dtype=np.float64)
-    full = _full_cells(counts, min_count)
     starts, ends = _cell_bounds(np.arange(counts.size))
+    in_clip = (starts >= clip.centre - clip.half_width) & (ends <= clip.centre + clip.half_width)
+    full = _full_cells(counts, min_count) & in_clip  # the runs target_range joined
     outside = full & ((ends <= low) | (starts >= high))
     if counts[outside].sum() > SPREAD_OUTSIDE * counts[full].sum():
         return clip
@@ -628,7 +634,14 @@ def release_target_range(
     sensitivity 1 window) from the budget's ``"opening"`` share -- the release a regression
     opening under a budget leaves unmade (it sums no targets) -- and the public range read off
     it (:func:`target_range`), narrowed to the ``spread`` fleet's target edges where they hold
-    (:func:`spread_clip`)."""
+    (:func:`spread_clip`).
+
+    Raises
+    ------
+    TargetRangeUnreadable
+        When the release shows no octave clearly above its noise (the job stops in one line;
+        the release is charged).
+    """
     cohort = list(summer.active)
     plan = GridPlan(  # one bucket, the target column's whole key space, in octave cells
         n_features + 1,

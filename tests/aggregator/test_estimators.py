@@ -270,6 +270,7 @@ def test_numpy_scalars_are_the_plain_numbers_they_hold() -> None:
         (FedSCSXGBClassifier, {"gamma": -0.5}, "gamma must be"),
         (FedSCSXGBClassifier, {"random_state": "seven"}, "random_state must be"),
         (FedSCSXGBRegressor, {"target_range": (2.0, 1.0)}, r"target_range must be a pair \(low, high\)"),
+        (FedForestRegressor, {"target_range": (-1e31, 1e31)}, "target_range must be .* at most 2e30 apart"),
         (
             FedSCSXGBRegressor,
             {"target_range": (0.0, 1.0), "protocol": "histogram"},
@@ -300,6 +301,23 @@ def test_a_regressor_given_its_target_range_makes_no_range_release(monkeypatch) 
     assert FedSCSXGBRegressor(target_range=(0, 1)).get_params()["target_range"] == (0, 1)
     forest = FedForestRegressor(n_estimators=2, max_depth=2, target_range=(-50, 50)).fit(clients).model_.metadata
     assert (forest["dp_target_low"], forest["dp_target_high"]) == (-50.0, 50.0)
+
+
+@pytest.mark.parametrize(
+    ("classifier", "regressor", "own", "differ"),
+    [
+        (FedSCSXGBClassifier, FedSCSXGBRegressor, ({}, {"target_range"}), set()),
+        (FedForestClassifier, FedForestRegressor, ({"criterion"}, {"target_range"}), {"max_features"}),
+    ],
+)
+def test_a_regressor_s_constructor_is_its_classifier_s_plus_its_own(classifier, regressor, own, differ) -> None:
+    """Each estimator spells its constructor out (scikit-learn's rule); the pair must not drift:
+    the same parameters with the same defaults, but for each one's own and the known ``differ``."""
+    c, r = classifier().get_params(), regressor().get_params()
+    assert set(c) - set(own[0]) == set(r) - set(own[1])
+    assert {n: v for n, v in c.items() if n in r and n not in differ} == {
+        n: v for n, v in r.items() if n in c and n not in differ
+    }
 
 
 #: Values no parameter takes: NaN, negative, infinite, of the wrong type.

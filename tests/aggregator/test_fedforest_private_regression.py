@@ -22,7 +22,7 @@ import edge_client.algorithms.fedforest as client_module
 import edge_client.fleet_sums as client_sums
 from aggregator.algorithms import FedForest
 from aggregator.algorithms.fedforest_private import COUNT_SCALE, REGRESSION_RELEASE_PLAN
-from aggregator.algorithms.private_fleet import RANGE_BITS, TargetRangeUnreadable, target_range
+from aggregator.algorithms.private_fleet import RANGE_BITS, TargetRangeUnreadable, spread_clip, target_range
 from aggregator.algorithms.forest_private_growth import (
     NoisyCounts,
     PrivateForestPlan,
@@ -248,8 +248,9 @@ def test_a_job_given_its_target_range_makes_no_range_release_and_trains_where_th
     refused = Simulation(small)
     for i, participant in enumerate(refused.participants.values()):
         participant.seed_noise(40 + i)  # draws that put no cell above the threshold (most do)
-    with pytest.raises(TargetRangeUnreadable):
+    with pytest.raises(TargetRangeUnreadable) as info:
         refused.run(FedForest(task="regression", n_trees=1, max_depth=2, dp_epsilon=0.5))
+    assert "\n" not in str(info.value) and "target_range" in str(info.value)
     made = []
     release = private_module.release_target_range
     monkeypatch.setattr(private_module, "release_target_range", lambda *a, **k: made.append(1) or release(*a, **k))
@@ -268,15 +269,16 @@ def test_a_job_given_its_target_range_makes_no_range_release_and_trains_where_th
 def test_the_public_range_spans_the_full_octaves_and_clips_outliers() -> None:
     counts = np.zeros(1 << RANGE_BITS)
     keys = float32_keys(np.array([-3.0, -1.5, 0.7, 1.5, 3.0, 5.0, 1e6, 3e9]))[0] >> (32 - RANGE_BITS)
-    counts[keys] = [40.0, 30.0, 90.0, 50.0, 70.0, 60.0, 2.0, 25.0]  # 1e6: below the threshold; 3e9: alone
+    counts[keys] = [40.0, 30.0, 90.0, 50.0, 70.0, 60.0, 2.0, 15.0]  # 1e6: below the threshold; 3e9: alone
     clip = target_range(counts, min_count=10.0)
     np.testing.assert_allclose([clip.centre - clip.half_width, clip.centre + clip.half_width], [-4.0, 8.0], rtol=1e-6)
 
 
-def test_a_range_release_with_nothing_above_its_noise_stops_the_job_in_one_line() -> None:
+def test_a_range_release_with_nothing_above_its_noise_is_refused() -> None:
     """At a budget too small for the fleet the fullest octave is as likely noise as targets:
     ranged over, it gave 5 of 40 trainings on 354 windows at epsilon 1 a range like [-1.8e16,
-    -9e15] and predictions to match. Refused instead, saying what would help."""
+    -9e15] and predictions to match. Refused instead, saying what would help (a job stops with
+    this line: ``test_a_job_given_its_target_range...``)."""
     counts = np.zeros(1 << RANGE_BITS)
     bulk = float32_keys(np.array([40.0, 90.0, 200.0, 300.0]))[0] >> (32 - RANGE_BITS)
     counts[bulk] = [30.0, 90.0, 140.0, 50.0]
@@ -286,8 +288,43 @@ def test_a_range_release_with_nothing_above_its_noise_stops_the_job_in_one_line(
     assert "\n" not in str(info.value) and "raise dp_epsilon" in str(info.value)
     with pytest.raises(TargetRangeUnreadable):
         target_range(np.zeros(1 << RANGE_BITS), 10.0)
+    for end in (0, (1 << RANGE_BITS) - 1):  # octaves reaching float32's infinities hold no target
+        lone = np.zeros(1 << RANGE_BITS)
+        lone[end] = 1e6
+        with pytest.raises(TargetRangeUnreadable):
+            target_range(lone, 10.0)
     counts[bulk[2]] = 400.0  # the targets' octave clearly above the noise: read
     assert target_range(counts, min_count=164.0) == TargetClip(192.0, 64.0)
+
+
+def test_the_range_starts_from_the_run_holding_most_windows_not_the_fullest_cell() -> None:
+    """A noise cell above the threshold but alone can be the fullest while the targets' octaves
+    are only a little above it: the range starts from the run with the most windows."""
+    counts = np.zeros(1 << RANGE_BITS)
+    counts[float32_keys(np.array([90.0, 200.0]))[0] >> (32 - RANGE_BITS)] = [170.0, 180.0]
+    counts[75] = 300.0  # noise, octave of -1e16: above 164 but alone and under twice it
+    assert target_range(counts, min_count=164.0) == TargetClip(160.0, 96.0)  # [64, 256)
+
+
+def test_the_narrowing_ignores_the_runs_the_range_left_out() -> None:
+    """A far pair of noise octaves holding 2.7 % of the windows is not ranged over, and does not
+    count as windows outside the narrowed range either (it would keep the octave range)."""
+    counts = np.zeros(1 << RANGE_BITS)
+    counts[[0x100 + 128, 0x100 + 129, 0x100 + 130]] = [200.0, 500.0, 300.0]  # [2, 4) .. [8, 16)
+    counts[[0x100 + 200, 0x100 + 201]] = [14.0, 14.0]  # about 2**73: noise, not enough to count alone
+    clip = target_range(counts, 10.0)
+    assert clip == TargetClip(9.0, 7.0)
+    assert spread_clip(clip, counts, 10.0, np.array([4.0, 6.0, 8.0], np.float32), 6.0) == TargetClip(6.0, 4.0)
+
+
+def test_a_weak_run_joins_the_range_only_near_it() -> None:
+    """A run of full octaves with too few windows to count alone joins within RANGE_NEAR times
+    the range's width of it ([32, 64) beside [2, 8)), not far away ([2**20, 2**21))."""
+    counts = np.zeros(1 << RANGE_BITS)
+    keys = float32_keys(np.array([3.0, 5.0, 40.0, 100.0, 1.5e6, 3e6]))[0] >> (32 - RANGE_BITS)
+    counts[keys] = [100.0, 100.0, 12.0, 6.0, 12.0, 6.0]
+    clip = target_range(counts, min_count=10.0)
+    assert (clip.centre - clip.half_width, clip.centre + clip.half_width) == (2.0, 64.0)
 
 
 def test_a_far_pair_of_noise_cells_does_not_stretch_the_public_range() -> None:
