@@ -943,6 +943,7 @@ class JobRunner:
         if isinstance(model, dict):
             self._finish_personal(job, model, fed)
             return
+        model = self._with_job_spending(job, model)
         record = self.registry.add(job.model_id, model, config=job.config, parent=job.init_model, job_id=job.job_id)
         self._settle_privacy(job, model=model, label=record.label, gateways=list(fed.clients))
         evaluation = self._evaluate(fed, model)
@@ -956,6 +957,26 @@ class JobRunner:
             self._promote(job, record.version, model, fed, evaluation, schedule)
         self.registry.update_job(job.job_id, state="completed")
         log.info("job completed", extra={"job": job.job_id, "model": record.label})
+
+    def _with_job_spending(self, job: JobRecord, model: TreeEnsemble) -> TreeEnsemble:
+        """``model`` of a private job that earlier attempts (cut short, then resumed) spent on
+        too: its metadata keeps its own attempt's spending (``dp_epsilon``, ``dp_rho``,
+        ``dp_xi``: the ledger settles the attempt with them) and gains the job's, every
+        attempt's composed (``dp_job_epsilon``, ``dp_job_rho``, ``dp_job_xi``, ``dp_attempts``)."""
+        meta = model.metadata
+        earlier = [e for e in self.registry.privacy_ledger(job.job_id) if e.basis != "running"]
+        if "dp_rho" not in meta or not earlier:
+            return model
+        rho = float(meta["dp_rho"]) + sum(e.rho for e in earlier)
+        xi = float(meta.get("dp_xi", 0.0)) + sum(e.xi for e in earlier)
+        delta = float(meta["dp_delta"])
+        job_meta = {
+            "dp_job_epsilon": epsilon_of(rho, xi, delta),
+            "dp_job_rho": rho,
+            "dp_job_xi": xi,
+            "dp_attempts": len(earlier) + 1,
+        }
+        return replace(model, metadata={**meta, **job_meta})
 
     def _finish_personal(self, job: JobRecord, models: dict[str, TreeEnsemble], fed: FederatedJob) -> None:
         """A job that ends with one model per gateway (FedGA-Tree): each is registered as

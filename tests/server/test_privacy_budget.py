@@ -310,3 +310,13 @@ def test_an_attempt_cut_short_by_a_stopped_server_is_charged_what_it_released(tm
         )
         assert entries[0].epsilon == epsilon_of(first.released_rho, first.released_xi, 1e-6) < 7.0
         assert sum(e.rho + e.xi for e in entries) <= rho_for_epsilon(7.0, 1e-6) * (1 + 1e-9)
+        # the model says what its own attempt spent and what the whole job did
+        model_id, _, version = ended.result.rpartition(":v")
+        meta = server.registry.model(model_id, int(version))[1].metadata
+        assert (meta["dp_rho"], meta["dp_xi"]) == (entries[1].rho, entries[1].xi)
+        assert meta["dp_attempts"] == 2
+        assert meta["dp_job_rho"] == pytest.approx(entries[0].rho + entries[1].rho, rel=1e-12)
+        assert meta["dp_job_epsilon"] == pytest.approx(
+            epsilon_of(sum(e.rho for e in entries), sum(e.xi for e in entries), 1e-6), rel=1e-9
+        )
+        assert meta["dp_epsilon"] < meta["dp_job_epsilon"] <= 7.0 + 1e-9
