@@ -33,6 +33,7 @@ from numpy.typing import ArrayLike
 from shared.model import TreeEnsemble
 
 from .algorithms import FedForest, FedSCSXGB
+from .algorithms.private_fleet import target_pair
 from .jobs import FederatedJob, JobSettings
 from .simulate import Simulation
 
@@ -353,15 +354,6 @@ def _choices(config: type, name: str) -> _Accepts:
     return accepts.or_none() if type(None) in get_args(annotation) else accepts
 
 
-def _convert_range(value: Any) -> tuple[float, float] | None:
-    """A public target range: a tuple or list of two finite numbers ``low < high`` at most 2e30
-    apart (the engines' bound)."""
-    if not (isinstance(value, (tuple, list)) and len(value) == 2 and all(_is_real(v) for v in value)):
-        return None
-    low, high = float(value[0]), float(value[1])
-    return (low, high) if low < high and high - low <= 2e30 else None
-
-
 def _convert_max_features(value: Any) -> str | int | float | None:
     """scikit-learn's ``max_features``: "sqrt", "log2", a count of features, or a fraction of
     them (``1`` is one feature, ``1.0`` all of them; ``None`` is handled by ``none_ok``)."""
@@ -376,7 +368,7 @@ _BOOLEAN = _Accepts("a bool", lambda value: bool(value) if isinstance(value, (bo
 
 #: A regressor's public target range (private protocol).
 _TARGET_RANGE = _Accepts(
-    "a pair (low, high) of finite numbers, low < high, at most 2e30 apart", _convert_range, none_ok=True
+    "a pair (low, high) of finite numbers, low < high, at most 2e30 apart", target_pair, none_ok=True
 )
 _TARGET_RANGE_DOC = """    target_range : tuple of (float, float) or None, default=None
         Private protocol: the public range ``(low, high)`` the targets lie in (a sensor's
@@ -621,7 +613,7 @@ class FedSCSXGBRegressor(_RegressorMixin, _FedSCSXGBBase):
     _accepts = {**_FedSCSXGBBase._accepts, "target_range": _TARGET_RANGE}
 
     def _task_fields(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {} if params["target_range"] is None else {"target_range": params["target_range"]}
+        return {"target_range": params["target_range"]}
 
     def __init__(
         self,
@@ -876,8 +868,7 @@ class FedForestRegressor(_RegressorMixin, _FedForestBase):
         _store(self, locals())
 
     def _config(self, params: dict[str, Any], fleet: _Fleet) -> FedForest:
-        target_range = params["target_range"]
-        return self._forest_config(params, fleet, **({} if target_range is None else {"target_range": target_range}))
+        return self._forest_config(params, fleet, target_range=params["target_range"])
 
 
 # --- helpers ---------------------------------------------------------------------------------------

@@ -50,7 +50,6 @@ from shared.protocol.messages.fedforest import (
     PrivateForestHistogramRequest,
     PrivateForestLeavesRequest,
     SplitDecisions,
-    TargetClip,
 )
 from shared.protocol.messages.fleet_sums import NoiseShare
 from shared.protocol.messages.secure_aggregation import word_bits_for
@@ -60,7 +59,7 @@ from ..fleet_sums import FleetSummer
 from ..jobs import FederatedJob, StepProgress, TrainingError
 from ..privacy import PrivacyBudget, skellam_release
 from .forest_private_growth import NoisyCounts, PrivateForest, PrivateForestPlan, count_violation, grow_private_forest
-from .private_fleet import COUNT_SCALE, describe_fleet_privately, opening_releases, release_target_range
+from .private_fleet import COUNT_SCALE, describe_fleet_privately, opening_releases, public_target_range
 
 if TYPE_CHECKING:
     from .fedforest import FedForest
@@ -166,14 +165,11 @@ class PrivateForestTraining:
         if not cfg.regression and len(fleet.classes) < 2:
             raise TrainingError(f"classification needs at least 2 classes, the clients have {list(fleet.classes)}")
         self.fleet = fleet
-        self.clip: TargetClip | None = None
-        if cfg.target_range is not None:  # public: no release (its share of the opening stays unspent)
-            low, high = cfg.target_range
-            self.clip = TargetClip((low + high) / 2, (high - low) / 2)
-        elif cfg.regression:
-            self.clip = release_target_range(
-                self.summer, self.budget, cfg.feature_set_version, fleet.n_features, spread=fleet
-            )
+        self.clip = (
+            public_target_range(self.summer, self.budget, cfg.feature_set_version, fleet, cfg.target_range, narrow=True)
+            if cfg.regression
+            else None
+        )
         self.columns = 2 if cfg.regression else len(fleet.classes)
         self.edges = [np.asarray(e, dtype=np.float32) for e in fleet.edges]
         if not any(e.shape[0] for e in self.edges):

@@ -37,7 +37,6 @@ import numpy as np
 
 from shared.differential_privacy import lattice_norm_bound
 from shared.model import TreeEnsemble
-from shared.protocol.messages.fedforest import TargetClip
 from shared.protocol.messages.fedscs_xgb import (
     PrivateLattice,
     PrivateRoundFeatures,
@@ -59,7 +58,7 @@ from .private_fleet import (
     PrivateFleet,
     describe_fleet_privately,
     opening_releases,
-    release_target_range,
+    public_target_range,
     residual_bound,
 )
 from .private_growth import PrivateGrowth, grow_private_tree, level_violation
@@ -150,15 +149,11 @@ class PrivateBoosting(BoostedTrees):
             classes=cfg.job_classes(),
             budget=self.budget,
         )
-        self.clip: TargetClip | None = None
-        if self.regression:
-            self.clip = (
-                TargetClip(
-                    (cfg.target_range[0] + cfg.target_range[1]) / 2, (cfg.target_range[1] - cfg.target_range[0]) / 2
-                )
-                if cfg.target_range is not None
-                else release_target_range(summer, self.budget, cfg.feature_set_version, fleet.n_features)
-            )
+        self.clip = (
+            public_target_range(summer, self.budget, cfg.feature_set_version, fleet, cfg.target_range)
+            if self.regression
+            else None
+        )
         self._set_fleet(fleet)
         if cfg.init_model is not None:
             self.continue_from(cfg.init_model, cfg.multi_strategy)

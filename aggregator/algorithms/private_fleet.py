@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -59,14 +60,17 @@ __all__ = [
     "PrivateFleet",
     "TargetRangeError",
     "TargetRangeUnreadable",
+    "TARGET_RANGE_WIDTH",
     "check_privacy_settings",
     "checked_target_range",
     "describe_fleet_privately",
     "frac_bits_for",
     "opening_releases",
+    "public_target_range",
     "release_target_range",
     "residual_bound",
     "spread_clip",
+    "target_pair",
     "target_range",
 ]
 
@@ -118,9 +122,31 @@ class TargetRangeUnreadable(TrainingError, ValueError):
         )
 
 
+#: The widest public target range a job may give (the engines' fixed point bound).
+TARGET_RANGE_WIDTH = 2e30
+
+
+def target_pair(value: Any) -> tuple[float, float] | None:
+    """``value`` as a target range ``(low, high)`` of floats -- two finite real numbers (a tuple,
+    or a list as JSON gives it), ``low < high``, at most :data:`TARGET_RANGE_WIDTH` apart -- or
+    None.
+
+    Examples
+    --------
+    >>> target_pair([0, 300]), target_pair((1.0, 1.0)), target_pair((0.0, float("inf")))
+    ((0.0, 300.0), None, None)
+    """
+    if not (isinstance(value, (tuple, list)) and len(value) == 2):
+        return None
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in value):
+        return None
+    low, high = float(value[0]), float(value[1])
+    return (low, high) if low < high and high - low <= TARGET_RANGE_WIDTH else None
+
+
 def checked_target_range(target_range: Any, regression: bool, protocol: str | None) -> tuple[float, float]:
-    """A job's public ``target_range`` as ``(low, high)`` floats: two finite numbers ``low <
-    high`` (a tuple, or a list as JSON gives it), for a private regression only.
+    """A job's public ``target_range`` as :func:`target_pair` reads it, for a private regression
+    only; a ``ValueError`` (one line) otherwise.
 
     Examples
     --------
@@ -128,20 +154,19 @@ def checked_target_range(target_range: Any, regression: bool, protocol: str | No
     (0.0, 300.0)
     >>> checked_target_range((1.0, 1.0), True, "private")  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    ValueError: target_range must be two finite numbers low < high, got (1.0, 1.0)
+    ValueError: target_range must be two finite numbers low < high, at most 2e30 apart, got (1.0, 1.0)
     """
     if not regression or protocol != "private":
         raise ValueError(
             "target_range bounds a private regression's targets: it needs a regression (FedSCS-XGB: "
             "objective='squared_error'; FedForest: task='regression') and protocol='private'"
         )
-    ok = isinstance(target_range, (tuple, list)) and len(target_range) == 2
-    ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in target_range)
-    if not (ok and target_range[0] < target_range[1] and target_range[1] - target_range[0] <= 2e30):
+    pair = target_pair(target_range)
+    if pair is None:
         raise ValueError(
             f"target_range must be two finite numbers low < high, at most 2e30 apart, got {target_range!r}"
         )
-    return float(target_range[0]), float(target_range[1])
+    return pair
 
 
 def opening_releases() -> int:
@@ -672,3 +697,22 @@ def release_target_range(
     if spread is None:
         return clip
     return spread_clip(clip, counts, RANGE_SIGMAS * sigma, spread.target_edges, spread.target_shift)
+
+
+def public_target_range(
+    summer: FleetSummer,
+    budget: PrivacyBudget,
+    feature_set_version: str,
+    fleet: PrivateFleet,
+    given: tuple[float, float] | None,
+    *,
+    narrow: bool = False,
+) -> TargetClip:
+    """A private regression's public target range: the job's ``given`` range as it is (public
+    knowledge; no release, that part of the opening's share stays unspent), else read off
+    :func:`release_target_range` (``narrow``: narrowed to the ``fleet``'s target edges where
+    they hold)."""
+    if given is not None:
+        low, high = given
+        return TargetClip((low + high) / 2, (high - low) / 2)
+    return release_target_range(summer, budget, feature_set_version, fleet.n_features, spread=fleet if narrow else None)

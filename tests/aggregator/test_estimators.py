@@ -287,11 +287,11 @@ def test_bad_parameters_are_one_line_errors_at_fit(cls, params, message) -> None
 
 
 def test_a_regressor_given_its_target_range_makes_no_range_release(monkeypatch) -> None:
-    import aggregator.algorithms.fedscs_xgb_private as private_module
+    import aggregator.algorithms.private_fleet as fleet_module
 
     made = []
-    release = private_module.release_target_range
-    monkeypatch.setattr(private_module, "release_target_range", lambda *a, **k: made.append(1) or release(*a, **k))
+    release = fleet_module.release_target_range
+    monkeypatch.setattr(fleet_module, "release_target_range", lambda *a, **k: made.append(1) or release(*a, **k))
     clients = fleet(6, regression=True)
     FedSCSXGBRegressor(n_estimators=3, max_depth=2).fit(clients)
     assert made == [1]

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import aggregator.algorithms.fedforest_private as private_module
+import aggregator.algorithms.private_fleet as fleet_module
 import edge_client.algorithms.fedforest as client_module
 import edge_client.fleet_sums as client_sums
 from aggregator.algorithms import FedForest
@@ -252,8 +253,8 @@ def test_a_job_given_its_target_range_makes_no_range_release_and_trains_where_th
         refused.run(FedForest(task="regression", n_trees=1, max_depth=2, dp_epsilon=0.5))
     assert "\n" not in str(info.value) and "target_range" in str(info.value)
     made = []
-    release = private_module.release_target_range
-    monkeypatch.setattr(private_module, "release_target_range", lambda *a, **k: made.append(1) or release(*a, **k))
+    release = fleet_module.release_target_range
+    monkeypatch.setattr(fleet_module, "release_target_range", lambda *a, **k: made.append(1) or release(*a, **k))
     config = FedForest(task="regression", n_trees=1, max_depth=2, dp_epsilon=0.5, target_range=[-5, 15])
     assert config.target_range == (-5.0, 15.0)
     model = Simulation(small).run(config)
