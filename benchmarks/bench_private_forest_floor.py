@@ -38,6 +38,7 @@ over the sketches protocol's MSE (mean of per-seed ratios; the product target is
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import platform
@@ -56,6 +57,7 @@ TOY_PARTS = (6, 8, 10, 12, 16)
 SMOOTHING = (0.3, 1.0, 3.0)
 
 
+@functools.cache
 def leaf_sigma(epsilon: float, n_trees: int) -> float:
     """The noise deviation, in windows, of one cell of a leaves release of ``n_trees`` trees
     that gets all of the private regression's budget but the opening's share."""
@@ -187,9 +189,9 @@ def cell(args: tuple[str, int, tuple[float, ...]]) -> dict[str, object]:
     for eps in epsilons:
         scores = {}
         for name, forest in structures:
+            sigma = leaf_sigma(eps, len(forest))
             for smoothing in SMOOTHING:
                 for to_parent in (False, True):
-                    sigma = leaf_sigma(eps, len(forest))
                     pred = centre + half * private_leaves(forest, z, sigma, rng, smoothing, to_parent)
                     key = f"{name}, shrunk {smoothing:g} towards the {'parent' if to_parent else 'fleet mean'}"
                     scores[key] = float(np.mean((pred - y_test) ** 2))
