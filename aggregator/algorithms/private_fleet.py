@@ -116,9 +116,9 @@ class TargetRangeUnreadable(TrainingError, ValueError):
     def __init__(self, fullest: float, needed: float) -> None:
         super().__init__(
             f"the targets' counts per octave show nothing above their noise (the fullest holds "
-            f"{fullest:.0f} windows; more than {needed:.0f} in two adjacent octaves, or twice that in one, are needed "
-            "at this budget), so their range cannot be "
-            "read privately: raise dp_epsilon, train on more windows, or give it (target_range)"
+            f"{fullest:.0f} windows; more than {needed:.0f} next to an octave of half that, or twice it "
+            "alone, are needed at this budget), so their range cannot be read privately: raise "
+            "dp_epsilon, train on more windows, or give it (target_range)"
         )
 
 
