@@ -301,6 +301,7 @@ def test_a_regressor_given_its_target_range_makes_no_range_release(monkeypatch) 
     assert FedSCSXGBRegressor(target_range=(0, 1)).get_params()["target_range"] == (0, 1)
     forest = FedForestRegressor(n_estimators=2, max_depth=2, target_range=(-50, 50)).fit(clients).model_.metadata
     assert (forest["dp_target_low"], forest["dp_target_high"]) == (-50.0, 50.0)
+    assert made == [1]  # nor for the forest
 
 
 @pytest.mark.parametrize(

@@ -302,9 +302,9 @@ def test_the_range_starts_from_the_run_holding_most_windows_not_the_fullest_cell
     """A noise cell above the threshold but alone can be the fullest while the targets' octaves
     are only a little above it: the range starts from the run with the most windows."""
     counts = np.zeros(1 << RANGE_BITS)
-    counts[float32_keys(np.array([90.0, 200.0]))[0] >> (32 - RANGE_BITS)] = [170.0, 180.0]
-    counts[75] = 300.0  # noise, octave of -1e16: above 164 but alone and under twice it
-    assert target_range(counts, min_count=164.0) == TargetClip(160.0, 96.0)  # [64, 256)
+    counts[float32_keys(np.array([90.0, 200.0, 400.0]))[0] >> (32 - RANGE_BITS)] = [170.0, 180.0, 170.0]
+    counts[[74, 75]] = [90.0, 200.0]  # noise near -1e16: a full run with the fullest cell, 290 windows
+    assert target_range(counts, min_count=164.0) == TargetClip(288.0, 224.0)  # [64, 512)
 
 
 def test_the_narrowing_ignores_the_runs_the_range_left_out() -> None:
@@ -337,12 +337,12 @@ def test_a_far_pair_of_noise_cells_does_not_stretch_the_public_range() -> None:
     bulk = float32_keys(np.array([-3.0, -1.5, 0.7, 1.5, 3.0, 5.0]))[0] >> (32 - RANGE_BITS)
     counts[bulk] = [40.0, 30.0, 90.0, 50.0, 70.0, 60.0]
     far = float32_keys(np.array([-1.5e28, -3e28]))[0] >> (32 - RANGE_BITS)
-    counts[far] = [18.0, 9.0]
+    counts[far] = [14.0, 12.0]  # two full cells, 26 windows: under 2 x 10 x sqrt(2)
     clip = target_range(counts, min_count=10.0)
     np.testing.assert_allclose([clip.centre - clip.half_width, clip.centre + clip.half_width], [-4.0, 8.0], rtol=1e-6)
     mode = float32_keys(np.array([1500.0]))[0] >> (32 - RANGE_BITS)
-    counts[mode] = 30.0  # a far mode of 45 windows in two cells: above 2 x 10 x sqrt(2)
-    counts[mode - 1] = 15.0
+    counts[mode] = 22.0  # a far mode of 36 windows in two cells: above 2 x 10 x sqrt(2), under 2 x 10 x 2
+    counts[mode - 1] = 14.0
     clip = target_range(counts, min_count=10.0)
     np.testing.assert_allclose(
         [clip.centre - clip.half_width, clip.centre + clip.half_width], [-4.0, 2048.0], rtol=1e-6

@@ -56,6 +56,7 @@ def test_a_private_job_is_entered_shown_and_a_second_one_on_its_windows_refused(
             meta["dp_delta"],
         )
         assert entry.since_us is None and job.updated * 1e6 >= entry.until_us >= job.created * 1e6
+        assert not any(key.startswith("dp_job_") for key in meta)  # one attempt: its own spending is the job's
 
         assert api.get("/api/privacy").json()["entries"] == []  # the detail only when asked
         shown = api.get("/api/privacy?detail=true").json()
@@ -316,6 +317,7 @@ def test_an_attempt_cut_short_by_a_stopped_server_is_charged_what_it_released(tm
         assert (meta["dp_rho"], meta["dp_xi"]) == (entries[1].rho, entries[1].xi)
         assert meta["dp_attempts"] == 2
         assert meta["dp_job_rho"] == pytest.approx(entries[0].rho + entries[1].rho, rel=1e-12)
+        assert meta["dp_job_xi"] == pytest.approx(entries[0].xi + entries[1].xi, rel=1e-12)
         assert meta["dp_job_epsilon"] == pytest.approx(
             epsilon_of(sum(e.rho for e in entries), sum(e.xi for e in entries), 1e-6), rel=1e-9
         )
