@@ -99,6 +99,11 @@ def exact_fetchers(
     return histograms, leaves
 
 
+def octave_cells(*targets: float) -> np.ndarray:
+    """The target range release's cells (octaves of the float32 keys) of ``targets``."""
+    return float32_keys(np.array(targets))[0] >> (32 - RANGE_BITS)
+
+
 def variance_decrease(x: np.ndarray, z: np.ndarray, threshold: float) -> float:
     """The root's decrease of the variance of ``z`` by ``x < threshold`` (NaN right)."""
     left = x < threshold
@@ -269,7 +274,7 @@ def test_a_job_given_its_target_range_makes_no_range_release_and_trains_where_th
 
 def test_the_public_range_spans_the_full_octaves_and_clips_outliers() -> None:
     counts = np.zeros(1 << RANGE_BITS)
-    keys = float32_keys(np.array([-3.0, -1.5, 0.7, 1.5, 3.0, 5.0, 1e6, 3e9]))[0] >> (32 - RANGE_BITS)
+    keys = octave_cells(-3.0, -1.5, 0.7, 1.5, 3.0, 5.0, 1e6, 3e9)
     counts[keys] = [40.0, 30.0, 90.0, 50.0, 70.0, 60.0, 2.0, 15.0]  # 1e6: below the threshold; 3e9: alone
     clip = target_range(counts, min_count=10.0)
     np.testing.assert_allclose([clip.centre - clip.half_width, clip.centre + clip.half_width], [-4.0, 8.0], rtol=1e-6)
@@ -281,7 +286,7 @@ def test_a_range_release_with_nothing_above_its_noise_is_refused() -> None:
     -9e15] and predictions to match. Refused instead, saying what would help (a job stops with
     this line: ``test_a_job_given_its_target_range...``)."""
     counts = np.zeros(1 << RANGE_BITS)
-    bulk = float32_keys(np.array([40.0, 90.0, 200.0, 300.0]))[0] >> (32 - RANGE_BITS)
+    bulk = octave_cells(40.0, 90.0, 200.0, 300.0)
     counts[bulk] = [30.0, 90.0, 140.0, 50.0]
     counts[75] = 150.0  # a noise cell (octave of -1e16) the fullest
     with pytest.raises(TargetRangeUnreadable, match="nothing above their noise") as info:
@@ -302,7 +307,7 @@ def test_the_range_starts_from_the_run_holding_most_windows_not_the_fullest_cell
     """A noise cell above the threshold but alone can be the fullest while the targets' octaves
     are only a little above it: the range starts from the run with the most windows."""
     counts = np.zeros(1 << RANGE_BITS)
-    counts[float32_keys(np.array([90.0, 200.0, 400.0]))[0] >> (32 - RANGE_BITS)] = [170.0, 180.0, 170.0]
+    counts[octave_cells(90.0, 200.0, 400.0)] = [170.0, 180.0, 170.0]
     counts[[74, 75]] = [90.0, 200.0]  # noise near -1e16: a full run with the fullest cell, 290 windows
     assert target_range(counts, min_count=164.0) == TargetClip(288.0, 224.0)  # [64, 512)
 
@@ -322,7 +327,7 @@ def test_a_weak_run_joins_the_range_only_near_it() -> None:
     """A run of full octaves with too few windows to count alone joins within RANGE_NEAR times
     the range's width of it ([32, 64) beside [2, 8)), not far away ([2**20, 2**21))."""
     counts = np.zeros(1 << RANGE_BITS)
-    keys = float32_keys(np.array([3.0, 5.0, 40.0, 100.0, 1.5e6, 3e6]))[0] >> (32 - RANGE_BITS)
+    keys = octave_cells(3.0, 5.0, 40.0, 100.0, 1.5e6, 3e6)
     counts[keys] = [100.0, 100.0, 12.0, 6.0, 12.0, 6.0]
     clip = target_range(counts, min_count=10.0)
     assert (clip.centre - clip.half_width, clip.centre + clip.half_width) == (2.0, 64.0)
@@ -334,13 +339,13 @@ def test_a_far_pair_of_noise_cells_does_not_stretch_the_public_range() -> None:
     covariate-shift targets); ranged over, they put the range's width at 1e28 and the model's
     predictions with it. A far run that holds real mass still joins."""
     counts = np.zeros(1 << RANGE_BITS)
-    bulk = float32_keys(np.array([-3.0, -1.5, 0.7, 1.5, 3.0, 5.0]))[0] >> (32 - RANGE_BITS)
+    bulk = octave_cells(-3.0, -1.5, 0.7, 1.5, 3.0, 5.0)
     counts[bulk] = [40.0, 30.0, 90.0, 50.0, 70.0, 60.0]
-    far = float32_keys(np.array([-1.5e28, -3e28]))[0] >> (32 - RANGE_BITS)
+    far = octave_cells(-1.5e28, -3e28)
     counts[far] = [14.0, 12.0]  # two full cells, 26 windows: under 2 x 10 x sqrt(2)
     clip = target_range(counts, min_count=10.0)
     np.testing.assert_allclose([clip.centre - clip.half_width, clip.centre + clip.half_width], [-4.0, 8.0], rtol=1e-6)
-    mode = float32_keys(np.array([1500.0]))[0] >> (32 - RANGE_BITS)
+    mode = octave_cells(1500.0)
     counts[mode] = 22.0  # a far mode of 36 windows in two cells: above 2 x 10 x sqrt(2), under 2 x 10 x 2
     counts[mode - 1] = 14.0
     clip = target_range(counts, min_count=10.0)
